@@ -1,0 +1,128 @@
+/* cli.h -- the option parser shared by ptrain's programs (train, sample,
+   fixture_check, bench). An option table drives parsing and --help, so a
+   program gains a flag by adding one row. Values are checked strictly: a
+   malformed or out-of-range number is an error, never a silent default. */
+#ifndef PTRAIN_CLI_H
+#define PTRAIN_CLI_H
+
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { CLI_INT, CLI_U64, CLI_FLOAT, CLI_STR, CLI_FLAG } cli_kind;
+
+typedef struct cli_opt {
+    const char *name; /* without the leading "--" */
+    cli_kind kind;
+    void *ptr;        /* int*, uint64_t*, float*, const char**, int* (flag) */
+    const char *help;
+    double lo, hi;    /* allowed range for numbers (lo == hi: any) */
+} cli_opt;
+
+static void cli_usage(FILE *f, const char *usage, const cli_opt *o, int n) {
+    int i;
+    fprintf(f, "%s\n\noptions:\n", usage);
+    for (i = 0; i < n; i++) {
+        char arg[64];
+        const char *meta = o[i].kind == CLI_INT || o[i].kind == CLI_U64 ? " N"
+                           : o[i].kind == CLI_FLOAT                      ? " X"
+                           : o[i].kind == CLI_STR                        ? " S"
+                                                                          : "";
+        snprintf(arg, sizeof arg, "--%s%s", o[i].name, meta);
+        fprintf(f, "  %-24s %s", arg, o[i].help);
+        if (o[i].kind == CLI_INT) fprintf(f, " (default %d)", *(int *)o[i].ptr);
+        else if (o[i].kind == CLI_U64)
+            fprintf(f, " (default %llu)", (unsigned long long)*(uint64_t *)o[i].ptr);
+        else if (o[i].kind == CLI_FLOAT) fprintf(f, " (default %g)", (double)*(float *)o[i].ptr);
+        else if (o[i].kind == CLI_STR && *(const char **)o[i].ptr)
+            fprintf(f, " (default %s)", *(const char **)o[i].ptr);
+        fprintf(f, "\n");
+    }
+    fprintf(f, "  %-24s %s\n", "--help", "show this help");
+}
+
+static int cli_value(const cli_opt *o, const char *v) {
+    char *end;
+    double d;
+    errno = 0;
+    if (o->kind == CLI_STR) {
+        *(const char **)o->ptr = v;
+        return 0;
+    }
+    if (o->kind == CLI_FLOAT) d = strtod(v, &end);
+    else if (o->kind == CLI_U64) {
+        unsigned long long u;
+        if (*v == '-') goto bad;
+        u = strtoull(v, &end, 10);
+        if (*v == 0 || *end || errno) goto bad;
+        *(uint64_t *)o->ptr = (uint64_t)u;
+        return 0;
+    } else d = (double)strtoll(v, &end, 10);
+    if (*v == 0 || *end || errno || d != d) goto bad;
+    if (o->lo != o->hi && (d < o->lo || d > o->hi)) {
+        fprintf(stderr, "error: --%s %s is outside [%g, %g]\n", o->name, v, o->lo, o->hi);
+        return -1;
+    }
+    if (o->kind == CLI_INT) {
+        if (d < INT_MIN || d > INT_MAX) goto bad;
+        *(int *)o->ptr = (int)d;
+    } else {
+        *(float *)o->ptr = (float)d;
+    }
+    return 0;
+bad:
+    fprintf(stderr, "error: --%s expects %s, got '%s'\n", o->name,
+            o->kind == CLI_FLOAT ? "a number" : "an integer", v);
+    return -1;
+}
+
+/* Returns 0 on success, 1 if --help was given, -1 on error (message printed).
+   Arguments not starting with "--" are collected into pos (at most max_pos). */
+static int cli_parse(int argc, char **argv, const cli_opt *o, int n, const char **pos, int max_pos,
+                     int *npos) {
+    int i, k;
+    *npos = 0;
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *eq, *val = NULL;
+        size_t len;
+        if (strncmp(a, "--", 2) != 0 || a[2] == 0) {
+            if (*npos >= max_pos) {
+                fprintf(stderr, "error: unexpected argument '%s'\n", a);
+                return -1;
+            }
+            pos[(*npos)++] = a;
+            continue;
+        }
+        a += 2;
+        if (strcmp(a, "help") == 0) return 1;
+        eq = strchr(a, '=');
+        len = eq ? (size_t)(eq - a) : strlen(a);
+        for (k = 0; k < n; k++)
+            if (strlen(o[k].name) == len && strncmp(o[k].name, a, len) == 0) break;
+        if (k == n) {
+            fprintf(stderr, "error: unknown option '--%.*s' (see --help)\n", (int)len, a);
+            return -1;
+        }
+        if (o[k].kind == CLI_FLAG) {
+            if (eq) {
+                fprintf(stderr, "error: --%s takes no value\n", o[k].name);
+                return -1;
+            }
+            *(int *)o[k].ptr = 1;
+            continue;
+        }
+        if (eq) val = eq + 1;
+        else if (i + 1 < argc) val = argv[++i];
+        else {
+            fprintf(stderr, "error: --%s needs a value\n", o[k].name);
+            return -1;
+        }
+        if (cli_value(&o[k], val) != 0) return -1;
+    }
+    return 0;
+}
+
+#endif

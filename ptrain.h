@@ -1,0 +1,3060 @@
+/* ptrain.h v0.1.0 -- train GPT transformers in plain C. MIT license (see end of file).
+
+   ONE HEADER. In exactly one C or C++ file:
+
+       #define PTRAIN_IMPLEMENTATION
+       #include "ptrain.h"
+
+   everywhere else just #include "ptrain.h". Link with OpenBLAS (-lopenblas, the
+   OpenMP build fits best) and build with -fopenmp; -DPTRAIN_NO_BLAS uses a
+   portable C matmul instead of cblas_sgemm.
+
+   QUICK START (examples/quickstart.c compiles this very text)
+
+       pt_gpt_config cfg;
+       pt_gpt_config_preset("tiny", &cfg);          // 2 layers, 64 wide, bytes
+       pt_gpt gpt;
+       pt_gpt_desc d = {0};
+       d.config = cfg; d.batch = 4; d.seq = 64;
+       if (pt_gpt_init(&gpt, &d) != PT_OK) { puts(pt_last_error()); return 1; }
+       pt_gpt_init_weights(&gpt, 1337);
+       pt_tokens tok;
+       pt_tokens_from_bytes(&tok, text, strlen(text)); // byte-level vocab (256)
+       pt_loader loader;
+       pt_loader_desc ld = {0};
+       ld.batch = 4; ld.seq = 64; ld.seed = 1;
+       pt_loader_init(&loader, &tok, PT_SPLIT_ALL, &ld);
+       pt_adamw_config opt = pt_adamw_default();
+       static int inputs[4 * 64], targets[4 * 64];
+       for (int step = 0; step < 100; step++) {
+           pt_loader_next(&loader, inputs, targets);
+           pt_gpt_forward(&gpt, inputs, targets, 4, 64);
+           pt_gpt_backward(&gpt);
+           pt_gpt_adamw_step(&gpt, &opt, 1e-3f);
+           printf("step %d loss %.4f\n", step, gpt.loss);
+       }
+
+   CONFIGURATION MACROS (define before the implementation include)
+       PTRAIN_STATIC         all functions static (private copy per file)
+       PTRAIN_NO_BLAS        plain C sgemm instead of cblas_sgemm
+       PTRAIN_MALLOC(sz,ctx) / PTRAIN_FREE(p,ctx)   allocator, ctx from *_desc
+       PTRAIN_MPI            (reserved for the MPI communicator)
+
+   SECTIONS (search for the marker)
+       >>basics     status codes, last error, RNG, threads, timing
+       >>tensors    tensor views, arena, meta arena
+       >>kernels    forward/backward pairs, AdamW, clipping, LR schedule
+       >>model      GPT-2 config, blocks, whole model, generation
+       >>io         safetensors, token data, loaders, checkpoints
+
+   ERRORS. Functions that can fail return pt_status; pt_last_error() gives a
+   message for the calling thread naming the field, value and constraint.
+   Library code never exits or aborts on user input. Kernels trust their
+   arguments (shapes are checked where user data enters: configs, files,
+   token ids).
+
+   THREADS. Kernels use OpenMP inside; call them from one thread per model.
+   pt_set_threads(n) sets both OpenMP's and OpenBLAS's thread count. Results
+   are bit-for-bit reproducible for a fixed thread count.
+*/
+#ifndef PTRAIN_H
+#define PTRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PTRAIN_VERSION "0.1.0"
+
+#ifndef PTRAINDEF
+#ifdef PTRAIN_STATIC
+#if defined(__GNUC__) || defined(__clang__)
+#define PTRAINDEF static __attribute__((unused))
+#else
+#define PTRAINDEF static
+#endif
+#else
+#define PTRAINDEF extern
+#endif
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================== */
+/* >>basics                                                                  */
+/* ======================================================================== */
+
+/* One list gives every status code and its description. */
+#define PT_STATUS_LIST(X)                                                     \
+    X(PT_OK, "ok")                                                            \
+    X(PT_ERR_INVALID_ARG, "invalid argument")                                 \
+    X(PT_ERR_CONFIG, "invalid configuration")                                 \
+    X(PT_ERR_OOM, "out of memory")                                            \
+    X(PT_ERR_IO, "file input/output error")                                   \
+    X(PT_ERR_FORMAT, "malformed file")                                        \
+    X(PT_ERR_DTYPE, "unsupported or unknown dtype")                           \
+    X(PT_ERR_SHAPE, "shape mismatch")                                         \
+    X(PT_ERR_MISSING, "missing tensor or key")                                \
+    X(PT_ERR_RANGE, "value out of range")                                     \
+    X(PT_ERR_UNSUPPORTED, "unsupported feature")
+
+typedef enum pt_status {
+#define PT__STATUS_ENUM(name, desc) name,
+    PT_STATUS_LIST(PT__STATUS_ENUM)
+#undef PT__STATUS_ENUM
+    PT_STATUS_COUNT
+} pt_status;
+
+PTRAINDEF const char *pt_status_str(pt_status s);  /* "PT_ERR_FORMAT: malformed file" */
+PTRAINDEF const char *pt_status_name(pt_status s); /* "PT_ERR_FORMAT" */
+PTRAINDEF const char *pt_last_error(void);         /* message of this thread's last failure */
+PTRAINDEF void pt_clear_error(void);
+
+/* Deterministic RNG (splitmix64): the whole state is one uint64, so it can be
+   saved in a checkpoint and restored exactly. */
+typedef struct pt_rng { uint64_t state; } pt_rng;
+PTRAINDEF void pt_rng_seed(pt_rng *r, uint64_t seed);
+PTRAINDEF uint64_t pt_rng_u64(pt_rng *r);
+PTRAINDEF float pt_rng_uniform(pt_rng *r);                 /* [0, 1) */
+PTRAINDEF float pt_rng_normal(pt_rng *r, float mean, float std);
+
+PTRAINDEF void pt_set_threads(int n); /* OpenMP and OpenBLAS threads; n <= 0: all cores */
+PTRAINDEF int pt_get_threads(void);
+PTRAINDEF double pt_time_now(void);   /* seconds, for intervals */
+
+/* ======================================================================== */
+/* >>tensors                                                                 */
+/* ======================================================================== */
+
+#define PT_MAX_DIMS 8
+
+typedef enum pt_dtype {
+    PT_DTYPE_NONE = 0,
+    PT_F32, PT_F16, PT_BF16, PT_F64, PT_I32, PT_I64, PT_I16, PT_I8, PT_U8,
+    PT_U16, PT_U32, PT_U64, PT_BOOL,
+    PT_DTYPE_COUNT
+} pt_dtype;
+
+PTRAINDEF size_t pt_dtype_size(pt_dtype t);
+PTRAINDEF const char *pt_dtype_name(pt_dtype t); /* safetensors spelling: "F32" */
+
+/* A tensor is a non-owning view: row-major, contiguous. */
+typedef struct pt_tensor {
+    void *data;
+    pt_dtype dtype;
+    int ndim;
+    int64_t shape[PT_MAX_DIMS];
+} pt_tensor;
+
+PTRAINDEF int64_t pt_tensor_numel(const pt_tensor *t);
+
+/* An arena hands out 64-byte aligned blocks from one allocation. A meta arena
+   allocates nothing and only counts bytes (its blocks are NULL), so the same
+   code that builds a model can first measure it. */
+typedef struct pt_arena {
+    unsigned char *raw, *base;
+    size_t capacity, used;
+    int meta;
+    void *alloc_ctx;
+} pt_arena;
+
+PTRAINDEF pt_status pt_arena_init(pt_arena *a, size_t capacity, void *alloc_ctx);
+PTRAINDEF void pt_arena_init_meta(pt_arena *a);
+PTRAINDEF void *pt_arena_alloc(pt_arena *a, size_t bytes); /* NULL on meta or overflow */
+PTRAINDEF pt_status pt_arena_tensor(pt_arena *a, pt_tensor *out, pt_dtype dtype,
+                                    int ndim, const int64_t *shape);
+PTRAINDEF void pt_arena_free(pt_arena *a);
+
+/* ======================================================================== */
+/* >>kernels                                                                 */
+/* ======================================================================== */
+/* Shapes in comments: N = B*T rows, C channels, NH heads, hd = C/NH.
+   Backward kernels ACCUMULATE (+=) into every gradient they write, except
+   where noted; callers zero gradients first. */
+
+/* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major, cblas semantics. */
+PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                        const float *A, int lda, const float *B, int ldb, float beta,
+                        float *C, int ldc);
+
+/* out[n,c] = wte[inp[n],c] + wpe[n % T, c] */
+PTRAINDEF void pt_encoder_forward(float *out, const int *inp, const float *wte,
+                                  const float *wpe, int B, int T, int C);
+PTRAINDEF void pt_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                                   const int *inp, int B, int T, int C);
+
+/* y = (x - mean) * rstd * w + b, mean and biased var over C, rstd = 1/sqrt(var+eps) */
+PTRAINDEF void pt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                    const float *weight, const float *bias, int N, int C,
+                                    float eps);
+PTRAINDEF void pt_layernorm_backward(float *dinp, float *dweight, float *dbias,
+                                     const float *dout, const float *inp, const float *weight,
+                                     const float *mean, const float *rstd, int N, int C);
+
+/* Conv1D layout: out[N,OUT] = inp[N,IN] @ w[IN,OUT] + bias[OUT] (bias may be NULL) */
+PTRAINDEF void pt_matmul_forward(float *out, const float *inp, const float *weight,
+                                 const float *bias, int N, int IN, int OUT);
+PTRAINDEF void pt_matmul_backward(float *dinp, float *dweight, float *dbias,
+                                  const float *dout, const float *inp, const float *weight,
+                                  int N, int IN, int OUT);
+
+/* Causal multi-head attention on qkv[N,3C] laid out [q|k|v][head][hd]:
+   att[b,h,t,u] = softmax_{u<=t}(q_t . k_u / sqrt(hd)) (0 for u > t),
+   out[b,t,h*hd+i] = sum_u att[b,h,t,u] v_u[i]. att is (B,NH,T,T).
+   Backward needs scratch of B*NH*T floats. */
+PTRAINDEF void pt_attention_forward(float *out, float *att, const float *qkv, int B, int T,
+                                    int C, int NH);
+PTRAINDEF void pt_attention_backward(float *dqkv, float *scratch, const float *dout,
+                                     const float *qkv, const float *att, int B, int T, int C,
+                                     int NH);
+
+/* gelu(u) = 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))) */
+PTRAINDEF void pt_gelu_forward(float *out, const float *inp, size_t n);
+/* dinp = gelu'(inp) * dout, written (not accumulated); dinp may alias dout. */
+PTRAINDEF void pt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
+/* out = a + b (out may alias a or b) */
+PTRAINDEF void pt_residual_forward(float *out, const float *a, const float *b, size_t n);
+PTRAINDEF void pt_residual_backward(float *da, float *db, const float *dout, size_t n);
+
+/* Tied LM head: logits[N,V] = x[N,C] @ wte[V,C]^T (no bias). */
+PTRAINDEF void pt_tied_head_forward(float *logits, const float *x, const float *wte, int N,
+                                    int C, int V);
+PTRAINDEF void pt_tied_head_backward(float *dx, float *dwte, const float *dlogits,
+                                     const float *x, const float *wte, int N, int C, int V);
+
+/* losses[n] = logsumexp(logits[n,:]) - logits[n, targets[n]]
+   backward: dlogits[n,v] = dloss * (softmax(logits[n])_v - [v == targets[n]]),
+   written (not accumulated); dlogits may alias logits. */
+PTRAINDEF void pt_crossentropy_forward(float *losses, const float *logits, const int *targets,
+                                       int N, int V);
+PTRAINDEF void pt_crossentropy_backward(float *dlogits, const float *logits,
+                                        const int *targets, int N, int V, float dloss);
+
+/* AdamW with torch.optim.AdamW semantics, for step t >= 1:
+     if decay: p *= 1 - lr*wd               (decoupled, before the update)
+     m = b1 m + (1-b1) g ;  v = b2 v + (1-b2) g^2
+     p -= (lr/bc1) m / (sqrt(v)/sqrt(bc2) + eps),  bc_i = 1 - b_i^t (double) */
+typedef struct pt_adamw_config {
+    float beta1, beta2, eps, weight_decay;
+} pt_adamw_config;
+PTRAINDEF pt_adamw_config pt_adamw_default(void); /* 0.9, 0.95, 1e-8, 0.1 */
+PTRAINDEF void pt_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
+                               const pt_adamw_config *cfg, float lr, int t, int decay);
+
+/* sqrt(sum g^2) accumulated in double, in a fixed order (deterministic). */
+PTRAINDEF double pt_norm2(const float *x, size_t n);
+PTRAINDEF void pt_scale(float *x, size_t n, float s);
+
+/* Linear warm-up for warmup_steps, then cosine decay from lr to min_lr at total_steps. */
+typedef struct pt_lr_schedule {
+    float lr, min_lr;
+    int warmup_steps, total_steps;
+} pt_lr_schedule;
+PTRAINDEF float pt_lr_at(const pt_lr_schedule *s, int step);
+
+/* Measured cblas_sgemm GFLOP/s on n x n x n with the current thread count,
+   best of repeated runs for at least `seconds`. */
+PTRAINDEF double pt_gemm_peak_gflops(int n, double seconds);
+
+/* ======================================================================== */
+/* >>model                                                                   */
+/* ======================================================================== */
+
+typedef struct pt_gpt_config {
+    int vocab_size, block_size, n_layer, n_head, n_embd;
+    float ln_eps; /* 0 means 1e-5 */
+} pt_gpt_config;
+
+/* "tiny", "mini", "small", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1558m" */
+PTRAINDEF pt_status pt_gpt_config_preset(const char *name, pt_gpt_config *out);
+PTRAINDEF const char *pt_gpt_preset_names(void);
+/* Checks every field; the message lists every failed check. */
+PTRAINDEF pt_status pt_gpt_config_validate(const pt_gpt_config *cfg);
+PTRAINDEF int64_t pt_gpt_num_params(const pt_gpt_config *cfg);
+/* Training FLOPs of one step: 6 * params * B*T + 12 * n_layer * C * B * T^2. */
+PTRAINDEF double pt_gpt_flops_per_step(const pt_gpt_config *cfg, int B, int T);
+
+/* One entry per parameter tensor, Hugging Face GPT-2 name and layout. The
+   same offset indexes params, grads, m and v. */
+typedef struct pt_param {
+    char name[48];
+    int ndim;
+    int64_t shape[2];
+    size_t offset, numel;
+    int decay; /* weight decay applies (ndim >= 2) */
+} pt_param;
+
+/* Pointers of one block's parameters (or gradients) into the flat buffer. */
+typedef struct pt_block_params {
+    float *ln1_w, *ln1_b;          /* (C) */
+    float *qkv_w, *qkv_b;          /* (C,3C), (3C): attn.c_attn */
+    float *attn_proj_w, *attn_proj_b; /* (C,C), (C): attn.c_proj */
+    float *ln2_w, *ln2_b;          /* (C) */
+    float *fc_w, *fc_b;            /* (C,4C), (4C): mlp.c_fc */
+    float *fc_proj_w, *fc_proj_b;  /* (4C,C), (C): mlp.c_proj */
+} pt_block_params;
+
+/* One block's saved activations for backward. */
+typedef struct pt_block_acts {
+    float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
+    float *qkv;                       /* (N,3C) */
+    float *att;                       /* (B,NH,T,T) attention probabilities */
+    float *atty;                      /* (N,C) attention output, before c_proj */
+    float *res2;                      /* (N,C) x + attention branch */
+    float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
+    float *fch, *fch_gelu;            /* (N,4C) */
+    float *out;                       /* (N,C) block output */
+} pt_block_acts;
+
+/* Per-block backward scratch, reusable across blocks. */
+typedef struct pt_block_scratch {
+    float *dln;   /* (N,C) */
+    float *dqkv;  /* (N,3C) */
+    float *datty; /* (N,C) */
+    float *dfch;  /* (N,4C) */
+    float *datt;  /* (B*NH*T) */
+} pt_block_scratch;
+
+/* x (N,C) -> a->out (N,C) */
+PTRAINDEF void pt_block_forward(const pt_gpt_config *cfg, int B, int T,
+                                const pt_block_params *p, const float *x, pt_block_acts *a);
+/* dout (N,C) -> dx (N,C), written; dx may alias dout. Parameter gradients g
+   accumulate. */
+PTRAINDEF void pt_block_backward(const pt_gpt_config *cfg, int B, int T,
+                                 const pt_block_params *p, pt_block_params *g,
+                                 const float *x, const pt_block_acts *a, const float *dout,
+                                 float *dx, pt_block_scratch *s);
+
+typedef struct pt_gpt_desc {
+    pt_gpt_config config;
+    int batch, seq;  /* largest B and T that forward will see */
+    int meta;        /* 1: allocate nothing, only count bytes (see mem) */
+    void *alloc_ctx; /* passed to PTRAIN_MALLOC/PTRAIN_FREE */
+} pt_gpt_desc;
+
+typedef struct pt_gpt_mem {
+    size_t params, grads, optimizer, activations, scratch, total;
+} pt_gpt_mem;
+
+typedef struct pt_gpt {
+    pt_gpt_config config;
+    int B, T;                 /* capacity */
+    int cur_B, cur_T;         /* shape of the last forward */
+    size_t num_params;
+    float *params, *grads, *m, *v; /* each one buffer of num_params floats */
+    int num_tensors;
+    pt_param *table;
+    float *wte, *wpe, *lnf_w, *lnf_b, *dwte, *dwpe, *dlnf_w, *dlnf_b;
+    pt_block_params *layers, *layer_grads;
+    pt_block_acts *acts;
+    pt_block_scratch scratch;
+    float *encoded;                      /* (N,C) */
+    float *lnf, *lnf_mean, *lnf_rstd;    /* (N,C), (N), (N) */
+    float *logits;                       /* (N,V); dlogits in place after backward */
+    float *losses;                       /* (N) */
+    float *dres;                         /* (N,C) residual-stream gradient */
+    int *inputs, *targets;               /* (N) copies of the last batch */
+    int has_targets;
+    float loss;                          /* mean loss of the last forward, or -1 */
+    int adam_t;                          /* optimizer steps taken */
+    pt_gpt_mem mem;
+    pt_arena param_arena, act_arena;
+    void *alloc_ctx;
+} pt_gpt;
+
+PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *desc);
+PTRAINDEF void pt_gpt_free(pt_gpt *m);
+/* GPT-2 init: N(0, 0.02) for wte, wpe, c_attn.W, c_fc.W; N(0, 0.02/sqrt(2L)) for
+   the c_proj weights; biases 0, LayerNorm weights 1. */
+PTRAINDEF void pt_gpt_init_weights(pt_gpt *m, uint64_t seed);
+PTRAINDEF const pt_param *pt_gpt_find_param(const pt_gpt *m, const char *name);
+/* Forward over inputs (B,T); with targets (may be NULL) also the mean loss.
+   Checks token ids and sizes. */
+PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targets, int B,
+                                   int T);
+/* Gradients of the mean loss of the last forward (written, not accumulated). */
+PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m);
+PTRAINDEF void pt_gpt_zero_grad(pt_gpt *m);
+/* sqrt(sum of squared gradients); if max_norm > 0 and the norm exceeds it,
+   scales gradients by max_norm/norm. Returns the norm before clipping. */
+PTRAINDEF float pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm);
+PTRAINDEF void pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, float lr);
+
+/* Generation with a KV cache: a token at position p costs O(p), not O(p^2). */
+typedef struct pt_kv_cache {
+    int capacity, len;
+    float *k, *v;                         /* (L, capacity, C) each */
+    float *x, *ln, *qkv, *atty, *res, *fch, *fcg, *att, *logits, *work;
+    pt_arena arena;
+} pt_kv_cache;
+
+typedef struct pt_sample_desc {
+    float temperature; /* 0: greedy (argmax) */
+    int top_k;         /* 0: no top-k filtering */
+    uint64_t seed;
+} pt_sample_desc;
+
+PTRAINDEF pt_status pt_kv_cache_init(pt_kv_cache *c, const pt_gpt *m);
+PTRAINDEF void pt_kv_cache_free(pt_kv_cache *c);
+PTRAINDEF void pt_kv_cache_reset(pt_kv_cache *c);
+/* Appends one token at position c->len, returns the next-token logits (V). */
+PTRAINDEF pt_status pt_gpt_decode(const pt_gpt *m, pt_kv_cache *c, int token,
+                                  const float **logits);
+/* Samples from logits/temperature restricted to the top_k largest.
+   work holds V floats. */
+PTRAINDEF int pt_sample_logits(const float *logits, int V, float temperature, int top_k,
+                               pt_rng *rng, float *work);
+/* Feeds the prompt, then samples n_new tokens into out. When the context is
+   full, the cache is refilled with the last block_size/2 tokens. */
+PTRAINDEF pt_status pt_gpt_generate(const pt_gpt *m, pt_kv_cache *c, const int *prompt,
+                                    int n_prompt, int *out, int n_new,
+                                    const pt_sample_desc *desc);
+
+/* ======================================================================== */
+/* >>io                                                                      */
+/* ======================================================================== */
+
+/* safetensors: u64 header length N, N bytes of JSON, data. Every size and
+   offset is checked before use. */
+typedef struct pt_st_tensor {
+    const char *name;
+    pt_dtype dtype;
+    int ndim;
+    int64_t shape[PT_MAX_DIMS];
+    uint64_t begin, end;       /* relative to the data buffer */
+    const unsigned char *data; /* file bytes, possibly unaligned */
+} pt_st_tensor;
+
+typedef struct pt_st_meta { const char *key, *value; } pt_st_meta;
+
+typedef struct pt_safetensors {
+    unsigned char *file; /* owned when loaded from a path */
+    size_t file_size;
+    int n_tensors, n_meta;
+    pt_st_tensor *tensors;
+    pt_st_meta *meta;
+    char *strings;
+    void *alloc_ctx;
+} pt_safetensors;
+
+PTRAINDEF pt_status pt_st_load(pt_safetensors *st, const char *path);
+/* Parses bytes in memory; st borrows data, which must outlive it. */
+PTRAINDEF pt_status pt_st_parse(pt_safetensors *st, const void *data, size_t size);
+PTRAINDEF void pt_st_free(pt_safetensors *st);
+PTRAINDEF const pt_st_tensor *pt_st_find(const pt_safetensors *st, const char *name);
+PTRAINDEF const char *pt_st_meta_get(const pt_safetensors *st, const char *key);
+/* Copies a tensor into dst as float32 (from F32, F16 or BF16), after checking
+   that its shape equals the expected one. */
+PTRAINDEF pt_status pt_st_read_f32(const pt_safetensors *st, const char *name, float *dst,
+                                   int ndim, const int64_t *shape);
+PTRAINDEF pt_status pt_st_read_i32(const pt_safetensors *st, const char *name, int *dst,
+                                   int ndim, const int64_t *shape);
+
+/* Writer: add tensors (data pointers kept, names copied) and metadata, then
+   save to path atomically: "<path>.tmp", fsync, rename, fsync of the directory.
+   On any error the temporary file is removed and path is untouched. */
+typedef struct pt_st_writer {
+    int n_tensors, cap_tensors, n_meta, cap_meta;
+    pt_st_tensor *tensors;
+    pt_st_meta *meta;
+    void *alloc_ctx;
+} pt_st_writer;
+
+PTRAINDEF void pt_st_writer_init(pt_st_writer *w);
+PTRAINDEF pt_status pt_st_writer_add(pt_st_writer *w, const char *name, pt_dtype dtype,
+                                     int ndim, const int64_t *shape, const void *data);
+PTRAINDEF pt_status pt_st_writer_meta(pt_st_writer *w, const char *key, const char *value);
+PTRAINDEF pt_status pt_st_writer_save(const pt_st_writer *w, const char *path);
+PTRAINDEF void pt_st_writer_free(pt_st_writer *w);
+
+/* Model weights by Hugging Face name: a ptrain checkpoint or a Hugging Face
+   GPT-2 safetensors file (a "transformer." prefix is tolerated, attn.bias,
+   attn.masked_bias and lm_head.weight are ignored). */
+PTRAINDEF pt_status pt_gpt_config_from_st(const pt_safetensors *st, int n_head_hint,
+                                          pt_gpt_config *out);
+PTRAINDEF pt_status pt_gpt_config_from_file(const char *path, int n_head_hint,
+                                            pt_gpt_config *out);
+/* All tensors are checked before any is copied: on error m is unchanged. */
+PTRAINDEF pt_status pt_gpt_load_weights_st(pt_gpt *m, const pt_safetensors *st);
+PTRAINDEF pt_status pt_gpt_load_weights(pt_gpt *m, const char *path);
+
+/* Token data: raw bytes (vocabulary 256), or the llm.c token file
+   (256 int32 header: magic 20240520, version 1, count; then uint16 tokens). */
+#define PT_TOKENS_MAGIC 20240520
+typedef struct pt_tokens {
+    uint16_t *data;
+    size_t n;
+    int vocab_size;  /* 256 for bytes, 50257 for llm.c GPT-2 files */
+    void *alloc_ctx;
+} pt_tokens;
+
+typedef enum pt_tokens_format {
+    PT_TOKENS_AUTO = 0, /* ".bin" files are llm.c token files, anything else raw bytes */
+    PT_TOKENS_BYTES,
+    PT_TOKENS_LLMC
+} pt_tokens_format;
+PTRAINDEF pt_status pt_tokens_load(pt_tokens *t, const char *path, pt_tokens_format fmt);
+PTRAINDEF pt_status pt_tokens_from_bytes(pt_tokens *t, const void *bytes, size_t n);
+PTRAINDEF pt_status pt_tokens_parse_llmc(pt_tokens *t, const void *bytes, size_t n);
+PTRAINDEF pt_status pt_tokens_check(const pt_tokens *t, int vocab_size);
+PTRAINDEF double pt_tokens_unigram_entropy(const pt_tokens *t, size_t begin, size_t end);
+PTRAINDEF void pt_tokens_free(pt_tokens *t);
+
+typedef enum pt_split { PT_SPLIT_ALL = 0, PT_SPLIT_TRAIN, PT_SPLIT_VAL } pt_split;
+
+typedef struct pt_loader_desc {
+    int batch, seq;
+    float val_fraction; /* 0 means 0.1 */
+    uint64_t seed;
+    int no_shuffle;     /* the validation split is never shuffled */
+} pt_loader_desc;
+
+/* Batches of B windows of T+1 tokens: inputs are the first T, targets the
+   last T. Train windows are visited in a fresh seeded permutation every epoch;
+   (epoch, pos) is the whole position, saved in checkpoints. */
+typedef struct pt_loader {
+    const uint16_t *tokens;
+    size_t begin, len;   /* split range in the token array */
+    int B, T, shuffle;
+    uint64_t seed;
+    size_t n_windows;
+    uint32_t *perm;
+    uint64_t epoch;
+    size_t pos;
+    void *alloc_ctx;
+} pt_loader;
+
+PTRAINDEF pt_status pt_loader_init(pt_loader *l, const pt_tokens *t, pt_split split,
+                                   const pt_loader_desc *desc);
+PTRAINDEF void pt_loader_next(pt_loader *l, int *inputs, int *targets);
+PTRAINDEF void pt_loader_seek(pt_loader *l, uint64_t epoch, size_t pos);
+PTRAINDEF void pt_loader_free(pt_loader *l);
+
+/* Checkpoint: weights (Hugging Face names), AdamW m and v ("optim.m.<name>",
+   "optim.v.<name>"), config and training state in one safetensors file. */
+typedef struct pt_train_state {
+    int64_t step;
+    uint64_t data_epoch, data_pos, rng_state;
+} pt_train_state;
+
+PTRAINDEF pt_status pt_checkpoint_save(const char *path, const pt_gpt *m,
+                                       const pt_train_state *state);
+/* m must have been built with the checkpoint's config (pt_gpt_config_from_file). */
+PTRAINDEF pt_status pt_checkpoint_load(const char *path, pt_gpt *m, pt_train_state *state);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PTRAIN_H */
+
+/* ######################################################################## */
+/*                              IMPLEMENTATION                               */
+/* ######################################################################## */
+#ifdef PTRAIN_IMPLEMENTATION
+#ifndef PTRAIN_IMPLEMENTATION_DONE
+#define PTRAIN_IMPLEMENTATION_DONE
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifndef PTRAIN_NO_BLAS
+#include <cblas.h>
+#endif
+#if defined(_WIN32)
+#include <io.h>
+#else
+#include <fcntl.h>
+#include <unistd.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifndef PTRAIN_MALLOC
+#define PTRAIN_MALLOC(sz, ctx) ((void)(ctx), malloc(sz))
+#define PTRAIN_FREE(p, ctx) ((void)(ctx), free(p))
+#endif
+
+#ifdef _OPENMP
+#define PT__OMP(x) _Pragma(#x)
+#else
+#define PT__OMP(x)
+#endif
+
+#if defined(__cplusplus)
+#define PT__THREAD_LOCAL thread_local
+#elif defined(_MSC_VER)
+#define PT__THREAD_LOCAL __declspec(thread)
+#else
+#define PT__THREAD_LOCAL _Thread_local
+#endif
+
+#if !defined(_WIN32)
+int fsync(int fd); /* POSIX; declared here because strict C11 hides it */
+#endif
+
+/* ======================================================================== */
+/* >>basics (implementation)                                                 */
+/* ======================================================================== */
+
+static PT__THREAD_LOCAL char pt__err[1024];
+
+PTRAINDEF const char *pt_status_name(pt_status s) {
+    switch (s) {
+#define PT__STATUS_NAME(name, desc) case name: return #name;
+        PT_STATUS_LIST(PT__STATUS_NAME)
+#undef PT__STATUS_NAME
+    default: return "PT_ERR_UNKNOWN";
+    }
+}
+
+PTRAINDEF const char *pt_status_str(pt_status s) {
+    switch (s) {
+#define PT__STATUS_STR(name, desc) case name: return #name ": " desc;
+        PT_STATUS_LIST(PT__STATUS_STR)
+#undef PT__STATUS_STR
+    default: return "PT_ERR_UNKNOWN: unknown status";
+    }
+}
+
+PTRAINDEF const char *pt_last_error(void) { return pt__err; }
+PTRAINDEF void pt_clear_error(void) { pt__err[0] = 0; }
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static pt_status pt__fail(pt_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pt__err, sizeof pt__err, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+/* Appends "; msg" to the current error (for validators reporting all checks). */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void pt__append_error(int *count, const char *fmt, ...) {
+    size_t len = *count ? strlen(pt__err) : 0;
+    va_list ap;
+    if (*count && len + 2 < sizeof pt__err) {
+        memcpy(pt__err + len, "; ", 3);
+        len += 2;
+    }
+    if (len < sizeof pt__err) {
+        va_start(ap, fmt);
+        vsnprintf(pt__err + len, sizeof pt__err - len, fmt, ap);
+        va_end(ap);
+    }
+    (*count)++;
+}
+
+PTRAINDEF void pt_rng_seed(pt_rng *r, uint64_t seed) { r->state = seed; }
+
+PTRAINDEF uint64_t pt_rng_u64(pt_rng *r) {
+    uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+PTRAINDEF float pt_rng_uniform(pt_rng *r) {
+    return (float)(pt_rng_u64(r) >> 40) * (1.0f / 16777216.0f);
+}
+
+/* Box-Muller; uses two draws per sample so the state stays one integer. */
+PTRAINDEF float pt_rng_normal(pt_rng *r, float mean, float std) {
+    double u1 = ((double)(pt_rng_u64(r) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
+    double u2 = (double)(pt_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
+    return mean + std * (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+#if !defined(PTRAIN_NO_BLAS) && defined(OPENBLAS_VERSION)
+#define PT__HAVE_OPENBLAS 1
+#endif
+
+PTRAINDEF void pt_set_threads(int n) {
+#ifdef _OPENMP
+    if (n <= 0) n = omp_get_num_procs();
+    omp_set_num_threads(n);
+#endif
+#ifdef PT__HAVE_OPENBLAS
+    if (n <= 0) n = 1;
+    openblas_set_num_threads(n);
+#endif
+    (void)n;
+}
+
+PTRAINDEF int pt_get_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+PTRAINDEF double pt_time_now(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* a*b without overflow; returns 0 and leaves *out untouched on overflow */
+static int pt__mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
+    if (a != 0 && b > UINT64_MAX / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+static void *pt__malloc(size_t n, void *ctx) {
+    (void)ctx;
+    return PTRAIN_MALLOC(n ? n : 1, ctx);
+}
+static void pt__free(void *p, void *ctx) {
+    (void)ctx;
+    if (p) PTRAIN_FREE(p, ctx);
+}
+
+/* ======================================================================== */
+/* >>tensors (implementation)                                                */
+/* ======================================================================== */
+
+static const struct { const char *name; size_t size; } pt__dtypes[PT_DTYPE_COUNT] = {
+    {"NONE", 0}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"F64", 8}, {"I32", 4}, {"I64", 8},
+    {"I16", 2}, {"I8", 1}, {"U8", 1}, {"U16", 2}, {"U32", 4}, {"U64", 8}, {"BOOL", 1},
+};
+
+PTRAINDEF size_t pt_dtype_size(pt_dtype t) {
+    return ((int)t > 0 && t < PT_DTYPE_COUNT) ? pt__dtypes[t].size : 0;
+}
+PTRAINDEF const char *pt_dtype_name(pt_dtype t) {
+    return ((int)t > 0 && t < PT_DTYPE_COUNT) ? pt__dtypes[t].name : "NONE";
+}
+
+PTRAINDEF int64_t pt_tensor_numel(const pt_tensor *t) {
+    int64_t n = 1;
+    int i;
+    for (i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+#define PT__ALIGN 64
+static size_t pt__align_up(size_t n) { return (n + (PT__ALIGN - 1)) & ~(size_t)(PT__ALIGN - 1); }
+
+PTRAINDEF pt_status pt_arena_init(pt_arena *a, size_t capacity, void *alloc_ctx) {
+    memset(a, 0, sizeof *a);
+    a->alloc_ctx = alloc_ctx;
+    if (capacity > SIZE_MAX - PT__ALIGN)
+        return pt__fail(PT_ERR_OOM, "arena of %zu bytes is too large", capacity);
+    a->raw = (unsigned char *)pt__malloc(capacity + PT__ALIGN, alloc_ctx);
+    if (!a->raw) return pt__fail(PT_ERR_OOM, "cannot allocate an arena of %zu bytes", capacity);
+    a->base = a->raw + ((PT__ALIGN - ((uintptr_t)a->raw & (PT__ALIGN - 1))) & (PT__ALIGN - 1));
+    a->capacity = capacity;
+    return PT_OK;
+}
+
+PTRAINDEF void pt_arena_init_meta(pt_arena *a) {
+    memset(a, 0, sizeof *a);
+    a->meta = 1;
+    a->capacity = SIZE_MAX;
+}
+
+PTRAINDEF void *pt_arena_alloc(pt_arena *a, size_t bytes) {
+    size_t n = pt__align_up(bytes);
+    void *p;
+    if (n < bytes || n > a->capacity - a->used) {
+        pt__fail(PT_ERR_OOM, "arena exhausted: %zu bytes requested, %zu of %zu used", bytes,
+                 a->used, a->capacity);
+        return NULL;
+    }
+    p = a->meta ? NULL : a->base + a->used;
+    a->used += n;
+    return p;
+}
+
+PTRAINDEF pt_status pt_arena_tensor(pt_arena *a, pt_tensor *out, pt_dtype dtype, int ndim,
+                                    const int64_t *shape) {
+    uint64_t bytes = pt_dtype_size(dtype);
+    size_t before = a->used;
+    int i;
+    if (ndim < 0 || ndim > PT_MAX_DIMS || bytes == 0)
+        return pt__fail(PT_ERR_INVALID_ARG, "tensor with ndim=%d dtype=%d", ndim, (int)dtype);
+    memset(out, 0, sizeof *out);
+    for (i = 0; i < ndim; i++) {
+        if (shape[i] < 0 || !pt__mul_ok(bytes, (uint64_t)shape[i], &bytes))
+            return pt__fail(PT_ERR_INVALID_ARG, "tensor dimension %d has bad size %lld", i,
+                            (long long)shape[i]);
+        out->shape[i] = shape[i];
+    }
+    out->dtype = dtype;
+    out->ndim = ndim;
+    if (bytes > SIZE_MAX) return pt__fail(PT_ERR_OOM, "tensor too large");
+    out->data = pt_arena_alloc(a, (size_t)bytes);
+    return a->used > before || bytes == 0 ? PT_OK : PT_ERR_OOM;
+}
+
+PTRAINDEF void pt_arena_free(pt_arena *a) {
+    if (a->raw) pt__free(a->raw, a->alloc_ctx);
+    memset(a, 0, sizeof *a);
+}
+
+/* ======================================================================== */
+/* >>kernels (implementation)                                                */
+/* ======================================================================== */
+
+PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                        const float *A, int lda, const float *B, int ldb, float beta,
+                        float *C, int ldc) {
+#ifndef PTRAIN_NO_BLAS
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                ldc);
+#else
+    /* Portable fallback: row i of C at a time, B streamed in its storage order. */
+    int i;
+    PT__OMP(omp parallel for schedule(static))
+    for (i = 0; i < M; i++) {
+        float *c = C + (size_t)i * ldc;
+        int j, k;
+        for (j = 0; j < N; j++) c[j] = beta == 0.0f ? 0.0f : beta * c[j];
+        for (k = 0; k < K; k++) {
+            float a = alpha * (trans_a ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
+            if (!trans_b) {
+                const float *b = B + (size_t)k * ldb;
+                for (j = 0; j < N; j++) c[j] += a * b[j];
+            } else {
+                for (j = 0; j < N; j++) c[j] += a * B[(size_t)j * ldb + k];
+            }
+        }
+    }
+#endif
+}
+
+#define PT__COLBLOCK 32 /* columns per task in column-reduction loops */
+
+PTRAINDEF void pt_encoder_forward(float *out, const int *inp, const float *wte,
+                                  const float *wpe, int B, int T, int C) {
+    int n;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < B * T; n++) {
+        const float *e = wte + (size_t)inp[n] * C, *p = wpe + (size_t)(n % T) * C;
+        float *o = out + (size_t)n * C;
+        int c;
+        for (c = 0; c < C; c++) o[c] = e[c] + p[c];
+    }
+}
+
+/* dwte[inp[n]] += dout[n]; dwpe[t] += sum_b dout[b,t]. Column blocks keep it
+   race-free and deterministic. */
+PTRAINDEF void pt_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                                   const int *inp, int B, int T, int C) {
+    int cb, nblocks = (C + PT__COLBLOCK - 1) / PT__COLBLOCK;
+    PT__OMP(omp parallel for schedule(static))
+    for (cb = 0; cb < nblocks; cb++) {
+        int c0 = cb * PT__COLBLOCK, c1 = c0 + PT__COLBLOCK < C ? c0 + PT__COLBLOCK : C, n, c;
+        for (n = 0; n < B * T; n++) {
+            const float *d = dout + (size_t)n * C;
+            float *w = dwte + (size_t)inp[n] * C, *p = dwpe + (size_t)(n % T) * C;
+            for (c = c0; c < c1; c++) {
+                w[c] += d[c];
+                p[c] += d[c];
+            }
+        }
+    }
+}
+
+PTRAINDEF void pt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                    const float *weight, const float *bias, int N, int C,
+                                    float eps) {
+    int n;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *o = out + (size_t)n * C;
+        float m = 0.0f, v = 0.0f, s;
+        int c;
+        for (c = 0; c < C; c++) m += x[c];
+        m /= (float)C;
+        for (c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        v /= (float)C;
+        s = 1.0f / sqrtf(v + eps);
+        for (c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+/* With xh = (x-mean)*rstd and g = dout*w:
+   dx = rstd * (g - mean_c(g) - xh * mean_c(g*xh)); dw += dout*xh; db += dout */
+PTRAINDEF void pt_layernorm_backward(float *dinp, float *dweight, float *dbias,
+                                     const float *dout, const float *inp, const float *weight,
+                                     const float *mean, const float *rstd, int N, int C) {
+    int n, cb, nblocks = (C + PT__COLBLOCK - 1) / PT__COLBLOCK;
+    if (dinp) {
+        PT__OMP(omp parallel for schedule(static))
+        for (n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+            float *dx = dinp + (size_t)n * C;
+            float m = mean[n], s = rstd[n], gm = 0.0f, gxm = 0.0f;
+            int c;
+            for (c = 0; c < C; c++) {
+                float g = d[c] * weight[c];
+                gm += g;
+                gxm += g * (x[c] - m) * s;
+            }
+            gm /= (float)C;
+            gxm /= (float)C;
+            for (c = 0; c < C; c++)
+                dx[c] += s * (d[c] * weight[c] - gm - (x[c] - m) * s * gxm);
+        }
+    }
+    PT__OMP(omp parallel for schedule(static))
+    for (cb = 0; cb < nblocks; cb++) {
+        int c0 = cb * PT__COLBLOCK, c1 = c0 + PT__COLBLOCK < C ? c0 + PT__COLBLOCK : C, c, r;
+        for (r = 0; r < N; r++) {
+            const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
+            float m = mean[r], s = rstd[r];
+            for (c = c0; c < c1; c++) {
+                dweight[c] += d[c] * (x[c] - m) * s;
+                dbias[c] += d[c];
+            }
+        }
+    }
+}
+
+/* dbias[o] += sum_n dout[n,o] */
+static void pt__colsum_add(float *dbias, const float *dout, int N, int OUT) {
+    int cb, nblocks = (OUT + PT__COLBLOCK - 1) / PT__COLBLOCK;
+    PT__OMP(omp parallel for schedule(static))
+    for (cb = 0; cb < nblocks; cb++) {
+        int c0 = cb * PT__COLBLOCK, c1 = c0 + PT__COLBLOCK < OUT ? c0 + PT__COLBLOCK : OUT, c, n;
+        for (n = 0; n < N; n++) {
+            const float *d = dout + (size_t)n * OUT;
+            for (c = c0; c < c1; c++) dbias[c] += d[c];
+        }
+    }
+}
+
+PTRAINDEF void pt_matmul_forward(float *out, const float *inp, const float *weight,
+                                 const float *bias, int N, int IN, int OUT) {
+    int n;
+    if (bias) {
+        PT__OMP(omp parallel for schedule(static))
+        for (n = 0; n < N; n++) memcpy(out + (size_t)n * OUT, bias, sizeof(float) * OUT);
+    }
+    pt_sgemm(0, 0, N, OUT, IN, 1.0f, inp, IN, weight, OUT, bias ? 1.0f : 0.0f, out, OUT);
+}
+
+/* dinp += dout @ W^T ; dW += inp^T @ dout ; dbias += sum_n dout */
+PTRAINDEF void pt_matmul_backward(float *dinp, float *dweight, float *dbias,
+                                  const float *dout, const float *inp, const float *weight,
+                                  int N, int IN, int OUT) {
+    if (dinp) pt_sgemm(0, 1, N, IN, OUT, 1.0f, dout, OUT, weight, OUT, 1.0f, dinp, IN);
+    if (dweight) pt_sgemm(1, 0, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dweight, OUT);
+    if (dbias) pt__colsum_add(dbias, dout, N, OUT);
+}
+
+PTRAINDEF void pt_attention_forward(float *out, float *att, const float *qkv, int B, int T,
+                                    int C, int NH) {
+    int hd = C / NH, C3 = 3 * C, b, h, t;
+    float scale = 1.0f / sqrtf((float)hd);
+    PT__OMP(omp parallel for collapse(3) schedule(static))
+    for (b = 0; b < B; b++)
+        for (h = 0; h < NH; h++)
+            for (t = 0; t < T; t++) {
+                const float *q = qkv + (size_t)(b * T + t) * C3 + h * hd;
+                float *a = att + (((size_t)b * NH + h) * T + t) * T;
+                float *o = out + (size_t)(b * T + t) * C + h * hd;
+                float mx = -INFINITY, sum = 0.0f;
+                int u, i;
+                for (u = 0; u <= t; u++) {
+                    const float *k = qkv + (size_t)(b * T + u) * C3 + C + h * hd;
+                    float s = 0.0f;
+                    for (i = 0; i < hd; i++) s += q[i] * k[i];
+                    s *= scale;
+                    a[u] = s;
+                    if (s > mx) mx = s;
+                }
+                for (u = 0; u <= t; u++) {
+                    a[u] = expf(a[u] - mx);
+                    sum += a[u];
+                }
+                for (u = 0; u <= t; u++) a[u] /= sum;
+                for (u = t + 1; u < T; u++) a[u] = 0.0f;
+                for (i = 0; i < hd; i++) o[i] = 0.0f;
+                for (u = 0; u <= t; u++) {
+                    const float *v = qkv + (size_t)(b * T + u) * C3 + 2 * C + h * hd;
+                    for (i = 0; i < hd; i++) o[i] += a[u] * v[i];
+                }
+            }
+}
+
+/* With p = att row t, dp_u = dout_t . v_u and ds_u = p_u (dp_u - sum_w p_w dp_w):
+   dv_u += p_u dout_t ; dq_t += scale ds_u k_u ; dk_u += scale ds_u q_t */
+PTRAINDEF void pt_attention_backward(float *dqkv, float *scratch, const float *dout,
+                                     const float *qkv, const float *att, int B, int T, int C,
+                                     int NH) {
+    int hd = C / NH, C3 = 3 * C, bh;
+    float scale = 1.0f / sqrtf((float)hd);
+    PT__OMP(omp parallel for schedule(static))
+    for (bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH, t, u, i;
+        float *dp = scratch + (size_t)bh * T;
+        for (t = 0; t < T; t++) {
+            const float *p = att + ((size_t)bh * T + t) * T;
+            const float *d = dout + (size_t)(b * T + t) * C + h * hd;
+            const float *q = qkv + (size_t)(b * T + t) * C3 + h * hd;
+            float *dq = dqkv + (size_t)(b * T + t) * C3 + h * hd;
+            float dot = 0.0f;
+            for (u = 0; u <= t; u++) {
+                const float *v = qkv + (size_t)(b * T + u) * C3 + 2 * C + h * hd;
+                float *dv = dqkv + (size_t)(b * T + u) * C3 + 2 * C + h * hd;
+                float s = 0.0f;
+                for (i = 0; i < hd; i++) {
+                    s += d[i] * v[i];
+                    dv[i] += p[u] * d[i];
+                }
+                dp[u] = s;
+                dot += p[u] * s;
+            }
+            for (u = 0; u <= t; u++) {
+                const float *k = qkv + (size_t)(b * T + u) * C3 + C + h * hd;
+                float *dk = dqkv + (size_t)(b * T + u) * C3 + C + h * hd;
+                float ds = p[u] * (dp[u] - dot) * scale;
+                for (i = 0; i < hd; i++) {
+                    dq[i] += ds * k[i];
+                    dk[i] += ds * q[i];
+                }
+            }
+        }
+    }
+}
+
+#define PT__GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+PTRAINDEF void pt_gelu_forward(float *out, const float *inp, size_t n) {
+    ptrdiff_t i;
+    PT__OMP(omp parallel for schedule(static))
+    for (i = 0; i < (ptrdiff_t)n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(PT__GELU_K * (x + 0.044715f * x * x * x)));
+    }
+}
+
+/* d gelu/du = 0.5 (1 + th) + 0.5 u (1 - th^2) k (1 + 3 * 0.044715 u^2) */
+PTRAINDEF void pt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    ptrdiff_t i;
+    PT__OMP(omp parallel for schedule(static))
+    for (i = 0; i < (ptrdiff_t)n; i++) {
+        float x = inp[i];
+        float th = tanhf(PT__GELU_K * (x + 0.044715f * x * x * x));
+        float g = 0.5f * (1.0f + th) +
+                  0.5f * x * (1.0f - th * th) * PT__GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = g * dout[i];
+    }
+}
+
+PTRAINDEF void pt_residual_forward(float *out, const float *a, const float *b, size_t n) {
+    ptrdiff_t i;
+    PT__OMP(omp parallel for schedule(static))
+    for (i = 0; i < (ptrdiff_t)n; i++) out[i] = a[i] + b[i];
+}
+
+PTRAINDEF void pt_residual_backward(float *da, float *db, const float *dout, size_t n) {
+    ptrdiff_t i;
+    PT__OMP(omp parallel for schedule(static))
+    for (i = 0; i < (ptrdiff_t)n; i++) {
+        da[i] += dout[i];
+        db[i] += dout[i];
+    }
+}
+
+PTRAINDEF void pt_tied_head_forward(float *logits, const float *x, const float *wte, int N,
+                                    int C, int V) {
+    pt_sgemm(0, 1, N, V, C, 1.0f, x, C, wte, C, 0.0f, logits, V);
+}
+
+/* dx += dlogits @ wte ; dwte += dlogits^T @ x */
+PTRAINDEF void pt_tied_head_backward(float *dx, float *dwte, const float *dlogits,
+                                     const float *x, const float *wte, int N, int C, int V) {
+    if (dx) pt_sgemm(0, 0, N, C, V, 1.0f, dlogits, V, wte, C, 1.0f, dx, C);
+    if (dwte) pt_sgemm(1, 0, V, C, N, 1.0f, dlogits, V, x, C, 1.0f, dwte, C);
+}
+
+/* log sum_v exp(l_v) = mx + log sum_v exp(l_v - mx), summed in double */
+static double pt__logsumexp(const float *l, int V, float *mx_out) {
+    float mx = l[0];
+    double sum = 0.0;
+    int v;
+    for (v = 1; v < V; v++)
+        if (l[v] > mx) mx = l[v];
+    for (v = 0; v < V; v++) sum += exp((double)(l[v] - mx));
+    *mx_out = mx;
+    return (double)mx + log(sum);
+}
+
+PTRAINDEF void pt_crossentropy_forward(float *losses, const float *logits, const int *targets,
+                                       int N, int V) {
+    int n;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * V;
+        float mx;
+        losses[n] = (float)(pt__logsumexp(l, V, &mx) - (double)l[targets[n]]);
+    }
+}
+
+PTRAINDEF void pt_crossentropy_backward(float *dlogits, const float *logits,
+                                        const int *targets, int N, int V, float dloss) {
+    int n;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * V;
+        float *d = dlogits + (size_t)n * V, mx;
+        double lse = pt__logsumexp(l, V, &mx);
+        int v;
+        for (v = 0; v < V; v++) {
+            float p = (float)exp((double)l[v] - lse);
+            d[v] = dloss * (p - (v == targets[n] ? 1.0f : 0.0f));
+        }
+    }
+}
+
+PTRAINDEF pt_adamw_config pt_adamw_default(void) {
+    pt_adamw_config c;
+    c.beta1 = 0.9f;
+    c.beta2 = 0.95f;
+    c.eps = 1e-8f;
+    c.weight_decay = 0.1f;
+    return c;
+}
+
+PTRAINDEF void pt_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
+                               const pt_adamw_config *cfg, float lr, int t, int decay) {
+    double bc1 = 1.0 - pow((double)cfg->beta1, t), bc2 = 1.0 - pow((double)cfg->beta2, t);
+    float step = (float)((double)lr / bc1), sbc2 = (float)sqrt(bc2);
+    float keep = decay ? (float)(1.0 - (double)lr * (double)cfg->weight_decay) : 1.0f;
+    float b1 = cfg->beta1, b2 = cfg->beta2, eps = cfg->eps;
+    ptrdiff_t i;
+    PT__OMP(omp parallel for schedule(static))
+    for (i = 0; i < (ptrdiff_t)n; i++) {
+        float g = grad[i];
+        float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        param[i] = param[i] * keep - step * mi / (sqrtf(vi) / sbc2 + eps);
+    }
+}
+
+#define PT__NORM_PARTS 256
+PTRAINDEF double pt_norm2(const float *x, size_t n) {
+    double part[PT__NORM_PARTS], total = 0.0;
+    size_t chunk = (n + PT__NORM_PARTS - 1) / PT__NORM_PARTS;
+    int p;
+    if (chunk < 4096) chunk = 4096;
+    PT__OMP(omp parallel for schedule(static))
+    for (p = 0; p < PT__NORM_PARTS; p++) {
+        size_t i0 = (size_t)p * chunk, i1 = i0 + chunk < n ? i0 + chunk : n, i;
+        double s = 0.0;
+        for (i = i0; i < i1; i++) s += (double)x[i] * (double)x[i];
+        part[p] = s;
+    }
+    for (p = 0; p < PT__NORM_PARTS; p++) total += part[p];
+    return sqrt(total);
+}
+
+PTRAINDEF void pt_scale(float *x, size_t n, float s) {
+    ptrdiff_t i;
+    PT__OMP(omp parallel for schedule(static))
+    for (i = 0; i < (ptrdiff_t)n; i++) x[i] *= s;
+}
+
+PTRAINDEF float pt_lr_at(const pt_lr_schedule *s, int step) {
+    double ratio;
+    if (s->warmup_steps > 0 && step < s->warmup_steps)
+        return s->lr * (float)(step + 1) / (float)s->warmup_steps;
+    if (s->total_steps <= s->warmup_steps) return s->lr;
+    if (step >= s->total_steps) return s->min_lr;
+    ratio = (double)(step - s->warmup_steps) / (double)(s->total_steps - s->warmup_steps);
+    return s->min_lr +
+           (float)(0.5 * (1.0 + cos(3.141592653589793 * ratio))) * (s->lr - s->min_lr);
+}
+
+PTRAINDEF double pt_gemm_peak_gflops(int n, double seconds) {
+    size_t nn = (size_t)n * n, i;
+    float *a = (float *)pt__malloc(3 * nn * sizeof(float), NULL), *b, *c;
+    double best = 0.0, start;
+    if (!a) return 0.0;
+    b = a + nn;
+    c = b + nn;
+    for (i = 0; i < nn; i++) {
+        a[i] = (float)(i % 7) * 0.01f;
+        b[i] = (float)(i % 5) * 0.01f;
+    }
+    pt_sgemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n); /* warm-up */
+    start = pt_time_now();
+    do {
+        double t0 = pt_time_now(), dt;
+        pt_sgemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        dt = pt_time_now() - t0;
+        if (dt > 0 && 2.0 * n * n * (double)n / dt / 1e9 > best)
+            best = 2.0 * n * n * (double)n / dt / 1e9;
+    } while (pt_time_now() - start < seconds);
+    pt__free(a, NULL);
+    return best;
+}
+
+/* ======================================================================== */
+/* >>model (implementation)                                                  */
+/* ======================================================================== */
+
+static const struct { const char *name; int V, block, L, NH, C; } pt__presets[] = {
+    {"tiny", 256, 128, 2, 4, 64},
+    {"mini", 256, 256, 4, 4, 128},
+    {"small", 8192, 512, 4, 4, 256},
+    {"gpt2-124m", 50257, 1024, 12, 12, 768},
+    {"gpt2-350m", 50257, 1024, 24, 16, 1024},
+    {"gpt2-774m", 50257, 1024, 36, 20, 1280},
+    {"gpt2-1558m", 50257, 1024, 48, 25, 1600},
+};
+#define PT__NPRESETS ((int)(sizeof pt__presets / sizeof pt__presets[0]))
+
+PTRAINDEF const char *pt_gpt_preset_names(void) {
+    return "tiny, mini, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m";
+}
+
+PTRAINDEF pt_status pt_gpt_config_preset(const char *name, pt_gpt_config *out) {
+    int i;
+    for (i = 0; i < PT__NPRESETS; i++)
+        if (name && strcmp(name, pt__presets[i].name) == 0) {
+            memset(out, 0, sizeof *out);
+            out->vocab_size = pt__presets[i].V;
+            out->block_size = pt__presets[i].block;
+            out->n_layer = pt__presets[i].L;
+            out->n_head = pt__presets[i].NH;
+            out->n_embd = pt__presets[i].C;
+            out->ln_eps = 1e-5f;
+            return PT_OK;
+        }
+    return pt__fail(PT_ERR_CONFIG, "unknown model preset '%s' (known: %s)", name ? name : "(null)",
+                    pt_gpt_preset_names());
+}
+
+PTRAINDEF pt_status pt_gpt_config_validate(const pt_gpt_config *c) {
+    int bad = 0;
+    pt_clear_error();
+#define PT__RANGE(field, lo, hi)                                                          \
+    if (c->field < (lo) || c->field > (hi))                                               \
+        pt__append_error(&bad, #field "=%d must be in [%d, %d]", c->field, (int)(lo), (int)(hi));
+    PT__RANGE(vocab_size, 1, 1 << 24)
+    PT__RANGE(block_size, 1, 1 << 20)
+    PT__RANGE(n_layer, 1, 4096)
+    PT__RANGE(n_head, 1, 1 << 16)
+    PT__RANGE(n_embd, 1, 1 << 17)
+#undef PT__RANGE
+    if (c->n_head > 0 && c->n_embd > 0 && c->n_embd % c->n_head != 0)
+        pt__append_error(&bad, "n_embd=%d is not divisible by n_head=%d", c->n_embd, c->n_head);
+    if (!(c->ln_eps >= 0.0f && c->ln_eps < 1.0f))
+        pt__append_error(&bad, "ln_eps=%g must be in [0, 1) (0 means 1e-5)", (double)c->ln_eps);
+    return bad ? PT_ERR_CONFIG : PT_OK;
+}
+
+PTRAINDEF int64_t pt_gpt_num_params(const pt_gpt_config *c) {
+    int64_t C = c->n_embd;
+    return (int64_t)c->vocab_size * C + (int64_t)c->block_size * C +
+           (int64_t)c->n_layer * (12 * C * C + 13 * C) + 2 * C;
+}
+
+PTRAINDEF double pt_gpt_flops_per_step(const pt_gpt_config *c, int B, int T) {
+    double tokens = (double)B * T;
+    return 6.0 * (double)pt_gpt_num_params(c) * tokens +
+           12.0 * c->n_layer * (double)c->n_embd * B * (double)T * T;
+}
+
+/* Canonical order: wte, wpe, 12 tensors per layer, ln_f.w, ln_f.b. */
+static const char *pt__layer_names[12] = {
+    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+    "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+
+static void pt__add_param(pt_gpt *m, const char *name, int ndim, int64_t d0, int64_t d1) {
+    pt_param *p = &m->table[m->num_tensors++];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = ndim;
+    p->shape[0] = d0;
+    p->shape[1] = ndim > 1 ? d1 : 1;
+    p->numel = (size_t)d0 * (size_t)(ndim > 1 ? d1 : 1);
+    p->offset = m->num_params;
+    p->decay = ndim >= 2;
+    m->num_params += p->numel;
+}
+
+static void pt__build_table(pt_gpt *m) {
+    int64_t C = m->config.n_embd;
+    int64_t shapes[12][2] = {{C, 0}, {C, 0}, {C, 3 * C}, {3 * C, 0}, {C, C}, {C, 0},
+                             {C, 0}, {C, 0}, {C, 4 * C}, {4 * C, 0}, {4 * C, C}, {C, 0}};
+    char name[48];
+    int l, k;
+    m->num_tensors = 0;
+    m->num_params = 0;
+    pt__add_param(m, "wte.weight", 2, m->config.vocab_size, C);
+    pt__add_param(m, "wpe.weight", 2, m->config.block_size, C);
+    for (l = 0; l < m->config.n_layer; l++)
+        for (k = 0; k < 12; k++) {
+            snprintf(name, sizeof name, "h.%d.%s", l, pt__layer_names[k]);
+            pt__add_param(m, name, shapes[k][1] ? 2 : 1, shapes[k][0], shapes[k][1]);
+        }
+    pt__add_param(m, "ln_f.weight", 1, C, 0);
+    pt__add_param(m, "ln_f.bias", 1, C, 0);
+}
+
+/* Points named pointers (blocks, embeddings) into a flat buffer laid out as the table. */
+static void pt__bind(const pt_gpt *m, float *base, float **wte, float **wpe, float **lnf_w,
+                     float **lnf_b, pt_block_params *layers) {
+    const pt_param *t = m->table;
+    int l, L = m->config.n_layer;
+    *wte = base ? base + t[0].offset : NULL;
+    *wpe = base ? base + t[1].offset : NULL;
+    for (l = 0; l < L; l++) {
+        float **f = &layers[l].ln1_w; /* the struct is 12 pointers in table order */
+        int k;
+        for (k = 0; k < 12; k++) f[k] = base ? base + t[2 + 12 * l + k].offset : NULL;
+    }
+    *lnf_w = base ? base + t[2 + 12 * L].offset : NULL;
+    *lnf_b = base ? base + t[3 + 12 * L].offset : NULL;
+}
+
+#define PT__F(a, n) ((float *)pt_arena_alloc((a), (size_t)(n) * sizeof(float)))
+static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes) {
+    size_t B = (size_t)m->B, T = (size_t)m->T, N = B * T, C = (size_t)m->config.n_embd;
+    size_t NH = (size_t)m->config.n_head, V = (size_t)m->config.vocab_size;
+    int l;
+    m->encoded = PT__F(a, N * C);
+    for (l = 0; l < m->config.n_layer; l++) {
+        pt_block_acts *x = &m->acts[l];
+        x->ln1 = PT__F(a, N * C);
+        x->ln1_mean = PT__F(a, N);
+        x->ln1_rstd = PT__F(a, N);
+        x->qkv = PT__F(a, N * 3 * C);
+        x->att = PT__F(a, B * NH * T * T);
+        x->atty = PT__F(a, N * C);
+        x->res2 = PT__F(a, N * C);
+        x->ln2 = PT__F(a, N * C);
+        x->ln2_mean = PT__F(a, N);
+        x->ln2_rstd = PT__F(a, N);
+        x->fch = PT__F(a, N * 4 * C);
+        x->fch_gelu = PT__F(a, N * 4 * C);
+        x->out = PT__F(a, N * C);
+    }
+    m->lnf = PT__F(a, N * C);
+    m->lnf_mean = PT__F(a, N);
+    m->lnf_rstd = PT__F(a, N);
+    m->logits = PT__F(a, N * V);
+    m->losses = PT__F(a, N);
+    m->inputs = (int *)pt_arena_alloc(a, N * sizeof(int));
+    m->targets = (int *)pt_arena_alloc(a, N * sizeof(int));
+    *act_bytes = a->used;
+    m->dres = PT__F(a, N * C);
+    m->scratch.dln = PT__F(a, N * C);
+    m->scratch.dqkv = PT__F(a, N * 3 * C);
+    m->scratch.datty = PT__F(a, N * C);
+    m->scratch.dfch = PT__F(a, N * 4 * C);
+    m->scratch.datt = PT__F(a, B * NH * T);
+}
+
+PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
+    pt_gpt_config cfg = d->config;
+    pt_arena meta;
+    size_t act_bytes, nbook, P;
+    unsigned char *book;
+    int L, bad = 0;
+    pt_status st;
+    memset(m, 0, sizeof *m);
+    if (cfg.ln_eps == 0.0f) cfg.ln_eps = 1e-5f;
+    if ((st = pt_gpt_config_validate(&cfg)) != PT_OK) return st;
+    if (d->batch < 1) pt__append_error(&bad, "batch=%d must be >= 1", d->batch);
+    if (d->seq < 1 || d->seq > cfg.block_size)
+        pt__append_error(&bad, "seq=%d must be in [1, block_size=%d]", d->seq, cfg.block_size);
+    if (!bad && (int64_t)d->batch * d->seq > (1 << 30))
+        pt__append_error(&bad, "batch*seq=%lld is too large",
+                         (long long)d->batch * d->seq);
+    if (bad) return PT_ERR_CONFIG;
+    m->config = cfg;
+    m->B = d->batch;
+    m->T = d->seq;
+    m->alloc_ctx = d->alloc_ctx;
+    m->loss = -1.0f;
+    L = cfg.n_layer;
+    nbook = sizeof(pt_param) * (size_t)(4 + 12 * L) + sizeof(pt_block_params) * 2 * (size_t)L +
+            sizeof(pt_block_acts) * (size_t)L;
+    book = (unsigned char *)pt__malloc(nbook, d->alloc_ctx);
+    if (!book) return pt__fail(PT_ERR_OOM, "cannot allocate the model's tables");
+    memset(book, 0, nbook);
+    m->table = (pt_param *)book;
+    m->layers = (pt_block_params *)(m->table + 4 + 12 * L);
+    m->layer_grads = m->layers + L;
+    m->acts = (pt_block_acts *)(m->layer_grads + L);
+    pt__build_table(m);
+    P = m->num_params;
+
+    /* activations: measure with a meta arena, then allocate exactly once */
+    pt_arena_init_meta(&meta);
+    pt__layout_acts(m, &meta, &act_bytes);
+    m->mem.params = m->mem.grads = P * sizeof(float);
+    m->mem.optimizer = 2 * P * sizeof(float);
+    m->mem.activations = act_bytes;
+    m->mem.scratch = meta.used - act_bytes;
+    m->mem.total = 4 * P * sizeof(float) + meta.used;
+    if (d->meta) {
+        pt_arena_init_meta(&m->param_arena);
+        pt_arena_init_meta(&m->act_arena);
+        return PT_OK;
+    }
+    if ((st = pt_arena_init(&m->param_arena, 4 * (pt__align_up(P * sizeof(float))),
+                            d->alloc_ctx)) != PT_OK ||
+        (st = pt_arena_init(&m->act_arena, meta.used, d->alloc_ctx)) != PT_OK) {
+        pt_gpt_free(m);
+        return pt__fail(PT_ERR_OOM, "cannot allocate %.1f MiB for the model (%s)",
+                        (double)m->mem.total / 1048576.0, "params, grads, AdamW state, activations");
+    }
+    m->params = PT__F(&m->param_arena, P);
+    m->grads = PT__F(&m->param_arena, P);
+    m->m = PT__F(&m->param_arena, P);
+    m->v = PT__F(&m->param_arena, P);
+    memset(m->param_arena.base, 0, m->param_arena.used);
+    pt__layout_acts(m, &m->act_arena, &act_bytes);
+    pt__bind(m, m->params, &m->wte, &m->wpe, &m->lnf_w, &m->lnf_b, m->layers);
+    pt__bind(m, m->grads, &m->dwte, &m->dwpe, &m->dlnf_w, &m->dlnf_b, m->layer_grads);
+    return PT_OK;
+}
+
+PTRAINDEF void pt_gpt_free(pt_gpt *m) {
+    pt_arena_free(&m->param_arena);
+    pt_arena_free(&m->act_arena);
+    pt__free(m->table, m->alloc_ctx);
+    memset(m, 0, sizeof *m);
+}
+
+PTRAINDEF void pt_gpt_init_weights(pt_gpt *m, uint64_t seed) {
+    pt_rng rng;
+    float proj_std = 0.02f / sqrtf(2.0f * (float)m->config.n_layer);
+    int i;
+    if (!m->params) return;
+    pt_rng_seed(&rng, seed);
+    for (i = 0; i < m->num_tensors; i++) {
+        const pt_param *p = &m->table[i];
+        float *w = m->params + p->offset;
+        size_t j;
+        size_t len = strlen(p->name);
+        if (p->ndim == 2) {
+            int is_proj = strstr(p->name, "c_proj.weight") != NULL;
+            for (j = 0; j < p->numel; j++) w[j] = pt_rng_normal(&rng, 0.0f, is_proj ? proj_std : 0.02f);
+        } else {
+            /* LayerNorm weights (…ln_*.weight) start at 1, every bias at 0 */
+            float val = (len > 7 && strcmp(p->name + len - 7, ".weight") == 0) ? 1.0f : 0.0f;
+            for (j = 0; j < p->numel; j++) w[j] = val;
+        }
+    }
+    memset(m->m, 0, m->num_params * sizeof(float));
+    memset(m->v, 0, m->num_params * sizeof(float));
+    m->adam_t = 0;
+}
+
+PTRAINDEF const pt_param *pt_gpt_find_param(const pt_gpt *m, const char *name) {
+    int i;
+    for (i = 0; i < m->num_tensors; i++)
+        if (strcmp(m->table[i].name, name) == 0) return &m->table[i];
+    return NULL;
+}
+
+PTRAINDEF void pt_block_forward(const pt_gpt_config *cfg, int B, int T,
+                                const pt_block_params *p, const float *x, pt_block_acts *a) {
+    int C = cfg->n_embd, N = B * T;
+    float eps = cfg->ln_eps > 0.0f ? cfg->ln_eps : 1e-5f;
+    pt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, N, C, eps);
+    pt_matmul_forward(a->qkv, a->ln1, p->qkv_w, p->qkv_b, N, C, 3 * C);
+    pt_attention_forward(a->atty, a->att, a->qkv, B, T, C, cfg->n_head);
+    pt_matmul_forward(a->res2, a->atty, p->attn_proj_w, p->attn_proj_b, N, C, C);
+    pt_residual_forward(a->res2, a->res2, x, (size_t)N * C);
+    pt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, N, C,
+                         eps);
+    pt_matmul_forward(a->fch, a->ln2, p->fc_w, p->fc_b, N, C, 4 * C);
+    pt_gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    pt_matmul_forward(a->out, a->fch_gelu, p->fc_proj_w, p->fc_proj_b, N, 4 * C, C);
+    pt_residual_forward(a->out, a->out, a->res2, (size_t)N * C);
+}
+
+PTRAINDEF void pt_block_backward(const pt_gpt_config *cfg, int B, int T,
+                                 const pt_block_params *p, pt_block_params *g,
+                                 const float *x, const pt_block_acts *a, const float *dout,
+                                 float *dx, pt_block_scratch *s) {
+    size_t C = (size_t)cfg->n_embd, N = (size_t)B * T;
+    int n = (int)N, c = (int)C;
+    /* MLP branch: out = res2 + fc_proj(gelu(fc(ln2(res2)))) */
+    memset(s->dfch, 0, N * 4 * C * sizeof(float));
+    pt_matmul_backward(s->dfch, g->fc_proj_w, g->fc_proj_b, dout, a->fch_gelu, p->fc_proj_w, n,
+                       4 * c, c);
+    pt_gelu_backward(s->dfch, a->fch, s->dfch, N * 4 * C);
+    memset(s->dln, 0, N * C * sizeof(float));
+    pt_matmul_backward(s->dln, g->fc_w, g->fc_b, s->dfch, a->ln2, p->fc_w, n, c, 4 * c);
+    if (dx != dout) memcpy(dx, dout, N * C * sizeof(float)); /* dx now holds d res2 */
+    pt_layernorm_backward(dx, g->ln2_w, g->ln2_b, s->dln, a->res2, p->ln2_w, a->ln2_mean,
+                          a->ln2_rstd, n, c);
+    /* attention branch: res2 = x + attn_proj(attention(c_attn(ln1(x)))) */
+    memset(s->datty, 0, N * C * sizeof(float));
+    pt_matmul_backward(s->datty, g->attn_proj_w, g->attn_proj_b, dx, a->atty, p->attn_proj_w, n,
+                       c, c);
+    memset(s->dqkv, 0, N * 3 * C * sizeof(float));
+    pt_attention_backward(s->dqkv, s->datt, s->datty, a->qkv, a->att, B, T, c, cfg->n_head);
+    memset(s->dln, 0, N * C * sizeof(float));
+    pt_matmul_backward(s->dln, g->qkv_w, g->qkv_b, s->dqkv, a->ln1, p->qkv_w, n, c, 3 * c);
+    pt_layernorm_backward(dx, g->ln1_w, g->ln1_b, s->dln, x, p->ln1_w, a->ln1_mean, a->ln1_rstd,
+                          n, c);
+}
+
+static pt_status pt__check_tokens(const int *tok, size_t n, int V, const char *what) {
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (tok[i] < 0 || tok[i] >= V)
+            return pt__fail(PT_ERR_RANGE, "%s[%zu]=%d is outside the vocabulary [0, %d)", what, i,
+                            tok[i], V);
+    return PT_OK;
+}
+
+PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targets, int B,
+                                   int T) {
+    const pt_gpt_config *c = &m->config;
+    int C = c->n_embd, V = c->vocab_size, N = B * T, l;
+    const float *x;
+    pt_status st;
+    if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
+    if (B < 1 || B > m->B || T < 1 || T > m->T)
+        return pt__fail(PT_ERR_CONFIG,
+                        "batch %dx%d does not fit the model's capacity B=%d, T=%d "
+                        "(block_size=%d)",
+                        B, T, m->B, m->T, c->block_size);
+    if ((st = pt__check_tokens(inputs, (size_t)N, V, "inputs")) != PT_OK) return st;
+    if (targets && (st = pt__check_tokens(targets, (size_t)N, V, "targets")) != PT_OK) return st;
+    memcpy(m->inputs, inputs, sizeof(int) * N);
+    if (targets) memcpy(m->targets, targets, sizeof(int) * N);
+    m->cur_B = B;
+    m->cur_T = T;
+    pt_encoder_forward(m->encoded, inputs, m->wte, m->wpe, B, T, C);
+    x = m->encoded;
+    for (l = 0; l < c->n_layer; l++) {
+        pt_block_forward(c, B, T, &m->layers[l], x, &m->acts[l]);
+        x = m->acts[l].out;
+    }
+    pt_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, m->lnf_w, m->lnf_b, N, C,
+                         c->ln_eps);
+    pt_tied_head_forward(m->logits, m->lnf, m->wte, N, C, V);
+    m->has_targets = targets != NULL;
+    m->loss = -1.0f;
+    if (targets) {
+        double sum = 0.0;
+        int n;
+        pt_crossentropy_forward(m->losses, m->logits, targets, N, V);
+        for (n = 0; n < N; n++) sum += m->losses[n];
+        m->loss = (float)(sum / N);
+    }
+    return PT_OK;
+}
+
+PTRAINDEF void pt_gpt_zero_grad(pt_gpt *m) {
+    if (m->grads) memset(m->grads, 0, m->num_params * sizeof(float));
+}
+
+PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) {
+    const pt_gpt_config *c = &m->config;
+    int B = m->cur_B, T = m->cur_T, N = B * T, C = c->n_embd, V = c->vocab_size, l;
+    if (!m->has_targets)
+        return pt__fail(PT_ERR_INVALID_ARG,
+                        "backward needs a forward with targets first (and runs once per forward)");
+    m->has_targets = 0; /* the logits become dlogits in place */
+    pt_gpt_zero_grad(m);
+    pt_crossentropy_backward(m->logits, m->logits, m->targets, N, V, 1.0f / (float)N);
+    memset(m->scratch.dln, 0, sizeof(float) * (size_t)N * C);
+    pt_tied_head_backward(m->scratch.dln, m->dwte, m->logits, m->lnf, m->wte, N, C, V);
+    memset(m->dres, 0, sizeof(float) * (size_t)N * C);
+    pt_layernorm_backward(m->dres, m->dlnf_w, m->dlnf_b, m->scratch.dln,
+                          m->acts[c->n_layer - 1].out, m->lnf_w, m->lnf_mean, m->lnf_rstd, N, C);
+    for (l = c->n_layer - 1; l >= 0; l--) {
+        const float *x = l > 0 ? m->acts[l - 1].out : m->encoded;
+        pt_block_backward(c, B, T, &m->layers[l], &m->layer_grads[l], x, &m->acts[l], m->dres,
+                          m->dres, &m->scratch);
+    }
+    pt_encoder_backward(m->dwte, m->dwpe, m->dres, m->inputs, B, T, C);
+    return PT_OK;
+}
+
+PTRAINDEF float pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm) {
+    double norm = pt_norm2(m->grads, m->num_params);
+    if (max_norm > 0.0f && norm > max_norm)
+        pt_scale(m->grads, m->num_params, (float)(max_norm / norm));
+    return (float)norm;
+}
+
+PTRAINDEF void pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, float lr) {
+    int i;
+    m->adam_t++;
+    for (i = 0; i < m->num_tensors; i++) {
+        const pt_param *p = &m->table[i];
+        pt_adamw_update(m->params + p->offset, m->grads + p->offset, m->m + p->offset,
+                        m->v + p->offset, p->numel, cfg, lr, m->adam_t, p->decay);
+    }
+}
+
+/* ---- generation ---------------------------------------------------------- */
+
+PTRAINDEF pt_status pt_kv_cache_init(pt_kv_cache *c, const pt_gpt *m) {
+    size_t L = (size_t)m->config.n_layer, C = (size_t)m->config.n_embd;
+    size_t cap = (size_t)m->config.block_size, V = (size_t)m->config.vocab_size;
+    size_t bytes = 0;
+    int pass;
+    pt_status st;
+    memset(c, 0, sizeof *c);
+    for (pass = 0; pass < 2; pass++) {
+        pt_arena *a = &c->arena;
+        if (pass == 0) pt_arena_init_meta(a);
+        else if ((st = pt_arena_init(a, bytes, m->alloc_ctx)) != PT_OK) return st;
+        c->k = PT__F(a, L * cap * C);
+        c->v = PT__F(a, L * cap * C);
+        c->x = PT__F(a, C);
+        c->ln = PT__F(a, C);
+        c->qkv = PT__F(a, 3 * C);
+        c->atty = PT__F(a, C);
+        c->res = PT__F(a, C);
+        c->fch = PT__F(a, 4 * C);
+        c->fcg = PT__F(a, 4 * C);
+        c->att = PT__F(a, cap);
+        c->logits = PT__F(a, V);
+        c->work = PT__F(a, V);
+        bytes = a->used;
+    }
+    c->capacity = (int)cap;
+    return PT_OK;
+}
+
+PTRAINDEF void pt_kv_cache_free(pt_kv_cache *c) {
+    pt_arena_free(&c->arena);
+    memset(c, 0, sizeof *c);
+}
+
+PTRAINDEF void pt_kv_cache_reset(pt_kv_cache *c) { c->len = 0; }
+
+/* The block of pt_block_forward for one new row at position p = c->len, with
+   keys and values of rows 0..p taken from the cache. */
+PTRAINDEF pt_status pt_gpt_decode(const pt_gpt *m, pt_kv_cache *c, int token,
+                                  const float **logits) {
+    const pt_gpt_config *g = &m->config;
+    int C = g->n_embd, NH = g->n_head, hd = C / NH, p = c->len, l, h, u, i;
+    float scale = 1.0f / sqrtf((float)hd), mean, rstd;
+    if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
+    if (token < 0 || token >= g->vocab_size)
+        return pt__fail(PT_ERR_RANGE, "token %d is outside the vocabulary [0, %d)", token,
+                        g->vocab_size);
+    if (p >= c->capacity)
+        return pt__fail(PT_ERR_RANGE, "KV cache is full (%d positions = block_size)", c->capacity);
+    for (i = 0; i < C; i++) c->x[i] = m->wte[(size_t)token * C + i] + m->wpe[(size_t)p * C + i];
+    for (l = 0; l < g->n_layer; l++) {
+        const pt_block_params *w = &m->layers[l];
+        float *K = c->k + (size_t)l * c->capacity * C, *Vc = c->v + (size_t)l * c->capacity * C;
+        pt_layernorm_forward(c->ln, &mean, &rstd, c->x, w->ln1_w, w->ln1_b, 1, C, g->ln_eps);
+        pt_matmul_forward(c->qkv, c->ln, w->qkv_w, w->qkv_b, 1, C, 3 * C);
+        memcpy(K + (size_t)p * C, c->qkv + C, sizeof(float) * C);
+        memcpy(Vc + (size_t)p * C, c->qkv + 2 * C, sizeof(float) * C);
+        for (h = 0; h < NH; h++) {
+            const float *q = c->qkv + h * hd;
+            float mx = -INFINITY, sum = 0.0f, *o = c->atty + h * hd;
+            for (u = 0; u <= p; u++) {
+                const float *k = K + (size_t)u * C + h * hd;
+                float s = 0.0f;
+                for (i = 0; i < hd; i++) s += q[i] * k[i];
+                c->att[u] = s * scale;
+                if (c->att[u] > mx) mx = c->att[u];
+            }
+            for (u = 0; u <= p; u++) {
+                c->att[u] = expf(c->att[u] - mx);
+                sum += c->att[u];
+            }
+            for (i = 0; i < hd; i++) o[i] = 0.0f;
+            for (u = 0; u <= p; u++) {
+                const float *v = Vc + (size_t)u * C + h * hd;
+                float a = c->att[u] / sum;
+                for (i = 0; i < hd; i++) o[i] += a * v[i];
+            }
+        }
+        pt_matmul_forward(c->res, c->atty, w->attn_proj_w, w->attn_proj_b, 1, C, C);
+        pt_residual_forward(c->res, c->res, c->x, (size_t)C);
+        pt_layernorm_forward(c->ln, &mean, &rstd, c->res, w->ln2_w, w->ln2_b, 1, C, g->ln_eps);
+        pt_matmul_forward(c->fch, c->ln, w->fc_w, w->fc_b, 1, C, 4 * C);
+        pt_gelu_forward(c->fcg, c->fch, (size_t)4 * C);
+        pt_matmul_forward(c->x, c->fcg, w->fc_proj_w, w->fc_proj_b, 1, 4 * C, C);
+        pt_residual_forward(c->x, c->x, c->res, (size_t)C);
+    }
+    pt_layernorm_forward(c->ln, &mean, &rstd, c->x, m->lnf_w, m->lnf_b, 1, C, g->ln_eps);
+    pt_tied_head_forward(c->logits, c->ln, m->wte, 1, C, g->vocab_size);
+    c->len++;
+    if (logits) *logits = c->logits;
+    return PT_OK;
+}
+
+/* Returns the k-th largest value of x[0..n) (k in 1..n); reorders x. */
+static float pt__kth_largest(float *x, int n, int k) {
+    int lo = 0, hi = n - 1, target = k - 1;
+    while (lo < hi) {
+        float pivot = x[lo + (hi - lo) / 2], t;
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (x[i] > pivot) i++;
+            while (x[j] < pivot) j--;
+            if (i <= j) {
+                t = x[i];
+                x[i] = x[j];
+                x[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (target <= j) hi = j;
+        else if (target >= i) lo = i;
+        else break;
+    }
+    return x[target];
+}
+
+PTRAINDEF int pt_sample_logits(const float *logits, int V, float temperature, int top_k,
+                               pt_rng *rng, float *work) {
+    float mx = logits[0], thr = -INFINITY;
+    double sum = 0.0, r, acc = 0.0;
+    int v, best = 0;
+    for (v = 1; v < V; v++)
+        if (logits[v] > mx) {
+            mx = logits[v];
+            best = v;
+        }
+    if (!(temperature > 0.0f)) return best;
+    if (top_k > 0 && top_k < V) {
+        memcpy(work, logits, sizeof(float) * V);
+        thr = pt__kth_largest(work, V, top_k);
+    }
+    for (v = 0; v < V; v++) {
+        work[v] = logits[v] >= thr ? (float)exp((double)(logits[v] - mx) / temperature) : 0.0f;
+        sum += work[v];
+    }
+    r = (double)pt_rng_uniform(rng) * sum;
+    for (v = 0; v < V; v++) {
+        acc += work[v];
+        if (r < acc) return v;
+    }
+    return best;
+}
+
+PTRAINDEF pt_status pt_gpt_generate(const pt_gpt *m, pt_kv_cache *c, const int *prompt,
+                                    int n_prompt, int *out, int n_new,
+                                    const pt_sample_desc *desc) {
+    pt_rng rng;
+    const float *logits = NULL;
+    int i, j, cap = c->capacity;
+    pt_status st;
+    if (n_prompt < 1)
+        return pt__fail(PT_ERR_INVALID_ARG, "generation needs a prompt of at least one token");
+    if ((st = pt__check_tokens(prompt, (size_t)n_prompt, m->config.vocab_size, "prompt")) != PT_OK)
+        return st;
+    pt_rng_seed(&rng, desc ? desc->seed : 0);
+    pt_kv_cache_reset(c);
+    for (j = n_prompt > cap ? n_prompt - cap : 0; j < n_prompt; j++)
+        if ((st = pt_gpt_decode(m, c, prompt[j], &logits)) != PT_OK) return st;
+    for (i = 0; i < n_new; i++) {
+        out[i] = pt_sample_logits(logits, m->config.vocab_size, desc ? desc->temperature : 1.0f,
+                                  desc ? desc->top_k : 0, &rng, c->work);
+        if (i + 1 == n_new) break;
+        if (c->len == cap) { /* slide: refill with the last cap/2 tokens before out[i] */
+            int keep = cap / 2, hist = n_prompt + i; /* history tokens before out[i] */
+            pt_kv_cache_reset(c);
+            for (j = hist - keep; j < hist; j++)
+                if ((st = pt_gpt_decode(m, c, j < n_prompt ? prompt[j] : out[j - n_prompt], NULL)) !=
+                    PT_OK)
+                    return st;
+        }
+        if ((st = pt_gpt_decode(m, c, out[i], &logits)) != PT_OK) return st;
+    }
+    return PT_OK;
+}
+
+/* ======================================================================== */
+/* >>io (implementation)                                                     */
+/* ======================================================================== */
+
+/* Grows a malloc'ed array to hold at least need elements. */
+static int pt__grow(void **arr, int *cap, int need, size_t elem, void *ctx) {
+    int ncap = *cap ? *cap : 16;
+    void *p;
+    if (need <= *cap) return 1;
+    while (ncap < need) {
+        if (ncap > (1 << 28)) return 0;
+        ncap *= 2;
+    }
+    p = pt__malloc((size_t)ncap * elem, ctx);
+    if (!p) return 0;
+    if (*arr) {
+        memcpy(p, *arr, (size_t)*cap * elem);
+        pt__free(*arr, ctx);
+    }
+    *arr = p;
+    *cap = ncap;
+    return 1;
+}
+
+static char *pt__strdup(const char *s, void *ctx) {
+    size_t n = strlen(s) + 1;
+    char *d = (char *)pt__malloc(n, ctx);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+static pt_status pt__read_file(const char *path, unsigned char **out, size_t *size, void *ctx) {
+    FILE *f = fopen(path, "rb");
+    long len;
+    unsigned char *buf;
+    *out = NULL;
+    *size = 0;
+    if (!f) return pt__fail(PT_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return pt__fail(PT_ERR_IO, "cannot determine the size of '%s'", path);
+    }
+    buf = (unsigned char *)pt__malloc((size_t)len, ctx);
+    if (!buf) {
+        fclose(f);
+        return pt__fail(PT_ERR_OOM, "cannot allocate %ld bytes to read '%s'", len, path);
+    }
+    if (len > 0 && fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        fclose(f);
+        pt__free(buf, ctx);
+        return pt__fail(PT_ERR_IO, "cannot read '%s'", path);
+    }
+    fclose(f);
+    *out = buf;
+    *size = (size_t)len;
+    return PT_OK;
+}
+
+/* Strict integer parsing of a whole string (metadata values). */
+static int pt__parse_u64(const char *s, uint64_t *out) {
+    uint64_t v = 0;
+    if (!s || !*s) return 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10) return 0;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    *out = v;
+    return 1;
+}
+
+static int pt__parse_int(const char *s, int *out) {
+    uint64_t v;
+    if (!pt__parse_u64(s, &v) || v > 0x7fffffff) return 0;
+    *out = (int)v;
+    return 1;
+}
+
+static int pt__parse_float(const char *s, double *out) {
+    char *end;
+    if (!s || !*s) return 0;
+    *out = strtod(s, &end);
+    return *end == 0 && isfinite(*out);
+}
+
+/* ---- a small JSON reader for safetensors headers --------------------------- */
+
+typedef struct pt__json {
+    const char *p, *end;
+    char *pool; /* decoded strings */
+    size_t pool_used, pool_cap;
+    int depth;
+} pt__json;
+
+static void pt__ws(pt__json *j) {
+    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
+        j->p++;
+}
+
+static int pt__hex4(const char *p, unsigned *out) {
+    unsigned v = 0;
+    int i;
+    for (i = 0; i < 4; i++) {
+        char c = p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
+        else return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* Parses a JSON string into the pool; returns its start, or NULL. */
+static const char *pt__json_string(pt__json *j) {
+    char *start = j->pool + j->pool_used, *o = start;
+    pt__ws(j);
+    if (j->p >= j->end || *j->p != '"') return NULL;
+    j->p++;
+    while (j->p < j->end && *j->p != '"') {
+        unsigned char c = (unsigned char)*j->p++;
+        if (c < 0x20) return NULL;
+        if (c == '\\') {
+            unsigned u;
+            if (j->p >= j->end) return NULL;
+            c = (unsigned char)*j->p++;
+            switch (c) {
+            case '"': case '\\': case '/': *o++ = (char)c; break;
+            case 'b': *o++ = '\b'; break;
+            case 'f': *o++ = '\f'; break;
+            case 'n': *o++ = '\n'; break;
+            case 'r': *o++ = '\r'; break;
+            case 't': *o++ = '\t'; break;
+            case 'u':
+                if (j->end - j->p < 4 || !pt__hex4(j->p, &u) || u == 0) return NULL;
+                j->p += 4;
+                if (u >= 0xD800 && u <= 0xDBFF) { /* surrogate pair */
+                    unsigned lo;
+                    if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' ||
+                        !pt__hex4(j->p + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF)
+                        return NULL;
+                    j->p += 6;
+                    u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+                } else if (u >= 0xDC00 && u <= 0xDFFF) {
+                    return NULL;
+                }
+                /* UTF-8: at most 4 bytes, never longer than the 6+ escape chars */
+                if (u < 0x80) *o++ = (char)u;
+                else if (u < 0x800) {
+                    *o++ = (char)(0xC0 | (u >> 6));
+                    *o++ = (char)(0x80 | (u & 0x3F));
+                } else if (u < 0x10000) {
+                    *o++ = (char)(0xE0 | (u >> 12));
+                    *o++ = (char)(0x80 | ((u >> 6) & 0x3F));
+                    *o++ = (char)(0x80 | (u & 0x3F));
+                } else {
+                    *o++ = (char)(0xF0 | (u >> 18));
+                    *o++ = (char)(0x80 | ((u >> 12) & 0x3F));
+                    *o++ = (char)(0x80 | ((u >> 6) & 0x3F));
+                    *o++ = (char)(0x80 | (u & 0x3F));
+                }
+                break;
+            default: return NULL;
+            }
+        } else {
+            *o++ = (char)c;
+        }
+    }
+    if (j->p >= j->end) return NULL;
+    j->p++; /* closing quote */
+    *o++ = 0;
+    j->pool_used = (size_t)(o - j->pool);
+    return start;
+}
+
+static int pt__json_lit(pt__json *j, const char *lit) {
+    size_t n = strlen(lit);
+    if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n) != 0) return 0;
+    j->p += n;
+    return 1;
+}
+
+/* Non-negative integer (shape, offsets); rejects signs, fractions, exponents. */
+static int pt__json_u64(pt__json *j, uint64_t *out) {
+    uint64_t v = 0;
+    const char *s;
+    pt__ws(j);
+    s = j->p;
+    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
+        unsigned d = (unsigned)(*j->p - '0');
+        if (v > (UINT64_MAX - d) / 10) return 0;
+        v = v * 10 + d;
+        j->p++;
+    }
+    if (j->p == s || (j->p - s > 1 && *s == '0')) return 0;
+    if (j->p < j->end && (*j->p == '.' || *j->p == 'e' || *j->p == 'E')) return 0;
+    *out = v;
+    return 1;
+}
+
+static int pt__json_skip(pt__json *j);
+
+static int pt__json_number(pt__json *j) {
+    const char *s = j->p;
+    if (j->p < j->end && *j->p == '-') j->p++;
+    if (j->p >= j->end || *j->p < '0' || *j->p > '9') return 0;
+    while (j->p < j->end && ((*j->p >= '0' && *j->p <= '9') || *j->p == '.' || *j->p == 'e' ||
+                             *j->p == 'E' || *j->p == '+' || *j->p == '-'))
+        j->p++;
+    return j->p > s;
+}
+
+/* Skips any JSON value (for keys we do not use), depth-limited. */
+static int pt__json_skip(pt__json *j) {
+    pt__ws(j);
+    if (j->p >= j->end) return 0;
+    if (*j->p == '"') return pt__json_string(j) != NULL;
+    if (*j->p == '{' || *j->p == '[') {
+        char close = *j->p == '{' ? '}' : ']';
+        int first = 1;
+        if (++j->depth > 64) return 0;
+        j->p++;
+        for (;;) {
+            pt__ws(j);
+            if (j->p < j->end && *j->p == close) {
+                j->p++;
+                break;
+            }
+            if (!first) {
+                if (j->p >= j->end || *j->p != ',') return 0;
+                j->p++;
+            }
+            first = 0;
+            if (close == '}') {
+                if (!pt__json_string(j)) return 0;
+                pt__ws(j);
+                if (j->p >= j->end || *j->p != ':') return 0;
+                j->p++;
+            }
+            if (!pt__json_skip(j)) return 0;
+        }
+        j->depth--;
+        return 1;
+    }
+    if (*j->p == 't') return pt__json_lit(j, "true");
+    if (*j->p == 'f') return pt__json_lit(j, "false");
+    if (*j->p == 'n') return pt__json_lit(j, "null");
+    return pt__json_number(j);
+}
+
+/* Expects c (after whitespace) and consumes it. */
+static int pt__json_expect(pt__json *j, char c) {
+    pt__ws(j);
+    if (j->p >= j->end || *j->p != c) return 0;
+    j->p++;
+    return 1;
+}
+
+/* Iterates the members of an object: *first starts at 1; returns 1 with the
+   key in *key, 0 at the closing brace, -1 on a syntax error. */
+static int pt__json_member(pt__json *j, int *first, const char **key) {
+    pt__ws(j);
+    if (j->p < j->end && *j->p == '}') {
+        j->p++;
+        return 0;
+    }
+    if (!*first && !pt__json_expect(j, ',')) return -1;
+    *first = 0;
+    if (!(*key = pt__json_string(j)) || !pt__json_expect(j, ':')) return -1;
+    return 1;
+}
+
+static pt_dtype pt__dtype_from_name(const char *s) {
+    int i;
+    for (i = 1; i < PT_DTYPE_COUNT; i++)
+        if (strcmp(s, pt__dtypes[i].name) == 0) return (pt_dtype)i;
+    return PT_DTYPE_NONE;
+}
+
+static pt_status pt__st_fmt(const char *what, size_t at) {
+    return pt__fail(PT_ERR_FORMAT, "safetensors header is not valid JSON: %s (at byte %zu)",
+                    what, at + 8);
+}
+
+/* One tensor entry: {"dtype": s, "shape": [..], "data_offsets": [b, e]} */
+static pt_status pt__st_entry(pt__json *j, const char *hdr, pt_st_tensor *t) {
+    const char *key, *dtype = NULL;
+    int first = 1, r, have_shape = 0, have_off = 0;
+    if (!pt__json_expect(j, '{')) return pt__st_fmt("tensor entry is not an object", (size_t)(j->p - hdr));
+    while ((r = pt__json_member(j, &first, &key)) == 1) {
+        if (strcmp(key, "dtype") == 0) {
+            if (!(dtype = pt__json_string(j))) return pt__st_fmt("dtype is not a string", (size_t)(j->p - hdr));
+        } else if (strcmp(key, "shape") == 0 || strcmp(key, "data_offsets") == 0) {
+            int is_shape = key[0] == 's', n = 0, f2 = 1;
+            uint64_t v[PT_MAX_DIMS + 1];
+            if (!pt__json_expect(j, '[')) return pt__st_fmt("expected an array", (size_t)(j->p - hdr));
+            for (;;) {
+                pt__ws(j);
+                if (j->p < j->end && *j->p == ']') {
+                    j->p++;
+                    break;
+                }
+                if (!f2 && !pt__json_expect(j, ',')) return pt__st_fmt("expected ','", (size_t)(j->p - hdr));
+                f2 = 0;
+                if (n > PT_MAX_DIMS || !pt__json_u64(j, &v[n]))
+                    return is_shape && n > PT_MAX_DIMS
+                               ? pt__fail(PT_ERR_FORMAT, "tensor has more than %d dimensions", PT_MAX_DIMS)
+                               : pt__st_fmt("expected a non-negative integer", (size_t)(j->p - hdr));
+                n++;
+            }
+            if (is_shape) {
+                int i;
+                if (n > PT_MAX_DIMS) return pt__fail(PT_ERR_FORMAT, "tensor has more than %d dimensions", PT_MAX_DIMS);
+                for (i = 0; i < n; i++) {
+                    if (v[i] > (uint64_t)INT64_MAX) return pt__st_fmt("dimension too large", (size_t)(j->p - hdr));
+                    t->shape[i] = (int64_t)v[i];
+                }
+                t->ndim = n;
+                have_shape = 1;
+            } else {
+                if (n != 2) return pt__st_fmt("data_offsets must hold 2 integers", (size_t)(j->p - hdr));
+                t->begin = v[0];
+                t->end = v[1];
+                have_off = 1;
+            }
+        } else if (!pt__json_skip(j)) {
+            return pt__st_fmt("bad value", (size_t)(j->p - hdr));
+        }
+    }
+    if (r < 0) return pt__st_fmt("bad object member", (size_t)(j->p - hdr));
+    if (!dtype || !have_shape || !have_off)
+        return pt__fail(PT_ERR_FORMAT, "tensor '%s' lacks %s", t->name,
+                        !dtype ? "\"dtype\"" : !have_shape ? "\"shape\"" : "\"data_offsets\"");
+    t->dtype = pt__dtype_from_name(dtype);
+    if (t->dtype == PT_DTYPE_NONE)
+        return pt__fail(PT_ERR_DTYPE, "tensor '%s' has unknown dtype '%s'", t->name, dtype);
+    return PT_OK;
+}
+
+static int pt__cmp_begin(const void *a, const void *b) {
+    const pt_st_tensor *x = *(const pt_st_tensor *const *)a, *y = *(const pt_st_tensor *const *)b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
+}
+
+static int pt__cmp_name(const void *a, const void *b) {
+    return strcmp((*(const pt_st_tensor *const *)a)->name, (*(const pt_st_tensor *const *)b)->name);
+}
+
+/* Sizes, offsets, overlaps and duplicate names, after parsing. */
+static pt_status pt__st_validate(pt_safetensors *st, uint64_t data_size) {
+    pt_st_tensor **order;
+    pt_status s = PT_OK;
+    int i;
+    for (i = 0; i < st->n_tensors; i++) {
+        pt_st_tensor *t = &st->tensors[i];
+        uint64_t bytes = pt_dtype_size(t->dtype);
+        int d;
+        for (d = 0; d < t->ndim; d++)
+            if (!pt__mul_ok(bytes, (uint64_t)t->shape[d], &bytes))
+                return pt__fail(PT_ERR_SHAPE, "tensor '%s': shape overflows", t->name);
+        if (t->begin > t->end || t->end > data_size)
+            return pt__fail(PT_ERR_FORMAT,
+                            "tensor '%s': data_offsets [%llu, %llu) out of range (data is %llu bytes)",
+                            t->name, (unsigned long long)t->begin, (unsigned long long)t->end,
+                            (unsigned long long)data_size);
+        if (t->end - t->begin != bytes)
+            return pt__fail(PT_ERR_SHAPE,
+                            "tensor '%s': shape and dtype %s need %llu bytes but data_offsets "
+                            "span %llu",
+                            t->name, pt_dtype_name(t->dtype), (unsigned long long)bytes,
+                            (unsigned long long)(t->end - t->begin));
+    }
+    if (st->n_tensors < 2) return PT_OK;
+    order = (pt_st_tensor **)pt__malloc(sizeof(*order) * (size_t)st->n_tensors, st->alloc_ctx);
+    if (!order) return pt__fail(PT_ERR_OOM, "out of memory validating safetensors");
+    for (i = 0; i < st->n_tensors; i++) order[i] = &st->tensors[i];
+    qsort(order, (size_t)st->n_tensors, sizeof(*order), pt__cmp_begin);
+    {
+        const pt_st_tensor *far = order[0]; /* the tensor reaching furthest so far */
+        for (i = 1; i < st->n_tensors && s == PT_OK; i++) {
+            if (order[i]->end > order[i]->begin && order[i]->begin < far->end)
+                s = pt__fail(PT_ERR_FORMAT, "tensors '%s' and '%s' overlap in the data buffer",
+                             far->name, order[i]->name);
+            if (order[i]->end > far->end) far = order[i];
+        }
+    }
+    qsort(order, (size_t)st->n_tensors, sizeof(*order), pt__cmp_name);
+    for (i = 1; i < st->n_tensors && s == PT_OK; i++)
+        if (strcmp(order[i]->name, order[i - 1]->name) == 0)
+            s = pt__fail(PT_ERR_FORMAT, "tensor '%s' appears twice", order[i]->name);
+    pt__free(order, st->alloc_ctx);
+    return s;
+}
+
+PTRAINDEF pt_status pt_st_parse(pt_safetensors *st, const void *data, size_t size) {
+    const unsigned char *b = (const unsigned char *)data;
+    uint64_t hlen = 0;
+    pt__json j;
+    const char *key;
+    int first = 1, r, i, cap_t = 0, cap_m = 0;
+    pt_status s;
+    void *ctx = st->alloc_ctx;
+    memset(st, 0, sizeof *st);
+    st->alloc_ctx = ctx;
+    if (size < 8)
+        return pt__fail(PT_ERR_FORMAT, "file of %zu bytes is too short for a safetensors header", size);
+    for (i = 7; i >= 0; i--) hlen = (hlen << 8) | b[i];
+    if (hlen < 2 || hlen > size - 8)
+        return pt__fail(PT_ERR_FORMAT,
+                        "safetensors header length %llu is beyond the file size of %zu bytes",
+                        (unsigned long long)hlen, size);
+    if (hlen > (100u << 20))
+        return pt__fail(PT_ERR_FORMAT, "safetensors header length %llu exceeds 100 MB",
+                        (unsigned long long)hlen);
+    st->file_size = size;
+    st->strings = (char *)pt__malloc((size_t)hlen + 1, ctx);
+    if (!st->strings) return pt__fail(PT_ERR_OOM, "out of memory reading a safetensors header");
+    j.p = (const char *)b + 8;
+    j.end = j.p + hlen;
+    j.pool = st->strings;
+    j.pool_used = 0;
+    j.pool_cap = (size_t)hlen + 1;
+    j.depth = 0;
+    if (!pt__json_expect(&j, '{')) {
+        s = pt__st_fmt("the header is not a JSON object", 0);
+        goto fail;
+    }
+    while ((r = pt__json_member(&j, &first, &key)) == 1) {
+        if (strcmp(key, "__metadata__") == 0) {
+            int f2 = 1, r2;
+            const char *k2, *v2;
+            if (!pt__json_expect(&j, '{')) {
+                s = pt__st_fmt("__metadata__ is not an object", (size_t)(j.p - (const char *)b - 8));
+                goto fail;
+            }
+            while ((r2 = pt__json_member(&j, &f2, &k2)) == 1) {
+                if (!(v2 = pt__json_string(&j))) {
+                    s = pt__fail(PT_ERR_FORMAT, "metadata value of '%s' is not a string", k2);
+                    goto fail;
+                }
+                if (!pt__grow((void **)&st->meta, &cap_m, st->n_meta + 1, sizeof *st->meta, ctx)) {
+                    s = pt__fail(PT_ERR_OOM, "out of memory reading safetensors metadata");
+                    goto fail;
+                }
+                st->meta[st->n_meta].key = k2;
+                st->meta[st->n_meta++].value = v2;
+            }
+            if (r2 < 0) {
+                s = pt__st_fmt("bad __metadata__ member", (size_t)(j.p - (const char *)b - 8));
+                goto fail;
+            }
+        } else {
+            pt_st_tensor *t;
+            if (!pt__grow((void **)&st->tensors, &cap_t, st->n_tensors + 1, sizeof *st->tensors, ctx)) {
+                s = pt__fail(PT_ERR_OOM, "out of memory reading safetensors entries");
+                goto fail;
+            }
+            t = &st->tensors[st->n_tensors++];
+            memset(t, 0, sizeof *t);
+            t->name = key;
+            if ((s = pt__st_entry(&j, (const char *)b + 8, t)) != PT_OK) goto fail;
+        }
+    }
+    if (r < 0) {
+        s = pt__st_fmt("bad object member", (size_t)(j.p - (const char *)b - 8));
+        goto fail;
+    }
+    pt__ws(&j);
+    if (j.p != j.end) {
+        s = pt__st_fmt("trailing bytes after the header object", (size_t)(j.p - (const char *)b - 8));
+        goto fail;
+    }
+    if ((s = pt__st_validate(st, (uint64_t)(size - 8 - hlen))) != PT_OK) goto fail;
+    for (i = 0; i < st->n_tensors; i++) st->tensors[i].data = b + 8 + hlen + st->tensors[i].begin;
+    return PT_OK;
+fail:
+    pt__free(st->strings, ctx);
+    pt__free(st->tensors, ctx);
+    pt__free(st->meta, ctx);
+    memset(st, 0, sizeof *st);
+    st->alloc_ctx = ctx;
+    return s;
+}
+
+PTRAINDEF pt_status pt_st_load(pt_safetensors *st, const char *path) {
+    unsigned char *buf;
+    size_t size;
+    void *ctx = st->alloc_ctx;
+    pt_status s;
+    memset(st, 0, sizeof *st);
+    st->alloc_ctx = ctx;
+    if ((s = pt__read_file(path, &buf, &size, ctx)) != PT_OK) return s;
+    if ((s = pt_st_parse(st, buf, size)) != PT_OK) {
+        char msg[sizeof pt__err];
+        snprintf(msg, sizeof msg, "%s", pt__err);
+        pt__free(buf, ctx);
+        return pt__fail(s, "%s: %s", path, msg);
+    }
+    st->file = buf;
+    return PT_OK;
+}
+
+PTRAINDEF void pt_st_free(pt_safetensors *st) {
+    void *ctx = st->alloc_ctx;
+    pt__free(st->file, ctx);
+    pt__free(st->strings, ctx);
+    pt__free(st->tensors, ctx);
+    pt__free(st->meta, ctx);
+    memset(st, 0, sizeof *st);
+    st->alloc_ctx = ctx;
+}
+
+PTRAINDEF const pt_st_tensor *pt_st_find(const pt_safetensors *st, const char *name) {
+    int i;
+    for (i = 0; i < st->n_tensors; i++)
+        if (strcmp(st->tensors[i].name, name) == 0) return &st->tensors[i];
+    return NULL;
+}
+
+PTRAINDEF const char *pt_st_meta_get(const pt_safetensors *st, const char *key) {
+    int i;
+    for (i = 0; i < st->n_meta; i++)
+        if (strcmp(st->meta[i].key, key) == 0) return st->meta[i].value;
+    return NULL;
+}
+
+static void pt__shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+    size_t used = 0;
+    int i;
+    buf[0] = 0;
+    used += (size_t)snprintf(buf, n, "[");
+    for (i = 0; i < ndim && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, i ? ", %lld" : "%lld", (long long)shape[i]);
+    if (used < n) snprintf(buf + used, n - used, "]");
+}
+
+/* Finds name and checks its shape. */
+static pt_status pt__st_lookup(const pt_safetensors *st, const char *name, int ndim,
+                               const int64_t *shape, const pt_st_tensor **out) {
+    const pt_st_tensor *t = pt_st_find(st, name);
+    int i, ok;
+    if (!t) return pt__fail(PT_ERR_MISSING, "tensor '%s' not found", name);
+    ok = t->ndim == ndim;
+    for (i = 0; ok && i < ndim; i++) ok = t->shape[i] == shape[i];
+    if (!ok) {
+        char a[128], b[128];
+        pt__shape_str(a, sizeof a, t->ndim, t->shape);
+        pt__shape_str(b, sizeof b, ndim, shape);
+        return pt__fail(PT_ERR_SHAPE, "tensor '%s' has shape %s, expected %s", name, a, b);
+    }
+    *out = t;
+    return PT_OK;
+}
+
+static float pt__half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
+    float f;
+    if (exp == 0) { /* zero or subnormal: man * 2^-24 */
+        f = (float)man * (1.0f / 16777216.0f);
+        return sign ? -f : f;
+    }
+    bits = exp == 31 ? (sign | 0x7F800000u | (man << 13)) : (sign | ((exp + 112) << 23) | (man << 13));
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+PTRAINDEF pt_status pt_st_read_f32(const pt_safetensors *st, const char *name, float *dst,
+                                   int ndim, const int64_t *shape) {
+    const pt_st_tensor *t;
+    size_t n, i;
+    pt_status s = pt__st_lookup(st, name, ndim, shape, &t);
+    if (s != PT_OK) return s;
+    n = (size_t)((t->end - t->begin) / pt_dtype_size(t->dtype));
+    switch (t->dtype) {
+    case PT_F32: memcpy(dst, t->data, n * 4); break;
+    case PT_F16:
+    case PT_BF16:
+        for (i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, t->data + 2 * i, 2);
+            if (t->dtype == PT_BF16) {
+                uint32_t bits = (uint32_t)h << 16;
+                memcpy(&dst[i], &bits, 4);
+            } else {
+                dst[i] = pt__half_to_float(h);
+            }
+        }
+        break;
+    case PT_F64:
+        for (i = 0; i < n; i++) {
+            double d;
+            memcpy(&d, t->data + 8 * i, 8);
+            dst[i] = (float)d;
+        }
+        break;
+    default:
+        return pt__fail(PT_ERR_DTYPE, "tensor '%s' has dtype %s; expected a float dtype", name,
+                        pt_dtype_name(t->dtype));
+    }
+    return PT_OK;
+}
+
+PTRAINDEF pt_status pt_st_read_i32(const pt_safetensors *st, const char *name, int *dst,
+                                   int ndim, const int64_t *shape) {
+    const pt_st_tensor *t;
+    pt_status s = pt__st_lookup(st, name, ndim, shape, &t);
+    if (s != PT_OK) return s;
+    if (t->dtype != PT_I32)
+        return pt__fail(PT_ERR_DTYPE, "tensor '%s' has dtype %s; expected I32", name,
+                        pt_dtype_name(t->dtype));
+    memcpy(dst, t->data, (size_t)(t->end - t->begin));
+    return PT_OK;
+}
+
+/* ---- writer ------------------------------------------------------------- */
+
+PTRAINDEF void pt_st_writer_init(pt_st_writer *w) {
+    void *ctx = w->alloc_ctx;
+    memset(w, 0, sizeof *w);
+    w->alloc_ctx = ctx;
+}
+
+PTRAINDEF pt_status pt_st_writer_add(pt_st_writer *w, const char *name, pt_dtype dtype,
+                                     int ndim, const int64_t *shape, const void *data) {
+    pt_st_tensor *t;
+    uint64_t bytes = pt_dtype_size(dtype);
+    int i;
+    if (!name || !*name || strcmp(name, "__metadata__") == 0 || bytes == 0 || ndim < 0 ||
+        ndim > PT_MAX_DIMS)
+        return pt__fail(PT_ERR_INVALID_ARG, "cannot add tensor '%s' (dtype %d, ndim %d)",
+                        name ? name : "(null)", (int)dtype, ndim);
+    for (i = 0; i < ndim; i++)
+        if (shape[i] < 0 || !pt__mul_ok(bytes, (uint64_t)shape[i], &bytes))
+            return pt__fail(PT_ERR_INVALID_ARG, "tensor '%s' has a bad shape", name);
+    if (!pt__grow((void **)&w->tensors, &w->cap_tensors, w->n_tensors + 1, sizeof *t, w->alloc_ctx))
+        return pt__fail(PT_ERR_OOM, "out of memory adding tensor '%s'", name);
+    t = &w->tensors[w->n_tensors];
+    memset(t, 0, sizeof *t);
+    if (!(t->name = pt__strdup(name, w->alloc_ctx))) return pt__fail(PT_ERR_OOM, "out of memory");
+    t->dtype = dtype;
+    t->ndim = ndim;
+    for (i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    t->end = bytes; /* size for now; offsets are assigned at save */
+    t->data = (const unsigned char *)data;
+    w->n_tensors++;
+    return PT_OK;
+}
+
+PTRAINDEF pt_status pt_st_writer_meta(pt_st_writer *w, const char *key, const char *value) {
+    pt_st_meta *m;
+    if (!pt__grow((void **)&w->meta, &w->cap_meta, w->n_meta + 1, sizeof *m, w->alloc_ctx))
+        return pt__fail(PT_ERR_OOM, "out of memory adding metadata");
+    m = &w->meta[w->n_meta];
+    m->key = pt__strdup(key, w->alloc_ctx);
+    m->value = pt__strdup(value, w->alloc_ctx);
+    if (!m->key || !m->value) return pt__fail(PT_ERR_OOM, "out of memory adding metadata");
+    w->n_meta++;
+    return PT_OK;
+}
+
+PTRAINDEF void pt_st_writer_free(pt_st_writer *w) {
+    int i;
+    for (i = 0; i < w->n_tensors; i++) pt__free((void *)w->tensors[i].name, w->alloc_ctx);
+    for (i = 0; i < w->n_meta; i++) {
+        pt__free((void *)w->meta[i].key, w->alloc_ctx);
+        pt__free((void *)w->meta[i].value, w->alloc_ctx);
+    }
+    pt__free(w->tensors, w->alloc_ctx);
+    pt__free(w->meta, w->alloc_ctx);
+    pt_st_writer_init(w);
+}
+
+/* Appends a JSON string literal; returns the new length (may exceed cap: then
+   nothing past cap was written and the caller retries with a bigger buffer). */
+static size_t pt__json_put(char *buf, size_t cap, size_t len, const char *s, int quote) {
+    const unsigned char *p = (const unsigned char *)s;
+#define PT__PUT(ch) do { if (len < cap) buf[len] = (char)(ch); len++; } while (0)
+    if (quote) PT__PUT('"');
+    for (; *p; p++) {
+        if (!quote) PT__PUT(*p);
+        else if (*p == '"' || *p == '\\') { PT__PUT('\\'); PT__PUT(*p); }
+        else if (*p < 0x20) {
+            char e[8];
+            int k;
+            snprintf(e, sizeof e, "\\u%04x", *p);
+            for (k = 0; e[k]; k++) PT__PUT(e[k]);
+        } else PT__PUT(*p);
+    }
+    if (quote) PT__PUT('"');
+#undef PT__PUT
+    return len;
+}
+
+static size_t pt__st_header(const pt_st_writer *w, char *buf, size_t cap) {
+    size_t len = 0;
+    uint64_t off = 0;
+    char num[96];
+    int i, d;
+    len = pt__json_put(buf, cap, len, "{", 0);
+    if (w->n_meta) {
+        len = pt__json_put(buf, cap, len, "\"__metadata__\":{", 0);
+        for (i = 0; i < w->n_meta; i++) {
+            if (i) len = pt__json_put(buf, cap, len, ",", 0);
+            len = pt__json_put(buf, cap, len, w->meta[i].key, 1);
+            len = pt__json_put(buf, cap, len, ":", 0);
+            len = pt__json_put(buf, cap, len, w->meta[i].value, 1);
+        }
+        len = pt__json_put(buf, cap, len, "}", 0);
+    }
+    for (i = 0; i < w->n_tensors; i++) {
+        const pt_st_tensor *t = &w->tensors[i];
+        if (i || w->n_meta) len = pt__json_put(buf, cap, len, ",", 0);
+        len = pt__json_put(buf, cap, len, t->name, 1);
+        len = pt__json_put(buf, cap, len, ":{\"dtype\":\"", 0);
+        len = pt__json_put(buf, cap, len, pt_dtype_name(t->dtype), 0);
+        len = pt__json_put(buf, cap, len, "\",\"shape\":[", 0);
+        for (d = 0; d < t->ndim; d++) {
+            snprintf(num, sizeof num, d ? ",%lld" : "%lld", (long long)t->shape[d]);
+            len = pt__json_put(buf, cap, len, num, 0);
+        }
+        snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                 (unsigned long long)(off + t->end));
+        len = pt__json_put(buf, cap, len, num, 0);
+        off += t->end;
+    }
+    len = pt__json_put(buf, cap, len, "}", 0);
+    while (len % 8) len = pt__json_put(buf, cap, len, " ", 0);
+    return len;
+}
+
+/* The platform part of an atomic write. */
+#if defined(_WIN32)
+static pt_status pt__write_atomic(const char *path, const char *tmp, const unsigned char *head,
+                                  size_t head_len, const pt_st_writer *w) {
+    FILE *f = fopen(tmp, "wb");
+    int i, ok;
+    if (!f) return pt__fail(PT_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
+    ok = fwrite(head, 1, head_len, f) == head_len;
+    for (i = 0; ok && i < w->n_tensors; i++)
+        ok = fwrite(w->tensors[i].data, 1, (size_t)w->tensors[i].end, f) == (size_t)w->tensors[i].end;
+    ok = (fflush(f) == 0) && ok && _commit(_fileno(f)) == 0;
+    ok = (fclose(f) == 0) && ok;
+    if (ok) {
+        remove(path);
+        ok = rename(tmp, path) == 0;
+    }
+    if (!ok) {
+        remove(tmp);
+        return pt__fail(PT_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+    }
+    return PT_OK;
+}
+#else
+static int pt__write_all(int fd, const unsigned char *p, size_t n) {
+    while (n > 0) {
+        ssize_t k = write(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return 0;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 1;
+}
+
+static pt_status pt__write_atomic(const char *path, const char *tmp, const unsigned char *head,
+                                  size_t head_len, const pt_st_writer *w) {
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644), i, ok, err = 0;
+    char dir[4096];
+    const char *slash;
+    if (fd < 0) return pt__fail(PT_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
+    ok = pt__write_all(fd, head, head_len);
+    for (i = 0; ok && i < w->n_tensors; i++)
+        ok = pt__write_all(fd, w->tensors[i].data, (size_t)w->tensors[i].end);
+    if (ok) ok = fsync(fd) == 0;
+    if (!ok) err = errno;
+    if (close(fd) != 0 && ok) {
+        ok = 0;
+        err = errno;
+    }
+    if (ok && rename(tmp, path) != 0) {
+        ok = 0;
+        err = errno;
+    }
+    if (!ok) {
+        remove(tmp);
+        return pt__fail(PT_ERR_IO, "cannot write '%s': %s (the previous file, if any, is intact)",
+                        path, strerror(err ? err : EIO));
+    }
+    /* make the rename itself durable */
+    slash = strrchr(path, '/');
+    if (slash && (size_t)(slash - path) < sizeof dir) {
+        memcpy(dir, path, (size_t)(slash - path));
+        dir[slash - path] = 0;
+        if (slash == path) strcpy(dir, "/");
+    } else {
+        strcpy(dir, ".");
+    }
+    if ((fd = open(dir, O_RDONLY)) >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    return PT_OK;
+}
+#endif
+
+PTRAINDEF pt_status pt_st_writer_save(const pt_st_writer *w, const char *path) {
+    size_t hl = pt__st_header(w, NULL, 0), plen = strlen(path);
+    unsigned char *head = (unsigned char *)pt__malloc(8 + hl, w->alloc_ctx);
+    char *tmp = (char *)pt__malloc(plen + 5, w->alloc_ctx);
+    pt_status s;
+    int i;
+    if (!head || !tmp) {
+        pt__free(head, w->alloc_ctx);
+        pt__free(tmp, w->alloc_ctx);
+        return pt__fail(PT_ERR_OOM, "out of memory writing '%s'", path);
+    }
+    for (i = 0; i < 8; i++) head[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+    pt__st_header(w, (char *)head + 8, hl);
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp", 5);
+    s = pt__write_atomic(path, tmp, head, 8 + hl, w);
+    pt__free(head, w->alloc_ctx);
+    pt__free(tmp, w->alloc_ctx);
+    return s;
+}
+
+/* ---- model weights by name ------------------------------------------------ */
+
+static const char *pt__meta_names[] = {"n_layer", "n_head", "n_embd", "vocab_size", "block_size"};
+
+PTRAINDEF pt_status pt_gpt_config_from_st(const pt_safetensors *st, int n_head_hint,
+                                          pt_gpt_config *out) {
+    const char *fmt = pt_st_meta_get(st, "format");
+    pt_gpt_config c;
+    memset(&c, 0, sizeof c);
+    if (fmt && (strcmp(fmt, "ptrain-checkpoint-v1") == 0 || strcmp(fmt, "ptrain-fixture-v1") == 0)) {
+        int *fields[5];
+        const char *eps = pt_st_meta_get(st, "ln_eps");
+        double e = 1e-5;
+        int i;
+        fields[0] = &c.n_layer; fields[1] = &c.n_head; fields[2] = &c.n_embd;
+        fields[3] = &c.vocab_size; fields[4] = &c.block_size;
+        for (i = 0; i < 5; i++) {
+            const char *v = pt_st_meta_get(st, pt__meta_names[i]);
+            if (!v) return pt__fail(PT_ERR_MISSING, "metadata lacks '%s'", pt__meta_names[i]);
+            if (!pt__parse_int(v, fields[i]))
+                return pt__fail(PT_ERR_FORMAT, "metadata %s='%s' is not an integer",
+                                pt__meta_names[i], v);
+        }
+        if (eps && !pt__parse_float(eps, &e))
+            return pt__fail(PT_ERR_FORMAT, "metadata ln_eps='%s' is not a number", eps);
+        c.ln_eps = (float)e;
+    } else { /* Hugging Face GPT-2: sizes from the shapes */
+        const pt_st_tensor *wte = pt_st_find(st, "wte.weight"), *wpe = pt_st_find(st, "wpe.weight");
+        char name[64];
+        const char *pre = "";
+        if (!wte) {
+            pre = "transformer.";
+            wte = pt_st_find(st, "transformer.wte.weight");
+            wpe = pt_st_find(st, "transformer.wpe.weight");
+        }
+        if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2 || wte->shape[1] != wpe->shape[1] ||
+            wte->shape[0] > (1 << 24) || wpe->shape[0] > (1 << 20) || wte->shape[1] > (1 << 17))
+            return pt__fail(PT_ERR_MISSING,
+                            "not a GPT-2 file: needs 2-D wte.weight and wpe.weight of equal width");
+        c.vocab_size = (int)wte->shape[0];
+        c.n_embd = (int)wte->shape[1];
+        c.block_size = (int)wpe->shape[0];
+        for (c.n_layer = 0; c.n_layer < 4096; c.n_layer++) {
+            snprintf(name, sizeof name, "%sh.%d.ln_1.weight", pre, c.n_layer);
+            if (!pt_st_find(st, name)) break;
+        }
+        c.n_head = n_head_hint > 0 ? n_head_hint : (c.n_embd % 64 == 0 ? c.n_embd / 64 : 0);
+        if (c.n_head == 0)
+            return pt__fail(PT_ERR_CONFIG,
+                            "n_embd=%d: cannot infer n_head (GPT-2 uses head size 64); give it",
+                            c.n_embd);
+        c.ln_eps = 1e-5f;
+    }
+    if (n_head_hint > 0) c.n_head = n_head_hint;
+    *out = c;
+    return pt_gpt_config_validate(&c);
+}
+
+PTRAINDEF pt_status pt_gpt_config_from_file(const char *path, int n_head_hint,
+                                            pt_gpt_config *out) {
+    pt_safetensors st;
+    pt_status s;
+    st.alloc_ctx = NULL;
+    if ((s = pt_st_load(&st, path)) != PT_OK) return s;
+    s = pt_gpt_config_from_st(&st, n_head_hint, out);
+    pt_st_free(&st);
+    return s;
+}
+
+/* name as stored: exact, or with the "transformer." prefix */
+static const char *pt__hf_name(const pt_safetensors *st, const char *name, char *buf, size_t n) {
+    if (pt_st_find(st, name)) return name;
+    snprintf(buf, n, "transformer.%s", name);
+    return pt_st_find(st, buf) ? buf : name;
+}
+
+/* Checks (dst == NULL) or copies every model tensor stored as prefix+name. */
+static pt_status pt__st_params(const pt_gpt *m, const pt_safetensors *st, const char *prefix,
+                               float *dst) {
+    char full[96], alt[112];
+    int i;
+    for (i = 0; i < m->num_tensors; i++) {
+        const pt_param *p = &m->table[i];
+        const pt_st_tensor *t;
+        const char *name;
+        pt_status s;
+        snprintf(full, sizeof full, "%s%s", prefix, p->name);
+        name = *prefix ? full : pt__hf_name(st, full, alt, sizeof alt);
+        if (dst) s = pt_st_read_f32(st, name, dst + p->offset, p->ndim, p->shape);
+        else s = pt__st_lookup(st, name, p->ndim, p->shape, &t);
+        if (!dst && s == PT_OK && t->dtype != PT_F32 && t->dtype != PT_F16 && t->dtype != PT_BF16 &&
+            t->dtype != PT_F64)
+            s = pt__fail(PT_ERR_DTYPE, "tensor '%s' has dtype %s; expected a float dtype", name,
+                         pt_dtype_name(t->dtype));
+        if (s != PT_OK) return s;
+    }
+    return PT_OK;
+}
+
+PTRAINDEF pt_status pt_gpt_load_weights_st(pt_gpt *m, const pt_safetensors *st) {
+    pt_status s;
+    if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
+    if ((s = pt__st_params(m, st, "", NULL)) != PT_OK) return s;
+    return pt__st_params(m, st, "", m->params);
+}
+
+PTRAINDEF pt_status pt_gpt_load_weights(pt_gpt *m, const char *path) {
+    pt_safetensors st;
+    pt_status s;
+    st.alloc_ctx = m->alloc_ctx;
+    if ((s = pt_st_load(&st, path)) != PT_OK) return s;
+    s = pt_gpt_load_weights_st(m, &st);
+    pt_st_free(&st);
+    if (s != PT_OK) {
+        char msg[sizeof pt__err];
+        snprintf(msg, sizeof msg, "%s", pt__err);
+        return pt__fail(s, "%s: %s", path, msg);
+    }
+    return PT_OK;
+}
+
+/* ---- token data ----------------------------------------------------------- */
+
+PTRAINDEF pt_status pt_tokens_from_bytes(pt_tokens *t, const void *bytes, size_t n) {
+    const unsigned char *b = (const unsigned char *)bytes;
+    void *ctx = t->alloc_ctx;
+    size_t i;
+    memset(t, 0, sizeof *t);
+    t->alloc_ctx = ctx;
+    t->data = (uint16_t *)pt__malloc(n * sizeof(uint16_t), ctx);
+    if (!t->data) return pt__fail(PT_ERR_OOM, "cannot allocate %zu tokens", n);
+    for (i = 0; i < n; i++) t->data[i] = b[i];
+    t->n = n;
+    t->vocab_size = 256;
+    return PT_OK;
+}
+
+PTRAINDEF pt_status pt_tokens_parse_llmc(pt_tokens *t, const void *bytes, size_t n) {
+    const unsigned char *b = (const unsigned char *)bytes;
+    int32_t h[3];
+    void *ctx = t->alloc_ctx;
+    memset(t, 0, sizeof *t);
+    t->alloc_ctx = ctx;
+    if (n < 1024)
+        return pt__fail(PT_ERR_FORMAT, "token file of %zu bytes is shorter than its 1024-byte header", n);
+    memcpy(h, b, sizeof h);
+    if (h[0] != PT_TOKENS_MAGIC)
+        return pt__fail(PT_ERR_FORMAT, "token file has magic %d, expected %d (llm.c format)", (int)h[0],
+                        PT_TOKENS_MAGIC);
+    if (h[1] != 1)
+        return pt__fail(PT_ERR_UNSUPPORTED, "token file version %d is not supported (expected 1: uint16 tokens)",
+                        (int)h[1]);
+    if (h[2] < 0 || (uint64_t)h[2] > (uint64_t)(n - 1024) / 2)
+        return pt__fail(PT_ERR_FORMAT,
+                        "token file header says %d tokens but the file holds only %zu",
+                        (int)h[2], (n - 1024) / 2);
+    if ((uint64_t)(n - 1024) != (uint64_t)h[2] * 2)
+        return pt__fail(PT_ERR_FORMAT, "token file has %zu bytes after its %d tokens",
+                        (size_t)(n - 1024 - (size_t)h[2] * 2), (int)h[2]);
+    t->data = (uint16_t *)pt__malloc((size_t)h[2] * sizeof(uint16_t), ctx);
+    if (!t->data) return pt__fail(PT_ERR_OOM, "cannot allocate %d tokens", (int)h[2]);
+    memcpy(t->data, b + 1024, (size_t)h[2] * 2);
+    t->n = (size_t)h[2];
+    t->vocab_size = 50257;
+    return PT_OK;
+}
+
+PTRAINDEF pt_status pt_tokens_load(pt_tokens *t, const char *path, pt_tokens_format fmt) {
+    unsigned char *buf;
+    size_t n, plen = strlen(path);
+    pt_status s;
+    void *ctx = t->alloc_ctx;
+    if (fmt == PT_TOKENS_AUTO)
+        fmt = (plen > 4 && strcmp(path + plen - 4, ".bin") == 0) ? PT_TOKENS_LLMC : PT_TOKENS_BYTES;
+    if ((s = pt__read_file(path, &buf, &n, ctx)) != PT_OK) return s;
+    t->alloc_ctx = ctx;
+    s = fmt == PT_TOKENS_LLMC ? pt_tokens_parse_llmc(t, buf, n) : pt_tokens_from_bytes(t, buf, n);
+    pt__free(buf, ctx);
+    if (s != PT_OK) {
+        char msg[sizeof pt__err];
+        snprintf(msg, sizeof msg, "%s", pt__err);
+        return pt__fail(s, "%s: %s", path, msg);
+    }
+    return PT_OK;
+}
+
+PTRAINDEF pt_status pt_tokens_check(const pt_tokens *t, int vocab_size) {
+    size_t i;
+    for (i = 0; i < t->n; i++)
+        if ((int)t->data[i] >= vocab_size)
+            return pt__fail(PT_ERR_RANGE, "token %d at position %zu is >= vocab_size %d",
+                            (int)t->data[i], i, vocab_size);
+    return PT_OK;
+}
+
+/* H = -sum_v p_v ln p_v over the tokens [begin, end), in nats */
+PTRAINDEF double pt_tokens_unigram_entropy(const pt_tokens *t, size_t begin, size_t end) {
+    size_t *count = (size_t *)pt__malloc(65536 * sizeof(size_t), t->alloc_ctx), i;
+    double h = 0.0, n = (double)(end - begin);
+    if (!count || end <= begin) {
+        pt__free(count, t->alloc_ctx);
+        return 0.0;
+    }
+    memset(count, 0, 65536 * sizeof(size_t));
+    for (i = begin; i < end; i++) count[t->data[i]]++;
+    for (i = 0; i < 65536; i++)
+        if (count[i]) h -= (double)count[i] / n * log((double)count[i] / n);
+    pt__free(count, t->alloc_ctx);
+    return h;
+}
+
+PTRAINDEF void pt_tokens_free(pt_tokens *t) {
+    pt__free(t->data, t->alloc_ctx);
+    t->data = NULL;
+    t->n = 0;
+}
+
+/* ---- batches ------------------------------------------------------------- */
+
+/* Fisher-Yates over the windows with an RNG derived from (seed, epoch). */
+static void pt__loader_shuffle(pt_loader *l) {
+    pt_rng r;
+    size_t i;
+    pt_rng_seed(&r, l->seed ^ (0xA24BAED4963EE407ull * (l->epoch + 1)));
+    for (i = 0; i < l->n_windows; i++) l->perm[i] = (uint32_t)i;
+    if (!l->shuffle) return;
+    for (i = l->n_windows; i > 1; i--) {
+        size_t j = (size_t)(pt_rng_u64(&r) % i);
+        uint32_t tmp = l->perm[i - 1];
+        l->perm[i - 1] = l->perm[j];
+        l->perm[j] = tmp;
+    }
+}
+
+PTRAINDEF pt_status pt_loader_init(pt_loader *l, const pt_tokens *t, pt_split split,
+                                   const pt_loader_desc *d) {
+    double frac = d->val_fraction == 0.0f ? 0.1 : (double)d->val_fraction;
+    size_t nval = (size_t)((double)t->n * frac);
+    void *ctx = l->alloc_ctx;
+    static const char *names[] = {"data", "train split", "validation split"};
+    memset(l, 0, sizeof *l);
+    l->alloc_ctx = ctx;
+    if (d->batch < 1 || d->seq < 1)
+        return pt__fail(PT_ERR_CONFIG, "loader batch=%d and seq=%d must be >= 1", d->batch, d->seq);
+    if (split != PT_SPLIT_ALL && !(frac > 0.0 && frac < 1.0))
+        return pt__fail(PT_ERR_CONFIG, "val_fraction=%g must be in (0, 1)", frac);
+    l->tokens = t->data;
+    l->begin = split == PT_SPLIT_VAL ? t->n - nval : 0;
+    l->len = split == PT_SPLIT_ALL ? t->n : split == PT_SPLIT_TRAIN ? t->n - nval : nval;
+    if (l->len < (size_t)d->seq + 1)
+        return pt__fail(PT_ERR_CONFIG, "the %s has %zu tokens, fewer than seq+1=%d",
+                        names[split], l->len, d->seq + 1);
+    l->B = d->batch;
+    l->T = d->seq;
+    l->seed = d->seed;
+    l->shuffle = !d->no_shuffle && split != PT_SPLIT_VAL;
+    l->n_windows = (l->len - 1) / (size_t)d->seq;
+    if (l->n_windows > UINT32_MAX)
+        return pt__fail(PT_ERR_CONFIG, "too many windows (%zu) for seq=%d", l->n_windows, d->seq);
+    l->perm = (uint32_t *)pt__malloc(l->n_windows * sizeof(uint32_t), ctx);
+    if (!l->perm) return pt__fail(PT_ERR_OOM, "cannot allocate the loader's permutation");
+    pt__loader_shuffle(l);
+    return PT_OK;
+}
+
+PTRAINDEF void pt_loader_next(pt_loader *l, int *inputs, int *targets) {
+    int b, i;
+    for (b = 0; b < l->B; b++) {
+        const uint16_t *w;
+        if (l->pos >= l->n_windows) {
+            l->epoch++;
+            l->pos = 0;
+            pt__loader_shuffle(l);
+        }
+        w = l->tokens + l->begin + (size_t)l->perm[l->pos++] * (size_t)l->T;
+        for (i = 0; i < l->T; i++) {
+            inputs[b * l->T + i] = w[i];
+            if (targets) targets[b * l->T + i] = w[i + 1];
+        }
+    }
+}
+
+PTRAINDEF void pt_loader_seek(pt_loader *l, uint64_t epoch, size_t pos) {
+    l->epoch = epoch;
+    l->pos = pos < l->n_windows ? pos : l->n_windows;
+    pt__loader_shuffle(l);
+}
+
+PTRAINDEF void pt_loader_free(pt_loader *l) {
+    pt__free(l->perm, l->alloc_ctx);
+    l->perm = NULL;
+}
+
+/* ---- checkpoints ---------------------------------------------------------- */
+
+#define PT__CKPT_FORMAT "ptrain-checkpoint-v1"
+
+PTRAINDEF pt_status pt_checkpoint_save(const char *path, const pt_gpt *m,
+                                       const pt_train_state *state) {
+    pt_st_writer w;
+    char name[96], val[64];
+    const float *bufs[3];
+    const char *pre[3] = {"", "optim.m.", "optim.v."};
+    int values[5], i, k;
+    pt_status s = PT_OK;
+    if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
+    bufs[0] = m->params; bufs[1] = m->m; bufs[2] = m->v;
+    values[0] = m->config.n_layer; values[1] = m->config.n_head; values[2] = m->config.n_embd;
+    values[3] = m->config.vocab_size; values[4] = m->config.block_size;
+    w.alloc_ctx = m->alloc_ctx;
+    pt_st_writer_init(&w);
+    s = pt_st_writer_meta(&w, "format", PT__CKPT_FORMAT);
+    for (i = 0; i < 5 && s == PT_OK; i++) {
+        snprintf(val, sizeof val, "%d", values[i]);
+        s = pt_st_writer_meta(&w, pt__meta_names[i], val);
+    }
+#define PT__META_U64(key, x)                                                  \
+    if (s == PT_OK) {                                                         \
+        snprintf(val, sizeof val, "%llu", (unsigned long long)(x));           \
+        s = pt_st_writer_meta(&w, key, val);                                  \
+    }
+    PT__META_U64("adam_t", m->adam_t)
+    PT__META_U64("step", state ? state->step : 0)
+    PT__META_U64("data_epoch", state ? state->data_epoch : 0)
+    PT__META_U64("data_pos", state ? state->data_pos : 0)
+    PT__META_U64("rng_state", state ? state->rng_state : 0)
+#undef PT__META_U64
+    if (s == PT_OK) {
+        snprintf(val, sizeof val, "%.9g", (double)m->config.ln_eps);
+        s = pt_st_writer_meta(&w, "ln_eps", val);
+    }
+    for (k = 0; k < 3; k++)
+        for (i = 0; i < m->num_tensors && s == PT_OK; i++) {
+            const pt_param *p = &m->table[i];
+            snprintf(name, sizeof name, "%s%s", pre[k], p->name);
+            s = pt_st_writer_add(&w, name, PT_F32, p->ndim, p->shape, bufs[k] + p->offset);
+        }
+    if (s == PT_OK) s = pt_st_writer_save(&w, path);
+    pt_st_writer_free(&w);
+    return s;
+}
+
+PTRAINDEF pt_status pt_checkpoint_load(const char *path, pt_gpt *m, pt_train_state *state) {
+    pt_safetensors st;
+    pt_gpt_config c;
+    uint64_t v[5];
+    static const char *keys[5] = {"adam_t", "step", "data_epoch", "data_pos", "rng_state"};
+    const char *fmt;
+    pt_status s;
+    int i;
+    if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
+    st.alloc_ctx = m->alloc_ctx;
+    if ((s = pt_st_load(&st, path)) != PT_OK) return s;
+    fmt = pt_st_meta_get(&st, "format");
+    if (!fmt || strcmp(fmt, PT__CKPT_FORMAT) != 0) {
+        s = pt__fail(PT_ERR_FORMAT, "%s: not a ptrain checkpoint (format '%s', expected '%s')", path,
+                     fmt ? fmt : "(none)", PT__CKPT_FORMAT);
+        goto done;
+    }
+    if ((s = pt_gpt_config_from_st(&st, 0, &c)) != PT_OK) goto done;
+    if (c.n_layer != m->config.n_layer || c.n_head != m->config.n_head ||
+        c.n_embd != m->config.n_embd || c.vocab_size != m->config.vocab_size ||
+        c.block_size != m->config.block_size) {
+        s = pt__fail(PT_ERR_CONFIG,
+                     "%s: checkpoint model (L=%d H=%d C=%d V=%d block=%d) differs from this model "
+                     "(L=%d H=%d C=%d V=%d block=%d)",
+                     path, c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.block_size,
+                     m->config.n_layer, m->config.n_head, m->config.n_embd, m->config.vocab_size,
+                     m->config.block_size);
+        goto done;
+    }
+    for (i = 0; i < 5; i++) {
+        const char *x = pt_st_meta_get(&st, keys[i]);
+        if (!x || !pt__parse_u64(x, &v[i])) {
+            s = pt__fail(x ? PT_ERR_FORMAT : PT_ERR_MISSING, "%s: metadata '%s' is %s", path, keys[i],
+                         x ? "not an unsigned integer" : "missing");
+            goto done;
+        }
+    }
+    if (v[0] > 0x7fffffff) {
+        s = pt__fail(PT_ERR_FORMAT, "%s: adam_t is out of range", path);
+        goto done;
+    }
+    /* everything is checked before anything is copied */
+    if ((s = pt__st_params(m, &st, "", NULL)) != PT_OK ||
+        (s = pt__st_params(m, &st, "optim.m.", NULL)) != PT_OK ||
+        (s = pt__st_params(m, &st, "optim.v.", NULL)) != PT_OK)
+        goto done_msg;
+    pt__st_params(m, &st, "", m->params);
+    pt__st_params(m, &st, "optim.m.", m->m);
+    pt__st_params(m, &st, "optim.v.", m->v);
+    m->adam_t = (int)v[0];
+    if (state) {
+        state->step = (int64_t)v[1];
+        state->data_epoch = v[2];
+        state->data_pos = v[3];
+        state->rng_state = v[4];
+    }
+    goto done;
+done_msg: {
+        char msg[sizeof pt__err];
+        snprintf(msg, sizeof msg, "%s", pt__err);
+        pt__fail(s, "%s: %s", path, msg);
+    }
+done:
+    pt_st_free(&st);
+    return s;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PTRAIN_IMPLEMENTATION_DONE */
+#endif /* PTRAIN_IMPLEMENTATION */
+
+/*
+MIT License
+
+Copyright (c) 2026 the ptrain authors
+
+Permission is hereby granted, free of charge, to any person obtaining a copy
+of this software and associated documentation files (the "Software"), to deal
+in the Software without restriction, including without limitation the rights
+to use, copy, modify, merge, publish, distribute, sublicense, and/or sell
+copies of the Software, and to permit persons to whom the Software is
+furnished to do so, subject to the following conditions:
+
+The above copyright notice and this permission notice shall be included in all
+copies or substantial portions of the Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR
+IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY,
+FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE
+AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER
+LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
+OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
+SOFTWARE.
+*/

@@ -18,9 +18,9 @@
        d.config = cfg; d.batch = 4; d.seq = 64;
        if (pt_gpt_init(&gpt, &d) != PT_OK) { puts(pt_last_error()); return 1; }
        pt_gpt_init_weights(&gpt, 1337);
-       pt_tokens tok;
+       pt_tokens tok = {0};
        pt_tokens_from_bytes(&tok, text, strlen(text)); // byte-level vocab (256)
-       pt_loader loader;
+       pt_loader loader = {0};
        pt_loader_desc ld = {0};
        ld.batch = 4; ld.seq = 64; ld.seed = 1;
        pt_loader_init(&loader, &tok, PT_SPLIT_ALL, &ld);
@@ -46,6 +46,12 @@
        >>kernels    forward/backward pairs, AdamW, clipping, LR schedule
        >>model      GPT-2 config, blocks, whole model, generation
        >>io         safetensors, token data, loaders, checkpoints
+
+   ALLOCATION. Objects filled by an init function (pt_tokens, pt_loader,
+   pt_safetensors, pt_st_writer) take their allocator context from their own
+   alloc_ctx field: zero-initialise them (= {0}) or set alloc_ctx first.
+   pt_gpt takes it from pt_gpt_desc. Nothing allocates inside forward,
+   backward or the optimizer step.
 
    ERRORS. Functions that can fail return pt_status; pt_last_error() gives a
    message for the calling thread naming the field, value and constraint.
@@ -330,7 +336,10 @@ PTRAINDEF void pt_block_backward(const pt_gpt_config *cfg, int B, int T,
 typedef struct pt_gpt_desc {
     pt_gpt_config config;
     int batch, seq;  /* largest B and T that forward will see */
-    int meta;        /* 1: allocate nothing, only count bytes (see mem) */
+    int meta;        /* 1: no tensor memory, only count its bytes (see mem);
+                        the small name table is still allocated */
+    int inference;   /* 1: weights and forward only: no gradients, AdamW state
+                        or backward scratch (for sampling) */
     void *alloc_ctx; /* passed to PTRAIN_MALLOC/PTRAIN_FREE */
 } pt_gpt_desc;
 
@@ -380,7 +389,7 @@ PTRAINDEF void pt_gpt_zero_grad(pt_gpt *m);
 /* sqrt(sum of squared gradients); if max_norm > 0 and the norm exceeds it,
    scales gradients by max_norm/norm. Returns the norm before clipping. */
 PTRAINDEF float pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm);
-PTRAINDEF void pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, float lr);
+PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, float lr);
 
 /* Generation with a KV cache: a token at position p costs O(p), not O(p^2). */
 typedef struct pt_kv_cache {
@@ -471,7 +480,9 @@ PTRAINDEF void pt_st_writer_free(pt_st_writer *w);
 
 /* Model weights by Hugging Face name: a ptrain checkpoint or a Hugging Face
    GPT-2 safetensors file (a "transformer." prefix is tolerated, attn.bias,
-   attn.masked_bias and lm_head.weight are ignored). */
+   attn.masked_bias and lm_head.weight are ignored). Hugging Face files carry no
+   n_head: n_head_hint gives it (0: n_embd/64, as in every GPT-2); ptrain files
+   store theirs and ignore the hint. */
 PTRAINDEF pt_status pt_gpt_config_from_st(const pt_safetensors *st, int n_head_hint,
                                           pt_gpt_config *out);
 PTRAINDEF pt_status pt_gpt_config_from_file(const char *path, int n_head_hint,
@@ -528,7 +539,7 @@ typedef struct pt_loader {
 
 PTRAINDEF pt_status pt_loader_init(pt_loader *l, const pt_tokens *t, pt_split split,
                                    const pt_loader_desc *desc);
-PTRAINDEF void pt_loader_next(pt_loader *l, int *inputs, int *targets);
+PTRAINDEF pt_status pt_loader_next(pt_loader *l, int *inputs, int *targets);
 PTRAINDEF void pt_loader_seek(pt_loader *l, uint64_t epoch, size_t pos);
 PTRAINDEF void pt_loader_free(pt_loader *l);
 
@@ -1337,7 +1348,7 @@ static void pt__bind(const pt_gpt *m, float *base, float **wte, float **wpe, flo
 }
 
 #define PT__F(a, n) ((float *)pt_arena_alloc((a), (size_t)(n) * sizeof(float)))
-static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes) {
+static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int training) {
     size_t B = (size_t)m->B, T = (size_t)m->T, N = B * T, C = (size_t)m->config.n_embd;
     size_t NH = (size_t)m->config.n_head, V = (size_t)m->config.vocab_size;
     int l;
@@ -1366,6 +1377,7 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes) {
     m->inputs = (int *)pt_arena_alloc(a, N * sizeof(int));
     m->targets = (int *)pt_arena_alloc(a, N * sizeof(int));
     *act_bytes = a->used;
+    if (!training) return;
     m->dres = PT__F(a, N * C);
     m->scratch.dln = PT__F(a, N * C);
     m->scratch.dqkv = PT__F(a, N * 3 * C);
@@ -1383,7 +1395,7 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     pt_status st;
     memset(m, 0, sizeof *m);
     if (cfg.ln_eps == 0.0f) cfg.ln_eps = 1e-5f;
-    if ((st = pt_gpt_config_validate(&cfg)) != PT_OK) return st;
+    if (pt_gpt_config_validate(&cfg) != PT_OK) bad = 1; /* its message stays first */
     if (d->batch < 1) pt__append_error(&bad, "batch=%d must be >= 1", d->batch);
     if (d->seq < 1 || d->seq > cfg.block_size)
         pt__append_error(&bad, "seq=%d must be in [1, block_size=%d]", d->seq, cfg.block_size);
@@ -1411,18 +1423,20 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
 
     /* activations: measure with a meta arena, then allocate exactly once */
     pt_arena_init_meta(&meta);
-    pt__layout_acts(m, &meta, &act_bytes);
-    m->mem.params = m->mem.grads = P * sizeof(float);
-    m->mem.optimizer = 2 * P * sizeof(float);
+    pt__layout_acts(m, &meta, &act_bytes, !d->inference);
+    m->mem.params = P * sizeof(float);
+    m->mem.grads = d->inference ? 0 : P * sizeof(float);
+    m->mem.optimizer = d->inference ? 0 : 2 * P * sizeof(float);
     m->mem.activations = act_bytes;
     m->mem.scratch = meta.used - act_bytes;
-    m->mem.total = 4 * P * sizeof(float) + meta.used;
+    m->mem.total = m->mem.params + m->mem.grads + m->mem.optimizer + meta.used;
     if (d->meta) {
         pt_arena_init_meta(&m->param_arena);
         pt_arena_init_meta(&m->act_arena);
         return PT_OK;
     }
-    if ((st = pt_arena_init(&m->param_arena, 4 * (pt__align_up(P * sizeof(float))),
+    if ((st = pt_arena_init(&m->param_arena,
+                            (d->inference ? 1 : 4) * pt__align_up(P * sizeof(float)),
                             d->alloc_ctx)) != PT_OK ||
         (st = pt_arena_init(&m->act_arena, meta.used, d->alloc_ctx)) != PT_OK) {
         pt_gpt_free(m);
@@ -1430,11 +1444,13 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
                         (double)m->mem.total / 1048576.0, "params, grads, AdamW state, activations");
     }
     m->params = PT__F(&m->param_arena, P);
-    m->grads = PT__F(&m->param_arena, P);
-    m->m = PT__F(&m->param_arena, P);
-    m->v = PT__F(&m->param_arena, P);
+    if (!d->inference) {
+        m->grads = PT__F(&m->param_arena, P);
+        m->m = PT__F(&m->param_arena, P);
+        m->v = PT__F(&m->param_arena, P);
+    }
     memset(m->param_arena.base, 0, m->param_arena.used);
-    pt__layout_acts(m, &m->act_arena, &act_bytes);
+    pt__layout_acts(m, &m->act_arena, &act_bytes, !d->inference);
     pt__bind(m, m->params, &m->wte, &m->wpe, &m->lnf_w, &m->lnf_b, m->layers);
     pt__bind(m, m->grads, &m->dwte, &m->dwpe, &m->dlnf_w, &m->dlnf_b, m->layer_grads);
     return PT_OK;
@@ -1467,8 +1483,8 @@ PTRAINDEF void pt_gpt_init_weights(pt_gpt *m, uint64_t seed) {
             for (j = 0; j < p->numel; j++) w[j] = val;
         }
     }
-    memset(m->m, 0, m->num_params * sizeof(float));
-    memset(m->v, 0, m->num_params * sizeof(float));
+    if (m->m) memset(m->m, 0, m->num_params * sizeof(float));
+    if (m->v) memset(m->v, 0, m->num_params * sizeof(float));
     m->adam_t = 0;
 }
 
@@ -1579,6 +1595,8 @@ PTRAINDEF void pt_gpt_zero_grad(pt_gpt *m) {
 PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) {
     const pt_gpt_config *c = &m->config;
     int B = m->cur_B, T = m->cur_T, N = B * T, C = c->n_embd, V = c->vocab_size, l;
+    if (!m->grads)
+        return pt__fail(PT_ERR_INVALID_ARG, "model was built for inference: no gradients");
     if (!m->has_targets)
         return pt__fail(PT_ERR_INVALID_ARG,
                         "backward needs a forward with targets first (and runs once per forward)");
@@ -1600,20 +1618,25 @@ PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) {
 }
 
 PTRAINDEF float pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm) {
-    double norm = pt_norm2(m->grads, m->num_params);
+    double norm;
+    if (!m->grads) return 0.0f;
+    norm = pt_norm2(m->grads, m->num_params);
     if (max_norm > 0.0f && norm > max_norm)
         pt_scale(m->grads, m->num_params, (float)(max_norm / norm));
     return (float)norm;
 }
 
-PTRAINDEF void pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, float lr) {
+PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, float lr) {
     int i;
+    if (!m->m)
+        return pt__fail(PT_ERR_INVALID_ARG, "model was built for inference: no optimizer state");
     m->adam_t++;
     for (i = 0; i < m->num_tensors; i++) {
         const pt_param *p = &m->table[i];
         pt_adamw_update(m->params + p->offset, m->grads + p->offset, m->m + p->offset,
                         m->v + p->offset, p->numel, cfg, lr, m->adam_t, p->decay);
     }
+    return PT_OK;
 }
 
 /* ---- generation ---------------------------------------------------------- */
@@ -1832,6 +1855,11 @@ static pt_status pt__read_file(const char *path, unsigned char **out, size_t *si
     *out = NULL;
     *size = 0;
     if (!f) return pt__fail(PT_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (fgetc(f) == EOF && ferror(f)) { /* e.g. a directory */
+        int err = errno;
+        fclose(f);
+        return pt__fail(PT_ERR_IO, "cannot read '%s': %s", path, strerror(err));
+    }
     if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
         fclose(f);
         return pt__fail(PT_ERR_IO, "cannot determine the size of '%s'", path);
@@ -2428,6 +2456,9 @@ PTRAINDEF pt_status pt_st_writer_add(pt_st_writer *w, const char *name, pt_dtype
     for (i = 0; i < ndim; i++)
         if (shape[i] < 0 || !pt__mul_ok(bytes, (uint64_t)shape[i], &bytes))
             return pt__fail(PT_ERR_INVALID_ARG, "tensor '%s' has a bad shape", name);
+    for (i = 0; i < w->n_tensors; i++)
+        if (strcmp(w->tensors[i].name, name) == 0)
+            return pt__fail(PT_ERR_INVALID_ARG, "tensor '%s' was already added", name);
     if (!pt__grow((void **)&w->tensors, &w->cap_tensors, w->n_tensors + 1, sizeof *t, w->alloc_ctx))
         return pt__fail(PT_ERR_OOM, "out of memory adding tensor '%s'", name);
     t = &w->tensors[w->n_tensors];
@@ -2673,7 +2704,6 @@ PTRAINDEF pt_status pt_gpt_config_from_st(const pt_safetensors *st, int n_head_h
                             c.n_embd);
         c.ln_eps = 1e-5f;
     }
-    if (n_head_hint > 0) c.n_head = n_head_hint;
     *out = c;
     return pt_gpt_config_validate(&c);
 }
@@ -2686,7 +2716,12 @@ PTRAINDEF pt_status pt_gpt_config_from_file(const char *path, int n_head_hint,
     if ((s = pt_st_load(&st, path)) != PT_OK) return s;
     s = pt_gpt_config_from_st(&st, n_head_hint, out);
     pt_st_free(&st);
-    return s;
+    if (s != PT_OK) {
+        char msg[sizeof pt__err];
+        snprintf(msg, sizeof msg, "%s", pt__err);
+        return pt__fail(s, "%s: %s", path, msg);
+    }
+    return PT_OK;
 }
 
 /* name as stored: exact, or with the "transformer." prefix */
@@ -2792,6 +2827,8 @@ PTRAINDEF pt_status pt_tokens_load(pt_tokens *t, const char *path, pt_tokens_for
     size_t n, plen = strlen(path);
     pt_status s;
     void *ctx = t->alloc_ctx;
+    memset(t, 0, sizeof *t);
+    t->alloc_ctx = ctx;
     if (fmt == PT_TOKENS_AUTO)
         fmt = (plen > 4 && strcmp(path + plen - 4, ".bin") == 0) ? PT_TOKENS_LLMC : PT_TOKENS_BYTES;
     if ((s = pt__read_file(path, &buf, &n, ctx)) != PT_OK) return s;
@@ -2885,8 +2922,10 @@ PTRAINDEF pt_status pt_loader_init(pt_loader *l, const pt_tokens *t, pt_split sp
     return PT_OK;
 }
 
-PTRAINDEF void pt_loader_next(pt_loader *l, int *inputs, int *targets) {
+PTRAINDEF pt_status pt_loader_next(pt_loader *l, int *inputs, int *targets) {
     int b, i;
+    if (!l->perm || l->n_windows == 0)
+        return pt__fail(PT_ERR_INVALID_ARG, "the loader is not initialised");
     for (b = 0; b < l->B; b++) {
         const uint16_t *w;
         if (l->pos >= l->n_windows) {
@@ -2900,6 +2939,7 @@ PTRAINDEF void pt_loader_next(pt_loader *l, int *inputs, int *targets) {
             if (targets) targets[b * l->T + i] = w[i + 1];
         }
     }
+    return PT_OK;
 }
 
 PTRAINDEF void pt_loader_seek(pt_loader *l, uint64_t epoch, size_t pos) {
@@ -2925,7 +2965,9 @@ PTRAINDEF pt_status pt_checkpoint_save(const char *path, const pt_gpt *m,
     const char *pre[3] = {"", "optim.m.", "optim.v."};
     int values[5], i, k;
     pt_status s = PT_OK;
-    if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
+    if (!m->params || !m->m)
+        return pt__fail(PT_ERR_INVALID_ARG, "model has no %s",
+                        m->params ? "optimizer state (built for inference)" : "memory (meta=1)");
     bufs[0] = m->params; bufs[1] = m->m; bufs[2] = m->v;
     values[0] = m->config.n_layer; values[1] = m->config.n_head; values[2] = m->config.n_embd;
     values[3] = m->config.vocab_size; values[4] = m->config.block_size;
@@ -2970,7 +3012,9 @@ PTRAINDEF pt_status pt_checkpoint_load(const char *path, pt_gpt *m, pt_train_sta
     const char *fmt;
     pt_status s;
     int i;
-    if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
+    if (!m->params || !m->m)
+        return pt__fail(PT_ERR_INVALID_ARG, "model has no %s",
+                        m->params ? "optimizer state (built for inference)" : "memory (meta=1)");
     st.alloc_ctx = m->alloc_ctx;
     if ((s = pt_st_load(&st, path)) != PT_OK) return s;
     fmt = pt_st_meta_get(&st, "format");

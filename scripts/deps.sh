@@ -1,0 +1,39 @@
+#!/bin/sh
+# Installs what ptrain needs, on Debian/Ubuntu with apt-get (sudo when not
+# root); on other systems prints what is missing and exits 1.
+#   scripts/deps.sh run    compiler with OpenMP + OpenBLAS (OpenMP build)
+#   scripts/deps.sh test   also gcc, g++, clang + libomp (compile checks)
+mode=${1:-run}
+CC=${CC:-gcc}
+have() { command -v "$1" >/dev/null 2>&1; }
+omp_ok() {
+    printf '#include <omp.h>\nint main(void){return omp_get_max_threads()<1;}\n' |
+        "$1" -fopenmp -x c - -o /dev/null 2>/dev/null
+}
+arch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+need=""
+have "$CC" || need="$need $CC"
+[ -f "/usr/include/$arch/openblas-openmp/cblas.h" ] || need="$need libopenblas-openmp-dev"
+case "$CC" in *clang*) { have "$CC" && omp_ok "$CC"; } || need="$need libomp-dev" ;; esac
+if [ "$mode" = test ]; then
+    have gcc || need="$need gcc"
+    have g++ || need="$need g++"
+    have clang || need="$need clang"
+    { have clang && omp_ok clang; } || need="$need libomp-dev"
+fi
+need=$(echo $need | tr ' ' '\n' | sort -u | tr '\n' ' ')
+[ -z "${need% }" ] && exit 0
+if have apt-get; then
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO=sudo
+    echo "ptrain: installing $need"
+    $SUDO apt-get update -qq &&
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $need ||
+        { echo "ptrain: installing failed; run: sudo apt-get install $need"; exit 1; }
+else
+    echo "ptrain: missing: $need"
+    echo "On Debian/Ubuntu: sudo apt-get install $need"
+    echo "Elsewhere: a C11 compiler with OpenMP and OpenBLAS, then"
+    echo "  make BLAS_INC=/path/to/openblas/include BLAS_LIB=/path/to/openblas/lib"
+    exit 1
+fi

@@ -1,0 +1,1816 @@
+/* test_main.c -- unit tests of ptrain.h.
+
+     build/tests [--filter SUBSTR] [--list] [--verbose]
+
+   Build (tests/run.sh runs it optimised, under ASan + UBSan and with PTRAIN_NO_BLAS):
+     gcc -std=c11 -O2 -Wall -Wextra -Wpedantic -fopenmp tests/test_main.c -o build/tests \
+         -I/usr/include/x86_64-linux-gnu/openblas-openmp \
+         -L/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -lm
+
+   Every expected value comes from math written here, never from ptrain itself:
+   naive loops in double, central finite differences, hand-computed constants.
+   The runner and the shared checks are in test.h. */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp, opendir, pthreads under -std=c11 */
+#include <pthread.h>
+#include <stdlib.h>
+
+/* A counting allocator, so a test can see how much pt_gpt_init(meta=1) allocates. */
+static size_t g_alloc_bytes;
+static void *count_malloc(size_t n) {
+    g_alloc_bytes += n;
+    return malloc(n);
+}
+#define PTRAIN_MALLOC(sz, ctx) ((void)(ctx), count_malloc(sz))
+#define PTRAIN_FREE(p, ctx) ((void)(ctx), free(p))
+#define PTRAIN_IMPLEMENTATION
+#include "../ptrain.h"
+
+#include "test.h"
+
+/* ---- models ---------------------------------------------------------------- */
+
+static pt_gpt_config cfg_make(int V, int block, int L, int NH, int C) {
+    pt_gpt_config c;
+    ZERO(c);
+    c.vocab_size = V;
+    c.block_size = block;
+    c.n_layer = L;
+    c.n_head = NH;
+    c.n_embd = C;
+    return c;
+}
+static pt_status gpt_new(pt_gpt *g, pt_gpt_config c, int B, int T, int meta) {
+    pt_gpt_desc d;
+    ZERO(d);
+    d.config = c;
+    d.batch = B;
+    d.seq = T;
+    d.meta = meta;
+    return pt_gpt_init(g, &d);
+}
+/* GPT-2 init plus uniform(-s, s) noise on every parameter (non-trivial LN and biases) */
+static void gpt_randomize(pt_gpt *g, uint64_t seed, float s) {
+    size_t i;
+    pt_gpt_init_weights(g, seed);
+    for (i = 0; i < g->num_params; i++) g->params[i] += (float)(s * (2.0 * urand() - 1.0));
+}
+static int *rand_ids(int n, int V) {
+    int *x = TALLOC(int, n), i;
+    for (i = 0; i < n; i++) x[i] = irand(V);
+    return x;
+}
+
+/* ======================================================================== */
+/* kernels                                                                   */
+/* ======================================================================== */
+
+/* Inputs and outputs of one kernel call, so one fwd_fn per kernel can
+   recompute its output under perturbation. */
+typedef struct kargs {
+    float *out, *x, *w, *b, *mean, *rstd, *att;
+    int *ids;
+    int B, T, C, NH, N, IN, OUT, V;
+    size_t n;
+    float eps;
+} kargs;
+
+static void fwd_encoder(void *p) {
+    kargs *k = (kargs *)p;
+    pt_encoder_forward(k->out, k->ids, k->w, k->b, k->B, k->T, k->C);
+}
+static void fwd_layernorm(void *p) {
+    kargs *k = (kargs *)p;
+    pt_layernorm_forward(k->out, k->mean, k->rstd, k->x, k->w, k->b, k->N, k->C, k->eps);
+}
+static void fwd_matmul(void *p) {
+    kargs *k = (kargs *)p;
+    pt_matmul_forward(k->out, k->x, k->w, k->b, k->N, k->IN, k->OUT);
+}
+static void fwd_attention(void *p) {
+    kargs *k = (kargs *)p;
+    pt_attention_forward(k->out, k->att, k->x, k->B, k->T, k->C, k->NH);
+}
+static void fwd_gelu(void *p) {
+    kargs *k = (kargs *)p;
+    pt_gelu_forward(k->out, k->x, k->n);
+}
+static void fwd_residual(void *p) {
+    kargs *k = (kargs *)p;
+    pt_residual_forward(k->out, k->x, k->w, k->n);
+}
+static void fwd_head(void *p) {
+    kargs *k = (kargs *)p;
+    pt_tied_head_forward(k->out, k->x, k->w, k->N, k->C, k->V);
+}
+static void fwd_xent(void *p) {
+    kargs *k = (kargs *)p;
+    pt_crossentropy_forward(k->out, k->x, k->ids, k->N, k->V);
+}
+
+/* C = alpha op(A) op(B) + beta C against a triple loop, all four transpose
+   combinations, non-square, leading dimensions with padding (which must stay
+   untouched). With beta = 0, C is not read (NaN there must not propagate). */
+static void test_sgemm(void) {
+    const int sizes[2][3] = {{5, 7, 3}, {33, 17, 40}}; /* M, N, K */
+    const float alpha = 0.7f, beta = -0.3f;
+    int sz, ta, tb, i, j, kk;
+    for (sz = 0; sz < 2; sz++)
+        for (ta = 0; ta < 2; ta++)
+            for (tb = 0; tb < 2; tb++) {
+                int M = sizes[sz][0], N = sizes[sz][1], K = sizes[sz][2], pass;
+                int lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 3, ldc = N + 4;
+                float *A = frand((size_t)(ta ? K : M) * lda, -1, 1);
+                float *Bm = frand((size_t)(tb ? N : K) * ldb, -1, 1);
+                for (pass = 0; pass < 2; pass++) { /* pass 1: beta = 0 over a NaN-filled C */
+                    float *C = frand((size_t)M * ldc, -1, 1), be = pass ? 0.0f : beta;
+                    double *ref = to_double(C, (size_t)M * ldc);
+                    char what[128];
+                    for (i = 0; i < M; i++)
+                        for (j = 0; j < N; j++) {
+                            double s = 0.0;
+                            for (kk = 0; kk < K; kk++)
+                                s += (double)(ta ? A[kk * lda + i] : A[i * lda + kk]) *
+                                     (double)(tb ? Bm[j * ldb + kk] : Bm[kk * ldb + j]);
+                            ref[i * ldc + j] = alpha * s + (pass ? 0.0 : beta * (double)C[i * ldc + j]);
+                            if (pass) C[i * ldc + j] = NAN;
+                        }
+                    pt_sgemm(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, be, C, ldc);
+                    snprintf(what, sizeof what, "sgemm %dx%dx%d ta=%d tb=%d beta=%g", M, N, K, ta,
+                             tb, (double)be);
+                    CHECK_CLOSE(what, C, ref, (size_t)M * ldc, 1e-6, 1e-5);
+                }
+            }
+}
+
+/* out[n,c] = wte[ids[n],c] + wpe[n%T,c]; repeated ids must accumulate into dwte. */
+static void test_encoder(void) {
+    enum { B = 2, T = 3, C = 4, V = 5 };
+    int ids[B * T] = {1, 3, 1, 1, 0, 3}, n, c; /* 1 and 3 repeat, 2 and 4 unused */
+    kargs k;
+    float *R = frand(B * T * C, -1, 1), *dwte, *dwpe, *dwte0, *dwpe0;
+    double *ref = TALLOC(double, B * T * C);
+    ZERO(k);
+    k.out = TALLOC(float, B * T * C);
+    k.w = frand(V * C, -1, 1);
+    k.b = frand(T * C, -1, 1);
+    k.ids = ids;
+    k.B = B, k.T = T, k.C = C;
+    fwd_encoder(&k);
+    for (n = 0; n < B * T; n++)
+        for (c = 0; c < C; c++) ref[n * C + c] = (double)k.w[ids[n] * C + c] + k.b[(n % T) * C + c];
+    CHECK_CLOSE("encoder forward", k.out, ref, B * T * C, 0, 1e-7);
+    dwte = frand(V * C, -1, 1), dwpe = frand(T * C, -1, 1);
+    dwte0 = fcopy(dwte, V * C), dwpe0 = fcopy(dwpe, T * C);
+    pt_encoder_backward(dwte, dwpe, R, ids, B, T, C);
+    for (c = 0; c < C; c++) { /* unused rows get exactly nothing */
+        CHECK(dwte[2 * C + c] == dwte0[2 * C + c]);
+        CHECK(dwte[4 * C + c] == dwte0[4 * C + c]);
+    }
+    FD_CHECK("encoder dwte", fwd_encoder, &k, k.out, R, B * T * C, k.w, fdelta(dwte, dwte0, V * C), V * C);
+    FD_CHECK("encoder dwpe", fwd_encoder, &k, k.out, R, B * T * C, k.b, fdelta(dwpe, dwpe0, T * C), T * C);
+}
+
+/* y = (x - mean) rstd w + b, mean and biased variance in double, eps inside the sqrt. */
+static void test_layernorm(void) {
+    enum { N = 4, C = 6 };
+    kargs k;
+    float *R = frand(N * C, -1, 1), *dx, *dw, *db, *dx0, *dw0, *db0;
+    double *ref = TALLOC(double, N * C), *rmean = TALLOC(double, N), *rrstd = TALLOC(double, N);
+    int n, c;
+    ZERO(k);
+    k.N = N, k.C = C, k.eps = 1e-2f; /* a large eps makes its placement visible */
+    k.x = frand(N * C, 1.0, 4.0);
+    k.w = frand(C, 0.5, 1.5);
+    k.b = frand(C, -0.5, 0.5);
+    k.out = TALLOC(float, N * C), k.mean = TALLOC(float, N), k.rstd = TALLOC(float, N);
+    fwd_layernorm(&k);
+    for (n = 0; n < N; n++) {
+        double m = 0.0, v = 0.0;
+        for (c = 0; c < C; c++) m += k.x[n * C + c];
+        m /= C;
+        for (c = 0; c < C; c++) v += (k.x[n * C + c] - m) * (k.x[n * C + c] - m);
+        v /= C;
+        rmean[n] = m;
+        rrstd[n] = 1.0 / sqrt(v + (double)k.eps);
+        for (c = 0; c < C; c++) ref[n * C + c] = (k.x[n * C + c] - m) * rrstd[n] * k.w[c] + k.b[c];
+    }
+    CHECK_CLOSE("layernorm out", k.out, ref, N * C, 1e-6, 1e-5);
+    CHECK_CLOSE("layernorm mean", k.mean, rmean, N, 1e-6, 1e-6);
+    CHECK_CLOSE("layernorm rstd", k.rstd, rrstd, N, 1e-6, 1e-5);
+    dx = frand(N * C, -1, 1), dw = frand(C, -1, 1), db = frand(C, -1, 1);
+    dx0 = fcopy(dx, N * C), dw0 = fcopy(dw, C), db0 = fcopy(db, C);
+    pt_layernorm_backward(dx, dw, db, R, k.x, k.w, k.mean, k.rstd, N, C);
+    FD_CHECK("layernorm dinp", fwd_layernorm, &k, k.out, R, N * C, k.x, fdelta(dx, dx0, N * C), N * C);
+    FD_CHECK("layernorm dweight", fwd_layernorm, &k, k.out, R, N * C, k.w, fdelta(dw, dw0, C), C);
+    FD_CHECK("layernorm dbias", fwd_layernorm, &k, k.out, R, N * C, k.b, fdelta(db, db0, C), C);
+}
+
+/* Conv1D layout out[N,OUT] = x[N,IN] @ w[IN,OUT] + b, with and without bias. */
+static void test_matmul(void) {
+    enum { N = 4, IN = 5, OUT = 7 };
+    int with_bias;
+    for (with_bias = 1; with_bias >= 0; with_bias--) {
+        kargs k;
+        float *R = frand(N * OUT, -1, 1), *dx, *dw, *db, *dx0, *dw0, *db0;
+        double *ref = TALLOC(double, N * OUT);
+        int n, o, i;
+        ZERO(k);
+        k.N = N, k.IN = IN, k.OUT = OUT;
+        k.x = frand(N * IN, -1, 1), k.w = frand(IN * OUT, -1, 1);
+        k.b = with_bias ? frand(OUT, -1, 1) : NULL;
+        k.out = frand(N * OUT, -1, 1); /* garbage: forward must overwrite it */
+        fwd_matmul(&k);
+        for (n = 0; n < N; n++)
+            for (o = 0; o < OUT; o++) {
+                double s = with_bias ? k.b[o] : 0.0;
+                for (i = 0; i < IN; i++) s += (double)k.x[n * IN + i] * k.w[i * OUT + o];
+                ref[n * OUT + o] = s;
+            }
+        CHECK_CLOSE(with_bias ? "matmul forward" : "matmul forward, no bias", k.out, ref, N * OUT, 1e-6, 1e-5);
+        dx = frand(N * IN, -1, 1), dw = frand(IN * OUT, -1, 1), db = with_bias ? frand(OUT, -1, 1) : NULL;
+        dx0 = fcopy(dx, N * IN), dw0 = fcopy(dw, IN * OUT), db0 = with_bias ? fcopy(db, OUT) : NULL;
+        pt_matmul_backward(dx, dw, db, R, k.x, k.w, N, IN, OUT);
+        FD_CHECK("matmul dinp", fwd_matmul, &k, k.out, R, N * OUT, k.x, fdelta(dx, dx0, N * IN), N * IN);
+        FD_CHECK("matmul dweight", fwd_matmul, &k, k.out, R, N * OUT, k.w, fdelta(dw, dw0, IN * OUT), IN * OUT);
+        if (with_bias)
+            FD_CHECK("matmul dbias", fwd_matmul, &k, k.out, R, N * OUT, k.b, fdelta(db, db0, OUT), OUT);
+    }
+}
+
+/* Causal attention on [q|k|v][head][hd] against a naive double reference,
+   the causal mask, and finite differences of dqkv (which accumulates). */
+static void test_attention(void) {
+    enum { B = 2, T = 5, C = 8, NH = 2, hd = C / NH, N = B * T };
+    kargs k;
+    float *R = frand(N * C, -1, 1), *dqkv, *dqkv0, *scratch = TALLOC(float, B * NH * T), *out0, *x0;
+    double *ref = TALLOC(double, N * C), *ratt = TALLOC(double, B * NH * T * T);
+    int b, h, t, u, i, t0 = 3;
+    ZERO(k);
+    k.B = B, k.T = T, k.C = C, k.NH = NH;
+    k.x = frand(N * 3 * C, -1.5, 1.5);
+    k.out = TALLOC(float, N * C), k.att = frand(B * NH * T * T, -1, 1);
+    fwd_attention(&k);
+    for (b = 0; b < B; b++)
+        for (h = 0; h < NH; h++)
+            for (t = 0; t < T; t++) {
+                const float *q = k.x + (b * T + t) * 3 * C + h * hd;
+                double s[T], mx = -1e300, sum = 0.0;
+                for (u = 0; u < T; u++) {
+                    const float *kk = k.x + (b * T + u) * 3 * C + C + h * hd;
+                    s[u] = 0.0;
+                    for (i = 0; i < hd; i++) s[u] += (double)q[i] * kk[i];
+                    s[u] /= sqrt((double)hd);
+                    if (u <= t && s[u] > mx) mx = s[u];
+                }
+                for (u = 0; u < T; u++) sum += u <= t ? exp(s[u] - mx) : 0.0;
+                for (u = 0; u < T; u++)
+                    ratt[((b * NH + h) * T + t) * T + u] = u <= t ? exp(s[u] - mx) / sum : 0.0;
+                for (i = 0; i < hd; i++) {
+                    double o = 0.0;
+                    for (u = 0; u <= t; u++)
+                        o += ratt[((b * NH + h) * T + t) * T + u] *
+                             k.x[(b * T + u) * 3 * C + 2 * C + h * hd + i];
+                    ref[(b * T + t) * C + h * hd + i] = o;
+                }
+            }
+    CHECK_CLOSE("attention out", k.out, ref, N * C, 1e-6, 1e-5);
+    CHECK_CLOSE("attention probabilities (0 above the diagonal)", k.att, ratt, B * NH * T * T, 1e-7, 1e-5);
+    /* causal mask: changing key and value of position t0 in batch 1 leaves every
+       output at t < t0 (and all of batch 0) bit-identical, and changes t0 itself */
+    out0 = fcopy(k.out, N * C), x0 = fcopy(k.x, N * 3 * C);
+    for (i = 0; i < C; i++) {
+        k.x[(1 * T + t0) * 3 * C + C + i] += 2.0f;
+        k.x[(1 * T + t0) * 3 * C + 2 * C + i] -= 3.0f;
+    }
+    fwd_attention(&k);
+    CHECK(memcmp(k.out, out0, sizeof(float) * (T + t0) * C) == 0);
+    CHECK(memcmp(k.out + (T + t0) * C, out0 + (T + t0) * C, sizeof(float) * C) != 0);
+    memcpy(k.x, x0, sizeof(float) * N * 3 * C);
+    fwd_attention(&k);
+    dqkv = frand(N * 3 * C, -1, 1), dqkv0 = fcopy(dqkv, N * 3 * C);
+    pt_attention_backward(dqkv, scratch, R, k.x, k.att, B, T, C, NH);
+    FD_CHECK("attention dqkv", fwd_attention, &k, k.out, R, N * C, k.x,
+             fdelta(dqkv, dqkv0, N * 3 * C), N * 3 * C);
+}
+
+/* gelu (tanh form) in double; backward WRITES dinp, also when dinp == dout. */
+static void test_gelu(void) {
+    enum { n = 64 };
+    kargs k;
+    float *R = frand(n, -1, 1), *dx = frand(n, 1e3, 2e3), *alias;
+    double *ref = TALLOC(double, n), *ref_dx;
+    int i;
+    ZERO(k);
+    k.n = n, k.x = frand(n, -4, 4), k.out = TALLOC(float, n);
+    fwd_gelu(&k);
+    for (i = 0; i < n; i++) {
+        double u = k.x[i];
+        ref[i] = 0.5 * u * (1.0 + tanh(sqrt(2.0 / 3.141592653589793) * (u + 0.044715 * u * u * u)));
+    }
+    CHECK_CLOSE("gelu forward", k.out, ref, n, 1e-7, 1e-6);
+    pt_gelu_backward(dx, k.x, R, n); /* dx held 1e3..2e3: it must be overwritten */
+    FD_CHECK("gelu dinp (written)", fwd_gelu, &k, k.out, R, n, k.x, dx, n);
+    alias = fcopy(R, n);
+    pt_gelu_backward(alias, k.x, alias, n);
+    ref_dx = to_double(dx, n);
+    CHECK_CLOSE("gelu backward with dinp == dout", alias, ref_dx, n, 1e-7, 1e-6);
+}
+
+/* out = a + b (out may alias a); backward accumulates into both. */
+static void test_residual(void) {
+    enum { n = 40 };
+    kargs k;
+    float *R = frand(n, -1, 1), *da = frand(n, -1, 1), *db = frand(n, -1, 1), *da0, *db0, *a;
+    double *ref = TALLOC(double, n);
+    int i;
+    ZERO(k);
+    k.n = n, k.x = frand(n, -1, 1), k.w = frand(n, -1, 1), k.out = TALLOC(float, n);
+    fwd_residual(&k);
+    for (i = 0; i < n; i++) ref[i] = (double)k.x[i] + k.w[i];
+    CHECK_CLOSE("residual forward", k.out, ref, n, 0, 1e-7);
+    a = fcopy(k.x, n);
+    pt_residual_forward(a, a, k.w, n);
+    CHECK_CLOSE("residual forward, out == a", a, ref, n, 0, 1e-7);
+    da0 = fcopy(da, n), db0 = fcopy(db, n);
+    pt_residual_backward(da, db, R, n);
+    FD_CHECK("residual da", fwd_residual, &k, k.out, R, n, k.x, fdelta(da, da0, n), n);
+    FD_CHECK("residual db", fwd_residual, &k, k.out, R, n, k.w, fdelta(db, db0, n), n);
+}
+
+/* logits = x @ wte^T; dx and dwte accumulate. */
+static void test_tied_head(void) {
+    enum { N = 3, C = 4, V = 6 };
+    kargs k;
+    float *R = frand(N * V, -1, 1), *dx = frand(N * C, -1, 1), *dw = frand(V * C, -1, 1), *dx0, *dw0;
+    double *ref = TALLOC(double, N * V);
+    int n, v, c;
+    ZERO(k);
+    k.N = N, k.C = C, k.V = V;
+    k.x = frand(N * C, -1, 1), k.w = frand(V * C, -1, 1), k.out = frand(N * V, -1, 1);
+    fwd_head(&k);
+    for (n = 0; n < N; n++)
+        for (v = 0; v < V; v++) {
+            double s = 0.0;
+            for (c = 0; c < C; c++) s += (double)k.x[n * C + c] * k.w[v * C + c];
+            ref[n * V + v] = s;
+        }
+    CHECK_CLOSE("tied head forward", k.out, ref, N * V, 1e-6, 1e-5);
+    dx0 = fcopy(dx, N * C), dw0 = fcopy(dw, V * C);
+    pt_tied_head_backward(dx, dw, R, k.x, k.w, N, C, V);
+    FD_CHECK("tied head dx", fwd_head, &k, k.out, R, N * V, k.x, fdelta(dx, dx0, N * C), N * C);
+    FD_CHECK("tied head dwte", fwd_head, &k, k.out, R, N * V, k.w, fdelta(dw, dw0, V * C), V * C);
+}
+
+/* losses = logsumexp - logit[target] in double (also for huge logits); backward
+   WRITES dloss (softmax - onehot), also in place over the logits. */
+static void test_crossentropy(void) {
+    enum { N = 4, V = 7 };
+    const float dloss = 0.7f;
+    int targets[N] = {0, 6, 3, 3}, n, v;
+    kargs k;
+    float *R = TALLOC(float, N), *dl = frand(N * V, 50, 60), *inplace;
+    double *ref = TALLOC(double, N), *ref_dl;
+    ZERO(k);
+    k.N = N, k.V = V, k.ids = targets;
+    k.x = frand(N * V, -3, 3), k.out = TALLOC(float, N);
+    for (v = 0; v < V; v++) k.x[3 * V + v] += 1000.0f; /* exp overflows without a shift */
+    k.x[2 * V + 1] = 95.0f;
+    fwd_xent(&k);
+    for (n = 0; n < N; n++) {
+        double mx = -1e300, s = 0.0;
+        for (v = 0; v < V; v++) mx = fmax(mx, k.x[n * V + v]);
+        for (v = 0; v < V; v++) s += exp((double)k.x[n * V + v] - mx);
+        ref[n] = mx + log(s) - k.x[n * V + targets[n]];
+        R[n] = dloss;
+    }
+    CHECK_CLOSE("crossentropy losses", k.out, ref, N, 1e-5, 1e-6);
+    for (v = 0; v < V; v++) k.x[3 * V + v] -= 1000.0f; /* moderate logits for the differences */
+    k.x[2 * V + 1] = 2.0f;
+    fwd_xent(&k);
+    pt_crossentropy_backward(dl, k.x, targets, N, V, dloss); /* dl held 50..60 */
+    FD_CHECK("crossentropy dlogits (written)", fwd_xent, &k, k.out, R, N, k.x, dl, N * V);
+    inplace = fcopy(k.x, N * V);
+    pt_crossentropy_backward(inplace, inplace, targets, N, V, dloss);
+    ref_dl = to_double(dl, N * V);
+    CHECK_CLOSE("crossentropy backward in place", inplace, ref_dl, N * V, 1e-7, 1e-6);
+}
+
+/* The whole model (encoder, blocks, ln_f, tied head, mean loss): gradients of
+   pt_gpt_backward against finite differences of the mean loss, perturbing each
+   float parameter by 1e-2; tolerance relative to the tensor's largest gradient. */
+typedef struct gpt_run {
+    pt_gpt *g;
+    const int *inputs, *targets;
+    int B, T;
+} gpt_run;
+static void fwd_gpt(void *p) {
+    gpt_run *r = (gpt_run *)p;
+    pt_status s = pt_gpt_forward(r->g, r->inputs, r->targets, r->B, r->T);
+    if (s != PT_OK) FAIL("forward: %s", pt_last_error());
+}
+
+static void test_model_grad(void) {
+    enum { V = 11, BS = 8, L = 2, NH = 2, C = 8, B = 2, T = 5, N = B * T };
+    pt_gpt g;
+    gpt_run r;
+    float *grads, *R = TALLOC(float, N);
+    int i, j;
+    CHECK_ST(gpt_new(&g, cfg_make(V, BS, L, NH, C), B, T, 0), PT_OK);
+    if (!g.params) return;
+    gpt_randomize(&g, 7, 0.3f);
+    r.g = &g, r.B = B, r.T = T;
+    r.inputs = rand_ids(N, V), r.targets = rand_ids(N, V);
+    for (i = 0; i < N; i++) R[i] = 1.0f / N; /* L = mean loss */
+    fwd_gpt(&r);
+    CHECK_ST(pt_gpt_backward(&g), PT_OK);
+    grads = fcopy(g.grads, g.num_params);
+    /* written, not accumulated: a second forward + backward gives the same */
+    fwd_gpt(&r);
+    CHECK_ST(pt_gpt_backward(&g), PT_OK);
+    CHECK(memcmp(grads, g.grads, g.num_params * sizeof(float)) == 0);
+    /* wpe rows >= T are unused: exactly zero */
+    for (j = T * C; j < BS * C; j++)
+        if (grads[g.table[1].offset + (size_t)j] != 0.0f) {
+            FAIL("dwpe[%d] = %g, expected exactly 0", j, (double)grads[g.table[1].offset + (size_t)j]);
+            break;
+        }
+    for (i = 0; i < g.num_tensors; i++) { /* the model is tiny: every element */
+        const pt_param *p = &g.table[i];
+        const float *gt = grads + p->offset;
+        double gmax = 0.0;
+        size_t k;
+        for (k = 0; k < p->numel; k++) gmax = fmax(gmax, fabs(gt[k]));
+        fd_check_(__FILE__, __LINE__, p->name, fwd_gpt, &r, g.losses, R, N, g.params + p->offset,
+                  gt, NULL, p->numel, 1e-2f, 2e-4 * gmax + 1e-6, 1e-2);
+    }
+    pt_gpt_free(&g);
+}
+
+/* GPT-2 init: N(0, 0.02), c_proj weights N(0, 0.02/sqrt(2L)), biases 0, LN
+   weights 1, optimizer state cleared; the same seed gives the same weights. */
+static void test_init_weights(void) {
+    enum { L = 3 };
+    pt_gpt g, h;
+    int i;
+    CHECK_ST(gpt_new(&g, cfg_make(64, 32, L, 2, 32), 1, 4, 0), PT_OK);
+    CHECK_ST(gpt_new(&h, cfg_make(64, 32, L, 2, 32), 1, 4, 0), PT_OK);
+    if (!g.params || !h.params) return;
+    g.m[3] = 1.0f, g.v[5] = 2.0f, g.adam_t = 9;
+    pt_gpt_init_weights(&g, 5);
+    pt_gpt_init_weights(&h, 5);
+    CHECK(memcmp(g.params, h.params, g.num_params * sizeof(float)) == 0);
+    CHECK(g.m[3] == 0.0f && g.v[5] == 0.0f && g.adam_t == 0);
+    pt_gpt_init_weights(&h, 6);
+    CHECK(memcmp(g.params, h.params, g.num_params * sizeof(float)) != 0);
+    for (i = 0; i < g.num_tensors; i++) {
+        const pt_param *p = &g.table[i];
+        const float *w = g.params + p->offset;
+        size_t k, n = p->numel;
+        if (p->ndim == 2) { /* every matrix has >= 1024 elements: std error ~2% */
+            double want = strstr(p->name, "c_proj") ? 0.02 / sqrt(2.0 * L) : 0.02, m = 0, sq = 0;
+            for (k = 0; k < n; k++) m += w[k], sq += (double)w[k] * w[k];
+            m /= (double)n;
+            if (fabs(m) > 5 * want / sqrt((double)n) || fabs(sqrt(sq / n - m * m) - want) > 0.12 * want)
+                FAIL("%s: mean %.3g, std %.4g, expected N(0, %.4g)", p->name, m, sqrt(sq / n - m * m), want);
+        } else {
+            float want = strstr(p->name, "ln_") && strstr(p->name, ".weight") ? 1.0f : 0.0f;
+            for (k = 0; k < n; k++)
+                if (w[k] != want) {
+                    FAIL("%s[%zu] = %g, expected %g", p->name, k, (double)w[k], (double)want);
+                    break;
+                }
+        }
+    }
+    pt_gpt_free(&g);
+    pt_gpt_free(&h);
+}
+
+/* With 1 and with 2 threads: a second run is bit-identical, and the two thread
+   counts agree to rounding (catches races in the parallel reductions). */
+static void test_threads_reproducible(void) {
+    enum { V = 64, C = 64, B = 4, T = 16 };
+    int saved = pt_get_threads(), *in = rand_ids(B * T, V), *tg = rand_ids(B * T, V), run;
+    float *g1 = NULL;
+    pt_gpt g;
+    CHECK_ST(gpt_new(&g, cfg_make(V, T, 1, 4, C), B, T, 0), PT_OK);
+    if (!g.params) return;
+    gpt_randomize(&g, 21, 0.2f);
+    for (run = 0; run < 4; run++) {
+        pt_set_threads(run < 2 ? 1 : 2);
+#ifdef _OPENMP
+        CHECK_EQ(pt_get_threads(), run < 2 ? 1 : 2);
+#endif
+        CHECK_ST(pt_gpt_forward(&g, in, tg, B, T), PT_OK);
+        CHECK_ST(pt_gpt_backward(&g), PT_OK);
+        if (run == 0 || run == 2) {
+            if (run == 2)
+                CHECK_CLOSE("grads, 2 threads vs 1", g.grads, to_double(g1, g.num_params),
+                            g.num_params, 1e-7, 1e-4);
+            g1 = fcopy(g.grads, g.num_params);
+        } else if (memcmp(g1, g.grads, g.num_params * sizeof(float)) != 0) {
+            FAIL("two runs with %d thread(s) differ", run < 2 ? 1 : 2);
+        }
+    }
+    pt_set_threads(saved);
+    pt_gpt_free(&g);
+}
+
+/* ======================================================================== */
+/* optimizer, norms, schedule, RNG                                           */
+/* ======================================================================== */
+
+/* The fixtures README 3.3 in double: decay first, eps after the bias correction. */
+static void adamw_ref(double *p, const double *g, double *m, double *v, int n, double lr,
+                      double b1, double b2, double eps, double wd, int t, int decay) {
+    double bc1 = 1.0 - pow(b1, t), bc2 = 1.0 - pow(b2, t);
+    int i;
+    for (i = 0; i < n; i++) {
+        if (decay) p[i] *= 1.0 - lr * wd;
+        m[i] = b1 * m[i] + (1.0 - b1) * g[i];
+        v[i] = b2 * v[i] + (1.0 - b2) * g[i] * g[i];
+        p[i] -= (lr / bc1) * m[i] / (sqrt(v[i]) / sqrt(bc2) + eps);
+    }
+}
+
+static void test_adamw(void) {
+    enum { n = 32, steps = 5 };
+    /* a large lr*wd exposes the decay order; a large eps exposes its placement */
+    struct { float b1, b2, eps, wd, lr; int decay; } cases[3] = {
+        {0.9f, 0.95f, 1e-8f, 0.5f, 0.05f, 1},
+        {0.8f, 0.999f, 1e-2f, 0.1f, 0.02f, 1},
+        {0.9f, 0.95f, 1e-3f, 0.5f, 0.05f, 0},
+    };
+    int c, s, i;
+    for (c = 0; c < 3; c++) {
+        pt_adamw_config cfg;
+        float *p = frand(n, -1, 1), *m = TALLOC(float, n), *v = TALLOC(float, n);
+        float *g = TALLOC(float, n);
+        double *rp = to_double(p, n), *rm = TALLOC(double, n), *rv = TALLOC(double, n);
+        double *rg = TALLOC(double, n);
+        char what[64];
+        ZERO(cfg);
+        cfg.beta1 = cases[c].b1, cfg.beta2 = cases[c].b2, cfg.eps = cases[c].eps;
+        cfg.weight_decay = cases[c].wd;
+        for (s = 1; s <= steps; s++) {
+            for (i = 0; i < n; i++) { /* magnitudes from 1e-4 to 1, some exactly 0 */
+                g[i] = i % 7 == 0 ? 0.0f : (float)((2.0 * urand() - 1.0) * pow(10.0, -4.0 * urand()));
+                rg[i] = g[i];
+            }
+            pt_adamw_update(p, g, m, v, n, &cfg, cases[c].lr, s, cases[c].decay);
+            adamw_ref(rp, rg, rm, rv, n, cases[c].lr, cases[c].b1, cases[c].b2, cases[c].eps,
+                      cases[c].wd, s, cases[c].decay);
+        }
+        snprintf(what, sizeof what, "adamw case %d params", c);
+        CHECK_CLOSE(what, p, rp, n, 2e-6, 1e-5);
+        snprintf(what, sizeof what, "adamw case %d m", c);
+        CHECK_CLOSE(what, m, rm, n, 1e-9, 1e-5);
+        snprintf(what, sizeof what, "adamw case %d v", c);
+        CHECK_CLOSE(what, v, rv, n, 1e-12, 1e-5);
+    }
+    { /* g == 0 everywhere: no NaN; decay alone shrinks p, without decay p stays */
+        pt_adamw_config cfg = pt_adamw_default();
+        float p[4] = {1.0f, -2.0f, 0.5f, 0.0f}, q[4], g[4] = {0}, m[4] = {0}, v[4] = {0};
+        float m2[4] = {0}, v2[4] = {0};
+        memcpy(q, p, sizeof p);
+        for (s = 1; s <= 3; s++) {
+            pt_adamw_update(p, g, m, v, 4, &cfg, 0.1f, s, 1);
+            pt_adamw_update(q, g, m2, v2, 4, &cfg, 0.1f, s, 0);
+        }
+        for (i = 0; i < 4; i++) {
+            double want = (i == 0 ? 1.0 : i == 1 ? -2.0 : i == 2 ? 0.5 : 0.0) * pow(1.0 - 0.1 * 0.1, 3);
+            CHECK(p[i] == p[i] && q[i] == q[i]);
+            CHECK_NEAR(p[i], want, 1e-6);
+            CHECK_NEAR(q[i], i == 0 ? 1.0 : i == 1 ? -2.0 : i == 2 ? 0.5 : 0.0, 0);
+            CHECK(m[i] == 0.0f && v[i] == 0.0f);
+        }
+    }
+}
+
+/* The model's step decays exactly the tensors with ndim >= 2 (zero gradients
+   isolate the decay). */
+static void test_adamw_step_decay_rule(void) {
+    pt_gpt g;
+    pt_adamw_config cfg = pt_adamw_default();
+    float *before;
+    int i;
+    CHECK_ST(gpt_new(&g, cfg_make(7, 4, 1, 2, 4), 1, 4, 0), PT_OK);
+    if (!g.params) return;
+    gpt_randomize(&g, 3, 0.5f);
+    before = fcopy(g.params, g.num_params);
+    pt_gpt_zero_grad(&g);
+    pt_gpt_adamw_step(&g, &cfg, 0.5f);
+    CHECK_EQ(g.adam_t, 1);
+    for (i = 0; i < g.num_tensors; i++) {
+        const pt_param *p = &g.table[i];
+        const char *nm = p->name;
+        int want_decay = strstr(nm, "wte") || strstr(nm, "wpe") ||
+                         (strstr(nm, ".weight") && !strstr(nm, "ln_")); /* README 3.3 list */
+        double keep = want_decay ? 1.0 - 0.5 * 0.1 : 1.0;
+        size_t k;
+        CHECK_EQ(p->decay, want_decay);
+        for (k = 0; k < p->numel; k++)
+            if (fabs(g.params[p->offset + k] - keep * before[p->offset + k]) > 1e-6) {
+                FAIL("%s[%zu]: %g, expected %g", nm, k, (double)g.params[p->offset + k],
+                     keep * before[p->offset + k]);
+                break;
+            }
+    }
+    pt_gpt_free(&g);
+}
+
+static void test_norm_and_clip(void) {
+    size_t sizes[3] = {0, 5, 1300001}, i, s;
+    pt_gpt g;
+    float *before, norm;
+    double naive;
+    for (s = 0; s < 3; s++) {
+        float *x = frand(sizes[s], -1, 1);
+        naive = 0.0;
+        for (i = 0; i < sizes[s]; i++) naive += (double)x[i] * x[i];
+        CHECK_NEAR(pt_norm2(x, sizes[s]), sqrt(naive), 1e-12 * sqrt(naive));
+    }
+    CHECK_ST(gpt_new(&g, cfg_make(9, 4, 1, 2, 4), 1, 4, 0), PT_OK);
+    if (!g.params) return;
+    for (i = 0; i < g.num_params; i++) g.grads[i] = (float)(2.0 * urand() - 1.0);
+    before = fcopy(g.grads, g.num_params);
+    naive = 0.0;
+    for (i = 0; i < g.num_params; i++) naive += (double)before[i] * before[i];
+    naive = sqrt(naive);
+    norm = pt_gpt_clip_grad_norm(&g, 2.0f * (float)naive); /* below the limit: untouched */
+    CHECK_NEAR(norm, naive, 1e-6 * naive);
+    CHECK(memcmp(before, g.grads, g.num_params * sizeof(float)) == 0);
+    norm = pt_gpt_clip_grad_norm(&g, 0.0f); /* 0: no clipping */
+    CHECK(memcmp(before, g.grads, g.num_params * sizeof(float)) == 0);
+    norm = pt_gpt_clip_grad_norm(&g, 1.5f);
+    CHECK_NEAR(norm, naive, 1e-6 * naive);
+    {
+        double after = 0.0, worst = 0.0;
+        for (i = 0; i < g.num_params; i++) {
+            after += (double)g.grads[i] * g.grads[i];
+            worst = fmax(worst, fabs(g.grads[i] - before[i] * 1.5 / naive));
+        }
+        CHECK_NEAR(sqrt(after), 1.5, 1e-5);
+        CHECK(worst < 1e-6); /* same direction: every element scaled by 1.5/norm */
+    }
+    pt_gpt_free(&g);
+}
+
+static void test_lr_schedule(void) {
+    pt_lr_schedule s;
+    int k;
+    s.lr = 1e-3f, s.min_lr = 1e-4f, s.warmup_steps = 10, s.total_steps = 110;
+    CHECK(pt_lr_at(&s, 0) > 0.0f);
+    for (k = 1; k < 10; k++) /* linear: equal increments of lr/warmup */
+        CHECK_NEAR(pt_lr_at(&s, k) - pt_lr_at(&s, k - 1), 1e-4, 1e-9);
+    CHECK_NEAR(pt_lr_at(&s, 9), 1e-3, 1e-9);
+    CHECK_NEAR(pt_lr_at(&s, 10), 1e-3, 1e-9);
+    CHECK_NEAR(pt_lr_at(&s, 60), (1e-3 + 1e-4) / 2, 1e-9); /* cosine midpoint */
+    CHECK_NEAR(pt_lr_at(&s, 35), 1e-4 + 0.5 * (1 + cos(3.141592653589793 / 4)) * 9e-4, 1e-9);
+    CHECK_NEAR(pt_lr_at(&s, 110), 1e-4, 1e-10);
+    CHECK_NEAR(pt_lr_at(&s, 500), 1e-4, 1e-10);
+    for (k = 11; k <= 110; k++) CHECK(pt_lr_at(&s, k) <= pt_lr_at(&s, k - 1));
+}
+
+static void test_rng(void) {
+    pt_rng a, b;
+    double sum = 0.0, sq = 0.0, usum = 0.0;
+    int i, n = 100000, differ = 0;
+    uint64_t saved;
+    pt_rng_seed(&a, 1234);
+    pt_rng_seed(&b, 1234);
+    for (i = 0; i < 1000; i++) CHECK_EQ(pt_rng_u64(&a), pt_rng_u64(&b));
+    pt_rng_seed(&b, 1235);
+    for (i = 0; i < 100; i++) differ += pt_rng_u64(&a) != pt_rng_u64(&b);
+    CHECK(differ > 90);
+    saved = a.state; /* the state is the whole position */
+    pt_rng_u64(&a);
+    b.state = saved;
+    pt_rng_u64(&b);
+    CHECK_EQ(pt_rng_u64(&a), pt_rng_u64(&b));
+    for (i = 0; i < n; i++) {
+        float u = pt_rng_uniform(&a), x = pt_rng_normal(&a, 3.0f, 2.0f);
+        if (!(u >= 0.0f && u < 1.0f)) {
+            FAIL("uniform draw %g outside [0, 1)", (double)u);
+            break;
+        }
+        usum += u;
+        sum += x;
+        sq += (double)x * x;
+    }
+    /* standard errors: mean 2/sqrt(n) = 0.0063, std 2/sqrt(2n) = 0.0045 */
+    CHECK_NEAR(sum / n, 3.0, 0.03);
+    CHECK_NEAR(sqrt(sq / n - (sum / n) * (sum / n)), 2.0, 0.03);
+    CHECK_NEAR(usum / n, 0.5, 0.005);
+}
+
+/* ======================================================================== */
+/* arena, model memory, configuration, input checks                          */
+/* ======================================================================== */
+
+static void test_arena(void) {
+    pt_arena a;
+    pt_tensor t;
+    int64_t shape[2] = {3, 5}, bad[2] = {3, -1};
+    unsigned char *p1, *p2, *p3;
+    pt_arena_init_meta(&a);
+    CHECK(pt_arena_alloc(&a, 10) == NULL);
+    CHECK(pt_arena_alloc(&a, 100) == NULL);
+    CHECK(pt_arena_alloc(&a, 64) == NULL);
+    CHECK_EQ(a.used, 64 + 128 + 64); /* each block rounded up to 64 bytes */
+    CHECK_ST(pt_arena_tensor(&a, &t, PT_F32, 2, shape), PT_OK);
+    CHECK(t.data == NULL);
+    CHECK_EQ(a.used, 256 + 64);
+    pt_arena_free(&a);
+
+    CHECK_ST(pt_arena_init(&a, 1000, NULL), PT_OK);
+    p1 = (unsigned char *)pt_arena_alloc(&a, 1);
+    p2 = (unsigned char *)pt_arena_alloc(&a, 65);
+    CHECK_ST(pt_arena_tensor(&a, &t, PT_F32, 2, shape), PT_OK);
+    p3 = (unsigned char *)t.data;
+    CHECK(p1 && p2 && p3);
+    if (p1 && p2 && p3) {
+        CHECK_EQ((uintptr_t)p1 % 64, 0);
+        CHECK_EQ((uintptr_t)p2 % 64, 0);
+        CHECK_EQ((uintptr_t)p3 % 64, 0);
+        CHECK_EQ(p2 - p1, 64);
+        CHECK_EQ(p3 - p2, 128);
+        memset(p1, 1, 1), memset(p2, 2, 65), memset(p3, 3, 60); /* ASan: inside the block */
+    }
+    CHECK_EQ(pt_tensor_numel(&t), 15);
+    CHECK(t.dtype == PT_F32 && t.ndim == 2 && t.shape[0] == 3 && t.shape[1] == 5);
+    pt_clear_error();
+    CHECK(pt_arena_alloc(&a, 2000) == NULL); /* 256 used of 1000 */
+    CHECK_MSG("2000");
+    CHECK(pt_arena_alloc(&a, SIZE_MAX) == NULL); /* rounding up must not wrap */
+    CHECK(pt_arena_alloc(&a, SIZE_MAX - 10) == NULL);
+    shape[0] = 1000;
+    CHECK_ST(pt_arena_tensor(&a, &t, PT_F32, 2, shape), PT_ERR_OOM);
+    CHECK(pt_last_error()[0] != 0);
+    CHECK_ST(pt_arena_tensor(&a, &t, PT_F32, 2, bad), PT_ERR_INVALID_ARG);
+    CHECK(pt_arena_alloc(&a, 700) != NULL); /* the failures used nothing */
+    pt_arena_free(&a);
+}
+
+/* Parameter count from the README's shapes, independent of the header. */
+static int64_t params_by_hand(const pt_gpt_config *c) {
+    int64_t C = c->n_embd, layer = 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C +
+                                   (C * 4 * C + 4 * C) + (4 * C * C + C);
+    return (int64_t)c->vocab_size * C + (int64_t)c->block_size * C + c->n_layer * layer + 2 * C;
+}
+
+static void test_gpt_memory(void) {
+    enum { V = 50, BS = 16, L = 3, NH = 2, C = 24, B = 3, T = 10 };
+    pt_gpt_config c = cfg_make(V, BS, L, NH, C);
+    pt_gpt meta, real;
+    size_t before, meta_bytes, sum = 0;
+    int i, in[B * T] = {0};
+    before = g_alloc_bytes;
+    CHECK_ST(gpt_new(&meta, c, B, T, 1), PT_OK);
+    meta_bytes = g_alloc_bytes - before;
+    CHECK_ST(gpt_new(&real, c, B, T, 0), PT_OK);
+    CHECK(meta.params == NULL && meta.grads == NULL && meta.m == NULL && meta.v == NULL);
+    CHECK(meta.logits == NULL && meta.param_arena.raw == NULL && meta.act_arena.raw == NULL);
+    /* only bookkeeping (the tensor table) may be allocated, no model memory */
+    CHECK(meta_bytes < meta.mem.params);
+    CHECK(memcmp(&meta.mem, &real.mem, sizeof meta.mem) == 0);
+    CHECK_EQ(meta.num_params, params_by_hand(&c));
+    CHECK_EQ(real.mem.params, params_by_hand(&c) * 4);
+    CHECK_EQ(real.mem.grads, params_by_hand(&c) * 4);
+    CHECK_EQ(real.mem.optimizer, params_by_hand(&c) * 8);
+    CHECK_EQ(real.mem.total, real.mem.params + real.mem.grads + real.mem.optimizer +
+                                 real.mem.activations + real.mem.scratch);
+    /* logits and attention probabilities alone need this much */
+    CHECK(real.mem.activations >= sizeof(float) * ((size_t)B * T * V + (size_t)L * B * NH * T * T));
+    CHECK_EQ(real.num_tensors, 4 + 12 * L);
+    for (i = 0; i < real.num_tensors; i++) { /* contiguous, canonical order */
+        CHECK_EQ(real.table[i].offset, sum);
+        sum += real.table[i].numel;
+    }
+    CHECK_EQ(sum, real.num_params);
+    CHECK(strcmp(real.table[0].name, "wte.weight") == 0);
+    CHECK(strcmp(real.table[4].name, "h.0.attn.c_attn.weight") == 0);
+    CHECK(strcmp(real.table[real.num_tensors - 1].name, "ln_f.bias") == 0);
+    CHECK(pt_gpt_find_param(&real, "h.2.mlp.c_proj.weight") == &real.table[2 + 12 * 2 + 10]);
+    CHECK(pt_gpt_find_param(&real, "h.3.mlp.c_proj.weight") == NULL);
+    CHECK_ERR(pt_gpt_forward(&meta, in, NULL, B, T), PT_ERR_INVALID_ARG, "meta");
+    pt_gpt_free(&meta);
+    pt_gpt_free(&real);
+}
+
+static void test_config_validation(void) {
+    pt_gpt_config c;
+    pt_gpt g;
+    c = cfg_make(100, 64, 2, 3, 10);
+    CHECK_ERR(pt_gpt_config_validate(&c), PT_ERR_CONFIG, "n_embd=10");
+    CHECK_MSG("n_head=3");
+    CHECK_ERR(gpt_new(&g, c, 1, 8, 0), PT_ERR_CONFIG, "not divisible");
+    pt_gpt_free(&g);
+    c = cfg_make(0, 64, 2, 2, 16);
+    CHECK_ERR(pt_gpt_config_validate(&c), PT_ERR_CONFIG, "vocab_size=0");
+    c = cfg_make(100, 64, 0, 2, 16);
+    CHECK_ERR(pt_gpt_config_validate(&c), PT_ERR_CONFIG, "n_layer=0");
+    c = cfg_make(100, 0, 2, 0, 0);
+    CHECK_ERR(pt_gpt_config_validate(&c), PT_ERR_CONFIG, "block_size=0");
+    CHECK_MSG("n_head=0");
+    CHECK_MSG("n_embd=0");
+    c = cfg_make(-5, 64, 2, 2, 16); /* two bad fields, one message */
+    c.ln_eps = -1.0f;
+    CHECK_ERR(pt_gpt_config_validate(&c), PT_ERR_CONFIG, "vocab_size=-5");
+    CHECK_MSG("ln_eps");
+    c = cfg_make(100, 64, 2, 2, 16);
+    CHECK_ST(pt_gpt_config_validate(&c), PT_OK);
+    CHECK_ERR(gpt_new(&g, c, 2, 65, 0), PT_ERR_CONFIG, "seq=65"); /* T > block_size */
+    CHECK_MSG("64");
+    pt_gpt_free(&g);
+    CHECK_ERR(gpt_new(&g, c, 0, 0, 0), PT_ERR_CONFIG, "batch=0");
+    CHECK_MSG("seq=0");
+    pt_gpt_free(&g);
+    CHECK_ST(gpt_new(&g, c, 2, 64, 1), PT_OK); /* seq == block_size is fine */
+    pt_gpt_free(&g);
+    CHECK_ERR(pt_gpt_config_preset("gpt5-large", &c), PT_ERR_CONFIG, "gpt5-large");
+    CHECK_ST(pt_gpt_config_preset("gpt2-124m", &c), PT_OK);
+    CHECK_EQ(pt_gpt_num_params(&c), 124439808); /* published GPT-2 small count */
+    CHECK_EQ(c.n_layer, 12);
+    CHECK_EQ(c.n_embd, 768);
+    {
+        const char *names[] = {"tiny", "mini", "small", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1558m"};
+        int i;
+        for (i = 0; i < 7; i++) {
+            CHECK_ST(pt_gpt_config_preset(names[i], &c), PT_OK);
+            CHECK_ST(pt_gpt_config_validate(&c), PT_OK);
+            CHECK_EQ(pt_gpt_num_params(&c), params_by_hand(&c));
+            CHECK(strstr(pt_gpt_preset_names(), names[i]) != NULL);
+        }
+    }
+}
+
+static void test_forward_input_checks(void) {
+    enum { V = 10, B = 2, T = 4 };
+    pt_gpt g;
+    int in[B * T] = {1, 2, 3, 4, 5, 6, 7, 8}, tg[B * T] = {0, 1, 2, 3, 4, 5, 6, 7};
+    CHECK_ST(gpt_new(&g, cfg_make(V, 8, 1, 2, 8), B, T, 0), PT_OK);
+    if (!g.params) return;
+    pt_gpt_init_weights(&g, 1);
+    CHECK_ERR(pt_gpt_backward(&g), PT_ERR_INVALID_ARG, "forward"); /* no forward yet */
+    in[5] = V;
+    CHECK_ERR(pt_gpt_forward(&g, in, tg, B, T), PT_ERR_RANGE, "inputs[5]");
+    in[5] = 6, tg[3] = -1;
+    CHECK_ERR(pt_gpt_forward(&g, in, tg, B, T), PT_ERR_RANGE, "targets[3]");
+    tg[3] = 3;
+    CHECK_ERR(pt_gpt_forward(&g, in, tg, B + 1, T), PT_ERR_CONFIG, "B=2");
+    CHECK_ERR(pt_gpt_forward(&g, in, tg, B, T + 1), PT_ERR_CONFIG, "T=4");
+    CHECK_ST(pt_gpt_forward(&g, in, NULL, B, T), PT_OK);
+    CHECK(g.loss < 0.0f);
+    CHECK_ST(pt_gpt_backward(&g), PT_ERR_INVALID_ARG); /* no targets */
+    CHECK_ST(pt_gpt_forward(&g, in, tg, 1, 3), PT_OK); /* smaller than capacity is fine */
+    CHECK(g.loss > 0.0f);
+    CHECK_ST(pt_gpt_backward(&g), PT_OK);
+    CHECK_ST(pt_gpt_backward(&g), PT_ERR_INVALID_ARG); /* once per forward */
+    pt_gpt_free(&g);
+}
+
+/* ======================================================================== */
+/* safetensors                                                               */
+/* ======================================================================== */
+
+/* A file image: u64 little-endian header length, the header, the data (exact size). */
+static unsigned char *st_image(const char *json, const void *data, size_t dlen, size_t *size) {
+    size_t hl = strlen(json), i;
+    unsigned char *b = TALLOC(unsigned char, 8 + hl + dlen);
+    for (i = 0; i < 8; i++) b[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+    memcpy(b + 8, json, hl);
+    if (dlen) memcpy(b + 8 + hl, data, dlen);
+    *size = 8 + hl + dlen;
+    return b;
+}
+
+/* pt_st_parse must return exactly `want` and, on error, a message containing sub. */
+static void parse_expect_(const char *file, int line, const unsigned char *b, size_t n,
+                          pt_status want, const char *sub) {
+    pt_safetensors st;
+    pt_status s;
+    ZERO(st);
+    pt_clear_error();
+    s = pt_st_parse(&st, b, n);
+    if (s != want)
+        failf(file, line, "pt_st_parse returned %s, expected %s (last error: %s)",
+              pt_status_name(s), pt_status_name(want), pt_last_error());
+    else if (s != PT_OK && (!pt_last_error()[0] || (sub && !strstr(pt_last_error(), sub))))
+        failf(file, line, "last error \"%s\" does not mention \"%s\"", pt_last_error(), sub ? sub : "");
+    if (s == PT_OK) pt_st_free(&st);
+}
+#define PARSE_EXPECT(json, dlen, want, sub) do {                                            \
+        size_t n_;                                                                           \
+        unsigned char *b_ = st_image(json, zeros, dlen, &n_);                                \
+        parse_expect_(__FILE__, __LINE__, b_, n_, want, sub);                                \
+    } while (0)
+
+static void test_st_roundtrip(void) {
+    static const char *meta_vals[2] = {"quote \" backslash \\ newline \n tab \t ctrl \x01 end",
+                                       "unicode h\xc3\xa9llo \xe2\x98\x83 \xf0\x9f\x98\x80"};
+    const char *path = tmp_path("roundtrip.safetensors");
+    const char *name_f = "a \"weird\"\\name\nwith/\xc3\xa9";
+    float f[6] = {1.5f, -2.0f, 3.25f, 0.0f, -0.0f, 1e-30f}, scalar = 42.5f, got[6];
+    int32_t ints[4] = {7, -8, 2147483647, -2147483647 - 1}, goti[4];
+    int64_t s23[2] = {2, 3}, s4[1] = {4}, s03[2] = {0, 3}, s32[2] = {3, 2};
+    pt_st_writer w;
+    pt_safetensors st;
+    const pt_st_tensor *t;
+    unsigned char *file;
+    size_t size = 0;
+    ZERO(w);
+    pt_st_writer_init(&w);
+    CHECK_ST(pt_st_writer_meta(&w, "k1", meta_vals[0]), PT_OK);
+    CHECK_ST(pt_st_writer_meta(&w, "k\"2\"", meta_vals[1]), PT_OK);
+    CHECK_ST(pt_st_writer_add(&w, name_f, PT_F32, 2, s23, f), PT_OK);
+    CHECK_ST(pt_st_writer_add(&w, "ints", PT_I32, 1, s4, ints), PT_OK);
+    CHECK_ST(pt_st_writer_add(&w, "scalar", PT_F32, 0, NULL, &scalar), PT_OK);
+    CHECK_ST(pt_st_writer_add(&w, "empty", PT_F32, 2, s03, NULL), PT_OK);
+    CHECK_ST(pt_st_writer_add(&w, "__metadata__", PT_F32, 1, s4, f), PT_ERR_INVALID_ARG);
+    CHECK_ST(pt_st_writer_save(&w, path), PT_OK);
+    pt_st_writer_free(&w);
+    CHECK(!file_exists(tmp_path("roundtrip.safetensors.tmp")));
+    file = read_all(path, &size);
+    if (!file || size < 8) {
+        FAIL("cannot read back %s", path);
+        return;
+    }
+    { /* the data buffer starts 8-byte aligned: 8 + N is a multiple of 8 */
+        uint64_t hl = 0;
+        int i;
+        for (i = 7; i >= 0; i--) hl = (hl << 8) | file[i];
+        CHECK_EQ((8 + hl) % 8, 0);
+        CHECK_EQ(size, 8 + hl + sizeof f + sizeof ints + sizeof scalar);
+    }
+    ZERO(st);
+    CHECK_ST(pt_st_load(&st, path), PT_OK);
+    CHECK_EQ(st.n_tensors, 4);
+    CHECK_EQ(st.n_meta, 2);
+    CHECK(pt_st_meta_get(&st, "k1") && strcmp(pt_st_meta_get(&st, "k1"), meta_vals[0]) == 0);
+    CHECK(pt_st_meta_get(&st, "k\"2\"") && strcmp(pt_st_meta_get(&st, "k\"2\""), meta_vals[1]) == 0);
+    CHECK(pt_st_meta_get(&st, "k3") == NULL);
+    t = pt_st_find(&st, name_f);
+    CHECK(t && t->dtype == PT_F32 && t->ndim == 2 && t->shape[0] == 2 && t->shape[1] == 3);
+    CHECK_ST(pt_st_read_f32(&st, name_f, got, 2, s23), PT_OK);
+    CHECK(memcmp(got, f, sizeof f) == 0);
+    CHECK_ST(pt_st_read_i32(&st, "ints", goti, 1, s4), PT_OK);
+    CHECK(memcmp(goti, ints, sizeof ints) == 0);
+    t = pt_st_find(&st, "scalar");
+    CHECK(t && t->ndim == 0 && t->end - t->begin == 4);
+    got[0] = 0.0f;
+    CHECK_ST(pt_st_read_f32(&st, "scalar", got, 0, NULL), PT_OK);
+    CHECK(got[0] == 42.5f);
+    t = pt_st_find(&st, "empty");
+    CHECK(t && t->ndim == 2 && t->shape[0] == 0 && t->shape[1] == 3 && t->end == t->begin);
+    CHECK_ST(pt_st_read_f32(&st, "empty", got, 2, s03), PT_OK);
+    /* read errors */
+    CHECK_ERR(pt_st_read_f32(&st, name_f, got, 2, s32), PT_ERR_SHAPE, "[2, 3]");
+    CHECK_ERR(pt_st_read_f32(&st, name_f, got, 1, s4), PT_ERR_SHAPE, "weird");
+    CHECK_ERR(pt_st_read_f32(&st, "nope", got, 1, s4), PT_ERR_MISSING, "nope");
+    CHECK_ERR(pt_st_read_f32(&st, "ints", got, 1, s4), PT_ERR_DTYPE, "I32");
+    CHECK_ERR(pt_st_read_i32(&st, "scalar", goti, 0, NULL), PT_ERR_DTYPE, "F32");
+    pt_st_free(&st);
+    ZERO(st);
+    CHECK_ERR(pt_st_load(&st, tmp_path("does-not-exist.safetensors")), PT_ERR_IO, "does-not-exist");
+}
+
+/* F16, BF16 and F64 tensors from hand-encoded little-endian bytes. */
+static void test_st_half_formats(void) {
+    static const uint16_t f16[9] = {0x3C00, 0xC100, 0x3800, 0x7BFF, 0x0001, 0x03FF, 0x0400, 0x8000, 0x7C00};
+    const double f16_want[9] = {1.0, -2.5, 0.5, 65504.0, ldexp(1, -24), 1023 * ldexp(1, -24),
+                                ldexp(1, -14), -0.0, INFINITY};
+    static const uint16_t bf16[5] = {0x3F80, 0xC020, 0x3F00, 0x4049, 0x0001};
+    const double bf16_want[5] = {1.0, -2.5, 0.5, 3.140625, ldexp(1, -133)};
+    unsigned char data[18 + 10 + 8], *img;
+    char json[256];
+    double d = 0.1;
+    float got[9];
+    int64_t s9[1] = {9}, s5[1] = {5}, s1[1] = {1};
+    pt_safetensors st;
+    size_t n;
+    int i;
+    for (i = 0; i < 9; i++) data[2 * i] = (unsigned char)f16[i], data[2 * i + 1] = (unsigned char)(f16[i] >> 8);
+    for (i = 0; i < 5; i++) data[18 + 2 * i] = (unsigned char)bf16[i], data[19 + 2 * i] = (unsigned char)(bf16[i] >> 8);
+    memcpy(data + 28, &d, 8); /* little-endian host */
+    snprintf(json, sizeof json, "{\"h\":{\"dtype\":\"F16\",\"shape\":[9],\"data_offsets\":[0,18]},"
+             "\"b\":{\"dtype\":\"BF16\",\"shape\":[5],\"data_offsets\":[18,28]},"
+             "\"d\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[28,36]}}");
+    img = st_image(json, data, sizeof data, &n);
+    ZERO(st);
+    CHECK_ST(pt_st_parse(&st, img, n), PT_OK);
+    CHECK_ST(pt_st_read_f32(&st, "h", got, 1, s9), PT_OK);
+    for (i = 0; i < 9; i++)
+        if (!((double)got[i] == f16_want[i] && (signbit(got[i]) != 0) == (signbit(f16_want[i]) != 0)))
+            FAIL("F16 0x%04x read as %.9g, expected %.9g", f16[i], (double)got[i], f16_want[i]);
+    CHECK_ST(pt_st_read_f32(&st, "b", got, 1, s5), PT_OK);
+    for (i = 0; i < 5; i++)
+        if ((double)got[i] != bf16_want[i])
+            FAIL("BF16 0x%04x read as %.9g, expected %.9g", bf16[i], (double)got[i], bf16_want[i]);
+    CHECK_ST(pt_st_read_f32(&st, "d", got, 1, s1), PT_OK);
+    CHECK(got[0] == (float)0.1);
+    pt_st_free(&st);
+}
+
+/* {"a": {"dtype": dtype, "shape": [shape], "data_offsets": [off]}} */
+static const char *one(const char *dtype, const char *shape, const char *off) {
+    char *j = TALLOC(char, 256);
+    snprintf(j, 256, "{\"a\":{\"dtype\":\"%s\",\"shape\":[%s],\"data_offsets\":[%s]}}", dtype, shape, off);
+    return j;
+}
+
+static void test_st_malformed(void) {
+    static const unsigned char zeros[64] = {0};
+    const char *ok1 = "\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]";
+    char json[512], *deep;
+    size_t n, i;
+    unsigned char *img;
+    /* container */
+    parse_expect_(__FILE__, __LINE__, zeros, 5, PT_ERR_FORMAT, "5 bytes");
+    img = st_image("{}", NULL, 0, &n);
+    img[0] = 100; /* header length 100 in a 10-byte file */
+    parse_expect_(__FILE__, __LINE__, img, n, PT_ERR_FORMAT, "100");
+    img[0] = 0, img[7] = 0x80; /* 2^63 */
+    parse_expect_(__FILE__, __LINE__, img, n, PT_ERR_FORMAT, "9223372036854775");
+    PARSE_EXPECT("{}", 0, PT_OK, NULL);
+    PARSE_EXPECT("{}      ", 0, PT_OK, NULL); /* space padding */
+    PARSE_EXPECT("hello world", 0, PT_ERR_FORMAT, "JSON");
+    PARSE_EXPECT("[1, 2]", 0, PT_ERR_FORMAT, "object");
+    PARSE_EXPECT("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]", 4, PT_ERR_FORMAT, "JSON");
+    PARSE_EXPECT("{\"a\":{\"dtype\":\"F32\",\"sha", 4, PT_ERR_FORMAT, "JSON");
+    PARSE_EXPECT("{} xyz", 0, PT_ERR_FORMAT, "trailing");
+    PARSE_EXPECT("{}}", 0, PT_ERR_FORMAT, "trailing");
+    PARSE_EXPECT("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},}", 4, PT_ERR_FORMAT, "JSON");
+    /* offsets and sizes */
+    PARSE_EXPECT(one("F32", "2", "0,8"), 4, PT_ERR_FORMAT, "'a'"); /* beyond the data */
+    PARSE_EXPECT(one("F32", "1", "8,4"), 8, PT_ERR_FORMAT, "'a'");
+    PARSE_EXPECT("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                 "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, PT_ERR_FORMAT, "overlap");
+    /* the overlap of a and b, with an empty tensor sorted between them */
+    PARSE_EXPECT("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                 "\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[2,2]},"
+                 "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, PT_ERR_FORMAT, "overlap");
+    PARSE_EXPECT("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                 "\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,8]},"
+                 "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16, PT_OK, NULL);
+    PARSE_EXPECT(one("F32", "3", "0,8"), 8, PT_ERR_SHAPE, "'a'");
+    PARSE_EXPECT(one("F32", "4611686018427387904,4", "0,8"), 8, PT_ERR_SHAPE, "'a'"); /* overflow */
+    PARSE_EXPECT(one("F32", "1,1,1,1,1,1,1,1,1", "0,4"), 4, PT_ERR_FORMAT, "dimensions");
+    /* entries */
+    PARSE_EXPECT(one("F8", "1", "0,1"), 1, PT_ERR_DTYPE, "F8");
+    PARSE_EXPECT("{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, PT_ERR_FORMAT, "dtype");
+    PARSE_EXPECT("{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 4, PT_ERR_FORMAT, "shape");
+    PARSE_EXPECT("{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, PT_ERR_FORMAT, "data_offsets");
+    PARSE_EXPECT(one("F32", "-1", "0,4"), 4, PT_ERR_FORMAT, "integer");
+    PARSE_EXPECT(one("F32", "1.5", "0,4"), 4, PT_ERR_FORMAT, "integer");
+    PARSE_EXPECT(one("F32", "1e0", "0,4"), 4, PT_ERR_FORMAT, "integer");
+    PARSE_EXPECT(one("F32", "1", "0,-4"), 4, PT_ERR_FORMAT, "integer");
+    PARSE_EXPECT(one("F32", "1", "0,4,8"), 8, PT_ERR_FORMAT, "data_offsets");
+    PARSE_EXPECT("{\"a\":{\"dtype\":7,\"shape\":[1],\"data_offsets\":[0,4]}}", 4, PT_ERR_FORMAT, "dtype");
+    PARSE_EXPECT("{\"a\":[1]}", 4, PT_ERR_FORMAT, "object");
+    snprintf(json, sizeof json, "{\"a\":{%s},\"a\":{%s}}", ok1, "\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]");
+    PARSE_EXPECT(json, 8, PT_ERR_FORMAT, "'a'"); /* duplicate name */
+    PARSE_EXPECT("{\"__metadata__\":{\"k\":1}}", 0, PT_ERR_FORMAT, "'k'");
+    PARSE_EXPECT("{\"__metadata__\":{\"k\":\"v\",\"n\":null}}", 0, PT_ERR_FORMAT, "'n'");
+    PARSE_EXPECT("{\"__metadata__\":[\"k\"]}", 0, PT_ERR_FORMAT, "__metadata__");
+    snprintf(json, sizeof json, "{\"a\nb\":{%s}}", ok1); /* raw control character */
+    PARSE_EXPECT(json, 4, PT_ERR_FORMAT, "JSON");
+    snprintf(json, sizeof json, "{\"a\\u0000b\":{%s}}", ok1);
+    PARSE_EXPECT(json, 4, PT_ERR_FORMAT, "JSON");
+    snprintf(json, sizeof json, "{\"a\\ud800\":{%s}}", ok1); /* lone surrogate */
+    PARSE_EXPECT(json, 4, PT_ERR_FORMAT, "JSON");
+    snprintf(json, sizeof json, "{\"a\\u00e9\\ud83d\\ude00\":{%s}}", ok1);
+    PARSE_EXPECT(json, 4, PT_OK, NULL);
+    /* an ignored key may hold any JSON value, nested a little */
+    snprintf(json, sizeof json, "{\"a\":{%s,\"x\":[[1,{\"y\":[true,false,null,-1.5e3,\"s\"]}],[]]}}", ok1);
+    PARSE_EXPECT(json, 4, PT_OK, NULL);
+    /* but 10000 nested arrays must neither overflow the stack nor pass */
+    deep = TALLOC(char, 20200);
+    n = (size_t)snprintf(deep, 200, "{\"a\":{%s,\"x\":", ok1);
+    for (i = 0; i < 10000; i++) deep[n++] = '[';
+    for (i = 0; i < 10000; i++) deep[n++] = ']';
+    memcpy(deep + n, "}}", 3);
+    PARSE_EXPECT(deep, 4, PT_ERR_FORMAT, NULL);
+    deep[n - 10000] = 0; /* unclosed */
+    PARSE_EXPECT(deep, 4, PT_ERR_FORMAT, NULL);
+}
+
+/* Every header byte replaced by a few values and bit flips, and every
+   truncation: parse returns a status and never reads out of bounds (ASan);
+   whatever it accepts is self-consistent. */
+static void test_st_mutations(void) {
+    static const unsigned char vals[] = {0,   ' ', '"', '\\', '{', '}', '[', ']', ',',
+                                         ':', '-', '0', '9',  'e', '.', 0x7F, 0xFF};
+    float f[6] = {1, 2, 3, 4, 5, 6};
+    int32_t ints[2] = {1, 2};
+    int64_t s23[2] = {2, 3}, s2[1] = {2}, s0[1] = {0};
+    pt_st_writer w;
+    const char *path = tmp_path("mutate.safetensors");
+    unsigned char *file, *buf;
+    size_t size = 0, hl, pos, len;
+    int v, accepted = 0, total = 0;
+    ZERO(w);
+    pt_st_writer_init(&w);
+    pt_st_writer_meta(&w, "format", "pt\"x\\");
+    pt_st_writer_add(&w, "x", PT_F32, 2, s23, f);
+    pt_st_writer_add(&w, "i", PT_I32, 1, s2, ints);
+    pt_st_writer_add(&w, "s", PT_F32, 0, NULL, f);
+    pt_st_writer_add(&w, "e", PT_F32, 1, s0, NULL);
+    CHECK_ST(pt_st_writer_save(&w, path), PT_OK);
+    pt_st_writer_free(&w);
+    file = read_all(path, &size);
+    if (!file || size < 8) return;
+    hl = (size_t)file[0] | (size_t)file[1] << 8;
+    for (pos = 0; pos < 8 + hl; pos++) {
+        buf = (unsigned char *)malloc(size); /* exact size, so ASan sees over-reads */
+        memcpy(buf, file, size);
+        for (v = 0; v < (int)sizeof vals + 8; v++) {
+            pt_safetensors st;
+            pt_status s;
+            buf[pos] = v < (int)sizeof vals ? vals[v]
+                                            : (unsigned char)(file[pos] ^ (1u << (v - (int)sizeof vals)));
+            ZERO(st);
+            s = pt_st_parse(&st, buf, size);
+            total++;
+            if (s == PT_OK) {
+                int k, d;
+                accepted++;
+                for (k = 0; k < st.n_tensors; k++) {
+                    const pt_st_tensor *t = &st.tensors[k];
+                    uint64_t bytes = pt_dtype_size(t->dtype);
+                    for (d = 0; d < t->ndim; d++) bytes *= (uint64_t)t->shape[d];
+                    if (t->end - t->begin != bytes || t->data < buf ||
+                        t->data + bytes > buf + size) {
+                        FAIL("mutation at %zu accepted an inconsistent tensor '%s'", pos, t->name);
+                        break;
+                    }
+                }
+                pt_st_free(&st);
+            } else if ((int)s <= 0 || s >= PT_STATUS_COUNT || !pt_last_error()[0]) {
+                FAIL("mutation at %zu: status %d without a message", pos, (int)s);
+            }
+        }
+        free(buf);
+    }
+    for (len = 0; len < size; len++) {
+        pt_safetensors st;
+        buf = (unsigned char *)malloc(len ? len : 1);
+        memcpy(buf, file, len);
+        ZERO(st);
+        if (pt_st_parse(&st, buf, len) == PT_OK) { /* the last tensor ends at the end */
+            FAIL("file truncated to %zu of %zu bytes was accepted", len, size);
+            pt_st_free(&st);
+        }
+        free(buf);
+    }
+    CHECK(accepted > 0 && accepted < total); /* some mutations are harmless, most are not */
+}
+
+/* ======================================================================== */
+/* model weights from files, checkpoints                                     */
+/* ======================================================================== */
+
+/* m's parameters in a Hugging Face-style file: "transformer." names, the attn.bias
+   and attn.masked_bias buffers and lm_head.weight. `skip` is left out; `misshape`
+   is written with one extra row. */
+static pt_status write_hf(const char *path, const pt_gpt *m, const char *skip, const char *misshape) {
+    int64_t bias_shape[4] = {1, 1, m->config.block_size, m->config.block_size};
+    float *mask = frand((size_t)m->config.block_size * m->config.block_size, 0, 1), *big;
+    char name[96];
+    pt_st_writer w;
+    pt_status s;
+    int i, l;
+    ZERO(w);
+    pt_st_writer_init(&w);
+    pt_st_writer_meta(&w, "format", "pt");
+    for (i = 0; i < m->num_tensors; i++) {
+        const pt_param *p = &m->table[i];
+        int64_t shape[2] = {p->shape[0], p->shape[1]};
+        const float *data = m->params + p->offset;
+        if (skip && strcmp(p->name, skip) == 0) continue;
+        if (misshape && strcmp(p->name, misshape) == 0) {
+            shape[0]++;
+            big = TALLOC(float, (size_t)shape[0] * (p->ndim > 1 ? (size_t)shape[1] : 1));
+            data = big;
+        }
+        snprintf(name, sizeof name, "transformer.%s", p->name);
+        pt_st_writer_add(&w, name, PT_F32, p->ndim, shape, data);
+    }
+    for (l = 0; l < m->config.n_layer; l++) {
+        snprintf(name, sizeof name, "transformer.h.%d.attn.bias", l);
+        pt_st_writer_add(&w, name, PT_F32, 4, bias_shape, mask);
+        snprintf(name, sizeof name, "transformer.h.%d.attn.masked_bias", l);
+        pt_st_writer_add(&w, name, PT_F32, 0, NULL, mask);
+    }
+    pt_st_writer_add(&w, "lm_head.weight", PT_F32, 2, m->table[0].shape, m->wte);
+    s = pt_st_writer_save(&w, path);
+    pt_st_writer_free(&w);
+    return s;
+}
+
+static void test_load_hf_weights(void) {
+    pt_gpt src, dst;
+    pt_gpt_config c;
+    pt_safetensors st;
+    const char *path = tmp_path("hf.safetensors");
+    float *keep;
+    CHECK_ST(gpt_new(&src, cfg_make(13, 8, 2, 4, 64), 1, 1, 0), PT_OK);
+    if (!src.params) return;
+    gpt_randomize(&src, 11, 0.5f);
+    CHECK_ST(write_hf(path, &src, NULL, NULL), PT_OK);
+    ZERO(st);
+    CHECK_ST(pt_st_load(&st, path), PT_OK);
+    CHECK_ST(pt_gpt_config_from_st(&st, 0, &c), PT_OK); /* n_head = C/64 */
+    CHECK(c.vocab_size == 13 && c.block_size == 8 && c.n_layer == 2 && c.n_embd == 64 && c.n_head == 1);
+    CHECK_ST(pt_gpt_config_from_st(&st, 4, &c), PT_OK);
+    CHECK_EQ(c.n_head, 4);
+    CHECK_ST(gpt_new(&dst, c, 1, 4, 0), PT_OK);
+    if (dst.params) {
+        pt_gpt_init_weights(&dst, 99);
+        CHECK_ST(pt_gpt_load_weights_st(&dst, &st), PT_OK);
+        CHECK(memcmp(dst.params, src.params, src.num_params * sizeof(float)) == 0);
+        pt_st_free(&st);
+        /* a missing tensor, then a mis-shaped one (the last in canonical order):
+           the error names it and nothing is copied */
+        pt_gpt_init_weights(&dst, 99);
+        keep = fcopy(dst.params, dst.num_params);
+        CHECK_ST(write_hf(path, &src, "h.1.mlp.c_proj.bias", NULL), PT_OK);
+        CHECK_ERR(pt_gpt_load_weights(&dst, path), PT_ERR_MISSING, "h.1.mlp.c_proj.bias");
+        CHECK(memcmp(dst.params, keep, dst.num_params * sizeof(float)) == 0);
+        CHECK_ST(write_hf(path, &src, NULL, "ln_f.bias"), PT_OK);
+        CHECK_ERR(pt_gpt_load_weights(&dst, path), PT_ERR_SHAPE, "ln_f.bias");
+        CHECK(memcmp(dst.params, keep, dst.num_params * sizeof(float)) == 0);
+    }
+    pt_st_free(&st);
+    pt_gpt_free(&dst);
+    pt_gpt_free(&src);
+}
+
+/* ---- checkpoints ------------------------------------------------------------ */
+
+enum { CK_B = 2, CK_T = 8 };
+
+static void train_steps(pt_gpt *g, pt_loader *l, int steps, float *losses) {
+    int in[CK_B * CK_T], tg[CK_B * CK_T], s;
+    pt_adamw_config opt = pt_adamw_default();
+    for (s = 0; s < steps; s++) {
+        pt_loader_next(l, in, tg);
+        CHECK_ST(pt_gpt_forward(g, in, tg, CK_B, CK_T), PT_OK);
+        CHECK_ST(pt_gpt_backward(g), PT_OK);
+        pt_gpt_adamw_step(g, &opt, 1e-2f);
+        losses[s] = g->loss;
+    }
+}
+
+static void make_tokens(pt_tokens *t, size_t n, int V) {
+    size_t i;
+    ZERO(*t);
+    t->data = TALLOC(uint16_t, n);
+    for (i = 0; i < n; i++) t->data[i] = (uint16_t)((i * 7 + i / 3 + (size_t)irand(3)) % (size_t)V);
+    t->n = n;
+    t->vocab_size = V;
+}
+
+static void test_checkpoint_resume(void) {
+    pt_gpt_config cfg = cfg_make(32, 16, 2, 2, 16), c2;
+    pt_gpt a, b;
+    pt_loader la, lb;
+    pt_loader_desc ld;
+    pt_tokens tok;
+    pt_train_state ts, got;
+    pt_rng rng;
+    float losses_a[6], losses_b[6];
+    const char *path = tmp_path("resume.safetensors");
+    make_tokens(&tok, 81, 32); /* 10 windows of 8: the 6 steps cross an epoch */
+    ZERO(ld);
+    ld.batch = CK_B, ld.seq = CK_T, ld.seed = 5;
+    /* uninterrupted: 6 steps */
+    CHECK_ST(gpt_new(&a, cfg, CK_B, CK_T, 0), PT_OK);
+    ZERO(la);
+    CHECK_ST(pt_loader_init(&la, &tok, PT_SPLIT_ALL, &ld), PT_OK);
+    if (!a.params) return;
+    pt_gpt_init_weights(&a, 1);
+    train_steps(&a, &la, 6, losses_a);
+    pt_loader_free(&la);
+    /* 3 steps, checkpoint, free everything */
+    CHECK_ST(gpt_new(&b, cfg, CK_B, CK_T, 0), PT_OK);
+    ZERO(lb);
+    CHECK_ST(pt_loader_init(&lb, &tok, PT_SPLIT_ALL, &ld), PT_OK);
+    pt_gpt_init_weights(&b, 1);
+    train_steps(&b, &lb, 3, losses_b);
+    pt_rng_seed(&rng, 77);
+    pt_rng_u64(&rng);
+    ts.step = 3, ts.data_epoch = lb.epoch, ts.data_pos = lb.pos, ts.rng_state = rng.state;
+    CHECK_ST(pt_checkpoint_save(path, &b, &ts), PT_OK);
+    pt_loader_free(&lb);
+    pt_gpt_free(&b);
+    /* rebuild from the file, resume, 3 more steps */
+    CHECK_ST(pt_gpt_config_from_file(path, 0, &c2), PT_OK);
+    CHECK(c2.vocab_size == 32 && c2.block_size == 16 && c2.n_layer == 2 && c2.n_head == 2 && c2.n_embd == 16);
+    CHECK_ST(gpt_new(&b, c2, CK_B, CK_T, 0), PT_OK);
+    pt_gpt_init_weights(&b, 12345); /* must be overwritten */
+    ZERO(got);
+    CHECK_ST(pt_checkpoint_load(path, &b, &got), PT_OK);
+    CHECK(got.step == 3 && got.data_epoch == ts.data_epoch && got.data_pos == ts.data_pos);
+    CHECK_EQ(got.rng_state, rng.state);
+    CHECK_EQ(b.adam_t, 3);
+    ZERO(lb);
+    CHECK_ST(pt_loader_init(&lb, &tok, PT_SPLIT_ALL, &ld), PT_OK);
+    pt_loader_seek(&lb, got.data_epoch, (size_t)got.data_pos);
+    train_steps(&b, &lb, 3, losses_b + 3);
+    CHECK(memcmp(losses_a, losses_b, sizeof losses_a) == 0);
+    if (memcmp(losses_a, losses_b, sizeof losses_a) != 0) {
+        int s;
+        for (s = 0; s < 6; s++)
+            printf("      step %d: %.9g vs %.9g\n", s, (double)losses_a[s], (double)losses_b[s]);
+    }
+    CHECK(losses_a[5] < losses_a[0]); /* it did learn something */
+    CHECK(memcmp(a.params, b.params, a.num_params * sizeof(float)) == 0);
+    CHECK(memcmp(a.m, b.m, a.num_params * sizeof(float)) == 0);
+    CHECK(memcmp(a.v, b.v, a.num_params * sizeof(float)) == 0);
+    pt_loader_free(&lb);
+    pt_gpt_free(&a);
+    pt_gpt_free(&b);
+}
+
+static void test_checkpoint_errors(void) {
+    pt_gpt_config cfg = cfg_make(32, 16, 2, 2, 16);
+    pt_adamw_config opt = pt_adamw_default();
+    pt_gpt g, other;
+    pt_train_state ts, got;
+    pt_safetensors st;
+    pt_st_writer w;
+    const char *path = tmp_path("ck.safetensors"), *bad = tmp_path("ck_missing.safetensors");
+    const char *nodir = tmp_path("no/such/dir/ck.safetensors");
+    float *p0, *m0, *v0;
+    int i, dummy[CK_B * CK_T] = {0};
+    CHECK_ST(gpt_new(&g, cfg, CK_B, CK_T, 0), PT_OK);
+    if (!g.params) return;
+    gpt_randomize(&g, 2, 0.1f);
+    CHECK_ST(pt_gpt_forward(&g, dummy, dummy, CK_B, CK_T), PT_OK);
+    CHECK_ST(pt_gpt_backward(&g), PT_OK);
+    pt_gpt_adamw_step(&g, &opt, 1e-3f);
+    ZERO(ts);
+    ts.step = 1;
+    CHECK_ST(pt_checkpoint_save(path, &g, &ts), PT_OK);
+    ts.step = 2; /* saving over it replaces it, leaving no temporary */
+    CHECK_ST(pt_checkpoint_save(path, &g, &ts), PT_OK);
+    CHECK(!file_exists(tmp_path("ck.safetensors.tmp")));
+    CHECK_ST(pt_checkpoint_load(path, &g, &got), PT_OK);
+    CHECK_EQ(got.step, 2);
+    CHECK_ERR(pt_checkpoint_save(nodir, &g, &ts), PT_ERR_IO, "no/such/dir");
+    CHECK(!file_exists(nodir));
+    CHECK(!file_exists(tmp_path("no/such/dir/ck.safetensors.tmp")));
+    /* another config */
+    CHECK_ST(gpt_new(&other, cfg_make(32, 16, 1, 2, 16), CK_B, CK_T, 0), PT_OK);
+    CHECK_ERR(pt_checkpoint_load(path, &other, &got), PT_ERR_CONFIG, "ck.safetensors");
+    pt_gpt_free(&other);
+    /* one optimizer tensor missing: error, and g untouched */
+    ZERO(st);
+    CHECK_ST(pt_st_load(&st, path), PT_OK);
+    ZERO(w);
+    pt_st_writer_init(&w);
+    for (i = 0; i < st.n_meta; i++) pt_st_writer_meta(&w, st.meta[i].key, st.meta[i].value);
+    for (i = 0; i < st.n_tensors; i++) {
+        const pt_st_tensor *t = &st.tensors[i];
+        if (strcmp(t->name, "optim.v.h.1.ln_2.bias") != 0)
+            pt_st_writer_add(&w, t->name, t->dtype, t->ndim, t->shape, t->data);
+    }
+    CHECK_EQ(w.n_tensors, 3 * g.num_tensors - 1);
+    CHECK_ST(pt_st_writer_save(&w, bad), PT_OK);
+    pt_st_writer_free(&w);
+    pt_st_free(&st);
+    gpt_randomize(&g, 3, 0.1f);
+    g.adam_t = 17;
+    p0 = fcopy(g.params, g.num_params), m0 = fcopy(g.m, g.num_params), v0 = fcopy(g.v, g.num_params);
+    CHECK_ERR(pt_checkpoint_load(bad, &g, &got), PT_ERR_MISSING, "optim.v.h.1.ln_2.bias");
+    CHECK(memcmp(p0, g.params, g.num_params * sizeof(float)) == 0);
+    CHECK(memcmp(m0, g.m, g.num_params * sizeof(float)) == 0);
+    CHECK(memcmp(v0, g.v, g.num_params * sizeof(float)) == 0);
+    CHECK_EQ(g.adam_t, 17);
+    /* a safetensors file that is not a checkpoint */
+    CHECK_ST(write_hf(bad, &g, NULL, NULL), PT_OK);
+    CHECK_ERR(pt_checkpoint_load(bad, &g, &got), PT_ERR_FORMAT, "checkpoint");
+    CHECK(memcmp(p0, g.params, g.num_params * sizeof(float)) == 0);
+    pt_gpt_free(&g);
+}
+
+/* ======================================================================== */
+/* token data and loaders                                                    */
+/* ======================================================================== */
+
+static unsigned char *llmc_image(int32_t magic, int32_t version, int32_t count,
+                                 const uint16_t *tok, size_t ntok, size_t *size) {
+    unsigned char *b = TALLOC(unsigned char, 1024 + 2 * ntok);
+    int32_t h[3];
+    h[0] = magic, h[1] = version, h[2] = count;
+    memcpy(b, h, sizeof h); /* little-endian host */
+    if (ntok) memcpy(b + 1024, tok, 2 * ntok);
+    *size = 1024 + 2 * ntok;
+    return b;
+}
+
+static void test_tokens(void) {
+    uint16_t tok[5] = {3, 50256, 0, 7, 1000};
+    pt_tokens t;
+    size_t n;
+    unsigned char *img;
+    const char *bin = tmp_path("tokens.bin"), *txt = tmp_path("tokens.txt");
+    img = llmc_image(20240520, 1, 5, tok, 5, &n);
+    ZERO(t);
+    CHECK_ST(pt_tokens_parse_llmc(&t, img, n), PT_OK);
+    CHECK(t.n == 5 && t.vocab_size == 50257 && t.data && memcmp(t.data, tok, sizeof tok) == 0);
+    CHECK_ST(pt_tokens_check(&t, 50257), PT_OK);
+    CHECK_ERR(pt_tokens_check(&t, 1000), PT_ERR_RANGE, "50256");
+    pt_tokens_free(&t);
+    img = llmc_image(20240521, 1, 5, tok, 5, &n);
+    CHECK_ERR(pt_tokens_parse_llmc(&t, img, n), PT_ERR_FORMAT, "magic");
+    CHECK_MSG("20240521");
+    write_all(bin, img, n); /* a ".bin" with a wrong magic is not taken as bytes */
+    ZERO(t);
+    CHECK_ERR(pt_tokens_load(&t, bin, PT_TOKENS_AUTO), PT_ERR_FORMAT, "magic");
+    CHECK_MSG("tokens.bin");
+    img = llmc_image(20240520, 2, 5, tok, 5, &n);
+    CHECK_ERR(pt_tokens_parse_llmc(&t, img, n), PT_ERR_UNSUPPORTED, "version 2");
+    img = llmc_image(20240520, 1, 6, tok, 5, &n);
+    CHECK_ERR(pt_tokens_parse_llmc(&t, img, n), PT_ERR_FORMAT, "6");
+    img = llmc_image(20240520, 1, -1, tok, 5, &n);
+    CHECK_ST(pt_tokens_parse_llmc(&t, img, n), PT_ERR_FORMAT);
+    CHECK_ERR(pt_tokens_parse_llmc(&t, img, 1000), PT_ERR_FORMAT, "1000");
+    ZERO(t);
+    CHECK_ERR(pt_tokens_load(&t, tmp_path("missing.bin"), PT_TOKENS_AUTO), PT_ERR_IO, "missing.bin");
+    write_all(txt, "hello", 5); /* anything but .bin is bytes */
+    ZERO(t);
+    CHECK_ST(pt_tokens_load(&t, txt, PT_TOKENS_AUTO), PT_OK);
+    CHECK(t.n == 5 && t.vocab_size == 256 && t.data && t.data[0] == 'h' && t.data[4] == 'o');
+    pt_tokens_free(&t);
+    img = llmc_image(20240520, 1, 5, tok, 5, &n);
+    write_all(bin, img, n);
+    ZERO(t);
+    CHECK_ST(pt_tokens_load(&t, bin, PT_TOKENS_AUTO), PT_OK);
+    CHECK(t.n == 5 && t.data && t.data[1] == 50256);
+    pt_tokens_free(&t);
+    { /* entropy: first 40 alternate 0,1; next 40 cycle 0..3 */
+        uint16_t d[80];
+        int i;
+        for (i = 0; i < 40; i++) d[i] = (uint16_t)(i % 2), d[40 + i] = (uint16_t)(i % 4);
+        ZERO(t);
+        t.data = d, t.n = 80, t.vocab_size = 4;
+        CHECK_NEAR(pt_tokens_unigram_entropy(&t, 0, 40), log(2.0), 1e-12);
+        CHECK_NEAR(pt_tokens_unigram_entropy(&t, 40, 80), log(4.0), 1e-12);
+        CHECK_NEAR(pt_tokens_unigram_entropy(&t, 0, 80),
+                   -2 * 0.375 * log(0.375) - 2 * 0.125 * log(0.125), 1e-12);
+        CHECK_NEAR(pt_tokens_unigram_entropy(&t, 0, 1), 0.0, 1e-15);
+    }
+}
+
+/* Token i has value i, so every window shows where it came from. */
+static pt_tokens iota_tokens(size_t n) {
+    pt_tokens t;
+    size_t i;
+    ZERO(t);
+    t.data = TALLOC(uint16_t, n);
+    for (i = 0; i < n; i++) t.data[i] = (uint16_t)i;
+    t.n = n;
+    t.vocab_size = 65536;
+    return t;
+}
+static pt_loader_desc loader_desc(int B, int T, uint64_t seed) {
+    pt_loader_desc d;
+    ZERO(d);
+    d.batch = B, d.seq = T, d.seed = seed;
+    return d;
+}
+/* The windows (start token) of `rows` consecutive rows; checks the shift by one. */
+static void draw_windows(pt_loader *l, int rows, int *starts) {
+    int *in = TALLOC(int, l->B * l->T), *tg = TALLOC(int, l->B * l->T), r, b, i;
+    for (r = 0; r < rows; r += l->B) {
+        pt_loader_next(l, in, tg);
+        for (b = 0; b < l->B && r + b < rows; b++) {
+            starts[r + b] = in[b * l->T];
+            for (i = 0; i < l->T; i++)
+                if (in[b * l->T + i] != starts[r + b] + i || tg[b * l->T + i] != starts[r + b] + i + 1) {
+                    FAIL("row %d: inputs/targets are not a window shifted by one", r + b);
+                    return;
+                }
+        }
+    }
+}
+
+static void test_loader_epochs(void) {
+    enum { NW = 25, T = 4, B = 3 };
+    pt_tokens t = iota_tokens(NW * T + 1);
+    pt_loader_desc d = loader_desc(B, T, 9);
+    pt_loader l, l2;
+    int s1[3 * NW], s2[3 * NW], e, k, seen[NW], differ = 0, inorder = 1;
+    ZERO(l), ZERO(l2);
+    CHECK_ST(pt_loader_init(&l, &t, PT_SPLIT_ALL, &d), PT_OK);
+    CHECK_EQ(l.n_windows, NW);
+    draw_windows(&l, 3 * NW, s1);
+    for (e = 0; e < 3; e++) { /* every epoch visits every window exactly once */
+        memset(seen, 0, sizeof seen);
+        for (k = 0; k < NW; k++) {
+            int s = s1[e * NW + k];
+            if (s % T != 0 || s < 0 || s / T >= NW || seen[s / T]++) {
+                FAIL("epoch %d: window start %d is misplaced or repeated", e, s);
+                break;
+            }
+        }
+    }
+    for (k = 0; k < NW; k++) {
+        differ += s1[k] != s1[NW + k];
+        inorder &= s1[k] == k * T;
+    }
+    CHECK(differ > 0); /* a fresh permutation per epoch */
+    CHECK(!inorder);
+    CHECK_ST(pt_loader_init(&l2, &t, PT_SPLIT_ALL, &d), PT_OK); /* same seed, same batches */
+    draw_windows(&l2, 3 * NW, s2);
+    CHECK(memcmp(s1, s2, sizeof s1) == 0);
+    pt_loader_free(&l2);
+    d.seed = 10;
+    CHECK_ST(pt_loader_init(&l2, &t, PT_SPLIT_ALL, &d), PT_OK);
+    draw_windows(&l2, 3 * NW, s2);
+    CHECK(memcmp(s1, s2, sizeof s1) != 0);
+    pt_loader_free(&l2);
+    d.no_shuffle = 1;
+    CHECK_ST(pt_loader_init(&l2, &t, PT_SPLIT_ALL, &d), PT_OK);
+    draw_windows(&l2, NW, s2);
+    for (k = 0; k < NW; k++) CHECK_EQ(s2[k], k * T);
+    pt_loader_free(&l2);
+    /* seek to where a loader got naturally (epoch 1, mid-way), then both cross into epoch 2 */
+    d.no_shuffle = 0, d.seed = 9;
+    pt_loader_free(&l);
+    CHECK_ST(pt_loader_init(&l, &t, PT_SPLIT_ALL, &d), PT_OK);
+    draw_windows(&l, 11 * B, s1);
+    CHECK_EQ(l.epoch, 1);
+    CHECK_ST(pt_loader_init(&l2, &t, PT_SPLIT_ALL, &d), PT_OK);
+    pt_loader_seek(&l2, l.epoch, l.pos);
+    draw_windows(&l, 10 * B, s1);
+    draw_windows(&l2, 10 * B, s2);
+    CHECK(memcmp(s1, s2, sizeof(int) * 10 * B) == 0);
+    CHECK(l.epoch == 2 && l2.epoch == 2 && l.pos == l2.pos);
+    pt_loader_free(&l);
+    pt_loader_free(&l2);
+}
+
+static void test_loader_splits(void) {
+    enum { T = 16 };
+    pt_tokens t = iota_tokens(1000), small = iota_tokens(12);
+    pt_loader_desc d = loader_desc(4, T, 3);
+    pt_loader tr, va;
+    int s[64], seen[64], k;
+    d.val_fraction = 0.2f; /* train [0, 800), val [800, 1000) */
+    ZERO(tr), ZERO(va);
+    CHECK_ST(pt_loader_init(&tr, &t, PT_SPLIT_TRAIN, &d), PT_OK);
+    CHECK_ST(pt_loader_init(&va, &t, PT_SPLIT_VAL, &d), PT_OK);
+    CHECK_EQ(tr.n_windows, 799 / T);
+    CHECK_EQ(va.n_windows, 199 / T);
+    draw_windows(&tr, 799 / T, s);
+    memset(seen, 0, sizeof seen);
+    for (k = 0; k < 799 / T; k++) /* every train window once, all tokens (targets too) < 800 */
+        if (s[k] % T != 0 || s[k] + T >= 800 || seen[s[k] / T]++) FAIL("train window at %d", s[k]);
+    draw_windows(&va, 199 / T, s);
+    for (k = 0; k < 199 / T; k++) CHECK_EQ(s[k], 800 + k * T); /* in order, from 800 */
+    CHECK(s[199 / T - 1] + T < 1000);
+    pt_loader_free(&tr);
+    pt_loader_free(&va);
+    ZERO(va);
+    CHECK_ERR(pt_loader_init(&va, &small, PT_SPLIT_ALL, &d), PT_ERR_CONFIG, "17");
+    d.val_fraction = 0.1f; /* 1 validation token */
+    CHECK_ERR(pt_loader_init(&va, &small, PT_SPLIT_VAL, &d), PT_ERR_CONFIG, "validation");
+    d.seq = 0;
+    CHECK_ST(pt_loader_init(&va, &t, PT_SPLIT_ALL, &d), PT_ERR_CONFIG);
+}
+
+/* ======================================================================== */
+/* generation                                                                */
+/* ======================================================================== */
+
+static int argmax(const float *x, int n) {
+    int i, best = 0;
+    for (i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static void test_decode_matches_forward(void) {
+    enum { V = 17, BS = 8, T = 8 };
+    pt_gpt g;
+    pt_kv_cache kv;
+    const float *lg = NULL;
+    int *tok = rand_ids(T, V), t, i;
+    double mx = 0.0;
+    CHECK_ST(gpt_new(&g, cfg_make(V, BS, 2, 2, 16), 1, T, 0), PT_OK);
+    if (!g.params) return;
+    gpt_randomize(&g, 4, 0.2f);
+    CHECK_ST(pt_gpt_forward(&g, tok, NULL, 1, T), PT_OK);
+    for (i = 0; i < T * V; i++) mx = fmax(mx, fabs(g.logits[i]));
+    CHECK_ST(pt_kv_cache_init(&kv, &g), PT_OK);
+    for (t = 0; t < T; t++) {
+        char what[48];
+        CHECK_ST(pt_gpt_decode(&g, &kv, tok[t], &lg), PT_OK);
+        snprintf(what, sizeof what, "decode logits at position %d", t);
+        if (lg) CHECK_CLOSE(what, lg, to_double(g.logits + t * V, V), V, 1e-4 * mx, 0);
+    }
+    CHECK_EQ(kv.len, T);
+    CHECK_ERR(pt_gpt_decode(&g, &kv, tok[0], &lg), PT_ERR_RANGE, "full");
+    pt_kv_cache_reset(&kv);
+    CHECK_ERR(pt_gpt_decode(&g, &kv, V, &lg), PT_ERR_RANGE, "17");
+    pt_kv_cache_free(&kv);
+    pt_gpt_free(&g);
+}
+
+/* How many of x[0..n) exceed x[i]: token i survives top-k iff this is < k (ties included). */
+static int n_greater(const float *x, int n, int i) {
+    int j, c = 0;
+    for (j = 0; j < n; j++) c += x[j] > x[i];
+    return c;
+}
+
+static void test_sample_logits(void) {
+    enum { V = 50, DRAWS = 3000 };
+    float *lg = frand(V, -3, 3), work[V];
+    int i, j, a, best = argmax(lg, V), count[V] = {0};
+    pt_rng r, r2;
+    pt_rng_seed(&r, 1);
+    CHECK_EQ(pt_sample_logits(lg, V, 0.0f, 0, &r, work), best);
+    CHECK_EQ(pt_sample_logits(lg, V, 0.0f, 5, &r, work), best);
+    for (i = 0; i < 200; i++)
+        if ((a = pt_sample_logits(lg, V, i % 2 ? 10.0f : 0.7f, 1, &r, work)) != best) {
+            FAIL("top_k=1 sampled %d, argmax is %d", a, best);
+            break;
+        }
+    for (i = 0; i < DRAWS; i++) { /* top_k=5 at a high temperature: exactly the 5 largest */
+        if ((a = pt_sample_logits(lg, V, 5.0f, 5, &r, work)) < 0 || a >= V) {
+            FAIL("sampled %d outside [0, %d)", a, V);
+            break;
+        }
+        count[a]++;
+    }
+    for (i = 0; i < V; i++) {
+        int rank = n_greater(lg, V, i);
+        if (rank < 5 && count[i] == 0) FAIL("top-%d token %d never sampled", rank + 1, i);
+        if (rank >= 5 && count[i] != 0)
+            FAIL("token %d (rank %d) sampled %d times with top_k=5", i, rank + 1, count[i]);
+    }
+    for (i = 0; i < 300; i++) { /* many ties: never below the k-th largest value */
+        float t[20];
+        int k = 1 + irand(20), d;
+        for (j = 0; j < 20; j++) t[j] = (float)irand(4);
+        for (d = 0; d < 10; d++)
+            if ((a = pt_sample_logits(t, 20, 2.0f, k, &r, work)) < 0 || a >= 20 || n_greater(t, 20, a) >= k) {
+                FAIL("top_k=%d sampled token %d, not among the k largest", k, a);
+                i = 300;
+                break;
+            }
+    }
+    { /* no top-k: frequencies follow softmax(logits / temperature) */
+        float l4[4] = {0.0f, 1.0f, 2.0f, -1.0f};
+        double temps[2] = {1.0, 2.0};
+        int tt, c4[4];
+        for (tt = 0; tt < 2; tt++) {
+            double z = 0.0;
+            memset(c4, 0, sizeof c4);
+            for (i = 0; i < 40000; i++) c4[pt_sample_logits(l4, 4, (float)temps[tt], 0, &r, work)]++;
+            for (i = 0; i < 4; i++) z += exp(l4[i] / temps[tt]);
+            for (i = 0; i < 4; i++) CHECK_NEAR(c4[i] / 40000.0, exp(l4[i] / temps[tt]) / z, 0.012);
+        }
+    }
+    pt_rng_seed(&r, 42), pt_rng_seed(&r2, 42);
+    for (i = 0; i < 100; i++)
+        CHECK_EQ(pt_sample_logits(lg, V, 1.0f, 10, &r, work), pt_sample_logits(lg, V, 1.0f, 10, &r2, work));
+}
+
+static void test_generate(void) {
+    enum { V = 17, BS = 8 };
+    pt_gpt g;
+    pt_kv_cache kv;
+    pt_sample_desc sd;
+    int prompt[5] = {1, 5, 16, 0, 3}, out[20], out2[20], ctx[BS], i, n;
+    CHECK_ST(gpt_new(&g, cfg_make(V, BS, 2, 2, 16), 1, BS, 0), PT_OK);
+    if (!g.params) return;
+    gpt_randomize(&g, 8, 0.3f);
+    CHECK_ST(pt_kv_cache_init(&kv, &g), PT_OK);
+    ZERO(sd);
+    sd.temperature = 1.0f, sd.top_k = 0, sd.seed = 3;
+    CHECK_ST(pt_gpt_generate(&g, &kv, prompt, 5, out, 20, &sd), PT_OK); /* 25 > block_size */
+    for (i = 0; i < 20; i++) CHECK(out[i] >= 0 && out[i] < V);
+    CHECK_ST(pt_gpt_generate(&g, &kv, prompt, 5, out2, 20, &sd), PT_OK);
+    CHECK(memcmp(out, out2, sizeof out) == 0);
+    sd.seed = 4;
+    CHECK_ST(pt_gpt_generate(&g, &kv, prompt, 5, out2, 20, &sd), PT_OK);
+    CHECK(memcmp(out, out2, sizeof out) != 0);
+    /* greedy: each token is the argmax of a forward over the documented context,
+       which, when full, restarts from the last block_size/2 tokens */
+    sd.temperature = 0.0f;
+    CHECK_ST(pt_gpt_generate(&g, &kv, prompt, 5, out, 20, &sd), PT_OK);
+    memcpy(ctx, prompt, sizeof prompt);
+    for (i = 0, n = 5; i < 20; i++) {
+        if (i > 0) {
+            if (n == BS) memmove(ctx, ctx + BS / 2, sizeof(int) * (BS / 2)), n = BS / 2;
+            ctx[n++] = out[i - 1];
+        }
+        CHECK_ST(pt_gpt_forward(&g, ctx, NULL, 1, n), PT_OK);
+        if (argmax(g.logits + (n - 1) * V, V) != out[i]) {
+            FAIL("greedy token %d is %d, argmax over its context is %d", i, out[i],
+                 argmax(g.logits + (n - 1) * V, V));
+            break;
+        }
+    }
+    CHECK_ST(pt_gpt_generate(&g, &kv, prompt, 0, out, 5, &sd), PT_ERR_INVALID_ARG);
+    prompt[2] = V;
+    CHECK_ERR(pt_gpt_generate(&g, &kv, prompt, 5, out, 5, &sd), PT_ERR_RANGE, "prompt[2]");
+    pt_kv_cache_free(&kv);
+    pt_gpt_free(&g);
+}
+
+/* ======================================================================== */
+/* status codes and per-thread errors                                        */
+/* ======================================================================== */
+
+static void test_status_strings(void) {
+    int a, b;
+    for (a = 0; a < PT_STATUS_COUNT; a++) {
+        const char *s = pt_status_str((pt_status)a);
+        CHECK(s && s[0]);
+        CHECK(pt_status_name((pt_status)a)[0]);
+        for (b = 0; b < a; b++) {
+            CHECK(strcmp(s, pt_status_str((pt_status)b)) != 0);
+            CHECK(strcmp(pt_status_name((pt_status)a), pt_status_name((pt_status)b)) != 0);
+        }
+    }
+    CHECK(strcmp(pt_status_name(PT_OK), "PT_OK") == 0);
+    CHECK(strstr(pt_status_str(PT_ERR_FORMAT), "PT_ERR_FORMAT") != NULL);
+    CHECK(pt_status_str(PT_STATUS_COUNT) != NULL);
+}
+
+static void *thread_error(void *arg) {
+    pt_gpt_config c;
+    char *out = (char *)arg;
+    out[0] = pt_last_error()[0] == 0 ? 'E' : 'X'; /* a new thread starts clean */
+    pt_gpt_config_preset("preset-of-thread-two", &c);
+    snprintf(out + 1, 1024, "%s", pt_last_error());
+    return NULL;
+}
+
+static void test_thread_local_error(void) {
+    pthread_t th;
+    pt_gpt_config c;
+    char other[1025] = {0};
+    CHECK_ST(pt_gpt_config_preset("preset-of-thread-one", &c), PT_ERR_CONFIG);
+    if (pthread_create(&th, NULL, thread_error, other) != 0) {
+        FAIL("pthread_create failed");
+        return;
+    }
+    pthread_join(th, NULL);
+    CHECK(other[0] == 'E');
+    CHECK(strstr(other + 1, "preset-of-thread-two") != NULL);
+    CHECK_MSG("preset-of-thread-one");
+    CHECK(strstr(pt_last_error(), "thread-two") == NULL);
+}
+
+/* ======================================================================== */
+/* runner                                                                    */
+/* ======================================================================== */
+
+static const test_case tests[] = {
+    {"kernel_sgemm", test_sgemm},
+    {"kernel_encoder", test_encoder},
+    {"kernel_layernorm", test_layernorm},
+    {"kernel_matmul", test_matmul},
+    {"kernel_attention", test_attention},
+    {"kernel_gelu", test_gelu},
+    {"kernel_residual", test_residual},
+    {"kernel_tied_head", test_tied_head},
+    {"kernel_crossentropy", test_crossentropy},
+    {"model_grad_finite_differences", test_model_grad},
+    {"init_weights", test_init_weights},
+    {"threads_reproducible", test_threads_reproducible},
+    {"adamw_vs_double_reference", test_adamw},
+    {"adamw_step_decay_rule", test_adamw_step_decay_rule},
+    {"norm_and_clip", test_norm_and_clip},
+    {"lr_schedule", test_lr_schedule},
+    {"rng", test_rng},
+    {"arena", test_arena},
+    {"gpt_memory_and_meta", test_gpt_memory},
+    {"config_validation", test_config_validation},
+    {"forward_input_checks", test_forward_input_checks},
+    {"st_roundtrip", test_st_roundtrip},
+    {"st_half_formats", test_st_half_formats},
+    {"st_malformed", test_st_malformed},
+    {"st_mutations", test_st_mutations},
+    {"load_hf_weights", test_load_hf_weights},
+    {"checkpoint_resume_bitwise", test_checkpoint_resume},
+    {"checkpoint_errors", test_checkpoint_errors},
+    {"tokens", test_tokens},
+    {"loader_epochs_seek", test_loader_epochs},
+    {"loader_splits", test_loader_splits},
+    {"decode_matches_forward", test_decode_matches_forward},
+    {"sample_logits", test_sample_logits},
+    {"generate", test_generate},
+    {"status_strings", test_status_strings},
+    {"thread_local_error", test_thread_local_error},
+};
+
+int main(int argc, char **argv) {
+    return test_run(tests, (int)(sizeof tests / sizeof tests[0]), argc, argv);
+}

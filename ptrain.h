@@ -652,6 +652,13 @@ static pt_status pt__fail(pt_status s, const char *fmt, ...) {
     return s;
 }
 
+/* Prefixes this thread's error message with the file it concerns. */
+static pt_status pt__fail_path(pt_status s, const char *path) {
+    char msg[sizeof pt__err];
+    snprintf(msg, sizeof msg, "%s", pt__err);
+    return pt__fail(s, "%s: %s", path, msg);
+}
+
 /* Appends "; msg" to the current error (for validators reporting all checks). */
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((format(printf, 2, 3)))
@@ -2315,10 +2322,8 @@ PTRAINDEF pt_status pt_st_load(pt_safetensors *st, const char *path) {
     st->alloc_ctx = ctx;
     if ((s = pt__read_file(path, &buf, &size, ctx)) != PT_OK) return s;
     if ((s = pt_st_parse(st, buf, size)) != PT_OK) {
-        char msg[sizeof pt__err];
-        snprintf(msg, sizeof msg, "%s", pt__err);
         pt__free(buf, ctx);
-        return pt__fail(s, "%s: %s", path, msg);
+        return pt__fail_path(s, path);
     }
     st->file = buf;
     return PT_OK;
@@ -2716,12 +2721,7 @@ PTRAINDEF pt_status pt_gpt_config_from_file(const char *path, int n_head_hint,
     if ((s = pt_st_load(&st, path)) != PT_OK) return s;
     s = pt_gpt_config_from_st(&st, n_head_hint, out);
     pt_st_free(&st);
-    if (s != PT_OK) {
-        char msg[sizeof pt__err];
-        snprintf(msg, sizeof msg, "%s", pt__err);
-        return pt__fail(s, "%s: %s", path, msg);
-    }
-    return PT_OK;
+    return s == PT_OK ? s : pt__fail_path(s, path);
 }
 
 /* name as stored: exact, or with the "transformer." prefix */
@@ -2768,12 +2768,7 @@ PTRAINDEF pt_status pt_gpt_load_weights(pt_gpt *m, const char *path) {
     if ((s = pt_st_load(&st, path)) != PT_OK) return s;
     s = pt_gpt_load_weights_st(m, &st);
     pt_st_free(&st);
-    if (s != PT_OK) {
-        char msg[sizeof pt__err];
-        snprintf(msg, sizeof msg, "%s", pt__err);
-        return pt__fail(s, "%s: %s", path, msg);
-    }
-    return PT_OK;
+    return s == PT_OK ? s : pt__fail_path(s, path);
 }
 
 /* ---- token data ----------------------------------------------------------- */
@@ -2835,12 +2830,7 @@ PTRAINDEF pt_status pt_tokens_load(pt_tokens *t, const char *path, pt_tokens_for
     t->alloc_ctx = ctx;
     s = fmt == PT_TOKENS_LLMC ? pt_tokens_parse_llmc(t, buf, n) : pt_tokens_from_bytes(t, buf, n);
     pt__free(buf, ctx);
-    if (s != PT_OK) {
-        char msg[sizeof pt__err];
-        snprintf(msg, sizeof msg, "%s", pt__err);
-        return pt__fail(s, "%s: %s", path, msg);
-    }
-    return PT_OK;
+    return s == PT_OK ? s : pt__fail_path(s, path);
 }
 
 PTRAINDEF pt_status pt_tokens_check(const pt_tokens *t, int vocab_size) {
@@ -3063,11 +3053,8 @@ PTRAINDEF pt_status pt_checkpoint_load(const char *path, pt_gpt *m, pt_train_sta
         state->rng_state = v[4];
     }
     goto done;
-done_msg: {
-        char msg[sizeof pt__err];
-        snprintf(msg, sizeof msg, "%s", pt__err);
-        pt__fail(s, "%s: %s", path, msg);
-    }
+done_msg:
+    pt__fail_path(s, path);
 done:
     pt_st_free(&st);
     return s;

@@ -1,5 +1,5 @@
-/* cli.h -- the option parser shared by ptrain's programs (train, sample,
-   fixture_check, bench). An option table drives parsing and --help, so a
+/* cli.h -- what ptrain's programs (train, sample, fixture_check, bench)
+   share: the option parser, and printing byte-level tokens as text. An option table drives parsing and --help, so a
    program gains a flag by adding one row. Values are checked strictly: a
    malformed or out-of-range number is an error, never a silent default. */
 #ifndef PTRAIN_CLI_H
@@ -123,6 +123,16 @@ static int cli_parse(int argc, char **argv, const cli_opt *o, int n, const char 
         if (cli_value(&o[k], val) != 0) return -1;
     }
     return 0;
+}
+
+/* Byte-level tokens as text: printable ASCII, newline and tab as they are,
+   anything else as '?'. */
+static inline void cli_print_bytes(const int *tok, int n) {
+    int i;
+    for (i = 0; i < n; i++) {
+        int c = tok[i];
+        putchar(c == '\n' || c == '\t' || (c >= 32 && c < 127) ? c : '?');
+    }
 }
 
 #endif

@@ -40,14 +40,6 @@ static int parse_ids(const char *arg, int V, int *ids) {
     return n;
 }
 
-static void print_bytes(const int *tok, int n) {
-    int i;
-    for (i = 0; i < n; i++) {
-        int c = tok[i];
-        putchar(c == '\n' || c == '\t' || (c >= 32 && c < 127) ? c : '?');
-    }
-}
-
 int main(int argc, char **argv) {
     const char *prompt_text = NULL, *prompt_ids = NULL, *pos[1] = {NULL};
     int n_new = 256, top_k = 40, n_head = 0, threads = 0, npos, s, n_prompt = 0, i, rc = 1;
@@ -149,8 +141,8 @@ int main(int argc, char **argv) {
 
     fprintf(stderr, "---\n");
     if (cfg.vocab_size == 256) {
-        print_bytes(prompt, n_prompt);
-        print_bytes(out, n_new);
+        cli_print_bytes(prompt, n_prompt);
+        cli_print_bytes(out, n_new);
         putchar('\n');
     } else {
         for (i = 0; i < n_new; i++) printf(i ? ",%d" : "%d", out[i]);

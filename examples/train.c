@@ -5,7 +5,7 @@
      build/train --help
 
    The embedded default needs no download: a generated corpus of lines that
-   are either additions ("37+45=82") or sentences from a small grammar ("the
+   are either additions ("7+5=12") or sentences from a small grammar ("the
    old man finds a green letter near the river."). A model that learns it
    writes grammatical sentences and correct sums, which the end of the run
    shows: a sample, and the accuracy of greedy answers to fresh additions. */
@@ -25,6 +25,7 @@ static const char *adjectives[] = {"red", "big", "quiet", "happy", "old", "littl
                                    "bright"};
 static const char *objects[] = {"ball", "book", "tree", "house", "river", "song", "letter",
                                 "garden"};
+#define ADD_MAX 10 /* operands of the additions are below this */
 #define PICK(arr, r) arr[pt_rng_u64(r) % (sizeof arr / sizeof arr[0])]
 
 /* n bytes of lines; returns the buffer (caller frees) */
@@ -36,8 +37,8 @@ static char *make_default_corpus(size_t n, uint64_t seed) {
     pt_rng_seed(&r, seed);
     while (used < n) {
         int len;
-        if (pt_rng_u64(&r) % 2) {
-            int a = (int)(pt_rng_u64(&r) % 100), b = (int)(pt_rng_u64(&r) % 100);
+        if (pt_rng_u64(&r) % 3 != 0) { /* two lines in three are additions */
+            int a = (int)(pt_rng_u64(&r) % ADD_MAX), b = (int)(pt_rng_u64(&r) % ADD_MAX);
             len = snprintf(line, sizeof line, "%d+%d=%d\n", a, b, a + b);
         } else if (pt_rng_u64(&r) % 2) {
             len = snprintf(line, sizeof line, "%s %s the %s %s.\n", PICK(subjects, &r),
@@ -53,6 +54,59 @@ static char *make_default_corpus(size_t n, uint64_t seed) {
     return buf;
 }
 
+/* Advances *p past the first entry of list (n entries) that prefixes it. */
+static int eat(const char **p, const char *const *list, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++) {
+        size_t len = strlen(list[i]);
+        if (strncmp(*p, list[i], len) == 0) {
+            *p += len;
+            return 1;
+        }
+    }
+    return 0;
+}
+#define EAT(p, arr) eat(p, arr, sizeof arr / sizeof arr[0])
+#define EAT1(p, word) eat(p, &(const char *){word}, 1)
+
+/* 1 if line is a sentence of the grammar above */
+static int is_sentence(const char *line) {
+    const char *p = line;
+    int near;
+    if (!EAT(&p, subjects) || !EAT1(&p, " ") || !EAT(&p, verbs)) return 0;
+    near = EAT1(&p, " a ");
+    if (!near && !EAT1(&p, " the ")) return 0;
+    if (!EAT(&p, adjectives) || !EAT1(&p, " ") || !EAT(&p, objects)) return 0;
+    if (near && (!EAT1(&p, " near the ") || !EAT(&p, objects))) return 0;
+    return strcmp(p, ".") == 0;
+}
+
+/* Scores the complete lines of a byte sample: sentences that follow the
+   grammar, and additions that are correct. */
+static void score_sample(const int *tok, int n) {
+    char line[256];
+    int len = 0, i, sentences = 0, grammatical = 0, sums = 0, correct = 0;
+    for (i = 0; i < n; i++) {
+        int a, b, c, used = 0;
+        if (tok[i] != '\n') {
+            if (len < (int)sizeof line - 1) line[len++] = (char)tok[i];
+            continue;
+        }
+        line[len] = 0;
+        len = 0;
+        if (line[0] >= '0' && line[0] <= '9') {
+            sums++;
+            correct += sscanf(line, "%d+%d=%d%n", &a, &b, &c, &used) == 3 &&
+                       line[used] == 0 && a + b == c;
+        } else if (line[0]) {
+            sentences++;
+            grammatical += is_sentence(line);
+        }
+    }
+    printf("in the sample: %d of %d sentences follow the grammar, %d of %d sums are correct\n",
+           grammatical, sentences, correct, sums);
+}
+
 /* Greedy answers to fresh "a+b=" prompts; returns the fraction correct. */
 static double addition_accuracy(const pt_gpt *gpt, pt_kv_cache *cache, int trials, uint64_t seed) {
     pt_rng r;
@@ -60,7 +114,7 @@ static double addition_accuracy(const pt_gpt *gpt, pt_kv_cache *cache, int trial
     int correct = 0, i;
     pt_rng_seed(&r, seed);
     for (i = 0; i < trials; i++) {
-        int a = (int)(pt_rng_u64(&r) % 100), b = (int)(pt_rng_u64(&r) % 100), k, n;
+        int a = (int)(pt_rng_u64(&r) % ADD_MAX), b = (int)(pt_rng_u64(&r) % ADD_MAX), k, n;
         int prompt[16], out[8];
         char text[16], want[8], got[9];
         n = snprintf(text, sizeof text, "\n%d+%d=", a, b);
@@ -93,21 +147,13 @@ static void fmt_time(char *buf, size_t n, double s) {
     else snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
 }
 
-static void print_text(const int *tok, int n) {
-    int i;
-    for (i = 0; i < n; i++) {
-        int c = tok[i];
-        putchar(c == '\n' || c == '\t' || (c >= 32 && c < 127) ? c : '?');
-    }
-}
-
 int main(int argc, char **argv) {
     const char *data_path = NULL, *data_format = "auto", *preset = "mini", *ckpt_out = NULL,
                *resume = NULL;
-    int steps = 500, batch = 32, seq = 64, warmup = 50, eval_every = 50, eval_batches = 8,
+    int steps = 1000, batch = 16, seq = 64, warmup = 50, eval_every = 100, eval_batches = 8,
         ckpt_every = 0, threads = 0, sample_tokens = 400, top_k = 8, n_layer = 0, n_head = 0,
-        n_embd = 0, block_size = 0, log_every = 50, stop_after = 0, npos, s;
-    float lr = 3e-3f, min_lr = 3e-4f, wd = 0.1f, clip = 1.0f, val_fraction = 0.1f,
+        n_embd = 0, block_size = 0, log_every = 100, stop_after = 0, npos, s;
+    float lr = 6e-3f, min_lr = 6e-4f, wd = 0.1f, clip = 1.0f, val_fraction = 0.1f,
           temperature = 0.8f;
     uint64_t seed = 1337;
     const char *pos[1];
@@ -120,7 +166,7 @@ int main(int argc, char **argv) {
         {"layers", CLI_INT, &n_layer, "override the preset's n_layer (0: keep)", 0, 4096},
         {"heads", CLI_INT, &n_head, "override the preset's n_head (0: keep)", 0, 65536},
         {"embd", CLI_INT, &n_embd, "override the preset's n_embd (0: keep)", 0, 131072},
-        {"block-size", CLI_INT, &block_size, "override the preset's context length (0: keep)", 0,
+        {"block-size", CLI_INT, &block_size, "context length (0: --seq, the positions trained)", 0,
          1 << 20},
         {"steps", CLI_INT, &steps, "total optimizer steps", 1, 1e9},
         {"batch", CLI_INT, &batch, "sequences per step (B)", 1, 1 << 20},
@@ -200,8 +246,11 @@ int main(int argc, char **argv) {
         size_t n = 1 << 21;
         corpus = make_default_corpus(n, 20240520);
         if (!corpus || pt_tokens_from_bytes(&tok, corpus, n) != PT_OK) goto fail;
-        printf("data: embedded task (additions and sentences), %zu bytes, e.g.\n", n);
-        printf("  %.*s", (int)(strchr(corpus + 200, '\n') - corpus - 100 + 1), corpus + 100);
+        const char *from = strchr(corpus, '\n') + 1, *to = from;
+        int k;
+        for (k = 0; k < 5; k++) to = strchr(to, '\n') + 1;
+        printf("data: embedded task (additions and sentences), %zu bytes, e.g.\n%.*s", n,
+               (int)(to - from), from);
     }
 
     /* model: from the checkpoint when resuming, else preset + overrides */
@@ -212,7 +261,8 @@ int main(int argc, char **argv) {
         if (n_layer) cfg.n_layer = n_layer;
         if (n_head) cfg.n_head = n_head;
         if (n_embd) cfg.n_embd = n_embd;
-        if (block_size) cfg.block_size = block_size;
+        /* positions beyond the training length would stay untrained */
+        cfg.block_size = block_size ? block_size : seq;
         cfg.vocab_size = tok.vocab_size;
     }
     if (pt_tokens_check(&tok, cfg.vocab_size) != PT_OK) goto fail;
@@ -338,8 +388,9 @@ int main(int argc, char **argv) {
         }
         if (cfg.vocab_size == 256) {
             printf("\n--- sample (temperature %g, top-k %d) ---\n", (double)temperature, top_k);
-            print_text(out, sample_tokens);
+            cli_print_bytes(out, sample_tokens);
             printf("\n---\n");
+            if (!data_path) score_sample(out, sample_tokens);
         } else {
             int i;
             printf("\n--- sample token ids (no tokenizer for vocabulary %d) ---\n", cfg.vocab_size);
@@ -350,9 +401,9 @@ int main(int argc, char **argv) {
     }
     if (!data_path) {
         double acc = addition_accuracy(&gpt, &cache, 200, seed + 7);
-        printf("additions answered correctly (greedy, 200 fresh problems a+b with a,b < 100): "
+        printf("additions answered correctly (greedy, 200 random problems a+b with a,b < %d): "
                "%.1f%%\n",
-               100.0 * acc);
+               ADD_MAX, 100.0 * acc);
     }
     rc = 0;
     goto done;

@@ -3,6 +3,8 @@
 # Each step is one check; the last line is "N passed, N failed".
 CC=${CC:-gcc}
 CXX=${CXX:-g++}
+arch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+BLAS=${BLAS:-"-I/usr/include/$arch/openblas-openmp -L/usr/lib/$arch/openblas-openmp -Wl,-rpath,/usr/lib/$arch/openblas-openmp -lopenblas"}
 WERR="-Wall -Wextra -Wpedantic -Werror"
 pass=0
 fail=0
@@ -84,8 +86,8 @@ step "train: resume from the checkpoint" build/train --preset tiny --steps 50 --
     --eval-every 20 --log-every 10 --sample-tokens 0 --resume "$ck" --threads 2
 step "train: interrupted + resumed run prints the same losses" sh tests/resume_check.sh
 step "sample: generate from the checkpoint" build/sample "$ck" --tokens 30
-fails "train: --seq beyond the context is refused" 1 "seq=" \
-    build/train --preset tiny --seq 4096 --steps 1 --batch 1 --sample-tokens 0
+fails "train: --seq beyond the context is refused" 1 "seq=128 must be in \[1, block_size=64\]" \
+    build/train --preset tiny --block-size 64 --seq 128 --steps 1 --batch 1 --sample-tokens 0
 fails "train: missing data file" 1 "cannot open" build/train --data "$tmp/nope.txt"
 fails "train: malformed number" 2 "expects an integer" build/train --steps 12x
 fails "train: unknown preset" 1 "unknown model preset" build/train --preset gpt5

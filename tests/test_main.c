@@ -827,6 +827,12 @@ static void test_config_validation(void) {
     pt_gpt_free(&g);
     CHECK_ST(gpt_new(&g, c, 2, 64, 1), PT_OK); /* seq == block_size is fine */
     pt_gpt_free(&g);
+    c = cfg_make(0, 8, 2, 2, 16); /* a bad config and a bad batch/seq: all reported */
+    CHECK_ERR(gpt_new(&g, c, 0, 9, 0), PT_ERR_CONFIG, "vocab_size=0");
+    CHECK_MSG("batch=0");
+    CHECK_MSG("seq=9");
+    pt_gpt_free(&g);
+    c = cfg_make(100, 64, 2, 2, 16);
     CHECK_ERR(pt_gpt_config_preset("gpt5-large", &c), PT_ERR_CONFIG, "gpt5-large");
     CHECK_ST(pt_gpt_config_preset("gpt2-124m", &c), PT_OK);
     CHECK_EQ(pt_gpt_num_params(&c), 124439808); /* published GPT-2 small count */
@@ -1727,6 +1733,64 @@ static void test_generate(void) {
 /* status codes and per-thread errors                                        */
 /* ======================================================================== */
 
+/* A model built for inference has weights and forward activations only, and
+   refuses training calls with a message instead of touching NULL buffers. */
+static void test_inference_model(void) {
+    pt_gpt_config c = cfg_make(32, 16, 2, 2, 16);
+    pt_gpt train, inf;
+    pt_gpt_desc d;
+    pt_adamw_config opt = pt_adamw_default();
+    int x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8] = {2, 3, 4, 5, 6, 7, 8, 9};
+    memset(&d, 0, sizeof d);
+    d.config = c;
+    d.batch = 1;
+    d.seq = 8;
+    CHECK_ST(pt_gpt_init(&train, &d), PT_OK);
+    d.inference = 1;
+    CHECK_ST(pt_gpt_init(&inf, &d), PT_OK);
+    CHECK(inf.grads == NULL && inf.m == NULL && inf.v == NULL);
+    CHECK_EQ(inf.mem.grads + inf.mem.optimizer, 0);
+    CHECK_EQ(inf.mem.params, train.mem.params);
+    CHECK(inf.mem.total < train.mem.total);
+    pt_gpt_init_weights(&train, 3);
+    memcpy(inf.params, train.params, train.num_params * sizeof(float));
+    CHECK_ST(pt_gpt_forward(&train, x, y, 1, 8), PT_OK);
+    CHECK_ST(pt_gpt_forward(&inf, x, y, 1, 8), PT_OK);
+    CHECK(memcmp(&inf.loss, &train.loss, sizeof(float)) == 0);
+    CHECK_ERR(pt_gpt_backward(&inf), PT_ERR_INVALID_ARG, "inference");
+    CHECK_ERR(pt_gpt_adamw_step(&inf, &opt, 1e-3f), PT_ERR_INVALID_ARG, "inference");
+    CHECK_ERR(pt_checkpoint_save(tmp_path("inf.safetensors"), &inf, NULL), PT_ERR_INVALID_ARG,
+              "inference");
+    CHECK(pt_gpt_clip_grad_norm(&inf, 1.0f) == 0.0f);
+    pt_gpt_free(&inf);
+    pt_gpt_free(&train);
+}
+
+static void test_writer_and_file_errors(void) {
+    pt_st_writer w;
+    pt_safetensors st;
+    pt_tokens t;
+    float a[2] = {1, 2};
+    int64_t shape[1] = {2};
+    memset(&w, 0, sizeof w);
+    pt_st_writer_init(&w);
+    CHECK_ST(pt_st_writer_add(&w, "a", PT_F32, 1, shape, a), PT_OK);
+    CHECK_ERR(pt_st_writer_add(&w, "a", PT_F32, 1, shape, a), PT_ERR_INVALID_ARG, "'a'");
+    CHECK_EQ(w.n_tensors, 1);
+    CHECK_ST(pt_st_writer_save(&w, tmp_path("dup.safetensors")), PT_OK);
+    pt_st_writer_free(&w);
+    memset(&st, 0, sizeof st);
+    CHECK_ST(pt_st_load(&st, tmp_path("dup.safetensors")), PT_OK); /* the writer's file reads */
+    pt_st_free(&st);
+    /* a directory is an I/O error naming the path, not an allocation failure */
+    memset(&st, 0, sizeof st);
+    CHECK_ERR(pt_st_load(&st, "/tmp"), PT_ERR_IO, "/tmp");
+    memset(&t, 0, sizeof t);
+    CHECK_ERR(pt_tokens_load(&t, "/tmp", PT_TOKENS_BYTES), PT_ERR_IO, "/tmp");
+    CHECK(t.data == NULL);
+    pt_tokens_free(&t); /* safe after a failed load */
+}
+
 static void test_status_strings(void) {
     int a, b;
     for (a = 0; a < PT_STATUS_COUNT; a++) {
@@ -1773,6 +1837,8 @@ static void test_thread_local_error(void) {
 /* ======================================================================== */
 
 static const test_case tests[] = {
+    {"inference_model", test_inference_model},
+    {"writer_and_file_errors", test_writer_and_file_errors},
     {"kernel_sgemm", test_sgemm},
     {"kernel_encoder", test_encoder},
     {"kernel_layernorm", test_layernorm},

@@ -79,6 +79,10 @@ step "header: every exported symbol starts with pt_" sh -c \
 step "example: hello_layer (finite-difference check)" build/hello_layer
 step "example: quickstart" build/quickstart
 step "quick start in ptrain.h equals examples/quickstart.c" sh tests/snippet_check.sh
+awk '/^```c$/{f=1;next}/^```$/{f=0}f' README.md >"$tmp/readme_prog.c"
+step "README: the program using the header builds and trains" sh -c \
+    "$CC -std=c11 $WERR -fopenmp -I. $tmp/readme_prog.c -o $tmp/readme_prog $BLAS -lm &&
+     $tmp/readme_prog | tail -n 1 | awk '{exit !(\$4 < 1.0)}'"
 ck="$tmp/ckpt.safetensors"
 step "train: tiny run with checkpoint" build/train --preset tiny --steps 40 --batch 4 --seq 32 \
     --eval-every 20 --log-every 20 --sample-tokens 40 --checkpoint "$ck" --threads 2

@@ -1446,9 +1446,10 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
                             (d->inference ? 1 : 4) * pt__align_up(P * sizeof(float)),
                             d->alloc_ctx)) != PT_OK ||
         (st = pt_arena_init(&m->act_arena, meta.used, d->alloc_ctx)) != PT_OK) {
+        double mib = (double)m->mem.total / 1048576.0;
         pt_gpt_free(m);
-        return pt__fail(PT_ERR_OOM, "cannot allocate %.1f MiB for the model (%s)",
-                        (double)m->mem.total / 1048576.0, "params, grads, AdamW state, activations");
+        return pt__fail(PT_ERR_OOM, "cannot allocate %.1f MiB for the model (weights%s, "
+                        "activations)", mib, d->inference ? "" : ", gradients, AdamW state");
     }
     m->params = PT__F(&m->param_arena, P);
     if (!d->inference) {

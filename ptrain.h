@@ -206,16 +206,30 @@ PTRAINDEF void pt_matmul_backward(float *dinp, float *dweight, float *dbias,
                                   int N, int IN, int OUT);
 
 /* Causal multi-head attention on qkv[N,3C] laid out [q|k|v][head][hd]:
-   att[b,h,t,u] = softmax_{u<=t}(q_t . k_u / sqrt(hd)) (0 for u > t),
-   out[b,t,h*hd+i] = sum_u att[b,h,t,u] v_u[i]. att is (B,NH,T,T).
-   Backward needs scratch of B*NH*T floats. */
-PTRAINDEF void pt_attention_forward(float *out, float *att, const float *qkv, int B, int T,
-                                    int C, int NH);
-PTRAINDEF void pt_attention_backward(float *dqkv, float *scratch, const float *dout,
-                                     const float *qkv, const float *att, int B, int T, int C,
-                                     int NH);
+   p[b,h,t,u] = softmax_{u<=t}(q_t . k_u / sqrt(hd)) (0 for u > t),
+   out[b,t,h*hd+i] = sum_u p[b,h,t,u] v_u[i].
+   The fast pair works on blocks of PT_ATTN_QBLOCK queries with GEMMs and never
+   stores p: forward keeps lse[b,h,t] = log sum_u exp(score), and backward
+   recomputes p from it, so saved memory is linear in T. Each of `slots`
+   threads needs scratch of 2*PT_ATTN_QBLOCK*T floats
+   (pt_attention_scratch_floats); backward also reads the forward's out. */
+#define PT_ATTN_QBLOCK 64
+PTRAINDEF size_t pt_attention_scratch_floats(int T, int slots);
+PTRAINDEF void pt_attention_forward(float *out, float *lse, const float *qkv, float *scratch,
+                                    int slots, int B, int T, int C, int NH);
+PTRAINDEF void pt_attention_backward(float *dqkv, const float *dout, const float *out,
+                                     const float *qkv, const float *lse, float *scratch,
+                                     int slots, int B, int T, int C, int NH);
+/* Plain reference pair (what the fast one is tested against): stores the
+   probabilities att (B,NH,T,T); backward needs scratch of B*NH*T floats. */
+PTRAINDEF void pt_attention_ref_forward(float *out, float *att, const float *qkv, int B, int T,
+                                        int C, int NH);
+PTRAINDEF void pt_attention_ref_backward(float *dqkv, float *scratch, const float *dout,
+                                         const float *qkv, const float *att, int B, int T,
+                                         int C, int NH);
 
-/* gelu(u) = 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))) */
+/* gelu(u) = 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3)))
+   (computed as u * sigmoid(2y), the same function without cancellation) */
 PTRAINDEF void pt_gelu_forward(float *out, const float *inp, size_t n);
 /* dinp = gelu'(inp) * dout, written (not accumulated); dinp may alias dout. */
 PTRAINDEF void pt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
@@ -230,12 +244,13 @@ PTRAINDEF void pt_tied_head_forward(float *logits, const float *x, const float *
 PTRAINDEF void pt_tied_head_backward(float *dx, float *dwte, const float *dlogits,
                                      const float *x, const float *wte, int N, int C, int V);
 
-/* losses[n] = logsumexp(logits[n,:]) - logits[n, targets[n]]
-   backward: dlogits[n,v] = dloss * (softmax(logits[n])_v - [v == targets[n]]),
+/* lse[n] = logsumexp(logits[n,:]) (double: exact enough at any logit scale);
+   losses[n] = lse[n] - logits[n, targets[n]]
+   backward: dlogits[n,v] = dloss * (exp(logits[n,v] - lse[n]) - [v == targets[n]]),
    written (not accumulated); dlogits may alias logits. */
-PTRAINDEF void pt_crossentropy_forward(float *losses, const float *logits, const int *targets,
-                                       int N, int V);
-PTRAINDEF void pt_crossentropy_backward(float *dlogits, const float *logits,
+PTRAINDEF void pt_crossentropy_forward(float *losses, double *lse, const float *logits,
+                                       const int *targets, int N, int V);
+PTRAINDEF void pt_crossentropy_backward(float *dlogits, const float *logits, const double *lse,
                                         const int *targets, int N, int V, float dloss);
 
 /* AdamW with torch.optim.AdamW semantics, for step t >= 1:
@@ -306,7 +321,7 @@ typedef struct pt_block_params {
 typedef struct pt_block_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
     float *qkv;                       /* (N,3C) */
-    float *att;                       /* (B,NH,T,T) attention probabilities */
+    float *lse;                       /* (B,NH,T) attention log-sum-exp */
     float *atty;                      /* (N,C) attention output, before c_proj */
     float *res2;                      /* (N,C) x + attention branch */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
@@ -314,18 +329,20 @@ typedef struct pt_block_acts {
     float *out;                       /* (N,C) block output */
 } pt_block_acts;
 
-/* Per-block backward scratch, reusable across blocks. */
+/* Per-block scratch, reusable across blocks (the d* buffers only for backward). */
 typedef struct pt_block_scratch {
-    float *dln;   /* (N,C) */
-    float *dqkv;  /* (N,3C) */
-    float *datty; /* (N,C) */
-    float *dfch;  /* (N,4C) */
-    float *datt;  /* (B*NH*T) */
+    float *dln;     /* (N,C) */
+    float *dqkv;    /* (N,3C) */
+    float *datty;   /* (N,C) */
+    float *dfch;    /* (N,4C) */
+    float *attn;    /* pt_attention_scratch_floats(T, attn_slots) */
+    int attn_slots; /* threads that may use attn at once */
 } pt_block_scratch;
 
 /* x (N,C) -> a->out (N,C) */
 PTRAINDEF void pt_block_forward(const pt_gpt_config *cfg, int B, int T,
-                                const pt_block_params *p, const float *x, pt_block_acts *a);
+                                const pt_block_params *p, const float *x, pt_block_acts *a,
+                                pt_block_scratch *s);
 /* dout (N,C) -> dx (N,C), written; dx may alias dout. Parameter gradients g
    accumulate. */
 PTRAINDEF void pt_block_backward(const pt_gpt_config *cfg, int B, int T,
@@ -363,6 +380,7 @@ typedef struct pt_gpt {
     float *lnf, *lnf_mean, *lnf_rstd;    /* (N,C), (N), (N) */
     float *logits;                       /* (N,V); dlogits in place after backward */
     float *losses;                       /* (N) */
+    double *lse;                         /* (N) log-sum-exp of each logits row */
     float *dres;                         /* (N,C) residual-stream gradient */
     int *inputs, *targets;               /* (N) copies of the last batch */
     int has_targets;
@@ -861,6 +879,32 @@ PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alp
 
 #define PT__COLBLOCK 32 /* columns per task in column-reduction loops */
 
+/* e^x in float, within 2 ulp, written so loops over it vectorise:
+   x = n ln2 + r with |r| <= ln2/2 (ln2 split in two for exactness),
+   e^r by its degree-7 Taylor-like minimax polynomial, 2^n by exponent bits.
+   Inputs below -87.3 give about 1e-38 instead of 0; NaN stays NaN. */
+static inline float pt__expf(float x) {
+    float t, n, r, p, scale;
+    uint32_t bits;
+    x = x > 88.7f ? 88.7f : x;
+    x = x < -87.3f ? -87.3f : x;
+    t = x * 1.44269504f + 12582912.0f; /* 1.5*2^23: round x/ln2 to an integer */
+    n = t - 12582912.0f;
+    r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    memcpy(&bits, &t, 4);
+    bits = (bits - 0x4B400000u + 127u) << 23; /* (n + 127) as the exponent */
+    memcpy(&scale, &bits, 4);
+    return p * scale;
+}
+
+
 PTRAINDEF void pt_encoder_forward(float *out, const int *inp, const float *wte,
                                   const float *wpe, int B, int T, int C) {
     int n;
@@ -983,8 +1027,8 @@ PTRAINDEF void pt_matmul_backward(float *dinp, float *dweight, float *dbias,
     if (dbias) pt__colsum_add(dbias, dout, N, OUT);
 }
 
-PTRAINDEF void pt_attention_forward(float *out, float *att, const float *qkv, int B, int T,
-                                    int C, int NH) {
+PTRAINDEF void pt_attention_ref_forward(float *out, float *att, const float *qkv, int B, int T,
+                                        int C, int NH) {
     int hd = C / NH, C3 = 3 * C, b, h, t;
     float scale = 1.0f / sqrtf((float)hd);
     PT__OMP(omp parallel for collapse(3) schedule(static))
@@ -1020,9 +1064,9 @@ PTRAINDEF void pt_attention_forward(float *out, float *att, const float *qkv, in
 
 /* With p = att row t, dp_u = dout_t . v_u and ds_u = p_u (dp_u - sum_w p_w dp_w):
    dv_u += p_u dout_t ; dq_t += scale ds_u k_u ; dk_u += scale ds_u q_t */
-PTRAINDEF void pt_attention_backward(float *dqkv, float *scratch, const float *dout,
-                                     const float *qkv, const float *att, int B, int T, int C,
-                                     int NH) {
+PTRAINDEF void pt_attention_ref_backward(float *dqkv, float *scratch, const float *dout,
+                                         const float *qkv, const float *att, int B, int T,
+                                         int C, int NH) {
     int hd = C / NH, C3 = 3 * C, bh;
     float scale = 1.0f / sqrtf((float)hd);
     PT__OMP(omp parallel for schedule(static))
@@ -1059,26 +1103,143 @@ PTRAINDEF void pt_attention_backward(float *dqkv, float *scratch, const float *d
     }
 }
 
+PTRAINDEF size_t pt_attention_scratch_floats(int T, int slots) {
+    return (size_t)slots * 2 * PT_ATTN_QBLOCK * (size_t)T;
+}
+
+/* Threads for a parallel loop over attention blocks: never more than the
+   scratch slots (each thread owns one). */
+static int pt__attn_threads(int slots) {
+#ifdef _OPENMP
+    int n = omp_get_max_threads();
+    return n < slots ? n : slots;
+#else
+    (void)slots;
+    return 1;
+#endif
+}
+
+static int pt__thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* Rows i of S (nq x nk, query t0+i sees keys u <= t0+i): p = exp(S - lse),
+   with lse computed into lse_out when given, else read from lse_in; zero
+   above the diagonal. */
+static void pt__attn_softmax(float *S, const float *lse_in, float *lse_out, int t0, int nq,
+                             int nk) {
+    int i, u;
+    for (i = 0; i < nq; i++) {
+        float *row = S + (size_t)i * nk, l;
+        int len = t0 + i + 1;
+        if (lse_out) {
+            float mx = row[0];
+            double sum = 0.0;
+            for (u = 1; u < len; u++) mx = row[u] > mx ? row[u] : mx;
+            PT__OMP(omp simd reduction(+:sum))
+            for (u = 0; u < len; u++) sum += (double)pt__expf(row[u] - mx);
+            l = mx + (float)log(sum);
+            lse_out[i] = l;
+        } else {
+            l = lse_in[i];
+        }
+        PT__OMP(omp simd)
+        for (u = 0; u < len; u++) row[u] = pt__expf(row[u] - l);
+        for (u = len; u < nk; u++) row[u] = 0.0f;
+    }
+}
+
+/* Per block of queries [t0, t0+nq) of one (b, h): S = scale Q K^T over keys
+   0..t0+nq-1, P = softmax, out = P V. Blocks are independent tasks. */
+PTRAINDEF void pt_attention_forward(float *out, float *lse, const float *qkv, float *scratch,
+                                    int slots, int B, int T, int C, int NH) {
+    int hd = C / NH, C3 = 3 * C, nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, task;
+    int ntasks = B * NH * nqb;
+    int nthr = pt__attn_threads(slots);
+    float scale = 1.0f / sqrtf((float)hd);
+    (void)nthr;
+    PT__OMP(omp parallel for schedule(dynamic) num_threads(nthr))
+    for (task = 0; task < ntasks; task++) {
+        int bh = task / nqb, qb = nqb - 1 - task % nqb; /* longest blocks first */
+        int b = bh / NH, h = bh % NH, t0 = qb * PT_ATTN_QBLOCK;
+        int nq = T - t0 < PT_ATTN_QBLOCK ? T - t0 : PT_ATTN_QBLOCK, nk = t0 + nq;
+        float *S = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * T;
+        const float *base = qkv + (size_t)b * T * C3 + h * hd;
+        pt_sgemm(0, 1, nq, nk, hd, scale, base + (size_t)t0 * C3, C3, base + C, C3, 0.0f, S, nk);
+        pt__attn_softmax(S, NULL, lse + (size_t)bh * T + t0, t0, nq, nk);
+        pt_sgemm(0, 0, nq, hd, nk, 1.0f, S, nk, base + 2 * C, C3, 0.0f,
+                 out + ((size_t)b * T + t0) * C + h * hd, C);
+    }
+}
+
+/* With P recomputed from lse, dP = dO V^T, D_t = dO_t . O_t and
+   dS = P (dP - D) scale: dQ += dS K, dK += dS^T Q, dV += P^T dO.
+   One (b, h) per task, its query blocks in order (dK, dV accumulate). */
+PTRAINDEF void pt_attention_backward(float *dqkv, const float *dout, const float *out,
+                                     const float *qkv, const float *lse, float *scratch,
+                                     int slots, int B, int T, int C, int NH) {
+    int hd = C / NH, C3 = 3 * C, nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, bh;
+    int nthr = pt__attn_threads(slots);
+    float scale = 1.0f / sqrtf((float)hd);
+    (void)nthr;
+    PT__OMP(omp parallel for schedule(dynamic) num_threads(nthr))
+    for (bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH, qb;
+        float *P = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * T;
+        float *dS = P + (size_t)PT_ATTN_QBLOCK * T;
+        const float *base = qkv + (size_t)b * T * C3 + h * hd;
+        float *dbase = dqkv + (size_t)b * T * C3 + h * hd;
+        const float *dO = dout + (size_t)b * T * C + h * hd, *O = out + (size_t)b * T * C + h * hd;
+        for (qb = 0; qb < nqb; qb++) {
+            int t0 = qb * PT_ATTN_QBLOCK, i, u, j;
+            int nq = T - t0 < PT_ATTN_QBLOCK ? T - t0 : PT_ATTN_QBLOCK, nk = t0 + nq;
+            pt_sgemm(0, 1, nq, nk, hd, scale, base + (size_t)t0 * C3, C3, base + C, C3, 0.0f, P,
+                     nk);
+            pt__attn_softmax(P, lse + (size_t)bh * T + t0, NULL, t0, nq, nk);
+            pt_sgemm(0, 1, nq, nk, hd, 1.0f, dO + (size_t)t0 * C, C, base + 2 * C, C3, 0.0f, dS,
+                     nk);
+            for (i = 0; i < nq; i++) {
+                const float *o = O + (size_t)(t0 + i) * C, *d = dO + (size_t)(t0 + i) * C;
+                const float *p = P + (size_t)i * nk;
+                float *ds = dS + (size_t)i * nk, D = 0.0f;
+                for (j = 0; j < hd; j++) D += d[j] * o[j];
+                PT__OMP(omp simd)
+                for (u = 0; u < nk; u++) ds[u] = p[u] * (ds[u] - D) * scale;
+            }
+            pt_sgemm(0, 0, nq, hd, nk, 1.0f, dS, nk, base + C, C3, 1.0f, dbase + (size_t)t0 * C3,
+                     C3);
+            pt_sgemm(1, 0, nk, hd, nq, 1.0f, dS, nk, base + (size_t)t0 * C3, C3, 1.0f, dbase + C,
+                     C3);
+            pt_sgemm(1, 0, nk, hd, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dbase + 2 * C,
+                     C3);
+        }
+    }
+}
+
 #define PT__GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
 PTRAINDEF void pt_gelu_forward(float *out, const float *inp, size_t n) {
     ptrdiff_t i;
-    PT__OMP(omp parallel for schedule(static))
+    PT__OMP(omp parallel for simd schedule(static))
     for (i = 0; i < (ptrdiff_t)n; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(PT__GELU_K * (x + 0.044715f * x * x * x)));
+        float x = inp[i], y = PT__GELU_K * (x + 0.044715f * x * x * x);
+        out[i] = x / (1.0f + pt__expf(-2.0f * y)); /* 0.5 (1 + tanh y) = sigmoid(2y) */
     }
 }
 
-/* d gelu/du = 0.5 (1 + th) + 0.5 u (1 - th^2) k (1 + 3 * 0.044715 u^2) */
+/* With s = sigmoid(2y) and y' = k (1 + 3 * 0.044715 u^2):
+   d gelu/du = s + 2 u s (1 - s) y' */
 PTRAINDEF void pt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
     ptrdiff_t i;
-    PT__OMP(omp parallel for schedule(static))
+    PT__OMP(omp parallel for simd schedule(static))
     for (i = 0; i < (ptrdiff_t)n; i++) {
-        float x = inp[i];
-        float th = tanhf(PT__GELU_K * (x + 0.044715f * x * x * x));
-        float g = 0.5f * (1.0f + th) +
-                  0.5f * x * (1.0f - th * th) * PT__GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        float x = inp[i], y = PT__GELU_K * (x + 0.044715f * x * x * x);
+        float sg = 1.0f / (1.0f + pt__expf(-2.0f * y));
+        float g = sg + 2.0f * x * sg * (1.0f - sg) * PT__GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] = g * dout[i];
     }
 }
@@ -1110,42 +1271,36 @@ PTRAINDEF void pt_tied_head_backward(float *dx, float *dwte, const float *dlogit
     if (dwte) pt_sgemm(1, 0, V, C, N, 1.0f, dlogits, V, x, C, 1.0f, dwte, C);
 }
 
-/* log sum_v exp(l_v) = mx + log sum_v exp(l_v - mx), summed in double */
-static double pt__logsumexp(const float *l, int V, float *mx_out) {
-    float mx = l[0];
-    double sum = 0.0;
-    int v;
-    for (v = 1; v < V; v++)
-        if (l[v] > mx) mx = l[v];
-    for (v = 0; v < V; v++) sum += exp((double)(l[v] - mx));
-    *mx_out = mx;
-    return (double)mx + log(sum);
-}
-
-PTRAINDEF void pt_crossentropy_forward(float *losses, const float *logits, const int *targets,
-                                       int N, int V) {
+/* lse = mx + log sum_v exp(l_v - mx), summed in double */
+PTRAINDEF void pt_crossentropy_forward(float *losses, double *lse, const float *logits,
+                                       const int *targets, int N, int V) {
     int n;
     PT__OMP(omp parallel for schedule(static))
     for (n = 0; n < N; n++) {
         const float *l = logits + (size_t)n * V;
-        float mx;
-        losses[n] = (float)(pt__logsumexp(l, V, &mx) - (double)l[targets[n]]);
+        float mx = l[0];
+        double sum = 0.0;
+        int v;
+        for (v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+        PT__OMP(omp simd reduction(+:sum))
+        for (v = 0; v < V; v++) sum += (double)pt__expf(l[v] - mx);
+        lse[n] = (double)mx + log(sum);
+        losses[n] = (float)(lse[n] - (double)l[targets[n]]);
     }
 }
 
-PTRAINDEF void pt_crossentropy_backward(float *dlogits, const float *logits,
+PTRAINDEF void pt_crossentropy_backward(float *dlogits, const float *logits, const double *lse,
                                         const int *targets, int N, int V, float dloss) {
     int n;
     PT__OMP(omp parallel for schedule(static))
     for (n = 0; n < N; n++) {
         const float *l = logits + (size_t)n * V;
-        float *d = dlogits + (size_t)n * V, mx;
-        double lse = pt__logsumexp(l, V, &mx);
+        float *d = dlogits + (size_t)n * V;
+        double m = lse[n];
         int v;
-        for (v = 0; v < V; v++) {
-            float p = (float)exp((double)l[v] - lse);
-            d[v] = dloss * (p - (v == targets[n] ? 1.0f : 0.0f));
-        }
+        PT__OMP(omp simd)
+        for (v = 0; v < V; v++) d[v] = dloss * pt__expf((float)((double)l[v] - m));
+        d[targets[n]] -= dloss;
     }
 }
 
@@ -1366,7 +1521,7 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
         x->ln1_mean = PT__F(a, N);
         x->ln1_rstd = PT__F(a, N);
         x->qkv = PT__F(a, N * 3 * C);
-        x->att = PT__F(a, B * NH * T * T);
+        x->lse = PT__F(a, B * NH * T);
         x->atty = PT__F(a, N * C);
         x->res2 = PT__F(a, N * C);
         x->ln2 = PT__F(a, N * C);
@@ -1381,16 +1536,18 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     m->lnf_rstd = PT__F(a, N);
     m->logits = PT__F(a, N * V);
     m->losses = PT__F(a, N);
+    m->lse = (double *)pt_arena_alloc(a, N * sizeof(double));
     m->inputs = (int *)pt_arena_alloc(a, N * sizeof(int));
     m->targets = (int *)pt_arena_alloc(a, N * sizeof(int));
     *act_bytes = a->used;
+    m->scratch.attn_slots = pt_get_threads();
+    m->scratch.attn = PT__F(a, pt_attention_scratch_floats((int)T, m->scratch.attn_slots));
     if (!training) return;
     m->dres = PT__F(a, N * C);
     m->scratch.dln = PT__F(a, N * C);
     m->scratch.dqkv = PT__F(a, N * 3 * C);
     m->scratch.datty = PT__F(a, N * C);
     m->scratch.dfch = PT__F(a, N * 4 * C);
-    m->scratch.datt = PT__F(a, B * NH * T);
 }
 
 PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
@@ -1504,12 +1661,13 @@ PTRAINDEF const pt_param *pt_gpt_find_param(const pt_gpt *m, const char *name) {
 }
 
 PTRAINDEF void pt_block_forward(const pt_gpt_config *cfg, int B, int T,
-                                const pt_block_params *p, const float *x, pt_block_acts *a) {
+                                const pt_block_params *p, const float *x, pt_block_acts *a,
+                                pt_block_scratch *s) {
     int C = cfg->n_embd, N = B * T;
     float eps = cfg->ln_eps > 0.0f ? cfg->ln_eps : 1e-5f;
     pt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, N, C, eps);
     pt_matmul_forward(a->qkv, a->ln1, p->qkv_w, p->qkv_b, N, C, 3 * C);
-    pt_attention_forward(a->atty, a->att, a->qkv, B, T, C, cfg->n_head);
+    pt_attention_forward(a->atty, a->lse, a->qkv, s->attn, s->attn_slots, B, T, C, cfg->n_head);
     pt_matmul_forward(a->res2, a->atty, p->attn_proj_w, p->attn_proj_b, N, C, C);
     pt_residual_forward(a->res2, a->res2, x, (size_t)N * C);
     pt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, N, C,
@@ -1541,7 +1699,8 @@ PTRAINDEF void pt_block_backward(const pt_gpt_config *cfg, int B, int T,
     pt_matmul_backward(s->datty, g->attn_proj_w, g->attn_proj_b, dx, a->atty, p->attn_proj_w, n,
                        c, c);
     memset(s->dqkv, 0, N * 3 * C * sizeof(float));
-    pt_attention_backward(s->dqkv, s->datt, s->datty, a->qkv, a->att, B, T, c, cfg->n_head);
+    pt_attention_backward(s->dqkv, s->datty, a->atty, a->qkv, a->lse, s->attn, s->attn_slots, B,
+                          T, c, cfg->n_head);
     memset(s->dln, 0, N * C * sizeof(float));
     pt_matmul_backward(s->dln, g->qkv_w, g->qkv_b, s->dqkv, a->ln1, p->qkv_w, n, c, 3 * c);
     pt_layernorm_backward(dx, g->ln1_w, g->ln1_b, s->dln, x, p->ln1_w, a->ln1_mean, a->ln1_rstd,
@@ -1578,7 +1737,7 @@ PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targ
     pt_encoder_forward(m->encoded, inputs, m->wte, m->wpe, B, T, C);
     x = m->encoded;
     for (l = 0; l < c->n_layer; l++) {
-        pt_block_forward(c, B, T, &m->layers[l], x, &m->acts[l]);
+        pt_block_forward(c, B, T, &m->layers[l], x, &m->acts[l], &m->scratch);
         x = m->acts[l].out;
     }
     pt_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, m->lnf_w, m->lnf_b, N, C,
@@ -1589,7 +1748,7 @@ PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targ
     if (targets) {
         double sum = 0.0;
         int n;
-        pt_crossentropy_forward(m->losses, m->logits, targets, N, V);
+        pt_crossentropy_forward(m->losses, m->lse, m->logits, targets, N, V);
         for (n = 0; n < N; n++) sum += m->losses[n];
         m->loss = (float)(sum / N);
     }
@@ -1610,7 +1769,7 @@ PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) {
                         "backward needs a forward with targets first (and runs once per forward)");
     m->has_targets = 0; /* the logits become dlogits in place */
     pt_gpt_zero_grad(m);
-    pt_crossentropy_backward(m->logits, m->logits, m->targets, N, V, 1.0f / (float)N);
+    pt_crossentropy_backward(m->logits, m->logits, m->lse, m->targets, N, V, 1.0f / (float)N);
     memset(m->scratch.dln, 0, sizeof(float) * (size_t)N * C);
     pt_tied_head_backward(m->scratch.dln, m->dwte, m->logits, m->lnf, m->wte, N, C, V);
     memset(m->dres, 0, sizeof(float) * (size_t)N * C);

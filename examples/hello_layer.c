@@ -29,7 +29,7 @@ enum { B = 2, T = 8, C = 32, NH = 4, N = B * T };
 typedef struct layer {
     pt_block_params p, g;  /* parameters and their gradients: same layout */
     pt_block_acts a;       /* what forward saves for backward */
-    pt_block_scratch s;    /* backward's temporaries */
+    pt_block_scratch s;    /* temporaries (attention work, backward's gradients) */
     float *x, *dx, *R;     /* (N,C) input, its gradient, the loss weights */
 } layer;
 
@@ -44,11 +44,13 @@ static void layout(pt_arena *ar, layer *l) {
         p->fc_proj_w = F(4 * C * C), p->fc_proj_b = F(C);
     }
     l->a.ln1 = F(N * C), l->a.ln1_mean = F(N), l->a.ln1_rstd = F(N), l->a.qkv = F(N * 3 * C);
-    l->a.att = F(B * NH * T * T), l->a.atty = F(N * C), l->a.res2 = F(N * C);
+    l->a.lse = F(B * NH * T), l->a.atty = F(N * C), l->a.res2 = F(N * C);
     l->a.ln2 = F(N * C), l->a.ln2_mean = F(N), l->a.ln2_rstd = F(N);
     l->a.fch = F(N * 4 * C), l->a.fch_gelu = F(N * 4 * C), l->a.out = F(N * C);
     l->s.dln = F(N * C), l->s.dqkv = F(N * 3 * C), l->s.datty = F(N * C);
-    l->s.dfch = F(N * 4 * C), l->s.datt = F(B * NH * T);
+    l->s.dfch = F(N * 4 * C);
+    l->s.attn_slots = pt_get_threads(); /* each thread gets its own attention work */
+    l->s.attn = F(pt_attention_scratch_floats(T, l->s.attn_slots));
     l->x = F(N * C), l->dx = F(N * C), l->R = F(N * C);
 }
 
@@ -58,7 +60,7 @@ static const pt_gpt_config cfg = {.n_embd = C, .n_head = NH, .ln_eps = 1e-5f};
    tiny differences L(p + h) - L(p - h). */
 static double loss(layer *l) {
     double L = 0.0;
-    pt_block_forward(&cfg, B, T, &l->p, l->x, &l->a);
+    pt_block_forward(&cfg, B, T, &l->p, l->x, &l->a, &l->s);
     for (int i = 0; i < N * C; i++) L += (double)l->a.out[i] * l->R[i];
     return L;
 }

@@ -67,9 +67,10 @@ static int *rand_ids(int n, int V) {
 /* Inputs and outputs of one kernel call, so one fwd_fn per kernel can
    recompute its output under perturbation. */
 typedef struct kargs {
-    float *out, *x, *w, *b, *mean, *rstd, *att;
+    float *out, *x, *w, *b, *mean, *rstd, *att, *lse, *scratch;
+    double *dlse; /* cross-entropy's log-sum-exp */
     int *ids;
-    int B, T, C, NH, N, IN, OUT, V;
+    int B, T, C, NH, N, IN, OUT, V, slots;
     size_t n;
     float eps;
 } kargs;
@@ -86,9 +87,13 @@ static void fwd_matmul(void *p) {
     kargs *k = (kargs *)p;
     pt_matmul_forward(k->out, k->x, k->w, k->b, k->N, k->IN, k->OUT);
 }
-static void fwd_attention(void *p) {
+static void fwd_attention(void *p) { /* the fast, blocked kernel */
     kargs *k = (kargs *)p;
-    pt_attention_forward(k->out, k->att, k->x, k->B, k->T, k->C, k->NH);
+    pt_attention_forward(k->out, k->lse, k->x, k->scratch, k->slots, k->B, k->T, k->C, k->NH);
+}
+static void fwd_attention_ref(void *p) {
+    kargs *k = (kargs *)p;
+    pt_attention_ref_forward(k->out, k->att, k->x, k->B, k->T, k->C, k->NH);
 }
 static void fwd_gelu(void *p) {
     kargs *k = (kargs *)p;
@@ -104,7 +109,7 @@ static void fwd_head(void *p) {
 }
 static void fwd_xent(void *p) {
     kargs *k = (kargs *)p;
-    pt_crossentropy_forward(k->out, k->x, k->ids, k->N, k->V);
+    pt_crossentropy_forward(k->out, k->dlse, k->x, k->ids, k->N, k->V);
 }
 
 /* C = alpha op(A) op(B) + beta C against a triple loop, all four transpose
@@ -238,23 +243,31 @@ static void test_matmul(void) {
 }
 
 /* Causal attention on [q|k|v][head][hd] against a naive double reference,
-   the causal mask, and finite differences of dqkv (which accumulates). */
-static void test_attention(void) {
-    enum { B = 2, T = 5, C = 8, NH = 2, hd = C / NH, N = B * T };
+   the causal mask, and finite differences of dqkv (which accumulates): the
+   reference kernel (stores probabilities), and the blocked one at a T that
+   spans several query blocks (stores only the log-sum-exp). */
+static void check_attention(int fast, int B, int T, int C, int NH) {
+    int hd = C / NH, N = B * T, b, h, t, u, i, t0 = T / 2 + 1;
     kargs k;
-    float *R = frand(N * C, -1, 1), *dqkv, *dqkv0, *scratch = TALLOC(float, B * NH * T), *out0, *x0;
-    double *ref = TALLOC(double, N * C), *ratt = TALLOC(double, B * NH * T * T);
-    int b, h, t, u, i, t0 = 3;
+    float *R = frand(N * C, -1, 1), *dqkv, *dqkv0, *out0, *x0;
+    double *ref = TALLOC(double, N * C), *ratt = TALLOC(double, (size_t)B * NH * T * T);
+    double *rlse = TALLOC(double, B * NH * T), *s = TALLOC(double, T);
+    void (*fwd)(void *) = fast ? fwd_attention : fwd_attention_ref;
+    const char *name = fast ? "attention (blocked)" : "attention (reference)";
+    char what[96];
     ZERO(k);
-    k.B = B, k.T = T, k.C = C, k.NH = NH;
+    k.B = B, k.T = T, k.C = C, k.NH = NH, k.slots = 2;
     k.x = frand(N * 3 * C, -1.5, 1.5);
-    k.out = TALLOC(float, N * C), k.att = frand(B * NH * T * T, -1, 1);
-    fwd_attention(&k);
+    k.out = TALLOC(float, N * C), k.att = frand((size_t)B * NH * T * T, -1, 1);
+    k.lse = frand(B * NH * T, -1, 1);
+    k.scratch = frand(pt_attention_scratch_floats(T, k.slots), -1, 1);
+    fwd(&k);
     for (b = 0; b < B; b++)
         for (h = 0; h < NH; h++)
             for (t = 0; t < T; t++) {
                 const float *q = k.x + (b * T + t) * 3 * C + h * hd;
-                double s[T], mx = -1e300, sum = 0.0;
+                double mx = -1e300, sum = 0.0;
+                size_t row = ((size_t)(b * NH + h) * T + t) * T;
                 for (u = 0; u < T; u++) {
                     const float *kk = k.x + (b * T + u) * 3 * C + C + h * hd;
                     s[u] = 0.0;
@@ -263,34 +276,46 @@ static void test_attention(void) {
                     if (u <= t && s[u] > mx) mx = s[u];
                 }
                 for (u = 0; u < T; u++) sum += u <= t ? exp(s[u] - mx) : 0.0;
-                for (u = 0; u < T; u++)
-                    ratt[((b * NH + h) * T + t) * T + u] = u <= t ? exp(s[u] - mx) / sum : 0.0;
+                rlse[(b * NH + h) * T + t] = mx + log(sum);
+                for (u = 0; u < T; u++) ratt[row + u] = u <= t ? exp(s[u] - mx) / sum : 0.0;
                 for (i = 0; i < hd; i++) {
                     double o = 0.0;
                     for (u = 0; u <= t; u++)
-                        o += ratt[((b * NH + h) * T + t) * T + u] *
-                             k.x[(b * T + u) * 3 * C + 2 * C + h * hd + i];
+                        o += ratt[row + u] * k.x[(b * T + u) * 3 * C + 2 * C + h * hd + i];
                     ref[(b * T + t) * C + h * hd + i] = o;
                 }
             }
-    CHECK_CLOSE("attention out", k.out, ref, N * C, 1e-6, 1e-5);
-    CHECK_CLOSE("attention probabilities (0 above the diagonal)", k.att, ratt, B * NH * T * T, 1e-7, 1e-5);
-    /* causal mask: changing key and value of position t0 in batch 1 leaves every
-       output at t < t0 (and all of batch 0) bit-identical, and changes t0 itself */
+    snprintf(what, sizeof what, "%s out", name);
+    CHECK_CLOSE(what, k.out, ref, N * C, 1e-6, 1e-5);
+    if (fast) CHECK_CLOSE("attention log-sum-exp", k.lse, rlse, B * NH * T, 1e-6, 1e-6);
+    else CHECK_CLOSE("attention probabilities (0 above the diagonal)", k.att, ratt,
+                     (size_t)B * NH * T * T, 1e-7, 1e-5);
+    /* causal mask: changing key and value of position t0 in the last batch row
+       leaves every earlier output bit-identical, and changes t0 itself */
     out0 = fcopy(k.out, N * C), x0 = fcopy(k.x, N * 3 * C);
     for (i = 0; i < C; i++) {
-        k.x[(1 * T + t0) * 3 * C + C + i] += 2.0f;
-        k.x[(1 * T + t0) * 3 * C + 2 * C + i] -= 3.0f;
+        k.x[((B - 1) * T + t0) * 3 * C + C + i] += 2.0f;
+        k.x[((B - 1) * T + t0) * 3 * C + 2 * C + i] -= 3.0f;
     }
-    fwd_attention(&k);
-    CHECK(memcmp(k.out, out0, sizeof(float) * (T + t0) * C) == 0);
-    CHECK(memcmp(k.out + (T + t0) * C, out0 + (T + t0) * C, sizeof(float) * C) != 0);
+    fwd(&k);
+    CHECK(memcmp(k.out, out0, sizeof(float) * ((B - 1) * T + t0) * C) == 0);
+    CHECK(memcmp(k.out + ((B - 1) * T + t0) * C, out0 + ((B - 1) * T + t0) * C,
+                 sizeof(float) * C) != 0);
     memcpy(k.x, x0, sizeof(float) * N * 3 * C);
-    fwd_attention(&k);
+    fwd(&k);
     dqkv = frand(N * 3 * C, -1, 1), dqkv0 = fcopy(dqkv, N * 3 * C);
-    pt_attention_backward(dqkv, scratch, R, k.x, k.att, B, T, C, NH);
-    FD_CHECK("attention dqkv", fwd_attention, &k, k.out, R, N * C, k.x,
-             fdelta(dqkv, dqkv0, N * 3 * C), N * 3 * C);
+    if (fast)
+        pt_attention_backward(dqkv, R, k.out, k.x, k.lse, k.scratch, k.slots, B, T, C, NH);
+    else
+        pt_attention_ref_backward(dqkv, TALLOC(float, B * NH * T), R, k.x, k.att, B, T, C, NH);
+    snprintf(what, sizeof what, "%s dqkv", name);
+    FD_CHECK(what, fwd, &k, k.out, R, N * C, k.x, fdelta(dqkv, dqkv0, N * 3 * C), N * 3 * C);
+}
+
+static void test_attention(void) {
+    check_attention(0, 2, 5, 8, 2);
+    check_attention(1, 2, 5, 8, 2);
+    check_attention(1, 1, 2 * PT_ATTN_QBLOCK + 3, 8, 2); /* three query blocks, ragged */
 }
 
 /* gelu (tanh form) in double; backward WRITES dinp, also when dinp == dout. */
@@ -372,7 +397,7 @@ static void test_crossentropy(void) {
     double *ref = TALLOC(double, N), *ref_dl;
     ZERO(k);
     k.N = N, k.V = V, k.ids = targets;
-    k.x = frand(N * V, -3, 3), k.out = TALLOC(float, N);
+    k.x = frand(N * V, -3, 3), k.out = TALLOC(float, N), k.dlse = TALLOC(double, N);
     for (v = 0; v < V; v++) k.x[3 * V + v] += 1000.0f; /* exp overflows without a shift */
     k.x[2 * V + 1] = 95.0f;
     fwd_xent(&k);
@@ -387,10 +412,10 @@ static void test_crossentropy(void) {
     for (v = 0; v < V; v++) k.x[3 * V + v] -= 1000.0f; /* moderate logits for the differences */
     k.x[2 * V + 1] = 2.0f;
     fwd_xent(&k);
-    pt_crossentropy_backward(dl, k.x, targets, N, V, dloss); /* dl held 50..60 */
+    pt_crossentropy_backward(dl, k.x, k.dlse, targets, N, V, dloss); /* dl held 50..60 */
     FD_CHECK("crossentropy dlogits (written)", fwd_xent, &k, k.out, R, N, k.x, dl, N * V);
     inplace = fcopy(k.x, N * V);
-    pt_crossentropy_backward(inplace, inplace, targets, N, V, dloss);
+    pt_crossentropy_backward(inplace, inplace, k.dlse, targets, N, V, dloss);
     ref_dl = to_double(dl, N * V);
     CHECK_CLOSE("crossentropy backward in place", inplace, ref_dl, N * V, 1e-7, 1e-6);
 }

@@ -17,7 +17,8 @@ LDLIBS = $(BLAS) -lm
 HDR = ptrain.h examples/cli.h
 
 EXAMPLES = train sample hello_layer quickstart
-BINS = $(addprefix build/,$(EXAMPLES)) build/fixture_check build/tests build/bench_step
+BINS = $(addprefix build/,$(EXAMPLES)) build/fixture_check build/tests build/bench_step \
+       build/bench_kernels
 
 .PHONY: all run test bench install clean deps deps-test
 
@@ -50,7 +51,7 @@ build/fixture_check_asan: tests/fixture_check.c $(HDR) | build deps
 build/tests_noblas: tests/test_main.c ptrain.h | build deps
 	$(CC) $(CFLAGS) -DPTRAIN_NO_BLAS $< -o $@ -lm
 
-build/bench_step: bench/bench_step.c $(HDR) | build deps
+build/bench_%: bench/bench_%.c $(HDR) | build deps
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
 # The main job: a small GPT on the embedded task, about two minutes on 2 cores.
@@ -61,7 +62,7 @@ test: deps-test
 	@$(MAKE) --no-print-directory all build/tests_asan build/fixture_check_asan build/tests_noblas
 	@CC="$(CC)" CXX="$(CXX)" BLAS="$(BLAS)" sh tests/run.sh
 
-bench: build/bench_step
+bench: build/bench_step build/bench_kernels
 	@sh bench/run.sh
 
 install:
@@ -70,3 +71,16 @@ install:
 
 clean:
 	rm -rf build
+
+# ptrain against PyTorch float32 on the same training steps (bench/compare.sh);
+# installs Debian's python3-torch first if /usr/bin/python3 lacks torch.
+.PHONY: bench-torch
+bench-torch:
+	@/usr/bin/python3 -c 'import torch' 2>/dev/null || { \
+	    SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	    echo "ptrain: installing python3-torch"; \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	        $$SUDO apt-get install -y -qq --no-install-recommends python3-torch || \
+	    { echo "ptrain: installing failed; run: sudo apt-get install python3-torch"; exit 1; }; }
+	@$(MAKE) --no-print-directory build/bench_step
+	@sh bench/compare.sh

@@ -2,7 +2,10 @@
 # make bench: end-to-end training steps of the three reference configurations,
 # each against the sgemm peak measured in the same run.
 set -e
-echo "end-to-end training step (forward + backward + AdamW), median of the timed steps"
+echo "== kernels at gpt2-124m shapes (B=8, T=256), each checked, then timed =="
+build/bench_kernels --config gpt2-124m --batch 8 --seq 256
+echo
+echo "== end-to-end training step (forward + backward + AdamW), median of the timed steps"
 build/bench_step --config small --batch 8 --seq 128 --steps 5
 build/bench_step --config gpt2-124m --batch 4 --seq 64 --steps 3
 build/bench_step --config gpt2-124m --batch 8 --seq 256 --steps 3

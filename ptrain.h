@@ -325,7 +325,7 @@ typedef struct pt_block_acts {
     float *atty;                      /* (N,C) attention output, before c_proj */
     float *res2;                      /* (N,C) x + attention branch */
     float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
-    float *fch, *fch_gelu;            /* (N,4C) */
+    float *fch;                       /* (N,4C) c_fc output; gelu(fch) is recomputed */
     float *out;                       /* (N,C) block output */
 } pt_block_acts;
 
@@ -335,6 +335,7 @@ typedef struct pt_block_scratch {
     float *dqkv;    /* (N,3C) */
     float *datty;   /* (N,C) */
     float *dfch;    /* (N,4C) */
+    float *gelu;    /* (N,4C) gelu(fch), recomputed for the layer at hand */
     float *attn;    /* pt_attention_scratch_floats(T, attn_slots) */
     int attn_slots; /* threads that may use attn at once */
 } pt_block_scratch;
@@ -1539,7 +1540,6 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
         x->ln2_mean = PT__F(a, N);
         x->ln2_rstd = PT__F(a, N);
         x->fch = PT__F(a, N * 4 * C);
-        x->fch_gelu = PT__F(a, N * 4 * C);
         x->out = PT__F(a, N * C);
     }
     m->lnf = PT__F(a, N * C);
@@ -1551,6 +1551,7 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     m->inputs = (int *)pt_arena_alloc(a, N * sizeof(int));
     m->targets = (int *)pt_arena_alloc(a, N * sizeof(int));
     *act_bytes = a->used;
+    m->scratch.gelu = PT__F(a, N * 4 * C);
     m->scratch.attn_slots = pt_get_threads();
     m->scratch.attn = PT__F(a, pt_attention_scratch_floats((int)T, m->scratch.attn_slots));
     if (!training) return;
@@ -1684,8 +1685,8 @@ PTRAINDEF void pt_block_forward(const pt_gpt_config *cfg, int B, int T,
     pt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, N, C,
                          eps);
     pt_matmul_forward(a->fch, a->ln2, p->fc_w, p->fc_b, N, C, 4 * C);
-    pt_gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
-    pt_matmul_forward(a->out, a->fch_gelu, p->fc_proj_w, p->fc_proj_b, N, 4 * C, C);
+    pt_gelu_forward(s->gelu, a->fch, (size_t)N * 4 * C);
+    pt_matmul_forward(a->out, s->gelu, p->fc_proj_w, p->fc_proj_b, N, 4 * C, C);
     pt_residual_forward(a->out, a->out, a->res2, (size_t)N * C);
 }
 
@@ -1697,7 +1698,8 @@ PTRAINDEF void pt_block_backward(const pt_gpt_config *cfg, int B, int T,
     int n = (int)N, c = (int)C;
     /* MLP branch: out = res2 + fc_proj(gelu(fc(ln2(res2)))) */
     memset(s->dfch, 0, N * 4 * C * sizeof(float));
-    pt_matmul_backward(s->dfch, g->fc_proj_w, g->fc_proj_b, dout, a->fch_gelu, p->fc_proj_w, n,
+    pt_gelu_forward(s->gelu, a->fch, N * 4 * C); /* not saved by forward: 4NC floats a layer */
+    pt_matmul_backward(s->dfch, g->fc_proj_w, g->fc_proj_b, dout, s->gelu, p->fc_proj_w, n,
                        4 * c, c);
     pt_gelu_backward(s->dfch, a->fch, s->dfch, N * 4 * C);
     memset(s->dln, 0, N * C * sizeof(float));

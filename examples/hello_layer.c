@@ -46,9 +46,9 @@ static void layout(pt_arena *ar, layer *l) {
     l->a.ln1 = F(N * C), l->a.ln1_mean = F(N), l->a.ln1_rstd = F(N), l->a.qkv = F(N * 3 * C);
     l->a.lse = F(B * NH * T), l->a.atty = F(N * C), l->a.res2 = F(N * C);
     l->a.ln2 = F(N * C), l->a.ln2_mean = F(N), l->a.ln2_rstd = F(N);
-    l->a.fch = F(N * 4 * C), l->a.fch_gelu = F(N * 4 * C), l->a.out = F(N * C);
+    l->a.fch = F(N * 4 * C), l->a.out = F(N * C);
     l->s.dln = F(N * C), l->s.dqkv = F(N * 3 * C), l->s.datty = F(N * C);
-    l->s.dfch = F(N * 4 * C);
+    l->s.dfch = F(N * 4 * C), l->s.gelu = F(N * 4 * C);
     l->s.attn_slots = pt_get_threads(); /* each thread gets its own attention work */
     l->s.attn = F(pt_attention_scratch_floats(T, l->s.attn_slots));
     l->x = F(N * C), l->dx = F(N * C), l->R = F(N * C);

@@ -9,3 +9,6 @@ echo "== end-to-end training step (forward + backward + AdamW), median of the ti
 build/bench_step --config small --batch 8 --seq 128 --steps 5
 build/bench_step --config gpt2-124m --batch 4 --seq 64 --steps 3
 build/bench_step --config gpt2-124m --batch 8 --seq 256 --steps 3
+echo
+echo "== long context: attention memory is linear in T (only the log-sum-exp is saved)"
+build/bench_step --config gpt2-124m --batch 1 --seq 1024 --steps 2

@@ -150,7 +150,7 @@ static void fmt_time(char *buf, size_t n, double s) {
 int main(int argc, char **argv) {
     const char *data_path = NULL, *data_format = "auto", *preset = "mini", *ckpt_out = NULL,
                *resume = NULL;
-    int steps = 1000, batch = 16, seq = 64, warmup = 50, eval_every = 100, eval_batches = 8,
+    int steps = 1600, batch = 16, seq = 64, warmup = 50, eval_every = 100, eval_batches = 8,
         ckpt_every = 0, threads = 0, sample_tokens = 400, top_k = 8, n_layer = 0, n_head = 0,
         n_embd = 0, block_size = 0, log_every = 100, stop_after = 0, npos, s;
     float lr = 6e-3f, min_lr = 6e-4f, wd = 0.1f, clip = 1.0f, val_fraction = 0.1f,

@@ -883,11 +883,11 @@ PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alp
 /* e^x in float, within 2 ulp, written so loops over it vectorise:
    x = n ln2 + r with |r| <= ln2/2 (ln2 split in two for exactness),
    e^r by its degree-7 Taylor-like minimax polynomial, 2^n by exponent bits.
-   Inputs below -87.3 give about 1e-38 instead of 0; NaN stays NaN. */
-static inline float pt__expf(float x) {
-    float t, n, r, p, scale;
+   Inputs below -87.3 give 0 (never a subnormal), -inf too; NaN stays NaN. */
+static inline float pt__expf(float x0) {
+    float t, n, r, p, scale, x;
     uint32_t bits;
-    x = x > 88.7f ? 88.7f : x;
+    x = x0 > 88.7f ? 88.7f : x0;
     x = x < -87.3f ? -87.3f : x;
     t = x * 1.44269504f + 12582912.0f; /* 1.5*2^23: round x/ln2 to an integer */
     n = t - 12582912.0f;
@@ -902,7 +902,7 @@ static inline float pt__expf(float x) {
     memcpy(&bits, &t, 4);
     bits = (bits - 0x4B400000u + 127u) << 23; /* (n + 127) as the exponent */
     memcpy(&scale, &bits, 4);
-    return p * scale;
+    return x0 < -87.3f ? 0.0f : p * scale;
 }
 
 /* sum_i exp(x_i - mx) for x_i <= mx: float sums of 1024 terms (each <= 1,

@@ -309,7 +309,10 @@ static void check_attention(int fast, int B, int T, int C, int NH) {
     else
         pt_attention_ref_backward(dqkv, TALLOC(float, B * NH * T), R, k.x, k.att, B, T, C, NH);
     snprintf(what, sizeof what, "%s dqkv", name);
-    FD_CHECK(what, fwd, &k, k.out, R, N * C, k.x, fdelta(dqkv, dqkv0, N * 3 * C), N * 3 * C);
+    /* h = 5e-3: the float loss sums N*C outputs, whose rounding (~2e-6 at T=131)
+       over 2h must stay well below the tolerance */
+    fd_check_(__FILE__, __LINE__, what, fwd, &k, k.out, R, (size_t)N * C, k.x,
+              fdelta(dqkv, dqkv0, N * 3 * C), NULL, (size_t)N * 3 * C, 5e-3f, FD_ATOL, FD_RTOL);
 }
 
 static void test_attention(void) {
@@ -466,7 +469,7 @@ static void test_model_grad(void) {
         size_t k;
         for (k = 0; k < p->numel; k++) gmax = fmax(gmax, fabs(gt[k]));
         fd_check_(__FILE__, __LINE__, p->name, fwd_gpt, &r, g.losses, R, N, g.params + p->offset,
-                  gt, NULL, p->numel, 1e-2f, 2e-4 * gmax + 1e-6, 1e-2);
+                  gt, NULL, p->numel, 5e-3f, 2e-4 * gmax + 1e-6, 1e-2);
     }
     pt_gpt_free(&g);
 }
@@ -1816,6 +1819,24 @@ static void test_writer_and_file_errors(void) {
     pt_tokens_free(&t); /* safe after a failed load */
 }
 
+/* The vectorisable exp behind softmax and GELU: within 2 ulp of exp over the
+   whole float range it serves, exactly 0 below it (no subnormals), NaN kept. */
+static void test_fast_exp(void) {
+    double worst = 0.0;
+    float x;
+    for (x = -87.0f; x < 88.0f; x += 0.00037f) {
+        double e = exp((double)x), r = fabs((double)pt__expf(x) - e) / e;
+        if (r > worst) worst = r;
+    }
+    CHECK(worst < 2.0 * 5.96e-8);
+    CHECK(pt__expf(0.0f) == 1.0f);
+    CHECK(pt__expf(-100.0f) == 0.0f);
+    CHECK(pt__expf(-INFINITY) == 0.0f);
+    CHECK(isnan(pt__expf(NAN)));
+    CHECK(pt__sum_exp((const float[]){0.0f, -1.0f, -2.0f}, 3, 0.0f) > 1.5032 &&
+          pt__sum_exp((const float[]){0.0f, -1.0f, -2.0f}, 3, 0.0f) < 1.5033); /* 1 + e^-1 + e^-2 */
+}
+
 static void test_status_strings(void) {
     int a, b;
     for (a = 0; a < PT_STATUS_COUNT; a++) {
@@ -1863,6 +1884,7 @@ static void test_thread_local_error(void) {
 
 static const test_case tests[] = {
     {"inference_model", test_inference_model},
+    {"fast_exp", test_fast_exp},
     {"writer_and_file_errors", test_writer_and_file_errors},
     {"kernel_sgemm", test_sgemm},
     {"kernel_encoder", test_encoder},

@@ -905,6 +905,20 @@ static inline float pt__expf(float x0) {
     return x0 < -87.3f ? 0.0f : p * scale;
 }
 
+/* max_i x_i (n >= 1) over 16 lanes of elementwise selects, which gcc and
+   clang both vectorise (neither vectorises a float max reduction as such). */
+static float pt__maxf(const float *x, int n) {
+    float lane[16], mx;
+    int i, j;
+    for (j = 0; j < 16; j++) lane[j] = x[0];
+    for (i = 0; i + 16 <= n; i += 16)
+        for (j = 0; j < 16; j++) lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
+    mx = lane[0];
+    for (j = 1; j < 16; j++) mx = lane[j] > mx ? lane[j] : mx;
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
 /* sum_i exp(x_i - mx) for x_i <= mx: float sums of 1024 terms (each <= 1,
    so exact to ~1e-5 relative at worst), added in double; vectorises. */
 static double pt__sum_exp(const float *x, int n, float mx) {
@@ -1153,9 +1167,7 @@ static void pt__attn_softmax(float *S, const float *lse_in, float *lse_out, int 
         float *row = S + (size_t)i * nk, l;
         int len = t0 + i + 1;
         if (lse_out) {
-            float mx = row[0];
-            PT__OMP(omp simd reduction(max:mx))
-            for (u = 1; u < len; u++) mx = row[u] > mx ? row[u] : mx;
+            float mx = pt__maxf(row, len);
             l = mx + (float)log(pt__sum_exp(row, len, mx));
             lse_out[i] = l;
         } else {
@@ -1292,10 +1304,7 @@ PTRAINDEF void pt_crossentropy_forward(float *losses, double *lse, const float *
     PT__OMP(omp parallel for schedule(static))
     for (n = 0; n < N; n++) {
         const float *l = logits + (size_t)n * V;
-        float mx = l[0];
-        int v;
-        PT__OMP(omp simd reduction(max:mx))
-        for (v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+        float mx = pt__maxf(l, V);
         lse[n] = (double)mx + log(pt__sum_exp(l, V, mx));
         losses[n] = (float)(lse[n] - (double)l[targets[n]]);
     }

@@ -593,6 +593,9 @@ PTRAINDEF pt_status pt_checkpoint_load(const char *path, pt_gpt *m, pt_train_sta
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -943,6 +946,7 @@ PTRAINDEF void pt_encoder_forward(float *out, const int *inp, const float *wte,
         const float *e = wte + (size_t)inp[n] * C, *p = wpe + (size_t)(n % T) * C;
         float *o = out + (size_t)n * C;
         int c;
+        PT__OMP(omp simd)
         for (c = 0; c < C; c++) o[c] = e[c] + p[c];
     }
 }
@@ -958,6 +962,7 @@ PTRAINDEF void pt_encoder_backward(float *dwte, float *dwpe, const float *dout,
         for (n = 0; n < B * T; n++) {
             const float *d = dout + (size_t)n * C;
             float *w = dwte + (size_t)inp[n] * C, *p = dwpe + (size_t)(n % T) * C;
+            PT__OMP(omp simd)
             for (c = c0; c < c1; c++) {
                 w[c] += d[c];
                 p[c] += d[c];
@@ -976,11 +981,14 @@ PTRAINDEF void pt_layernorm_forward(float *out, float *mean, float *rstd, const 
         float *o = out + (size_t)n * C;
         float m = 0.0f, v = 0.0f, s;
         int c;
+        PT__OMP(omp simd reduction(+:m))
         for (c = 0; c < C; c++) m += x[c];
         m /= (float)C;
+        PT__OMP(omp simd reduction(+:v))
         for (c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
         v /= (float)C;
         s = 1.0f / sqrtf(v + eps);
+        PT__OMP(omp simd)
         for (c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
         mean[n] = m;
         rstd[n] = s;
@@ -1000,6 +1008,7 @@ PTRAINDEF void pt_layernorm_backward(float *dinp, float *dweight, float *dbias,
             float *dx = dinp + (size_t)n * C;
             float m = mean[n], s = rstd[n], gm = 0.0f, gxm = 0.0f;
             int c;
+            PT__OMP(omp simd reduction(+:gm, gxm))
             for (c = 0; c < C; c++) {
                 float g = d[c] * weight[c];
                 gm += g;
@@ -1007,6 +1016,7 @@ PTRAINDEF void pt_layernorm_backward(float *dinp, float *dweight, float *dbias,
             }
             gm /= (float)C;
             gxm /= (float)C;
+            PT__OMP(omp simd)
             for (c = 0; c < C; c++)
                 dx[c] += s * (d[c] * weight[c] - gm - (x[c] - m) * s * gxm);
         }
@@ -1017,6 +1027,7 @@ PTRAINDEF void pt_layernorm_backward(float *dinp, float *dweight, float *dbias,
         for (r = 0; r < N; r++) {
             const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
             float m = mean[r], s = rstd[r];
+            PT__OMP(omp simd)
             for (c = c0; c < c1; c++) {
                 dweight[c] += d[c] * (x[c] - m) * s;
                 dbias[c] += d[c];
@@ -1033,6 +1044,7 @@ static void pt__colsum_add(float *dbias, const float *dout, int N, int OUT) {
         int c0 = cb * PT__COLBLOCK, c1 = c0 + PT__COLBLOCK < OUT ? c0 + PT__COLBLOCK : OUT, c, n;
         for (n = 0; n < N; n++) {
             const float *d = dout + (size_t)n * OUT;
+            PT__OMP(omp simd)
             for (c = c0; c < c1; c++) dbias[c] += d[c];
         }
     }
@@ -1272,13 +1284,13 @@ PTRAINDEF void pt_gelu_backward(float *dinp, const float *inp, const float *dout
 
 PTRAINDEF void pt_residual_forward(float *out, const float *a, const float *b, size_t n) {
     ptrdiff_t i;
-    PT__OMP(omp parallel for schedule(static))
+    PT__OMP(omp parallel for simd schedule(static))
     for (i = 0; i < (ptrdiff_t)n; i++) out[i] = a[i] + b[i];
 }
 
 PTRAINDEF void pt_residual_backward(float *da, float *db, const float *dout, size_t n) {
     ptrdiff_t i;
-    PT__OMP(omp parallel for schedule(static))
+    PT__OMP(omp parallel for simd schedule(static))
     for (i = 0; i < (ptrdiff_t)n; i++) {
         da[i] += dout[i];
         db[i] += dout[i];
@@ -1334,21 +1346,49 @@ PTRAINDEF pt_adamw_config pt_adamw_default(void) {
     return c;
 }
 
-PTRAINDEF void pt_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
-                               const pt_adamw_config *cfg, float lr, int t, int decay) {
-    double bc1 = 1.0 - pow((double)cfg->beta1, t), bc2 = 1.0 - pow((double)cfg->beta2, t);
-    float step = (float)((double)lr / bc1), sbc2 = (float)sqrt(bc2);
-    float keep = decay ? (float)(1.0 - (double)lr * (double)cfg->weight_decay) : 1.0f;
-    float b1 = cfg->beta1, b2 = cfg->beta2, eps = cfg->eps;
-    ptrdiff_t i;
-    PT__OMP(omp parallel for schedule(static))
-    for (i = 0; i < (ptrdiff_t)n; i++) {
+/* m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+   p = p*keep - step * m / (sqrt(v)/sbc2 + eps). sqrtf keeps compilers from
+   vectorising (errno), so AVX-512 machines get the same math in intrinsics. */
+static void pt__adamw_span(float *param, const float *grad, float *m, float *v, size_t i,
+                           size_t end, float b1, float b2, float keep, float step,
+                           float sbc2, float eps) {
+#ifdef __AVX512F__
+    __m512 vb1 = _mm512_set1_ps(b1), vb2 = _mm512_set1_ps(b2), va1 = _mm512_set1_ps(1.0f - b1),
+           va2 = _mm512_set1_ps(1.0f - b2), vkeep = _mm512_set1_ps(keep),
+           vstep = _mm512_set1_ps(step), vs = _mm512_set1_ps(sbc2), veps = _mm512_set1_ps(eps);
+    for (; i + 16 <= end; i += 16) {
+        __m512 g = _mm512_loadu_ps(grad + i);
+        __m512 mi = _mm512_fmadd_ps(vb1, _mm512_loadu_ps(m + i), _mm512_mul_ps(va1, g));
+        __m512 vi = _mm512_fmadd_ps(vb2, _mm512_loadu_ps(v + i), _mm512_mul_ps(_mm512_mul_ps(va2, g), g));
+        __m512 den = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), vs), veps);
+        __m512 upd = _mm512_div_ps(_mm512_mul_ps(vstep, mi), den);
+        _mm512_storeu_ps(m + i, mi);
+        _mm512_storeu_ps(v + i, vi);
+        _mm512_storeu_ps(param + i, _mm512_fmsub_ps(_mm512_loadu_ps(param + i), vkeep, upd));
+    }
+#endif
+    for (; i < end; i++) {
         float g = grad[i];
         float mi = b1 * m[i] + (1.0f - b1) * g;
         float vi = b2 * v[i] + (1.0f - b2) * g * g;
         m[i] = mi;
         v[i] = vi;
         param[i] = param[i] * keep - step * mi / (sqrtf(vi) / sbc2 + eps);
+    }
+}
+
+PTRAINDEF void pt_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
+                               const pt_adamw_config *cfg, float lr, int t, int decay) {
+    double bc1 = 1.0 - pow((double)cfg->beta1, t), bc2 = 1.0 - pow((double)cfg->beta2, t);
+    float step = (float)((double)lr / bc1), sbc2 = (float)sqrt(bc2);
+    float keep = decay ? (float)(1.0 - (double)lr * (double)cfg->weight_decay) : 1.0f;
+    /* chunks of whole cache lines, split over the threads */
+    ptrdiff_t c, chunk = 16384, nchunks = (ptrdiff_t)((n + (size_t)chunk - 1) / (size_t)chunk);
+    PT__OMP(omp parallel for schedule(static))
+    for (c = 0; c < nchunks; c++) {
+        size_t i0 = (size_t)(c * chunk), i1 = i0 + (size_t)chunk < n ? i0 + (size_t)chunk : n;
+        pt__adamw_span(param, grad, m, v, i0, i1, cfg->beta1, cfg->beta2, keep, step, sbc2,
+                       cfg->eps);
     }
 }
 
@@ -1362,6 +1402,7 @@ PTRAINDEF double pt_norm2(const float *x, size_t n) {
     for (p = 0; p < PT__NORM_PARTS; p++) {
         size_t i0 = (size_t)p * chunk, i1 = i0 + chunk < n ? i0 + chunk : n, i;
         double s = 0.0;
+        PT__OMP(omp simd reduction(+:s))
         for (i = i0; i < i1; i++) s += (double)x[i] * (double)x[i];
         part[p] = s;
     }
@@ -1371,7 +1412,7 @@ PTRAINDEF double pt_norm2(const float *x, size_t n) {
 
 PTRAINDEF void pt_scale(float *x, size_t n, float s) {
     ptrdiff_t i;
-    PT__OMP(omp parallel for schedule(static))
+    PT__OMP(omp parallel for simd schedule(static))
     for (i = 0; i < (ptrdiff_t)n; i++) x[i] *= s;
 }
 

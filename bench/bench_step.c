@@ -46,6 +46,7 @@ int main(int argc, char **argv) {
     double *times, peak, flops, med, loss0, loss1;
     struct rusage ru;
 
+    cli_passive_wait(argv);
     if ((s = cli_parse(argc, argv, opts, nopts, pos, 0, &npos)) != 0) {
         cli_usage(s == 1 ? stdout : stderr, "usage: bench_step [options]", opts, nopts);
         return s == 1 ? 0 : 2;

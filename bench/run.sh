@@ -12,3 +12,6 @@ build/bench_step --config gpt2-124m --batch 8 --seq 256 --steps 3
 echo
 echo "== long context: attention memory is linear in T (only the log-sum-exp is saved)"
 build/bench_step --config gpt2-124m --batch 1 --seq 1024 --steps 2
+echo
+echo "== sharing the machine: the small step beside one busy process (a shell loop)"
+sh bench/contention.sh

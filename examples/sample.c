@@ -9,6 +9,7 @@
    GPT-2 model.safetensors. Byte-level models (vocab_size 256) read and write
    text; any other vocabulary needs a tokenizer, which ptrain does not have:
    give the prompt as token ids and read the output as token ids. */
+#define _POSIX_C_SOURCE 200809L /* setenv, execv (cli_passive_wait) */
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
 #include "cli.h"
@@ -77,6 +78,7 @@ int main(int argc, char **argv) {
 
     memset(&gpt, 0, sizeof gpt);
     memset(&cache, 0, sizeof cache);
+    cli_passive_wait(argv);
     if ((s = cli_parse(argc, argv, opts, nopts, pos, 1, &npos)) != 0) {
         if (s == 1) cli_usage(stdout, usage, opts, nopts);
         return s == 1 ? 0 : 1; /* cli_parse printed the error */

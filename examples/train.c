@@ -9,6 +9,7 @@
    old man finds a green letter near the river."). A model that learns it
    writes grammatical sentences and correct sums, which the end of the run
    shows: a sample, and the accuracy of greedy answers to fresh additions. */
+#define _POSIX_C_SOURCE 200809L /* setenv, execv (cli_passive_wait) */
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
 #include "cli.h"
@@ -225,6 +226,7 @@ int main(int argc, char **argv) {
     memset(&gpt, 0, sizeof gpt);
     memset(&cache, 0, sizeof cache);
     memset(&state, 0, sizeof state);
+    cli_passive_wait(argv);
     if ((s = cli_parse(argc, argv, opts, nopts, pos, 0, &npos)) != 0) {
         cli_usage(s == 1 ? stdout : stderr, usage, opts, nopts);
         return s == 1 ? 0 : 2;

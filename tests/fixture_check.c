@@ -5,6 +5,7 @@
 
    Prints one line per quantity (worst error, tolerance, PASS/FAIL) and exits
    0 only if all pass; 1 on a mismatch, 2 if the file cannot be used. */
+#define _POSIX_C_SOURCE 200809L /* setenv, execv (cli_passive_wait) */
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
 #include "../examples/cli.h"
@@ -100,6 +101,7 @@ int main(int argc, char **argv) {
     char label[128];
     check c = {0, 0, 0};
 
+    cli_passive_wait(argv);
     if ((s = cli_parse(argc, argv, opts, nopts, pos, 1, &npos)) != 0 || npos != 1) {
         cli_usage(s == 1 ? stdout : stderr, usage, opts, nopts);
         return s == 1 ? 0 : 2;

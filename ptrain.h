@@ -45,6 +45,7 @@
        >>tensors    tensor views, arena, meta arena
        >>kernels    forward/backward pairs, AdamW, clipping, LR schedule
        >>model      GPT-2 config, blocks, whole model, generation
+       >>comm       communicators (self, threads, MPI), the tp x dp x pp grid
        >>io         safetensors, token data, loaders, checkpoints
 
    ALLOCATION. Objects filled by an init function (pt_tokens, pt_loader,
@@ -103,7 +104,8 @@ extern "C" {
     X(PT_ERR_SHAPE, "shape mismatch")                                         \
     X(PT_ERR_MISSING, "missing tensor or key")                                \
     X(PT_ERR_RANGE, "value out of range")                                     \
-    X(PT_ERR_UNSUPPORTED, "unsupported feature")
+    X(PT_ERR_UNSUPPORTED, "unsupported feature")                              \
+    X(PT_ERR_COMM, "communication failed or another rank failed")
 
 typedef enum pt_status {
 #define PT__STATUS_ENUM(name, desc) name,
@@ -439,6 +441,104 @@ PTRAINDEF int pt_sample_logits(const float *logits, int V, float temperature, in
 PTRAINDEF pt_status pt_gpt_generate(const pt_gpt *m, pt_kv_cache *c, const int *prompt,
                                     int n_prompt, int *out, int n_new,
                                     const pt_sample_desc *desc);
+
+/* ======================================================================== */
+/* >>comm                                                                    */
+/* ======================================================================== */
+
+/* A communicator: rank, size and a small table of collectives on float
+   buffers. Backends: self (size 1), threads (ranks are threads of one process
+   sharing memory, started by pt_comm_threads_run), MPI (PTRAIN_MPI; ranks are
+   processes started by mpirun). Every operation is collective over the
+   communicator unless it says otherwise, and every rank must call them in the
+   same order with the same sizes. Results are bitwise identical on every rank.
+   Users may plug in a backend of their own by filling a pt_comm_ops table. */
+typedef enum pt_reduce_op { PT_REDUCE_SUM = 0, PT_REDUCE_AVG, PT_REDUCE_MAX } pt_reduce_op;
+typedef enum pt_comm_kind { PT_COMM_SELF = 0, PT_COMM_THREADS, PT_COMM_MPI } pt_comm_kind;
+
+typedef struct pt_comm pt_comm;
+typedef struct pt_comm_ops {
+    /* buf (n) on every rank becomes op over the ranks' buf */
+    pt_status (*all_reduce)(pt_comm *c, float *buf, size_t n, pt_reduce_op op);
+    /* in (size*n) on every rank; out (n) on rank r = op over ranks of in[r*n .. r*n+n) */
+    pt_status (*reduce_scatter)(pt_comm *c, const float *in, float *out, size_t n,
+                                pt_reduce_op op);
+    /* in (n) on every rank; out (size*n): out[r*n ..] = rank r's in */
+    pt_status (*all_gather)(pt_comm *c, const float *in, float *out, size_t n);
+    pt_status (*broadcast)(pt_comm *c, float *buf, size_t n, int root);
+    /* Point to point, not collective. send is buffered: it returns once buf may
+       be reused, whether or not the receive was posted; messages between two
+       ranks with the same tag arrive in order. */
+    pt_status (*send)(pt_comm *c, const float *buf, size_t n, int dst, int tag);
+    pt_status (*recv)(pt_comm *c, float *buf, size_t n, int src, int tag);
+    pt_status (*barrier)(pt_comm *c);
+    /* Ranks with equal color form a new communicator, ordered by key (ties by
+       rank). */
+    pt_status (*split)(pt_comm *c, int color, int key, pt_comm *out);
+    /* Tells every rank that this one failed with message msg; under threads
+       the others' pending and later operations return PT_ERR_COMM with
+       "rank R failed: msg", under MPI the job is aborted. */
+    void (*abort)(pt_comm *c, const char *msg);
+    void (*free)(pt_comm *c);
+} pt_comm_ops;
+
+struct pt_comm {
+    int rank, size;
+    pt_comm_kind kind;
+    const pt_comm_ops *ops;
+    void *impl;              /* the backend's state */
+    double seconds;          /* time spent inside this communicator's operations */
+    uint64_t bytes, calls;   /* payload bytes and number of operations */
+};
+
+/* The self communicator: rank 0 of 1. */
+PTRAINDEF void pt_comm_self(pt_comm *c);
+/* Runs fn(world, arg) on nranks threads, each with a world communicator of
+   its own (rank 0..nranks-1). Each rank gets max(1, cores/nranks) OpenMP and
+   BLAS threads. Returns PT_OK if every rank returned PT_OK; otherwise the
+   lowest failing rank's status, with its message in pt_last_error() of the
+   caller ("rank 2: cannot open data.bin: No such file or directory"). A rank
+   that returns an error aborts the world, so no other rank waits forever. */
+PTRAINDEF pt_status pt_comm_threads_run(int nranks, pt_status (*fn)(pt_comm *world, void *arg),
+                                        void *arg);
+#ifdef PTRAIN_MPI
+/* MPI_Init (if needed) and a duplicate of MPI_COMM_WORLD. */
+PTRAINDEF pt_status pt_comm_mpi_init(pt_comm *world, int *argc, char ***argv);
+PTRAINDEF void pt_comm_mpi_finalize(void);
+#endif
+
+/* The operations, timed into c->seconds/bytes/calls. */
+PTRAINDEF pt_status pt_comm_all_reduce(pt_comm *c, float *buf, size_t n, pt_reduce_op op);
+PTRAINDEF pt_status pt_comm_reduce_scatter(pt_comm *c, const float *in, float *out, size_t n,
+                                           pt_reduce_op op);
+PTRAINDEF pt_status pt_comm_all_gather(pt_comm *c, const float *in, float *out, size_t n);
+PTRAINDEF pt_status pt_comm_broadcast(pt_comm *c, float *buf, size_t n, int root);
+PTRAINDEF pt_status pt_comm_send(pt_comm *c, const float *buf, size_t n, int dst, int tag);
+PTRAINDEF pt_status pt_comm_recv(pt_comm *c, float *buf, size_t n, int src, int tag);
+PTRAINDEF pt_status pt_comm_barrier(pt_comm *c);
+PTRAINDEF pt_status pt_comm_split(pt_comm *c, int color, int key, pt_comm *out);
+/* Reports this rank's failure to the others (message: pt_last_error()) and
+   returns s, so a rank can `return pt_comm_fail(world, st);`. */
+PTRAINDEF pt_status pt_comm_fail(pt_comm *c, pt_status s);
+PTRAINDEF void pt_comm_free(pt_comm *c);
+/* 1 if every rank passed ok != 0 (an all-reduce of a flag): lets ranks agree
+   that all of them got past a step that can fail locally (opening a file). */
+PTRAINDEF pt_status pt_comm_all_ok(pt_comm *c, int ok, int *all_ok);
+
+/* The tensor x data x pipeline grid of Megatron-LM: world rank
+   r = t + tp * (d + dp * p) for tensor rank t, data rank d, pipeline rank p.
+   tp groups are consecutive ranks (on one node under MPI's usual mapping). */
+typedef struct pt_grid {
+    int tp, dp, pp;                 /* group sizes, tp * dp * pp = world size */
+    int tp_rank, dp_rank, pp_rank;  /* this rank's coordinates */
+    pt_comm *world;                 /* not owned */
+    pt_comm tp_comm, dp_comm, pp_comm;
+} pt_grid;
+
+/* Splits world into the three groups. Checks tp, dp, pp >= 1 and
+   tp * dp * pp == world->size ("world size 6 != tp 4 x dp 1 x pp 1"). */
+PTRAINDEF pt_status pt_grid_init(pt_grid *g, pt_comm *world, int tp, int dp, int pp);
+PTRAINDEF void pt_grid_free(pt_grid *g);
 
 /* ======================================================================== */
 /* >>io                                                                      */
@@ -2046,6 +2146,12 @@ PTRAINDEF pt_status pt_gpt_generate(const pt_gpt *m, pt_kv_cache *c, const int *
     }
     return PT_OK;
 }
+
+/* ======================================================================== */
+/* >>comm (implementation)                                                   */
+/* ======================================================================== */
+
+/* @@COMM_IMPL@@ (spliced in from wip/comm_impl.h) */
 
 /* ======================================================================== */
 /* >>io (implementation)                                                     */

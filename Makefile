@@ -2,6 +2,7 @@
 # gcc is the default compiler; `make CC=clang` works too.
 CC = gcc
 CXX = g++
+MPICC = mpicc
 PREFIX = /usr/local
 ARCH = -march=native
 MULTIARCH := $(shell gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
@@ -16,19 +17,27 @@ SANFLAGS = -std=c11 -O1 -g -fno-omit-frame-pointer $(WARN) -fopenmp \
 LDLIBS = $(BLAS) -lm
 HDR = ptrain.h examples/cli.h
 
-EXAMPLES = train sample hello_layer quickstart
+EXAMPLES = train sample hello_layer quickstart tensor_parallel
 BINS = $(addprefix build/,$(EXAMPLES)) build/fixture_check build/tests build/bench_step \
-       build/bench_kernels
+       build/bench_kernels build/bench_parallel build/comm_check
+# the same programs with ranks as MPI processes (-DPTRAIN_MPI, Open MPI's mpicc)
+MPI_BINS = build/fixture_check_mpi build/train_mpi build/bench_parallel_mpi build/comm_check_mpi
+MPI_CC = OMPI_CC="$(CC)" MPICH_CC="$(CC)" $(MPICC)
+# the communicator checks
+COMM_SRC = tests/comm_check.c ptrain.h
 
-.PHONY: all run test bench install clean deps deps-test
+.PHONY: all run test bench install clean deps deps-test deps-mpi
 
-all: $(BINS)
+all: $(BINS) $(MPI_BINS)
 
 deps:
 	@CC="$(CC)" sh scripts/deps.sh run
 
 deps-test:
 	@CC="$(CC)" sh scripts/deps.sh test
+
+deps-mpi:
+	@CC="$(CC)" sh scripts/deps.sh mpi
 
 build:
 	@mkdir -p build
@@ -51,6 +60,28 @@ build/fixture_check_asan: tests/fixture_check.c $(HDR) | build deps
 build/tests_noblas: tests/test_main.c ptrain.h | build deps
 	$(CC) $(CFLAGS) -DPTRAIN_NO_BLAS $< -o $@ -lm
 
+# threads and self backends; the MPI one through mpicc (with $(CC) underneath)
+build/comm_check: $(COMM_SRC) | build deps
+	$(CC) $(CFLAGS) -pthread $< -o $@ $(LDLIBS)
+
+build/comm_check_asan: $(COMM_SRC) | build deps
+	$(CC) $(SANFLAGS) -pthread $< -o $@ $(LDLIBS)
+
+build/comm_check_mpi: $(COMM_SRC) | build deps deps-mpi
+	$(MPI_CC) $(CFLAGS) -pthread -DPTRAIN_MPI $< -o $@ $(LDLIBS)
+
+build/comm_check_mpi_asan: $(COMM_SRC) | build deps deps-mpi
+	$(MPI_CC) $(SANFLAGS) -pthread -DPTRAIN_MPI $< -o $@ $(LDLIBS)
+
+build/fixture_check_mpi: tests/fixture_check.c $(HDR) | build deps deps-mpi
+	$(MPI_CC) $(CFLAGS) -DPTRAIN_MPI $< -o $@ $(LDLIBS)
+
+build/train_mpi: examples/train.c $(HDR) | build deps deps-mpi
+	$(MPI_CC) $(CFLAGS) -DPTRAIN_MPI $< -o $@ $(LDLIBS)
+
+build/bench_parallel_mpi: bench/bench_parallel.c $(HDR) | build deps deps-mpi
+	$(MPI_CC) $(CFLAGS) -DPTRAIN_MPI $< -o $@ $(LDLIBS)
+
 build/bench_%: bench/bench_%.c $(HDR) | build deps
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
@@ -59,10 +90,11 @@ run: build/train
 	build/train --checkpoint build/train_ckpt.safetensors
 
 test: deps-test
-	@$(MAKE) --no-print-directory all build/tests_asan build/fixture_check_asan build/tests_noblas
+	@$(MAKE) --no-print-directory all build/tests_asan build/fixture_check_asan build/tests_noblas \
+	    build/comm_check_asan build/comm_check_mpi_asan
 	@CC="$(CC)" CXX="$(CXX)" BLAS="$(BLAS)" sh tests/run.sh
 
-bench: build/bench_step build/bench_kernels
+bench: build/bench_step build/bench_kernels build/bench_parallel build/bench_parallel_mpi
 	@sh bench/run.sh
 
 install:

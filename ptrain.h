@@ -38,7 +38,7 @@
        PTRAIN_STATIC         all functions static (private copy per file)
        PTRAIN_NO_BLAS        plain C sgemm instead of cblas_sgemm
        PTRAIN_MALLOC(sz,ctx) / PTRAIN_FREE(p,ctx)   allocator, ctx from *_desc
-       PTRAIN_MPI            (reserved for the MPI communicator)
+       PTRAIN_MPI            the MPI communicator backend (build with mpicc)
 
    SECTIONS (search for the marker)
        >>basics     status codes, last error, RNG, threads, timing
@@ -62,7 +62,16 @@
 
    THREADS. Kernels use OpenMP inside; call them from one thread per model.
    pt_set_threads(n) sets both OpenMP's and OpenBLAS's thread count. Results
-   are bit-for-bit reproducible for a fixed thread count.
+   are bit-for-bit reproducible for a fixed thread count. The threads
+   communicator (pt_comm_threads_run) runs one model per rank thread, each
+   with cores/ranks OpenMP threads; it needs pthreads (-fopenmp brings them).
+
+   PARALLEL MODELS. Give pt_gpt_desc a pt_grid (pt_grid_init over a world
+   communicator) and every model call becomes collective over the ranks:
+   tensor parallelism splits heads, MLP columns and the vocabulary (padded to
+   a multiple of tp), data parallelism averages gradients or shards the AdamW
+   state (zero=1) and gradients (zero=2). Checkpoints, pt_gpt_gather and
+   weight loading always use the whole Hugging Face layout.
 */
 #ifndef PTRAIN_H
 #define PTRAIN_H
@@ -299,15 +308,27 @@ PTRAINDEF int64_t pt_gpt_num_params(const pt_gpt_config *cfg);
 /* Training FLOPs of one step: 6 * params * B*T + 12 * n_layer * C * B * T^2. */
 PTRAINDEF double pt_gpt_flops_per_step(const pt_gpt_config *cfg, int B, int T);
 
+/* How a tensor-parallel rank holds its part of a tensor (Megatron-LM):
+   whole (replicated), a block of rows (wte over the vocabulary, the
+   row-parallel c_proj weights), a block of columns (c_fc), or a block of each
+   of the q, k and v column groups (c_attn: its own heads). 1-D tensors are
+   one row. */
+typedef enum pt_shard { PT_SHARD_NONE = 0, PT_SHARD_ROWS, PT_SHARD_COLS, PT_SHARD_QKV } pt_shard;
+
 /* One entry per parameter tensor, Hugging Face GPT-2 name and layout. The
-   same offset indexes params, grads, m and v. */
+   same offset indexes params, grads, m and v. shape/offset/numel are this
+   rank's part; full_* the whole tensor (equal without tensor parallelism). */
 typedef struct pt_param {
     char name[48];
     int ndim;
-    int64_t shape[2];
-    size_t offset, numel;
+    int64_t shape[2], full_shape[2];
+    size_t offset, numel, full_offset, full_numel;
+    pt_shard shard;
     int decay; /* weight decay applies (ndim >= 2) */
 } pt_param;
+
+typedef struct pt_comm pt_comm; /* >>comm */
+typedef struct pt_grid pt_grid;
 
 /* Pointers of one block's parameters (or gradients) into the flat buffer. */
 typedef struct pt_block_params {
@@ -342,16 +363,21 @@ typedef struct pt_block_scratch {
     int attn_slots; /* threads that may use attn at once */
 } pt_block_scratch;
 
-/* x (N,C) -> a->out (N,C) */
-PTRAINDEF void pt_block_forward(const pt_gpt_config *cfg, int B, int T,
-                                const pt_block_params *p, const float *x, pt_block_acts *a,
-                                pt_block_scratch *s);
+/* x (N,C) -> a->out (N,C). With a tensor-parallel group tp (NULL: none) of
+   size k, p holds this rank's n_head/k heads of c_attn, rows of attn.c_proj,
+   4C/k columns of c_fc and rows of mlp.c_proj; x and out are whole and equal
+   on every rank: one all-reduce after each row-parallel matmul. Fails only
+   when the communicator does. */
+PTRAINDEF pt_status pt_block_forward(const pt_gpt_config *cfg, int B, int T,
+                                     const pt_block_params *p, const float *x, pt_block_acts *a,
+                                     pt_block_scratch *s, pt_comm *tp);
 /* dout (N,C) -> dx (N,C), written; dx may alias dout. Parameter gradients g
-   accumulate. */
-PTRAINDEF void pt_block_backward(const pt_gpt_config *cfg, int B, int T,
-                                 const pt_block_params *p, pt_block_params *g,
-                                 const float *x, const pt_block_acts *a, const float *dout,
-                                 float *dx, pt_block_scratch *s);
+   accumulate. Under tp: one all-reduce of each input gradient of a
+   column-parallel matmul; replicated parameters get equal gradients. */
+PTRAINDEF pt_status pt_block_backward(const pt_gpt_config *cfg, int B, int T,
+                                      const pt_block_params *p, pt_block_params *g,
+                                      const float *x, const pt_block_acts *a, const float *dout,
+                                      float *dx, pt_block_scratch *s, pt_comm *tp);
 
 typedef struct pt_gpt_desc {
     pt_gpt_config config;
@@ -360,8 +386,28 @@ typedef struct pt_gpt_desc {
                         the small name table is still allocated */
     int inference;   /* 1: weights and forward only: no gradients, AdamW state
                         or backward scratch (for sampling) */
+    pt_grid *grid;   /* NULL: one rank. Otherwise this rank's place in the
+                        tp x dp x pp grid (must outlive the model); every
+                        model call is then collective over its groups */
+    int zero;        /* data parallelism: 0 averages whole gradients; ZeRO
+                        stage 1 shards the AdamW state over the dp group, 2
+                        the gradients too */
+    int grad_accum;  /* micro-batches per optimizer step (0 means 1) */
     void *alloc_ctx; /* passed to PTRAIN_MALLOC/PTRAIN_FREE */
 } pt_gpt_desc;
+
+/* A bucket: a contiguous run of parameters whose gradients are reduced
+   together (the embeddings, one layer, the final LayerNorm), padded to a
+   multiple of dp; dp rank d owns elements [d*shard, (d+1)*shard) of it. */
+typedef struct pt_bucket {
+    size_t offset, numel;  /* in the flat buffers (numel includes the padding) */
+    size_t shard, shard_offset; /* per dp rank, and where this rank's is in
+                                   the sharded buffers (ZeRO) */
+    int first, count;      /* its tensors in the table */
+} pt_bucket;
+
+/* Whole-model buffers that pt_gpt_gather can assemble. */
+typedef enum pt_state_buf { PT_BUF_PARAMS = 0, PT_BUF_GRADS, PT_BUF_ADAM_M, PT_BUF_ADAM_V } pt_state_buf;
 
 typedef struct pt_gpt_mem {
     size_t params, grads, optimizer, activations, scratch, total;
@@ -371,7 +417,24 @@ typedef struct pt_gpt {
     pt_gpt_config config;
     int B, T;                 /* capacity */
     int cur_B, cur_T;         /* shape of the last forward */
-    size_t num_params;
+    pt_grid *grid;            /* NULL: one rank */
+    pt_comm *tp_comm;         /* tensor-parallel group, or NULL */
+    int tp, tp_rank;          /* its size and this rank's place (1, 0 without) */
+    int vocab_local, vocab_offset; /* wte rows here: [offset, offset + local) of the
+                                      vocabulary padded to a multiple of tp */
+    size_t num_params_full;   /* parameters of the whole model */
+    float *ce_red;            /* (3N) row max, sum of exp, target logit (under tp) */
+    pt_comm *dp_comm;         /* data-parallel group, or NULL */
+    int dp, dp_rank, zero;    /* its size, this rank's place, ZeRO stage */
+    int accum, micro;         /* micro-batches per step, and done so far */
+    int num_buckets;
+    pt_bucket *buckets;
+    size_t shard_total;       /* this rank's elements over all buckets (ZeRO) */
+    float *gshard;            /* (shard_total) averaged gradients of its shard (ZeRO 1, 2) */
+    float *rs_tmp;            /* (largest shard) where ZeRO 2 reduce-scatters micro-batches
+                                 after the first, to add them */
+    float *stage;             /* ZeRO 2: gradients of the bucket in backward */
+    size_t num_params;        /* this rank's parameters (with bucket padding) */
     float *params, *grads, *m, *v; /* each one buffer of num_params floats */
     int num_tensors;
     pt_param *table;
@@ -381,7 +444,7 @@ typedef struct pt_gpt {
     pt_block_scratch scratch;
     float *encoded;                      /* (N,C) */
     float *lnf, *lnf_mean, *lnf_rstd;    /* (N,C), (N), (N) */
-    float *logits;                       /* (N,V); dlogits in place after backward */
+    float *logits;                       /* (N,vocab_local); dlogits in place after backward */
     float *losses;                       /* (N) */
     double *lse;                         /* (N) log-sum-exp of each logits row */
     float *dres;                         /* (N,C) residual-stream gradient */
@@ -397,14 +460,29 @@ typedef struct pt_gpt {
 PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *desc);
 PTRAINDEF void pt_gpt_free(pt_gpt *m);
 /* GPT-2 init: N(0, 0.02) for wte, wpe, c_attn.W, c_fc.W; N(0, 0.02/sqrt(2L)) for
-   the c_proj weights; biases 0, LayerNorm weights 1. */
+   the c_proj weights; biases 0, LayerNorm weights 1. Every layout draws the
+   same numbers: a tensor-parallel rank keeps its part of the serial init. */
 PTRAINDEF void pt_gpt_init_weights(pt_gpt *m, uint64_t seed);
+/* A whole-model buffer (parameters, averaged gradients of the step, AdamW
+   moments) from this rank's parts, whatever the layout: full holds
+   num_params_full floats as table[i].full_offset says, padding dropped.
+   Collective over the tensor- and data-parallel groups. */
+PTRAINDEF pt_status pt_gpt_gather(const pt_gpt *m, pt_state_buf which, float *full);
+/* This rank's parts of whole tensors (the inverse; no communication). */
+PTRAINDEF void pt_gpt_scatter(const pt_gpt *m, const float *full, float *local);
+/* Logits of the last forward over the whole vocabulary, (N, vocab_size).
+   Collective over the tensor-parallel group. */
+PTRAINDEF pt_status pt_gpt_gather_logits(const pt_gpt *m, float *out);
 PTRAINDEF const pt_param *pt_gpt_find_param(const pt_gpt *m, const char *name);
-/* Forward over inputs (B,T); with targets (may be NULL) also the mean loss.
-   Checks token ids and sizes. */
+/* Forward over inputs (B,T); with targets (may be NULL) also the mean loss
+   (under data parallelism the mean over the dp group's batches). Checks
+   token ids and sizes. */
 PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targets, int B,
                                    int T);
-/* Gradients of the mean loss of the last forward (written, not accumulated). */
+/* Gradients of the mean loss of the step's micro-batches. The first
+   backward of a step (grad_accum of them) overwrites, the others add; after
+   the last one the data-parallel group averages them (ZeRO 1, 2: each rank
+   keeps its shard), ready for the optimizer. */
 PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m);
 PTRAINDEF void pt_gpt_zero_grad(pt_gpt *m);
 /* sqrt(sum of squared gradients); if max_norm > 0 and the norm exceeds it,
@@ -456,7 +534,6 @@ PTRAINDEF pt_status pt_gpt_generate(const pt_gpt *m, pt_kv_cache *c, const int *
 typedef enum pt_reduce_op { PT_REDUCE_SUM = 0, PT_REDUCE_AVG, PT_REDUCE_MAX } pt_reduce_op;
 typedef enum pt_comm_kind { PT_COMM_SELF = 0, PT_COMM_THREADS, PT_COMM_MPI } pt_comm_kind;
 
-typedef struct pt_comm pt_comm;
 typedef struct pt_comm_ops {
     /* buf (n) on every rank becomes op over the ranks' buf */
     pt_status (*all_reduce)(pt_comm *c, float *buf, size_t n, pt_reduce_op op);
@@ -528,12 +605,12 @@ PTRAINDEF pt_status pt_comm_all_ok(pt_comm *c, int ok, int *all_ok);
 /* The tensor x data x pipeline grid of Megatron-LM: world rank
    r = t + tp * (d + dp * p) for tensor rank t, data rank d, pipeline rank p.
    tp groups are consecutive ranks (on one node under MPI's usual mapping). */
-typedef struct pt_grid {
+struct pt_grid {
     int tp, dp, pp;                 /* group sizes, tp * dp * pp = world size */
     int tp_rank, dp_rank, pp_rank;  /* this rank's coordinates */
     pt_comm *world;                 /* not owned */
     pt_comm tp_comm, dp_comm, pp_comm;
-} pt_grid;
+};
 
 /* Splits world into the three groups. Checks tp, dp, pp >= 1 and
    tp * dp * pp == world->size ("world size 6 != tp 4 x dp 1 x pp 1"). */
@@ -1038,37 +1115,62 @@ static double pt__sum_exp(const float *x, int n, float mx) {
 }
 
 
-PTRAINDEF void pt_encoder_forward(float *out, const int *inp, const float *wte,
-                                  const float *wpe, int B, int T, int C) {
+/* The embedding when this rank holds rows [v0, v0+Vl) of wte (vocabulary
+   parallelism): a token outside them contributes 0, and wpe may be NULL (the
+   ranks' sum then adds it once). v0 = 0, Vl = V is the plain kernel. */
+static void pt__encoder_forward_part(float *out, const int *inp, const float *wte,
+                                     const float *wpe, int v0, int Vl, int B, int T, int C) {
     int n;
     PT__OMP(omp parallel for schedule(static))
     for (n = 0; n < B * T; n++) {
-        const float *e = wte + (size_t)inp[n] * C, *p = wpe + (size_t)(n % T) * C;
+        int row = inp[n] - v0, c;
+        const float *e = row >= 0 && row < Vl ? wte + (size_t)row * C : NULL;
+        const float *p = wpe ? wpe + (size_t)(n % T) * C : NULL;
         float *o = out + (size_t)n * C;
-        int c;
-        PT__OMP(omp simd)
-        for (c = 0; c < C; c++) o[c] = e[c] + p[c];
+        if (e && p) {
+            PT__OMP(omp simd)
+            for (c = 0; c < C; c++) o[c] = e[c] + p[c];
+        } else if (e || p) {
+            memcpy(o, e ? e : p, sizeof(float) * (size_t)C);
+        } else {
+            memset(o, 0, sizeof(float) * (size_t)C);
+        }
     }
 }
 
-/* dwte[inp[n]] += dout[n]; dwpe[t] += sum_b dout[b,t]. Column blocks keep it
-   race-free and deterministic. */
-PTRAINDEF void pt_encoder_backward(float *dwte, float *dwpe, const float *dout,
-                                   const int *inp, int B, int T, int C) {
+/* dwte[inp[n] - v0] += dout[n] for this rank's rows; dwpe[t] += sum_b dout[b,t]
+   (dwpe may be NULL). Column blocks keep it race-free and deterministic. */
+static void pt__encoder_backward_part(float *dwte, float *dwpe, const float *dout,
+                                      const int *inp, int v0, int Vl, int B, int T, int C) {
     int cb, nblocks = (C + PT__COLBLOCK - 1) / PT__COLBLOCK;
     PT__OMP(omp parallel for schedule(static))
     for (cb = 0; cb < nblocks; cb++) {
         int c0 = cb * PT__COLBLOCK, c1 = c0 + PT__COLBLOCK < C ? c0 + PT__COLBLOCK : C, n, c;
         for (n = 0; n < B * T; n++) {
             const float *d = dout + (size_t)n * C;
-            float *w = dwte + (size_t)inp[n] * C, *p = dwpe + (size_t)(n % T) * C;
-            PT__OMP(omp simd)
-            for (c = c0; c < c1; c++) {
-                w[c] += d[c];
-                p[c] += d[c];
+            int row = inp[n] - v0;
+            if (row >= 0 && row < Vl) {
+                float *w = dwte + (size_t)row * C;
+                PT__OMP(omp simd)
+                for (c = c0; c < c1; c++) w[c] += d[c];
+            }
+            if (dwpe) {
+                float *p = dwpe + (size_t)(n % T) * C;
+                PT__OMP(omp simd)
+                for (c = c0; c < c1; c++) p[c] += d[c];
             }
         }
     }
+}
+
+PTRAINDEF void pt_encoder_forward(float *out, const int *inp, const float *wte,
+                                  const float *wpe, int B, int T, int C) {
+    pt__encoder_forward_part(out, inp, wte, wpe, 0, INT32_MAX, B, T, C);
+}
+
+PTRAINDEF void pt_encoder_backward(float *dwte, float *dwpe, const float *dout,
+                                   const int *inp, int B, int T, int C) {
+    pt__encoder_backward_part(dwte, dwpe, dout, inp, 0, INT32_MAX, B, T, C);
 }
 
 PTRAINDEF void pt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
@@ -1422,19 +1524,28 @@ PTRAINDEF void pt_crossentropy_forward(float *losses, double *lse, const float *
     }
 }
 
-PTRAINDEF void pt_crossentropy_backward(float *dlogits, const float *logits, const double *lse,
-                                        const int *targets, int N, int V, float dloss) {
+/* The backward on this rank's Vl columns [v0, v0+Vl) of the vocabulary, of
+   which the first `valid` are real (the rest padding: gradient 0). */
+static void pt__xent_backward_part(float *dlogits, const float *logits, const double *lse,
+                                   const int *targets, int N, int Vl, int valid, int v0,
+                                   float dloss) {
     int n;
     PT__OMP(omp parallel for schedule(static))
     for (n = 0; n < N; n++) {
-        const float *l = logits + (size_t)n * V;
-        float *d = dlogits + (size_t)n * V;
+        const float *l = logits + (size_t)n * Vl;
+        float *d = dlogits + (size_t)n * Vl;
         double m = lse[n];
-        int v;
+        int v, t = targets[n] - v0;
         PT__OMP(omp simd)
-        for (v = 0; v < V; v++) d[v] = dloss * pt__expf((float)((double)l[v] - m));
-        d[targets[n]] -= dloss;
+        for (v = 0; v < valid; v++) d[v] = dloss * pt__expf((float)((double)l[v] - m));
+        for (v = valid; v < Vl; v++) d[v] = 0.0f;
+        if (t >= 0 && t < valid) d[t] -= dloss;
     }
+}
+
+PTRAINDEF void pt_crossentropy_backward(float *dlogits, const float *logits, const double *lse,
+                                        const int *targets, int N, int V, float dloss) {
+    pt__xent_backward_part(dlogits, logits, lse, targets, N, V, V, 0, dloss);
 }
 
 PTRAINDEF pt_adamw_config pt_adamw_default(void) {
@@ -1624,57 +1735,269 @@ static const char *pt__layer_names[12] = {
     "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
     "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
 
-static void pt__add_param(pt_gpt *m, const char *name, int ndim, int64_t d0, int64_t d1) {
+/* Adds a tensor of full shape d0 x d1 (d1 = 0: 1-D) held as shard says:
+   ROWS keeps local_rows rows, COLS and QKV a 1/tp of the columns. */
+static void pt__add_param(pt_gpt *m, const char *name, int ndim, int64_t d0, int64_t d1,
+                          pt_shard shard, int64_t local_rows) {
     pt_param *p = &m->table[m->num_tensors++];
+    int64_t rows = ndim > 1 ? d0 : 1, cols = ndim > 1 ? d1 : d0;
     snprintf(p->name, sizeof p->name, "%s", name);
     p->ndim = ndim;
-    p->shape[0] = d0;
-    p->shape[1] = ndim > 1 ? d1 : 1;
-    p->numel = (size_t)d0 * (size_t)(ndim > 1 ? d1 : 1);
+    p->shard = m->tp > 1 ? shard : PT_SHARD_NONE;
+    p->full_shape[0] = d0;
+    p->full_shape[1] = ndim > 1 ? d1 : 1;
+    p->full_numel = (size_t)rows * (size_t)cols;
+    p->full_offset = m->num_params_full;
+    if (p->shard == PT_SHARD_ROWS) rows = local_rows;
+    if (p->shard == PT_SHARD_COLS || p->shard == PT_SHARD_QKV) cols /= m->tp;
+    p->shape[0] = ndim > 1 ? rows : cols;
+    p->shape[1] = ndim > 1 ? cols : 1;
+    p->numel = (size_t)rows * (size_t)cols;
     p->offset = m->num_params;
     p->decay = ndim >= 2;
     m->num_params += p->numel;
+    m->num_params_full += p->full_numel;
+}
+
+/* Closes the bucket of the tensors added since the last one, padding it to
+   a multiple of dp. */
+static void pt__end_bucket(pt_gpt *m) {
+    pt_bucket *b = &m->buckets[m->num_buckets];
+    const pt_bucket *prev = m->num_buckets ? b - 1 : NULL;
+    size_t dp = (size_t)m->dp;
+    b->offset = prev ? prev->offset + prev->numel : 0;
+    b->first = prev ? prev->first + prev->count : 0;
+    b->count = m->num_tensors - b->first;
+    b->shard = (m->num_params - b->offset + dp - 1) / dp;
+    b->numel = b->shard * dp;
+    b->shard_offset = m->shard_total;
+    m->shard_total += b->shard;
+    m->num_params = b->offset + b->numel;
+    m->num_buckets++;
 }
 
 static void pt__build_table(pt_gpt *m) {
     int64_t C = m->config.n_embd;
+    static const pt_shard shards[12] = {PT_SHARD_NONE, PT_SHARD_NONE, PT_SHARD_QKV,
+                                        PT_SHARD_QKV,  PT_SHARD_ROWS, PT_SHARD_NONE,
+                                        PT_SHARD_NONE, PT_SHARD_NONE, PT_SHARD_COLS,
+                                        PT_SHARD_COLS, PT_SHARD_ROWS, PT_SHARD_NONE};
     int64_t shapes[12][2] = {{C, 0}, {C, 0}, {C, 3 * C}, {3 * C, 0}, {C, C}, {C, 0},
                              {C, 0}, {C, 0}, {C, 4 * C}, {4 * C, 0}, {4 * C, C}, {C, 0}};
     char name[48];
     int l, k;
     m->num_tensors = 0;
     m->num_params = 0;
-    pt__add_param(m, "wte.weight", 2, m->config.vocab_size, C);
-    pt__add_param(m, "wpe.weight", 2, m->config.block_size, C);
-    for (l = 0; l < m->config.n_layer; l++)
+    m->num_params_full = 0;
+    m->num_buckets = 0;
+    m->shard_total = 0;
+    pt__add_param(m, "wte.weight", 2, m->config.vocab_size, C, PT_SHARD_ROWS, m->vocab_local);
+    pt__add_param(m, "wpe.weight", 2, m->config.block_size, C, PT_SHARD_NONE, 0);
+    pt__end_bucket(m);
+    for (l = 0; l < m->config.n_layer; l++) {
         for (k = 0; k < 12; k++) {
             snprintf(name, sizeof name, "h.%d.%s", l, pt__layer_names[k]);
-            pt__add_param(m, name, shapes[k][1] ? 2 : 1, shapes[k][0], shapes[k][1]);
+            pt__add_param(m, name, shapes[k][1] ? 2 : 1, shapes[k][0], shapes[k][1], shards[k],
+                          shapes[k][0] / m->tp);
         }
-    pt__add_param(m, "ln_f.weight", 1, C, 0);
-    pt__add_param(m, "ln_f.bias", 1, C, 0);
+        pt__end_bucket(m);
+    }
+    pt__add_param(m, "ln_f.weight", 1, C, 0, PT_SHARD_NONE, 0);
+    pt__add_param(m, "ln_f.bias", 1, C, 0, PT_SHARD_NONE, 0);
+    pt__end_bucket(m);
 }
 
-/* Points named pointers (blocks, embeddings) into a flat buffer laid out as the table. */
-static void pt__bind(const pt_gpt *m, float *base, float **wte, float **wpe, float **lnf_w,
-                     float **lnf_b, pt_block_params *layers) {
+/* Where element (r, c) of a tensor's full 2-D view lives in tensor rank k's
+   part: its index there, or -1 when k does not hold it. */
+static ptrdiff_t pt__local_index(const pt_param *p, int k, int64_t r, int64_t c) {
+    int64_t lrows = p->ndim > 1 ? p->shape[0] : 1, lcols = p->ndim > 1 ? p->shape[1] : p->shape[0];
+    int64_t fcols = p->ndim > 1 ? p->full_shape[1] : p->full_shape[0], third;
+    switch (p->shard) {
+    case PT_SHARD_ROWS:
+        r -= (int64_t)k * lrows;
+        return r >= 0 && r < lrows ? (ptrdiff_t)(r * lcols + c) : -1;
+    case PT_SHARD_COLS:
+        c -= (int64_t)k * lcols;
+        return c >= 0 && c < lcols ? (ptrdiff_t)(r * lcols + c) : -1;
+    case PT_SHARD_QKV: /* [q|k|v] blocks of fcols/3, each split by heads */
+        third = fcols / 3;
+        {
+            int64_t j = c / third, i = c % third - (int64_t)k * (lcols / 3);
+            return i >= 0 && i < lcols / 3 ? (ptrdiff_t)(r * lcols + j * (lcols / 3) + i) : -1;
+        }
+    default:
+        return (ptrdiff_t)(r * lcols + c);
+    }
+}
+
+/* Copies rows of a tensor between its full layout and this rank's part.
+   to_local: full -> local (local padding rows become 0); else local -> full. */
+static void pt__shard_copy(const pt_gpt *m, const pt_param *p, float *local, float *full,
+                           int to_local) {
+    int64_t frows = p->ndim > 1 ? p->full_shape[0] : 1;
+    int64_t fcols = p->ndim > 1 ? p->full_shape[1] : p->full_shape[0], r, c;
+    if (p->shard == PT_SHARD_NONE) {
+        if (to_local) memcpy(local, full, p->numel * sizeof(float));
+        else memcpy(full, local, p->numel * sizeof(float));
+        return;
+    }
+    if (to_local) memset(local, 0, p->numel * sizeof(float));
+    for (r = 0; r < frows; r++)
+        for (c = 0; c < fcols; c++) {
+            ptrdiff_t i = pt__local_index(p, m->tp_rank, r, c);
+            if (i < 0) continue;
+            if (to_local) local[i] = full[r * fcols + c];
+            else full[r * fcols + c] = local[i];
+        }
+}
+
+PTRAINDEF void pt_gpt_scatter(const pt_gpt *m, const float *full, float *local) {
+    int i;
+    for (i = 0; i < m->num_tensors; i++) {
+        const pt_param *p = &m->table[i];
+        pt__shard_copy(m, p, local + p->offset, (float *)(uintptr_t)(full + p->full_offset), 1);
+    }
+}
+
+/* A buffer laid out as the table (this rank's tensor parts), assembled from
+   its dp shards when ZeRO keeps only those: into tmp, which it returns. */
+static const float *pt__local_buf(const pt_gpt *m, pt_state_buf which, float *tmp,
+                                  pt_status *st) {
+    const float *shards = which == PT_BUF_GRADS ? m->gshard
+                          : which == PT_BUF_ADAM_M ? m->m
+                          : m->v;
+    int b;
+    *st = PT_OK;
+    if (which == PT_BUF_PARAMS) return m->params;
+    if (!m->zero) return which == PT_BUF_GRADS ? m->grads : shards;
+    for (b = 0; b < m->num_buckets && *st == PT_OK; b++) {
+        const pt_bucket *k = &m->buckets[b];
+        if (m->dp == 1) memcpy(tmp + k->offset, shards + k->shard_offset, k->shard * sizeof(float));
+        else *st = pt_comm_all_gather(m->dp_comm, shards + k->shard_offset, tmp + k->offset,
+                                      k->shard);
+    }
+    return tmp;
+}
+
+PTRAINDEF pt_status pt_gpt_gather(const pt_gpt *m, pt_state_buf which, float *full) {
+    size_t most = 0;
+    float *parts, *tmp = NULL;
+    const float *local;
+    int i, k;
+    pt_status st = PT_OK;
+    if (!m->params || (which != PT_BUF_PARAMS && !m->m))
+        return pt__fail(PT_ERR_INVALID_ARG, "model has no %s", m->params ? "training state"
+                                                                          : "memory (meta=1)");
+    for (i = 0; i < m->num_tensors; i++)
+        if (m->table[i].shard != PT_SHARD_NONE && m->table[i].numel > most)
+            most = m->table[i].numel;
+    parts = (float *)pt__malloc(most * (size_t)m->tp * sizeof(float), m->alloc_ctx);
+    if (m->zero && which != PT_BUF_PARAMS)
+        tmp = (float *)pt__malloc(m->num_params * sizeof(float), m->alloc_ctx);
+    if (!parts || (m->zero && which != PT_BUF_PARAMS && !tmp)) {
+        pt__free(parts, m->alloc_ctx);
+        pt__free(tmp, m->alloc_ctx);
+        return pt__fail(PT_ERR_OOM, "cannot allocate the buffers to gather the model");
+    }
+    local = pt__local_buf(m, which, tmp, &st);
+    for (i = 0; i < m->num_tensors && st == PT_OK; i++) {
+        const pt_param *p = &m->table[i];
+        int64_t frows = p->ndim > 1 ? p->full_shape[0] : 1;
+        int64_t fcols = p->ndim > 1 ? p->full_shape[1] : p->full_shape[0], r, c;
+        float *dst = full + p->full_offset;
+        if (p->shard == PT_SHARD_NONE) {
+            memcpy(dst, local + p->offset, p->numel * sizeof(float));
+            continue;
+        }
+        /* parts[k * numel ..] = rank k's part, then each element to its place */
+        st = pt_comm_all_gather(m->tp_comm, local + p->offset, parts, p->numel);
+        for (k = 0; k < m->tp && st == PT_OK; k++)
+            for (r = 0; r < frows; r++)
+                for (c = 0; c < fcols; c++) {
+                    ptrdiff_t j = pt__local_index(p, k, r, c);
+                    if (j >= 0) dst[r * fcols + c] = parts[(size_t)k * p->numel + (size_t)j];
+                }
+    }
+    pt__free(parts, m->alloc_ctx);
+    pt__free(tmp, m->alloc_ctx);
+    return st;
+}
+
+PTRAINDEF pt_status pt_gpt_gather_logits(const pt_gpt *m, float *out) {
+    size_t N = (size_t)m->cur_B * m->cur_T, V = (size_t)m->config.vocab_size;
+    size_t Vl = (size_t)m->vocab_local, n, k;
+    float *parts;
+    pt_status st;
+    if (m->tp == 1) {
+        memcpy(out, m->logits, N * V * sizeof(float));
+        return PT_OK;
+    }
+    parts = (float *)pt__malloc(N * Vl * (size_t)m->tp * sizeof(float), m->alloc_ctx);
+    if (!parts) return pt__fail(PT_ERR_OOM, "cannot allocate the gathered logits");
+    st = pt_comm_all_gather(m->tp_comm, m->logits, parts, N * Vl);
+    for (k = 0; k < (size_t)m->tp && st == PT_OK; k++) {
+        size_t v0 = k * Vl, len = v0 >= V ? 0 : (V - v0 < Vl ? V - v0 : Vl);
+        for (n = 0; n < N && len; n++)
+            memcpy(out + n * V + v0, parts + (k * N + n) * Vl, len * sizeof(float));
+    }
+    pt__free(parts, m->alloc_ctx);
+    return st;
+}
+
+/* Points named pointers (blocks, embeddings) into a flat buffer laid out as
+   the table; with stage, every bucket but the first (the embeddings) points
+   into stage instead, at its place within its bucket (ZeRO 2 gradients). */
+static void pt__bind(const pt_gpt *m, float *base, float *stage, float **wte, float **wpe,
+                     float **lnf_w, float **lnf_b, pt_block_params *layers) {
     const pt_param *t = m->table;
     int l, L = m->config.n_layer;
-    *wte = base ? base + t[0].offset : NULL;
-    *wpe = base ? base + t[1].offset : NULL;
+#define PT__AT(i, b)                                                                       \
+    (!base ? NULL : stage && (b) > 0 ? stage + (t[i].offset - m->buckets[b].offset)      \
+                                     : base + t[i].offset)
+    *wte = PT__AT(0, 0);
+    *wpe = PT__AT(1, 0);
     for (l = 0; l < L; l++) {
         float **f = &layers[l].ln1_w; /* the struct is 12 pointers in table order */
         int k;
-        for (k = 0; k < 12; k++) f[k] = base ? base + t[2 + 12 * l + k].offset : NULL;
+        for (k = 0; k < 12; k++) f[k] = PT__AT(2 + 12 * l + k, 1 + l);
     }
-    *lnf_w = base ? base + t[2 + 12 * L].offset : NULL;
-    *lnf_b = base ? base + t[3 + 12 * L].offset : NULL;
+    *lnf_w = PT__AT(2 + 12 * L, L + 1);
+    *lnf_b = PT__AT(3 + 12 * L, L + 1);
+#undef PT__AT
 }
 
 #define PT__F(a, n) ((float *)pt_arena_alloc((a), (size_t)(n) * sizeof(float)))
+/* Parameters; then, for training, gradients and the AdamW moments:
+   whole (zero 0), moments of this rank's shard only plus its averaged
+   gradients (zero 1), and (zero 2) gradients only for the embeddings'
+   bucket, which backward fills first and last, and one other bucket at a time. */
+static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
+    size_t P = m->num_params, most = 0, most_shard = 0;
+    int b;
+    for (b = 1; b < m->num_buckets; b++)
+        if (m->buckets[b].numel > most) most = m->buckets[b].numel;
+    for (b = 0; b < m->num_buckets; b++)
+        if (m->buckets[b].shard > most_shard) most_shard = m->buckets[b].shard;
+    size_t moments = m->zero ? m->shard_total : P;
+    size_t grads = (m->zero == 2 ? m->buckets[0].numel + most : P) +
+                   (m->zero ? m->shard_total : 0) + (m->zero == 2 && m->accum > 1 ? most_shard : 0);
+    m->mem.params = P * sizeof(float);
+    m->mem.grads = inference ? 0 : grads * sizeof(float);
+    m->mem.optimizer = inference ? 0 : 2 * moments * sizeof(float);
+    m->params = PT__F(a, P);
+    if (inference) return;
+    m->m = PT__F(a, moments);
+    m->v = PT__F(a, moments);
+    m->grads = PT__F(a, m->zero == 2 ? m->buckets[0].numel : P);
+    if (m->zero) m->gshard = PT__F(a, m->shard_total);
+    if (m->zero == 2) m->stage = PT__F(a, most);
+    if (m->zero == 2 && m->accum > 1) m->rs_tmp = PT__F(a, most_shard);
+}
 static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int training) {
+    /* Ca: this rank's attention width (its heads), F: its MLP columns */
     size_t B = (size_t)m->B, T = (size_t)m->T, N = B * T, C = (size_t)m->config.n_embd;
-    size_t NH = (size_t)m->config.n_head, V = (size_t)m->config.vocab_size;
+    size_t tp = (size_t)m->tp, NH = (size_t)m->config.n_head / tp, Ca = C / tp, F = 4 * C / tp;
+    size_t V = (size_t)m->vocab_local;
     int l;
     m->encoded = PT__F(a, N * C);
     for (l = 0; l < m->config.n_layer; l++) {
@@ -1682,14 +2005,14 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
         x->ln1 = PT__F(a, N * C);
         x->ln1_mean = PT__F(a, N);
         x->ln1_rstd = PT__F(a, N);
-        x->qkv = PT__F(a, N * 3 * C);
+        x->qkv = PT__F(a, N * 3 * Ca);
         x->lse = PT__F(a, B * NH * T);
-        x->atty = PT__F(a, N * C);
+        x->atty = PT__F(a, N * Ca);
         x->res2 = PT__F(a, N * C);
         x->ln2 = PT__F(a, N * C);
         x->ln2_mean = PT__F(a, N);
         x->ln2_rstd = PT__F(a, N);
-        x->fch = PT__F(a, N * 4 * C);
+        x->fch = PT__F(a, N * F);
         x->out = PT__F(a, N * C);
     }
     m->lnf = PT__F(a, N * C);
@@ -1701,21 +2024,22 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     m->inputs = (int *)pt_arena_alloc(a, N * sizeof(int));
     m->targets = (int *)pt_arena_alloc(a, N * sizeof(int));
     *act_bytes = a->used;
-    m->scratch.gelu = PT__F(a, N * 4 * C);
+    m->ce_red = tp > 1 ? PT__F(a, 3 * N) : NULL;
+    m->scratch.gelu = PT__F(a, N * F);
     m->scratch.attn_slots = pt_get_threads();
     m->scratch.attn = PT__F(a, pt_attention_scratch_floats((int)T, m->scratch.attn_slots));
     if (!training) return;
     m->dres = PT__F(a, N * C);
     m->scratch.dln = PT__F(a, N * C);
-    m->scratch.dqkv = PT__F(a, N * 3 * C);
-    m->scratch.datty = PT__F(a, N * C);
-    m->scratch.dfch = PT__F(a, N * 4 * C);
+    m->scratch.dqkv = PT__F(a, N * 3 * Ca);
+    m->scratch.datty = PT__F(a, N * Ca);
+    m->scratch.dfch = PT__F(a, N * F);
 }
 
 PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     pt_gpt_config cfg = d->config;
     pt_arena meta;
-    size_t act_bytes, nbook, P;
+    size_t act_bytes, nbook, state_bytes;
     unsigned char *book;
     int L, bad = 0;
     pt_status st;
@@ -1728,15 +2052,35 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     if (!bad && (int64_t)d->batch * d->seq > (1 << 30))
         pt__append_error(&bad, "batch*seq=%lld is too large",
                          (long long)d->batch * d->seq);
+    m->tp = d->grid ? d->grid->tp : 1;
+    if (m->tp < 1 || (cfg.n_head >= 1 && cfg.n_head % m->tp != 0))
+        pt__append_error(&bad, "tensor_parallel=%d does not divide n_head=%d", m->tp,
+                         cfg.n_head);
+    if (d->zero < 0 || d->zero > 2)
+        pt__append_error(&bad, "zero=%d must be 0, 1 or 2", d->zero);
+    if (d->grad_accum < 0) pt__append_error(&bad, "grad_accum=%d must be >= 0", d->grad_accum);
+    if (d->inference && d->zero)
+        pt__append_error(&bad, "zero=%d needs training state (inference=1 given)", d->zero);
     if (bad) return PT_ERR_CONFIG;
+    m->dp = d->grid ? d->grid->dp : 1;
+    m->dp_rank = d->grid ? d->grid->dp_rank : 0;
+    m->dp_comm = d->grid && m->dp > 1 ? &d->grid->dp_comm : NULL;
+    m->zero = d->zero;
+    m->accum = d->grad_accum > 0 ? d->grad_accum : 1;
     m->config = cfg;
     m->B = d->batch;
     m->T = d->seq;
+    m->grid = d->grid;
+    m->tp_comm = d->grid && m->tp > 1 ? &d->grid->tp_comm : NULL;
+    m->tp_rank = d->grid ? d->grid->tp_rank : 0;
+    /* the vocabulary padded to a multiple of tp, as Megatron-LM pads GPT-2's */
+    m->vocab_local = (cfg.vocab_size + m->tp - 1) / m->tp;
+    m->vocab_offset = m->tp_rank * m->vocab_local;
     m->alloc_ctx = d->alloc_ctx;
     m->loss = -1.0f;
     L = cfg.n_layer;
     nbook = sizeof(pt_param) * (size_t)(4 + 12 * L) + sizeof(pt_block_params) * 2 * (size_t)L +
-            sizeof(pt_block_acts) * (size_t)L;
+            sizeof(pt_block_acts) * (size_t)L + sizeof(pt_bucket) * (size_t)(L + 2);
     book = (unsigned char *)pt__malloc(nbook, d->alloc_ctx);
     if (!book) return pt__fail(PT_ERR_OOM, "cannot allocate the model's tables");
     memset(book, 0, nbook);
@@ -1744,15 +2088,16 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     m->layers = (pt_block_params *)(m->table + 4 + 12 * L);
     m->layer_grads = m->layers + L;
     m->acts = (pt_block_acts *)(m->layer_grads + L);
+    m->buckets = (pt_bucket *)(m->acts + L);
     pt__build_table(m);
-    P = m->num_params;
 
+    /* parameters, gradients and AdamW state: one arena, measured first */
+    pt_arena_init_meta(&meta);
+    pt__layout_state(m, &meta, d->inference);
+    state_bytes = meta.used;
     /* activations: measure with a meta arena, then allocate exactly once */
     pt_arena_init_meta(&meta);
     pt__layout_acts(m, &meta, &act_bytes, !d->inference);
-    m->mem.params = P * sizeof(float);
-    m->mem.grads = d->inference ? 0 : P * sizeof(float);
-    m->mem.optimizer = d->inference ? 0 : 2 * P * sizeof(float);
     m->mem.activations = act_bytes;
     m->mem.scratch = meta.used - act_bytes;
     m->mem.total = m->mem.params + m->mem.grads + m->mem.optimizer + meta.used;
@@ -1761,25 +2106,19 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
         pt_arena_init_meta(&m->act_arena);
         return PT_OK;
     }
-    if ((st = pt_arena_init(&m->param_arena,
-                            (d->inference ? 1 : 4) * pt__align_up(P * sizeof(float)),
-                            d->alloc_ctx)) != PT_OK ||
+    if ((st = pt_arena_init(&m->param_arena, state_bytes, d->alloc_ctx)) != PT_OK ||
         (st = pt_arena_init(&m->act_arena, meta.used, d->alloc_ctx)) != PT_OK) {
         double mib = (double)m->mem.total / 1048576.0;
         pt_gpt_free(m);
         return pt__fail(PT_ERR_OOM, "cannot allocate %.1f MiB for the model (weights%s, "
                         "activations)", mib, d->inference ? "" : ", gradients, AdamW state");
     }
-    m->params = PT__F(&m->param_arena, P);
-    if (!d->inference) {
-        m->grads = PT__F(&m->param_arena, P);
-        m->m = PT__F(&m->param_arena, P);
-        m->v = PT__F(&m->param_arena, P);
-    }
+    pt__layout_state(m, &m->param_arena, d->inference);
     memset(m->param_arena.base, 0, m->param_arena.used);
     pt__layout_acts(m, &m->act_arena, &act_bytes, !d->inference);
-    pt__bind(m, m->params, &m->wte, &m->wpe, &m->lnf_w, &m->lnf_b, m->layers);
-    pt__bind(m, m->grads, &m->dwte, &m->dwpe, &m->dlnf_w, &m->dlnf_b, m->layer_grads);
+    pt__bind(m, m->params, NULL, &m->wte, &m->wpe, &m->lnf_w, &m->lnf_b, m->layers);
+    pt__bind(m, m->grads, m->zero == 2 ? m->stage : NULL, &m->dwte, &m->dwpe, &m->dlnf_w,
+             &m->dlnf_b, m->layer_grads);
     return PT_OK;
 }
 
@@ -1802,16 +2141,22 @@ PTRAINDEF void pt_gpt_init_weights(pt_gpt *m, uint64_t seed) {
         size_t j;
         size_t len = strlen(p->name);
         if (p->ndim == 2) {
-            int is_proj = strstr(p->name, "c_proj.weight") != NULL;
-            for (j = 0; j < p->numel; j++) w[j] = pt_rng_normal(&rng, 0.0f, is_proj ? proj_std : 0.02f);
+            float std = strstr(p->name, "c_proj.weight") != NULL ? proj_std : 0.02f;
+            /* draw the whole tensor in order, keep this rank's elements */
+            int64_t cols = p->full_shape[1];
+            for (j = 0; j < p->full_numel; j++) {
+                float x = pt_rng_normal(&rng, 0.0f, std);
+                ptrdiff_t at = pt__local_index(p, m->tp_rank, (int64_t)j / cols, (int64_t)j % cols);
+                if (at >= 0) w[at] = x;
+            }
         } else {
             /* LayerNorm weights (…ln_*.weight) start at 1, every bias at 0 */
             float val = (len > 7 && strcmp(p->name + len - 7, ".weight") == 0) ? 1.0f : 0.0f;
             for (j = 0; j < p->numel; j++) w[j] = val;
         }
     }
-    if (m->m) memset(m->m, 0, m->num_params * sizeof(float));
-    if (m->v) memset(m->v, 0, m->num_params * sizeof(float));
+    if (m->m) memset(m->m, 0, (m->zero ? m->shard_total : m->num_params) * sizeof(float));
+    if (m->v) memset(m->v, 0, (m->zero ? m->shard_total : m->num_params) * sizeof(float));
     m->adam_t = 0;
 }
 
@@ -1822,52 +2167,70 @@ PTRAINDEF const pt_param *pt_gpt_find_param(const pt_gpt *m, const char *name) {
     return NULL;
 }
 
-PTRAINDEF void pt_block_forward(const pt_gpt_config *cfg, int B, int T,
-                                const pt_block_params *p, const float *x, pt_block_acts *a,
-                                pt_block_scratch *s) {
-    int C = cfg->n_embd, N = B * T;
+/* Sum over the tensor-parallel group (nothing to do without one). */
+static pt_status pt__tp_sum(pt_comm *tp, float *buf, size_t n) {
+    return tp && tp->size > 1 ? pt_comm_all_reduce(tp, buf, n, PT_REDUCE_SUM) : PT_OK;
+}
+
+PTRAINDEF pt_status pt_block_forward(const pt_gpt_config *cfg, int B, int T,
+                                     const pt_block_params *p, const float *x, pt_block_acts *a,
+                                     pt_block_scratch *s, pt_comm *tp) {
+    /* Ca, F: this rank's attention width and MLP columns; row-parallel
+       biases are added by tensor rank 0 only, so the sum counts them once */
+    int k = tp ? tp->size : 1, lead = !tp || tp->rank == 0;
+    int C = cfg->n_embd, N = B * T, Ca = C / k, F = 4 * C / k;
     float eps = cfg->ln_eps > 0.0f ? cfg->ln_eps : 1e-5f;
+    pt_status st;
     pt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, N, C, eps);
-    pt_matmul_forward(a->qkv, a->ln1, p->qkv_w, p->qkv_b, N, C, 3 * C);
-    pt_attention_forward(a->atty, a->lse, a->qkv, s->attn, s->attn_slots, B, T, C, cfg->n_head);
-    pt_matmul_forward(a->res2, a->atty, p->attn_proj_w, p->attn_proj_b, N, C, C);
+    pt_matmul_forward(a->qkv, a->ln1, p->qkv_w, p->qkv_b, N, C, 3 * Ca);
+    pt_attention_forward(a->atty, a->lse, a->qkv, s->attn, s->attn_slots, B, T, Ca,
+                         cfg->n_head / k);
+    pt_matmul_forward(a->res2, a->atty, p->attn_proj_w, lead ? p->attn_proj_b : NULL, N, Ca, C);
+    if ((st = pt__tp_sum(tp, a->res2, (size_t)N * C)) != PT_OK) return st;
     pt_residual_forward(a->res2, a->res2, x, (size_t)N * C);
     pt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, N, C,
                          eps);
-    pt_matmul_forward(a->fch, a->ln2, p->fc_w, p->fc_b, N, C, 4 * C);
-    pt_gelu_forward(s->gelu, a->fch, (size_t)N * 4 * C);
-    pt_matmul_forward(a->out, s->gelu, p->fc_proj_w, p->fc_proj_b, N, 4 * C, C);
+    pt_matmul_forward(a->fch, a->ln2, p->fc_w, p->fc_b, N, C, F);
+    pt_gelu_forward(s->gelu, a->fch, (size_t)N * F);
+    pt_matmul_forward(a->out, s->gelu, p->fc_proj_w, lead ? p->fc_proj_b : NULL, N, F, C);
+    if ((st = pt__tp_sum(tp, a->out, (size_t)N * C)) != PT_OK) return st;
     pt_residual_forward(a->out, a->out, a->res2, (size_t)N * C);
+    return PT_OK;
 }
 
-PTRAINDEF void pt_block_backward(const pt_gpt_config *cfg, int B, int T,
-                                 const pt_block_params *p, pt_block_params *g,
-                                 const float *x, const pt_block_acts *a, const float *dout,
-                                 float *dx, pt_block_scratch *s) {
-    size_t C = (size_t)cfg->n_embd, N = (size_t)B * T;
-    int n = (int)N, c = (int)C;
-    /* MLP branch: out = res2 + fc_proj(gelu(fc(ln2(res2)))) */
-    memset(s->dfch, 0, N * 4 * C * sizeof(float));
-    pt_gelu_forward(s->gelu, a->fch, N * 4 * C); /* not saved by forward: 4NC floats a layer */
-    pt_matmul_backward(s->dfch, g->fc_proj_w, g->fc_proj_b, dout, s->gelu, p->fc_proj_w, n,
-                       4 * c, c);
-    pt_gelu_backward(s->dfch, a->fch, s->dfch, N * 4 * C);
+PTRAINDEF pt_status pt_block_backward(const pt_gpt_config *cfg, int B, int T,
+                                      const pt_block_params *p, pt_block_params *g,
+                                      const float *x, const pt_block_acts *a, const float *dout,
+                                      float *dx, pt_block_scratch *s, pt_comm *tp) {
+    size_t k = tp ? (size_t)tp->size : 1, C = (size_t)cfg->n_embd, N = (size_t)B * T;
+    size_t Ca = C / k, F = 4 * C / k;
+    int n = (int)N, c = (int)C, ca = (int)Ca, f = (int)F;
+    pt_status st;
+    /* MLP branch: out = res2 + fc_proj(gelu(fc(ln2(res2)))); dout is whole on
+       every rank, so the replicated bias gradients agree without communication */
+    memset(s->dfch, 0, N * F * sizeof(float));
+    pt_gelu_forward(s->gelu, a->fch, N * F); /* not saved by forward: 4NC floats a layer */
+    pt_matmul_backward(s->dfch, g->fc_proj_w, g->fc_proj_b, dout, s->gelu, p->fc_proj_w, n, f, c);
+    pt_gelu_backward(s->dfch, a->fch, s->dfch, N * F);
     memset(s->dln, 0, N * C * sizeof(float));
-    pt_matmul_backward(s->dln, g->fc_w, g->fc_b, s->dfch, a->ln2, p->fc_w, n, c, 4 * c);
+    pt_matmul_backward(s->dln, g->fc_w, g->fc_b, s->dfch, a->ln2, p->fc_w, n, c, f);
+    if ((st = pt__tp_sum(tp, s->dln, N * C)) != PT_OK) return st;
     if (dx != dout) memcpy(dx, dout, N * C * sizeof(float)); /* dx now holds d res2 */
     pt_layernorm_backward(dx, g->ln2_w, g->ln2_b, s->dln, a->res2, p->ln2_w, a->ln2_mean,
                           a->ln2_rstd, n, c);
     /* attention branch: res2 = x + attn_proj(attention(c_attn(ln1(x)))) */
-    memset(s->datty, 0, N * C * sizeof(float));
+    memset(s->datty, 0, N * Ca * sizeof(float));
     pt_matmul_backward(s->datty, g->attn_proj_w, g->attn_proj_b, dx, a->atty, p->attn_proj_w, n,
-                       c, c);
-    memset(s->dqkv, 0, N * 3 * C * sizeof(float));
+                       ca, c);
+    memset(s->dqkv, 0, N * 3 * Ca * sizeof(float));
     pt_attention_backward(s->dqkv, s->datty, a->atty, a->qkv, a->lse, s->attn, s->attn_slots, B,
-                          T, c, cfg->n_head);
+                          T, ca, cfg->n_head / (int)k);
     memset(s->dln, 0, N * C * sizeof(float));
-    pt_matmul_backward(s->dln, g->qkv_w, g->qkv_b, s->dqkv, a->ln1, p->qkv_w, n, c, 3 * c);
+    pt_matmul_backward(s->dln, g->qkv_w, g->qkv_b, s->dqkv, a->ln1, p->qkv_w, n, c, 3 * ca);
+    if ((st = pt__tp_sum(tp, s->dln, N * C)) != PT_OK) return st;
     pt_layernorm_backward(dx, g->ln1_w, g->ln1_b, s->dln, x, p->ln1_w, a->ln1_mean, a->ln1_rstd,
                           n, c);
+    return PT_OK;
 }
 
 static pt_status pt__check_tokens(const int *tok, size_t n, int V, const char *what) {
@@ -1876,6 +2239,38 @@ static pt_status pt__check_tokens(const int *tok, size_t n, int V, const char *w
         if (tok[i] < 0 || tok[i] >= V)
             return pt__fail(PT_ERR_RANGE, "%s[%zu]=%d is outside the vocabulary [0, %d)", what, i,
                             tok[i], V);
+    return PT_OK;
+}
+
+/* Vocabulary-parallel cross-entropy (Megatron-LM): the logits stay split;
+   one all-reduce of the row maxima, one of the sums of exp and the target
+   logits (each rank adds those in its columns). */
+/* Real (not padding) vocabulary rows among this rank's vocab_local. */
+static int pt__vocab_valid(const pt_gpt *m) {
+    int left = m->config.vocab_size - m->vocab_offset;
+    return left < 0 ? 0 : (left < m->vocab_local ? left : m->vocab_local);
+}
+
+static pt_status pt__xent_forward_tp(pt_gpt *m, const int *targets, int N) {
+    int Vl = m->vocab_local, v0 = m->vocab_offset, n, valid = pt__vocab_valid(m);
+    float *mx = m->ce_red, *sum = mx + N, *tl = sum + N;
+    pt_status st;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) mx[n] = valid ? pt__maxf(m->logits + (size_t)n * Vl, valid) : -INFINITY;
+    if ((st = pt_comm_all_reduce(m->tp_comm, mx, (size_t)N, PT_REDUCE_MAX)) != PT_OK) return st;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        const float *l = m->logits + (size_t)n * Vl;
+        int t = targets[n] - v0;
+        sum[n] = valid ? (float)pt__sum_exp(l, valid, mx[n]) : 0.0f;
+        tl[n] = t >= 0 && t < valid ? l[t] : 0.0f;
+    }
+    if ((st = pt_comm_all_reduce(m->tp_comm, sum, 2 * (size_t)N, PT_REDUCE_SUM)) != PT_OK)
+        return st;
+    for (n = 0; n < N; n++) {
+        m->lse[n] = (double)mx[n] + log((double)sum[n]);
+        m->losses[n] = (float)(m->lse[n] - (double)tl[n]);
+    }
     return PT_OK;
 }
 
@@ -1897,74 +2292,211 @@ PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targ
     if (targets) memcpy(m->targets, targets, sizeof(int) * N);
     m->cur_B = B;
     m->cur_T = T;
-    pt_encoder_forward(m->encoded, inputs, m->wte, m->wpe, B, T, C);
+    m->has_targets = 0;
+    m->loss = -1.0f;
+    /* vocabulary-parallel embedding: each rank looks up its rows, the sum
+       over the group is the whole lookup (tensor rank 0 adds wpe) */
+    pt__encoder_forward_part(m->encoded, inputs, m->wte, m->tp_rank == 0 ? m->wpe : NULL,
+                             m->vocab_offset, m->vocab_local, B, T, C);
+    if ((st = pt__tp_sum(m->tp_comm, m->encoded, (size_t)N * C)) != PT_OK) return st;
     x = m->encoded;
     for (l = 0; l < c->n_layer; l++) {
-        pt_block_forward(c, B, T, &m->layers[l], x, &m->acts[l], &m->scratch);
+        st = pt_block_forward(c, B, T, &m->layers[l], x, &m->acts[l], &m->scratch, m->tp_comm);
+        if (st != PT_OK) return st;
         x = m->acts[l].out;
     }
     pt_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, m->lnf_w, m->lnf_b, N, C,
                          c->ln_eps);
-    pt_tied_head_forward(m->logits, m->lnf, m->wte, N, C, V);
-    m->has_targets = targets != NULL;
-    m->loss = -1.0f;
+    pt_tied_head_forward(m->logits, m->lnf, m->wte, N, C, m->vocab_local);
     if (targets) {
         double sum = 0.0;
         int n;
-        pt_crossentropy_forward(m->losses, m->lse, m->logits, targets, N, V);
+        if (m->tp == 1) pt_crossentropy_forward(m->losses, m->lse, m->logits, targets, N, V);
+        else if ((st = pt__xent_forward_tp(m, targets, N)) != PT_OK) return st;
         for (n = 0; n < N; n++) sum += m->losses[n];
         m->loss = (float)(sum / N);
+        if (m->dp > 1 &&
+            (st = pt_comm_all_reduce(m->dp_comm, &m->loss, 1, PT_REDUCE_AVG)) != PT_OK)
+            return st;
+        m->has_targets = 1;
     }
     return PT_OK;
 }
 
 PTRAINDEF void pt_gpt_zero_grad(pt_gpt *m) {
-    if (m->grads) memset(m->grads, 0, m->num_params * sizeof(float));
+    if (!m->grads) return;
+    memset(m->grads, 0, (m->zero == 2 ? m->buckets[0].numel : m->num_params) * sizeof(float));
+    if (m->gshard) memset(m->gshard, 0, m->shard_total * sizeof(float));
+    if (m->stage) {
+        size_t most = 0;
+        int b;
+        for (b = 1; b < m->num_buckets; b++)
+            if (m->buckets[b].numel > most) most = m->buckets[b].numel;
+        memset(m->stage, 0, most * sizeof(float));
+    }
+    m->micro = 0;
+}
+
+/* Averages n floats over the dp group into this rank's shard of them
+   (out = its n/dp), or copies them without a group. */
+static pt_status pt__dp_reduce_scatter(pt_gpt *m, const float *in, float *out, size_t n) {
+    if (m->dp == 1) {
+        memcpy(out, in, n * sizeof(float));
+        return PT_OK;
+    }
+    return pt_comm_reduce_scatter(m->dp_comm, in, out, n / (size_t)m->dp, PT_REDUCE_AVG);
+}
+
+/* ZeRO 2: averages bucket b's gradients from stage-like src over the dp group
+   into this rank's shard (adding to earlier micro-batches), then clears src. */
+static pt_status pt__zero2_bucket(pt_gpt *m, int b, float *src) {
+    const pt_bucket *k = &m->buckets[b];
+    float *dst = m->gshard + k->shard_offset;
+    size_t i;
+    pt_status st = pt__dp_reduce_scatter(m, src, m->micro ? m->rs_tmp : dst, k->numel);
+    if (st != PT_OK) return st;
+    if (m->micro)
+        for (i = 0; i < k->shard; i++) dst[i] += m->rs_tmp[i];
+    memset(src, 0, k->numel * sizeof(float));
+    return PT_OK;
+}
+
+/* After a step's last micro-batch: every bucket averaged over the dp group,
+   whole (zero 0) or into this rank's shard (zero 1). */
+static pt_status pt__dp_sync_grads(pt_gpt *m) {
+    int b;
+    pt_status st = PT_OK;
+    for (b = 0; b < m->num_buckets && st == PT_OK; b++) {
+        const pt_bucket *k = &m->buckets[b];
+        if (m->zero == 1)
+            st = pt__dp_reduce_scatter(m, m->grads + k->offset, m->gshard + k->shard_offset,
+                                       k->numel);
+        else if (m->zero == 0 && m->dp > 1)
+            st = pt_comm_all_reduce(m->dp_comm, m->grads + k->offset, k->numel, PT_REDUCE_AVG);
+    }
+    return st;
+}
+
+/* The part of tensor i (in bucket b) inside this rank's shard of b, as flat
+   offsets [*lo, *hi); 0 if none. */
+static int pt__shard_span(const pt_gpt *m, int b, int i, size_t *lo, size_t *hi) {
+    const pt_bucket *k = &m->buckets[b];
+    const pt_param *p = &m->table[i];
+    size_t s0 = k->offset + (size_t)m->dp_rank * k->shard, s1 = s0 + k->shard;
+    *lo = p->offset > s0 ? p->offset : s0;
+    *hi = p->offset + p->numel < s1 ? p->offset + p->numel : s1;
+    return *lo < *hi;
 }
 
 PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) {
     const pt_gpt_config *c = &m->config;
-    int B = m->cur_B, T = m->cur_T, N = B * T, C = c->n_embd, V = c->vocab_size, l;
+    int B = m->cur_B, T = m->cur_T, N = B * T, C = c->n_embd, l;
+    pt_status st;
     if (!m->grads)
         return pt__fail(PT_ERR_INVALID_ARG, "model was built for inference: no gradients");
     if (!m->has_targets)
         return pt__fail(PT_ERR_INVALID_ARG,
                         "backward needs a forward with targets first (and runs once per forward)");
     m->has_targets = 0; /* the logits become dlogits in place */
-    pt_gpt_zero_grad(m);
-    pt_crossentropy_backward(m->logits, m->logits, m->lse, m->targets, N, V, 1.0f / (float)N);
+    if (m->micro >= m->accum) m->micro = 0; /* a new step */
+    if (m->micro == 0) pt_gpt_zero_grad(m);
+    pt__xent_backward_part(m->logits, m->logits, m->lse, m->targets, N, m->vocab_local,
+                           pt__vocab_valid(m), m->vocab_offset, 1.0f / ((float)N * m->accum));
     memset(m->scratch.dln, 0, sizeof(float) * (size_t)N * C);
-    pt_tied_head_backward(m->scratch.dln, m->dwte, m->logits, m->lnf, m->wte, N, C, V);
+    pt_tied_head_backward(m->scratch.dln, m->dwte, m->logits, m->lnf, m->wte, N, C,
+                          m->vocab_local);
+    if ((st = pt__tp_sum(m->tp_comm, m->scratch.dln, (size_t)N * C)) != PT_OK) return st;
     memset(m->dres, 0, sizeof(float) * (size_t)N * C);
     pt_layernorm_backward(m->dres, m->dlnf_w, m->dlnf_b, m->scratch.dln,
                           m->acts[c->n_layer - 1].out, m->lnf_w, m->lnf_mean, m->lnf_rstd, N, C);
+    /* ZeRO 2: each bucket leaves the stage for its shard once complete */
+    if (m->zero == 2 && (st = pt__zero2_bucket(m, c->n_layer + 1, m->stage)) != PT_OK) return st;
     for (l = c->n_layer - 1; l >= 0; l--) {
         const float *x = l > 0 ? m->acts[l - 1].out : m->encoded;
-        pt_block_backward(c, B, T, &m->layers[l], &m->layer_grads[l], x, &m->acts[l], m->dres,
-                          m->dres, &m->scratch);
+        st = pt_block_backward(c, B, T, &m->layers[l], &m->layer_grads[l], x, &m->acts[l],
+                               m->dres, m->dres, &m->scratch, m->tp_comm);
+        if (st != PT_OK) return st;
+        if (m->zero == 2 && (st = pt__zero2_bucket(m, 1 + l, m->stage)) != PT_OK) return st;
     }
-    pt_encoder_backward(m->dwte, m->dwpe, m->dres, m->inputs, B, T, C);
+    /* every rank holds the whole dres: its wte rows, and all of wpe */
+    pt__encoder_backward_part(m->dwte, m->dwpe, m->dres, m->inputs, m->vocab_offset,
+                              m->vocab_local, B, T, C);
+    if (m->zero == 2 && (st = pt__zero2_bucket(m, 0, m->grads)) != PT_OK) return st;
+    if (++m->micro == m->accum && m->zero < 2) return pt__dp_sync_grads(m);
     return PT_OK;
 }
 
 PTRAINDEF float pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm) {
     double norm;
+    float *g = m->zero ? m->gshard : m->grads;
+    size_t n = m->zero ? m->shard_total : m->num_params;
     if (!m->grads) return 0.0f;
-    norm = pt_norm2(m->grads, m->num_params);
-    if (max_norm > 0.0f && norm > max_norm)
-        pt_scale(m->grads, m->num_params, (float)(max_norm / norm));
+    if (m->tp == 1 && !m->zero) {
+        norm = pt_norm2(m->grads, m->num_params);
+    } else { /* sum of squares of what this rank owns: split tensors' parts and
+                its dp shard; tensors replicated over tp count on tp rank 0 */
+        double part = 0.0;
+        float sq;
+        int b, i;
+        for (b = 0; b < m->num_buckets; b++)
+            for (i = m->buckets[b].first; i < m->buckets[b].first + m->buckets[b].count; i++) {
+                const pt_param *p = &m->table[i];
+                size_t lo = p->offset, hi = p->offset + p->numel;
+                const float *src = m->grads + lo;
+                if (p->shard == PT_SHARD_NONE && m->tp_rank != 0) continue;
+                if (m->zero) {
+                    if (!pt__shard_span(m, b, i, &lo, &hi)) continue;
+                    src = m->gshard + m->buckets[b].shard_offset +
+                          (lo - m->buckets[b].offset - (size_t)m->dp_rank * m->buckets[b].shard);
+                }
+                {
+                    double x = pt_norm2(src, hi - lo);
+                    part += x * x;
+                }
+            }
+        sq = (float)part;
+        if ((m->tp > 1 && pt_comm_all_reduce(m->tp_comm, &sq, 1, PT_REDUCE_SUM) != PT_OK) ||
+            (m->zero && m->dp > 1 &&
+             pt_comm_all_reduce(m->dp_comm, &sq, 1, PT_REDUCE_SUM) != PT_OK))
+            return NAN;
+        norm = sqrt((double)sq);
+    }
+    if (max_norm > 0.0f && norm > max_norm) pt_scale(g, n, (float)(max_norm / norm));
     return (float)norm;
 }
 
 PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, float lr) {
     int i;
+    int b;
     if (!m->m)
         return pt__fail(PT_ERR_INVALID_ARG, "model was built for inference: no optimizer state");
+    if (m->micro > 0 && m->micro < m->accum)
+        return pt__fail(PT_ERR_INVALID_ARG, "adamw_step needs the gradients of all %d "
+                        "micro-batches of the step (backward ran %d times)", m->accum, m->micro);
     m->adam_t++;
-    for (i = 0; i < m->num_tensors; i++) {
-        const pt_param *p = &m->table[i];
-        pt_adamw_update(m->params + p->offset, m->grads + p->offset, m->m + p->offset,
-                        m->v + p->offset, p->numel, cfg, lr, m->adam_t, p->decay);
+    if (!m->zero) {
+        for (i = 0; i < m->num_tensors; i++) {
+            const pt_param *p = &m->table[i];
+            pt_adamw_update(m->params + p->offset, m->grads + p->offset, m->m + p->offset,
+                            m->v + p->offset, p->numel, cfg, lr, m->adam_t, p->decay);
+        }
+        return PT_OK;
+    }
+    /* ZeRO: update this rank's shard of each bucket, then gather the bucket */
+    for (b = 0; b < m->num_buckets; b++) {
+        const pt_bucket *k = &m->buckets[b];
+        size_t own = k->offset + (size_t)m->dp_rank * k->shard, lo, hi;
+        pt_status st;
+        for (i = k->first; i < k->first + k->count; i++) {
+            size_t at;
+            if (!pt__shard_span(m, b, i, &lo, &hi)) continue;
+            at = k->shard_offset + (lo - own);
+            pt_adamw_update(m->params + lo, m->gshard + at, m->m + at, m->v + at, hi - lo, cfg,
+                            lr, m->adam_t, m->table[i].decay);
+        }
+        if (m->dp == 1) continue;
+        st = pt_comm_all_gather(m->dp_comm, m->params + own, m->params + k->offset, k->shard);
+        if (st != PT_OK) return st; /* in place: this rank's shard is already there */
     }
     return PT_OK;
 }
@@ -1978,6 +2510,9 @@ PTRAINDEF pt_status pt_kv_cache_init(pt_kv_cache *c, const pt_gpt *m) {
     int pass;
     pt_status st;
     memset(c, 0, sizeof *c);
+    if (m->tp > 1)
+        return pt__fail(PT_ERR_UNSUPPORTED, "generation runs on one rank: load the gathered "
+                        "weights (pt_gpt_gather, or a checkpoint) into a model without a grid");
     for (pass = 0; pass < 2; pass++) {
         pt_arena *a = &c->arena;
         if (pass == 0) pt_arena_init_meta(a);
@@ -2151,7 +2686,1240 @@ PTRAINDEF pt_status pt_gpt_generate(const pt_gpt *m, pt_kv_cache *c, const int *
 /* >>comm (implementation)                                                   */
 /* ======================================================================== */
 
-/* @@COMM_IMPL@@ (spliced in from wip/comm_impl.h) */
+/* The communicator: the timed, checked wrappers every backend shares, then the
+   self, threads and MPI backends, then the tp x dp x pp grid.
+
+   The wrappers (pt_comm_all_reduce ...) check arguments, call the backend
+   through c->ops and add time, payload bytes and one call to c's counters.
+   Rules every backend keeps, so a program that works on one works on all:
+   tags are in [0, 32767] (what MPI guarantees), reduce_scatter's out must not
+   overlap its in, all_gather may run in place (in == out + rank*n), and a
+   recv whose size differs from the message's fails with PT_ERR_SHAPE and
+   leaves the message queued. */
+
+#if !defined(_WIN32)
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+#define PT__HAVE_PTHREADS 1
+#endif
+#ifdef PTRAIN_MPI
+#ifdef __cplusplus /* the C API only: no C++ bindings inside extern "C" */
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#endif
+#include <mpi.h>
+#endif
+#include <limits.h>
+
+#define PT__TAG_MAX 32767 /* the largest tag every MPI must accept */
+
+/* ---- the checked, timed wrappers ----------------------------------------- */
+
+static pt_status pt__comm_ok(const pt_comm *c, const char *op) {
+    if (!c || !c->ops) return pt__fail(PT_ERR_INVALID_ARG, "%s: communicator is NULL or freed", op);
+    if (c->size < 1 || c->rank < 0 || c->rank >= c->size)
+        return pt__fail(PT_ERR_INVALID_ARG, "%s: communicator has rank %d of size %d", op, c->rank,
+                        c->size);
+    return PT_OK;
+}
+
+/* A buffer of n floats: not NULL unless empty, and n*4 bytes addressable. */
+static pt_status pt__comm_buf(const char *op, const char *name, const void *p, size_t n) {
+    if (n > SIZE_MAX / sizeof(float))
+        return pt__fail(PT_ERR_INVALID_ARG, "%s: %s has n=%zu floats, more than memory holds", op,
+                        name, n);
+    if (!p && n > 0) return pt__fail(PT_ERR_INVALID_ARG, "%s: %s is NULL with n=%zu", op, name, n);
+    return PT_OK;
+}
+
+static pt_status pt__comm_rank(const pt_comm *c, const char *op, const char *name, int r) {
+    if (r < 0 || r >= c->size)
+        return pt__fail(PT_ERR_INVALID_ARG, "%s: %s=%d must be in [0, %d)", op, name, r, c->size);
+    return PT_OK;
+}
+
+static pt_status pt__comm_tag(const char *op, int tag) {
+    if (tag < 0 || tag > PT__TAG_MAX)
+        return pt__fail(PT_ERR_INVALID_ARG, "%s: tag=%d must be in [0, %d]", op, tag, PT__TAG_MAX);
+    return PT_OK;
+}
+
+static pt_status pt__comm_op(const char *op, pt_reduce_op r) {
+    if (r != PT_REDUCE_SUM && r != PT_REDUCE_AVG && r != PT_REDUCE_MAX)
+        return pt__fail(PT_ERR_INVALID_ARG, "%s: op=%d is not SUM, AVG or MAX", op, (int)r);
+    return PT_OK;
+}
+
+/* Is a spare of cand floats a better home for n floats than one of best?
+   The smallest that fits, else the largest (it will be grown). */
+static int pt__better_fit(size_t cand, size_t best, size_t n) {
+    if (cand >= n) return best < n || cand < best;
+    return best < n && cand > best;
+}
+
+/* Do [a, a+na) and [b, b+nb) share a byte? (compared as integers: the
+   pointers may belong to different objects) */
+static int pt__overlap(const float *a, size_t na, const float *b, size_t nb) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return na > 0 && nb > 0 && x < y + nb * sizeof(float) && y < x + na * sizeof(float);
+}
+
+static pt_status pt__comm_count(pt_comm *c, double t0, size_t floats, pt_status st) {
+    c->seconds += pt_time_now() - t0;
+    c->bytes += (uint64_t)floats * sizeof(float);
+    c->calls++;
+    return st;
+}
+
+#define PT__COMM_HAS(c, fn, op)                                                                   \
+    if (!(c)->ops->fn)                                                                            \
+        return pt__fail(PT_ERR_UNSUPPORTED, "%s: this communicator's backend has no " #fn, op);
+
+PTRAINDEF pt_status pt_comm_all_reduce(pt_comm *c, float *buf, size_t n, pt_reduce_op op) {
+    const char *w = "all_reduce";
+    pt_status st;
+    double t0;
+    if ((st = pt__comm_ok(c, w)) || (st = pt__comm_buf(w, "buf", buf, n)) ||
+        (st = pt__comm_op(w, op)))
+        return st;
+    PT__COMM_HAS(c, all_reduce, w)
+    t0 = pt_time_now();
+    return pt__comm_count(c, t0, n, c->ops->all_reduce(c, buf, n, op));
+}
+
+PTRAINDEF pt_status pt_comm_reduce_scatter(pt_comm *c, const float *in, float *out, size_t n,
+                                           pt_reduce_op op) {
+    const char *w = "reduce_scatter";
+    pt_status st;
+    double t0;
+    if ((st = pt__comm_ok(c, w))) return st;
+    if (n > SIZE_MAX / sizeof(float) / (size_t)c->size)
+        return pt__fail(PT_ERR_INVALID_ARG, "%s: size %d x n=%zu floats overflows", w, c->size, n);
+    if ((st = pt__comm_buf(w, "in", in, (size_t)c->size * n)) ||
+        (st = pt__comm_buf(w, "out", out, n)) || (st = pt__comm_op(w, op)))
+        return st;
+    if (pt__overlap(in, (size_t)c->size * n, out, n))
+        return pt__fail(PT_ERR_INVALID_ARG, "%s: out overlaps in", w);
+    PT__COMM_HAS(c, reduce_scatter, w)
+    t0 = pt_time_now();
+    return pt__comm_count(c, t0, (size_t)c->size * n, c->ops->reduce_scatter(c, in, out, n, op));
+}
+
+PTRAINDEF pt_status pt_comm_all_gather(pt_comm *c, const float *in, float *out, size_t n) {
+    const char *w = "all_gather";
+    pt_status st;
+    double t0;
+    if ((st = pt__comm_ok(c, w))) return st;
+    if (n > SIZE_MAX / sizeof(float) / (size_t)c->size)
+        return pt__fail(PT_ERR_INVALID_ARG, "%s: size %d x n=%zu floats overflows", w, c->size, n);
+    if ((st = pt__comm_buf(w, "in", in, n)) || (st = pt__comm_buf(w, "out", out, (size_t)c->size * n)))
+        return st;
+    if (in != out + (size_t)c->rank * n && pt__overlap(in, n, out, (size_t)c->size * n))
+        return pt__fail(PT_ERR_INVALID_ARG,
+                        "%s: in overlaps out (in place is in == out + rank*n only)", w);
+    PT__COMM_HAS(c, all_gather, w)
+    t0 = pt_time_now();
+    return pt__comm_count(c, t0, (size_t)c->size * n, c->ops->all_gather(c, in, out, n));
+}
+
+PTRAINDEF pt_status pt_comm_broadcast(pt_comm *c, float *buf, size_t n, int root) {
+    const char *w = "broadcast";
+    pt_status st;
+    double t0;
+    if ((st = pt__comm_ok(c, w)) || (st = pt__comm_buf(w, "buf", buf, n)) ||
+        (st = pt__comm_rank(c, w, "root", root)))
+        return st;
+    PT__COMM_HAS(c, broadcast, w)
+    t0 = pt_time_now();
+    return pt__comm_count(c, t0, n, c->ops->broadcast(c, buf, n, root));
+}
+
+PTRAINDEF pt_status pt_comm_send(pt_comm *c, const float *buf, size_t n, int dst, int tag) {
+    const char *w = "send";
+    pt_status st;
+    double t0;
+    if ((st = pt__comm_ok(c, w)) || (st = pt__comm_buf(w, "buf", buf, n)) ||
+        (st = pt__comm_rank(c, w, "dst", dst)) || (st = pt__comm_tag(w, tag)))
+        return st;
+    PT__COMM_HAS(c, send, w)
+    t0 = pt_time_now();
+    return pt__comm_count(c, t0, n, c->ops->send(c, buf, n, dst, tag));
+}
+
+PTRAINDEF pt_status pt_comm_recv(pt_comm *c, float *buf, size_t n, int src, int tag) {
+    const char *w = "recv";
+    pt_status st;
+    double t0;
+    if ((st = pt__comm_ok(c, w)) || (st = pt__comm_buf(w, "buf", buf, n)) ||
+        (st = pt__comm_rank(c, w, "src", src)) || (st = pt__comm_tag(w, tag)))
+        return st;
+    PT__COMM_HAS(c, recv, w)
+    t0 = pt_time_now();
+    return pt__comm_count(c, t0, n, c->ops->recv(c, buf, n, src, tag));
+}
+
+PTRAINDEF pt_status pt_comm_barrier(pt_comm *c) {
+    pt_status st;
+    double t0;
+    if ((st = pt__comm_ok(c, "barrier"))) return st;
+    PT__COMM_HAS(c, barrier, "barrier")
+    t0 = pt_time_now();
+    return pt__comm_count(c, t0, 0, c->ops->barrier(c));
+}
+
+PTRAINDEF pt_status pt_comm_split(pt_comm *c, int color, int key, pt_comm *out) {
+    pt_status st;
+    double t0;
+    if ((st = pt__comm_ok(c, "split"))) return st;
+    if (!out || out == c)
+        return pt__fail(PT_ERR_INVALID_ARG, "split: out must be a pt_comm other than c");
+    memset(out, 0, sizeof *out);
+    if (color < 0) return pt__fail(PT_ERR_INVALID_ARG, "split: color=%d must be >= 0", color);
+    PT__COMM_HAS(c, split, "split")
+    t0 = pt_time_now();
+    return pt__comm_count(c, t0, 0, c->ops->split(c, color, key, out));
+}
+
+PTRAINDEF pt_status pt_comm_fail(pt_comm *c, pt_status s) {
+    char msg[sizeof pt__err];
+    snprintf(msg, sizeof msg, "%s", pt__err[0] ? pt__err : pt_status_str(s));
+    if (c && c->ops && c->ops->abort) c->ops->abort(c, msg);
+    return s;
+}
+
+/* Frees the backend state (collective for threads and MPI communicators made
+   by split) and zeroes *c, so freeing twice is harmless. */
+PTRAINDEF void pt_comm_free(pt_comm *c) {
+    if (!c) return;
+    if (c->ops && c->ops->free) c->ops->free(c);
+    memset(c, 0, sizeof *c);
+}
+
+/* all_ok = min over ranks of (ok != 0), as max over ranks of (ok == 0). */
+PTRAINDEF pt_status pt_comm_all_ok(pt_comm *c, int ok, int *all_ok) {
+    float bad = ok ? 0.0f : 1.0f;
+    pt_status st;
+    if (!all_ok) return pt__fail(PT_ERR_INVALID_ARG, "all_ok: all_ok is NULL");
+    *all_ok = 0;
+    if ((st = pt_comm_all_reduce(c, &bad, 1, PT_REDUCE_MAX)) != PT_OK) return st;
+    *all_ok = bad == 0.0f;
+    return PT_OK;
+}
+
+/* ---- the self backend: rank 0 of 1, every collective a copy or nothing --- */
+
+static pt_status pt__self_all_reduce(pt_comm *c, float *buf, size_t n, pt_reduce_op op) {
+    (void)c, (void)buf, (void)n, (void)op; /* AVG over one rank is x/1 = x */
+    return PT_OK;
+}
+static pt_status pt__self_reduce_scatter(pt_comm *c, const float *in, float *out, size_t n,
+                                         pt_reduce_op op) {
+    (void)c, (void)op;
+    if (n) memcpy(out, in, n * sizeof(float));
+    return PT_OK;
+}
+static pt_status pt__self_all_gather(pt_comm *c, const float *in, float *out, size_t n) {
+    (void)c;
+    if (n && in != out) memcpy(out, in, n * sizeof(float));
+    return PT_OK;
+}
+static pt_status pt__self_broadcast(pt_comm *c, float *buf, size_t n, int root) {
+    (void)c, (void)buf, (void)n, (void)root;
+    return PT_OK;
+}
+static pt_status pt__self_send(pt_comm *c, const float *buf, size_t n, int dst, int tag) {
+    (void)c, (void)buf, (void)n, (void)dst, (void)tag;
+    return pt__fail(PT_ERR_INVALID_ARG, "send: the self communicator has no mailbox (send to self)");
+}
+static pt_status pt__self_recv(pt_comm *c, float *buf, size_t n, int src, int tag) {
+    (void)c, (void)buf, (void)n, (void)src, (void)tag;
+    return pt__fail(PT_ERR_INVALID_ARG, "recv: the self communicator has no mailbox (recv from self)");
+}
+static pt_status pt__self_barrier(pt_comm *c) {
+    (void)c;
+    return PT_OK;
+}
+static pt_status pt__self_split(pt_comm *c, int color, int key, pt_comm *out) {
+    (void)c, (void)color, (void)key;
+    pt_comm_self(out);
+    return PT_OK;
+}
+static void pt__self_abort(pt_comm *c, const char *msg) { (void)c, (void)msg; }
+static void pt__self_free(pt_comm *c) { (void)c; }
+
+static const pt_comm_ops pt__self_ops = {
+    pt__self_all_reduce, pt__self_reduce_scatter, pt__self_all_gather, pt__self_broadcast,
+    pt__self_send,       pt__self_recv,           pt__self_barrier,    pt__self_split,
+    pt__self_abort,      pt__self_free};
+
+PTRAINDEF void pt_comm_self(pt_comm *c) {
+    if (!c) return;
+    memset(c, 0, sizeof *c);
+    c->rank = 0;
+    c->size = 1;
+    c->kind = PT_COMM_SELF;
+    c->ops = &pt__self_ops;
+}
+
+/* ---- the threads backend -------------------------------------------------
+   Ranks are threads sharing memory, so a collective moves no message: each
+   rank publishes a pointer to its buffer, and after a barrier every rank reads
+   the others' buffers directly. Every collective is
+
+       publish (op, n, arg, buffer)   -> entry barrier
+       check that all ranks made the same call (else all fail alike)
+       compute: read the published buffers, write own or own slice
+       exit barrier                   -> nobody reads a buffer after its owner returned
+
+   Barriers count arrivals in one 64-bit word, generation << 32 | arrived; the
+   last to arrive starts the next generation. A rank waits by spinning a
+   little (pause, then yield: with more ranks than cores, the rank it waits for
+   may need its core), then sleeping on the world's condition variable, which
+   is broadcast on every event a waiter may need: a barrier released, a
+   message sent, a rank failed, a rank's fn returned.
+
+   Failure: a world-wide flag and message. A rank in an entry barrier that
+   sees it (or sees a rank of its group return from fn, which can never arrive
+   now) withdraws its arrival by compare-and-swap and returns PT_ERR_COMM; the
+   swap fails if the barrier already completed, and then the rank goes on as
+   if nothing happened: so either every rank passes an entry barrier or none
+   does. Exit barriers ignore failures: every rank that passed the entry
+   barrier reaches the exit barrier without waiting on anything else. */
+#ifdef PT__HAVE_PTHREADS
+
+#define PT__SPIN 64        /* a waiter pauses this many rounds, */
+#define PT__YIELD 2000     /* then yields the core up to this many, then sleeps */
+#define PT__BLOCK 256      /* floats per reduction block (1 KiB on the stack) */
+#define PT__MAX_THREADS 4096
+
+enum { PT__OP_ALL_REDUCE = 1, PT__OP_REDUCE_SCATTER, PT__OP_ALL_GATHER, PT__OP_BROADCAST,
+       PT__OP_BARRIER, PT__OP_SPLIT };
+static const char *const pt__op_names[] = {"?",         "all_reduce", "reduce_scatter",
+                                           "all_gather", "broadcast",  "barrier", "split"};
+
+typedef struct pt__tpost { /* one rank's call of a collective */
+    int op, arg, key;      /* arg: reduce op, root or color; key: split key */
+    size_t n;
+    float *buf;            /* the rank's buffer (its input for reduce_scatter, all_gather) */
+} pt__tpost;
+
+typedef struct pt__tmsg {  /* a buffered message, or a spare one to reuse */
+    struct pt__tmsg *next;
+    int src, tag;
+    size_t n, cap;
+    float *data;
+} pt__tmsg;
+
+typedef struct pt__tbox {  /* a rank's inbox: queued messages in send order, spares */
+    pthread_mutex_t mu;
+    pt__tmsg *head, *tail, *spare;
+} pt__tbox;
+
+struct pt__tworld;
+typedef struct pt__tgroup { /* shared by the ranks of one communicator */
+    uint64_t bar;           /* generation << 32 | ranks arrived */
+    char pad_[56];          /* no other shared field on the barrier word's cache line */
+    struct pt__tworld *world;
+    struct pt__tgroup *next; /* the world's list of live groups */
+    int size, refs;          /* refs: members that have not freed it */
+    int *wrank;              /* group rank -> world rank */
+    pt__tpost *post;         /* [size] */
+    struct pt__tgroup **made; /* [size] split: the group made by a color's lowest rank */
+    pt__tbox *box;           /* [size] inboxes */
+} pt__tgroup;
+
+typedef struct pt__tworld {
+    pthread_mutex_t mu;     /* guards sleeping, the failure message, the group list */
+    pthread_cond_t cv;
+    unsigned events;        /* counts events; a sleeper waits for it to move */
+    int sleepers;
+    int failed, fail_rank;
+    char fail_msg[sizeof pt__err];
+    int n;
+    int *done;                  /* [n] the rank's fn returned */
+    unsigned char *saw_fail;    /* [n] the rank got PT_ERR_COMM for someone's failure */
+    unsigned char *origin;      /* [n] the rank failed before seeing a failure */
+    pt__tgroup *groups;         /* freed by pt_comm_threads_run if the ranks did not */
+} pt__tworld;
+
+static void pt__cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Something a waiter may wait for happened. The seq_cst pair (events++, read
+   sleepers) against (sleepers++, read events) in pt__twait means that either
+   the waker sees the sleeper or the sleeper sees the new event count. */
+static void pt__tsignal(pt__tworld *w) {
+    __atomic_fetch_add(&w->events, 1u, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&w->sleepers, __ATOMIC_SEQ_CST) > 0) {
+        pthread_mutex_lock(&w->mu);
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+    }
+}
+
+/* One round of waiting for an event after ev (read before the waiter last
+   checked its condition): pause, then yield (with more ranks than cores the
+   rank we wait for may need this core), then sleep. */
+static void pt__twait(pt__tworld *w, unsigned ev, int *spins) {
+    if (++*spins < PT__YIELD) {
+        if (*spins < PT__SPIN) pt__cpu_relax();
+        else sched_yield();
+        return;
+    }
+    pthread_mutex_lock(&w->mu);
+    __atomic_fetch_add(&w->sleepers, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&w->events, __ATOMIC_SEQ_CST) == ev) pthread_cond_wait(&w->cv, &w->mu);
+    __atomic_fetch_sub(&w->sleepers, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static int pt__tfailed_now(pt__tworld *w) { return __atomic_load_n(&w->failed, __ATOMIC_ACQUIRE); }
+
+/* The error of an operation that saw the world failed. */
+static pt_status pt__tfailed(pt__tworld *w, int wrank) {
+    w->saw_fail[wrank] = 1;
+    return pt__fail(PT_ERR_COMM, "rank %d failed: %s", w->fail_rank, w->fail_msg);
+}
+
+/* World rank wrank failed: the first failure's message is kept. */
+static void pt__tworld_fail(pt__tworld *w, int wrank, const char *msg) {
+    if (!w->saw_fail[wrank]) w->origin[wrank] = 1;
+    pthread_mutex_lock(&w->mu);
+    if (!__atomic_load_n(&w->failed, __ATOMIC_RELAXED)) {
+        w->fail_rank = wrank;
+        snprintf(w->fail_msg, sizeof w->fail_msg, "%s", msg ? msg : "");
+        __atomic_store_n(&w->failed, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&w->mu);
+    pt__tsignal(w);
+}
+
+static void pt__trelease(pt__tgroup *g, uint32_t gen) {
+    __atomic_store_n(&g->bar, (uint64_t)(uint32_t)(gen + 1u) << 32, __ATOMIC_RELEASE);
+    pt__tsignal(g->world);
+}
+
+/* Takes back this rank's arrival at generation gen; 0 if too late (the
+   barrier is complete or completing). */
+static int pt__twithdraw(pt__tgroup *g, uint32_t gen) {
+    uint64_t cur = __atomic_load_n(&g->bar, __ATOMIC_ACQUIRE);
+    for (;;) {
+        if ((uint32_t)(cur >> 32) != gen || (int)(uint32_t)cur >= g->size) return 0;
+        if (__atomic_compare_exchange_n(&g->bar, &cur, cur - 1, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return 1;
+    }
+}
+
+/* The entry barrier (see above): PT_OK when all arrived, PT_ERR_COMM after
+   withdrawing because the world failed or a rank of g can never arrive. */
+static pt_status pt__tbarrier_in(pt__tgroup *g, int rank) {
+    pt__tworld *w = g->world;
+    uint64_t old = __atomic_fetch_add(&g->bar, 1, __ATOMIC_ACQ_REL);
+    uint32_t gen = (uint32_t)(old >> 32);
+    int spins = 0, j;
+    if ((int)(uint32_t)old + 1 == g->size) {
+        pt__trelease(g, gen);
+        return PT_OK;
+    }
+    for (;;) {
+        unsigned ev = __atomic_load_n(&w->events, __ATOMIC_SEQ_CST);
+        int gone = -1;
+        if ((uint32_t)(__atomic_load_n(&g->bar, __ATOMIC_ACQUIRE) >> 32) != gen) return PT_OK;
+        if (pt__tfailed_now(w)) gone = g->size;
+        else
+            for (j = 0; j < g->size && gone < 0; j++)
+                if (__atomic_load_n(&w->done[g->wrank[j]], __ATOMIC_ACQUIRE)) gone = j;
+        if (gone >= 0 && pt__twithdraw(g, gen)) {
+            if (gone == g->size) return pt__tfailed(w, g->wrank[rank]);
+            return pt__fail(PT_ERR_COMM,
+                            "rank %d returned while rank %d waits for it in a collective "
+                            "(the ranks' calls do not match)",
+                            g->wrank[gone], g->wrank[rank]);
+        }
+        pt__twait(w, ev, &spins);
+    }
+}
+
+/* The exit barrier: waits for all, whatever happened meanwhile. */
+static void pt__tbarrier_out(pt__tgroup *g) {
+    uint64_t old = __atomic_fetch_add(&g->bar, 1, __ATOMIC_ACQ_REL);
+    uint32_t gen = (uint32_t)(old >> 32);
+    int spins = 0;
+    if ((int)(uint32_t)old + 1 == g->size) {
+        pt__trelease(g, gen);
+        return;
+    }
+    for (;;) {
+        unsigned ev = __atomic_load_n(&g->world->events, __ATOMIC_SEQ_CST);
+        if ((uint32_t)(__atomic_load_n(&g->bar, __ATOMIC_ACQUIRE) >> 32) != gen) return;
+        pt__twait(g->world, ev, &spins);
+    }
+}
+
+/* Publishes this rank's call, passes the entry barrier and checks that every
+   rank made the same call. PT_ERR_COMM: return at once. Any other error: the
+   calls differ, every rank saw the same posts and fails alike, and the caller
+   still passes the exit barrier. */
+static pt_status pt__tenter(pt_comm *c, int op, int arg, int key, size_t n, const float *buf) {
+    pt__tgroup *g = (pt__tgroup *)c->impl;
+    pt__tpost *p = &g->post[c->rank];
+    const pt__tpost *a = &g->post[0];
+    pt_status st;
+    int j;
+    if (pt__tfailed_now(g->world)) return pt__tfailed(g->world, g->wrank[c->rank]);
+    p->op = op, p->arg = arg, p->key = key, p->n = n, p->buf = (float *)buf;
+    if ((st = pt__tbarrier_in(g, c->rank)) != PT_OK) return st;
+    for (j = 1; j < g->size; j++) {
+        const pt__tpost *b = &g->post[j];
+        if (b->op != a->op)
+            return pt__fail(PT_ERR_INVALID_ARG, "%s: rank 0 called %s but rank %d called %s",
+                            pt__op_names[op], pt__op_names[a->op], j, pt__op_names[b->op]);
+        if (op == PT__OP_SPLIT) continue; /* colors and keys differ by design */
+        if (b->n != a->n)
+            return pt__fail(PT_ERR_SHAPE, "%s: rank 0 passed n=%zu but rank %d passed n=%zu",
+                            pt__op_names[op], a->n, j, b->n);
+        if (b->arg != a->arg)
+            return pt__fail(PT_ERR_INVALID_ARG, "%s: rank 0 passed %s %d but rank %d passed %d",
+                            pt__op_names[op], op == PT__OP_BROADCAST ? "root" : "op", a->arg, j,
+                            b->arg);
+    }
+    return PT_OK;
+}
+
+/* acc = acc op x (AVG sums; the caller divides once at the end) */
+static void pt__tcombine(float *acc, const float *x, size_t m, int op) {
+    size_t i;
+    if (op == PT_REDUCE_MAX)
+        for (i = 0; i < m; i++) acc[i] = x[i] > acc[i] ? x[i] : acc[i];
+    else
+        for (i = 0; i < m; i++) acc[i] += x[i];
+}
+
+static void pt__tdivide(float *acc, size_t m, int size) {
+    size_t i;
+    for (i = 0; i < m; i++) acc[i] /= (float)size;
+}
+
+/* Rank r's slice [lo, hi) of n: about n/size floats, in multiples of 16 (whole
+   64-byte lines for aligned buffers, so ranks never write the same line). */
+static void pt__tslice(size_t n, int size, int r, size_t *lo, size_t *hi) {
+    size_t per = ((n + (size_t)size - 1) / (size_t)size + 15) & ~(size_t)15;
+    *lo = per * (size_t)r < n ? per * (size_t)r : n;
+    *hi = n - *lo > per ? *lo + per : n;
+}
+
+/* Rank r reduces slice r over all ranks in rank order 0..size-1 and writes
+   the result into every rank's slice r: each float is computed once, by one
+   rank, the same way every run, so all ranks hold identical bits. */
+static pt_status pt__tall_reduce(pt_comm *c, float *buf, size_t n, pt_reduce_op op) {
+    pt__tgroup *g = (pt__tgroup *)c->impl;
+    size_t lo, hi, b, m;
+    float tmp[PT__BLOCK];
+    int j;
+    pt_status st = pt__tenter(c, PT__OP_ALL_REDUCE, (int)op, 0, n, buf);
+    if (st == PT_ERR_COMM) return st;
+    if (st == PT_OK) {
+        pt__tslice(n, g->size, c->rank, &lo, &hi);
+        for (b = lo; b < hi; b += m) {
+            m = hi - b < PT__BLOCK ? hi - b : PT__BLOCK;
+            memcpy(tmp, g->post[0].buf + b, m * sizeof(float));
+            for (j = 1; j < g->size; j++) pt__tcombine(tmp, g->post[j].buf + b, m, op);
+            if (op == PT_REDUCE_AVG) pt__tdivide(tmp, m, g->size);
+            for (j = 0; j < g->size; j++) memcpy(g->post[j].buf + b, tmp, m * sizeof(float));
+        }
+    }
+    pt__tbarrier_out(g);
+    return st;
+}
+
+/* Rank r reduces block r of every rank's in, in rank order, into its out. */
+static pt_status pt__treduce_scatter(pt_comm *c, const float *in, float *out, size_t n,
+                                     pt_reduce_op op) {
+    pt__tgroup *g = (pt__tgroup *)c->impl;
+    size_t base = (size_t)c->rank * n;
+    int j;
+    pt_status st = pt__tenter(c, PT__OP_REDUCE_SCATTER, (int)op, 0, n, in);
+    if (st == PT_ERR_COMM) return st;
+    if (st == PT_OK && n > 0) {
+        memcpy(out, g->post[0].buf + base, n * sizeof(float));
+        for (j = 1; j < g->size; j++) pt__tcombine(out, g->post[j].buf + base, n, op);
+        if (op == PT_REDUCE_AVG) pt__tdivide(out, n, g->size);
+    }
+    pt__tbarrier_out(g);
+    return st;
+}
+
+/* Every rank copies every rank's in into its own out (its own block is
+   already there when it runs in place). */
+static pt_status pt__tall_gather(pt_comm *c, const float *in, float *out, size_t n) {
+    pt__tgroup *g = (pt__tgroup *)c->impl;
+    int j;
+    pt_status st = pt__tenter(c, PT__OP_ALL_GATHER, 0, 0, n, in);
+    if (st == PT_ERR_COMM) return st;
+    if (st == PT_OK && n > 0)
+        for (j = 0; j < g->size; j++)
+            if (g->post[j].buf != out + (size_t)j * n)
+                memcpy(out + (size_t)j * n, g->post[j].buf, n * sizeof(float));
+    pt__tbarrier_out(g);
+    return st;
+}
+
+static pt_status pt__tbroadcast(pt_comm *c, float *buf, size_t n, int root) {
+    pt__tgroup *g = (pt__tgroup *)c->impl;
+    pt_status st = pt__tenter(c, PT__OP_BROADCAST, root, 0, n, buf);
+    if (st == PT_ERR_COMM) return st;
+    if (st == PT_OK && n > 0 && c->rank != root)
+        memcpy(buf, g->post[root].buf, n * sizeof(float));
+    pt__tbarrier_out(g);
+    return st;
+}
+
+static pt_status pt__tbarrier(pt_comm *c) {
+    pt_status st = pt__tenter(c, PT__OP_BARRIER, 0, 0, 0, NULL);
+    if (st == PT_ERR_COMM) return st;
+    pt__tbarrier_out((pt__tgroup *)c->impl);
+    return st;
+}
+
+/* Copies the message into a spare of dst's inbox (the smallest that fits, so
+   a step that sends the same sizes every time reuses the same spares and
+   allocates nothing) and queues it. */
+static pt_status pt__tsend(pt_comm *c, const float *buf, size_t n, int dst, int tag) {
+    pt__tgroup *g = (pt__tgroup *)c->impl;
+    pt__tbox *box = &g->box[dst];
+    pt__tmsg *m, **best = NULL, **pp;
+    if (pt__tfailed_now(g->world)) return pt__tfailed(g->world, g->wrank[c->rank]);
+    pthread_mutex_lock(&box->mu);
+    for (pp = &box->spare; *pp; pp = &(*pp)->next)
+        if (!best || pt__better_fit((*pp)->cap, (*best)->cap, n)) best = pp;
+    m = best ? *best : NULL;
+    if (m) *best = m->next;
+    pthread_mutex_unlock(&box->mu);
+    if (!m) {
+        m = (pt__tmsg *)pt__malloc(sizeof *m, NULL);
+        if (!m) return pt__fail(PT_ERR_OOM, "send: out of memory for a message");
+        m->cap = 0;
+        m->data = NULL;
+    }
+    if (m->cap < n) {
+        pt__free(m->data, NULL);
+        m->data = (float *)pt__malloc(n * sizeof(float), NULL);
+        m->cap = m->data ? n : 0;
+        if (!m->data) {
+            pt__free(m, NULL);
+            return pt__fail(PT_ERR_OOM, "send: out of memory for a message of %zu floats", n);
+        }
+    }
+    m->src = c->rank, m->tag = tag, m->n = n, m->next = NULL;
+    if (n) memcpy(m->data, buf, n * sizeof(float));
+    pthread_mutex_lock(&box->mu);
+    if (box->tail) box->tail->next = m;
+    else box->head = m;
+    box->tail = m;
+    pthread_mutex_unlock(&box->mu);
+    pt__tsignal(g->world);
+    return PT_OK;
+}
+
+/* Takes the oldest message from src with tag. Fails if the world failed or src
+   returned from fn (its messages are all queued by then) without sending it. */
+static pt_status pt__trecv(pt_comm *c, float *buf, size_t n, int src, int tag) {
+    pt__tgroup *g = (pt__tgroup *)c->impl;
+    pt__tworld *w = g->world;
+    pt__tbox *box = &g->box[c->rank];
+    int spins = 0;
+    if (pt__tfailed_now(w)) return pt__tfailed(w, g->wrank[c->rank]);
+    for (;;) {
+        unsigned ev = __atomic_load_n(&w->events, __ATOMIC_SEQ_CST);
+        int src_done = __atomic_load_n(&w->done[g->wrank[src]], __ATOMIC_ACQUIRE);
+        pt__tmsg *m, *prev = NULL;
+        pthread_mutex_lock(&box->mu);
+        for (m = box->head; m && (m->src != src || m->tag != tag); m = m->next) prev = m;
+        if (m && m->n != n) {
+            size_t have = m->n;
+            pthread_mutex_unlock(&box->mu);
+            return pt__fail(PT_ERR_SHAPE,
+                            "recv: the message from rank %d with tag %d has %zu floats, the "
+                            "buffer %zu (the message stays queued)",
+                            src, tag, have, n);
+        }
+        if (m) {
+            if (prev) prev->next = m->next;
+            else box->head = m->next;
+            if (box->tail == m) box->tail = prev;
+        }
+        pthread_mutex_unlock(&box->mu);
+        if (m) {
+            if (n) memcpy(buf, m->data, n * sizeof(float));
+            pthread_mutex_lock(&box->mu);
+            m->next = box->spare;
+            box->spare = m;
+            pthread_mutex_unlock(&box->mu);
+            return PT_OK;
+        }
+        if (pt__tfailed_now(w)) return pt__tfailed(w, g->wrank[c->rank]);
+        if (src_done)
+            return pt__fail(PT_ERR_COMM,
+                            "recv: rank %d returned without sending the message (tag %d) rank %d "
+                            "waits for",
+                            g->wrank[src], tag, g->wrank[c->rank]);
+        pt__twait(w, ev, &spins);
+    }
+}
+
+static void pt__tmsgs_free(pt__tmsg *m) {
+    while (m) {
+        pt__tmsg *next = m->next;
+        pt__free(m->data, NULL);
+        pt__free(m, NULL);
+        m = next;
+    }
+}
+
+static void pt__tgroup_destroy(pt__tgroup *g) {
+    int i;
+    if (!g) return;
+    if (g->box)
+        for (i = 0; i < g->size; i++) {
+            pt__tmsgs_free(g->box[i].head);
+            pt__tmsgs_free(g->box[i].spare);
+            pthread_mutex_destroy(&g->box[i].mu);
+        }
+    pt__free(g->box, NULL);
+    pt__free(g->made, NULL);
+    pt__free(g->post, NULL);
+    pt__free(g->wrank, NULL);
+    pt__free(g, NULL);
+}
+
+/* A group of size ranks, with refs = size, on the world's list. */
+static pt__tgroup *pt__tgroup_new(pt__tworld *w, int size) {
+    pt__tgroup *g = (pt__tgroup *)pt__malloc(sizeof *g, NULL);
+    int i;
+    if (!g) return NULL;
+    memset(g, 0, sizeof *g);
+    g->world = w;
+    g->size = g->refs = size;
+    g->wrank = (int *)pt__malloc((size_t)size * sizeof(int), NULL);
+    g->post = (pt__tpost *)pt__malloc((size_t)size * sizeof(pt__tpost), NULL);
+    g->made = (pt__tgroup **)pt__malloc((size_t)size * sizeof(pt__tgroup *), NULL);
+    g->box = (pt__tbox *)pt__malloc((size_t)size * sizeof(pt__tbox), NULL);
+    if (!g->wrank || !g->post || !g->made || !g->box) {
+        pt__free(g->box, NULL);
+        g->box = NULL;
+        pt__tgroup_destroy(g);
+        return NULL;
+    }
+    memset(g->post, 0, (size_t)size * sizeof(pt__tpost));
+    memset(g->made, 0, (size_t)size * sizeof(pt__tgroup *));
+    for (i = 0; i < size; i++) {
+        g->box[i].head = g->box[i].tail = g->box[i].spare = NULL;
+        pthread_mutex_init(&g->box[i].mu, NULL);
+    }
+    pthread_mutex_lock(&w->mu);
+    g->next = w->groups;
+    w->groups = g;
+    pthread_mutex_unlock(&w->mu);
+    return g;
+}
+
+static void pt__tfree(pt_comm *c) {
+    pt__tgroup *g = (pt__tgroup *)c->impl, **pp;
+    pt__tworld *w;
+    if (!g || __atomic_sub_fetch(&g->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+    w = g->world;
+    pthread_mutex_lock(&w->mu);
+    for (pp = &w->groups; *pp && *pp != g; pp = &(*pp)->next) {
+    }
+    if (*pp) *pp = g->next;
+    pthread_mutex_unlock(&w->mu);
+    pt__tgroup_destroy(g);
+}
+
+/* (key, rank) order: does rank i of the parent come before rank j? */
+static int pt__tbefore(const pt__tpost *p, int i, int j) {
+    return p[i].key < p[j].key || (p[i].key == p[j].key && i < j);
+}
+
+/* Split: after the entry barrier every rank sees all colors and keys. The
+   lowest rank of each color makes the group, ranks ordered by (key, rank),
+   and posts it in made[]; after the exit barrier its members pick it up.
+   (made[] is written again only after the next split's entry barrier, which
+   no rank reaches before it has read it.) */
+static pt_status pt__tsplit(pt_comm *c, int color, int key, pt_comm *out) {
+    pt__tgroup *g = (pt__tgroup *)c->impl, *ng;
+    const pt__tpost *p = g->post;
+    int j, leader = -1, size = 0, rank = 0;
+    pt_status st = pt__tenter(c, PT__OP_SPLIT, color, key, 0, NULL);
+    if (st == PT_ERR_COMM) return st;
+    if (st == PT_OK) {
+        for (j = 0; j < g->size; j++)
+            if (p[j].arg == color) {
+                if (leader < 0) leader = j;
+                rank += pt__tbefore(p, j, c->rank);
+                size++;
+            }
+        if (leader == c->rank) {
+            ng = pt__tgroup_new(g->world, size);
+            if (ng)
+                for (j = 0; j < g->size; j++)
+                    if (p[j].arg == color) {
+                        int k, pos = 0;
+                        for (k = 0; k < g->size; k++) pos += p[k].arg == color && pt__tbefore(p, k, j);
+                        ng->wrank[pos] = g->wrank[j];
+                    }
+            g->made[c->rank] = ng;
+        }
+    }
+    pt__tbarrier_out(g);
+    if (st != PT_OK) return st;
+    ng = g->made[leader];
+    if (!ng) return pt__fail(PT_ERR_OOM, "split: out of memory for a group of %d ranks", size);
+    out->rank = rank;
+    out->size = size;
+    out->kind = PT_COMM_THREADS;
+    out->ops = c->ops; /* the threads table (defined below) */
+    out->impl = ng;
+    return PT_OK;
+}
+
+static void pt__tabort(pt_comm *c, const char *msg) {
+    pt__tgroup *g = (pt__tgroup *)c->impl;
+    pt__tworld_fail(g->world, g->wrank[c->rank], msg);
+}
+
+static const pt_comm_ops pt__thread_ops = {
+    pt__tall_reduce, pt__treduce_scatter, pt__tall_gather, pt__tbroadcast, pt__tsend,
+    pt__trecv,       pt__tbarrier,        pt__tsplit,      pt__tabort,     pt__tfree};
+
+typedef struct pt__trank { /* what pt_comm_threads_run keeps per rank */
+    pt__tworld *w;
+    int rank, nthreads;
+    pt_status (*fn)(pt_comm *world, void *arg);
+    void *arg;
+    pt_comm comm;
+    pt_status status;
+    char msg[sizeof pt__err];
+    pthread_t thread;
+} pt__trank;
+
+static void *pt__trank_main(void *p) {
+    pt__trank *r = (pt__trank *)p;
+#ifdef _OPENMP
+    omp_set_num_threads(r->nthreads); /* per thread; OpenBLAS's count was set globally */
+#endif
+    pt_clear_error();
+    r->status = r->fn(&r->comm, r->arg);
+    snprintf(r->msg, sizeof r->msg, "%s", r->status == PT_OK ? "" : pt_last_error());
+    if (r->status != PT_OK) pt__tworld_fail(r->w, r->rank, r->msg[0] ? r->msg : pt_status_str(r->status));
+    pt_comm_free(&r->comm); /* a no-op if fn freed it */
+    __atomic_store_n(&r->w->done[r->rank], 1, __ATOMIC_RELEASE);
+    pt__tsignal(r->w);
+    return NULL;
+}
+
+static int pt__cores(void) {
+#ifdef _OPENMP
+    return omp_get_num_procs();
+#else
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+#endif
+}
+
+static void pt__tworld_destroy(pt__tworld *w) {
+    if (!w) return;
+    while (w->groups) {
+        pt__tgroup *g = w->groups;
+        w->groups = g->next;
+        pt__tgroup_destroy(g);
+    }
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    pt__free(w->done, NULL);
+    pt__free(w->saw_fail, NULL);
+    pt__free(w->origin, NULL);
+    pt__free(w, NULL);
+}
+
+/* Starts every rank on a new thread, joins them all, then reports the lowest
+   rank that originated a failure (failed before it saw another's failure);
+   ranks that only saw PT_ERR_COMM are reported only if no rank originated. */
+PTRAINDEF pt_status pt_comm_threads_run(int nranks, pt_status (*fn)(pt_comm *world, void *arg),
+                                        void *arg) {
+    pt__tworld *w;
+    pt__tgroup *g;
+    pt__trank *ranks;
+    int i, started = 0, rc = 0, best = -1, threads, prev_omp = pt_get_threads();
+    pt_status st = PT_OK;
+#ifdef PT__HAVE_OPENBLAS
+    int prev_blas = openblas_get_num_threads();
+#endif
+    if (nranks < 1 || nranks > PT__MAX_THREADS)
+        return pt__fail(PT_ERR_INVALID_ARG, "threads_run: nranks=%d must be in [1, %d]", nranks,
+                        PT__MAX_THREADS);
+    if (!fn) return pt__fail(PT_ERR_INVALID_ARG, "threads_run: fn is NULL");
+    w = (pt__tworld *)pt__malloc(sizeof *w, NULL);
+    ranks = (pt__trank *)pt__malloc((size_t)nranks * sizeof *ranks, NULL);
+    if (!w || !ranks) {
+        pt__free(w, NULL);
+        pt__free(ranks, NULL);
+        return pt__fail(PT_ERR_OOM, "threads_run: out of memory for %d ranks", nranks);
+    }
+    memset(w, 0, sizeof *w);
+    memset(ranks, 0, (size_t)nranks * sizeof *ranks);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->n = nranks;
+    w->done = (int *)pt__malloc((size_t)nranks * sizeof(int), NULL);
+    w->saw_fail = (unsigned char *)pt__malloc((size_t)nranks, NULL);
+    w->origin = (unsigned char *)pt__malloc((size_t)nranks, NULL);
+    g = w->done && w->saw_fail && w->origin ? pt__tgroup_new(w, nranks) : NULL;
+    if (!g) {
+        pt__tworld_destroy(w);
+        pt__free(ranks, NULL);
+        return pt__fail(PT_ERR_OOM, "threads_run: out of memory for %d ranks", nranks);
+    }
+    memset(w->done, 0, (size_t)nranks * sizeof(int));
+    memset(w->saw_fail, 0, (size_t)nranks);
+    memset(w->origin, 0, (size_t)nranks);
+    threads = pt__cores() / nranks;
+    if (threads < 1) threads = 1;
+    pt_set_threads(threads); /* OpenBLAS's count is global: set it once, here */
+    for (i = 0; i < nranks; i++) {
+        pt__trank *r = &ranks[i];
+        g->wrank[i] = i;
+        r->w = w, r->rank = i, r->nthreads = threads, r->fn = fn, r->arg = arg;
+        r->comm.rank = i;
+        r->comm.size = nranks;
+        r->comm.kind = PT_COMM_THREADS;
+        r->comm.ops = &pt__thread_ops;
+        r->comm.impl = g;
+    }
+    for (started = 0; started < nranks; started++)
+        if ((rc = pthread_create(&ranks[started].thread, NULL, pt__trank_main, &ranks[started])))
+            break;
+    if (started < nranks) { /* the started ranks must not wait for the others */
+        for (i = started; i < nranks; i++) __atomic_store_n(&w->done[i], 1, __ATOMIC_RELEASE);
+        pt__tworld_fail(w, started, "could not start its thread");
+    }
+    for (i = 0; i < started; i++) pthread_join(ranks[i].thread, NULL);
+#ifdef PT__HAVE_OPENBLAS
+    openblas_set_num_threads(prev_blas);
+#endif
+#ifdef _OPENMP
+    omp_set_num_threads(prev_omp);
+#endif
+    (void)prev_omp;
+    if (started < nranks) {
+        st = pt__fail(PT_ERR_OOM, "threads_run: cannot start the thread of rank %d: %s", started,
+                      strerror(rc));
+    } else {
+        for (i = 0; i < nranks && best < 0; i++)
+            if (w->origin[i]) best = i;
+        for (i = 0; i < nranks && best < 0; i++)
+            if (ranks[i].status != PT_OK) best = i;
+        if (best >= 0) {
+            const char *msg = ranks[best].msg;
+            st = ranks[best].status;
+            if (st == PT_OK) { /* it called pt_comm_fail but returned PT_OK */
+                st = PT_ERR_COMM;
+                msg = w->fail_rank == best ? w->fail_msg : "reported a failure";
+            }
+            pt__fail(st, "rank %d: %s", best, msg);
+        }
+    }
+    pt__tworld_destroy(w);
+    pt__free(ranks, NULL);
+    return st;
+}
+
+#else /* no pthreads */
+
+PTRAINDEF pt_status pt_comm_threads_run(int nranks, pt_status (*fn)(pt_comm *world, void *arg),
+                                        void *arg) {
+    (void)nranks, (void)fn, (void)arg;
+    return pt__fail(PT_ERR_UNSUPPORTED, "threads_run: this build has no POSIX threads");
+}
+
+#endif /* PT__HAVE_PTHREADS */
+
+/* ---- the MPI backend ------------------------------------------------------
+   Each collective is one MPI call per chunk of at most 2^30 floats (MPI
+   counts are int); reduce_scatter, all_gather, send and recv reject counts
+   above INT_MAX instead, as chunking them would need strided types. AVG is
+   SUM divided by size, as in the threads backend.
+   send copies buf into a slot of a pool owned by the communicator and starts
+   MPI_Isend from it; each send first reaps the slots whose requests finished
+   (MPI_Test) and reuses the smallest free slot that fits, so steady state
+   allocates nothing. (MPI_Bsend would need a process-wide buffer, and
+   detaching it to grow it blocks until the messages in it are received.)
+   pt_comm_free waits for the pending sends. */
+#ifdef PTRAIN_MPI
+
+#define PT__MPI_CHUNK ((size_t)1 << 30)
+
+typedef struct pt__mslot {
+    float *data;
+    size_t cap;
+    MPI_Request req; /* MPI_REQUEST_NULL when the slot is free */
+} pt__mslot;
+
+typedef struct pt__mpi {
+    MPI_Comm comm;
+    pt__mslot *slot;
+    int nslot;
+} pt__mpi;
+
+static pt_status pt__mpi_err(int rc, const char *what) {
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS) snprintf(s, sizeof s, "MPI error %d", rc);
+    return pt__fail(PT_ERR_COMM, "%s: %s", what, s);
+}
+
+static pt_status pt__mpi_too_big(const char *what, size_t n) {
+    return pt__fail(PT_ERR_UNSUPPORTED, "%s: n=%zu floats is more than MPI's INT_MAX count", what, n);
+}
+
+static MPI_Comm pt__mpi_comm(const pt_comm *c) { return ((const pt__mpi *)c->impl)->comm; }
+static MPI_Op pt__mpi_op(pt_reduce_op op) { return op == PT_REDUCE_MAX ? MPI_MAX : MPI_SUM; }
+
+static void pt__mpi_divide(float *x, size_t n, int size) {
+    size_t i;
+    for (i = 0; i < n; i++) x[i] /= (float)size;
+}
+
+/* Fills out with comm (owned from now on), errors returned, not fatal. */
+static pt_status pt__mpi_make(pt_comm *out, MPI_Comm comm, const pt_comm_ops *ops) {
+    pt__mpi *m = (pt__mpi *)pt__malloc(sizeof *m, NULL);
+    if (!m) {
+        MPI_Comm_free(&comm);
+        return pt__fail(PT_ERR_OOM, "MPI: out of memory for a communicator");
+    }
+    memset(m, 0, sizeof *m);
+    m->comm = comm;
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    memset(out, 0, sizeof *out);
+    MPI_Comm_rank(comm, &out->rank);
+    MPI_Comm_size(comm, &out->size);
+    out->kind = PT_COMM_MPI;
+    out->ops = ops;
+    out->impl = m;
+    return PT_OK;
+}
+
+static pt_status pt__mpi_all_reduce(pt_comm *c, float *buf, size_t n, pt_reduce_op op) {
+    size_t off, k;
+    int rc;
+    for (off = 0; off < n; off += k) {
+        k = n - off < PT__MPI_CHUNK ? n - off : PT__MPI_CHUNK;
+        rc = MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)k, MPI_FLOAT, pt__mpi_op(op),
+                           pt__mpi_comm(c));
+        if (rc != MPI_SUCCESS) return pt__mpi_err(rc, "MPI_Allreduce");
+    }
+    if (op == PT_REDUCE_AVG) pt__mpi_divide(buf, n, c->size);
+    return PT_OK;
+}
+
+static pt_status pt__mpi_reduce_scatter(pt_comm *c, const float *in, float *out, size_t n,
+                                        pt_reduce_op op) {
+    int rc;
+    if (n > INT_MAX) return pt__mpi_too_big("reduce_scatter", n);
+    rc = MPI_Reduce_scatter_block(in, out, (int)n, MPI_FLOAT, pt__mpi_op(op), pt__mpi_comm(c));
+    if (rc != MPI_SUCCESS) return pt__mpi_err(rc, "MPI_Reduce_scatter_block");
+    if (op == PT_REDUCE_AVG) pt__mpi_divide(out, n, c->size);
+    return PT_OK;
+}
+
+static pt_status pt__mpi_all_gather(pt_comm *c, const float *in, float *out, size_t n) {
+    int rc;
+    if (n > INT_MAX) return pt__mpi_too_big("all_gather", n);
+    if (in == out + (size_t)c->rank * n)
+        rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, (int)n, MPI_FLOAT,
+                           pt__mpi_comm(c));
+    else
+        rc = MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, pt__mpi_comm(c));
+    return rc == MPI_SUCCESS ? PT_OK : pt__mpi_err(rc, "MPI_Allgather");
+}
+
+static pt_status pt__mpi_broadcast(pt_comm *c, float *buf, size_t n, int root) {
+    size_t off, k;
+    int rc;
+    for (off = 0; off < n; off += k) {
+        k = n - off < PT__MPI_CHUNK ? n - off : PT__MPI_CHUNK;
+        rc = MPI_Bcast(buf + off, (int)k, MPI_FLOAT, root, pt__mpi_comm(c));
+        if (rc != MPI_SUCCESS) return pt__mpi_err(rc, "MPI_Bcast");
+    }
+    return PT_OK;
+}
+
+static pt_status pt__mpi_send(pt_comm *c, const float *buf, size_t n, int dst, int tag) {
+    pt__mpi *m = (pt__mpi *)c->impl;
+    pt__mslot *s = NULL;
+    int i, rc, done;
+    if (n > INT_MAX) return pt__mpi_too_big("send", n);
+    for (i = 0; i < m->nslot; i++) { /* reap finished sends, pick the best free slot */
+        pt__mslot *t = &m->slot[i];
+        if (t->req != MPI_REQUEST_NULL) {
+            if ((rc = MPI_Test(&t->req, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
+                return pt__mpi_err(rc, "MPI_Test");
+            if (!done) continue;
+        }
+        if (!s || pt__better_fit(t->cap, s->cap, n)) s = t;
+    }
+    if (!s) { /* all busy: double the pool */
+        int ncap = m->nslot ? 2 * m->nslot : 4;
+        pt__mslot *ns = (pt__mslot *)pt__malloc((size_t)ncap * sizeof *ns, NULL);
+        if (!ns) return pt__fail(PT_ERR_OOM, "send: out of memory for the send pool");
+        if (m->nslot) memcpy(ns, m->slot, (size_t)m->nslot * sizeof *ns);
+        for (i = m->nslot; i < ncap; i++) ns[i].data = NULL, ns[i].cap = 0, ns[i].req = MPI_REQUEST_NULL;
+        pt__free(m->slot, NULL);
+        m->slot = ns;
+        s = &m->slot[m->nslot];
+        m->nslot = ncap;
+    }
+    if (s->cap < n) {
+        pt__free(s->data, NULL);
+        s->data = (float *)pt__malloc(n * sizeof(float), NULL);
+        s->cap = s->data ? n : 0;
+        if (!s->data) return pt__fail(PT_ERR_OOM, "send: out of memory for %zu floats", n);
+    }
+    if (n) memcpy(s->data, buf, n * sizeof(float));
+    rc = MPI_Isend(s->data, (int)n, MPI_FLOAT, dst, tag, m->comm, &s->req);
+    return rc == MPI_SUCCESS ? PT_OK : pt__mpi_err(rc, "MPI_Isend");
+}
+
+/* Probes first, so a message of the wrong size stays queued (as under threads). */
+static pt_status pt__mpi_recv(pt_comm *c, float *buf, size_t n, int src, int tag) {
+    MPI_Status status;
+    int rc, count = 0;
+    if (n > INT_MAX) return pt__mpi_too_big("recv", n);
+    if ((rc = MPI_Probe(src, tag, pt__mpi_comm(c), &status)) != MPI_SUCCESS)
+        return pt__mpi_err(rc, "MPI_Probe");
+    MPI_Get_count(&status, MPI_FLOAT, &count);
+    if (count == MPI_UNDEFINED || (size_t)count != n)
+        return pt__fail(PT_ERR_SHAPE,
+                        "recv: the message from rank %d with tag %d has %d floats, the buffer %zu "
+                        "(the message stays queued)",
+                        src, tag, count, n);
+    rc = MPI_Recv(buf, (int)n, MPI_FLOAT, src, tag, pt__mpi_comm(c), MPI_STATUS_IGNORE);
+    return rc == MPI_SUCCESS ? PT_OK : pt__mpi_err(rc, "MPI_Recv");
+}
+
+static pt_status pt__mpi_barrier(pt_comm *c) {
+    int rc = MPI_Barrier(pt__mpi_comm(c));
+    return rc == MPI_SUCCESS ? PT_OK : pt__mpi_err(rc, "MPI_Barrier");
+}
+
+static pt_status pt__mpi_split(pt_comm *c, int color, int key, pt_comm *out) {
+    MPI_Comm nc;
+    int rc = MPI_Comm_split(pt__mpi_comm(c), color, key, &nc);
+    if (rc != MPI_SUCCESS) return pt__mpi_err(rc, "MPI_Comm_split");
+    return pt__mpi_make(out, nc, c->ops); /* the MPI table (defined below) */
+}
+
+static void pt__mpi_abort(pt_comm *c, const char *msg) {
+    int wr = -1;
+    (void)c;
+    MPI_Comm_rank(MPI_COMM_WORLD, &wr);
+    fprintf(stderr, "rank %d: %s\n", wr, msg ? msg : "failed");
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static void pt__mpi_free(pt_comm *c) {
+    pt__mpi *m = (pt__mpi *)c->impl;
+    int i, fin = 0;
+    if (!m) return;
+    MPI_Finalized(&fin);
+    for (i = 0; i < m->nslot; i++) {
+        if (!fin && m->slot[i].req != MPI_REQUEST_NULL) MPI_Wait(&m->slot[i].req, MPI_STATUS_IGNORE);
+        pt__free(m->slot[i].data, NULL);
+    }
+    pt__free(m->slot, NULL);
+    if (!fin) MPI_Comm_free(&m->comm);
+    pt__free(m, NULL);
+}
+
+static const pt_comm_ops pt__mpi_ops = {
+    pt__mpi_all_reduce, pt__mpi_reduce_scatter, pt__mpi_all_gather, pt__mpi_broadcast,
+    pt__mpi_send,       pt__mpi_recv,           pt__mpi_barrier,    pt__mpi_split,
+    pt__mpi_abort,      pt__mpi_free};
+
+/* MPI_THREAD_FUNNELED: OpenMP threads compute, only this thread calls MPI. */
+PTRAINDEF pt_status pt_comm_mpi_init(pt_comm *world, int *argc, char ***argv) {
+    int inited = 0, provided = 0, rc;
+    MPI_Comm dup;
+    if (!world) return pt__fail(PT_ERR_INVALID_ARG, "mpi_init: world is NULL");
+    memset(world, 0, sizeof *world);
+    MPI_Initialized(&inited);
+    if (!inited && (rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
+        return pt__fail(PT_ERR_COMM, "MPI_Init_thread failed (error %d)", rc);
+    (void)provided;
+    if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &dup)) != MPI_SUCCESS)
+        return pt__mpi_err(rc, "MPI_Comm_dup");
+    return pt__mpi_make(world, dup, &pt__mpi_ops);
+}
+
+PTRAINDEF void pt_comm_mpi_finalize(void) {
+    int inited = 0, fin = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&fin);
+    if (inited && !fin) MPI_Finalize();
+}
+
+#endif /* PTRAIN_MPI */
+
+/* ---- the tp x dp x pp grid ------------------------------------------------
+   r = t + tp*(d + dp*p). A tp group fixes (d, p): color d + dp*p, ordered by
+   t; a dp group fixes (t, p): color t + tp*p, ordered by d; a pp group fixes
+   (t, d): color t + tp*d, ordered by p. */
+PTRAINDEF pt_status pt_grid_init(pt_grid *g, pt_comm *world, int tp, int dp, int pp) {
+    int bad = 0, r, t, d, p;
+    pt_status st;
+    if (!g) return pt__fail(PT_ERR_INVALID_ARG, "grid_init: g is NULL");
+    memset(g, 0, sizeof *g);
+    if ((st = pt__comm_ok(world, "grid_init"))) return st;
+    pt_clear_error();
+    if (tp < 1) pt__append_error(&bad, "tp=%d must be >= 1", tp);
+    if (dp < 1) pt__append_error(&bad, "dp=%d must be >= 1", dp);
+    if (pp < 1) pt__append_error(&bad, "pp=%d must be >= 1", pp);
+    if (!bad && ((int64_t)tp * dp > world->size || (int64_t)tp * dp * pp != world->size))
+        pt__append_error(&bad, "world size %d != tp %d x dp %d x pp %d", world->size, tp, dp, pp);
+    if (bad) return PT_ERR_CONFIG;
+    r = world->rank;
+    t = r % tp, d = r / tp % dp, p = r / (tp * dp);
+    g->tp = tp, g->dp = dp, g->pp = pp;
+    g->tp_rank = t, g->dp_rank = d, g->pp_rank = p;
+    g->world = world;
+    if ((st = pt_comm_split(world, d + dp * p, t, &g->tp_comm)) != PT_OK ||
+        (st = pt_comm_split(world, t + tp * p, d, &g->dp_comm)) != PT_OK ||
+        (st = pt_comm_split(world, t + tp * d, p, &g->pp_comm)) != PT_OK) {
+        pt_grid_free(g);
+        return st;
+    }
+    return PT_OK;
+}
+
+PTRAINDEF void pt_grid_free(pt_grid *g) {
+    if (!g) return;
+    pt_comm_free(&g->tp_comm);
+    pt_comm_free(&g->dp_comm);
+    pt_comm_free(&g->pp_comm);
+    memset(g, 0, sizeof *g);
+}
 
 /* ======================================================================== */
 /* >>io (implementation)                                                     */
@@ -3061,26 +4829,47 @@ static const char *pt__hf_name(const pt_safetensors *st, const char *name, char 
 }
 
 /* Checks (dst == NULL) or copies every model tensor stored as prefix+name. */
+/* Checks (dst NULL) or reads (into dst, laid out as m->table) every
+   parameter under prefix. The file holds whole tensors: a tensor-parallel
+   rank reads each split one whole and keeps its part. */
 static pt_status pt__st_params(const pt_gpt *m, const pt_safetensors *st, const char *prefix,
                                float *dst) {
     char full[96], alt[112];
+    float *whole = NULL;
     int i;
-    for (i = 0; i < m->num_tensors; i++) {
+    pt_status s = PT_OK;
+    for (i = 0; i < m->num_tensors && s == PT_OK; i++) {
         const pt_param *p = &m->table[i];
         const pt_st_tensor *t;
         const char *name;
-        pt_status s;
         snprintf(full, sizeof full, "%s%s", prefix, p->name);
         name = *prefix ? full : pt__hf_name(st, full, alt, sizeof alt);
-        if (dst) s = pt_st_read_f32(st, name, dst + p->offset, p->ndim, p->shape);
-        else s = pt__st_lookup(st, name, p->ndim, p->shape, &t);
-        if (!dst && s == PT_OK && t->dtype != PT_F32 && t->dtype != PT_F16 && t->dtype != PT_BF16 &&
-            t->dtype != PT_F64)
-            s = pt__fail(PT_ERR_DTYPE, "tensor '%s' has dtype %s; expected a float dtype", name,
-                         pt_dtype_name(t->dtype));
-        if (s != PT_OK) return s;
+        if (!dst) {
+            s = pt__st_lookup(st, name, p->ndim, p->full_shape, &t);
+            if (s == PT_OK && t->dtype != PT_F32 && t->dtype != PT_F16 && t->dtype != PT_BF16 &&
+                t->dtype != PT_F64)
+                s = pt__fail(PT_ERR_DTYPE, "tensor '%s' has dtype %s; expected a float dtype",
+                             name, pt_dtype_name(t->dtype));
+        } else if (p->shard == PT_SHARD_NONE) {
+            s = pt_st_read_f32(st, name, dst + p->offset, p->ndim, p->shape);
+        } else {
+            if (!whole) { /* the largest split tensor is wte or a 4C x C matrix */
+                size_t most = 0;
+                int j;
+                for (j = 0; j < m->num_tensors; j++)
+                    if (m->table[j].full_numel > most) most = m->table[j].full_numel;
+                whole = (float *)pt__malloc(most * sizeof(float), m->alloc_ctx);
+                if (!whole) {
+                    s = pt__fail(PT_ERR_OOM, "cannot allocate %zu floats to read '%s'", most, name);
+                    break;
+                }
+            }
+            s = pt_st_read_f32(st, name, whole, p->ndim, p->full_shape);
+            if (s == PT_OK) pt__shard_copy(m, p, dst + p->offset, whole, 1);
+        }
     }
-    return PT_OK;
+    pt__free(whole, m->alloc_ctx);
+    return s;
 }
 
 PTRAINDEF pt_status pt_gpt_load_weights_st(pt_gpt *m, const pt_safetensors *st) {
@@ -3284,10 +5073,25 @@ PTRAINDEF pt_status pt_checkpoint_save(const char *path, const pt_gpt *m,
     const char *pre[3] = {"", "optim.m.", "optim.v."};
     int values[5], i, k;
     pt_status s = PT_OK;
+    float *whole = NULL;
+    int writer;
     if (!m->params || !m->m)
         return pt__fail(PT_ERR_INVALID_ARG, "model has no %s",
                         m->params ? "optimizer state (built for inference)" : "memory (meta=1)");
     bufs[0] = m->params; bufs[1] = m->m; bufs[2] = m->v;
+    if (m->num_params != m->num_params_full || m->zero) { /* split, padded or sharded:
+                                                   every rank helps gather whole tensors */
+        static const pt_state_buf which[3] = {PT_BUF_PARAMS, PT_BUF_ADAM_M, PT_BUF_ADAM_V};
+        whole = (float *)pt__malloc(3 * m->num_params_full * sizeof(float), m->alloc_ctx);
+        if (!whole) s = pt__fail(PT_ERR_OOM, "cannot allocate %.1f MiB to gather the checkpoint",
+                                 3.0 * (double)m->num_params_full * 4.0 / 1048576.0);
+        for (k = 0; k < 3 && s == PT_OK; k++) {
+            s = pt_gpt_gather(m, which[k], whole + (size_t)k * m->num_params_full);
+            bufs[k] = whole + (size_t)k * m->num_params_full;
+        }
+    }
+    writer = !m->grid || m->grid->world->rank == 0;
+    if (s != PT_OK || !writer) goto agree;
     values[0] = m->config.n_layer; values[1] = m->config.n_head; values[2] = m->config.n_embd;
     values[3] = m->config.vocab_size; values[4] = m->config.block_size;
     w.alloc_ctx = m->alloc_ctx;
@@ -3316,10 +5120,42 @@ PTRAINDEF pt_status pt_checkpoint_save(const char *path, const pt_gpt *m,
         for (i = 0; i < m->num_tensors && s == PT_OK; i++) {
             const pt_param *p = &m->table[i];
             snprintf(name, sizeof name, "%s%s", pre[k], p->name);
-            s = pt_st_writer_add(&w, name, PT_F32, p->ndim, p->shape, bufs[k] + p->offset);
+            s = pt_st_writer_add(&w, name, PT_F32, p->ndim, p->full_shape,
+                                 bufs[k] + p->full_offset);
         }
     if (s == PT_OK) s = pt_st_writer_save(&w, path);
     pt_st_writer_free(&w);
+agree:
+    pt__free(whole, m->alloc_ctx);
+    if (m->grid) { /* every rank returns the writer's verdict */
+        int all = 0;
+        pt_status cs = pt_comm_all_ok(m->grid->world, s == PT_OK, &all);
+        if (cs != PT_OK) return cs;
+        if (s == PT_OK && !all)
+            return pt__fail(PT_ERR_IO, "%s: writing the checkpoint failed on another rank", path);
+    }
+    return s;
+}
+
+/* AdamW moments into dst: laid out as the table, or only this rank's dp
+   shard of each bucket under ZeRO. */
+static pt_status pt__st_moments(const pt_gpt *m, const pt_safetensors *st, const char *prefix,
+                                float *dst) {
+    float *all;
+    pt_status s;
+    int b;
+    if (!m->zero) return pt__st_params(m, st, prefix, dst);
+    all = (float *)pt__malloc(m->num_params * sizeof(float), m->alloc_ctx);
+    if (!all) return pt__fail(PT_ERR_OOM, "cannot allocate %zu floats to read the moments",
+                              m->num_params);
+    memset(all, 0, m->num_params * sizeof(float));
+    s = pt__st_params(m, st, prefix, all);
+    for (b = 0; b < m->num_buckets && s == PT_OK; b++) {
+        const pt_bucket *k = &m->buckets[b];
+        memcpy(dst + k->shard_offset, all + k->offset + (size_t)m->dp_rank * k->shard,
+               k->shard * sizeof(float));
+    }
+    pt__free(all, m->alloc_ctx);
     return s;
 }
 
@@ -3371,9 +5207,10 @@ PTRAINDEF pt_status pt_checkpoint_load(const char *path, pt_gpt *m, pt_train_sta
         (s = pt__st_params(m, &st, "optim.m.", NULL)) != PT_OK ||
         (s = pt__st_params(m, &st, "optim.v.", NULL)) != PT_OK)
         goto done_msg;
-    pt__st_params(m, &st, "", m->params);
-    pt__st_params(m, &st, "optim.m.", m->m);
-    pt__st_params(m, &st, "optim.v.", m->v);
+    if ((s = pt__st_params(m, &st, "", m->params)) != PT_OK ||
+        (s = pt__st_moments(m, &st, "optim.m.", m->m)) != PT_OK ||
+        (s = pt__st_moments(m, &st, "optim.v.", m->v)) != PT_OK)
+        goto done_msg;
     m->adam_t = (int)v[0];
     if (state) {
         state->step = (int64_t)v[1];

@@ -60,7 +60,7 @@ static const pt_gpt_config cfg = {.n_embd = C, .n_head = NH, .ln_eps = 1e-5f};
    tiny differences L(p + h) - L(p - h). */
 static double loss(layer *l) {
     double L = 0.0;
-    pt_block_forward(&cfg, B, T, &l->p, l->x, &l->a, &l->s);
+    pt_block_forward(&cfg, B, T, &l->p, l->x, &l->a, &l->s, NULL);
     for (int i = 0; i < N * C; i++) L += (double)l->a.out[i] * l->R[i];
     return L;
 }
@@ -92,7 +92,7 @@ int main(void) {
        rule in reverse. Parameter gradients accumulate (+=): zero them first. */
     memset(grads, 0, n_params * sizeof(float));
     double L0 = loss(&l);
-    pt_block_backward(&cfg, B, T, &l.p, &l.g, l.x, &l.a, l.R, l.dx, &l.s);
+    pt_block_backward(&cfg, B, T, &l.p, &l.g, l.x, &l.a, l.R, l.dx, &l.s, NULL);
     printf("L = %.6f\n\n%-12s %6s %13s %13s %10s\n", L0, "tensor", "index", "analytic",
            "numeric", "rel.error");
 

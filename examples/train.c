@@ -130,16 +130,22 @@ static double addition_accuracy(const pt_gpt *gpt, pt_kv_cache *cache, int trial
     return (double)correct / trials;
 }
 
-static double eval_loss(pt_gpt *gpt, pt_loader *val, int batches, int *inputs, int *targets) {
+/* Validation loss over `batches` batches from the start of the split; each
+   rank feeds its rows (first), in micro-batches of gpt->B rows. */
+static double eval_loss(pt_gpt *gpt, pt_loader *val, int batches, int *inputs, int *targets,
+                        int first, int rows) {
     double sum = 0.0;
-    int i;
+    int i, r, T = val->T;
     pt_loader_seek(val, 0, 0);
     for (i = 0; i < batches; i++) {
         pt_loader_next(val, inputs, targets);
-        if (pt_gpt_forward(gpt, inputs, targets, val->B, val->T) != PT_OK) return NAN;
-        sum += gpt->loss;
+        for (r = 0; r < rows; r += gpt->B) {
+            size_t at = (size_t)(first + r) * T;
+            if (pt_gpt_forward(gpt, inputs + at, targets + at, gpt->B, T) != PT_OK) return NAN;
+            sum += gpt->loss;
+        }
     }
-    return sum / batches;
+    return sum / (batches * (rows / gpt->B));
 }
 
 static void fmt_time(char *buf, size_t n, double s) {
@@ -148,18 +154,260 @@ static void fmt_time(char *buf, size_t n, double s) {
     else snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
 }
 
+/* Everything a rank needs to train: the options and the data (read-only). */
+typedef struct run {
+    const char *data_path, *ckpt_out, *resume;
+    int steps, batch, seq, warmup, eval_every, eval_batches, ckpt_every, sample_tokens, top_k,
+        log_every, stop_after, tp, dp, zero, accum;
+    float lr, min_lr, wd, clip, val_fraction, temperature;
+    uint64_t seed;
+    pt_gpt_config cfg;
+    const pt_tokens *tok;
+    double peak; /* sgemm GFLOP/s of the whole machine */
+    int rc;      /* set by world rank 0 */
+} run;
+
+/* One rank's training: its tensor parts of the model, its dp share of each
+   batch in grad_accum micro-batches. World rank 0 prints. */
+static pt_status train_rank(pt_comm *world, void *arg) {
+    run *o = (run *)arg;
+    int lead = world->rank == 0, layout = o->tp * o->dp > 1, step, grid_ok = 0;
+    pt_grid grid;
+    pt_loader train_ld, val_ld;
+    pt_loader_desc ld;
+    pt_gpt gpt, solo;
+    pt_gpt_desc desc;
+    pt_kv_cache cache;
+    pt_adamw_config opt;
+    pt_lr_schedule sched;
+    pt_train_state state;
+    pt_rng rng;
+    int *inputs = NULL, *targets = NULL, rows, first, micro = o->batch / o->dp / o->accum;
+    double flops_step, t_train = 0.0, t_start, val = NAN, train_loss_avg = 0.0, h_unigram;
+    float *full = NULL;
+    pt_status st = PT_OK;
+    const pt_gpt *sampler = &gpt;
+
+    memset(&train_ld, 0, sizeof train_ld);
+    memset(&val_ld, 0, sizeof val_ld);
+    memset(&gpt, 0, sizeof gpt);
+    memset(&solo, 0, sizeof solo);
+    memset(&cache, 0, sizeof cache);
+    memset(&state, 0, sizeof state);
+    if (layout) {
+        if ((st = pt_grid_init(&grid, world, o->tp, o->dp, 1)) != PT_OK) goto fail;
+        grid_ok = 1;
+    }
+    rows = o->batch / o->dp;
+    first = layout ? grid.dp_rank * rows : 0;
+    memset(&desc, 0, sizeof desc);
+    desc.config = o->cfg;
+    desc.batch = micro;
+    desc.seq = o->seq;
+    desc.grid = layout ? &grid : NULL;
+    desc.zero = o->zero;
+    desc.grad_accum = o->accum;
+    if ((st = pt_gpt_init(&gpt, &desc)) != PT_OK) goto fail;
+    pt_gpt_init_weights(&gpt, o->seed);
+
+    /* every rank draws the same batches and takes its rows */
+    memset(&ld, 0, sizeof ld);
+    ld.batch = o->batch;
+    ld.seq = o->seq;
+    ld.seed = o->seed;
+    ld.val_fraction = o->val_fraction;
+    if ((st = pt_loader_init(&train_ld, o->tok, PT_SPLIT_TRAIN, &ld)) != PT_OK ||
+        (st = pt_loader_init(&val_ld, o->tok, PT_SPLIT_VAL, &ld)) != PT_OK)
+        goto fail;
+    pt_rng_seed(&rng, o->seed ^ 0x5EED5EEDull);
+    if (o->resume) {
+        if ((st = pt_checkpoint_load(o->resume, &gpt, &state)) != PT_OK) goto fail;
+        pt_loader_seek(&train_ld, state.data_epoch, (size_t)state.data_pos);
+        rng.state = state.rng_state;
+        if (lead) printf("resumed from %s at step %lld\n", o->resume, (long long)state.step);
+    }
+    inputs = (int *)malloc(sizeof(int) * (size_t)o->batch * o->seq);
+    targets = (int *)malloc(sizeof(int) * (size_t)o->batch * o->seq);
+    if (!inputs || !targets) {
+        st = pt__fail(PT_ERR_OOM, "out of memory for the batch");
+        goto fail;
+    }
+
+    h_unigram = pt_tokens_unigram_entropy(o->tok, val_ld.begin, val_ld.begin + val_ld.len);
+    flops_step = pt_gpt_flops_per_step(&o->cfg, o->batch, o->seq);
+    if (lead) {
+        printf("model: %d layers, %d heads, %d wide, vocabulary %d, context %d: %.2fM "
+               "parameters\n",
+               o->cfg.n_layer, o->cfg.n_head, o->cfg.n_embd, o->cfg.vocab_size, o->cfg.block_size,
+               (double)gpt.num_params_full / 1e6);
+        if (layout)
+            printf("layout: tp %d x dp %d = %d ranks (%s), ZeRO %d, %d micro-batch%s of %d "
+                   "rows per rank and step\n",
+                   o->tp, o->dp, world->size, world->kind == PT_COMM_MPI ? "MPI" : "threads",
+                   o->zero, o->accum, o->accum > 1 ? "es" : "", micro);
+        printf("memory%s: params %.1f MiB, grads %.1f MiB, AdamW %.1f MiB, activations %.1f MiB, "
+               "scratch %.1f MiB\n",
+               layout ? " per rank" : "", gpt.mem.params / 1048576.0, gpt.mem.grads / 1048576.0,
+               gpt.mem.optimizer / 1048576.0, gpt.mem.activations / 1048576.0,
+               gpt.mem.scratch / 1048576.0);
+        printf("threads %d%s; measured sgemm peak %.1f GFLOP/s (1024^3); %.2f GFLOP per step\n",
+               pt_get_threads(), layout ? " per rank" : "", o->peak, flops_step / 1e9);
+        printf("validation unigram entropy: %.3f nats/token (the loss of a model that only "
+               "counts tokens)\n",
+               h_unigram);
+        printf("training %d steps of %d x %d tokens, lr %g -> %g (warm-up %d), weight decay %g, "
+               "clip %g\n\n",
+               o->steps, o->batch, o->seq, (double)o->lr, (double)o->min_lr, o->warmup,
+               (double)o->wd, (double)o->clip);
+    }
+
+    opt = pt_adamw_default();
+    opt.weight_decay = o->wd;
+    sched.lr = o->lr;
+    sched.min_lr = o->min_lr;
+    sched.warmup_steps = o->warmup;
+    sched.total_steps = o->steps;
+    t_start = pt_time_now();
+    for (step = (int)state.step;
+         step < o->steps && !(o->stop_after > 0 && step >= o->stop_after); step++) {
+        double t0 = pt_time_now(), step_loss = 0.0;
+        float lr_now = pt_lr_at(&sched, step), norm;
+        int last = step + 1 == o->steps || step + 1 == o->stop_after, k;
+        pt_loader_next(&train_ld, inputs, targets);
+        for (k = 0; k < o->accum; k++) {
+            size_t at = (size_t)(first + k * micro) * o->seq;
+            if ((st = pt_gpt_forward(&gpt, inputs + at, targets + at, micro, o->seq)) != PT_OK ||
+                (st = pt_gpt_backward(&gpt)) != PT_OK)
+                goto fail;
+            step_loss += gpt.loss / o->accum;
+        }
+        norm = pt_gpt_clip_grad_norm(&gpt, o->clip);
+        if ((st = pt_gpt_adamw_step(&gpt, &opt, lr_now)) != PT_OK) goto fail;
+        t_train += pt_time_now() - t0;
+        train_loss_avg += step_loss;
+        if ((step + 1) % o->eval_every == 0 || last)
+            val = eval_loss(&gpt, &val_ld, o->eval_batches, inputs, targets, first, rows);
+        if (lead && ((step + 1) % o->log_every == 0 || last || step == (int)state.step)) {
+            int done_steps = step + 1 - (int)state.step;
+            double tps = (double)done_steps * o->batch * o->seq / t_train;
+            double mfu = flops_step * done_steps / t_train / (o->peak * 1e9);
+            double elapsed = pt_time_now() - t_start;
+            char el[32], eta[32], vs[16] = "     -";
+            int n_avg = (step + 1) % o->log_every == 0 ? o->log_every : ((step + 1) % o->log_every);
+            if (step == (int)state.step) n_avg = 1;
+            fmt_time(el, sizeof el, elapsed);
+            fmt_time(eta, sizeof eta, elapsed / done_steps * (o->steps - step - 1));
+            if (val == val) snprintf(vs, sizeof vs, "%.4f", val);
+            printf("step %5d/%d | loss %.4f | val %s | lr %.2e | norm %.2f | %7.0f tok/s | "
+                   "MFU %4.1f%% | %s elapsed | ETA %s\n",
+                   step + 1, o->steps, train_loss_avg / n_avg, vs, (double)lr_now, (double)norm,
+                   tps, 100.0 * mfu, el, eta);
+            fflush(stdout);
+        }
+        if ((step + 1) % o->log_every == 0 || last || step == (int)state.step) train_loss_avg = 0.0;
+        if (o->ckpt_out && ((o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0) || last)) {
+            state.step = step + 1;
+            state.data_epoch = train_ld.epoch;
+            state.data_pos = train_ld.pos;
+            state.rng_state = rng.state;
+            if ((st = pt_checkpoint_save(o->ckpt_out, &gpt, &state)) != PT_OK) goto fail;
+            if (last && lead) printf("checkpoint: %s (step %d)\n", o->ckpt_out, step + 1);
+        }
+    }
+    if (o->stop_after > 0 && o->stop_after < o->steps) {
+        if (lead)
+            printf("stopped after step %d of %d%s\n", o->stop_after, o->steps,
+                   o->ckpt_out ? "; continue with --resume" : "");
+        goto done;
+    }
+    if (lead && val == val)
+        printf("\nvalidation loss %.3f nats/token vs unigram entropy %.3f nats/token (%.0f%% of "
+               "it)\n",
+               val, h_unigram, 100.0 * val / h_unigram);
+
+    /* sampling runs on one rank: a split model is first gathered whole */
+    if (layout && (o->sample_tokens > 0 || !o->data_path)) {
+        full = (float *)malloc(gpt.num_params_full * sizeof(float));
+        if (!full) {
+            st = pt_comm_fail(world, pt__fail(PT_ERR_OOM, "out of memory gathering the model"));
+            goto fail;
+        }
+        if ((st = pt_gpt_gather(&gpt, PT_BUF_PARAMS, full)) != PT_OK) goto fail;
+        if (!lead) goto done;
+        desc.grid = NULL;
+        desc.zero = 0;
+        desc.grad_accum = 1;
+        desc.inference = 1;
+        desc.batch = 1;
+        if ((st = pt_gpt_init(&solo, &desc)) != PT_OK) goto fail;
+        memcpy(solo.params, full, gpt.num_params_full * sizeof(float));
+        sampler = &solo;
+    }
+    if (!lead) goto done;
+    if ((o->sample_tokens > 0 || !o->data_path) &&
+        (st = pt_kv_cache_init(&cache, sampler)) != PT_OK)
+        goto fail;
+    if (o->sample_tokens > 0) {
+        int prompt = '\n', *out = (int *)malloc(sizeof(int) * (size_t)o->sample_tokens);
+        pt_sample_desc sd;
+        sd.temperature = o->temperature;
+        sd.top_k = o->top_k;
+        sd.seed = pt_rng_u64(&rng);
+        if (!out) {
+            st = pt__fail(PT_ERR_OOM, "out of memory for the sample");
+            goto fail;
+        }
+        if ((st = pt_gpt_generate(sampler, &cache, &prompt, 1, out, o->sample_tokens, &sd)) !=
+            PT_OK) {
+            free(out);
+            goto fail;
+        }
+        if (o->cfg.vocab_size == 256) {
+            printf("\n--- sample (temperature %g, top-k %d) ---\n", (double)o->temperature,
+                   o->top_k);
+            cli_print_bytes(out, o->sample_tokens);
+            printf("\n---\n");
+            if (!o->data_path) score_sample(out, o->sample_tokens);
+        } else {
+            int i;
+            printf("\n--- sample token ids (no tokenizer for vocabulary %d) ---\n",
+                   o->cfg.vocab_size);
+            for (i = 0; i < o->sample_tokens; i++)
+                printf("%d%c", out[i], i % 16 == 15 ? '\n' : ' ');
+            printf("\n---\n");
+        }
+        free(out);
+    }
+    if (!o->data_path) {
+        double acc = addition_accuracy(sampler, &cache, 200, o->seed + 7);
+        printf("additions answered correctly (greedy, 200 random problems a+b with a,b < %d): "
+               "%.1f%%\n",
+               ADD_MAX, 100.0 * acc);
+    }
+    goto done;
+fail:
+    if (st != PT_ERR_COMM) st = pt_comm_fail(world, st);
+done:
+    if (lead) o->rc = st == PT_OK ? 0 : 1;
+    free(full);
+    free(inputs);
+    free(targets);
+    pt_kv_cache_free(&cache);
+    pt_loader_free(&train_ld);
+    pt_loader_free(&val_ld);
+    pt_gpt_free(&solo);
+    pt_gpt_free(&gpt);
+    if (grid_ok) pt_grid_free(&grid);
+    return st;
+}
+
 int main(int argc, char **argv) {
-    const char *data_path = NULL, *data_format = "auto", *preset = "mini", *ckpt_out = NULL,
-               *resume = NULL;
-    int steps = 1600, batch = 16, seq = 64, warmup = 50, eval_every = 100, eval_batches = 8,
-        ckpt_every = 0, threads = 0, sample_tokens = 400, top_k = 8, n_layer = 0, n_head = 0,
-        n_embd = 0, block_size = 0, log_every = 100, stop_after = 0, npos, s;
-    float lr = 6e-3f, min_lr = 6e-4f, wd = 0.1f, clip = 1.0f, val_fraction = 0.1f,
-          temperature = 0.8f;
-    uint64_t seed = 1337;
+    const char *data_format = "auto", *preset = "mini";
+    int threads = 0, n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, npos, s;
     const char *pos[1];
+    run o;
     cli_opt opts[] = {
-        {"data", CLI_STR, &data_path, "training data file (default: the embedded task)", 0, 0},
+        {"data", CLI_STR, &o.data_path, "training data file (default: the embedded task)", 0, 0},
         {"data-format", CLI_STR, &data_format,
          "auto (.bin = llm.c tokens, else raw bytes) | bytes | llmc", 0, 0},
         {"preset", CLI_STR, &preset,
@@ -169,32 +417,39 @@ int main(int argc, char **argv) {
         {"embd", CLI_INT, &n_embd, "override the preset's n_embd (0: keep)", 0, 131072},
         {"block-size", CLI_INT, &block_size, "context length (0: --seq, the positions trained)", 0,
          1 << 20},
-        {"steps", CLI_INT, &steps, "total optimizer steps", 1, 1e9},
-        {"batch", CLI_INT, &batch, "sequences per step (B)", 1, 1 << 20},
-        {"seq", CLI_INT, &seq, "tokens per sequence (T <= block_size)", 1, 1 << 20},
-        {"lr", CLI_FLOAT, &lr, "peak learning rate", 0, 10},
-        {"min-lr", CLI_FLOAT, &min_lr, "final learning rate of the cosine decay", 0, 10},
-        {"warmup", CLI_INT, &warmup, "linear warm-up steps", 0, 1e9},
-        {"weight-decay", CLI_FLOAT, &wd, "AdamW decoupled weight decay (2-D tensors)", 0, 10},
-        {"grad-clip", CLI_FLOAT, &clip, "clip the gradient norm to this (0: off)", 0, 1e9},
-        {"val-fraction", CLI_FLOAT, &val_fraction, "share of the data held out", 1e-6, 0.9},
-        {"eval-every", CLI_INT, &eval_every, "steps between validation losses", 1, 1e9},
-        {"eval-batches", CLI_INT, &eval_batches, "batches per validation loss", 1, 1e6},
-        {"log-every", CLI_INT, &log_every, "steps between progress lines", 1, 1e9},
-        {"checkpoint", CLI_STR, &ckpt_out, "write a checkpoint here (at the end)", 0, 0},
-        {"checkpoint-every", CLI_INT, &ckpt_every, "also every N steps (0: only at the end)", 0,
+        {"steps", CLI_INT, &o.steps, "total optimizer steps", 1, 1e9},
+        {"batch", CLI_INT, &o.batch, "sequences per step (B), over all ranks", 1, 1 << 20},
+        {"seq", CLI_INT, &o.seq, "tokens per sequence (T <= block_size)", 1, 1 << 20},
+        {"lr", CLI_FLOAT, &o.lr, "peak learning rate", 0, 10},
+        {"min-lr", CLI_FLOAT, &o.min_lr, "final learning rate of the cosine decay", 0, 10},
+        {"warmup", CLI_INT, &o.warmup, "linear warm-up steps", 0, 1e9},
+        {"weight-decay", CLI_FLOAT, &o.wd, "AdamW decoupled weight decay (2-D tensors)", 0, 10},
+        {"grad-clip", CLI_FLOAT, &o.clip, "clip the gradient norm to this (0: off)", 0, 1e9},
+        {"val-fraction", CLI_FLOAT, &o.val_fraction, "share of the data held out", 1e-6, 0.9},
+        {"eval-every", CLI_INT, &o.eval_every, "steps between validation losses", 1, 1e9},
+        {"eval-batches", CLI_INT, &o.eval_batches, "batches per validation loss", 1, 1e6},
+        {"log-every", CLI_INT, &o.log_every, "steps between progress lines", 1, 1e9},
+        {"checkpoint", CLI_STR, &o.ckpt_out, "write a checkpoint here (at the end)", 0, 0},
+        {"checkpoint-every", CLI_INT, &o.ckpt_every, "also every N steps (0: only at the end)", 0,
          1e9},
-        {"stop-after", CLI_INT, &stop_after,
+        {"stop-after", CLI_INT, &o.stop_after,
          "stop after this step, keeping the schedule of --steps (continue with --resume)", 0,
          1e9},
-        {"resume", CLI_STR, &resume, "resume from this checkpoint (model, AdamW, data, RNG)", 0,
+        {"resume", CLI_STR, &o.resume, "resume from this checkpoint (model, AdamW, data, RNG)", 0,
          0},
-        {"seed", CLI_U64, &seed, "seed for weights, data order and sampling", 0, 0},
-        {"threads", CLI_INT, &threads, "OpenMP/BLAS threads (0: all cores)", 0, 1024},
-        {"sample-tokens", CLI_INT, &sample_tokens, "tokens to sample at the end (0: none)", 0,
+        {"seed", CLI_U64, &o.seed, "seed for weights, data order and sampling", 0, 0},
+        {"threads", CLI_INT, &threads, "OpenMP/BLAS threads (0: all cores; one rank only)", 0,
+         1024},
+        {"tp", CLI_INT, &o.tp, "tensor-parallel ranks (divides --heads)", 1, 1024},
+        {"dp", CLI_INT, &o.dp, "data-parallel ranks (with --grad-accum, divides --batch)", 1,
+         1024},
+        {"zero", CLI_INT, &o.zero, "ZeRO stage: 0, 1 (shard AdamW state), 2 (and gradients)", 0,
+         2},
+        {"grad-accum", CLI_INT, &o.accum, "micro-batches per step and rank", 1, 1 << 20},
+        {"sample-tokens", CLI_INT, &o.sample_tokens, "tokens to sample at the end (0: none)", 0,
          1e6},
-        {"temperature", CLI_FLOAT, &temperature, "sampling temperature (0: greedy)", 0, 100},
-        {"top-k", CLI_INT, &top_k, "sample among the k most likely tokens (0: all)", 0, 1 << 24},
+        {"temperature", CLI_FLOAT, &o.temperature, "sampling temperature (0: greedy)", 0, 100},
+        {"top-k", CLI_INT, &o.top_k, "sample among the k most likely tokens (0: all)", 0, 1 << 24},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
     const char *usage =
@@ -202,223 +457,106 @@ int main(int argc, char **argv) {
         "Trains a GPT-2 style model with AdamW (warm-up + cosine learning rate) and prints\n"
         "step, train loss, validation loss, tokens/s, model FLOP utilisation against this\n"
         "machine's measured GEMM peak, elapsed time and ETA. Without --data it trains on an\n"
-        "embedded generated task (additions and simple sentences) and reports what it learned.";
+        "embedded generated task (additions and simple sentences) and reports what it learned.\n"
+        "--tp/--dp run the ranks as threads (build/train) or MPI processes (build/train_mpi\n"
+        "under mpirun, with -np equal to tp x dp).";
     pt_tokens tok;
-    pt_loader train_ld, val_ld;
-    pt_loader_desc ld;
-    pt_gpt_config cfg;
-    pt_gpt gpt;
-    pt_gpt_desc desc;
-    pt_kv_cache cache;
-    pt_adamw_config opt;
-    pt_lr_schedule sched;
-    pt_train_state state;
-    pt_rng rng;
     pt_tokens_format fmt;
     char *corpus = NULL;
-    int *inputs = NULL, *targets = NULL, step, rc = 1;
-    double peak, flops_step, t_train = 0.0, t_start, val = NAN, train_loss_avg = 0.0, h_unigram;
-    size_t n_val;
+    pt_comm world;
+    pt_status st = PT_OK;
+    int rc = 1, mpi = 0;
 
+    memset(&o, 0, sizeof o);
+    o.steps = 1600, o.batch = 16, o.seq = 64, o.warmup = 50, o.eval_every = 100;
+    o.eval_batches = 8, o.sample_tokens = 400, o.top_k = 8, o.log_every = 100;
+    o.lr = 6e-3f, o.min_lr = 6e-4f, o.wd = 0.1f, o.clip = 1.0f, o.val_fraction = 0.1f;
+    o.temperature = 0.8f, o.seed = 1337, o.tp = 1, o.dp = 1, o.accum = 1;
     memset(&tok, 0, sizeof tok);
-    memset(&train_ld, 0, sizeof train_ld);
-    memset(&val_ld, 0, sizeof val_ld);
-    memset(&gpt, 0, sizeof gpt);
-    memset(&cache, 0, sizeof cache);
-    memset(&state, 0, sizeof state);
-    cli_passive_wait(argv);
+    cli_passive_wait(argv); /* before MPI starts: it may re-execute */
+#ifdef PTRAIN_MPI
+    if (pt_comm_mpi_init(&world, &argc, &argv) != PT_OK) {
+        fprintf(stderr, "error: %s\n", pt_last_error());
+        return 2;
+    }
+    mpi = 1;
+#else
+    pt_comm_self(&world);
+#endif
     if ((s = cli_parse(argc, argv, opts, nopts, pos, 0, &npos)) != 0) {
-        cli_usage(s == 1 ? stdout : stderr, usage, opts, nopts);
-        return s == 1 ? 0 : 2;
+        if (world.rank == 0) cli_usage(s == 1 ? stdout : stderr, usage, opts, nopts);
+        rc = s == 1 ? 0 : 2;
+        goto out;
     }
     if (strcmp(data_format, "auto") == 0) fmt = PT_TOKENS_AUTO;
     else if (strcmp(data_format, "bytes") == 0) fmt = PT_TOKENS_BYTES;
     else if (strcmp(data_format, "llmc") == 0) fmt = PT_TOKENS_LLMC;
     else {
         fprintf(stderr, "error: --data-format '%s' is not auto, bytes or llmc\n", data_format);
-        return 2;
+        rc = 2;
+        goto out;
     }
-    pt_set_threads(threads);
+    if (o.batch % (o.dp * o.accum) != 0) {
+        fprintf(stderr, "error: --batch %d is not divisible by dp=%d x grad_accum=%d\n", o.batch,
+                o.dp, o.accum);
+        rc = 2;
+        goto out;
+    }
+    pt_set_threads(mpi ? 0 : threads);
+    o.peak = pt_gemm_peak_gflops(1024, 0.5); /* the whole machine, before any rank runs */
+    if (mpi) pt_set_threads(threads);
 
-    /* data */
-    if (data_path) {
-        if (pt_tokens_load(&tok, data_path, fmt) != PT_OK) goto fail;
-        printf("data: %s, %zu tokens, vocabulary %d\n", data_path, tok.n, tok.vocab_size);
+    /* data: every rank needs all of it (each process loads it under MPI) */
+    if (o.data_path) {
+        if ((st = pt_tokens_load(&tok, o.data_path, fmt)) != PT_OK) goto fail;
+        if (world.rank == 0)
+            printf("data: %s, %zu tokens, vocabulary %d\n", o.data_path, tok.n, tok.vocab_size);
     } else {
         size_t n = 1 << 21;
         corpus = make_default_corpus(n, 20240520);
-        if (!corpus || pt_tokens_from_bytes(&tok, corpus, n) != PT_OK) goto fail;
+        if (!corpus || (st = pt_tokens_from_bytes(&tok, corpus, n)) != PT_OK) goto fail;
         const char *from = strchr(corpus, '\n') + 1, *to = from;
         int k;
         for (k = 0; k < 5; k++) to = strchr(to, '\n') + 1;
-        printf("data: embedded task (additions and sentences), %zu bytes, e.g.\n%.*s", n,
-               (int)(to - from), from);
+        if (world.rank == 0)
+            printf("data: embedded task (additions and sentences), %zu bytes, e.g.\n%.*s", n,
+                   (int)(to - from), from);
     }
 
     /* model: from the checkpoint when resuming, else preset + overrides */
-    if (resume) {
-        if (pt_gpt_config_from_file(resume, 0, &cfg) != PT_OK) goto fail;
+    if (o.resume) {
+        if ((st = pt_gpt_config_from_file(o.resume, 0, &o.cfg)) != PT_OK) goto fail;
     } else {
-        if (pt_gpt_config_preset(preset, &cfg) != PT_OK) goto fail;
-        if (n_layer) cfg.n_layer = n_layer;
-        if (n_head) cfg.n_head = n_head;
-        if (n_embd) cfg.n_embd = n_embd;
+        if ((st = pt_gpt_config_preset(preset, &o.cfg)) != PT_OK) goto fail;
+        if (n_layer) o.cfg.n_layer = n_layer;
+        if (n_head) o.cfg.n_head = n_head;
+        if (n_embd) o.cfg.n_embd = n_embd;
         /* positions beyond the training length would stay untrained */
-        cfg.block_size = block_size ? block_size : seq;
-        cfg.vocab_size = tok.vocab_size;
+        o.cfg.block_size = block_size ? block_size : o.seq;
+        o.cfg.vocab_size = tok.vocab_size;
     }
-    if (pt_tokens_check(&tok, cfg.vocab_size) != PT_OK) goto fail;
-    memset(&desc, 0, sizeof desc);
-    desc.config = cfg;
-    desc.batch = batch;
-    desc.seq = seq;
-    if (pt_gpt_init(&gpt, &desc) != PT_OK) goto fail;
-    pt_gpt_init_weights(&gpt, seed);
-    if (pt_kv_cache_init(&cache, &gpt) != PT_OK) goto fail;
-
-    memset(&ld, 0, sizeof ld);
-    ld.batch = batch;
-    ld.seq = seq;
-    ld.seed = seed;
-    ld.val_fraction = val_fraction;
-    if (pt_loader_init(&train_ld, &tok, PT_SPLIT_TRAIN, &ld) != PT_OK ||
-        pt_loader_init(&val_ld, &tok, PT_SPLIT_VAL, &ld) != PT_OK)
-        goto fail;
-    pt_rng_seed(&rng, seed ^ 0x5EED5EEDull);
-    if (resume) {
-        if (pt_checkpoint_load(resume, &gpt, &state) != PT_OK) goto fail;
-        pt_loader_seek(&train_ld, state.data_epoch, (size_t)state.data_pos);
-        rng.state = state.rng_state;
-        printf("resumed from %s at step %lld\n", resume, (long long)state.step);
+    if ((st = pt_tokens_check(&tok, o.cfg.vocab_size)) != PT_OK) goto fail;
+    o.tok = &tok;
+    o.rc = 1;
+    if (mpi || o.tp * o.dp == 1) st = train_rank(&world, &o);
+    else st = pt_comm_threads_run(o.tp * o.dp, train_rank, &o);
+    if (mpi && st == PT_OK) { /* rank 0 knows the verdict */
+        float f = (float)o.rc;
+        if ((st = pt_comm_broadcast(&world, &f, 1, 0)) == PT_OK) o.rc = (int)f;
     }
-    inputs = (int *)malloc(sizeof(int) * (size_t)batch * seq);
-    targets = (int *)malloc(sizeof(int) * (size_t)batch * seq);
-    if (!inputs || !targets) {
-        fprintf(stderr, "error: out of memory\n");
-        goto done;
-    }
-
-    n_val = val_ld.len;
-    h_unigram = pt_tokens_unigram_entropy(&tok, val_ld.begin, val_ld.begin + n_val);
-    printf("model: %d layers, %d heads, %d wide, vocabulary %d, context %d: %.2fM parameters\n",
-           cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.vocab_size, cfg.block_size,
-           (double)gpt.num_params / 1e6);
-    printf("memory: params %.1f MiB, grads %.1f MiB, AdamW %.1f MiB, activations %.1f MiB, "
-           "scratch %.1f MiB\n",
-           gpt.mem.params / 1048576.0, gpt.mem.grads / 1048576.0, gpt.mem.optimizer / 1048576.0,
-           gpt.mem.activations / 1048576.0, gpt.mem.scratch / 1048576.0);
-    peak = pt_gemm_peak_gflops(1024, 0.5);
-    flops_step = pt_gpt_flops_per_step(&cfg, batch, seq);
-    printf("threads %d; measured sgemm peak %.1f GFLOP/s (1024^3); %.2f GFLOP per step\n",
-           pt_get_threads(), peak, flops_step / 1e9);
-    printf("validation unigram entropy: %.3f nats/token (the loss of a model that only counts "
-           "tokens)\n",
-           h_unigram);
-    printf("training %d steps of %d x %d tokens, lr %g -> %g (warm-up %d), weight decay %g, "
-           "clip %g\n\n",
-           steps, batch, seq, (double)lr, (double)min_lr, warmup, (double)wd, (double)clip);
-
-    opt = pt_adamw_default();
-    opt.weight_decay = wd;
-    sched.lr = lr;
-    sched.min_lr = min_lr;
-    sched.warmup_steps = warmup;
-    sched.total_steps = steps;
-    t_start = pt_time_now();
-    for (step = (int)state.step; step < steps && !(stop_after > 0 && step >= stop_after); step++) {
-        double t0 = pt_time_now();
-        float lr_now = pt_lr_at(&sched, step), norm;
-        int last = step + 1 == steps || step + 1 == stop_after;
-        pt_loader_next(&train_ld, inputs, targets);
-        if (pt_gpt_forward(&gpt, inputs, targets, batch, seq) != PT_OK) goto fail;
-        pt_gpt_backward(&gpt);
-        norm = pt_gpt_clip_grad_norm(&gpt, clip);
-        pt_gpt_adamw_step(&gpt, &opt, lr_now);
-        t_train += pt_time_now() - t0;
-        train_loss_avg += gpt.loss;
-        if ((step + 1) % eval_every == 0 || last)
-            val = eval_loss(&gpt, &val_ld, eval_batches, inputs, targets);
-        if ((step + 1) % log_every == 0 || last || step == (int)state.step) {
-            int done_steps = step + 1 - (int)state.step;
-            double tps = (double)done_steps * batch * seq / t_train;
-            double mfu = flops_step * done_steps / t_train / (peak * 1e9);
-            double elapsed = pt_time_now() - t_start;
-            char el[32], eta[32];
-            int n_avg = (step + 1) % log_every == 0 ? log_every : ((step + 1) % log_every);
-            if (step == (int)state.step) n_avg = 1;
-            fmt_time(el, sizeof el, elapsed);
-            fmt_time(eta, sizeof eta, elapsed / done_steps * (steps - step - 1));
-            char vs[16] = "     -";
-            if (val == val) snprintf(vs, sizeof vs, "%.4f", val);
-            printf("step %5d/%d | loss %.4f | val %s | lr %.2e | norm %.2f | %7.0f tok/s | "
-                   "MFU %4.1f%% | %s elapsed | ETA %s\n",
-                   step + 1, steps, train_loss_avg / n_avg, vs, (double)lr_now, (double)norm, tps,
-                   100.0 * mfu, el, eta);
-            fflush(stdout);
-            train_loss_avg = 0.0;
-        }
-        if (ckpt_out && ((ckpt_every > 0 && (step + 1) % ckpt_every == 0) || last)) {
-            state.step = step + 1;
-            state.data_epoch = train_ld.epoch;
-            state.data_pos = train_ld.pos;
-            state.rng_state = rng.state;
-            if (pt_checkpoint_save(ckpt_out, &gpt, &state) != PT_OK) goto fail;
-            if (last) printf("checkpoint: %s (step %d)\n", ckpt_out, step + 1);
-        }
-    }
-    if (stop_after > 0 && stop_after < steps) {
-        printf("stopped after step %d of %d%s\n", stop_after, steps,
-               ckpt_out ? "; continue with --resume" : "");
-        rc = 0;
-        goto done;
-    }
-    if (val == val)
-        printf("\nvalidation loss %.3f nats/token vs unigram entropy %.3f nats/token (%.0f%% of "
-               "it)\n",
-               val, h_unigram, 100.0 * val / h_unigram);
-
-    if (sample_tokens > 0) {
-        int prompt = '\n', *out = (int *)malloc(sizeof(int) * (size_t)sample_tokens);
-        pt_sample_desc sd;
-        sd.temperature = temperature;
-        sd.top_k = top_k;
-        sd.seed = pt_rng_u64(&rng);
-        if (!out) goto fail;
-        if (pt_gpt_generate(&gpt, &cache, &prompt, 1, out, sample_tokens, &sd) != PT_OK) {
-            free(out);
-            goto fail;
-        }
-        if (cfg.vocab_size == 256) {
-            printf("\n--- sample (temperature %g, top-k %d) ---\n", (double)temperature, top_k);
-            cli_print_bytes(out, sample_tokens);
-            printf("\n---\n");
-            if (!data_path) score_sample(out, sample_tokens);
-        } else {
-            int i;
-            printf("\n--- sample token ids (no tokenizer for vocabulary %d) ---\n", cfg.vocab_size);
-            for (i = 0; i < sample_tokens; i++) printf("%d%c", out[i], i % 16 == 15 ? '\n' : ' ');
-            printf("\n---\n");
-        }
-        free(out);
-    }
-    if (!data_path) {
-        double acc = addition_accuracy(&gpt, &cache, 200, seed + 7);
-        printf("additions answered correctly (greedy, 200 random problems a+b with a,b < %d): "
-               "%.1f%%\n",
-               ADD_MAX, 100.0 * acc);
-    }
-    rc = 0;
-    goto done;
+    if (st != PT_OK) goto fail;
+    rc = o.rc;
+    goto out;
 fail:
+    /* under MPI a failing rank has aborted the job; here only local errors */
     fprintf(stderr, "error: %s\n", pt_last_error());
-done:
-    free(inputs);
-    free(targets);
+    if (mpi && st != PT_ERR_COMM) pt_comm_fail(&world, st);
+out:
     free(corpus);
-    pt_kv_cache_free(&cache);
-    pt_loader_free(&train_ld);
-    pt_loader_free(&val_ld);
-    pt_gpt_free(&gpt);
     pt_tokens_free(&tok);
+    pt_comm_free(&world);
+#ifdef PTRAIN_MPI
+    pt_comm_mpi_finalize();
+#endif
     return rc;
 }

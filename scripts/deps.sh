@@ -2,7 +2,8 @@
 # Installs what ptrain needs, on Debian/Ubuntu with apt-get (sudo when not
 # root); on other systems prints what is missing and exits 1.
 #   scripts/deps.sh run    compiler with OpenMP + OpenBLAS (OpenMP build)
-#   scripts/deps.sh test   also gcc, g++, clang + libomp (compile checks)
+#   scripts/deps.sh test   also gcc, g++, clang + libomp (compile checks), Open MPI
+#   scripts/deps.sh mpi    Open MPI (mpicc, mpirun) only
 mode=${1:-run}
 CC=${CC:-gcc}
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -12,9 +13,15 @@ omp_ok() {
 }
 arch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 need=""
-have "$CC" || need="$need $CC"
-[ -f "/usr/include/$arch/openblas-openmp/cblas.h" ] || need="$need libopenblas-openmp-dev"
-case "$CC" in *clang*) { have "$CC" && omp_ok "$CC"; } || need="$need libomp-dev" ;; esac
+if [ "$mode" != mpi ]; then
+    have "$CC" || need="$need $CC"
+    [ -f "/usr/include/$arch/openblas-openmp/cblas.h" ] || need="$need libopenblas-openmp-dev"
+    case "$CC" in *clang*) { have "$CC" && omp_ok "$CC"; } || need="$need libomp-dev" ;; esac
+fi
+if [ "$mode" = test ] || [ "$mode" = mpi ]; then # Open MPI, not MPICH (ENVIRONMENT.md)
+    have mpicc || need="$need libopenmpi-dev"
+    have mpirun || need="$need openmpi-bin"
+fi
 if [ "$mode" = test ]; then
     have gcc || need="$need gcc"
     have g++ || need="$need g++"

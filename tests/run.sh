@@ -45,6 +45,32 @@ step "unit tests" build/tests; show
 step "unit tests (ASan + UBSan)" build/tests_asan; show
 step "unit tests (PTRAIN_NO_BLAS)" build/tests_noblas; show
 
+# the communicators: self and threads (1-12 ranks on 2 cores), under ASan + UBSan and
+# ThreadSanitizer (clang + libomp: gcc's libgomp gives false reports), then MPI
+step "comm: self and threads backends, grids, failures" build/comm_check; show
+step "comm: under ASan + UBSan" build/comm_check_asan; show
+step "comm: under ThreadSanitizer (clang, small sizes)" sh -c \
+    "clang -std=c11 -O1 -g -fopenmp -fsanitize=thread -DPTRAIN_NO_BLAS -pthread \
+         tests/comm_check.c -o $tmp/comm_tsan -lm &&
+     TSAN_OPTIONS='ignore_noninstrumented_modules=1 halt_on_error=1' $tmp/comm_tsan --small"; show
+# Open MPI as root with more ranks than cores (../shared/ENVIRONMENT.md; MPI leaks at
+# exit, so no leak checks); timeout turns a hang into a failure
+mpi() { # mpi N PROG ARGS...: PROG on N ranks of one thread each
+    n=$1
+    shift
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none \
+        OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 \
+        timeout 20 mpirun --allow-run-as-root --oversubscribe --bind-to none -n "$n" "$@"
+}
+for n in 1 2 4; do
+    step "comm: MPI world of $n" mpi "$n" build/comm_check_mpi --expect-size "$n"; show
+done
+step "comm: MPI world of 2 under ASan + UBSan" mpi 2 build/comm_check_mpi_asan --expect-size 2
+show
+fails "comm: MPI rank 2 of 4 fails, the job aborts at once with its message" 1 \
+    "^rank 2: planted failure" mpi 4 build/comm_check_mpi --fail-rank 2
+
 # the fixtures: the project's own, and the shared ones when ../shared is there
 for f in tests/fixtures/*.safetensors; do
     step "fixture $(basename "$f")" build/fixture_check "$f"
@@ -57,6 +83,31 @@ else
     echo "note  ../shared/fixtures not found: shared fixtures not run"
 fi
 step "fixture gpt2_odd under ASan + UBSan" build/fixture_check_asan tests/fixtures/gpt2_odd.safetensors
+# every tensor x data x ZeRO layout on thread ranks, the serial tolerances
+for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors; do
+    [ -f "$f" ] || continue
+    step "fixture $(basename "$f"): every tp x dp x zero layout (threads)" \
+        sh tests/layouts_check.sh build/fixture_check "$f"
+    tail -n 1 "$tmp/out" | sed 's/^/      /'
+done
+step "fixture heads8, tp 2 x dp 2, ZeRO 2 under ASan + UBSan" \
+    build/fixture_check_asan tests/fixtures/gpt2_heads8.safetensors --tp 2 --dp 2 --zero 2
+for layout in "1 1 0" "2 2 1" "4 1 0" "1 4 2" "2 1 2"; do
+    set -- $layout
+    for f in tests/fixtures/gpt2_heads8.safetensors ../shared/fixtures/gpt2_small_shapes.safetensors; do
+        [ -f "$f" ] || continue
+        step "fixture $(basename "$f") on MPI: tp $1 x dp $2, ZeRO $3" \
+            mpi $(($1 * $2)) build/fixture_check_mpi "$f" --tp "$1" --dp "$2" --zero "$3"
+    done
+done
+fails "fixture_check: tp not dividing n_head" 2 "tensor_parallel=3 does not divide n_head=8" \
+    build/fixture_check tests/fixtures/gpt2_heads8.safetensors --tp 3
+fails "fixture_check: dp not dividing the batch" 2 "data_parallel=3 does not divide the fixture's batch B=4" \
+    build/fixture_check tests/fixtures/gpt2_heads8.safetensors --dp 3
+fails "fixture_check: ZeRO stage 3 is refused" 2 "zero" \
+    build/fixture_check tests/fixtures/gpt2_heads8.safetensors --zero 3
+fails "fixture_check_mpi: world size != tp x dp" 2 "world size 3 != tp 2 x dp 2 x pp 1" \
+    mpi 3 build/fixture_check_mpi tests/fixtures/gpt2_heads8.safetensors --tp 2 --dp 2
 fails "fixture_check rejects a non-fixture" 2 "error:" build/fixture_check tests/run.sh
 fails "fixture_check rejects a missing file" 2 "cannot open" build/fixture_check "$tmp/none.safetensors"
 
@@ -78,6 +129,7 @@ step "header: every exported symbol starts with pt_" sh -c \
 # examples
 step "example: hello_layer (finite-difference check)" build/hello_layer
 step "example: quickstart" build/quickstart
+step "example: tensor_parallel (a block split over 3 thread ranks)" build/tensor_parallel
 step "quick start in ptrain.h equals examples/quickstart.c" sh tests/snippet_check.sh
 awk '/^```c$/{f=1;next}/^```$/{f=0}f' README.md >"$tmp/readme_prog.c"
 step "README: the program using the header builds and trains" sh -c \
@@ -96,6 +148,14 @@ fails "train: missing data file" 1 "cannot open" build/train --data "$tmp/nope.t
 fails "train: malformed number" 2 "expects an integer" build/train --steps 12x
 fails "train: unknown preset" 1 "unknown model preset" build/train --preset gpt5
 fails "train: n_embd not divisible by n_head" 1 "not divisible" build/train --embd 100 --heads 3
+step "train: tp 2 x dp 2, ZeRO 2, 2 micro-batches: the serial run's losses (threads, MPI)" \
+    sh tests/parallel_train_check.sh
+fails "train: tp not dividing the heads" 1 "tensor_parallel=3 does not divide n_head=4" \
+    build/train --preset tiny --tp 3 --steps 1 --sample-tokens 0
+fails "train: dp x grad_accum not dividing the batch" 2 "not divisible by dp=3" \
+    build/train --preset tiny --dp 3 --batch 8 --steps 1
+fails "train_mpi: every rank stops with the message when the data is missing" 1 "cannot open" \
+    mpi 2 build/train_mpi --data "$tmp/nope.txt" --dp 2
 printf 'not a checkpoint' >"$tmp/bad.safetensors"
 fails "sample: malformed model file" 1 "safetensors" build/sample "$tmp/bad.safetensors"
 

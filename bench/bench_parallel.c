@@ -1,0 +1,242 @@
+/* bench_parallel: where the time of a tensor x data parallel run goes, per
+   rank: computing, and inside the communicator (which includes waiting for
+   the slowest rank, and, with more ranks than cores, for a core).
+
+     build/bench_parallel --tp 2 --dp 2 [--config gpt2-124m] [--layers 2]
+                          [--batch 8] [--seq 64] [--steps 3] [--zero 0]
+     mpirun -np 4 build/bench_parallel_mpi --tp 2 --dp 2 ...
+
+   Two measurements, each the median of --steps after a checked warm-up:
+   - block: one GPT-2 block (the preset's width and heads) forward and
+     backward on this rank's heads and MLP columns, its two all-reduces each
+     way over the tensor-parallel group (the dp group plays no part);
+   - step: forward, backward and AdamW of the whole model (--layers blocks)
+     on this rank's share of the batch, with the gradient reduction over the
+     data-parallel group (ZeRO stage --zero).
+   One line per rank: milliseconds in all, of which inside the communicator,
+   and the payload it moved. The check: the loss at initialisation is near
+   ln V, and one step on the batch lowers it. */
+#define _POSIX_C_SOURCE 200809L /* setenv, execv (cli_passive_wait) */
+#define PTRAIN_IMPLEMENTATION
+#include "../ptrain.h"
+#include "../examples/cli.h"
+
+#include <math.h>
+
+typedef struct opts {
+    const char *config;
+    int layers, batch, seq, steps, tp, dp, zero;
+    int failed;
+} opts;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Seconds spent inside the grid's communicators so far. */
+static double comm_seconds(const pt_grid *g) {
+    return g->tp_comm.seconds + g->dp_comm.seconds + g->pp_comm.seconds;
+}
+static double comm_bytes(const pt_grid *g) {
+    return (double)(g->tp_comm.bytes + g->dp_comm.bytes + g->pp_comm.bytes);
+}
+
+/* Prints the ranks' lines in rank order: every rank's four numbers are
+   gathered (through the world) to all, and rank 0 prints. */
+static pt_status report(pt_comm *world, const char *what, double ms, double comm_ms,
+                        double mb) {
+    float mine[3], *all = (float *)malloc(sizeof(float) * 3 * (size_t)world->size);
+    pt_status st;
+    int r;
+    if (!all) return pt_comm_fail(world, PT_ERR_OOM);
+    mine[0] = (float)ms, mine[1] = (float)comm_ms, mine[2] = (float)mb;
+    st = pt_comm_all_gather(world, mine, all, 3);
+    if (st == PT_OK && world->rank == 0)
+        for (r = 0; r < world->size; r++)
+            printf("  %-5s rank %d: %9.1f ms, communicating %8.1f ms (%4.1f%%), %8.2f MB moved\n",
+                   what, r, all[3 * r], all[3 * r + 1], 100.0 * all[3 * r + 1] / all[3 * r],
+                   all[3 * r + 2]);
+    free(all);
+    return st;
+}
+
+static pt_status rank_main(pt_comm *world, void *arg) {
+    opts *o = (opts *)arg;
+    pt_grid grid;
+    pt_gpt gpt;
+    pt_gpt_desc d;
+    pt_gpt_config cfg;
+    pt_adamw_config opt = pt_adamw_default();
+    pt_rng rng;
+    int Bl = o->batch / o->dp, N, i, s;
+    int *inputs = NULL, *targets = NULL;
+    double *t = NULL, *c = NULL, loss0, loss1, c0 = 0.0, bytes0 = 0.0;
+    float *x = NULL, *dout = NULL;
+    pt_status st;
+    memset(&gpt, 0, sizeof gpt);
+    if ((st = pt_grid_init(&grid, world, o->tp, o->dp, 1)) != PT_OK) return st;
+    pt_gpt_config_preset(o->config, &cfg);
+    if (o->layers) cfg.n_layer = o->layers;
+    if (cfg.block_size < o->seq) cfg.block_size = o->seq;
+    memset(&d, 0, sizeof d);
+    d.config = cfg;
+    d.batch = Bl;
+    d.seq = o->seq;
+    d.grid = &grid;
+    d.zero = o->zero;
+    N = Bl * o->seq;
+    if ((st = pt_gpt_init(&gpt, &d)) != PT_OK) goto out;
+    pt_gpt_init_weights(&gpt, 1);
+    inputs = (int *)malloc(sizeof(int) * (size_t)o->batch * o->seq);
+    targets = (int *)malloc(sizeof(int) * (size_t)o->batch * o->seq);
+    t = (double *)malloc(sizeof(double) * (size_t)o->steps);
+    c = (double *)malloc(sizeof(double) * (size_t)o->steps);
+    x = (float *)malloc(sizeof(float) * (size_t)N * cfg.n_embd);
+    dout = (float *)malloc(sizeof(float) * (size_t)N * cfg.n_embd);
+    if (!inputs || !targets || !t || !c || !x || !dout) {
+        st = pt_comm_fail(world, pt__fail(PT_ERR_OOM, "out of memory"));
+        goto out;
+    }
+    pt_rng_seed(&rng, 7); /* the same batch on every rank; each takes its rows */
+    for (i = 0; i < o->batch * o->seq; i++) {
+        inputs[i] = (int)(pt_rng_u64(&rng) % (uint64_t)cfg.vocab_size);
+        targets[i] = (int)(pt_rng_u64(&rng) % (uint64_t)cfg.vocab_size);
+    }
+    for (i = 0; i < N * cfg.n_embd; i++) x[i] = pt_rng_normal(&rng, 0, 1), dout[i] = 1e-3f;
+
+    /* the check, which is also the warm-up */
+    {
+        size_t at = (size_t)grid.dp_rank * N;
+        if ((st = pt_gpt_forward(&gpt, inputs + at, targets + at, Bl, o->seq)) != PT_OK) goto out;
+        loss0 = gpt.loss;
+        if ((st = pt_gpt_backward(&gpt)) != PT_OK ||
+            (st = pt_gpt_adamw_step(&gpt, &opt, 1e-3f)) != PT_OK ||
+            (st = pt_gpt_forward(&gpt, inputs + at, targets + at, Bl, o->seq)) != PT_OK)
+            goto out;
+        loss1 = gpt.loss;
+        if (!(fabs(loss0 - log((double)cfg.vocab_size)) < 0.5) || !(loss1 < loss0)) {
+            st = pt_comm_fail(world, pt__fail(PT_ERR_RANGE, "result check failed: loss %.4f "
+                                              "(ln V = %.4f), then %.4f", loss0,
+                                              log((double)cfg.vocab_size), loss1));
+            goto out;
+        }
+        if ((st = pt_gpt_backward(&gpt)) != PT_OK) goto out; /* leaves the step's state whole */
+    }
+
+    /* one block, forward and backward, tensor-parallel */
+    for (s = 0; s < o->steps; s++) {
+        pt_comm *tp = o->tp > 1 ? &grid.tp_comm : NULL;
+        if ((st = pt_comm_barrier(world)) != PT_OK) goto out;
+        c0 = comm_seconds(&grid);
+        bytes0 = comm_bytes(&grid);
+        t[s] = pt_time_now();
+        if ((st = pt_block_forward(&cfg, Bl, o->seq, &gpt.layers[0], x, &gpt.acts[0],
+                                   &gpt.scratch, tp)) != PT_OK ||
+            (st = pt_block_backward(&cfg, Bl, o->seq, &gpt.layers[0], &gpt.layer_grads[0], x,
+                                    &gpt.acts[0], dout, gpt.dres, &gpt.scratch, tp)) != PT_OK)
+            goto out;
+        t[s] = (pt_time_now() - t[s]) * 1e3;
+        c[s] = (comm_seconds(&grid) - c0) * 1e3;
+    }
+    if ((st = report(world, "block", median(t, o->steps), median(c, o->steps),
+                     (comm_bytes(&grid) - bytes0) / 1e6)) != PT_OK)
+        goto out;
+
+    /* whole steps */
+    for (s = 0; s < o->steps; s++) {
+        size_t at = (size_t)grid.dp_rank * N;
+        if ((st = pt_comm_barrier(world)) != PT_OK) goto out;
+        c0 = comm_seconds(&grid);
+        bytes0 = comm_bytes(&grid);
+        t[s] = pt_time_now();
+        if ((st = pt_gpt_forward(&gpt, inputs + at, targets + at, Bl, o->seq)) != PT_OK ||
+            (st = pt_gpt_backward(&gpt)) != PT_OK ||
+            (st = pt_gpt_adamw_step(&gpt, &opt, 1e-3f)) != PT_OK)
+            goto out;
+        t[s] = (pt_time_now() - t[s]) * 1e3;
+        c[s] = (comm_seconds(&grid) - c0) * 1e3;
+    }
+    st = report(world, "step", median(t, o->steps), median(c, o->steps),
+                (comm_bytes(&grid) - bytes0) / 1e6);
+out:
+    if (st != PT_OK && st != PT_ERR_COMM) st = pt_comm_fail(world, st);
+    free(inputs), free(targets), free(t), free(c), free(x), free(dout);
+    pt_gpt_free(&gpt);
+    pt_grid_free(&grid);
+    return st;
+}
+
+int main(int argc, char **argv) {
+    opts o;
+    int npos, s, rc = 2;
+    const char *pos[1];
+    cli_opt table[] = {
+        {"config", CLI_STR, &o.config, "model preset whose width and heads to use", 0, 0},
+        {"layers", CLI_INT, &o.layers, "blocks in the whole-step model (0: the preset's)", 0,
+         4096},
+        {"batch", CLI_INT, &o.batch, "sequences per step over all dp ranks", 1, 1 << 16},
+        {"seq", CLI_INT, &o.seq, "T", 1, 1 << 20},
+        {"steps", CLI_INT, &o.steps, "timed repetitions of each measurement", 1, 1000},
+        {"tp", CLI_INT, &o.tp, "tensor-parallel ranks", 1, 1024},
+        {"dp", CLI_INT, &o.dp, "data-parallel ranks", 1, 1024},
+        {"zero", CLI_INT, &o.zero, "ZeRO stage", 0, 2},
+    };
+    int nopts = (int)(sizeof table / sizeof table[0]);
+    pt_gpt_config cfg;
+    pt_status st;
+    cli_passive_wait(argv); /* before MPI starts: it may re-execute */
+#ifdef PTRAIN_MPI
+    pt_comm world;
+    if (pt_comm_mpi_init(&world, &argc, &argv) != PT_OK) {
+        fprintf(stderr, "error: %s\n", pt_last_error());
+        return 2;
+    }
+#endif
+    memset(&o, 0, sizeof o);
+    o.config = "gpt2-124m", o.layers = 2, o.batch = 8, o.seq = 64, o.steps = 3;
+    o.tp = 1, o.dp = 1;
+    if ((s = cli_parse(argc, argv, table, nopts, pos, 0, &npos)) != 0) {
+        cli_usage(s == 1 ? stdout : stderr, "usage: bench_parallel [options]", table, nopts);
+        rc = s == 1 ? 0 : 2;
+        goto done;
+    }
+    if (pt_gpt_config_preset(o.config, &cfg) != PT_OK) {
+        fprintf(stderr, "error: %s\n", pt_last_error());
+        goto done;
+    }
+    if (o.batch % o.dp || cfg.n_head % o.tp) {
+        fprintf(stderr, "error: dp=%d must divide --batch %d and tp=%d must divide n_head=%d\n",
+                o.dp, o.batch, o.tp, cfg.n_head);
+        goto done;
+    }
+#ifdef PTRAIN_MPI
+    if (world.rank == 0)
+#endif
+        printf("%s, %d layers, B=%d T=%d, tp %d x dp %d, ZeRO %d, %s\n", o.config,
+               o.layers ? o.layers : cfg.n_layer, o.batch, o.seq, o.tp, o.dp, o.zero,
+#ifdef PTRAIN_MPI
+               "MPI ranks"
+#else
+               "thread ranks"
+#endif
+        );
+#ifdef PTRAIN_MPI
+    st = rank_main(&world, &o);
+#else
+    st = pt_comm_threads_run(o.tp * o.dp, rank_main, &o);
+#endif
+    if (st != PT_OK) fprintf(stderr, "error: %s\n", pt_last_error());
+    rc = st == PT_OK ? 0 : 1;
+done:
+#ifdef PTRAIN_MPI
+    pt_comm_free(&world);
+    pt_comm_mpi_finalize();
+#endif
+    return rc;
+}

@@ -1,0 +1,996 @@
+/* comm_check.c -- the communicators (self, threads, MPI) and the tp x dp x pp grid.
+
+     build/comm_check               self; threads with 1, 2, 3, 4 and 8 ranks; grids on
+                                    8 and 12 ranks; failures and their propagation
+     mpirun -n N build/comm_check_mpi --expect-size N
+                                    the same collective and grid checks on the MPI world
+                                    (a binary started by another MPI's mpirun runs as N
+                                    jobs of one rank: --expect-size catches that)
+     mpirun -n N build/comm_check_mpi --fail-rank R
+                                    rank R fails while the others wait in an all-reduce:
+                                    the job must abort with "rank R: planted failure"
+   --filter SUBSTR runs only the checks whose name contains SUBSTR; --small caps
+   the large sizes at 4099 floats (for ThreadSanitizer, which is slow). Prints one
+   line per check, then "N passed, N failed"; exits 1 if any check failed.
+
+   A collective check runs on every rank; each rank counts its own failed
+   CHECKs and the ranks agree on the verdict with pt_comm_all_ok. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ptrain's allocations are counted, to check that steady state allocates nothing */
+static unsigned long g_mallocs;
+static void *count_malloc(size_t n) {
+    __atomic_fetch_add(&g_mallocs, 1ul, __ATOMIC_RELAXED);
+    return malloc(n);
+}
+#define PTRAIN_MALLOC(sz, ctx) ((void)(ctx), count_malloc(sz))
+#define PTRAIN_FREE(p, ctx) ((void)(ctx), free(p))
+#define PTRAIN_IMPLEMENTATION
+#include "../ptrain.h"
+
+/* ======================================================================== */
+/* checks                                                                    */
+/* ======================================================================== */
+
+static _Thread_local int t_fail;   /* failed CHECKs of this rank in the running check */
+static _Thread_local int t_prints; /* lines printed for them (at most a few) */
+static _Thread_local int t_rank;   /* world rank, for the messages */
+static int g_pass, g_failed;       /* checks; counted by world rank 0 (every process under MPI) */
+static const char *g_filter;
+static size_t g_cap = (size_t)-1;  /* --small: the large sizes shrink to this */
+#define CAP(n) ((n) < g_cap ? (n) : g_cap)
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void failf(int line, const char *fmt, ...) {
+    va_list ap;
+    t_fail++;
+    if (++t_prints > 6) return;
+    printf("    rank %d: comm_check.c:%d: ", t_rank, line);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+}
+
+#define CHECK(c) do { if (!(c)) failf(__LINE__, "CHECK(%s) failed", #c); } while (0)
+#define CHECK_EQ(a, b) do {                                                                 \
+        long long a_ = (long long)(a), b_ = (long long)(b);                                  \
+        if (a_ != b_) failf(__LINE__, "%s = %lld, expected %s = %lld", #a, a_, #b, b_);      \
+    } while (0)
+#define CHECK_ST(expr, want) do {                                                           \
+        pt_status s_ = (expr);                                                               \
+        if (s_ != (want))                                                                    \
+            failf(__LINE__, "%s returned %s, expected %s (last error: %s)", #expr,           \
+                  pt_status_name(s_), pt_status_name(want), pt_last_error());                \
+    } while (0)
+#define CHECK_MSG(sub) do {                                                                 \
+        if (!strstr(pt_last_error(), (sub)))                                                 \
+            failf(__LINE__, "last error \"%s\" does not mention \"%s\"", pt_last_error(), (sub)); \
+    } while (0)
+#define CHECK_ERR(expr, want, sub) do { CHECK_ST(expr, want); CHECK_MSG(sub); } while (0)
+#define CHECK_FLOATS(got, want, n) check_floats(__LINE__, #got, got, want, n)
+
+static void check_floats(int line, const char *what, const float *got, const float *want,
+                         size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (!(got[i] == want[i])) { /* NaN fails too */
+            failf(line, "%s[%zu] = %.9g, expected %.9g (n=%zu)", what, i, (double)got[i],
+                  (double)want[i], n);
+            return;
+        }
+}
+
+static float *fbuf(size_t n) {
+    float *p = (float *)malloc((n ? n : 1) * sizeof(float));
+    if (!p) {
+        printf("comm_check: out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts;
+    ts.tv_sec = ms / 1000;
+    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+    nanosleep(&ts, NULL);
+}
+
+/* Small integers, so sums are exact in any order: rank r's element i. It
+   depends on i only through i % 23. */
+static float val(int r, size_t i) { return (float)((int)((i * 7u + (size_t)r * 13u) % 23u) - 11); }
+
+/* op over ranks 0..size-1 of val(r, i), for i % 23 = 0..22 */
+static void expected_table(float *tab, int size, pt_reduce_op op) {
+    size_t i;
+    int r;
+    for (i = 0; i < 23; i++) {
+        float acc = val(0, i);
+        for (r = 1; r < size; r++) acc = op == PT_REDUCE_MAX ? fmaxf(acc, val(r, i)) : acc + val(r, i);
+        tab[i] = op == PT_REDUCE_AVG ? acc / (float)size : acc;
+    }
+}
+
+static const char *const op_names[] = {"SUM", "AVG", "MAX"};
+
+/* Every rank runs fn(c); then they agree on the verdict; rank 0 prints it. */
+static void report(pt_comm *c, const char *label, const char *name) {
+    int ok = 0;
+    if (pt_comm_all_ok(c, t_fail == 0, &ok) != PT_OK) {
+        printf("    rank %d: all_ok failed: %s\n", t_rank, pt_last_error());
+        ok = 0;
+    }
+    if (c->rank == 0) printf("%-4s  %s: %s\n", ok ? "ok" : "FAIL", label, name);
+    if (c->rank == 0 || c->kind == PT_COMM_MPI) {
+        if (ok) g_pass++;
+        else g_failed++;
+    }
+    fflush(stdout);
+}
+
+static int selected(const char *name) { return !g_filter || strstr(name, g_filter); }
+
+static void run(pt_comm *c, const char *label, const char *name, void (*fn)(pt_comm *)) {
+    if (!selected(name)) return;
+    t_fail = t_prints = 0;
+    fn(c);
+    report(c, label, name);
+}
+
+#ifndef PTRAIN_MPI
+/* A check of the main thread (threads backend as a whole). */
+static void top(const char *name, int ok) {
+    if (!selected(name)) return;
+    printf("%-4s  %s\n", ok ? "ok" : "FAIL", name);
+    if (ok) g_pass++;
+    else g_failed++;
+    fflush(stdout);
+}
+#endif
+
+/* ======================================================================== */
+/* collective checks: any communicator                                       */
+/* ======================================================================== */
+
+static void ck_all_reduce(pt_comm *c) {
+    static const size_t sizes[] = {0, 1, 7, 1003, (1u << 20) + 5};
+    size_t k, i;
+    int op;
+    for (k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = CAP(sizes[k]);
+        float *buf = fbuf(n), *want = fbuf(n), tab[23];
+        for (op = 0; op < 3; op++) {
+            for (i = 0; i < n; i++) buf[i] = val(c->rank, i);
+            CHECK_ST(pt_comm_all_reduce(c, buf, n, (pt_reduce_op)op), PT_OK);
+            expected_table(tab, c->size, (pt_reduce_op)op);
+            for (i = 0; i < n; i++) want[i] = tab[i % 23];
+            CHECK_FLOATS(buf, want, n);
+        }
+        free(buf);
+        free(want);
+    }
+}
+
+static uint64_t xs_next(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+static void random_floats(float *x, size_t n, int rank) {
+    uint64_t s = 0x9E3779B97F4A7C15ull * (uint64_t)(rank + 1);
+    size_t i;
+    for (i = 0; i < n; i++) x[i] = (float)((double)(xs_next(&s) >> 11) / 9007199254740992.0) - 0.5f;
+}
+
+/* Inexact sums: every rank must still hold the same bits (and under threads,
+   exactly the sum in rank order 0..size-1). */
+static void ck_bitwise(pt_comm *c) {
+    const size_t n = CAP(100003);
+    float *buf = fbuf(n), *copy = fbuf(n), *x = fbuf(n), *ref = fbuf(n);
+    size_t i;
+    int op, r;
+    for (op = 0; op < 2; op++) {
+        random_floats(buf, n, c->rank);
+        CHECK_ST(pt_comm_all_reduce(c, buf, n, (pt_reduce_op)op), PT_OK);
+        memcpy(copy, buf, n * sizeof(float));
+        CHECK_ST(pt_comm_broadcast(c, copy, n, 0), PT_OK);
+        CHECK(memcmp(copy, buf, n * sizeof(float)) == 0);
+        random_floats(ref, n, 0);
+        for (r = 1; r < c->size; r++) {
+            random_floats(x, n, r);
+            for (i = 0; i < n; i++) ref[i] += x[i];
+        }
+        if (op == PT_REDUCE_AVG)
+            for (i = 0; i < n; i++) ref[i] /= (float)c->size;
+        if (c->kind != PT_COMM_MPI) CHECK(memcmp(ref, buf, n * sizeof(float)) == 0);
+        else
+            for (i = 0; i < n; i++)
+                if (fabsf(ref[i] - buf[i]) > 1e-5f) {
+                    failf(__LINE__, "all_reduce %s [%zu] = %g, expected %g", op_names[op], i,
+                          (double)buf[i], (double)ref[i]);
+                    break;
+                }
+    }
+    free(buf);
+    free(copy);
+    free(x);
+    free(ref);
+}
+
+static void ck_reduce_scatter(pt_comm *c) {
+    static const size_t sizes[] = {0, 1, 7, 1003, (1u << 17) + 3};
+    size_t k, i;
+    int op;
+    for (k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = CAP(sizes[k]), total = n * (size_t)c->size, base = n * (size_t)c->rank;
+        float *in = fbuf(total), *out = fbuf(n), *want = fbuf(n), tab[23];
+        for (op = 0; op < 3; op++) {
+            for (i = 0; i < total; i++) in[i] = val(c->rank, i);
+            for (i = 0; i < n; i++) out[i] = -99.0f;
+            CHECK_ST(pt_comm_reduce_scatter(c, in, out, n, (pt_reduce_op)op), PT_OK);
+            expected_table(tab, c->size, (pt_reduce_op)op);
+            for (i = 0; i < n; i++) want[i] = tab[(base + i) % 23];
+            CHECK_FLOATS(out, want, n);
+            for (i = 0; i < total; i++)
+                if (in[i] != val(c->rank, i)) {
+                    failf(__LINE__, "reduce_scatter changed in[%zu]", i);
+                    break;
+                }
+        }
+        free(in);
+        free(out);
+        free(want);
+    }
+}
+
+static void ck_all_gather(pt_comm *c) {
+    static const size_t sizes[] = {0, 1, 7, 1003, (1u << 17) + 1};
+    size_t k, i;
+    int q, in_place;
+    for (k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = CAP(sizes[k]), total = n * (size_t)c->size;
+        float *in = fbuf(n), *out = fbuf(total), *want = fbuf(total);
+        for (q = 0; q < c->size; q++)
+            for (i = 0; i < n; i++) want[(size_t)q * n + i] = val(q, i) + 100.0f * (float)q;
+        for (in_place = 0; in_place < 2; in_place++) {
+            const float *src = in;
+            for (i = 0; i < total; i++) out[i] = -1.0f;
+            for (i = 0; i < n; i++) in[i] = val(c->rank, i) + 100.0f * (float)c->rank;
+            if (in_place) {
+                memcpy(out + (size_t)c->rank * n, in, n * sizeof(float));
+                src = out + (size_t)c->rank * n;
+            }
+            CHECK_ST(pt_comm_all_gather(c, src, out, n), PT_OK);
+            CHECK_FLOATS(out, want, total);
+        }
+        free(in);
+        free(out);
+        free(want);
+    }
+}
+
+static void ck_broadcast(pt_comm *c) {
+    static const size_t sizes[] = {0, 1, 7, 1003, (1u << 20) + 3};
+    size_t k, i;
+    int root;
+    for (root = 0; root < c->size; root++)
+        for (k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            size_t n = CAP(sizes[k]);
+            float *buf, *want;
+            if (k == 4 && root != c->size - 1) continue; /* the large size from one root */
+            buf = fbuf(n), want = fbuf(n);
+            for (i = 0; i < n; i++) {
+                buf[i] = val(c->rank, i) + 100.0f * (float)c->rank;
+                want[i] = val(root, i) + 100.0f * (float)root;
+            }
+            CHECK_ST(pt_comm_broadcast(c, buf, n, root), PT_OK);
+            CHECK_FLOATS(buf, want, n);
+            free(buf);
+            free(want);
+        }
+}
+
+static void ck_barrier(pt_comm *c) {
+    uint64_t calls = c->calls, bytes = c->bytes;
+    int i;
+    for (i = 0; i < 200; i++) CHECK_ST(pt_comm_barrier(c), PT_OK);
+    CHECK_EQ(c->calls, calls + 200);
+    CHECK_EQ(c->bytes, bytes);
+}
+
+static void ck_send_recv(pt_comm *c) {
+    int r = c->rank, S = c->size, next = (r + 1) % S, prev = (r + S - 1) % S, k, q;
+    int partner = (r ^ 1) < S ? (r ^ 1) : r;
+    const size_t big = CAP((1u << 20) + 1);
+    float a[20], b[20], *x, *y;
+    size_t i;
+    memset(a, 0, sizeof a);
+    memset(b, 0, sizeof b);
+    if (c->kind == PT_COMM_SELF) {
+        CHECK_ERR(pt_comm_send(c, a, 1, 0, 0), PT_ERR_INVALID_ARG, "self");
+        CHECK_ERR(pt_comm_recv(c, a, 1, 0, 0), PT_ERR_INVALID_ARG, "self");
+        return;
+    }
+    /* a ring where everyone sends first: buffered sends cannot deadlock */
+    for (i = 0; i < 5; i++) a[i] = (float)(1000 * r) + (float)i;
+    CHECK_ST(pt_comm_send(c, a, 5, next, 3), PT_OK);
+    CHECK_ST(pt_comm_recv(c, b, 5, prev, 3), PT_OK);
+    for (i = 0; i < 5; i++) CHECK(b[i] == (float)(1000 * prev) + (float)i);
+    /* twenty messages with one tag arrive in order */
+    for (k = 0; k < 20; k++) {
+        a[0] = (float)k, a[1] = (float)r, a[2] = -1.0f;
+        CHECK_ST(pt_comm_send(c, a, 3, next, 7), PT_OK);
+    }
+    for (k = 0; k < 20; k++) {
+        CHECK_ST(pt_comm_recv(c, b, 3, prev, 7), PT_OK);
+        CHECK(b[0] == (float)k && b[1] == (float)prev && b[2] == -1.0f);
+    }
+    /* tags are matched, not arrival order */
+    a[0] = 1.0f;
+    CHECK_ST(pt_comm_send(c, a, 1, next, 1), PT_OK);
+    a[0] = 2.0f;
+    CHECK_ST(pt_comm_send(c, a, 1, next, 2), PT_OK);
+    CHECK_ST(pt_comm_recv(c, b, 1, prev, 2), PT_OK);
+    CHECK(b[0] == 2.0f);
+    CHECK_ST(pt_comm_recv(c, b, 1, prev, 1), PT_OK);
+    CHECK(b[0] == 1.0f);
+    /* two ranks send each other 4 MB first, then receive */
+    x = fbuf(big), y = fbuf(big);
+    for (i = 0; i < big; i++) x[i] = val(r, i);
+    CHECK_ST(pt_comm_send(c, x, big, partner, 4), PT_OK);
+    for (i = 0; i < big; i++) x[i] = -5.0f; /* send copied it */
+    CHECK_ST(pt_comm_recv(c, y, big, partner, 4), PT_OK);
+    for (i = 0; i < big; i++) x[i] = val(partner, i);
+    CHECK_FLOATS(y, x, big);
+    free(x);
+    free(y);
+    /* a receive of the wrong size fails and leaves the message queued */
+    for (i = 0; i < 4; i++) a[i] = (float)i + 0.5f;
+    CHECK_ST(pt_comm_send(c, a, 4, next, 9), PT_OK);
+    CHECK_ERR(pt_comm_recv(c, b, 5, prev, 9), PT_ERR_SHAPE, "has 4 floats");
+    CHECK_ST(pt_comm_recv(c, b, 4, prev, 9), PT_OK);
+    CHECK(b[0] == 0.5f && b[3] == 3.5f);
+    /* empty messages, and messages to oneself */
+    CHECK_ST(pt_comm_send(c, NULL, 0, next, 10), PT_OK);
+    CHECK_ST(pt_comm_recv(c, NULL, 0, prev, 10), PT_OK);
+    a[0] = 42.0f, a[1] = (float)r;
+    CHECK_ST(pt_comm_send(c, a, 2, r, 11), PT_OK);
+    CHECK_ST(pt_comm_recv(c, b, 2, r, 11), PT_OK);
+    CHECK(b[0] == 42.0f && b[1] == (float)r);
+    /* every rank sends to rank 0, which receives in reverse order of source */
+    a[0] = (float)r;
+    CHECK_ST(pt_comm_send(c, a, 1, 0, 12), PT_OK);
+    if (r == 0)
+        for (q = S - 1; q >= 0; q--) {
+            CHECK_ST(pt_comm_recv(c, b, 1, q, 12), PT_OK);
+            CHECK(b[0] == (float)q);
+        }
+    CHECK_ST(pt_comm_barrier(c), PT_OK);
+}
+
+static void ck_split(pt_comm *c) {
+    int r = c->rank, S = c->size, q, size = 0, rank = 0, j;
+    pt_comm sub, sub2, same, alone, bad;
+    float v, w[64];
+    /* colors by parity, keys reversed: the new rank counts larger old ranks */
+    for (q = r % 2; q < S; q += 2) {
+        size++;
+        rank += q > r;
+    }
+    CHECK_ST(pt_comm_split(c, r % 2, -r, &sub), PT_OK);
+    CHECK_EQ(sub.size, size);
+    CHECK_EQ(sub.rank, rank);
+    CHECK_EQ(sub.kind, c->kind);
+    v = (float)r;
+    CHECK_ST(pt_comm_all_reduce(&sub, &v, 1, PT_REDUCE_SUM), PT_OK);
+    {
+        float want = 0;
+        for (q = r % 2; q < S; q += 2) want += (float)q;
+        CHECK(v == want);
+    }
+    /* gathered in the new order: descending old rank */
+    v = (float)r;
+    if (sub.size <= 64) {
+        CHECK_ST(pt_comm_all_gather(&sub, &v, w, 1), PT_OK);
+        for (j = 0; j < sub.size; j++) CHECK(w[j] == (float)(r % 2 + 2 * (sub.size - 1 - j)));
+    }
+    /* nested: split the split by the parity of the new rank */
+    CHECK_ST(pt_comm_split(&sub, sub.rank % 2, sub.rank, &sub2), PT_OK);
+    CHECK_EQ(sub2.size, (sub.size - sub.rank % 2 + 1) / 2);
+    CHECK_EQ(sub2.rank, sub.rank / 2);
+    v = (float)r;
+    CHECK_ST(pt_comm_all_reduce(&sub2, &v, 1, PT_REDUCE_MAX), PT_OK);
+    /* the member with the lowest sub rank of that parity has the largest old rank */
+    CHECK(v == (float)(r % 2 + 2 * (sub.size - 1 - sub.rank % 2)));
+    /* point to point inside a group uses the group's ranks */
+    v = (float)r;
+    if (c->kind != PT_COMM_SELF) {
+        CHECK_ST(pt_comm_send(&sub, &v, 1, (sub.rank + 1) % sub.size, 5), PT_OK);
+        CHECK_ST(pt_comm_recv(&sub, &v, 1, (sub.rank + sub.size - 1) % sub.size, 5), PT_OK);
+        CHECK(v == (float)(sub.rank == 0 ? r % 2 : r + 2)); /* the next larger old rank */
+    }
+    pt_comm_free(&sub2);
+    pt_comm_free(&sub);
+    CHECK(sub.ops == NULL && sub.impl == NULL);
+    pt_comm_free(&sub); /* twice is harmless */
+    /* one color, equal keys: the parent's order */
+    CHECK_ST(pt_comm_split(c, 5, 0, &same), PT_OK);
+    CHECK_EQ(same.size, S);
+    CHECK_EQ(same.rank, r);
+    CHECK_ST(pt_comm_barrier(&same), PT_OK);
+    /* every rank its own color */
+    CHECK_ST(pt_comm_split(c, r, 0, &alone), PT_OK);
+    CHECK_EQ(alone.size, 1);
+    CHECK_EQ(alone.rank, 0);
+    v = 3.0f;
+    CHECK_ST(pt_comm_all_reduce(&alone, &v, 1, PT_REDUCE_AVG), PT_OK);
+    CHECK(v == 3.0f);
+    pt_comm_free(&alone);
+    pt_comm_free(&same);
+    /* refused before any communication */
+    CHECK_ERR(pt_comm_split(c, -1, 0, &bad), PT_ERR_INVALID_ARG, "color=-1");
+    CHECK_ERR(pt_comm_split(c, 0, 0, c), PT_ERR_INVALID_ARG, "out");
+    CHECK_ERR(pt_comm_split(c, 0, 0, NULL), PT_ERR_INVALID_ARG, "out");
+}
+
+static void ck_counters(pt_comm *c) {
+    float a[400], b[400];
+    size_t S = (size_t)c->size;
+    uint64_t calls = c->calls, bytes = c->bytes;
+    double secs = c->seconds;
+    memset(a, 0, sizeof a);
+    CHECK_ST(pt_comm_all_reduce(c, a, 100, PT_REDUCE_SUM), PT_OK);
+    CHECK_EQ(c->calls, calls + 1);
+    CHECK_EQ(c->bytes, bytes + 400);
+    CHECK(c->seconds >= secs);
+    if (S <= 8) {
+        CHECK_ST(pt_comm_reduce_scatter(c, a, b, 10, PT_REDUCE_SUM), PT_OK);
+        CHECK_EQ(c->bytes, bytes + 400 + S * 40);
+        CHECK_ST(pt_comm_all_gather(c, a, b, 10), PT_OK);
+        CHECK_EQ(c->bytes, bytes + 400 + 2 * S * 40);
+        bytes += 2 * S * 40;
+        calls += 2;
+    }
+    CHECK_ST(pt_comm_broadcast(c, a, 3, 0), PT_OK);
+    CHECK_EQ(c->bytes, bytes + 412);
+    CHECK_ST(pt_comm_barrier(c), PT_OK);
+    CHECK_EQ(c->calls, calls + 3);
+    CHECK_EQ(c->bytes, bytes + 412);
+    if (c->kind != PT_COMM_SELF) {
+        CHECK_ST(pt_comm_send(c, a, 6, c->rank, 0), PT_OK);
+        CHECK_ST(pt_comm_recv(c, b, 6, c->rank, 0), PT_OK);
+        CHECK_EQ(c->calls, calls + 5);
+        CHECK_EQ(c->bytes, bytes + 412 + 48);
+    }
+    /* refused calls are not counted */
+    calls = c->calls;
+    CHECK_ST(pt_comm_all_reduce(c, NULL, 3, PT_REDUCE_SUM), PT_ERR_INVALID_ARG);
+    CHECK_EQ(c->calls, calls);
+    CHECK(c->seconds >= secs && c->seconds < secs + 60.0);
+}
+
+static void ck_all_ok(pt_comm *c) {
+    int ok = -1;
+    CHECK_ST(pt_comm_all_ok(c, 1, &ok), PT_OK);
+    CHECK_EQ(ok, 1);
+    CHECK_ST(pt_comm_all_ok(c, c->rank != c->size - 1, &ok), PT_OK);
+    CHECK_EQ(ok, 0);
+    CHECK_ST(pt_comm_all_ok(c, 7, &ok), PT_OK);
+    CHECK_EQ(ok, 1);
+    CHECK_ERR(pt_comm_all_ok(c, 1, NULL), PT_ERR_INVALID_ARG, "all_ok");
+}
+
+/* Argument checks answer before any communication, with a message. */
+static void ck_args(pt_comm *c) {
+    float a[64], *out = a;
+    int S = c->size;
+    pt_comm zero;
+    memset(&zero, 0, sizeof zero);
+    CHECK_ERR(pt_comm_all_reduce(c, NULL, 3, PT_REDUCE_SUM), PT_ERR_INVALID_ARG, "buf is NULL");
+    CHECK_ST(pt_comm_all_reduce(c, NULL, 0, PT_REDUCE_SUM), PT_OK); /* empty: collective */
+    CHECK_ERR(pt_comm_all_reduce(c, a, 1, (pt_reduce_op)7), PT_ERR_INVALID_ARG, "op=7");
+    CHECK_ERR(pt_comm_all_reduce(NULL, a, 1, PT_REDUCE_SUM), PT_ERR_INVALID_ARG, "NULL");
+    CHECK_ERR(pt_comm_barrier(&zero), PT_ERR_INVALID_ARG, "freed");
+    CHECK_ERR(pt_comm_broadcast(c, a, 1, S), PT_ERR_INVALID_ARG, "root=");
+    CHECK_ERR(pt_comm_broadcast(c, a, 1, -1), PT_ERR_INVALID_ARG, "root=-1");
+    CHECK_ERR(pt_comm_send(c, a, 1, S, 0), PT_ERR_INVALID_ARG, "dst=");
+    CHECK_ERR(pt_comm_recv(c, a, 1, -1, 0), PT_ERR_INVALID_ARG, "src=-1");
+    CHECK_ERR(pt_comm_send(c, a, 1, 0, -1), PT_ERR_INVALID_ARG, "tag=-1");
+    CHECK_ERR(pt_comm_recv(c, a, 1, 0, 40000), PT_ERR_INVALID_ARG, "tag=40000");
+    CHECK_ERR(pt_comm_send(c, NULL, 2, 0, 0), PT_ERR_INVALID_ARG, "NULL");
+    CHECK_ERR(pt_comm_reduce_scatter(c, NULL, a, 2, PT_REDUCE_SUM), PT_ERR_INVALID_ARG, "in is NULL");
+    CHECK_ERR(pt_comm_reduce_scatter(c, a, NULL, 2, PT_REDUCE_SUM), PT_ERR_INVALID_ARG, "out is NULL");
+    if (S <= 8) {
+        CHECK_ERR(pt_comm_reduce_scatter(c, a, a + 1, 2, PT_REDUCE_SUM), PT_ERR_INVALID_ARG,
+                  "overlaps");
+        CHECK_ERR(pt_comm_reduce_scatter(c, a, a + (size_t)c->rank * 2, 2, PT_REDUCE_SUM),
+                  PT_ERR_INVALID_ARG, "overlaps");
+        CHECK_ERR(pt_comm_all_gather(c, out + (size_t)c->rank * 2 + 1, out, 2), PT_ERR_INVALID_ARG,
+                  "overlaps");
+    }
+    CHECK_ERR(pt_comm_all_gather(c, a, NULL, 2), PT_ERR_INVALID_ARG, "out is NULL");
+    CHECK_ERR(pt_comm_all_gather(c, a, a, (size_t)-1 / 2), PT_ERR_INVALID_ARG, "overflows");
+}
+
+/* ======================================================================== */
+/* checks of the threads backend only                                        */
+/* ======================================================================== */
+
+/* Ranks calling different collectives, or with different sizes, all get the
+   same error instead of reading past a buffer; the group stays usable. */
+static void ck_mismatch(pt_comm *c) {
+    float a[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    if (c->size < 2) return;
+    CHECK_ERR(pt_comm_all_reduce(c, a, c->rank == 0 ? 4 : 5, PT_REDUCE_SUM), PT_ERR_SHAPE,
+              "rank 0 passed n=4 but rank 1 passed n=5");
+    CHECK_ERR(pt_comm_broadcast(c, a, 2, c->rank == 0 ? 0 : 1), PT_ERR_INVALID_ARG, "root");
+    CHECK_ERR(pt_comm_all_reduce(c, a, 2, c->rank == 0 ? PT_REDUCE_SUM : PT_REDUCE_MAX),
+              PT_ERR_INVALID_ARG, "op");
+    if (c->rank == 0) CHECK_ERR(pt_comm_barrier(c), PT_ERR_INVALID_ARG, "called");
+    else CHECK_ERR(pt_comm_all_reduce(c, a, 1, PT_REDUCE_SUM), PT_ERR_INVALID_ARG, "called");
+    a[0] = 1.0f;
+    CHECK_ST(pt_comm_all_reduce(c, a, 1, PT_REDUCE_SUM), PT_OK);
+    CHECK(a[0] == (float)c->size);
+}
+
+/* Each rank gets max(1, cores/size) OpenMP and BLAS threads. */
+static void ck_threads_env(pt_comm *c) {
+    int want = pt__cores() / c->size;
+    if (want < 1) want = 1;
+#ifdef _OPENMP
+    CHECK_EQ(pt_get_threads(), want);
+#endif
+#ifdef PT__HAVE_OPENBLAS
+    CHECK_EQ(openblas_get_num_threads(), want);
+#endif
+}
+
+/* After two warm-up steps, steps of the same collectives and messages
+   allocate nothing. */
+static void steady_step(pt_comm *c, float *x, float *y, float *z, size_t n) {
+    int next = (c->rank + 1) % c->size, prev = (c->rank + c->size - 1) % c->size;
+    CHECK_ST(pt_comm_all_reduce(c, x, n, PT_REDUCE_AVG), PT_OK);
+    CHECK_ST(pt_comm_reduce_scatter(c, x, y, n / (size_t)c->size, PT_REDUCE_SUM), PT_OK);
+    CHECK_ST(pt_comm_all_gather(c, y, x, n / (size_t)c->size), PT_OK);
+    CHECK_ST(pt_comm_broadcast(c, x, n, 0), PT_OK);
+    CHECK_ST(pt_comm_send(c, x, 5, next, 1), PT_OK);
+    CHECK_ST(pt_comm_send(c, x, n, next, 2), PT_OK);
+    CHECK_ST(pt_comm_send(c, x, n / 2, c->rank, 3), PT_OK);
+    CHECK_ST(pt_comm_recv(c, z, n, prev, 2), PT_OK);
+    CHECK_ST(pt_comm_recv(c, z, 5, prev, 1), PT_OK);
+    CHECK_ST(pt_comm_recv(c, z, n / 2, c->rank, 3), PT_OK);
+}
+
+static void ck_steady(pt_comm *c) {
+    const size_t n = 24000;
+    float *x = fbuf(n), *y = fbuf(n), *z = fbuf(n);
+    unsigned long before, after;
+    int i;
+    for (i = 0; i < (int)n; i++) x[i] = (float)i;
+    steady_step(c, x, y, z, n);
+    steady_step(c, x, y, z, n);
+    CHECK_ST(pt_comm_barrier(c), PT_OK);
+    before = __atomic_load_n(&g_mallocs, __ATOMIC_RELAXED);
+    CHECK_ST(pt_comm_barrier(c), PT_OK);
+    for (i = 0; i < 3; i++) steady_step(c, x, y, z, n);
+    CHECK_ST(pt_comm_barrier(c), PT_OK);
+    after = __atomic_load_n(&g_mallocs, __ATOMIC_RELAXED);
+    CHECK_ST(pt_comm_barrier(c), PT_OK);
+    if (after != before) failf(__LINE__, "%lu allocations in 3 steady steps", after - before);
+    free(x);
+    free(y);
+    free(z);
+}
+
+/* ======================================================================== */
+/* the grid                                                                  */
+/* ======================================================================== */
+
+static _Thread_local int g_tp, g_dp, g_pp; /* the shape ck_grid checks, set by each rank */
+
+static void ck_grid(pt_comm *world) {
+    int tp = g_tp, dp = g_dp, pp = g_pp, r = world->rank, j;
+    int t = r % tp, d = r / tp % dp, p = r / (tp * dp);
+    float v, want, got[64];
+    pt_grid g;
+    CHECK_ST(pt_grid_init(&g, world, tp, dp, pp), PT_OK);
+    if (!g.world) return;
+    CHECK(g.world == world);
+    CHECK(g.tp == tp && g.dp == dp && g.pp == pp);
+    CHECK_EQ(g.tp_rank, t);
+    CHECK_EQ(g.dp_rank, d);
+    CHECK_EQ(g.pp_rank, p);
+    CHECK(g.tp_comm.size == tp && g.tp_comm.rank == t);
+    CHECK(g.dp_comm.size == dp && g.dp_comm.rank == d);
+    CHECK(g.pp_comm.size == pp && g.pp_comm.rank == p);
+    /* each group reduces over its members only: r = t + tp*(d + dp*p) */
+    v = (float)r, want = 0;
+    CHECK_ST(pt_comm_all_reduce(&g.tp_comm, &v, 1, PT_REDUCE_SUM), PT_OK);
+    for (j = 0; j < tp; j++) want += (float)(j + tp * (d + dp * p));
+    CHECK(v == want);
+    v = (float)r, want = 0;
+    CHECK_ST(pt_comm_all_reduce(&g.dp_comm, &v, 1, PT_REDUCE_SUM), PT_OK);
+    for (j = 0; j < dp; j++) want += (float)(t + tp * (j + dp * p));
+    CHECK(v == want);
+    v = (float)r, want = 0;
+    CHECK_ST(pt_comm_all_reduce(&g.pp_comm, &v, 1, PT_REDUCE_SUM), PT_OK);
+    for (j = 0; j < pp; j++) want += (float)(t + tp * (d + dp * j));
+    CHECK(v == want);
+    v = (float)r;
+    CHECK_ST(pt_comm_all_reduce(&g.dp_comm, &v, 1, PT_REDUCE_MAX), PT_OK);
+    CHECK(v == (float)(t + tp * (dp - 1 + dp * p)));
+    /* ordered by coordinate */
+    v = (float)r;
+    if (tp <= 64) {
+        CHECK_ST(pt_comm_all_gather(&g.tp_comm, &v, got, 1), PT_OK);
+        for (j = 0; j < tp; j++) CHECK(got[j] == (float)(j + tp * (d + dp * p)));
+    }
+    v = (float)r;
+    CHECK_ST(pt_comm_broadcast(&g.dp_comm, &v, 1, dp - 1), PT_OK);
+    CHECK(v == (float)(t + tp * (dp - 1 + dp * p)));
+    /* a pipeline: stage p sends to stage p + 1 */
+    v = (float)r;
+    if (p + 1 < pp) CHECK_ST(pt_comm_send(&g.pp_comm, &v, 1, p + 1, 0), PT_OK);
+    if (p > 0) {
+        CHECK_ST(pt_comm_recv(&g.pp_comm, &v, 1, p - 1, 0), PT_OK);
+        CHECK(v == (float)(r - tp * dp));
+    }
+    pt_grid_free(&g);
+    CHECK(g.world == NULL && g.tp_comm.ops == NULL);
+}
+
+/* Bad shapes are refused before any communication, naming every constraint. */
+static void ck_grid_bad(pt_comm *world) {
+    int S = world->size;
+    char want[128];
+    pt_grid g;
+    snprintf(want, sizeof want, "world size %d != tp %d x dp 1 x pp 1", S, S + 1);
+    CHECK_ERR(pt_grid_init(&g, world, S + 1, 1, 1), PT_ERR_CONFIG, want);
+    CHECK(g.world == NULL);
+    snprintf(want, sizeof want, "world size %d != tp %d x dp 2 x pp 1", S, S);
+    CHECK_ERR(pt_grid_init(&g, world, S, 2, 1), PT_ERR_CONFIG, want);
+    CHECK_ERR(pt_grid_init(&g, world, 65536, 65536, 65536), PT_ERR_CONFIG, "world size");
+    CHECK_ERR(pt_grid_init(&g, world, 0, S, 1), PT_ERR_CONFIG, "tp=0 must be >= 1");
+    CHECK_ERR(pt_grid_init(&g, world, 0, 0, 1), PT_ERR_CONFIG, "tp=0 must be >= 1");
+    CHECK_MSG("dp=0 must be >= 1");
+    CHECK_ERR(pt_grid_init(&g, world, 1, 1, -2), PT_ERR_CONFIG, "pp=-2 must be >= 1");
+    CHECK_ERR(pt_grid_init(&g, NULL, 1, 1, 1), PT_ERR_INVALID_ARG, "NULL");
+    CHECK_ERR(pt_grid_init(NULL, world, 1, 1, 1), PT_ERR_INVALID_ARG, "NULL");
+    pt_grid_free(NULL);
+}
+
+static void grid_checks(pt_comm *world, const char *label) {
+    int S = world->size, tp, dp;
+    char name[96];
+    for (tp = 1; tp <= S; tp++)
+        for (dp = 1; dp <= S / tp; dp++) {
+            if (S % (tp * dp)) continue;
+            g_tp = tp, g_dp = dp, g_pp = S / (tp * dp);
+            snprintf(name, sizeof name, "grid tp %d x dp %d x pp %d", g_tp, g_dp, g_pp);
+            run(world, label, name, ck_grid);
+        }
+    run(world, label, "grid: bad shapes give PT_ERR_CONFIG naming the constraint", ck_grid_bad);
+}
+
+static void suite(pt_comm *c, const char *label) {
+    char name[96];
+    run(c, label, "all_reduce SUM/AVG/MAX, n = 0, 1, 7, 1003, 2^20+5", ck_all_reduce);
+    run(c, label, "all_reduce: bitwise identical on every rank", ck_bitwise);
+    run(c, label, "reduce_scatter SUM/AVG/MAX, n = 0, 1, 7, 1003, 2^17+3", ck_reduce_scatter);
+    run(c, label, "all_gather (and in place), n = 0, 1, 7, 1003, 2^17+1", ck_all_gather);
+    run(c, label, "broadcast from every root, n = 0, 1, 7, 1003, 2^20+3", ck_broadcast);
+    run(c, label, "barrier x200", ck_barrier);
+    run(c, label, "send/recv: buffered, in order, by tag, wrong size", ck_send_recv);
+    run(c, label, "split: colors, keys, nested", ck_split);
+    run(c, label, "counters: calls, bytes, seconds", ck_counters);
+    run(c, label, "all_ok", ck_all_ok);
+    run(c, label, "argument checks", ck_args);
+    if (c->kind == PT_COMM_THREADS) {
+        run(c, label, "mismatched calls fail alike on every rank", ck_mismatch);
+        snprintf(name, sizeof name, "each rank has max(1, cores/%d) OpenMP and BLAS threads",
+                 c->size);
+        run(c, label, name, ck_threads_env);
+        run(c, label, "steady state allocates nothing", ck_steady);
+    }
+}
+
+#ifndef PTRAIN_MPI
+/* ======================================================================== */
+/* the threads backend as a whole: runs and failures                         */
+/* ======================================================================== */
+
+static pt_status suite_main(pt_comm *world, void *arg) {
+    t_rank = world->rank;
+    suite(world, (const char *)arg);
+    return PT_OK;
+}
+
+static pt_status grid_main(pt_comm *world, void *arg) {
+    t_rank = world->rank;
+    grid_checks(world, (const char *)arg);
+    return PT_OK;
+}
+
+/* Failure scenarios: what each rank did and saw. */
+enum { F_ALL_REDUCE, F_BARRIER, F_RECV, F_GRID, F_TWO, F_RETURN_OK, F_RETURN_OK_RECV, F_FAIL_OK };
+typedef struct fail_run {
+    int mode;
+    pt_status st[16];
+    char msg[16][1024];
+    double secs[16];
+    pt_status later[16]; /* an operation after the failure */
+} fail_run;
+
+static pt_status planted(pt_comm *world, pt_status s, const char *msg, int report) {
+    sleep_ms(100); /* the others are asleep in their operation by now */
+    pt__fail(s, "%s", msg);
+    return report ? pt_comm_fail(world, s) : s;
+}
+
+static pt_status fail_main(pt_comm *world, void *arg) {
+    fail_run *f = (fail_run *)arg;
+    int r = world->rank, i;
+    float buf[1000];
+    pt_status st = PT_OK;
+    pt_grid g;
+    double t0 = pt_time_now();
+    memset(buf, 0, sizeof buf);
+    switch (f->mode) {
+    case F_ALL_REDUCE: /* rank 2 reports a failure; the others are in an all-reduce */
+        if (r == 2) return planted(world, PT_ERR_IO, "cannot open planted.bin", 1);
+        st = pt_comm_all_reduce(world, buf, 1000, PT_REDUCE_SUM);
+        break;
+    case F_BARRIER: /* rank 1 just returns an error; the others are in a barrier */
+        if (r == 1) return planted(world, PT_ERR_CONFIG, "bad planted config", 0);
+        st = pt_comm_barrier(world);
+        break;
+    case F_RECV: /* rank 3 fails; the others wait for its message */
+        if (r == 3) return planted(world, PT_ERR_IO, "planted failure", 1);
+        st = pt_comm_recv(world, buf, 4, 3, 0);
+        break;
+    case F_GRID: /* rank 5 of a 2x2x2 grid fails; the others reduce in their groups */
+        if (pt_grid_init(&g, world, 2, 2, 2) != PT_OK) return pt_comm_fail(world, PT_ERR_COMM);
+        if (r == 5) {
+            pt_grid_free(&g);
+            return planted(world, PT_ERR_RANGE, "planted failure in a grid", 1);
+        }
+        for (i = 0; i < 100000 && st == PT_OK; i++) {
+            pt_comm *gc = i % 3 == 0 ? &g.tp_comm : i % 3 == 1 ? &g.dp_comm : &g.pp_comm;
+            st = pt_comm_all_reduce(gc, buf, 1000, PT_REDUCE_SUM);
+        }
+        f->later[r] = pt_comm_barrier(&g.tp_comm);
+        pt_grid_free(&g);
+        break;
+    case F_TWO: /* rank 3 fails at once, rank 1 later without having seen it */
+        if (r == 3) return planted(world, PT_ERR_IO, "first failure", 1);
+        if (r == 1) {
+            sleep_ms(300);
+            pt__fail(PT_ERR_RANGE, "second failure");
+            return pt_comm_fail(world, PT_ERR_RANGE);
+        }
+        st = pt_comm_all_reduce(world, buf, 1000, PT_REDUCE_SUM);
+        if (r == 0) { /* reports what it saw: not an origin */
+            f->st[r] = st, f->secs[r] = pt_time_now() - t0;
+            snprintf(f->msg[r], sizeof f->msg[r], "%s", pt_last_error());
+            return pt_comm_fail(world, st);
+        }
+        break;
+    case F_RETURN_OK: /* rank 0 returns while rank 1 waits in a barrier */
+        if (r == 0) return PT_OK;
+        st = pt_comm_barrier(world);
+        break;
+    case F_RETURN_OK_RECV: /* rank 0 returns while rank 1 waits for its message */
+        if (r == 0) return PT_OK;
+        st = pt_comm_recv(world, buf, 1, 0, 0);
+        break;
+    case F_FAIL_OK: /* rank 1 reports a failure and returns PT_OK */
+        if (r == 1) {
+            planted(world, PT_ERR_IO, "reported then ignored", 1);
+            return PT_OK;
+        }
+        st = pt_comm_barrier(world);
+        break;
+    }
+    f->secs[r] = pt_time_now() - t0;
+    f->st[r] = st;
+    snprintf(f->msg[r], sizeof f->msg[r], "%s", st == PT_OK ? "" : pt_last_error());
+    if (f->mode != F_GRID) f->later[r] = pt_comm_barrier(world);
+    return st == PT_OK ? st : pt__fail(st, "%s", f->msg[r]); /* the later call's message aside */
+}
+
+/* Runs a scenario on n ranks; checks the run's status and message, and that
+   every waiting rank got PT_ERR_COMM naming the failed rank within 2 s. */
+static void fail_check(const char *name, int mode, int n, pt_status want, const char *want_msg,
+                       int failed_rank, const char *wait_msg) {
+    fail_run f;
+    int r, ok = 1;
+    double t0 = pt_time_now(), total;
+    pt_status st;
+    if (!selected(name)) return;
+    memset(&f, 0, sizeof f);
+    f.mode = mode;
+    for (r = 0; r < n; r++) f.st[r] = f.later[r] = PT_STATUS_COUNT;
+    st = pt_comm_threads_run(n, fail_main, &f);
+    total = pt_time_now() - t0;
+    if (st != want || strcmp(pt_last_error(), want_msg) != 0) {
+        printf("    run returned %s \"%s\", expected %s \"%s\"\n", pt_status_name(st),
+               pt_last_error(), pt_status_name(want), want_msg);
+        ok = 0;
+    }
+    for (r = 0; r < n; r++) {
+        if (r == failed_rank || f.st[r] == PT_STATUS_COUNT) continue; /* returned early */
+        if (f.st[r] != PT_ERR_COMM || !strstr(f.msg[r], wait_msg) || f.secs[r] > 2.0) {
+            printf("    rank %d: %s \"%s\" after %.3f s, expected PT_ERR_COMM \"%s\"\n", r,
+                   pt_status_name(f.st[r]), f.msg[r], f.secs[r], wait_msg);
+            ok = 0;
+        }
+        if (f.later[r] != PT_STATUS_COUNT && f.later[r] != PT_ERR_COMM) {
+            printf("    rank %d: an operation after the failure returned %s\n", r,
+                   pt_status_name(f.later[r]));
+            ok = 0;
+        }
+    }
+    if (total > 3.0) {
+        printf("    the run took %.2f s\n", total);
+        ok = 0;
+    }
+    top(name, ok);
+}
+
+static pt_status nop_main(pt_comm *world, void *arg) {
+    (void)arg;
+    return pt_comm_barrier(world);
+}
+
+static void failure_checks(void) {
+    int threads = pt_get_threads(), ok;
+    pt_status st;
+#ifdef PT__HAVE_OPENBLAS
+    int blas = openblas_get_num_threads();
+#endif
+    {
+        fail_check("threads: failures: pt_comm_fail wakes ranks in an all_reduce", F_ALL_REDUCE, 4,
+                   PT_ERR_IO, "rank 2: cannot open planted.bin", 2,
+                   "rank 2 failed: cannot open planted.bin");
+        fail_check("threads: failures: an error returned by fn wakes ranks in a barrier", F_BARRIER,
+                   3, PT_ERR_CONFIG, "rank 1: bad planted config", 1,
+                   "rank 1 failed: bad planted config");
+        fail_check("threads: failures: ranks waiting in recv", F_RECV, 4, PT_ERR_IO,
+                   "rank 3: planted failure", 3, "rank 3 failed: planted failure");
+        fail_check("threads: failures: ranks in nested groups of a 2x2x2 grid", F_GRID, 8,
+                   PT_ERR_RANGE, "rank 5: planted failure in a grid", 5,
+                   "rank 5 failed: planted failure in a grid");
+        fail_check("threads: failures: the lowest rank that failed first is reported", F_TWO, 4,
+                   PT_ERR_RANGE, "rank 1: second failure", 3, "rank 3 failed: first failure");
+        fail_check("threads: failures: a rank returning while another waits in a barrier",
+                   F_RETURN_OK, 2, PT_ERR_COMM,
+                   "rank 1: rank 0 returned while rank 1 waits for it in a collective (the ranks' "
+                   "calls do not match)",
+                   0, "rank 0 returned");
+        fail_check("threads: failures: a rank returning while another waits for its message",
+                   F_RETURN_OK_RECV, 2, PT_ERR_COMM,
+                   "rank 1: recv: rank 0 returned without sending the message (tag 0) rank 1 "
+                   "waits for",
+                   0, "rank 0 returned");
+        fail_check("threads: failures: pt_comm_fail, then returning PT_OK", F_FAIL_OK, 3,
+                   PT_ERR_COMM, "rank 1: reported then ignored", 1,
+                   "rank 1 failed: reported then ignored");
+    }
+    st = pt_comm_threads_run(0, nop_main, NULL);
+    ok = st == PT_ERR_INVALID_ARG && strstr(pt_last_error(), "nranks=0");
+    st = pt_comm_threads_run(2, NULL, NULL);
+    ok = ok && st == PT_ERR_INVALID_ARG && strstr(pt_last_error(), "fn is NULL");
+    top("threads: bad nranks and fn are refused", ok);
+    st = pt_comm_threads_run(8, nop_main, NULL);
+    ok = st == PT_OK && pt_get_threads() == threads;
+#ifdef PT__HAVE_OPENBLAS
+    ok = ok && openblas_get_num_threads() == blas;
+#endif
+    top("threads: a run restores the caller's OpenMP and BLAS threads", ok);
+}
+
+int main(int argc, char **argv) {
+    static const int nranks[] = {1, 2, 3, 4, 8};
+    static char labels[5][32];
+    pt_comm self;
+    unsigned k;
+    int i;
+    double t0 = pt_time_now();
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--filter") && i + 1 < argc) g_filter = argv[++i];
+        else if (!strcmp(argv[i], "--small")) g_cap = 4099;
+        else {
+            printf("usage: %s [--filter SUBSTR] [--small]\n", argv[0]);
+            return 2;
+        }
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    pt_comm_self(&self);
+    suite(&self, "self");
+    grid_checks(&self, "self");
+    pt_comm_free(&self);
+    for (k = 0; k < sizeof nranks / sizeof nranks[0]; k++) {
+        pt_status st;
+        char name[64];
+        snprintf(labels[k], sizeof labels[k], "threads x%d", nranks[k]);
+        st = pt_comm_threads_run(nranks[k], suite_main, labels[k]);
+        snprintf(name, sizeof name, "threads x%d: every rank returned PT_OK", nranks[k]);
+        if (st != PT_OK) printf("    %s\n", pt_last_error());
+        top(name, st == PT_OK);
+    }
+    if (pt_comm_threads_run(8, grid_main, (void *)"threads x8") != PT_OK ||
+        pt_comm_threads_run(12, grid_main, (void *)"threads x12") != PT_OK)
+        top("threads: the grid runs", 0);
+    failure_checks();
+    printf("(%.1f s)\n%d passed, %d failed\n", pt_time_now() - t0, g_pass, g_failed);
+    return g_failed ? 1 : 0;
+}
+
+#else /* PTRAIN_MPI */
+/* ======================================================================== */
+/* the MPI world                                                             */
+/* ======================================================================== */
+
+int main(int argc, char **argv) {
+    pt_comm world;
+    char label[32];
+    int i, expect = -1, fail_rank = -1;
+    double t0;
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--filter") && i + 1 < argc) g_filter = argv[++i];
+        else if (!strcmp(argv[i], "--expect-size") && i + 1 < argc) expect = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--fail-rank") && i + 1 < argc) fail_rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--small")) g_cap = 4099;
+        else {
+            printf("usage: mpirun -n N %s [--expect-size N] [--fail-rank R] [--filter SUBSTR] "
+                   "[--small]\n",
+                   argv[0]);
+            return 2;
+        }
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (pt_comm_mpi_init(&world, &argc, &argv) != PT_OK) {
+        printf("FAIL  pt_comm_mpi_init: %s\n", pt_last_error());
+        return 1;
+    }
+    t0 = pt_time_now();
+    t_rank = world.rank;
+    if (expect >= 0 && world.size != expect) {
+        printf("FAIL  the MPI world has %d ranks, expected %d (mpirun of another MPI?)\n",
+               world.size, expect);
+        pt_comm_free(&world);
+        pt_comm_mpi_finalize();
+        return 1;
+    }
+    if (fail_rank >= 0) { /* rank fail_rank aborts the job while the others wait */
+        float x[4] = {0, 0, 0, 0};
+        if (world.rank == fail_rank) {
+            sleep_ms(100);
+            pt__fail(PT_ERR_IO, "planted failure");
+            pt_comm_fail(&world, PT_ERR_IO); /* does not return */
+        }
+        pt_comm_all_reduce(&world, x, 4, PT_REDUCE_SUM);
+        printf("rank %d: the all-reduce returned: the job was not aborted\n", world.rank);
+        pt_comm_free(&world);
+        pt_comm_mpi_finalize();
+        return 1;
+    }
+    snprintf(label, sizeof label, "mpi x%d", world.size);
+    suite(&world, label);
+    grid_checks(&world, label);
+    if (world.rank == 0)
+        printf("(%.1f s)\n%d passed, %d failed\n", pt_time_now() - t0, g_pass, g_failed);
+    pt_comm_free(&world);
+    pt_comm_mpi_finalize();
+    return g_failed ? 1 : 0;
+}
+#endif

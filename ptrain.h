@@ -324,7 +324,8 @@ typedef struct pt_param {
     int64_t shape[2], full_shape[2];
     size_t offset, numel, full_offset, full_numel;
     pt_shard shard;
-    int decay; /* weight decay applies (ndim >= 2) */
+    int decay;  /* weight decay applies (ndim >= 2) */
+    int bucket; /* the gradient bucket of its first element */
 } pt_param;
 
 typedef struct pt_comm pt_comm; /* >>comm */
@@ -397,13 +398,14 @@ typedef struct pt_gpt_desc {
 } pt_gpt_desc;
 
 /* A bucket: a contiguous run of parameters whose gradients are reduced
-   together (the embeddings, one layer, the final LayerNorm), padded to a
-   multiple of dp; dp rank d owns elements [d*shard, (d+1)*shard) of it. */
+   together (wte in runs of rows about a layer's size, the last with wpe;
+   one layer; the final LayerNorm), padded to a multiple of dp; dp rank d
+   owns elements [d*shard, (d+1)*shard) of it. */
 typedef struct pt_bucket {
     size_t offset, numel;  /* in the flat buffers (numel includes the padding) */
     size_t shard, shard_offset; /* per dp rank, and where this rank's is in
                                    the sharded buffers (ZeRO) */
-    int first, count;      /* its tensors in the table */
+    int first, count;      /* the tensors it overlaps in the table */
 } pt_bucket;
 
 /* Whole-model buffers that pt_gpt_gather can assemble. */
@@ -431,9 +433,8 @@ typedef struct pt_gpt {
     pt_bucket *buckets;
     size_t shard_total;       /* this rank's elements over all buckets (ZeRO) */
     float *gshard;            /* (shard_total) averaged gradients of its shard (ZeRO 1, 2) */
-    float *rs_tmp;            /* (largest shard) where ZeRO 2 reduce-scatters micro-batches
-                                 after the first, to add them */
-    float *stage;             /* ZeRO 2: gradients of the bucket in backward */
+    float *rs_tmp;            /* (largest shard) where ZeRO 2 reduce-scatters a bucket, to
+                                 add it to the shard */
     size_t num_params;        /* this rank's parameters (with bucket padding) */
     float *params, *grads, *m, *v; /* each one buffer of num_params floats */
     int num_tensors;
@@ -1759,20 +1760,36 @@ static void pt__add_param(pt_gpt *m, const char *name, int ndim, int64_t d0, int
     m->num_params_full += p->full_numel;
 }
 
-/* Closes the bucket of the tensors added since the last one, padding it to
-   a multiple of dp. */
-static void pt__end_bucket(pt_gpt *m) {
+/* Rows of wte per bucket: about one layer's parameters, a multiple of dp
+   (so a bucket that ends inside wte needs no padding). */
+static int pt__wte_rows(const pt_gpt *m) {
+    int rows = 12 * m->config.n_embd / m->tp;
+    return rows < m->dp ? m->dp : rows - rows % m->dp;
+}
+
+/* Closes a bucket from the end of the last one to flat offset end: inside a
+   tensor (end - start a multiple of dp), or at the end of those added so
+   far, padded to a multiple of dp. */
+static void pt__end_bucket(pt_gpt *m, size_t end) {
     pt_bucket *b = &m->buckets[m->num_buckets];
     const pt_bucket *prev = m->num_buckets ? b - 1 : NULL;
     size_t dp = (size_t)m->dp;
+    int i;
     b->offset = prev ? prev->offset + prev->numel : 0;
-    b->first = prev ? prev->first + prev->count : 0;
-    b->count = m->num_tensors - b->first;
-    b->shard = (m->num_params - b->offset + dp - 1) / dp;
+    b->shard = (end - b->offset + dp - 1) / dp;
     b->numel = b->shard * dp;
     b->shard_offset = m->shard_total;
+    b->first = -1;
+    b->count = 0;
+    for (i = 0; i < m->num_tensors; i++) {
+        pt_param *p = &m->table[i];
+        if (p->offset + p->numel <= b->offset || p->offset >= end) continue;
+        if (b->first < 0) b->first = i;
+        b->count++;
+        if (p->offset >= b->offset) p->bucket = m->num_buckets;
+    }
     m->shard_total += b->shard;
-    m->num_params = b->offset + b->numel;
+    if (end == m->num_params) m->num_params = b->offset + b->numel;
     m->num_buckets++;
 }
 
@@ -1793,18 +1810,20 @@ static void pt__build_table(pt_gpt *m) {
     m->shard_total = 0;
     pt__add_param(m, "wte.weight", 2, m->config.vocab_size, C, PT_SHARD_ROWS, m->vocab_local);
     pt__add_param(m, "wpe.weight", 2, m->config.block_size, C, PT_SHARD_NONE, 0);
-    pt__end_bucket(m);
+    for (k = pt__wte_rows(m); k < m->vocab_local; k += pt__wte_rows(m))
+        pt__end_bucket(m, (size_t)k * (size_t)C);
+    pt__end_bucket(m, m->num_params); /* the last rows of wte, and wpe */
     for (l = 0; l < m->config.n_layer; l++) {
         for (k = 0; k < 12; k++) {
             snprintf(name, sizeof name, "h.%d.%s", l, pt__layer_names[k]);
             pt__add_param(m, name, shapes[k][1] ? 2 : 1, shapes[k][0], shapes[k][1], shards[k],
                           shapes[k][0] / m->tp);
         }
-        pt__end_bucket(m);
+        pt__end_bucket(m, m->num_params);
     }
     pt__add_param(m, "ln_f.weight", 1, C, 0, PT_SHARD_NONE, 0);
     pt__add_param(m, "ln_f.bias", 1, C, 0, PT_SHARD_NONE, 0);
-    pt__end_bucket(m);
+    pt__end_bucket(m, m->num_params);
 }
 
 /* Where element (r, c) of a tensor's full 2-D view lives in tensor rank k's
@@ -1945,42 +1964,46 @@ PTRAINDEF pt_status pt_gpt_gather_logits(const pt_gpt *m, float *out) {
 }
 
 /* Points named pointers (blocks, embeddings) into a flat buffer laid out as
-   the table; with stage, every bucket but the first (the embeddings) points
-   into stage instead, at its place within its bucket (ZeRO 2 gradients). */
-static void pt__bind(const pt_gpt *m, float *base, float *stage, float **wte, float **wpe,
+   the table, or (stage) each tensor at its place within its bucket, all
+   buckets sharing one buffer (ZeRO 2 gradients: one bucket at a time). */
+static void pt__bind(const pt_gpt *m, float *base, int stage, float **wte, float **wpe,
                      float **lnf_w, float **lnf_b, pt_block_params *layers) {
     const pt_param *t = m->table;
     int l, L = m->config.n_layer;
-#define PT__AT(i, b)                                                                       \
-    (!base ? NULL : stage && (b) > 0 ? stage + (t[i].offset - m->buckets[b].offset)      \
-                                     : base + t[i].offset)
-    *wte = PT__AT(0, 0);
-    *wpe = PT__AT(1, 0);
+#define PT__AT(i)                                                                            \
+    (!base ? NULL : base + t[i].offset - (stage ? m->buckets[t[i].bucket].offset : 0))
+    *wte = PT__AT(0);
+    *wpe = PT__AT(1);
     for (l = 0; l < L; l++) {
         float **f = &layers[l].ln1_w; /* the struct is 12 pointers in table order */
         int k;
-        for (k = 0; k < 12; k++) f[k] = PT__AT(2 + 12 * l + k, 1 + l);
+        for (k = 0; k < 12; k++) f[k] = PT__AT(2 + 12 * l + k);
     }
-    *lnf_w = PT__AT(2 + 12 * L, L + 1);
-    *lnf_b = PT__AT(3 + 12 * L, L + 1);
+    *lnf_w = PT__AT(2 + 12 * L);
+    *lnf_b = PT__AT(3 + 12 * L);
 #undef PT__AT
 }
 
 #define PT__F(a, n) ((float *)pt_arena_alloc((a), (size_t)(n) * sizeof(float)))
+static size_t pt__largest_bucket(const pt_gpt *m) {
+    size_t most = 0;
+    int b;
+    for (b = 0; b < m->num_buckets; b++)
+        if (m->buckets[b].numel > most) most = m->buckets[b].numel;
+    return most;
+}
+
 /* Parameters; then, for training, gradients and the AdamW moments:
    whole (zero 0), moments of this rank's shard only plus its averaged
-   gradients (zero 1), and (zero 2) gradients only for the embeddings'
-   bucket, which backward fills first and last, and one other bucket at a time. */
+   gradients (zero 1), and (zero 2) gradients of one bucket at a time. */
 static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
-    size_t P = m->num_params, most = 0, most_shard = 0;
+    size_t P = m->num_params, most = pt__largest_bucket(m), most_shard = 0;
     int b;
-    for (b = 1; b < m->num_buckets; b++)
-        if (m->buckets[b].numel > most) most = m->buckets[b].numel;
     for (b = 0; b < m->num_buckets; b++)
         if (m->buckets[b].shard > most_shard) most_shard = m->buckets[b].shard;
     size_t moments = m->zero ? m->shard_total : P;
-    size_t grads = (m->zero == 2 ? m->buckets[0].numel + most : P) +
-                   (m->zero ? m->shard_total : 0) + (m->zero == 2 && m->accum > 1 ? most_shard : 0);
+    size_t grads = (m->zero == 2 ? most : P) + (m->zero ? m->shard_total : 0) +
+                   (m->zero == 2 ? most_shard : 0);
     m->mem.params = P * sizeof(float);
     m->mem.grads = inference ? 0 : grads * sizeof(float);
     m->mem.optimizer = inference ? 0 : 2 * moments * sizeof(float);
@@ -1988,10 +2011,9 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
     if (inference) return;
     m->m = PT__F(a, moments);
     m->v = PT__F(a, moments);
-    m->grads = PT__F(a, m->zero == 2 ? m->buckets[0].numel : P);
+    m->grads = PT__F(a, m->zero == 2 ? most : P); /* zero 2: the stage of one bucket */
     if (m->zero) m->gshard = PT__F(a, m->shard_total);
-    if (m->zero == 2) m->stage = PT__F(a, most);
-    if (m->zero == 2 && m->accum > 1) m->rs_tmp = PT__F(a, most_shard);
+    if (m->zero == 2) m->rs_tmp = PT__F(a, most_shard);
 }
 static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int training) {
     /* Ca: this rank's attention width (its heads), F: its MLP columns */
@@ -2080,7 +2102,8 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     m->loss = -1.0f;
     L = cfg.n_layer;
     nbook = sizeof(pt_param) * (size_t)(4 + 12 * L) + sizeof(pt_block_params) * 2 * (size_t)L +
-            sizeof(pt_block_acts) * (size_t)L + sizeof(pt_bucket) * (size_t)(L + 2);
+            sizeof(pt_block_acts) * (size_t)L +
+            sizeof(pt_bucket) * (size_t)(L + 2 + m->vocab_local / pt__wte_rows(m));
     book = (unsigned char *)pt__malloc(nbook, d->alloc_ctx);
     if (!book) return pt__fail(PT_ERR_OOM, "cannot allocate the model's tables");
     memset(book, 0, nbook);
@@ -2116,8 +2139,8 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     pt__layout_state(m, &m->param_arena, d->inference);
     memset(m->param_arena.base, 0, m->param_arena.used);
     pt__layout_acts(m, &m->act_arena, &act_bytes, !d->inference);
-    pt__bind(m, m->params, NULL, &m->wte, &m->wpe, &m->lnf_w, &m->lnf_b, m->layers);
-    pt__bind(m, m->grads, m->zero == 2 ? m->stage : NULL, &m->dwte, &m->dwpe, &m->dlnf_w,
+    pt__bind(m, m->params, 0, &m->wte, &m->wpe, &m->lnf_w, &m->lnf_b, m->layers);
+    pt__bind(m, m->grads, m->zero == 2, &m->dwte, &m->dwpe, &m->dlnf_w,
              &m->dlnf_b, m->layer_grads);
     return PT_OK;
 }
@@ -2325,15 +2348,8 @@ PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targ
 
 PTRAINDEF void pt_gpt_zero_grad(pt_gpt *m) {
     if (!m->grads) return;
-    memset(m->grads, 0, (m->zero == 2 ? m->buckets[0].numel : m->num_params) * sizeof(float));
+    memset(m->grads, 0, (m->zero == 2 ? pt__largest_bucket(m) : m->num_params) * sizeof(float));
     if (m->gshard) memset(m->gshard, 0, m->shard_total * sizeof(float));
-    if (m->stage) {
-        size_t most = 0;
-        int b;
-        for (b = 1; b < m->num_buckets; b++)
-            if (m->buckets[b].numel > most) most = m->buckets[b].numel;
-        memset(m->stage, 0, most * sizeof(float));
-    }
     m->micro = 0;
 }
 
@@ -2347,18 +2363,39 @@ static pt_status pt__dp_reduce_scatter(pt_gpt *m, const float *in, float *out, s
     return pt_comm_reduce_scatter(m->dp_comm, in, out, n / (size_t)m->dp, PT_REDUCE_AVG);
 }
 
-/* ZeRO 2: averages bucket b's gradients from stage-like src over the dp group
-   into this rank's shard (adding to earlier micro-batches), then clears src. */
-static pt_status pt__zero2_bucket(pt_gpt *m, int b, float *src) {
+/* ZeRO 2: averages the gradients of bucket b, in the stage (m->grads), over
+   the dp group and adds them to this rank's shard, then clears the stage. */
+static pt_status pt__zero2_bucket(pt_gpt *m, int b) {
     const pt_bucket *k = &m->buckets[b];
     float *dst = m->gshard + k->shard_offset;
     size_t i;
-    pt_status st = pt__dp_reduce_scatter(m, src, m->micro ? m->rs_tmp : dst, k->numel);
+    pt_status st = pt__dp_reduce_scatter(m, m->grads, m->rs_tmp, k->numel);
     if (st != PT_OK) return st;
-    if (m->micro)
-        for (i = 0; i < k->shard; i++) dst[i] += m->rs_tmp[i];
-    memset(src, 0, k->numel * sizeof(float));
+    for (i = 0; i < k->shard; i++) dst[i] += m->rs_tmp[i];
+    memset(m->grads, 0, k->numel * sizeof(float));
     return PT_OK;
+}
+
+/* ZeRO 2: wte's gradient bucket by bucket: the head's part (dlogits^T lnf)
+   or, with head = 0, the embedding's (and wpe's, in the last one). */
+static pt_status pt__zero2_wte(pt_gpt *m, int head) {
+    int C = m->config.n_embd, N = m->cur_B * m->cur_T, b;
+    const pt_param *wpe = &m->table[1];
+    pt_status st = PT_OK;
+    for (b = 0; b <= wpe->bucket && st == PT_OK; b++) {
+        const pt_bucket *k = &m->buckets[b];
+        int r0 = (int)(k->offset / (size_t)C), r1 = (int)((k->offset + k->numel) / (size_t)C);
+        if (r1 > m->vocab_local) r1 = m->vocab_local;
+        if (head)
+            pt_sgemm(1, 0, r1 - r0, C, N, 1.0f, m->logits + r0, m->vocab_local, m->lnf, C, 1.0f,
+                     m->grads, C);
+        else
+            pt__encoder_backward_part(m->grads, b == wpe->bucket ? m->grads + (wpe->offset -
+                                      k->offset) : NULL, m->dres, m->inputs,
+                                      m->vocab_offset + r0, r1 - r0, m->cur_B, m->cur_T, C);
+        st = pt__zero2_bucket(m, b);
+    }
+    return st;
 }
 
 /* After a step's last micro-batch: every bucket averaged over the dp group,
@@ -2403,25 +2440,31 @@ PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) {
     pt__xent_backward_part(m->logits, m->logits, m->lse, m->targets, N, m->vocab_local,
                            pt__vocab_valid(m), m->vocab_offset, 1.0f / ((float)N * m->accum));
     memset(m->scratch.dln, 0, sizeof(float) * (size_t)N * C);
-    pt_tied_head_backward(m->scratch.dln, m->dwte, m->logits, m->lnf, m->wte, N, C,
-                          m->vocab_local);
+    pt_tied_head_backward(m->scratch.dln, m->zero == 2 ? NULL : m->dwte, m->logits, m->lnf,
+                          m->wte, N, C, m->vocab_local);
+    if (m->zero == 2 && (st = pt__zero2_wte(m, 1)) != PT_OK) return st;
     if ((st = pt__tp_sum(m->tp_comm, m->scratch.dln, (size_t)N * C)) != PT_OK) return st;
     memset(m->dres, 0, sizeof(float) * (size_t)N * C);
     pt_layernorm_backward(m->dres, m->dlnf_w, m->dlnf_b, m->scratch.dln,
                           m->acts[c->n_layer - 1].out, m->lnf_w, m->lnf_mean, m->lnf_rstd, N, C);
     /* ZeRO 2: each bucket leaves the stage for its shard once complete */
-    if (m->zero == 2 && (st = pt__zero2_bucket(m, c->n_layer + 1, m->stage)) != PT_OK) return st;
+    if (m->zero == 2 && (st = pt__zero2_bucket(m, m->table[2 + 12 * c->n_layer].bucket)) != PT_OK)
+        return st;
     for (l = c->n_layer - 1; l >= 0; l--) {
         const float *x = l > 0 ? m->acts[l - 1].out : m->encoded;
         st = pt_block_backward(c, B, T, &m->layers[l], &m->layer_grads[l], x, &m->acts[l],
                                m->dres, m->dres, &m->scratch, m->tp_comm);
         if (st != PT_OK) return st;
-        if (m->zero == 2 && (st = pt__zero2_bucket(m, 1 + l, m->stage)) != PT_OK) return st;
+        if (m->zero == 2 && (st = pt__zero2_bucket(m, m->table[2 + 12 * l].bucket)) != PT_OK)
+            return st;
     }
     /* every rank holds the whole dres: its wte rows, and all of wpe */
-    pt__encoder_backward_part(m->dwte, m->dwpe, m->dres, m->inputs, m->vocab_offset,
-                              m->vocab_local, B, T, C);
-    if (m->zero == 2 && (st = pt__zero2_bucket(m, 0, m->grads)) != PT_OK) return st;
+    if (m->zero == 2) {
+        if ((st = pt__zero2_wte(m, 0)) != PT_OK) return st;
+    } else {
+        pt__encoder_backward_part(m->dwte, m->dwpe, m->dres, m->inputs, m->vocab_offset,
+                                  m->vocab_local, B, T, C);
+    }
     if (++m->micro == m->accum && m->zero < 2) return pt__dp_sync_grads(m);
     return PT_OK;
 }
@@ -2444,6 +2487,7 @@ PTRAINDEF float pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm) {
                 size_t lo = p->offset, hi = p->offset + p->numel;
                 const float *src = m->grads + lo;
                 if (p->shard == PT_SHARD_NONE && m->tp_rank != 0) continue;
+                if (!m->zero && p->bucket != b) continue; /* whole tensors: once */
                 if (m->zero) {
                     if (!pt__shard_span(m, b, i, &lo, &hi)) continue;
                     src = m->gshard + m->buckets[b].shard_offset +

@@ -14,7 +14,8 @@
      on this rank's share of the batch, with the gradient reduction over the
      data-parallel group (ZeRO stage --zero).
    One line per rank: milliseconds in all, of which inside the communicator,
-   and the payload it moved. The check: the loss at initialisation is near
+   and the payload it moved. --memory instead prints the bytes per rank of the
+   layout (built as a meta model: nothing allocated). The check: the loss at initialisation is near
    ln V, and one step on the batch lowers it. */
 #define _POSIX_C_SOURCE 200809L /* setenv, execv (cli_passive_wait) */
 #define PTRAIN_IMPLEMENTATION
@@ -25,8 +26,7 @@
 
 typedef struct opts {
     const char *config;
-    int layers, batch, seq, steps, tp, dp, zero;
-    int failed;
+    int layers, batch, seq, steps, tp, dp, zero, memory;
 } opts;
 
 static int cmp_double(const void *a, const void *b) {
@@ -91,7 +91,19 @@ static pt_status rank_main(pt_comm *world, void *arg) {
     d.grid = &grid;
     d.zero = o->zero;
     N = Bl * o->seq;
+    d.meta = o->memory;
     if ((st = pt_gpt_init(&gpt, &d)) != PT_OK) goto out;
+    if (o->memory) { /* per-rank bytes against the ZeRO paper's terms (fp32: 4 bytes) */
+        double P = (double)gpt.num_params_full / o->tp, mib = 1048576.0;
+        if (world->rank == 0)
+            printf("  memory per rank, ZeRO %d: params %7.1f MiB, grads %7.1f MiB, AdamW %7.1f "
+                   "MiB, activations %6.1f MiB | model/tp P = %.1fM: 4P = %.1f MiB, 4P/dp = %.1f "
+                   "MiB, 8P/dp = %.1f MiB\n",
+                   o->zero, gpt.mem.params / mib, gpt.mem.grads / mib, gpt.mem.optimizer / mib,
+                   gpt.mem.activations / mib, P / 1e6, 4 * P / mib, 4 * P / o->dp / mib,
+                   8 * P / o->dp / mib);
+        goto out;
+    }
     pt_gpt_init_weights(&gpt, 1);
     inputs = (int *)malloc(sizeof(int) * (size_t)o->batch * o->seq);
     targets = (int *)malloc(sizeof(int) * (size_t)o->batch * o->seq);
@@ -186,6 +198,8 @@ int main(int argc, char **argv) {
         {"tp", CLI_INT, &o.tp, "tensor-parallel ranks", 1, 1024},
         {"dp", CLI_INT, &o.dp, "data-parallel ranks", 1, 1024},
         {"zero", CLI_INT, &o.zero, "ZeRO stage", 0, 2},
+        {"memory", CLI_FLAG, &o.memory, "only print the per-rank memory (nothing allocated)", 0,
+         0},
     };
     int nopts = (int)(sizeof table / sizeof table[0]);
     pt_gpt_config cfg;

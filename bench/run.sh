@@ -15,3 +15,6 @@ build/bench_step --config gpt2-124m --batch 1 --seq 1024 --steps 2
 echo
 echo "== sharing the machine: the small step beside one busy process (a shell loop)"
 sh bench/contention.sh
+echo
+echo "== tensor and data parallelism: compute and communication per rank (gpt2-124m widths)"
+sh bench/parallel.sh

@@ -133,7 +133,9 @@ static pt_status run_rank(pt_comm *world, void *arg) {
         goto out;
     rows0 = (size_t)grid.dp_rank * N; /* this rank's rows of the batch */
     {
-        size_t most = N * V > gpt.num_params_full ? N * V : gpt.num_params_full;
+        /* ref holds the whole batch's logits, mine this rank's rows */
+        size_t all = (size_t)j->B * j->T * V;
+        size_t most = all > gpt.num_params_full ? all : gpt.num_params_full;
         ref = (float *)malloc(most * sizeof(float));
         mine = (float *)malloc(most * sizeof(float));
         losses = (float *)malloc((size_t)j->steps * sizeof(float));

@@ -204,14 +204,8 @@ int main(int argc, char **argv) {
     int nopts = (int)(sizeof table / sizeof table[0]);
     pt_gpt_config cfg;
     pt_status st;
-    cli_passive_wait(argv); /* before MPI starts: it may re-execute */
-#ifdef PTRAIN_MPI
     pt_comm world;
-    if (pt_comm_mpi_init(&world, &argc, &argv) != PT_OK) {
-        fprintf(stderr, "error: %s\n", pt_last_error());
-        return 2;
-    }
-#endif
+    if (!cli_world_begin(&world, &argc, &argv)) return 2;
     memset(&o, 0, sizeof o);
     o.config = "gpt2-124m", o.layers = 2, o.batch = 8, o.seq = 64, o.steps = 3;
     o.tp = 1, o.dp = 1;
@@ -229,28 +223,14 @@ int main(int argc, char **argv) {
                 o.dp, o.batch, o.tp, cfg.n_head);
         goto done;
     }
-#ifdef PTRAIN_MPI
     if (world.rank == 0)
-#endif
-        printf("%s, %d layers, B=%d T=%d, tp %d x dp %d, ZeRO %d, %s\n", o.config,
+        printf("%s, %d layers, B=%d T=%d, tp %d x dp %d, ZeRO %d, %s ranks\n", o.config,
                o.layers ? o.layers : cfg.n_layer, o.batch, o.seq, o.tp, o.dp, o.zero,
-#ifdef PTRAIN_MPI
-               "MPI ranks"
-#else
-               "thread ranks"
-#endif
-        );
-#ifdef PTRAIN_MPI
-    st = rank_main(&world, &o);
-#else
-    st = pt_comm_threads_run(o.tp * o.dp, rank_main, &o);
-#endif
+               world.kind == PT_COMM_MPI ? "MPI" : "thread");
+    st = cli_world_run(&world, o.tp * o.dp, rank_main, &o);
     if (st != PT_OK) fprintf(stderr, "error: %s\n", pt_last_error());
     rc = st == PT_OK ? 0 : 1;
 done:
-#ifdef PTRAIN_MPI
-    pt_comm_free(&world);
-    pt_comm_mpi_finalize();
-#endif
+    cli_world_end(&world);
     return rc;
 }

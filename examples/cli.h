@@ -1,5 +1,6 @@
 /* cli.h -- what ptrain's programs (train, sample, fixture_check, bench)
-   share: the option parser, and printing byte-level tokens as text. An option table drives parsing and --help, so a
+   share: the option parser, starting their world of ranks, and printing
+   byte-level tokens as text. An option table drives parsing and --help, so a
    program gains a flag by adding one row. Values are checked strictly: a
    malformed or out-of-range number is an error, never a silent default. */
 #ifndef PTRAIN_CLI_H
@@ -41,6 +42,46 @@ static void cli_passive_wait(char **argv) {
 #else
     (void)argv;
 #endif
+}
+
+/* A program's world: under PTRAIN_MPI the processes mpirun started, else
+   this process alone (ranks are then threads: cli_world_run). Re-executes
+   for passive OpenMP waiting first, before MPI starts. 0 if MPI fails. */
+static inline int cli_world_begin(pt_comm *world, int *argc, char ***argv) {
+    cli_passive_wait(*argv);
+#ifdef PTRAIN_MPI
+    if (pt_comm_mpi_init(world, argc, argv) != PT_OK) {
+        fprintf(stderr, "error: %s\n", pt_last_error());
+        return 0;
+    }
+#else
+    (void)argc;
+    pt_comm_self(world);
+#endif
+    return 1;
+}
+
+static inline void cli_world_end(pt_comm *world) {
+    pt_comm_free(world);
+#ifdef PTRAIN_MPI
+    pt_comm_mpi_finalize();
+#endif
+}
+
+/* Runs fn on every rank: the MPI processes (each calls it once), or n
+   threads of this process (n = 1: this thread). */
+static inline pt_status cli_world_run(pt_comm *world, int n,
+                                      pt_status (*fn)(pt_comm *world, void *arg), void *arg) {
+    if (world->kind == PT_COMM_MPI || n == 1) return fn(world, arg);
+    return pt_comm_threads_run(n, fn, arg);
+}
+
+/* An int that world rank 0 knows, shared with every rank (a verdict). */
+static inline pt_status cli_world_share(pt_comm *world, int *value) {
+    float f = (float)*value;
+    pt_status st = pt_comm_broadcast(world, &f, 1, 0);
+    *value = (int)f;
+    return st;
 }
 
 static void cli_usage(FILE *f, const char *usage, const cli_opt *o, int n) {

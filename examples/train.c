@@ -473,16 +473,8 @@ int main(int argc, char **argv) {
     o.lr = 6e-3f, o.min_lr = 6e-4f, o.wd = 0.1f, o.clip = 1.0f, o.val_fraction = 0.1f;
     o.temperature = 0.8f, o.seed = 1337, o.tp = 1, o.dp = 1, o.accum = 1;
     memset(&tok, 0, sizeof tok);
-    cli_passive_wait(argv); /* before MPI starts: it may re-execute */
-#ifdef PTRAIN_MPI
-    if (pt_comm_mpi_init(&world, &argc, &argv) != PT_OK) {
-        fprintf(stderr, "error: %s\n", pt_last_error());
-        return 2;
-    }
-    mpi = 1;
-#else
-    pt_comm_self(&world);
-#endif
+    if (!cli_world_begin(&world, &argc, &argv)) return 2;
+    mpi = world.kind == PT_COMM_MPI;
     if ((s = cli_parse(argc, argv, opts, nopts, pos, 0, &npos)) != 0) {
         if (world.rank == 0) cli_usage(s == 1 ? stdout : stderr, usage, opts, nopts);
         rc = s == 1 ? 0 : 2;
@@ -538,12 +530,8 @@ int main(int argc, char **argv) {
     if ((st = pt_tokens_check(&tok, o.cfg.vocab_size)) != PT_OK) goto fail;
     o.tok = &tok;
     o.rc = 1;
-    if (mpi || o.tp * o.dp == 1) st = train_rank(&world, &o);
-    else st = pt_comm_threads_run(o.tp * o.dp, train_rank, &o);
-    if (mpi && st == PT_OK) { /* rank 0 knows the verdict */
-        float f = (float)o.rc;
-        if ((st = pt_comm_broadcast(&world, &f, 1, 0)) == PT_OK) o.rc = (int)f;
-    }
+    st = cli_world_run(&world, o.tp * o.dp, train_rank, &o);
+    if (st == PT_OK) st = cli_world_share(&world, &o.rc);
     if (st != PT_OK) goto fail;
     rc = o.rc;
     goto out;
@@ -554,9 +542,6 @@ fail:
 out:
     free(corpus);
     pt_tokens_free(&tok);
-    pt_comm_free(&world);
-#ifdef PTRAIN_MPI
-    pt_comm_mpi_finalize();
-#endif
+    cli_world_end(&world);
     return rc;
 }

@@ -245,14 +245,8 @@ int main(int argc, char **argv) {
     int *inputs = NULL, *targets = NULL, rc = 2;
     job j;
     pt_status status;
-    cli_passive_wait(argv); /* before MPI starts: it may re-execute */
-#ifdef PTRAIN_MPI
     pt_comm world;
-    if (pt_comm_mpi_init(&world, &argc, &argv) != PT_OK) {
-        fprintf(stderr, "error: %s\n", pt_last_error());
-        return 2;
-    }
-#endif
+    if (!cli_world_begin(&world, &argc, &argv)) return 2;
     memset(&j, 0, sizeof j);
     memset(&st, 0, sizeof st);
     if ((s = cli_parse(argc, argv, opts, nopts, pos, 1, &npos)) != 0 || npos != 1) {
@@ -321,23 +315,13 @@ int main(int argc, char **argv) {
     j.opt.beta2 = (float)b2;
     j.opt.eps = (float)eps;
     j.opt.weight_decay = (float)wd;
-#ifdef PTRAIN_MPI
     if (world.rank == 0)
-#endif
         printf("%s: V=%d C=%d n_head=%d n_layer=%d block=%d B=%d T=%d steps=%d lr=%g wd=%g; "
                "tp=%d dp=%d zero=%d\n",
                pos[0], j.cfg.vocab_size, j.cfg.n_embd, j.cfg.n_head, j.cfg.n_layer,
                j.cfg.block_size, j.B, j.T, j.steps, j.lr, wd, tp, dp, zero);
-#ifdef PTRAIN_MPI
-    status = run_rank(&world, &j);
-    if (status == PT_OK) { /* rank 0 knows the verdict; share it */
-        float f = (float)j.failed;
-        status = pt_comm_broadcast(&world, &f, 1, 0);
-        j.failed = (int)f;
-    }
-#else
-    status = pt_comm_threads_run(tp * dp, run_rank, &j);
-#endif
+    status = cli_world_run(&world, tp * dp, run_rank, &j);
+    if (status == PT_OK) status = cli_world_share(&world, &j.failed);
     if (status != PT_OK) {
         fprintf(stderr, "error: %s\n", pt_last_error());
         goto out;
@@ -347,9 +331,6 @@ out:
     free(inputs);
     free(targets);
     pt_st_free(&st);
-#ifdef PTRAIN_MPI
-    pt_comm_free(&world);
-    pt_comm_mpi_finalize();
-#endif
+    cli_world_end(&world);
     return rc;
 }

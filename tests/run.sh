@@ -92,14 +92,17 @@ for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors; do
 done
 step "fixture heads8, tp 2 x dp 2, ZeRO 2 under ASan + UBSan" \
     build/fixture_check_asan tests/fixtures/gpt2_heads8.safetensors --tp 2 --dp 2 --zero 2
-for layout in "1 1 0" "2 2 1" "4 1 0" "1 4 2" "2 1 2"; do
-    set -- $layout
-    for f in tests/fixtures/gpt2_heads8.safetensors ../shared/fixtures/gpt2_small_shapes.safetensors; do
-        [ -f "$f" ] || continue
-        step "fixture $(basename "$f") on MPI: tp $1 x dp $2, ZeRO $3" \
-            mpi $(($1 * $2)) build/fixture_check_mpi "$f" --tp "$1" --dp "$2" --zero "$3"
-    done
+# and on MPI processes: every layout of up to 4 ranks (6 for six heads)
+for f in tests/fixtures/gpt2_heads8.safetensors tests/fixtures/gpt2_wide_vocab.safetensors \
+    ../shared/fixtures/gpt2_small_shapes.safetensors; do
+    [ -f "$f" ] || continue
+    step "fixture $(basename "$f"): every layout of up to 4 MPI ranks" \
+        sh tests/layouts_check.sh build/fixture_check_mpi "$f" 4
+    tail -n 1 "$tmp/out" | sed 's/^/      /'
 done
+step "fixture gpt2_heads6.safetensors: every layout of up to 6 MPI ranks" \
+    sh tests/layouts_check.sh build/fixture_check_mpi tests/fixtures/gpt2_heads6.safetensors 6
+tail -n 1 "$tmp/out" | sed 's/^/      /'
 fails "fixture_check: tp not dividing n_head" 2 "tensor_parallel=3 does not divide n_head=8" \
     build/fixture_check tests/fixtures/gpt2_heads8.safetensors --tp 3
 fails "fixture_check: dp not dividing the batch" 2 "data_parallel=3 does not divide the fixture's batch B=4" \

@@ -184,6 +184,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     pt_rng rng;
     int *inputs = NULL, *targets = NULL, rows, first, micro = o->batch / o->dp / o->accum;
     double flops_step, t_train = 0.0, t_start, val = NAN, train_loss_avg = 0.0, h_unigram;
+    int n_avg = 0; /* steps in train_loss_avg since the last progress line */
     float *full = NULL;
     pt_status st = PT_OK;
     const pt_gpt *sampler = &gpt;
@@ -285,6 +286,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
         if ((st = pt_gpt_adamw_step(&gpt, &opt, lr_now)) != PT_OK) goto fail;
         t_train += pt_time_now() - t0;
         train_loss_avg += step_loss;
+        n_avg++;
         if ((step + 1) % o->eval_every == 0 || last)
             val = eval_loss(&gpt, &val_ld, o->eval_batches, inputs, targets, first, rows);
         if (lead && ((step + 1) % o->log_every == 0 || last || step == (int)state.step)) {
@@ -293,8 +295,6 @@ static pt_status train_rank(pt_comm *world, void *arg) {
             double mfu = flops_step * done_steps / t_train / (o->peak * 1e9);
             double elapsed = pt_time_now() - t_start;
             char el[32], eta[32], vs[16] = "     -";
-            int n_avg = (step + 1) % o->log_every == 0 ? o->log_every : ((step + 1) % o->log_every);
-            if (step == (int)state.step) n_avg = 1;
             fmt_time(el, sizeof el, elapsed);
             fmt_time(eta, sizeof eta, elapsed / done_steps * (o->steps - step - 1));
             if (val == val) snprintf(vs, sizeof vs, "%.4f", val);
@@ -304,7 +304,12 @@ static pt_status train_rank(pt_comm *world, void *arg) {
                    tps, 100.0 * mfu, el, eta);
             fflush(stdout);
         }
-        if ((step + 1) % o->log_every == 0 || last || step == (int)state.step) train_loss_avg = 0.0;
+        /* a line shows the mean loss since the last multiple of log_every
+           (the first line of a run shows it so far, and does not restart it) */
+        if ((step + 1) % o->log_every == 0 || last) {
+            train_loss_avg = 0.0;
+            n_avg = 0;
+        }
         if (o->ckpt_out && ((o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0) || last)) {
             state.step = step + 1;
             state.data_epoch = train_ld.epoch;

@@ -46,6 +46,7 @@
        >>kernels    forward/backward pairs, AdamW, clipping, LR schedule
        >>model      GPT-2 config, blocks, whole model, generation
        >>comm       communicators (self, threads, MPI), the tp x dp x pp grid
+       >>schedule   pipeline schedules as data, their checker and text grid
        >>io         safetensors, token data, loaders, checkpoints
 
    ALLOCATION. Objects filled by an init function (pt_tokens, pt_loader,
@@ -617,6 +618,83 @@ struct pt_grid {
    tp * dp * pp == world->size ("world size 6 != tp 4 x dp 1 x pp 1"). */
 PTRAINDEF pt_status pt_grid_init(pt_grid *g, pt_comm *world, int tp, int dp, int pp);
 PTRAINDEF void pt_grid_free(pt_grid *g);
+
+/* ======================================================================== */
+/* >>schedule                                                                */
+/* ======================================================================== */
+
+/* A pipeline schedule is data: for each of p stages, the ordered list of what
+   it does. The model's layers form p*v virtual stages; stage s holds chunks
+   c = 0..v-1, chunk c being virtual stage c*p + s (Megatron-LM's
+   interleaving; v = 1: stage s holds one contiguous run of layers). A
+   micro-batch flows forward through virtual stages 0..p*v-1 and back. */
+typedef enum pt_action_kind {
+    PT_ACT_F = 0,    /* forward of (micro, chunk) */
+    PT_ACT_B,        /* backward: input gradient, and the weight gradient unless split */
+    PT_ACT_W,        /* weight gradient alone (zero-bubble schedules) */
+    PT_ACT_SEND_ACT, /* send the activation of (micro, chunk) to peer */
+    PT_ACT_RECV_ACT, /* receive the activation (micro, chunk) needs, from peer */
+    PT_ACT_SEND_GRAD,
+    PT_ACT_RECV_GRAD,
+    PT_ACT_OPT,      /* the optimizer step, after every backward */
+    PT_ACT_COUNT
+} pt_action_kind;
+
+typedef struct pt_action {
+    int kind;  /* pt_action_kind */
+    int micro; /* micro-batch (-1 for OPT) */
+    int chunk; /* the chunk of this stage it serves: whose forward or backward
+                  it is, whose output a send carries, whose input a receive
+                  brings (0..v-1; -1 for OPT) */
+    int peer;  /* the other stage of a send or receive (-1 otherwise) */
+} pt_action;
+
+typedef enum pt_schedule_kind {
+    PT_SCHED_GPIPE = 0,   /* all forwards, then all backwards */
+    PT_SCHED_1F1B,        /* PipeDream-Flush: at most p - s micro-batches in flight */
+    PT_SCHED_INTERLEAVED, /* Megatron-LM's interleaved 1F1B, v >= 2, m % p == 0 */
+    PT_SCHED_ZB_H1,       /* zero bubble H1: B and W split, 1F1B's memory */
+    PT_SCHED_COUNT
+} pt_schedule_kind;
+
+typedef struct pt_schedule {
+    pt_schedule_kind kind;
+    int stages, chunks, micro; /* p, v, m */
+    int *count;                /* (p) actions of each stage */
+    pt_action **list;          /* (p) each stage's actions, in order */
+    pt_action *storage;
+    void *alloc_ctx;
+} pt_schedule;
+
+/* What pt_schedule_check learns by running every stage's list. */
+typedef struct pt_schedule_report {
+    int peak_inflight[64]; /* per stage: most micro-batch chunks forwarded and not
+                              yet backpropagated (their activations are held) */
+    int steps;             /* unit-time makespan: F, B, W take one slot each
+                              (B two when W is not split off), messages none */
+    double bubble;         /* idle fraction of the stages' slots in it */
+} pt_schedule_report;
+
+/* "gpipe", "1f1b", "interleaved", "zb-h1" */
+PTRAINDEF pt_status pt_schedule_kind_parse(const char *name, pt_schedule_kind *out);
+PTRAINDEF const char *pt_schedule_kind_name(pt_schedule_kind kind);
+/* Builds the lists for p stages (1..64), v chunks per stage, m micro-batches.
+   Checks Megatron's interleaving constraints and says which failed. */
+PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int p, int v,
+                                      int m);
+PTRAINDEF void pt_schedule_free(pt_schedule *s);
+/* Verifies any schedule before it runs: every (micro, chunk) gets F, B (and W
+   when split) exactly once, in dependency order, every send has its receive,
+   the stages' lists run to the end together without deadlock (sends are
+   buffered), and the optimizer step comes last. The message says what is
+   wrong, where. report (may be NULL) gets the peak activations in flight. */
+PTRAINDEF pt_status pt_schedule_check(const pt_schedule *s, pt_schedule_report *report);
+/* The schedule as a text grid, one row per stage, one column per unit-time
+   slot, the way the papers draw it ("F3" forward of micro-batch 3, "B2"
+   backward, twice as long unless "W2", its weight gradient, is split off;
+   chunk letters a, b, ... when v > 1).
+   Writes at most cap bytes (NUL-terminated) and returns the length needed. */
+PTRAINDEF size_t pt_schedule_format(const pt_schedule *s, char *buf, size_t cap);
 
 /* ======================================================================== */
 /* >>io                                                                      */
@@ -3963,6 +4041,377 @@ PTRAINDEF void pt_grid_free(pt_grid *g) {
     pt_comm_free(&g->dp_comm);
     pt_comm_free(&g->pp_comm);
     memset(g, 0, sizeof *g);
+}
+
+/* ======================================================================== */
+/* >>schedule (implementation)                                               */
+/* ======================================================================== */
+
+static const char *pt__sched_names[PT_SCHED_COUNT] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+
+PTRAINDEF const char *pt_schedule_kind_name(pt_schedule_kind kind) {
+    return kind >= 0 && kind < PT_SCHED_COUNT ? pt__sched_names[kind] : "(unknown)";
+}
+
+PTRAINDEF pt_status pt_schedule_kind_parse(const char *name, pt_schedule_kind *out) {
+    int k;
+    for (k = 0; k < PT_SCHED_COUNT; k++)
+        if (name && strcmp(name, pt__sched_names[k]) == 0) {
+            *out = (pt_schedule_kind)k;
+            return PT_OK;
+        }
+    return pt__fail(PT_ERR_CONFIG, "unknown schedule '%s' (known: gpipe, 1f1b, interleaved, zb-h1)",
+                    name ? name : "(null)");
+}
+
+/* Appends an action to stage s's list (capacity checked by the builder). */
+static void pt__sched_add(pt_schedule *s, int stage, int kind, int micro, int chunk, int peer) {
+    pt_action *a = &s->list[stage][s->count[stage]++];
+    a->kind = kind, a->micro = micro, a->chunk = chunk, a->peer = peer;
+}
+
+/* One compute action with the messages around it: a forward receives its
+   input from the previous virtual stage's owner and sends its output on; a
+   backward receives its output gradient and sends its input gradient back.
+   Virtual stage of (stage s, chunk c) is c*p + s. */
+static void pt__sched_compute(pt_schedule *s, int stage, int kind, int micro, int chunk) {
+    int p = s->stages, vs = chunk * p + stage, last = p * s->chunks - 1;
+    int prev = (vs + p * s->chunks - 1) % p, next = (vs + 1) % p;
+    if (kind == PT_ACT_F && vs > 0 && prev != stage)
+        pt__sched_add(s, stage, PT_ACT_RECV_ACT, micro, chunk, prev);
+    if (kind == PT_ACT_B && vs < last && next != stage)
+        pt__sched_add(s, stage, PT_ACT_RECV_GRAD, micro, chunk, next);
+    pt__sched_add(s, stage, kind, micro, chunk, -1);
+    if (kind == PT_ACT_F && vs < last && next != stage)
+        pt__sched_add(s, stage, PT_ACT_SEND_ACT, micro, chunk, next);
+    if (kind == PT_ACT_B && vs > 0 && prev != stage)
+        pt__sched_add(s, stage, PT_ACT_SEND_GRAD, micro, chunk, prev);
+}
+
+/* Megatron-LM's order of the k-th forward (or backward) of a stage in the
+   interleaved schedule: groups of p micro-batches go through chunk 0, then
+   chunk 1, ...; backwards walk the chunks from the last. */
+static void pt__interleaved_slot(const pt_schedule *s, int k, int backward, int *micro,
+                                 int *chunk) {
+    int p = s->stages, v = s->chunks;
+    *chunk = (k % (p * v)) / p;
+    if (backward) *chunk = v - 1 - *chunk;
+    *micro = (k / (p * v)) * p + k % p;
+}
+
+PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int p, int v,
+                                      int m) {
+    void *ctx = s->alloc_ctx;
+    int bad = 0, st, k, per;
+    memset(s, 0, sizeof *s);
+    s->alloc_ctx = ctx;
+    pt_clear_error();
+    if (kind < 0 || kind >= PT_SCHED_COUNT) pt__append_error(&bad, "unknown schedule kind %d", (int)kind);
+    if (p < 1 || p > 64) pt__append_error(&bad, "stages=%d must be in [1, 64]", p);
+    if (v < 1 || v > 64) pt__append_error(&bad, "chunks=%d must be in [1, 64]", v);
+    if (m < 1 || m > 1 << 16) pt__append_error(&bad, "micro-batches=%d must be in [1, 65536]", m);
+    if (!bad && kind == PT_SCHED_INTERLEAVED && v < 2)
+        pt__append_error(&bad, "interleaved needs chunks >= 2 (chunks=%d; use 1f1b)", v);
+    if (!bad && kind == PT_SCHED_INTERLEAVED && m % p != 0)
+        pt__append_error(&bad, "interleaved needs micro-batches divisible by stages "
+                         "(Megatron-LM): m=%d, p=%d", m, p);
+    if (!bad && kind != PT_SCHED_INTERLEAVED && v != 1)
+        pt__append_error(&bad, "%s runs one chunk per stage (chunks=%d; use interleaved)",
+                         pt_schedule_kind_name(kind), v);
+    if (bad) return PT_ERR_CONFIG;
+    s->kind = kind, s->stages = p, s->chunks = v, s->micro = m;
+    /* per stage at most: per (micro, chunk) F, B, W and four messages; OPT */
+    per = 7 * m * v + 1;
+    s->count = (int *)pt__malloc(sizeof(int) * (size_t)p, ctx);
+    s->list = (pt_action **)pt__malloc(sizeof(pt_action *) * (size_t)p, ctx);
+    s->storage = (pt_action *)pt__malloc(sizeof(pt_action) * (size_t)per * (size_t)p, ctx);
+    if (!s->count || !s->list || !s->storage) {
+        pt_schedule_free(s);
+        return pt__fail(PT_ERR_OOM, "cannot allocate a schedule of %d x %d actions", p, per);
+    }
+    for (st = 0; st < p; st++) s->count[st] = 0, s->list[st] = s->storage + (size_t)st * per;
+    for (st = 0; st < p; st++) {
+        int warm = p - st - 1 < m ? p - st - 1 : m, total = m * v, micro, chunk;
+        switch (kind) {
+        case PT_SCHED_GPIPE:
+            for (k = 0; k < m; k++) pt__sched_compute(s, st, PT_ACT_F, k, 0);
+            for (k = 0; k < m; k++) pt__sched_compute(s, st, PT_ACT_B, k, 0);
+            break;
+        case PT_SCHED_1F1B: /* warm-up forwards, then one forward one backward, then the rest */
+        case PT_SCHED_ZB_H1:
+            /* ZB-H1 (Qi et al. 2023): 1F1B's order with B split from W, and
+               stage s running W(k) after B(k+s): the chain of B's runs ahead,
+               the late W's fill the cool-down, and every stage holds at most
+               p micro-batches (stage 0's count under 1F1B) */
+            for (k = 0; k < warm; k++) pt__sched_compute(s, st, PT_ACT_F, k, 0);
+            for (k = 0; k < m; k++) {
+                if (k < m - warm) pt__sched_compute(s, st, PT_ACT_F, warm + k, 0);
+                pt__sched_compute(s, st, PT_ACT_B, k, 0);
+                if (kind == PT_SCHED_ZB_H1 && k >= st) pt__sched_add(s, st, PT_ACT_W, k - st, 0, -1);
+            }
+            for (k = m - st > 0 ? m - st : 0; kind == PT_SCHED_ZB_H1 && k < m; k++)
+                pt__sched_add(s, st, PT_ACT_W, k, 0, -1);
+            break;
+        case PT_SCHED_INTERLEAVED:
+            warm = (p - st - 1) * 2 + (v - 1) * p;
+            if (warm > total) warm = total;
+            for (k = 0; k < warm; k++) {
+                pt__interleaved_slot(s, k, 0, &micro, &chunk);
+                pt__sched_compute(s, st, PT_ACT_F, micro, chunk);
+            }
+            for (k = 0; k < total - warm; k++) {
+                pt__interleaved_slot(s, warm + k, 0, &micro, &chunk);
+                pt__sched_compute(s, st, PT_ACT_F, micro, chunk);
+                pt__interleaved_slot(s, k, 1, &micro, &chunk);
+                pt__sched_compute(s, st, PT_ACT_B, micro, chunk);
+            }
+            for (k = total - warm; k < total; k++) {
+                pt__interleaved_slot(s, k, 1, &micro, &chunk);
+                pt__sched_compute(s, st, PT_ACT_B, micro, chunk);
+            }
+            break;
+        default:
+            break;
+        }
+    }
+    for (st = 0; st < p; st++) pt__sched_add(s, st, PT_ACT_OPT, -1, -1, -1);
+    return PT_OK;
+}
+
+PTRAINDEF void pt_schedule_free(pt_schedule *s) {
+    void *ctx = s->alloc_ctx;
+    pt__free(s->count, ctx);
+    pt__free(s->list, ctx);
+    pt__free(s->storage, ctx);
+    memset(s, 0, sizeof *s);
+    s->alloc_ctx = ctx;
+}
+
+static const char *pt__act_names[PT_ACT_COUNT] = {
+    "forward", "backward", "weight gradient", "send activation", "receive activation",
+    "send gradient", "receive gradient", "optimizer step"};
+
+/* Runs every stage's list in unit time (F 1 slot; B 2, or 1 when W is split
+   off; W 1; messages arrive when sent), checking each action's
+   preconditions. start (may be NULL) gets each action's start slot, stage
+   after stage. Reports the first violation, or a deadlock, in words. */
+static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, int *start) {
+    int p = s->stages, v = s->chunks, m = s->micro, V = p * v, st, k, progress, split = 0;
+    size_t nkeys = (size_t)m * V, i;
+    /* per (micro, virtual stage): done slots of F, B, W (-1 not yet); messages */
+    int *fd = (int *)malloc(sizeof(int) * nkeys * 7), *bd = fd + nkeys, *wd = bd + nkeys;
+    int *act_msg = wd + nkeys, *grad_msg = act_msg + nkeys; /* slot sent, -1 none, -2 taken */
+    int *have_act = grad_msg + nkeys, *have_grad = have_act + nkeys;
+    int *pc = (int *)calloc((size_t)p * 4, sizeof(int)), *clock = pc + p, *live = clock + p;
+    int *first = live + p; /* where stage st's start slots begin */
+    pt_status err = PT_OK;
+    if (!fd || !pc) {
+        free(fd), free(pc);
+        return pt__fail(PT_ERR_OOM, "cannot allocate the schedule checker's state");
+    }
+    for (i = 0; i < nkeys * 7; i++) fd[i] = -1;
+    for (st = 1; st < p; st++) first[st] = first[st - 1] + s->count[st - 1];
+    for (st = 0; st < p; st++)
+        for (k = 0; k < s->count[st]; k++) split |= s->list[st][k].kind == PT_ACT_W;
+    if (rep) memset(rep, 0, sizeof *rep);
+#define PT__BAD(...)                                                                         \
+    do {                                                                                     \
+        err = pt__fail(PT_ERR_CONFIG, __VA_ARGS__);                                          \
+        goto done;                                                                           \
+    } while (0)
+    do {
+        progress = 0;
+        for (st = 0; st < p; st++) {
+            while (pc[st] < s->count[st]) {
+                const pt_action *a = &s->list[st][pc[st]];
+                int c = a->chunk, mi = a->micro, vs = c * p + st, cost = 0, at = clock[st];
+                size_t key = (size_t)mi * V + (size_t)vs;
+                const char *what = a->kind >= 0 && a->kind < PT_ACT_COUNT ? pt__act_names[a->kind] : "?";
+                if (a->kind < 0 || a->kind >= PT_ACT_COUNT)
+                    PT__BAD("stage %d, action %d: unknown kind %d", st, pc[st], a->kind);
+                if (a->kind != PT_ACT_OPT && (mi < 0 || mi >= m || c < 0 || c >= v))
+                    PT__BAD("stage %d, action %d (%s): micro-batch %d or chunk %d out of range "
+                            "(m=%d, v=%d)", st, pc[st], what, mi, c, m, v);
+                switch (a->kind) {
+                case PT_ACT_F:
+                    if (fd[key] >= 0) PT__BAD("stage %d: forward of micro-batch %d chunk %d twice", st, mi, c);
+                    if (vs > 0 && (p > 1 ? have_act[key] < 0 : fd[key - 1] < 0))
+                        PT__BAD("stage %d, action %d: forward of micro-batch %d chunk %d before its "
+                                "input arrived%s", st, pc[st], mi, c,
+                                p > 1 ? " (no receive of the activation before it)" : "");
+                    if (vs > 0 && p > 1 && have_act[key] > at) at = have_act[key];
+                    if (vs > 0 && p == 1 && fd[key - 1] > at) at = fd[key - 1];
+                    cost = 1;
+                    fd[key] = at + cost;
+                    live[st]++;
+                    if (rep && live[st] > rep->peak_inflight[st]) rep->peak_inflight[st] = live[st];
+                    break;
+                case PT_ACT_B:
+                    if (fd[key] < 0) PT__BAD("stage %d, action %d: backward of micro-batch %d chunk %d "
+                                             "before its forward", st, pc[st], mi, c);
+                    if (bd[key] >= 0) PT__BAD("stage %d: backward of micro-batch %d chunk %d twice", st, mi, c);
+                    if (vs < V - 1 && (p > 1 ? have_grad[key] < 0 : bd[key + 1] < 0))
+                        PT__BAD("stage %d, action %d: backward of micro-batch %d chunk %d before its "
+                                "output gradient arrived%s", st, pc[st], mi, c,
+                                p > 1 ? " (no receive of the gradient before it)" : "");
+                    if (vs < V - 1 && p > 1 && have_grad[key] > at) at = have_grad[key];
+                    if (vs < V - 1 && p == 1 && bd[key + 1] > at) at = bd[key + 1];
+                    cost = split ? 1 : 2;
+                    bd[key] = at + cost;
+                    if (!split) live[st]--;
+                    break;
+                case PT_ACT_W:
+                    if (bd[key] < 0) PT__BAD("stage %d, action %d: weight gradient of micro-batch %d "
+                                             "chunk %d before its backward", st, pc[st], mi, c);
+                    if (wd[key] >= 0) PT__BAD("stage %d: weight gradient of micro-batch %d chunk %d twice", st, mi, c);
+                    cost = 1;
+                    wd[key] = at + cost;
+                    live[st]--;
+                    break;
+                case PT_ACT_SEND_ACT:
+                case PT_ACT_SEND_GRAD: {
+                    int fwd = a->kind == PT_ACT_SEND_ACT, to = fwd ? vs + 1 : vs - 1;
+                    int *msg = fwd ? act_msg : grad_msg;
+                    if (to < 0 || to >= V || a->peer != to % p)
+                        PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d goes to stage %d, "
+                                "but virtual stage %d is on stage %d", st, pc[st], what, mi, c, a->peer,
+                                to, to < 0 || to >= V ? -1 : to % p);
+                    if ((fwd ? fd[key] : bd[key]) < 0)
+                        PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d before computing it",
+                                st, pc[st], what, mi, c);
+                    if (msg[key] != -1) PT__BAD("stage %d: %s of micro-batch %d chunk %d twice", st, what, mi, c);
+                    msg[key] = at;
+                    break;
+                }
+                case PT_ACT_RECV_ACT:
+                case PT_ACT_RECV_GRAD: {
+                    int fwd = a->kind == PT_ACT_RECV_ACT, from = fwd ? vs - 1 : vs + 1;
+                    int *msg = fwd ? act_msg : grad_msg, *have = fwd ? have_act : have_grad;
+                    size_t src;
+                    if (from < 0 || from >= V || a->peer != from % p)
+                        PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d comes from stage %d, "
+                                "but virtual stage %d is on stage %d", st, pc[st], what, mi, c, a->peer,
+                                from, from < 0 || from >= V ? -1 : from % p);
+                    src = (size_t)mi * V + (size_t)from;
+                    if (msg[src] == -2) PT__BAD("stage %d: %s of micro-batch %d chunk %d twice", st, what, mi, c);
+                    if (msg[src] == -1) goto blocked; /* not sent yet */
+                    if (msg[src] > at) at = msg[src];
+                    msg[src] = -2;
+                    have[key] = at;
+                    break;
+                }
+                case PT_ACT_OPT:
+                    if (pc[st] != s->count[st] - 1)
+                        PT__BAD("stage %d: the optimizer step is action %d of %d, not the last", st,
+                                pc[st], s->count[st]);
+                    for (k = 0; k < v; k++)
+                        for (mi = 0; mi < m; mi++) {
+                            size_t q = (size_t)mi * V + (size_t)(k * p + st);
+                            if (fd[q] < 0 || bd[q] < 0 || (split && wd[q] < 0))
+                                PT__BAD("stage %d: the optimizer step comes before the %s of micro-batch "
+                                        "%d chunk %d", st, fd[q] < 0 ? "forward" : bd[q] < 0 ? "backward"
+                                        : "weight gradient", mi, k);
+                        }
+                    break;
+                }
+                if (start) start[first[st] + pc[st]] = at;
+                clock[st] = at + cost;
+                pc[st]++;
+                progress = 1;
+            }
+        blocked:;
+        }
+    } while (progress);
+    for (st = 0; st < p; st++)
+        if (pc[st] < s->count[st]) { /* a deadlock: say where every stage waits */
+            char msg[512];
+            size_t len = 0;
+            int q;
+            for (q = 0; q < p && len < sizeof msg - 100; q++)
+                if (pc[q] < s->count[q]) {
+                    const pt_action *w = &s->list[q][pc[q]];
+                    len += (size_t)snprintf(msg + len, sizeof msg - len,
+                                            "%sstage %d waits at action %d (%s of micro-batch %d "
+                                            "chunk %d from stage %d)", len ? "; " : "", q, pc[q],
+                                            pt__act_names[w->kind], w->micro, w->chunk, w->peer);
+                }
+            PT__BAD("deadlock: %s", msg);
+        }
+    for (st = 0; st < p; st++)
+        if (s->count[st] == 0 || s->list[st][s->count[st] - 1].kind != PT_ACT_OPT)
+            PT__BAD("stage %d has no optimizer step at the end", st);
+    for (i = 0; i < nkeys; i++) {
+        int mi = (int)(i / (size_t)V), vs = (int)(i % (size_t)V);
+        if (fd[i] < 0 || bd[i] < 0 || (split && wd[i] < 0))
+            PT__BAD("micro-batch %d chunk %d of stage %d never gets its %s", mi, vs / p, vs % p,
+                    fd[i] < 0 ? "forward" : bd[i] < 0 ? "backward" : "weight gradient");
+        if (act_msg[i] >= 0 || grad_msg[i] >= 0)
+            PT__BAD("stage %d sends the %s of micro-batch %d chunk %d, and nobody receives it",
+                    vs % p, act_msg[i] >= 0 ? "activation" : "gradient", mi, vs / p);
+    }
+    if (rep) {
+        double work = 0.0;
+        for (st = 0; st < p; st++) rep->steps = clock[st] > rep->steps ? clock[st] : rep->steps;
+        work = (double)m * v * p * 3.0;
+        rep->bubble = rep->steps ? 1.0 - work / ((double)p * rep->steps) : 0.0;
+    }
+#undef PT__BAD
+done:
+    free(fd);
+    free(pc);
+    return err;
+}
+
+PTRAINDEF pt_status pt_schedule_check(const pt_schedule *s, pt_schedule_report *report) {
+    if (!s || !s->count || !s->list || s->stages < 1 || s->chunks < 1 || s->micro < 1)
+        return pt__fail(PT_ERR_INVALID_ARG, "schedule is empty or freed");
+    if (s->stages > 64) return pt__fail(PT_ERR_CONFIG, "stages=%d > 64", s->stages);
+    return pt__sched_run(s, report, NULL);
+}
+
+PTRAINDEF size_t pt_schedule_format(const pt_schedule *s, char *buf, size_t cap) {
+    pt_schedule_report rep;
+    size_t total = 0, used = 0;
+    int *start, st, k, t, width = s->chunks > 1 ? 5 : 4, split = 0, at0 = 0;
+    char *row;
+    if (cap) buf[0] = 0;
+    for (st = 0; st < s->stages; st++) {
+        total += (size_t)s->count[st];
+        for (k = 0; k < s->count[st]; k++) split |= s->list[st][k].kind == PT_ACT_W;
+    }
+    start = (int *)malloc(sizeof(int) * (total + 1));
+    if (!start || pt__sched_run(s, &rep, start) != PT_OK) {
+        free(start);
+        return 0;
+    }
+    row = (char *)malloc((size_t)rep.steps * (size_t)width + 16);
+    if (!row) {
+        free(start);
+        return 0;
+    }
+    for (st = 0; st < s->stages; st++) {
+        size_t len = (size_t)snprintf(row, 16, "stage %2d |", st);
+        memset(row + len, ' ', (size_t)rep.steps * (size_t)width);
+        for (k = 0; k < s->count[st]; k++) {
+            const pt_action *a = &s->list[st][k];
+            int at = start[at0 + k], slots = a->kind == PT_ACT_B && !split ? 2 : 1, n;
+            char cell[24];
+            if (a->kind != PT_ACT_F && a->kind != PT_ACT_B && a->kind != PT_ACT_W) continue;
+            n = snprintf(cell, sizeof cell, "%c%d", "FBW"[a->kind], a->micro);
+            if (s->chunks > 1 && n < 20) cell[n++] = (char)('a' + a->chunk % 26), cell[n] = 0;
+            for (t = 0; t < slots; t++)
+                memcpy(row + len + (size_t)(at + t) * width, cell,
+                       (size_t)(n < width - 1 ? n : width - 1));
+        }
+        at0 += s->count[st];
+        len += (size_t)rep.steps * (size_t)width;
+        row[len++] = '\n';
+        if (used + len < cap) memcpy(buf + used, row, len), buf[used + len] = 0;
+        used += len;
+    }
+    free(row);
+    free(start);
+    return used;
 }
 
 /* ======================================================================== */

@@ -1878,6 +1878,167 @@ static void test_thread_local_error(void) {
     CHECK(strstr(pt_last_error(), "thread-two") == NULL);
 }
 
+
+/* ======================================================================== */
+/* pipeline schedules                                                        */
+/* ======================================================================== */
+
+/* Every kind at many (p, v, m): the checker accepts it, the peak activations
+   in flight and the unit-time bubble are the textbook ones: GPipe holds all m
+   micro-batches, 1F1B min(m, p - s) on stage s, ZB-H1 min(m, p) everywhere;
+   GPipe and 1F1B idle (p-1)/(m+p-1) of the time, interleaved (p-1)/(vm+p-1),
+   ZB-H1 p-1 slots of 3m + p - 1 once m >= p (a third of 1F1B's). */
+static void test_schedule_kinds(void) {
+    int p, v, m, k, st;
+    for (k = 0; k < PT_SCHED_COUNT; k++)
+        for (p = 1; p <= 8; p++)
+            for (v = 1; v <= 3; v++)
+                for (m = 1; m <= 16; m++) {
+                    pt_schedule s;
+                    pt_schedule_report r;
+                    double want = -1.0;
+                    int interleaved = k == PT_SCHED_INTERLEAVED;
+                    if ((interleaved && (v < 2 || m % p)) || (!interleaved && v > 1)) continue;
+                    ZERO(s);
+                    CHECK_ST(pt_schedule_build(&s, (pt_schedule_kind)k, p, v, m), PT_OK);
+                    if (g_fail) return;
+                    if (pt_schedule_check(&s, &r) != PT_OK) {
+                        FAIL("%s p=%d v=%d m=%d: %s", pt_schedule_kind_name((pt_schedule_kind)k), p,
+                             v, m, pt_last_error());
+                        pt_schedule_free(&s);
+                        return;
+                    }
+                    for (st = 0; st < p; st++) {
+                        int peak = k == PT_SCHED_GPIPE ? m
+                                   : k == PT_SCHED_1F1B ? (m < p - st ? m : p - st)
+                                   : k == PT_SCHED_ZB_H1 ? (m < p ? m : p)
+                                   : r.peak_inflight[st];
+                        if (r.peak_inflight[st] != peak)
+                            FAIL("%s p=%d m=%d stage %d: peak in flight %d, expected %d",
+                                 pt_schedule_kind_name((pt_schedule_kind)k), p, m, st,
+                                 r.peak_inflight[st], peak);
+                    }
+                    if (k == PT_SCHED_GPIPE || k == PT_SCHED_1F1B)
+                        want = (double)(p - 1) / (m + p - 1);
+                    else if (interleaved)
+                        want = (double)(p - 1) / (v * m + p - 1);
+                    else if (m >= p)
+                        want = (double)(p - 1) / (3 * m + p - 1);
+                    if (want >= 0.0 && fabs(r.bubble - want) > 1e-12)
+                        FAIL("%s p=%d v=%d m=%d: bubble %.6f, expected %.6f",
+                             pt_schedule_kind_name((pt_schedule_kind)k), p, v, m, r.bubble, want);
+                    pt_schedule_free(&s);
+                }
+}
+
+/* Looks for an action in stage st's list; returns its index or -1. */
+static int find_action(const pt_schedule *s, int st, int kind, int micro, int chunk) {
+    int i;
+    for (i = 0; i < s->count[st]; i++)
+        if (s->list[st][i].kind == kind && s->list[st][i].micro == micro &&
+            s->list[st][i].chunk == chunk)
+            return i;
+    return -1;
+}
+
+static void drop_action(pt_schedule *s, int st, int i) {
+    memmove(&s->list[st][i], &s->list[st][i + 1], sizeof(pt_action) * (size_t)(s->count[st] - i - 1));
+    s->count[st]--;
+}
+
+/* Broken schedules are refused, each with a message saying what is wrong. */
+static void test_schedule_checker_rejects(void) {
+    pt_schedule s;
+    pt_action tmp;
+    int i, j;
+    ZERO(s);
+    /* a missing W */
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_ZB_H1, 3, 1, 4), PT_OK);
+    drop_action(&s, 1, find_action(&s, 1, PT_ACT_W, 2, 0));
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "optimizer step comes before the weight gradient of micro-batch 2");
+    pt_schedule_free(&s);
+    /* swapped send and receive on stage 1: it waits for a gradient before sending the
+       activation stage 2 needs to produce it */
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_1F1B, 3, 1, 4), PT_OK);
+    i = find_action(&s, 1, PT_ACT_SEND_ACT, 0, 0);
+    j = find_action(&s, 1, PT_ACT_RECV_GRAD, 0, 0);
+    CHECK(i >= 0 && j > i);
+    tmp = s.list[1][i], s.list[1][i] = s.list[1][j], s.list[1][j] = tmp;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "deadlock");
+    CHECK_MSG("stage 1 waits");
+    pt_schedule_free(&s);
+    /* a cycle: under GPipe stage 1 forwards micro-batch 1 before backpropagating 0; make
+       stage 0 wait for micro-batch 0's gradient before it forwards micro-batch 1 */
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_GPIPE, 2, 1, 2), PT_OK);
+    i = find_action(&s, 0, PT_ACT_F, 1, 0);
+    j = find_action(&s, 0, PT_ACT_RECV_GRAD, 0, 0);
+    tmp = s.list[0][j];
+    memmove(&s.list[0][i + 1], &s.list[0][i], sizeof(pt_action) * (size_t)(j - i));
+    s.list[0][i] = tmp;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "deadlock: stage 0 waits at action 2 "
+              "(receive gradient of micro-batch 0 chunk 0 from stage 1); stage 1 waits at action 2 "
+              "(receive activation of micro-batch 1 chunk 0 from stage 0)");
+    pt_schedule_free(&s);
+    /* a backward before its forward */
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_GPIPE, 1, 1, 3), PT_OK);
+    i = find_action(&s, 0, PT_ACT_F, 2, 0);
+    j = find_action(&s, 0, PT_ACT_B, 2, 0);
+    tmp = s.list[0][i], s.list[0][i] = s.list[0][j], s.list[0][j] = tmp;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "backward of micro-batch 2 chunk 0 before its forward");
+    pt_schedule_free(&s);
+    /* a send to the wrong stage, and a send nobody receives */
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_1F1B, 3, 1, 2), PT_OK);
+    s.list[0][find_action(&s, 0, PT_ACT_SEND_ACT, 1, 0)].peer = 2;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "goes to stage 2, but virtual stage 1 is on stage 1");
+    s.list[0][find_action(&s, 0, PT_ACT_SEND_ACT, 1, 0)].peer = 1;
+    drop_action(&s, 1, find_action(&s, 1, PT_ACT_RECV_ACT, 1, 0));
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "forward of micro-batch 1 chunk 0 before its input arrived");
+    pt_schedule_free(&s);
+    /* a duplicated forward; the optimizer step not last */
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_GPIPE, 1, 1, 2), PT_OK);
+    s.list[0][find_action(&s, 0, PT_ACT_F, 1, 0)].micro = 0;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "forward of micro-batch 0 chunk 0 twice");
+    pt_schedule_free(&s);
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_GPIPE, 1, 1, 2), PT_OK);
+    tmp = s.list[0][s.count[0] - 1], s.list[0][s.count[0] - 1] = s.list[0][0], s.list[0][0] = tmp;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "optimizer step is action 0");
+    pt_schedule_free(&s);
+}
+
+static void test_schedule_config_errors(void) {
+    pt_schedule s;
+    pt_schedule_kind k = PT_SCHED_GPIPE;
+    ZERO(s);
+    CHECK_ERR(pt_schedule_build(&s, PT_SCHED_INTERLEAVED, 4, 2, 6), PT_ERR_CONFIG,
+              "interleaved needs micro-batches divisible by stages (Megatron-LM): m=6, p=4");
+    CHECK_ERR(pt_schedule_build(&s, PT_SCHED_INTERLEAVED, 4, 1, 8), PT_ERR_CONFIG, "chunks >= 2");
+    CHECK_ERR(pt_schedule_build(&s, PT_SCHED_1F1B, 4, 2, 8), PT_ERR_CONFIG, "use interleaved");
+    CHECK_ERR(pt_schedule_build(&s, PT_SCHED_GPIPE, 65, 1, 8), PT_ERR_CONFIG, "stages=65");
+    CHECK_ERR(pt_schedule_build(&s, PT_SCHED_GPIPE, 2, 1, 0), PT_ERR_CONFIG, "micro-batches=0");
+    CHECK_ERR(pt_schedule_kind_parse("2f2b", &k), PT_ERR_CONFIG, "unknown schedule '2f2b'");
+    CHECK_ST(pt_schedule_kind_parse("zb-h1", &k), PT_OK);
+    CHECK_EQ(k, PT_SCHED_ZB_H1);
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_INVALID_ARG, "empty");
+}
+
+/* The text grid: GPipe on 2 stages, 2 micro-batches, drawn slot by slot. */
+static void test_schedule_format(void) {
+    pt_schedule s;
+    char buf[512], tiny[8];
+    size_t n;
+    ZERO(s);
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_GPIPE, 2, 1, 2), PT_OK);
+    n = pt_schedule_format(&s, buf, sizeof buf);
+    CHECK_EQ(n, strlen(buf));
+    /* stage 1 runs B0 in slots 3-4; its gradient reaches stage 0 for slot 5 */
+    CHECK(strcmp(buf, "stage  0 |F0  F1              B0  B0  B1  B1  \n"
+                      "stage  1 |    F0  F1  B0  B0  B1  B1          \n") == 0);
+    if (g_fail) printf("%s", buf);
+    CHECK_EQ(pt_schedule_format(&s, tiny, sizeof tiny), n); /* too small: the size needed */
+    CHECK_EQ(strlen(tiny), 0);
+    pt_schedule_free(&s);
+}
+
 /* ======================================================================== */
 /* runner                                                                    */
 /* ======================================================================== */
@@ -1922,6 +2083,10 @@ static const test_case tests[] = {
     {"generate", test_generate},
     {"status_strings", test_status_strings},
     {"thread_local_error", test_thread_local_error},
+    {"schedule_kinds", test_schedule_kinds},
+    {"schedule_checker_rejects", test_schedule_checker_rejects},
+    {"schedule_config_errors", test_schedule_config_errors},
+    {"schedule_format", test_schedule_format},
 };
 
 int main(int argc, char **argv) {

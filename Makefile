@@ -17,7 +17,7 @@ SANFLAGS = -std=c11 -O1 -g -fno-omit-frame-pointer $(WARN) -fopenmp \
 LDLIBS = $(BLAS) -lm
 HDR = ptrain.h examples/cli.h
 
-EXAMPLES = train sample hello_layer quickstart tensor_parallel
+EXAMPLES = train sample hello_layer quickstart tensor_parallel pipeline
 BINS = $(addprefix build/,$(EXAMPLES)) build/fixture_check build/tests build/bench_step \
        build/bench_kernels build/bench_parallel build/comm_check
 # the same programs with ranks as MPI processes (-DPTRAIN_MPI, Open MPI's mpicc)

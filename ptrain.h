@@ -696,6 +696,39 @@ PTRAINDEF pt_status pt_schedule_check(const pt_schedule *s, pt_schedule_report *
    Writes at most cap bytes (NUL-terminated) and returns the length needed. */
 PTRAINDEF size_t pt_schedule_format(const pt_schedule *s, char *buf, size_t cap);
 
+/* A timeline: what each track (a rank, or a stage) did when, from a real
+   run or from a schedule's unit-time run. The Chrome trace and SVG writers
+   (>>io) draw it; the simulator will fill the same structure. */
+typedef struct pt_trace_event {
+    int track, kind;    /* pt_action_kind */
+    int micro, chunk;   /* -1 when not about a micro-batch */
+    double start, dur;  /* seconds */
+} pt_trace_event;
+
+typedef struct pt_trace {
+    int ntracks, count, cap;
+    pt_trace_event *events;
+    const char *title;  /* shown in the SVG and the trace's metadata (not owned) */
+    const char *track_name; /* "stage" or "rank": tracks are "stage 0", ... */
+    void *alloc_ctx;
+} pt_trace;
+
+PTRAINDEF pt_status pt_trace_add(pt_trace *t, int track, int kind, int micro, int chunk,
+                                 double start, double dur);
+PTRAINDEF void pt_trace_free(pt_trace *t);
+/* The schedule's unit-time run (pt_schedule_check's) as a trace, one slot
+   lasting `unit` seconds. */
+PTRAINDEF pt_status pt_schedule_trace(const pt_schedule *s, double unit, pt_trace *t);
+/* Chrome trace JSON (chrome://tracing, Perfetto's legacy JSON): one thread
+   per track, one complete ("X") slice per action named "F3" (micro-batch 3;
+   chunk letters when there are chunks) with micro-batch and chunk in its
+   args. Written atomically. */
+PTRAINDEF pt_status pt_trace_write_chrome(const pt_trace *t, const char *path);
+/* The same timeline as an SVG picture: a row per track, forward, backward,
+   weight-gradient and communication in their own colours, idle time grey. */
+PTRAINDEF pt_status pt_trace_write_svg(const pt_trace *t, const char *path);
+
+
 /* ======================================================================== */
 /* >>io                                                                      */
 /* ======================================================================== */
@@ -1020,6 +1053,26 @@ static void *pt__malloc(size_t n, void *ctx) {
 static void pt__free(void *p, void *ctx) {
     (void)ctx;
     if (p) PTRAIN_FREE(p, ctx);
+}
+
+/* Grows a malloc'ed array to hold at least need elements. */
+static int pt__grow(void **arr, int *cap, int need, size_t elem, void *ctx) {
+    int ncap = *cap ? *cap : 16;
+    void *p;
+    if (need <= *cap) return 1;
+    while (ncap < need) {
+        if (ncap > (1 << 28)) return 0;
+        ncap *= 2;
+    }
+    p = pt__malloc((size_t)ncap * elem, ctx);
+    if (!p) return 0;
+    if (*arr) {
+        memcpy(p, *arr, (size_t)*cap * elem);
+        pt__free(*arr, ctx);
+    }
+    *arr = p;
+    *cap = ncap;
+    return 1;
 }
 
 /* ======================================================================== */
@@ -4414,29 +4467,61 @@ PTRAINDEF size_t pt_schedule_format(const pt_schedule *s, char *buf, size_t cap)
     return used;
 }
 
+
+PTRAINDEF pt_status pt_trace_add(pt_trace *t, int track, int kind, int micro, int chunk,
+                                 double start, double dur) {
+    pt_trace_event *e;
+    if (track < 0) return pt__fail(PT_ERR_INVALID_ARG, "trace track %d < 0", track);
+    if (!pt__grow((void **)&t->events, &t->cap, t->count + 1, sizeof *e, t->alloc_ctx))
+        return pt__fail(PT_ERR_OOM, "cannot grow the trace to %d events", t->count + 1);
+    e = &t->events[t->count++];
+    e->track = track, e->kind = kind, e->micro = micro, e->chunk = chunk;
+    e->start = start, e->dur = dur;
+    if (track >= t->ntracks) t->ntracks = track + 1;
+    return PT_OK;
+}
+
+PTRAINDEF void pt_trace_free(pt_trace *t) {
+    void *ctx = t->alloc_ctx;
+    pt__free(t->events, ctx);
+    memset(t, 0, sizeof *t);
+    t->alloc_ctx = ctx;
+}
+
+PTRAINDEF pt_status pt_schedule_trace(const pt_schedule *s, double unit, pt_trace *t) {
+    int *start, st, k, at0 = 0, split = 0;
+    size_t total = 0;
+    pt_status err;
+    for (st = 0; st < s->stages; st++) {
+        total += (size_t)s->count[st];
+        for (k = 0; k < s->count[st]; k++) split |= s->list[st][k].kind == PT_ACT_W;
+    }
+    start = (int *)malloc(sizeof(int) * (total + 1));
+    if (!start) return pt__fail(PT_ERR_OOM, "cannot allocate the schedule's timeline");
+    if ((err = pt__sched_run(s, NULL, start)) != PT_OK) {
+        free(start);
+        return err;
+    }
+    t->ntracks = t->ntracks > s->stages ? t->ntracks : s->stages;
+    if (!t->track_name) t->track_name = "stage";
+    for (st = 0; st < s->stages && err == PT_OK; st++) {
+        for (k = 0; k < s->count[st] && err == PT_OK; k++) {
+            const pt_action *a = &s->list[st][k];
+            int slots = a->kind == PT_ACT_B && !split ? 2 : 1;
+            if (a->kind == PT_ACT_F || a->kind == PT_ACT_B || a->kind == PT_ACT_W)
+                err = pt_trace_add(t, st, a->kind, a->micro, a->chunk, start[at0 + k] * unit,
+                                   slots * unit);
+        }
+        at0 += s->count[st];
+    }
+    free(start);
+    return err;
+}
+
 /* ======================================================================== */
 /* >>io (implementation)                                                     */
 /* ======================================================================== */
 
-/* Grows a malloc'ed array to hold at least need elements. */
-static int pt__grow(void **arr, int *cap, int need, size_t elem, void *ctx) {
-    int ncap = *cap ? *cap : 16;
-    void *p;
-    if (need <= *cap) return 1;
-    while (ncap < need) {
-        if (ncap > (1 << 28)) return 0;
-        ncap *= 2;
-    }
-    p = pt__malloc((size_t)ncap * elem, ctx);
-    if (!p) return 0;
-    if (*arr) {
-        memcpy(p, *arr, (size_t)*cap * elem);
-        pt__free(*arr, ctx);
-    }
-    *arr = p;
-    *cap = ncap;
-    return 1;
-}
 
 static char *pt__strdup(const char *s, void *ctx) {
     size_t n = strlen(s) + 1;
@@ -5150,16 +5235,14 @@ static size_t pt__st_header(const pt_st_writer *w, char *buf, size_t cap) {
     return len;
 }
 
-/* The platform part of an atomic write. */
+/* The platform part of an atomic write of n parts to path, through tmp. */
 #if defined(_WIN32)
-static pt_status pt__write_atomic(const char *path, const char *tmp, const unsigned char *head,
-                                  size_t head_len, const pt_st_writer *w) {
+static pt_status pt__write_atomic(const char *path, const char *tmp, const void *const *parts,
+                                  const size_t *lens, int n) {
     FILE *f = fopen(tmp, "wb");
-    int i, ok;
+    int i, ok = 1;
     if (!f) return pt__fail(PT_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
-    ok = fwrite(head, 1, head_len, f) == head_len;
-    for (i = 0; ok && i < w->n_tensors; i++)
-        ok = fwrite(w->tensors[i].data, 1, (size_t)w->tensors[i].end, f) == (size_t)w->tensors[i].end;
+    for (i = 0; ok && i < n; i++) ok = fwrite(parts[i], 1, lens[i], f) == lens[i];
     ok = (fflush(f) == 0) && ok && _commit(_fileno(f)) == 0;
     ok = (fclose(f) == 0) && ok;
     if (ok) {
@@ -5184,15 +5267,13 @@ static int pt__write_all(int fd, const unsigned char *p, size_t n) {
     return 1;
 }
 
-static pt_status pt__write_atomic(const char *path, const char *tmp, const unsigned char *head,
-                                  size_t head_len, const pt_st_writer *w) {
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644), i, ok, err = 0;
+static pt_status pt__write_atomic(const char *path, const char *tmp, const void *const *parts,
+                                  const size_t *lens, int n) {
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644), i, ok = 1, err = 0;
     char dir[4096];
     const char *slash;
     if (fd < 0) return pt__fail(PT_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
-    ok = pt__write_all(fd, head, head_len);
-    for (i = 0; ok && i < w->n_tensors; i++)
-        ok = pt__write_all(fd, w->tensors[i].data, (size_t)w->tensors[i].end);
+    for (i = 0; ok && i < n; i++) ok = pt__write_all(fd, (const unsigned char *)parts[i], lens[i]);
     if (ok) ok = fsync(fd) == 0;
     if (!ok) err = errno;
     if (close(fd) != 0 && ok) {
@@ -5225,25 +5306,228 @@ static pt_status pt__write_atomic(const char *path, const char *tmp, const unsig
 }
 #endif
 
+/* Writes n parts to path atomically: PATH.tmp, fsync, rename; on failure the
+   old file, if any, is intact. */
+static pt_status pt__write_file(const char *path, const void *const *parts, const size_t *lens,
+                                int n, void *ctx) {
+    size_t plen = strlen(path);
+    char *tmp = (char *)pt__malloc(plen + 5, ctx);
+    pt_status s;
+    if (!tmp) return pt__fail(PT_ERR_OOM, "out of memory writing '%s'", path);
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp", 5);
+    s = pt__write_atomic(path, tmp, parts, lens, n);
+    pt__free(tmp, ctx);
+    return s;
+}
+
 PTRAINDEF pt_status pt_st_writer_save(const pt_st_writer *w, const char *path) {
-    size_t hl = pt__st_header(w, NULL, 0), plen = strlen(path);
+    size_t hl = pt__st_header(w, NULL, 0), *lens;
     unsigned char *head = (unsigned char *)pt__malloc(8 + hl, w->alloc_ctx);
-    char *tmp = (char *)pt__malloc(plen + 5, w->alloc_ctx);
+    const void **parts = (const void **)pt__malloc(sizeof(void *) * (size_t)(w->n_tensors + 1),
+                                                   w->alloc_ctx);
     pt_status s;
     int i;
-    if (!head || !tmp) {
-        pt__free(head, w->alloc_ctx);
-        pt__free(tmp, w->alloc_ctx);
-        return pt__fail(PT_ERR_OOM, "out of memory writing '%s'", path);
+    lens = (size_t *)pt__malloc(sizeof(size_t) * (size_t)(w->n_tensors + 1), w->alloc_ctx);
+    if (!head || !parts || !lens) {
+        s = pt__fail(PT_ERR_OOM, "out of memory writing '%s'", path);
+        goto out;
     }
     for (i = 0; i < 8; i++) head[i] = (unsigned char)((uint64_t)hl >> (8 * i));
     pt__st_header(w, (char *)head + 8, hl);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    s = pt__write_atomic(path, tmp, head, 8 + hl, w);
+    parts[0] = head, lens[0] = 8 + hl;
+    for (i = 0; i < w->n_tensors; i++)
+        parts[i + 1] = w->tensors[i].data, lens[i + 1] = (size_t)w->tensors[i].end;
+    s = pt__write_file(path, parts, lens, w->n_tensors + 1, w->alloc_ctx);
+out:
     pt__free(head, w->alloc_ctx);
-    pt__free(tmp, w->alloc_ctx);
+    pt__free((void *)parts, w->alloc_ctx);
+    pt__free(lens, w->alloc_ctx);
     return s;
+}
+
+
+/* ---- timelines: Chrome trace JSON and SVG ---------------------------------- */
+
+/* A growing text buffer; on allocation failure it stops growing and says so. */
+typedef struct pt__text {
+    char *p;
+    size_t len, cap;
+    int oom;
+    void *ctx;
+} pt__text;
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void pt__textf(pt__text *b, const char *fmt, ...) {
+    va_list ap;
+    int n;
+    if (b->oom) return;
+    for (;;) {
+        size_t room = b->cap - b->len;
+        va_start(ap, fmt);
+        n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? room : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = 1;
+            return;
+        }
+        if (b->p && (size_t)n < room) {
+            b->len += (size_t)n;
+            return;
+        }
+        {
+            size_t ncap = b->cap ? b->cap * 2 : 4096;
+            char *q;
+            while (ncap < b->len + (size_t)n + 1) ncap *= 2;
+            q = (char *)pt__malloc(ncap, b->ctx);
+            if (!q) {
+                b->oom = 1;
+                return;
+            }
+            if (b->p) memcpy(q, b->p, b->len);
+            pt__free(b->p, b->ctx);
+            b->p = q;
+            b->cap = ncap;
+        }
+    }
+}
+
+/* s with JSON/XML's special characters escaped (into b) */
+static void pt__text_escaped(pt__text *b, const char *s, int xml) {
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (xml && (c == '<' || c == '>' || c == '&' || c == '"'))
+            pt__textf(b, "%s", c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : "&quot;");
+        else if (!xml && (c == '"' || c == '\\')) pt__textf(b, "\\%c", c);
+        else if (c < 0x20) pt__textf(b, xml ? " " : "\\u%04x", c);
+        else pt__textf(b, "%c", c);
+    }
+}
+
+static pt_status pt__text_save(pt__text *b, const char *path) {
+    const void *parts[1];
+    size_t lens[1];
+    pt_status s;
+    if (b->oom) s = pt__fail(PT_ERR_OOM, "out of memory writing '%s'", path);
+    else {
+        parts[0] = b->p, lens[0] = b->len;
+        s = pt__write_file(path, parts, lens, 1, b->ctx);
+    }
+    pt__free(b->p, b->ctx);
+    b->p = NULL;
+    return s;
+}
+
+static const char *pt__trace_cat[PT_ACT_COUNT] = {
+    "forward", "backward", "weight gradient", "communication", "communication",
+    "communication", "communication", "optimizer"};
+
+/* "F3", "B0b": the action's letter, micro-batch and (with chunks) chunk */
+static void pt__trace_label(char *buf, size_t n, const pt_trace_event *e, int chunks) {
+    static const char letter[PT_ACT_COUNT] = {'F', 'B', 'W', 's', 'r', 's', 'r', 'O'};
+    char c = e->kind >= 0 && e->kind < PT_ACT_COUNT ? letter[e->kind] : '?';
+    if (e->micro < 0) snprintf(buf, n, "%c", c);
+    else if (chunks) snprintf(buf, n, "%c%d%c", c, e->micro, 'a' + (e->chunk > 0 ? e->chunk % 26 : 0));
+    else snprintf(buf, n, "%c%d", c, e->micro);
+}
+
+static int pt__trace_chunked(const pt_trace *t) {
+    int i;
+    for (i = 0; i < t->count; i++)
+        if (t->events[i].chunk > 0) return 1;
+    return 0;
+}
+
+PTRAINDEF pt_status pt_trace_write_chrome(const pt_trace *t, const char *path) {
+    pt__text b;
+    int i, chunks = pt__trace_chunked(t);
+    char label[32];
+    memset(&b, 0, sizeof b);
+    b.ctx = t->alloc_ctx;
+    pt__textf(&b, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"title\": \"");
+    pt__text_escaped(&b, t->title ? t->title : "ptrain", 0);
+    pt__textf(&b, "\"}, \"traceEvents\": [\n  {\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, "
+                  "\"tid\": 0, \"args\": {\"name\": \"");
+    pt__text_escaped(&b, t->title ? t->title : "ptrain", 0);
+    pt__textf(&b, "\"}}");
+    for (i = 0; i < t->ntracks; i++)
+        pt__textf(&b, ",\n  {\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
+                      "\"args\": {\"name\": \"%s %d\"}},\n  {\"name\": \"thread_sort_index\", "
+                      "\"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"sort_index\": %d}}",
+                  i, t->track_name ? t->track_name : "rank", i, i, i);
+    for (i = 0; i < t->count; i++) {
+        const pt_trace_event *e = &t->events[i];
+        pt__trace_label(label, sizeof label, e, chunks);
+        pt__textf(&b, ",\n  {\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, "
+                      "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"micro\": %d, "
+                      "\"chunk\": %d}}",
+                  label, e->kind >= 0 && e->kind < PT_ACT_COUNT ? pt__trace_cat[e->kind] : "other",
+                  e->track, e->start * 1e6, e->dur * 1e6, e->micro, e->chunk);
+    }
+    pt__textf(&b, "\n]}\n");
+    return pt__text_save(&b, path);
+}
+
+PTRAINDEF pt_status pt_trace_write_svg(const pt_trace *t, const char *path) {
+    static const char *fill[PT_ACT_COUNT] = {"#4e79a7", "#59a14f", "#f28e2b", "#b07aa1",
+                                             "#b07aa1", "#b07aa1", "#b07aa1", "#e15759"};
+    static const char *legend[6] = {"forward", "backward", "weight gradient", "communication",
+                                    "optimizer", "idle"};
+    static const char *legend_fill[6] = {"#4e79a7", "#59a14f", "#f28e2b", "#b07aa1", "#e15759",
+                                         "#e6e6e6"};
+    const double left = 90.0, plot = 1000.0, row = 26.0, gap = 6.0, top = 44.0;
+    double end = 0.0, scale, width = left + plot + 20.0, height;
+    int i, chunks = pt__trace_chunked(t);
+    pt__text b;
+    char label[32];
+    memset(&b, 0, sizeof b);
+    b.ctx = t->alloc_ctx;
+    for (i = 0; i < t->count; i++)
+        if (t->events[i].start + t->events[i].dur > end) end = t->events[i].start + t->events[i].dur;
+    scale = end > 0.0 ? plot / end : 1.0;
+    height = top + t->ntracks * (row + gap) + 70.0;
+    pt__textf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                  "font-family=\"sans-serif\" font-size=\"11\">\n"
+                  "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" y=\"22\" "
+                  "font-size=\"14\">", width, height, left);
+    pt__text_escaped(&b, t->title ? t->title : "ptrain", 1);
+    pt__textf(&b, "</text>\n");
+    for (i = 0; i < t->ntracks; i++) { /* each row idle (grey) until work covers it */
+        double y = top + i * (row + gap);
+        pt__textf(&b, "<text x=\"8\" y=\"%.1f\">%s %d</text>\n<rect x=\"%.1f\" y=\"%.1f\" "
+                      "width=\"%.1f\" height=\"%.1f\" fill=\"#e6e6e6\"/>\n",
+                  y + row * 0.65, t->track_name ? t->track_name : "rank", i, left, y, plot, row);
+    }
+    for (i = 0; i < t->count; i++) {
+        const pt_trace_event *e = &t->events[i];
+        double x = left + e->start * scale, w = e->dur * scale, y = top + e->track * (row + gap);
+        if (w <= 0.0) continue;
+        pt__trace_label(label, sizeof label, e, chunks);
+        /* odd chunks lighter, as Megatron-LM draws interleaving */
+        pt__textf(&b, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" "
+                      "fill-opacity=\"%s\" stroke=\"white\" stroke-width=\"0.5\"><title>%s "
+                      "(%s, %.3f ms)</title></rect>\n",
+                  x, y, w, row, e->kind >= 0 && e->kind < PT_ACT_COUNT ? fill[e->kind] : "#999",
+                  e->chunk > 0 && e->chunk % 2 ? "0.6" : "1", label, e->kind >= 0 && e->kind < PT_ACT_COUNT ? pt__trace_cat[e->kind] : "other",
+                  e->dur * 1e3);
+        if (w >= 7.0 * (double)strlen(label))
+            pt__textf(&b, "<text x=\"%.2f\" y=\"%.1f\" fill=\"white\" text-anchor=\"middle\">%s"
+                          "</text>\n", x + w / 2, y + row * 0.65, label);
+    }
+    { /* time axis and legend */
+        double y = top + t->ntracks * (row + gap) + 4.0;
+        for (i = 0; i <= 4; i++)
+            pt__textf(&b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.3g ms</text>\n",
+                      left + plot * i / 4.0, y + 12.0, end * 1e3 * i / 4.0);
+        for (i = 0; i < 6; i++)
+            pt__textf(&b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+                          "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", left + i * 150.0, y + 30.0,
+                      legend_fill[i], left + i * 150.0 + 16.0, y + 40.0, legend[i]);
+    }
+    pt__textf(&b, "</svg>\n");
+    return pt__text_save(&b, path);
 }
 
 /* ---- model weights by name ------------------------------------------------ */

@@ -133,6 +133,14 @@ step "header: every exported symbol starts with pt_" sh -c \
 step "example: hello_layer (finite-difference check)" build/hello_layer
 step "example: quickstart" build/quickstart
 step "example: tensor_parallel (a block split over 3 thread ranks)" build/tensor_parallel
+for kind in gpipe 1f1b interleaved zb-h1; do
+    step "example: pipeline --schedule $kind (grid, checker, Chrome trace, SVG)" \
+        build/pipeline --schedule "$kind" --stages 4 --microbatches 8 \
+        --trace "$tmp/$kind.json" --svg "$tmp/$kind.svg"
+done
+fails "pipeline: interleaved with m not divisible by p" 1 "divisible by stages" \
+    build/pipeline --schedule interleaved --stages 4 --microbatches 6
+fails "pipeline: unknown schedule" 1 "unknown schedule '2f2b'" build/pipeline --schedule 2f2b
 step "quick start in ptrain.h equals examples/quickstart.c" sh tests/snippet_check.sh
 awk '/^```c$/{f=1;next}/^```$/{f=0}f' README.md >"$tmp/readme_prog.c"
 step "README: the program using the header builds and trains" sh -c \

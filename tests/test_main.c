@@ -2039,6 +2039,61 @@ static void test_schedule_format(void) {
     pt_schedule_free(&s);
 }
 
+
+static int count_sub(const char *hay, size_t n, const char *needle) {
+    size_t k = strlen(needle), i;
+    int c = 0;
+    for (i = 0; i + k <= n; i++) c += memcmp(hay + i, needle, k) == 0;
+    return c;
+}
+
+/* A schedule's timeline as Chrome trace JSON (valid JSON: our safetensors
+   reader skips it whole; one slice per F, B, W, named with micro-batch and
+   chunk) and as SVG (one rectangle per slice); unwritable paths are errors. */
+static void test_schedule_trace_files(void) {
+    pt_schedule s;
+    pt_trace t;
+    const char *json = tmp_path("t.json"), *svg = tmp_path("t.svg");
+    unsigned char *b;
+    size_t n;
+    pt__json j;
+    int slices;
+    ZERO(s), ZERO(t);
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_INTERLEAVED, 2, 2, 4), PT_OK);
+    t.title = "test \"quoted\" <title> & more";
+    CHECK_ST(pt_schedule_trace(&s, 1e-3, &t), PT_OK);
+    slices = 2 * 2 * 4 * 2; /* p stages x v chunks x m micro-batches x (F, B) */
+    CHECK_EQ(t.count, slices);
+    CHECK_EQ(t.ntracks, 2);
+    CHECK_ST(pt_trace_write_chrome(&t, json), PT_OK);
+    CHECK_ST(pt_trace_write_svg(&t, svg), PT_OK);
+    b = read_all(json, &n);
+    CHECK(b != NULL);
+    if (b) {
+        ZERO(j);
+        j.p = (const char *)b, j.end = (const char *)b + n;
+        j.pool = TALLOC(char, n + 1), j.pool_cap = n + 1;
+        CHECK(pt__json_skip(&j));
+        pt__ws(&j);
+        CHECK(j.p == j.end);
+        CHECK_EQ(count_sub((const char *)b, n, "\"ph\": \"X\""), slices);
+        CHECK_EQ(count_sub((const char *)b, n, "\"name\": \"F3b\""), 2);
+        CHECK_EQ(count_sub((const char *)b, n, "\"args\": {\"micro\": 3, \"chunk\": 1}"), 4);
+        CHECK_EQ(count_sub((const char *)b, n, "thread_name"), 2);
+    }
+    b = read_all(svg, &n);
+    CHECK(b != NULL);
+    if (b) {
+        CHECK(n > 12 && memcmp(b, "<svg ", 5) == 0 && memcmp(b + n - 7, "</svg>\n", 7) == 0);
+        CHECK_EQ(count_sub((const char *)b, n, "<title>"), slices);
+        CHECK_EQ(count_sub((const char *)b, n, "&quot;quoted&quot; &lt;title&gt; &amp;"), 1);
+    }
+    CHECK_ERR(pt_trace_write_chrome(&t, "/nonexistent-dir/t.json"), PT_ERR_IO, "cannot create");
+    CHECK_ERR(pt_trace_write_svg(&t, "/nonexistent-dir/t.svg"), PT_ERR_IO, "cannot create");
+    pt_trace_free(&t);
+    pt_schedule_free(&s);
+}
+
 /* ======================================================================== */
 /* runner                                                                    */
 /* ======================================================================== */
@@ -2087,6 +2142,7 @@ static const test_case tests[] = {
     {"schedule_checker_rejects", test_schedule_checker_rejects},
     {"schedule_config_errors", test_schedule_config_errors},
     {"schedule_format", test_schedule_format},
+    {"schedule_trace_files", test_schedule_trace_files},
 };
 
 int main(int argc, char **argv) {

@@ -1,0 +1,97 @@
+/* pipeline.c -- pipeline schedules as data: build one, check it, draw it.
+
+   make build/pipeline && build/pipeline [--schedule 1f1b] [--stages 4]
+                                          [--microbatches 8] [--chunks 2]
+                                          [--trace out.json] [--svg out.svg]
+
+   A model cut into p stages processes a batch as m micro-batches. Each stage
+   runs a list of actions: the forward F of a micro-batch (after receiving
+   its input from the stage before), the backward B (after receiving the
+   output's gradient from the stage after), for zero-bubble schedules the
+   weight gradient W split from B, and finally the optimizer step. The order
+   of the lists is the schedule:
+
+     gpipe        all forwards, then all backwards: every micro-batch's
+                  activations are held at once (m per stage)
+     1f1b         PipeDream-Flush: after p - s warm-up forwards, stage s
+                  alternates one forward, one backward: at most p - s held
+     interleaved  Megatron-LM: each stage holds v chunks of layers, so the
+                  pipeline fills v times faster: bubble (p-1)/(vm + p-1)
+     zb-h1        1F1B with W split off and run late, filling the tail
+
+   With F = 1, B = 2 (or B = W = 1) time units, the idle share ("bubble") of
+   GPipe and 1F1B is (p-1)/(m+p-1). The checker runs all lists together, so
+   a broken order is an error, not a hang. This program prints the grid,
+   the checker's numbers, and writes the timeline as a Chrome trace (open it
+   in chrome://tracing or ui.perfetto.dev) and as an SVG picture. */
+#define _POSIX_C_SOURCE 200809L /* setenv, execv (cli.h) */
+#define PTRAIN_IMPLEMENTATION
+#include "../ptrain.h"
+#include "cli.h"
+
+int main(int argc, char **argv) {
+    const char *kind_name = "1f1b", *trace_path = NULL, *svg_path = NULL;
+    int p = 4, m = 8, v = 2, npos, s, st;
+    const char *pos[1];
+    cli_opt opts[] = {
+        {"schedule", CLI_STR, &kind_name, "gpipe, 1f1b, interleaved or zb-h1", 0, 0},
+        {"stages", CLI_INT, &p, "pipeline stages p", 1, 64},
+        {"microbatches", CLI_INT, &m, "micro-batches m", 1, 4096},
+        {"chunks", CLI_INT, &v, "chunks per stage v (interleaved only)", 1, 64},
+        {"trace", CLI_STR, &trace_path, "write the timeline as Chrome trace JSON here", 0, 0},
+        {"svg", CLI_STR, &svg_path, "write the timeline as an SVG picture here", 0, 0},
+    };
+    int nopts = (int)(sizeof opts / sizeof opts[0]);
+    pt_schedule_kind kind;
+    pt_schedule sched = {0};
+    pt_schedule_report rep;
+    pt_trace trace = {0};
+    char *grid;
+    size_t need;
+
+    if ((s = cli_parse(argc, argv, opts, nopts, pos, 0, &npos)) != 0) {
+        cli_usage(s == 1 ? stdout : stderr, "usage: pipeline [options]", opts, nopts);
+        return s == 1 ? 0 : 2;
+    }
+    if (pt_schedule_kind_parse(kind_name, &kind) != PT_OK ||
+        pt_schedule_build(&sched, kind, p, kind == PT_SCHED_INTERLEAVED ? v : 1, m) != PT_OK ||
+        pt_schedule_check(&sched, &rep) != PT_OK) {
+        fprintf(stderr, "error: %s\n", pt_last_error());
+        pt_schedule_free(&sched);
+        return 1;
+    }
+
+    /* the grid, one column per time unit */
+    need = pt_schedule_format(&sched, NULL, 0);
+    grid = (char *)malloc(need + 1);
+    if (!grid) return 1;
+    pt_schedule_format(&sched, grid, need + 1);
+    printf("%s: %d stages, %d micro-batches%s\n\n%s\n", pt_schedule_kind_name(kind), p, m,
+           kind == PT_SCHED_INTERLEAVED ? ", 2 chunks per stage (letters a, b)" : "", grid);
+    free(grid);
+
+    printf("time units %d; idle (bubble) %.1f%%", rep.steps, 100.0 * rep.bubble);
+    if (kind == PT_SCHED_GPIPE || kind == PT_SCHED_1F1B)
+        printf(" = (p-1)/(m+p-1) = %.1f%%", 100.0 * (p - 1) / (m + p - 1));
+    if (kind == PT_SCHED_INTERLEAVED)
+        printf(" = (p-1)/(vm+p-1) = %.1f%%", 100.0 * (p - 1) / (v * m + p - 1));
+    printf("\nmicro-batches whose activations a stage holds at its peak:");
+    for (st = 0; st < p; st++) printf(" %d", rep.peak_inflight[st]);
+    printf("\n");
+
+    /* the same run as a timeline, 1 ms a time unit */
+    trace.title = "ptrain schedule (unit times)";
+    if (pt_schedule_trace(&sched, 1e-3, &trace) != PT_OK ||
+        (trace_path && pt_trace_write_chrome(&trace, trace_path) != PT_OK) ||
+        (svg_path && pt_trace_write_svg(&trace, svg_path) != PT_OK)) {
+        fprintf(stderr, "error: %s\n", pt_last_error());
+        pt_trace_free(&trace);
+        pt_schedule_free(&sched);
+        return 1;
+    }
+    if (trace_path) printf("wrote %s (chrome://tracing)\n", trace_path);
+    if (svg_path) printf("wrote %s\n", svg_path);
+    pt_trace_free(&trace);
+    pt_schedule_free(&sched);
+    return 0;
+}

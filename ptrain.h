@@ -327,6 +327,7 @@ typedef struct pt_param {
     pt_shard shard;
     int decay;  /* weight decay applies (ndim >= 2) */
     int bucket; /* the gradient bucket of its first element */
+    int canon;  /* its place in the whole model's canonical order */
 } pt_param;
 
 typedef struct pt_comm pt_comm; /* >>comm */
@@ -394,7 +395,11 @@ typedef struct pt_gpt_desc {
     int zero;        /* data parallelism: 0 averages whole gradients; ZeRO
                         stage 1 shards the AdamW state over the dp group, 2
                         the gradients too */
-    int grad_accum;  /* micro-batches per optimizer step (0 means 1) */
+    int grad_accum;  /* micro-batches per optimizer step (0 means 1); with a
+                        pipeline, the m its schedule runs through the stages */
+    const char *schedule; /* pipeline (grid pp > 1): "gpipe", "1f1b" (NULL),
+                             "interleaved" or "zb-h1" */
+    int chunks;      /* pipeline: chunks of layers per stage (0 means 1) */
     void *alloc_ctx; /* passed to PTRAIN_MALLOC/PTRAIN_FREE */
 } pt_gpt_desc;
 
@@ -408,6 +413,18 @@ typedef struct pt_bucket {
                                    the sharded buffers (ZeRO) */
     int first, count;      /* the tensors it overlaps in the table */
 } pt_bucket;
+
+/* One micro-batch's activations for one chunk of layers: a pipeline stage
+   holds as many as its schedule keeps in flight (one without a pipeline). */
+typedef struct pt_gpt_slot {
+    float *x;                         /* (N,C) the chunk's input */
+    pt_block_acts *acts;              /* per layer of the largest chunk */
+    float *lnf, *lnf_mean, *lnf_rstd; /* the last stage: final LayerNorm */
+    float *logits, *losses;           /* (N,vocab_local), (N) */
+    double *lse;                      /* (N) */
+    int *inputs, *targets;            /* (N) the micro-batch's tokens */
+    int micro, chunk;                 /* what it holds; micro -1: free */
+} pt_gpt_slot;
 
 /* Whole-model buffers that pt_gpt_gather can assemble. */
 typedef enum pt_state_buf { PT_BUF_PARAMS = 0, PT_BUF_GRADS, PT_BUF_ADAM_M, PT_BUF_ADAM_V } pt_state_buf;
@@ -436,9 +453,23 @@ typedef struct pt_gpt {
     float *gshard;            /* (shard_total) averaged gradients of its shard (ZeRO 1, 2) */
     float *rs_tmp;            /* (largest shard) where ZeRO 2 reduce-scatters a bucket, to
                                  add it to the shard */
+    pt_comm *pp_comm;         /* pipeline group, or NULL */
+    int pp, pp_rank, chunks;  /* stages, this rank's, chunks of layers per stage */
+    int has_embed, has_head;  /* holds wte and wpe (first stage); ln_f and the tied
+                                 head (last stage; wte is then on both) */
+    int n_local;              /* layers held here, chunk after chunk */
+    int *layer_id;            /* (n_local) their index in the whole model */
+    int *chunk_start;         /* (chunks + 1) chunk c is local layers
+                                 [chunk_start[c], chunk_start[c+1]) */
+    int tab_wte, tab_wpe, tab_layers, tab_lnf; /* table indices (-1: not here) */
+    int nslots;               /* activation slots: the schedule's peak in flight here
+                                 (1 without a pipeline) */
+    int slots_used, slots_peak; /* in use now, most at once in the last step */
+    pt_gpt_slot *slots;
+    struct pt_schedule *sched; /* the pipeline's schedule (NULL without one) */
     size_t num_params;        /* this rank's parameters (with bucket padding) */
     float *params, *grads, *m, *v; /* each one buffer of num_params floats */
-    int num_tensors;
+    int num_tensors, num_canon; /* tensors here, and in the whole model */
     pt_param *table;
     float *wte, *wpe, *lnf_w, *lnf_b, *dwte, *dwpe, *dlnf_w, *dlnf_b;
     pt_block_params *layers, *layer_grads;
@@ -1870,9 +1901,16 @@ static const char *pt__layer_names[12] = {
 /* Adds a tensor of full shape d0 x d1 (d1 = 0: 1-D) held as shard says:
    ROWS keeps local_rows rows, COLS and QKV a 1/tp of the columns. */
 static void pt__add_param(pt_gpt *m, const char *name, int ndim, int64_t d0, int64_t d1,
-                          pt_shard shard, int64_t local_rows) {
-    pt_param *p = &m->table[m->num_tensors++];
+                          pt_shard shard, int64_t local_rows, int here) {
+    pt_param *p = &m->table[m->num_tensors];
     int64_t rows = ndim > 1 ? d0 : 1, cols = ndim > 1 ? d1 : d0;
+    int canon = m->num_canon++;
+    if (!here) { /* another pipeline stage's: only its place in the whole model */
+        m->num_params_full += (size_t)rows * (size_t)cols;
+        return;
+    }
+    m->num_tensors++;
+    p->canon = canon;
     snprintf(p->name, sizeof p->name, "%s", name);
     p->ndim = ndim;
     p->shard = m->tp > 1 ? shard : PT_SHARD_NONE;
@@ -1907,6 +1945,7 @@ static void pt__end_bucket(pt_gpt *m, size_t end) {
     size_t dp = (size_t)m->dp;
     int i;
     b->offset = prev ? prev->offset + prev->numel : 0;
+    if (end <= b->offset) return; /* nothing since the last bucket */
     b->shard = (end - b->offset + dp - 1) / dp;
     b->numel = b->shard * dp;
     b->shard_offset = m->shard_total;
@@ -1933,27 +1972,35 @@ static void pt__build_table(pt_gpt *m) {
     int64_t shapes[12][2] = {{C, 0}, {C, 0}, {C, 3 * C}, {3 * C, 0}, {C, C}, {C, 0},
                              {C, 0}, {C, 0}, {C, 4 * C}, {4 * C, 0}, {4 * C, C}, {C, 0}};
     char name[48];
-    int l, k;
+    int l, k, j = 0, wte_here = m->has_embed || m->has_head;
     m->num_tensors = 0;
+    m->num_canon = 0;
     m->num_params = 0;
     m->num_params_full = 0;
     m->num_buckets = 0;
     m->shard_total = 0;
-    pt__add_param(m, "wte.weight", 2, m->config.vocab_size, C, PT_SHARD_ROWS, m->vocab_local);
-    pt__add_param(m, "wpe.weight", 2, m->config.block_size, C, PT_SHARD_NONE, 0);
-    for (k = pt__wte_rows(m); k < m->vocab_local; k += pt__wte_rows(m))
+    m->tab_wte = wte_here ? 0 : -1;
+    m->tab_wpe = m->has_embed ? 1 : -1;
+    pt__add_param(m, "wte.weight", 2, m->config.vocab_size, C, PT_SHARD_ROWS, m->vocab_local,
+                  wte_here);
+    pt__add_param(m, "wpe.weight", 2, m->config.block_size, C, PT_SHARD_NONE, 0, m->has_embed);
+    for (k = pt__wte_rows(m); wte_here && k < m->vocab_local; k += pt__wte_rows(m))
         pt__end_bucket(m, (size_t)k * (size_t)C);
     pt__end_bucket(m, m->num_params); /* the last rows of wte, and wpe */
+    m->tab_layers = m->num_tensors;
     for (l = 0; l < m->config.n_layer; l++) {
+        int here = j < m->n_local && m->layer_id[j] == l;
         for (k = 0; k < 12; k++) {
             snprintf(name, sizeof name, "h.%d.%s", l, pt__layer_names[k]);
             pt__add_param(m, name, shapes[k][1] ? 2 : 1, shapes[k][0], shapes[k][1], shards[k],
-                          shapes[k][0] / m->tp);
+                          shapes[k][0] / m->tp, here);
         }
+        j += here;
         pt__end_bucket(m, m->num_params);
     }
-    pt__add_param(m, "ln_f.weight", 1, C, 0, PT_SHARD_NONE, 0);
-    pt__add_param(m, "ln_f.bias", 1, C, 0, PT_SHARD_NONE, 0);
+    m->tab_lnf = m->has_head ? m->num_tensors : -1;
+    pt__add_param(m, "ln_f.weight", 1, C, 0, PT_SHARD_NONE, 0, m->has_head);
+    pt__add_param(m, "ln_f.bias", 1, C, 0, PT_SHARD_NONE, 0, m->has_head);
     pt__end_bucket(m, m->num_params);
 }
 
@@ -2100,18 +2147,19 @@ PTRAINDEF pt_status pt_gpt_gather_logits(const pt_gpt *m, float *out) {
 static void pt__bind(const pt_gpt *m, float *base, int stage, float **wte, float **wpe,
                      float **lnf_w, float **lnf_b, pt_block_params *layers) {
     const pt_param *t = m->table;
-    int l, L = m->config.n_layer;
+    int l;
 #define PT__AT(i)                                                                            \
-    (!base ? NULL : base + t[i].offset - (stage ? m->buckets[t[i].bucket].offset : 0))
-    *wte = PT__AT(0);
-    *wpe = PT__AT(1);
-    for (l = 0; l < L; l++) {
+    (!base || (i) < 0 ? NULL                                                                 \
+                      : base + t[i].offset - (stage ? m->buckets[t[i].bucket].offset : 0))
+    *wte = PT__AT(m->tab_wte);
+    *wpe = PT__AT(m->tab_wpe);
+    for (l = 0; l < m->n_local; l++) {
         float **f = &layers[l].ln1_w; /* the struct is 12 pointers in table order */
         int k;
-        for (k = 0; k < 12; k++) f[k] = PT__AT(2 + 12 * l + k);
+        for (k = 0; k < 12; k++) f[k] = PT__AT(m->tab_layers + 12 * l + k);
     }
-    *lnf_w = PT__AT(2 + 12 * L);
-    *lnf_b = PT__AT(3 + 12 * L);
+    *lnf_w = PT__AT(m->tab_lnf);
+    *lnf_b = m->tab_lnf >= 0 ? PT__AT(m->tab_lnf + 1) : NULL;
 #undef PT__AT
 }
 
@@ -2151,31 +2199,47 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     size_t B = (size_t)m->B, T = (size_t)m->T, N = B * T, C = (size_t)m->config.n_embd;
     size_t tp = (size_t)m->tp, NH = (size_t)m->config.n_head / tp, Ca = C / tp, F = 4 * C / tp;
     size_t V = (size_t)m->vocab_local;
-    int l;
-    m->encoded = PT__F(a, N * C);
-    for (l = 0; l < m->config.n_layer; l++) {
-        pt_block_acts *x = &m->acts[l];
-        x->ln1 = PT__F(a, N * C);
-        x->ln1_mean = PT__F(a, N);
-        x->ln1_rstd = PT__F(a, N);
-        x->qkv = PT__F(a, N * 3 * Ca);
-        x->lse = PT__F(a, B * NH * T);
-        x->atty = PT__F(a, N * Ca);
-        x->res2 = PT__F(a, N * C);
-        x->ln2 = PT__F(a, N * C);
-        x->ln2_mean = PT__F(a, N);
-        x->ln2_rstd = PT__F(a, N);
-        x->fch = PT__F(a, N * F);
-        x->out = PT__F(a, N * C);
+    int l, k, most = 0, c;
+    for (c = 0; c < m->chunks; c++)
+        if (m->chunk_start[c + 1] - m->chunk_start[c] > most)
+            most = m->chunk_start[c + 1] - m->chunk_start[c];
+    for (k = 0; k < m->nslots; k++) { /* each slot: a chunk's input and layers */
+        pt_gpt_slot *sl = &m->slots[k];
+        sl->micro = sl->chunk = -1;
+        sl->x = PT__F(a, N * C);
+        sl->acts = m->acts + (size_t)k * (size_t)most;
+        for (l = 0; l < most; l++) {
+            pt_block_acts *x = &sl->acts[l];
+            x->ln1 = PT__F(a, N * C);
+            x->ln1_mean = PT__F(a, N);
+            x->ln1_rstd = PT__F(a, N);
+            x->qkv = PT__F(a, N * 3 * Ca);
+            x->lse = PT__F(a, B * NH * T);
+            x->atty = PT__F(a, N * Ca);
+            x->res2 = PT__F(a, N * C);
+            x->ln2 = PT__F(a, N * C);
+            x->ln2_mean = PT__F(a, N);
+            x->ln2_rstd = PT__F(a, N);
+            x->fch = PT__F(a, N * F);
+            x->out = PT__F(a, N * C);
+        }
+        if (m->has_head) { /* the last stage's head, for any slot */
+            sl->lnf = PT__F(a, N * C);
+            sl->lnf_mean = PT__F(a, N);
+            sl->lnf_rstd = PT__F(a, N);
+            sl->logits = PT__F(a, N * V);
+            sl->losses = PT__F(a, N);
+            sl->lse = (double *)pt_arena_alloc(a, N * sizeof(double));
+        }
+        sl->inputs = (int *)pt_arena_alloc(a, N * sizeof(int));
+        sl->targets = (int *)pt_arena_alloc(a, N * sizeof(int));
     }
-    m->lnf = PT__F(a, N * C);
-    m->lnf_mean = PT__F(a, N);
-    m->lnf_rstd = PT__F(a, N);
-    m->logits = PT__F(a, N * V);
-    m->losses = PT__F(a, N);
-    m->lse = (double *)pt_arena_alloc(a, N * sizeof(double));
-    m->inputs = (int *)pt_arena_alloc(a, N * sizeof(int));
-    m->targets = (int *)pt_arena_alloc(a, N * sizeof(int));
+    /* without a pipeline, slot 0 is the model's one set of activations */
+    m->encoded = m->slots[0].x;
+    m->lnf = m->slots[0].lnf, m->lnf_mean = m->slots[0].lnf_mean;
+    m->lnf_rstd = m->slots[0].lnf_rstd, m->logits = m->slots[0].logits;
+    m->losses = m->slots[0].losses, m->lse = m->slots[0].lse;
+    m->inputs = m->slots[0].inputs, m->targets = m->slots[0].targets;
     *act_bytes = a->used;
     m->ce_red = tp > 1 ? PT__F(a, 3 * N) : NULL;
     m->scratch.gelu = PT__F(a, N * F);
@@ -2189,6 +2253,21 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     m->scratch.dfch = PT__F(a, N * F);
 }
 
+/* Layers of the whole model to this stage's chunks: virtual stage k (of
+   V = pp x chunks; chunk c of stage s is k = c*pp + s) gets floor(L/V)
+   layers, one more for the first L mod V virtual stages. */
+static void pt__assign_layers(pt_gpt *m) {
+    int L = m->config.n_layer, V = m->pp * m->chunks, c, n = 0;
+    for (c = 0; c < m->chunks; c++) {
+        int k = c * m->pp + m->pp_rank, first = k * (L / V) + (k < L % V ? k : L % V);
+        int count = L / V + (k < L % V), l;
+        m->chunk_start[c] = n;
+        for (l = 0; l < count; l++) m->layer_id[n++] = first + l;
+    }
+    m->chunk_start[m->chunks] = n;
+    m->n_local = n;
+}
+
 PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     pt_gpt_config cfg = d->config;
     pt_arena meta;
@@ -2197,6 +2276,7 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     int L, bad = 0;
     pt_status st;
     memset(m, 0, sizeof *m);
+    m->alloc_ctx = d->alloc_ctx;
     if (cfg.ln_eps == 0.0f) cfg.ln_eps = 1e-5f;
     if (pt_gpt_config_validate(&cfg) != PT_OK) bad = 1; /* its message stays first */
     if (d->batch < 1) pt__append_error(&bad, "batch=%d must be >= 1", d->batch);
@@ -2220,6 +2300,41 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     m->dp_comm = d->grid && m->dp > 1 ? &d->grid->dp_comm : NULL;
     m->zero = d->zero;
     m->accum = d->grad_accum > 0 ? d->grad_accum : 1;
+    m->pp = d->grid ? d->grid->pp : 1;
+    m->pp_rank = d->grid ? d->grid->pp_rank : 0;
+    m->pp_comm = m->pp > 1 ? &d->grid->pp_comm : NULL;
+    m->chunks = d->chunks > 0 ? d->chunks : 1;
+    if (m->pp > 1 && d->zero == 2)
+        pt__append_error(&bad, "zero=2 with pipeline stages (pp=%d) is not supported: its "
+                         "gradients would be reduced once per micro-batch; use zero <= 1", m->pp);
+    if (m->pp * m->chunks > cfg.n_layer)
+        pt__append_error(&bad, "pipeline: pp=%d x chunks=%d virtual stages > n_layer=%d (each "
+                         "needs a layer)", m->pp, m->chunks, cfg.n_layer);
+    if (m->pp > 1 && d->inference)
+        pt__append_error(&bad, "a pipeline model is for training; gather it whole to sample");
+    if (m->pp > 1 && !bad) { /* the schedule sizes the activation slots */
+        pt_schedule_kind kind = PT_SCHED_1F1B;
+        pt_schedule_report rep;
+        m->sched = (pt_schedule *)pt__malloc(sizeof(pt_schedule), d->alloc_ctx);
+        if (!m->sched) return pt__fail(PT_ERR_OOM, "cannot allocate the schedule");
+        memset(m->sched, 0, sizeof *m->sched);
+        m->sched->alloc_ctx = d->alloc_ctx;
+        if ((d->schedule && pt_schedule_kind_parse(d->schedule, &kind) != PT_OK) ||
+            pt_schedule_build(m->sched, kind, m->pp, m->chunks, m->accum) != PT_OK ||
+            pt_schedule_check(m->sched, &rep) != PT_OK) {
+            pt_schedule_free(m->sched);
+            pt__free(m->sched, d->alloc_ctx);
+            m->sched = NULL;
+            return PT_ERR_CONFIG;
+        }
+        m->nslots = rep.peak_inflight[m->pp_rank];
+    } else if (m->chunks > 1 && !bad) {
+        pt__append_error(&bad, "chunks=%d needs a pipeline (grid pp > 1)", m->chunks);
+    }
+    if (bad) return PT_ERR_CONFIG;
+    if (m->nslots < 1) m->nslots = 1;
+    m->has_embed = m->pp_rank == 0;
+    m->has_head = m->pp_rank == m->pp - 1;
     m->config = cfg;
     m->B = d->batch;
     m->T = d->seq;
@@ -2232,17 +2347,26 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     m->alloc_ctx = d->alloc_ctx;
     m->loss = -1.0f;
     L = cfg.n_layer;
+    /* the tables: L bounds the local layers, nslots x L the slots' layers */
     nbook = sizeof(pt_param) * (size_t)(4 + 12 * L) + sizeof(pt_block_params) * 2 * (size_t)L +
-            sizeof(pt_block_acts) * (size_t)L +
-            sizeof(pt_bucket) * (size_t)(L + 2 + m->vocab_local / pt__wte_rows(m));
+            sizeof(pt_block_acts) * (size_t)L * (size_t)m->nslots +
+            sizeof(pt_bucket) * (size_t)(L + 2 + m->vocab_local / pt__wte_rows(m)) +
+            sizeof(pt_gpt_slot) * (size_t)m->nslots + sizeof(int) * (size_t)(L + m->chunks + 1);
     book = (unsigned char *)pt__malloc(nbook, d->alloc_ctx);
-    if (!book) return pt__fail(PT_ERR_OOM, "cannot allocate the model's tables");
+    if (!book) {
+        pt_gpt_free(m);
+        return pt__fail(PT_ERR_OOM, "cannot allocate the model's tables");
+    }
     memset(book, 0, nbook);
     m->table = (pt_param *)book;
     m->layers = (pt_block_params *)(m->table + 4 + 12 * L);
     m->layer_grads = m->layers + L;
     m->acts = (pt_block_acts *)(m->layer_grads + L);
-    m->buckets = (pt_bucket *)(m->acts + L);
+    m->buckets = (pt_bucket *)(m->acts + (size_t)L * (size_t)m->nslots);
+    m->slots = (pt_gpt_slot *)(m->buckets + (L + 2 + m->vocab_local / pt__wte_rows(m)));
+    m->layer_id = (int *)(m->slots + m->nslots);
+    m->chunk_start = m->layer_id + L;
+    pt__assign_layers(m);
     pt__build_table(m);
 
     /* parameters, gradients and AdamW state: one arena, measured first */
@@ -2277,6 +2401,10 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
 }
 
 PTRAINDEF void pt_gpt_free(pt_gpt *m) {
+    if (m->sched) {
+        pt_schedule_free(m->sched);
+        pt__free(m->sched, m->alloc_ctx);
+    }
     pt_arena_free(&m->param_arena);
     pt_arena_free(&m->act_arena);
     pt__free(m->table, m->alloc_ctx);
@@ -2286,27 +2414,33 @@ PTRAINDEF void pt_gpt_free(pt_gpt *m) {
 PTRAINDEF void pt_gpt_init_weights(pt_gpt *m, uint64_t seed) {
     pt_rng rng;
     float proj_std = 0.02f / sqrtf(2.0f * (float)m->config.n_layer);
-    int i;
+    int64_t C = m->config.n_embd, k, L = m->config.n_layer;
+    int i = 0;
     if (!m->params) return;
     pt_rng_seed(&rng, seed);
-    for (i = 0; i < m->num_tensors; i++) {
-        const pt_param *p = &m->table[i];
-        float *w = m->params + p->offset;
-        size_t j;
-        size_t len = strlen(p->name);
-        if (p->ndim == 2) {
-            float std = strstr(p->name, "c_proj.weight") != NULL ? proj_std : 0.02f;
-            /* draw the whole tensor in order, keep this rank's elements */
-            int64_t cols = p->full_shape[1];
-            for (j = 0; j < p->full_numel; j++) {
+    /* the whole model's tensors in canonical order, drawn in sequence: the
+       ones held here keep their values (their part under tp), the others'
+       draws are skipped, so every layout holds the serial init */
+    for (k = 0; k < 4 + 12 * L; k++) {
+        const pt_param *p = i < m->num_tensors && m->table[i].canon == k ? &m->table[i++] : NULL;
+        int64_t in_layer = k >= 2 && k < 2 + 12 * L ? (k - 2) % 12 : -1;
+        int matrix = k < 2 || in_layer == 2 || in_layer == 4 || in_layer == 8 || in_layer == 10;
+        int64_t rows = k == 0 ? m->config.vocab_size : k == 1 ? m->config.block_size
+                       : in_layer == 10 ? 4 * C : C;
+        int64_t cols = in_layer == 2 ? 3 * C : in_layer == 8 ? 4 * C : C, j;
+        float std = in_layer == 4 || in_layer == 10 ? proj_std : 0.02f;
+        if (matrix) {
+            float *w = p ? m->params + p->offset : NULL;
+            for (j = 0; j < rows * cols; j++) {
                 float x = pt_rng_normal(&rng, 0.0f, std);
-                ptrdiff_t at = pt__local_index(p, m->tp_rank, (int64_t)j / cols, (int64_t)j % cols);
+                ptrdiff_t at = p ? pt__local_index(p, m->tp_rank, j / cols, j % cols) : -1;
                 if (at >= 0) w[at] = x;
             }
-        } else {
+        } else if (p) {
             /* LayerNorm weights (…ln_*.weight) start at 1, every bias at 0 */
+            size_t len = strlen(p->name), j1;
             float val = (len > 7 && strcmp(p->name + len - 7, ".weight") == 0) ? 1.0f : 0.0f;
-            for (j = 0; j < p->numel; j++) w[j] = val;
+            for (j1 = 0; j1 < p->numel; j1++) m->params[p->offset + j1] = val;
         }
     }
     if (m->m) memset(m->m, 0, (m->zero ? m->shard_total : m->num_params) * sizeof(float));
@@ -2405,16 +2539,16 @@ static int pt__vocab_valid(const pt_gpt *m) {
     return left < 0 ? 0 : (left < m->vocab_local ? left : m->vocab_local);
 }
 
-static pt_status pt__xent_forward_tp(pt_gpt *m, const int *targets, int N) {
+static pt_status pt__xent_forward_tp(pt_gpt *m, pt_gpt_slot *sl, const int *targets, int N) {
     int Vl = m->vocab_local, v0 = m->vocab_offset, n, valid = pt__vocab_valid(m);
     float *mx = m->ce_red, *sum = mx + N, *tl = sum + N;
     pt_status st;
     PT__OMP(omp parallel for schedule(static))
-    for (n = 0; n < N; n++) mx[n] = valid ? pt__maxf(m->logits + (size_t)n * Vl, valid) : -INFINITY;
+    for (n = 0; n < N; n++) mx[n] = valid ? pt__maxf(sl->logits + (size_t)n * Vl, valid) : -INFINITY;
     if ((st = pt_comm_all_reduce(m->tp_comm, mx, (size_t)N, PT_REDUCE_MAX)) != PT_OK) return st;
     PT__OMP(omp parallel for schedule(static))
     for (n = 0; n < N; n++) {
-        const float *l = m->logits + (size_t)n * Vl;
+        const float *l = sl->logits + (size_t)n * Vl;
         int t = targets[n] - v0;
         sum[n] = valid ? (float)pt__sum_exp(l, valid, mx[n]) : 0.0f;
         tl[n] = t >= 0 && t < valid ? l[t] : 0.0f;
@@ -2422,8 +2556,46 @@ static pt_status pt__xent_forward_tp(pt_gpt *m, const int *targets, int N) {
     if ((st = pt_comm_all_reduce(m->tp_comm, sum, 2 * (size_t)N, PT_REDUCE_SUM)) != PT_OK)
         return st;
     for (n = 0; n < N; n++) {
-        m->lse[n] = (double)mx[n] + log((double)sum[n]);
-        m->losses[n] = (float)(m->lse[n] - (double)tl[n]);
+        sl->lse[n] = (double)mx[n] + log((double)sum[n]);
+        sl->losses[n] = (float)(sl->lse[n] - (double)tl[n]);
+    }
+    return PT_OK;
+}
+
+/* Forward of this stage's chunk c on the micro-batch in slot sl (inputs and
+   targets already there, sl->x the chunk's input unless c holds virtual
+   stage 0): the embedding if it does, the chunk's layers, and the head and
+   mean loss (*loss) if c holds the last virtual stage and targets is set. */
+static pt_status pt__chunk_forward(pt_gpt *m, pt_gpt_slot *sl, int c, int B, int T,
+                                   int with_targets, float *loss) {
+    const pt_gpt_config *cfg = &m->config;
+    int C = cfg->n_embd, V = cfg->vocab_size, N = B * T, l;
+    const float *x = sl->x;
+    pt_status st;
+    if (c == 0 && m->has_embed) {
+        /* vocabulary-parallel embedding: each rank looks up its rows, the sum
+           over the group is the whole lookup (tensor rank 0 adds wpe) */
+        pt__encoder_forward_part(sl->x, sl->inputs, m->wte, m->tp_rank == 0 ? m->wpe : NULL,
+                                 m->vocab_offset, m->vocab_local, B, T, C);
+        if ((st = pt__tp_sum(m->tp_comm, sl->x, (size_t)N * C)) != PT_OK) return st;
+    }
+    for (l = m->chunk_start[c]; l < m->chunk_start[c + 1]; l++) {
+        pt_block_acts *a = &sl->acts[l - m->chunk_start[c]];
+        st = pt_block_forward(cfg, B, T, &m->layers[l], x, a, &m->scratch, m->tp_comm);
+        if (st != PT_OK) return st;
+        x = a->out;
+    }
+    if (c != m->chunks - 1 || !m->has_head) return PT_OK;
+    pt_layernorm_forward(sl->lnf, sl->lnf_mean, sl->lnf_rstd, x, m->lnf_w, m->lnf_b, N, C,
+                         cfg->ln_eps);
+    pt_tied_head_forward(sl->logits, sl->lnf, m->wte, N, C, m->vocab_local);
+    if (with_targets) {
+        double sum = 0.0;
+        int n;
+        if (m->tp == 1) pt_crossentropy_forward(sl->losses, sl->lse, sl->logits, sl->targets, N, V);
+        else if ((st = pt__xent_forward_tp(m, sl, sl->targets, N)) != PT_OK) return st;
+        for (n = 0; n < N; n++) sum += sl->losses[n];
+        *loss = (float)(sum / N);
     }
     return PT_OK;
 }
@@ -2431,10 +2603,12 @@ static pt_status pt__xent_forward_tp(pt_gpt *m, const int *targets, int N) {
 PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targets, int B,
                                    int T) {
     const pt_gpt_config *c = &m->config;
-    int C = c->n_embd, V = c->vocab_size, N = B * T, l;
-    const float *x;
+    int V = c->vocab_size, N = B * T;
     pt_status st;
     if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
+    if (m->pp > 1)
+        return pt__fail(PT_ERR_INVALID_ARG, "a pipeline stage runs whole steps: "
+                        "pt_gpt_pipeline_step, not pt_gpt_forward");
     if (B < 1 || B > m->B || T < 1 || T > m->T)
         return pt__fail(PT_ERR_CONFIG,
                         "batch %dx%d does not fit the model's capacity B=%d, T=%d "
@@ -2448,27 +2622,9 @@ PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targ
     m->cur_T = T;
     m->has_targets = 0;
     m->loss = -1.0f;
-    /* vocabulary-parallel embedding: each rank looks up its rows, the sum
-       over the group is the whole lookup (tensor rank 0 adds wpe) */
-    pt__encoder_forward_part(m->encoded, inputs, m->wte, m->tp_rank == 0 ? m->wpe : NULL,
-                             m->vocab_offset, m->vocab_local, B, T, C);
-    if ((st = pt__tp_sum(m->tp_comm, m->encoded, (size_t)N * C)) != PT_OK) return st;
-    x = m->encoded;
-    for (l = 0; l < c->n_layer; l++) {
-        st = pt_block_forward(c, B, T, &m->layers[l], x, &m->acts[l], &m->scratch, m->tp_comm);
-        if (st != PT_OK) return st;
-        x = m->acts[l].out;
-    }
-    pt_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, m->lnf_w, m->lnf_b, N, C,
-                         c->ln_eps);
-    pt_tied_head_forward(m->logits, m->lnf, m->wte, N, C, m->vocab_local);
+    if ((st = pt__chunk_forward(m, &m->slots[0], 0, B, T, targets != NULL, &m->loss)) != PT_OK)
+        return st;
     if (targets) {
-        double sum = 0.0;
-        int n;
-        if (m->tp == 1) pt_crossentropy_forward(m->losses, m->lse, m->logits, targets, N, V);
-        else if ((st = pt__xent_forward_tp(m, targets, N)) != PT_OK) return st;
-        for (n = 0; n < N; n++) sum += m->losses[n];
-        m->loss = (float)(sum / N);
         if (m->dp > 1 &&
             (st = pt_comm_all_reduce(m->dp_comm, &m->loss, 1, PT_REDUCE_AVG)) != PT_OK)
             return st;
@@ -2511,7 +2667,7 @@ static pt_status pt__zero2_bucket(pt_gpt *m, int b) {
    or, with head = 0, the embedding's (and wpe's, in the last one). */
 static pt_status pt__zero2_wte(pt_gpt *m, int head) {
     int C = m->config.n_embd, N = m->cur_B * m->cur_T, b;
-    const pt_param *wpe = &m->table[1];
+    const pt_param *wpe = &m->table[m->tab_wpe];
     pt_status st = PT_OK;
     for (b = 0; b <= wpe->bucket && st == PT_OK; b++) {
         const pt_bucket *k = &m->buckets[b];
@@ -2556,46 +2712,66 @@ static int pt__shard_span(const pt_gpt *m, int b, int i, size_t *lo, size_t *hi)
     return *lo < *hi;
 }
 
+/* Backward of this stage's chunk c for the micro-batch in slot sl,
+   accumulating parameter gradients (dloss scales the mean loss's): from the
+   loss if c holds the last virtual stage, else from m->dres (the output's
+   gradient); leaves the input's gradient in m->dres, or ends in the
+   embedding if c holds virtual stage 0. ZeRO 2 hands each bucket to its
+   shard as soon as it is complete. */
+static pt_status pt__chunk_backward(pt_gpt *m, pt_gpt_slot *sl, int c, int B, int T,
+                                    float dloss) {
+    const pt_gpt_config *cfg = &m->config;
+    int N = B * T, C = cfg->n_embd, l, first = m->chunk_start[c], last = m->chunk_start[c + 1];
+    pt_status st;
+    if (c == m->chunks - 1 && m->has_head) { /* the logits become dlogits in place */
+        pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, m->vocab_local,
+                               pt__vocab_valid(m), m->vocab_offset, dloss);
+        memset(m->scratch.dln, 0, sizeof(float) * (size_t)N * C);
+        pt_tied_head_backward(m->scratch.dln, m->zero == 2 ? NULL : m->dwte, sl->logits, sl->lnf,
+                              m->wte, N, C, m->vocab_local);
+        if (m->zero == 2 && (st = pt__zero2_wte(m, 1)) != PT_OK) return st;
+        if ((st = pt__tp_sum(m->tp_comm, m->scratch.dln, (size_t)N * C)) != PT_OK) return st;
+        memset(m->dres, 0, sizeof(float) * (size_t)N * C);
+        pt_layernorm_backward(m->dres, m->dlnf_w, m->dlnf_b, m->scratch.dln,
+                              last > first ? sl->acts[last - 1 - first].out : sl->x, m->lnf_w,
+                              sl->lnf_mean, sl->lnf_rstd, N, C);
+        if (m->zero == 2 && (st = pt__zero2_bucket(m, m->table[m->tab_lnf].bucket)) != PT_OK)
+            return st;
+    }
+    for (l = last - 1; l >= first; l--) {
+        const pt_block_acts *a = &sl->acts[l - first];
+        const float *x = l > first ? sl->acts[l - 1 - first].out : sl->x;
+        st = pt_block_backward(cfg, B, T, &m->layers[l], &m->layer_grads[l], x, a, m->dres,
+                               m->dres, &m->scratch, m->tp_comm);
+        if (st != PT_OK) return st;
+        if (m->zero == 2 &&
+            (st = pt__zero2_bucket(m, m->table[m->tab_layers + 12 * l].bucket)) != PT_OK)
+            return st;
+    }
+    if (c != 0 || !m->has_embed) return PT_OK;
+    /* every rank holds the whole dres: its wte rows, and all of wpe */
+    if (m->zero == 2) return pt__zero2_wte(m, 0);
+    pt__encoder_backward_part(m->dwte, m->dwpe, m->dres, sl->inputs, m->vocab_offset,
+                              m->vocab_local, B, T, C);
+    return PT_OK;
+}
+
 PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) {
-    const pt_gpt_config *c = &m->config;
-    int B = m->cur_B, T = m->cur_T, N = B * T, C = c->n_embd, l;
     pt_status st;
     if (!m->grads)
         return pt__fail(PT_ERR_INVALID_ARG, "model was built for inference: no gradients");
+    if (m->pp > 1)
+        return pt__fail(PT_ERR_INVALID_ARG, "a pipeline stage runs whole steps: "
+                        "pt_gpt_pipeline_step, not pt_gpt_backward");
     if (!m->has_targets)
         return pt__fail(PT_ERR_INVALID_ARG,
                         "backward needs a forward with targets first (and runs once per forward)");
-    m->has_targets = 0; /* the logits become dlogits in place */
+    m->has_targets = 0;
     if (m->micro >= m->accum) m->micro = 0; /* a new step */
     if (m->micro == 0) pt_gpt_zero_grad(m);
-    pt__xent_backward_part(m->logits, m->logits, m->lse, m->targets, N, m->vocab_local,
-                           pt__vocab_valid(m), m->vocab_offset, 1.0f / ((float)N * m->accum));
-    memset(m->scratch.dln, 0, sizeof(float) * (size_t)N * C);
-    pt_tied_head_backward(m->scratch.dln, m->zero == 2 ? NULL : m->dwte, m->logits, m->lnf,
-                          m->wte, N, C, m->vocab_local);
-    if (m->zero == 2 && (st = pt__zero2_wte(m, 1)) != PT_OK) return st;
-    if ((st = pt__tp_sum(m->tp_comm, m->scratch.dln, (size_t)N * C)) != PT_OK) return st;
-    memset(m->dres, 0, sizeof(float) * (size_t)N * C);
-    pt_layernorm_backward(m->dres, m->dlnf_w, m->dlnf_b, m->scratch.dln,
-                          m->acts[c->n_layer - 1].out, m->lnf_w, m->lnf_mean, m->lnf_rstd, N, C);
-    /* ZeRO 2: each bucket leaves the stage for its shard once complete */
-    if (m->zero == 2 && (st = pt__zero2_bucket(m, m->table[2 + 12 * c->n_layer].bucket)) != PT_OK)
-        return st;
-    for (l = c->n_layer - 1; l >= 0; l--) {
-        const float *x = l > 0 ? m->acts[l - 1].out : m->encoded;
-        st = pt_block_backward(c, B, T, &m->layers[l], &m->layer_grads[l], x, &m->acts[l],
-                               m->dres, m->dres, &m->scratch, m->tp_comm);
-        if (st != PT_OK) return st;
-        if (m->zero == 2 && (st = pt__zero2_bucket(m, m->table[2 + 12 * l].bucket)) != PT_OK)
-            return st;
-    }
-    /* every rank holds the whole dres: its wte rows, and all of wpe */
-    if (m->zero == 2) {
-        if ((st = pt__zero2_wte(m, 0)) != PT_OK) return st;
-    } else {
-        pt__encoder_backward_part(m->dwte, m->dwpe, m->dres, m->inputs, m->vocab_offset,
-                                  m->vocab_local, B, T, C);
-    }
+    st = pt__chunk_backward(m, &m->slots[0], 0, m->cur_B, m->cur_T,
+                            1.0f / ((float)m->cur_B * m->cur_T * m->accum));
+    if (st != PT_OK) return st;
     if (++m->micro == m->accum && m->zero < 2) return pt__dp_sync_grads(m);
     return PT_OK;
 }
@@ -2685,7 +2861,7 @@ PTRAINDEF pt_status pt_kv_cache_init(pt_kv_cache *c, const pt_gpt *m) {
     int pass;
     pt_status st;
     memset(c, 0, sizeof *c);
-    if (m->tp > 1)
+    if (m->tp > 1 || m->pp > 1)
         return pt__fail(PT_ERR_UNSUPPORTED, "generation runs on one rank: load the gathered "
                         "weights (pt_gpt_gather, or a checkpoint) into a model without a grid");
     for (pass = 0; pass < 2; pass++) {

@@ -467,6 +467,12 @@ typedef struct pt_gpt {
     int slots_used, slots_peak; /* in use now, most at once in the last step */
     pt_gpt_slot *slots;
     struct pt_schedule *sched; /* the pipeline's schedule (NULL without one) */
+    pt_comm *tie_comm;        /* first and last stage of this tp, dp place: the two
+                                 copies of wte (NULL unless pp > 1 and one of them) */
+    float *keep_logits;       /* optional (set by the caller): the head's logits of
+                                 every micro-batch of a pipeline step, (rows*T, vocab_local) */
+    struct pt_trace *trace;   /* optional (set by the caller): real timings of each
+                                 action of pt_gpt_pipeline_step, track = world rank */
     size_t num_params;        /* this rank's parameters (with bucket padding) */
     float *params, *grads, *m, *v; /* each one buffer of num_params floats */
     int num_tensors, num_canon; /* tensors here, and in the whole model */
@@ -518,6 +524,15 @@ PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targ
    keeps its shard), ready for the optimizer. */
 PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m);
 PTRAINDEF void pt_gpt_zero_grad(pt_gpt *m);
+/* One step's forward and backward on a pipeline stage (grid pp > 1): runs
+   this stage's schedule over grad_accum micro-batches of the B x T batch
+   (B = grad_accum x desc.batch rows, the same on every stage of the
+   pipeline), sending activations and gradients to the neighbouring stages;
+   then sums the two copies of wte's gradient (first and last stage),
+   averages over the dp group, and sets loss on every rank. Ready for
+   pt_gpt_adamw_step. */
+PTRAINDEF pt_status pt_gpt_pipeline_step(pt_gpt *m, const int *inputs, const int *targets, int B,
+                                         int T);
 /* sqrt(sum of squared gradients); if max_norm > 0 and the norm exceeds it,
    scales gradients by max_norm/norm. Returns the norm before clipping. */
 PTRAINDEF float pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm);
@@ -2097,11 +2112,13 @@ PTRAINDEF pt_status pt_gpt_gather(const pt_gpt *m, pt_state_buf which, float *fu
         return pt__fail(PT_ERR_OOM, "cannot allocate the buffers to gather the model");
     }
     local = pt__local_buf(m, which, tmp, &st);
+    if (m->pp > 1) memset(full, 0, m->num_params_full * sizeof(float)); /* summed over stages */
     for (i = 0; i < m->num_tensors && st == PT_OK; i++) {
         const pt_param *p = &m->table[i];
         int64_t frows = p->ndim > 1 ? p->full_shape[0] : 1;
         int64_t fcols = p->ndim > 1 ? p->full_shape[1] : p->full_shape[0], r, c;
         float *dst = full + p->full_offset;
+        if (i == m->tab_wte && !m->has_embed) continue; /* the first stage gives wte */
         if (p->shard == PT_SHARD_NONE) {
             memcpy(dst, local + p->offset, p->numel * sizeof(float));
             continue;
@@ -2115,23 +2132,29 @@ PTRAINDEF pt_status pt_gpt_gather(const pt_gpt *m, pt_state_buf which, float *fu
                     if (j >= 0) dst[r * fcols + c] = parts[(size_t)k * p->numel + (size_t)j];
                 }
     }
+    if (st == PT_OK && m->pp > 1) /* each stage wrote its tensors, zeros elsewhere */
+        st = pt_comm_all_reduce(m->pp_comm, full, m->num_params_full, PT_REDUCE_SUM);
     pt__free(parts, m->alloc_ctx);
     pt__free(tmp, m->alloc_ctx);
     return st;
 }
 
 PTRAINDEF pt_status pt_gpt_gather_logits(const pt_gpt *m, float *out) {
-    size_t N = (size_t)m->cur_B * m->cur_T, V = (size_t)m->config.vocab_size;
-    size_t Vl = (size_t)m->vocab_local, n, k;
+    /* a pipeline's head keeps every micro-batch's logits in keep_logits */
+    const float *logits = m->keep_logits ? m->keep_logits : m->logits;
+    size_t N = (size_t)m->cur_B * m->cur_T * (m->keep_logits ? (size_t)m->accum : 1);
+    size_t V = (size_t)m->config.vocab_size, Vl = (size_t)m->vocab_local, n, k;
     float *parts;
     pt_status st;
+    if (!logits) return pt__fail(PT_ERR_INVALID_ARG, "this pipeline stage has no logits "
+                                 "(only the last one does, with keep_logits set)");
     if (m->tp == 1) {
-        memcpy(out, m->logits, N * V * sizeof(float));
+        memcpy(out, logits, N * V * sizeof(float));
         return PT_OK;
     }
     parts = (float *)pt__malloc(N * Vl * (size_t)m->tp * sizeof(float), m->alloc_ctx);
     if (!parts) return pt__fail(PT_ERR_OOM, "cannot allocate the gathered logits");
-    st = pt_comm_all_gather(m->tp_comm, m->logits, parts, N * Vl);
+    st = pt_comm_all_gather(m->tp_comm, logits, parts, N * Vl);
     for (k = 0; k < (size_t)m->tp && st == PT_OK; k++) {
         size_t v0 = k * Vl, len = v0 >= V ? 0 : (V - v0 < Vl ? V - v0 : Vl);
         for (n = 0; n < N && len; n++)
@@ -2310,6 +2333,9 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     if (m->pp * m->chunks > cfg.n_layer)
         pt__append_error(&bad, "pipeline: pp=%d x chunks=%d virtual stages > n_layer=%d (each "
                          "needs a layer)", m->pp, m->chunks, cfg.n_layer);
+    if (m->pp > 1 && (int64_t)m->accum * m->pp * m->chunks * 2 > 32767)
+        pt__append_error(&bad, "pipeline: %d micro-batches x %d virtual stages exceed the "
+                         "message tags (16383)", m->accum, m->pp * m->chunks);
     if (m->pp > 1 && d->inference)
         pt__append_error(&bad, "a pipeline model is for training; gather it whole to sample");
     if (m->pp > 1 && !bad) { /* the schedule sizes the activation slots */
@@ -2368,6 +2394,23 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     m->chunk_start = m->layer_id + L;
     pt__assign_layers(m);
     pt__build_table(m);
+    if (m->pp > 1) { /* every world rank joins a split; the wte pairs get size 2 */
+        int tied = m->has_embed || m->has_head;
+        const pt_grid *g = d->grid;
+        pt_comm *tie = (pt_comm *)pt__malloc(sizeof(pt_comm), d->alloc_ctx);
+        if (!tie) {
+            pt_gpt_free(m);
+            return pt__fail(PT_ERR_OOM, "cannot allocate a communicator");
+        }
+        st = pt_comm_split(g->world, tied ? g->tp_rank + g->tp * g->dp_rank
+                                          : g->tp * g->dp + g->world->rank, m->pp_rank, tie);
+        if (st != PT_OK) {
+            pt__free(tie, d->alloc_ctx);
+            pt_gpt_free(m);
+            return st;
+        }
+        m->tie_comm = tie;
+    }
 
     /* parameters, gradients and AdamW state: one arena, measured first */
     pt_arena_init_meta(&meta);
@@ -2404,6 +2447,10 @@ PTRAINDEF void pt_gpt_free(pt_gpt *m) {
     if (m->sched) {
         pt_schedule_free(m->sched);
         pt__free(m->sched, m->alloc_ctx);
+    }
+    if (m->tie_comm) {
+        pt_comm_free(m->tie_comm);
+        pt__free(m->tie_comm, m->alloc_ctx);
     }
     pt_arena_free(&m->param_arena);
     pt_arena_free(&m->act_arena);
@@ -2776,15 +2823,135 @@ PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) {
     return PT_OK;
 }
 
+/* The slot holding (micro, chunk), taking a free one if it has none. */
+static pt_gpt_slot *pt__slot(pt_gpt *m, int micro, int chunk, int take) {
+    int k;
+    for (k = 0; k < m->nslots; k++)
+        if (m->slots[k].micro == micro && m->slots[k].chunk == chunk) return &m->slots[k];
+    for (k = 0; take && k < m->nslots; k++)
+        if (m->slots[k].micro < 0) {
+            m->slots[k].micro = micro, m->slots[k].chunk = chunk;
+            if (++m->slots_used > m->slots_peak) m->slots_peak = m->slots_used;
+            return &m->slots[k];
+        }
+    return NULL;
+}
+
+static void pt__slot_release(pt_gpt *m, pt_gpt_slot *sl) {
+    sl->micro = sl->chunk = -1;
+    m->slots_used--;
+}
+
+PTRAINDEF pt_status pt_gpt_pipeline_step(pt_gpt *m, const int *inputs, const int *targets, int B,
+                                         int T) {
+    const pt_schedule *s = m->sched;
+    int st_rank = m->pp_rank, b, k, C = m->config.n_embd, split = 0, track;
+    size_t N;
+    float loss_sum = 0.0f, loss = 0.0f, dloss;
+    double t0 = 0.0;
+    pt_status st = PT_OK;
+    if (!s || !m->grads)
+        return pt__fail(PT_ERR_INVALID_ARG, "pt_gpt_pipeline_step needs a training model with "
+                        "pipeline stages (grid pp > 1)");
+    if (B % m->accum != 0 || B / m->accum < 1 || B / m->accum > m->B || T < 1 || T > m->T)
+        return pt__fail(PT_ERR_CONFIG, "batch %dx%d does not split into %d micro-batches of at "
+                        "most %dx%d", B, T, m->accum, m->B, m->T);
+    if ((st = pt__check_tokens(inputs, (size_t)B * T, m->config.vocab_size, "inputs")) != PT_OK ||
+        (st = pt__check_tokens(targets, (size_t)B * T, m->config.vocab_size, "targets")) != PT_OK)
+        return st;
+    b = B / m->accum;
+    N = (size_t)b * (size_t)T;
+    dloss = 1.0f / ((float)N * m->accum);
+    m->cur_B = b, m->cur_T = T;
+    pt_gpt_zero_grad(m);
+    for (k = 0; k < m->nslots; k++) m->slots[k].micro = m->slots[k].chunk = -1;
+    m->slots_used = m->slots_peak = 0;
+    for (k = 0; k < s->count[st_rank]; k++) split |= s->list[st_rank][k].kind == PT_ACT_W;
+    track = m->grid ? m->grid->world->rank : 0;
+    if (m->trace) { /* a common time origin for every rank's events */
+        if ((st = pt_comm_barrier(m->grid->world)) != PT_OK) return st;
+        t0 = pt_time_now();
+    }
+    for (k = 0; k < s->count[st_rank] && st == PT_OK; k++) {
+        const pt_action *a = &s->list[st_rank][k];
+        /* a message's tag names its micro-batch and the virtual stage that made it */
+        int i = a->micro, c = a->chunk, V = m->pp * m->chunks, vs = c * m->pp + st_rank;
+        int from = a->kind == PT_ACT_RECV_ACT ? vs - 1 : a->kind == PT_ACT_RECV_GRAD ? vs + 1 : vs;
+        int tag = (i * V + from) * 2 + (a->kind == PT_ACT_SEND_GRAD || a->kind == PT_ACT_RECV_GRAD);
+        int head = c == m->chunks - 1 && m->has_head;
+        double ta = m->trace ? pt_time_now() : 0.0;
+        pt_gpt_slot *sl = NULL;
+        switch (a->kind) {
+        case PT_ACT_RECV_ACT:
+            if (!(sl = pt__slot(m, i, c, 1))) goto no_slot;
+            st = pt_comm_recv(m->pp_comm, sl->x, N * (size_t)C, a->peer, tag);
+            break;
+        case PT_ACT_F:
+            if (!(sl = pt__slot(m, i, c, 1))) goto no_slot;
+            memcpy(sl->inputs, inputs + (size_t)i * N, N * sizeof(int));
+            memcpy(sl->targets, targets + (size_t)i * N, N * sizeof(int));
+            st = pt__chunk_forward(m, sl, c, b, T, 1, &loss);
+            if (st == PT_OK && head) {
+                loss_sum += loss;
+                if (m->keep_logits)
+                    memcpy(m->keep_logits + (size_t)i * N * (size_t)m->vocab_local, sl->logits,
+                           N * (size_t)m->vocab_local * sizeof(float));
+            }
+            break;
+        case PT_ACT_SEND_ACT:
+            if (!(sl = pt__slot(m, i, c, 0))) goto no_slot;
+            st = pt_comm_send(m->pp_comm, sl->acts[m->chunk_start[c + 1] - m->chunk_start[c] - 1].out,
+                              N * (size_t)C, a->peer, tag);
+            break;
+        case PT_ACT_RECV_GRAD:
+            st = pt_comm_recv(m->pp_comm, m->dres, N * (size_t)C, a->peer, tag);
+            break;
+        case PT_ACT_B:
+            if (!(sl = pt__slot(m, i, c, 0))) goto no_slot;
+            st = pt__chunk_backward(m, sl, c, b, T, dloss);
+            if (!split) pt__slot_release(m, sl);
+            break;
+        case PT_ACT_SEND_GRAD:
+            st = pt_comm_send(m->pp_comm, m->dres, N * (size_t)C, a->peer, tag);
+            break;
+        case PT_ACT_W: /* B computed the weight gradients too; W frees the activations */
+            if (!(sl = pt__slot(m, i, c, 0))) goto no_slot;
+            pt__slot_release(m, sl);
+            break;
+        default: /* the optimizer step is the caller's pt_gpt_adamw_step */
+            break;
+        }
+        if (m->trace && st == PT_OK && a->kind != PT_ACT_OPT)
+            st = pt_trace_add(m->trace, track, a->kind, i, c, ta - t0, pt_time_now() - ta);
+    }
+    if (st != PT_OK) return st;
+    /* the two copies of wte (first and last stage) get the sum of their gradients */
+    if (m->tie_comm && m->tie_comm->size == 2 && m->dwte)
+        st = pt_comm_all_reduce(m->tie_comm, m->dwte, m->table[m->tab_wte].numel, PT_REDUCE_SUM);
+    if (st == PT_OK) st = pt__dp_sync_grads(m);
+    /* the loss: the last stage's mean over micro-batches, then over the dp group */
+    loss = m->has_head ? loss_sum / (float)m->accum : 0.0f;
+    if (st == PT_OK) st = pt_comm_all_reduce(m->pp_comm, &loss, 1, PT_REDUCE_SUM);
+    if (st == PT_OK && m->dp > 1) st = pt_comm_all_reduce(m->dp_comm, &loss, 1, PT_REDUCE_AVG);
+    m->loss = loss;
+    m->micro = m->accum; /* ready for the optimizer */
+    return st;
+no_slot:
+    return pt__fail(PT_ERR_INVALID_ARG, "pipeline stage %d: no activation slot for micro-batch "
+                    "%d chunk %d (the schedule and the slots disagree)", st_rank,
+                    s->list[st_rank][k].micro, s->list[st_rank][k].chunk);
+}
+
 PTRAINDEF float pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm) {
     double norm;
     float *g = m->zero ? m->gshard : m->grads;
     size_t n = m->zero ? m->shard_total : m->num_params;
     if (!m->grads) return 0.0f;
-    if (m->tp == 1 && !m->zero) {
+    if (m->tp == 1 && !m->zero && m->pp == 1) {
         norm = pt_norm2(m->grads, m->num_params);
     } else { /* sum of squares of what this rank owns: split tensors' parts and
-                its dp shard; tensors replicated over tp count on tp rank 0 */
+                its dp shard; tensors replicated over tp count on tp rank 0, wte
+                on the first pipeline stage only */
         double part = 0.0;
         float sq;
         int b, i;
@@ -2794,6 +2961,7 @@ PTRAINDEF float pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm) {
                 size_t lo = p->offset, hi = p->offset + p->numel;
                 const float *src = m->grads + lo;
                 if (p->shard == PT_SHARD_NONE && m->tp_rank != 0) continue;
+                if (i == m->tab_wte && !m->has_embed) continue;
                 if (!m->zero && p->bucket != b) continue; /* whole tensors: once */
                 if (m->zero) {
                     if (!pt__shard_span(m, b, i, &lo, &hi)) continue;
@@ -2808,7 +2976,8 @@ PTRAINDEF float pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm) {
         sq = (float)part;
         if ((m->tp > 1 && pt_comm_all_reduce(m->tp_comm, &sq, 1, PT_REDUCE_SUM) != PT_OK) ||
             (m->zero && m->dp > 1 &&
-             pt_comm_all_reduce(m->dp_comm, &sq, 1, PT_REDUCE_SUM) != PT_OK))
+             pt_comm_all_reduce(m->dp_comm, &sq, 1, PT_REDUCE_SUM) != PT_OK) ||
+            (m->pp > 1 && pt_comm_all_reduce(m->pp_comm, &sq, 1, PT_REDUCE_SUM) != PT_OK))
             return NAN;
         norm = sqrt((double)sq);
     }

@@ -91,7 +91,8 @@ typedef struct job {
     const char *path;
     const pt_safetensors *st;
     pt_gpt_config cfg;
-    int B, T, steps, tp, dp, zero, verbose;
+    int B, T, steps, tp, dp, pp, zero, micro, chunks, verbose;
+    const char *schedule;
     double lr;
     pt_adamw_config opt;
     const int *inputs, *targets; /* (B, T) */
@@ -110,27 +111,37 @@ typedef struct job {
 static pt_status run_rank(pt_comm *world, void *arg) {
     job *j = (job *)arg;
     pt_grid grid;
-    pt_gpt gpt;
+    pt_gpt gpt, whole;
     pt_gpt_desc desc;
     check c = {0, 0, 0};
     int Bl = j->B / j->dp, s, i, lead = world->rank == 0, grid_ok = 0;
     size_t N = (size_t)Bl * j->T, V = (size_t)j->cfg.vocab_size, rows0;
-    float *ref = NULL, *mine = NULL, *losses = NULL, total;
+    float *ref = NULL, *mine = NULL, *keep = NULL, *losses = NULL, total;
     char label[128];
     pt_status status = PT_OK;
     memset(&gpt, 0, sizeof gpt);
+    memset(&whole, 0, sizeof whole);
     c.verbose = lead && j->verbose;
-    if ((status = pt_grid_init(&grid, world, j->tp, j->dp, 1)) != PT_OK) return status;
+    if ((status = pt_grid_init(&grid, world, j->tp, j->dp, j->pp)) != PT_OK) return status;
     grid_ok = 1;
     memset(&desc, 0, sizeof desc);
     desc.config = j->cfg;
-    desc.batch = Bl;
+    desc.batch = Bl / j->micro; /* micro-batch rows */
     desc.seq = j->T;
     desc.grid = &grid;
     desc.zero = j->zero;
+    desc.grad_accum = j->micro;
+    desc.schedule = j->schedule;
+    desc.chunks = j->chunks;
     if ((status = pt_gpt_init(&gpt, &desc)) != PT_OK ||
         (status = pt_gpt_load_weights_st(&gpt, j->st)) != PT_OK)
         goto out;
+    { /* the whole model's table (a meta model: no memory) names every tensor */
+        pt_gpt_desc wd;
+        memset(&wd, 0, sizeof wd);
+        wd.config = j->cfg, wd.batch = 1, wd.seq = 1, wd.meta = 1;
+        if ((status = pt_gpt_init(&whole, &wd)) != PT_OK) goto out;
+    }
     rows0 = (size_t)grid.dp_rank * N; /* this rank's rows of the batch */
     {
         /* ref holds the whole batch's logits, mine this rank's rows */
@@ -138,30 +149,51 @@ static pt_status run_rank(pt_comm *world, void *arg) {
         size_t most = all > gpt.num_params_full ? all : gpt.num_params_full;
         ref = (float *)malloc(most * sizeof(float));
         mine = (float *)malloc(most * sizeof(float));
+        keep = (float *)malloc(N * (size_t)gpt.vocab_local * sizeof(float));
         losses = (float *)malloc((size_t)j->steps * sizeof(float));
-        if (!ref || !mine || !losses) RANK_FAIL(pt_comm_fail(world, PT_ERR_OOM));
+        if (!ref || !mine || !keep || !losses) RANK_FAIL(pt_comm_fail(world, PT_ERR_OOM));
     }
     for (s = 0; s < j->steps; s++) {
-        if ((status = pt_gpt_forward(&gpt, j->inputs + rows0, j->targets + rows0, Bl, j->T)) !=
-            PT_OK)
+        int64_t lshape[3] = {j->B, j->T, j->cfg.vocab_size}, one[1] = {1};
+        float loss_ref;
+        if (s == 0 && ((status = pt_st_read_f32(j->st, "fixture.logits", ref, 3, lshape)) != PT_OK ||
+                       (status = pt_st_read_f32(j->st, "fixture.loss", &loss_ref, 1, one)) != PT_OK))
             goto out;
-        losses[s] = gpt.loss;
-        if (s == 0) {
-            int64_t lshape[3] = {j->B, j->T, j->cfg.vocab_size}, one[1] = {1};
-            float loss_ref;
-            if ((status = pt_gpt_gather_logits(&gpt, mine)) != PT_OK) goto out;
-            if ((status = pt_st_read_f32(j->st, "fixture.logits", ref, 3, lshape)) != PT_OK ||
-                (status = pt_st_read_f32(j->st, "fixture.loss", &loss_ref, 1, one)) != PT_OK)
+        if (j->pp > 1) { /* the whole step through the stages; the last keeps the logits */
+            gpt.keep_logits = s == 0 && gpt.has_head ? keep : NULL;
+            if ((status = pt_gpt_pipeline_step(&gpt, j->inputs + rows0, j->targets + rows0, Bl,
+                                               j->T)) != PT_OK)
                 goto out;
-            compare_elem(&c, "logits", mine, ref + rows0 * V, N * V, 5e-6, 1e-5, lead);
-            compare_elem(&c, "loss", &gpt.loss, &loss_ref, 1, 1e-5, 5e-6, lead);
+            losses[s] = gpt.loss;
+            if (s == 0 && gpt.has_head) {
+                if ((status = pt_gpt_gather_logits(&gpt, mine)) != PT_OK) goto out;
+                compare_elem(&c, "logits", mine, ref + rows0 * V, N * V, 5e-6, 1e-5, lead);
+            }
+        } else { /* micro-batch after micro-batch, gradients accumulating */
+            int k, b = Bl / j->micro;
+            size_t rows = (size_t)b * j->T;
+            losses[s] = 0.0f;
+            for (k = 0; k < j->micro; k++) {
+                size_t at = rows0 + (size_t)k * rows;
+                if ((status = pt_gpt_forward(&gpt, j->inputs + at, j->targets + at, b, j->T)) !=
+                    PT_OK)
+                    goto out;
+                losses[s] += gpt.loss / (float)j->micro;
+                if (s == 0) {
+                    if ((status = pt_gpt_gather_logits(&gpt, mine)) != PT_OK) goto out;
+                    compare_elem(&c, "logits", mine, ref + at * V, rows * V, 5e-6, 1e-5,
+                                 lead && k == 0);
+                }
+                if ((status = pt_gpt_backward(&gpt)) != PT_OK) goto out;
+            }
         }
-        if ((status = pt_gpt_backward(&gpt)) != PT_OK) goto out;
         if (s == 0) {
             int fails_before = c.failed;
+            compare_elem(&c, "loss", &losses[0], &loss_ref, 1, 1e-5, 5e-6, lead);
             if ((status = pt_gpt_gather(&gpt, PT_BUF_GRADS, mine)) != PT_OK) goto out;
-            for (i = 0; i < gpt.num_tensors; i++) {
-                const pt_param *p = &gpt.table[i];
+            fails_before = c.failed;
+            for (i = 0; i < whole.num_tensors; i++) { /* every tensor, whichever stage has it */
+                const pt_param *p = &whole.table[i];
                 snprintf(label, sizeof label, "fixture.grad.%s", p->name);
                 if ((status = pt_st_read_f32(j->st, label, ref, p->ndim, p->full_shape)) != PT_OK)
                     goto out;
@@ -170,21 +202,21 @@ static pt_status run_rank(pt_comm *world, void *arg) {
             }
             if (lead)
                 printf("  %-40s %d tensors  %s\n", "grads (per tensor, 2e-5 * max|ref|)",
-                       gpt.num_tensors, c.failed == fails_before ? "PASS" : "FAIL");
+                       whole.num_tensors, c.failed == fails_before ? "PASS" : "FAIL");
         }
         if ((status = pt_gpt_adamw_step(&gpt, &j->opt, (float)j->lr)) != PT_OK) goto out;
     }
     {
         int64_t ns[1] = {j->steps};
         double worst = 0.0;
-        const char *worst_name = gpt.table[0].name;
+        const char *worst_name = whole.table[0].name;
         int fails_before;
         if ((status = pt_st_read_f32(j->st, "fixture.losses", ref, 1, ns)) != PT_OK) goto out;
         compare_elem(&c, "losses (every step)", losses, ref, (size_t)j->steps, 1e-5, 5e-6, lead);
         fails_before = c.failed;
         if ((status = pt_gpt_gather(&gpt, PT_BUF_PARAMS, mine)) != PT_OK) goto out;
-        for (i = 0; i < gpt.num_tensors; i++) {
-            const pt_param *p = &gpt.table[i];
+        for (i = 0; i < whole.num_tensors; i++) {
+            const pt_param *p = &whole.table[i];
             size_t k;
             snprintf(label, sizeof label, "fixture.final.%s", p->name);
             if ((status = pt_st_read_f32(j->st, label, ref, p->ndim, p->full_shape)) != PT_OK)
@@ -203,11 +235,18 @@ static pt_status run_rank(pt_comm *world, void *arg) {
             printf("  %-40s max_err %.3e  tol %.3e  %s (worst: %s)\n", "final params", worst,
                    2.5e-4, c.failed == fails_before ? "PASS" : "FAIL", worst_name);
     }
-    if (lead && (j->tp > 1 || j->dp > 1))
+    if (lead && (j->tp > 1 || j->dp > 1 || j->pp > 1))
         printf("  per-rank memory (zero=%d): params %.2f MiB, grads %.2f MiB, AdamW %.2f MiB, "
                "activations %.2f MiB\n",
                j->zero, gpt.mem.params / 1048576.0, gpt.mem.grads / 1048576.0,
                gpt.mem.optimizer / 1048576.0, gpt.mem.activations / 1048576.0);
+    if (j->pp > 1) { /* the slots the stage used at once = the checker's peak in flight */
+        char what[96];
+        float used = (float)gpt.slots_peak, want = (float)gpt.nslots;
+        snprintf(what, sizeof what, "stage %d activation slots used (checker: %d)", grid.pp_rank,
+                 gpt.nslots);
+        compare_elem(&c, what, &used, &want, 1, 0.5, 0.0, lead || grid.tp_rank + grid.dp_rank == 0);
+    }
     /* every rank's failures count */
     total = (float)c.failed;
     if ((status = pt_comm_all_reduce(world, &total, 1, PT_REDUCE_SUM)) != PT_OK) goto out;
@@ -220,19 +259,26 @@ out:
     if (status != PT_OK && status != PT_ERR_COMM) status = pt_comm_fail(world, status);
     free(ref);
     free(mine);
+    free(keep);
     free(losses);
     pt_gpt_free(&gpt);
+    pt_gpt_free(&whole);
     if (grid_ok) pt_grid_free(&grid);
     return status;
 }
 
 int main(int argc, char **argv) {
-    int threads = 0, verbose = 0, npos = 0, s, tp = 1, dp = 1, zero = 0;
+    int threads = 0, verbose = 0, npos = 0, s, tp = 1, dp = 1, pp = 1, zero = 0, micro = 1, chunks = 1;
+    const char *schedule = "1f1b";
     const char *pos[1] = {NULL};
     cli_opt opts[] = {
         {"tp", CLI_INT, &tp, "tensor-parallel ranks (divides n_head)", 1, 1024},
         {"dp", CLI_INT, &dp, "data-parallel ranks (divides the fixture's batch B)", 1, 1024},
         {"zero", CLI_INT, &zero, "ZeRO stage: 0, 1 (shard AdamW state) or 2 (and gradients)", 0, 2},
+        {"pp", CLI_INT, &pp, "pipeline stages (at most n_layer)", 1, 1024},
+        {"schedule", CLI_STR, &schedule, "pipeline schedule: gpipe, 1f1b, interleaved, zb-h1", 0, 0},
+        {"microbatches", CLI_INT, &micro, "micro-batches per step (divides B/dp)", 1, 4096},
+        {"chunks", CLI_INT, &chunks, "layer chunks per stage (interleaved)", 1, 64},
         {"threads", CLI_INT, &threads, "OpenMP/BLAS threads (0: all cores; one rank only)", 0,
          1024},
         {"verbose", CLI_FLAG, &verbose, "print every tensor's line", 0, 0},
@@ -274,10 +320,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", pt_last_error());
         goto out;
     }
-    if ((int)B % dp != 0 || j.cfg.n_head % tp != 0) {
+    if ((int)B % dp != 0 || j.cfg.n_head % tp != 0 || ((int)B % dp == 0 && ((int)B / dp) % micro)) {
         if ((int)B % dp != 0)
             fprintf(stderr, "error: data_parallel=%d does not divide the fixture's batch B=%d\n",
                     dp, (int)B);
+        else if (((int)B / dp) % micro)
+            fprintf(stderr, "error: microbatches=%d does not divide the %d rows of each "
+                    "data-parallel rank (B=%d / dp=%d)\n", micro, (int)B / dp, (int)B, dp);
         if (j.cfg.n_head % tp != 0)
             fprintf(stderr, "error: tensor_parallel=%d does not divide n_head=%d\n", tp,
                     j.cfg.n_head);
@@ -308,6 +357,10 @@ int main(int argc, char **argv) {
     j.tp = tp;
     j.dp = dp;
     j.zero = zero;
+    j.pp = pp;
+    j.micro = micro;
+    j.chunks = chunks;
+    j.schedule = schedule;
     j.verbose = verbose;
     j.inputs = inputs;
     j.targets = targets;
@@ -317,10 +370,11 @@ int main(int argc, char **argv) {
     j.opt.weight_decay = (float)wd;
     if (world.rank == 0)
         printf("%s: V=%d C=%d n_head=%d n_layer=%d block=%d B=%d T=%d steps=%d lr=%g wd=%g; "
-               "tp=%d dp=%d zero=%d\n",
+               "tp=%d dp=%d zero=%d pp=%d%s%s m=%d v=%d\n",
                pos[0], j.cfg.vocab_size, j.cfg.n_embd, j.cfg.n_head, j.cfg.n_layer,
-               j.cfg.block_size, j.B, j.T, j.steps, j.lr, wd, tp, dp, zero);
-    status = cli_world_run(&world, tp * dp, run_rank, &j);
+               j.cfg.block_size, j.B, j.T, j.steps, j.lr, wd, tp, dp, zero, pp,
+               pp > 1 ? " " : "", pp > 1 ? schedule : "", micro, chunks);
+    status = cli_world_run(&world, tp * dp * pp, run_rank, &j);
     if (status == PT_OK) status = cli_world_share(&world, &j.failed);
     if (status != PT_OK) {
         fprintf(stderr, "error: %s\n", pt_last_error());

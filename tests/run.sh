@@ -103,6 +103,29 @@ done
 step "fixture gpt2_heads6.safetensors: every layout of up to 6 MPI ranks" \
     sh tests/layouts_check.sh build/fixture_check_mpi tests/fixtures/gpt2_heads6.safetensors 6
 tail -n 1 "$tmp/out" | sed 's/^/      /'
+# pipeline layouts: every schedule, stage count and micro-batch count that fits
+for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors; do
+    [ -f "$f" ] || continue
+    step "fixture $(basename "$f"): pipeline layouts (threads)" \
+        sh tests/pipeline_check.sh build/fixture_check "$f"
+    tail -n 1 "$tmp/out" | sed 's/^/      /'
+done
+for f in tests/fixtures/gpt2_heads8.safetensors ../shared/fixtures/gpt2_small_shapes.safetensors; do
+    [ -f "$f" ] || continue
+    step "fixture $(basename "$f"): pipeline layouts of up to 4 MPI ranks" \
+        sh tests/pipeline_check.sh build/fixture_check_mpi "$f" 4
+    tail -n 1 "$tmp/out" | sed 's/^/      /'
+done
+step "fixture small_shapes: tp 2 x dp 2 x pp 2, interleaved, 8 MPI ranks" \
+    mpi 8 build/fixture_check_mpi ../shared/fixtures/gpt2_small_shapes.safetensors --tp 2 --dp 2 \
+    --pp 2 --schedule interleaved --chunks 2 --microbatches 2
+fails "fixture_check: more stages than layers" 2 "pp=5 x chunks=1 virtual stages > n_layer=3" \
+    build/fixture_check tests/fixtures/gpt2_heads8.safetensors --pp 5
+fails "fixture_check: interleaved needs m divisible by pp" 2 "divisible by stages" \
+    build/fixture_check ../shared/fixtures/gpt2_small_shapes.safetensors --pp 2 --chunks 2 \
+    --schedule interleaved --microbatches 1
+fails "fixture_check: ZeRO 2 with a pipeline is refused" 2 "zero=2 with pipeline stages" \
+    build/fixture_check tests/fixtures/gpt2_heads8.safetensors --pp 2 --dp 2 --zero 2
 fails "fixture_check: tp not dividing n_head" 2 "tensor_parallel=3 does not divide n_head=8" \
     build/fixture_check tests/fixtures/gpt2_heads8.safetensors --tp 3
 fails "fixture_check: dp not dividing the batch" 2 "data_parallel=3 does not divide the fixture's batch B=4" \

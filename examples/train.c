@@ -158,7 +158,8 @@ static void fmt_time(char *buf, size_t n, double s) {
 typedef struct run {
     const char *data_path, *ckpt_out, *resume;
     int steps, batch, seq, warmup, eval_every, eval_batches, ckpt_every, sample_tokens, top_k,
-        log_every, stop_after, tp, dp, zero, accum;
+        log_every, stop_after, tp, dp, pp, zero, accum, chunks;
+    const char *schedule;
     float lr, min_lr, wd, clip, val_fraction, temperature;
     uint64_t seed;
     pt_gpt_config cfg;
@@ -171,7 +172,7 @@ typedef struct run {
    batch in grad_accum micro-batches. World rank 0 prints. */
 static pt_status train_rank(pt_comm *world, void *arg) {
     run *o = (run *)arg;
-    int lead = world->rank == 0, layout = o->tp * o->dp > 1, step, grid_ok = 0;
+    int lead = world->rank == 0, layout = o->tp * o->dp * o->pp > 1, step, grid_ok = 0;
     pt_grid grid;
     pt_loader train_ld, val_ld;
     pt_loader_desc ld;
@@ -196,7 +197,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     memset(&cache, 0, sizeof cache);
     memset(&state, 0, sizeof state);
     if (layout) {
-        if ((st = pt_grid_init(&grid, world, o->tp, o->dp, 1)) != PT_OK) goto fail;
+        if ((st = pt_grid_init(&grid, world, o->tp, o->dp, o->pp)) != PT_OK) goto fail;
         grid_ok = 1;
     }
     rows = o->batch / o->dp;
@@ -208,6 +209,8 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     desc.grid = layout ? &grid : NULL;
     desc.zero = o->zero;
     desc.grad_accum = o->accum;
+    desc.schedule = o->schedule;
+    desc.chunks = o->chunks;
     if ((st = pt_gpt_init(&gpt, &desc)) != PT_OK) goto fail;
     pt_gpt_init_weights(&gpt, o->seed);
 
@@ -242,10 +245,12 @@ static pt_status train_rank(pt_comm *world, void *arg) {
                o->cfg.n_layer, o->cfg.n_head, o->cfg.n_embd, o->cfg.vocab_size, o->cfg.block_size,
                (double)gpt.num_params_full / 1e6);
         if (layout)
-            printf("layout: tp %d x dp %d = %d ranks (%s), ZeRO %d, %d micro-batch%s of %d "
-                   "rows per rank and step\n",
-                   o->tp, o->dp, world->size, world->kind == PT_COMM_MPI ? "MPI" : "threads",
-                   o->zero, o->accum, o->accum > 1 ? "es" : "", micro);
+            printf("layout: tp %d x dp %d x pp %d = %d ranks (%s), ZeRO %d, %d micro-batch%s of "
+                   "%d rows per rank and step%s%s\n",
+                   o->tp, o->dp, o->pp, world->size,
+                   world->kind == PT_COMM_MPI ? "MPI" : "threads", o->zero, o->accum,
+                   o->accum > 1 ? "es" : "", micro, o->pp > 1 ? ", schedule " : "",
+                   o->pp > 1 ? (o->schedule ? o->schedule : "1f1b") : "");
         printf("memory%s: params %.1f MiB, grads %.1f MiB, AdamW %.1f MiB, activations %.1f MiB, "
                "scratch %.1f MiB\n",
                layout ? " per rank" : "", gpt.mem.params / 1048576.0, gpt.mem.grads / 1048576.0,
@@ -275,7 +280,14 @@ static pt_status train_rank(pt_comm *world, void *arg) {
         float lr_now = pt_lr_at(&sched, step), norm;
         int last = step + 1 == o->steps || step + 1 == o->stop_after, k;
         pt_loader_next(&train_ld, inputs, targets);
-        for (k = 0; k < o->accum; k++) {
+        if (o->pp > 1) { /* the micro-batches through the stages, as the schedule says */
+            size_t at = (size_t)first * o->seq;
+            if ((st = pt_gpt_pipeline_step(&gpt, inputs + at, targets + at, rows, o->seq)) !=
+                PT_OK)
+                goto fail;
+            step_loss = gpt.loss;
+        }
+        for (k = 0; o->pp == 1 && k < o->accum; k++) {
             size_t at = (size_t)(first + k * micro) * o->seq;
             if ((st = pt_gpt_forward(&gpt, inputs + at, targets + at, micro, o->seq)) != PT_OK ||
                 (st = pt_gpt_backward(&gpt)) != PT_OK)
@@ -287,7 +299,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
         t_train += pt_time_now() - t0;
         train_loss_avg += step_loss;
         n_avg++;
-        if ((step + 1) % o->eval_every == 0 || last)
+        if (((step + 1) % o->eval_every == 0 || last) && o->pp == 1) /* no forward-only pipeline yet */
             val = eval_loss(&gpt, &val_ld, o->eval_batches, inputs, targets, first, rows);
         if (lead && ((step + 1) % o->log_every == 0 || last || step == (int)state.step)) {
             int done_steps = step + 1 - (int)state.step;
@@ -450,7 +462,12 @@ int main(int argc, char **argv) {
          1024},
         {"zero", CLI_INT, &o.zero, "ZeRO stage: 0, 1 (shard AdamW state), 2 (and gradients)", 0,
          2},
-        {"grad-accum", CLI_INT, &o.accum, "micro-batches per step and rank", 1, 1 << 20},
+        {"grad-accum", CLI_INT, &o.accum, "micro-batches per step and rank (with --pp: the "
+         "pipeline's m)", 1, 1 << 20},
+        {"pp", CLI_INT, &o.pp, "pipeline stages (at most the layers)", 1, 1024},
+        {"schedule", CLI_STR, &o.schedule, "pipeline schedule: gpipe, 1f1b, interleaved, zb-h1",
+         0, 0},
+        {"chunks", CLI_INT, &o.chunks, "layer chunks per pipeline stage (interleaved)", 1, 64},
         {"sample-tokens", CLI_INT, &o.sample_tokens, "tokens to sample at the end (0: none)", 0,
          1e6},
         {"temperature", CLI_FLOAT, &o.temperature, "sampling temperature (0: greedy)", 0, 100},
@@ -476,7 +493,7 @@ int main(int argc, char **argv) {
     o.steps = 1600, o.batch = 16, o.seq = 64, o.warmup = 50, o.eval_every = 100;
     o.eval_batches = 8, o.sample_tokens = 400, o.top_k = 8, o.log_every = 100;
     o.lr = 6e-3f, o.min_lr = 6e-4f, o.wd = 0.1f, o.clip = 1.0f, o.val_fraction = 0.1f;
-    o.temperature = 0.8f, o.seed = 1337, o.tp = 1, o.dp = 1, o.accum = 1;
+    o.temperature = 0.8f, o.seed = 1337, o.tp = 1, o.dp = 1, o.pp = 1, o.accum = 1, o.chunks = 1;
     memset(&tok, 0, sizeof tok);
     if (!cli_world_begin(&world, &argc, &argv)) return 2;
     mpi = world.kind == PT_COMM_MPI;
@@ -535,7 +552,7 @@ int main(int argc, char **argv) {
     if ((st = pt_tokens_check(&tok, o.cfg.vocab_size)) != PT_OK) goto fail;
     o.tok = &tok;
     o.rc = 1;
-    st = cli_world_run(&world, o.tp * o.dp, train_rank, &o);
+    st = cli_world_run(&world, o.tp * o.dp * o.pp, train_rank, &o);
     if (st == PT_OK) st = cli_world_share(&world, &o.rc);
     if (st != PT_OK) goto fail;
     rc = o.rc;

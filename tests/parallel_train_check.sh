@@ -1,7 +1,8 @@
 #!/bin/sh
 # build/train on tensor x data parallel layouts (thread ranks, and MPI
 # processes through build/train_mpi) prints the serial run's losses: the same
-# model, data and optimizer, split. Losses agree to 2e-3 (float sums in
+# model, data and optimizer, split over tensor, data and pipeline ranks.
+# Losses agree to 2e-3 (float sums in
 # another order over 30 steps). A checkpoint written by one layout (tp 2 x
 # dp 2, ZeRO 2) and resumed in another (dp 2, ZeRO 1) continues the same run.
 set -e
@@ -11,18 +12,25 @@ common="--preset tiny --steps 30 --batch 8 --seq 32 --log-every 5 --eval-every 1
 losses() { grep '^step' "$1" | sed 's/^step *\([0-9]*\)\/[0-9]* | loss \([0-9.]*\) .*/\1 \2/'; }
 build/train $common >"$dir/serial.log"
 build/train $common --tp 2 --dp 2 --zero 2 --grad-accum 2 >"$dir/threads.log"
+build/train $common --tp 2 --pp 2 --grad-accum 4 --schedule zb-h1 >"$dir/pipeline.log"
 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none \
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
     timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -n 4 \
     build/train_mpi $common --tp 4 --zero 0 >"$dir/mpi.log"
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none \
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+    timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -n 4 \
+    build/train_mpi $common --dp 2 --pp 2 --zero 1 --grad-accum 2 --schedule gpipe \
+    >"$dir/mpi_pipeline.log"
 build/train $common --tp 2 --dp 2 --zero 2 --stop-after 15 --checkpoint "$dir/c.safetensors" \
     >"$dir/first.log"
 build/train $common --dp 2 --zero 1 --resume "$dir/c.safetensors" >"$dir/second.log"
 cat "$dir/first.log" "$dir/second.log" >"$dir/resumed.log"
 losses "$dir/serial.log" >"$dir/a"
 [ "$(wc -l <"$dir/a")" -ge 6 ] || { echo "serial run printed too few steps"; exit 1; }
-for run in threads mpi resumed; do
+for run in threads pipeline mpi mpi_pipeline resumed; do
     losses "$dir/$run.log" >"$dir/b"
     # every step the serial run printed, with the same loss
     if ! awk 'NR == FNR {want[$1] = $2; next} {got[$1] = $2}
@@ -33,6 +41,7 @@ for run in threads mpi resumed; do
         exit 1
     fi
 done
-echo "serial, threads (tp 2 x dp 2, ZeRO 2, 2 micro-batches), MPI (tp 4), and a run stopped" \
-    "at step 15 (tp 2 x dp 2) and resumed (dp 2, ZeRO 1): the same losses"
+echo "serial, threads (tp 2 x dp 2, ZeRO 2, 2 micro-batches; tp 2 x pp 2 zb-h1, 4" \
+    "micro-batches), MPI (tp 4; dp 2 x pp 2 gpipe), and a run stopped at step 15 (tp 2 x dp 2)" \
+    "and resumed (dp 2, ZeRO 1): the same losses"
 paste "$dir/a" "$dir/b" | head -n 3

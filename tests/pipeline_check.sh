@@ -6,36 +6,7 @@
 # dp 2 (ZeRO 1) around it where they fit, up to MAX ranks (default 8). PROG is
 # build/fixture_check (thread ranks) or build/fixture_check_mpi (mpirun).
 prog=$1 file=$2 max=${3:-8}
-mpi=""
-case "$prog" in
-*_mpi)
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
-    export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-    mpi="mpirun --allow-run-as-root --oversubscribe --bind-to none -n" ;;
-esac
-launch() { # launch NRANKS PROG ARGS...
-    n=$1
-    shift
-    if [ -n "$mpi" ]; then timeout 60 $mpi "$n" "$@"; else timeout 60 "$@"; fi
-}
-head=$(launch 1 $prog "$file" 2>&1 | head -n 1)
-nh=$(echo "$head" | sed -n 's/.* n_head=\([0-9]*\) .*/\1/p')
-L=$(echo "$head" | sed -n 's/.* n_layer=\([0-9]*\) .*/\1/p')
-B=$(echo "$head" | sed -n 's/.* B=\([0-9]*\) .*/\1/p')
-[ -n "$nh" ] && [ -n "$L" ] && [ -n "$B" ] || { echo "cannot read the fixture's shape: $head"; exit 1; }
-runs=0 bad=0
-try() { # try NRANKS ARGS...
-    n=$1
-    shift
-    [ "$n" -le "$max" ] || return 0
-    runs=$((runs + 1))
-    if ! out=$(launch "$n" $prog "$file" "$@" 2>&1); then
-        bad=$((bad + 1))
-        echo "FAIL $*"
-        echo "$out" | grep -E "FAIL|error" | head -n 5
-    fi
-}
+. "$(dirname "$0")/fixture_runs.sh"
 p=2
 while [ "$p" -le "$L" ] && [ "$p" -le 4 ]; do
     m=1

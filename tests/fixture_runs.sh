@@ -1,0 +1,34 @@
+# fixture_runs.sh -- sourced by layouts_check.sh and pipeline_check.sh with
+# prog and file set: launch (thread ranks, or mpirun for *_mpi programs),
+# try (one layout, counted in runs and bad), and the fixture's shape in nh
+# (heads), L (layers) and B (batch), read from fixture_check's first line.
+mpi=""
+case "$prog" in
+*_mpi) # Open MPI as root, more ranks than cores (../shared/ENVIRONMENT.md)
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
+    export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+    mpi="mpirun --allow-run-as-root --oversubscribe --bind-to none -n" ;;
+esac
+launch() { # launch NRANKS PROG ARGS...
+    n=$1
+    shift
+    if [ -n "$mpi" ]; then timeout 60 $mpi "$n" "$@"; else timeout 60 "$@"; fi
+}
+runs=0 bad=0
+try() { # try NRANKS ARGS...: fixture_check on NRANKS ranks with ARGS, at most max ranks
+    n=$1
+    shift
+    [ "$n" -le "$max" ] || return 0
+    runs=$((runs + 1))
+    if ! out=$(launch "$n" $prog "$file" "$@" 2>&1); then
+        bad=$((bad + 1))
+        echo "FAIL $*"
+        echo "$out" | grep -E "FAIL|error" | head -n 5
+    fi
+}
+head=$(launch 1 $prog "$file" 2>&1 | head -n 1)
+nh=$(echo "$head" | sed -n 's/.* n_head=\([0-9]*\) .*/\1/p')
+L=$(echo "$head" | sed -n 's/.* n_layer=\([0-9]*\) .*/\1/p')
+B=$(echo "$head" | sed -n 's/.* B=\([0-9]*\) .*/\1/p')
+[ -n "$nh" ] && [ -n "$L" ] && [ -n "$B" ] || { echo "cannot read the fixture's shape: $head"; exit 1; }

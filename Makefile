@@ -19,7 +19,7 @@ HDR = ptrain.h examples/cli.h
 
 EXAMPLES = train sample hello_layer quickstart tensor_parallel pipeline
 BINS = $(addprefix build/,$(EXAMPLES)) build/fixture_check build/tests build/bench_step \
-       build/bench_kernels build/bench_parallel build/comm_check
+       build/bench_kernels build/bench_parallel build/bench_pipeline build/comm_check
 # the same programs with ranks as MPI processes (-DPTRAIN_MPI, Open MPI's mpicc)
 MPI_BINS = build/fixture_check_mpi build/train_mpi build/bench_parallel_mpi build/comm_check_mpi
 MPI_CC = OMPI_CC="$(CC)" MPICH_CC="$(CC)" $(MPICC)
@@ -94,7 +94,8 @@ test: deps-test
 	    build/comm_check_asan build/comm_check_mpi_asan
 	@CC="$(CC)" CXX="$(CXX)" BLAS="$(BLAS)" sh tests/run.sh
 
-bench: build/bench_step build/bench_kernels build/bench_parallel build/bench_parallel_mpi
+bench: build/bench_step build/bench_kernels build/bench_parallel build/bench_parallel_mpi \
+       build/bench_pipeline
 	@sh bench/run.sh
 
 install:

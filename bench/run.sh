@@ -18,3 +18,6 @@ sh bench/contention.sh
 echo
 echo "== tensor and data parallelism: compute and communication per rank (gpt2-124m widths)"
 sh bench/parallel.sh
+echo
+echo "== pipeline schedules: measured bubble vs theory, activation slots vs the checker"
+sh bench/pipeline.sh

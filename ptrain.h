@@ -400,8 +400,13 @@ typedef struct pt_gpt_desc {
     const char *schedule; /* pipeline (grid pp > 1): "gpipe", "1f1b" (NULL),
                              "interleaved" or "zb-h1" */
     int chunks;      /* pipeline: chunks of layers per stage (0 means 1) */
+    int recompute;   /* activation recomputation: 0 none; PT_RECOMPUTE_SELECTIVE
+                        keeps no attention output (recomputed from q, k, v in
+                        backward); PT_RECOMPUTE_FULL keeps only each layer's
+                        output and reruns the layer's forward in backward */
     void *alloc_ctx; /* passed to PTRAIN_MALLOC/PTRAIN_FREE */
 } pt_gpt_desc;
+enum { PT_RECOMPUTE_NONE = 0, PT_RECOMPUTE_SELECTIVE = 1, PT_RECOMPUTE_FULL = 2 };
 
 /* A bucket: a contiguous run of parameters whose gradients are reduced
    together (wte in runs of rows about a layer's size, the last with wpe;
@@ -462,6 +467,9 @@ typedef struct pt_gpt {
     int *chunk_start;         /* (chunks + 1) chunk c is local layers
                                  [chunk_start[c], chunk_start[c+1]) */
     int tab_wte, tab_wpe, tab_layers, tab_lnf; /* table indices (-1: not here) */
+    int recompute;            /* PT_RECOMPUTE_* */
+    pt_block_acts racts;      /* the one layer being recomputed (full), or its
+                                 attention output (selective: racts.atty) */
     int nslots;               /* activation slots: the schedule's peak in flight here
                                  (1 without a pipeline) */
     int slots_used, slots_peak; /* in use now, most at once in the last step */
@@ -2233,12 +2241,16 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
         sl->acts = m->acts + (size_t)k * (size_t)most;
         for (l = 0; l < most; l++) {
             pt_block_acts *x = &sl->acts[l];
+            if (m->recompute == PT_RECOMPUTE_FULL) { /* the layer's output alone */
+                x->out = PT__F(a, N * C);
+                continue;
+            }
             x->ln1 = PT__F(a, N * C);
             x->ln1_mean = PT__F(a, N);
             x->ln1_rstd = PT__F(a, N);
             x->qkv = PT__F(a, N * 3 * Ca);
             x->lse = PT__F(a, B * NH * T);
-            x->atty = PT__F(a, N * Ca);
+            if (m->recompute != PT_RECOMPUTE_SELECTIVE) x->atty = PT__F(a, N * Ca);
             x->res2 = PT__F(a, N * C);
             x->ln2 = PT__F(a, N * C);
             x->ln2_mean = PT__F(a, N);
@@ -2264,6 +2276,21 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     m->losses = m->slots[0].losses, m->lse = m->slots[0].lse;
     m->inputs = m->slots[0].inputs, m->targets = m->slots[0].targets;
     *act_bytes = a->used;
+    memset(&m->racts, 0, sizeof m->racts); /* recomputation's one layer (not saved) */
+    if (m->recompute == PT_RECOMPUTE_FULL) {
+        pt_block_acts *x = &m->racts;
+        x->ln1 = PT__F(a, N * C);
+        x->ln1_mean = PT__F(a, N);
+        x->ln1_rstd = PT__F(a, N);
+        x->qkv = PT__F(a, N * 3 * Ca);
+        x->lse = PT__F(a, B * NH * T);
+        x->res2 = PT__F(a, N * C);
+        x->ln2 = PT__F(a, N * C);
+        x->ln2_mean = PT__F(a, N);
+        x->ln2_rstd = PT__F(a, N);
+        x->fch = PT__F(a, N * F);
+    }
+    if (m->recompute) m->racts.atty = PT__F(a, N * Ca);
     m->ce_red = tp > 1 ? PT__F(a, 3 * N) : NULL;
     m->scratch.gelu = PT__F(a, N * F);
     m->scratch.attn_slots = pt_get_threads();
@@ -2315,6 +2342,9 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     if (d->zero < 0 || d->zero > 2)
         pt__append_error(&bad, "zero=%d must be 0, 1 or 2", d->zero);
     if (d->grad_accum < 0) pt__append_error(&bad, "grad_accum=%d must be >= 0", d->grad_accum);
+    if (d->recompute < 0 || d->recompute > PT_RECOMPUTE_FULL)
+        pt__append_error(&bad, "recompute=%d must be 0 (none), 1 (selective) or 2 (full)",
+                         d->recompute);
     if (d->inference && d->zero)
         pt__append_error(&bad, "zero=%d needs training state (inference=1 given)", d->zero);
     if (bad) return PT_ERR_CONFIG;
@@ -2327,6 +2357,7 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     m->pp_rank = d->grid ? d->grid->pp_rank : 0;
     m->pp_comm = m->pp > 1 ? &d->grid->pp_comm : NULL;
     m->chunks = d->chunks > 0 ? d->chunks : 1;
+    m->recompute = d->recompute;
     if (m->pp > 1 && d->zero == 2)
         pt__append_error(&bad, "zero=2 with pipeline stages (pp=%d) is not supported: its "
                          "gradients would be reduced once per micro-batch; use zero <= 1", m->pp);
@@ -2627,8 +2658,14 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt_gpt_slot *sl, int c, int B, int
         if ((st = pt__tp_sum(m->tp_comm, sl->x, (size_t)N * C)) != PT_OK) return st;
     }
     for (l = m->chunk_start[c]; l < m->chunk_start[c + 1]; l++) {
-        pt_block_acts *a = &sl->acts[l - m->chunk_start[c]];
-        st = pt_block_forward(cfg, B, T, &m->layers[l], x, a, &m->scratch, m->tp_comm);
+        pt_block_acts *a = &sl->acts[l - m->chunk_start[c]], *use = a;
+        if (m->recompute == PT_RECOMPUTE_FULL) { /* everything but the output is dropped */
+            m->racts.out = a->out;
+            use = &m->racts;
+        } else if (m->recompute == PT_RECOMPUTE_SELECTIVE) {
+            a->atty = m->racts.atty; /* the attention output is dropped */
+        }
+        st = pt_block_forward(cfg, B, T, &m->layers[l], x, use, &m->scratch, m->tp_comm);
         if (st != PT_OK) return st;
         x = a->out;
     }
@@ -2786,8 +2823,19 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt_gpt_slot *sl, int c, int B, in
             return st;
     }
     for (l = last - 1; l >= first; l--) {
-        const pt_block_acts *a = &sl->acts[l - first];
+        pt_block_acts *a = &sl->acts[l - first];
         const float *x = l > first ? sl->acts[l - 1 - first].out : sl->x;
+        if (m->recompute == PT_RECOMPUTE_FULL) { /* the layer's forward again, from its input */
+            m->racts.out = a->out;
+            a = &m->racts;
+            st = pt_block_forward(cfg, B, T, &m->layers[l], x, a, &m->scratch, m->tp_comm);
+            if (st != PT_OK) return st;
+        } else if (m->recompute == PT_RECOMPUTE_SELECTIVE) { /* the attention core again */
+            int k = m->tp;
+            a->atty = m->racts.atty;
+            pt_attention_forward(a->atty, a->lse, a->qkv, m->scratch.attn, m->scratch.attn_slots,
+                                 B, T, C / k, cfg->n_head / k);
+        }
         st = pt_block_backward(cfg, B, T, &m->layers[l], &m->layer_grads[l], x, a, m->dres,
                                m->dres, &m->scratch, m->tp_comm);
         if (st != PT_OK) return st;

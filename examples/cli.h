@@ -84,6 +84,15 @@ static inline pt_status cli_world_share(pt_comm *world, int *value) {
     return st;
 }
 
+/* --recompute none|selective|full as PT_RECOMPUTE_*, or -1 after an error message */
+static inline int cli_recompute(const char *name) {
+    if (strcmp(name, "none") == 0) return PT_RECOMPUTE_NONE;
+    if (strcmp(name, "selective") == 0) return PT_RECOMPUTE_SELECTIVE;
+    if (strcmp(name, "full") == 0) return PT_RECOMPUTE_FULL;
+    fprintf(stderr, "error: --recompute '%s' is not none, selective or full\n", name);
+    return -1;
+}
+
 static void cli_usage(FILE *f, const char *usage, const cli_opt *o, int n) {
     int i;
     fprintf(f, "%s\n\noptions:\n", usage);

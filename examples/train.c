@@ -158,7 +158,7 @@ static void fmt_time(char *buf, size_t n, double s) {
 typedef struct run {
     const char *data_path, *ckpt_out, *resume;
     int steps, batch, seq, warmup, eval_every, eval_batches, ckpt_every, sample_tokens, top_k,
-        log_every, stop_after, tp, dp, pp, zero, accum, chunks;
+        log_every, stop_after, tp, dp, pp, zero, accum, chunks, recompute;
     const char *schedule;
     float lr, min_lr, wd, clip, val_fraction, temperature;
     uint64_t seed;
@@ -211,6 +211,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     desc.grad_accum = o->accum;
     desc.schedule = o->schedule;
     desc.chunks = o->chunks;
+    desc.recompute = o->recompute;
     if ((st = pt_gpt_init(&gpt, &desc)) != PT_OK) goto fail;
     pt_gpt_init_weights(&gpt, o->seed);
 
@@ -419,7 +420,7 @@ done:
 }
 
 int main(int argc, char **argv) {
-    const char *data_format = "auto", *preset = "mini";
+    const char *data_format = "auto", *preset = "mini", *recompute = "none";
     int threads = 0, n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, npos, s;
     const char *pos[1];
     run o;
@@ -468,6 +469,8 @@ int main(int argc, char **argv) {
         {"schedule", CLI_STR, &o.schedule, "pipeline schedule: gpipe, 1f1b, interleaved, zb-h1",
          0, 0},
         {"chunks", CLI_INT, &o.chunks, "layer chunks per pipeline stage (interleaved)", 1, 64},
+        {"recompute", CLI_STR, &recompute, "activation recomputation: none, selective, full", 0,
+         0},
         {"sample-tokens", CLI_INT, &o.sample_tokens, "tokens to sample at the end (0: none)", 0,
          1e6},
         {"temperature", CLI_FLOAT, &o.temperature, "sampling temperature (0: greedy)", 0, 100},
@@ -507,6 +510,10 @@ int main(int argc, char **argv) {
     else if (strcmp(data_format, "llmc") == 0) fmt = PT_TOKENS_LLMC;
     else {
         fprintf(stderr, "error: --data-format '%s' is not auto, bytes or llmc\n", data_format);
+        rc = 2;
+        goto out;
+    }
+    if ((o.recompute = cli_recompute(recompute)) < 0) {
         rc = 2;
         goto out;
     }

@@ -91,7 +91,7 @@ typedef struct job {
     const char *path;
     const pt_safetensors *st;
     pt_gpt_config cfg;
-    int B, T, steps, tp, dp, pp, zero, micro, chunks, verbose;
+    int B, T, steps, tp, dp, pp, zero, micro, chunks, recompute, verbose;
     const char *schedule;
     double lr;
     pt_adamw_config opt;
@@ -133,6 +133,7 @@ static pt_status run_rank(pt_comm *world, void *arg) {
     desc.grad_accum = j->micro;
     desc.schedule = j->schedule;
     desc.chunks = j->chunks;
+    desc.recompute = j->recompute;
     if ((status = pt_gpt_init(&gpt, &desc)) != PT_OK ||
         (status = pt_gpt_load_weights_st(&gpt, j->st)) != PT_OK)
         goto out;
@@ -235,7 +236,7 @@ static pt_status run_rank(pt_comm *world, void *arg) {
             printf("  %-40s max_err %.3e  tol %.3e  %s (worst: %s)\n", "final params", worst,
                    2.5e-4, c.failed == fails_before ? "PASS" : "FAIL", worst_name);
     }
-    if (lead && (j->tp > 1 || j->dp > 1 || j->pp > 1))
+    if (lead)
         printf("  per-rank memory (zero=%d): params %.2f MiB, grads %.2f MiB, AdamW %.2f MiB, "
                "activations %.2f MiB\n",
                j->zero, gpt.mem.params / 1048576.0, gpt.mem.grads / 1048576.0,
@@ -269,7 +270,7 @@ out:
 
 int main(int argc, char **argv) {
     int threads = 0, verbose = 0, npos = 0, s, tp = 1, dp = 1, pp = 1, zero = 0, micro = 1, chunks = 1;
-    const char *schedule = "1f1b";
+    const char *schedule = "1f1b", *recompute = "none";
     const char *pos[1] = {NULL};
     cli_opt opts[] = {
         {"tp", CLI_INT, &tp, "tensor-parallel ranks (divides n_head)", 1, 1024},
@@ -279,6 +280,8 @@ int main(int argc, char **argv) {
         {"schedule", CLI_STR, &schedule, "pipeline schedule: gpipe, 1f1b, interleaved, zb-h1", 0, 0},
         {"microbatches", CLI_INT, &micro, "micro-batches per step (divides B/dp)", 1, 4096},
         {"chunks", CLI_INT, &chunks, "layer chunks per stage (interleaved)", 1, 64},
+        {"recompute", CLI_STR, &recompute, "activation recomputation: none, selective, full", 0,
+         0},
         {"threads", CLI_INT, &threads, "OpenMP/BLAS threads (0: all cores; one rank only)", 0,
          1024},
         {"verbose", CLI_FLAG, &verbose, "print every tensor's line", 0, 0},
@@ -362,6 +365,8 @@ int main(int argc, char **argv) {
     j.chunks = chunks;
     j.schedule = schedule;
     j.verbose = verbose;
+    j.recompute = cli_recompute(recompute);
+    if (j.recompute < 0) goto out;
     j.inputs = inputs;
     j.targets = targets;
     j.opt.beta1 = (float)b1;

@@ -21,6 +21,9 @@ while [ "$p" -le "$L" ] && [ "$p" -le 4 ]; do
         fi
         m=$((m + 1))
     done
+    # with activation recomputation
+    try "$p" --pp "$p" --schedule 1f1b --microbatches 1 --recompute full
+    try "$p" --pp "$p" --schedule gpipe --microbatches 1 --recompute selective
     # composed with tensor and data parallelism
     if [ $((nh % 2)) -eq 0 ]; then try $((2 * p)) --tp 2 --pp "$p" --schedule 1f1b --microbatches 1; fi
     if [ $((B % 2)) -eq 0 ]; then

@@ -90,6 +90,17 @@ for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors; do
         sh tests/layouts_check.sh build/fixture_check "$f"
     tail -n 1 "$tmp/out" | sed 's/^/      /'
 done
+for rc in selective full; do
+    for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors; do
+        [ -f "$f" ] || continue
+        step "fixture $(basename "$f") with --recompute $rc" build/fixture_check "$f" --recompute "$rc"
+    done
+done
+step "fixture heads8, recompute full, tp 2 x dp 2, ZeRO 2 under ASan + UBSan" \
+    build/fixture_check_asan tests/fixtures/gpt2_heads8.safetensors --tp 2 --dp 2 --zero 2 \
+    --recompute full
+fails "fixture_check: unknown recomputation" 2 "is not none, selective or full" \
+    build/fixture_check tests/fixtures/gpt2_heads8.safetensors --recompute some
 step "fixture heads8, tp 2 x dp 2, ZeRO 2 under ASan + UBSan" \
     build/fixture_check_asan tests/fixtures/gpt2_heads8.safetensors --tp 2 --dp 2 --zero 2
 # and on MPI processes: every layout of up to 4 ranks (6 for six heads)

@@ -355,8 +355,17 @@ typedef struct pt_block_acts {
     float *out;                       /* (N,C) block output */
 } pt_block_acts;
 
+/* The gradients of a block's matmul and LayerNorm outputs that its weight
+   gradients need: what a zero-bubble schedule keeps from B to W. */
+typedef struct pt_block_wgrad {
+    float *dout, *dln2, *dres2, *dln1; /* (N,C) */
+    float *dfch;                       /* (N,4C/tp) */
+    float *dqkv;                       /* (N,3C/tp) */
+} pt_block_wgrad;
+
 /* Per-block scratch, reusable across blocks (the d* buffers only for backward). */
 typedef struct pt_block_scratch {
+    pt_block_wgrad w; /* the fused backward's output gradients */
     float *dln;     /* (N,C) */
     float *dqkv;    /* (N,3C) */
     float *datty;   /* (N,C) */
@@ -376,11 +385,22 @@ PTRAINDEF pt_status pt_block_forward(const pt_gpt_config *cfg, int B, int T,
                                      pt_block_scratch *s, pt_comm *tp);
 /* dout (N,C) -> dx (N,C), written; dx may alias dout. Parameter gradients g
    accumulate. Under tp: one all-reduce of each input gradient of a
-   column-parallel matmul; replicated parameters get equal gradients. */
+   column-parallel matmul; replicated parameters get equal gradients.
+   It is pt_block_backward_input then pt_block_backward_weight through the
+   scratch's w; zero-bubble schedules run the two apart (B and W), with a w
+   of their own per micro-batch in flight. */
 PTRAINDEF pt_status pt_block_backward(const pt_gpt_config *cfg, int B, int T,
                                       const pt_block_params *p, pt_block_params *g,
                                       const float *x, const pt_block_acts *a, const float *dout,
                                       float *dx, pt_block_scratch *s, pt_comm *tp);
+PTRAINDEF pt_status pt_block_backward_input(const pt_gpt_config *cfg, int B, int T,
+                                            const pt_block_params *p, const float *x,
+                                            const pt_block_acts *a, const float *dout, float *dx,
+                                            pt_block_wgrad *w, pt_block_scratch *s, pt_comm *tp);
+PTRAINDEF void pt_block_backward_weight(const pt_gpt_config *cfg, int B, int T,
+                                        const pt_block_params *p, pt_block_params *g,
+                                        const float *x, const pt_block_acts *a,
+                                        const pt_block_wgrad *w, pt_block_scratch *s, int tp);
 
 typedef struct pt_gpt_desc {
     pt_gpt_config config;
@@ -428,6 +448,7 @@ typedef struct pt_gpt_slot {
     float *logits, *losses;           /* (N,vocab_local), (N) */
     double *lse;                      /* (N) */
     int *inputs, *targets;            /* (N) the micro-batch's tokens */
+    pt_block_wgrad *wg;               /* per layer, kept from B to W (zero-bubble) */
     int micro, chunk;                 /* what it holds; micro -1: free */
 } pt_gpt_slot;
 
@@ -468,6 +489,7 @@ typedef struct pt_gpt {
                                  [chunk_start[c], chunk_start[c+1]) */
     int tab_wte, tab_wpe, tab_layers, tab_lnf; /* table indices (-1: not here) */
     int recompute;            /* PT_RECOMPUTE_* */
+    int split;                /* the schedule runs W apart from B (zero-bubble) */
     pt_block_acts racts;      /* the one layer being recomputed (full), or its
                                  attention output (selective: racts.atty) */
     int nslots;               /* activation slots: the schedule's peak in flight here
@@ -1409,6 +1431,7 @@ PTRAINDEF void pt_layernorm_backward(float *dinp, float *dweight, float *dbias,
                 dx[c] += s * (d[c] * weight[c] - gm - (x[c] - m) * s * gxm);
         }
     }
+    if (!dweight) return; /* the input's gradient only */
     PT__OMP(omp parallel for schedule(static))
     for (cb = 0; cb < nblocks; cb++) {
         int c0 = cb * PT__COLBLOCK, c1 = c0 + PT__COLBLOCK < C ? c0 + PT__COLBLOCK : C, c, r;
@@ -2195,6 +2218,17 @@ static void pt__bind(const pt_gpt *m, float *base, int stage, float **wte, float
 }
 
 #define PT__F(a, n) ((float *)pt_arena_alloc((a), (size_t)(n) * sizeof(float)))
+/* A block's kept output gradients: dfch, dqkv and dln1 may be given (the
+   fused backward's scratch), the others come from the arena. */
+static void pt__layout_wgrad(pt_block_wgrad *w, pt_arena *a, size_t N, size_t C, size_t Ca,
+                             size_t F, float *dfch, float *dqkv, float *dln1) {
+    w->dout = PT__F(a, N * C);
+    w->dln2 = PT__F(a, N * C);
+    w->dres2 = PT__F(a, N * C);
+    w->dln1 = dln1 ? dln1 : PT__F(a, N * C);
+    w->dfch = dfch ? dfch : PT__F(a, N * F);
+    w->dqkv = dqkv ? dqkv : PT__F(a, N * 3 * Ca);
+}
 static size_t pt__largest_bucket(const pt_gpt *m) {
     size_t most = 0;
     int b;
@@ -2258,6 +2292,9 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
             x->fch = PT__F(a, N * F);
             x->out = PT__F(a, N * C);
         }
+        sl->wg = m->slots[0].wg + (size_t)k * (size_t)most;
+        for (l = 0; m->split && l < most; l++) /* what W needs, kept from B */
+            pt__layout_wgrad(&sl->wg[l], a, N, C, Ca, F, NULL, NULL, NULL);
         if (m->has_head) { /* the last stage's head, for any slot */
             sl->lnf = PT__F(a, N * C);
             sl->lnf_mean = PT__F(a, N);
@@ -2301,6 +2338,8 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     m->scratch.dqkv = PT__F(a, N * 3 * Ca);
     m->scratch.datty = PT__F(a, N * Ca);
     m->scratch.dfch = PT__F(a, N * F);
+    pt__layout_wgrad(&m->scratch.w, a, N, C, Ca, F, m->scratch.dfch, m->scratch.dqkv,
+                     m->scratch.dln);
 }
 
 /* Layers of the whole model to this stage's chunks: virtual stage k (of
@@ -2385,6 +2424,10 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
             return PT_ERR_CONFIG;
         }
         m->nslots = rep.peak_inflight[m->pp_rank];
+        m->split = kind == PT_SCHED_ZB_H1;
+        if (m->split && m->recompute == PT_RECOMPUTE_FULL)
+            pt__append_error(&bad, "zb-h1 keeps activations from B to W; full recomputation "
+                             "would drop them (use selective or none)");
     } else if (m->chunks > 1 && !bad) {
         pt__append_error(&bad, "chunks=%d needs a pipeline (grid pp > 1)", m->chunks);
     }
@@ -2408,7 +2451,8 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     nbook = sizeof(pt_param) * (size_t)(4 + 12 * L) + sizeof(pt_block_params) * 2 * (size_t)L +
             sizeof(pt_block_acts) * (size_t)L * (size_t)m->nslots +
             sizeof(pt_bucket) * (size_t)(L + 2 + m->vocab_local / pt__wte_rows(m)) +
-            sizeof(pt_gpt_slot) * (size_t)m->nslots + sizeof(int) * (size_t)(L + m->chunks + 1);
+            sizeof(pt_gpt_slot) * (size_t)m->nslots + sizeof(int) * (size_t)(L + m->chunks + 1) +
+            sizeof(pt_block_wgrad) * (size_t)L * (size_t)m->nslots;
     book = (unsigned char *)pt__malloc(nbook, d->alloc_ctx);
     if (!book) {
         pt_gpt_free(m);
@@ -2423,6 +2467,7 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     m->slots = (pt_gpt_slot *)(m->buckets + (L + 2 + m->vocab_local / pt__wte_rows(m)));
     m->layer_id = (int *)(m->slots + m->nslots);
     m->chunk_start = m->layer_id + L;
+    m->slots[0].wg = (pt_block_wgrad *)(m->chunk_start + m->chunks + 1); /* see layout_acts */
     pt__assign_layers(m);
     pt__build_table(m);
     if (m->pp > 1) { /* every world rank joins a split; the wte pairs get size 2 */
@@ -2564,39 +2609,69 @@ PTRAINDEF pt_status pt_block_forward(const pt_gpt_config *cfg, int B, int T,
     return PT_OK;
 }
 
-PTRAINDEF pt_status pt_block_backward(const pt_gpt_config *cfg, int B, int T,
-                                      const pt_block_params *p, pt_block_params *g,
-                                      const float *x, const pt_block_acts *a, const float *dout,
-                                      float *dx, pt_block_scratch *s, pt_comm *tp) {
+/* B: the input's gradient, keeping in w what the weight gradients need.
+   MLP branch: out = res2 + fc_proj(gelu(fc(ln2(res2)))); then the attention
+   branch: res2 = x + attn_proj(attention(c_attn(ln1(x)))). */
+PTRAINDEF pt_status pt_block_backward_input(const pt_gpt_config *cfg, int B, int T,
+                                            const pt_block_params *p, const float *x,
+                                            const pt_block_acts *a, const float *dout, float *dx,
+                                            pt_block_wgrad *w, pt_block_scratch *s, pt_comm *tp) {
     size_t k = tp ? (size_t)tp->size : 1, C = (size_t)cfg->n_embd, N = (size_t)B * T;
     size_t Ca = C / k, F = 4 * C / k;
     int n = (int)N, c = (int)C, ca = (int)Ca, f = (int)F;
     pt_status st;
-    /* MLP branch: out = res2 + fc_proj(gelu(fc(ln2(res2)))); dout is whole on
-       every rank, so the replicated bias gradients agree without communication */
-    memset(s->dfch, 0, N * F * sizeof(float));
-    pt_gelu_forward(s->gelu, a->fch, N * F); /* not saved by forward: 4NC floats a layer */
-    pt_matmul_backward(s->dfch, g->fc_proj_w, g->fc_proj_b, dout, s->gelu, p->fc_proj_w, n, f, c);
-    pt_gelu_backward(s->dfch, a->fch, s->dfch, N * F);
-    memset(s->dln, 0, N * C * sizeof(float));
-    pt_matmul_backward(s->dln, g->fc_w, g->fc_b, s->dfch, a->ln2, p->fc_w, n, c, f);
-    if ((st = pt__tp_sum(tp, s->dln, N * C)) != PT_OK) return st;
-    if (dx != dout) memcpy(dx, dout, N * C * sizeof(float)); /* dx now holds d res2 */
-    pt_layernorm_backward(dx, g->ln2_w, g->ln2_b, s->dln, a->res2, p->ln2_w, a->ln2_mean,
-                          a->ln2_rstd, n, c);
-    /* attention branch: res2 = x + attn_proj(attention(c_attn(ln1(x)))) */
-    memset(s->datty, 0, N * Ca * sizeof(float));
-    pt_matmul_backward(s->datty, g->attn_proj_w, g->attn_proj_b, dx, a->atty, p->attn_proj_w, n,
-                       ca, c);
-    memset(s->dqkv, 0, N * 3 * Ca * sizeof(float));
-    pt_attention_backward(s->dqkv, s->datty, a->atty, a->qkv, a->lse, s->attn, s->attn_slots, B,
-                          T, ca, cfg->n_head / (int)k);
-    memset(s->dln, 0, N * C * sizeof(float));
-    pt_matmul_backward(s->dln, g->qkv_w, g->qkv_b, s->dqkv, a->ln1, p->qkv_w, n, c, 3 * ca);
-    if ((st = pt__tp_sum(tp, s->dln, N * C)) != PT_OK) return st;
-    pt_layernorm_backward(dx, g->ln1_w, g->ln1_b, s->dln, x, p->ln1_w, a->ln1_mean, a->ln1_rstd,
+    if (w->dout != dout) memcpy(w->dout, dout, N * C * sizeof(float)); /* dx may alias dout */
+    memset(w->dfch, 0, N * F * sizeof(float));
+    pt_matmul_backward(w->dfch, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
+    pt_gelu_backward(w->dfch, a->fch, w->dfch, N * F);
+    memset(w->dln2, 0, N * C * sizeof(float));
+    pt_matmul_backward(w->dln2, NULL, NULL, w->dfch, NULL, p->fc_w, n, c, f);
+    if ((st = pt__tp_sum(tp, w->dln2, N * C)) != PT_OK) return st;
+    if (dx != w->dout) memcpy(dx, w->dout, N * C * sizeof(float)); /* dx now holds d res2 */
+    pt_layernorm_backward(dx, NULL, NULL, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
                           n, c);
+    memcpy(w->dres2, dx, N * C * sizeof(float));
+    memset(s->datty, 0, N * Ca * sizeof(float));
+    pt_matmul_backward(s->datty, NULL, NULL, dx, NULL, p->attn_proj_w, n, ca, c);
+    memset(w->dqkv, 0, N * 3 * Ca * sizeof(float));
+    pt_attention_backward(w->dqkv, s->datty, a->atty, a->qkv, a->lse, s->attn, s->attn_slots, B,
+                          T, ca, cfg->n_head / (int)k);
+    memset(w->dln1, 0, N * C * sizeof(float));
+    pt_matmul_backward(w->dln1, NULL, NULL, w->dqkv, NULL, p->qkv_w, n, c, 3 * ca);
+    if ((st = pt__tp_sum(tp, w->dln1, N * C)) != PT_OK) return st;
+    pt_layernorm_backward(dx, NULL, NULL, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd, n, c);
     return PT_OK;
+}
+
+/* W: every parameter gradient from the kept output gradients and the
+   activations (gelu(fch) recomputed). dout is whole on every tensor rank,
+   so the replicated bias and LayerNorm gradients agree without
+   communication. tp is the tensor-parallel group's size. */
+PTRAINDEF void pt_block_backward_weight(const pt_gpt_config *cfg, int B, int T,
+                                        const pt_block_params *p, pt_block_params *g,
+                                        const float *x, const pt_block_acts *a,
+                                        const pt_block_wgrad *w, pt_block_scratch *s, int tp) {
+    size_t C = (size_t)cfg->n_embd, N = (size_t)B * T, Ca = C / (size_t)tp, F = 4 * C / (size_t)tp;
+    int n = (int)N, c = (int)C, ca = (int)Ca, f = (int)F;
+    pt_gelu_forward(s->gelu, a->fch, N * F); /* not saved by forward: 4NC floats a layer */
+    pt_matmul_backward(NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w, n, f, c);
+    pt_matmul_backward(NULL, g->fc_w, g->fc_b, w->dfch, a->ln2, p->fc_w, n, c, f);
+    pt_layernorm_backward(NULL, g->ln2_w, g->ln2_b, w->dln2, a->res2, p->ln2_w, a->ln2_mean,
+                          a->ln2_rstd, n, c);
+    pt_matmul_backward(NULL, g->attn_proj_w, g->attn_proj_b, w->dres2, a->atty, p->attn_proj_w,
+                       n, ca, c);
+    pt_matmul_backward(NULL, g->qkv_w, g->qkv_b, w->dqkv, a->ln1, p->qkv_w, n, c, 3 * ca);
+    pt_layernorm_backward(NULL, g->ln1_w, g->ln1_b, w->dln1, x, p->ln1_w, a->ln1_mean,
+                          a->ln1_rstd, n, c);
+}
+
+PTRAINDEF pt_status pt_block_backward(const pt_gpt_config *cfg, int B, int T,
+                                      const pt_block_params *p, pt_block_params *g,
+                                      const float *x, const pt_block_acts *a, const float *dout,
+                                      float *dx, pt_block_scratch *s, pt_comm *tp) {
+    pt_status st = pt_block_backward_input(cfg, B, T, p, x, a, dout, dx, &s->w, s, tp);
+    if (st == PT_OK) pt_block_backward_weight(cfg, B, T, p, g, x, a, &s->w, s, tp ? tp->size : 1);
+    return st;
 }
 
 static pt_status pt__check_tokens(const int *tok, size_t n, int V, const char *what) {
@@ -2803,7 +2878,7 @@ static int pt__shard_span(const pt_gpt *m, int b, int i, size_t *lo, size_t *hi)
    embedding if c holds virtual stage 0. ZeRO 2 hands each bucket to its
    shard as soon as it is complete. */
 static pt_status pt__chunk_backward(pt_gpt *m, pt_gpt_slot *sl, int c, int B, int T,
-                                    float dloss) {
+                                    float dloss, int input_only) {
     const pt_gpt_config *cfg = &m->config;
     int N = B * T, C = cfg->n_embd, l, first = m->chunk_start[c], last = m->chunk_start[c + 1];
     pt_status st;
@@ -2836,8 +2911,12 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt_gpt_slot *sl, int c, int B, in
             pt_attention_forward(a->atty, a->lse, a->qkv, m->scratch.attn, m->scratch.attn_slots,
                                  B, T, C / k, cfg->n_head / k);
         }
-        st = pt_block_backward(cfg, B, T, &m->layers[l], &m->layer_grads[l], x, a, m->dres,
-                               m->dres, &m->scratch, m->tp_comm);
+        if (input_only) /* B alone: W comes later, from what sl->wg keeps */
+            st = pt_block_backward_input(cfg, B, T, &m->layers[l], x, a, m->dres, m->dres,
+                                         &sl->wg[l - first], &m->scratch, m->tp_comm);
+        else
+            st = pt_block_backward(cfg, B, T, &m->layers[l], &m->layer_grads[l], x, a, m->dres,
+                                   m->dres, &m->scratch, m->tp_comm);
         if (st != PT_OK) return st;
         if (m->zero == 2 &&
             (st = pt__zero2_bucket(m, m->table[m->tab_layers + 12 * l].bucket)) != PT_OK)
@@ -2849,6 +2928,24 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt_gpt_slot *sl, int c, int B, in
     pt__encoder_backward_part(m->dwte, m->dwpe, m->dres, sl->inputs, m->vocab_offset,
                               m->vocab_local, B, T, C);
     return PT_OK;
+}
+
+/* W of this stage's chunk c: the layers' weight gradients from what B kept
+   in sl->wg (the attention output recomputed first when selective). */
+static void pt__chunk_weight(pt_gpt *m, pt_gpt_slot *sl, int c, int B, int T) {
+    const pt_gpt_config *cfg = &m->config;
+    int l, first = m->chunk_start[c], last = m->chunk_start[c + 1], k = m->tp;
+    for (l = first; l < last; l++) {
+        pt_block_acts *a = &sl->acts[l - first];
+        const float *x = l > first ? sl->acts[l - 1 - first].out : sl->x;
+        if (m->recompute == PT_RECOMPUTE_SELECTIVE) {
+            a->atty = m->racts.atty;
+            pt_attention_forward(a->atty, a->lse, a->qkv, m->scratch.attn, m->scratch.attn_slots,
+                                 B, T, cfg->n_embd / k, cfg->n_head / k);
+        }
+        pt_block_backward_weight(cfg, B, T, &m->layers[l], &m->layer_grads[l], x, a,
+                                 &sl->wg[l - first], &m->scratch, k);
+    }
 }
 
 PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) {
@@ -2865,7 +2962,7 @@ PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) {
     if (m->micro >= m->accum) m->micro = 0; /* a new step */
     if (m->micro == 0) pt_gpt_zero_grad(m);
     st = pt__chunk_backward(m, &m->slots[0], 0, m->cur_B, m->cur_T,
-                            1.0f / ((float)m->cur_B * m->cur_T * m->accum));
+                            1.0f / ((float)m->cur_B * m->cur_T * m->accum), 0);
     if (st != PT_OK) return st;
     if (++m->micro == m->accum && m->zero < 2) return pt__dp_sync_grads(m);
     return PT_OK;
@@ -2956,14 +3053,15 @@ PTRAINDEF pt_status pt_gpt_pipeline_step(pt_gpt *m, const int *inputs, const int
             break;
         case PT_ACT_B:
             if (!(sl = pt__slot(m, i, c, 0))) goto no_slot;
-            st = pt__chunk_backward(m, sl, c, b, T, dloss);
+            st = pt__chunk_backward(m, sl, c, b, T, dloss, split);
             if (!split) pt__slot_release(m, sl);
             break;
         case PT_ACT_SEND_GRAD:
             st = pt_comm_send(m->pp_comm, m->dres, N * (size_t)C, a->peer, tag);
             break;
-        case PT_ACT_W: /* B computed the weight gradients too; W frees the activations */
+        case PT_ACT_W: /* the weight gradients, then the activations are free */
             if (!(sl = pt__slot(m, i, c, 0))) goto no_slot;
+            pt__chunk_weight(m, sl, c, b, T);
             pt__slot_release(m, sl);
             break;
         default: /* the optimizer step is the caller's pt_gpt_adamw_step */

@@ -12,7 +12,8 @@
    last step (pt_gpt.trace). The bubble is the share of the stages' time not
    spent in F, B or W: 1 - sum(busy) / (stages x step time); waiting in a
    receive counts as idle. Theory with B = 2F: (p-1)/(m+p-1) for gpipe and
-   1f1b, that over v for interleaved. The check before timing: the loss of
+   1f1b, (p-1)/(vm+p-1) interleaved, (p-1)/(3m+p-1) for zb-h1 (m >= p) with
+   B split into B = W = F. The check before timing: the loss of
    the first step is near ln V. With more stages than cores the stages share
    cores and the measured bubble says more about the scheduler than about the
    schedule. */
@@ -177,11 +178,12 @@ int main(int argc, char **argv) {
     }
     {
         int p = o.stages, m = o.micro, v = o.chunks;
+        /* with F = B-input = W (B = 2F unsplit): zb-h1 idles p-1 units of 3m+p-1 */
         double theory = kind == PT_SCHED_INTERLEAVED ? (double)(p - 1) / (v * m + p - 1)
+                        : kind == PT_SCHED_ZB_H1 && m >= p ? (double)(p - 1) / (3 * m + p - 1)
                         : (double)(p - 1) / (m + p - 1);
-        printf("%-11s p=%d m=%-2d v=%d: bubble measured %5.1f%%, theory %5.1f%%%s | slots used/predicted:",
-               o.schedule, p, m, v, 100.0 * o.bubble, 100.0 * theory,
-               kind == PT_SCHED_ZB_H1 ? " (1F1B's: W runs inside B)" : "");
+        printf("%-11s p=%d m=%-2d v=%d: bubble measured %5.1f%%, theory %5.1f%% | slots "
+               "used/predicted:", o.schedule, p, m, v, 100.0 * o.bubble, 100.0 * theory);
         for (i = 0; i < p; i++) printf(" %d/%d", o.slots_used[i], o.slots_predicted[i]);
         printf("\n");
     }

@@ -49,6 +49,9 @@ static void layout(pt_arena *ar, layer *l) {
     l->a.fch = F(N * 4 * C), l->a.out = F(N * C);
     l->s.dln = F(N * C), l->s.dqkv = F(N * 3 * C), l->s.datty = F(N * C);
     l->s.dfch = F(N * 4 * C), l->s.gelu = F(N * 4 * C);
+    /* the output gradients backward keeps for the weight gradients */
+    l->s.w.dout = F(N * C), l->s.w.dln2 = F(N * C), l->s.w.dres2 = F(N * C);
+    l->s.w.dln1 = l->s.dln, l->s.w.dfch = l->s.dfch, l->s.w.dqkv = l->s.dqkv;
     l->s.attn_slots = pt_get_threads(); /* each thread gets its own attention work */
     l->s.attn = F(pt_attention_scratch_floats(T, l->s.attn_slots));
     l->x = F(N * C), l->dx = F(N * C), l->R = F(N * C);

@@ -53,6 +53,8 @@ static void layout(pt_arena *ar, block *b, int Ca, int Fw) {
     b->a.fch = F_(N * Fw), b->a.out = F_(N * C);
     b->s.dln = F_(N * C), b->s.dqkv = F_(N * 3 * Ca), b->s.datty = F_(N * Ca);
     b->s.dfch = F_(N * Fw), b->s.gelu = F_(N * Fw);
+    b->s.w.dout = F_(N * C), b->s.w.dln2 = F_(N * C), b->s.w.dres2 = F_(N * C);
+    b->s.w.dln1 = b->s.dln, b->s.w.dfch = b->s.dfch, b->s.w.dqkv = b->s.dqkv;
     b->s.attn_slots = pt_get_threads();
     b->s.attn = F_(pt_attention_scratch_floats(T, b->s.attn_slots));
     b->dx = F_(N * C);

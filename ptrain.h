@@ -563,6 +563,11 @@ PTRAINDEF void pt_gpt_zero_grad(pt_gpt *m);
    pt_gpt_adamw_step. */
 PTRAINDEF pt_status pt_gpt_pipeline_step(pt_gpt *m, const int *inputs, const int *targets, int B,
                                          int T);
+/* The mean loss of a B x T batch on a pipeline, forward only (evaluation):
+   each micro-batch through the virtual stages in order, one slot at a time.
+   Every rank gets the loss (averaged over the dp group). */
+PTRAINDEF pt_status pt_gpt_pipeline_eval(pt_gpt *m, const int *inputs, const int *targets, int B,
+                                         int T, float *loss);
 /* sqrt(sum of squared gradients); if max_norm > 0 and the norm exceeds it,
    scales gradients by max_norm/norm. Returns the norm before clipping. */
 PTRAINDEF float pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm);
@@ -2966,6 +2971,44 @@ PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) {
     if (st != PT_OK) return st;
     if (++m->micro == m->accum && m->zero < 2) return pt__dp_sync_grads(m);
     return PT_OK;
+}
+
+PTRAINDEF pt_status pt_gpt_pipeline_eval(pt_gpt *m, const int *inputs, const int *targets, int B,
+                                         int T, float *loss) {
+    int p = m->pp, V = p * m->chunks, i, c, b;
+    size_t N, C = (size_t)m->config.n_embd;
+    float sum = 0.0f, one = 0.0f;
+    pt_gpt_slot *sl = &m->slots[0];
+    pt_status st = PT_OK;
+    if (!m->sched)
+        return pt__fail(PT_ERR_INVALID_ARG, "pt_gpt_pipeline_eval needs pipeline stages");
+    if (B % m->accum != 0 || B / m->accum < 1 || B / m->accum > m->B || T < 1 || T > m->T)
+        return pt__fail(PT_ERR_CONFIG, "batch %dx%d does not split into %d micro-batches of at "
+                        "most %dx%d", B, T, m->accum, m->B, m->T);
+    if ((st = pt__check_tokens(inputs, (size_t)B * T, m->config.vocab_size, "inputs")) != PT_OK ||
+        (st = pt__check_tokens(targets, (size_t)B * T, m->config.vocab_size, "targets")) != PT_OK)
+        return st;
+    b = B / m->accum;
+    N = (size_t)b * (size_t)T;
+    /* virtual stage k = c*p + s waits only for k-1: in this order nothing cycles */
+    for (i = 0; i < m->accum && st == PT_OK; i++)
+        for (c = 0; c < m->chunks && st == PT_OK; c++) {
+            int vs = c * p + m->pp_rank;
+            memcpy(sl->inputs, inputs + (size_t)i * N, N * sizeof(int));
+            memcpy(sl->targets, targets + (size_t)i * N, N * sizeof(int));
+            if (vs > 0)
+                st = pt_comm_recv(m->pp_comm, sl->x, N * C, (vs - 1) % p, (i * V + vs - 1) * 2);
+            if (st == PT_OK) st = pt__chunk_forward(m, sl, c, b, T, 1, &one);
+            if (st == PT_OK && vs == V - 1) sum += one;
+            if (st == PT_OK && vs < V - 1)
+                st = pt_comm_send(m->pp_comm,
+                                  sl->acts[m->chunk_start[c + 1] - m->chunk_start[c] - 1].out,
+                                  N * C, (vs + 1) % p, (i * V + vs) * 2);
+        }
+    *loss = m->has_head ? sum / (float)m->accum : 0.0f;
+    if (st == PT_OK) st = pt_comm_all_reduce(m->pp_comm, loss, 1, PT_REDUCE_SUM);
+    if (st == PT_OK && m->dp > 1) st = pt_comm_all_reduce(m->dp_comm, loss, 1, PT_REDUCE_AVG);
+    return st;
 }
 
 /* The slot holding (micro, chunk), taking a free one if it has none. */

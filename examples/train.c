@@ -137,6 +137,15 @@ static double eval_loss(pt_gpt *gpt, pt_loader *val, int batches, int *inputs, i
     double sum = 0.0;
     int i, r, T = val->T;
     pt_loader_seek(val, 0, 0);
+    for (i = 0; i < batches && gpt->pp > 1; i++) { /* pipeline stages: forward through them */
+        float loss;
+        size_t at = (size_t)first * T;
+        pt_loader_next(val, inputs, targets);
+        if (pt_gpt_pipeline_eval(gpt, inputs + at, targets + at, rows, T, &loss) != PT_OK)
+            return NAN;
+        sum += loss;
+    }
+    if (gpt->pp > 1) return sum / batches;
     for (i = 0; i < batches; i++) {
         pt_loader_next(val, inputs, targets);
         for (r = 0; r < rows; r += gpt->B) {
@@ -300,7 +309,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
         t_train += pt_time_now() - t0;
         train_loss_avg += step_loss;
         n_avg++;
-        if (((step + 1) % o->eval_every == 0 || last) && o->pp == 1) /* no forward-only pipeline yet */
+        if ((step + 1) % o->eval_every == 0 || last)
             val = eval_loss(&gpt, &val_ld, o->eval_batches, inputs, targets, first, rows);
         if (lead && ((step + 1) % o->log_every == 0 || last || step == (int)state.step)) {
             int done_steps = step + 1 - (int)state.step;

@@ -9,7 +9,7 @@ set -e
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 common="--preset tiny --steps 30 --batch 8 --seq 32 --log-every 5 --eval-every 15 --sample-tokens 0 --seed 3"
-losses() { grep '^step' "$1" | sed 's/^step *\([0-9]*\)\/[0-9]* | loss \([0-9.]*\) .*/\1 \2/'; }
+losses() { grep '^step' "$1" | sed 's/^step *\([0-9]*\)\/[0-9]* | loss \([0-9.]*\) | val *\([-0-9.]*\) .*/\1 \2 \3/'; }
 build/train $common >"$dir/serial.log"
 build/train $common --tp 2 --dp 2 --zero 2 --grad-accum 2 >"$dir/threads.log"
 build/train $common --tp 2 --pp 2 --grad-accum 4 --schedule zb-h1 >"$dir/pipeline.log"
@@ -32,10 +32,14 @@ losses "$dir/serial.log" >"$dir/a"
 [ "$(wc -l <"$dir/a")" -ge 6 ] || { echo "serial run printed too few steps"; exit 1; }
 for run in threads pipeline mpi mpi_pipeline resumed; do
     losses "$dir/$run.log" >"$dir/b"
-    # every step the serial run printed, with the same loss
-    if ! awk 'NR == FNR {want[$1] = $2; next} {got[$1] = $2}
+    # every step the serial run printed, with the same loss and validation loss (where a
+    # resumed run has computed one)
+    if ! awk 'NR == FNR {want[$1] = $2; wval[$1] = $3; next} {got[$1] = $2; gval[$1] = $3}
               END {for (s in want) {d = want[s] - got[s]; if (d < 0) d = -d
-                                    if (!(s in got) || d > 2e-3) {print "step " s ": " want[s] " vs " got[s]; bad = 1}}
+                                    e = wval[s] == "-" || gval[s] == "-" ? 0 : wval[s] - gval[s]
+                                    if (e < 0) e = -e
+                                    if (!(s in got) || d > 2e-3 || e > 2e-3) {
+                                        print "step " s ": " want[s] " " wval[s] " vs " got[s] " " gval[s]; bad = 1}}
                    exit bad}' "$dir/a" "$dir/b"; then
         echo "$run losses differ from the serial run"
         exit 1

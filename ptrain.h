@@ -797,6 +797,10 @@ typedef struct pt_trace {
 PTRAINDEF pt_status pt_trace_add(pt_trace *t, int track, int kind, int micro, int chunk,
                                  double start, double dur);
 PTRAINDEF void pt_trace_free(pt_trace *t);
+/* Every rank's events into rank 0's t (the others' t is unchanged).
+   Collective over world; times travel as floats (microseconds stay exact
+   for runs of seconds). */
+PTRAINDEF pt_status pt_trace_gather(pt_trace *t, pt_comm *world);
 /* The schedule's unit-time run (pt_schedule_check's) as a trace, one slot
    lasting `unit` seconds. */
 PTRAINDEF pt_status pt_schedule_trace(const pt_schedule *s, double unit, pt_trace *t);
@@ -5020,6 +5024,41 @@ PTRAINDEF void pt_trace_free(pt_trace *t) {
     pt__free(t->events, ctx);
     memset(t, 0, sizeof *t);
     t->alloc_ctx = ctx;
+}
+
+PTRAINDEF pt_status pt_trace_gather(pt_trace *t, pt_comm *world) {
+    float n = (float)t->count, most = n, *mine, *all;
+    int i, r, count = t->count;
+    pt_status st;
+    if ((st = pt_comm_all_reduce(world, &most, 1, PT_REDUCE_MAX)) != PT_OK) return st;
+    mine = (float *)pt__malloc(sizeof(float) * (6 * (size_t)most + 1), t->alloc_ctx);
+    all = (float *)pt__malloc(sizeof(float) * (6 * (size_t)most + 1) * (size_t)world->size,
+                              t->alloc_ctx);
+    if (!mine || !all) {
+        pt__free(mine, t->alloc_ctx);
+        pt__free(all, t->alloc_ctx);
+        return pt_comm_fail(world, pt__fail(PT_ERR_OOM, "cannot allocate the gathered trace"));
+    }
+    mine[0] = n; /* each rank: its count, then six floats an event */
+    for (i = 0; i < count; i++) {
+        const pt_trace_event *e = &t->events[i];
+        float *f = mine + 1 + 6 * i;
+        f[0] = (float)e->track, f[1] = (float)e->kind, f[2] = (float)e->micro;
+        f[3] = (float)e->chunk, f[4] = (float)e->start, f[5] = (float)e->dur;
+    }
+    for (i = 1 + 6 * count; i < 1 + 6 * (int)most; i++) mine[i] = 0.0f;
+    st = pt_comm_all_gather(world, mine, all, 6 * (size_t)most + 1);
+    for (r = 0; st == PT_OK && world->rank == 0 && r < world->size; r++) {
+        const float *g = all + (size_t)r * (6 * (size_t)most + 1);
+        if (r == 0) continue; /* rank 0's own events are already in t */
+        for (i = 0; i < (int)g[0] && st == PT_OK; i++) {
+            const float *f = g + 1 + 6 * i;
+            st = pt_trace_add(t, (int)f[0], (int)f[1], (int)f[2], (int)f[3], f[4], f[5]);
+        }
+    }
+    pt__free(mine, t->alloc_ctx);
+    pt__free(all, t->alloc_ctx);
+    return st;
 }
 
 PTRAINDEF pt_status pt_schedule_trace(const pt_schedule *s, double unit, pt_trace *t) {

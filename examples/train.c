@@ -163,11 +163,25 @@ static void fmt_time(char *buf, size_t n, double s) {
     else snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
 }
 
+/* The timed step's actions of every rank, to rank 0, written as Chrome trace
+   JSON at path and as an SVG picture at path.svg. */
+static pt_status pt_write_step_trace(pt_trace *t, pt_comm *world, const char *path, int step) {
+    pt_status st = pt_trace_gather(t, world);
+    char svg[4096];
+    if (st != PT_OK || world->rank != 0) return st;
+    t->title = "ptrain pipeline step (measured)";
+    t->track_name = "rank";
+    snprintf(svg, sizeof svg, "%s.svg", path);
+    if ((st = pt_trace_write_chrome(t, path)) == PT_OK && (st = pt_trace_write_svg(t, svg)) == PT_OK)
+        printf("trace of step %d: %s (chrome://tracing) and %s\n", step, path, svg);
+    return st;
+}
+
 /* Everything a rank needs to train: the options and the data (read-only). */
 typedef struct run {
-    const char *data_path, *ckpt_out, *resume;
+    const char *data_path, *ckpt_out, *resume, *trace_path;
     int steps, batch, seq, warmup, eval_every, eval_batches, ckpt_every, sample_tokens, top_k,
-        log_every, stop_after, tp, dp, pp, zero, accum, chunks, recompute;
+        log_every, stop_after, tp, dp, pp, zero, accum, chunks, recompute, trace_step;
     const char *schedule;
     float lr, min_lr, wd, clip, val_fraction, temperature;
     uint64_t seed;
@@ -198,9 +212,11 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     float *full = NULL;
     pt_status st = PT_OK;
     const pt_gpt *sampler = &gpt;
+    pt_trace trace;
 
     memset(&train_ld, 0, sizeof train_ld);
     memset(&val_ld, 0, sizeof val_ld);
+    memset(&trace, 0, sizeof trace);
     memset(&gpt, 0, sizeof gpt);
     memset(&solo, 0, sizeof solo);
     memset(&cache, 0, sizeof cache);
@@ -292,8 +308,12 @@ static pt_status train_rank(pt_comm *world, void *arg) {
         pt_loader_next(&train_ld, inputs, targets);
         if (o->pp > 1) { /* the micro-batches through the stages, as the schedule says */
             size_t at = (size_t)first * o->seq;
-            if ((st = pt_gpt_pipeline_step(&gpt, inputs + at, targets + at, rows, o->seq)) !=
-                PT_OK)
+            int traced = o->trace_path && step + 1 == o->trace_step;
+            if (traced) gpt.trace = &trace;
+            st = pt_gpt_pipeline_step(&gpt, inputs + at, targets + at, rows, o->seq);
+            gpt.trace = NULL;
+            if (st != PT_OK) goto fail;
+            if (traced && (st = pt_write_step_trace(&trace, world, o->trace_path, step + 1)) != PT_OK)
                 goto fail;
             step_loss = gpt.loss;
         }
@@ -419,6 +439,7 @@ done:
     free(full);
     free(inputs);
     free(targets);
+    pt_trace_free(&trace);
     pt_kv_cache_free(&cache);
     pt_loader_free(&train_ld);
     pt_loader_free(&val_ld);
@@ -480,6 +501,9 @@ int main(int argc, char **argv) {
         {"chunks", CLI_INT, &o.chunks, "layer chunks per pipeline stage (interleaved)", 1, 64},
         {"recompute", CLI_STR, &recompute, "activation recomputation: none, selective, full", 0,
          0},
+        {"trace", CLI_STR, &o.trace_path, "with --pp: write step --trace-step's timeline here "
+         "(Chrome trace JSON) and at FILE.svg", 0, 0},
+        {"trace-step", CLI_INT, &o.trace_step, "the step --trace records", 1, 1e9},
         {"sample-tokens", CLI_INT, &o.sample_tokens, "tokens to sample at the end (0: none)", 0,
          1e6},
         {"temperature", CLI_FLOAT, &o.temperature, "sampling temperature (0: greedy)", 0, 100},
@@ -506,6 +530,7 @@ int main(int argc, char **argv) {
     o.eval_batches = 8, o.sample_tokens = 400, o.top_k = 8, o.log_every = 100;
     o.lr = 6e-3f, o.min_lr = 6e-4f, o.wd = 0.1f, o.clip = 1.0f, o.val_fraction = 0.1f;
     o.temperature = 0.8f, o.seed = 1337, o.tp = 1, o.dp = 1, o.pp = 1, o.accum = 1, o.chunks = 1;
+    o.trace_step = 2;
     memset(&tok, 0, sizeof tok);
     if (!cli_world_begin(&world, &argc, &argv)) return 2;
     mpi = world.kind == PT_COMM_MPI;
@@ -523,6 +548,11 @@ int main(int argc, char **argv) {
         goto out;
     }
     if ((o.recompute = cli_recompute(recompute)) < 0) {
+        rc = 2;
+        goto out;
+    }
+    if (o.trace_path && o.pp == 1) {
+        fprintf(stderr, "error: --trace records pipeline steps: give --pp 2 or more\n");
         rc = 2;
         goto out;
     }

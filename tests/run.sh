@@ -195,6 +195,20 @@ fails "train: unknown preset" 1 "unknown model preset" build/train --preset gpt5
 fails "train: n_embd not divisible by n_head" 1 "not divisible" build/train --embd 100 --heads 3
 step "train: tp 2 x dp 2, ZeRO 2, 2 micro-batches: the serial run's losses (threads, MPI)" \
     sh tests/parallel_train_check.sh
+step "train: --pp 2 --trace writes the measured step as Chrome trace JSON and SVG" sh -c \
+    "build/train --preset tiny --steps 3 --batch 4 --seq 16 --sample-tokens 0 --pp 2 \
+         --grad-accum 2 --schedule zb-h1 --trace $tmp/step.json &&
+     grep -q '^{\"displayTimeUnit\"' $tmp/step.json && grep -q '\"name\": \"W1\"' $tmp/step.json &&
+     tail -n 1 $tmp/step.json.svg | grep -q '</svg>'"
+step "train_mpi: --pp 2 --trace gathers every rank's actions" sh -c \
+    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+     OMPI_MCA_hwloc_base_binding_policy=none OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+     timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2 \
+         build/train_mpi --preset tiny --steps 3 --batch 4 --seq 16 --sample-tokens 0 --pp 2 \
+         --grad-accum 2 --trace $tmp/mpi_step.json &&
+     grep -q '\"tid\": 1, \"ts\"' $tmp/mpi_step.json"
+fails "train: --trace without a pipeline" 2 "records pipeline steps" \
+    build/train --preset tiny --steps 1 --trace "$tmp/x.json"
 fails "train: tp not dividing the heads" 1 "tensor_parallel=3 does not divide n_head=4" \
     build/train --preset tiny --tp 3 --steps 1 --sample-tokens 0
 fails "train: dp x grad_accum not dividing the batch" 2 "not divisible by dp=3" \

@@ -534,8 +534,9 @@ PTRAINDEF void pt_gpt_free(pt_gpt *m);
 PTRAINDEF void pt_gpt_init_weights(pt_gpt *m, uint64_t seed);
 /* A whole-model buffer (parameters, averaged gradients of the step, AdamW
    moments) from this rank's parts, whatever the layout: full holds
-   num_params_full floats as table[i].full_offset says, padding dropped.
-   Collective over the tensor- and data-parallel groups. */
+   num_params_full floats as the whole model's table says (table[i].full_offset
+   for the tensors held here), padding dropped. Collective over the tensor-,
+   data-parallel and pipeline groups. */
 PTRAINDEF pt_status pt_gpt_gather(const pt_gpt *m, pt_state_buf which, float *full);
 /* This rank's parts of whole tensors (the inverse; no communication). */
 PTRAINDEF void pt_gpt_scatter(const pt_gpt *m, const float *full, float *local);
@@ -2440,7 +2441,10 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     } else if (m->chunks > 1 && !bad) {
         pt__append_error(&bad, "chunks=%d needs a pipeline (grid pp > 1)", m->chunks);
     }
-    if (bad) return PT_ERR_CONFIG;
+    if (bad) {
+        pt_gpt_free(m); /* the schedule, if one was built */
+        return PT_ERR_CONFIG;
+    }
     if (m->nslots < 1) m->nslots = 1;
     m->has_embed = m->pp_rank == 0;
     m->has_head = m->pp_rank == m->pp - 1;

@@ -2434,7 +2434,7 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
             return PT_ERR_CONFIG;
         }
         m->nslots = rep.peak_inflight[m->pp_rank];
-        m->split = kind == PT_SCHED_ZB_H1;
+        m->split = kind == PT_SCHED_ZB_H1; /* its lists hold W actions */
         if (m->split && m->recompute == PT_RECOMPUTE_FULL)
             pt__append_error(&bad, "zb-h1 keeps activations from B to W; full recomputation "
                              "would drop them (use selective or none)");
@@ -2981,6 +2981,21 @@ PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) {
     return PT_OK;
 }
 
+/* A pipeline model, and a B x T batch that splits into its micro-batches. */
+static pt_status pt__pipeline_batch(const pt_gpt *m, const int *inputs, const int *targets, int B,
+                                    int T) {
+    pt_status st;
+    if (!m->sched)
+        return pt__fail(PT_ERR_INVALID_ARG, "a pipeline step needs pipeline stages (grid pp > 1)");
+    if (B % m->accum != 0 || B / m->accum < 1 || B / m->accum > m->B || T < 1 || T > m->T)
+        return pt__fail(PT_ERR_CONFIG, "batch %dx%d does not split into %d micro-batches of at "
+                        "most %dx%d", B, T, m->accum, m->B, m->T);
+    if ((st = pt__check_tokens(inputs, (size_t)B * T, m->config.vocab_size, "inputs")) != PT_OK ||
+        (st = pt__check_tokens(targets, (size_t)B * T, m->config.vocab_size, "targets")) != PT_OK)
+        return st;
+    return PT_OK;
+}
+
 PTRAINDEF pt_status pt_gpt_pipeline_eval(pt_gpt *m, const int *inputs, const int *targets, int B,
                                          int T, float *loss) {
     int p = m->pp, V = p * m->chunks, i, c, b;
@@ -2988,14 +3003,7 @@ PTRAINDEF pt_status pt_gpt_pipeline_eval(pt_gpt *m, const int *inputs, const int
     float sum = 0.0f, one = 0.0f;
     pt_gpt_slot *sl = &m->slots[0];
     pt_status st = PT_OK;
-    if (!m->sched)
-        return pt__fail(PT_ERR_INVALID_ARG, "pt_gpt_pipeline_eval needs pipeline stages");
-    if (B % m->accum != 0 || B / m->accum < 1 || B / m->accum > m->B || T < 1 || T > m->T)
-        return pt__fail(PT_ERR_CONFIG, "batch %dx%d does not split into %d micro-batches of at "
-                        "most %dx%d", B, T, m->accum, m->B, m->T);
-    if ((st = pt__check_tokens(inputs, (size_t)B * T, m->config.vocab_size, "inputs")) != PT_OK ||
-        (st = pt__check_tokens(targets, (size_t)B * T, m->config.vocab_size, "targets")) != PT_OK)
-        return st;
+    if ((st = pt__pipeline_batch(m, inputs, targets, B, T)) != PT_OK) return st;
     b = B / m->accum;
     N = (size_t)b * (size_t)T;
     /* virtual stage k = c*p + s waits only for k-1: in this order nothing cycles */
@@ -3041,20 +3049,14 @@ static void pt__slot_release(pt_gpt *m, pt_gpt_slot *sl) {
 PTRAINDEF pt_status pt_gpt_pipeline_step(pt_gpt *m, const int *inputs, const int *targets, int B,
                                          int T) {
     const pt_schedule *s = m->sched;
-    int st_rank = m->pp_rank, b, k, C = m->config.n_embd, split = 0, track;
+    int st_rank = m->pp_rank, b, k, C = m->config.n_embd, split = m->split, track;
     size_t N;
     float loss_sum = 0.0f, loss = 0.0f, dloss;
     double t0 = 0.0;
     pt_status st = PT_OK;
-    if (!s || !m->grads)
-        return pt__fail(PT_ERR_INVALID_ARG, "pt_gpt_pipeline_step needs a training model with "
-                        "pipeline stages (grid pp > 1)");
-    if (B % m->accum != 0 || B / m->accum < 1 || B / m->accum > m->B || T < 1 || T > m->T)
-        return pt__fail(PT_ERR_CONFIG, "batch %dx%d does not split into %d micro-batches of at "
-                        "most %dx%d", B, T, m->accum, m->B, m->T);
-    if ((st = pt__check_tokens(inputs, (size_t)B * T, m->config.vocab_size, "inputs")) != PT_OK ||
-        (st = pt__check_tokens(targets, (size_t)B * T, m->config.vocab_size, "targets")) != PT_OK)
-        return st;
+    if (!m->grads)
+        return pt__fail(PT_ERR_INVALID_ARG, "model was built for inference: no gradients");
+    if ((st = pt__pipeline_batch(m, inputs, targets, B, T)) != PT_OK) return st;
     b = B / m->accum;
     N = (size_t)b * (size_t)T;
     dloss = 1.0f / ((float)N * m->accum);
@@ -3062,7 +3064,6 @@ PTRAINDEF pt_status pt_gpt_pipeline_step(pt_gpt *m, const int *inputs, const int
     pt_gpt_zero_grad(m);
     for (k = 0; k < m->nslots; k++) m->slots[k].micro = m->slots[k].chunk = -1;
     m->slots_used = m->slots_peak = 0;
-    for (k = 0; k < s->count[st_rank]; k++) split |= s->list[st_rank][k].kind == PT_ACT_W;
     track = m->grid ? m->grid->world->rank : 0;
     if (m->trace) { /* a common time origin for every rank's events */
         if ((st = pt_comm_barrier(m->grid->world)) != PT_OK) return st;
@@ -4782,6 +4783,21 @@ PTRAINDEF void pt_schedule_free(pt_schedule *s) {
     s->alloc_ctx = ctx;
 }
 
+/* 1 if the schedule runs W apart from B (zero-bubble). */
+static int pt__sched_split(const pt_schedule *s) {
+    int st, k;
+    for (st = 0; st < s->stages; st++)
+        for (k = 0; k < s->count[st]; k++)
+            if (s->list[st][k].kind == PT_ACT_W) return 1;
+    return 0;
+}
+
+/* Unit-time slots of an action: F 1; B 2, or 1 when W is split off; W 1;
+   messages and the optimizer step none. */
+static int pt__sched_cost(int kind, int split) {
+    return kind == PT_ACT_F || kind == PT_ACT_W ? 1 : kind == PT_ACT_B ? (split ? 1 : 2) : 0;
+}
+
 static const char *pt__act_names[PT_ACT_COUNT] = {
     "forward", "backward", "weight gradient", "send activation", "receive activation",
     "send gradient", "receive gradient", "optimizer step"};
@@ -4806,8 +4822,7 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, in
     }
     for (i = 0; i < nkeys * 7; i++) fd[i] = -1;
     for (st = 1; st < p; st++) first[st] = first[st - 1] + s->count[st - 1];
-    for (st = 0; st < p; st++)
-        for (k = 0; k < s->count[st]; k++) split |= s->list[st][k].kind == PT_ACT_W;
+    split = pt__sched_split(s);
     if (rep) memset(rep, 0, sizeof *rep);
 #define PT__BAD(...)                                                                         \
     do {                                                                                     \
@@ -4836,7 +4851,7 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, in
                                 p > 1 ? " (no receive of the activation before it)" : "");
                     if (vs > 0 && p > 1 && have_act[key] > at) at = have_act[key];
                     if (vs > 0 && p == 1 && fd[key - 1] > at) at = fd[key - 1];
-                    cost = 1;
+                    cost = pt__sched_cost(a->kind, split);
                     fd[key] = at + cost;
                     live[st]++;
                     if (rep && live[st] > rep->peak_inflight[st]) rep->peak_inflight[st] = live[st];
@@ -4851,7 +4866,7 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, in
                                 p > 1 ? " (no receive of the gradient before it)" : "");
                     if (vs < V - 1 && p > 1 && have_grad[key] > at) at = have_grad[key];
                     if (vs < V - 1 && p == 1 && bd[key + 1] > at) at = bd[key + 1];
-                    cost = split ? 1 : 2;
+                    cost = pt__sched_cost(a->kind, split);
                     bd[key] = at + cost;
                     if (!split) live[st]--;
                     break;
@@ -4859,7 +4874,7 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, in
                     if (bd[key] < 0) PT__BAD("stage %d, action %d: weight gradient of micro-batch %d "
                                              "chunk %d before its backward", st, pc[st], mi, c);
                     if (wd[key] >= 0) PT__BAD("stage %d: weight gradient of micro-batch %d chunk %d twice", st, mi, c);
-                    cost = 1;
+                    cost = pt__sched_cost(a->kind, split);
                     wd[key] = at + cost;
                     live[st]--;
                     break;
@@ -4964,21 +4979,29 @@ PTRAINDEF pt_status pt_schedule_check(const pt_schedule *s, pt_schedule_report *
     return pt__sched_run(s, report, NULL);
 }
 
+/* *start (malloc'ed): every action's start slot in the unit-time run,
+   stage after stage. */
+static pt_status pt__sched_times(const pt_schedule *s, pt_schedule_report *rep, int **start) {
+    size_t total = 0;
+    int st;
+    pt_status err;
+    for (st = 0; st < s->stages; st++) total += (size_t)s->count[st];
+    *start = (int *)malloc(sizeof(int) * (total + 1));
+    if (!*start) return pt__fail(PT_ERR_OOM, "cannot allocate the schedule's timeline");
+    if ((err = pt__sched_run(s, rep, *start)) != PT_OK) {
+        free(*start);
+        *start = NULL;
+    }
+    return err;
+}
+
 PTRAINDEF size_t pt_schedule_format(const pt_schedule *s, char *buf, size_t cap) {
     pt_schedule_report rep;
-    size_t total = 0, used = 0;
-    int *start, st, k, t, width = s->chunks > 1 ? 5 : 4, split = 0, at0 = 0;
+    size_t used = 0;
+    int *start, st, k, t, width = s->chunks > 1 ? 5 : 4, split = pt__sched_split(s), at0 = 0;
     char *row;
     if (cap) buf[0] = 0;
-    for (st = 0; st < s->stages; st++) {
-        total += (size_t)s->count[st];
-        for (k = 0; k < s->count[st]; k++) split |= s->list[st][k].kind == PT_ACT_W;
-    }
-    start = (int *)malloc(sizeof(int) * (total + 1));
-    if (!start || pt__sched_run(s, &rep, start) != PT_OK) {
-        free(start);
-        return 0;
-    }
+    if (pt__sched_times(s, &rep, &start) != PT_OK) return 0;
     row = (char *)malloc((size_t)rep.steps * (size_t)width + 16);
     if (!row) {
         free(start);
@@ -4989,9 +5012,9 @@ PTRAINDEF size_t pt_schedule_format(const pt_schedule *s, char *buf, size_t cap)
         memset(row + len, ' ', (size_t)rep.steps * (size_t)width);
         for (k = 0; k < s->count[st]; k++) {
             const pt_action *a = &s->list[st][k];
-            int at = start[at0 + k], slots = a->kind == PT_ACT_B && !split ? 2 : 1, n;
+            int at = start[at0 + k], slots = pt__sched_cost(a->kind, split), n;
             char cell[24];
-            if (a->kind != PT_ACT_F && a->kind != PT_ACT_B && a->kind != PT_ACT_W) continue;
+            if (slots == 0) continue; /* messages take no slot */
             n = snprintf(cell, sizeof cell, "%c%d", "FBW"[a->kind], a->micro);
             if (s->chunks > 1 && n < 20) cell[n++] = (char)('a' + a->chunk % 26), cell[n] = 0;
             for (t = 0; t < slots; t++)
@@ -5066,26 +5089,16 @@ PTRAINDEF pt_status pt_trace_gather(pt_trace *t, pt_comm *world) {
 }
 
 PTRAINDEF pt_status pt_schedule_trace(const pt_schedule *s, double unit, pt_trace *t) {
-    int *start, st, k, at0 = 0, split = 0;
-    size_t total = 0;
-    pt_status err;
-    for (st = 0; st < s->stages; st++) {
-        total += (size_t)s->count[st];
-        for (k = 0; k < s->count[st]; k++) split |= s->list[st][k].kind == PT_ACT_W;
-    }
-    start = (int *)malloc(sizeof(int) * (total + 1));
-    if (!start) return pt__fail(PT_ERR_OOM, "cannot allocate the schedule's timeline");
-    if ((err = pt__sched_run(s, NULL, start)) != PT_OK) {
-        free(start);
-        return err;
-    }
+    int *start, st, k, at0 = 0, split = pt__sched_split(s);
+    pt_status err = pt__sched_times(s, NULL, &start);
+    if (err != PT_OK) return err;
     t->ntracks = t->ntracks > s->stages ? t->ntracks : s->stages;
     if (!t->track_name) t->track_name = "stage";
     for (st = 0; st < s->stages && err == PT_OK; st++) {
         for (k = 0; k < s->count[st] && err == PT_OK; k++) {
             const pt_action *a = &s->list[st][k];
-            int slots = a->kind == PT_ACT_B && !split ? 2 : 1;
-            if (a->kind == PT_ACT_F || a->kind == PT_ACT_B || a->kind == PT_ACT_W)
+            int slots = pt__sched_cost(a->kind, split);
+            if (slots > 0)
                 err = pt_trace_add(t, st, a->kind, a->micro, a->chunk, start[at0 + k] * unit,
                                    slots * unit);
         }

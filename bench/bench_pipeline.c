@@ -110,26 +110,13 @@ static pt_status stage_main(pt_comm *world, void *arg) {
 out:
     if (st != PT_OK && st != PT_ERR_COMM) st = pt_comm_fail(world, st);
     gpt.trace = NULL;
-    if (st == PT_OK && (o->trace_path || o->svg_path)) { /* each stage's events, one file */
-        static pt_trace merged;
-        static int done;
-        pt_comm_barrier(world);
-        for (s = 0; s < world->size && st == PT_OK; s++) {
-            if (s == world->rank)
-                for (i = 0; i < trace.count && st == PT_OK; i++) {
-                    const pt_trace_event *e = &trace.events[i];
-                    st = pt_trace_add(&merged, e->track, e->kind, e->micro, e->chunk, e->start, e->dur);
-                }
-            if (st == PT_OK) st = pt_comm_barrier(world);
-        }
-        if (st == PT_OK && world->rank == 0 && !done) {
-            merged.title = "ptrain pipeline step (measured)";
-            merged.track_name = "stage";
-            if (o->trace_path) st = pt_trace_write_chrome(&merged, o->trace_path);
-            if (st == PT_OK && o->svg_path) st = pt_trace_write_svg(&merged, o->svg_path);
-            pt_trace_free(&merged);
-            done = 1;
-        }
+    if (st == PT_OK && (o->trace_path || o->svg_path)) /* every stage's events, to rank 0 */
+        st = pt_trace_gather(&trace, world);
+    if (st == PT_OK && world->rank == 0 && (o->trace_path || o->svg_path)) {
+        trace.title = "ptrain pipeline step (measured)";
+        trace.track_name = "stage";
+        if (o->trace_path) st = pt_trace_write_chrome(&trace, o->trace_path);
+        if (st == PT_OK && o->svg_path) st = pt_trace_write_svg(&trace, o->svg_path);
     }
     free(x), free(y);
     pt_trace_free(&trace);

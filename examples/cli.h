@@ -29,7 +29,7 @@ typedef struct cli_opt {
 /* OpenMP threads that spin at barriers take a core from any other process
    that needs it, and then wait on it: beside one busy process a 2-thread step
    took 2.6x its time alone, 1.9x with passive waiting, and alone the two are
-   within noise (bench/README numbers). libgomp reads OMP_WAIT_POLICY when it
+   within noise (bench/contention.sh measures it). libgomp reads OMP_WAIT_POLICY when it
    loads, before main, so the programs re-execute themselves once with
    OMP_WAIT_POLICY=passive. An OMP_WAIT_POLICY or GOMP_SPINCOUNT already set
    is respected. Needs _POSIX_C_SOURCE >= 200112L for setenv and execv. */

@@ -165,7 +165,7 @@ static void fmt_time(char *buf, size_t n, double s) {
 
 /* The timed step's actions of every rank, to rank 0, written as Chrome trace
    JSON at path and as an SVG picture at path.svg. */
-static pt_status pt_write_step_trace(pt_trace *t, pt_comm *world, const char *path, int step) {
+static pt_status write_step_trace(pt_trace *t, pt_comm *world, const char *path, int step) {
     pt_status st = pt_trace_gather(t, world);
     char svg[4096];
     if (st != PT_OK || world->rank != 0) return st;
@@ -313,7 +313,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
             st = pt_gpt_pipeline_step(&gpt, inputs + at, targets + at, rows, o->seq);
             gpt.trace = NULL;
             if (st != PT_OK) goto fail;
-            if (traced && (st = pt_write_step_trace(&trace, world, o->trace_path, step + 1)) != PT_OK)
+            if (traced && (st = write_step_trace(&trace, world, o->trace_path, step + 1)) != PT_OK)
                 goto fail;
             step_loss = gpt.loss;
         }

@@ -189,7 +189,7 @@ static pt_status run_rank(pt_comm *world, void *arg) {
             }
         }
         if (s == 0) {
-            int fails_before = c.failed;
+            int fails_before;
             compare_elem(&c, "loss", &losses[0], &loss_ref, 1, 1e-5, 5e-6, lead);
             if ((status = pt_gpt_gather(&gpt, PT_BUF_GRADS, mine)) != PT_OK) goto out;
             fails_before = c.failed;

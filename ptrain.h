@@ -47,6 +47,7 @@
        >>model      GPT-2 config, blocks, whole model, generation
        >>comm       communicators (self, threads, MPI), the tp x dp x pp grid
        >>schedule   pipeline schedules as data, their checker and text grid
+       >>sim        hardware profiles, cost model, simulated steps, strategy search
        >>io         safetensors, token data, loaders, checkpoints
 
    ALLOCATION. Objects filled by an init function (pt_tokens, pt_loader,
@@ -290,6 +291,9 @@ PTRAINDEF float pt_lr_at(const pt_lr_schedule *s, int step);
 /* Measured cblas_sgemm GFLOP/s on n x n x n with the current thread count,
    best of repeated runs for at least `seconds`. */
 PTRAINDEF double pt_gemm_peak_gflops(int n, double seconds);
+/* Measured memory bandwidth in GB/s: y += s*x over two buffers of n floats
+   (12 bytes an element: read x and y, write y), fastest of `reps` runs. */
+PTRAINDEF double pt_mem_bandwidth_gbs(size_t n, int reps);
 
 /* ======================================================================== */
 /* >>model                                                                   */
@@ -411,7 +415,8 @@ typedef struct pt_gpt_desc {
                         or backward scratch (for sampling) */
     pt_grid *grid;   /* NULL: one rank. Otherwise this rank's place in the
                         tp x dp x pp grid (must outlive the model); every
-                        model call is then collective over its groups */
+                        model call is then collective over its groups. A meta
+                        build may give sizes and coordinates alone (world NULL) */
     int zero;        /* data parallelism: 0 averages whole gradients; ZeRO
                         stage 1 shards the AdamW state over the dp group, 2
                         the gradients too */
@@ -420,6 +425,9 @@ typedef struct pt_gpt_desc {
     const char *schedule; /* pipeline (grid pp > 1): "gpipe", "1f1b" (NULL),
                              "interleaved" or "zb-h1" */
     int chunks;      /* pipeline: chunks of layers per stage (0 means 1) */
+    const struct pt_schedule_report *schedule_report; /* meta builds: the schedule's
+                        checked report (the simulator checks one schedule for all
+                        ranks); NULL: built and checked here */
     int recompute;   /* activation recomputation: 0 none; PT_RECOMPUTE_SELECTIVE
                         keeps no attention output (recomputed from q, k, v in
                         backward); PT_RECOMPUTE_FULL keeps only each layer's
@@ -813,6 +821,124 @@ PTRAINDEF pt_status pt_trace_write_chrome(const pt_trace *t, const char *path);
 /* The same timeline as an SVG picture: a row per track, forward, backward,
    weight-gradient and communication in their own colours, idle time grey. */
 PTRAINDEF pt_status pt_trace_write_svg(const pt_trace *t, const char *path);
+
+
+/* ======================================================================== */
+/* >>sim                                                                     */
+/* ======================================================================== */
+
+/* The simulator: the same model build (meta: sizes only) and the same
+   schedules as a real run, with each action's time taken from a cost model
+   of a device instead of measured. Per action: GEMMs from their FLOPs at an
+   efficiency that rises with each matrix dimension, memory-bound kernels
+   from their bytes, collectives from a link model (ring or tree, latency +
+   bytes/bandwidth, the slower link when a group spans nodes). */
+
+/* How the modeled ranks run a layer. */
+typedef enum pt_exec_kind {
+    PT_EXEC_DEFAULT = 0, /* the profile's */
+    PT_EXEC_MEGATRON,    /* Megatron-LM: fp16/bf16 weights, gradients and activations, fp32
+                            master weights and Adam state (2+2+12 bytes a parameter), fused
+                            kernels, dropout, the softmax stored unless a fused attention
+                            rate is given; activations as Korthikanti et al. 2022 count them */
+    PT_EXEC_PTRAIN       /* this header's executor: fp32 throughout, ptrain's kernels and
+                            activation slots (as pt_gpt_init lays them out) */
+} pt_exec_kind;
+
+/* A device, its node and its links. */
+typedef struct pt_hw {
+    char name[32];
+    double peak_flops;   /* dense FLOP/s of one device at the training precision */
+    double gemm_eff;     /* fraction of peak that large, well-shaped GEMMs reach */
+    double gemm_dim;     /* each GEMM dimension d runs at d / (d + gemm_dim) of that */
+    double attn_flops;   /* FLOP/s of a fused attention core (no s x s matrix in memory);
+                            0: batched GEMMs and a stored softmax */
+    double mem_bw;       /* bytes/s that memory-bound kernels reach */
+    double mem_bytes;    /* memory of one device */
+    double kernel_s;     /* fixed cost of one kernel launch */
+    int per_node;        /* devices in a node */
+    double intra_bw, intra_lat; /* one device's bytes/s and latency to a peer in its node */
+    double inter_bw, inter_lat; /* across nodes: the node's network bandwidth / per_node */
+    int cores;           /* > 0: ranks of one node share these CPU cores (this machine) */
+    pt_exec_kind exec;   /* how ranks run (PT_EXEC_MEGATRON or PT_EXEC_PTRAIN) */
+} pt_hw;
+
+/* "a100-80g", "h100-80g", "mi250x" (sources beside each in the code). */
+PTRAINDEF pt_status pt_hw_preset(const char *name, pt_hw *out);
+PTRAINDEF const char *pt_hw_preset_names(void);
+/* A profile as "key = value" lines (the keys are the field names); save
+   writes every field, load checks every value and the file's units. */
+PTRAINDEF pt_status pt_hw_save(const pt_hw *hw, const char *path);
+PTRAINDEF pt_status pt_hw_load(const char *path, pt_hw *out);
+/* This machine as a profile ("local", exec ptrain): cblas_sgemm GFLOP/s
+   over sizes 64..2048 (peak_flops the 2048^3 rate, gemm_dim fitted to the
+   smaller ones), memory bandwidth (y += s*x), the rate of ptrain's attention
+   kernels, and the threads backend's all-reduce latency and bandwidth
+   between two ranks. Takes a few seconds. */
+PTRAINDEF pt_status pt_hw_calibrate(pt_hw *out);
+/* Seconds of batch GEMMs (M x K) x (K x N) on the device, elem bytes an element. */
+PTRAINDEF double pt_hw_gemm_seconds(const pt_hw *hw, double M, double N, double K, double batch,
+                                    double elem);
+/* Seconds of a collective over n ranks of which at most per_node share a
+   node (n == per_node: one node), bytes the whole buffer: the faster of a
+   ring and a tree, as NCCL picks. kind: 0 all-reduce, 1 reduce-scatter,
+   2 all-gather, 3 point to point. */
+PTRAINDEF double pt_hw_comm_seconds(const pt_hw *hw, int kind, double bytes, int n, int per_node);
+
+/* One planned training run. */
+typedef struct pt_plan_desc {
+    int layers, hidden, heads, seq, vocab;
+    int tp, pp, gpus;     /* data parallelism is gpus / (tp * pp) */
+    int batch, micro;     /* global batch in sequences; micro-batch per pipeline pass */
+    int chunks;           /* interleaved pipeline: chunks of layers per stage (1: none) */
+    pt_schedule_kind schedule; /* PT_SCHED_1F1B as Megatron-LM (0 is gpipe); with
+                                  chunks > 1 interleaved */
+    int zero;             /* 0..3; 3 shards the weights too (gathered layer by layer) */
+    int recompute;        /* PT_RECOMPUTE_* */
+    pt_exec_kind exec;    /* PT_EXEC_DEFAULT: the profile's */
+    double train_tokens;  /* > 0: the result says how long these take */
+} pt_plan_desc;
+
+typedef struct pt_plan_mem {
+    double params, grads, optimizer, activations, total; /* bytes on one rank */
+    double transient; /* beside total, while one layer's backward runs: its
+                         recomputed activations (full recomputation) */
+} pt_plan_mem;
+
+/* What a simulated step costs. FLOPs are counted per action as they run:
+   hardware FLOPs include recomputation (Megatron-LM's Table 1 counts them:
+   96 B s l h^2 (1 + s/6h + V/16lh) with full recomputation), model FLOPs do
+   not (72 B s l h^2 (1 + s/6h + V/12lh)). */
+typedef struct pt_plan_result {
+    double step_time;          /* seconds per optimizer step */
+    double hw_flops, model_flops; /* per step, all devices */
+    double tflops_per_gpu, model_tflops_per_gpu, percent_of_peak;
+    double bubble_fraction;    /* of the pipeline's time, stages idle */
+    double comm_exposed;       /* seconds a step the busiest rank spends communicating */
+    double compute_s, tp_comm_s, pp_comm_s, dp_comm_s, optimizer_s; /* that rank's step */
+    double tokens_per_s, train_seconds;
+    pt_plan_mem mem;           /* the rank needing most memory */
+    int mem_rank, dp, micro_batches; /* its world rank; dp; micro-batches per pipeline */
+    pt_schedule_kind schedule; /* the one run (chunks > 1 turns 1f1b into interleaved) */
+    int fits;                  /* mem.total <= the device's memory */
+    double build_seconds;      /* time to build every rank's meta model */
+} pt_plan_result;
+
+/* Checks the plan (divisibility, memory) and simulates one step. A plan
+   that does not fit fails with "out of memory on rank r: needs X GiB, has
+   Y GiB" and still fills *r. trace (may be NULL) gets each stage's actions
+   in seconds, one track per pipeline stage (the ranks of a stage run
+   alike). */
+PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_plan_result *r,
+                                     pt_trace *trace);
+
+/* Strategy search: every (tp, pp, chunks, micro-batch, ZeRO, recompute) for
+   d's model, gpus and batch (d's own tp, pp, ... ignored) that divides and
+   fits, simulated; the best n (by throughput) into best[] and their descs
+   into best_desc[]. why[] (may be NULL) counts the losers: [0] does not
+   divide, [1] out of memory, [2] simulated slower. Returns how many fit. */
+PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_desc *best_desc,
+                             pt_plan_result *best, int n, int why[3]);
 
 
 /* ======================================================================== */
@@ -1881,6 +2007,26 @@ PTRAINDEF double pt_gemm_peak_gflops(int n, double seconds) {
     return best;
 }
 
+PTRAINDEF double pt_mem_bandwidth_gbs(size_t n, int reps) {
+    float *x = (float *)pt__malloc(2 * n * sizeof(float), NULL), *y;
+    double best = 0.0;
+    ptrdiff_t i;
+    int r;
+    if (!x) return 0.0;
+    y = x + n;
+    PT__OMP(omp parallel for simd schedule(static))
+    for (i = 0; i < (ptrdiff_t)n; i++) x[i] = (float)(i % 7), y[i] = 0.0f; /* first touch */
+    for (r = 0; r <= reps; r++) { /* run 0 warms up */
+        double t0 = pt_time_now(), dt;
+        PT__OMP(omp parallel for simd schedule(static))
+        for (i = 0; i < (ptrdiff_t)n; i++) y[i] += 0.5f * x[i];
+        dt = pt_time_now() - t0;
+        if (r > 0 && dt > 0 && 12.0 * (double)n / dt / 1e9 > best) best = 12.0 * (double)n / dt / 1e9;
+    }
+    pt__free(x, NULL);
+    return best;
+}
+
 /* ======================================================================== */
 /* >>model (implementation)                                                  */
 /* ======================================================================== */
@@ -2396,6 +2542,8 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
                          d->recompute);
     if (d->inference && d->zero)
         pt__append_error(&bad, "zero=%d needs training state (inference=1 given)", d->zero);
+    if (d->grid && !d->grid->world && !d->meta)
+        pt__append_error(&bad, "the grid has no communicators (only meta builds may)");
     if (bad) return PT_ERR_CONFIG;
     m->dp = d->grid ? d->grid->dp : 1;
     m->dp_rank = d->grid ? d->grid->dp_rank : 0;
@@ -2413,7 +2561,7 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     if (m->pp * m->chunks > cfg.n_layer)
         pt__append_error(&bad, "pipeline: pp=%d x chunks=%d virtual stages > n_layer=%d (each "
                          "needs a layer)", m->pp, m->chunks, cfg.n_layer);
-    if (m->pp > 1 && (int64_t)m->accum * m->pp * m->chunks * 2 > 32767)
+    if (m->pp > 1 && !d->meta && (int64_t)m->accum * m->pp * m->chunks * 2 > 32767)
         pt__append_error(&bad, "pipeline: %d micro-batches x %d virtual stages exceed the "
                          "message tags (16383)", m->accum, m->pp * m->chunks);
     if (m->pp > 1 && d->inference)
@@ -2426,8 +2574,9 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
         memset(m->sched, 0, sizeof *m->sched);
         m->sched->alloc_ctx = d->alloc_ctx;
         if ((d->schedule && pt_schedule_kind_parse(d->schedule, &kind) != PT_OK) ||
-            pt_schedule_build(m->sched, kind, m->pp, m->chunks, m->accum) != PT_OK ||
-            pt_schedule_check(m->sched, &rep) != PT_OK) {
+            (d->schedule_report && d->meta ? (rep = *d->schedule_report, 0)
+             : pt_schedule_build(m->sched, kind, m->pp, m->chunks, m->accum) != PT_OK ||
+               pt_schedule_check(m->sched, &rep) != PT_OK)) {
             pt_schedule_free(m->sched);
             pt__free(m->sched, d->alloc_ctx);
             m->sched = NULL;
@@ -2483,7 +2632,8 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     m->slots[0].wg = (pt_block_wgrad *)(m->chunk_start + m->chunks + 1); /* see layout_acts */
     pt__assign_layers(m);
     pt__build_table(m);
-    if (m->pp > 1) { /* every world rank joins a split; the wte pairs get size 2 */
+    if (m->pp > 1 && !(d->meta && !d->grid->world)) { /* every world rank joins a split;
+                                                            the wte pairs get size 2 */
         int tied = m->has_embed || m->has_head;
         const pt_grid *g = d->grid;
         pt_comm *tie = (pt_comm *)pt__malloc(sizeof(pt_comm), d->alloc_ctx);
@@ -4802,18 +4952,29 @@ static const char *pt__act_names[PT_ACT_COUNT] = {
     "forward", "backward", "weight gradient", "send activation", "receive activation",
     "send gradient", "receive gradient", "optimizer step"};
 
-/* Runs every stage's list in unit time (F 1 slot; B 2, or 1 when W is split
-   off; W 1; messages arrive when sent), checking each action's
-   preconditions. start (may be NULL) gets each action's start slot, stage
-   after stage. Reports the first violation, or a deadlock, in words. */
-static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, int *start) {
+/* Seconds (or unit-time slots) an action takes on its stage; a send's time
+   ends when its receiver may have the message. */
+typedef struct pt__sched_costs {
+    double (*cost)(void *ctx, int stage, const pt_action *a);
+    void *ctx;
+} pt__sched_costs;
+
+/* Runs every stage's list, checking each action's preconditions: in unit
+   time when costs is NULL (F 1 slot; B 2, or 1 when W is split off; W 1;
+   messages arrive when sent), else with costs' durations (the simulator).
+   start (may be NULL) gets each action's start, stage after stage; clock
+   (may be NULL, p entries) each stage's end. Reports the first violation,
+   or a deadlock, in words. */
+static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, double *start,
+                               const pt__sched_costs *costs, double *clock_out) {
     int p = s->stages, v = s->chunks, m = s->micro, V = p * v, st, k, progress, split = 0;
     size_t nkeys = (size_t)m * V, i;
-    /* per (micro, virtual stage): done slots of F, B, W (-1 not yet); messages */
-    int *fd = (int *)malloc(sizeof(int) * nkeys * 7), *bd = fd + nkeys, *wd = bd + nkeys;
-    int *act_msg = wd + nkeys, *grad_msg = act_msg + nkeys; /* slot sent, -1 none, -2 taken */
-    int *have_act = grad_msg + nkeys, *have_grad = have_act + nkeys;
-    int *pc = (int *)calloc((size_t)p * 4, sizeof(int)), *clock = pc + p, *live = clock + p;
+    /* per (micro, virtual stage): times F, B, W were done (-1 not yet); messages */
+    double *fd = (double *)malloc(sizeof(double) * (nkeys * 7 + (size_t)p)), *bd = fd + nkeys;
+    double *wd = bd + nkeys, *act_msg = wd + nkeys, *grad_msg = act_msg + nkeys; /* time sent,
+                                                                        -1 none, -2 taken */
+    double *have_act = grad_msg + nkeys, *have_grad = have_act + nkeys, *clock = have_grad + nkeys;
+    int *pc = (int *)calloc((size_t)p * 3, sizeof(int)), *live = pc + p;
     int *first = live + p; /* where stage st's start slots begin */
     pt_status err = PT_OK;
     if (!fd || !pc) {
@@ -4821,6 +4982,7 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, in
         return pt__fail(PT_ERR_OOM, "cannot allocate the schedule checker's state");
     }
     for (i = 0; i < nkeys * 7; i++) fd[i] = -1;
+    for (st = 0; st < p; st++) clock[st] = 0.0;
     for (st = 1; st < p; st++) first[st] = first[st - 1] + s->count[st - 1];
     split = pt__sched_split(s);
     if (rep) memset(rep, 0, sizeof *rep);
@@ -4834,7 +4996,8 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, in
         for (st = 0; st < p; st++) {
             while (pc[st] < s->count[st]) {
                 const pt_action *a = &s->list[st][pc[st]];
-                int c = a->chunk, mi = a->micro, vs = c * p + st, cost = 0, at = clock[st];
+                int c = a->chunk, mi = a->micro, vs = c * p + st;
+                double cost = 0.0, at = clock[st];
                 size_t key = (size_t)mi * V + (size_t)vs;
                 const char *what = a->kind >= 0 && a->kind < PT_ACT_COUNT ? pt__act_names[a->kind] : "?";
                 if (a->kind < 0 || a->kind >= PT_ACT_COUNT)
@@ -4851,7 +5014,7 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, in
                                 p > 1 ? " (no receive of the activation before it)" : "");
                     if (vs > 0 && p > 1 && have_act[key] > at) at = have_act[key];
                     if (vs > 0 && p == 1 && fd[key - 1] > at) at = fd[key - 1];
-                    cost = pt__sched_cost(a->kind, split);
+                    cost = costs ? costs->cost(costs->ctx, st, a) : pt__sched_cost(a->kind, split);
                     fd[key] = at + cost;
                     live[st]++;
                     if (rep && live[st] > rep->peak_inflight[st]) rep->peak_inflight[st] = live[st];
@@ -4866,7 +5029,7 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, in
                                 p > 1 ? " (no receive of the gradient before it)" : "");
                     if (vs < V - 1 && p > 1 && have_grad[key] > at) at = have_grad[key];
                     if (vs < V - 1 && p == 1 && bd[key + 1] > at) at = bd[key + 1];
-                    cost = pt__sched_cost(a->kind, split);
+                    cost = costs ? costs->cost(costs->ctx, st, a) : pt__sched_cost(a->kind, split);
                     bd[key] = at + cost;
                     if (!split) live[st]--;
                     break;
@@ -4874,14 +5037,14 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, in
                     if (bd[key] < 0) PT__BAD("stage %d, action %d: weight gradient of micro-batch %d "
                                              "chunk %d before its backward", st, pc[st], mi, c);
                     if (wd[key] >= 0) PT__BAD("stage %d: weight gradient of micro-batch %d chunk %d twice", st, mi, c);
-                    cost = pt__sched_cost(a->kind, split);
+                    cost = costs ? costs->cost(costs->ctx, st, a) : pt__sched_cost(a->kind, split);
                     wd[key] = at + cost;
                     live[st]--;
                     break;
                 case PT_ACT_SEND_ACT:
                 case PT_ACT_SEND_GRAD: {
                     int fwd = a->kind == PT_ACT_SEND_ACT, to = fwd ? vs + 1 : vs - 1;
-                    int *msg = fwd ? act_msg : grad_msg;
+                    double *msg = fwd ? act_msg : grad_msg;
                     if (to < 0 || to >= V || a->peer != to % p)
                         PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d goes to stage %d, "
                                 "but virtual stage %d is on stage %d", st, pc[st], what, mi, c, a->peer,
@@ -4890,13 +5053,14 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, in
                         PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d before computing it",
                                 st, pc[st], what, mi, c);
                     if (msg[key] != -1) PT__BAD("stage %d: %s of micro-batch %d chunk %d twice", st, what, mi, c);
-                    msg[key] = at;
+                    if (costs) cost = costs->cost(costs->ctx, st, a);
+                    msg[key] = at + cost; /* when the receiver may have it */
                     break;
                 }
                 case PT_ACT_RECV_ACT:
                 case PT_ACT_RECV_GRAD: {
                     int fwd = a->kind == PT_ACT_RECV_ACT, from = fwd ? vs - 1 : vs + 1;
-                    int *msg = fwd ? act_msg : grad_msg, *have = fwd ? have_act : have_grad;
+                    double *msg = fwd ? act_msg : grad_msg, *have = fwd ? have_act : have_grad;
                     size_t src;
                     if (from < 0 || from >= V || a->peer != from % p)
                         PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d comes from stage %d, "
@@ -4911,6 +5075,7 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, in
                     break;
                 }
                 case PT_ACT_OPT:
+                    if (costs) cost = costs->cost(costs->ctx, st, a);
                     if (pc[st] != s->count[st] - 1)
                         PT__BAD("stage %d: the optimizer step is action %d of %d, not the last", st,
                                 pc[st], s->count[st]);
@@ -4959,12 +5124,13 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, in
             PT__BAD("stage %d sends the %s of micro-batch %d chunk %d, and nobody receives it",
                     vs % p, act_msg[i] >= 0 ? "activation" : "gradient", mi, vs / p);
     }
-    if (rep) {
-        double work = 0.0;
-        for (st = 0; st < p; st++) rep->steps = clock[st] > rep->steps ? clock[st] : rep->steps;
-        work = (double)m * v * p * 3.0;
+    if (rep && !costs) {
+        double work = (double)m * v * p * 3.0;
+        for (st = 0; st < p; st++)
+            rep->steps = clock[st] > rep->steps ? (int)clock[st] : rep->steps;
         rep->bubble = rep->steps ? 1.0 - work / ((double)p * rep->steps) : 0.0;
     }
+    if (clock_out) memcpy(clock_out, clock, sizeof(double) * (size_t)p);
 #undef PT__BAD
 done:
     free(fd);
@@ -4976,19 +5142,19 @@ PTRAINDEF pt_status pt_schedule_check(const pt_schedule *s, pt_schedule_report *
     if (!s || !s->count || !s->list || s->stages < 1 || s->chunks < 1 || s->micro < 1)
         return pt__fail(PT_ERR_INVALID_ARG, "schedule is empty or freed");
     if (s->stages > 64) return pt__fail(PT_ERR_CONFIG, "stages=%d > 64", s->stages);
-    return pt__sched_run(s, report, NULL);
+    return pt__sched_run(s, report, NULL, NULL, NULL);
 }
 
 /* *start (malloc'ed): every action's start slot in the unit-time run,
    stage after stage. */
-static pt_status pt__sched_times(const pt_schedule *s, pt_schedule_report *rep, int **start) {
+static pt_status pt__sched_times(const pt_schedule *s, pt_schedule_report *rep, double **start) {
     size_t total = 0;
     int st;
     pt_status err;
     for (st = 0; st < s->stages; st++) total += (size_t)s->count[st];
-    *start = (int *)malloc(sizeof(int) * (total + 1));
+    *start = (double *)malloc(sizeof(double) * (total + 1));
     if (!*start) return pt__fail(PT_ERR_OOM, "cannot allocate the schedule's timeline");
-    if ((err = pt__sched_run(s, rep, *start)) != PT_OK) {
+    if ((err = pt__sched_run(s, rep, *start, NULL, NULL)) != PT_OK) {
         free(*start);
         *start = NULL;
     }
@@ -4998,7 +5164,8 @@ static pt_status pt__sched_times(const pt_schedule *s, pt_schedule_report *rep, 
 PTRAINDEF size_t pt_schedule_format(const pt_schedule *s, char *buf, size_t cap) {
     pt_schedule_report rep;
     size_t used = 0;
-    int *start, st, k, t, width = s->chunks > 1 ? 5 : 4, split = pt__sched_split(s), at0 = 0;
+    double *start;
+    int st, k, t, width = s->chunks > 1 ? 5 : 4, split = pt__sched_split(s), at0 = 0;
     char *row;
     if (cap) buf[0] = 0;
     if (pt__sched_times(s, &rep, &start) != PT_OK) return 0;
@@ -5012,7 +5179,7 @@ PTRAINDEF size_t pt_schedule_format(const pt_schedule *s, char *buf, size_t cap)
         memset(row + len, ' ', (size_t)rep.steps * (size_t)width);
         for (k = 0; k < s->count[st]; k++) {
             const pt_action *a = &s->list[st][k];
-            int at = start[at0 + k], slots = pt__sched_cost(a->kind, split), n;
+            int at = (int)start[at0 + k], slots = pt__sched_cost(a->kind, split), n;
             char cell[24];
             if (slots == 0) continue; /* messages take no slot */
             n = snprintf(cell, sizeof cell, "%c%d", "FBW"[a->kind], a->micro);
@@ -5089,7 +5256,8 @@ PTRAINDEF pt_status pt_trace_gather(pt_trace *t, pt_comm *world) {
 }
 
 PTRAINDEF pt_status pt_schedule_trace(const pt_schedule *s, double unit, pt_trace *t) {
-    int *start, st, k, at0 = 0, split = pt__sched_split(s);
+    double *start;
+    int st, k, at0 = 0, split = pt__sched_split(s);
     pt_status err = pt__sched_times(s, NULL, &start);
     if (err != PT_OK) return err;
     t->ntracks = t->ntracks > s->stages ? t->ntracks : s->stages;
@@ -5106,6 +5274,693 @@ PTRAINDEF pt_status pt_schedule_trace(const pt_schedule *s, double unit, pt_trac
     }
     free(start);
     return err;
+}
+
+static pt_status pt__write_file(const char *path, const void *const *parts, const size_t *lens,
+                                int n, void *ctx);
+
+/* ======================================================================== */
+/* >>sim (implementation)                                                    */
+/* ======================================================================== */
+
+/* Profiles. Peaks and memory are the vendors' data sheets; links are what
+   collective benchmarks reach on those nodes (bus bandwidth: a ring moves
+   2(n-1)/n of the buffer through each device at this rate). GEMM
+   efficiency: the fraction of peak large fp16/bf16 GEMMs sustain inside a
+   training step (below the vendors' best single-GEMM figures: clocks under
+   load, odd shapes), and gemm_dim the dimension at which tiling loses half. */
+static const pt_hw pt__hw_presets[] = {
+    /* NVIDIA A100 SXM4 80GB in a DGX A100 (Selene, Megatron-LM 2021): 312 TFLOP/s
+       fp16 tensor cores, HBM2e 2039 GB/s, 80 GB; NVLink 3 through NVSwitch
+       (300 GB/s a direction, NCCL all-reduce ~230 GB/s bus bandwidth); 8 HDR
+       InfiniBand 200 Gb/s adapters a node, one a GPU (25 GB/s). */
+    {"a100-80g", 312e12, 0.75, 48.0, 0.0, 1.75e12, 85899345920.0, 4e-6, 8, 230e9, 8e-6, 22e9, 12e-6, 0,
+     PT_EXEC_MEGATRON},
+    /* NVIDIA H100 SXM5 80GB in a DGX H100: 989 TFLOP/s dense bf16, HBM3 3.35 TB/s;
+       NVLink 4 (450 GB/s a direction, ~360 GB/s all-reduce bus bandwidth); 8
+       ConnectX-7 400 Gb/s adapters a node (50 GB/s a GPU). */
+    {"h100-80g", 989e12, 0.70, 48.0, 0.0, 2.9e12, 85899345920.0, 3e-6, 8, 360e9, 8e-6, 45e9, 12e-6, 0,
+     PT_EXEC_MEGATRON},
+    /* AMD MI250X on Frontier, one graphics compute die (GCD) a device: 191.5
+       TFLOP/s fp16 (the issue's and AMD's figure), HBM2e 1.6 TB/s and 64 GB a
+       GCD; 8 GCDs a node joined by Infinity Fabric (50-200 GB/s between pairs:
+       a ring over the node runs at its slowest, single 50 GB/s links); 4
+       Slingshot-11 NICs of 25 GB/s a node (12.5 GB/s a GCD). rocBLAS reaches
+       about half of the fp16 peak on large GEMMs, a smaller share than cuBLAS. */
+    {"mi250x", 191.5e12, 0.55, 64.0, 0.0, 1.3e12, 68719476736.0, 6e-6, 8, 50e9, 10e-6, 11.5e9, 15e-6, 0,
+     PT_EXEC_MEGATRON},
+};
+
+PTRAINDEF const char *pt_hw_preset_names(void) { return "a100-80g, h100-80g, mi250x"; }
+
+PTRAINDEF pt_status pt_hw_preset(const char *name, pt_hw *out) {
+    size_t i;
+    for (i = 0; i < sizeof pt__hw_presets / sizeof *pt__hw_presets; i++)
+        if (name && strcmp(name, pt__hw_presets[i].name) == 0) {
+            *out = pt__hw_presets[i];
+            return PT_OK;
+        }
+    return pt__fail(PT_ERR_CONFIG, "unknown hardware '%s' (known: %s, local)",
+                    name ? name : "(null)", pt_hw_preset_names());
+}
+
+/* The profile's numeric fields, for the key = value file. */
+#define PT__HW_FIELDS(X)                                                                      \
+    X(peak_flops) X(gemm_eff) X(gemm_dim) X(attn_flops) X(mem_bw) X(mem_bytes) X(kernel_s)    \
+    X(intra_bw) X(intra_lat) X(inter_bw) X(inter_lat)
+
+PTRAINDEF pt_status pt_hw_save(const pt_hw *hw, const char *path) {
+    char buf[2048];
+    size_t len = 0;
+    const void *parts[1];
+    size_t lens[1];
+    len += (size_t)snprintf(buf + len, sizeof buf - len, "# ptrain hardware profile\nname = %s\n",
+                            hw->name);
+#define PT__PUT(f) len += (size_t)snprintf(buf + len, sizeof buf - len, #f " = %.6g\n", hw->f);
+    PT__HW_FIELDS(PT__PUT)
+#undef PT__PUT
+    len += (size_t)snprintf(buf + len, sizeof buf - len, "per_node = %d\ncores = %d\nexec = %s\n",
+                            hw->per_node, hw->cores,
+                            hw->exec == PT_EXEC_PTRAIN ? "ptrain" : "megatron");
+    parts[0] = buf;
+    lens[0] = len;
+    return pt__write_file(path, parts, lens, 1, NULL);
+}
+
+PTRAINDEF pt_status pt_hw_load(const char *path, pt_hw *out) {
+    FILE *f = fopen(path, "r");
+    char line[256];
+    int lineno = 0, seen = 0, want = 0;
+    pt_hw hw;
+    memset(&hw, 0, sizeof hw);
+    if (!f) return pt__fail_path(PT_ERR_IO, path);
+#define PT__COUNT(f) want++;
+    PT__HW_FIELDS(PT__COUNT)
+#undef PT__COUNT
+    while (fgets(line, sizeof line, f)) {
+        char key[64], val[128], *end;
+        double x;
+        lineno++;
+        if (line[0] == '#' || line[strspn(line, " \t\r\n")] == 0) continue;
+        if (sscanf(line, " %63[a-z_] = %127s", key, val) != 2) {
+            fclose(f);
+            return pt__fail(PT_ERR_FORMAT, "%s:%d: expected 'key = value'", path, lineno);
+        }
+        if (strcmp(key, "name") == 0) {
+            snprintf(hw.name, sizeof hw.name, "%.31s", val);
+            continue;
+        }
+        if (strcmp(key, "exec") == 0) {
+            hw.exec = strcmp(val, "ptrain") == 0     ? PT_EXEC_PTRAIN
+                      : strcmp(val, "megatron") == 0 ? PT_EXEC_MEGATRON
+                                                     : PT_EXEC_DEFAULT;
+            if (hw.exec == PT_EXEC_DEFAULT) {
+                fclose(f);
+                return pt__fail(PT_ERR_FORMAT, "%s:%d: exec '%s' is not ptrain or megatron", path,
+                                lineno, val);
+            }
+            continue;
+        }
+        x = strtod(val, &end);
+        if (*end || !(x >= 0.0) || x > 1e30) {
+            fclose(f);
+            return pt__fail(PT_ERR_FORMAT, "%s:%d: %s = '%s' is not a number >= 0", path, lineno,
+                            key, val);
+        }
+        if (strcmp(key, "per_node") == 0) hw.per_node = (int)x;
+        else if (strcmp(key, "cores") == 0) hw.cores = (int)x;
+#define PT__GET(fl) else if (strcmp(key, #fl) == 0) hw.fl = x, seen++;
+        PT__HW_FIELDS(PT__GET)
+#undef PT__GET
+        else {
+            fclose(f);
+            return pt__fail(PT_ERR_FORMAT, "%s:%d: unknown key '%s'", path, lineno, key);
+        }
+    }
+    fclose(f);
+    if (seen != want || hw.peak_flops <= 0 || hw.gemm_eff <= 0 || hw.gemm_eff > 2 ||
+        hw.mem_bw <= 0 || hw.intra_bw <= 0 || hw.per_node < 1)
+        return pt__fail(PT_ERR_FORMAT, "%s: incomplete profile (every field of pt_hw, positive "
+                        "peak, bandwidths and per_node, gemm_eff in (0, 2])", path);
+    if (hw.inter_bw <= 0) hw.inter_bw = hw.intra_bw;
+    if (!hw.exec) hw.exec = PT_EXEC_MEGATRON;
+    *out = hw;
+    return PT_OK;
+}
+#undef PT__HW_FIELDS
+
+static double pt__gemm_rate(int M, int N, int K, int reps) { /* FLOP/s, best of reps */
+    float *a = (float *)pt__malloc(sizeof(float) * ((size_t)M * K + (size_t)K * N +
+                                                    (size_t)M * N), NULL);
+    double best = 0.0;
+    int r;
+    size_t i, n = (size_t)M * K + (size_t)K * N + (size_t)M * N;
+    if (!a) return 0.0;
+    for (i = 0; i < n; i++) a[i] = (float)(i % 13) * 0.01f;
+    for (r = 0; r <= reps; r++) {
+        double t0 = pt_time_now(), dt;
+        pt_sgemm(0, 0, M, N, K, 1.0f, a, K, a + (size_t)M * K, N, 0.0f,
+                 a + (size_t)M * K + (size_t)K * N, N);
+        dt = pt_time_now() - t0;
+        if (r > 0 && dt > 0 && 2.0 * M * N * (double)K / dt > best) best = 2.0 * M * N * (double)K / dt;
+    }
+    pt__free(a, NULL);
+    return best;
+}
+
+typedef struct pt__calib_comm { double lat, bw; } pt__calib_comm;
+
+static pt_status pt__calib_comm_rank(pt_comm *w, void *arg) { /* two thread ranks */
+    pt__calib_comm *c = (pt__calib_comm *)arg;
+    size_t n = (size_t)1 << 22;
+    float *buf = (float *)pt__malloc(n * sizeof(float), NULL);
+    double t0, t1, t2;
+    int i;
+    pt_status st = PT_OK;
+    if (!buf) return pt_comm_fail(w, pt__fail(PT_ERR_OOM, "calibration buffer"));
+    memset(buf, 0, n * sizeof(float));
+    st = pt_comm_all_reduce(w, buf, n, PT_REDUCE_SUM); /* warm-up */
+    t0 = pt_time_now();
+    for (i = 0; i < 200 && st == PT_OK; i++) st = pt_comm_all_reduce(w, buf, 1, PT_REDUCE_SUM);
+    t1 = pt_time_now();
+    for (i = 0; i < 8 && st == PT_OK; i++) st = pt_comm_all_reduce(w, buf, n, PT_REDUCE_SUM);
+    t2 = pt_time_now();
+    if (w->rank == 0) { /* a 2-rank all-reduce: bytes/bw + 2 latencies (pt_hw_comm_seconds) */
+        c->lat = (t1 - t0) / 200 / 2;
+        c->bw = (double)n * sizeof(float) / ((t2 - t1) / 8 - 2 * c->lat);
+    }
+    pt__free(buf, NULL);
+    return st;
+}
+
+PTRAINDEF pt_status pt_hw_calibrate(pt_hw *out) {
+    static const int sizes[] = {64, 128, 256, 512, 1024};
+    pt__calib_comm cc = {0, 0};
+    double big = pt__gemm_rate(2048, 2048, 2048, 3), best_g = 32, best_err = 1e30, g;
+    int B = 4, T = 256, C = 256, NH = 4, slots = pt_get_threads(), i, r;
+    size_t N = (size_t)B * T;
+    float *qkv, *out_a, *lse, *scr, *dqkv;
+    double rates[5], t0, ta;
+    pt_status st;
+    memset(out, 0, sizeof *out);
+    if (big <= 0) return pt__fail(PT_ERR_OOM, "calibration: cannot time sgemm");
+    for (i = 0; i < 5; i++) rates[i] = pt__gemm_rate(sizes[i], sizes[i], sizes[i], 5);
+    for (g = 1; g <= 512; g *= 1.05) { /* rate(n) = big * f(n)^3 / f(2048)^3, f = n/(n+g) */
+        double err = 0.0, f2 = 2048.0 / (2048.0 + g);
+        for (i = 0; i < 5; i++) {
+            double f = sizes[i] / (sizes[i] + g), d = log(big * f * f * f / (f2 * f2 * f2) / rates[i]);
+            err += d * d;
+        }
+        if (err < best_err) best_err = err, best_g = g;
+    }
+    snprintf(out->name, sizeof out->name, "local");
+    out->peak_flops = big;
+    out->gemm_dim = best_g;
+    out->gemm_eff = pow((2048.0 + best_g) / 2048.0, 3); /* the asymptote over the 2048^3 rate */
+    out->mem_bw = pt_mem_bandwidth_gbs((size_t)16 << 20, 5) * 1e9;
+    /* ptrain's attention: forward and backward of one layer's core */
+    qkv = (float *)pt__malloc(sizeof(float) * (N * 3 * C * 2 + N * C + B * NH * T +
+                                               pt_attention_scratch_floats(T, slots)), NULL);
+    if (!qkv) return pt__fail(PT_ERR_OOM, "calibration: attention buffers");
+    dqkv = qkv + N * 3 * C, out_a = dqkv + N * 3 * C, lse = out_a + N * C, scr = lse + B * NH * T;
+    for (i = 0; i < (int)(N * 3 * C); i++) qkv[i] = (float)(i % 17) * 0.01f;
+    pt_attention_forward(out_a, lse, qkv, scr, slots, B, T, C, NH);
+    ta = 1e30;
+    for (r = 0; r < 5; r++) {
+        t0 = pt_time_now();
+        pt_attention_forward(out_a, lse, qkv, scr, slots, B, T, C, NH);
+        pt_attention_backward(dqkv, out_a, out_a, qkv, lse, scr, slots, B, T, C, NH);
+        t0 = pt_time_now() - t0;
+        ta = t0 < ta ? t0 : ta;
+    }
+    pt__free(qkv, NULL);
+    /* the simulator charges 4 B T^2 C / attn_flops forward and 2.5 times that backward */
+    out->attn_flops = 3.5 * 4.0 * B * (double)T * T * C / ta;
+    out->kernel_s = 2e-6;
+    out->per_node = 64; /* ranks of one machine: one node */
+#if defined(_SC_NPROCESSORS_ONLN)
+    out->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+#endif
+    if (out->cores < 1) out->cores = pt_get_threads();
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+    out->mem_bytes = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+#else
+    out->mem_bytes = 16e9;
+#endif
+    out->exec = PT_EXEC_PTRAIN;
+    if ((st = pt_comm_threads_run(2, pt__calib_comm_rank, &cc)) != PT_OK) return st;
+    out->intra_lat = out->inter_lat = cc.lat;
+    out->intra_bw = out->inter_bw = cc.bw;
+    return PT_OK;
+}
+
+/* Tiling: a dimension d is used at d / (d + gemm_dim); the result is bounded
+   by the memory traffic of the three matrices (roofline). */
+PTRAINDEF double pt_hw_gemm_seconds(const pt_hw *hw, double M, double N, double K, double batch,
+                                    double elem) {
+    double g = hw->gemm_dim, eff = hw->gemm_eff * M / (M + g) * N / (N + g) * K / (K + g);
+    double flops = 2.0 * M * N * K * batch, bytes = elem * batch * (M * K + K * N + M * N);
+    double t = flops / (hw->peak_flops * eff), tm = bytes / hw->mem_bw;
+    return (t > tm ? t : tm) + hw->kernel_s;
+}
+
+PTRAINDEF double pt_hw_comm_seconds(const pt_hw *hw, int kind, double bytes, int n, int per_node) {
+    int nodes = (n + per_node - 1) / per_node;
+    double bw = hw->intra_bw, lat = hw->intra_lat, ring, tree, steps, vol;
+    if (n <= 1 || bytes <= 0) return 0.0;
+    if (nodes > 1) { /* the slower link: each device's share of its node's adapters */
+        bw = hw->inter_bw < bw ? hw->inter_bw : bw;
+        lat = hw->inter_lat;
+    }
+    if (kind == 3) return lat + bytes / bw;
+    /* ring: reduce-scatter and all-gather each move (n-1)/n of the buffer in
+       n-1 steps; an all-reduce is both. A tree all-reduce: 2 log2(n) steps,
+       each the whole buffer pipelined (about 2 buffers through a link). */
+    steps = kind == 0 ? 2.0 * (n - 1) : (double)(n - 1);
+    vol = (kind == 0 ? 2.0 : 1.0) * (n - 1) / n * bytes;
+    ring = steps * lat + vol / bw;
+    if (kind != 0) return ring;
+    tree = 2.0 * ceil(log2((double)n)) * lat + 2.0 * bytes / bw;
+    return ring < tree ? ring : tree;
+}
+
+/* What one micro-batch costs on one layer (per tensor-parallel rank): the
+   GEMMs (fwd: forward; the backward has two per forward GEMM), the
+   memory-bound kernels, and the tensor-parallel all-reduces. */
+typedef struct pt__layer_cost {
+    double fwd_s, bin_s, bw_s;      /* forward; backward input half; weight half */
+    double fwd_flops, bwd_flops;    /* backward: both halves */
+    double attn_fwd_s, attn_fwd_flops; /* the attention core alone (selective recompute) */
+    double tp_fwd_s, tp_bwd_s;      /* the all-reduces inside fwd_s and bin_s */
+    double act_bytes;               /* kept for backward, recompute none (Korthikanti) */
+    double act_sel_bytes;           /* kept with selective recomputation */
+} pt__layer_cost;
+
+typedef struct pt__sim {
+    const pt_plan_desc *d;
+    const pt_hw *hw;
+    double elem;            /* bytes of an activation element */
+    double share;           /* compute slow-down from ranks sharing cores */
+    int ptrain, dp, m, split, V;
+    pt__layer_cost layer;
+    /* per stage: layers of each chunk, and the stage's FLOPs and busy parts */
+    int *chunk_layers;      /* (p * v) */
+    double head_fwd_s, head_bin_s, head_bw_s, head_fwd_flops, head_bwd_flops, head_tp_s;
+    double emb_fwd_s, emb_bwd_s, emb_tp_s;
+    double p2p_s, p2p_bytes;
+    double *opt_s, *dp_s;   /* (p) the OPT action: gradient sync + optimizer */
+    double *zero3_s;        /* (p) ZeRO 3: gathering one chunk's layers */
+    double *busy, *flops, *hwflops, *tp_s, *pp_s; /* (p) */
+} pt__sim;
+
+static void pt__layer_costs(pt__sim *S) {
+    const pt_plan_desc *d = S->d;
+    const pt_hw *hw = S->hw;
+    double b = d->micro, s = d->seq, h = d->hidden, a = d->heads, t = d->tp, e = S->elem;
+    double M = b * s, hd = h / a, ah = a / t, ht = h / t;
+    pt__layer_cost *L = &S->layer;
+    double g_qkv, g_proj, g_fc1, g_fc2, g_sc, g_ctx, f_lin, f_attn, ew_f, ew_b, ar;
+    double attn_f, attn_b, kern;
+    /* the four linear layers, M x K -> N, each rank with its 1/t */
+    g_qkv = pt_hw_gemm_seconds(hw, M, 3 * ht, h, 1, e);
+    g_proj = pt_hw_gemm_seconds(hw, M, h, ht, 1, e);
+    g_fc1 = pt_hw_gemm_seconds(hw, M, 4 * ht, h, 1, e);
+    g_fc2 = pt_hw_gemm_seconds(hw, M, h, 4 * ht, 1, e);
+    f_lin = 2.0 * M * h * (3 * ht + ht + 8 * ht);  /* 24 b s h^2 / t */
+    f_attn = 4.0 * b * s * s * h / t;              /* scores and context */
+    /* the attention core: batched GEMMs over b * a/t heads and a stored,
+       masked softmax with dropout; or a fused kernel at attn_flops */
+    if (hw->attn_flops > 0) {
+        attn_f = f_attn / (hw->attn_flops / S->share);
+        attn_b = 2.0 * attn_f * 1.25; /* backward: twice the FLOPs, plus recomputing P */
+    } else {
+        double P = b * ah * s * s; /* score elements */
+        g_sc = pt_hw_gemm_seconds(hw, s, s, hd, b * ah, e);
+        g_ctx = pt_hw_gemm_seconds(hw, s, hd, s, b * ah, e);
+        /* softmax: read and write P; dropout: read, write, a 1-byte mask */
+        attn_f = (g_sc + g_ctx) * S->share + (P * (4 * e + 1)) / hw->mem_bw * S->share;
+        attn_b = 2.0 * (g_sc + g_ctx) * S->share + (P * (6 * e + 1)) / hw->mem_bw * S->share;
+    }
+    /* memory-bound kernels: LayerNorms (read, write M h), two bias + dropout +
+       residual adds (read 2, write 1, a mask), bias + GELU over 4h/t (the fp32
+       executor keeps no masks); backward moves about twice as much */
+    ew_f = e * (2 * M * h * 2 + 2 * 3 * M * h + 2 * M * 4 * ht + M * 3 * ht) +
+           (S->ptrain ? 0.0 : 2.0 * M * h);
+    ew_b = 2.0 * ew_f;
+    kern = (S->ptrain ? 10.0 : 12.0) * hw->kernel_s; /* launches besides the GEMMs' */
+    ew_f = ew_f / hw->mem_bw * S->share + kern;
+    ew_b = ew_b / hw->mem_bw * S->share + 2.0 * kern;
+    /* two all-reduces of M x h forward, two backward (Megatron-LM's f and g) */
+    ar = t > 1 ? pt_hw_comm_seconds(hw, 0, M * h * e, d->tp, d->tp < hw->per_node ? d->tp
+                                                                              : hw->per_node)
+               : 0.0;
+    L->tp_fwd_s = L->tp_bwd_s = 2.0 * ar;
+    L->attn_fwd_s = attn_f;
+    L->attn_fwd_flops = f_attn;
+    L->fwd_flops = f_lin + f_attn;
+    L->bwd_flops = 2.0 * (f_lin + f_attn);
+    L->fwd_s = (g_qkv + g_proj + g_fc1 + g_fc2) * S->share + attn_f + ew_f + L->tp_fwd_s;
+    /* backward: the input gradients (and the attention core's) first, the weight
+       gradients (same GEMM shapes) apart for zero-bubble schedules */
+    L->bw_s = (g_qkv + g_proj + g_fc1 + g_fc2) * S->share;
+    L->bin_s = L->bw_s + attn_b + ew_b + L->tp_bwd_s;
+    /* Korthikanti et al. 2022, eq. (2) without sequence parallelism, in bytes */
+    L->act_bytes = s * b * h * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
+    L->act_sel_bytes = s * b * h * (10.0 + 24.0 / t);
+}
+
+/* Seconds of one action on stage st; with stats, also its FLOPs and time. */
+static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) {
+    const pt__layer_cost *L = &S->layer;
+    int p = S->d->pp, vs = a->chunk * p + st, nl = a->chunk >= 0 ? S->chunk_layers[vs] : 0;
+    int first = vs == 0, last = vs == S->V - 1, rc = S->d->recompute;
+    double t = 0.0, fl = 0.0, hf = 0.0, tp = 0.0, pp = 0.0, z3;
+    switch (a->kind) {
+    case PT_ACT_F:
+        t = nl * L->fwd_s + (first ? S->emb_fwd_s : 0.0) + (last ? S->head_fwd_s : 0.0);
+        fl = hf = nl * L->fwd_flops + (last ? S->head_fwd_flops : 0.0);
+        tp = nl * L->tp_fwd_s + (first ? S->emb_tp_s : 0.0);
+        z3 = S->zero3_s[st] * nl; /* ZeRO 3 gathers the layers while computing */
+        t = t > z3 ? t : z3;
+        break;
+    case PT_ACT_B:
+        t = nl * (S->split ? L->bin_s : L->bin_s + L->bw_s) + (first ? S->emb_bwd_s : 0.0) +
+            (last ? S->head_bin_s + S->head_bw_s : 0.0);
+        fl = nl * (S->split ? L->bwd_flops / 2 : L->bwd_flops) + (last ? S->head_bwd_flops : 0.0);
+        hf = fl;
+        tp = nl * L->tp_bwd_s + (last ? S->head_tp_s : 0.0);
+        if (rc == PT_RECOMPUTE_FULL) { /* the layer's forward again */
+            t += nl * L->fwd_s, hf += nl * L->fwd_flops, tp += nl * L->tp_fwd_s;
+        } else if (rc == PT_RECOMPUTE_SELECTIVE) {
+            t += nl * L->attn_fwd_s, hf += nl * L->attn_fwd_flops;
+        }
+        z3 = 2.0 * S->zero3_s[st] * nl; /* gather again, reduce-scatter the gradients */
+        t = t > z3 ? t : z3;
+        break;
+    case PT_ACT_W:
+        t = nl * L->bw_s;
+        fl = hf = nl * L->bwd_flops / 2;
+        break;
+    case PT_ACT_SEND_ACT:
+    case PT_ACT_SEND_GRAD:
+        t = pp = S->p2p_s;
+        break;
+    case PT_ACT_OPT:
+        t = S->opt_s[st];
+        break;
+    default:
+        break;
+    }
+    if (stats) {
+        S->flops[st] += fl, S->hwflops[st] += hf, S->tp_s[st] += tp, S->pp_s[st] += pp;
+        if (a->kind != PT_ACT_OPT) S->busy[st] += t;
+    }
+    return t;
+}
+
+static double pt__sim_cost_cb(void *ctx, int st, const pt_action *a) {
+    return pt__sim_action((pt__sim *)ctx, st, a, 1);
+}
+
+/* Bytes on one rank of stage st (Korthikanti et al. 2022 for the
+   Megatron-LM executor's activations; pt_gpt_init's own layout for ptrain's). */
+static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) {
+    const pt_plan_desc *d = S->d;
+    double P = (double)m->num_params, sh = m->zero ? (double)m->shard_total : P;
+    double big = (double)pt__largest_bucket(m), wb = S->ptrain ? 4 : 2, gb = wb;
+    double ob = S->ptrain ? 8 : 12; /* Adam m, v (and fp32 master weights) */
+    double s = d->seq, b = d->micro, h = d->hidden, t = d->tp, per, most = 0;
+    int c;
+    mem->params = d->zero == 3 ? (sh + 2.0 * big) * wb : P * wb;
+    mem->grads = d->zero >= 2 ? (sh + big) * gb : P * gb;
+    mem->optimizer = (d->zero >= 1 ? sh : P) * ob;
+    if (S->ptrain) { /* fp32 executor: the activation slots and scratch it lays out */
+        mem->activations = (double)(m->mem.activations + m->mem.scratch);
+    } else {
+        for (c = 0; c < m->chunks; c++)
+            if (m->chunk_start[c + 1] - m->chunk_start[c] > most)
+                most = m->chunk_start[c + 1] - m->chunk_start[c];
+        per = d->recompute == PT_RECOMPUTE_FULL        ? 2.0 * s * b * h
+              : d->recompute == PT_RECOMPUTE_SELECTIVE ? S->layer.act_sel_bytes
+                                                       : S->layer.act_bytes;
+        mem->activations = m->nslots * most * per;
+        if (d->recompute == PT_RECOMPUTE_FULL) mem->transient = S->layer.act_bytes;
+        if (m->has_embed) mem->activations += m->nslots * s * b * h; /* dropout mask */
+        if (m->has_head) /* output layer: 4sbh/t (1 + v/h) */
+            mem->activations += 4.0 * s * b * h / t * (1.0 + (double)m->vocab_local * t / h);
+    }
+    mem->total = mem->params + mem->grads + mem->optimizer + mem->activations;
+}
+
+PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_plan_result *r,
+                                     pt_trace *trace) {
+    pt__sim S;
+    pt_schedule sch;
+    pt_schedule_report rep;
+    pt_plan_desc D = *d;
+    int p, v, bad = 0, st, k, i, total = 0;
+    double t0 = pt_time_now(), *start = NULL, *clock = NULL, span = 0.0, e;
+    pt_status err = PT_OK;
+    memset(r, 0, sizeof *r);
+    memset(&S, 0, sizeof S);
+    if (D.chunks < 1) D.chunks = 1;
+    if (D.chunks > 1 && D.schedule != PT_SCHED_ZB_H1) D.schedule = PT_SCHED_INTERLEAVED;
+#define PT__POS(f)                                                                            \
+    if (D.f < 1) pt__append_error(&bad, #f "=%d must be >= 1", D.f);
+    PT__POS(layers) PT__POS(hidden) PT__POS(heads) PT__POS(seq) PT__POS(vocab) PT__POS(tp)
+    PT__POS(pp) PT__POS(gpus) PT__POS(batch) PT__POS(micro)
+#undef PT__POS
+    if (bad) return PT_ERR_CONFIG;
+    if (D.hidden % D.heads)
+        pt__append_error(&bad, "hidden=%d is not divisible by heads=%d", D.hidden, D.heads);
+    if (D.heads % D.tp)
+        pt__append_error(&bad, "tp=%d does not divide heads=%d", D.tp, D.heads);
+    if (D.gpus % (D.tp * D.pp))
+        pt__append_error(&bad, "gpus=%d is not a multiple of tp x pp = %d", D.gpus, D.tp * D.pp);
+    S.dp = D.gpus / (D.tp * D.pp);
+    if (!bad && D.batch % (S.dp * D.micro))
+        pt__append_error(&bad, "batch=%d is not divisible by dp x micro-batch = %d x %d", D.batch,
+                         S.dp, D.micro);
+    if (D.zero < 0 || D.zero > 3) pt__append_error(&bad, "zero=%d must be 0..3", D.zero);
+    if (D.zero == 3 && D.pp > 1)
+        pt__append_error(&bad, "zero=3 with pipeline stages (pp=%d): ZeRO 3 shards the layers "
+                         "over data parallelism instead; use pp=1", D.pp);
+    if (D.pp > 64) pt__append_error(&bad, "pp=%d > 64 stages", D.pp);
+    if (hw->cores > 0 && D.gpus > hw->per_node)
+        pt__append_error(&bad, "gpus=%d > %d ranks of the profile's one machine", D.gpus,
+                         hw->per_node);
+    if (bad) return PT_ERR_CONFIG;
+    p = D.pp, v = D.chunks;
+    S.d = &D;
+    S.hw = hw;
+    S.ptrain = (D.exec ? D.exec : hw->exec) == PT_EXEC_PTRAIN;
+    S.elem = e = S.ptrain ? 4.0 : 2.0;
+    S.share = hw->cores > 0 ? (double)D.gpus : 1.0; /* ranks share the node's cores */
+    S.m = D.batch / (S.dp * D.micro);
+    S.V = p * v;
+    r->dp = S.dp;
+    r->micro_batches = S.m;
+    r->schedule = D.schedule;
+    S.chunk_layers = (int *)calloc((size_t)S.V, sizeof(int));
+    S.opt_s = (double *)calloc((size_t)p * 8, sizeof(double));
+    if (!S.chunk_layers || !S.opt_s) {
+        free(S.chunk_layers), free(S.opt_s);
+        return pt__fail(PT_ERR_OOM, "cannot allocate the simulator's state");
+    }
+    S.dp_s = S.opt_s + p, S.zero3_s = S.dp_s + p, S.busy = S.zero3_s + p, S.flops = S.busy + p;
+    S.hwflops = S.flops + p, S.tp_s = S.hwflops + p, S.pp_s = S.tp_s + p;
+    pt__layer_costs(&S);
+    memset(&sch, 0, sizeof sch);
+    if ((err = pt_schedule_build(&sch, D.schedule, p, v, S.m)) == PT_OK)
+        err = pt_schedule_check(&sch, &rep);
+    /* every rank's meta build: ranks of one pipeline stage hold equal shapes,
+       so one build a stage serves its tp x dp ranks */
+    for (st = 0; st < p && err == PT_OK; st++) {
+        pt_grid g;
+        pt_gpt m;
+        pt_gpt_desc gd;
+        pt_plan_mem mem;
+        double M = (double)D.micro * D.seq, h = D.hidden, t = D.tp, Vl, layer_p, pn;
+        int c, dpn = D.tp >= hw->per_node ? 1 : hw->per_node / D.tp;
+        memset(&g, 0, sizeof g);
+        memset(&gd, 0, sizeof gd);
+        g.tp = D.tp, g.dp = S.dp, g.pp = p, g.pp_rank = st;
+        gd.config.vocab_size = D.vocab, gd.config.block_size = D.seq;
+        gd.config.n_layer = D.layers, gd.config.n_head = D.heads, gd.config.n_embd = D.hidden;
+        gd.batch = D.micro, gd.seq = D.seq, gd.meta = 1, gd.grid = &g;
+        gd.zero = D.zero > 2 ? 2 : D.zero; /* ZeRO 3's shards are ZeRO 2's */
+        gd.grad_accum = S.m;
+        gd.schedule = pt_schedule_kind_name(D.schedule);
+        gd.chunks = v, gd.recompute = D.recompute;
+        gd.schedule_report = &rep;
+        if ((err = pt_gpt_init(&m, &gd)) != PT_OK) break;
+        if (st == 0) S.split = m.split;
+        for (c = 0; c < v; c++) S.chunk_layers[c * p + st] = m.chunk_start[c + 1] - m.chunk_start[c];
+        pt__sim_memory(&S, &m, &mem);
+        if (mem.total > r->mem.total) r->mem = mem, r->mem_rank = st * D.tp * S.dp;
+        Vl = m.vocab_local;
+        pn = (double)m.num_params;
+        /* the head (last stage) and the embedding (first) */
+        if (m.has_head) {
+            double g1 = pt_hw_gemm_seconds(hw, M, Vl, h, 1, e) * S.share;
+            double ce = M * Vl * 4.0 / hw->mem_bw * S.share;
+            S.head_fwd_flops = 2.0 * M * h * Vl;
+            S.head_bwd_flops = 4.0 * M * h * Vl;
+            S.head_tp_s = t > 1 ? pt_hw_comm_seconds(hw, 0, M * h * e, D.tp, D.tp) : 0.0;
+            S.head_fwd_s = g1 + 3.0 * ce + 2.0 * M * h * e / hw->mem_bw * S.share;
+            S.head_bin_s = g1 + 2.0 * ce + S.head_tp_s + 3.0 * M * h * e / hw->mem_bw * S.share;
+            S.head_bw_s = pt_hw_gemm_seconds(hw, Vl, h, M, 1, e) * S.share;
+        }
+        if (m.has_embed) {
+            S.emb_tp_s = t > 1 ? pt_hw_comm_seconds(hw, 0, M * h * e, D.tp, D.tp) : 0.0;
+            S.emb_fwd_s = 3.0 * M * h * e / hw->mem_bw * S.share + S.emb_tp_s;
+            S.emb_bwd_s = M * h * (e + 4.0) / hw->mem_bw * S.share;
+        }
+        /* after the last backward: the gradients over the dp group, wte's two
+           copies summed (first and last stage), the optimizer on this rank's part */
+        if (S.dp > 1 && D.zero == 0)
+            S.dp_s[st] = pt_hw_comm_seconds(hw, 0, pn * e, S.dp, dpn);
+        else if (S.dp > 1 && D.zero < 3)
+            S.dp_s[st] = pt_hw_comm_seconds(hw, 1, pn * e, S.dp, dpn) +
+                         pt_hw_comm_seconds(hw, 2, pn * e, S.dp, dpn);
+        if (p > 1 && (m.has_embed || m.has_head))
+            S.dp_s[st] += pt_hw_comm_seconds(hw, 0, Vl * h * e, 2, D.tp * S.dp * (p - 1) < hw->per_node ? 2 : 1);
+        S.opt_s[st] = S.dp_s[st] + (D.zero ? (double)m.shard_total : pn) * (28.0 + e) /
+                                       hw->mem_bw * S.share + hw->kernel_s * 4;
+        /* ZeRO 3: a layer's weights gathered over dp before each use */
+        layer_p = 12.0 * h * h / t + 13.0 * h;
+        S.zero3_s[st] = D.zero == 3 && S.dp > 1
+                            ? pt_hw_comm_seconds(hw, 2, layer_p * e, S.dp, dpn)
+                            : 0.0;
+        pt_gpt_free(&m);
+    }
+    if (err == PT_OK && r->mem.total + r->mem.transient > hw->mem_bytes) /* no step for a plan
+                                                                          that cannot run */
+        err = pt__fail(PT_ERR_OOM, "out of memory on rank %d: needs %.1f GiB (weights %.1f, "
+                       "gradients %.1f, optimizer %.1f, activations %.1f + %.1f recomputed), has "
+                       "%.1f GiB", r->mem_rank, (r->mem.total + r->mem.transient) / 1073741824.0,
+                       r->mem.params / 1073741824.0, r->mem.grads / 1073741824.0,
+                       r->mem.optimizer / 1073741824.0, r->mem.activations / 1073741824.0,
+                       r->mem.transient / 1073741824.0, hw->mem_bytes / 1073741824.0);
+    if (err == PT_OK) { /* activations to the next stage (Megatron: 1/t over the network, */
+        double bytes = (double)D.micro * D.seq * D.hidden * e; /* then gathered in the node) */
+        int across = D.tp * S.dp >= hw->per_node;
+        if (!S.ptrain && D.tp > 1)
+            S.p2p_s = pt_hw_comm_seconds(hw, 3, bytes / D.tp, 2, across ? 1 : 2) +
+                      pt_hw_comm_seconds(hw, 2, bytes, D.tp, D.tp);
+        else
+            S.p2p_s = p > 1 ? pt_hw_comm_seconds(hw, 3, bytes, 2, across ? 1 : 2) : 0.0;
+        S.p2p_bytes = bytes;
+    }
+    r->build_seconds = pt_time_now() - t0;
+    if (err == PT_OK) { /* the step: the schedule's lists with these costs */
+        pt__sched_costs costs;
+        costs.cost = pt__sim_cost_cb, costs.ctx = &S;
+        for (st = 0; err == PT_OK && st < p; st++) total += sch.count[st];
+        if (err == PT_OK) {
+            start = (double *)malloc(sizeof(double) * ((size_t)total + (size_t)p));
+            clock = start ? start + total : NULL;
+            err = start ? pt__sched_run(&sch, NULL, start, &costs, clock)
+                        : pt__fail(PT_ERR_OOM, "cannot allocate the simulated timeline");
+        }
+        for (st = 0, i = 0; err == PT_OK && st < p; st++) {
+            double opt_at = start[i + sch.count[st] - 1];
+            span = opt_at > span ? opt_at : span;
+            r->step_time = clock[st] > r->step_time ? clock[st] : r->step_time;
+            for (k = 0; trace && err == PT_OK && k < sch.count[st]; k++) {
+                const pt_action *a = &sch.list[st][k];
+                double dur = pt__sim_action(&S, st, a, 0);
+                if (dur > 0)
+                    err = pt_trace_add(trace, st, a->kind, a->micro, a->chunk, start[i + k], dur);
+            }
+            i += sch.count[st];
+        }
+    }
+    pt_schedule_free(&sch);
+    if (err == PT_OK) {
+        double busy = 0.0, worst = -1.0;
+        int w = 0;
+        for (st = 0; st < p; st++) {
+            busy += S.busy[st];
+            r->hw_flops += S.hwflops[st], r->model_flops += S.flops[st];
+            if (S.busy[st] + S.opt_s[st] > worst) worst = S.busy[st] + S.opt_s[st], w = st;
+        }
+        /* a stage's FLOPs are one of its tp ranks' times tp, over dp replicas */
+        r->hw_flops *= (double)D.tp * S.dp;
+        r->model_flops *= (double)D.tp * S.dp;
+        r->bubble_fraction = span > 0 ? 1.0 - busy / (p * span) : 0.0;
+        r->tp_comm_s = S.tp_s[w], r->pp_comm_s = S.pp_s[w], r->dp_comm_s = S.dp_s[w];
+        r->optimizer_s = S.opt_s[w] - S.dp_s[w];
+        r->comm_exposed = r->tp_comm_s + r->pp_comm_s + r->dp_comm_s;
+        r->compute_s = S.busy[w] - r->tp_comm_s - r->pp_comm_s;
+        r->tflops_per_gpu = r->hw_flops / (r->step_time * D.gpus) / 1e12;
+        r->model_tflops_per_gpu = r->model_flops / (r->step_time * D.gpus) / 1e12;
+        r->percent_of_peak = 100.0 * r->tflops_per_gpu * 1e12 / hw->peak_flops;
+        r->tokens_per_s = (double)D.batch * D.seq / r->step_time;
+        r->train_seconds = D.train_tokens > 0 ? D.train_tokens / r->tokens_per_s : 0.0;
+        r->fits = 1;
+    }
+    free(start);
+    free(S.chunk_layers);
+    free(S.opt_s);
+    return err;
+}
+
+PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_desc *best_desc,
+                             pt_plan_result *best, int n, int why[3]) {
+    static const int micros[] = {1, 2, 4, 8, 16, 32}, chunk_opts[] = {1, 2, 4};
+    int tp, pp, mi, ci, z, rc, zb, found = 0, w[3] = {0, 0, 0};
+    char first_oom[256] = "";
+    for (tp = 1; tp <= hw->per_node && tp <= d->heads; tp *= 2) /* tensor parallelism in a node */
+        for (pp = 1; pp <= 64 && pp <= d->layers; pp++)
+            for (mi = 0; mi < 6; mi++)
+                for (ci = 0; ci < 3; ci++)
+                    for (z = 0; z <= 3; z++)
+                        for (rc = 0; rc <= PT_RECOMPUTE_FULL; rc++)
+                            for (zb = 0; zb <= 1; zb++) {
+                                pt_plan_desc c = *d;
+                                pt_plan_result r;
+                                pt_status st;
+                                int dp, k;
+                                if (d->gpus % (tp * pp) || d->heads % tp) continue;
+                                dp = d->gpus / (tp * pp);
+                                c.tp = tp, c.pp = pp, c.micro = micros[mi];
+                                c.chunks = chunk_opts[ci], c.zero = z, c.recompute = rc;
+                                c.schedule = c.chunks > 1 ? PT_SCHED_INTERLEAVED
+                                             : zb         ? PT_SCHED_ZB_H1
+                                                          : PT_SCHED_1F1B;
+                                /* combinations that are not layouts at all */
+                                if ((c.chunks > 1 && (pp == 1 || zb)) || (zb && pp == 1) ||
+                                    (zb && rc == PT_RECOMPUTE_FULL) || (z > 1 && pp > 1) ||
+                                    (z > 0 && dp == 1) || pp * c.chunks > d->layers)
+                                    continue;
+                                if (d->batch % (dp * c.micro) ||
+                                    (c.chunks > 1 && (d->batch / (dp * c.micro)) % pp)) {
+                                    w[0]++;
+                                    continue;
+                                }
+                                st = pt_plan_simulate(&c, hw, &r, NULL);
+                                if (st == PT_ERR_OOM) {
+                                    if (!first_oom[0])
+                                        snprintf(first_oom, sizeof first_oom, "%.250s", pt_last_error());
+                                    w[1]++;
+                                    continue;
+                                }
+                                if (st != PT_OK) {
+                                    w[0]++;
+                                    continue;
+                                }
+                                /* keep the n fastest, fastest first */
+                                for (k = found < n ? found : n; k > 0 && best[k - 1].step_time >
+                                                                           r.step_time; k--)
+                                    if (k < n) best[k] = best[k - 1], best_desc[k] = best_desc[k - 1];
+                                if (k < n) best[k] = r, best_desc[k] = c;
+                                found++;
+                            }
+    w[2] = found > n ? found - n : 0;
+    if (why) why[0] = w[0], why[1] = w[1], why[2] = found > 0 ? found - 1 : 0;
+    if (!found) pt__fail(PT_ERR_OOM, "%s", first_oom[0] ? first_oom : "no layout divides");
+    return found;
 }
 
 /* ======================================================================== */

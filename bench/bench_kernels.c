@@ -104,12 +104,6 @@ static void k_head_b(void *p) { ctx *c = (ctx *)p; pt_tied_head_backward(c->dx, 
 static void k_xent_f(void *p) { ctx *c = (ctx *)p; pt_crossentropy_forward(c->b, c->dlse, c->x, c->ids, c->N, c->V); }
 static void k_xent_b(void *p) { ctx *c = (ctx *)p; pt_crossentropy_backward(c->dx, c->x, c->dlse, c->ids, c->N, c->V, 1.0f / c->N); }
 static void k_adamw(void *p) { ctx *c = (ctx *)p; pt_adamw_update(c->w, c->dw, c->m, c->v, c->n, &c->opt, 1e-4f, 10, 1); }
-static void k_stream(void *p) {
-    ctx *c = (ctx *)p;
-    ptrdiff_t i;
-    PT__OMP(omp parallel for simd schedule(static))
-    for (i = 0; i < (ptrdiff_t)c->n; i++) c->y[i] += 0.5f * c->x[i];
-}
 
 static double dot_col(const float *x, const float *w, int n, int IN, int OUT, int o) {
     double s = 0.0;
@@ -153,14 +147,7 @@ int main(int argc, char **argv) {
     pt_set_threads(threads);
     peak_gflops = pt_gemm_peak_gflops(2048, 1.0);
     memset(&c, 0, sizeof c);
-    c.n = (size_t)32 << 20; /* 2 x 128 MiB: far beyond the caches */
-    c.x = buffer(c.n, &r, -1, 1), c.y = buffer(c.n, &r, 0, 0);
-    {
-        double best; /* a peak, like the sgemm one: the fastest of the runs */
-        time_best(k_stream, &c, 9, &best);
-        bandwidth_gbs = 12.0 * c.n / best / 1e9;
-    }
-    free(c.x), free(c.y);
+    bandwidth_gbs = pt_mem_bandwidth_gbs((size_t)32 << 20, 9); /* 2 x 128 MiB: beyond caches */
     printf("machine: sgemm peak %.1f GFLOP/s on 1 thread, %.1f GFLOP/s on %d threads; memory "
            "bandwidth %.1f GB/s (y += s*x)\n",
            peak1, peak_gflops, pt_get_threads(), bandwidth_gbs);

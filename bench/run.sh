@@ -21,3 +21,7 @@ sh bench/parallel.sh
 echo
 echo "== pipeline schedules: measured bubble vs theory, activation slots vs the checker"
 sh bench/pipeline.sh
+echo
+echo "== the simulator against real steps here (tp, dp, pp up to 4, every schedule)"
+build/plan --calibrate
+build/bench_sim

@@ -175,6 +175,8 @@ done
 fails "pipeline: interleaved with m not divisible by p" 1 "divisible by stages" \
     build/pipeline --schedule interleaved --stages 4 --microbatches 6
 fails "pipeline: unknown schedule" 1 "unknown schedule '2f2b'" build/pipeline --schedule 2f2b
+step "plan: Megatron-LM Table 1 within 10%, 1T memory within 1% of the closed form, errors, trace, search, local profile" \
+    sh tests/plan_check.sh build/plan
 step "quick start in ptrain.h equals examples/quickstart.c" sh tests/snippet_check.sh
 awk '/^```c$/{f=1;next}/^```$/{f=0}f' README.md >"$tmp/readme_prog.c"
 step "README: the program using the header builds and trains" sh -c \

@@ -2098,6 +2098,141 @@ static void test_schedule_trace_files(void) {
 /* runner                                                                    */
 /* ======================================================================== */
 
+/* The simulator's FLOP count is the sum of its actions; with full
+   recomputation it must equal Megatron-LM's closed form 96 B s l h^2 (1 +
+   s/6h + V/16lh), and without recomputation the model FLOPs 72 B s l h^2
+   (1 + s/6h + V/12lh), for an interleaved pipeline. */
+static void test_sim_flops_closed_form(void) {
+    pt_hw hw;
+    pt_plan_desc d;
+    pt_plan_result r;
+    double B, s, l, h, V, hwf, mf;
+    CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
+    memset(&d, 0, sizeof d);
+    d.layers = 80, d.hidden = 12288, d.heads = 96, d.seq = 2048, d.vocab = 51200;
+    d.tp = 8, d.pp = 8, d.gpus = 1536, d.batch = 2304, d.micro = 2, d.chunks = 2;
+    d.schedule = PT_SCHED_1F1B, d.recompute = PT_RECOMPUTE_FULL;
+    CHECK(pt_plan_simulate(&d, &hw, &r, NULL) == PT_OK);
+    B = d.batch, s = d.seq, l = d.layers, h = d.hidden, V = d.vocab;
+    hwf = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+    mf = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+    CHECK(fabs(r.hw_flops / hwf - 1) < 1e-9);
+    CHECK(fabs(r.model_flops / mf - 1) < 1e-9);
+    CHECK(r.schedule == PT_SCHED_INTERLEAVED && r.dp == 24 && r.micro_batches == 48);
+    CHECK(fabs(r.tflops_per_gpu * 1e12 * r.step_time * d.gpus / hwf - 1) < 1e-9);
+    d.recompute = PT_RECOMPUTE_NONE; /* a smaller model, to fit without recomputation */
+    d.layers = 48, d.hidden = 8192, d.heads = 64, d.pp = 2, d.gpus = 512, d.batch = 1536;
+    d.micro = 1;
+    B = d.batch, l = d.layers, h = d.hidden;
+    mf = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+    CHECK(pt_plan_simulate(&d, &hw, &r, NULL) == PT_OK);
+    CHECK(fabs(r.hw_flops / mf - 1) < 1e-9 && fabs(r.model_flops / mf - 1) < 1e-9);
+}
+
+/* The mechanisms move the numbers the right way: more micro-batches shrink
+   the bubble towards (p-1)/(m+p-1); interleaving shrinks it further; a
+   slower link costs time; 1F1B holds p micro-batches on stage 0 where
+   GPipe holds all m. */
+static void test_sim_mechanisms(void) {
+    pt_hw hw, slow;
+    pt_plan_desc d;
+    pt_plan_result a, b, c;
+    CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
+    memset(&d, 0, sizeof d);
+    d.layers = 48, d.hidden = 8192, d.heads = 64, d.seq = 2048, d.vocab = 51200;
+    d.tp = 8, d.pp = 4, d.gpus = 128, d.batch = 64, d.micro = 1;
+    d.schedule = PT_SCHED_1F1B, d.recompute = PT_RECOMPUTE_FULL;
+    CHECK(pt_plan_simulate(&d, &hw, &a, NULL) == PT_OK); /* m = 16 */
+    d.batch = 256;
+    CHECK(pt_plan_simulate(&d, &hw, &b, NULL) == PT_OK); /* m = 64 */
+    CHECK(b.bubble_fraction < a.bubble_fraction);
+    CHECK(fabs(a.bubble_fraction - 3.0 / 19.0) < 0.06); /* stages are not quite equal */
+    d.chunks = 2;
+    CHECK(pt_plan_simulate(&d, &hw, &c, NULL) == PT_OK);
+    CHECK(c.bubble_fraction < b.bubble_fraction);
+    d.chunks = 1;
+    slow = hw;
+    slow.intra_bw /= 10;
+    CHECK(pt_plan_simulate(&d, &slow, &c, NULL) == PT_OK);
+    CHECK(c.step_time > b.step_time && c.tp_comm_s > 5 * b.tp_comm_s);
+    d.recompute = PT_RECOMPUTE_NONE;
+    d.schedule = PT_SCHED_GPIPE;
+    d.batch = 16; /* m = 4: GPipe holds 4 */
+    CHECK(pt_plan_simulate(&d, &hw, &a, NULL) == PT_OK);
+    d.schedule = PT_SCHED_1F1B;
+    d.batch = 32; /* m = 8: 1F1B holds p = 4 on stage 0 */
+    CHECK(pt_plan_simulate(&d, &hw, &b, NULL) == PT_OK);
+    CHECK(fabs(b.mem.activations - a.mem.activations) < 1e-6 * a.mem.activations);
+}
+
+/* Impossible plans say why; one that does not fit names the rank and bytes. */
+static void test_sim_errors(void) {
+    pt_hw hw;
+    pt_plan_desc d;
+    pt_plan_result r;
+    CHECK(pt_hw_preset("tpu", &hw) == PT_ERR_CONFIG && strstr(pt_last_error(), "mi250x"));
+    CHECK(pt_hw_preset("mi250x", &hw) == PT_OK);
+    memset(&d, 0, sizeof d);
+    d.layers = 128, d.hidden = 25600, d.heads = 160, d.seq = 2048, d.vocab = 51200;
+    d.tp = 8, d.pp = 8, d.gpus = 512, d.batch = 512, d.micro = 1;
+    CHECK(pt_plan_simulate(&d, &hw, &r, NULL) == PT_ERR_OOM);
+    CHECK(strstr(pt_last_error(), "out of memory on rank 0: needs") &&
+          strstr(pt_last_error(), "has 64.0 GiB"));
+    CHECK(r.mem.total > hw.mem_bytes && !r.fits);
+    d.gpus = 500;
+    CHECK(pt_plan_simulate(&d, &hw, &r, NULL) == PT_ERR_CONFIG &&
+          strstr(pt_last_error(), "not a multiple of tp x pp = 64"));
+    d.gpus = 512, d.tp = 3;
+    CHECK(pt_plan_simulate(&d, &hw, &r, NULL) == PT_ERR_CONFIG &&
+          strstr(pt_last_error(), "tp=3 does not divide heads=160"));
+    d.tp = 8, d.batch = 100;
+    CHECK(pt_plan_simulate(&d, &hw, &r, NULL) == PT_ERR_CONFIG &&
+          strstr(pt_last_error(), "batch=100 is not divisible by dp x micro-batch"));
+    d.batch = 512, d.zero = 3;
+    CHECK(pt_plan_simulate(&d, &hw, &r, NULL) == PT_ERR_CONFIG &&
+          strstr(pt_last_error(), "zero=3"));
+}
+
+/* Collectives: ring volume 2(n-1)/n, the slower link across nodes. */
+static void test_hw_comm(void) {
+    pt_hw hw;
+    double in, across;
+    CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
+    in = pt_hw_comm_seconds(&hw, 0, 1e9, 8, 8);
+    across = pt_hw_comm_seconds(&hw, 0, 1e9, 16, 8);
+    CHECK(pt_hw_comm_seconds(&hw, 0, 1e9, 1, 8) == 0.0 && in > 0 && across > 5 * in);
+    CHECK(fabs(in - (14 * hw.intra_lat + 2.0 * 7 / 8 * 1e9 / hw.intra_bw)) < 1e-9);
+    CHECK(pt_hw_comm_seconds(&hw, 1, 1e9, 8, 8) < in); /* half an all-reduce */
+    CHECK(pt_hw_gemm_seconds(&hw, 64, 64, 64, 1, 2) * 512 >
+          pt_hw_gemm_seconds(&hw, 512, 512, 512, 1, 2)); /* small GEMMs run worse */
+}
+
+/* A profile survives save and load; a broken file is an error, not zeros. */
+static void test_hw_file(void) {
+    pt_hw a, b;
+    char dir[] = "/tmp/ptrain_hw_XXXXXX", path[64];
+    FILE *f;
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/hw.txt", dir);
+    CHECK(pt_hw_preset("h100-80g", &a) == PT_OK);
+    CHECK(pt_hw_save(&a, path) == PT_OK);
+    CHECK(pt_hw_load(path, &b) == PT_OK);
+    CHECK(strcmp(a.name, b.name) == 0 && fabs(a.peak_flops / b.peak_flops - 1) < 1e-5 &&
+          a.per_node == b.per_node && a.exec == b.exec);
+    f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs("name = x\npeak_flops = fast\n", f);
+    fclose(f);
+    CHECK(pt_hw_load(path, &b) == PT_ERR_FORMAT && strstr(pt_last_error(), "not a number"));
+    f = fopen(path, "w");
+    fputs("name = x\npeak_flops = 1e12\n", f);
+    fclose(f);
+    CHECK(pt_hw_load(path, &b) == PT_ERR_FORMAT && strstr(pt_last_error(), "incomplete"));
+    remove(path);
+    CHECK(pt_hw_load(path, &b) == PT_ERR_IO);
+    rmdir(dir);
+}
+
 static const test_case tests[] = {
     {"inference_model", test_inference_model},
     {"fast_exp", test_fast_exp},
@@ -2143,6 +2278,11 @@ static const test_case tests[] = {
     {"schedule_config_errors", test_schedule_config_errors},
     {"schedule_format", test_schedule_format},
     {"schedule_trace_files", test_schedule_trace_files},
+    {"sim_flops_closed_form", test_sim_flops_closed_form},
+    {"sim_mechanisms", test_sim_mechanisms},
+    {"sim_errors", test_sim_errors},
+    {"hw_comm", test_hw_comm},
+    {"hw_file", test_hw_file},
 };
 
 int main(int argc, char **argv) {

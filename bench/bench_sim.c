@@ -1,0 +1,180 @@
+/* bench_sim: the simulator against real runs on this machine, side by side.
+
+     build/bench_sim [--layers 4] [--embd 256] [--heads 4] [--seq 128]
+                     [--vocab 1024] [--batch 8] [--steps 4] [--hw-file F]
+
+   For each layout (tp, dp, pp up to 4, every schedule, recomputation) it
+   trains the same GPT for --steps steps on thread ranks and takes the
+   median step time (forward, backward, gradient clipping, AdamW, all ranks
+   done), then simulates that step with this machine's profile (--hw local:
+   the calibration in F, measured first when F is missing) and prints both
+   and their ratio. With more ranks than cores the ranks share the cores;
+   the simulator charges that as each rank getting cores/ranks of the
+   machine. */
+#define _POSIX_C_SOURCE 200809L /* setenv, execv (cli.h), access */
+#define PTRAIN_IMPLEMENTATION
+#include "../ptrain.h"
+#include "../examples/cli.h"
+
+typedef struct layout {
+    int tp, dp, pp, micro, chunks, recompute;
+    const char *schedule;
+} layout;
+
+typedef struct run {
+    const layout *l;
+    int layers, embd, heads, seq, vocab, batch, steps;
+    double seconds; /* median step, rank 0 */
+} run;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static pt_status rank_main(pt_comm *world, void *arg) {
+    run *r = (run *)arg;
+    const layout *l = r->l;
+    pt_grid grid;
+    pt_gpt gpt;
+    pt_gpt_desc d;
+    pt_adamw_config opt = pt_adamw_default();
+    pt_rng rng;
+    int m = r->batch / (l->dp * l->micro), rows = r->batch / l->dp, n = rows * r->seq, i, s, k;
+    int *x = NULL, *y = NULL;
+    double t[32];
+    pt_status st;
+    memset(&gpt, 0, sizeof gpt);
+    if ((st = pt_grid_init(&grid, world, l->tp, l->dp, l->pp)) != PT_OK) return st;
+    memset(&d, 0, sizeof d);
+    d.config.n_layer = r->layers, d.config.n_embd = r->embd, d.config.n_head = r->heads;
+    d.config.vocab_size = r->vocab, d.config.block_size = r->seq;
+    d.batch = l->micro, d.seq = r->seq, d.grid = &grid, d.grad_accum = m;
+    d.schedule = l->schedule, d.chunks = l->chunks, d.recompute = l->recompute;
+    if ((st = pt_gpt_init(&gpt, &d)) != PT_OK) goto out;
+    pt_gpt_init_weights(&gpt, 1);
+    x = (int *)malloc(sizeof(int) * (size_t)n);
+    y = (int *)malloc(sizeof(int) * (size_t)n);
+    if (!x || !y) {
+        st = pt_comm_fail(world, pt__fail(PT_ERR_OOM, "out of memory"));
+        goto out;
+    }
+    pt_rng_seed(&rng, 5);
+    for (i = 0; i < n; i++)
+        x[i] = (int)(pt_rng_u64(&rng) % (uint64_t)r->vocab),
+        y[i] = (int)(pt_rng_u64(&rng) % (uint64_t)r->vocab);
+    for (s = 0; s <= r->steps && st == PT_OK; s++) { /* step 0 warms up */
+        double t0;
+        if ((st = pt_comm_barrier(world)) != PT_OK) break;
+        t0 = pt_time_now();
+        if (l->pp > 1) {
+            st = pt_gpt_pipeline_step(&gpt, x, y, rows, r->seq);
+        } else {
+            for (k = 0; k < m && st == PT_OK; k++) {
+                const int *xi = x + (size_t)k * l->micro * r->seq, *yi = y + (size_t)k * l->micro * r->seq;
+                if ((st = pt_gpt_forward(&gpt, xi, yi, l->micro, r->seq)) == PT_OK)
+                    st = pt_gpt_backward(&gpt);
+            }
+        }
+        if (st != PT_OK) break;
+        pt_gpt_clip_grad_norm(&gpt, 1.0f);
+        if ((st = pt_gpt_adamw_step(&gpt, &opt, 1e-4f)) != PT_OK) break;
+        if ((st = pt_comm_barrier(world)) != PT_OK) break;
+        if (s > 0) t[s - 1] = pt_time_now() - t0;
+    }
+    if (st == PT_OK && world->rank == 0) {
+        qsort(t, (size_t)r->steps, sizeof(double), cmp_double);
+        r->seconds = t[r->steps / 2];
+    }
+out:
+    if (st != PT_OK && st != PT_ERR_COMM) st = pt_comm_fail(world, st);
+    free(x), free(y);
+    pt_gpt_free(&gpt);
+    pt_grid_free(&grid);
+    return st;
+}
+
+int main(int argc, char **argv) {
+    static const layout layouts[] = {
+        {1, 1, 1, 8, 1, 0, "1f1b"},       {1, 1, 1, 2, 1, 0, "1f1b"},
+        {1, 1, 1, 8, 1, 2, "1f1b"},       {2, 1, 1, 8, 1, 0, "1f1b"},
+        {1, 2, 1, 4, 1, 0, "1f1b"},       {2, 2, 1, 2, 1, 0, "1f1b"},
+        {4, 1, 1, 8, 1, 0, "1f1b"},       {1, 4, 1, 2, 1, 0, "1f1b"},
+        {1, 1, 2, 1, 1, 0, "gpipe"},      {1, 1, 2, 1, 1, 0, "1f1b"},
+        {1, 1, 2, 1, 2, 0, "interleaved"}, {1, 1, 2, 1, 1, 0, "zb-h1"},
+        {1, 1, 2, 1, 1, 1, "1f1b"},       {1, 1, 4, 1, 1, 0, "1f1b"},
+        {2, 1, 2, 2, 1, 0, "1f1b"},       {1, 2, 2, 1, 1, 0, "1f1b"},
+    };
+    static const char *rcn[] = {"none", "selective", "full"};
+    const char *hw_file = "build/hw-local.txt", *pos[1];
+    run r;
+    int npos, s, i, nl = (int)(sizeof layouts / sizeof *layouts), within = 0;
+    double worst = 0.0;
+    pt_hw hw;
+    cli_opt opts[] = {
+        {"layers", CLI_INT, &r.layers, "blocks", 1, 64},
+        {"embd", CLI_INT, &r.embd, "width C", 16, 4096},
+        {"heads", CLI_INT, &r.heads, "attention heads", 1, 64},
+        {"seq", CLI_INT, &r.seq, "sequence length T", 1, 4096},
+        {"vocab", CLI_INT, &r.vocab, "vocabulary", 2, 1 << 20},
+        {"batch", CLI_INT, &r.batch, "sequences per step (divisible by 8)", 8, 4096},
+        {"steps", CLI_INT, &r.steps, "timed steps (median)", 1, 32},
+        {"hw-file", CLI_STR, &hw_file, "this machine's profile (calibrated when missing)", 0, 0},
+    };
+    int nopts = (int)(sizeof opts / sizeof opts[0]);
+    r.layers = 4, r.embd = 256, r.heads = 4, r.seq = 128, r.vocab = 1024, r.batch = 8, r.steps = 4;
+    cli_passive_wait(argv);
+    if ((s = cli_parse(argc, argv, opts, nopts, pos, 0, &npos)) != 0) {
+        cli_usage(s == 1 ? stdout : stderr, "usage: bench_sim [options]", opts, nopts);
+        return s == 1 ? 0 : 2;
+    }
+    if (r.batch % 8) {
+        fprintf(stderr, "error: --batch %d is not a multiple of 8\n", r.batch);
+        return 2;
+    }
+    if (pt_hw_load(hw_file, &hw) != PT_OK) {
+        printf("calibrating this machine into %s\n", hw_file);
+        if (pt_hw_calibrate(&hw) != PT_OK || pt_hw_save(&hw, hw_file) != PT_OK) {
+            fprintf(stderr, "error: %s\n", pt_last_error());
+            return 1;
+        }
+    }
+    printf("model: %d layers, C=%d, %d heads, T=%d, V=%d, batch %d; profile: sgemm %.1f GFLOP/s, "
+           "%.1f GB/s, %d cores\n",
+           r.layers, r.embd, r.heads, r.seq, r.vocab, r.batch, hw.peak_flops / 1e9,
+           hw.mem_bw / 1e9, hw.cores);
+    printf("  tp dp pp  mb  v  schedule     recompute   real ms   simulated ms   sim/real\n");
+    for (i = 0; i < nl; i++) {
+        const layout *l = &layouts[i];
+        pt_plan_desc d;
+        pt_plan_result res;
+        pt_status st;
+        int world = l->tp * l->dp * l->pp;
+        double ratio;
+        r.l = l;
+        r.seconds = 0;
+        st = pt_comm_threads_run(world, rank_main, &r);
+        if (st != PT_OK) {
+            fprintf(stderr, "error: %s\n", pt_last_error());
+            return 1;
+        }
+        memset(&d, 0, sizeof d);
+        d.layers = r.layers, d.hidden = r.embd, d.heads = r.heads, d.seq = r.seq;
+        d.vocab = r.vocab, d.tp = l->tp, d.pp = l->pp, d.gpus = world, d.batch = r.batch;
+        d.micro = l->micro, d.chunks = l->chunks, d.recompute = l->recompute;
+        d.exec = PT_EXEC_PTRAIN;
+        if (pt_schedule_kind_parse(l->schedule, &d.schedule) != PT_OK ||
+            pt_plan_simulate(&d, &hw, &res, NULL) != PT_OK) {
+            fprintf(stderr, "error: %s\n", pt_last_error());
+            return 1;
+        }
+        ratio = res.step_time / r.seconds;
+        within += ratio > 0.8 && ratio < 1.2;
+        if (fabs(ratio - 1) > worst) worst = fabs(ratio - 1);
+        printf("  %2d %2d %2d  %2d  %d  %-11s  %-9s  %8.1f  %13.1f   %6.2f%s\n", l->tp, l->dp, l->pp,
+               l->micro, l->chunks, l->schedule, rcn[l->recompute], r.seconds * 1e3,
+               res.step_time * 1e3, ratio, world > hw.cores ? "  (ranks > cores)" : "");
+    }
+    printf("%d of %d layouts within 20%%; worst %.0f%% off\n", within, nl, 100 * worst);
+    return 0;
+}

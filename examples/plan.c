@@ -1,0 +1,270 @@
+/* plan.c -- plan a training run on a modeled cluster: memory per GPU, step
+   time, throughput, bubble, communication; or search for the best layout.
+
+   build/plan --preset gpt-1t                          Megatron-LM's 1T on 3072 A100s
+   build/plan --layers 24 --hidden 2304 --heads 24 --seq 2048 --vocab 51200 \
+              --tp 1 --pp 1 --gpus 32 --batch 512 --microbatch 16 --recompute full \
+              --hw a100-80g --json
+   build/plan --preset gpt-175b --hw mi250x --gpus 1024 --batch 640 --search
+   build/plan --preset gpt-1t --trace build/1t.json    the step as Chrome trace + SVG
+   build/plan --calibrate                              measure this machine (--hw local)
+
+   The simulator builds every rank's model in a meta arena (sizes, no memory)
+   and runs the same pipeline schedules the real executor runs, with each
+   action's time from the profile's cost model. Data parallelism is
+   gpus / (tp x pp). Exit status: 0, 1 when the plan is impossible (does not
+   divide, out of memory), 2 for bad options. */
+#define _POSIX_C_SOURCE 200809L /* setenv, execv, sysconf */
+#define PTRAIN_IMPLEMENTATION
+#include "../ptrain.h"
+#include "cli.h"
+
+/* Published configurations. The Megatron-LM rows are Narayanan et al. 2021,
+   Table 1 (A100 80GB, sequence 2048, vocabulary 51200, full recomputation)
+   where the paper gives the micro-batch; gpt-22b/175b/1t are the three model
+   sizes of the Frontier study (Dash et al. 2023), with Megatron-LM's layout
+   for the 1T. */
+typedef struct plan_preset {
+    const char *name;
+    int layers, hidden, heads, tp, pp, gpus, batch, micro, chunks;
+    const char *hw;
+    double published; /* TFLOP/s per GPU the paper reports (0: none) */
+} plan_preset;
+
+static const plan_preset presets[] = {
+    {"megatron-1.7b", 24, 2304, 24, 1, 1, 32, 512, 16, 1, "a100-80g", 137},
+    {"megatron-145.6b", 80, 12288, 96, 8, 8, 1536, 2304, 2, 2, "a100-80g", 148},
+    {"megatron-1t", 128, 25600, 160, 8, 64, 3072, 3072, 1, 1, "a100-80g", 163},
+    {"gpt-22b", 48, 6144, 48, 8, 1, 64, 512, 1, 1, "a100-80g", 0},
+    {"gpt-175b", 96, 12288, 96, 8, 16, 1024, 1536, 1, 1, "a100-80g", 0},
+    {"gpt-1t", 128, 25600, 160, 8, 64, 3072, 3072, 1, 1, "a100-80g", 163},
+};
+
+static const char *hw_file_default = "build/hw-local.txt";
+
+/* --hw NAME: a preset, or "local" from the calibration file (measured first
+   when there is none). */
+static int load_hw(const char *name, const char *file, pt_hw *hw) {
+    if (strcmp(name, "local") != 0) return pt_hw_preset(name, hw) == PT_OK;
+    if (pt_hw_load(file, hw) == PT_OK) return 1;
+    if (access(file, F_OK) == 0) return 0; /* there, but broken: say so */
+    fprintf(stderr, "plan: no profile of this machine in %s (%s); calibrating (a few s)\n",
+            file, pt_last_error());
+    if (pt_hw_calibrate(hw) != PT_OK) return 0;
+    if (pt_hw_save(hw, file) != PT_OK)
+        fprintf(stderr, "plan: could not save the profile: %s\n", pt_last_error());
+    return 1;
+}
+
+static const char *rc_name(int rc) {
+    return rc == PT_RECOMPUTE_FULL ? "full" : rc == PT_RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+static void print_json(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_result *r) {
+    printf("{\"hw\": \"%s\", \"layers\": %d, \"hidden\": %d, \"heads\": %d, \"seq\": %d, "
+           "\"vocab\": %d, \"tp\": %d, \"pp\": %d, \"dp\": %d, \"gpus\": %d, \"batch\": %d, "
+           "\"microbatch\": %d, \"chunks\": %d, \"schedule\": \"%s\", \"zero\": %d, "
+           "\"recompute\": \"%s\", \"micro_batches\": %d,\n",
+           hw->name, d->layers, d->hidden, d->heads, d->seq, d->vocab, d->tp, d->pp, r->dp,
+           d->gpus, d->batch, d->micro, d->chunks, pt_schedule_kind_name(r->schedule), d->zero,
+           rc_name(d->recompute), r->micro_batches);
+    printf(" \"tflops_per_gpu\": %.2f, \"model_tflops_per_gpu\": %.2f, \"percent_of_peak\": %.2f, "
+           "\"step_time_s\": %.6g, \"bubble_fraction\": %.4f, \"comm_exposed_s\": %.6g,\n",
+           r->tflops_per_gpu, r->model_tflops_per_gpu, r->percent_of_peak, r->step_time,
+           r->bubble_fraction, r->comm_exposed);
+    printf(" \"compute_s\": %.6g, \"tp_comm_s\": %.6g, \"pp_comm_s\": %.6g, \"dp_comm_s\": %.6g, "
+           "\"optimizer_s\": %.6g, \"tokens_per_s\": %.6g, \"train_seconds\": %.6g,\n",
+           r->compute_s, r->tp_comm_s, r->pp_comm_s, r->dp_comm_s, r->optimizer_s,
+           r->tokens_per_s, r->train_seconds);
+    printf(" \"memory_per_gpu_bytes\": %.0f, \"memory_rank\": %d, \"memory\": {\"params\": %.0f, "
+           "\"grads\": %.0f, \"optimizer\": %.0f, \"activations\": %.0f}, "
+           "\"device_memory_bytes\": %.0f, \"fits\": %s, \"build_seconds\": %.3f}\n",
+           r->mem.total, r->mem_rank, r->mem.params, r->mem.grads, r->mem.optimizer,
+           r->mem.activations, hw->mem_bytes, r->fits ? "true" : "false", r->build_seconds);
+}
+
+static void print_human(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_result *r) {
+    const double G = 1073741824.0;
+    double params = 12.0 * d->layers * (double)d->hidden * d->hidden +
+                    (double)(d->vocab + d->seq) * d->hidden;
+    printf("model   %.1fB parameters: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d\n",
+           params / 1e9, d->layers, d->hidden, d->heads, d->seq, d->vocab);
+    printf("layout  %d x %s: tp %d x pp %d x dp %d; batch %d = %d micro-batches of %d a "
+           "pipeline; %s (%d chunks a stage), ZeRO %d, recompute %s\n",
+           d->gpus, hw->name, d->tp, d->pp, r->dp, d->batch, r->micro_batches, d->micro,
+           pt_schedule_kind_name(r->schedule), d->chunks, d->zero,
+           rc_name(d->recompute));
+    printf("step    %.3f s: %.1f TFLOP/s per GPU (%.1f%% of %.0f peak), model %.1f TFLOP/s; "
+           "%.0f tokens/s\n",
+           r->step_time, r->tflops_per_gpu, r->percent_of_peak, hw->peak_flops / 1e12,
+           r->model_tflops_per_gpu, r->tokens_per_s);
+    printf("time    busiest rank: compute %.3f s, tp comm %.3f s, pp comm %.3f s, dp comm %.3f s, "
+           "optimizer %.3f s; bubble %.1f%%\n",
+           r->compute_s, r->tp_comm_s, r->pp_comm_s, r->dp_comm_s, r->optimizer_s,
+           100.0 * r->bubble_fraction);
+    printf("memory  rank %d: %.2f GiB of %.0f GiB (weights %.2f, gradients %.2f, optimizer %.2f, "
+           "activations %.2f)\n",
+           r->mem_rank, r->mem.total / G, hw->mem_bytes / G, r->mem.params / G, r->mem.grads / G,
+           r->mem.optimizer / G, r->mem.activations / G);
+    if (r->train_seconds > 0)
+        printf("train   %.3g tokens in %.1f days\n", d->train_tokens, r->train_seconds / 86400.0);
+    printf("built   %d ranks' meta models in %.3f s\n", d->gpus, r->build_seconds);
+}
+
+/* One search result's line, and what it gives up against the best. */
+static void print_row(int i, const pt_plan_desc *d, const pt_plan_result *r) {
+    printf("%2d  tp %-2d pp %-3d dp %-4d v %d  mb %-2d  %-11s ZeRO %d  %-9s  %7.1f  %5.1f%%  %6.3f s"
+           "  %4.1f%%  %5.1f%%  %6.1f GiB\n",
+           i, d->tp, d->pp, r->dp, d->chunks, d->micro, pt_schedule_kind_name(d->schedule),
+           d->zero, rc_name(d->recompute), r->tflops_per_gpu, r->percent_of_peak, r->step_time,
+           100.0 * r->bubble_fraction, 100.0 * r->comm_exposed / r->step_time,
+           r->mem.total / 1073741824.0);
+}
+
+int main(int argc, char **argv) {
+    pt_plan_desc d;
+    pt_plan_result r;
+    pt_hw hw;
+    const char *preset = NULL, *hw_name = NULL, *rc = "full", *sched = "1f1b", *trace_path = NULL;
+    const char *hw_file = hw_file_default;
+    int json = 0, search = 0, calibrate = 0, top = 5, npos, s, i;
+    float tokens = 0;
+    const char *pos[1];
+    cli_opt opts[] = {
+        {"preset", CLI_STR, &preset, "megatron-1.7b, megatron-145.6b, megatron-1t, gpt-22b, "
+                                     "gpt-175b, gpt-1t (flags after it override)", 0, 0},
+        {"layers", CLI_INT, &d.layers, "transformer layers", 1, 100000},
+        {"hidden", CLI_INT, &d.hidden, "hidden size", 1, 1 << 20},
+        {"heads", CLI_INT, &d.heads, "attention heads", 1, 1 << 16},
+        {"seq", CLI_INT, &d.seq, "sequence length", 1, 1 << 20},
+        {"vocab", CLI_INT, &d.vocab, "vocabulary", 1, 1 << 24},
+        {"tp", CLI_INT, &d.tp, "tensor-parallel ranks", 1, 1 << 16},
+        {"pp", CLI_INT, &d.pp, "pipeline stages", 1, 64},
+        {"gpus", CLI_INT, &d.gpus, "devices (dp = gpus / (tp x pp))", 1, 1 << 24},
+        {"batch", CLI_INT, &d.batch, "global batch (sequences)", 1, 1 << 24},
+        {"microbatch", CLI_INT, &d.micro, "micro-batch (sequences)", 1, 1 << 16},
+        {"chunks", CLI_INT, &d.chunks, "interleaved chunks a stage (1: none)", 1, 64},
+        {"schedule", CLI_STR, &sched, "gpipe, 1f1b, interleaved, zb-h1", 0, 0},
+        {"zero", CLI_INT, &d.zero, "ZeRO stage 0..3", 0, 3},
+        {"recompute", CLI_STR, &rc, "none, selective or full", 0, 0},
+        {"hw", CLI_STR, &hw_name, "a100-80g, h100-80g, mi250x or local (default: preset's, "
+                                  "else a100-80g)", 0, 0},
+        {"hw-file", CLI_STR, &hw_file, "this machine's profile for --hw local", 0, 0},
+        {"tokens", CLI_FLOAT, &tokens, "report the time to train on this many tokens", 0, 1e18},
+        {"json", CLI_FLAG, &json, "one JSON object instead of the table", 0, 0},
+        {"search", CLI_FLAG, &search, "search tp, pp, chunks, micro-batch, ZeRO, recompute", 0, 0},
+        {"top", CLI_INT, &top, "layouts --search prints", 1, 100},
+        {"trace", CLI_STR, &trace_path, "write the simulated step as Chrome trace JSON (and "
+                                        "an SVG beside it)", 0, 0},
+        {"calibrate", CLI_FLAG, &calibrate, "measure this machine into --hw-file and exit", 0, 0},
+    };
+    int nopts = (int)(sizeof opts / sizeof opts[0]);
+
+    cli_passive_wait(argv);
+    memset(&d, 0, sizeof d);
+    d.layers = 24, d.hidden = 2304, d.heads = 24, d.seq = 2048, d.vocab = 51200;
+    d.tp = 1, d.pp = 1, d.gpus = 32, d.batch = 512, d.micro = 16, d.chunks = 1;
+    /* a preset first, so that flags override it wherever they stand */
+    for (i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--preset") == 0) preset = argv[i + 1];
+    for (i = 0; preset && i < (int)(sizeof presets / sizeof *presets); i++)
+        if (strcmp(presets[i].name, preset) == 0) {
+            const plan_preset *p = &presets[i];
+            d.layers = p->layers, d.hidden = p->hidden, d.heads = p->heads, d.tp = p->tp;
+            d.pp = p->pp, d.gpus = p->gpus, d.batch = p->batch, d.micro = p->micro;
+            d.chunks = p->chunks, hw_name = p->hw;
+            break;
+        }
+    if (preset && i == (int)(sizeof presets / sizeof *presets)) {
+        fprintf(stderr, "error: unknown preset '%s' (see --help)\n", preset);
+        return 2;
+    }
+    if ((s = cli_parse(argc, argv, opts, nopts, pos, 0, &npos)) != 0) {
+        cli_usage(s == 1 ? stdout : stderr, "usage: plan [options]", opts, nopts);
+        return s == 1 ? 0 : 2;
+    }
+    if (calibrate) {
+        if (pt_hw_calibrate(&hw) != PT_OK || pt_hw_save(&hw, hw_file) != PT_OK) {
+            fprintf(stderr, "error: %s\n", pt_last_error());
+            return 1;
+        }
+        printf("this machine: sgemm %.1f GFLOP/s (2048^3; tiling halves a dimension of %.0f), "
+               "memory %.1f GB/s, attention %.1f GFLOP/s, threads all-reduce %.1f us + %.2f GB/s; "
+               "%d cores -> %s\n",
+               hw.peak_flops / 1e9, hw.gemm_dim, hw.mem_bw / 1e9, hw.attn_flops / 1e9,
+               hw.intra_lat * 1e6, hw.intra_bw / 1e9, hw.cores, hw_file);
+        return 0;
+    }
+    if ((d.recompute = cli_recompute(rc)) < 0) return 2;
+    if (pt_schedule_kind_parse(sched, &d.schedule) != PT_OK) {
+        fprintf(stderr, "error: %s\n", pt_last_error());
+        return 2;
+    }
+    if (!load_hw(hw_name ? hw_name : "a100-80g", hw_file, &hw)) {
+        fprintf(stderr, "error: %s\n", pt_last_error());
+        return 2;
+    }
+    d.train_tokens = tokens;
+
+    if (search) {
+        pt_plan_desc best_d[100];
+        pt_plan_result best[100];
+        int why[3], n = pt_plan_search(&d, &hw, best_d, best, top, why);
+        printf("search: %d layers, hidden %d, %d heads on %d x %s, batch %d, sequence %d\n",
+               d.layers, d.hidden, d.heads, d.gpus, hw.name, d.batch, d.seq);
+        if (n == 0) {
+            fprintf(stderr, "error: no layout fits: %d do not divide, %d out of memory (%s)\n",
+                    why[0], why[1], pt_last_error());
+            return 1;
+        }
+        printf(" #  layout                          schedule    ZeRO  recompute  TFLOP/s  "
+               "%%peak   step     bubble comm   memory\n");
+        for (i = 0; i < n && i < top; i++) print_row(i + 1, &best_d[i], &best[i]);
+        printf("%d layouts fit; the others lose: %d do not divide the model or batch, %d run out "
+               "of memory, %d are slower:", n, why[0], why[1], why[2]);
+        for (i = 1; i < n && i < top; i++) {
+            const pt_plan_result *a = &best[0], *b = &best[i];
+            double db = b->bubble_fraction * b->step_time - a->bubble_fraction * a->step_time;
+            double dc = b->comm_exposed - a->comm_exposed;
+            double dr = (b->hw_flops - b->model_flops) / (b->tflops_per_gpu * 1e12 * best_d[i].gpus) -
+                        (a->hw_flops - a->model_flops) / (a->tflops_per_gpu * 1e12 * best_d[0].gpus);
+            printf("%s #%d: %s", i == 1 ? "\n" : ";", i + 1,
+                   db >= dc && db >= dr ? "bubble" : dc >= dr ? "communication" : "recomputation");
+        }
+        printf("\n");
+        if (json) print_json(&best_d[0], &hw, &best[0]);
+        return 0;
+    }
+
+    {
+        pt_trace trace;
+        pt_status st;
+        memset(&trace, 0, sizeof trace);
+        trace.title = "ptrain simulated step";
+        trace.track_name = "stage";
+        st = pt_plan_simulate(&d, &hw, &r, trace_path ? &trace : NULL);
+        if (st != PT_OK) {
+            fprintf(stderr, "error: %s\n", pt_last_error());
+            pt_trace_free(&trace);
+            return 1;
+        }
+        if (json) print_json(&d, &hw, &r);
+        else print_human(&d, &hw, &r);
+        if (trace_path) {
+            char svg[1024];
+            size_t len = strlen(trace_path);
+            snprintf(svg, sizeof svg, "%.*s.svg",
+                     (int)(len > 5 && strcmp(trace_path + len - 5, ".json") == 0 ? len - 5 : len),
+                     trace_path);
+            if (pt_trace_write_chrome(&trace, trace_path) != PT_OK ||
+                pt_trace_write_svg(&trace, svg) != PT_OK) {
+                fprintf(stderr, "error: %s\n", pt_last_error());
+                pt_trace_free(&trace);
+                return 1;
+            }
+            if (!json) printf("trace   %s and %s\n", trace_path, svg);
+        }
+        pt_trace_free(&trace);
+    }
+    return 0;
+}

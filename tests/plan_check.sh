@@ -1,0 +1,96 @@
+#!/bin/sh
+# build/plan against published numbers and closed forms; its errors and files.
+# usage: sh tests/plan_check.sh [build/plan]
+plan=${1:-build/plan}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+bad=0
+field() { # field NAME FILE: a number from plan --json
+    sed -n "s/.*\"$1\": \([-0-9.e+]*\).*/\1/p" "$2" | head -n 1
+}
+# Megatron-LM (Narayanan et al. 2021) Table 1 rows whose micro-batch the
+# paper gives: simulated TFLOP/s per GPU within 10% of the published figure
+while read -r name pub args; do
+    # shellcheck disable=SC2086
+    $plan $args --json >"$tmp/j" || { echo "FAIL $name: plan failed"; bad=1; continue; }
+    got=$(field tflops_per_gpu "$tmp/j")
+    if awk -v g="$got" -v p="$pub" 'BEGIN { exit !(g > 0.9 * p && g < 1.1 * p) }'; then
+        echo "ok   $name: $got TFLOP/s per GPU, published $pub"
+    else
+        echo "FAIL $name: $got TFLOP/s per GPU, published $pub (outside 10%)"
+        bad=1
+    fi
+done <<ROWS
+1.7B 137 --layers=24 --hidden=2304 --heads=24 --seq=2048 --vocab=51200 --tp=1 --pp=1 --gpus=32 --batch=512 --microbatch=16 --recompute=full --hw=a100-80g
+145.6B 148 --layers=80 --hidden=12288 --heads=96 --seq=2048 --vocab=51200 --tp=8 --pp=8 --gpus=1536 --batch=2304 --microbatch=2 --chunks=2 --recompute=full --hw=a100-80g
+1008B 163 --layers=128 --hidden=25600 --heads=160 --seq=2048 --vocab=51200 --tp=8 --pp=64 --gpus=3072 --batch=3072 --microbatch=1 --recompute=full --hw=a100-80g
+ROWS
+
+# the 1T model's memory on rank 0 (first stage: wte and 2 of 128 layers)
+# against the closed forms: 16 bytes a parameter (fp16 weights and
+# gradients, fp32 master weights, Adam m and v), activations with full
+# recomputation 2sbh a layer for the p = L/2 micro-batches 1F1B keeps in
+# flight, i.e. 2sbhL (Korthikanti et al. 2022), plus the embedding's dropout
+# mask, sbh a micro-batch in flight
+$plan --preset megatron-1t --json >"$tmp/j" || bad=1
+got=$(field memory_per_gpu_bytes "$tmp/j")
+if awk -v g="$got" 'BEGIN {
+        L = 128; h = 25600; s = 2048; V = 51200; t = 8; p = 64; b = 1;
+        params = (12 * h * h + 13 * h) * (L / p) / t + (V / t) * h + s * h;
+        want = 16 * params + 2 * s * b * h * L + s * b * h * p;
+        printf "      1T rank 0: simulated %.4g bytes, closed form %.4g (%.3f%%)\n", g, want,
+               100 * (g - want) / want;
+        exit !(g > 0.99 * want && g < 1.01 * want) }'; then
+    echo "ok   1T memory per GPU within 1% of the closed form"
+else
+    echo "FAIL 1T memory per GPU differs from the closed form by more than 1%"
+    bad=1
+fi
+for f in tflops_per_gpu model_tflops_per_gpu percent_of_peak step_time_s bubble_fraction \
+    memory_per_gpu_bytes; do
+    [ -n "$(field $f "$tmp/j")" ] || { echo "FAIL --json lacks $f"; bad=1; }
+done
+python3 -m json.tool "$tmp/j" >/dev/null || { echo "FAIL --json is not JSON"; bad=1; }
+
+expect() { # expect CODE PATTERN ARGS...: plan exits with CODE and prints PATTERN
+    code=$1 pattern=$2
+    shift 2
+    $plan "$@" >"$tmp/o" 2>&1
+    rc=$?
+    if [ "$rc" -eq "$code" ] && grep -q -- "$pattern" "$tmp/o"; then
+        echo "ok   plan $*: exit $rc, \"$pattern\""
+    else
+        echo "FAIL plan $*: exit $rc (wanted $code and \"$pattern\")"
+        sed 's/^/      /' "$tmp/o"
+        bad=1
+    fi
+}
+expect 1 "out of memory on rank 0: needs .* GiB .*has 80.0 GiB" --preset megatron-1t --pp 8 \
+    --gpus 384 --batch 384
+expect 1 "gpus=100 is not a multiple of tp x pp = 8" --gpus 100 --tp 8
+expect 1 "batch=500 is not divisible by dp x micro-batch" --gpus 32 --batch 500 --microbatch 16
+expect 1 "zero=3 with pipeline stages" --preset megatron-1t --zero 3
+expect 1 "tp=7 does not divide heads=24" --tp 7 --gpus 28
+expect 2 "is not none, selective or full" --recompute most
+expect 2 "unknown hardware 'tpu'" --hw tpu
+expect 2 "unknown preset" --preset gpt-9t
+expect 2 "expects an integer" --layers 12x
+expect 0 "tflops_per_gpu" --preset megatron-1t --zero 1 --json
+expect 0 "tp 8 x pp 1 x dp 16" --layers 96 --hidden 12288 --heads 96 --tp 8 --gpus 128 \
+    --batch 256 --microbatch 2 --zero 3
+
+# the simulated step as a picture: Chrome trace JSON and SVG
+expect 0 "trace" --preset megatron-145.6b --batch 768 --trace "$tmp/t.json"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert len(d['traceEvents']) > 100" \
+    "$tmp/t.json" && grep -q "<svg" "$tmp/t.svg" || { echo "FAIL trace files"; bad=1; }
+
+# the search finds layouts and says why the others lose
+expect 0 "run out of memory" --layers 48 --hidden 6144 --heads 48 --gpus 64 --batch 128 --search --top 3
+
+# this machine: calibrate, plan with it; a broken profile is an error
+expect 0 "this machine: sgemm" --calibrate --hw-file "$tmp/hw.txt"
+expect 0 "step" --hw local --hw-file "$tmp/hw.txt" --layers 2 --hidden 64 --heads 4 --seq 32 \
+    --vocab 256 --gpus 2 --tp 2 --batch 4 --microbatch 4 --recompute none
+printf 'name = local\npeak_flops = lots\n' >"$tmp/bad.txt"
+expect 2 "bad.txt:2: peak_flops = 'lots' is not a number" --hw local --hw-file "$tmp/bad.txt"
+exit $bad

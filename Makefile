@@ -21,7 +21,8 @@ EXAMPLES = train sample hello_layer quickstart tensor_parallel pipeline plan pla
 BINS = $(addprefix build/,$(EXAMPLES)) build/fixture_check build/tests build/bench_step \
        build/bench_kernels build/bench_parallel build/bench_pipeline build/bench_sim build/comm_check
 # the same programs with ranks as MPI processes (-DPTRAIN_MPI, Open MPI's mpicc)
-MPI_BINS = build/fixture_check_mpi build/train_mpi build/bench_parallel_mpi build/comm_check_mpi
+MPI_BINS = build/fixture_check_mpi build/train_mpi build/bench_parallel_mpi build/comm_check_mpi \
+           build/plan_mpi
 MPI_CC = OMPI_CC="$(CC)" MPICH_CC="$(CC)" $(MPICC)
 # the communicator checks
 COMM_SRC = tests/comm_check.c ptrain.h
@@ -77,6 +78,9 @@ build/fixture_check_mpi: tests/fixture_check.c $(HDR) | build deps deps-mpi
 	$(MPI_CC) $(CFLAGS) -DPTRAIN_MPI $< -o $@ $(LDLIBS)
 
 build/train_mpi: examples/train.c $(HDR) | build deps deps-mpi
+	$(MPI_CC) $(CFLAGS) -DPTRAIN_MPI $< -o $@ $(LDLIBS)
+
+build/plan_mpi: examples/plan.c $(HDR) | build deps deps-mpi
 	$(MPI_CC) $(CFLAGS) -DPTRAIN_MPI $< -o $@ $(LDLIBS)
 
 build/bench_parallel_mpi: bench/bench_parallel.c $(HDR) | build deps deps-mpi

@@ -873,9 +873,11 @@ PTRAINDEF pt_status pt_hw_load(const char *path, pt_hw *out);
 /* This machine as a profile ("local", exec ptrain): cblas_sgemm GFLOP/s
    over sizes 64..2048 (peak_flops the 2048^3 rate, gemm_dim fitted to the
    smaller ones), memory bandwidth (y += s*x), the rate of ptrain's attention
-   kernels, and the threads backend's all-reduce latency and bandwidth
-   between two ranks. Takes a few seconds. */
-PTRAINDEF pt_status pt_hw_calibrate(pt_hw *out);
+   kernels, and all-reduce latency and bandwidth between two ranks: of the
+   threads backend when world is NULL, else of world (an MPI world of two
+   or more processes; collective, rank 0 times the kernels alone, with
+   every core). Takes a few seconds. */
+PTRAINDEF pt_status pt_hw_calibrate(pt_hw *out, pt_comm *world);
 /* Seconds of batch GEMMs (M x K) x (K x N) on the device, elem bytes an element. */
 PTRAINDEF double pt_hw_gemm_seconds(const pt_hw *hw, double M, double N, double K, double batch,
                                     double elem);
@@ -905,6 +907,14 @@ typedef struct pt_plan_mem {
                          recomputed activations (full recomputation) */
 } pt_plan_mem;
 
+/* One pipeline stage of a plan (every tp x dp rank of it alike). */
+typedef struct pt_plan_stage {
+    int layers;                /* transformer layers held (all chunks) */
+    pt_plan_mem mem;
+    double busy_s, hw_flops;   /* its F, B, W and sends in a step; their FLOPs */
+    double tp_bytes, pp_bytes, dp_bytes; /* collective buffers and messages a step */
+} pt_plan_stage;
+
 /* What a simulated step costs. FLOPs are counted per action as they run:
    hardware FLOPs include recomputation (Megatron-LM's Table 1 counts them:
    96 B s l h^2 (1 + s/6h + V/16lh) with full recomputation), model FLOPs do
@@ -922,6 +932,7 @@ typedef struct pt_plan_result {
     pt_schedule_kind schedule; /* the one run (chunks > 1 turns 1f1b into interleaved) */
     int fits;                  /* mem.total <= the device's memory */
     double build_seconds;      /* time to build every rank's meta model */
+    pt_plan_stage stage[64];   /* per pipeline stage, [0, pp) */
 } pt_plan_result;
 
 /* Checks the plan (divisibility, memory) and simulates one step. A plan
@@ -5430,7 +5441,7 @@ static double pt__gemm_rate(int M, int N, int K, int reps) { /* FLOP/s, best of 
 
 typedef struct pt__calib_comm { double lat, bw; } pt__calib_comm;
 
-static pt_status pt__calib_comm_rank(pt_comm *w, void *arg) { /* two thread ranks */
+static pt_status pt__calib_comm_rank(pt_comm *w, void *arg) { /* ranks 0 and 1 of w */
     pt__calib_comm *c = (pt__calib_comm *)arg;
     size_t n = (size_t)1 << 22;
     float *buf = (float *)pt__malloc(n * sizeof(float), NULL);
@@ -5445,27 +5456,55 @@ static pt_status pt__calib_comm_rank(pt_comm *w, void *arg) { /* two thread rank
     t1 = pt_time_now();
     for (i = 0; i < 8 && st == PT_OK; i++) st = pt_comm_all_reduce(w, buf, n, PT_REDUCE_SUM);
     t2 = pt_time_now();
-    if (w->rank == 0) { /* a 2-rank all-reduce: bytes/bw + 2 latencies (pt_hw_comm_seconds) */
-        c->lat = (t1 - t0) / 200 / 2;
-        c->bw = (double)n * sizeof(float) / ((t2 - t1) / 8 - 2 * c->lat);
+    if (w->rank == 0) { /* a ring all-reduce (pt_hw_comm_seconds): 2(k-1) latencies, then
+                           2(k-1)/k of the buffer at the bandwidth */
+        double k = w->size;
+        c->lat = (t1 - t0) / 200 / (2 * (k - 1));
+        c->bw = 2 * (k - 1) / k * (double)n * sizeof(float) / ((t2 - t1) / 8 - 2 * (k - 1) * c->lat);
     }
     pt__free(buf, NULL);
     return st;
 }
 
-PTRAINDEF pt_status pt_hw_calibrate(pt_hw *out) {
-    static const int sizes[] = {64, 128, 256, 512, 1024};
+static pt_status pt__calib_kernels(pt_hw *out);
+
+PTRAINDEF pt_status pt_hw_calibrate(pt_hw *out, pt_comm *world) {
     pt__calib_comm cc = {0, 0};
-    double big = pt__gemm_rate(2048, 2048, 2048, 3), best_g = 32, best_err = 1e30, g;
+    pt_status st = PT_OK;
+    int threads = pt_get_threads();
+    memset(out, 0, sizeof *out);
+    if (!world || world->size < 2) {
+        if ((st = pt__calib_kernels(out)) != PT_OK) return st;
+        if ((st = pt_comm_threads_run(2, pt__calib_comm_rank, &cc)) != PT_OK) return st;
+    } else { /* the others wait while rank 0 times the kernels with every core */
+        if (world->rank == 0) {
+#if defined(_SC_NPROCESSORS_ONLN)
+            pt_set_threads((int)sysconf(_SC_NPROCESSORS_ONLN));
+#endif
+            st = pt__calib_kernels(out);
+            pt_set_threads(threads);
+            if (st != PT_OK) return pt_comm_fail(world, st);
+        }
+        if ((st = pt_comm_barrier(world)) != PT_OK ||
+            (st = pt__calib_comm_rank(world, &cc)) != PT_OK)
+            return st;
+        snprintf(out->name, sizeof out->name, "local-mpi");
+    }
+    out->intra_lat = out->inter_lat = cc.lat;
+    out->intra_bw = out->inter_bw = cc.bw;
+    return PT_OK;
+}
+
+static pt_status pt__calib_kernels(pt_hw *out) {
+    static const int sizes[] = {64, 128, 256, 512, 1024};
+    double big = pt__gemm_rate(2048, 2048, 2048, 8), best_g = 32, best_err = 1e30, g;
     int B = 4, T = 256, C = 256, NH = 4, slots = pt_get_threads(), i, r;
     size_t N = (size_t)B * T;
     float *qkv, *out_a, *lse, *scr, *dqkv;
     double rates[5], t0, ta;
-    pt_status st;
-    memset(out, 0, sizeof *out);
     if (big <= 0) return pt__fail(PT_ERR_OOM, "calibration: cannot time sgemm");
-    for (i = 0; i < 5; i++) rates[i] = pt__gemm_rate(sizes[i], sizes[i], sizes[i], 5);
-    for (g = 1; g <= 512; g *= 1.05) { /* rate(n) = big * f(n)^3 / f(2048)^3, f = n/(n+g) */
+    for (i = 0; i < 5; i++) rates[i] = pt__gemm_rate(sizes[i], sizes[i], sizes[i], 2048 / sizes[i] * 8);
+    for (g = 2; g <= 512; g *= 1.05) { /* rate(n) = big * f(n)^3 / f(2048)^3, f = n/(n+g) */
         double err = 0.0, f2 = 2048.0 / (2048.0 + g);
         for (i = 0; i < 5; i++) {
             double f = sizes[i] / (sizes[i] + g), d = log(big * f * f * f / (f2 * f2 * f2) / rates[i]);
@@ -5508,9 +5547,6 @@ PTRAINDEF pt_status pt_hw_calibrate(pt_hw *out) {
     out->mem_bytes = 16e9;
 #endif
     out->exec = PT_EXEC_PTRAIN;
-    if ((st = pt_comm_threads_run(2, pt__calib_comm_rank, &cc)) != PT_OK) return st;
-    out->intra_lat = out->inter_lat = cc.lat;
-    out->intra_bw = out->inter_bw = cc.bw;
     return PT_OK;
 }
 
@@ -5554,6 +5590,7 @@ typedef struct pt__layer_cost {
     double tp_fwd_s, tp_bwd_s;      /* the all-reduces inside fwd_s and bin_s */
     double act_bytes;               /* kept for backward, recompute none (Korthikanti) */
     double act_sel_bytes;           /* kept with selective recomputation */
+    double tp_bytes;                /* one all-reduce's buffer (0 without tp) */
 } pt__layer_cost;
 
 typedef struct pt__sim {
@@ -5571,6 +5608,7 @@ typedef struct pt__sim {
     double *opt_s, *dp_s;   /* (p) the OPT action: gradient sync + optimizer */
     double *zero3_s;        /* (p) ZeRO 3: gathering one chunk's layers */
     double *busy, *flops, *hwflops, *tp_s, *pp_s; /* (p) */
+    pt_plan_stage *stage;   /* (p) the result's */
 } pt__sim;
 
 static void pt__layer_costs(pt__sim *S) {
@@ -5615,6 +5653,7 @@ static void pt__layer_costs(pt__sim *S) {
                                                                               : hw->per_node)
                : 0.0;
     L->tp_fwd_s = L->tp_bwd_s = 2.0 * ar;
+    L->tp_bytes = t > 1 ? M * h * e : 0.0;
     L->attn_fwd_s = attn_f;
     L->attn_fwd_flops = f_attn;
     L->fwd_flops = f_lin + f_attn;
@@ -5654,7 +5693,10 @@ static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) 
         } else if (rc == PT_RECOMPUTE_SELECTIVE) {
             t += nl * L->attn_fwd_s, hf += nl * L->attn_fwd_flops;
         }
-        z3 = 2.0 * S->zero3_s[st] * nl; /* gather again, reduce-scatter the gradients */
+        /* gather again and reduce-scatter the gradients; recomputation's forward
+           gathers once more (DeepSpeed releases a layer's weights after each
+           forward, the recomputed one included) */
+        z3 = (rc == PT_RECOMPUTE_FULL ? 3.0 : 2.0) * S->zero3_s[st] * nl;
         t = t > z3 ? t : z3;
         break;
     case PT_ACT_W:
@@ -5672,7 +5714,14 @@ static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) 
         break;
     }
     if (stats) {
+        double ar = S->layer.tp_bytes; /* Megatron's f and g: 2 all-reduces a pass */
         S->flops[st] += fl, S->hwflops[st] += hf, S->tp_s[st] += tp, S->pp_s[st] += pp;
+        if (a->kind == PT_ACT_F) S->stage[st].tp_bytes += 2 * nl * ar + (first ? ar : 0.0);
+        if (a->kind == PT_ACT_B)
+            S->stage[st].tp_bytes += 2 * nl * ar * (rc == PT_RECOMPUTE_FULL ? 2 : 1) +
+                                     (last ? ar : 0.0);
+        if (a->kind == PT_ACT_SEND_ACT || a->kind == PT_ACT_SEND_GRAD)
+            S->stage[st].pp_bytes += S->p2p_bytes;
         if (a->kind != PT_ACT_OPT) S->busy[st] += t;
     }
     return t;
@@ -5769,6 +5818,7 @@ PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_
     }
     S.dp_s = S.opt_s + p, S.zero3_s = S.dp_s + p, S.busy = S.zero3_s + p, S.flops = S.busy + p;
     S.hwflops = S.flops + p, S.tp_s = S.hwflops + p, S.pp_s = S.tp_s + p;
+    S.stage = r->stage;
     pt__layer_costs(&S);
     memset(&sch, 0, sizeof sch);
     if ((err = pt_schedule_build(&sch, D.schedule, p, v, S.m)) == PT_OK)
@@ -5797,6 +5847,8 @@ PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_
         if (st == 0) S.split = m.split;
         for (c = 0; c < v; c++) S.chunk_layers[c * p + st] = m.chunk_start[c + 1] - m.chunk_start[c];
         pt__sim_memory(&S, &m, &mem);
+        r->stage[st].mem = mem;
+        r->stage[st].layers = m.n_local;
         if (mem.total > r->mem.total) r->mem = mem, r->mem_rank = st * D.tp * S.dp;
         Vl = m.vocab_local;
         pn = (double)m.num_params;
@@ -5825,6 +5877,7 @@ PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_
                          pt_hw_comm_seconds(hw, 2, pn * e, S.dp, dpn);
         if (p > 1 && (m.has_embed || m.has_head))
             S.dp_s[st] += pt_hw_comm_seconds(hw, 0, Vl * h * e, 2, D.tp * S.dp * (p - 1) < hw->per_node ? 2 : 1);
+        r->stage[st].dp_bytes = S.dp > 1 && D.zero < 3 ? (D.zero ? 2.0 : 1.0) * pn * e : 0.0;
         S.opt_s[st] = S.dp_s[st] + (D.zero ? (double)m.shard_total : pn) * (28.0 + e) /
                                        hw->mem_bw * S.share + hw->kernel_s * 4;
         /* ZeRO 3: a layer's weights gathered over dp before each use */
@@ -5881,6 +5934,8 @@ PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_
         double busy = 0.0, worst = -1.0;
         int w = 0;
         for (st = 0; st < p; st++) {
+            r->stage[st].busy_s = S.busy[st];
+            r->stage[st].hw_flops = S.hwflops[st];
             busy += S.busy[st];
             r->hw_flops += S.hwflops[st], r->model_flops += S.flops[st];
             if (S.busy[st] + S.opt_s[st] > worst) worst = S.busy[st] + S.opt_s[st], w = st;

@@ -134,7 +134,7 @@ int main(int argc, char **argv) {
     }
     if (pt_hw_load(hw_file, &hw) != PT_OK) {
         printf("calibrating this machine into %s\n", hw_file);
-        if (pt_hw_calibrate(&hw) != PT_OK || pt_hw_save(&hw, hw_file) != PT_OK) {
+        if (pt_hw_calibrate(&hw, NULL) != PT_OK || pt_hw_save(&hw, hw_file) != PT_OK) {
             fprintf(stderr, "error: %s\n", pt_last_error());
             return 1;
         }

@@ -8,6 +8,8 @@
    build/plan --preset gpt-175b --hw mi250x --gpus 1024 --batch 640 --search
    build/plan --preset gpt-1t --trace build/1t.json    the step as Chrome trace + SVG
    build/plan --calibrate                              measure this machine (--hw local)
+   mpirun -n 2 build/plan_mpi --calibrate              the same with MPI's messages
+                                                       (build/hw-local-mpi.txt)
 
    The simulator builds every rank's model in a meta arena (sizes, no memory)
    and runs the same pipeline schedules the real executor runs, with each
@@ -50,7 +52,7 @@ static int load_hw(const char *name, const char *file, pt_hw *hw) {
     if (access(file, F_OK) == 0) return 0; /* there, but broken: say so */
     fprintf(stderr, "plan: no profile of this machine in %s (%s); calibrating (a few s)\n",
             file, pt_last_error());
-    if (pt_hw_calibrate(hw) != PT_OK) return 0;
+    if (pt_hw_calibrate(hw, NULL) != PT_OK) return 0;
     if (pt_hw_save(hw, file) != PT_OK)
         fprintf(stderr, "plan: could not save the profile: %s\n", pt_last_error());
     return 1;
@@ -60,7 +62,9 @@ static const char *rc_name(int rc) {
     return rc == PT_RECOMPUTE_FULL ? "full" : rc == PT_RECOMPUTE_SELECTIVE ? "selective" : "none";
 }
 
-static void print_json(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_result *r) {
+static void print_json(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_result *r,
+                       int stages) {
+    int i;
     printf("{\"hw\": \"%s\", \"layers\": %d, \"hidden\": %d, \"heads\": %d, \"seq\": %d, "
            "\"vocab\": %d, \"tp\": %d, \"pp\": %d, \"dp\": %d, \"gpus\": %d, \"batch\": %d, "
            "\"microbatch\": %d, \"chunks\": %d, \"schedule\": \"%s\", \"zero\": %d, "
@@ -78,9 +82,31 @@ static void print_json(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_res
            r->tokens_per_s, r->train_seconds);
     printf(" \"memory_per_gpu_bytes\": %.0f, \"memory_rank\": %d, \"memory\": {\"params\": %.0f, "
            "\"grads\": %.0f, \"optimizer\": %.0f, \"activations\": %.0f}, "
-           "\"device_memory_bytes\": %.0f, \"fits\": %s, \"build_seconds\": %.3f}\n",
+           "\"device_memory_bytes\": %.0f, \"fits\": %s, \"build_seconds\": %.3f",
            r->mem.total, r->mem_rank, r->mem.params, r->mem.grads, r->mem.optimizer,
            r->mem.activations, hw->mem_bytes, r->fits ? "true" : "false", r->build_seconds);
+    for (i = 0; stages && i < d->pp; i++) { /* every pipeline stage's ranks alike */
+        const pt_plan_stage *g = &r->stage[i];
+        printf("%s{\"stage\": %d, \"layers\": %d, \"memory_bytes\": %.0f, \"busy_s\": %.6g, "
+               "\"hw_flops\": %.6g, \"tp_bytes\": %.6g, \"pp_bytes\": %.6g, \"dp_bytes\": %.6g}",
+               i ? ",\n  " : ",\n \"stages\": [", i, g->layers, g->mem.total, g->busy_s,
+               g->hw_flops, g->tp_bytes, g->pp_bytes, g->dp_bytes);
+    }
+    printf("%s}", stages ? "]" : "");
+}
+
+/* Every pipeline stage: what each of its tp x dp ranks holds, does and sends. */
+static void print_stages(const pt_plan_desc *d, const pt_plan_result *r) {
+    const double G = 1073741824.0;
+    int st;
+    printf("stage  ranks          layers  memory GiB  busy s   TFLOP   tp GB   pp GB   dp GB\n");
+    for (st = 0; st < d->pp; st++) {
+        const pt_plan_stage *g = &r->stage[st];
+        int first = st * d->tp * r->dp;
+        printf("%5d  %6d..%-6d  %6d  %10.2f  %6.2f  %6.1f  %6.2f  %6.2f  %6.2f\n", st, first,
+               first + d->tp * r->dp - 1, g->layers, g->mem.total / G, g->busy_s,
+               g->hw_flops / 1e12, g->tp_bytes / 1e9, g->pp_bytes / 1e9, g->dp_bytes / 1e9);
+    }
 }
 
 static void print_human(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_result *r) {
@@ -127,7 +153,7 @@ int main(int argc, char **argv) {
     pt_hw hw;
     const char *preset = NULL, *hw_name = NULL, *rc = "full", *sched = "1f1b", *trace_path = NULL;
     const char *hw_file = hw_file_default;
-    int json = 0, search = 0, calibrate = 0, top = 5, npos, s, i;
+    int json = 0, search = 0, calibrate = 0, stages = 0, top = 5, npos, s, i;
     float tokens = 0;
     const char *pos[1];
     cli_opt opts[] = {
@@ -152,6 +178,8 @@ int main(int argc, char **argv) {
         {"hw-file", CLI_STR, &hw_file, "this machine's profile for --hw local", 0, 0},
         {"tokens", CLI_FLOAT, &tokens, "report the time to train on this many tokens", 0, 1e18},
         {"json", CLI_FLAG, &json, "one JSON object instead of the table", 0, 0},
+        {"stages", CLI_FLAG, &stages, "also print every pipeline stage's ranks, memory, time "
+                                      "and bytes", 0, 0},
         {"search", CLI_FLAG, &search, "search tp, pp, chunks, micro-batch, ZeRO, recompute", 0, 0},
         {"top", CLI_INT, &top, "layouts --search prints", 1, 100},
         {"trace", CLI_STR, &trace_path, "write the simulated step as Chrome trace JSON (and "
@@ -183,16 +211,27 @@ int main(int argc, char **argv) {
         cli_usage(s == 1 ? stdout : stderr, "usage: plan [options]", opts, nopts);
         return s == 1 ? 0 : 2;
     }
-    if (calibrate) {
-        if (pt_hw_calibrate(&hw) != PT_OK || pt_hw_save(&hw, hw_file) != PT_OK) {
+    if (calibrate) { /* under MPI (build/plan_mpi on mpirun) the messages are MPI's */
+        pt_comm world;
+        int mpi;
+        if (!cli_world_begin(&world, &argc, &argv)) return 1;
+        mpi = world.size > 1;
+        if (mpi && hw_file == hw_file_default) hw_file = "build/hw-local-mpi.txt";
+        if (pt_hw_calibrate(&hw, mpi ? &world : NULL) != PT_OK ||
+            (world.rank == 0 && pt_hw_save(&hw, hw_file) != PT_OK)) {
             fprintf(stderr, "error: %s\n", pt_last_error());
+            cli_world_end(&world);
             return 1;
         }
+        s = world.rank;
+        cli_world_end(&world);
+        if (s != 0) return 0;
         printf("this machine: sgemm %.1f GFLOP/s (2048^3; tiling halves a dimension of %.0f), "
-               "memory %.1f GB/s, attention %.1f GFLOP/s, threads all-reduce %.1f us + %.2f GB/s; "
+               "memory %.1f GB/s, attention %.1f GFLOP/s, %s all-reduce %.1f us + %.2f GB/s; "
                "%d cores -> %s\n",
                hw.peak_flops / 1e9, hw.gemm_dim, hw.mem_bw / 1e9, hw.attn_flops / 1e9,
-               hw.intra_lat * 1e6, hw.intra_bw / 1e9, hw.cores, hw_file);
+               strcmp(hw.name, "local-mpi") == 0 ? "MPI" : "threads", hw.intra_lat * 1e6,
+               hw.intra_bw / 1e9, hw.cores, hw_file);
         return 0;
     }
     if ((d.recompute = cli_recompute(rc)) < 0) return 2;
@@ -210,6 +249,15 @@ int main(int argc, char **argv) {
         pt_plan_desc best_d[100];
         pt_plan_result best[100];
         int why[3], n = pt_plan_search(&d, &hw, best_d, best, top, why);
+        if (json && n > 0) { /* the best layouts, best first, as a JSON array */
+            printf("[");
+            for (i = 0; i < n && i < top; i++) {
+                printf(i ? ",\n" : "\n");
+                print_json(&best_d[i], &hw, &best[i], 0);
+            }
+            printf("]\n");
+            return 0;
+        }
         printf("search: %d layers, hidden %d, %d heads on %d x %s, batch %d, sequence %d\n",
                d.layers, d.hidden, d.heads, d.gpus, hw.name, d.batch, d.seq);
         if (n == 0) {
@@ -232,7 +280,6 @@ int main(int argc, char **argv) {
                    db >= dc && db >= dr ? "bubble" : dc >= dr ? "communication" : "recomputation");
         }
         printf("\n");
-        if (json) print_json(&best_d[0], &hw, &best[0]);
         return 0;
     }
 
@@ -248,8 +295,9 @@ int main(int argc, char **argv) {
             pt_trace_free(&trace);
             return 1;
         }
-        if (json) print_json(&d, &hw, &r);
+        if (json) print_json(&d, &hw, &r, stages), printf("\n");
         else print_human(&d, &hw, &r);
+        if (stages && !json) print_stages(&d, &r);
         if (trace_path) {
             char svg[1024];
             size_t len = strlen(trace_path);

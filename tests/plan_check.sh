@@ -52,6 +52,13 @@ for f in tflops_per_gpu model_tflops_per_gpu percent_of_peak step_time_s bubble_
 done
 python3 -m json.tool "$tmp/j" >/dev/null || { echo "FAIL --json is not JSON"; bad=1; }
 
+# every stage: its layers add up to the model, the largest memory is the one reported
+$plan --preset megatron-145.6b --stages --json >"$tmp/st" &&
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); s=d['stages']
+assert len(s) == 8 and sum(x['layers'] for x in s) == 80
+assert max(x['memory_bytes'] for x in s) == d['memory_per_gpu_bytes']" "$tmp/st" ||
+    { echo "FAIL --stages --json"; bad=1; }
+
 expect() { # expect CODE PATTERN ARGS...: plan exits with CODE and prints PATTERN
     code=$1 pattern=$2
     shift 2
@@ -86,6 +93,11 @@ python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert len(d['trace
 
 # the search finds layouts and says why the others lose
 expect 0 "run out of memory" --layers 48 --hidden 6144 --heads 48 --gpus 64 --batch 128 --search --top 3
+
+$plan --layers 48 --hidden 6144 --heads 48 --gpus 64 --batch 128 --search --top 3 --json >"$tmp/s" &&
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); t=[x['step_time_s'] for x in d]
+assert len(d) == 3 and t == sorted(t) and max(x['tp'] for x in d) <= 8" "$tmp/s" ||
+    { echo "FAIL --search --json: not the 3 best, fastest first"; bad=1; }
 
 # this machine: calibrate, plan with it; a broken profile is an error
 expect 0 "this machine: sgemm" --calibrate --hw-file "$tmp/hw.txt"

@@ -177,6 +177,9 @@ fails "pipeline: interleaved with m not divisible by p" 1 "divisible by stages" 
 fails "pipeline: unknown schedule" 1 "unknown schedule '2f2b'" build/pipeline --schedule 2f2b
 step "plan: Megatron-LM Table 1 within 10%, 1T memory within 1% of the closed form, errors, trace, search, local profile" \
     sh tests/plan_check.sh build/plan
+step "example: plan_1t (1T on Selene and Frontier, search, trace)" sh -c \
+    "build/plan_1t --trace $tmp/1t.json >$tmp/1t.txt && grep -q 'Search result 1' $tmp/1t.txt &&
+     python3 -m json.tool $tmp/1t.json >/dev/null && grep -q '<svg' $tmp/1t.json.svg"
 step "quick start in ptrain.h equals examples/quickstart.c" sh tests/snippet_check.sh
 awk '/^```c$/{f=1;next}/^```$/{f=0}f' README.md >"$tmp/readme_prog.c"
 step "README: the program using the header builds and trains" sh -c \

@@ -17,9 +17,9 @@ SANFLAGS = -std=c11 -O1 -g -fno-omit-frame-pointer $(WARN) -fopenmp \
 LDLIBS = $(BLAS) -lm
 HDR = ptrain.h examples/cli.h
 
-EXAMPLES = train sample hello_layer quickstart tensor_parallel pipeline plan plan_1t
+EXAMPLES = train sample hello_layer quickstart tensor_parallel pipeline plan plan_1t sim_vs_real
 BINS = $(addprefix build/,$(EXAMPLES)) build/fixture_check build/tests build/bench_step \
-       build/bench_kernels build/bench_parallel build/bench_pipeline build/bench_sim build/comm_check
+       build/bench_kernels build/bench_parallel build/bench_pipeline build/comm_check
 # the same programs with ranks as MPI processes (-DPTRAIN_MPI, Open MPI's mpicc)
 MPI_BINS = build/fixture_check_mpi build/train_mpi build/bench_parallel_mpi build/comm_check_mpi \
            build/plan_mpi
@@ -99,7 +99,7 @@ test: deps-test
 	@CC="$(CC)" CXX="$(CXX)" BLAS="$(BLAS)" sh tests/run.sh
 
 bench: build/bench_step build/bench_kernels build/bench_parallel build/bench_parallel_mpi \
-       build/bench_pipeline build/bench_sim build/plan
+       build/bench_pipeline build/sim_vs_real build/plan
 	@sh bench/run.sh
 
 install:

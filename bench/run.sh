@@ -24,4 +24,4 @@ sh bench/pipeline.sh
 echo
 echo "== the simulator against real steps here (tp, dp, pp up to 4, every schedule)"
 build/plan --calibrate
-build/bench_sim
+build/sim_vs_real --all

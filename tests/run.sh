@@ -180,6 +180,11 @@ step "plan: Megatron-LM Table 1 within 10%, 1T memory within 1% of the closed fo
 step "example: plan_1t (1T on Selene and Frontier, search, trace)" sh -c \
     "build/plan_1t --trace $tmp/1t.json >$tmp/1t.txt && grep -q 'Search result 1' $tmp/1t.txt &&
      python3 -m json.tool $tmp/1t.json >/dev/null && grep -q '<svg' $tmp/1t.json.svg"
+step "example: sim_vs_real (a pipeline run here, measured and simulated)" sh -c \
+    "build/sim_vs_real --pp 2 --schedule zb-h1 --layers 2 --embd 64 --seq 32 --batch 4 --steps 1 \
+         --hw-file $tmp/hw-local.txt | grep -q 'within 20%'"
+fails "sim_vs_real: batch not divisible" 2 "not divisible by dp x micro" \
+    build/sim_vs_real --dp 3 --batch 8
 step "quick start in ptrain.h equals examples/quickstart.c" sh tests/snippet_check.sh
 awk '/^```c$/{f=1;next}/^```$/{f=0}f' README.md >"$tmp/readme_prog.c"
 step "README: the program using the header builds and trains" sh -c \

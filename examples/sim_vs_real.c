@@ -1,16 +1,19 @@
-/* bench_sim: the simulator against real runs on this machine, side by side.
+/* sim_vs_real: a small run on this machine, measured and simulated, side by side.
 
-     build/bench_sim [--layers 4] [--embd 256] [--heads 4] [--seq 128]
-                     [--vocab 1024] [--batch 8] [--steps 4] [--hw-file F]
+     build/sim_vs_real [--tp 1] [--dp 1] [--pp 2] [--schedule 1f1b] [--micro 1]
+                       [--chunks 1] [--recompute none] [--layers 4] [--embd 256]
+                       [--heads 4] [--seq 128] [--vocab 1024] [--batch 8]
+                       [--steps 4] [--hw-file build/hw-local.txt]
+     build/sim_vs_real --all        every layout of the table below (make bench)
 
-   For each layout (tp, dp, pp up to 4, every schedule, recomputation) it
-   trains the same GPT for --steps steps on thread ranks and takes the
-   median step time (forward, backward, gradient clipping, AdamW, all ranks
-   done), then simulates that step with this machine's profile (--hw local:
-   the calibration in F, measured first when F is missing) and prints both
-   and their ratio. With more ranks than cores the ranks share the cores;
-   the simulator charges that as each rank getting cores/ranks of the
-   machine. */
+   It trains a GPT for --steps steps on tp x dp x pp thread ranks and takes
+   the median step time (forward and backward of every micro-batch,
+   gradient clipping, AdamW, all ranks done); then builds the same layout in
+   the simulator (pt_plan_simulate: meta models, the same schedule, this
+   machine's calibrated profile, measured first when the file is missing)
+   and prints both and their ratio. With more ranks than cores the ranks
+   share the cores; the simulator charges that as each rank getting
+   cores/ranks of the machine. */
 #define _POSIX_C_SOURCE 200809L /* setenv, execv (cli.h), access */
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
@@ -94,30 +97,62 @@ out:
     return st;
 }
 
+/* Trains and simulates one layout; prints its line; the ratio simulated/real. */
+static double compare(run *r, const pt_hw *hw) {
+    static const char *rcn[] = {"none", "selective", "full"};
+    const layout *l = r->l;
+    pt_plan_desc d;
+    pt_plan_result res;
+    int world = l->tp * l->dp * l->pp;
+    r->seconds = 0;
+    if (pt_comm_threads_run(world, rank_main, r) != PT_OK) return -1;
+    memset(&d, 0, sizeof d);
+    d.layers = r->layers, d.hidden = r->embd, d.heads = r->heads, d.seq = r->seq;
+    d.vocab = r->vocab, d.tp = l->tp, d.pp = l->pp, d.gpus = world, d.batch = r->batch;
+    d.micro = l->micro, d.chunks = l->chunks, d.recompute = l->recompute;
+    d.exec = PT_EXEC_PTRAIN;
+    if (pt_schedule_kind_parse(l->schedule, &d.schedule) != PT_OK ||
+        pt_plan_simulate(&d, hw, &res, NULL) != PT_OK)
+        return -1;
+    printf("  %2d %2d %2d  %2d  %d  %-11s  %-9s  %8.1f  %13.1f   %6.2f%s\n", l->tp, l->dp, l->pp,
+           l->micro, l->chunks, l->schedule, rcn[l->recompute], r->seconds * 1e3,
+           res.step_time * 1e3, res.step_time / r->seconds,
+           world > hw->cores ? "  (ranks > cores)" : "");
+    return res.step_time / r->seconds;
+}
+
 int main(int argc, char **argv) {
     static const layout layouts[] = {
-        {1, 1, 1, 8, 1, 0, "1f1b"},       {1, 1, 1, 2, 1, 0, "1f1b"},
-        {1, 1, 1, 8, 1, 2, "1f1b"},       {2, 1, 1, 8, 1, 0, "1f1b"},
-        {1, 2, 1, 4, 1, 0, "1f1b"},       {2, 2, 1, 2, 1, 0, "1f1b"},
-        {4, 1, 1, 8, 1, 0, "1f1b"},       {1, 4, 1, 2, 1, 0, "1f1b"},
-        {1, 1, 2, 1, 1, 0, "gpipe"},      {1, 1, 2, 1, 1, 0, "1f1b"},
+        {1, 1, 1, 8, 1, 0, "1f1b"},        {1, 1, 1, 2, 1, 0, "1f1b"},
+        {1, 1, 1, 8, 1, 2, "1f1b"},        {2, 1, 1, 8, 1, 0, "1f1b"},
+        {1, 2, 1, 4, 1, 0, "1f1b"},        {2, 2, 1, 2, 1, 0, "1f1b"},
+        {4, 1, 1, 8, 1, 0, "1f1b"},        {1, 4, 1, 2, 1, 0, "1f1b"},
+        {1, 1, 2, 1, 1, 0, "gpipe"},       {1, 1, 2, 1, 1, 0, "1f1b"},
         {1, 1, 2, 1, 2, 0, "interleaved"}, {1, 1, 2, 1, 1, 0, "zb-h1"},
-        {1, 1, 2, 1, 1, 1, "1f1b"},       {1, 1, 4, 1, 1, 0, "1f1b"},
-        {2, 1, 2, 2, 1, 0, "1f1b"},       {1, 2, 2, 1, 1, 0, "1f1b"},
+        {1, 1, 2, 1, 1, 1, "1f1b"},        {1, 1, 4, 1, 1, 0, "1f1b"},
+        {2, 1, 2, 2, 1, 0, "1f1b"},        {1, 2, 2, 1, 1, 0, "1f1b"},
     };
-    static const char *rcn[] = {"none", "selective", "full"};
-    const char *hw_file = "build/hw-local.txt", *pos[1];
+    const char *hw_file = "build/hw-local.txt", *pos[1], *rc = "none";
+    layout one = {1, 1, 2, 1, 1, 0, "1f1b"};
     run r;
-    int npos, s, i, nl = (int)(sizeof layouts / sizeof *layouts), within = 0;
-    double worst = 0.0;
+    int npos, s, i, nl = (int)(sizeof layouts / sizeof *layouts), within = 0, all = 0;
+    double worst = 0.0, ratio;
     pt_hw hw;
     cli_opt opts[] = {
+        {"tp", CLI_INT, &one.tp, "tensor-parallel ranks", 1, 8},
+        {"dp", CLI_INT, &one.dp, "data-parallel ranks", 1, 8},
+        {"pp", CLI_INT, &one.pp, "pipeline stages", 1, 8},
+        {"schedule", CLI_STR, &one.schedule, "gpipe, 1f1b, interleaved or zb-h1", 0, 0},
+        {"micro", CLI_INT, &one.micro, "micro-batch (sequences)", 1, 4096},
+        {"chunks", CLI_INT, &one.chunks, "chunks a stage (interleaved)", 1, 8},
+        {"recompute", CLI_STR, &rc, "none, selective or full", 0, 0},
+        {"all", CLI_FLAG, &all, "every layout of the built-in table", 0, 0},
         {"layers", CLI_INT, &r.layers, "blocks", 1, 64},
         {"embd", CLI_INT, &r.embd, "width C", 16, 4096},
         {"heads", CLI_INT, &r.heads, "attention heads", 1, 64},
         {"seq", CLI_INT, &r.seq, "sequence length T", 1, 4096},
         {"vocab", CLI_INT, &r.vocab, "vocabulary", 2, 1 << 20},
-        {"batch", CLI_INT, &r.batch, "sequences per step (divisible by 8)", 8, 4096},
+        {"batch", CLI_INT, &r.batch, "sequences a step, over all dp ranks", 1, 4096},
         {"steps", CLI_INT, &r.steps, "timed steps (median)", 1, 32},
         {"hw-file", CLI_STR, &hw_file, "this machine's profile (calibrated when missing)", 0, 0},
     };
@@ -125,12 +160,17 @@ int main(int argc, char **argv) {
     r.layers = 4, r.embd = 256, r.heads = 4, r.seq = 128, r.vocab = 1024, r.batch = 8, r.steps = 4;
     cli_passive_wait(argv);
     if ((s = cli_parse(argc, argv, opts, nopts, pos, 0, &npos)) != 0) {
-        cli_usage(s == 1 ? stdout : stderr, "usage: bench_sim [options]", opts, nopts);
+        cli_usage(s == 1 ? stdout : stderr, "usage: sim_vs_real [options]", opts, nopts);
         return s == 1 ? 0 : 2;
     }
-    if (r.batch % 8) {
-        fprintf(stderr, "error: --batch %d is not a multiple of 8\n", r.batch);
-        return 2;
+    if ((one.recompute = cli_recompute(rc)) < 0) return 2;
+    for (i = 0; i < (all ? nl : 1); i++) { /* every layout must divide the batch */
+        const layout *l = all ? &layouts[i] : &one;
+        if (r.batch % (l->dp * l->micro)) {
+            fprintf(stderr, "error: --batch %d is not divisible by dp x micro = %d x %d\n", r.batch,
+                    l->dp, l->micro);
+            return 2;
+        }
     }
     if (pt_hw_load(hw_file, &hw) != PT_OK) {
         printf("calibrating this machine into %s\n", hw_file);
@@ -144,37 +184,15 @@ int main(int argc, char **argv) {
            r.layers, r.embd, r.heads, r.seq, r.vocab, r.batch, hw.peak_flops / 1e9,
            hw.mem_bw / 1e9, hw.cores);
     printf("  tp dp pp  mb  v  schedule     recompute   real ms   simulated ms   sim/real\n");
-    for (i = 0; i < nl; i++) {
-        const layout *l = &layouts[i];
-        pt_plan_desc d;
-        pt_plan_result res;
-        pt_status st;
-        int world = l->tp * l->dp * l->pp;
-        double ratio;
-        r.l = l;
-        r.seconds = 0;
-        st = pt_comm_threads_run(world, rank_main, &r);
-        if (st != PT_OK) {
+    for (i = 0; i < (all ? nl : 1); i++) {
+        r.l = all ? &layouts[i] : &one;
+        if ((ratio = compare(&r, &hw)) < 0) {
             fprintf(stderr, "error: %s\n", pt_last_error());
             return 1;
         }
-        memset(&d, 0, sizeof d);
-        d.layers = r.layers, d.hidden = r.embd, d.heads = r.heads, d.seq = r.seq;
-        d.vocab = r.vocab, d.tp = l->tp, d.pp = l->pp, d.gpus = world, d.batch = r.batch;
-        d.micro = l->micro, d.chunks = l->chunks, d.recompute = l->recompute;
-        d.exec = PT_EXEC_PTRAIN;
-        if (pt_schedule_kind_parse(l->schedule, &d.schedule) != PT_OK ||
-            pt_plan_simulate(&d, &hw, &res, NULL) != PT_OK) {
-            fprintf(stderr, "error: %s\n", pt_last_error());
-            return 1;
-        }
-        ratio = res.step_time / r.seconds;
         within += ratio > 0.8 && ratio < 1.2;
         if (fabs(ratio - 1) > worst) worst = fabs(ratio - 1);
-        printf("  %2d %2d %2d  %2d  %d  %-11s  %-9s  %8.1f  %13.1f   %6.2f%s\n", l->tp, l->dp, l->pp,
-               l->micro, l->chunks, l->schedule, rcn[l->recompute], r.seconds * 1e3,
-               res.step_time * 1e3, ratio, world > hw.cores ? "  (ranks > cores)" : "");
     }
-    printf("%d of %d layouts within 20%%; worst %.0f%% off\n", within, nl, 100 * worst);
+    printf("%d of %d within 20%%; worst %.0f%% off\n", within, all ? nl : 1, 100 * worst);
     return 0;
 }

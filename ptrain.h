@@ -957,7 +957,14 @@ PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_des
 /* ======================================================================== */
 
 /* safetensors: u64 header length N, N bytes of JSON, data. Every size and
-   offset is checked before use. */
+   offset is checked before use.
+   CHECKSUMS. ptrain's writer adds to __metadata__ a 64-bit checksum (pt64,
+   16 hex digits) of each tensor -- of its name, dtype, shape and bytes --
+   under "pt64:<name>", and one of the other metadata under
+   "pt64:__metadata__". The parser verifies every one when a file has them
+   (a flipped byte anywhere in the data or the metadata is a PT_ERR_FORMAT
+   naming the tensor), then drops them from meta; files without them (other
+   writers, older ptrain) load unverified, with checksummed = 0. */
 typedef struct pt_st_tensor {
     const char *name;
     pt_dtype dtype;
@@ -973,6 +980,9 @@ typedef struct pt_safetensors {
     unsigned char *file; /* owned when loaded from a path */
     size_t file_size;
     int n_tensors, n_meta;
+    int checksummed;     /* 1: the metadata and every tensor passed their pt64
+                            checksums; 0: the file has none (another writer,
+                            or ptrain before 0.2) and was not verified */
     pt_st_tensor *tensors;
     pt_st_meta *meta;
     char *strings;
@@ -994,7 +1004,9 @@ PTRAINDEF pt_status pt_st_read_i32(const pt_safetensors *st, const char *name, i
 
 /* Writer: add tensors (data pointers kept, names copied) and metadata, then
    save to path atomically: "<path>.tmp", fsync, rename, fsync of the directory.
-   On any error the temporary file is removed and path is untouched. */
+   On any error (a full disk, a read-only directory) the temporary file is
+   removed and path is untouched. Metadata keys starting with "pt64:" are the
+   checksums' (PT_ERR_INVALID_ARG). */
 typedef struct pt_st_writer {
     int n_tensors, cap_tensors, n_meta, cap_meta;
     pt_st_tensor *tensors;
@@ -1145,7 +1157,9 @@ extern "C" {
 #endif
 
 #if !defined(_WIN32)
-int fsync(int fd); /* POSIX; declared here because strict C11 hides it */
+/* POSIX; declared here because strict C11 hides them */
+int fsync(int fd);
+int nanosleep(const struct timespec *req, struct timespec *rem);
 #endif
 
 /* ======================================================================== */
@@ -1214,12 +1228,14 @@ static void pt__append_error(int *count, const char *fmt, ...) {
 
 PTRAINDEF void pt_rng_seed(pt_rng *r, uint64_t seed) { r->state = seed; }
 
-PTRAINDEF uint64_t pt_rng_u64(pt_rng *r) {
-    uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);
+/* splitmix64's finalizer: a bijection of 64-bit words that mixes every bit */
+static uint64_t pt__mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
+
+PTRAINDEF uint64_t pt_rng_u64(pt_rng *r) { return pt__mix64(r->state += 0x9E3779B97F4A7C15ull); }
 
 PTRAINDEF float pt_rng_uniform(pt_rng *r) {
     return (float)(pt_rng_u64(r) >> 40) * (1.0f / 16777216.0f);
@@ -6366,9 +6382,10 @@ static pt_status pt__st_validate(pt_safetensors *st, uint64_t data_size) {
                 return pt__fail(PT_ERR_SHAPE, "tensor '%s': shape overflows", t->name);
         if (t->begin > t->end || t->end > data_size)
             return pt__fail(PT_ERR_FORMAT,
-                            "tensor '%s': data_offsets [%llu, %llu) out of range (data is %llu bytes)",
-                            t->name, (unsigned long long)t->begin, (unsigned long long)t->end,
-                            (unsigned long long)data_size);
+                            "tensor '%s': data_offsets [%llu, %llu) out of range (data is %llu "
+                            "bytes%s)", t->name, (unsigned long long)t->begin,
+                            (unsigned long long)t->end, (unsigned long long)data_size,
+                            t->begin <= t->end ? ": a truncated file?" : "");
         if (t->end - t->begin != bytes)
             return pt__fail(PT_ERR_SHAPE,
                             "tensor '%s': shape and dtype %s need %llu bytes but data_offsets "
@@ -6398,6 +6415,121 @@ static pt_status pt__st_validate(pt_safetensors *st, uint64_t data_size) {
     return s;
 }
 
+/* ---- checksums ------------------------------------------------------------
+   pt64 is our own 64-bit checksum, defined here in full: the bytes as
+   little-endian 64-bit words go round-robin into four lanes (lane i starts at
+   seed + (i + 1) * G), each taking a word w as x = rotl(x + w * K1, 31) * K2;
+   then h = n, and for each lane h = mix(h ^ lane); the last n % 32 bytes go in
+   one at a time as h = (h ^ byte) * K1; the result is mix(h), mix being
+   splitmix64's finalizer. Each step is a bijection of the state given the
+   other inputs, so a change confined to one 8-byte word is always detected,
+   any other with probability 1 - 2^-64. Several GB/s on one core. */
+#define PT__K1 0x9FB21C651E98DF25ull
+#define PT__K2 0xC2B2AE3D27D4EB4Full
+#define PT__G 0x9E3779B97F4A7C15ull
+
+static uint64_t pt__le64(const unsigned char *p) {
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
+           (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 |
+           (uint64_t)p[7] << 56;
+}
+
+static uint64_t pt__pt64(const void *data, size_t n, uint64_t seed) {
+    const unsigned char *p = (const unsigned char *)data;
+    uint64_t lane[4], h = (uint64_t)n;
+    size_t i = 0;
+    int k;
+    for (k = 0; k < 4; k++) lane[k] = seed + (uint64_t)(k + 1) * PT__G;
+    for (; i + 32 <= n; i += 32)
+        for (k = 0; k < 4; k++) {
+            uint64_t x = lane[k] + pt__le64(p + i + 8 * k) * PT__K1;
+            lane[k] = ((x << 31) | (x >> 33)) * PT__K2;
+        }
+    for (k = 0; k < 4; k++) h = pt__mix64(h ^ lane[k]);
+    for (; i < n; i++) h = (h ^ p[i]) * PT__K1;
+    return pt__mix64(h);
+}
+
+/* a string with its terminating zero, so "ab","c" and "a","bc" differ */
+static uint64_t pt__pt64_str(const char *s, uint64_t seed) { return pt__pt64(s, strlen(s) + 1, seed); }
+
+/* A tensor's checksum: its name, dtype and shape, then its bytes. */
+static uint64_t pt__pt64_tensor(const pt_st_tensor *t) {
+    unsigned char dims[8 * PT_MAX_DIMS];
+    uint64_t h = pt__pt64_str(pt_dtype_name(t->dtype), pt__pt64_str(t->name, 0));
+    int d, b;
+    for (d = 0; d < t->ndim; d++)
+        for (b = 0; b < 8; b++) dims[8 * d + b] = (unsigned char)((uint64_t)t->shape[d] >> (8 * b));
+    h = pt__pt64(dims, 8 * (size_t)t->ndim, h);
+    return pt__pt64(t->data, (size_t)(t->end - t->begin), h);
+}
+
+#define PT__SUM_PREFIX "pt64:"
+#define PT__SUM_META "pt64:__metadata__"
+static int pt__is_sum_key(const char *k) { return strncmp(k, PT__SUM_PREFIX, 5) == 0; }
+
+/* The metadata's checksum: each key and value in order, checksums left out. */
+static uint64_t pt__pt64_meta(const pt_st_meta *meta, int n) {
+    uint64_t h = 0;
+    int i;
+    for (i = 0; i < n; i++)
+        if (!pt__is_sum_key(meta[i].key)) h = pt__pt64_str(meta[i].value, pt__pt64_str(meta[i].key, h));
+    return h;
+}
+
+static int pt__parse_hex64(const char *s, uint64_t *out) {
+    uint64_t v = 0;
+    int i;
+    for (i = 0; i < 16; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return 0;
+        v = v << 4 | (uint64_t)d;
+    }
+    *out = v;
+    return s[16] == 0;
+}
+
+/* Verifies the checksums of a parsed file that has them, then drops them
+   from meta. A file with checksums must have one for the metadata and each
+   tensor, and none for anything else. */
+static pt_status pt__st_verify(pt_safetensors *st) {
+    uint64_t want, got;
+    const char *v;
+    int i, k, sums = 0, used = 0;
+    for (i = 0; i < st->n_meta; i++) sums += pt__is_sum_key(st->meta[i].key);
+    if (sums == 0) return PT_OK; /* written without checksums: nothing to verify */
+    v = pt_st_meta_get(st, PT__SUM_META);
+    if (!v || !pt__parse_hex64(v, &want))
+        return pt__fail(PT_ERR_FORMAT, "the metadata's checksum '%s' is %s: the header is corrupt",
+                        PT__SUM_META, v ? "not 16 hex digits" : "missing");
+    if ((got = pt__pt64_meta(st->meta, st->n_meta)) != want)
+        return pt__fail(PT_ERR_FORMAT, "the metadata fails its checksum (stored %016llx, computed "
+                        "%016llx): the header is corrupt", (unsigned long long)want,
+                        (unsigned long long)got);
+    for (i = 0; i < st->n_tensors; i++) {
+        const pt_st_tensor *t = &st->tensors[i];
+        for (k = 0, v = NULL; k < st->n_meta && !v; k++)
+            if (pt__is_sum_key(st->meta[k].key) && strcmp(st->meta[k].key + 5, t->name) == 0)
+                v = st->meta[k].value;
+        if (!v || !pt__parse_hex64(v, &want))
+            return pt__fail(PT_ERR_FORMAT, "tensor '%s' has %s checksum: the header is corrupt",
+                            t->name, v ? "a malformed" : "no");
+        if ((got = pt__pt64_tensor(t)) != want)
+            return pt__fail(PT_ERR_FORMAT, "tensor '%s' fails its checksum (stored %016llx, "
+                            "computed %016llx): the file is corrupt", t->name,
+                            (unsigned long long)want, (unsigned long long)got);
+    }
+    if (sums != st->n_tensors + 1)
+        return pt__fail(PT_ERR_FORMAT, "%d checksums for %d tensors and the metadata: the header "
+                        "is corrupt", sums, st->n_tensors);
+    for (i = 0; i < st->n_meta; i++)
+        if (!pt__is_sum_key(st->meta[i].key)) st->meta[used++] = st->meta[i];
+    st->n_meta = used;
+    st->checksummed = 1;
+    return PT_OK;
+}
+
 PTRAINDEF pt_status pt_st_parse(pt_safetensors *st, const void *data, size_t size) {
     const unsigned char *b = (const unsigned char *)data;
     uint64_t hlen = 0;
@@ -6413,7 +6545,8 @@ PTRAINDEF pt_status pt_st_parse(pt_safetensors *st, const void *data, size_t siz
     for (i = 7; i >= 0; i--) hlen = (hlen << 8) | b[i];
     if (hlen < 2 || hlen > size - 8)
         return pt__fail(PT_ERR_FORMAT,
-                        "safetensors header length %llu is beyond the file size of %zu bytes",
+                        "safetensors header length %llu is beyond the file size of %zu bytes "
+                        "(a truncated file?)",
                         (unsigned long long)hlen, size);
     if (hlen > (100u << 20))
         return pt__fail(PT_ERR_FORMAT, "safetensors header length %llu exceeds 100 MB",
@@ -6478,6 +6611,7 @@ PTRAINDEF pt_status pt_st_parse(pt_safetensors *st, const void *data, size_t siz
     }
     if ((s = pt__st_validate(st, (uint64_t)(size - 8 - hlen))) != PT_OK) goto fail;
     for (i = 0; i < st->n_tensors; i++) st->tensors[i].data = b + 8 + hlen + st->tensors[i].begin;
+    if ((s = pt__st_verify(st)) != PT_OK) goto fail;
     return PT_OK;
 fail:
     pt__free(st->strings, ctx);
@@ -6655,6 +6789,9 @@ PTRAINDEF pt_status pt_st_writer_add(pt_st_writer *w, const char *name, pt_dtype
 
 PTRAINDEF pt_status pt_st_writer_meta(pt_st_writer *w, const char *key, const char *value) {
     pt_st_meta *m;
+    if (!key || !value || pt__is_sum_key(key))
+        return pt__fail(PT_ERR_INVALID_ARG, "metadata key '%s' %s", key ? key : "(null)",
+                        key && value ? "is reserved for checksums" : "or its value is NULL");
     if (!pt__grow((void **)&w->meta, &w->cap_meta, w->n_meta + 1, sizeof *m, w->alloc_ctx))
         return pt__fail(PT_ERR_OOM, "out of memory adding metadata");
     m = &w->meta[w->n_meta];
@@ -6677,12 +6814,13 @@ PTRAINDEF void pt_st_writer_free(pt_st_writer *w) {
     pt_st_writer_init(w);
 }
 
-/* Appends a JSON string literal; returns the new length (may exceed cap: then
-   nothing past cap was written and the caller retries with a bigger buffer). */
+/* Appends s: raw (quote 0), as a JSON string literal (1), or escaped without
+   the quotes (2); returns the new length (may exceed cap: then nothing past
+   cap was written and the caller retries with a bigger buffer). */
 static size_t pt__json_put(char *buf, size_t cap, size_t len, const char *s, int quote) {
     const unsigned char *p = (const unsigned char *)s;
 #define PT__PUT(ch) do { if (len < cap) buf[len] = (char)(ch); len++; } while (0)
-    if (quote) PT__PUT('"');
+    if (quote == 1) PT__PUT('"');
     for (; *p; p++) {
         if (!quote) PT__PUT(*p);
         else if (*p == '"' || *p == '\\') { PT__PUT('\\'); PT__PUT(*p); }
@@ -6693,30 +6831,34 @@ static size_t pt__json_put(char *buf, size_t cap, size_t len, const char *s, int
             for (k = 0; e[k]; k++) PT__PUT(e[k]);
         } else PT__PUT(*p);
     }
-    if (quote) PT__PUT('"');
+    if (quote == 1) PT__PUT('"');
 #undef PT__PUT
     return len;
 }
 
-static size_t pt__st_header(const pt_st_writer *w, char *buf, size_t cap) {
+/* The header; sums holds the metadata's checksum, then each tensor's. */
+static size_t pt__st_header(const pt_st_writer *w, const uint64_t *sums, char *buf, size_t cap) {
     size_t len = 0;
     uint64_t off = 0;
     char num[96];
     int i, d;
-    len = pt__json_put(buf, cap, len, "{", 0);
-    if (w->n_meta) {
-        len = pt__json_put(buf, cap, len, "\"__metadata__\":{", 0);
-        for (i = 0; i < w->n_meta; i++) {
-            if (i) len = pt__json_put(buf, cap, len, ",", 0);
-            len = pt__json_put(buf, cap, len, w->meta[i].key, 1);
-            len = pt__json_put(buf, cap, len, ":", 0);
-            len = pt__json_put(buf, cap, len, w->meta[i].value, 1);
-        }
-        len = pt__json_put(buf, cap, len, "}", 0);
+    len = pt__json_put(buf, cap, len, "{\"__metadata__\":{", 0);
+    for (i = 0; i < w->n_meta; i++) {
+        len = pt__json_put(buf, cap, len, w->meta[i].key, 1);
+        len = pt__json_put(buf, cap, len, ":", 0);
+        len = pt__json_put(buf, cap, len, w->meta[i].value, 1);
+        len = pt__json_put(buf, cap, len, ",", 0);
     }
+    for (i = 0; i <= w->n_tensors; i++) {
+        len = pt__json_put(buf, cap, len, i ? ",\"" PT__SUM_PREFIX : "\"" PT__SUM_META, 0);
+        if (i) len = pt__json_put(buf, cap, len, w->tensors[i - 1].name, 2);
+        snprintf(num, sizeof num, "\":\"%016llx\"", (unsigned long long)sums[i]);
+        len = pt__json_put(buf, cap, len, num, 0);
+    }
+    len = pt__json_put(buf, cap, len, "}", 0);
     for (i = 0; i < w->n_tensors; i++) {
         const pt_st_tensor *t = &w->tensors[i];
-        if (i || w->n_meta) len = pt__json_put(buf, cap, len, ",", 0);
+        len = pt__json_put(buf, cap, len, ",", 0);
         len = pt__json_put(buf, cap, len, t->name, 1);
         len = pt__json_put(buf, cap, len, ":{\"dtype\":\"", 0);
         len = pt__json_put(buf, cap, len, pt_dtype_name(t->dtype), 0);
@@ -6767,13 +6909,33 @@ static int pt__write_all(int fd, const unsigned char *p, size_t n) {
     return 1;
 }
 
+/* Test hook: PTRAIN_TEST_WRITE_DELAY_MS=n pauses n ms after each part (a
+   checkpoint's tensor), so that a test's kill lands in the middle of a write. */
+static void pt__write_delay(void) {
+    const char *e = getenv("PTRAIN_TEST_WRITE_DELAY_MS");
+    int ms = e ? atoi(e) : 0;
+    struct timespec ts;
+    if (ms <= 0) return;
+    ts.tv_sec = ms / 1000;
+    ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* Durable and atomic: the bytes reach the disk (fsync) before the rename
+   makes them the file, and the rename reaches it (fsync of the directory)
+   before we return. A crash at any point leaves path old or new, never
+   partial; at worst a stale tmp, which the next write truncates. */
 static pt_status pt__write_atomic(const char *path, const char *tmp, const void *const *parts,
                                   const size_t *lens, int n) {
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644), i, ok = 1, err = 0;
     char dir[4096];
     const char *slash;
     if (fd < 0) return pt__fail(PT_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
-    for (i = 0; ok && i < n; i++) ok = pt__write_all(fd, (const unsigned char *)parts[i], lens[i]);
+    for (i = 0; ok && i < n; i++) {
+        ok = pt__write_all(fd, (const unsigned char *)parts[i], lens[i]);
+        pt__write_delay();
+    }
     if (ok) ok = fsync(fd) == 0;
     if (!ok) err = errno;
     if (close(fd) != 0 && ok) {
@@ -6822,19 +6984,31 @@ static pt_status pt__write_file(const char *path, const void *const *parts, cons
 }
 
 PTRAINDEF pt_status pt_st_writer_save(const pt_st_writer *w, const char *path) {
-    size_t hl = pt__st_header(w, NULL, 0), *lens;
-    unsigned char *head = (unsigned char *)pt__malloc(8 + hl, w->alloc_ctx);
+    size_t hl, *lens;
+    unsigned char *head = NULL;
     const void **parts = (const void **)pt__malloc(sizeof(void *) * (size_t)(w->n_tensors + 1),
                                                    w->alloc_ctx);
+    uint64_t *sums = (uint64_t *)pt__malloc(sizeof(uint64_t) * (size_t)(w->n_tensors + 1),
+                                            w->alloc_ctx);
     pt_status s;
     int i;
     lens = (size_t *)pt__malloc(sizeof(size_t) * (size_t)(w->n_tensors + 1), w->alloc_ctx);
+    if (sums) { /* the checksums first: the header's size depends on nothing else */
+        sums[0] = pt__pt64_meta(w->meta, w->n_meta);
+        for (i = 0; i < w->n_tensors; i++) {
+            pt_st_tensor t = w->tensors[i]; /* end is the size until offsets are assigned */
+            t.begin = 0;
+            sums[i + 1] = pt__pt64_tensor(&t);
+        }
+    }
+    hl = sums ? pt__st_header(w, sums, NULL, 0) : 0;
+    if (sums) head = (unsigned char *)pt__malloc(8 + hl, w->alloc_ctx);
     if (!head || !parts || !lens) {
         s = pt__fail(PT_ERR_OOM, "out of memory writing '%s'", path);
         goto out;
     }
     for (i = 0; i < 8; i++) head[i] = (unsigned char)((uint64_t)hl >> (8 * i));
-    pt__st_header(w, (char *)head + 8, hl);
+    pt__st_header(w, sums, (char *)head + 8, hl);
     parts[0] = head, lens[0] = 8 + hl;
     for (i = 0; i < w->n_tensors; i++)
         parts[i + 1] = w->tensors[i].data, lens[i + 1] = (size_t)w->tensors[i].end;
@@ -6843,6 +7017,7 @@ out:
     pt__free(head, w->alloc_ctx);
     pt__free((void *)parts, w->alloc_ctx);
     pt__free(lens, w->alloc_ctx);
+    pt__free(sums, w->alloc_ctx);
     return s;
 }
 

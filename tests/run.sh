@@ -197,6 +197,8 @@ step "train: resume from the checkpoint" build/train --preset tiny --steps 50 --
     --eval-every 20 --log-every 10 --sample-tokens 0 --resume "$ck" --threads 2
 step "train: interrupted + resumed run prints the same losses" sh tests/resume_check.sh
 step "sample: generate from the checkpoint" build/sample "$ck" --tokens 30
+step "train, sample: a flipped, truncated or broken checkpoint is a clear error (exit 1)" \
+    sh tests/corrupt_check.sh "$ck"
 fails "train: --seq beyond the context is refused" 1 "seq=128 must be in \[1, block_size=64\]" \
     build/train --preset tiny --block-size 64 --seq 128 --steps 1 --batch 1 --sample-tokens 0
 fails "train: missing data file" 1 "cannot open" build/train --data "$tmp/nope.txt"

@@ -1199,6 +1199,105 @@ static void test_st_mutations(void) {
     CHECK(accepted > 0 && accepted < total); /* some mutations are harmless, most are not */
 }
 
+/* where needle first occurs in the n bytes at hay, or NULL */
+static char *find_bytes(char *hay, size_t n, const char *needle) {
+    size_t k = strlen(needle), i;
+    for (i = 0; i + k <= n; i++)
+        if (memcmp(hay + i, needle, k) == 0) return hay + i;
+    return NULL;
+}
+
+/* The file as a writer without checksums (ptrain before 0.2) made it: the
+   "pt64:" entries cut out of the header, padded back to its length with
+   spaces so the data stays where it was. */
+static void strip_checksums(const char *src, const char *dst) {
+    size_t n = 0, hl = 0;
+    unsigned char *f = read_all(src, &n);
+    char *h, *a, *b;
+    int i;
+    if (!f || n < 8) {
+        FAIL("cannot read %s", src);
+        return;
+    }
+    for (i = 7; i >= 0; i--) hl = (hl << 8) | f[i];
+    h = (char *)f + 8;
+    a = find_bytes(h, hl, "\"pt64:__metadata__\"");
+    if (!a) {
+        FAIL("%s has no checksums", src);
+        return;
+    }
+    if (a[-1] == ',') a--;
+    b = a + strcspn(a, "}"); /* the checksums are the metadata's last entries */
+    memmove(a, b, (size_t)(h + hl - b));
+    memset(h + hl - (b - a), ' ', (size_t)(b - a));
+    write_all(dst, f, n);
+}
+
+/* Every data byte flipped is caught and names its tensor; so are changed
+   metadata, a changed shape, a missing checksum and a truncation. Files
+   without checksums load unverified. */
+static void test_st_checksums(void) {
+    float f[6] = {1, 2, 3, 4, 5, 6};
+    int32_t ints[2] = {7, 8};
+    int64_t s23[2] = {2, 3}, s2[1] = {2}, s0[1] = {0};
+    const char *path = tmp_path("sums.safetensors"), *old = tmp_path("sums_old.safetensors");
+    pt_st_writer w;
+    pt_safetensors st;
+    unsigned char *file, *buf;
+    size_t size = 0, hl, pos;
+    char *h, *at;
+    int caught = 0;
+    ZERO(w);
+    pt_st_writer_init(&w);
+    CHECK_ST(pt_st_writer_meta(&w, "k", "v"), PT_OK);
+    CHECK_ERR(pt_st_writer_meta(&w, "pt64:x", "0"), PT_ERR_INVALID_ARG, "reserved");
+    pt_st_writer_add(&w, "x", PT_F32, 2, s23, f);
+    pt_st_writer_add(&w, "i", PT_I32, 1, s2, ints);
+    pt_st_writer_add(&w, "e", PT_F32, 1, s0, NULL);
+    CHECK_ST(pt_st_writer_save(&w, path), PT_OK);
+    pt_st_writer_free(&w);
+    ZERO(st);
+    CHECK_ST(pt_st_load(&st, path), PT_OK);
+    CHECK_EQ(st.checksummed, 1);
+    CHECK_EQ(st.n_meta, 1); /* the checksums are the container's, not metadata */
+    pt_st_free(&st);
+    file = read_all(path, &size);
+    if (!file || size < 8) return;
+    hl = (size_t)file[0] | (size_t)file[1] << 8;
+    buf = TALLOC(unsigned char, size);
+    for (pos = 8 + hl; pos < size; pos++) { /* x's 24 bytes, then i's 8 */
+        memcpy(buf, file, size);
+        buf[pos] ^= 0x10;
+        parse_expect_(__FILE__, __LINE__, buf, size, PT_ERR_FORMAT,
+                      pos < 8 + hl + sizeof f ? "tensor 'x' fails its checksum"
+                                              : "tensor 'i' fails its checksum");
+        caught++;
+    }
+    CHECK_EQ(caught, sizeof f + sizeof ints);
+    memcpy(buf, file, size);
+    h = (char *)buf + 8;
+    at = find_bytes(h, hl, "\"k\":\"v\"");
+    if (at) at[5] = 'w';
+    parse_expect_(__FILE__, __LINE__, buf, size, PT_ERR_FORMAT, "metadata fails its checksum");
+    memcpy(buf, file, size);
+    at = find_bytes(h, hl, "[2,3]"); /* the same bytes as 3 x 2 */
+    if (at) at[1] = '3', at[3] = '2';
+    parse_expect_(__FILE__, __LINE__, buf, size, PT_ERR_FORMAT, "tensor 'x' fails its checksum");
+    memcpy(buf, file, size);
+    at = find_bytes(h, hl, "\"pt64:i\"");
+    if (at) at[6] = 'j'; /* i loses its checksum, a j that is no tensor gets one */
+    parse_expect_(__FILE__, __LINE__, buf, size, PT_ERR_FORMAT, "tensor 'i' has no checksum");
+    parse_expect_(__FILE__, __LINE__, file, size - 1, PT_ERR_FORMAT, "truncated");
+    /* written without checksums: loads, unverified */
+    strip_checksums(path, old);
+    ZERO(st);
+    CHECK_ST(pt_st_load(&st, old), PT_OK);
+    CHECK_EQ(st.checksummed, 0);
+    CHECK_EQ(st.n_meta, 1);
+    CHECK_EQ(st.n_tensors, 3);
+    pt_st_free(&st);
+}
+
 /* ======================================================================== */
 /* model weights from files, checkpoints                                     */
 /* ======================================================================== */
@@ -1421,10 +1520,30 @@ static void test_checkpoint_errors(void) {
     CHECK(memcmp(m0, g.m, g.num_params * sizeof(float)) == 0);
     CHECK(memcmp(v0, g.v, g.num_params * sizeof(float)) == 0);
     CHECK_EQ(g.adam_t, 17);
+    /* a flipped byte in a moment: error naming it, and g untouched */
+    {
+        size_t n = 0;
+        unsigned char *img = read_all(path, &n);
+        const pt_param *p = pt_gpt_find_param(&g, "h.1.mlp.c_fc.weight");
+        if (img && p) {
+            img[n - 2 * g.num_params * sizeof(float) + (p->offset + 5) * sizeof(float)] ^= 1;
+            write_all(bad, img, n);
+            CHECK_ERR(pt_checkpoint_load(bad, &g, &got), PT_ERR_FORMAT,
+                      "tensor 'optim.m.h.1.mlp.c_fc.weight' fails its checksum");
+            CHECK(strstr(pt_last_error(), "ck_missing.safetensors") != NULL);
+            CHECK(memcmp(p0, g.params, g.num_params * sizeof(float)) == 0);
+        }
+    }
     /* a safetensors file that is not a checkpoint */
     CHECK_ST(write_hf(bad, &g, NULL, NULL), PT_OK);
     CHECK_ERR(pt_checkpoint_load(bad, &g, &got), PT_ERR_FORMAT, "checkpoint");
     CHECK(memcmp(p0, g.params, g.num_params * sizeof(float)) == 0);
+    /* a checkpoint written before checksums still loads, and the same */
+    strip_checksums(path, bad);
+    ZERO(got);
+    CHECK_ST(pt_checkpoint_load(bad, &g, &got), PT_OK);
+    CHECK_EQ(got.step, 2);
+    CHECK_EQ(g.adam_t, 1);
     pt_gpt_free(&g);
 }
 
@@ -2262,6 +2381,7 @@ static const test_case tests[] = {
     {"st_half_formats", test_st_half_formats},
     {"st_malformed", test_st_malformed},
     {"st_mutations", test_st_mutations},
+    {"st_checksums", test_st_checksums},
     {"load_hf_weights", test_load_hf_weights},
     {"checkpoint_resume_bitwise", test_checkpoint_resume},
     {"checkpoint_errors", test_checkpoint_errors},

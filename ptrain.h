@@ -581,6 +581,21 @@ PTRAINDEF pt_status pt_gpt_pipeline_eval(pt_gpt *m, const int *inputs, const int
    scales gradients by max_norm/norm. Returns the norm before clipping. */
 PTRAINDEF float pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm);
 PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, float lr);
+/* The numerical guard, between pt_gpt_clip_grad_norm and pt_gpt_adamw_step.
+   Collective over the grid's world, so every rank gets the same answer:
+   *bad = 0 if the step's loss and gradient norm are finite on every rank.
+   Else *bad = 1 and where (n chars; may be NULL) names the first tensor whose
+   gradient holds a NaN or infinity, in the order backward computes them (the
+   last layer first; any rank's part counts): "h.3.mlp.c_fc.weight", or
+   "no gradient" when they are all finite (an overflowing norm). The caller
+   then skips pt_gpt_adamw_step, which leaves weights and AdamW state as they
+   were; the next step's backward overwrites the gradients. */
+PTRAINDEF pt_status pt_gpt_check_step(pt_gpt *m, float loss, float norm, int *bad, char *where,
+                                      size_t n);
+/* This rank's gradient of the named tensor as the optimizer will read it
+   (under ZeRO the first span of it in this rank's shard), and its length in
+   *n; NULL if this rank holds none of it. For tests: plant a NaN there. */
+PTRAINDEF float *pt_gpt_grad_of(pt_gpt *m, const char *name, size_t *n);
 
 /* Generation with a KV cache: a token at position p costs O(p), not O(p^2). */
 typedef struct pt_kv_cache {
@@ -2127,6 +2142,14 @@ static const char *pt__layer_names[12] = {
     "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
     "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
 
+/* The name of the whole model's tensor k in canonical order. */
+static void pt__canon_name(const pt_gpt_config *c, int k, char *buf, size_t n) {
+    if (k == 0 || k == 1) snprintf(buf, n, k ? "wpe.weight" : "wte.weight");
+    else if (k < 2 + 12 * c->n_layer)
+        snprintf(buf, n, "h.%d.%s", (k - 2) / 12, pt__layer_names[(k - 2) % 12]);
+    else snprintf(buf, n, k == 2 + 12 * c->n_layer ? "ln_f.weight" : "ln_f.bias");
+}
+
 /* Adds a tensor of full shape d0 x d1 (d1 = 0: 1-D) held as shard says:
    ROWS keeps local_rows rows, COLS and QKV a 1/tp of the columns. */
 static void pt__add_param(pt_gpt *m, const char *name, int ndim, int64_t d0, int64_t d1,
@@ -2220,7 +2243,7 @@ static void pt__build_table(pt_gpt *m) {
     for (l = 0; l < m->config.n_layer; l++) {
         int here = j < m->n_local && m->layer_id[j] == l;
         for (k = 0; k < 12; k++) {
-            snprintf(name, sizeof name, "h.%d.%s", l, pt__layer_names[k]);
+            pt__canon_name(&m->config, m->num_canon, name, sizeof name);
             pt__add_param(m, name, shapes[k][1] ? 2 : 1, shapes[k][0], shapes[k][1], shards[k],
                           shapes[k][0] / m->tp, here);
         }
@@ -3317,6 +3340,67 @@ no_slot:
                     s->list[st_rank][k].micro, s->list[st_rank][k].chunk);
 }
 
+/* This rank's optimizer-ready gradient of table tensor i within bucket b:
+   the whole tensor (once: in the bucket it starts in), or under ZeRO its
+   part of this rank's shard of b. 0 if there is none. */
+static int pt__grad_span(const pt_gpt *m, int b, int i, float **src, size_t *len) {
+    const pt_param *p = &m->table[i];
+    const pt_bucket *k = &m->buckets[b];
+    size_t lo = p->offset, hi = p->offset + p->numel;
+    if (!m->zero) {
+        *src = m->grads + lo;
+        *len = hi - lo;
+        return p->bucket == b;
+    }
+    if (!pt__shard_span(m, b, i, &lo, &hi)) return 0;
+    *src = m->gshard + k->shard_offset + (lo - k->offset - (size_t)m->dp_rank * k->shard);
+    *len = hi - lo;
+    return 1;
+}
+
+PTRAINDEF float *pt_gpt_grad_of(pt_gpt *m, const char *name, size_t *n) {
+    const pt_param *p = pt_gpt_find_param(m, name);
+    float *src;
+    int b;
+    *n = 0;
+    if (!p || !m->grads) return NULL;
+    for (b = 0; b < m->num_buckets; b++)
+        if (pt__grad_span(m, b, (int)(p - m->table), &src, n)) return src;
+    return NULL;
+}
+
+PTRAINDEF pt_status pt_gpt_check_step(pt_gpt *m, float loss, float norm, int *bad, char *where,
+                                      size_t n) {
+    pt_comm *world = m->grid ? m->grid->world : NULL;
+    float flag = isfinite(loss) && isfinite(norm) ? 0.0f : 1.0f, first = 0.0f;
+    pt_status st;
+    int b, i;
+    *bad = 0;
+    if (where && n) where[0] = 0;
+    if (world && (st = pt_comm_all_reduce(world, &flag, 1, PT_REDUCE_MAX)) != PT_OK) return st;
+    if (flag == 0.0f) return PT_OK;
+    *bad = 1;
+    /* first = 1 + the highest canonical index with a non-finite value here
+       (backward computes the tensors from the last to the first), then the
+       highest over the ranks; canonical indices are far below 2^24 */
+    for (b = 0; m->grads && b < m->num_buckets; b++)
+        for (i = m->buckets[b].first; i < m->buckets[b].first + m->buckets[b].count; i++) {
+            float *src;
+            size_t len, j;
+            if ((float)(m->table[i].canon + 1) <= first || !pt__grad_span(m, b, i, &src, &len))
+                continue;
+            for (j = 0; j < len && isfinite(src[j]); j++) {
+            }
+            if (j < len) first = (float)(m->table[i].canon + 1);
+        }
+    if (world && (st = pt_comm_all_reduce(world, &first, 1, PT_REDUCE_MAX)) != PT_OK) return st;
+    if (where && n) {
+        if (first > 0.0f) pt__canon_name(&m->config, (int)first - 1, where, n);
+        else snprintf(where, n, "no gradient");
+    }
+    return PT_OK;
+}
+
 PTRAINDEF float pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm) {
     double norm;
     float *g = m->zero ? m->gshard : m->grads;
@@ -3333,20 +3417,14 @@ PTRAINDEF float pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm) {
         for (b = 0; b < m->num_buckets; b++)
             for (i = m->buckets[b].first; i < m->buckets[b].first + m->buckets[b].count; i++) {
                 const pt_param *p = &m->table[i];
-                size_t lo = p->offset, hi = p->offset + p->numel;
-                const float *src = m->grads + lo;
+                float *src;
+                size_t len;
+                double x;
                 if (p->shard == PT_SHARD_NONE && m->tp_rank != 0) continue;
                 if (i == m->tab_wte && !m->has_embed) continue;
-                if (!m->zero && p->bucket != b) continue; /* whole tensors: once */
-                if (m->zero) {
-                    if (!pt__shard_span(m, b, i, &lo, &hi)) continue;
-                    src = m->gshard + m->buckets[b].shard_offset +
-                          (lo - m->buckets[b].offset - (size_t)m->dp_rank * m->buckets[b].shard);
-                }
-                {
-                    double x = pt_norm2(src, hi - lo);
-                    part += x * x;
-                }
+                if (!pt__grad_span(m, b, i, &src, &len)) continue;
+                x = pt_norm2(src, len);
+                part += x * x;
             }
         sq = (float)part;
         if ((m->tp > 1 && pt_comm_all_reduce(m->tp_comm, &sq, 1, PT_REDUCE_SUM) != PT_OK) ||

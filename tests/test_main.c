@@ -1547,6 +1547,52 @@ static void test_checkpoint_errors(void) {
     pt_gpt_free(&g);
 }
 
+/* The guard: finite steps pass; a NaN or infinity in gradients is named by
+   the tensor backward reaches first (the higher layer); a non-finite loss
+   alone or an overflowing norm says "no gradient". Skipping the step keeps
+   weights and AdamW state. */
+static void test_check_step(void) {
+    pt_gpt g;
+    pt_adamw_config opt = pt_adamw_default();
+    int dummy[CK_B * CK_T] = {0}, bad = -1;
+    char where[64];
+    size_t n = 0;
+    float *gr, norm, *p0, *m0;
+    CHECK_ST(gpt_new(&g, cfg_make(32, 16, 2, 2, 16), CK_B, CK_T, 0), PT_OK);
+    if (!g.params) return;
+    gpt_randomize(&g, 4, 0.1f);
+    CHECK_ST(pt_gpt_forward(&g, dummy, dummy, CK_B, CK_T), PT_OK);
+    CHECK_ST(pt_gpt_backward(&g), PT_OK);
+    norm = pt_gpt_clip_grad_norm(&g, 1.0f);
+    CHECK_ST(pt_gpt_check_step(&g, g.loss, norm, &bad, where, sizeof where), PT_OK);
+    CHECK(bad == 0 && where[0] == 0);
+    CHECK(pt_gpt_grad_of(&g, "h.9.ln_1.bias", &n) == NULL && n == 0);
+    gr = pt_gpt_grad_of(&g, "h.0.attn.c_attn.bias", &n);
+    CHECK(gr == g.grads + pt_gpt_find_param(&g, "h.0.attn.c_attn.bias")->offset && n == 3 * 16);
+    if (gr) gr[n - 1] = INFINITY;
+    gr = pt_gpt_grad_of(&g, "h.1.mlp.c_fc.weight", &n);
+    if (gr) gr[3] = NAN;
+    p0 = fcopy(g.params, g.num_params), m0 = fcopy(g.m, g.num_params);
+    norm = pt_gpt_clip_grad_norm(&g, 1.0f);
+    CHECK(!isfinite(norm));
+    CHECK_ST(pt_gpt_check_step(&g, g.loss, norm, &bad, where, sizeof where), PT_OK);
+    CHECK(bad == 1 && strcmp(where, "h.1.mlp.c_fc.weight") == 0);
+    if (gr) gr[3] = 0.0f; /* only the lower layer's infinity is left */
+    CHECK_ST(pt_gpt_check_step(&g, g.loss, NAN, &bad, where, sizeof where), PT_OK);
+    CHECK(bad == 1 && strcmp(where, "h.0.attn.c_attn.bias") == 0);
+    CHECK_ST(pt_gpt_forward(&g, dummy, dummy, CK_B, CK_T), PT_OK);
+    CHECK_ST(pt_gpt_backward(&g), PT_OK); /* gradients finite again */
+    CHECK_ST(pt_gpt_check_step(&g, NAN, 1.0f, &bad, where, sizeof where), PT_OK);
+    CHECK(bad == 1 && strcmp(where, "no gradient") == 0);
+    CHECK_ST(pt_gpt_check_step(&g, 1.0f, INFINITY, &bad, NULL, 0), PT_OK);
+    CHECK_EQ(bad, 1);
+    CHECK(memcmp(p0, g.params, g.num_params * sizeof(float)) == 0); /* nothing was stepped */
+    CHECK(memcmp(m0, g.m, g.num_params * sizeof(float)) == 0);
+    pt_gpt_adamw_step(&g, &opt, 1e-3f);
+    CHECK(memcmp(p0, g.params, g.num_params * sizeof(float)) != 0);
+    pt_gpt_free(&g);
+}
+
 /* ======================================================================== */
 /* token data and loaders                                                    */
 /* ======================================================================== */
@@ -2385,6 +2431,7 @@ static const test_case tests[] = {
     {"load_hf_weights", test_load_hf_weights},
     {"checkpoint_resume_bitwise", test_checkpoint_resume},
     {"checkpoint_errors", test_checkpoint_errors},
+    {"check_step", test_check_step},
     {"tokens", test_tokens},
     {"loader_epochs_seek", test_loader_epochs},
     {"loader_splits", test_loader_splits},

@@ -7009,7 +7009,9 @@ static pt_status pt__write_atomic(const char *path, const char *tmp, const void 
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644), i, ok = 1, err = 0;
     char dir[4096];
     const char *slash;
-    if (fd < 0) return pt__fail(PT_ERR_IO, "cannot create '%s': %s", tmp, strerror(errno));
+    if (fd < 0)
+        return pt__fail(PT_ERR_IO, "cannot write '%s': cannot create '%s': %s (the previous file, "
+                        "if any, is intact)", path, tmp, strerror(errno));
     for (i = 0; ok && i < n; i++) {
         ok = pt__write_all(fd, (const unsigned char *)parts[i], lens[i]);
         pt__write_delay();

@@ -14,6 +14,8 @@
 #include "../ptrain.h"
 #include "cli.h"
 
+#include <dirent.h>
+#include <inttypes.h>
 #include <math.h>
 
 /* ---- the embedded task ---------------------------------------------------- */
@@ -177,11 +179,116 @@ static pt_status write_step_trace(pt_trace *t, pt_comm *world, const char *path,
     return st;
 }
 
+/* ---- checkpoint files ------------------------------------------------------
+   Without --keep a run has one checkpoint, --checkpoint PATH, replaced at
+   every save. With --keep N each save is a file of its own beside it,
+   STEM-step00001600.safetensors (STEM: PATH without ".safetensors"), and the
+   newest N are kept. --resume latest takes the newest of them that loads
+   whole, else PATH, else starts fresh: the same command restarts a crashed
+   run. */
+
+static void ckpt_step_path(char *buf, size_t n, const char *base, long long step) {
+    size_t len = strlen(base);
+    if (len > 12 && strcmp(base + len - 12, ".safetensors") == 0) len -= 12;
+    snprintf(buf, n, "%.*s-step%08lld.safetensors", (int)len, base, step);
+}
+
+/* Steps of base's step files (tmp = 1: of their leftover .tmp files), newest
+   first; returns how many (at most max). */
+static int ckpt_list(const char *base, int tmp, long long *steps, int max) {
+    char dir[4096], pre[1024];
+    const char *slash = strrchr(base, '/'), *name;
+    size_t len = strlen(base), plen;
+    DIR *d;
+    struct dirent *e;
+    int n = 0, i, j;
+    if (len > 12 && strcmp(base + len - 12, ".safetensors") == 0) len -= 12;
+    name = slash ? slash + 1 : base;
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - base) + 1 : 1, slash ? base : ".");
+    snprintf(pre, sizeof pre, "%.*s-step", (int)(base + len - name), name);
+    plen = strlen(pre);
+    if (!(d = opendir(dir))) return 0;
+    while ((e = readdir(d)) != NULL && n < max) {
+        const char *p = e->d_name + plen;
+        char *end;
+        long long st;
+        if (strncmp(e->d_name, pre, plen) != 0 || *p < '0' || *p > '9') continue;
+        st = strtoll(p, &end, 10);
+        if (strcmp(end, tmp ? ".safetensors.tmp" : ".safetensors") != 0) continue;
+        for (i = 0; i < n && steps[i] > st; i++) {
+        }
+        for (j = n++; j > i; j--) steps[j] = steps[j - 1];
+        steps[i] = st;
+    }
+    closedir(d);
+    return n;
+}
+
+#define CKPT_MAX 4096 /* step files looked at */
+
+/* The step a checkpoint file was saved at, or -1 after an error. */
+static long long ckpt_file_step(const char *path) {
+    pt_safetensors st;
+    uint64_t v = 0;
+    const char *x;
+    memset(&st, 0, sizeof st);
+    if (pt_st_load(&st, path) != PT_OK) return -1;
+    x = pt_st_meta_get(&st, "step");
+    if (!x || sscanf(x, "%" SCNu64, &v) != 1 || v > INT64_MAX) {
+        pt__fail(PT_ERR_FORMAT, "%s: no step in its metadata: not a ptrain checkpoint", path);
+        pt_st_free(&st);
+        return -1;
+    }
+    pt_st_free(&st);
+    return (long long)v;
+}
+
+/* After a save of step `step` with --keep: of the step files up to it, all
+   but the newest keep go, and so do .tmp files older saves left behind (a
+   kill mid-write). Later ones can only be damaged files --resume latest
+   skipped: they stay until this run overwrites them. */
+static void ckpt_rotate(const char *base, int keep, long long step) {
+    long long steps[CKPT_MAX];
+    char path[4096], tmp[4100];
+    int n = ckpt_list(base, 0, steps, CKPT_MAX), i, kept = 0;
+    for (i = 0; i < n; i++) {
+        if (steps[i] > step || kept++ < keep) continue;
+        ckpt_step_path(path, sizeof path, base, steps[i]);
+        remove(path);
+    }
+    n = ckpt_list(base, 1, steps, CKPT_MAX);
+    for (i = 0; i < n; i++)
+        if (steps[i] < step) {
+            ckpt_step_path(path, sizeof path, base, steps[i]);
+            snprintf(tmp, sizeof tmp, "%s.tmp", path);
+            remove(tmp);
+        }
+}
+
+/* --resume latest: into out, the newest checkpoint of base that loads whole
+   (checksums verified), skipping damaged ones with a warning. 0 if none. */
+static int ckpt_latest(const char *base, char *out, size_t n, int verbose) {
+    long long steps[CKPT_MAX];
+    pt_gpt_config cfg;
+    int count = ckpt_list(base, 0, steps, CKPT_MAX), i;
+    for (i = 0; i <= count; i++) {
+        FILE *f;
+        if (i < count) ckpt_step_path(out, n, base, steps[i]);
+        else snprintf(out, n, "%s", base);
+        if (i == count && !(f = fopen(out, "rb"))) return 0;
+        if (i == count) fclose(f);
+        if (pt_gpt_config_from_file(out, 0, &cfg) == PT_OK) return 1;
+        if (verbose) fprintf(stderr, "warning: --resume latest skips %s\n", pt_last_error());
+    }
+    return 0;
+}
+
 /* Everything a rank needs to train: the options and the data (read-only). */
 typedef struct run {
-    const char *data_path, *ckpt_out, *resume, *trace_path;
+    const char *data_path, *ckpt_out, *resume, *trace_path, *nan_tensor;
     int steps, batch, seq, warmup, eval_every, eval_batches, ckpt_every, sample_tokens, top_k,
-        log_every, stop_after, tp, dp, pp, zero, accum, chunks, recompute, trace_step;
+        log_every, stop_after, tp, dp, pp, zero, accum, chunks, recompute, trace_step, keep,
+        max_bad, nan_step, nan_count, fail_rank, fail_step;
     const char *schedule;
     float lr, min_lr, wd, clip, val_fraction, temperature;
     uint64_t seed;
@@ -207,6 +314,8 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     pt_train_state state;
     pt_rng rng;
     int *inputs = NULL, *targets = NULL, rows, first, micro = o->batch / o->dp / o->accum;
+    int n_bad = 0, stopped = 0, good_step; /* steps skipped in a row; the last good one */
+    char where[64], ckpt_path[4096];
     double flops_step, t_train = 0.0, t_start, val = NAN, train_loss_avg = 0.0, h_unigram;
     int n_avg = 0; /* steps in train_loss_avg since the last progress line */
     float *full = NULL;
@@ -263,6 +372,18 @@ static pt_status train_rank(pt_comm *world, void *arg) {
         goto fail;
     }
 
+    if (o->nan_step > 0) { /* the planted NaN needs a tensor some rank holds */
+        int none = 0;
+        if ((st = pt_comm_all_ok(world, !pt_gpt_find_param(&gpt, o->nan_tensor), &none)) !=
+            PT_OK)
+            goto fail;
+        if (none) {
+            st = pt__fail(PT_ERR_CONFIG, "--debug-nan-tensor '%s' is no tensor of this model",
+                          o->nan_tensor);
+            goto fail;
+        }
+    }
+
     h_unigram = pt_tokens_unigram_entropy(o->tok, val_ld.begin, val_ld.begin + val_ld.len);
     flops_step = pt_gpt_flops_per_step(&o->cfg, o->batch, o->seq);
     if (lead) {
@@ -300,12 +421,16 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     sched.warmup_steps = o->warmup;
     sched.total_steps = o->steps;
     t_start = pt_time_now();
+    good_step = (int)state.step;
     for (step = (int)state.step;
          step < o->steps && !(o->stop_after > 0 && step >= o->stop_after); step++) {
         double t0 = pt_time_now(), step_loss = 0.0;
         float lr_now = pt_lr_at(&sched, step), norm;
         int last = step + 1 == o->steps || step + 1 == o->stop_after, k;
+        int bad;
         pt_loader_next(&train_ld, inputs, targets);
+        if (world->rank == o->fail_rank && step + 1 == o->fail_step) /* planted bad data */
+            inputs[(size_t)first * o->seq] = o->cfg.vocab_size;
         if (o->pp > 1) { /* the micro-batches through the stages, as the schedule says */
             size_t at = (size_t)first * o->seq;
             int traced = o->trace_path && step + 1 == o->trace_step;
@@ -324,11 +449,36 @@ static pt_status train_rank(pt_comm *world, void *arg) {
                 goto fail;
             step_loss += gpt.loss / o->accum;
         }
+        if (o->nan_step > 0 && step + 1 >= o->nan_step && step + 1 < o->nan_step + o->nan_count) {
+            size_t n;
+            float *g = pt_gpt_grad_of(&gpt, o->nan_tensor, &n);
+            if (g && n > 0) g[n / 2] = NAN; /* on every rank holding a part of it */
+        }
         norm = pt_gpt_clip_grad_norm(&gpt, o->clip);
-        if ((st = pt_gpt_adamw_step(&gpt, &opt, lr_now)) != PT_OK) goto fail;
+        /* a non-finite loss or gradient skips the optimizer step on every rank */
+        if ((st = pt_gpt_check_step(&gpt, (float)step_loss, norm, &bad, where, sizeof where)) !=
+            PT_OK)
+            goto fail;
+        if (bad) {
+            n_bad++;
+            if (lead) {
+                printf("step %5d/%d | skipped: loss %g, gradient norm %g; the first non-finite "
+                       "gradient is %s (%d bad step%s in a row, at most %d)\n",
+                       step + 1, o->steps, step_loss, (double)norm, where, n_bad,
+                       n_bad > 1 ? "s" : "", o->max_bad);
+                fflush(stdout);
+            }
+            if (n_bad >= o->max_bad) stopped = 1;
+        } else {
+            if ((st = pt_gpt_adamw_step(&gpt, &opt, lr_now)) != PT_OK) goto fail;
+            n_bad = 0;
+            good_step = step + 1;
+        }
         t_train += pt_time_now() - t0;
-        train_loss_avg += step_loss;
-        n_avg++;
+        if (!bad) {
+            train_loss_avg += step_loss;
+            n_avg++;
+        }
         if ((step + 1) % o->eval_every == 0 || last)
             val = eval_loss(&gpt, &val_ld, o->eval_batches, inputs, targets, first, rows);
         if (lead && ((step + 1) % o->log_every == 0 || last || step == (int)state.step)) {
@@ -340,10 +490,11 @@ static pt_status train_rank(pt_comm *world, void *arg) {
             fmt_time(el, sizeof el, elapsed);
             fmt_time(eta, sizeof eta, elapsed / done_steps * (o->steps - step - 1));
             if (val == val) snprintf(vs, sizeof vs, "%.4f", val);
-            printf("step %5d/%d | loss %.4f | val %s | lr %.2e | norm %.2f | %7.0f tok/s | "
-                   "MFU %4.1f%% | %s elapsed | ETA %s\n",
-                   step + 1, o->steps, train_loss_avg / n_avg, vs, (double)lr_now, (double)norm,
-                   tps, 100.0 * mfu, el, eta);
+            if (n_avg > 0) /* a line needs a step that was not skipped */
+                printf("step %5d/%d | loss %.4f | val %s | lr %.2e | norm %.2f | %7.0f tok/s | "
+                       "MFU %4.1f%% | %s elapsed | ETA %s\n",
+                       step + 1, o->steps, train_loss_avg / n_avg, vs, (double)lr_now,
+                       (double)norm, tps, 100.0 * mfu, el, eta);
             fflush(stdout);
         }
         /* a line shows the mean loss since the last multiple of log_every
@@ -352,14 +503,33 @@ static pt_status train_rank(pt_comm *world, void *arg) {
             train_loss_avg = 0.0;
             n_avg = 0;
         }
-        if (o->ckpt_out && ((o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0) || last)) {
+        /* a stop saves too: the weights and AdamW state of the last good step,
+           the data position after the skipped batches */
+        if (o->ckpt_out &&
+            ((o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0) || last || stopped)) {
             state.step = step + 1;
             state.data_epoch = train_ld.epoch;
             state.data_pos = train_ld.pos;
             state.rng_state = rng.state;
-            if ((st = pt_checkpoint_save(o->ckpt_out, &gpt, &state)) != PT_OK) goto fail;
-            if (last && lead) printf("checkpoint: %s (step %d)\n", o->ckpt_out, step + 1);
+            if (o->keep) ckpt_step_path(ckpt_path, sizeof ckpt_path, o->ckpt_out, step + 1);
+            else snprintf(ckpt_path, sizeof ckpt_path, "%s", o->ckpt_out);
+            if ((st = pt_checkpoint_save(ckpt_path, &gpt, &state)) != PT_OK) goto fail;
+            if (lead && o->keep) ckpt_rotate(o->ckpt_out, o->keep, step + 1);
+            if (last && lead) printf("checkpoint: %s (step %d)\n", ckpt_path, step + 1);
         }
+        if (stopped) break;
+    }
+    if (stopped) {
+        if (lead && o->ckpt_out)
+            fprintf(stderr, "error: %d steps in a row had a non-finite loss or gradient (the "
+                    "last, step %d, first in %s): stopped. %s holds the weights and AdamW state "
+                    "of step %d, the last good one; --resume continues after the skipped "
+                    "batches\n", n_bad, step + 1, where, ckpt_path, good_step);
+        else if (lead)
+            fprintf(stderr, "error: %d steps in a row had a non-finite loss or gradient (the "
+                    "last, step %d, first in %s): stopped after step %d, the last good one; "
+                    "nothing saved (no --checkpoint)\n", n_bad, step + 1, where, good_step);
+        goto done;
     }
     if (o->stop_after > 0 && o->stop_after < o->steps) {
         if (lead)
@@ -435,7 +605,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
 fail:
     if (st != PT_ERR_COMM) st = pt_comm_fail(world, st);
 done:
-    if (lead) o->rc = st == PT_OK ? 0 : 1;
+    if (lead) o->rc = st == PT_OK && !stopped ? 0 : 1;
     free(full);
     free(inputs);
     free(targets);
@@ -452,6 +622,8 @@ done:
 int main(int argc, char **argv) {
     const char *data_format = "auto", *preset = "mini", *recompute = "none";
     int threads = 0, n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, npos, s;
+    float peak = 0.0f;
+    char latest[4096];
     const char *pos[1];
     run o;
     cli_opt opts[] = {
@@ -480,11 +652,17 @@ int main(int argc, char **argv) {
         {"checkpoint", CLI_STR, &o.ckpt_out, "write a checkpoint here (at the end)", 0, 0},
         {"checkpoint-every", CLI_INT, &o.ckpt_every, "also every N steps (0: only at the end)", 0,
          1e9},
+        {"keep", CLI_INT, &o.keep, "keep the newest N checkpoints, each in a file of its own: "
+         "--checkpoint's name with -stepNNNNNNNN before .safetensors (0: one file, replaced)", 0,
+         1e6},
         {"stop-after", CLI_INT, &o.stop_after,
          "stop after this step, keeping the schedule of --steps (continue with --resume)", 0,
          1e9},
-        {"resume", CLI_STR, &o.resume, "resume from this checkpoint (model, AdamW, data, RNG)", 0,
+        {"resume", CLI_STR, &o.resume, "resume from this checkpoint (model, AdamW, data, RNG); "
+         "'latest': the newest of --checkpoint's that loads whole, or a fresh start if none", 0,
          0},
+        {"max-bad-steps", CLI_INT, &o.max_bad, "a step with a non-finite loss or gradient is "
+         "skipped; this many in a row stop the run (with a checkpoint)", 1, 1e9},
         {"seed", CLI_U64, &o.seed, "seed for weights, data order and sampling", 0, 0},
         {"threads", CLI_INT, &threads, "OpenMP/BLAS threads (0: all cores; one rank only)", 0,
          1024},
@@ -508,6 +686,17 @@ int main(int argc, char **argv) {
          1e6},
         {"temperature", CLI_FLOAT, &o.temperature, "sampling temperature (0: greedy)", 0, 100},
         {"top-k", CLI_INT, &o.top_k, "sample among the k most likely tokens (0: all)", 0, 1 << 24},
+        {"peak-gflops", CLI_FLOAT, &peak, "the machine's sgemm GFLOP/s for MFU (0: measure it, "
+         "0.5 s)", 0, 1e9},
+        {"debug-nan-step", CLI_INT, &o.nan_step, "testing: plant a NaN in a gradient at this step "
+         "(0: never)", 0, 1e9},
+        {"debug-nan-count", CLI_INT, &o.nan_count, "testing: ... and the steps after it, this many "
+         "in all", 1, 1e9},
+        {"debug-nan-tensor", CLI_STR, &o.nan_tensor, "testing: the tensor whose gradient gets it",
+         0, 0},
+        {"debug-fail-rank", CLI_INT, &o.fail_rank, "testing: this world rank gets a token outside "
+         "the vocabulary at --debug-fail-step (-1: none)", -1, 1e6},
+        {"debug-fail-step", CLI_INT, &o.fail_step, "testing: the step of --debug-fail-rank", 1, 1e9},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
     const char *usage =
@@ -530,7 +719,8 @@ int main(int argc, char **argv) {
     o.eval_batches = 8, o.sample_tokens = 400, o.top_k = 8, o.log_every = 100;
     o.lr = 6e-3f, o.min_lr = 6e-4f, o.wd = 0.1f, o.clip = 1.0f, o.val_fraction = 0.1f;
     o.temperature = 0.8f, o.seed = 1337, o.tp = 1, o.dp = 1, o.pp = 1, o.accum = 1, o.chunks = 1;
-    o.trace_step = 2;
+    o.trace_step = 2, o.max_bad = 5, o.nan_count = 1, o.nan_tensor = "h.0.mlp.c_fc.weight";
+    o.fail_rank = -1, o.fail_step = 1;
     memset(&tok, 0, sizeof tok);
     if (!cli_world_begin(&world, &argc, &argv)) return 2;
     mpi = world.kind == PT_COMM_MPI;
@@ -562,9 +752,18 @@ int main(int argc, char **argv) {
         rc = 2;
         goto out;
     }
-    pt_set_threads(mpi ? 0 : threads);
-    o.peak = pt_gemm_peak_gflops(1024, 0.5); /* the whole machine, before any rank runs */
-    if (mpi) pt_set_threads(threads);
+    if ((o.keep || (o.resume && strcmp(o.resume, "latest") == 0)) && !o.ckpt_out) {
+        fprintf(stderr, "error: --%s needs --checkpoint\n", o.keep ? "keep" : "resume latest");
+        rc = 2;
+        goto out;
+    }
+    if (o.resume && strcmp(o.resume, "latest") == 0) {
+        if (ckpt_latest(o.ckpt_out, latest, sizeof latest, world.rank == 0)) o.resume = latest;
+        else {
+            if (world.rank == 0) printf("no checkpoint at %s yet: starting fresh\n", o.ckpt_out);
+            o.resume = NULL;
+        }
+    }
 
     /* data: every rank needs all of it (each process loads it under MPI) */
     if (o.data_path) {
@@ -596,6 +795,22 @@ int main(int argc, char **argv) {
         o.cfg.vocab_size = tok.vocab_size;
     }
     if ((st = pt_tokens_check(&tok, o.cfg.vocab_size)) != PT_OK) goto fail;
+    if (o.keep && o.resume != latest) { /* step files beyond the start belong to another
+                                            run: never mix them */
+        long long steps[CKPT_MAX], start = o.resume ? ckpt_file_step(o.resume) : 0;
+        if (start < 0) goto fail;
+        if (ckpt_list(o.ckpt_out, 0, steps, CKPT_MAX) > 0 && steps[0] > start) {
+            ckpt_step_path(latest, sizeof latest, o.ckpt_out, steps[0]);
+            if (world.rank == 0)
+                fprintf(stderr, "error: %s is newer than this run's start (step %lld): continue "
+                        "it with --resume latest, or remove it\n", latest, start);
+            rc = 2;
+            goto out;
+        }
+    }
+    pt_set_threads(mpi ? 0 : threads); /* the whole machine, before any rank runs */
+    o.peak = peak > 0.0f ? (double)peak : pt_gemm_peak_gflops(1024, 0.5);
+    if (mpi) pt_set_threads(threads);
     o.tok = &tok;
     o.rc = 1;
     st = cli_world_run(&world, o.tp * o.dp * o.pp, train_rank, &o);

@@ -196,6 +196,18 @@ step "train: tiny run with checkpoint" build/train --preset tiny --steps 40 --ba
 step "train: resume from the checkpoint" build/train --preset tiny --steps 50 --batch 4 --seq 32 \
     --eval-every 20 --log-every 10 --sample-tokens 0 --resume "$ck" --threads 2
 step "train: interrupted + resumed run prints the same losses" sh tests/resume_check.sh
+step "train: killed 30 times, mostly mid-checkpoint; --resume latest gives the same run" \
+    sh tests/crash_check.sh 30
+sed -n 1,2p "$tmp/out" | sed 's/^/      /'
+step "train: checkpoint writes are durable; a full disk or read-only directory keeps the old one" \
+    sh tests/ckpt_write_check.sh
+step "train: a NaN gradient skips the step (named), K in a row stop with a checkpoint" \
+    sh tests/guard_check.sh
+fails "train: --keep without --checkpoint" 2 "keep needs --checkpoint" build/train --keep 2
+mkdir "$tmp/keep" && : >"$tmp/keep/c-step00000009.safetensors"
+fails "train: --keep refuses to mix with a newer run's step files" 2 \
+    "c-step00000009.safetensors is newer than this run's start (step 0)" \
+    build/train --preset tiny --steps 2 --keep 1 --checkpoint "$tmp/keep/c.safetensors"
 step "sample: generate from the checkpoint" build/sample "$ck" --tokens 30
 step "train, sample: a flipped, truncated or broken checkpoint is a clear error (exit 1)" \
     sh tests/corrupt_check.sh "$ck"
@@ -227,6 +239,21 @@ fails "train: dp x grad_accum not dividing the batch" 2 "not divisible by dp=3" 
     build/train --preset tiny --dp 3 --batch 8 --steps 1
 fails "train_mpi: every rank stops with the message when the data is missing" 1 "cannot open" \
     mpi 2 build/train_mpi --data "$tmp/nope.txt" --dp 2
+# one rank's bad batch at step 3 stops every rank within the timeout, with its message
+bad_rank="--preset tiny --steps 20 --batch 4 --seq 32 --sample-tokens 0 --peak-gflops 100
+          --debug-fail-step 3"
+fails "train: rank 3 of tp 2 x dp 2 fails at step 3, every rank stops (threads)" 1 \
+    "^error: rank 3: inputs\[0\]=256 is outside the vocabulary" \
+    timeout 20 build/train $bad_rank --tp 2 --dp 2 --debug-fail-rank 3
+fails "train: rank 2 of dp 2 x pp 2 fails at step 3, every rank stops (threads)" 1 \
+    "^error: rank 2: inputs\[0\]=256 is outside the vocabulary" \
+    timeout 20 build/train $bad_rank --dp 2 --pp 2 --debug-fail-rank 2
+fails "train_mpi: rank 1 of tp 2 x dp 2 fails at step 3, the job stops" 1 \
+    "^rank 1: inputs\[0\]=256 is outside the vocabulary" \
+    mpi 4 build/train_mpi $bad_rank --tp 2 --dp 2 --debug-fail-rank 1
+fails "train_mpi: rank 3 of dp 2 x pp 2 fails at step 3, the job stops" 1 \
+    "^rank 3: inputs\[0\]=256 is outside the vocabulary" \
+    mpi 4 build/train_mpi $bad_rank --dp 2 --pp 2 --debug-fail-rank 3
 printf 'not a checkpoint' >"$tmp/bad.safetensors"
 fails "sample: malformed model file" 1 "safetensors" build/sample "$tmp/bad.safetensors"
 

@@ -996,8 +996,8 @@ typedef struct pt_safetensors {
     size_t file_size;
     int n_tensors, n_meta;
     int checksummed;     /* 1: the metadata and every tensor passed their pt64
-                            checksums; 0: the file has none (another writer,
-                            or ptrain before 0.2) and was not verified */
+                            checksums; 0: the file has none (another writer, or
+                            ptrain before checksums) and was not verified */
     pt_st_tensor *tensors;
     pt_st_meta *meta;
     char *strings;
@@ -1106,6 +1106,8 @@ PTRAINDEF void pt_loader_free(pt_loader *l);
 typedef struct pt_train_state {
     int64_t step;
     uint64_t data_epoch, data_pos, rng_state;
+    int checksummed; /* set by load: 1 if the file's checksums were verified, 0 if it
+                        has none (written before checksums existed) */
 } pt_train_state;
 
 PTRAINDEF pt_status pt_checkpoint_save(const char *path, const pt_gpt *m,
@@ -7749,6 +7751,7 @@ PTRAINDEF pt_status pt_checkpoint_load(const char *path, pt_gpt *m, pt_train_sta
         state->data_epoch = v[2];
         state->data_pos = v[3];
         state->rng_state = v[4];
+        state->checksummed = st.checksummed;
     }
     goto done;
 done_msg:

@@ -266,7 +266,9 @@ static void ckpt_rotate(const char *base, int keep, long long step) {
 }
 
 /* --resume latest: into out, the newest checkpoint of base that loads whole
-   (checksums verified), skipping damaged ones with a warning. 0 if none. */
+   (checksums verified), skipping damaged ones with a warning. 1 if found, 0
+   if there is none, -1 if there are some but none loads (a fresh start would
+   overwrite them). */
 static int ckpt_latest(const char *base, char *out, size_t n, int verbose) {
     long long steps[CKPT_MAX];
     pt_gpt_config cfg;
@@ -275,12 +277,12 @@ static int ckpt_latest(const char *base, char *out, size_t n, int verbose) {
         FILE *f;
         if (i < count) ckpt_step_path(out, n, base, steps[i]);
         else snprintf(out, n, "%s", base);
-        if (i == count && !(f = fopen(out, "rb"))) return 0;
+        if (i == count && !(f = fopen(out, "rb"))) return count > 0 ? -1 : 0;
         if (i == count) fclose(f);
         if (pt_gpt_config_from_file(out, 0, &cfg) == PT_OK) return 1;
         if (verbose) fprintf(stderr, "warning: --resume latest skips %s\n", pt_last_error());
     }
-    return 0;
+    return -1;
 }
 
 /* Everything a rank needs to train: the options and the data (read-only). */
@@ -363,7 +365,9 @@ static pt_status train_rank(pt_comm *world, void *arg) {
         if ((st = pt_checkpoint_load(o->resume, &gpt, &state)) != PT_OK) goto fail;
         pt_loader_seek(&train_ld, state.data_epoch, (size_t)state.data_pos);
         rng.state = state.rng_state;
-        if (lead) printf("resumed from %s at step %lld\n", o->resume, (long long)state.step);
+        if (lead)
+            printf("resumed from %s at step %lld%s\n", o->resume, (long long)state.step,
+                   state.checksummed ? "" : " (it has no checksums: not verified)");
     }
     inputs = (int *)malloc(sizeof(int) * (size_t)o->batch * o->seq);
     targets = (int *)malloc(sizeof(int) * (size_t)o->batch * o->seq);
@@ -659,8 +663,8 @@ int main(int argc, char **argv) {
          "stop after this step, keeping the schedule of --steps (continue with --resume)", 0,
          1e9},
         {"resume", CLI_STR, &o.resume, "resume from this checkpoint (model, AdamW, data, RNG); "
-         "'latest': the newest of --checkpoint's that loads whole, or a fresh start if none", 0,
-         0},
+         "'latest': the newest of --checkpoint's that loads whole, or a fresh start if there "
+         "are none", 0, 0},
         {"max-bad-steps", CLI_INT, &o.max_bad, "a step with a non-finite loss or gradient is "
          "skipped; this many in a row stop the run (with a checkpoint)", 1, 1e9},
         {"seed", CLI_U64, &o.seed, "seed for weights, data order and sampling", 0, 0},
@@ -696,7 +700,8 @@ int main(int argc, char **argv) {
          0, 0},
         {"debug-fail-rank", CLI_INT, &o.fail_rank, "testing: this world rank gets a token outside "
          "the vocabulary at --debug-fail-step (-1: none)", -1, 1e6},
-        {"debug-fail-step", CLI_INT, &o.fail_step, "testing: the step of --debug-fail-rank", 1, 1e9},
+        {"debug-fail-step", CLI_INT, &o.fail_step, "testing: the step of --debug-fail-rank", 1,
+         1e9},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
     const char *usage =
@@ -758,11 +763,16 @@ int main(int argc, char **argv) {
         goto out;
     }
     if (o.resume && strcmp(o.resume, "latest") == 0) {
-        if (ckpt_latest(o.ckpt_out, latest, sizeof latest, world.rank == 0)) o.resume = latest;
-        else {
-            if (world.rank == 0) printf("no checkpoint at %s yet: starting fresh\n", o.ckpt_out);
-            o.resume = NULL;
+        int found = ckpt_latest(o.ckpt_out, latest, sizeof latest, world.rank == 0);
+        if (found < 0) {
+            if (world.rank == 0)
+                fprintf(stderr, "error: --resume latest: no checkpoint of %s loads; remove the "
+                        "damaged ones to start fresh\n", o.ckpt_out);
+            goto out;
         }
+        if (world.rank == 0 && !found)
+            printf("no checkpoint at %s yet: starting fresh\n", o.ckpt_out);
+        o.resume = found ? latest : NULL;
     }
 
     /* data: every rank needs all of it (each process loads it under MPI) */

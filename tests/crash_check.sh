@@ -89,5 +89,16 @@ if ! grep -q "^warning: --resume latest skips .*$final: .*fails its checksum" "$
     head -n 3 "$dir/again.log"
     bad=1
 fi
+# all of them damaged: an error, not a fresh start that would replace them
+for f in "$dir"/run/*.safetensors; do
+    printf 'XXXX' | dd of="$f" bs=1 conv=notrunc seek=$(($(wc -c <"$f") - 1000)) 2>/dev/null
+done
+build/train $common --checkpoint "$dir/run/c.safetensors" >"$dir/none.log" 2>&1
+if [ $? -ne 1 ] || ! grep -q "^error: --resume latest: no checkpoint of .* loads" "$dir/none.log"
+then
+    echo "FAIL: --resume latest with only damaged checkpoints did not refuse to start"
+    tail -n 3 "$dir/none.log"
+    bad=1
+fi
 [ $bad -eq 0 ] && echo "every loss of steps 1-$steps and the final checkpoint equal the uninterrupted run's"
 exit $bad

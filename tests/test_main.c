@@ -1207,7 +1207,7 @@ static char *find_bytes(char *hay, size_t n, const char *needle) {
     return NULL;
 }
 
-/* The file as a writer without checksums (ptrain before 0.2) made it: the
+/* The file as a writer without checksums (ptrain before them) made it: the
    "pt64:" entries cut out of the header, padded back to its length with
    spaces so the data stays where it was. */
 static void strip_checksums(const char *src, const char *dst) {
@@ -1490,6 +1490,7 @@ static void test_checkpoint_errors(void) {
     CHECK(!file_exists(tmp_path("ck.safetensors.tmp")));
     CHECK_ST(pt_checkpoint_load(path, &g, &got), PT_OK);
     CHECK_EQ(got.step, 2);
+    CHECK_EQ(got.checksummed, 1);
     CHECK_ERR(pt_checkpoint_save(nodir, &g, &ts), PT_ERR_IO, "no/such/dir");
     CHECK(!file_exists(nodir));
     CHECK(!file_exists(tmp_path("no/such/dir/ck.safetensors.tmp")));
@@ -1543,6 +1544,7 @@ static void test_checkpoint_errors(void) {
     ZERO(got);
     CHECK_ST(pt_checkpoint_load(bad, &g, &got), PT_OK);
     CHECK_EQ(got.step, 2);
+    CHECK_EQ(got.checksummed, 0);
     CHECK_EQ(g.adam_t, 1);
     pt_gpt_free(&g);
 }

@@ -6531,7 +6531,9 @@ static uint64_t pt__pt64(const void *data, size_t n, uint64_t seed) {
 }
 
 /* a string with its terminating zero, so "ab","c" and "a","bc" differ */
-static uint64_t pt__pt64_str(const char *s, uint64_t seed) { return pt__pt64(s, strlen(s) + 1, seed); }
+static uint64_t pt__pt64_str(const char *s, uint64_t seed) {
+    return pt__pt64(s, strlen(s) + 1, seed);
+}
 
 /* A tensor's checksum: its name, dtype and shape, then its bytes. */
 static uint64_t pt__pt64_tensor(const pt_st_tensor *t) {
@@ -6553,7 +6555,8 @@ static uint64_t pt__pt64_meta(const pt_st_meta *meta, int n) {
     uint64_t h = 0;
     int i;
     for (i = 0; i < n; i++)
-        if (!pt__is_sum_key(meta[i].key)) h = pt__pt64_str(meta[i].value, pt__pt64_str(meta[i].key, h));
+        if (!pt__is_sum_key(meta[i].key))
+            h = pt__pt64_str(meta[i].value, pt__pt64_str(meta[i].key, h));
     return h;
 }
 

@@ -876,6 +876,9 @@ typedef struct pt_hw {
     double inter_bw, inter_lat; /* across nodes: the node's network bandwidth / per_node */
     int cores;           /* > 0: ranks of one node share these CPU cores (this machine) */
     pt_exec_kind exec;   /* how ranks run (PT_EXEC_MEGATRON or PT_EXEC_PTRAIN) */
+    /* this machine: the rates of a rank with one thread, which ranks run at
+       when there are as many ranks as cores or more (0: scale the above) */
+    double core_flops, core_gemm_eff, core_gemm_dim, core_attn_flops, core_mem_bw, core_kernel_s;
 } pt_hw;
 
 /* "a100-80g", "h100-80g", "mi250x" (sources beside each in the code). */
@@ -5402,12 +5405,12 @@ static const pt_hw pt__hw_presets[] = {
        (300 GB/s a direction, NCCL all-reduce ~230 GB/s bus bandwidth); 8 HDR
        InfiniBand 200 Gb/s adapters a node, one a GPU (25 GB/s). */
     {"a100-80g", 312e12, 0.75, 48.0, 0.0, 1.75e12, 85899345920.0, 4e-6, 8, 230e9, 8e-6, 22e9, 12e-6, 0,
-     PT_EXEC_MEGATRON},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0},
     /* NVIDIA H100 SXM5 80GB in a DGX H100: 989 TFLOP/s dense bf16, HBM3 3.35 TB/s;
        NVLink 4 (450 GB/s a direction, ~360 GB/s all-reduce bus bandwidth); 8
        ConnectX-7 400 Gb/s adapters a node (50 GB/s a GPU). */
     {"h100-80g", 989e12, 0.70, 48.0, 0.0, 2.9e12, 85899345920.0, 3e-6, 8, 360e9, 8e-6, 45e9, 12e-6, 0,
-     PT_EXEC_MEGATRON},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0},
     /* AMD MI250X on Frontier, one graphics compute die (GCD) a device: 191.5
        TFLOP/s fp16 (the issue's and AMD's figure), HBM2e 1.6 TB/s and 64 GB a
        GCD; 8 GCDs a node joined by Infinity Fabric (50-200 GB/s between pairs:
@@ -5415,7 +5418,7 @@ static const pt_hw pt__hw_presets[] = {
        Slingshot-11 NICs of 25 GB/s a node (12.5 GB/s a GCD). rocBLAS reaches
        about half of the fp16 peak on large GEMMs, a smaller share than cuBLAS. */
     {"mi250x", 191.5e12, 0.55, 64.0, 0.0, 1.3e12, 68719476736.0, 6e-6, 8, 50e9, 10e-6, 11.5e9, 15e-6, 0,
-     PT_EXEC_MEGATRON},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0},
 };
 
 PTRAINDEF const char *pt_hw_preset_names(void) { return "a100-80g, h100-80g, mi250x"; }
@@ -5435,6 +5438,9 @@ PTRAINDEF pt_status pt_hw_preset(const char *name, pt_hw *out) {
 #define PT__HW_FIELDS(X)                                                                      \
     X(peak_flops) X(gemm_eff) X(gemm_dim) X(attn_flops) X(mem_bw) X(mem_bytes) X(kernel_s)    \
     X(intra_bw) X(intra_lat) X(inter_bw) X(inter_lat)
+#define PT__HW_CORE_FIELDS(X) /* optional */                                                  \
+    X(core_flops) X(core_gemm_eff) X(core_gemm_dim) X(core_attn_flops) X(core_mem_bw)          \
+    X(core_kernel_s)
 
 PTRAINDEF pt_status pt_hw_save(const pt_hw *hw, const char *path) {
     char buf[2048];
@@ -5445,6 +5451,7 @@ PTRAINDEF pt_status pt_hw_save(const pt_hw *hw, const char *path) {
                             hw->name);
 #define PT__PUT(f) len += (size_t)snprintf(buf + len, sizeof buf - len, #f " = %.6g\n", hw->f);
     PT__HW_FIELDS(PT__PUT)
+    if (hw->core_flops > 0) PT__HW_CORE_FIELDS(PT__PUT)
 #undef PT__PUT
     len += (size_t)snprintf(buf + len, sizeof buf - len, "per_node = %d\ncores = %d\nexec = %s\n",
                             hw->per_node, hw->cores,
@@ -5497,8 +5504,11 @@ PTRAINDEF pt_status pt_hw_load(const char *path, pt_hw *out) {
         if (strcmp(key, "per_node") == 0) hw.per_node = (int)x;
         else if (strcmp(key, "cores") == 0) hw.cores = (int)x;
 #define PT__GET(fl) else if (strcmp(key, #fl) == 0) hw.fl = x, seen++;
+#define PT__OPT(fl) else if (strcmp(key, #fl) == 0) hw.fl = x;
         PT__HW_FIELDS(PT__GET)
+        PT__HW_CORE_FIELDS(PT__OPT)
 #undef PT__GET
+#undef PT__OPT
         else {
             fclose(f);
             return pt__fail(PT_ERR_FORMAT, "%s:%d: unknown key '%s'", path, lineno, key);
@@ -5515,6 +5525,7 @@ PTRAINDEF pt_status pt_hw_load(const char *path, pt_hw *out) {
     return PT_OK;
 }
 #undef PT__HW_FIELDS
+#undef PT__HW_CORE_FIELDS
 
 static double pt__gemm_rate(int M, int N, int K, int reps) { /* FLOP/s, best of reps */
     float *a = (float *)pt__malloc(sizeof(float) * ((size_t)M * K + (size_t)K * N +
@@ -5571,6 +5582,16 @@ PTRAINDEF pt_status pt_hw_calibrate(pt_hw *out, pt_comm *world) {
     memset(out, 0, sizeof *out);
     if (!world || world->size < 2) {
         if ((st = pt__calib_kernels(out)) != PT_OK) return st;
+        if (out->cores > 1) { /* and as a rank of one thread */
+            pt_hw one;
+            pt_set_threads(1);
+            st = pt__calib_kernels(&one);
+            pt_set_threads(threads);
+            if (st != PT_OK) return st;
+            out->core_flops = one.peak_flops, out->core_gemm_eff = one.gemm_eff;
+            out->core_gemm_dim = one.gemm_dim, out->core_attn_flops = one.attn_flops;
+            out->core_mem_bw = one.mem_bw, out->core_kernel_s = one.kernel_s;
+        }
         if ((st = pt_comm_threads_run(2, pt__calib_comm_rank, &cc)) != PT_OK) return st;
     } else { /* the others wait while rank 0 times the kernels with every core */
         if (world->rank == 0) {
@@ -5631,7 +5652,19 @@ static pt_status pt__calib_kernels(pt_hw *out) {
     pt__free(qkv, NULL);
     /* the simulator charges 4 B T^2 C / attn_flops forward and 2.5 times that backward */
     out->attn_flops = 3.5 * 4.0 * B * (double)T * T * C / ta;
-    out->kernel_s = 2e-6;
+    { /* a kernel's fixed cost: a small elementwise pass (its threads' fork and join) */
+        float *x = (float *)pt__malloc(sizeof(float) * 2 * 4096, NULL);
+        if (!x) return pt__fail(PT_ERR_OOM, "calibration: kernel buffers");
+        memset(x, 0, sizeof(float) * 2 * 4096);
+        for (r = 0, ta = 1e30; r < 5; r++) {
+            t0 = pt_time_now();
+            for (i = 0; i < 1000; i++) pt_gelu_forward(x + 4096, x, 4096);
+            t0 = (pt_time_now() - t0) / 1000;
+            ta = t0 < ta ? t0 : ta;
+        }
+        pt__free(x, NULL);
+        out->kernel_s = ta;
+    }
     out->per_node = 64; /* ranks of one machine: one node */
 #if defined(_SC_NPROCESSORS_ONLN)
     out->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -5839,7 +5872,9 @@ static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) 
     mem->params = d->zero == 3 ? (sh + 2.0 * big) * wb : P * wb;
     mem->grads = d->zero >= 2 ? (sh + big) * gb : P * gb;
     mem->optimizer = (d->zero >= 1 ? sh : P) * ob;
-    if (S->ptrain) { /* fp32 executor: the activation slots and scratch it lays out */
+    if (S->ptrain) { /* this header's executor: exactly what pt_gpt_init lays out */
+        mem->params = (double)m->mem.params, mem->grads = (double)m->mem.grads;
+        mem->optimizer = (double)m->mem.optimizer;
         mem->activations = (double)(m->mem.activations + m->mem.scratch);
     } else {
         for (c = 0; c < m->chunks; c++)
@@ -5857,8 +5892,9 @@ static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) 
     mem->total = mem->params + mem->grads + mem->optimizer + mem->activations;
 }
 
-PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_plan_result *r,
-                                     pt_trace *trace) {
+/* One simulated step, each rank's compute slowed by share (ranks sharing cores). */
+static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double share,
+                              pt_plan_result *r, pt_trace *trace) {
     pt__sim S;
     pt_schedule sch;
     pt_schedule_report rep;
@@ -5891,6 +5927,9 @@ PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_
         pt__append_error(&bad, "zero=3 with pipeline stages (pp=%d): ZeRO 3 shards the layers "
                          "over data parallelism instead; use pp=1", D.pp);
     if (D.pp > 64) pt__append_error(&bad, "pp=%d > 64 stages", D.pp);
+    if (D.zero == 3 && (D.exec ? D.exec : hw->exec) == PT_EXEC_PTRAIN)
+        pt__append_error(&bad, "zero=3: ptrain's executor shards up to ZeRO 2 (simulate ZeRO 3 "
+                         "on a GPU profile)");
     if (hw->cores > 0 && D.gpus > hw->per_node)
         pt__append_error(&bad, "gpus=%d > %d ranks of the profile's one machine", D.gpus,
                          hw->per_node);
@@ -5900,7 +5939,7 @@ PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_
     S.hw = hw;
     S.ptrain = (D.exec ? D.exec : hw->exec) == PT_EXEC_PTRAIN;
     S.elem = e = S.ptrain ? 4.0 : 2.0;
-    S.share = hw->cores > 0 ? (double)D.gpus : 1.0; /* ranks share the node's cores */
+    S.share = share;
     S.m = D.batch / (S.dp * D.micro);
     S.V = p * v;
     r->dp = S.dp;
@@ -6055,6 +6094,34 @@ PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_
     free(S.chunk_layers);
     free(S.opt_s);
     return err;
+}
+
+/* On this machine (cores > 0) the R ranks share its cores: fewer ranks than
+   cores split the all-core rates R ways; as many or more run at one
+   thread's rates, R/cores of them on a core at once, fewer while the
+   pipeline's bubble idles them (waiting ranks sleep). */
+PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_plan_result *r,
+                                     pt_trace *trace) {
+    pt_hw H = *hw;
+    int R = d->gpus < hw->per_node ? d->gpus : hw->per_node, again;
+    double share = 1.0;
+    pt_status st;
+    if (hw->cores > 0 && R >= hw->cores && hw->core_flops > 0) {
+        H.peak_flops = hw->core_flops, H.gemm_eff = hw->core_gemm_eff;
+        H.gemm_dim = hw->core_gemm_dim, H.attn_flops = hw->core_attn_flops;
+        H.mem_bw = hw->core_mem_bw, H.kernel_s = hw->core_kernel_s;
+        share = (double)R / hw->cores;
+    } else if (hw->cores > 0) {
+        share = R;
+    }
+    again = hw->cores > 0 && R > hw->cores && d->pp > 1;
+    st = pt__plan_run(d, &H, share, r, again ? NULL : trace);
+    if (st == PT_OK && again) {
+        double busy = (double)R * (1.0 - r->bubble_fraction) / hw->cores;
+        st = pt__plan_run(d, &H, busy > 1.0 ? busy : 1.0, r, trace);
+    }
+    r->percent_of_peak = 100.0 * r->tflops_per_gpu * 1e12 / hw->peak_flops;
+    return st;
 }
 
 PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_desc *best_desc,

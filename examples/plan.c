@@ -109,21 +109,31 @@ static void print_stages(const pt_plan_desc *d, const pt_plan_result *r) {
     }
 }
 
+/* FLOP/s (or parameters) with the unit that fits: "163.2 T", "83.1 G", "1.2 M" */
+static const char *si(double x, char *buf) {
+    const char *u = x >= 1e12 ? "T" : x >= 1e9 ? "G" : x >= 1e6 ? "M" : "";
+    double d = x >= 1e12 ? 1e12 : x >= 1e9 ? 1e9 : x >= 1e6 ? 1e6 : 1;
+    snprintf(buf, 32, u[0] ? "%.1f %s" : "%.1f", x / d, u);
+    return buf;
+}
+
 static void print_human(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_result *r) {
     const double G = 1073741824.0;
+    char b1[32], b2[32], b3[32];
     double params = 12.0 * d->layers * (double)d->hidden * d->hidden +
                     (double)(d->vocab + d->seq) * d->hidden;
-    printf("model   %.1fB parameters: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d\n",
-           params / 1e9, d->layers, d->hidden, d->heads, d->seq, d->vocab);
+    printf("model   %s parameters: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d\n",
+           params >= 1e9 ? (snprintf(b1, 32, "%.1fB", params / 1e9), b1)
+                          : (snprintf(b1, 32, "%.1fM", params / 1e6), b1), d->layers, d->hidden, d->heads, d->seq, d->vocab);
     printf("layout  %d x %s: tp %d x pp %d x dp %d; batch %d = %d micro-batches of %d a "
            "pipeline; %s (%d chunks a stage), ZeRO %d, recompute %s\n",
            d->gpus, hw->name, d->tp, d->pp, r->dp, d->batch, r->micro_batches, d->micro,
            pt_schedule_kind_name(r->schedule), d->chunks, d->zero,
            rc_name(d->recompute));
-    printf("step    %.3f s: %.1f TFLOP/s per GPU (%.1f%% of %.0f peak), model %.1f TFLOP/s; "
+    printf("step    %.3f s: %sFLOP/s per GPU (%.1f%% of %sFLOP/s peak), model %sFLOP/s; "
            "%.0f tokens/s\n",
-           r->step_time, r->tflops_per_gpu, r->percent_of_peak, hw->peak_flops / 1e12,
-           r->model_tflops_per_gpu, r->tokens_per_s);
+           r->step_time, si(r->tflops_per_gpu * 1e12, b1), r->percent_of_peak,
+           si(hw->peak_flops, b2), si(r->model_tflops_per_gpu * 1e12, b3), r->tokens_per_s);
     printf("time    busiest rank: compute %.3f s, tp comm %.3f s, pp comm %.3f s, dp comm %.3f s, "
            "optimizer %.3f s; bubble %.1f%%\n",
            r->compute_s, r->tp_comm_s, r->pp_comm_s, r->dp_comm_s, r->optimizer_s,
@@ -232,6 +242,10 @@ int main(int argc, char **argv) {
                hw.peak_flops / 1e9, hw.gemm_dim, hw.mem_bw / 1e9, hw.attn_flops / 1e9,
                strcmp(hw.name, "local-mpi") == 0 ? "MPI" : "threads", hw.intra_lat * 1e6,
                hw.intra_bw / 1e9, hw.cores, hw_file);
+        if (hw.core_flops > 0)
+            printf("one thread:   sgemm %.1f GFLOP/s, memory %.1f GB/s, attention %.1f GFLOP/s, "
+                   "a small kernel %.1f us\n", hw.core_flops / 1e9, hw.core_mem_bw / 1e9,
+                   hw.core_attn_flops / 1e9, hw.core_kernel_s * 1e6);
         return 0;
     }
     if ((d.recompute = cli_recompute(rc)) < 0) return 2;

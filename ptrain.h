@@ -5613,18 +5613,27 @@ PTRAINDEF pt_status pt_hw_calibrate(pt_hw *out, pt_comm *world) {
 }
 
 static pt_status pt__calib_kernels(pt_hw *out) {
-    static const int sizes[] = {64, 128, 256, 512, 1024};
+    /* squares, and the skinny shapes of a layer's GEMMs (one dimension small) */
+    static const int shapes[10][3] = {{64, 64, 64},       {128, 128, 128},   {256, 256, 256},
+                                      {512, 512, 512},    {1024, 1024, 1024}, {1024, 1024, 128},
+                                      {1024, 1024, 256},  {256, 1024, 1024}, {1024, 256, 1024},
+                                      {1024, 3072, 256}};
     double big = pt__gemm_rate(2048, 2048, 2048, 8), best_g = 32, best_err = 1e30, g;
     int B = 4, T = 256, C = 256, NH = 4, slots = pt_get_threads(), i, r;
     size_t N = (size_t)B * T;
     float *qkv, *out_a, *lse, *scr, *dqkv;
-    double rates[5], t0, ta;
+    double rates[10], t0, ta;
     if (big <= 0) return pt__fail(PT_ERR_OOM, "calibration: cannot time sgemm");
-    for (i = 0; i < 5; i++) rates[i] = pt__gemm_rate(sizes[i], sizes[i], sizes[i], 2048 / sizes[i] * 8);
-    for (g = 2; g <= 512; g *= 1.05) { /* rate(n) = big * f(n)^3 / f(2048)^3, f = n/(n+g) */
+    for (i = 0; i < 10; i++) {
+        const int *q = shapes[i];
+        rates[i] = pt__gemm_rate(q[0], q[1], q[2], (int)(2e9 / (2.0 * q[0] * q[1] * q[2])) + 2);
+    }
+    for (g = 2; g <= 512; g *= 1.05) { /* rate = big * f(M) f(N) f(K) / f(2048)^3, f = d/(d+g) */
         double err = 0.0, f2 = 2048.0 / (2048.0 + g);
-        for (i = 0; i < 5; i++) {
-            double f = sizes[i] / (sizes[i] + g), d = log(big * f * f * f / (f2 * f2 * f2) / rates[i]);
+        for (i = 0; i < 10; i++) {
+            const int *q = shapes[i];
+            double f = q[0] / (q[0] + g) * q[1] / (q[1] + g) * q[2] / (q[2] + g);
+            double d = log(big * f / (f2 * f2 * f2) / rates[i]);
             err += d * d;
         }
         if (err < best_err) best_err = err, best_g = g;
@@ -6098,28 +6107,26 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
 
 /* On this machine (cores > 0) the R ranks share its cores: fewer ranks than
    cores split the all-core rates R ways; as many or more run at one
-   thread's rates, R/cores of them on a core at once, fewer while the
-   pipeline's bubble idles them (waiting ranks sleep). */
+   thread's rates, R/cores of them to a core, and share the memory
+   bandwidth. */
 PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_plan_result *r,
                                      pt_trace *trace) {
     pt_hw H = *hw;
-    int R = d->gpus < hw->per_node ? d->gpus : hw->per_node, again;
+    int R = d->gpus < hw->per_node ? d->gpus : hw->per_node;
     double share = 1.0;
     pt_status st;
     if (hw->cores > 0 && R >= hw->cores && hw->core_flops > 0) {
         H.peak_flops = hw->core_flops, H.gemm_eff = hw->core_gemm_eff;
         H.gemm_dim = hw->core_gemm_dim, H.attn_flops = hw->core_attn_flops;
-        H.mem_bw = hw->core_mem_bw, H.kernel_s = hw->core_kernel_s;
+        H.kernel_s = hw->core_kernel_s;
+        /* memory bandwidth: the machine's, shared by the ranks running at once */
+        H.mem_bw = hw->core_mem_bw < hw->mem_bw / hw->cores ? hw->core_mem_bw
+                                                            : hw->mem_bw / hw->cores;
         share = (double)R / hw->cores;
     } else if (hw->cores > 0) {
         share = R;
     }
-    again = hw->cores > 0 && R > hw->cores && d->pp > 1;
-    st = pt__plan_run(d, &H, share, r, again ? NULL : trace);
-    if (st == PT_OK && again) {
-        double busy = (double)R * (1.0 - r->bubble_fraction) / hw->cores;
-        st = pt__plan_run(d, &H, busy > 1.0 ? busy : 1.0, r, trace);
-    }
+    st = pt__plan_run(d, &H, share, r, trace);
     r->percent_of_peak = 100.0 * r->tflops_per_gpu * 1e12 / hw->peak_flops;
     return st;
 }

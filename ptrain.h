@@ -5878,6 +5878,7 @@ static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) 
     double ob = S->ptrain ? 8 : 12; /* Adam m, v (and fp32 master weights) */
     double s = d->seq, b = d->micro, h = d->hidden, t = d->tp, per, most = 0;
     int c;
+    memset(mem, 0, sizeof *mem);
     mem->params = d->zero == 3 ? (sh + 2.0 * big) * wb : P * wb;
     mem->grads = d->zero >= 2 ? (sh + big) * gb : P * gb;
     mem->optimizer = (d->zero >= 1 ? sh : P) * ob;
@@ -5936,6 +5937,11 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
         pt__append_error(&bad, "zero=3 with pipeline stages (pp=%d): ZeRO 3 shards the layers "
                          "over data parallelism instead; use pp=1", D.pp);
     if (D.pp > 64) pt__append_error(&bad, "pp=%d > 64 stages", D.pp);
+    if (!bad && (double)D.batch / ((double)D.micro * (D.gpus / (D.tp * D.pp))) * D.pp * D.chunks >
+                    1048576.0)
+        pt__append_error(&bad, "%d micro-batches x %d virtual stages is more than 2^20 to simulate "
+                         "(use a larger micro-batch)", D.batch / (D.micro * (D.gpus / (D.tp * D.pp))),
+                         D.pp * D.chunks);
     if (D.zero == 3 && (D.exec ? D.exec : hw->exec) == PT_EXEC_PTRAIN)
         pt__append_error(&bad, "zero=3: ptrain's executor shards up to ZeRO 2 (simulate ZeRO 3 "
                          "on a GPU profile)");

@@ -623,88 +623,96 @@ done:
     return st;
 }
 
-int main(int argc, char **argv) {
-    const char *data_format = "auto", *preset = "mini", *recompute = "none";
-    int threads = 0, n_layer = 0, n_head = 0, n_embd = 0, block_size = 0, npos, s;
-    float peak = 0.0f;
-    char latest[4096];
+/* What the command line sets besides the run itself (main resolves it). */
+typedef struct train_args {
+    const char *preset;
+    int threads, n_layer, n_head, n_embd, block_size;
+    float peak; /* --peak-gflops (0: measure) */
+    pt_tokens_format fmt;
+} train_args;
+
+/* The command line into o and a, checked as far as it goes without data or
+   ranks. Returns -1 to go on, else the exit status: 0 after --help, 2 after
+   an error message. usage: print the usage (world rank 0 does). */
+static int train_options(int argc, char **argv, run *o, train_args *a, int usage) {
+    const char *data_format = "auto", *recompute = "none";
+    int npos, s;
     const char *pos[1];
-    run o;
     cli_opt opts[] = {
-        {"data", CLI_STR, &o.data_path, "training data file (default: the embedded task)", 0, 0},
+        {"data", CLI_STR, &o->data_path, "training data file (default: the embedded task)", 0, 0},
         {"data-format", CLI_STR, &data_format,
          "auto (.bin = llm.c tokens, else raw bytes) | bytes | llmc", 0, 0},
-        {"preset", CLI_STR, &preset,
+        {"preset", CLI_STR, &a->preset,
          "model size: tiny, mini, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m", 0, 0},
-        {"layers", CLI_INT, &n_layer, "override the preset's n_layer (0: keep)", 0, 4096},
-        {"heads", CLI_INT, &n_head, "override the preset's n_head (0: keep)", 0, 65536},
-        {"embd", CLI_INT, &n_embd, "override the preset's n_embd (0: keep)", 0, 131072},
-        {"block-size", CLI_INT, &block_size, "context length (0: --seq, the positions trained)", 0,
-         1 << 20},
-        {"steps", CLI_INT, &o.steps, "total optimizer steps", 1, 1e9},
-        {"batch", CLI_INT, &o.batch, "sequences per step (B), over all ranks", 1, 1 << 20},
-        {"seq", CLI_INT, &o.seq, "tokens per sequence (T <= block_size)", 1, 1 << 20},
-        {"lr", CLI_FLOAT, &o.lr, "peak learning rate", 0, 10},
-        {"min-lr", CLI_FLOAT, &o.min_lr, "final learning rate of the cosine decay", 0, 10},
-        {"warmup", CLI_INT, &o.warmup, "linear warm-up steps", 0, 1e9},
-        {"weight-decay", CLI_FLOAT, &o.wd, "AdamW decoupled weight decay (2-D tensors)", 0, 10},
-        {"grad-clip", CLI_FLOAT, &o.clip, "clip the gradient norm to this (0: off)", 0, 1e9},
-        {"val-fraction", CLI_FLOAT, &o.val_fraction, "share of the data held out", 1e-6, 0.9},
-        {"eval-every", CLI_INT, &o.eval_every, "steps between validation losses", 1, 1e9},
-        {"eval-batches", CLI_INT, &o.eval_batches, "batches per validation loss", 1, 1e6},
-        {"log-every", CLI_INT, &o.log_every, "steps between progress lines", 1, 1e9},
-        {"checkpoint", CLI_STR, &o.ckpt_out, "write a checkpoint here (at the end)", 0, 0},
-        {"checkpoint-every", CLI_INT, &o.ckpt_every, "also every N steps (0: only at the end)", 0,
+        {"layers", CLI_INT, &a->n_layer, "override the preset's n_layer (0: keep)", 0, 4096},
+        {"heads", CLI_INT, &a->n_head, "override the preset's n_head (0: keep)", 0, 65536},
+        {"embd", CLI_INT, &a->n_embd, "override the preset's n_embd (0: keep)", 0, 131072},
+        {"block-size", CLI_INT, &a->block_size,
+         "context length (0: --seq, the positions trained)", 0, 1 << 20},
+        {"steps", CLI_INT, &o->steps, "total optimizer steps", 1, 1e9},
+        {"batch", CLI_INT, &o->batch, "sequences per step (B), over all ranks", 1, 1 << 20},
+        {"seq", CLI_INT, &o->seq, "tokens per sequence (T <= block_size)", 1, 1 << 20},
+        {"lr", CLI_FLOAT, &o->lr, "peak learning rate", 0, 10},
+        {"min-lr", CLI_FLOAT, &o->min_lr, "final learning rate of the cosine decay", 0, 10},
+        {"warmup", CLI_INT, &o->warmup, "linear warm-up steps", 0, 1e9},
+        {"weight-decay", CLI_FLOAT, &o->wd, "AdamW decoupled weight decay (2-D tensors)", 0, 10},
+        {"grad-clip", CLI_FLOAT, &o->clip, "clip the gradient norm to this (0: off)", 0, 1e9},
+        {"val-fraction", CLI_FLOAT, &o->val_fraction, "share of the data held out", 1e-6, 0.9},
+        {"eval-every", CLI_INT, &o->eval_every, "steps between validation losses", 1, 1e9},
+        {"eval-batches", CLI_INT, &o->eval_batches, "batches per validation loss", 1, 1e6},
+        {"log-every", CLI_INT, &o->log_every, "steps between progress lines", 1, 1e9},
+        {"checkpoint", CLI_STR, &o->ckpt_out, "write a checkpoint here (at the end)", 0, 0},
+        {"checkpoint-every", CLI_INT, &o->ckpt_every, "also every N steps (0: only at the end)", 0,
          1e9},
-        {"keep", CLI_INT, &o.keep, "keep the newest N checkpoints, each in a file of its own: "
+        {"keep", CLI_INT, &o->keep, "keep the newest N checkpoints, each in a file of its own: "
          "--checkpoint's name with -stepNNNNNNNN before .safetensors (0: one file, replaced)", 0,
          1e6},
-        {"stop-after", CLI_INT, &o.stop_after,
+        {"stop-after", CLI_INT, &o->stop_after,
          "stop after this step, keeping the schedule of --steps (continue with --resume)", 0,
          1e9},
-        {"resume", CLI_STR, &o.resume, "resume from this checkpoint (model, AdamW, data, RNG); "
+        {"resume", CLI_STR, &o->resume, "resume from this checkpoint (model, AdamW, data, RNG); "
          "'latest': the newest of --checkpoint's that loads whole, or a fresh start if there "
          "are none", 0, 0},
-        {"max-bad-steps", CLI_INT, &o.max_bad, "a step with a non-finite loss or gradient is "
+        {"max-bad-steps", CLI_INT, &o->max_bad, "a step with a non-finite loss or gradient is "
          "skipped; this many in a row stop the run (with a checkpoint)", 1, 1e9},
-        {"seed", CLI_U64, &o.seed, "seed for weights, data order and sampling", 0, 0},
-        {"threads", CLI_INT, &threads, "OpenMP/BLAS threads (0: all cores; one rank only)", 0,
+        {"seed", CLI_U64, &o->seed, "seed for weights, data order and sampling", 0, 0},
+        {"threads", CLI_INT, &a->threads, "OpenMP/BLAS threads (0: all cores; one rank only)", 0,
          1024},
-        {"tp", CLI_INT, &o.tp, "tensor-parallel ranks (divides --heads)", 1, 1024},
-        {"dp", CLI_INT, &o.dp, "data-parallel ranks (with --grad-accum, divides --batch)", 1,
+        {"tp", CLI_INT, &o->tp, "tensor-parallel ranks (divides --heads)", 1, 1024},
+        {"dp", CLI_INT, &o->dp, "data-parallel ranks (with --grad-accum, divides --batch)", 1,
          1024},
-        {"zero", CLI_INT, &o.zero, "ZeRO stage: 0, 1 (shard AdamW state), 2 (and gradients)", 0,
+        {"zero", CLI_INT, &o->zero, "ZeRO stage: 0, 1 (shard AdamW state), 2 (and gradients)", 0,
          2},
-        {"grad-accum", CLI_INT, &o.accum, "micro-batches per step and rank (with --pp: the "
+        {"grad-accum", CLI_INT, &o->accum, "micro-batches per step and rank (with --pp: the "
          "pipeline's m)", 1, 1 << 20},
-        {"pp", CLI_INT, &o.pp, "pipeline stages (at most the layers)", 1, 1024},
-        {"schedule", CLI_STR, &o.schedule, "pipeline schedule: gpipe, 1f1b, interleaved, zb-h1",
+        {"pp", CLI_INT, &o->pp, "pipeline stages (at most the layers)", 1, 1024},
+        {"schedule", CLI_STR, &o->schedule, "pipeline schedule: gpipe, 1f1b, interleaved, zb-h1",
          0, 0},
-        {"chunks", CLI_INT, &o.chunks, "layer chunks per pipeline stage (interleaved)", 1, 64},
+        {"chunks", CLI_INT, &o->chunks, "layer chunks per pipeline stage (interleaved)", 1, 64},
         {"recompute", CLI_STR, &recompute, "activation recomputation: none, selective, full", 0,
          0},
-        {"trace", CLI_STR, &o.trace_path, "with --pp: write step --trace-step's timeline here "
+        {"trace", CLI_STR, &o->trace_path, "with --pp: write step --trace-step's timeline here "
          "(Chrome trace JSON) and at FILE.svg", 0, 0},
-        {"trace-step", CLI_INT, &o.trace_step, "the step --trace records", 1, 1e9},
-        {"sample-tokens", CLI_INT, &o.sample_tokens, "tokens to sample at the end (0: none)", 0,
+        {"trace-step", CLI_INT, &o->trace_step, "the step --trace records", 1, 1e9},
+        {"sample-tokens", CLI_INT, &o->sample_tokens, "tokens to sample at the end (0: none)", 0,
          1e6},
-        {"temperature", CLI_FLOAT, &o.temperature, "sampling temperature (0: greedy)", 0, 100},
-        {"top-k", CLI_INT, &o.top_k, "sample among the k most likely tokens (0: all)", 0, 1 << 24},
-        {"peak-gflops", CLI_FLOAT, &peak, "the machine's sgemm GFLOP/s for MFU (0: measure it, "
+        {"temperature", CLI_FLOAT, &o->temperature, "sampling temperature (0: greedy)", 0, 100},
+        {"top-k", CLI_INT, &o->top_k, "sample among the k most likely tokens (0: all)", 0, 1 << 24},
+        {"peak-gflops", CLI_FLOAT, &a->peak, "the machine's sgemm GFLOP/s for MFU (0: measure it, "
          "0.5 s)", 0, 1e9},
-        {"debug-nan-step", CLI_INT, &o.nan_step, "testing: plant a NaN in a gradient at this step "
+        {"debug-nan-step", CLI_INT, &o->nan_step, "testing: plant a NaN in a gradient at this step "
          "(0: never)", 0, 1e9},
-        {"debug-nan-count", CLI_INT, &o.nan_count, "testing: ... and the steps after it, this many "
+        {"debug-nan-count", CLI_INT, &o->nan_count, "testing: ... and the steps after it, this many "
          "in all", 1, 1e9},
-        {"debug-nan-tensor", CLI_STR, &o.nan_tensor, "testing: the tensor whose gradient gets it",
+        {"debug-nan-tensor", CLI_STR, &o->nan_tensor, "testing: the tensor whose gradient gets it",
          0, 0},
-        {"debug-fail-rank", CLI_INT, &o.fail_rank, "testing: this world rank gets a token outside "
+        {"debug-fail-rank", CLI_INT, &o->fail_rank, "testing: this world rank gets a token outside "
          "the vocabulary at --debug-fail-step (-1: none)", -1, 1e6},
-        {"debug-fail-step", CLI_INT, &o.fail_step, "testing: the step of --debug-fail-rank", 1,
+        {"debug-fail-step", CLI_INT, &o->fail_step, "testing: the step of --debug-fail-rank", 1,
          1e9},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
-    const char *usage =
+    const char *text =
         "usage: train [options]\n"
         "Trains a GPT-2 style model with AdamW (warm-up + cosine learning rate) and prints\n"
         "step, train loss, validation loss, tokens/s, model FLOP utilisation against this\n"
@@ -712,56 +720,74 @@ int main(int argc, char **argv) {
         "embedded generated task (additions and simple sentences) and reports what it learned.\n"
         "--tp/--dp run the ranks as threads (build/train) or MPI processes (build/train_mpi\n"
         "under mpirun, with -np equal to tp x dp).";
+
+    memset(o, 0, sizeof *o);
+    o->steps = 1600, o->batch = 16, o->seq = 64, o->warmup = 50, o->eval_every = 100;
+    o->eval_batches = 8, o->sample_tokens = 400, o->top_k = 8, o->log_every = 100;
+    o->lr = 6e-3f, o->min_lr = 6e-4f, o->wd = 0.1f, o->clip = 1.0f, o->val_fraction = 0.1f;
+    o->temperature = 0.8f, o->seed = 1337, o->tp = 1, o->dp = 1, o->pp = 1, o->accum = 1;
+    o->chunks = 1, o->trace_step = 2, o->max_bad = 5, o->nan_count = 1;
+    o->nan_tensor = "h.0.mlp.c_fc.weight", o->fail_rank = -1, o->fail_step = 1;
+    memset(a, 0, sizeof *a);
+    a->preset = "mini";
+    if ((s = cli_parse(argc, argv, opts, nopts, pos, 0, &npos)) != 0) {
+        if (usage) cli_usage(s == 1 ? stdout : stderr, text, opts, nopts);
+        return s == 1 ? 0 : 2;
+    }
+    if (strcmp(data_format, "auto") == 0) a->fmt = PT_TOKENS_AUTO;
+    else if (strcmp(data_format, "bytes") == 0) a->fmt = PT_TOKENS_BYTES;
+    else if (strcmp(data_format, "llmc") == 0) a->fmt = PT_TOKENS_LLMC;
+    else {
+        fprintf(stderr, "error: --data-format '%s' is not auto, bytes or llmc\n", data_format);
+        return 2;
+    }
+    if ((o->recompute = cli_recompute(recompute)) < 0) return 2;
+    if (o->trace_path && o->pp == 1) {
+        fprintf(stderr, "error: --trace records pipeline steps: give --pp 2 or more\n");
+        return 2;
+    }
+    if (o->batch % (o->dp * o->accum) != 0) {
+        fprintf(stderr, "error: --batch %d is not divisible by dp=%d x grad_accum=%d\n", o->batch,
+                o->dp, o->accum);
+        return 2;
+    }
+    if ((o->keep || (o->resume && strcmp(o->resume, "latest") == 0)) && !o->ckpt_out) {
+        fprintf(stderr, "error: --%s needs --checkpoint\n", o->keep ? "keep" : "resume latest");
+        return 2;
+    }
+    return -1;
+}
+
+/* The model's shape: the checkpoint's when resuming, else the preset with
+   the overrides and the data's vocabulary. */
+static pt_status train_config(run *o, const train_args *a, int vocab_size) {
+    pt_status st;
+    if (o->resume) return pt_gpt_config_from_file(o->resume, 0, &o->cfg);
+    if ((st = pt_gpt_config_preset(a->preset, &o->cfg)) != PT_OK) return st;
+    if (a->n_layer) o->cfg.n_layer = a->n_layer;
+    if (a->n_head) o->cfg.n_head = a->n_head;
+    if (a->n_embd) o->cfg.n_embd = a->n_embd;
+    /* positions beyond the training length would stay untrained */
+    o->cfg.block_size = a->block_size ? a->block_size : o->seq;
+    o->cfg.vocab_size = vocab_size;
+    return PT_OK;
+}
+
+int main(int argc, char **argv) {
+    run o;
+    train_args a;
     pt_tokens tok;
-    pt_tokens_format fmt;
     char *corpus = NULL;
     pt_comm world;
     pt_status st = PT_OK;
     int rc = 1, mpi = 0;
+    char latest[4096];
 
-    memset(&o, 0, sizeof o);
-    o.steps = 1600, o.batch = 16, o.seq = 64, o.warmup = 50, o.eval_every = 100;
-    o.eval_batches = 8, o.sample_tokens = 400, o.top_k = 8, o.log_every = 100;
-    o.lr = 6e-3f, o.min_lr = 6e-4f, o.wd = 0.1f, o.clip = 1.0f, o.val_fraction = 0.1f;
-    o.temperature = 0.8f, o.seed = 1337, o.tp = 1, o.dp = 1, o.pp = 1, o.accum = 1, o.chunks = 1;
-    o.trace_step = 2, o.max_bad = 5, o.nan_count = 1, o.nan_tensor = "h.0.mlp.c_fc.weight";
-    o.fail_rank = -1, o.fail_step = 1;
     memset(&tok, 0, sizeof tok);
     if (!cli_world_begin(&world, &argc, &argv)) return 2;
     mpi = world.kind == PT_COMM_MPI;
-    if ((s = cli_parse(argc, argv, opts, nopts, pos, 0, &npos)) != 0) {
-        if (world.rank == 0) cli_usage(s == 1 ? stdout : stderr, usage, opts, nopts);
-        rc = s == 1 ? 0 : 2;
-        goto out;
-    }
-    if (strcmp(data_format, "auto") == 0) fmt = PT_TOKENS_AUTO;
-    else if (strcmp(data_format, "bytes") == 0) fmt = PT_TOKENS_BYTES;
-    else if (strcmp(data_format, "llmc") == 0) fmt = PT_TOKENS_LLMC;
-    else {
-        fprintf(stderr, "error: --data-format '%s' is not auto, bytes or llmc\n", data_format);
-        rc = 2;
-        goto out;
-    }
-    if ((o.recompute = cli_recompute(recompute)) < 0) {
-        rc = 2;
-        goto out;
-    }
-    if (o.trace_path && o.pp == 1) {
-        fprintf(stderr, "error: --trace records pipeline steps: give --pp 2 or more\n");
-        rc = 2;
-        goto out;
-    }
-    if (o.batch % (o.dp * o.accum) != 0) {
-        fprintf(stderr, "error: --batch %d is not divisible by dp=%d x grad_accum=%d\n", o.batch,
-                o.dp, o.accum);
-        rc = 2;
-        goto out;
-    }
-    if ((o.keep || (o.resume && strcmp(o.resume, "latest") == 0)) && !o.ckpt_out) {
-        fprintf(stderr, "error: --%s needs --checkpoint\n", o.keep ? "keep" : "resume latest");
-        rc = 2;
-        goto out;
-    }
+    if ((rc = train_options(argc, argv, &o, &a, world.rank == 0)) >= 0) goto out;
+    rc = 1;
     if (o.resume && strcmp(o.resume, "latest") == 0) {
         int found = ckpt_latest(o.ckpt_out, latest, sizeof latest, world.rank == 0);
         if (found < 0) {
@@ -777,7 +803,7 @@ int main(int argc, char **argv) {
 
     /* data: every rank needs all of it (each process loads it under MPI) */
     if (o.data_path) {
-        if ((st = pt_tokens_load(&tok, o.data_path, fmt)) != PT_OK) goto fail;
+        if ((st = pt_tokens_load(&tok, o.data_path, a.fmt)) != PT_OK) goto fail;
         if (world.rank == 0)
             printf("data: %s, %zu tokens, vocabulary %d\n", o.data_path, tok.n, tok.vocab_size);
     } else {
@@ -793,17 +819,7 @@ int main(int argc, char **argv) {
     }
 
     /* model: from the checkpoint when resuming, else preset + overrides */
-    if (o.resume) {
-        if ((st = pt_gpt_config_from_file(o.resume, 0, &o.cfg)) != PT_OK) goto fail;
-    } else {
-        if ((st = pt_gpt_config_preset(preset, &o.cfg)) != PT_OK) goto fail;
-        if (n_layer) o.cfg.n_layer = n_layer;
-        if (n_head) o.cfg.n_head = n_head;
-        if (n_embd) o.cfg.n_embd = n_embd;
-        /* positions beyond the training length would stay untrained */
-        o.cfg.block_size = block_size ? block_size : o.seq;
-        o.cfg.vocab_size = tok.vocab_size;
-    }
+    if ((st = train_config(&o, &a, tok.vocab_size)) != PT_OK) goto fail;
     if ((st = pt_tokens_check(&tok, o.cfg.vocab_size)) != PT_OK) goto fail;
     if (o.keep && o.resume != latest) { /* step files beyond the start belong to another
                                             run: never mix them */
@@ -818,9 +834,9 @@ int main(int argc, char **argv) {
             goto out;
         }
     }
-    pt_set_threads(mpi ? 0 : threads); /* the whole machine, before any rank runs */
-    o.peak = peak > 0.0f ? (double)peak : pt_gemm_peak_gflops(1024, 0.5);
-    if (mpi) pt_set_threads(threads);
+    pt_set_threads(mpi ? 0 : a.threads); /* the whole machine, before any rank runs */
+    o.peak = a.peak > 0.0f ? (double)a.peak : pt_gemm_peak_gflops(1024, 0.5);
+    if (mpi) pt_set_threads(a.threads);
     o.tok = &tok;
     o.rc = 1;
     st = cli_world_run(&world, o.tp * o.dp * o.pp, train_rank, &o);

@@ -268,6 +268,55 @@ out:
     return status;
 }
 
+/* An I32 tensor of shape (B, T) into a new array (the caller frees it);
+   NULL after an error message. */
+static int *read_batch(const pt_safetensors *st, const char *name, int B, int T) {
+    int64_t bt[2];
+    int *x;
+    bt[0] = B, bt[1] = T;
+    x = (int *)malloc((size_t)B * (size_t)T * sizeof(int));
+    if (!x) {
+        fprintf(stderr, "error: out of memory\n");
+        return NULL;
+    }
+    if (pt_st_read_i32(st, name, x, 2, bt) != PT_OK) {
+        fprintf(stderr, "error: %s\n", pt_last_error());
+        free(x);
+        return NULL;
+    }
+    return x;
+}
+
+/* The fixture's settings, model shape and batch from st into j (its inputs
+   and targets are the caller's to free); 0 after an error message. */
+static int fixture_read(const pt_safetensors *st, job *j) {
+    double B, T, steps, b1, b2, eps, wd;
+    if (!meta_is(st, "format", "ptrain-fixture-v1") || !meta_is(st, "decay", "dim>=2") ||
+        !meta_is(st, "gelu", "tanh") || !meta_is(st, "tied_lm_head", "true") ||
+        !meta_double(st, "B", &B) || !meta_double(st, "T", &T) ||
+        !meta_double(st, "steps", &steps) || !meta_double(st, "lr", &j->lr) ||
+        !meta_double(st, "beta1", &b1) || !meta_double(st, "beta2", &b2) ||
+        !meta_double(st, "eps", &eps) || !meta_double(st, "weight_decay", &wd))
+        return 0;
+    if (!(B >= 1 && B <= 1 << 16 && T >= 1 && T <= 1 << 20 && steps >= 1 && steps <= 1 << 20)) {
+        fprintf(stderr, "error: fixture B=%g T=%g steps=%g out of range\n", B, T, steps);
+        return 0;
+    }
+    if (pt_gpt_config_from_st(st, 0, &j->cfg) != PT_OK) {
+        fprintf(stderr, "error: %s\n", pt_last_error());
+        return 0;
+    }
+    j->B = (int)B;
+    j->T = (int)T;
+    j->steps = (int)steps;
+    j->opt.beta1 = (float)b1;
+    j->opt.beta2 = (float)b2;
+    j->opt.eps = (float)eps;
+    j->opt.weight_decay = (float)wd;
+    return (j->inputs = read_batch(st, "fixture.inputs", j->B, j->T)) != NULL &&
+           (j->targets = read_batch(st, "fixture.targets", j->B, j->T)) != NULL;
+}
+
 int main(int argc, char **argv) {
     int threads = 0, verbose = 0, npos = 0, s, tp = 1, dp = 1, pp = 1, zero = 0, micro = 1, chunks = 1;
     const char *schedule = "1f1b", *recompute = "none";
@@ -290,8 +339,7 @@ int main(int argc, char **argv) {
     const char *usage = "usage: fixture_check FILE [options]\n"
                         "Runs a ptrain-fixture-v1 file's protocol and checks every quantity.";
     pt_safetensors st;
-    double B, T, steps, b1, b2, eps, wd;
-    int *inputs = NULL, *targets = NULL, rc = 2;
+    int rc = 2;
     job j;
     pt_status status;
     pt_comm world;
@@ -308,55 +356,21 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", pt_last_error());
         goto out;
     }
-    if (!meta_is(&st, "format", "ptrain-fixture-v1") || !meta_is(&st, "decay", "dim>=2") ||
-        !meta_is(&st, "gelu", "tanh") || !meta_is(&st, "tied_lm_head", "true") ||
-        !meta_double(&st, "B", &B) || !meta_double(&st, "T", &T) ||
-        !meta_double(&st, "steps", &steps) || !meta_double(&st, "lr", &j.lr) ||
-        !meta_double(&st, "beta1", &b1) || !meta_double(&st, "beta2", &b2) ||
-        !meta_double(&st, "eps", &eps) || !meta_double(&st, "weight_decay", &wd))
-        goto out;
-    if (!(B >= 1 && B <= 1 << 16 && T >= 1 && T <= 1 << 20 && steps >= 1 && steps <= 1 << 20)) {
-        fprintf(stderr, "error: fixture B=%g T=%g steps=%g out of range\n", B, T, steps);
-        goto out;
-    }
-    if (pt_gpt_config_from_st(&st, 0, &j.cfg) != PT_OK) {
-        fprintf(stderr, "error: %s\n", pt_last_error());
-        goto out;
-    }
-    if ((int)B % dp != 0 || j.cfg.n_head % tp != 0 || ((int)B % dp == 0 && ((int)B / dp) % micro)) {
-        if ((int)B % dp != 0)
+    if (!fixture_read(&st, &j)) goto out;
+    if (j.B % dp != 0 || j.cfg.n_head % tp != 0 || (j.B % dp == 0 && (j.B / dp) % micro)) {
+        if (j.B % dp != 0)
             fprintf(stderr, "error: data_parallel=%d does not divide the fixture's batch B=%d\n",
-                    dp, (int)B);
-        else if (((int)B / dp) % micro)
+                    dp, j.B);
+        else if ((j.B / dp) % micro)
             fprintf(stderr, "error: microbatches=%d does not divide the %d rows of each "
-                    "data-parallel rank (B=%d / dp=%d)\n", micro, (int)B / dp, (int)B, dp);
+                    "data-parallel rank (B=%d / dp=%d)\n", micro, j.B / dp, j.B, dp);
         if (j.cfg.n_head % tp != 0)
             fprintf(stderr, "error: tensor_parallel=%d does not divide n_head=%d\n", tp,
                     j.cfg.n_head);
         goto out;
     }
-    {
-        size_t N = (size_t)B * (size_t)T;
-        int64_t bt[2];
-        bt[0] = (int64_t)B;
-        bt[1] = (int64_t)T;
-        inputs = (int *)malloc(N * sizeof(int));
-        targets = (int *)malloc(N * sizeof(int));
-        if (!inputs || !targets) {
-            fprintf(stderr, "error: out of memory\n");
-            goto out;
-        }
-        if (pt_st_read_i32(&st, "fixture.inputs", inputs, 2, bt) != PT_OK ||
-            pt_st_read_i32(&st, "fixture.targets", targets, 2, bt) != PT_OK) {
-            fprintf(stderr, "error: %s\n", pt_last_error());
-            goto out;
-        }
-    }
     j.path = pos[0];
     j.st = &st;
-    j.B = (int)B;
-    j.T = (int)T;
-    j.steps = (int)steps;
     j.tp = tp;
     j.dp = dp;
     j.zero = zero;
@@ -367,18 +381,12 @@ int main(int argc, char **argv) {
     j.verbose = verbose;
     j.recompute = cli_recompute(recompute);
     if (j.recompute < 0) goto out;
-    j.inputs = inputs;
-    j.targets = targets;
-    j.opt.beta1 = (float)b1;
-    j.opt.beta2 = (float)b2;
-    j.opt.eps = (float)eps;
-    j.opt.weight_decay = (float)wd;
     if (world.rank == 0)
         printf("%s: V=%d C=%d n_head=%d n_layer=%d block=%d B=%d T=%d steps=%d lr=%g wd=%g; "
                "tp=%d dp=%d zero=%d pp=%d%s%s m=%d v=%d\n",
                pos[0], j.cfg.vocab_size, j.cfg.n_embd, j.cfg.n_head, j.cfg.n_layer,
-               j.cfg.block_size, j.B, j.T, j.steps, j.lr, wd, tp, dp, zero, pp,
-               pp > 1 ? " " : "", pp > 1 ? schedule : "", micro, chunks);
+               j.cfg.block_size, j.B, j.T, j.steps, j.lr, (double)j.opt.weight_decay, tp, dp,
+               zero, pp, pp > 1 ? " " : "", pp > 1 ? schedule : "", micro, chunks);
     status = cli_world_run(&world, tp * dp * pp, run_rank, &j);
     if (status == PT_OK) status = cli_world_share(&world, &j.failed);
     if (status != PT_OK) {
@@ -387,8 +395,8 @@ int main(int argc, char **argv) {
     }
     rc = j.failed ? 1 : 0;
 out:
-    free(inputs);
-    free(targets);
+    free((void *)j.inputs);
+    free((void *)j.targets);
     pt_st_free(&st);
     cli_world_end(&world);
     return rc;

@@ -271,11 +271,14 @@ out:
 /* An I32 tensor of shape (B, T) into a new array (the caller frees it);
    NULL after an error message. */
 static int *read_batch(const pt_safetensors *st, const char *name, int B, int T) {
+    const pt_st_tensor *t = pt_st_find(st, name);
     int64_t bt[2];
-    int *x;
+    int *x = NULL;
     bt[0] = B, bt[1] = T;
-    x = (int *)malloc((size_t)B * (size_t)T * sizeof(int));
-    if (!x) {
+    /* allocate only a batch the file holds: the metadata's B and T alone could ask for
+       terabytes; otherwise x stays NULL and pt_st_read_i32 refuses before writing */
+    if (t && t->ndim == 2 && t->shape[0] == B && t->shape[1] == T &&
+        !(x = (int *)malloc((size_t)B * (size_t)T * sizeof(int)))) {
         fprintf(stderr, "error: out of memory\n");
         return NULL;
     }

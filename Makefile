@@ -1,4 +1,4 @@
-# ptrain -- make (all), make run, make test, make bench, make install, make clean
+# ptrain -- make (all), make run, make test, make bench, make fuzz, make install, make clean
 # gcc is the default compiler; `make CC=clang` works too.
 CC = gcc
 CXX = g++
@@ -27,7 +27,21 @@ MPI_CC = OMPI_CC="$(CC)" MPICH_CC="$(CC)" $(MPICC)
 # the communicator checks
 COMM_SRC = tests/comm_check.c ptrain.h
 
-.PHONY: all run test bench install clean deps deps-test deps-mpi
+# Fuzzing: one harness per parser of outside input, fuzz/<name>.c; a new
+# harness is one file plus its name here. `make fuzz` runs each under
+# libFuzzer (clang) for FUZZ_TIME seconds; `make test` replays the seed
+# corpus and fuzz/crashes/<name>/ through the same harnesses built by $(CC)
+# with ASan + UBSan and a main of their own (fuzz/fuzz.h).
+FUZZERS = safetensors checkpoint tokens fixture train_cli
+FUZZ_TIME = 60
+FUZZ_SRC = fuzz/fuzz.h $(HDR) examples/train.c tests/fixture_check.c
+FUZZ_FLAGS = -std=c11 -O1 -g -fno-omit-frame-pointer $(WARN) -DPTRAIN_NO_BLAS -pthread \
+             -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_REPLAY = $(addprefix build/fuzz/,$(addsuffix _replay,$(FUZZERS))) build/fuzz/seeds
+CHECK_BINS = build/tests_asan build/fixture_check_asan build/tests_noblas build/comm_check_asan \
+             build/comm_check_mpi_asan $(FUZZ_REPLAY)
+
+.PHONY: all run test bench fuzz install clean deps deps-test deps-mpi deps-fuzz
 
 all: $(BINS) $(MPI_BINS)
 
@@ -40,8 +54,14 @@ deps-test:
 deps-mpi:
 	@CC="$(CC)" sh scripts/deps.sh mpi
 
+deps-fuzz:
+	@CC="$(CC)" sh scripts/deps.sh fuzz
+
 build:
 	@mkdir -p build
+
+build/fuzz:
+	@mkdir -p build/fuzz
 
 build/%: examples/%.c $(HDR) | build deps
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
@@ -89,18 +109,29 @@ build/bench_parallel_mpi: bench/bench_parallel.c $(HDR) | build deps deps-mpi
 build/bench_%: bench/bench_%.c $(HDR) | build deps
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
+build/fuzz/%_replay: fuzz/%.c $(FUZZ_SRC) | build/fuzz deps
+	$(CC) $(FUZZ_FLAGS) $< -o $@ -lm
+
+build/fuzz/%_libfuzzer: fuzz/%.c $(FUZZ_SRC) | build/fuzz deps-fuzz
+	clang $(FUZZ_FLAGS) -fsanitize=fuzzer -DPT_FUZZ_LIBFUZZER $< -o $@ -lm
+
+build/fuzz/seeds: fuzz/seeds.c ptrain.h | build/fuzz deps
+	$(CC) $(CFLAGS) -DPTRAIN_NO_BLAS $< -o $@ -lm
+
 # The main job: a small GPT on the embedded task, about two minutes on 2 cores.
 run: build/train
 	build/train --checkpoint build/train_ckpt.safetensors
 
 test: deps-test
-	@$(MAKE) --no-print-directory all build/tests_asan build/fixture_check_asan build/tests_noblas \
-	    build/comm_check_asan build/comm_check_mpi_asan
-	@CC="$(CC)" CXX="$(CXX)" BLAS="$(BLAS)" sh tests/run.sh
+	@$(MAKE) --no-print-directory all $(CHECK_BINS)
+	@CC="$(CC)" CXX="$(CXX)" BLAS="$(BLAS)" FUZZERS="$(FUZZERS)" sh tests/run.sh
 
 bench: build/bench_step build/bench_kernels build/bench_parallel build/bench_parallel_mpi \
        build/bench_pipeline build/sim_vs_real build/plan
 	@sh bench/run.sh
+
+fuzz: build/fuzz/seeds $(addprefix build/fuzz/,$(addsuffix _libfuzzer,$(FUZZERS)))
+	@FUZZ_TIME="$(FUZZ_TIME)" sh fuzz/run.sh $(FUZZERS)
 
 install:
 	install -d $(DESTDIR)$(PREFIX)/include

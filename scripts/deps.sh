@@ -4,6 +4,7 @@
 #   scripts/deps.sh run    compiler with OpenMP + OpenBLAS (OpenMP build)
 #   scripts/deps.sh test   also gcc, g++, clang + libomp (compile checks), Open MPI
 #   scripts/deps.sh mpi    Open MPI (mpicc, mpirun) only
+#   scripts/deps.sh fuzz   clang with libFuzzer (make fuzz)
 mode=${1:-run}
 CC=${CC:-gcc}
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -11,9 +12,13 @@ omp_ok() {
     printf '#include <omp.h>\nint main(void){return omp_get_max_threads()<1;}\n' |
         "$1" -fopenmp -x c - -o /dev/null 2>/dev/null
 }
+fuzzer_ok() { # libFuzzer's runtime is a package of its own on Debian 12
+    printf 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0 * (d[0] + n); }\n' |
+        clang -fsanitize=fuzzer,address,undefined -x c - -o /dev/null 2>/dev/null
+}
 arch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 need=""
-if [ "$mode" != mpi ]; then
+if [ "$mode" != mpi ] && [ "$mode" != fuzz ]; then
     have "$CC" || need="$need $CC"
     [ -f "/usr/include/$arch/openblas-openmp/cblas.h" ] || need="$need libopenblas-openmp-dev"
     case "$CC" in *clang*) { have "$CC" && omp_ok "$CC"; } || need="$need libomp-dev" ;; esac
@@ -27,6 +32,10 @@ if [ "$mode" = test ]; then
     have g++ || need="$need g++"
     have clang || need="$need clang"
     { have clang && omp_ok clang; } || need="$need libomp-dev"
+fi
+if [ "$mode" = fuzz ]; then
+    have clang || need="$need clang"
+    { have clang && fuzzer_ok; } || need="$need libclang-rt-dev"
 fi
 need=$(echo $need | tr ' ' '\n' | sort -u | tr '\n' ' ')
 [ -z "${need% }" ] && exit 0

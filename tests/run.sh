@@ -3,6 +3,7 @@
 # Each step is one check; the last line is "N passed, N failed".
 CC=${CC:-gcc}
 CXX=${CXX:-g++}
+FUZZERS=${FUZZERS:-$(ls fuzz/*.c | sed -e 's|fuzz/||' -e 's|\.c$||' | grep -v '^seeds$')}
 arch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 BLAS=${BLAS:-"-I/usr/include/$arch/openblas-openmp -L/usr/lib/$arch/openblas-openmp -Wl,-rpath,/usr/lib/$arch/openblas-openmp -lopenblas"}
 WERR="-O2 -Wall -Wextra -Wpedantic -Werror"  # -O2: optimizer passes warn too
@@ -147,6 +148,18 @@ fails "fixture_check_mpi: world size != tp x dp" 2 "world size 3 != tp 2 x dp 2 
     mpi 3 build/fixture_check_mpi tests/fixtures/gpt2_heads8.safetensors --tp 2 --dp 2
 fails "fixture_check rejects a non-fixture" 2 "error:" build/fixture_check tests/run.sh
 fails "fixture_check rejects a missing file" 2 "cannot open" build/fixture_check "$tmp/none.safetensors"
+
+# the fuzz harnesses (fuzz/: one per parser of outside input), built by $CC with ASan +
+# UBSan and no libFuzzer: the generated seed corpus and every crash input ever found
+# (fuzz/crashes/<harness>/) must run clean; `make fuzz` runs them under libFuzzer
+step "fuzz: seed corpus generated (build/fuzz/seeds)" build/fuzz/seeds "$tmp/seeds"
+for h in $FUZZERS; do
+    crashes=
+    [ -d "fuzz/crashes/$h" ] && crashes="fuzz/crashes/$h"
+    step "fuzz $h: seeds and fuzz/crashes/$h replayed under ASan + UBSan" \
+        build/fuzz/"${h}"_replay "$tmp/seeds/$h" $crashes
+    tail -n 1 "$tmp/out" | sed 's/^/      /'
+done
 
 # the header: warning-free in two translation units with gcc and clang, and as C++
 for cc in gcc clang; do

@@ -1,0 +1,291 @@
+/* seeds.c -- writes the fuzzers' seed corpus: valid and near-valid inputs
+   for every harness, generated rather than committed as binary files.
+
+     build/fuzz/seeds DIR      (writes DIR/<harness>/<name>)
+
+   Valid inputs come from the library's own writers (a real small
+   checkpoint, a Hugging Face style GPT-2 file, a fixture-shaped file, an
+   llm.c token file); near-valid ones are hand-written headers and argument
+   vectors that stop at one check each, so that the fuzzers start next to
+   every error path. */
+#define _POSIX_C_SOURCE 200809L /* mkdir */
+#define PTRAIN_IMPLEMENTATION
+#include "../ptrain.h"
+
+#include <sys/stat.h>
+
+static const char *out_dir;
+static int failed;
+
+static void put(const char *harness, const char *name, const void *data, size_t n) {
+    char path[1024];
+    FILE *f;
+    snprintf(path, sizeof path, "%s/%s", out_dir, harness);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/%s/%s", out_dir, harness, name);
+    if (!(f = fopen(path, "wb")) || fwrite(data, 1, n, f) != n || fclose(f) != 0) {
+        fprintf(stderr, "seeds: cannot write '%s'\n", path);
+        failed = 1;
+    }
+}
+
+/* a file's bytes, or NULL (n = 0) */
+static unsigned char *slurp(const char *path, size_t *n) {
+    unsigned char *buf = NULL;
+    if (pt__read_file(path, &buf, n, NULL) != PT_OK) {
+        fprintf(stderr, "seeds: %s\n", pt_last_error());
+        failed = 1;
+    }
+    return buf;
+}
+
+/* safetensors from a header and n zero bytes of data (padded as the writer pads) */
+static void put_st(const char *harness, const char *name, const char *json, size_t n) {
+    size_t hl = strlen(json), pad = (8 - hl % 8) % 8, i;
+    unsigned char *b = (unsigned char *)calloc(8 + hl + pad + n, 1);
+    if (!b) return;
+    for (i = 0; i < 8; i++) b[i] = (unsigned char)((uint64_t)(hl + pad) >> (8 * i));
+    memcpy(b + 8, json, hl);
+    memset(b + 8 + hl, ' ', pad);
+    put(harness, name, b, 8 + hl + pad + n);
+    free(b);
+}
+
+/* the same file as written by the library under another harness's name too */
+static void copy(const char *path, const char *harness, const char *name) {
+    size_t n = 0;
+    unsigned char *b = slurp(path, &n);
+    if (b) put(harness, name, b, n);
+    free(b);
+}
+
+/* A tiny model's checkpoint (1 layer, 8 wide), then damaged copies of it. */
+static void checkpoints(const char *tmp) {
+    pt_gpt m;
+    pt_gpt_desc d;
+    pt_train_state state = {12, 1, 3, 0x9E3779B97F4A7C15ull};
+    unsigned char *b;
+    size_t n = 0;
+    memset(&d, 0, sizeof d);
+    d.config.vocab_size = 16, d.config.block_size = 4, d.config.n_layer = 1;
+    d.config.n_head = 2, d.config.n_embd = 8, d.batch = 1, d.seq = 4;
+    if (pt_gpt_init(&m, &d) != PT_OK) {
+        fprintf(stderr, "seeds: %s\n", pt_last_error());
+        failed = 1;
+        return;
+    }
+    pt_gpt_init_weights(&m, 1);
+    if (pt_checkpoint_save(tmp, &m, &state) != PT_OK) {
+        fprintf(stderr, "seeds: %s\n", pt_last_error());
+        failed = 1;
+    }
+    pt_gpt_free(&m);
+    copy(tmp, "checkpoint", "tiny.safetensors");
+    copy(tmp, "safetensors", "checkpoint.safetensors");
+    if (!(b = slurp(tmp, &n))) return;
+    put("checkpoint", "truncated.safetensors", b, n - 100);      /* data shorter than the header says */
+    b[0] ^= 1;                                                   /* header length off by one */
+    put("checkpoint", "header_length.safetensors", b, n);
+    free(b);
+}
+
+/* A Hugging Face style GPT-2 file: no metadata, "transformer." names, half
+   precision, the tensors a loader must ignore. n_embd = 64 gives n_head. */
+static void hugging_face(const char *tmp) {
+    static const char *layer[12] = {
+        "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+        "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+        "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+    const int64_t C = 64, V = 4, block = 2;
+    int64_t shapes[12][2] = {{C, 0}, {C, 0}, {C, 3 * C}, {3 * C, 0}, {C, C}, {C, 0},
+                             {C, 0}, {C, 0}, {C, 4 * C}, {4 * C, 0}, {4 * C, C}, {C, 0}};
+    static uint16_t zeros[4 * 64 * 64]; /* the largest tensor, in F16 (all 0.0) */
+    int64_t s[2];
+    char name[96];
+    pt_st_writer w;
+    int i;
+    w.alloc_ctx = NULL;
+    pt_st_writer_init(&w);
+    s[0] = V, s[1] = C;
+    pt_st_writer_add(&w, "transformer.wte.weight", PT_F16, 2, s, zeros);
+    s[0] = block;
+    pt_st_writer_add(&w, "transformer.wpe.weight", PT_BF16, 2, s, zeros);
+    for (i = 0; i < 12; i++) {
+        snprintf(name, sizeof name, "transformer.h.0.%s", layer[i]);
+        pt_st_writer_add(&w, name, i % 2 ? PT_BF16 : PT_F16, shapes[i][1] ? 2 : 1, shapes[i],
+                         zeros);
+    }
+    s[0] = C;
+    pt_st_writer_add(&w, "transformer.ln_f.weight", PT_F16, 1, s, zeros);
+    pt_st_writer_add(&w, "transformer.ln_f.bias", PT_F16, 1, s, zeros);
+    s[0] = 1, s[1] = 1;
+    pt_st_writer_add(&w, "transformer.h.0.attn.bias", PT_BOOL, 2, s, zeros);
+    if (pt_st_writer_save(&w, tmp) != PT_OK) {
+        fprintf(stderr, "seeds: %s\n", pt_last_error());
+        failed = 1;
+    }
+    pt_st_writer_free(&w);
+    copy(tmp, "safetensors", "hugging_face.safetensors");
+}
+
+/* The fixture loader's input: metadata, model shape and a batch (B=2, T=3). */
+static void fixtures(const char *tmp) {
+    static const char *meta[][2] = {
+        {"format", "ptrain-fixture-v1"}, {"n_layer", "1"}, {"n_head", "2"}, {"n_embd", "8"},
+        {"vocab_size", "16"}, {"block_size", "4"}, {"B", "2"}, {"T", "3"}, {"steps", "2"},
+        {"lr", "0.001"}, {"beta1", "0.9"}, {"beta2", "0.95"}, {"eps", "1e-08"},
+        {"weight_decay", "0.1"}, {"decay", "dim>=2"}, {"gelu", "tanh"},
+        {"tied_lm_head", "true"}, {"ln_eps", "1e-05"}};
+    static const int batch[6] = {1, 2, 3, 4, 5, 15};
+    const int64_t bt[2] = {2, 3}, one[1] = {1};
+    const float loss = 2.75f;
+    pt_st_writer w;
+    int i;
+    w.alloc_ctx = NULL;
+    pt_st_writer_init(&w);
+    for (i = 0; i < (int)(sizeof meta / sizeof meta[0]); i++)
+        pt_st_writer_meta(&w, meta[i][0], meta[i][1]);
+    pt_st_writer_add(&w, "fixture.inputs", PT_I32, 2, bt, batch);
+    pt_st_writer_add(&w, "fixture.targets", PT_I32, 2, bt, batch);
+    pt_st_writer_add(&w, "fixture.loss", PT_F32, 1, one, &loss);
+    if (pt_st_writer_save(&w, tmp) != PT_OK) {
+        fprintf(stderr, "seeds: %s\n", pt_last_error());
+        failed = 1;
+    }
+    pt_st_writer_free(&w);
+    copy(tmp, "fixture", "small.safetensors");
+    copy(tmp, "safetensors", "fixture.safetensors");
+    /* near-valid: a batch the metadata does not describe */
+    put_st("fixture", "batch_shape.safetensors",
+           "{\"__metadata__\":{\"format\":\"ptrain-fixture-v1\",\"n_layer\":\"1\",\"n_head\":\"1\","
+           "\"n_embd\":\"4\",\"vocab_size\":\"8\",\"block_size\":\"4\",\"B\":\"3\",\"T\":\"2\","
+           "\"steps\":\"1\",\"lr\":\"1e-3\",\"beta1\":\"0.9\",\"beta2\":\"0.99\",\"eps\":\"1e-8\","
+           "\"weight_decay\":\"0\",\"decay\":\"dim>=2\",\"gelu\":\"tanh\",\"tied_lm_head\":\"true\"},"
+           "\"fixture.inputs\":{\"dtype\":\"I32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+           "\"fixture.targets\":{\"dtype\":\"F32\",\"shape\":[3,2],\"data_offsets\":[24,48]}}",
+           48);
+}
+
+/* Headers that each stop at one check of the reader. */
+static void headers(void) {
+    static const char *h[][2] = {
+        {"empty", "{}"},
+        {"metadata", "{\"__metadata__\":{\"format\":\"ptrain-checkpoint-v1\",\"n_layer\":\"1\","
+                     "\"n_head\":\"2\",\"n_embd\":\"8\",\"vocab_size\":\"16\",\"block_size\":"
+                     "\"4\",\"ln_eps\":\"1e-5\"}}"},
+        {"dtypes", "{\"a\":{\"dtype\":\"F16\",\"shape\":[2,3],\"data_offsets\":[0,12]},"
+                   "\"b\":{\"dtype\":\"BF16\",\"shape\":[],\"data_offsets\":[12,14]},"
+                   "\"c\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[16,24]},"
+                   "\"d\":{\"dtype\":\"I32\",\"shape\":[0,5],\"data_offsets\":[24,24]},"
+                   "\"e\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[24,32]},"
+                   "\"f\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1],\"data_offsets\":[32,33]},"
+                   "\"g\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[33,35]},"
+                   "\"h\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[36,40]}}"},
+        {"escapes", "{\"\\u00e9\\ud83d\\ude00\\n\\t\\\"\\\\\\/\":{\"dtype\":\"U8\",\"shape\":[1],"
+                    "\"data_offsets\":[0,1],\"extra\":[1,{\"x\":null},true,false,-1.5e3,\"s\"]}}"},
+        {"overlap", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                    "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}"},
+        {"duplicate", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                      "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}"},
+        {"big_shape", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],"
+                      "\"data_offsets\":[0,0]}}"},
+        {"nine_dims", "{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],"
+                      "\"data_offsets\":[0,1]}}"},
+        {"unknown_dtype", "{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[1],\"data_offsets\":[0,1]}}"},
+        {"gpt2_shapes", "{\"wte.weight\":{\"dtype\":\"F32\",\"shape\":[2,64],\"data_offsets\":"
+                        "[0,512]},\"wpe.weight\":{\"dtype\":\"F32\",\"shape\":[1,64],"
+                        "\"data_offsets\":[512,768]}}"},
+    };
+    static const size_t data[] = {0, 0, 40, 1, 12, 8, 0, 1, 1, 768};
+    int i;
+    for (i = 0; i < (int)(sizeof h / sizeof h[0]); i++) {
+        put_st("safetensors", h[i][0], h[i][1], data[i]);
+        if (i < 2) put_st("checkpoint", h[i][0], h[i][1], data[i]);
+    }
+}
+
+/* llm.c token files: valid, then one broken field each; and raw bytes */
+static void tokens(void) {
+    static unsigned char b[1024 + 2 * 64];
+    const char *text = "7+5=12\nthe cat sees a red ball near the river.\n";
+    int32_t head[3] = {PT_TOKENS_MAGIC, 1, 64};
+    int i;
+    memcpy(b, head, sizeof head);
+    for (i = 0; i < 64; i++) {
+        b[1024 + 2 * i] = (unsigned char)(i * 37);
+        b[1024 + 2 * i + 1] = (unsigned char)(i % 3);
+    }
+    b[1020] = 3, b[1021] = 7, b[1022] = 5, b[1023] = 1; /* the harness's loader shape */
+    put("tokens", "llmc.bin", b, sizeof b);
+    put("tokens", "llmc_short.bin", b, sizeof b - 2);
+    head[2] = 1 << 30;
+    memcpy(b, head, sizeof head);
+    put("tokens", "llmc_count.bin", b, sizeof b);
+    head[1] = 2;
+    memcpy(b, head, sizeof head);
+    put("tokens", "llmc_version.bin", b, sizeof b);
+    put("tokens", "text", text, strlen(text));
+}
+
+/* Argument vectors of build/train (NUL-separated), from tests/run.sh and more. */
+static void arguments(void) {
+    static const char *argv[][24] = {
+        {"--preset", "tiny", "--steps", "40", "--batch", "4", "--seq", "32", "--eval-every", "20",
+         "--log-every", "20", "--sample-tokens", "40", "--checkpoint", "c.safetensors",
+         "--threads", "2"},
+        {"--preset", "tiny", "--block-size", "64", "--seq", "128", "--steps", "1", "--batch",
+         "1", "--sample-tokens", "0"},
+        {"--steps", "12x"},
+        {"--preset", "gpt5"},
+        {"--embd", "100", "--heads", "3"},
+        {"--preset", "tiny", "--tp", "3", "--steps", "1", "--sample-tokens", "0"},
+        {"--preset", "tiny", "--dp", "3", "--batch", "8", "--steps", "1"},
+        {"--preset", "tiny", "--steps", "1", "--trace", "x.json"},
+        {"--preset", "tiny", "--steps", "3", "--batch", "4", "--seq", "16", "--pp", "2",
+         "--grad-accum", "2", "--schedule", "zb-h1", "--trace", "t.json"},
+        {"--layers=4", "--pp", "2", "--chunks=2", "--schedule", "interleaved", "--grad-accum",
+         "4", "--recompute", "selective", "--tp", "2", "--dp", "2", "--zero", "1", "--batch", "8"},
+        {"--data", "x.bin", "--data-format", "llmc", "--resume", "c.safetensors"},
+        {"--data-format", "utf8"},
+        {"--recompute", "some"},
+        {"--seed", "18446744073709551615", "--lr=1e-400"},
+        {"--temperature", "nan", "--top-k", "-1"},
+        {"--val-fraction", "0.95", "--grad-clip", "inf"},
+        {"--help"},
+        {"--verbose", "--", "--steps"},
+        {"--preset", "gpt2-1558m", "--embd", "131072", "--layers", "4096", "--block-size",
+         "1048576", "--seq", "1048576", "--batch", "1048576"},
+    };
+    char buf[1024];
+    int i, k;
+    for (i = 0; i < (int)(sizeof argv / sizeof argv[0]); i++) {
+        size_t n = 0;
+        char name[32];
+        for (k = 0; argv[i][k]; k++) {
+            size_t len = strlen(argv[i][k]) + 1;
+            memcpy(buf + n, argv[i][k], len);
+            n += len;
+        }
+        snprintf(name, sizeof name, "args%02d", i);
+        put("train_cli", name, buf, n ? n - 1 : 0);
+    }
+}
+
+int main(int argc, char **argv) {
+    char tmp[1024];
+    if (argc != 2) {
+        fprintf(stderr, "usage: seeds DIR\n");
+        return 2;
+    }
+    out_dir = argv[1];
+    mkdir(out_dir, 0755);
+    snprintf(tmp, sizeof tmp, "%s/.tmp.safetensors", out_dir);
+    checkpoints(tmp);
+    hugging_face(tmp);
+    fixtures(tmp);
+    headers();
+    tokens();
+    arguments();
+    remove(tmp);
+    return failed;
+}

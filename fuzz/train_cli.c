@@ -1,0 +1,44 @@
+/* train_cli.c -- fuzzes build/train's command line (examples/train.c and
+   cli.h): the input is the argument vector, arguments separated by NUL
+   bytes. Runs the option parsing and checks (train_options), the model's
+   shape from the preset and overrides (train_config), and the model's own
+   checks on a model without memory (pt_gpt_init, meta = 1). --resume is
+   dropped: it names a file, which the checkpoint harness covers. See fuzz.h. */
+#define main train_main /* the program's own main is not run */
+#include "../examples/train.c"
+#undef main
+#include "fuzz.h"
+
+#define FUZZ_MAX_ARGS 64
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    char *buf = (char *)malloc(size + 1), *argv[FUZZ_MAX_ARGS + 1];
+    int argc = 1;
+    size_t i, start = 0;
+    run o;
+    train_args a;
+    if (!buf) return 0;
+    memcpy(buf, data, size);
+    buf[size] = 0;
+    argv[0] = (char *)"train";
+    for (i = 0; i <= size && argc < FUZZ_MAX_ARGS; i++)
+        if (buf[i] == 0) {
+            if (i > start || i < size) argv[argc++] = buf + start;
+            start = i + 1;
+        }
+    argv[argc] = NULL;
+    if (train_options(argc, argv, &o, &a, 0) < 0) {
+        o.resume = NULL;
+        if (train_config(&o, &a, 256) == PT_OK && pt_gpt_config_validate(&o.cfg) == PT_OK) {
+            pt_gpt m;
+            pt_gpt_desc d;
+            memset(&d, 0, sizeof d);
+            d.config = o.cfg, d.batch = o.batch / o.dp / o.accum, d.seq = o.seq, d.meta = 1;
+            d.zero = o.zero, d.grad_accum = o.accum, d.schedule = o.schedule;
+            d.chunks = o.chunks, d.recompute = o.recompute;
+            if (pt_gpt_init(&m, &d) == PT_OK) pt_gpt_free(&m);
+        }
+    }
+    free(buf);
+    return 0;
+}

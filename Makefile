@@ -38,8 +38,15 @@ FUZZ_SRC = fuzz/fuzz.h $(HDR) examples/train.c tests/fixture_check.c
 FUZZ_FLAGS = -std=c11 -O1 -g -fno-omit-frame-pointer $(WARN) -DPTRAIN_NO_BLAS -pthread \
              -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_REPLAY = $(addprefix build/fuzz/,$(addsuffix _replay,$(FUZZERS))) build/fuzz/seeds
+# ThreadSanitizer: clang + libomp (gcc's libgomp gives false reports), and no
+# BLAS, which is not instrumented. valgrind: no AVX-512, which it cannot run,
+# and serial (no OpenMP: its pool threads are never joined, and valgrind runs
+# threads one at a time)
+TSANFLAGS = -std=c11 -O1 -g $(WARN) -fopenmp -fsanitize=thread -DPTRAIN_NO_BLAS -pthread
+VGFLAGS = -std=c11 -O1 -g $(WARN) -mavx2 -mfma -DPTRAIN_NO_BLAS -pthread
 CHECK_BINS = build/tests_asan build/fixture_check_asan build/tests_noblas build/comm_check_asan \
-             build/comm_check_mpi_asan $(FUZZ_REPLAY)
+             build/comm_check_mpi_asan build/fixture_check_tsan build/train_tsan build/tests_vg \
+             build/fixture_check_vg $(FUZZ_REPLAY)
 
 .PHONY: all run test bench fuzz install clean deps deps-test deps-mpi deps-fuzz
 
@@ -80,6 +87,18 @@ build/fixture_check_asan: tests/fixture_check.c $(HDR) | build deps
 
 build/tests_noblas: tests/test_main.c ptrain.h | build deps
 	$(CC) $(CFLAGS) -DPTRAIN_NO_BLAS $< -o $@ -lm
+
+build/tests_vg: tests/test_main.c ptrain.h | build deps
+	$(CC) $(VGFLAGS) $< -o $@ -lm
+
+build/fixture_check_vg: tests/fixture_check.c $(HDR) | build deps
+	$(CC) $(VGFLAGS) $< -o $@ -lm
+
+build/fixture_check_tsan: tests/fixture_check.c $(HDR) | build deps
+	clang $(TSANFLAGS) $< -o $@ -lm
+
+build/train_tsan: examples/train.c $(HDR) | build deps
+	clang $(TSANFLAGS) $< -o $@ -lm
 
 # threads and self backends; the MPI one through mpicc (with $(CC) underneath)
 build/comm_check: $(COMM_SRC) | build deps

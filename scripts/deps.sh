@@ -2,7 +2,8 @@
 # Installs what ptrain needs, on Debian/Ubuntu with apt-get (sudo when not
 # root); on other systems prints what is missing and exits 1.
 #   scripts/deps.sh run    compiler with OpenMP + OpenBLAS (OpenMP build)
-#   scripts/deps.sh test   also gcc, g++, clang + libomp (compile checks), Open MPI
+#   scripts/deps.sh test   also gcc, g++, clang + libomp (compile checks and
+#                          ThreadSanitizer), Open MPI, valgrind
 #   scripts/deps.sh mpi    Open MPI (mpicc, mpirun) only
 #   scripts/deps.sh fuzz   clang with libFuzzer (make fuzz)
 mode=${1:-run}
@@ -32,6 +33,7 @@ if [ "$mode" = test ]; then
     have g++ || need="$need g++"
     have clang || need="$need clang"
     { have clang && omp_ok clang; } || need="$need libomp-dev"
+    have valgrind || need="$need valgrind"
 fi
 if [ "$mode" = fuzz ]; then
     have clang || need="$need clang"

@@ -45,6 +45,17 @@ show() { grep -E "passed, [0-9]+ failed" "$tmp/out" | tail -n 1 | sed 's/^/     
 step "unit tests" build/tests; show
 step "unit tests (ASan + UBSan)" build/tests_asan; show
 step "unit tests (PTRAIN_NO_BLAS)" build/tests_noblas; show
+# valgrind memcheck of the serial build (-mavx2 -mfma -O1, no OpenMP, no BLAS): no
+# invalid access, no uninitialised value, no leak; kernel_attention alone would take a
+# minute and a half. OMP_WAIT_POLICY=passive: fixture_check does not re-execute itself
+# (cli.h), which valgrind cannot follow
+vg() { OMP_WAIT_POLICY=passive valgrind -q --error-exitcode=1 --leak-check=full "$@"; }
+step "unit tests under valgrind memcheck (serial, all but kernel_attention)" \
+    vg build/tests_vg --skip kernel_attention; show
+step "fixture gpt2_odd under valgrind memcheck" \
+    vg build/fixture_check_vg tests/fixtures/gpt2_odd.safetensors
+step "fixture gpt2_odd, tp 3 (threads) under valgrind memcheck" \
+    vg build/fixture_check_vg tests/fixtures/gpt2_odd.safetensors --tp 3
 
 # the communicators: self and threads (1-12 ranks on 2 cores), under ASan + UBSan and
 # ThreadSanitizer (clang + libomp: gcc's libgomp gives false reports), then MPI
@@ -71,6 +82,24 @@ step "comm: MPI world of 2 under ASan + UBSan" mpi 2 build/comm_check_mpi_asan -
 show
 fails "comm: MPI rank 2 of 4 fails, the job aborts at once with its message" 1 \
     "^rank 2: planted failure" mpi 4 build/comm_check_mpi --fail-rank 2
+
+# the threads backend's layouts under ThreadSanitizer (clang + libomp, no BLAS: see the
+# Makefile): tensor x data parallel with ZeRO 2 and full recomputation, pipeline stages
+# with zero-bubble's split backward, and train's threaded tp x pp run on a small file
+tsan() { TSAN_OPTIONS='ignore_noninstrumented_modules=1 halt_on_error=1' "$@"; }
+step "fixture heads8, tp 2 x dp 2, ZeRO 2, recompute full under ThreadSanitizer" \
+    tsan build/fixture_check_tsan tests/fixtures/gpt2_heads8.safetensors --tp 2 --dp 2 \
+    --zero 2 --recompute full
+step "fixture heads8, dp 2 x pp 2, zb-h1, 2 micro-batches under ThreadSanitizer" \
+    tsan build/fixture_check_tsan tests/fixtures/gpt2_heads8.safetensors --dp 2 --pp 2 \
+    --schedule zb-h1 --microbatches 2
+step "fixture deep, tp 2 x pp 3, gpipe, recompute selective under ThreadSanitizer" \
+    tsan build/fixture_check_tsan tests/fixtures/gpt2_deep.safetensors --tp 2 --pp 3 \
+    --schedule gpipe --recompute selective
+head -c 8000 README.md >"$tmp/data.txt"
+step "train: tp 2 x pp 2, ZeRO 1, 2 micro-batches under ThreadSanitizer" \
+    tsan build/train_tsan --data "$tmp/data.txt" --preset tiny --steps 2 --batch 4 --seq 16 \
+    --tp 2 --pp 2 --grad-accum 2 --zero 1 --eval-batches 1 --sample-tokens 0
 
 # the fixtures: the project's own, and the shared ones when ../shared is there
 for f in tests/fixtures/*.safetensors; do

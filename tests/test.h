@@ -3,8 +3,9 @@
 
    A test is a void function; checks count failures in g_fail and print
    file:line with the values. test_run() takes a table of {name, fn}, runs
-   those matching --filter SUBSTR (--list prints names, --verbose the worst
-   element of every comparison), frees each test's TALLOC memory, and ends with
+   those matching --filter SUBSTR and none of --skip A,B,... (substrings;
+   valgrind skips the slow ones); --list prints names, --verbose the worst
+   element of every comparison. It frees each test's TALLOC memory, and ends with
    the line "N passed, N failed"; it returns non-zero if any test failed. */
 #ifndef PTRAIN_TEST_H
 #define PTRAIN_TEST_H
@@ -245,21 +246,35 @@ typedef struct test_case {
     void (*fn)(void);
 } test_case;
 
+/* 1 if name contains one of the comma-separated substrings in list */
+static int test_matches_any(const char *name, const char *list) {
+    while (*list) {
+        size_t len = strcspn(list, ","), i;
+        for (i = 0; len > 0 && name[i]; i++)
+            if (strncmp(name + i, list, len) == 0) return 1;
+        list += len + (list[len] == ',');
+    }
+    return 0;
+}
+
 static int test_run(const test_case *tests, int n, int argc, char **argv) {
-    const char *filter = NULL;
+    const char *filter = NULL, *skip = NULL;
     int i, list = 0, passed = 0, failed = 0;
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
+        else if (strcmp(argv[i], "--skip") == 0 && i + 1 < argc) skip = argv[++i];
         else if (strcmp(argv[i], "--list") == 0) list = 1;
         else if (strcmp(argv[i], "--verbose") == 0) g_verbose = 1;
         else {
-            printf("usage: %s [--filter SUBSTR] [--list] [--verbose]\n", argv[0]);
+            printf("usage: %s [--filter SUBSTR] [--skip A,B,...] [--list] [--verbose]\n",
+                   argv[0]);
             return 2;
         }
     }
     for (i = 0; i < n; i++) {
         double t0;
         if (filter && !strstr(tests[i].name, filter)) continue;
+        if (skip && test_matches_any(tests[i].name, skip)) continue;
         if (list) {
             printf("%s\n", tests[i].name);
             continue;

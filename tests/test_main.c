@@ -1,6 +1,6 @@
 /* test_main.c -- unit tests of ptrain.h.
 
-     build/tests [--filter SUBSTR] [--list] [--verbose]
+     build/tests [--filter SUBSTR] [--skip A,B,...] [--list] [--verbose]
 
    Build (tests/run.sh runs it optimised, under ASan + UBSan and with PTRAIN_NO_BLAS):
      gcc -std=c11 -O2 -Wall -Wextra -Wpedantic -fopenmp tests/test_main.c -o build/tests \

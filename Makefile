@@ -142,7 +142,7 @@ run: build/train
 	build/train --checkpoint build/train_ckpt.safetensors
 
 test: deps-test
-	@$(MAKE) --no-print-directory all $(CHECK_BINS)
+	@$(MAKE) -j2 --no-print-directory all $(CHECK_BINS)
 	@CC="$(CC)" CXX="$(CXX)" BLAS="$(BLAS)" FUZZERS="$(FUZZERS)" sh tests/run.sh
 
 bench: build/bench_step build/bench_kernels build/bench_parallel build/bench_parallel_mpi \

@@ -36,6 +36,28 @@ static inline const char *fuzz_file(const uint8_t *data, size_t size, const char
     return ok ? path : NULL;
 }
 
+/* An argument vector from the input: arguments separated by NUL bytes,
+   after argv[0] = prog, at most max of them; argv[argc] = NULL. Returns
+   argc; *buf (free it) holds the strings. */
+static inline int fuzz_argv(const uint8_t *data, size_t size, const char *prog, char **argv,
+                            int max, char **buf) {
+    int argc = 1;
+    size_t i, start = 0;
+    *buf = (char *)malloc(size + 1);
+    argv[0] = (char *)prog;
+    argv[1] = NULL;
+    if (!*buf) return 1;
+    memcpy(*buf, data, size);
+    (*buf)[size] = 0;
+    for (i = 0; i <= size && argc < max; i++)
+        if ((*buf)[i] == 0) {
+            if (i > start || i < size) argv[argc++] = *buf + start;
+            start = i + 1;
+        }
+    argv[argc] = NULL;
+    return argc;
+}
+
 #ifndef PT_FUZZ_LIBFUZZER
 #include <dirent.h>
 #include <sys/stat.h>

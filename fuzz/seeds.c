@@ -63,7 +63,7 @@ static void copy(const char *path, const char *harness, const char *name) {
 static void checkpoints(const char *tmp) {
     pt_gpt m;
     pt_gpt_desc d;
-    pt_train_state state = {12, 1, 3, 0x9E3779B97F4A7C15ull};
+    pt_train_state state = {12, 1, 3, 0x9E3779B97F4A7C15ull, 0};
     unsigned char *b;
     size_t n = 0;
     memset(&d, 0, sizeof d);
@@ -227,6 +227,20 @@ static void tokens(void) {
     put("tokens", "text", text, strlen(text));
 }
 
+/* One argument vector as a seed: the arguments NUL-separated. */
+static void put_args(const char *harness, int i, const char *const *args) {
+    char buf[1024], name[32];
+    size_t n = 0;
+    int k;
+    for (k = 0; args[k]; k++) {
+        size_t len = strlen(args[k]) + 1;
+        memcpy(buf + n, args[k], len);
+        n += len;
+    }
+    snprintf(name, sizeof name, "args%02d", i);
+    put(harness, name, buf, n ? n - 1 : 0);
+}
+
 /* Argument vectors of build/train (NUL-separated), from tests/run.sh and more. */
 static void arguments(void) {
     static const char *argv[][24] = {
@@ -256,19 +270,35 @@ static void arguments(void) {
         {"--preset", "gpt2-1558m", "--embd", "131072", "--layers", "4096", "--block-size",
          "1048576", "--seq", "1048576", "--batch", "1048576"},
     };
-    char buf[1024];
-    int i, k;
-    for (i = 0; i < (int)(sizeof argv / sizeof argv[0]); i++) {
-        size_t n = 0;
-        char name[32];
-        for (k = 0; argv[i][k]; k++) {
-            size_t len = strlen(argv[i][k]) + 1;
-            memcpy(buf + n, argv[i][k], len);
-            n += len;
-        }
-        snprintf(name, sizeof name, "args%02d", i);
-        put("train_cli", name, buf, n ? n - 1 : 0);
-    }
+    int i;
+    for (i = 0; i < (int)(sizeof argv / sizeof argv[0]); i++) put_args("train_cli", i, argv[i]);
+}
+
+/* build/plan's command lines: presets, every flag, refusals, extremes. */
+static void plan_arguments(void) {
+    static const char *argv[][32] = {
+        {"--preset", "megatron-1t"},
+        {"--preset=gpt-175b", "--hw", "mi250x", "--json", "--stages"},
+        {"--layers", "80", "--hidden", "12288", "--heads", "96", "--seq", "2048", "--vocab",
+         "51200", "--tp", "8", "--pp", "8", "--gpus", "1536", "--batch", "2304", "--microbatch",
+         "2", "--chunks", "2", "--zero", "1", "--recompute", "full", "--hw", "a100-80g", "--json"},
+        {"--layers", "96", "--hidden", "12288", "--heads", "96", "--gpus", "384", "--batch",
+         "1536", "--microbatch", "4", "--zero", "3", "--recompute", "selective"},
+        {"--preset", "megatron-145.6b", "--schedule", "zb-h1", "--chunks", "1", "--recompute",
+         "none", "--tokens", "3e11", "--hw", "h100-80g"},
+        {"--gpus", "100", "--tp", "8"},
+        {"--preset", "megatron-1t", "--pp", "8", "--gpus", "384", "--batch", "384"},
+        {"--preset", "gpt-9t"},
+        {"--recompute", "most", "--schedule", "2f2b"},
+        {"--layers", "4096", "--hidden", "131072", "--heads", "65536", "--seq", "1048576",
+         "--vocab", "16777216", "--tp", "65536", "--pp", "64", "--gpus", "16777216", "--batch",
+         "16777216", "--microbatch", "1"},
+        {"--pp", "64", "--gpus", "64", "--layers", "64", "--batch", "16000000"},
+        {"--tokens", "nan", "--top", "0", "--zero", "4"},
+        {"--help"},
+    };
+    int i;
+    for (i = 0; i < (int)(sizeof argv / sizeof argv[0]); i++) put_args("plan_cli", i, argv[i]);
 }
 
 int main(int argc, char **argv) {
@@ -286,6 +316,7 @@ int main(int argc, char **argv) {
     headers();
     tokens();
     arguments();
+    plan_arguments();
     remove(tmp);
     return failed;
 }

@@ -12,21 +12,11 @@
 #define FUZZ_MAX_ARGS 64
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    char *buf = (char *)malloc(size + 1), *argv[FUZZ_MAX_ARGS + 1];
-    int argc = 1;
-    size_t i, start = 0;
+    char *buf, *argv[FUZZ_MAX_ARGS + 1];
+    int argc = fuzz_argv(data, size, "train", argv, FUZZ_MAX_ARGS, &buf);
     run o;
     train_args a;
     if (!buf) return 0;
-    memcpy(buf, data, size);
-    buf[size] = 0;
-    argv[0] = (char *)"train";
-    for (i = 0; i <= size && argc < FUZZ_MAX_ARGS; i++)
-        if (buf[i] == 0) {
-            if (i > start || i < size) argv[argc++] = buf + start;
-            start = i + 1;
-        }
-    argv[argc] = NULL;
     if (train_options(argc, argv, &o, &a, 0) < 0) {
         o.resume = NULL;
         if (train_config(&o, &a, 256) == PT_OK && pt_gpt_config_validate(&o.cfg) == PT_OK) {

@@ -803,7 +803,7 @@ PTRAINDEF size_t pt_schedule_format(const pt_schedule *s, char *buf, size_t cap)
 
 /* A timeline: what each track (a rank, or a stage) did when, from a real
    run or from a schedule's unit-time run. The Chrome trace and SVG writers
-   (>>io) draw it; the simulator will fill the same structure. */
+   (>>io) draw it; pt_plan_simulate fills the same structure. */
 typedef struct pt_trace_event {
     int track, kind;    /* pt_action_kind */
     int micro, chunk;   /* -1 when not about a micro-batch */

@@ -38,7 +38,6 @@ static pt_status stage_main(pt_comm *world, void *arg) {
     pt_gpt_desc d;
     pt_trace trace;
     pt_adamw_config opt = pt_adamw_default();
-    pt_rng rng;
     int *x = NULL, *y = NULL, n = o->micro * o->seq, i, s;
     pt_status st;
     memset(&gpt, 0, sizeof gpt);
@@ -58,16 +57,10 @@ static pt_status stage_main(pt_comm *world, void *arg) {
     d.chunks = o->chunks;
     if ((st = pt_gpt_init(&gpt, &d)) != PT_OK) goto out;
     pt_gpt_init_weights(&gpt, 1);
-    x = (int *)malloc(sizeof(int) * (size_t)n);
-    y = (int *)malloc(sizeof(int) * (size_t)n);
-    if (!x || !y) {
+    if (!cli_random_batch(n, o->vocab, 3, &x, &y)) {
         st = pt_comm_fail(world, pt__fail(PT_ERR_OOM, "out of memory"));
         goto out;
     }
-    pt_rng_seed(&rng, 3);
-    for (i = 0; i < n; i++)
-        x[i] = (int)(pt_rng_u64(&rng) % (uint64_t)o->vocab),
-        y[i] = (int)(pt_rng_u64(&rng) % (uint64_t)o->vocab);
     for (s = 0; s < o->steps; s++) {
         if (s == o->steps - 1) {
             pt_trace_free(&trace);

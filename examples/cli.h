@@ -196,6 +196,22 @@ static int cli_parse(int argc, char **argv, const cli_opt *o, int n, const char 
     return 0;
 }
 
+/* A benchmark's data: n random token ids in [0, vocab) for the inputs and
+   the targets, from seed. Returns 0 if it cannot allocate (*x and *y are
+   then NULL or to be freed as usual). */
+static inline int cli_random_batch(int n, int vocab, uint64_t seed, int **x, int **y) {
+    pt_rng rng;
+    int i;
+    *x = (int *)malloc(sizeof(int) * (size_t)n);
+    *y = (int *)malloc(sizeof(int) * (size_t)n);
+    if (!*x || !*y) return 0;
+    pt_rng_seed(&rng, seed);
+    for (i = 0; i < n; i++)
+        (*x)[i] = (int)(pt_rng_u64(&rng) % (uint64_t)vocab),
+        (*y)[i] = (int)(pt_rng_u64(&rng) % (uint64_t)vocab);
+    return 1;
+}
+
 /* Byte-level tokens as text: printable ASCII, newline and tab as they are,
    anything else as '?'. */
 static inline void cli_print_bytes(const int *tok, int n) {

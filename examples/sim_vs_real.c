@@ -42,8 +42,7 @@ static pt_status rank_main(pt_comm *world, void *arg) {
     pt_gpt gpt;
     pt_gpt_desc d;
     pt_adamw_config opt = pt_adamw_default();
-    pt_rng rng;
-    int m = r->batch / (l->dp * l->micro), rows = r->batch / l->dp, n = rows * r->seq, i, s, k;
+    int m = r->batch / (l->dp * l->micro), rows = r->batch / l->dp, n = rows * r->seq, s, k;
     int *x = NULL, *y = NULL;
     double t[32];
     pt_status st;
@@ -56,16 +55,10 @@ static pt_status rank_main(pt_comm *world, void *arg) {
     d.schedule = l->schedule, d.chunks = l->chunks, d.recompute = l->recompute;
     if ((st = pt_gpt_init(&gpt, &d)) != PT_OK) goto out;
     pt_gpt_init_weights(&gpt, 1);
-    x = (int *)malloc(sizeof(int) * (size_t)n);
-    y = (int *)malloc(sizeof(int) * (size_t)n);
-    if (!x || !y) {
+    if (!cli_random_batch(n, r->vocab, 5, &x, &y)) {
         st = pt_comm_fail(world, pt__fail(PT_ERR_OOM, "out of memory"));
         goto out;
     }
-    pt_rng_seed(&rng, 5);
-    for (i = 0; i < n; i++)
-        x[i] = (int)(pt_rng_u64(&rng) % (uint64_t)r->vocab),
-        y[i] = (int)(pt_rng_u64(&rng) % (uint64_t)r->vocab);
     for (s = 0; s <= r->steps && st == PT_OK; s++) { /* step 0 warms up */
         double t0;
         if ((st = pt_comm_barrier(world)) != PT_OK) break;

@@ -6140,7 +6140,7 @@ PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_
 PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_desc *best_desc,
                              pt_plan_result *best, int n, int why[3]) {
     static const int micros[] = {1, 2, 4, 8, 16, 32}, chunk_opts[] = {1, 2, 4};
-    int tp, pp, mi, ci, z, rc, zb, found = 0, w[3] = {0, 0, 0};
+    int tp, pp, mi, ci, z, rc, zb, found = 0, w[2] = {0, 0};
     char first_oom[256] = "";
     for (tp = 1; tp <= hw->per_node && tp <= d->heads; tp *= 2) /* tensor parallelism in a node */
         for (pp = 1; pp <= 64 && pp <= d->layers; pp++)
@@ -6188,7 +6188,6 @@ PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_des
                                 if (k < n) best[k] = r, best_desc[k] = c;
                                 found++;
                             }
-    w[2] = found > n ? found - n : 0;
     if (why) why[0] = w[0], why[1] = w[1], why[2] = found > 0 ? found - 1 : 0;
     if (!found) pt__fail(PT_ERR_OOM, "%s", first_oom[0] ? first_oom : "no layout divides");
     return found;

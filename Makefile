@@ -15,7 +15,7 @@ CFLAGS = -std=c11 -O2 $(ARCH) -g -fno-omit-frame-pointer $(WARN) -fopenmp
 SANFLAGS = -std=c11 -O1 -g -fno-omit-frame-pointer $(WARN) -fopenmp \
            -fsanitize=address,undefined -fno-sanitize-recover=undefined
 LDLIBS = $(BLAS) -lm
-HDR = ptrain.h examples/cli.h
+HDR = ptrain.h common/cli.h
 
 EXAMPLES = train sample hello_layer quickstart tensor_parallel pipeline plan plan_1t sim_vs_real
 BINS = $(addprefix build/,$(EXAMPLES)) build/fixture_check build/tests build/bench_step \

@@ -1334,6 +1334,194 @@ static int pt__grow(void **arr, int *cap, int need, size_t elem, void *ctx) {
     return 1;
 }
 
+/* ---- a small JSON reader (safetensors headers, and every JSON file read) -- */
+
+typedef struct pt__json {
+    const char *p, *end;
+    char *pool; /* decoded strings */
+    size_t pool_used, pool_cap;
+    int depth;
+} pt__json;
+
+static void pt__ws(pt__json *j) {
+    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
+        j->p++;
+}
+
+static int pt__hex4(const char *p, unsigned *out) {
+    unsigned v = 0;
+    int i;
+    for (i = 0; i < 4; i++) {
+        char c = p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
+        else return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* Parses a JSON string into the pool; returns its start, or NULL. */
+static const char *pt__json_string(pt__json *j) {
+    char *start = j->pool + j->pool_used, *o = start;
+    pt__ws(j);
+    if (j->p >= j->end || *j->p != '"') return NULL;
+    j->p++;
+    while (j->p < j->end && *j->p != '"') {
+        unsigned char c = (unsigned char)*j->p++;
+        if (c < 0x20) return NULL;
+        if (c == '\\') {
+            unsigned u;
+            if (j->p >= j->end) return NULL;
+            c = (unsigned char)*j->p++;
+            switch (c) {
+            case '"': case '\\': case '/': *o++ = (char)c; break;
+            case 'b': *o++ = '\b'; break;
+            case 'f': *o++ = '\f'; break;
+            case 'n': *o++ = '\n'; break;
+            case 'r': *o++ = '\r'; break;
+            case 't': *o++ = '\t'; break;
+            case 'u':
+                if (j->end - j->p < 4 || !pt__hex4(j->p, &u) || u == 0) return NULL;
+                j->p += 4;
+                if (u >= 0xD800 && u <= 0xDBFF) { /* surrogate pair */
+                    unsigned lo;
+                    if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' ||
+                        !pt__hex4(j->p + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF)
+                        return NULL;
+                    j->p += 6;
+                    u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+                } else if (u >= 0xDC00 && u <= 0xDFFF) {
+                    return NULL;
+                }
+                /* UTF-8: at most 4 bytes, never longer than the 6+ escape chars */
+                if (u < 0x80) *o++ = (char)u;
+                else if (u < 0x800) {
+                    *o++ = (char)(0xC0 | (u >> 6));
+                    *o++ = (char)(0x80 | (u & 0x3F));
+                } else if (u < 0x10000) {
+                    *o++ = (char)(0xE0 | (u >> 12));
+                    *o++ = (char)(0x80 | ((u >> 6) & 0x3F));
+                    *o++ = (char)(0x80 | (u & 0x3F));
+                } else {
+                    *o++ = (char)(0xF0 | (u >> 18));
+                    *o++ = (char)(0x80 | ((u >> 12) & 0x3F));
+                    *o++ = (char)(0x80 | ((u >> 6) & 0x3F));
+                    *o++ = (char)(0x80 | (u & 0x3F));
+                }
+                break;
+            default: return NULL;
+            }
+        } else {
+            *o++ = (char)c;
+        }
+    }
+    if (j->p >= j->end) return NULL;
+    j->p++; /* closing quote */
+    *o++ = 0;
+    j->pool_used = (size_t)(o - j->pool);
+    return start;
+}
+
+static int pt__json_lit(pt__json *j, const char *lit) {
+    size_t n = strlen(lit);
+    if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n) != 0) return 0;
+    j->p += n;
+    return 1;
+}
+
+/* Non-negative integer (shape, offsets); rejects signs, fractions, exponents. */
+static int pt__json_u64(pt__json *j, uint64_t *out) {
+    uint64_t v = 0;
+    const char *s;
+    pt__ws(j);
+    s = j->p;
+    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
+        unsigned d = (unsigned)(*j->p - '0');
+        if (v > (UINT64_MAX - d) / 10) return 0;
+        v = v * 10 + d;
+        j->p++;
+    }
+    if (j->p == s || (j->p - s > 1 && *s == '0')) return 0;
+    if (j->p < j->end && (*j->p == '.' || *j->p == 'e' || *j->p == 'E')) return 0;
+    *out = v;
+    return 1;
+}
+
+static int pt__json_skip(pt__json *j);
+
+static int pt__json_number(pt__json *j) {
+    const char *s = j->p;
+    if (j->p < j->end && *j->p == '-') j->p++;
+    if (j->p >= j->end || *j->p < '0' || *j->p > '9') return 0;
+    while (j->p < j->end && ((*j->p >= '0' && *j->p <= '9') || *j->p == '.' || *j->p == 'e' ||
+                             *j->p == 'E' || *j->p == '+' || *j->p == '-'))
+        j->p++;
+    return j->p > s;
+}
+
+/* Skips any JSON value (for keys we do not use), depth-limited. */
+static int pt__json_skip(pt__json *j) {
+    pt__ws(j);
+    if (j->p >= j->end) return 0;
+    if (*j->p == '"') return pt__json_string(j) != NULL;
+    if (*j->p == '{' || *j->p == '[') {
+        char close = *j->p == '{' ? '}' : ']';
+        int first = 1;
+        if (++j->depth > 64) return 0;
+        j->p++;
+        for (;;) {
+            pt__ws(j);
+            if (j->p < j->end && *j->p == close) {
+                j->p++;
+                break;
+            }
+            if (!first) {
+                if (j->p >= j->end || *j->p != ',') return 0;
+                j->p++;
+            }
+            first = 0;
+            if (close == '}') {
+                if (!pt__json_string(j)) return 0;
+                pt__ws(j);
+                if (j->p >= j->end || *j->p != ':') return 0;
+                j->p++;
+            }
+            if (!pt__json_skip(j)) return 0;
+        }
+        j->depth--;
+        return 1;
+    }
+    if (*j->p == 't') return pt__json_lit(j, "true");
+    if (*j->p == 'f') return pt__json_lit(j, "false");
+    if (*j->p == 'n') return pt__json_lit(j, "null");
+    return pt__json_number(j);
+}
+
+/* Expects c (after whitespace) and consumes it. */
+static int pt__json_expect(pt__json *j, char c) {
+    pt__ws(j);
+    if (j->p >= j->end || *j->p != c) return 0;
+    j->p++;
+    return 1;
+}
+
+/* Iterates the members of an object: *first starts at 1; returns 1 with the
+   key in *key, 0 at the closing brace, -1 on a syntax error. */
+static int pt__json_member(pt__json *j, int *first, const char **key) {
+    pt__ws(j);
+    if (j->p < j->end && *j->p == '}') {
+        j->p++;
+        return 0;
+    }
+    if (!*first && !pt__json_expect(j, ',')) return -1;
+    *first = 0;
+    if (!(*key = pt__json_string(j)) || !pt__json_expect(j, ':')) return -1;
+    return 1;
+}
+
 /* ======================================================================== */
 /* >>tensors (implementation)                                                */
 /* ======================================================================== */
@@ -6261,194 +6449,6 @@ static int pt__parse_float(const char *s, double *out) {
     if (!s || !*s) return 0;
     *out = strtod(s, &end);
     return *end == 0 && isfinite(*out);
-}
-
-/* ---- a small JSON reader for safetensors headers --------------------------- */
-
-typedef struct pt__json {
-    const char *p, *end;
-    char *pool; /* decoded strings */
-    size_t pool_used, pool_cap;
-    int depth;
-} pt__json;
-
-static void pt__ws(pt__json *j) {
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
-        j->p++;
-}
-
-static int pt__hex4(const char *p, unsigned *out) {
-    unsigned v = 0;
-    int i;
-    for (i = 0; i < 4; i++) {
-        char c = p[i];
-        v <<= 4;
-        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-        else return 0;
-    }
-    *out = v;
-    return 1;
-}
-
-/* Parses a JSON string into the pool; returns its start, or NULL. */
-static const char *pt__json_string(pt__json *j) {
-    char *start = j->pool + j->pool_used, *o = start;
-    pt__ws(j);
-    if (j->p >= j->end || *j->p != '"') return NULL;
-    j->p++;
-    while (j->p < j->end && *j->p != '"') {
-        unsigned char c = (unsigned char)*j->p++;
-        if (c < 0x20) return NULL;
-        if (c == '\\') {
-            unsigned u;
-            if (j->p >= j->end) return NULL;
-            c = (unsigned char)*j->p++;
-            switch (c) {
-            case '"': case '\\': case '/': *o++ = (char)c; break;
-            case 'b': *o++ = '\b'; break;
-            case 'f': *o++ = '\f'; break;
-            case 'n': *o++ = '\n'; break;
-            case 'r': *o++ = '\r'; break;
-            case 't': *o++ = '\t'; break;
-            case 'u':
-                if (j->end - j->p < 4 || !pt__hex4(j->p, &u) || u == 0) return NULL;
-                j->p += 4;
-                if (u >= 0xD800 && u <= 0xDBFF) { /* surrogate pair */
-                    unsigned lo;
-                    if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' ||
-                        !pt__hex4(j->p + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF)
-                        return NULL;
-                    j->p += 6;
-                    u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
-                } else if (u >= 0xDC00 && u <= 0xDFFF) {
-                    return NULL;
-                }
-                /* UTF-8: at most 4 bytes, never longer than the 6+ escape chars */
-                if (u < 0x80) *o++ = (char)u;
-                else if (u < 0x800) {
-                    *o++ = (char)(0xC0 | (u >> 6));
-                    *o++ = (char)(0x80 | (u & 0x3F));
-                } else if (u < 0x10000) {
-                    *o++ = (char)(0xE0 | (u >> 12));
-                    *o++ = (char)(0x80 | ((u >> 6) & 0x3F));
-                    *o++ = (char)(0x80 | (u & 0x3F));
-                } else {
-                    *o++ = (char)(0xF0 | (u >> 18));
-                    *o++ = (char)(0x80 | ((u >> 12) & 0x3F));
-                    *o++ = (char)(0x80 | ((u >> 6) & 0x3F));
-                    *o++ = (char)(0x80 | (u & 0x3F));
-                }
-                break;
-            default: return NULL;
-            }
-        } else {
-            *o++ = (char)c;
-        }
-    }
-    if (j->p >= j->end) return NULL;
-    j->p++; /* closing quote */
-    *o++ = 0;
-    j->pool_used = (size_t)(o - j->pool);
-    return start;
-}
-
-static int pt__json_lit(pt__json *j, const char *lit) {
-    size_t n = strlen(lit);
-    if ((size_t)(j->end - j->p) < n || memcmp(j->p, lit, n) != 0) return 0;
-    j->p += n;
-    return 1;
-}
-
-/* Non-negative integer (shape, offsets); rejects signs, fractions, exponents. */
-static int pt__json_u64(pt__json *j, uint64_t *out) {
-    uint64_t v = 0;
-    const char *s;
-    pt__ws(j);
-    s = j->p;
-    while (j->p < j->end && *j->p >= '0' && *j->p <= '9') {
-        unsigned d = (unsigned)(*j->p - '0');
-        if (v > (UINT64_MAX - d) / 10) return 0;
-        v = v * 10 + d;
-        j->p++;
-    }
-    if (j->p == s || (j->p - s > 1 && *s == '0')) return 0;
-    if (j->p < j->end && (*j->p == '.' || *j->p == 'e' || *j->p == 'E')) return 0;
-    *out = v;
-    return 1;
-}
-
-static int pt__json_skip(pt__json *j);
-
-static int pt__json_number(pt__json *j) {
-    const char *s = j->p;
-    if (j->p < j->end && *j->p == '-') j->p++;
-    if (j->p >= j->end || *j->p < '0' || *j->p > '9') return 0;
-    while (j->p < j->end && ((*j->p >= '0' && *j->p <= '9') || *j->p == '.' || *j->p == 'e' ||
-                             *j->p == 'E' || *j->p == '+' || *j->p == '-'))
-        j->p++;
-    return j->p > s;
-}
-
-/* Skips any JSON value (for keys we do not use), depth-limited. */
-static int pt__json_skip(pt__json *j) {
-    pt__ws(j);
-    if (j->p >= j->end) return 0;
-    if (*j->p == '"') return pt__json_string(j) != NULL;
-    if (*j->p == '{' || *j->p == '[') {
-        char close = *j->p == '{' ? '}' : ']';
-        int first = 1;
-        if (++j->depth > 64) return 0;
-        j->p++;
-        for (;;) {
-            pt__ws(j);
-            if (j->p < j->end && *j->p == close) {
-                j->p++;
-                break;
-            }
-            if (!first) {
-                if (j->p >= j->end || *j->p != ',') return 0;
-                j->p++;
-            }
-            first = 0;
-            if (close == '}') {
-                if (!pt__json_string(j)) return 0;
-                pt__ws(j);
-                if (j->p >= j->end || *j->p != ':') return 0;
-                j->p++;
-            }
-            if (!pt__json_skip(j)) return 0;
-        }
-        j->depth--;
-        return 1;
-    }
-    if (*j->p == 't') return pt__json_lit(j, "true");
-    if (*j->p == 'f') return pt__json_lit(j, "false");
-    if (*j->p == 'n') return pt__json_lit(j, "null");
-    return pt__json_number(j);
-}
-
-/* Expects c (after whitespace) and consumes it. */
-static int pt__json_expect(pt__json *j, char c) {
-    pt__ws(j);
-    if (j->p >= j->end || *j->p != c) return 0;
-    j->p++;
-    return 1;
-}
-
-/* Iterates the members of an object: *first starts at 1; returns 1 with the
-   key in *key, 0 at the closing brace, -1 on a syntax error. */
-static int pt__json_member(pt__json *j, int *first, const char **key) {
-    pt__ws(j);
-    if (j->p < j->end && *j->p == '}') {
-        j->p++;
-        return 0;
-    }
-    if (!*first && !pt__json_expect(j, ',')) return -1;
-    *first = 0;
-    if (!(*key = pt__json_string(j)) || !pt__json_expect(j, ':')) return -1;
-    return 1;
 }
 
 static pt_dtype pt__dtype_from_name(const char *s) {

@@ -20,7 +20,7 @@
 #define _POSIX_C_SOURCE 200809L /* setenv, execv (cli_passive_wait) */
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
-#include "../examples/cli.h"
+#include "../common/cli.h"
 
 #include <math.h>
 

@@ -14,7 +14,7 @@
 #define _DEFAULT_SOURCE
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
-#include "../examples/cli.h"
+#include "../common/cli.h"
 
 #include <math.h>
 #include <sys/resource.h>

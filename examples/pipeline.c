@@ -27,7 +27,7 @@
 #define _POSIX_C_SOURCE 200809L /* setenv, execv (cli.h) */
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
-#include "cli.h"
+#include "../common/cli.h"
 
 int main(int argc, char **argv) {
     const char *kind_name = "1f1b", *trace_path = NULL, *svg_path = NULL;

@@ -19,7 +19,7 @@
 #define _POSIX_C_SOURCE 200809L /* setenv, execv, sysconf */
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
-#include "cli.h"
+#include "../common/cli.h"
 
 /* Published configurations. The Megatron-LM rows are Narayanan et al. 2021,
    Table 1 (A100 80GB, sequence 2048, vocabulary 51200, full recomputation)

@@ -15,7 +15,7 @@
 #define _POSIX_C_SOURCE 200809L /* setenv, execv (cli.h) */
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
-#include "cli.h"
+#include "../common/cli.h"
 
 static void report(const char *what, const pt_plan_desc *d, const pt_hw *hw,
                    const pt_plan_result *r) {

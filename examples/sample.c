@@ -12,7 +12,7 @@
 #define _POSIX_C_SOURCE 200809L /* setenv, execv (cli_passive_wait) */
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
-#include "cli.h"
+#include "../common/cli.h"
 
 /* "464,2068,7586" -> ids (room for strlen(arg) of them); every id must be in
    [0, V). Returns the count, or -1 after printing the error. */

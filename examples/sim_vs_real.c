@@ -17,7 +17,7 @@
 #define _POSIX_C_SOURCE 200809L /* setenv, execv (cli.h), access */
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
-#include "../examples/cli.h"
+#include "../common/cli.h"
 
 typedef struct layout {
     int tp, dp, pp, micro, chunks, recompute;

@@ -1,21 +1,26 @@
 # ptrain -- make (all), make run, make test, make bench, make fuzz, make install, make clean
-# gcc is the default compiler; `make CC=clang` works too.
+# gcc is the default compiler; `make CC=clang` works too. CFLAGS and LDFLAGS given on the
+# command line add to the flags the build needs (`make CFLAGS=-O0` keeps C11 and OpenMP).
 CC = gcc
 CXX = g++
+CLANG = clang
 MPICC = mpicc
+JOBS = 2
 PREFIX = /usr/local
 ARCH = -march=native
-MULTIARCH := $(shell gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 BLAS_INC = /usr/include/$(MULTIARCH)/openblas-openmp
 BLAS_LIB = /usr/lib/$(MULTIARCH)/openblas-openmp
 BLAS = -I$(BLAS_INC) -L$(BLAS_LIB) -Wl,-rpath,$(BLAS_LIB) -lopenblas
 WARN = -Wall -Wextra -Wpedantic
+# what every build needs; CFLAGS (the user's) comes after it and may add or override
+REQ = -std=c11 $(WARN) -fopenmp
 # symbols and frame pointers everywhere, so `perf record -g` works on any binary
-CFLAGS = -std=c11 -O2 $(ARCH) -g -fno-omit-frame-pointer $(WARN) -fopenmp
-SANFLAGS = -std=c11 -O1 -g -fno-omit-frame-pointer $(WARN) -fopenmp \
-           -fsanitize=address,undefined -fno-sanitize-recover=undefined
+CFLAGS = -O2 $(ARCH) -g -fno-omit-frame-pointer
+SANFLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
+           -fno-sanitize-recover=undefined
 LDLIBS = $(BLAS) -lm
-HDR = ptrain.h common/cli.h
+HDR = ptrain.h $(wildcard common/*.h) tests/fixture.h
 
 EXAMPLES = train sample hello_layer quickstart tensor_parallel pipeline plan plan_1t sim_vs_real
 BINS = $(addprefix build/,$(EXAMPLES)) build/fixture_check build/tests build/bench_step \
@@ -34,7 +39,7 @@ COMM_SRC = tests/comm_check.c ptrain.h
 # with ASan + UBSan and a main of their own (fuzz/fuzz.h).
 FUZZERS = safetensors checkpoint tokens fixture train_cli plan_cli
 FUZZ_TIME = 60
-FUZZ_SRC = fuzz/fuzz.h $(HDR) examples/train.c examples/plan.c tests/fixture_check.c
+FUZZ_SRC = fuzz/fuzz.h $(HDR) tests/fixture.h
 FUZZ_FLAGS = -std=c11 -O1 -g -fno-omit-frame-pointer $(WARN) -DPTRAIN_NO_BLAS -pthread \
              -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_REPLAY = $(addprefix build/fuzz/,$(addsuffix _replay,$(FUZZERS))) build/fuzz/seeds
@@ -44,25 +49,31 @@ FUZZ_REPLAY = $(addprefix build/fuzz/,$(addsuffix _replay,$(FUZZERS))) build/fuz
 # threads one at a time)
 TSANFLAGS = -std=c11 -O1 -g $(WARN) -fopenmp -fsanitize=thread -DPTRAIN_NO_BLAS -pthread
 VGFLAGS = -std=c11 -O1 -g $(WARN) -mavx2 -mfma -DPTRAIN_NO_BLAS -pthread
+# The training program with its fault injection (-DPTRAIN_TEST_HOOKS: --debug-*
+# options, slowed checkpoint writes) for the tests that need it; release builds
+# (build/train, build/train_mpi) have none of it.
+FAULT_BINS = build/train_faults build/train_mpi_faults
 CHECK_BINS = build/tests_asan build/fixture_check_asan build/tests_noblas build/comm_check_asan \
              build/comm_check_mpi_asan build/fixture_check_tsan build/train_tsan build/tests_vg \
-             build/fixture_check_vg $(FUZZ_REPLAY)
+             build/fixture_check_vg $(FAULT_BINS) $(FUZZ_REPLAY)
 
 .PHONY: all run test bench fuzz install clean deps deps-test deps-mpi deps-fuzz
 
 all: $(BINS) $(MPI_BINS)
 
+# What the targets need, installed when missing (scripts/deps.sh says what it
+# installs). One install at a time whatever -j: each set waits for the one before.
 deps:
 	@CC="$(CC)" sh scripts/deps.sh run
 
-deps-test:
-	@CC="$(CC)" sh scripts/deps.sh test
-
-deps-mpi:
+deps-mpi: | deps
 	@CC="$(CC)" sh scripts/deps.sh mpi
 
-deps-fuzz:
-	@CC="$(CC)" sh scripts/deps.sh fuzz
+deps-test: | deps
+	@CC="$(CC)" CLANG="$(CLANG)" sh scripts/deps.sh test
+
+deps-fuzz: | deps
+	@CLANG="$(CLANG)" sh scripts/deps.sh fuzz
 
 build:
 	@mkdir -p build
@@ -71,79 +82,85 @@ build/fuzz:
 	@mkdir -p build/fuzz
 
 build/%: examples/%.c $(HDR) | build deps
-	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+	$(CC) $(REQ) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
 
 build/fixture_check: tests/fixture_check.c $(HDR) | build deps
-	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+	$(CC) $(REQ) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
 
-build/tests: tests/test_main.c ptrain.h | build deps
-	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+build/tests: tests/test_main.c tests/test.h ptrain.h | build deps
+	$(CC) $(REQ) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
 
-build/tests_asan: tests/test_main.c ptrain.h | build deps
-	$(CC) $(SANFLAGS) $< -o $@ $(LDLIBS)
+build/tests_asan: tests/test_main.c tests/test.h ptrain.h | build deps
+	$(CC) $(REQ) $(SANFLAGS) $< -o $@ $(LDLIBS)
 
 build/fixture_check_asan: tests/fixture_check.c $(HDR) | build deps
-	$(CC) $(SANFLAGS) $< -o $@ $(LDLIBS)
+	$(CC) $(REQ) $(SANFLAGS) $< -o $@ $(LDLIBS)
 
-build/tests_noblas: tests/test_main.c ptrain.h | build deps
-	$(CC) $(CFLAGS) -DPTRAIN_NO_BLAS $< -o $@ -lm
+build/tests_noblas: tests/test_main.c tests/test.h ptrain.h | build deps
+	$(CC) $(REQ) $(CFLAGS) -DPTRAIN_NO_BLAS $< -o $@ $(LDFLAGS) -lm
 
-build/tests_vg: tests/test_main.c ptrain.h | build deps
+build/tests_vg: tests/test_main.c tests/test.h ptrain.h | build deps
 	$(CC) $(VGFLAGS) $< -o $@ -lm
 
 build/fixture_check_vg: tests/fixture_check.c $(HDR) | build deps
 	$(CC) $(VGFLAGS) $< -o $@ -lm
 
-build/fixture_check_tsan: tests/fixture_check.c $(HDR) | build deps
-	clang $(TSANFLAGS) $< -o $@ -lm
+build/fixture_check_tsan: tests/fixture_check.c $(HDR) | build deps-test
+	$(CLANG) $(TSANFLAGS) $< -o $@ -lm
 
-build/train_tsan: examples/train.c $(HDR) | build deps
-	clang $(TSANFLAGS) $< -o $@ -lm
+build/train_tsan: examples/train.c $(HDR) | build deps-test
+	$(CLANG) $(TSANFLAGS) $< -o $@ -lm
+
+build/train_faults: examples/train.c $(HDR) | build deps
+	$(CC) $(REQ) $(CFLAGS) -DPTRAIN_TEST_HOOKS $< -o $@ $(LDFLAGS) $(LDLIBS)
+
+build/train_mpi_faults: examples/train.c $(HDR) | build deps-mpi
+	$(MPI_CC) $(REQ) $(CFLAGS) -DPTRAIN_MPI -DPTRAIN_TEST_HOOKS $< -o $@ $(LDFLAGS) $(LDLIBS)
 
 # threads and self backends; the MPI one through mpicc (with $(CC) underneath)
 build/comm_check: $(COMM_SRC) | build deps
-	$(CC) $(CFLAGS) -pthread $< -o $@ $(LDLIBS)
+	$(CC) $(REQ) $(CFLAGS) -pthread $< -o $@ $(LDFLAGS) $(LDLIBS)
 
 build/comm_check_asan: $(COMM_SRC) | build deps
-	$(CC) $(SANFLAGS) -pthread $< -o $@ $(LDLIBS)
+	$(CC) $(REQ) $(SANFLAGS) -pthread $< -o $@ $(LDLIBS)
 
-build/comm_check_mpi: $(COMM_SRC) | build deps deps-mpi
-	$(MPI_CC) $(CFLAGS) -pthread -DPTRAIN_MPI $< -o $@ $(LDLIBS)
+build/comm_check_mpi: $(COMM_SRC) | build deps-mpi
+	$(MPI_CC) $(REQ) $(CFLAGS) -pthread -DPTRAIN_MPI $< -o $@ $(LDFLAGS) $(LDLIBS)
 
-build/comm_check_mpi_asan: $(COMM_SRC) | build deps deps-mpi
-	$(MPI_CC) $(SANFLAGS) -pthread -DPTRAIN_MPI $< -o $@ $(LDLIBS)
+build/comm_check_mpi_asan: $(COMM_SRC) | build deps-mpi
+	$(MPI_CC) $(REQ) $(SANFLAGS) -pthread -DPTRAIN_MPI $< -o $@ $(LDLIBS)
 
-build/fixture_check_mpi: tests/fixture_check.c $(HDR) | build deps deps-mpi
-	$(MPI_CC) $(CFLAGS) -DPTRAIN_MPI $< -o $@ $(LDLIBS)
+build/fixture_check_mpi: tests/fixture_check.c $(HDR) | build deps-mpi
+	$(MPI_CC) $(REQ) $(CFLAGS) -DPTRAIN_MPI $< -o $@ $(LDFLAGS) $(LDLIBS)
 
-build/train_mpi: examples/train.c $(HDR) | build deps deps-mpi
-	$(MPI_CC) $(CFLAGS) -DPTRAIN_MPI $< -o $@ $(LDLIBS)
+build/train_mpi: examples/train.c $(HDR) | build deps-mpi
+	$(MPI_CC) $(REQ) $(CFLAGS) -DPTRAIN_MPI $< -o $@ $(LDFLAGS) $(LDLIBS)
 
-build/plan_mpi: examples/plan.c $(HDR) | build deps deps-mpi
-	$(MPI_CC) $(CFLAGS) -DPTRAIN_MPI $< -o $@ $(LDLIBS)
+build/plan_mpi: examples/plan.c $(HDR) | build deps-mpi
+	$(MPI_CC) $(REQ) $(CFLAGS) -DPTRAIN_MPI $< -o $@ $(LDFLAGS) $(LDLIBS)
 
-build/bench_parallel_mpi: bench/bench_parallel.c $(HDR) | build deps deps-mpi
-	$(MPI_CC) $(CFLAGS) -DPTRAIN_MPI $< -o $@ $(LDLIBS)
+build/bench_parallel_mpi: bench/bench_parallel.c $(HDR) | build deps-mpi
+	$(MPI_CC) $(REQ) $(CFLAGS) -DPTRAIN_MPI $< -o $@ $(LDFLAGS) $(LDLIBS)
 
 build/bench_%: bench/bench_%.c $(HDR) | build deps
-	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+	$(CC) $(REQ) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
 
 build/fuzz/%_replay: fuzz/%.c $(FUZZ_SRC) | build/fuzz deps
 	$(CC) $(FUZZ_FLAGS) $< -o $@ -lm
 
 build/fuzz/%_libfuzzer: fuzz/%.c $(FUZZ_SRC) | build/fuzz deps-fuzz
-	clang $(FUZZ_FLAGS) -fsanitize=fuzzer -DPT_FUZZ_LIBFUZZER $< -o $@ -lm
+	$(CLANG) $(FUZZ_FLAGS) -fsanitize=fuzzer -DPT_FUZZ_LIBFUZZER $< -o $@ -lm
 
 build/fuzz/seeds: fuzz/seeds.c ptrain.h | build/fuzz deps
-	$(CC) $(CFLAGS) -DPTRAIN_NO_BLAS $< -o $@ -lm
+	$(CC) $(REQ) $(CFLAGS) -DPTRAIN_NO_BLAS $< -o $@ -lm
 
 # The main job: a small GPT on the embedded task, about two minutes on 2 cores.
 run: build/train
 	build/train --checkpoint build/train_ckpt.safetensors
 
 test: deps-test
-	@$(MAKE) -j2 --no-print-directory all $(CHECK_BINS)
-	@CC="$(CC)" CXX="$(CXX)" BLAS="$(BLAS)" FUZZERS="$(FUZZERS)" sh tests/run.sh
+	@$(MAKE) -j$(JOBS) --no-print-directory all $(CHECK_BINS)
+	@CC="$(CC)" CXX="$(CXX)" CLANG="$(CLANG)" BLAS="$(BLAS)" FUZZERS="$(FUZZERS)" sh tests/run.sh
 
 bench: build/bench_step build/bench_kernels build/bench_parallel build/bench_parallel_mpi \
        build/bench_pipeline build/sim_vs_real build/plan

@@ -39,14 +39,18 @@
        PTRAIN_NO_BLAS        plain C sgemm instead of cblas_sgemm
        PTRAIN_MALLOC(sz,ctx) / PTRAIN_FREE(p,ctx)   allocator, ctx from *_desc
        PTRAIN_MPI            the MPI communicator backend (build with mpicc)
+       PTRAIN_TEST_HOOKS     fault injection for ptrain's own tests (never in a release
+                             build): PTRAIN_TEST_WRITE_DELAY_MS slows checkpoint writes
 
    SECTIONS (search for the marker)
        >>basics     status codes, last error, RNG, threads, timing
        >>tensors    tensor views, arena, meta arena
        >>kernels    forward/backward pairs, AdamW, clipping, LR schedule
-       >>model      GPT-2 config, blocks, whole model, generation
+       >>model      GPT-2 config, tensor table, blocks, building a model, generation
        >>comm       communicators (self, threads, MPI), the tp x dp x pp grid
-       >>schedule   pipeline schedules as data, their checker and text grid
+       >>schedule   pipeline schedules as data, their checker, text grid, timelines
+       >>exec       the executor: one training step (pt_gpt_step) for every layout,
+                    evaluation, the serial forward/backward, gradients, AdamW
        >>sim        hardware profiles, cost model, simulated steps, strategy search
        >>io         safetensors, token data, loaders, checkpoints
 
@@ -72,8 +76,11 @@
    communicator) and every model call becomes collective over the ranks:
    tensor parallelism splits heads, MLP columns and the vocabulary (padded to
    a multiple of tp), data parallelism averages gradients or shards the AdamW
-   state (zero=1) and gradients (zero=2). Checkpoints, pt_gpt_gather and
-   weight loading always use the whole Hugging Face layout.
+   state (zero=1) and gradients (zero=2), pipeline stages hold runs of layers.
+   One call trains a step in any layout: pt_gpt_step runs this rank's part of
+   the step's schedule (one stage without a pipeline, where micro-batches are
+   gradient accumulation), syncs the gradients and steps AdamW. Checkpoints,
+   pt_gpt_gather and weight loading always use the whole Hugging Face layout.
 */
 #ifndef PTRAIN_H
 #define PTRAIN_H
@@ -129,6 +136,14 @@ PTRAINDEF const char *pt_status_str(pt_status s);  /* "PT_ERR_FORMAT: malformed 
 PTRAINDEF const char *pt_status_name(pt_status s); /* "PT_ERR_FORMAT" */
 PTRAINDEF const char *pt_last_error(void);         /* message of this thread's last failure */
 PTRAINDEF void pt_clear_error(void);
+/* Sets this thread's last error (printf-style) and returns code, so a
+   program reports its own failures as the library does:
+   return pt_error(PT_ERR_IO, "%s: no step in its metadata", path); */
+PTRAINDEF pt_status pt_error(pt_status code, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 /* Deterministic RNG (splitmix64): the whole state is one uint64, so it can be
    saved in a checkpoint and restored exactly. */
@@ -405,10 +420,33 @@ PTRAINDEF void pt_block_backward_weight(const pt_gpt_config *cfg, int B, int T,
                                         const pt_block_params *p, pt_block_params *g,
                                         const float *x, const pt_block_acts *a,
                                         const pt_block_wgrad *w, pt_block_scratch *s, int tp);
+/* One block's buffers from an arena (measure with a meta arena first, as
+   pt_arena_init_meta describes): its parameters and gradients (g may be
+   NULL: no backward scratch either) laid out as pt_block_params, forward's
+   saved activations and the scratch, for B x T rows on one of tp tensor
+   ranks. What pt_gpt_init lays out for each layer, for programs that run a
+   block alone. */
+PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, pt_arena *a,
+                               pt_block_params *p, pt_block_params *g, pt_block_acts *acts,
+                               pt_block_scratch *s);
+
+/* Pipeline schedules (>>schedule builds them as data, >>exec runs them).
+   0 picks 1F1B, or the interleaved 1F1B when a stage holds several chunks. */
+typedef enum pt_schedule_kind {
+    PT_SCHED_DEFAULT = 0,
+    PT_SCHED_GPIPE,       /* all forwards, then all backwards */
+    PT_SCHED_1F1B,        /* PipeDream-Flush: at most p - s micro-batches in flight */
+    PT_SCHED_INTERLEAVED, /* Megatron-LM's interleaved 1F1B, v >= 2, m % p == 0 */
+    PT_SCHED_ZB_H1,       /* zero bubble H1: B and W split, 1F1B's memory */
+    PT_SCHED_COUNT
+} pt_schedule_kind;
+
+enum { PT_RECOMPUTE_NONE = 0, PT_RECOMPUTE_SELECTIVE = 1, PT_RECOMPUTE_FULL = 2 };
 
 typedef struct pt_gpt_desc {
     pt_gpt_config config;
-    int batch, seq;  /* largest B and T that forward will see */
+    int batch, seq;  /* a micro-batch's most rows and tokens (the step's batch
+                        is grad_accum micro-batches of at most these) */
     int meta;        /* 1: no tensor memory, only count its bytes (see mem);
                         the small name table is still allocated */
     int inference;   /* 1: weights and forward only: no gradients, AdamW state
@@ -420,10 +458,11 @@ typedef struct pt_gpt_desc {
     int zero;        /* data parallelism: 0 averages whole gradients; ZeRO
                         stage 1 shards the AdamW state over the dp group, 2
                         the gradients too */
-    int grad_accum;  /* micro-batches per optimizer step (0 means 1); with a
-                        pipeline, the m its schedule runs through the stages */
-    const char *schedule; /* pipeline (grid pp > 1): "gpipe", "1f1b" (NULL),
-                             "interleaved" or "zb-h1" */
+    int grad_accum;  /* micro-batches per optimizer step, the m of the step's
+                        schedule (0 means 1) */
+    pt_schedule_kind schedule; /* the step's schedule over the pipeline stages
+                        (one stage without a pipeline); 0: 1F1B, or interleaved
+                        when chunks > 1 */
     int chunks;      /* pipeline: chunks of layers per stage (0 means 1) */
     const struct pt_schedule_report *schedule_report; /* meta builds: the schedule's
                         checked report (the simulator checks one schedule for all
@@ -434,103 +473,60 @@ typedef struct pt_gpt_desc {
                         output and reruns the layer's forward in backward */
     void *alloc_ctx; /* passed to PTRAIN_MALLOC/PTRAIN_FREE */
 } pt_gpt_desc;
-enum { PT_RECOMPUTE_NONE = 0, PT_RECOMPUTE_SELECTIVE = 1, PT_RECOMPUTE_FULL = 2 };
 
-/* A bucket: a contiguous run of parameters whose gradients are reduced
-   together (wte in runs of rows about a layer's size, the last with wpe;
-   one layer; the final LayerNorm), padded to a multiple of dp; dp rank d
-   owns elements [d*shard, (d+1)*shard) of it. */
-typedef struct pt_bucket {
-    size_t offset, numel;  /* in the flat buffers (numel includes the padding) */
-    size_t shard, shard_offset; /* per dp rank, and where this rank's is in
-                                   the sharded buffers (ZeRO) */
-    int first, count;      /* the tensors it overlaps in the table */
-} pt_bucket;
+/* Where this rank sits in the grid and what it holds (one rank: sizes 1,
+   ranks 0, the whole model). */
+typedef struct pt_gpt_place {
+    int tp, tp_rank, dp, dp_rank, pp, pp_rank;
+    int zero;                 /* ZeRO stage */
+    int micro;                /* micro-batches per step (grad_accum) */
+    int chunks;               /* chunks of layers per pipeline stage */
+    pt_schedule_kind schedule; /* the step's schedule, resolved */
+    int recompute;            /* PT_RECOMPUTE_* */
+    int n_layers;             /* transformer layers held here, chunk after chunk */
+    const int *layer_id;      /* (n_layers) their index in the whole model */
+    int has_embed, has_head;  /* the embeddings (first stage); the final norm and
+                                 the head (last stage; tied wte is on both) */
+    int vocab_local, vocab_offset; /* wte rows here: [offset, offset + local) of the
+                                      vocabulary padded to a multiple of tp */
+} pt_gpt_place;
 
-/* One micro-batch's activations for one chunk of layers: a pipeline stage
-   holds as many as its schedule keeps in flight (one without a pipeline). */
-typedef struct pt_gpt_slot {
-    float *x;                         /* (N,C) the chunk's input */
-    pt_block_acts *acts;              /* per layer of the largest chunk */
-    float *lnf, *lnf_mean, *lnf_rstd; /* the last stage: final LayerNorm */
-    float *logits, *losses;           /* (N,vocab_local), (N) */
-    double *lse;                      /* (N) */
-    int *inputs, *targets;            /* (N) the micro-batch's tokens */
-    pt_block_wgrad *wg;               /* per layer, kept from B to W (zero-bubble) */
-    int micro, chunk;                 /* what it holds; micro -1: free */
-} pt_gpt_slot;
+/* Bytes on this rank, and the activation slots of its schedule. */
+typedef struct pt_gpt_mem {
+    size_t params, grads, optimizer, activations, scratch, total;
+    int slots;      /* micro-batch activation sets: the schedule's peak in flight
+                       on this stage (1 without a pipeline) */
+    int slots_peak; /* most in use at once during the last step */
+} pt_gpt_mem;
 
 /* Whole-model buffers that pt_gpt_gather can assemble. */
 typedef enum pt_state_buf { PT_BUF_PARAMS = 0, PT_BUF_GRADS, PT_BUF_ADAM_M, PT_BUF_ADAM_V } pt_state_buf;
 
-typedef struct pt_gpt_mem {
-    size_t params, grads, optimizer, activations, scratch, total;
-} pt_gpt_mem;
+typedef struct pt_gpt_exec pt_gpt_exec; /* private: the executor's state (>>exec) */
 
+/* The model as a user reads it. Parameters, gradients and the AdamW moments
+   each live in one buffer laid out as table (Hugging Face names); the named
+   pointers below point into params. Everything about running a step
+   (communicators, buckets, the schedule, activation slots) is private. */
 typedef struct pt_gpt {
     pt_gpt_config config;
-    int B, T;                 /* capacity */
-    int cur_B, cur_T;         /* shape of the last forward */
-    pt_grid *grid;            /* NULL: one rank */
-    pt_comm *tp_comm;         /* tensor-parallel group, or NULL */
-    int tp, tp_rank;          /* its size and this rank's place (1, 0 without) */
-    int vocab_local, vocab_offset; /* wte rows here: [offset, offset + local) of the
-                                      vocabulary padded to a multiple of tp */
+    int B, T;                 /* micro-batch capacity: rows and tokens */
+    pt_gpt_place place;
     size_t num_params_full;   /* parameters of the whole model */
-    float *ce_red;            /* (3N) row max, sum of exp, target logit (under tp) */
-    pt_comm *dp_comm;         /* data-parallel group, or NULL */
-    int dp, dp_rank, zero;    /* its size, this rank's place, ZeRO stage */
-    int accum, micro;         /* micro-batches per step, and done so far */
-    int num_buckets;
-    pt_bucket *buckets;
-    size_t shard_total;       /* this rank's elements over all buckets (ZeRO) */
-    float *gshard;            /* (shard_total) averaged gradients of its shard (ZeRO 1, 2) */
-    float *rs_tmp;            /* (largest shard) where ZeRO 2 reduce-scatters a bucket, to
-                                 add it to the shard */
-    pt_comm *pp_comm;         /* pipeline group, or NULL */
-    int pp, pp_rank, chunks;  /* stages, this rank's, chunks of layers per stage */
-    int has_embed, has_head;  /* holds wte and wpe (first stage); ln_f and the tied
-                                 head (last stage; wte is then on both) */
-    int n_local;              /* layers held here, chunk after chunk */
-    int *layer_id;            /* (n_local) their index in the whole model */
-    int *chunk_start;         /* (chunks + 1) chunk c is local layers
-                                 [chunk_start[c], chunk_start[c+1]) */
-    int tab_wte, tab_wpe, tab_layers, tab_lnf; /* table indices (-1: not here) */
-    int recompute;            /* PT_RECOMPUTE_* */
-    int split;                /* the schedule runs W apart from B (zero-bubble) */
-    pt_block_acts racts;      /* the one layer being recomputed (full), or its
-                                 attention output (selective: racts.atty) */
-    int nslots;               /* activation slots: the schedule's peak in flight here
-                                 (1 without a pipeline) */
-    int slots_used, slots_peak; /* in use now, most at once in the last step */
-    pt_gpt_slot *slots;
-    struct pt_schedule *sched; /* the pipeline's schedule (NULL without one) */
-    pt_comm *tie_comm;        /* first and last stage of this tp, dp place: the two
-                                 copies of wte (NULL unless pp > 1 and one of them) */
-    float *keep_logits;       /* optional (set by the caller): the head's logits of
-                                 every micro-batch of a pipeline step, (rows*T, vocab_local) */
-    struct pt_trace *trace;   /* optional (set by the caller): real timings of each
-                                 action of pt_gpt_pipeline_step, track = world rank */
-    size_t num_params;        /* this rank's parameters (with bucket padding) */
-    float *params, *grads, *m, *v; /* each one buffer of num_params floats */
-    int num_tensors, num_canon; /* tensors here, and in the whole model */
-    pt_param *table;
-    float *wte, *wpe, *lnf_w, *lnf_b, *dwte, *dwpe, *dlnf_w, *dlnf_b;
-    pt_block_params *layers, *layer_grads;
-    pt_block_acts *acts;
-    pt_block_scratch scratch;
-    float *encoded;                      /* (N,C) */
-    float *lnf, *lnf_mean, *lnf_rstd;    /* (N,C), (N), (N) */
-    float *logits;                       /* (N,vocab_local); dlogits in place after backward */
-    float *losses;                       /* (N) */
-    double *lse;                         /* (N) log-sum-exp of each logits row */
-    float *dres;                         /* (N,C) residual-stream gradient */
-    int *inputs, *targets;               /* (N) copies of the last batch */
-    int has_targets;
-    float loss;                          /* mean loss of the last forward, or -1 */
-    int adam_t;                          /* optimizer steps taken */
+    size_t num_params;        /* this rank's (its tensor parts, bucket padding) */
+    int num_tensors, num_canon; /* tensors held here, and in the whole model */
+    pt_param *table;          /* (num_tensors) */
+    float *params;            /* (num_params) */
+    float *grads;             /* (num_params) the step's gradients; under ZeRO the
+                                 averaged ones are in shards: read them with
+                                 pt_gpt_grad_of or pt_gpt_gather */
+    float *m, *v;             /* AdamW moments (num_params; ZeRO: this rank's shard) */
+    float *wte, *wpe, *lnf_w, *lnf_b; /* NULL where not held */
+    pt_block_params *layers;  /* (place.n_layers) */
+    float loss;               /* mean loss of the last step or forward, or -1 */
+    int adam_t;               /* optimizer steps taken */
     pt_gpt_mem mem;
-    pt_arena param_arena, act_arena;
+    pt_gpt_exec *exec;
     void *alloc_ctx;
 } pt_gpt;
 
@@ -546,56 +542,7 @@ PTRAINDEF void pt_gpt_init_weights(pt_gpt *m, uint64_t seed);
    for the tensors held here), padding dropped. Collective over the tensor-,
    data-parallel and pipeline groups. */
 PTRAINDEF pt_status pt_gpt_gather(const pt_gpt *m, pt_state_buf which, float *full);
-/* This rank's parts of whole tensors (the inverse; no communication). */
-PTRAINDEF void pt_gpt_scatter(const pt_gpt *m, const float *full, float *local);
-/* Logits of the last forward over the whole vocabulary, (N, vocab_size).
-   Collective over the tensor-parallel group. */
-PTRAINDEF pt_status pt_gpt_gather_logits(const pt_gpt *m, float *out);
 PTRAINDEF const pt_param *pt_gpt_find_param(const pt_gpt *m, const char *name);
-/* Forward over inputs (B,T); with targets (may be NULL) also the mean loss
-   (under data parallelism the mean over the dp group's batches). Checks
-   token ids and sizes. */
-PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targets, int B,
-                                   int T);
-/* Gradients of the mean loss of the step's micro-batches. The first
-   backward of a step (grad_accum of them) overwrites, the others add; after
-   the last one the data-parallel group averages them (ZeRO 1, 2: each rank
-   keeps its shard), ready for the optimizer. */
-PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m);
-PTRAINDEF void pt_gpt_zero_grad(pt_gpt *m);
-/* One step's forward and backward on a pipeline stage (grid pp > 1): runs
-   this stage's schedule over grad_accum micro-batches of the B x T batch
-   (B = grad_accum x desc.batch rows, the same on every stage of the
-   pipeline), sending activations and gradients to the neighbouring stages;
-   then sums the two copies of wte's gradient (first and last stage),
-   averages over the dp group, and sets loss on every rank. Ready for
-   pt_gpt_adamw_step. */
-PTRAINDEF pt_status pt_gpt_pipeline_step(pt_gpt *m, const int *inputs, const int *targets, int B,
-                                         int T);
-/* The mean loss of a B x T batch on a pipeline, forward only (evaluation):
-   each micro-batch through the virtual stages in order, one slot at a time.
-   Every rank gets the loss (averaged over the dp group). */
-PTRAINDEF pt_status pt_gpt_pipeline_eval(pt_gpt *m, const int *inputs, const int *targets, int B,
-                                         int T, float *loss);
-/* sqrt(sum of squared gradients); if max_norm > 0 and the norm exceeds it,
-   scales gradients by max_norm/norm. Returns the norm before clipping. */
-PTRAINDEF float pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm);
-PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, float lr);
-/* The numerical guard, between pt_gpt_clip_grad_norm and pt_gpt_adamw_step.
-   Collective over the grid's world, so every rank gets the same answer:
-   *bad = 0 if the step's loss and gradient norm are finite on every rank.
-   Else *bad = 1 and where (n chars; may be NULL) names the first tensor whose
-   gradient holds a NaN or infinity, in the order backward computes them (the
-   last layer first; any rank's part counts): "h.3.mlp.c_fc.weight", or
-   "no gradient" when they are all finite (an overflowing norm). The caller
-   then skips pt_gpt_adamw_step, which leaves weights and AdamW state as they
-   were; the next step's backward overwrites the gradients. */
-PTRAINDEF pt_status pt_gpt_check_step(pt_gpt *m, float loss, float norm, int *bad, char *where,
-                                      size_t n);
-/* This rank's gradient of the named tensor as the optimizer will read it
-   (under ZeRO the first span of it in this rank's shard), and its length in
-   *n; NULL if this rank holds none of it. For tests: plant a NaN there. */
-PTRAINDEF float *pt_gpt_grad_of(pt_gpt *m, const char *name, size_t *n);
 
 /* Generation with a KV cache: a token at position p costs O(p), not O(p^2). */
 typedef struct pt_kv_cache {
@@ -754,13 +701,7 @@ typedef struct pt_action {
     int peer;  /* the other stage of a send or receive (-1 otherwise) */
 } pt_action;
 
-typedef enum pt_schedule_kind {
-    PT_SCHED_GPIPE = 0,   /* all forwards, then all backwards */
-    PT_SCHED_1F1B,        /* PipeDream-Flush: at most p - s micro-batches in flight */
-    PT_SCHED_INTERLEAVED, /* Megatron-LM's interleaved 1F1B, v >= 2, m % p == 0 */
-    PT_SCHED_ZB_H1,       /* zero bubble H1: B and W split, 1F1B's memory */
-    PT_SCHED_COUNT
-} pt_schedule_kind;
+/* pt_schedule_kind is declared with the model (>>model). */
 
 typedef struct pt_schedule {
     pt_schedule_kind kind;
@@ -780,7 +721,7 @@ typedef struct pt_schedule_report {
     double bubble;         /* idle fraction of the stages' slots in it */
 } pt_schedule_report;
 
-/* "gpipe", "1f1b", "interleaved", "zb-h1" */
+/* "gpipe", "1f1b", "interleaved", "zb-h1" (pt_schedule_kind_name(0) is "default") */
 PTRAINDEF pt_status pt_schedule_kind_parse(const char *name, pt_schedule_kind *out);
 PTRAINDEF const char *pt_schedule_kind_name(pt_schedule_kind kind);
 /* Builds the lists for p stages (1..64), v chunks per stage, m micro-batches.
@@ -836,6 +777,95 @@ PTRAINDEF pt_status pt_trace_write_chrome(const pt_trace *t, const char *path);
 /* The same timeline as an SVG picture: a row per track, forward, backward,
    weight-gradient and communication in their own colours, idle time grey. */
 PTRAINDEF pt_status pt_trace_write_svg(const pt_trace *t, const char *path);
+
+
+/* ======================================================================== */
+/* >>exec                                                                    */
+/* ======================================================================== */
+
+/* The executor: the one interpreter of a schedule's action lists on real
+   tensors, for every layout. Without a pipeline the step is a one-stage
+   schedule whose micro-batches are gradient accumulation, so serial, tp,
+   dp, pp and any mix take the same road: each F, B, W, send and receive of
+   this stage's list in order, then OPT: the two copies of a tied wte summed,
+   the gradients averaged over the dp group (ZeRO 1, 2: into this rank's
+   shard), the loss shared, and the optimizer step if asked for. */
+
+/* One step's batch and options. */
+typedef struct pt_step_desc {
+    const int *inputs, *targets; /* (B, T) row-major: this rank's rows */
+    int B, T;                 /* B = place.micro micro-batches of B/micro rows, each at
+                                 most the model's B; T at most the model's T */
+    const pt_adamw_config *adamw; /* the optimizer step at the end of the step's
+                                     schedule; NULL: gradients only, for
+                                     pt_gpt_clip_grad_norm, pt_gpt_check_step and
+                                     pt_gpt_adamw_step by the caller */
+    float lr;                 /* with adamw */
+    float clip;               /* with adamw: clip the gradient norm to this (0: no clip) */
+    float *logits;            /* optional (ranks holding the head): (B*T, vocab_size),
+                                 the whole vocabulary, gathered over tp */
+    float *losses;            /* optional (ranks holding the head): (B*T) each token's loss */
+    struct pt_trace *trace;   /* optional: every action's measured start and time,
+                                 track = world rank (pt_trace_gather collects them) */
+    /* optional: called on every rank when the step's gradients are ready,
+       before clipping and the numerical guard (tests plant faults here) */
+    void (*on_grads)(pt_gpt *m, void *ctx);
+    void *on_grads_ctx;
+} pt_step_desc;
+
+typedef struct pt_step_result {
+    float loss;          /* mean over the batch (and the dp group); equal on every rank */
+    float grad_norm;     /* with adamw: before clipping */
+    int skipped;         /* with adamw: 1 if the loss or a gradient was not finite and
+                            the update was skipped (weights and moments unchanged) */
+    char bad_tensor[64]; /* when skipped: the first non-finite gradient's tensor in
+                            backward's order, or "no gradient" */
+} pt_step_result;
+
+/* One training step: forward and backward of desc->B rows in place.micro
+   micro-batches through this stage's schedule, the gradient sync, and with
+   desc->adamw clipping, the numerical guard (pt_gpt_check_step) and AdamW.
+   Collective over the grid. res may be NULL; loss is also in m->loss. */
+PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *desc, pt_step_result *res);
+/* The mean loss of a batch, forward only (desc: inputs, targets, B, T,
+   logits, losses): each micro-batch through the virtual stages in order, one
+   activation slot at a time. Every rank gets the loss in *loss. */
+PTRAINDEF pt_status pt_gpt_eval(pt_gpt *m, const pt_step_desc *desc, float *loss);
+
+/* The building blocks of a serial loop (the quick start), on the same
+   chunk functions as the step; they refuse pipeline stages.
+   Forward over inputs (B,T); with targets (may be NULL) also the mean loss
+   (under data parallelism the mean over the dp group's batches). */
+PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targets, int B,
+                                   int T);
+/* Gradients of the mean loss of the step's micro-batches. The first
+   backward of a step (grad_accum of them) overwrites, the others add; after
+   the last one the data-parallel group averages them (ZeRO 1, 2: each rank
+   keeps its shard), ready for the optimizer. */
+PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m);
+/* Logits of the last forward over the whole vocabulary, (N, vocab_size).
+   Collective over the tensor-parallel group. */
+PTRAINDEF pt_status pt_gpt_gather_logits(const pt_gpt *m, float *out);
+
+/* sqrt(sum of squared gradients) into *norm; if max_norm > 0 and the norm
+   exceeds it, scales gradients by max_norm/norm. Collective over the grid. */
+PTRAINDEF pt_status pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm, float *norm);
+PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, float lr);
+/* The numerical guard, between pt_gpt_clip_grad_norm and pt_gpt_adamw_step.
+   Collective over the grid's world, so every rank gets the same answer:
+   *bad = 0 if the step's loss and gradient norm are finite on every rank.
+   Else *bad = 1 and where (n chars; may be NULL) names the first tensor whose
+   gradient holds a NaN or infinity, in the order backward computes them (the
+   last layer first; any rank's part counts): "h.3.mlp.c_fc.weight", or
+   "no gradient" when they are all finite (an overflowing norm). The caller
+   then skips pt_gpt_adamw_step, which leaves weights and AdamW state as they
+   were; the next step's backward overwrites the gradients. */
+PTRAINDEF pt_status pt_gpt_check_step(pt_gpt *m, float loss, float norm, int *bad, char *where,
+                                      size_t n);
+/* This rank's gradient of the named tensor as the optimizer will read it
+   (under ZeRO the first span of it in this rank's shard), and its length in
+   *n; NULL if this rank holds none of it. */
+PTRAINDEF float *pt_gpt_grad_of(pt_gpt *m, const char *name, size_t *n);
 
 
 /* ======================================================================== */
@@ -899,11 +929,18 @@ PTRAINDEF pt_status pt_hw_calibrate(pt_hw *out, pt_comm *world);
 /* Seconds of batch GEMMs (M x K) x (K x N) on the device, elem bytes an element. */
 PTRAINDEF double pt_hw_gemm_seconds(const pt_hw *hw, double M, double N, double K, double batch,
                                     double elem);
+typedef enum pt_coll_kind {
+    PT_COLL_NONE = 0,
+    PT_COLL_ALL_REDUCE,
+    PT_COLL_REDUCE_SCATTER,
+    PT_COLL_ALL_GATHER,
+    PT_COLL_P2P           /* one message to one peer */
+} pt_coll_kind;
 /* Seconds of a collective over n ranks of which at most per_node share a
    node (n == per_node: one node), bytes the whole buffer: the faster of a
-   ring and a tree, as NCCL picks. kind: 0 all-reduce, 1 reduce-scatter,
-   2 all-gather, 3 point to point. */
-PTRAINDEF double pt_hw_comm_seconds(const pt_hw *hw, int kind, double bytes, int n, int per_node);
+   ring and a tree, as NCCL picks (PT_COLL_NONE: 0). */
+PTRAINDEF double pt_hw_comm_seconds(const pt_hw *hw, pt_coll_kind kind, double bytes, int n,
+                                    int per_node);
 
 /* One planned training run. */
 typedef struct pt_plan_desc {
@@ -911,8 +948,8 @@ typedef struct pt_plan_desc {
     int tp, pp, gpus;     /* data parallelism is gpus / (tp * pp) */
     int batch, micro;     /* global batch in sequences; micro-batch per pipeline pass */
     int chunks;           /* interleaved pipeline: chunks of layers per stage (1: none) */
-    pt_schedule_kind schedule; /* PT_SCHED_1F1B as Megatron-LM (0 is gpipe); with
-                                  chunks > 1 interleaved */
+    pt_schedule_kind schedule; /* 0: 1F1B as Megatron-LM, or interleaved when
+                                  chunks > 1 (as pt_gpt_desc.schedule) */
     int zero;             /* 0..3; 3 shards the weights too (gathered layer by layer) */
     int recompute;        /* PT_RECOMPUTE_* */
     pt_exec_kind exec;    /* PT_EXEC_DEFAULT: the profile's */
@@ -947,7 +984,7 @@ typedef struct pt_plan_result {
     double tokens_per_s, train_seconds;
     pt_plan_mem mem;           /* the rank needing most memory */
     int mem_rank, dp, micro_batches; /* its world rank; dp; micro-batches per pipeline */
-    pt_schedule_kind schedule; /* the one run (chunks > 1 turns 1f1b into interleaved) */
+    pt_schedule_kind schedule; /* the one run (0 resolved) */
     int fits;                  /* mem.total <= the device's memory */
     double build_seconds;      /* time to build every rank's meta model */
     pt_plan_stage stage[64];   /* per pipeline stage, [0, pp) */
@@ -1209,16 +1246,14 @@ PTRAINDEF const char *pt_status_str(pt_status s) {
 PTRAINDEF const char *pt_last_error(void) { return pt__err; }
 PTRAINDEF void pt_clear_error(void) { pt__err[0] = 0; }
 
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((format(printf, 2, 3)))
-#endif
-static pt_status pt__fail(pt_status s, const char *fmt, ...) {
+PTRAINDEF pt_status pt_error(pt_status code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(pt__err, sizeof pt__err, fmt, ap);
     va_end(ap);
-    return s;
+    return code;
 }
+#define pt__fail pt_error /* the library's own failures go the same way */
 
 /* Prefixes this thread's error message with the file it concerns. */
 static pt_status pt__fail_path(pt_status s, const char *path) {
@@ -2317,10 +2352,98 @@ PTRAINDEF pt_status pt_gpt_config_validate(const pt_gpt_config *c) {
     return bad ? PT_ERR_CONFIG : PT_OK;
 }
 
-PTRAINDEF int64_t pt_gpt_num_params(const pt_gpt_config *c) {
+/* ---- the tensors of the model, as a table -------------------------------- */
+
+/* How a tensor starts (pt_gpt_init_weights). */
+enum { PT__INIT_NORMAL = 0, /* N(0, 0.02) */
+       PT__INIT_PROJ,       /* N(0, 0.02/sqrt(2 n_layer)): projections into the residual */
+       PT__INIT_ONE,        /* norm weights */
+       PT__INIT_ZERO };     /* biases */
+
+/* One tensor of the whole model: its full shape (cols 0: 1-D), how tensor
+   parallelism splits it, how it starts, and where it lives: layer >= 0 (its
+   place in pt_block_params: field), or PT__AT_EMBED (first stage),
+   PT__AT_HEAD (last stage), PT__AT_TIED (both: wte is the tied head). */
+enum { PT__AT_EMBED = -1, PT__AT_HEAD = -2, PT__AT_TIED = -3 };
+typedef struct pt__spec {
+    int64_t rows, cols;
+    pt_shard shard;
+    int init, layer;
+    int vocab;    /* its rows are the vocabulary's (an embedding or a head) */
+    size_t field;
+} pt__spec;
+
+/* GPT-2's layer, in Hugging Face's canonical order; pt_block_params keeps
+   its pointers in the same order. */
+static const struct {
+    const char *name;
+    int rows, cols; /* in units of n_embd (cols 0: 1-D) */
+    pt_shard shard;
+    int init;
+    size_t field;
+} pt__gpt2_layer[] = {
+    {"ln_1.weight", 1, 0, PT_SHARD_NONE, PT__INIT_ONE, offsetof(pt_block_params, ln1_w)},
+    {"ln_1.bias", 1, 0, PT_SHARD_NONE, PT__INIT_ZERO, offsetof(pt_block_params, ln1_b)},
+    {"attn.c_attn.weight", 1, 3, PT_SHARD_QKV, PT__INIT_NORMAL, offsetof(pt_block_params, qkv_w)},
+    {"attn.c_attn.bias", 3, 0, PT_SHARD_QKV, PT__INIT_ZERO, offsetof(pt_block_params, qkv_b)},
+    {"attn.c_proj.weight", 1, 1, PT_SHARD_ROWS, PT__INIT_PROJ,
+     offsetof(pt_block_params, attn_proj_w)},
+    {"attn.c_proj.bias", 1, 0, PT_SHARD_NONE, PT__INIT_ZERO, offsetof(pt_block_params, attn_proj_b)},
+    {"ln_2.weight", 1, 0, PT_SHARD_NONE, PT__INIT_ONE, offsetof(pt_block_params, ln2_w)},
+    {"ln_2.bias", 1, 0, PT_SHARD_NONE, PT__INIT_ZERO, offsetof(pt_block_params, ln2_b)},
+    {"mlp.c_fc.weight", 1, 4, PT_SHARD_COLS, PT__INIT_NORMAL, offsetof(pt_block_params, fc_w)},
+    {"mlp.c_fc.bias", 4, 0, PT_SHARD_COLS, PT__INIT_ZERO, offsetof(pt_block_params, fc_b)},
+    {"mlp.c_proj.weight", 4, 1, PT_SHARD_ROWS, PT__INIT_PROJ, offsetof(pt_block_params, fc_proj_w)},
+    {"mlp.c_proj.bias", 1, 0, PT_SHARD_NONE, PT__INIT_ZERO, offsetof(pt_block_params, fc_proj_b)},
+};
+#define PT__GPT2_LAYER ((int)(sizeof pt__gpt2_layer / sizeof pt__gpt2_layer[0]))
+
+/* The whole model's tensor k in canonical order -- wte, wpe, each layer's,
+   ln_f.weight, ln_f.bias -- into *s and its name into name (n bytes; name
+   may be NULL). Returns 0 past the last tensor. */
+static int pt__canon_spec(const pt_gpt_config *c, int k, pt__spec *s, char *name, size_t n) {
     int64_t C = c->n_embd;
-    return (int64_t)c->vocab_size * C + (int64_t)c->block_size * C +
-           (int64_t)c->n_layer * (12 * C * C + 13 * C) + 2 * C;
+    int nl = PT__GPT2_LAYER * c->n_layer;
+    const char *nm;
+    memset(s, 0, sizeof *s);
+    if (k < 0 || k >= 4 + nl) return 0;
+    if (k < 2) { /* wte [V, C] (split by rows of the vocabulary), wpe [block, C] */
+        s->rows = k ? c->block_size : c->vocab_size, s->cols = C;
+        s->shard = k ? PT_SHARD_NONE : PT_SHARD_ROWS;
+        s->layer = k ? PT__AT_EMBED : PT__AT_TIED;
+        s->vocab = !k;
+        nm = k ? "wpe.weight" : "wte.weight";
+    } else if (k < 2 + nl) {
+        int j = (k - 2) % PT__GPT2_LAYER;
+        s->rows = pt__gpt2_layer[j].rows * C;
+        s->cols = pt__gpt2_layer[j].cols * C;
+        s->shard = pt__gpt2_layer[j].shard;
+        s->init = pt__gpt2_layer[j].init;
+        s->layer = (k - 2) / PT__GPT2_LAYER;
+        s->field = pt__gpt2_layer[j].field;
+        if (name) snprintf(name, n, "h.%d.%s", s->layer, pt__gpt2_layer[j].name);
+        return 1;
+    } else { /* ln_f.weight, ln_f.bias */
+        s->rows = C;
+        s->init = k == 2 + nl ? PT__INIT_ONE : PT__INIT_ZERO;
+        s->layer = PT__AT_HEAD;
+        nm = k == 2 + nl ? "ln_f.weight" : "ln_f.bias";
+    }
+    if (name) snprintf(name, n, "%s", nm);
+    return 1;
+}
+
+static void pt__canon_name(const pt_gpt_config *c, int k, char *buf, size_t n) {
+    pt__spec s;
+    if (!pt__canon_spec(c, k, &s, buf, n) && n) buf[0] = 0;
+}
+
+PTRAINDEF int64_t pt_gpt_num_params(const pt_gpt_config *c) {
+    pt__spec s;
+    int64_t n = 0;
+    int k;
+    for (k = 0; pt__canon_spec(c, k, &s, NULL, 0); k++) n += s.rows * (s.cols ? s.cols : 1);
+    return n;
 }
 
 PTRAINDEF double pt_gpt_flops_per_step(const pt_gpt_config *c, int B, int T) {
@@ -2329,28 +2452,81 @@ PTRAINDEF double pt_gpt_flops_per_step(const pt_gpt_config *c, int B, int T) {
            12.0 * c->n_layer * (double)c->n_embd * B * (double)T * T;
 }
 
-/* Canonical order: wte, wpe, 12 tensors per layer, ln_f.w, ln_f.b. */
-static const char *pt__layer_names[12] = {
-    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-    "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+/* ---- the private state -----------------------------------------------------
+   Everything a step needs besides the parameters: the grid's groups, the
+   gradient buckets and shards, the schedule and its activation slots, the
+   scratch of one layer's backward. Laid out by pt_gpt_init in one
+   allocation with the table. */
 
-/* The name of the whole model's tensor k in canonical order. */
-static void pt__canon_name(const pt_gpt_config *c, int k, char *buf, size_t n) {
-    if (k == 0 || k == 1) snprintf(buf, n, k ? "wpe.weight" : "wte.weight");
-    else if (k < 2 + 12 * c->n_layer)
-        snprintf(buf, n, "h.%d.%s", (k - 2) / 12, pt__layer_names[(k - 2) % 12]);
-    else snprintf(buf, n, k == 2 + 12 * c->n_layer ? "ln_f.weight" : "ln_f.bias");
-}
+/* A bucket: a contiguous run of parameters whose gradients are reduced
+   together (wte in runs of rows about a layer's size, the last with wpe;
+   one layer; the final LayerNorm), padded to a multiple of dp; dp rank d
+   owns elements [d*shard, (d+1)*shard) of it. */
+typedef struct pt__bucket {
+    size_t offset, numel;       /* in the flat buffers (numel includes the padding) */
+    size_t shard, shard_offset; /* per dp rank, and where this rank's is in
+                                   the sharded buffers (ZeRO) */
+    int first, count;           /* the tensors it overlaps in the table */
+} pt__bucket;
 
-/* Adds a tensor of full shape d0 x d1 (d1 = 0: 1-D) held as shard says:
-   ROWS keeps local_rows rows, COLS and QKV a 1/tp of the columns. */
-static void pt__add_param(pt_gpt *m, const char *name, int ndim, int64_t d0, int64_t d1,
-                          pt_shard shard, int64_t local_rows, int here) {
+/* One micro-batch's activations for one chunk of layers: a pipeline stage
+   holds as many as its schedule keeps in flight (one for 1F1B on one stage). */
+typedef struct pt__slot {
+    float *x;                         /* (N,C) the chunk's input */
+    pt_block_acts *acts;              /* per layer of the largest chunk */
+    float *lnf, *lnf_mean, *lnf_rstd; /* the last stage: final LayerNorm */
+    float *logits, *losses;           /* (N,vocab_local), (N) */
+    double *lse;                      /* (N) */
+    int *inputs, *targets;            /* (N) the micro-batch's tokens */
+    pt_block_wgrad *wg;               /* per layer, kept from B to W (zero-bubble) */
+    int micro, chunk;                 /* what it holds; micro -1: free */
+} pt__slot;
+
+struct pt_gpt_exec {
+    pt_grid *grid;            /* NULL: one rank */
+    pt_comm *tp_comm, *dp_comm, *pp_comm; /* the groups (NULL when of size 1) */
+    pt_comm *tie_comm;        /* first and last stage of this tp, dp place: the two
+                                 copies of wte (NULL unless pp > 1 and one of them) */
+    int num_buckets;
+    pt__bucket *buckets;
+    size_t shard_total;       /* this rank's elements over all buckets (ZeRO) */
+    float *gshard;            /* (shard_total) averaged gradients of its shard (ZeRO 1, 2) */
+    float *rs_tmp;            /* (largest shard) where ZeRO 2 reduce-scatters a bucket, to
+                                 add it to the shard */
+    float *dwte, *dwpe, *dlnf_w, *dlnf_b; /* named views into grads (ZeRO 2: the bucket
+                                             staging buffer) */
+    pt_block_params *layer_grads;
+    int *layer_id;            /* (n_layers) place.layer_id points here */
+    int *chunk_start;         /* (chunks + 1) chunk c is local layers
+                                 [chunk_start[c], chunk_start[c+1]) */
+    int tab_wte, tab_wpe, tab_layers, tab_lnf; /* table indices (-1: not here) */
+    int layer_tensors;        /* tensors a layer has in the table */
+    pt_schedule sched;        /* the step's schedule (count NULL: none, inference) */
+    int split;                /* it runs W apart from B (zero-bubble) */
+    int nslots, slots_used;
+    pt__slot *slots;
+    pt_block_acts *acts;      /* the slots' layers */
+    pt_block_acts racts;      /* the one layer being recomputed (full), or its
+                                 attention output (selective: racts.atty) */
+    pt_block_scratch scratch;
+    float *ce_red;            /* (3N) row max, sum of exp, target logit (under tp) */
+    float *dres;              /* (N,C) residual-stream gradient */
+    int cur_B, cur_T;         /* shape of the last forward */
+    int micro_done;           /* backwards of the step so far (pt_gpt_backward) */
+    int has_targets;          /* the last forward had targets (pt_gpt_backward may run) */
+    pt_arena param_arena, act_arena;
+};
+
+/* Adds the whole model's next tensor (spec s, name) to the table if this
+   rank holds it (here), as its part: ROWS keeps rows/tp of them (a
+   vocabulary's rows: place.vocab_local), COLS and QKV a 1/tp of the columns.
+   A tensor of another stage only advances the whole model's offsets. */
+static void pt__add_param(pt_gpt *m, const pt__spec *s, const char *name, int here) {
     pt_param *p = &m->table[m->num_tensors];
-    int64_t rows = ndim > 1 ? d0 : 1, cols = ndim > 1 ? d1 : d0;
+    int ndim = s->cols ? 2 : 1, tp = m->place.tp;
+    int64_t rows = s->cols ? s->rows : 1, cols = s->cols ? s->cols : s->rows;
     int canon = m->num_canon++;
-    if (!here) { /* another pipeline stage's: only its place in the whole model */
+    if (!here) {
         m->num_params_full += (size_t)rows * (size_t)cols;
         return;
     }
@@ -2358,42 +2534,44 @@ static void pt__add_param(pt_gpt *m, const char *name, int ndim, int64_t d0, int
     p->canon = canon;
     snprintf(p->name, sizeof p->name, "%s", name);
     p->ndim = ndim;
-    p->shard = m->tp > 1 ? shard : PT_SHARD_NONE;
-    p->full_shape[0] = d0;
-    p->full_shape[1] = ndim > 1 ? d1 : 1;
+    p->shard = tp > 1 ? s->shard : PT_SHARD_NONE;
+    p->full_shape[0] = s->rows;
+    p->full_shape[1] = s->cols ? s->cols : 1;
     p->full_numel = (size_t)rows * (size_t)cols;
     p->full_offset = m->num_params_full;
-    if (p->shard == PT_SHARD_ROWS) rows = local_rows;
-    if (p->shard == PT_SHARD_COLS || p->shard == PT_SHARD_QKV) cols /= m->tp;
+    if (p->shard == PT_SHARD_ROWS) rows = s->vocab ? m->place.vocab_local : rows / tp;
+    if (p->shard == PT_SHARD_COLS || p->shard == PT_SHARD_QKV) cols /= tp;
     p->shape[0] = ndim > 1 ? rows : cols;
     p->shape[1] = ndim > 1 ? cols : 1;
     p->numel = (size_t)rows * (size_t)cols;
     p->offset = m->num_params;
     p->decay = ndim >= 2;
+    p->bucket = -1;
     m->num_params += p->numel;
     m->num_params_full += p->full_numel;
 }
 
-/* Rows of wte per bucket: about one layer's parameters, a multiple of dp
-   (so a bucket that ends inside wte needs no padding). */
-static int pt__wte_rows(const pt_gpt *m) {
-    int rows = 12 * m->config.n_embd / m->tp;
-    return rows < m->dp ? m->dp : rows - rows % m->dp;
+/* Rows of a vocabulary tensor per bucket: about one layer's parameters, a
+   multiple of dp (so a bucket that ends inside it needs no padding). */
+static int pt__vocab_rows(const pt_gpt *m) {
+    int rows = 12 * m->config.n_embd / m->place.tp, dp = m->place.dp;
+    return rows < dp ? dp : rows - rows % dp;
 }
 
 /* Closes a bucket from the end of the last one to flat offset end: inside a
    tensor (end - start a multiple of dp), or at the end of those added so
    far, padded to a multiple of dp. */
 static void pt__end_bucket(pt_gpt *m, size_t end) {
-    pt_bucket *b = &m->buckets[m->num_buckets];
-    const pt_bucket *prev = m->num_buckets ? b - 1 : NULL;
-    size_t dp = (size_t)m->dp;
+    pt_gpt_exec *x = m->exec;
+    pt__bucket *b = &x->buckets[x->num_buckets];
+    const pt__bucket *prev = x->num_buckets ? b - 1 : NULL;
+    size_t dp = (size_t)m->place.dp;
     int i;
     b->offset = prev ? prev->offset + prev->numel : 0;
     if (end <= b->offset) return; /* nothing since the last bucket */
     b->shard = (end - b->offset + dp - 1) / dp;
     b->numel = b->shard * dp;
-    b->shard_offset = m->shard_total;
+    b->shard_offset = x->shard_total;
     b->first = -1;
     b->count = 0;
     for (i = 0; i < m->num_tensors; i++) {
@@ -2401,51 +2579,55 @@ static void pt__end_bucket(pt_gpt *m, size_t end) {
         if (p->offset + p->numel <= b->offset || p->offset >= end) continue;
         if (b->first < 0) b->first = i;
         b->count++;
-        if (p->offset >= b->offset) p->bucket = m->num_buckets;
+        if (p->offset >= b->offset) p->bucket = x->num_buckets;
     }
-    m->shard_total += b->shard;
+    x->shard_total += b->shard;
     if (end == m->num_params) m->num_params = b->offset + b->numel;
-    m->num_buckets++;
+    x->num_buckets++;
 }
 
+static int pt__holds_layer(const pt_gpt_place *pl, int l) {
+    int i;
+    for (i = 0; i < pl->n_layers; i++)
+        if (pl->layer_id[i] == l) return 1;
+    return 0;
+}
+
+/* The table of this rank's tensors from the whole model's (pt__canon_spec),
+   and the gradient buckets: a vocabulary tensor in runs of rows (each run a
+   bucket), the tensors before the first layer, each layer, those after. */
 static void pt__build_table(pt_gpt *m) {
-    int64_t C = m->config.n_embd;
-    static const pt_shard shards[12] = {PT_SHARD_NONE, PT_SHARD_NONE, PT_SHARD_QKV,
-                                        PT_SHARD_QKV,  PT_SHARD_ROWS, PT_SHARD_NONE,
-                                        PT_SHARD_NONE, PT_SHARD_NONE, PT_SHARD_COLS,
-                                        PT_SHARD_COLS, PT_SHARD_ROWS, PT_SHARD_NONE};
-    int64_t shapes[12][2] = {{C, 0}, {C, 0}, {C, 3 * C}, {3 * C, 0}, {C, C}, {C, 0},
-                             {C, 0}, {C, 0}, {C, 4 * C}, {4 * C, 0}, {4 * C, C}, {C, 0}};
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    pt__spec s;
     char name[48];
-    int l, k, j = 0, wte_here = m->has_embed || m->has_head;
-    m->num_tensors = 0;
-    m->num_canon = 0;
-    m->num_params = 0;
-    m->num_params_full = 0;
-    m->num_buckets = 0;
-    m->shard_total = 0;
-    m->tab_wte = wte_here ? 0 : -1;
-    m->tab_wpe = m->has_embed ? 1 : -1;
-    pt__add_param(m, "wte.weight", 2, m->config.vocab_size, C, PT_SHARD_ROWS, m->vocab_local,
-                  wte_here);
-    pt__add_param(m, "wpe.weight", 2, m->config.block_size, C, PT_SHARD_NONE, 0, m->has_embed);
-    for (k = pt__wte_rows(m); wte_here && k < m->vocab_local; k += pt__wte_rows(m))
-        pt__end_bucket(m, (size_t)k * (size_t)C);
-    pt__end_bucket(m, m->num_params); /* the last rows of wte, and wpe */
-    m->tab_layers = m->num_tensors;
-    for (l = 0; l < m->config.n_layer; l++) {
-        int here = j < m->n_local && m->layer_id[j] == l;
-        for (k = 0; k < 12; k++) {
-            pt__canon_name(&m->config, m->num_canon, name, sizeof name);
-            pt__add_param(m, name, shapes[k][1] ? 2 : 1, shapes[k][0], shapes[k][1], shards[k],
-                          shapes[k][0] / m->tp, here);
-        }
-        j += here;
-        pt__end_bucket(m, m->num_params);
+    int k, last = PT__AT_TIED;
+    m->num_tensors = m->num_canon = 0;
+    m->num_params = m->num_params_full = 0;
+    x->num_buckets = 0;
+    x->shard_total = 0;
+    x->tab_wte = x->tab_wpe = x->tab_layers = x->tab_lnf = -1;
+    x->layer_tensors = PT__GPT2_LAYER;
+    for (k = 0; pt__canon_spec(&m->config, k, &s, name, sizeof name); k++) {
+        int here = s.layer >= 0             ? pt__holds_layer(pl, s.layer)
+                   : s.layer == PT__AT_TIED ? pl->has_embed || pl->has_head
+                   : s.layer == PT__AT_EMBED ? pl->has_embed
+                                             : pl->has_head;
+        int vocab = here && s.vocab, t = m->num_tensors;
+        int64_t r;
+        if (s.layer != last && (last >= 0 || s.layer >= 0)) /* a layer begins or ends */
+            pt__end_bucket(m, m->num_params);
+        last = s.layer;
+        if (vocab) pt__end_bucket(m, m->num_params); /* it starts a bucket */
+        pt__add_param(m, &s, name, here);
+        if (!here) continue;
+        if (s.layer == PT__AT_TIED) x->tab_wte = t;
+        if (s.layer == PT__AT_EMBED && x->tab_wpe < 0) x->tab_wpe = t;
+        if (s.layer >= 0 && x->tab_layers < 0) x->tab_layers = t;
+        if (s.layer == PT__AT_HEAD && x->tab_lnf < 0) x->tab_lnf = t;
+        for (r = pt__vocab_rows(m); vocab && r < m->table[t].shape[0]; r += pt__vocab_rows(m))
+            pt__end_bucket(m, m->table[t].offset + (size_t)r * (size_t)s.cols);
     }
-    m->tab_lnf = m->has_head ? m->num_tensors : -1;
-    pt__add_param(m, "ln_f.weight", 1, C, 0, PT_SHARD_NONE, 0, m->has_head);
-    pt__add_param(m, "ln_f.bias", 1, C, 0, PT_SHARD_NONE, 0, m->has_head);
     pt__end_bucket(m, m->num_params);
 }
 
@@ -2486,42 +2668,37 @@ static void pt__shard_copy(const pt_gpt *m, const pt_param *p, float *local, flo
     if (to_local) memset(local, 0, p->numel * sizeof(float));
     for (r = 0; r < frows; r++)
         for (c = 0; c < fcols; c++) {
-            ptrdiff_t i = pt__local_index(p, m->tp_rank, r, c);
+            ptrdiff_t i = pt__local_index(p, m->place.tp_rank, r, c);
             if (i < 0) continue;
             if (to_local) local[i] = full[r * fcols + c];
             else full[r * fcols + c] = local[i];
         }
 }
 
-PTRAINDEF void pt_gpt_scatter(const pt_gpt *m, const float *full, float *local) {
-    int i;
-    for (i = 0; i < m->num_tensors; i++) {
-        const pt_param *p = &m->table[i];
-        pt__shard_copy(m, p, local + p->offset, (float *)(uintptr_t)(full + p->full_offset), 1);
-    }
-}
-
 /* A buffer laid out as the table (this rank's tensor parts), assembled from
    its dp shards when ZeRO keeps only those: into tmp, which it returns. */
 static const float *pt__local_buf(const pt_gpt *m, pt_state_buf which, float *tmp,
                                   pt_status *st) {
-    const float *shards = which == PT_BUF_GRADS ? m->gshard
-                          : which == PT_BUF_ADAM_M ? m->m
-                          : m->v;
+    const pt_gpt_exec *x = m->exec;
+    const float *shards = which == PT_BUF_GRADS ? x->gshard : which == PT_BUF_ADAM_M ? m->m : m->v;
     int b;
     *st = PT_OK;
     if (which == PT_BUF_PARAMS) return m->params;
-    if (!m->zero) return which == PT_BUF_GRADS ? m->grads : shards;
-    for (b = 0; b < m->num_buckets && *st == PT_OK; b++) {
-        const pt_bucket *k = &m->buckets[b];
-        if (m->dp == 1) memcpy(tmp + k->offset, shards + k->shard_offset, k->shard * sizeof(float));
-        else *st = pt_comm_all_gather(m->dp_comm, shards + k->shard_offset, tmp + k->offset,
-                                      k->shard);
+    if (!m->place.zero) return which == PT_BUF_GRADS ? m->grads : shards;
+    for (b = 0; b < x->num_buckets && *st == PT_OK; b++) {
+        const pt__bucket *k = &x->buckets[b];
+        if (m->place.dp == 1)
+            memcpy(tmp + k->offset, shards + k->shard_offset, k->shard * sizeof(float));
+        else
+            *st = pt_comm_all_gather(x->dp_comm, shards + k->shard_offset, tmp + k->offset,
+                                     k->shard);
     }
     return tmp;
 }
 
 PTRAINDEF pt_status pt_gpt_gather(const pt_gpt *m, pt_state_buf which, float *full) {
+    const pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
     size_t most = 0;
     float *parts, *tmp = NULL;
     const float *local;
@@ -2533,106 +2710,342 @@ PTRAINDEF pt_status pt_gpt_gather(const pt_gpt *m, pt_state_buf which, float *fu
     for (i = 0; i < m->num_tensors; i++)
         if (m->table[i].shard != PT_SHARD_NONE && m->table[i].numel > most)
             most = m->table[i].numel;
-    parts = (float *)pt__malloc(most * (size_t)m->tp * sizeof(float), m->alloc_ctx);
-    if (m->zero && which != PT_BUF_PARAMS)
+    parts = (float *)pt__malloc(most * (size_t)pl->tp * sizeof(float), m->alloc_ctx);
+    if (pl->zero && which != PT_BUF_PARAMS)
         tmp = (float *)pt__malloc(m->num_params * sizeof(float), m->alloc_ctx);
-    if (!parts || (m->zero && which != PT_BUF_PARAMS && !tmp)) {
+    if (!parts || (pl->zero && which != PT_BUF_PARAMS && !tmp)) {
         pt__free(parts, m->alloc_ctx);
         pt__free(tmp, m->alloc_ctx);
         return pt__fail(PT_ERR_OOM, "cannot allocate the buffers to gather the model");
     }
     local = pt__local_buf(m, which, tmp, &st);
-    if (m->pp > 1) memset(full, 0, m->num_params_full * sizeof(float)); /* summed over stages */
+    if (pl->pp > 1) memset(full, 0, m->num_params_full * sizeof(float)); /* summed over stages */
     for (i = 0; i < m->num_tensors && st == PT_OK; i++) {
         const pt_param *p = &m->table[i];
         int64_t frows = p->ndim > 1 ? p->full_shape[0] : 1;
         int64_t fcols = p->ndim > 1 ? p->full_shape[1] : p->full_shape[0], r, c;
         float *dst = full + p->full_offset;
-        if (i == m->tab_wte && !m->has_embed) continue; /* the first stage gives wte */
+        if (i == x->tab_wte && !pl->has_embed) continue; /* the first stage gives wte */
         if (p->shard == PT_SHARD_NONE) {
             memcpy(dst, local + p->offset, p->numel * sizeof(float));
             continue;
         }
         /* parts[k * numel ..] = rank k's part, then each element to its place */
-        st = pt_comm_all_gather(m->tp_comm, local + p->offset, parts, p->numel);
-        for (k = 0; k < m->tp && st == PT_OK; k++)
+        st = pt_comm_all_gather(x->tp_comm, local + p->offset, parts, p->numel);
+        for (k = 0; k < pl->tp && st == PT_OK; k++)
             for (r = 0; r < frows; r++)
                 for (c = 0; c < fcols; c++) {
                     ptrdiff_t j = pt__local_index(p, k, r, c);
                     if (j >= 0) dst[r * fcols + c] = parts[(size_t)k * p->numel + (size_t)j];
                 }
     }
-    if (st == PT_OK && m->pp > 1) /* each stage wrote its tensors, zeros elsewhere */
-        st = pt_comm_all_reduce(m->pp_comm, full, m->num_params_full, PT_REDUCE_SUM);
+    if (st == PT_OK && pl->pp > 1) /* each stage wrote its tensors, zeros elsewhere */
+        st = pt_comm_all_reduce(x->pp_comm, full, m->num_params_full, PT_REDUCE_SUM);
     pt__free(parts, m->alloc_ctx);
     pt__free(tmp, m->alloc_ctx);
     return st;
 }
 
-PTRAINDEF pt_status pt_gpt_gather_logits(const pt_gpt *m, float *out) {
-    /* a pipeline's head keeps every micro-batch's logits in keep_logits */
-    const float *logits = m->keep_logits ? m->keep_logits : m->logits;
-    size_t N = (size_t)m->cur_B * m->cur_T * (m->keep_logits ? (size_t)m->accum : 1);
-    size_t V = (size_t)m->config.vocab_size, Vl = (size_t)m->vocab_local, n, k;
-    float *parts;
-    pt_status st;
-    if (!logits) return pt__fail(PT_ERR_INVALID_ARG, "this pipeline stage has no logits "
-                                 "(only the last one does, with keep_logits set)");
-    if (m->tp == 1) {
-        memcpy(out, logits, N * V * sizeof(float));
-        return PT_OK;
-    }
-    parts = (float *)pt__malloc(N * Vl * (size_t)m->tp * sizeof(float), m->alloc_ctx);
-    if (!parts) return pt__fail(PT_ERR_OOM, "cannot allocate the gathered logits");
-    st = pt_comm_all_gather(m->tp_comm, logits, parts, N * Vl);
-    for (k = 0; k < (size_t)m->tp && st == PT_OK; k++) {
-        size_t v0 = k * Vl, len = v0 >= V ? 0 : (V - v0 < Vl ? V - v0 : Vl);
-        for (n = 0; n < N && len; n++)
-            memcpy(out + n * V + v0, parts + (k * N + n) * Vl, len * sizeof(float));
-    }
-    pt__free(parts, m->alloc_ctx);
-    return st;
-}
-
-/* Points named pointers (blocks, embeddings) into a flat buffer laid out as
-   the table, or (stage) each tensor at its place within its bucket, all
-   buckets sharing one buffer (ZeRO 2 gradients: one bucket at a time). */
+/* Named pointers into a flat buffer laid out as the table, or (stage) each
+   tensor at its place within its bucket, all buckets sharing one buffer
+   (ZeRO 2 gradients: one bucket at a time). */
 static void pt__bind(const pt_gpt *m, float *base, int stage, float **wte, float **wpe,
                      float **lnf_w, float **lnf_b, pt_block_params *layers) {
+    const pt_gpt_exec *x = m->exec;
     const pt_param *t = m->table;
-    int l;
+    pt__spec s;
+    int l, k;
 #define PT__AT(i)                                                                            \
     (!base || (i) < 0 ? NULL                                                                 \
-                      : base + t[i].offset - (stage ? m->buckets[t[i].bucket].offset : 0))
-    *wte = PT__AT(m->tab_wte);
-    *wpe = PT__AT(m->tab_wpe);
-    for (l = 0; l < m->n_local; l++) {
-        float **f = &layers[l].ln1_w; /* the struct is 12 pointers in table order */
-        int k;
-        for (k = 0; k < 12; k++) f[k] = PT__AT(m->tab_layers + 12 * l + k);
-    }
-    *lnf_w = PT__AT(m->tab_lnf);
-    *lnf_b = m->tab_lnf >= 0 ? PT__AT(m->tab_lnf + 1) : NULL;
+                      : base + t[i].offset - (stage ? x->buckets[t[i].bucket].offset : 0))
+    *wte = PT__AT(x->tab_wte);
+    *wpe = PT__AT(x->tab_wpe);
+    for (l = 0; l < m->place.n_layers; l++) /* a layer's tensors, in canonical order */
+        for (k = 0; k < x->layer_tensors; k++) {
+            int i = x->tab_layers + x->layer_tensors * l + k;
+            pt__canon_spec(&m->config, t[i].canon, &s, NULL, 0);
+            *(float **)((char *)&layers[l] + s.field) = PT__AT(i);
+        }
+    *lnf_w = PT__AT(x->tab_lnf);
+    *lnf_b = x->tab_lnf >= 0 ? PT__AT(x->tab_lnf + 1) : NULL;
 #undef PT__AT
 }
 
 #define PT__F(a, n) ((float *)pt_arena_alloc((a), (size_t)(n) * sizeof(float)))
+
+/* A block's sizes on one tensor-parallel rank: N rows, C wide, Ca its
+   attention width (its heads), F its MLP columns, NH its heads. */
+typedef struct pt__dims { size_t B, T, N, C, Ca, F, NH; } pt__dims;
+
+static pt__dims pt__block_dims(const pt_gpt_config *c, int B, int T, int tp) {
+    pt__dims d;
+    d.B = (size_t)B, d.T = (size_t)T, d.N = d.B * d.T, d.C = (size_t)c->n_embd;
+    d.Ca = d.C / (size_t)tp, d.F = 4 * d.C / (size_t)tp, d.NH = (size_t)c->n_head / (size_t)tp;
+    return d;
+}
+
+/* What a block's forward saves for backward (what = PT_RECOMPUTE_*: full
+   keeps the output alone; selective all but the attention output; the
+   layer being recomputed keeps everything but the output). */
+static void pt__layout_block_acts(pt_block_acts *x, pt_arena *a, const pt__dims *d, int what,
+                                  int with_out) {
+    size_t N = d->N;
+    memset(x, 0, sizeof *x);
+    if (with_out) x->out = PT__F(a, N * d->C);
+    if (what == PT_RECOMPUTE_FULL) return;
+    x->ln1 = PT__F(a, N * d->C);
+    x->ln1_mean = PT__F(a, N);
+    x->ln1_rstd = PT__F(a, N);
+    x->qkv = PT__F(a, N * 3 * d->Ca);
+    x->lse = PT__F(a, d->B * d->NH * d->T);
+    if (what != PT_RECOMPUTE_SELECTIVE) x->atty = PT__F(a, N * d->Ca);
+    x->res2 = PT__F(a, N * d->C);
+    x->ln2 = PT__F(a, N * d->C);
+    x->ln2_mean = PT__F(a, N);
+    x->ln2_rstd = PT__F(a, N);
+    x->fch = PT__F(a, N * d->F);
+}
+
 /* A block's kept output gradients: dfch, dqkv and dln1 may be given (the
    fused backward's scratch), the others come from the arena. */
-static void pt__layout_wgrad(pt_block_wgrad *w, pt_arena *a, size_t N, size_t C, size_t Ca,
-                             size_t F, float *dfch, float *dqkv, float *dln1) {
-    w->dout = PT__F(a, N * C);
-    w->dln2 = PT__F(a, N * C);
-    w->dres2 = PT__F(a, N * C);
-    w->dln1 = dln1 ? dln1 : PT__F(a, N * C);
-    w->dfch = dfch ? dfch : PT__F(a, N * F);
-    w->dqkv = dqkv ? dqkv : PT__F(a, N * 3 * Ca);
+static void pt__layout_wgrad(pt_block_wgrad *w, pt_arena *a, const pt__dims *d, float *dfch,
+                             float *dqkv, float *dln1) {
+    size_t N = d->N;
+    w->dout = PT__F(a, N * d->C);
+    w->dln2 = PT__F(a, N * d->C);
+    w->dres2 = PT__F(a, N * d->C);
+    w->dln1 = dln1 ? dln1 : PT__F(a, N * d->C);
+    w->dfch = dfch ? dfch : PT__F(a, N * d->F);
+    w->dqkv = dqkv ? dqkv : PT__F(a, N * 3 * d->Ca);
 }
+
+/* A block's scratch: forward's (gelu, attention work), and with training
+   backward's input gradients and the fused backward's kept ones. */
+static void pt__layout_scratch(pt_block_scratch *s, pt_arena *a, const pt__dims *d,
+                               int training) {
+    size_t N = d->N;
+    memset(s, 0, sizeof *s);
+    s->gelu = PT__F(a, N * d->F);
+    s->attn_slots = pt_get_threads();
+    s->attn = PT__F(a, pt_attention_scratch_floats((int)d->T, s->attn_slots));
+    if (!training) return;
+    s->dln = PT__F(a, N * d->C);
+    s->dqkv = PT__F(a, N * 3 * d->Ca);
+    s->datty = PT__F(a, N * d->Ca);
+    s->dfch = PT__F(a, N * d->F);
+    pt__layout_wgrad(&s->w, a, d, s->dfch, s->dqkv, s->dln);
+}
+
+PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, pt_arena *a,
+                               pt_block_params *p, pt_block_params *g, pt_block_acts *acts,
+                               pt_block_scratch *s) {
+    pt__dims d = pt__block_dims(cfg, B, T, tp > 0 ? tp : 1);
+    pt__spec sp;
+    pt_block_params *ps[2];
+    int k, i;
+    ps[0] = p, ps[1] = g;
+    for (i = 0; i < 2; i++) {
+        if (!ps[i]) continue;
+        memset(ps[i], 0, sizeof *ps[i]);
+        for (k = 0; pt__canon_spec(cfg, k, &sp, NULL, 0) && sp.layer <= 0; k++) {
+            int64_t n = sp.rows * (sp.cols ? sp.cols : 1);
+            if (sp.layer < 0) continue; /* the layers come after the embeddings */
+            if (sp.shard == PT_SHARD_ROWS || sp.shard == PT_SHARD_COLS || sp.shard == PT_SHARD_QKV)
+                n /= tp > 0 ? tp : 1;
+            *(float **)((char *)ps[i] + sp.field) = PT__F(a, n);
+        }
+    }
+    if (acts) pt__layout_block_acts(acts, a, &d, PT_RECOMPUTE_NONE, 1);
+    if (s) pt__layout_scratch(s, a, &d, g != NULL);
+}
+
+/* ---- building a model: checks, tables, buffers, communicators ------------ */
+
+/* Layers of the whole model to this stage's chunks: virtual stage k (of
+   V = pp x chunks; chunk c of stage s is k = c*pp + s) gets floor(L/V)
+   layers, one more for the first L mod V virtual stages. */
+static void pt__assign_layers(pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    pt_gpt_place *pl = &m->place;
+    int L = m->config.n_layer, V = pl->pp * pl->chunks, c, n = 0;
+    for (c = 0; c < pl->chunks; c++) {
+        int k = c * pl->pp + pl->pp_rank, first = k * (L / V) + (k < L % V ? k : L % V);
+        int count = L / V + (k < L % V), l;
+        x->chunk_start[c] = n;
+        for (l = 0; l < count; l++) x->layer_id[n++] = first + l;
+    }
+    x->chunk_start[pl->chunks] = n;
+    pl->n_layers = n;
+    pl->layer_id = x->layer_id;
+}
+
+/* Zero means 1F1B, or Megatron-LM's interleaved 1F1B when a stage holds
+   several chunks of layers (the model's and the simulator's default). */
+static pt_schedule_kind pt__sched_resolve(pt_schedule_kind kind, int chunks) {
+    return kind ? kind : chunks > 1 ? PT_SCHED_INTERLEAVED : PT_SCHED_1F1B;
+}
+
+/* The desc's checks, every failed one reported; on success the config with
+   its defaults, the capacity and this rank's place. */
+static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
+    pt_gpt_config cfg = d->config;
+    pt_gpt_place *pl = &m->place;
+    const pt_grid *g = d->grid;
+    int bad = 0;
+    if (cfg.ln_eps == 0.0f) cfg.ln_eps = 1e-5f;
+    if (pt_gpt_config_validate(&cfg) != PT_OK) bad = 1; /* its message stays first */
+    if (d->batch < 1) pt__append_error(&bad, "batch=%d must be >= 1", d->batch);
+    if (d->seq < 1 || d->seq > cfg.block_size)
+        pt__append_error(&bad, "seq=%d must be in [1, block_size=%d]", d->seq, cfg.block_size);
+    if (!bad && (int64_t)d->batch * d->seq > (1 << 30))
+        pt__append_error(&bad, "batch*seq=%lld is too large", (long long)d->batch * d->seq);
+    pl->tp = g ? g->tp : 1, pl->tp_rank = g ? g->tp_rank : 0;
+    pl->dp = g ? g->dp : 1, pl->dp_rank = g ? g->dp_rank : 0;
+    pl->pp = g ? g->pp : 1, pl->pp_rank = g ? g->pp_rank : 0;
+    pl->zero = d->zero;
+    pl->micro = d->grad_accum > 0 ? d->grad_accum : 1;
+    pl->chunks = d->chunks > 0 ? d->chunks : 1;
+    pl->recompute = d->recompute;
+    pl->schedule = pt__sched_resolve(d->schedule, pl->chunks);
+    if (pl->tp < 1 || (cfg.n_head >= 1 && cfg.n_head % pl->tp != 0))
+        pt__append_error(&bad, "tensor_parallel=%d does not divide n_head=%d", pl->tp,
+                         cfg.n_head);
+    if (d->zero < 0 || d->zero > 2) pt__append_error(&bad, "zero=%d must be 0, 1 or 2", d->zero);
+    if (d->grad_accum < 0) pt__append_error(&bad, "grad_accum=%d must be >= 0", d->grad_accum);
+    if (d->chunks < 0) pt__append_error(&bad, "chunks=%d must be >= 0", d->chunks);
+    if (d->recompute < 0 || d->recompute > PT_RECOMPUTE_FULL)
+        pt__append_error(&bad, "recompute=%d must be 0 (none), 1 (selective) or 2 (full)",
+                         d->recompute);
+    if ((int)d->schedule < 0 || d->schedule >= PT_SCHED_COUNT)
+        pt__append_error(&bad, "schedule=%d is no schedule kind (0..%d)", (int)d->schedule,
+                         PT_SCHED_COUNT - 1);
+    if (d->inference && d->zero)
+        pt__append_error(&bad, "zero=%d needs training state (inference=1 given)", d->zero);
+    if (g && !g->world && !d->meta)
+        pt__append_error(&bad, "the grid has no communicators (only meta builds may)");
+    if (pl->pp > 1 && d->zero == 2)
+        pt__append_error(&bad, "zero=2 with pipeline stages (pp=%d) is not supported: its "
+                         "gradients would be reduced once per micro-batch; use zero <= 1", pl->pp);
+    if (pl->pp * pl->chunks > cfg.n_layer)
+        pt__append_error(&bad, "pipeline: pp=%d x chunks=%d virtual stages > n_layer=%d (each "
+                         "needs a layer)", pl->pp, pl->chunks, cfg.n_layer);
+    if (pl->pp > 1 && !d->meta && (int64_t)pl->micro * pl->pp * pl->chunks * 2 > 32767)
+        pt__append_error(&bad, "pipeline: %d micro-batches x %d virtual stages exceed the "
+                         "message tags (16383)", pl->micro, pl->pp * pl->chunks);
+    if (pl->pp > 1 && d->inference)
+        pt__append_error(&bad, "a pipeline model is for training; gather it whole to sample");
+    if (pl->pp == 1 && pl->chunks > 1)
+        pt__append_error(&bad, "chunks=%d needs a pipeline (grid pp > 1)", pl->chunks);
+    if (pl->schedule == PT_SCHED_ZB_H1 && pl->recompute == PT_RECOMPUTE_FULL && !d->inference)
+        pt__append_error(&bad, "zb-h1 keeps activations from B to W; full recomputation "
+                         "would drop them (use selective or none)");
+    if (bad) return PT_ERR_CONFIG;
+    m->config = cfg;
+    m->B = d->batch;
+    m->T = d->seq;
+    pl->has_embed = pl->pp_rank == 0;
+    pl->has_head = pl->pp_rank == pl->pp - 1;
+    /* the vocabulary padded to a multiple of tp, as Megatron-LM pads GPT-2's */
+    pl->vocab_local = (cfg.vocab_size + pl->tp - 1) / pl->tp;
+    pl->vocab_offset = pl->tp_rank * pl->vocab_local;
+    return PT_OK;
+}
+
+/* The step's schedule over the stages (one stage without a pipeline), built
+   and checked; *slots its peak in flight on this stage. A meta build may be
+   handed the checked report instead; an inference model runs no steps. */
+static pt_status pt__gpt_schedule(const pt_gpt *m, const pt_gpt_desc *d, pt_schedule *s,
+                                  int *slots) {
+    const pt_gpt_place *pl = &m->place;
+    pt_schedule_report rep;
+    pt_status st;
+    memset(s, 0, sizeof *s);
+    s->alloc_ctx = d->alloc_ctx;
+    *slots = 1;
+    if (d->inference) return PT_OK;
+    if (d->meta && d->schedule_report) {
+        *slots = d->schedule_report->peak_inflight[pl->pp_rank];
+        return PT_OK;
+    }
+    if ((st = pt_schedule_build(s, pl->schedule, pl->pp, pl->chunks, pl->micro)) != PT_OK)
+        return st;
+    if ((st = pt_schedule_check(s, &rep)) != PT_OK) {
+        pt_schedule_free(s);
+        return st;
+    }
+    *slots = rep.peak_inflight[pl->pp_rank];
+    return PT_OK;
+}
+
+/* The private state and every table in one allocation: L bounds the local
+   layers, nslots x L the slots' layers. */
+static pt_status pt__gpt_tables(pt_gpt *m, int nslots) {
+    size_t L = (size_t)m->config.n_layer, S = (size_t)nslots, nbook, ntensors;
+    /* buckets close at most: before and inside each of two vocabulary tensors,
+       at each of the L + 1 ends of a layer run, and at the end */
+    size_t nbuckets = L + 4 + 2 * (size_t)(m->place.vocab_local / pt__vocab_rows(m));
+    pt__spec s;
+    unsigned char *book;
+    pt_gpt_exec *x;
+    int k;
+    for (k = 0; pt__canon_spec(&m->config, k, &s, NULL, 0); k++) {
+    }
+    ntensors = (size_t)k;
+    nbook = sizeof(pt_gpt_exec) + sizeof(pt_param) * ntensors + sizeof(pt_block_params) * 2 * L +
+            sizeof(pt_block_acts) * L * S + sizeof(pt__bucket) * nbuckets +
+            sizeof(pt__slot) * S + sizeof(pt_block_wgrad) * L * S +
+            sizeof(int) * (L + (size_t)m->place.chunks + 1);
+    book = (unsigned char *)pt__malloc(nbook, m->alloc_ctx);
+    if (!book) return pt__fail(PT_ERR_OOM, "cannot allocate the model's tables");
+    memset(book, 0, nbook);
+    m->exec = x = (pt_gpt_exec *)book;
+    m->table = (pt_param *)(x + 1);
+    m->layers = (pt_block_params *)(m->table + ntensors);
+    x->layer_grads = m->layers + L;
+    x->acts = (pt_block_acts *)(x->layer_grads + L);
+    x->buckets = (pt__bucket *)(x->acts + L * S);
+    x->slots = (pt__slot *)(x->buckets + nbuckets);
+    x->slots[0].wg = (pt_block_wgrad *)(x->slots + S); /* see pt__layout_acts */
+    x->layer_id = (int *)(x->slots[0].wg + L * S);
+    x->chunk_start = x->layer_id + L;
+    x->nslots = nslots;
+    return PT_OK;
+}
+
+/* The grid's groups, and (pipeline) the pair of ranks holding wte's two
+   copies: every world rank joins the split, the first and last stage of one
+   tp, dp place get a group of 2. */
+static pt_status pt__gpt_comms(pt_gpt *m, const pt_gpt_desc *d) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    const pt_grid *g = d->grid;
+    pt_comm *tie;
+    pt_status st;
+    int tied = pl->has_embed || pl->has_head;
+    x->grid = d->grid;
+    if (!g || !g->world) return PT_OK; /* one rank, or a meta build of sizes alone */
+    x->tp_comm = pl->tp > 1 ? &d->grid->tp_comm : NULL;
+    x->dp_comm = pl->dp > 1 ? &d->grid->dp_comm : NULL;
+    x->pp_comm = pl->pp > 1 ? &d->grid->pp_comm : NULL;
+    if (pl->pp == 1) return PT_OK;
+    if (!(tie = (pt_comm *)pt__malloc(sizeof(pt_comm), m->alloc_ctx)))
+        return pt__fail(PT_ERR_OOM, "cannot allocate a communicator");
+    st = pt_comm_split(g->world, tied ? g->tp_rank + g->tp * g->dp_rank
+                                      : g->tp * g->dp + g->world->rank, pl->pp_rank, tie);
+    if (st != PT_OK) {
+        pt__free(tie, m->alloc_ctx);
+        return st;
+    }
+    x->tie_comm = tie;
+    return PT_OK;
+}
+
 static size_t pt__largest_bucket(const pt_gpt *m) {
+    const pt_gpt_exec *x = m->exec;
     size_t most = 0;
     int b;
-    for (b = 0; b < m->num_buckets; b++)
-        if (m->buckets[b].numel > most) most = m->buckets[b].numel;
+    for (b = 0; b < x->num_buckets; b++)
+        if (x->buckets[b].numel > most) most = x->buckets[b].numel;
     return most;
 }
 
@@ -2640,13 +3053,13 @@ static size_t pt__largest_bucket(const pt_gpt *m) {
    whole (zero 0), moments of this rank's shard only plus its averaged
    gradients (zero 1), and (zero 2) gradients of one bucket at a time. */
 static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
-    size_t P = m->num_params, most = pt__largest_bucket(m), most_shard = 0;
-    int b;
-    for (b = 0; b < m->num_buckets; b++)
-        if (m->buckets[b].shard > most_shard) most_shard = m->buckets[b].shard;
-    size_t moments = m->zero ? m->shard_total : P;
-    size_t grads = (m->zero == 2 ? most : P) + (m->zero ? m->shard_total : 0) +
-                   (m->zero == 2 ? most_shard : 0);
+    pt_gpt_exec *x = m->exec;
+    int zero = m->place.zero, b;
+    size_t P = m->num_params, most = pt__largest_bucket(m), most_shard = 0, moments, grads;
+    for (b = 0; b < x->num_buckets; b++)
+        if (x->buckets[b].shard > most_shard) most_shard = x->buckets[b].shard;
+    moments = zero ? x->shard_total : P;
+    grads = (zero == 2 ? most : P) + (zero ? x->shard_total : 0) + (zero == 2 ? most_shard : 0);
     m->mem.params = P * sizeof(float);
     m->mem.grads = inference ? 0 : grads * sizeof(float);
     m->mem.optimizer = inference ? 0 : 2 * moments * sizeof(float);
@@ -2654,47 +3067,33 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
     if (inference) return;
     m->m = PT__F(a, moments);
     m->v = PT__F(a, moments);
-    m->grads = PT__F(a, m->zero == 2 ? most : P); /* zero 2: the stage of one bucket */
-    if (m->zero) m->gshard = PT__F(a, m->shard_total);
-    if (m->zero == 2) m->rs_tmp = PT__F(a, most_shard);
+    m->grads = PT__F(a, zero == 2 ? most : P); /* zero 2: the stage of one bucket */
+    if (zero) x->gshard = PT__F(a, x->shard_total);
+    if (zero == 2) x->rs_tmp = PT__F(a, most_shard);
 }
+
+/* The activation slots (each: a chunk's input, its layers' saved
+   activations, what W needs from B, the head's buffers on the last stage,
+   the micro-batch's tokens); then the scratch: recomputation's one layer,
+   the vocabulary-parallel loss, a block's scratch, the residual gradient. */
 static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int training) {
-    /* Ca: this rank's attention width (its heads), F: its MLP columns */
-    size_t B = (size_t)m->B, T = (size_t)m->T, N = B * T, C = (size_t)m->config.n_embd;
-    size_t tp = (size_t)m->tp, NH = (size_t)m->config.n_head / tp, Ca = C / tp, F = 4 * C / tp;
-    size_t V = (size_t)m->vocab_local;
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    pt__dims d = pt__block_dims(&m->config, m->B, m->T, pl->tp);
+    size_t N = d.N, C = d.C, V = (size_t)pl->vocab_local;
     int l, k, most = 0, c;
-    for (c = 0; c < m->chunks; c++)
-        if (m->chunk_start[c + 1] - m->chunk_start[c] > most)
-            most = m->chunk_start[c + 1] - m->chunk_start[c];
-    for (k = 0; k < m->nslots; k++) { /* each slot: a chunk's input and layers */
-        pt_gpt_slot *sl = &m->slots[k];
+    for (c = 0; c < pl->chunks; c++)
+        if (x->chunk_start[c + 1] - x->chunk_start[c] > most)
+            most = x->chunk_start[c + 1] - x->chunk_start[c];
+    for (k = 0; k < x->nslots; k++) {
+        pt__slot *sl = &x->slots[k];
         sl->micro = sl->chunk = -1;
         sl->x = PT__F(a, N * C);
-        sl->acts = m->acts + (size_t)k * (size_t)most;
-        for (l = 0; l < most; l++) {
-            pt_block_acts *x = &sl->acts[l];
-            if (m->recompute == PT_RECOMPUTE_FULL) { /* the layer's output alone */
-                x->out = PT__F(a, N * C);
-                continue;
-            }
-            x->ln1 = PT__F(a, N * C);
-            x->ln1_mean = PT__F(a, N);
-            x->ln1_rstd = PT__F(a, N);
-            x->qkv = PT__F(a, N * 3 * Ca);
-            x->lse = PT__F(a, B * NH * T);
-            if (m->recompute != PT_RECOMPUTE_SELECTIVE) x->atty = PT__F(a, N * Ca);
-            x->res2 = PT__F(a, N * C);
-            x->ln2 = PT__F(a, N * C);
-            x->ln2_mean = PT__F(a, N);
-            x->ln2_rstd = PT__F(a, N);
-            x->fch = PT__F(a, N * F);
-            x->out = PT__F(a, N * C);
-        }
-        sl->wg = m->slots[0].wg + (size_t)k * (size_t)most;
-        for (l = 0; m->split && l < most; l++) /* what W needs, kept from B */
-            pt__layout_wgrad(&sl->wg[l], a, N, C, Ca, F, NULL, NULL, NULL);
-        if (m->has_head) { /* the last stage's head, for any slot */
+        sl->acts = x->acts + (size_t)k * (size_t)most;
+        for (l = 0; l < most; l++) pt__layout_block_acts(&sl->acts[l], a, &d, pl->recompute, 1);
+        sl->wg = x->slots[0].wg + (size_t)k * (size_t)most;
+        for (l = 0; x->split && l < most; l++) pt__layout_wgrad(&sl->wg[l], a, &d, NULL, NULL, NULL);
+        if (pl->has_head) {
             sl->lnf = PT__F(a, N * C);
             sl->lnf_mean = PT__F(a, N);
             sl->lnf_rstd = PT__F(a, N);
@@ -2705,275 +3104,116 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
         sl->inputs = (int *)pt_arena_alloc(a, N * sizeof(int));
         sl->targets = (int *)pt_arena_alloc(a, N * sizeof(int));
     }
-    /* without a pipeline, slot 0 is the model's one set of activations */
-    m->encoded = m->slots[0].x;
-    m->lnf = m->slots[0].lnf, m->lnf_mean = m->slots[0].lnf_mean;
-    m->lnf_rstd = m->slots[0].lnf_rstd, m->logits = m->slots[0].logits;
-    m->losses = m->slots[0].losses, m->lse = m->slots[0].lse;
-    m->inputs = m->slots[0].inputs, m->targets = m->slots[0].targets;
     *act_bytes = a->used;
-    memset(&m->racts, 0, sizeof m->racts); /* recomputation's one layer (not saved) */
-    if (m->recompute == PT_RECOMPUTE_FULL) {
-        pt_block_acts *x = &m->racts;
-        x->ln1 = PT__F(a, N * C);
-        x->ln1_mean = PT__F(a, N);
-        x->ln1_rstd = PT__F(a, N);
-        x->qkv = PT__F(a, N * 3 * Ca);
-        x->lse = PT__F(a, B * NH * T);
-        x->res2 = PT__F(a, N * C);
-        x->ln2 = PT__F(a, N * C);
-        x->ln2_mean = PT__F(a, N);
-        x->ln2_rstd = PT__F(a, N);
-        x->fch = PT__F(a, N * F);
-    }
-    if (m->recompute) m->racts.atty = PT__F(a, N * Ca);
-    m->ce_red = tp > 1 ? PT__F(a, 3 * N) : NULL;
-    m->scratch.gelu = PT__F(a, N * F);
-    m->scratch.attn_slots = pt_get_threads();
-    m->scratch.attn = PT__F(a, pt_attention_scratch_floats((int)T, m->scratch.attn_slots));
-    if (!training) return;
-    m->dres = PT__F(a, N * C);
-    m->scratch.dln = PT__F(a, N * C);
-    m->scratch.dqkv = PT__F(a, N * 3 * Ca);
-    m->scratch.datty = PT__F(a, N * Ca);
-    m->scratch.dfch = PT__F(a, N * F);
-    pt__layout_wgrad(&m->scratch.w, a, N, C, Ca, F, m->scratch.dfch, m->scratch.dqkv,
-                     m->scratch.dln);
-}
-
-/* Layers of the whole model to this stage's chunks: virtual stage k (of
-   V = pp x chunks; chunk c of stage s is k = c*pp + s) gets floor(L/V)
-   layers, one more for the first L mod V virtual stages. */
-static void pt__assign_layers(pt_gpt *m) {
-    int L = m->config.n_layer, V = m->pp * m->chunks, c, n = 0;
-    for (c = 0; c < m->chunks; c++) {
-        int k = c * m->pp + m->pp_rank, first = k * (L / V) + (k < L % V ? k : L % V);
-        int count = L / V + (k < L % V), l;
-        m->chunk_start[c] = n;
-        for (l = 0; l < count; l++) m->layer_id[n++] = first + l;
-    }
-    m->chunk_start[m->chunks] = n;
-    m->n_local = n;
+    memset(&x->racts, 0, sizeof x->racts); /* recomputation's one layer (not saved) */
+    if (pl->recompute == PT_RECOMPUTE_FULL)
+        pt__layout_block_acts(&x->racts, a, &d, PT_RECOMPUTE_NONE, 0);
+    else if (pl->recompute == PT_RECOMPUTE_SELECTIVE)
+        x->racts.atty = PT__F(a, N * d.Ca);
+    x->ce_red = pl->tp > 1 ? PT__F(a, 3 * N) : NULL;
+    pt__layout_scratch(&x->scratch, a, &d, training);
+    x->dres = training ? PT__F(a, N * C) : NULL;
 }
 
 PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
-    pt_gpt_config cfg = d->config;
+    pt_gpt_exec *x;
+    pt_schedule sched;
     pt_arena meta;
-    size_t act_bytes, nbook, state_bytes;
-    unsigned char *book;
-    int L, bad = 0;
+    size_t act_bytes, state_bytes;
+    int nslots;
     pt_status st;
     memset(m, 0, sizeof *m);
     m->alloc_ctx = d->alloc_ctx;
-    if (cfg.ln_eps == 0.0f) cfg.ln_eps = 1e-5f;
-    if (pt_gpt_config_validate(&cfg) != PT_OK) bad = 1; /* its message stays first */
-    if (d->batch < 1) pt__append_error(&bad, "batch=%d must be >= 1", d->batch);
-    if (d->seq < 1 || d->seq > cfg.block_size)
-        pt__append_error(&bad, "seq=%d must be in [1, block_size=%d]", d->seq, cfg.block_size);
-    if (!bad && (int64_t)d->batch * d->seq > (1 << 30))
-        pt__append_error(&bad, "batch*seq=%lld is too large",
-                         (long long)d->batch * d->seq);
-    m->tp = d->grid ? d->grid->tp : 1;
-    if (m->tp < 1 || (cfg.n_head >= 1 && cfg.n_head % m->tp != 0))
-        pt__append_error(&bad, "tensor_parallel=%d does not divide n_head=%d", m->tp,
-                         cfg.n_head);
-    if (d->zero < 0 || d->zero > 2)
-        pt__append_error(&bad, "zero=%d must be 0, 1 or 2", d->zero);
-    if (d->grad_accum < 0) pt__append_error(&bad, "grad_accum=%d must be >= 0", d->grad_accum);
-    if (d->recompute < 0 || d->recompute > PT_RECOMPUTE_FULL)
-        pt__append_error(&bad, "recompute=%d must be 0 (none), 1 (selective) or 2 (full)",
-                         d->recompute);
-    if (d->inference && d->zero)
-        pt__append_error(&bad, "zero=%d needs training state (inference=1 given)", d->zero);
-    if (d->grid && !d->grid->world && !d->meta)
-        pt__append_error(&bad, "the grid has no communicators (only meta builds may)");
-    if (bad) return PT_ERR_CONFIG;
-    m->dp = d->grid ? d->grid->dp : 1;
-    m->dp_rank = d->grid ? d->grid->dp_rank : 0;
-    m->dp_comm = d->grid && m->dp > 1 ? &d->grid->dp_comm : NULL;
-    m->zero = d->zero;
-    m->accum = d->grad_accum > 0 ? d->grad_accum : 1;
-    m->pp = d->grid ? d->grid->pp : 1;
-    m->pp_rank = d->grid ? d->grid->pp_rank : 0;
-    m->pp_comm = m->pp > 1 ? &d->grid->pp_comm : NULL;
-    m->chunks = d->chunks > 0 ? d->chunks : 1;
-    m->recompute = d->recompute;
-    if (m->pp > 1 && d->zero == 2)
-        pt__append_error(&bad, "zero=2 with pipeline stages (pp=%d) is not supported: its "
-                         "gradients would be reduced once per micro-batch; use zero <= 1", m->pp);
-    if (m->pp * m->chunks > cfg.n_layer)
-        pt__append_error(&bad, "pipeline: pp=%d x chunks=%d virtual stages > n_layer=%d (each "
-                         "needs a layer)", m->pp, m->chunks, cfg.n_layer);
-    if (m->pp > 1 && !d->meta && (int64_t)m->accum * m->pp * m->chunks * 2 > 32767)
-        pt__append_error(&bad, "pipeline: %d micro-batches x %d virtual stages exceed the "
-                         "message tags (16383)", m->accum, m->pp * m->chunks);
-    if (m->pp > 1 && d->inference)
-        pt__append_error(&bad, "a pipeline model is for training; gather it whole to sample");
-    if (m->pp > 1 && !bad) { /* the schedule sizes the activation slots */
-        pt_schedule_kind kind = PT_SCHED_1F1B;
-        pt_schedule_report rep;
-        m->sched = (pt_schedule *)pt__malloc(sizeof(pt_schedule), d->alloc_ctx);
-        if (!m->sched) return pt__fail(PT_ERR_OOM, "cannot allocate the schedule");
-        memset(m->sched, 0, sizeof *m->sched);
-        m->sched->alloc_ctx = d->alloc_ctx;
-        if ((d->schedule && pt_schedule_kind_parse(d->schedule, &kind) != PT_OK) ||
-            (d->schedule_report && d->meta ? (rep = *d->schedule_report, 0)
-             : pt_schedule_build(m->sched, kind, m->pp, m->chunks, m->accum) != PT_OK ||
-               pt_schedule_check(m->sched, &rep) != PT_OK)) {
-            pt_schedule_free(m->sched);
-            pt__free(m->sched, d->alloc_ctx);
-            m->sched = NULL;
-            return PT_ERR_CONFIG;
-        }
-        m->nslots = rep.peak_inflight[m->pp_rank];
-        m->split = kind == PT_SCHED_ZB_H1; /* its lists hold W actions */
-        if (m->split && m->recompute == PT_RECOMPUTE_FULL)
-            pt__append_error(&bad, "zb-h1 keeps activations from B to W; full recomputation "
-                             "would drop them (use selective or none)");
-    } else if (m->chunks > 1 && !bad) {
-        pt__append_error(&bad, "chunks=%d needs a pipeline (grid pp > 1)", m->chunks);
-    }
-    if (bad) {
-        pt_gpt_free(m); /* the schedule, if one was built */
-        return PT_ERR_CONFIG;
-    }
-    if (m->nslots < 1) m->nslots = 1;
-    m->has_embed = m->pp_rank == 0;
-    m->has_head = m->pp_rank == m->pp - 1;
-    m->config = cfg;
-    m->B = d->batch;
-    m->T = d->seq;
-    m->grid = d->grid;
-    m->tp_comm = d->grid && m->tp > 1 ? &d->grid->tp_comm : NULL;
-    m->tp_rank = d->grid ? d->grid->tp_rank : 0;
-    /* the vocabulary padded to a multiple of tp, as Megatron-LM pads GPT-2's */
-    m->vocab_local = (cfg.vocab_size + m->tp - 1) / m->tp;
-    m->vocab_offset = m->tp_rank * m->vocab_local;
-    m->alloc_ctx = d->alloc_ctx;
     m->loss = -1.0f;
-    L = cfg.n_layer;
-    /* the tables: L bounds the local layers, nslots x L the slots' layers */
-    nbook = sizeof(pt_param) * (size_t)(4 + 12 * L) + sizeof(pt_block_params) * 2 * (size_t)L +
-            sizeof(pt_block_acts) * (size_t)L * (size_t)m->nslots +
-            sizeof(pt_bucket) * (size_t)(L + 2 + m->vocab_local / pt__wte_rows(m)) +
-            sizeof(pt_gpt_slot) * (size_t)m->nslots + sizeof(int) * (size_t)(L + m->chunks + 1) +
-            sizeof(pt_block_wgrad) * (size_t)L * (size_t)m->nslots;
-    book = (unsigned char *)pt__malloc(nbook, d->alloc_ctx);
-    if (!book) {
-        pt_gpt_free(m);
-        return pt__fail(PT_ERR_OOM, "cannot allocate the model's tables");
+    pt_clear_error();
+    if ((st = pt__gpt_check(m, d)) != PT_OK) return st;
+    if ((st = pt__gpt_schedule(m, d, &sched, &nslots)) != PT_OK) return st;
+    if ((st = pt__gpt_tables(m, nslots)) != PT_OK) {
+        pt_schedule_free(&sched);
+        return st;
     }
-    memset(book, 0, nbook);
-    m->table = (pt_param *)book;
-    m->layers = (pt_block_params *)(m->table + 4 + 12 * L);
-    m->layer_grads = m->layers + L;
-    m->acts = (pt_block_acts *)(m->layer_grads + L);
-    m->buckets = (pt_bucket *)(m->acts + (size_t)L * (size_t)m->nslots);
-    m->slots = (pt_gpt_slot *)(m->buckets + (L + 2 + m->vocab_local / pt__wte_rows(m)));
-    m->layer_id = (int *)(m->slots + m->nslots);
-    m->chunk_start = m->layer_id + L;
-    m->slots[0].wg = (pt_block_wgrad *)(m->chunk_start + m->chunks + 1); /* see layout_acts */
+    x = m->exec;
+    x->sched = sched; /* freed with the model from here on */
+    x->split = m->place.schedule == PT_SCHED_ZB_H1; /* its lists hold W actions */
     pt__assign_layers(m);
     pt__build_table(m);
-    if (m->pp > 1 && !(d->meta && !d->grid->world)) { /* every world rank joins a split;
-                                                            the wte pairs get size 2 */
-        int tied = m->has_embed || m->has_head;
-        const pt_grid *g = d->grid;
-        pt_comm *tie = (pt_comm *)pt__malloc(sizeof(pt_comm), d->alloc_ctx);
-        if (!tie) {
-            pt_gpt_free(m);
-            return pt__fail(PT_ERR_OOM, "cannot allocate a communicator");
-        }
-        st = pt_comm_split(g->world, tied ? g->tp_rank + g->tp * g->dp_rank
-                                          : g->tp * g->dp + g->world->rank, m->pp_rank, tie);
-        if (st != PT_OK) {
-            pt__free(tie, d->alloc_ctx);
-            pt_gpt_free(m);
-            return st;
-        }
-        m->tie_comm = tie;
+    if ((st = pt__gpt_comms(m, d)) != PT_OK) {
+        pt_gpt_free(m);
+        return st;
     }
-
-    /* parameters, gradients and AdamW state: one arena, measured first */
+    /* measure with meta arenas, then allocate each class once */
     pt_arena_init_meta(&meta);
     pt__layout_state(m, &meta, d->inference);
     state_bytes = meta.used;
-    /* activations: measure with a meta arena, then allocate exactly once */
     pt_arena_init_meta(&meta);
     pt__layout_acts(m, &meta, &act_bytes, !d->inference);
     m->mem.activations = act_bytes;
     m->mem.scratch = meta.used - act_bytes;
     m->mem.total = m->mem.params + m->mem.grads + m->mem.optimizer + meta.used;
+    m->mem.slots = x->nslots;
     if (d->meta) {
-        pt_arena_init_meta(&m->param_arena);
-        pt_arena_init_meta(&m->act_arena);
+        pt_arena_init_meta(&x->param_arena);
+        pt_arena_init_meta(&x->act_arena);
         return PT_OK;
     }
-    if ((st = pt_arena_init(&m->param_arena, state_bytes, d->alloc_ctx)) != PT_OK ||
-        (st = pt_arena_init(&m->act_arena, meta.used, d->alloc_ctx)) != PT_OK) {
+    if ((st = pt_arena_init(&x->param_arena, state_bytes, d->alloc_ctx)) != PT_OK ||
+        (st = pt_arena_init(&x->act_arena, meta.used, d->alloc_ctx)) != PT_OK) {
         double mib = (double)m->mem.total / 1048576.0;
         pt_gpt_free(m);
         return pt__fail(PT_ERR_OOM, "cannot allocate %.1f MiB for the model (weights%s, "
                         "activations)", mib, d->inference ? "" : ", gradients, AdamW state");
     }
-    pt__layout_state(m, &m->param_arena, d->inference);
-    memset(m->param_arena.base, 0, m->param_arena.used);
-    pt__layout_acts(m, &m->act_arena, &act_bytes, !d->inference);
+    pt__layout_state(m, &x->param_arena, d->inference);
+    memset(x->param_arena.base, 0, x->param_arena.used);
+    pt__layout_acts(m, &x->act_arena, &act_bytes, !d->inference);
     pt__bind(m, m->params, 0, &m->wte, &m->wpe, &m->lnf_w, &m->lnf_b, m->layers);
-    pt__bind(m, m->grads, m->zero == 2, &m->dwte, &m->dwpe, &m->dlnf_w,
-             &m->dlnf_b, m->layer_grads);
+    pt__bind(m, m->grads, m->place.zero == 2, &x->dwte, &x->dwpe, &x->dlnf_w, &x->dlnf_b,
+             x->layer_grads);
     return PT_OK;
 }
 
 PTRAINDEF void pt_gpt_free(pt_gpt *m) {
-    if (m->sched) {
-        pt_schedule_free(m->sched);
-        pt__free(m->sched, m->alloc_ctx);
+    pt_gpt_exec *x = m->exec;
+    if (x) {
+        pt_schedule_free(&x->sched);
+        if (x->tie_comm) {
+            pt_comm_free(x->tie_comm);
+            pt__free(x->tie_comm, m->alloc_ctx);
+        }
+        pt_arena_free(&x->param_arena);
+        pt_arena_free(&x->act_arena);
+        pt__free(x, m->alloc_ctx);
     }
-    if (m->tie_comm) {
-        pt_comm_free(m->tie_comm);
-        pt__free(m->tie_comm, m->alloc_ctx);
-    }
-    pt_arena_free(&m->param_arena);
-    pt_arena_free(&m->act_arena);
-    pt__free(m->table, m->alloc_ctx);
     memset(m, 0, sizeof *m);
 }
 
 PTRAINDEF void pt_gpt_init_weights(pt_gpt *m, uint64_t seed) {
     pt_rng rng;
     float proj_std = 0.02f / sqrtf(2.0f * (float)m->config.n_layer);
-    int64_t C = m->config.n_embd, k, L = m->config.n_layer;
-    int i = 0;
+    pt__spec s;
+    int i = 0, k;
     if (!m->params) return;
     pt_rng_seed(&rng, seed);
     /* the whole model's tensors in canonical order, drawn in sequence: the
        ones held here keep their values (their part under tp), the others'
        draws are skipped, so every layout holds the serial init */
-    for (k = 0; k < 4 + 12 * L; k++) {
+    for (k = 0; pt__canon_spec(&m->config, k, &s, NULL, 0); k++) {
         const pt_param *p = i < m->num_tensors && m->table[i].canon == k ? &m->table[i++] : NULL;
-        int64_t in_layer = k >= 2 && k < 2 + 12 * L ? (k - 2) % 12 : -1;
-        int matrix = k < 2 || in_layer == 2 || in_layer == 4 || in_layer == 8 || in_layer == 10;
-        int64_t rows = k == 0 ? m->config.vocab_size : k == 1 ? m->config.block_size
-                       : in_layer == 10 ? 4 * C : C;
-        int64_t cols = in_layer == 2 ? 3 * C : in_layer == 8 ? 4 * C : C, j;
-        float std = in_layer == 4 || in_layer == 10 ? proj_std : 0.02f;
-        if (matrix) {
-            float *w = p ? m->params + p->offset : NULL;
+        int64_t rows = s.cols ? s.rows : 1, cols = s.cols ? s.cols : s.rows, j;
+        float *w = p ? m->params + p->offset : NULL;
+        if (s.init == PT__INIT_NORMAL || s.init == PT__INIT_PROJ) {
+            float std = s.init == PT__INIT_PROJ ? proj_std : 0.02f;
             for (j = 0; j < rows * cols; j++) {
-                float x = pt_rng_normal(&rng, 0.0f, std);
-                ptrdiff_t at = p ? pt__local_index(p, m->tp_rank, j / cols, j % cols) : -1;
-                if (at >= 0) w[at] = x;
+                float v = pt_rng_normal(&rng, 0.0f, std);
+                ptrdiff_t at = p ? pt__local_index(p, m->place.tp_rank, j / cols, j % cols) : -1;
+                if (at >= 0) w[at] = v;
             }
         } else if (p) {
-            /* LayerNorm weights (…ln_*.weight) start at 1, every bias at 0 */
-            size_t len = strlen(p->name), j1;
-            float val = (len > 7 && strcmp(p->name + len - 7, ".weight") == 0) ? 1.0f : 0.0f;
-            for (j1 = 0; j1 < p->numel; j1++) m->params[p->offset + j1] = val;
+            for (j = 0; j < (int64_t)p->numel; j++) w[j] = s.init == PT__INIT_ONE ? 1.0f : 0.0f;
         }
     }
-    if (m->m) memset(m->m, 0, (m->zero ? m->shard_total : m->num_params) * sizeof(float));
-    if (m->v) memset(m->v, 0, (m->zero ? m->shard_total : m->num_params) * sizeof(float));
+    if (m->m) memset(m->m, 0, (m->place.zero ? m->exec->shard_total : m->num_params) * sizeof(float));
+    if (m->v) memset(m->v, 0, (m->place.zero ? m->exec->shard_total : m->num_params) * sizeof(float));
     m->adam_t = 0;
 }
 
@@ -3089,584 +3329,6 @@ static pt_status pt__check_tokens(const int *tok, size_t n, int V, const char *w
     return PT_OK;
 }
 
-/* Vocabulary-parallel cross-entropy (Megatron-LM): the logits stay split;
-   one all-reduce of the row maxima, one of the sums of exp and the target
-   logits (each rank adds those in its columns). */
-/* Real (not padding) vocabulary rows among this rank's vocab_local. */
-static int pt__vocab_valid(const pt_gpt *m) {
-    int left = m->config.vocab_size - m->vocab_offset;
-    return left < 0 ? 0 : (left < m->vocab_local ? left : m->vocab_local);
-}
-
-static pt_status pt__xent_forward_tp(pt_gpt *m, pt_gpt_slot *sl, const int *targets, int N) {
-    int Vl = m->vocab_local, v0 = m->vocab_offset, n, valid = pt__vocab_valid(m);
-    float *mx = m->ce_red, *sum = mx + N, *tl = sum + N;
-    pt_status st;
-    PT__OMP(omp parallel for schedule(static))
-    for (n = 0; n < N; n++) mx[n] = valid ? pt__maxf(sl->logits + (size_t)n * Vl, valid) : -INFINITY;
-    if ((st = pt_comm_all_reduce(m->tp_comm, mx, (size_t)N, PT_REDUCE_MAX)) != PT_OK) return st;
-    PT__OMP(omp parallel for schedule(static))
-    for (n = 0; n < N; n++) {
-        const float *l = sl->logits + (size_t)n * Vl;
-        int t = targets[n] - v0;
-        sum[n] = valid ? (float)pt__sum_exp(l, valid, mx[n]) : 0.0f;
-        tl[n] = t >= 0 && t < valid ? l[t] : 0.0f;
-    }
-    if ((st = pt_comm_all_reduce(m->tp_comm, sum, 2 * (size_t)N, PT_REDUCE_SUM)) != PT_OK)
-        return st;
-    for (n = 0; n < N; n++) {
-        sl->lse[n] = (double)mx[n] + log((double)sum[n]);
-        sl->losses[n] = (float)(sl->lse[n] - (double)tl[n]);
-    }
-    return PT_OK;
-}
-
-/* Forward of this stage's chunk c on the micro-batch in slot sl (inputs and
-   targets already there, sl->x the chunk's input unless c holds virtual
-   stage 0): the embedding if it does, the chunk's layers, and the head and
-   mean loss (*loss) if c holds the last virtual stage and targets is set. */
-static pt_status pt__chunk_forward(pt_gpt *m, pt_gpt_slot *sl, int c, int B, int T,
-                                   int with_targets, float *loss) {
-    const pt_gpt_config *cfg = &m->config;
-    int C = cfg->n_embd, V = cfg->vocab_size, N = B * T, l;
-    const float *x = sl->x;
-    pt_status st;
-    if (c == 0 && m->has_embed) {
-        /* vocabulary-parallel embedding: each rank looks up its rows, the sum
-           over the group is the whole lookup (tensor rank 0 adds wpe) */
-        pt__encoder_forward_part(sl->x, sl->inputs, m->wte, m->tp_rank == 0 ? m->wpe : NULL,
-                                 m->vocab_offset, m->vocab_local, B, T, C);
-        if ((st = pt__tp_sum(m->tp_comm, sl->x, (size_t)N * C)) != PT_OK) return st;
-    }
-    for (l = m->chunk_start[c]; l < m->chunk_start[c + 1]; l++) {
-        pt_block_acts *a = &sl->acts[l - m->chunk_start[c]], *use = a;
-        if (m->recompute == PT_RECOMPUTE_FULL) { /* everything but the output is dropped */
-            m->racts.out = a->out;
-            use = &m->racts;
-        } else if (m->recompute == PT_RECOMPUTE_SELECTIVE) {
-            a->atty = m->racts.atty; /* the attention output is dropped */
-        }
-        st = pt_block_forward(cfg, B, T, &m->layers[l], x, use, &m->scratch, m->tp_comm);
-        if (st != PT_OK) return st;
-        x = a->out;
-    }
-    if (c != m->chunks - 1 || !m->has_head) return PT_OK;
-    pt_layernorm_forward(sl->lnf, sl->lnf_mean, sl->lnf_rstd, x, m->lnf_w, m->lnf_b, N, C,
-                         cfg->ln_eps);
-    pt_tied_head_forward(sl->logits, sl->lnf, m->wte, N, C, m->vocab_local);
-    if (with_targets) {
-        double sum = 0.0;
-        int n;
-        if (m->tp == 1) pt_crossentropy_forward(sl->losses, sl->lse, sl->logits, sl->targets, N, V);
-        else if ((st = pt__xent_forward_tp(m, sl, sl->targets, N)) != PT_OK) return st;
-        for (n = 0; n < N; n++) sum += sl->losses[n];
-        *loss = (float)(sum / N);
-    }
-    return PT_OK;
-}
-
-PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targets, int B,
-                                   int T) {
-    const pt_gpt_config *c = &m->config;
-    int V = c->vocab_size, N = B * T;
-    pt_status st;
-    if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
-    if (m->pp > 1)
-        return pt__fail(PT_ERR_INVALID_ARG, "a pipeline stage runs whole steps: "
-                        "pt_gpt_pipeline_step, not pt_gpt_forward");
-    if (B < 1 || B > m->B || T < 1 || T > m->T)
-        return pt__fail(PT_ERR_CONFIG,
-                        "batch %dx%d does not fit the model's capacity B=%d, T=%d "
-                        "(block_size=%d)",
-                        B, T, m->B, m->T, c->block_size);
-    if ((st = pt__check_tokens(inputs, (size_t)N, V, "inputs")) != PT_OK) return st;
-    if (targets && (st = pt__check_tokens(targets, (size_t)N, V, "targets")) != PT_OK) return st;
-    memcpy(m->inputs, inputs, sizeof(int) * N);
-    if (targets) memcpy(m->targets, targets, sizeof(int) * N);
-    m->cur_B = B;
-    m->cur_T = T;
-    m->has_targets = 0;
-    m->loss = -1.0f;
-    if ((st = pt__chunk_forward(m, &m->slots[0], 0, B, T, targets != NULL, &m->loss)) != PT_OK)
-        return st;
-    if (targets) {
-        if (m->dp > 1 &&
-            (st = pt_comm_all_reduce(m->dp_comm, &m->loss, 1, PT_REDUCE_AVG)) != PT_OK)
-            return st;
-        m->has_targets = 1;
-    }
-    return PT_OK;
-}
-
-PTRAINDEF void pt_gpt_zero_grad(pt_gpt *m) {
-    if (!m->grads) return;
-    memset(m->grads, 0, (m->zero == 2 ? pt__largest_bucket(m) : m->num_params) * sizeof(float));
-    if (m->gshard) memset(m->gshard, 0, m->shard_total * sizeof(float));
-    m->micro = 0;
-}
-
-/* Averages n floats over the dp group into this rank's shard of them
-   (out = its n/dp), or copies them without a group. */
-static pt_status pt__dp_reduce_scatter(pt_gpt *m, const float *in, float *out, size_t n) {
-    if (m->dp == 1) {
-        memcpy(out, in, n * sizeof(float));
-        return PT_OK;
-    }
-    return pt_comm_reduce_scatter(m->dp_comm, in, out, n / (size_t)m->dp, PT_REDUCE_AVG);
-}
-
-/* ZeRO 2: averages the gradients of bucket b, in the stage (m->grads), over
-   the dp group and adds them to this rank's shard, then clears the stage. */
-static pt_status pt__zero2_bucket(pt_gpt *m, int b) {
-    const pt_bucket *k = &m->buckets[b];
-    float *dst = m->gshard + k->shard_offset;
-    size_t i;
-    pt_status st = pt__dp_reduce_scatter(m, m->grads, m->rs_tmp, k->numel);
-    if (st != PT_OK) return st;
-    for (i = 0; i < k->shard; i++) dst[i] += m->rs_tmp[i];
-    memset(m->grads, 0, k->numel * sizeof(float));
-    return PT_OK;
-}
-
-/* ZeRO 2: wte's gradient bucket by bucket: the head's part (dlogits^T lnf)
-   or, with head = 0, the embedding's (and wpe's, in the last one). */
-static pt_status pt__zero2_wte(pt_gpt *m, int head) {
-    int C = m->config.n_embd, N = m->cur_B * m->cur_T, b;
-    const pt_param *wpe = &m->table[m->tab_wpe];
-    pt_status st = PT_OK;
-    for (b = 0; b <= wpe->bucket && st == PT_OK; b++) {
-        const pt_bucket *k = &m->buckets[b];
-        int r0 = (int)(k->offset / (size_t)C), r1 = (int)((k->offset + k->numel) / (size_t)C);
-        if (r1 > m->vocab_local) r1 = m->vocab_local;
-        if (head)
-            pt_sgemm(1, 0, r1 - r0, C, N, 1.0f, m->logits + r0, m->vocab_local, m->lnf, C, 1.0f,
-                     m->grads, C);
-        else
-            pt__encoder_backward_part(m->grads, b == wpe->bucket ? m->grads + (wpe->offset -
-                                      k->offset) : NULL, m->dres, m->inputs,
-                                      m->vocab_offset + r0, r1 - r0, m->cur_B, m->cur_T, C);
-        st = pt__zero2_bucket(m, b);
-    }
-    return st;
-}
-
-/* After a step's last micro-batch: every bucket averaged over the dp group,
-   whole (zero 0) or into this rank's shard (zero 1). */
-static pt_status pt__dp_sync_grads(pt_gpt *m) {
-    int b;
-    pt_status st = PT_OK;
-    for (b = 0; b < m->num_buckets && st == PT_OK; b++) {
-        const pt_bucket *k = &m->buckets[b];
-        if (m->zero == 1)
-            st = pt__dp_reduce_scatter(m, m->grads + k->offset, m->gshard + k->shard_offset,
-                                       k->numel);
-        else if (m->zero == 0 && m->dp > 1)
-            st = pt_comm_all_reduce(m->dp_comm, m->grads + k->offset, k->numel, PT_REDUCE_AVG);
-    }
-    return st;
-}
-
-/* The part of tensor i (in bucket b) inside this rank's shard of b, as flat
-   offsets [*lo, *hi); 0 if none. */
-static int pt__shard_span(const pt_gpt *m, int b, int i, size_t *lo, size_t *hi) {
-    const pt_bucket *k = &m->buckets[b];
-    const pt_param *p = &m->table[i];
-    size_t s0 = k->offset + (size_t)m->dp_rank * k->shard, s1 = s0 + k->shard;
-    *lo = p->offset > s0 ? p->offset : s0;
-    *hi = p->offset + p->numel < s1 ? p->offset + p->numel : s1;
-    return *lo < *hi;
-}
-
-/* Backward of this stage's chunk c for the micro-batch in slot sl,
-   accumulating parameter gradients (dloss scales the mean loss's): from the
-   loss if c holds the last virtual stage, else from m->dres (the output's
-   gradient); leaves the input's gradient in m->dres, or ends in the
-   embedding if c holds virtual stage 0. ZeRO 2 hands each bucket to its
-   shard as soon as it is complete. */
-static pt_status pt__chunk_backward(pt_gpt *m, pt_gpt_slot *sl, int c, int B, int T,
-                                    float dloss, int input_only) {
-    const pt_gpt_config *cfg = &m->config;
-    int N = B * T, C = cfg->n_embd, l, first = m->chunk_start[c], last = m->chunk_start[c + 1];
-    pt_status st;
-    if (c == m->chunks - 1 && m->has_head) { /* the logits become dlogits in place */
-        pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, m->vocab_local,
-                               pt__vocab_valid(m), m->vocab_offset, dloss);
-        memset(m->scratch.dln, 0, sizeof(float) * (size_t)N * C);
-        pt_tied_head_backward(m->scratch.dln, m->zero == 2 ? NULL : m->dwte, sl->logits, sl->lnf,
-                              m->wte, N, C, m->vocab_local);
-        if (m->zero == 2 && (st = pt__zero2_wte(m, 1)) != PT_OK) return st;
-        if ((st = pt__tp_sum(m->tp_comm, m->scratch.dln, (size_t)N * C)) != PT_OK) return st;
-        memset(m->dres, 0, sizeof(float) * (size_t)N * C);
-        pt_layernorm_backward(m->dres, m->dlnf_w, m->dlnf_b, m->scratch.dln,
-                              last > first ? sl->acts[last - 1 - first].out : sl->x, m->lnf_w,
-                              sl->lnf_mean, sl->lnf_rstd, N, C);
-        if (m->zero == 2 && (st = pt__zero2_bucket(m, m->table[m->tab_lnf].bucket)) != PT_OK)
-            return st;
-    }
-    for (l = last - 1; l >= first; l--) {
-        pt_block_acts *a = &sl->acts[l - first];
-        const float *x = l > first ? sl->acts[l - 1 - first].out : sl->x;
-        if (m->recompute == PT_RECOMPUTE_FULL) { /* the layer's forward again, from its input */
-            m->racts.out = a->out;
-            a = &m->racts;
-            st = pt_block_forward(cfg, B, T, &m->layers[l], x, a, &m->scratch, m->tp_comm);
-            if (st != PT_OK) return st;
-        } else if (m->recompute == PT_RECOMPUTE_SELECTIVE) { /* the attention core again */
-            int k = m->tp;
-            a->atty = m->racts.atty;
-            pt_attention_forward(a->atty, a->lse, a->qkv, m->scratch.attn, m->scratch.attn_slots,
-                                 B, T, C / k, cfg->n_head / k);
-        }
-        if (input_only) /* B alone: W comes later, from what sl->wg keeps */
-            st = pt_block_backward_input(cfg, B, T, &m->layers[l], x, a, m->dres, m->dres,
-                                         &sl->wg[l - first], &m->scratch, m->tp_comm);
-        else
-            st = pt_block_backward(cfg, B, T, &m->layers[l], &m->layer_grads[l], x, a, m->dres,
-                                   m->dres, &m->scratch, m->tp_comm);
-        if (st != PT_OK) return st;
-        if (m->zero == 2 &&
-            (st = pt__zero2_bucket(m, m->table[m->tab_layers + 12 * l].bucket)) != PT_OK)
-            return st;
-    }
-    if (c != 0 || !m->has_embed) return PT_OK;
-    /* every rank holds the whole dres: its wte rows, and all of wpe */
-    if (m->zero == 2) return pt__zero2_wte(m, 0);
-    pt__encoder_backward_part(m->dwte, m->dwpe, m->dres, sl->inputs, m->vocab_offset,
-                              m->vocab_local, B, T, C);
-    return PT_OK;
-}
-
-/* W of this stage's chunk c: the layers' weight gradients from what B kept
-   in sl->wg (the attention output recomputed first when selective). */
-static void pt__chunk_weight(pt_gpt *m, pt_gpt_slot *sl, int c, int B, int T) {
-    const pt_gpt_config *cfg = &m->config;
-    int l, first = m->chunk_start[c], last = m->chunk_start[c + 1], k = m->tp;
-    for (l = first; l < last; l++) {
-        pt_block_acts *a = &sl->acts[l - first];
-        const float *x = l > first ? sl->acts[l - 1 - first].out : sl->x;
-        if (m->recompute == PT_RECOMPUTE_SELECTIVE) {
-            a->atty = m->racts.atty;
-            pt_attention_forward(a->atty, a->lse, a->qkv, m->scratch.attn, m->scratch.attn_slots,
-                                 B, T, cfg->n_embd / k, cfg->n_head / k);
-        }
-        pt_block_backward_weight(cfg, B, T, &m->layers[l], &m->layer_grads[l], x, a,
-                                 &sl->wg[l - first], &m->scratch, k);
-    }
-}
-
-PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) {
-    pt_status st;
-    if (!m->grads)
-        return pt__fail(PT_ERR_INVALID_ARG, "model was built for inference: no gradients");
-    if (m->pp > 1)
-        return pt__fail(PT_ERR_INVALID_ARG, "a pipeline stage runs whole steps: "
-                        "pt_gpt_pipeline_step, not pt_gpt_backward");
-    if (!m->has_targets)
-        return pt__fail(PT_ERR_INVALID_ARG,
-                        "backward needs a forward with targets first (and runs once per forward)");
-    m->has_targets = 0;
-    if (m->micro >= m->accum) m->micro = 0; /* a new step */
-    if (m->micro == 0) pt_gpt_zero_grad(m);
-    st = pt__chunk_backward(m, &m->slots[0], 0, m->cur_B, m->cur_T,
-                            1.0f / ((float)m->cur_B * m->cur_T * m->accum), 0);
-    if (st != PT_OK) return st;
-    if (++m->micro == m->accum && m->zero < 2) return pt__dp_sync_grads(m);
-    return PT_OK;
-}
-
-/* A pipeline model, and a B x T batch that splits into its micro-batches. */
-static pt_status pt__pipeline_batch(const pt_gpt *m, const int *inputs, const int *targets, int B,
-                                    int T) {
-    pt_status st;
-    if (!m->sched)
-        return pt__fail(PT_ERR_INVALID_ARG, "a pipeline step needs pipeline stages (grid pp > 1)");
-    if (B % m->accum != 0 || B / m->accum < 1 || B / m->accum > m->B || T < 1 || T > m->T)
-        return pt__fail(PT_ERR_CONFIG, "batch %dx%d does not split into %d micro-batches of at "
-                        "most %dx%d", B, T, m->accum, m->B, m->T);
-    if ((st = pt__check_tokens(inputs, (size_t)B * T, m->config.vocab_size, "inputs")) != PT_OK ||
-        (st = pt__check_tokens(targets, (size_t)B * T, m->config.vocab_size, "targets")) != PT_OK)
-        return st;
-    return PT_OK;
-}
-
-PTRAINDEF pt_status pt_gpt_pipeline_eval(pt_gpt *m, const int *inputs, const int *targets, int B,
-                                         int T, float *loss) {
-    int p = m->pp, V = p * m->chunks, i, c, b;
-    size_t N, C = (size_t)m->config.n_embd;
-    float sum = 0.0f, one = 0.0f;
-    pt_gpt_slot *sl = &m->slots[0];
-    pt_status st = PT_OK;
-    if ((st = pt__pipeline_batch(m, inputs, targets, B, T)) != PT_OK) return st;
-    b = B / m->accum;
-    N = (size_t)b * (size_t)T;
-    /* virtual stage k = c*p + s waits only for k-1: in this order nothing cycles */
-    for (i = 0; i < m->accum && st == PT_OK; i++)
-        for (c = 0; c < m->chunks && st == PT_OK; c++) {
-            int vs = c * p + m->pp_rank;
-            memcpy(sl->inputs, inputs + (size_t)i * N, N * sizeof(int));
-            memcpy(sl->targets, targets + (size_t)i * N, N * sizeof(int));
-            if (vs > 0)
-                st = pt_comm_recv(m->pp_comm, sl->x, N * C, (vs - 1) % p, (i * V + vs - 1) * 2);
-            if (st == PT_OK) st = pt__chunk_forward(m, sl, c, b, T, 1, &one);
-            if (st == PT_OK && vs == V - 1) sum += one;
-            if (st == PT_OK && vs < V - 1)
-                st = pt_comm_send(m->pp_comm,
-                                  sl->acts[m->chunk_start[c + 1] - m->chunk_start[c] - 1].out,
-                                  N * C, (vs + 1) % p, (i * V + vs) * 2);
-        }
-    *loss = m->has_head ? sum / (float)m->accum : 0.0f;
-    if (st == PT_OK) st = pt_comm_all_reduce(m->pp_comm, loss, 1, PT_REDUCE_SUM);
-    if (st == PT_OK && m->dp > 1) st = pt_comm_all_reduce(m->dp_comm, loss, 1, PT_REDUCE_AVG);
-    return st;
-}
-
-/* The slot holding (micro, chunk), taking a free one if it has none. */
-static pt_gpt_slot *pt__slot(pt_gpt *m, int micro, int chunk, int take) {
-    int k;
-    for (k = 0; k < m->nslots; k++)
-        if (m->slots[k].micro == micro && m->slots[k].chunk == chunk) return &m->slots[k];
-    for (k = 0; take && k < m->nslots; k++)
-        if (m->slots[k].micro < 0) {
-            m->slots[k].micro = micro, m->slots[k].chunk = chunk;
-            if (++m->slots_used > m->slots_peak) m->slots_peak = m->slots_used;
-            return &m->slots[k];
-        }
-    return NULL;
-}
-
-static void pt__slot_release(pt_gpt *m, pt_gpt_slot *sl) {
-    sl->micro = sl->chunk = -1;
-    m->slots_used--;
-}
-
-PTRAINDEF pt_status pt_gpt_pipeline_step(pt_gpt *m, const int *inputs, const int *targets, int B,
-                                         int T) {
-    const pt_schedule *s = m->sched;
-    int st_rank = m->pp_rank, b, k, C = m->config.n_embd, split = m->split, track;
-    size_t N;
-    float loss_sum = 0.0f, loss = 0.0f, dloss;
-    double t0 = 0.0;
-    pt_status st = PT_OK;
-    if (!m->grads)
-        return pt__fail(PT_ERR_INVALID_ARG, "model was built for inference: no gradients");
-    if ((st = pt__pipeline_batch(m, inputs, targets, B, T)) != PT_OK) return st;
-    b = B / m->accum;
-    N = (size_t)b * (size_t)T;
-    dloss = 1.0f / ((float)N * m->accum);
-    m->cur_B = b, m->cur_T = T;
-    pt_gpt_zero_grad(m);
-    for (k = 0; k < m->nslots; k++) m->slots[k].micro = m->slots[k].chunk = -1;
-    m->slots_used = m->slots_peak = 0;
-    track = m->grid ? m->grid->world->rank : 0;
-    if (m->trace) { /* a common time origin for every rank's events */
-        if ((st = pt_comm_barrier(m->grid->world)) != PT_OK) return st;
-        t0 = pt_time_now();
-    }
-    for (k = 0; k < s->count[st_rank] && st == PT_OK; k++) {
-        const pt_action *a = &s->list[st_rank][k];
-        /* a message's tag names its micro-batch and the virtual stage that made it */
-        int i = a->micro, c = a->chunk, V = m->pp * m->chunks, vs = c * m->pp + st_rank;
-        int from = a->kind == PT_ACT_RECV_ACT ? vs - 1 : a->kind == PT_ACT_RECV_GRAD ? vs + 1 : vs;
-        int tag = (i * V + from) * 2 + (a->kind == PT_ACT_SEND_GRAD || a->kind == PT_ACT_RECV_GRAD);
-        int head = c == m->chunks - 1 && m->has_head;
-        double ta = m->trace ? pt_time_now() : 0.0;
-        pt_gpt_slot *sl = NULL;
-        switch (a->kind) {
-        case PT_ACT_RECV_ACT:
-            if (!(sl = pt__slot(m, i, c, 1))) goto no_slot;
-            st = pt_comm_recv(m->pp_comm, sl->x, N * (size_t)C, a->peer, tag);
-            break;
-        case PT_ACT_F:
-            if (!(sl = pt__slot(m, i, c, 1))) goto no_slot;
-            memcpy(sl->inputs, inputs + (size_t)i * N, N * sizeof(int));
-            memcpy(sl->targets, targets + (size_t)i * N, N * sizeof(int));
-            st = pt__chunk_forward(m, sl, c, b, T, 1, &loss);
-            if (st == PT_OK && head) {
-                loss_sum += loss;
-                if (m->keep_logits)
-                    memcpy(m->keep_logits + (size_t)i * N * (size_t)m->vocab_local, sl->logits,
-                           N * (size_t)m->vocab_local * sizeof(float));
-            }
-            break;
-        case PT_ACT_SEND_ACT:
-            if (!(sl = pt__slot(m, i, c, 0))) goto no_slot;
-            st = pt_comm_send(m->pp_comm, sl->acts[m->chunk_start[c + 1] - m->chunk_start[c] - 1].out,
-                              N * (size_t)C, a->peer, tag);
-            break;
-        case PT_ACT_RECV_GRAD:
-            st = pt_comm_recv(m->pp_comm, m->dres, N * (size_t)C, a->peer, tag);
-            break;
-        case PT_ACT_B:
-            if (!(sl = pt__slot(m, i, c, 0))) goto no_slot;
-            st = pt__chunk_backward(m, sl, c, b, T, dloss, split);
-            if (!split) pt__slot_release(m, sl);
-            break;
-        case PT_ACT_SEND_GRAD:
-            st = pt_comm_send(m->pp_comm, m->dres, N * (size_t)C, a->peer, tag);
-            break;
-        case PT_ACT_W: /* the weight gradients, then the activations are free */
-            if (!(sl = pt__slot(m, i, c, 0))) goto no_slot;
-            pt__chunk_weight(m, sl, c, b, T);
-            pt__slot_release(m, sl);
-            break;
-        default: /* the optimizer step is the caller's pt_gpt_adamw_step */
-            break;
-        }
-        if (m->trace && st == PT_OK && a->kind != PT_ACT_OPT)
-            st = pt_trace_add(m->trace, track, a->kind, i, c, ta - t0, pt_time_now() - ta);
-    }
-    if (st != PT_OK) return st;
-    /* the two copies of wte (first and last stage) get the sum of their gradients */
-    if (m->tie_comm && m->tie_comm->size == 2 && m->dwte)
-        st = pt_comm_all_reduce(m->tie_comm, m->dwte, m->table[m->tab_wte].numel, PT_REDUCE_SUM);
-    if (st == PT_OK) st = pt__dp_sync_grads(m);
-    /* the loss: the last stage's mean over micro-batches, then over the dp group */
-    loss = m->has_head ? loss_sum / (float)m->accum : 0.0f;
-    if (st == PT_OK) st = pt_comm_all_reduce(m->pp_comm, &loss, 1, PT_REDUCE_SUM);
-    if (st == PT_OK && m->dp > 1) st = pt_comm_all_reduce(m->dp_comm, &loss, 1, PT_REDUCE_AVG);
-    m->loss = loss;
-    m->micro = m->accum; /* ready for the optimizer */
-    return st;
-no_slot:
-    return pt__fail(PT_ERR_INVALID_ARG, "pipeline stage %d: no activation slot for micro-batch "
-                    "%d chunk %d (the schedule and the slots disagree)", st_rank,
-                    s->list[st_rank][k].micro, s->list[st_rank][k].chunk);
-}
-
-/* This rank's optimizer-ready gradient of table tensor i within bucket b:
-   the whole tensor (once: in the bucket it starts in), or under ZeRO its
-   part of this rank's shard of b. 0 if there is none. */
-static int pt__grad_span(const pt_gpt *m, int b, int i, float **src, size_t *len) {
-    const pt_param *p = &m->table[i];
-    const pt_bucket *k = &m->buckets[b];
-    size_t lo = p->offset, hi = p->offset + p->numel;
-    if (!m->zero) {
-        *src = m->grads + lo;
-        *len = hi - lo;
-        return p->bucket == b;
-    }
-    if (!pt__shard_span(m, b, i, &lo, &hi)) return 0;
-    *src = m->gshard + k->shard_offset + (lo - k->offset - (size_t)m->dp_rank * k->shard);
-    *len = hi - lo;
-    return 1;
-}
-
-PTRAINDEF float *pt_gpt_grad_of(pt_gpt *m, const char *name, size_t *n) {
-    const pt_param *p = pt_gpt_find_param(m, name);
-    float *src;
-    int b;
-    *n = 0;
-    if (!p || !m->grads) return NULL;
-    for (b = 0; b < m->num_buckets; b++)
-        if (pt__grad_span(m, b, (int)(p - m->table), &src, n)) return src;
-    return NULL;
-}
-
-PTRAINDEF pt_status pt_gpt_check_step(pt_gpt *m, float loss, float norm, int *bad, char *where,
-                                      size_t n) {
-    pt_comm *world = m->grid ? m->grid->world : NULL;
-    float flag = isfinite(loss) && isfinite(norm) ? 0.0f : 1.0f, first = 0.0f;
-    pt_status st;
-    int b, i;
-    *bad = 0;
-    if (where && n) where[0] = 0;
-    if (world && (st = pt_comm_all_reduce(world, &flag, 1, PT_REDUCE_MAX)) != PT_OK) return st;
-    if (flag == 0.0f) return PT_OK;
-    *bad = 1;
-    /* first = 1 + the highest canonical index with a non-finite value here
-       (backward computes the tensors from the last to the first), then the
-       highest over the ranks; canonical indices are far below 2^24 */
-    for (b = 0; m->grads && b < m->num_buckets; b++)
-        for (i = m->buckets[b].first; i < m->buckets[b].first + m->buckets[b].count; i++) {
-            float *src;
-            size_t len, j;
-            if ((float)(m->table[i].canon + 1) <= first || !pt__grad_span(m, b, i, &src, &len))
-                continue;
-            for (j = 0; j < len && isfinite(src[j]); j++) {
-            }
-            if (j < len) first = (float)(m->table[i].canon + 1);
-        }
-    if (world && (st = pt_comm_all_reduce(world, &first, 1, PT_REDUCE_MAX)) != PT_OK) return st;
-    if (where && n) {
-        if (first > 0.0f) pt__canon_name(&m->config, (int)first - 1, where, n);
-        else snprintf(where, n, "no gradient");
-    }
-    return PT_OK;
-}
-
-PTRAINDEF float pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm) {
-    double norm;
-    float *g = m->zero ? m->gshard : m->grads;
-    size_t n = m->zero ? m->shard_total : m->num_params;
-    if (!m->grads) return 0.0f;
-    if (m->tp == 1 && !m->zero && m->pp == 1) {
-        norm = pt_norm2(m->grads, m->num_params);
-    } else { /* sum of squares of what this rank owns: split tensors' parts and
-                its dp shard; tensors replicated over tp count on tp rank 0, wte
-                on the first pipeline stage only */
-        double part = 0.0;
-        float sq;
-        int b, i;
-        for (b = 0; b < m->num_buckets; b++)
-            for (i = m->buckets[b].first; i < m->buckets[b].first + m->buckets[b].count; i++) {
-                const pt_param *p = &m->table[i];
-                float *src;
-                size_t len;
-                double x;
-                if (p->shard == PT_SHARD_NONE && m->tp_rank != 0) continue;
-                if (i == m->tab_wte && !m->has_embed) continue;
-                if (!pt__grad_span(m, b, i, &src, &len)) continue;
-                x = pt_norm2(src, len);
-                part += x * x;
-            }
-        sq = (float)part;
-        if ((m->tp > 1 && pt_comm_all_reduce(m->tp_comm, &sq, 1, PT_REDUCE_SUM) != PT_OK) ||
-            (m->zero && m->dp > 1 &&
-             pt_comm_all_reduce(m->dp_comm, &sq, 1, PT_REDUCE_SUM) != PT_OK) ||
-            (m->pp > 1 && pt_comm_all_reduce(m->pp_comm, &sq, 1, PT_REDUCE_SUM) != PT_OK))
-            return NAN;
-        norm = sqrt((double)sq);
-    }
-    if (max_norm > 0.0f && norm > max_norm) pt_scale(g, n, (float)(max_norm / norm));
-    return (float)norm;
-}
-
-PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, float lr) {
-    int i;
-    int b;
-    if (!m->m)
-        return pt__fail(PT_ERR_INVALID_ARG, "model was built for inference: no optimizer state");
-    if (m->micro > 0 && m->micro < m->accum)
-        return pt__fail(PT_ERR_INVALID_ARG, "adamw_step needs the gradients of all %d "
-                        "micro-batches of the step (backward ran %d times)", m->accum, m->micro);
-    m->adam_t++;
-    if (!m->zero) {
-        for (i = 0; i < m->num_tensors; i++) {
-            const pt_param *p = &m->table[i];
-            pt_adamw_update(m->params + p->offset, m->grads + p->offset, m->m + p->offset,
-                            m->v + p->offset, p->numel, cfg, lr, m->adam_t, p->decay);
-        }
-        return PT_OK;
-    }
-    /* ZeRO: update this rank's shard of each bucket, then gather the bucket */
-    for (b = 0; b < m->num_buckets; b++) {
-        const pt_bucket *k = &m->buckets[b];
-        size_t own = k->offset + (size_t)m->dp_rank * k->shard, lo, hi;
-        pt_status st;
-        for (i = k->first; i < k->first + k->count; i++) {
-            size_t at;
-            if (!pt__shard_span(m, b, i, &lo, &hi)) continue;
-            at = k->shard_offset + (lo - own);
-            pt_adamw_update(m->params + lo, m->gshard + at, m->m + at, m->v + at, hi - lo, cfg,
-                            lr, m->adam_t, m->table[i].decay);
-        }
-        if (m->dp == 1) continue;
-        st = pt_comm_all_gather(m->dp_comm, m->params + own, m->params + k->offset, k->shard);
-        if (st != PT_OK) return st; /* in place: this rank's shard is already there */
-    }
-    return PT_OK;
-}
-
 /* ---- generation ---------------------------------------------------------- */
 
 PTRAINDEF pt_status pt_kv_cache_init(pt_kv_cache *c, const pt_gpt *m) {
@@ -3676,7 +3338,7 @@ PTRAINDEF pt_status pt_kv_cache_init(pt_kv_cache *c, const pt_gpt *m) {
     int pass;
     pt_status st;
     memset(c, 0, sizeof *c);
-    if (m->tp > 1 || m->pp > 1)
+    if (m->place.tp > 1 || m->place.pp > 1)
         return pt__fail(PT_ERR_UNSUPPORTED, "generation runs on one rank: load the gathered "
                         "weights (pt_gpt_gather, or a checkpoint) into a model without a grid");
     for (pass = 0; pass < 2; pass++) {
@@ -3847,6 +3509,8 @@ PTRAINDEF pt_status pt_gpt_generate(const pt_gpt *m, pt_kv_cache *c, const int *
     }
     return PT_OK;
 }
+
+/* ======================================================================== */
 
 /* ======================================================================== */
 /* >>comm (implementation)                                                   */
@@ -5091,15 +4755,16 @@ PTRAINDEF void pt_grid_free(pt_grid *g) {
 /* >>schedule (implementation)                                               */
 /* ======================================================================== */
 
-static const char *pt__sched_names[PT_SCHED_COUNT] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+static const char *pt__sched_names[PT_SCHED_COUNT] = {"default", "gpipe", "1f1b", "interleaved",
+                                                       "zb-h1"};
 
 PTRAINDEF const char *pt_schedule_kind_name(pt_schedule_kind kind) {
-    return kind >= 0 && kind < PT_SCHED_COUNT ? pt__sched_names[kind] : "(unknown)";
+    return (int)kind >= 0 && kind < PT_SCHED_COUNT ? pt__sched_names[kind] : "(unknown)";
 }
 
 PTRAINDEF pt_status pt_schedule_kind_parse(const char *name, pt_schedule_kind *out) {
     int k;
-    for (k = 0; k < PT_SCHED_COUNT; k++)
+    for (k = 1; k < PT_SCHED_COUNT; k++)
         if (name && strcmp(name, pt__sched_names[k]) == 0) {
             *out = (pt_schedule_kind)k;
             return PT_OK;
@@ -5150,7 +4815,9 @@ PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int
     memset(s, 0, sizeof *s);
     s->alloc_ctx = ctx;
     pt_clear_error();
-    if (kind < 0 || kind >= PT_SCHED_COUNT) pt__append_error(&bad, "unknown schedule kind %d", (int)kind);
+    if ((int)kind < 0 || kind >= PT_SCHED_COUNT)
+        pt__append_error(&bad, "unknown schedule kind %d", (int)kind);
+    kind = pt__sched_resolve(kind, v);
     if (p < 1 || p > 64) pt__append_error(&bad, "stages=%d must be in [1, 64]", p);
     if (v < 1 || v > 64) pt__append_error(&bad, "chunks=%d must be in [1, 64]", v);
     if (m < 1 || m > 1 << 16) pt__append_error(&bad, "micro-batches=%d must be in [1, 65536]", m);
@@ -5268,17 +4935,19 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
     int p = s->stages, v = s->chunks, m = s->micro, V = p * v, st, k, progress, split = 0;
     size_t nkeys = (size_t)m * V, i;
     /* per (micro, virtual stage): times F, B, W were done (-1 not yet); messages */
-    double *fd = (double *)malloc(sizeof(double) * (nkeys * 7 + (size_t)p)), *bd = fd + nkeys;
+    double *fd = (double *)pt__malloc(sizeof(double) * (nkeys * 7 + (size_t)p), s->alloc_ctx);
+    double *bd = fd + nkeys;
     double *wd = bd + nkeys, *act_msg = wd + nkeys, *grad_msg = act_msg + nkeys; /* time sent,
                                                                         -1 none, -2 taken */
     double *have_act = grad_msg + nkeys, *have_grad = have_act + nkeys, *clock = have_grad + nkeys;
-    int *pc = (int *)calloc((size_t)p * 3, sizeof(int)), *live = pc + p;
+    int *pc = (int *)pt__malloc(sizeof(int) * (size_t)p * 3, s->alloc_ctx), *live = pc + p;
     int *first = live + p; /* where stage st's start slots begin */
     pt_status err = PT_OK;
     if (!fd || !pc) {
-        free(fd), free(pc);
+        pt__free(fd, s->alloc_ctx), pt__free(pc, s->alloc_ctx);
         return pt__fail(PT_ERR_OOM, "cannot allocate the schedule checker's state");
     }
+    memset(pc, 0, sizeof(int) * (size_t)p * 3);
     for (i = 0; i < nkeys * 7; i++) fd[i] = -1;
     for (st = 0; st < p; st++) clock[st] = 0.0;
     for (st = 1; st < p; st++) first[st] = first[st - 1] + s->count[st - 1];
@@ -5431,8 +5100,8 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
     if (clock_out) memcpy(clock_out, clock, sizeof(double) * (size_t)p);
 #undef PT__BAD
 done:
-    free(fd);
-    free(pc);
+    pt__free(fd, s->alloc_ctx);
+    pt__free(pc, s->alloc_ctx);
     return err;
 }
 
@@ -5443,17 +5112,17 @@ PTRAINDEF pt_status pt_schedule_check(const pt_schedule *s, pt_schedule_report *
     return pt__sched_run(s, report, NULL, NULL, NULL);
 }
 
-/* *start (malloc'ed): every action's start slot in the unit-time run,
-   stage after stage. */
+/* *start (the schedule's allocator; pt__free it): every action's start
+   slot in the unit-time run, stage after stage. */
 static pt_status pt__sched_times(const pt_schedule *s, pt_schedule_report *rep, double **start) {
     size_t total = 0;
     int st;
     pt_status err;
     for (st = 0; st < s->stages; st++) total += (size_t)s->count[st];
-    *start = (double *)malloc(sizeof(double) * (total + 1));
+    *start = (double *)pt__malloc(sizeof(double) * (total + 1), s->alloc_ctx);
     if (!*start) return pt__fail(PT_ERR_OOM, "cannot allocate the schedule's timeline");
     if ((err = pt__sched_run(s, rep, *start, NULL, NULL)) != PT_OK) {
-        free(*start);
+        pt__free(*start, s->alloc_ctx);
         *start = NULL;
     }
     return err;
@@ -5467,9 +5136,9 @@ PTRAINDEF size_t pt_schedule_format(const pt_schedule *s, char *buf, size_t cap)
     char *row;
     if (cap) buf[0] = 0;
     if (pt__sched_times(s, &rep, &start) != PT_OK) return 0;
-    row = (char *)malloc((size_t)rep.steps * (size_t)width + 16);
+    row = (char *)pt__malloc((size_t)rep.steps * (size_t)width + 16, s->alloc_ctx);
     if (!row) {
-        free(start);
+        pt__free(start, s->alloc_ctx);
         return 0;
     }
     for (st = 0; st < s->stages; st++) {
@@ -5492,8 +5161,8 @@ PTRAINDEF size_t pt_schedule_format(const pt_schedule *s, char *buf, size_t cap)
         if (used + len < cap) memcpy(buf + used, row, len), buf[used + len] = 0;
         used += len;
     }
-    free(row);
-    free(start);
+    pt__free(row, s->alloc_ctx);
+    pt__free(start, s->alloc_ctx);
     return used;
 }
 
@@ -5570,12 +5239,703 @@ PTRAINDEF pt_status pt_schedule_trace(const pt_schedule *s, double unit, pt_trac
         }
         at0 += s->count[st];
     }
-    free(start);
+    pt__free(start, s->alloc_ctx);
     return err;
 }
 
 static pt_status pt__write_file(const char *path, const void *const *parts, const size_t *lens,
                                 int n, void *ctx);
+
+/* ======================================================================== */
+/* >>exec (implementation)                                                   */
+/* ======================================================================== */
+
+/* Real (not padding) vocabulary rows among this rank's vocab_local. */
+static int pt__vocab_valid(const pt_gpt *m) {
+    int left = m->config.vocab_size - m->place.vocab_offset;
+    return left < 0 ? 0 : (left < m->place.vocab_local ? left : m->place.vocab_local);
+}
+
+/* Vocabulary-parallel cross-entropy (Megatron-LM): the logits stay split;
+   one all-reduce of the row maxima, one of the sums of exp and the target
+   logits (each rank adds those in its columns). */
+static pt_status pt__xent_forward_tp(pt_gpt *m, pt__slot *sl, int N) {
+    pt_gpt_exec *x = m->exec;
+    int Vl = m->place.vocab_local, v0 = m->place.vocab_offset, n, valid = pt__vocab_valid(m);
+    float *mx = x->ce_red, *sum = mx + N, *tl = sum + N;
+    pt_status st;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) mx[n] = valid ? pt__maxf(sl->logits + (size_t)n * Vl, valid) : -INFINITY;
+    if ((st = pt_comm_all_reduce(x->tp_comm, mx, (size_t)N, PT_REDUCE_MAX)) != PT_OK) return st;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        const float *l = sl->logits + (size_t)n * Vl;
+        int t = sl->targets[n] - v0;
+        sum[n] = valid ? (float)pt__sum_exp(l, valid, mx[n]) : 0.0f;
+        tl[n] = t >= 0 && t < valid ? l[t] : 0.0f;
+    }
+    if ((st = pt_comm_all_reduce(x->tp_comm, sum, 2 * (size_t)N, PT_REDUCE_SUM)) != PT_OK)
+        return st;
+    for (n = 0; n < N; n++) {
+        sl->lse[n] = (double)mx[n] + log((double)sum[n]);
+        sl->losses[n] = (float)(sl->lse[n] - (double)tl[n]);
+    }
+    return PT_OK;
+}
+
+/* Logits (N rows of this rank's vocab_local columns) over the whole
+   vocabulary into out (N, vocab_size): gathered over the tensor-parallel
+   group, padding dropped. */
+static pt_status pt__gather_logits(const pt_gpt *m, const float *logits, size_t N, float *out) {
+    size_t V = (size_t)m->config.vocab_size, Vl = (size_t)m->place.vocab_local, n, k;
+    size_t tp = (size_t)m->place.tp;
+    float *parts;
+    pt_status st;
+    if (tp == 1) {
+        memcpy(out, logits, N * V * sizeof(float));
+        return PT_OK;
+    }
+    parts = (float *)pt__malloc(N * Vl * tp * sizeof(float), m->alloc_ctx);
+    if (!parts) return pt__fail(PT_ERR_OOM, "cannot allocate the gathered logits");
+    st = pt_comm_all_gather(m->exec->tp_comm, logits, parts, N * Vl);
+    for (k = 0; k < tp && st == PT_OK; k++) {
+        size_t v0 = k * Vl, len = v0 >= V ? 0 : (V - v0 < Vl ? V - v0 : Vl);
+        for (n = 0; n < N && len; n++)
+            memcpy(out + n * V + v0, parts + (k * N + n) * Vl, len * sizeof(float));
+    }
+    pt__free(parts, m->alloc_ctx);
+    return st;
+}
+
+/* ---- the actions: a chunk's forward, backward (B) and weight gradient (W) */
+
+/* Forward of this stage's chunk c on the micro-batch in slot sl (inputs and
+   targets already there, sl->x the chunk's input unless c holds virtual
+   stage 0): the embedding if it does, the chunk's layers, and the head and
+   mean loss (*loss) if c holds the last virtual stage and targets is set. */
+static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
+                                   int with_targets, float *loss) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    const pt_gpt_config *cfg = &m->config;
+    int C = cfg->n_embd, V = cfg->vocab_size, N = B * T, l;
+    const float *in = sl->x;
+    pt_status st;
+    if (c == 0 && pl->has_embed) {
+        /* vocabulary-parallel embedding: each rank looks up its rows, the sum
+           over the group is the whole lookup (tensor rank 0 adds wpe) */
+        pt__encoder_forward_part(sl->x, sl->inputs, m->wte, pl->tp_rank == 0 ? m->wpe : NULL,
+                                 pl->vocab_offset, pl->vocab_local, B, T, C);
+        if ((st = pt__tp_sum(x->tp_comm, sl->x, (size_t)N * C)) != PT_OK) return st;
+    }
+    for (l = x->chunk_start[c]; l < x->chunk_start[c + 1]; l++) {
+        pt_block_acts *a = &sl->acts[l - x->chunk_start[c]], *use = a;
+        if (pl->recompute == PT_RECOMPUTE_FULL) { /* everything but the output is dropped */
+            x->racts.out = a->out;
+            use = &x->racts;
+        } else if (pl->recompute == PT_RECOMPUTE_SELECTIVE) {
+            a->atty = x->racts.atty; /* the attention output is dropped */
+        }
+        st = pt_block_forward(cfg, B, T, &m->layers[l], in, use, &x->scratch, x->tp_comm);
+        if (st != PT_OK) return st;
+        in = a->out;
+    }
+    if (c != pl->chunks - 1 || !pl->has_head) return PT_OK;
+    pt_layernorm_forward(sl->lnf, sl->lnf_mean, sl->lnf_rstd, in, m->lnf_w, m->lnf_b, N, C,
+                         cfg->ln_eps);
+    pt_tied_head_forward(sl->logits, sl->lnf, m->wte, N, C, pl->vocab_local);
+    if (with_targets) {
+        double sum = 0.0;
+        int n;
+        if (pl->tp == 1) pt_crossentropy_forward(sl->losses, sl->lse, sl->logits, sl->targets, N, V);
+        else if ((st = pt__xent_forward_tp(m, sl, N)) != PT_OK) return st;
+        for (n = 0; n < N; n++) sum += sl->losses[n];
+        *loss = (float)(sum / N);
+    }
+    return PT_OK;
+}
+
+/* Averages n floats over the dp group into this rank's shard of them
+   (out = its n/dp), or copies them without a group. */
+static pt_status pt__dp_reduce_scatter(pt_gpt *m, const float *in, float *out, size_t n) {
+    if (m->place.dp == 1) {
+        memcpy(out, in, n * sizeof(float));
+        return PT_OK;
+    }
+    return pt_comm_reduce_scatter(m->exec->dp_comm, in, out, n / (size_t)m->place.dp,
+                                  PT_REDUCE_AVG);
+}
+
+/* ZeRO 2: averages the gradients of bucket b, in the stage (m->grads), over
+   the dp group and adds them to this rank's shard, then clears the stage. */
+static pt_status pt__zero2_bucket(pt_gpt *m, int b) {
+    pt_gpt_exec *x = m->exec;
+    const pt__bucket *k = &x->buckets[b];
+    float *dst = x->gshard + k->shard_offset;
+    size_t i;
+    pt_status st = pt__dp_reduce_scatter(m, m->grads, x->rs_tmp, k->numel);
+    if (st != PT_OK) return st;
+    for (i = 0; i < k->shard; i++) dst[i] += x->rs_tmp[i];
+    memset(m->grads, 0, k->numel * sizeof(float));
+    return PT_OK;
+}
+
+/* ZeRO 2: wte's gradient bucket by bucket: the head's part (dlogits^T lnf of
+   slot sl) or, with head = 0, the embedding's (and wpe's, in the last one). */
+static pt_status pt__zero2_wte(pt_gpt *m, const pt__slot *sl, int B, int T, int head) {
+    pt_gpt_exec *x = m->exec;
+    int C = m->config.n_embd, N = B * T, b, Vl = m->place.vocab_local;
+    const pt_param *wpe = &m->table[x->tab_wpe];
+    pt_status st = PT_OK;
+    for (b = 0; b <= wpe->bucket && st == PT_OK; b++) {
+        const pt__bucket *k = &x->buckets[b];
+        int r0 = (int)(k->offset / (size_t)C), r1 = (int)((k->offset + k->numel) / (size_t)C);
+        if (r1 > Vl) r1 = Vl;
+        if (head)
+            pt_sgemm(1, 0, r1 - r0, C, N, 1.0f, sl->logits + r0, Vl, sl->lnf, C, 1.0f, m->grads, C);
+        else
+            pt__encoder_backward_part(m->grads, b == wpe->bucket ? m->grads + (wpe->offset -
+                                      k->offset) : NULL, x->dres, sl->inputs,
+                                      m->place.vocab_offset + r0, r1 - r0, B, T, C);
+        st = pt__zero2_bucket(m, b);
+    }
+    return st;
+}
+
+/* After a step's last micro-batch: every bucket averaged over the dp group,
+   whole (zero 0) or into this rank's shard (zero 1; zero 2 did it in backward). */
+static pt_status pt__dp_sync_grads(pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    int b;
+    pt_status st = PT_OK;
+    for (b = 0; b < x->num_buckets && st == PT_OK; b++) {
+        const pt__bucket *k = &x->buckets[b];
+        if (m->place.zero == 1)
+            st = pt__dp_reduce_scatter(m, m->grads + k->offset, x->gshard + k->shard_offset,
+                                       k->numel);
+        else if (m->place.zero == 0 && m->place.dp > 1)
+            st = pt_comm_all_reduce(x->dp_comm, m->grads + k->offset, k->numel, PT_REDUCE_AVG);
+    }
+    return st;
+}
+
+/* Backward of this stage's chunk c for the micro-batch in slot sl,
+   accumulating parameter gradients (dloss scales the mean loss's): from the
+   loss if c holds the last virtual stage, else from x->dres (the output's
+   gradient); leaves the input's gradient in x->dres, or ends in the
+   embedding if c holds virtual stage 0. input_only: B without W (kept in
+   sl->wg). ZeRO 2 hands each bucket to its shard as soon as it is complete. */
+static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T, float dloss,
+                                    int input_only) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    const pt_gpt_config *cfg = &m->config;
+    int N = B * T, C = cfg->n_embd, l, first = x->chunk_start[c], last = x->chunk_start[c + 1];
+    int zero2 = pl->zero == 2;
+    pt_status st;
+    if (c == pl->chunks - 1 && pl->has_head) { /* the logits become dlogits in place */
+        pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, pl->vocab_local,
+                               pt__vocab_valid(m), pl->vocab_offset, dloss);
+        memset(x->scratch.dln, 0, sizeof(float) * (size_t)N * C);
+        pt_tied_head_backward(x->scratch.dln, zero2 ? NULL : x->dwte, sl->logits, sl->lnf, m->wte,
+                              N, C, pl->vocab_local);
+        if (zero2 && (st = pt__zero2_wte(m, sl, B, T, 1)) != PT_OK) return st;
+        if ((st = pt__tp_sum(x->tp_comm, x->scratch.dln, (size_t)N * C)) != PT_OK) return st;
+        memset(x->dres, 0, sizeof(float) * (size_t)N * C);
+        pt_layernorm_backward(x->dres, x->dlnf_w, x->dlnf_b, x->scratch.dln,
+                              last > first ? sl->acts[last - 1 - first].out : sl->x, m->lnf_w,
+                              sl->lnf_mean, sl->lnf_rstd, N, C);
+        if (zero2 && (st = pt__zero2_bucket(m, m->table[x->tab_lnf].bucket)) != PT_OK) return st;
+    }
+    for (l = last - 1; l >= first; l--) {
+        pt_block_acts *a = &sl->acts[l - first];
+        const float *in = l > first ? sl->acts[l - 1 - first].out : sl->x;
+        if (pl->recompute == PT_RECOMPUTE_FULL) { /* the layer's forward again, from its input */
+            x->racts.out = a->out;
+            a = &x->racts;
+            st = pt_block_forward(cfg, B, T, &m->layers[l], in, a, &x->scratch, x->tp_comm);
+            if (st != PT_OK) return st;
+        } else if (pl->recompute == PT_RECOMPUTE_SELECTIVE) { /* the attention core again */
+            a->atty = x->racts.atty;
+            pt_attention_forward(a->atty, a->lse, a->qkv, x->scratch.attn, x->scratch.attn_slots,
+                                 B, T, C / pl->tp, cfg->n_head / pl->tp);
+        }
+        if (input_only) /* B alone: W comes later, from what sl->wg keeps */
+            st = pt_block_backward_input(cfg, B, T, &m->layers[l], in, a, x->dres, x->dres,
+                                         &sl->wg[l - first], &x->scratch, x->tp_comm);
+        else
+            st = pt_block_backward(cfg, B, T, &m->layers[l], &x->layer_grads[l], in, a, x->dres,
+                                   x->dres, &x->scratch, x->tp_comm);
+        if (st != PT_OK) return st;
+        if (zero2 && (st = pt__zero2_bucket(m, m->table[x->tab_layers + x->layer_tensors * l]
+                                                   .bucket)) != PT_OK)
+            return st;
+    }
+    if (c != 0 || !pl->has_embed) return PT_OK;
+    /* every rank holds the whole dres: its wte rows, and all of wpe */
+    if (zero2) return pt__zero2_wte(m, sl, B, T, 0);
+    pt__encoder_backward_part(x->dwte, x->dwpe, x->dres, sl->inputs, pl->vocab_offset,
+                              pl->vocab_local, B, T, C);
+    return PT_OK;
+}
+
+/* W of this stage's chunk c: the layers' weight gradients from what B kept
+   in sl->wg (the attention output recomputed first when selective). */
+static void pt__chunk_weight(pt_gpt *m, pt__slot *sl, int c, int B, int T) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_config *cfg = &m->config;
+    int l, first = x->chunk_start[c], last = x->chunk_start[c + 1], k = m->place.tp;
+    for (l = first; l < last; l++) {
+        pt_block_acts *a = &sl->acts[l - first];
+        const float *in = l > first ? sl->acts[l - 1 - first].out : sl->x;
+        if (m->place.recompute == PT_RECOMPUTE_SELECTIVE) {
+            a->atty = x->racts.atty;
+            pt_attention_forward(a->atty, a->lse, a->qkv, x->scratch.attn, x->scratch.attn_slots,
+                                 B, T, cfg->n_embd / k, cfg->n_head / k);
+        }
+        pt_block_backward_weight(cfg, B, T, &m->layers[l], &x->layer_grads[l], in, a,
+                                 &sl->wg[l - first], &x->scratch, k);
+    }
+}
+
+/* ---- the step ---------------------------------------------------------------- */
+
+static void pt__zero_grad(pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    memset(m->grads, 0,
+           (m->place.zero == 2 ? pt__largest_bucket(m) : m->num_params) * sizeof(float));
+    if (x->gshard) memset(x->gshard, 0, x->shard_total * sizeof(float));
+    x->micro_done = 0;
+}
+
+/* The slot holding (micro, chunk), taking a free one if it has none. */
+static pt__slot *pt__slot_of(pt_gpt *m, int micro, int chunk, int take) {
+    pt_gpt_exec *x = m->exec;
+    int k;
+    for (k = 0; k < x->nslots; k++)
+        if (x->slots[k].micro == micro && x->slots[k].chunk == chunk) return &x->slots[k];
+    for (k = 0; take && k < x->nslots; k++)
+        if (x->slots[k].micro < 0) {
+            x->slots[k].micro = micro, x->slots[k].chunk = chunk;
+            if (++x->slots_used > m->mem.slots_peak) m->mem.slots_peak = x->slots_used;
+            return &x->slots[k];
+        }
+    return NULL;
+}
+
+static void pt__slot_release(pt_gpt *m, pt__slot *sl) {
+    sl->micro = sl->chunk = -1;
+    m->exec->slots_used--;
+}
+
+/* A step's batch: B rows that split into place.micro micro-batches the
+   model can hold, T tokens, and token ids inside the vocabulary. */
+static pt_status pt__step_batch(const pt_gpt *m, const pt_step_desc *d) {
+    int mb = m->place.micro;
+    pt_status st;
+    if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
+    if (!d->inputs || !d->targets)
+        return pt__fail(PT_ERR_INVALID_ARG, "a step needs inputs and targets");
+    if (d->B < 1 || d->B % mb != 0 || d->B / mb > m->B || d->T < 1 || d->T > m->T)
+        return pt__fail(PT_ERR_CONFIG, "batch %dx%d does not split into %d micro-batch%s of at "
+                        "most %dx%d", d->B, d->T, mb, mb > 1 ? "es" : "", m->B, m->T);
+    if ((st = pt__check_tokens(d->inputs, (size_t)d->B * d->T, m->config.vocab_size,
+                               "inputs")) != PT_OK ||
+        (st = pt__check_tokens(d->targets, (size_t)d->B * d->T, m->config.vocab_size,
+                               "targets")) != PT_OK)
+        return st;
+    return PT_OK;
+}
+
+/* OPT's first half: the two copies of wte (first and last stage) get the
+   sum of their gradients, the dp group averages them, and every rank gets
+   the loss (the last stage's mean over micro-batches, then over dp). */
+static pt_status pt__step_sync(pt_gpt *m, float loss_sum) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    float loss = pl->has_head ? loss_sum / (float)pl->micro : 0.0f;
+    pt_status st = PT_OK;
+    if (x->tie_comm && x->tie_comm->size == 2 && x->dwte)
+        st = pt_comm_all_reduce(x->tie_comm, x->dwte, m->table[x->tab_wte].numel, PT_REDUCE_SUM);
+    if (st == PT_OK && pl->zero < 2) st = pt__dp_sync_grads(m);
+    if (st == PT_OK && pl->pp > 1) st = pt_comm_all_reduce(x->pp_comm, &loss, 1, PT_REDUCE_SUM);
+    if (st == PT_OK && pl->dp > 1) st = pt_comm_all_reduce(x->dp_comm, &loss, 1, PT_REDUCE_AVG);
+    m->loss = loss;
+    return st;
+}
+
+/* OPT's second half, with an optimizer: clipping, the guard every rank
+   agrees on, and AdamW unless the step is skipped. */
+static pt_status pt__step_update(pt_gpt *m, const pt_step_desc *d, pt_step_result *r) {
+    int bad = 0;
+    pt_status st;
+    if ((st = pt_gpt_clip_grad_norm(m, d->clip, &r->grad_norm)) != PT_OK) return st;
+    if ((st = pt_gpt_check_step(m, m->loss, r->grad_norm, &bad, r->bad_tensor,
+                                sizeof r->bad_tensor)) != PT_OK)
+        return st;
+    r->skipped = bad;
+    return bad ? PT_OK : pt_gpt_adamw_step(m, d->adamw, d->lr);
+}
+
+PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *res) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    const pt_schedule *s = &x->sched;
+    int stage = pl->pp_rank, b, k, C = m->config.n_embd, V = pl->pp * pl->chunks, track = 0;
+    size_t N, NV;
+    float loss_sum = 0.0f, loss = 0.0f, dloss;
+    double t0 = 0.0;
+    pt_step_result local;
+    pt_status st;
+    if (!res) res = &local;
+    memset(res, 0, sizeof *res);
+    if (!m->grads || !s->count)
+        return pt__fail(PT_ERR_INVALID_ARG, "model was built for inference: no gradients");
+    if ((st = pt__step_batch(m, d)) != PT_OK) return st;
+    b = d->B / pl->micro;
+    N = (size_t)b * (size_t)d->T;
+    NV = N * (size_t)m->config.vocab_size;
+    dloss = 1.0f / ((float)N * pl->micro);
+    x->cur_B = b, x->cur_T = d->T;
+    x->has_targets = 0;
+    pt__zero_grad(m);
+    for (k = 0; k < x->nslots; k++) x->slots[k].micro = x->slots[k].chunk = -1;
+    x->slots_used = m->mem.slots_peak = 0;
+    if (d->trace) { /* a common time origin for every rank's events */
+        pt_comm *world = x->grid ? x->grid->world : NULL;
+        if (world && (st = pt_comm_barrier(world)) != PT_OK) return st;
+        track = world ? world->rank : 0;
+        t0 = pt_time_now();
+    }
+    for (k = 0; k < s->count[stage] && st == PT_OK; k++) {
+        const pt_action *a = &s->list[stage][k];
+        /* a message's tag names its micro-batch and the virtual stage that made it */
+        int i = a->micro, c = a->chunk, vs = c * pl->pp + stage;
+        int from = a->kind == PT_ACT_RECV_ACT ? vs - 1 : a->kind == PT_ACT_RECV_GRAD ? vs + 1 : vs;
+        int tag = (i * V + from) * 2 + (a->kind == PT_ACT_SEND_GRAD || a->kind == PT_ACT_RECV_GRAD);
+        int head = c == pl->chunks - 1 && pl->has_head;
+        double ta = d->trace ? pt_time_now() : 0.0;
+        pt__slot *sl = NULL;
+        switch (a->kind) {
+        case PT_ACT_RECV_ACT:
+            if (!(sl = pt__slot_of(m, i, c, 1))) goto no_slot;
+            st = pt_comm_recv(x->pp_comm, sl->x, N * (size_t)C, a->peer, tag);
+            break;
+        case PT_ACT_F:
+            if (!(sl = pt__slot_of(m, i, c, 1))) goto no_slot;
+            memcpy(sl->inputs, d->inputs + (size_t)i * N, N * sizeof(int));
+            memcpy(sl->targets, d->targets + (size_t)i * N, N * sizeof(int));
+            st = pt__chunk_forward(m, sl, c, b, d->T, 1, &loss);
+            if (st == PT_OK && head) {
+                loss_sum += loss;
+                if (d->losses) memcpy(d->losses + (size_t)i * N, sl->losses, N * sizeof(float));
+                if (d->logits) st = pt__gather_logits(m, sl->logits, N, d->logits + (size_t)i * NV);
+            }
+            break;
+        case PT_ACT_SEND_ACT:
+            if (!(sl = pt__slot_of(m, i, c, 0))) goto no_slot;
+            st = pt_comm_send(x->pp_comm,
+                              sl->acts[x->chunk_start[c + 1] - x->chunk_start[c] - 1].out,
+                              N * (size_t)C, a->peer, tag);
+            break;
+        case PT_ACT_RECV_GRAD:
+            st = pt_comm_recv(x->pp_comm, x->dres, N * (size_t)C, a->peer, tag);
+            break;
+        case PT_ACT_B:
+            if (!(sl = pt__slot_of(m, i, c, 0))) goto no_slot;
+            st = pt__chunk_backward(m, sl, c, b, d->T, dloss, x->split);
+            if (!x->split) pt__slot_release(m, sl);
+            break;
+        case PT_ACT_SEND_GRAD:
+            st = pt_comm_send(x->pp_comm, x->dres, N * (size_t)C, a->peer, tag);
+            break;
+        case PT_ACT_W: /* the weight gradients, then the activations are free */
+            if (!(sl = pt__slot_of(m, i, c, 0))) goto no_slot;
+            pt__chunk_weight(m, sl, c, b, d->T);
+            pt__slot_release(m, sl);
+            break;
+        case PT_ACT_OPT: /* the gradients synced; the optimizer, if asked for */
+            if ((st = pt__step_sync(m, loss_sum)) != PT_OK) break;
+            if (d->on_grads) d->on_grads(m, d->on_grads_ctx);
+            if (d->adamw) st = pt__step_update(m, d, res);
+            break;
+        default:
+            break;
+        }
+        if (d->trace && st == PT_OK)
+            st = pt_trace_add(d->trace, track, a->kind, i, c, ta - t0, pt_time_now() - ta);
+    }
+    x->micro_done = pl->micro; /* the gradients are whole: adamw_step may run */
+    res->loss = m->loss;
+    return st;
+no_slot:
+    return pt__fail(PT_ERR_INVALID_ARG, "pipeline stage %d: no activation slot for micro-batch "
+                    "%d chunk %d (the schedule and the slots disagree)", stage,
+                    s->list[stage][k].micro, s->list[stage][k].chunk);
+}
+
+PTRAINDEF pt_status pt_gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    int p = pl->pp, V = p * pl->chunks, i, c, b;
+    size_t N, C = (size_t)m->config.n_embd;
+    float sum = 0.0f, one = 0.0f;
+    pt__slot *sl = &x->slots[0];
+    pt_status st;
+    if ((st = pt__step_batch(m, d)) != PT_OK) return st;
+    b = d->B / pl->micro;
+    N = (size_t)b * (size_t)d->T;
+    x->has_targets = 0;
+    /* virtual stage k = c*p + s waits only for k-1: in this order nothing cycles */
+    for (i = 0; i < pl->micro && st == PT_OK; i++)
+        for (c = 0; c < pl->chunks && st == PT_OK; c++) {
+            int vs = c * p + pl->pp_rank;
+            memcpy(sl->inputs, d->inputs + (size_t)i * N, N * sizeof(int));
+            memcpy(sl->targets, d->targets + (size_t)i * N, N * sizeof(int));
+            if (vs > 0)
+                st = pt_comm_recv(x->pp_comm, sl->x, N * C, (vs - 1) % p, (i * V + vs - 1) * 2);
+            if (st == PT_OK) st = pt__chunk_forward(m, sl, c, b, d->T, 1, &one);
+            if (st == PT_OK && vs == V - 1) {
+                sum += one;
+                if (d->losses) memcpy(d->losses + (size_t)i * N, sl->losses, N * sizeof(float));
+                if (d->logits)
+                    st = pt__gather_logits(m, sl->logits, N,
+                                           d->logits + (size_t)i * N * (size_t)m->config.vocab_size);
+            }
+            if (st == PT_OK && vs < V - 1)
+                st = pt_comm_send(x->pp_comm,
+                                  sl->acts[x->chunk_start[c + 1] - x->chunk_start[c] - 1].out,
+                                  N * C, (vs + 1) % p, (i * V + vs) * 2);
+        }
+    *loss = pl->has_head ? sum / (float)pl->micro : 0.0f;
+    if (st == PT_OK && p > 1) st = pt_comm_all_reduce(x->pp_comm, loss, 1, PT_REDUCE_SUM);
+    if (st == PT_OK && pl->dp > 1) st = pt_comm_all_reduce(x->dp_comm, loss, 1, PT_REDUCE_AVG);
+    return st;
+}
+
+/* ---- the serial building blocks --------------------------------------------- */
+
+PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targets, int B,
+                                   int T) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_config *c = &m->config;
+    pt__slot *sl;
+    int V = c->vocab_size, N = B * T;
+    pt_status st;
+    if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
+    if (m->place.pp > 1)
+        return pt__fail(PT_ERR_INVALID_ARG, "a pipeline stage runs whole steps: "
+                        "pt_gpt_step, not pt_gpt_forward");
+    if (B < 1 || B > m->B || T < 1 || T > m->T)
+        return pt__fail(PT_ERR_CONFIG,
+                        "batch %dx%d does not fit the model's capacity B=%d, T=%d "
+                        "(block_size=%d)",
+                        B, T, m->B, m->T, c->block_size);
+    if ((st = pt__check_tokens(inputs, (size_t)N, V, "inputs")) != PT_OK) return st;
+    if (targets && (st = pt__check_tokens(targets, (size_t)N, V, "targets")) != PT_OK) return st;
+    sl = &x->slots[0];
+    memcpy(sl->inputs, inputs, sizeof(int) * N);
+    if (targets) memcpy(sl->targets, targets, sizeof(int) * N);
+    x->cur_B = B;
+    x->cur_T = T;
+    x->has_targets = 0;
+    m->loss = -1.0f;
+    if ((st = pt__chunk_forward(m, sl, 0, B, T, targets != NULL, &m->loss)) != PT_OK) return st;
+    if (targets) {
+        if (m->place.dp > 1 &&
+            (st = pt_comm_all_reduce(x->dp_comm, &m->loss, 1, PT_REDUCE_AVG)) != PT_OK)
+            return st;
+        x->has_targets = 1;
+    }
+    return PT_OK;
+}
+
+PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    int accum = m->place.micro;
+    pt_status st;
+    if (!m->grads)
+        return pt__fail(PT_ERR_INVALID_ARG, "model was built for inference: no gradients");
+    if (m->place.pp > 1)
+        return pt__fail(PT_ERR_INVALID_ARG, "a pipeline stage runs whole steps: "
+                        "pt_gpt_step, not pt_gpt_backward");
+    if (!x->has_targets)
+        return pt__fail(PT_ERR_INVALID_ARG,
+                        "backward needs a forward with targets first (and runs once per forward)");
+    x->has_targets = 0;
+    if (x->micro_done >= accum) x->micro_done = 0; /* a new step */
+    if (x->micro_done == 0) pt__zero_grad(m);
+    st = pt__chunk_backward(m, &x->slots[0], 0, x->cur_B, x->cur_T,
+                            1.0f / ((float)x->cur_B * x->cur_T * accum), 0);
+    if (st != PT_OK) return st;
+    if (++x->micro_done == accum && m->place.zero < 2) return pt__dp_sync_grads(m);
+    return PT_OK;
+}
+
+PTRAINDEF pt_status pt_gpt_gather_logits(const pt_gpt *m, float *out) {
+    const pt_gpt_exec *x = m->exec;
+    if (m->place.pp > 1 || !x->slots[0].logits)
+        return pt__fail(PT_ERR_INVALID_ARG, "pt_gpt_gather_logits reads pt_gpt_forward's logits "
+                        "(a pipeline step gives them through pt_step_desc.logits)");
+    return pt__gather_logits(m, x->slots[0].logits, (size_t)x->cur_B * x->cur_T, out);
+}
+
+/* ---- gradients and the optimizer ------------------------------------------- */
+
+/* The part of tensor i (in bucket b) inside this rank's shard of b, as flat
+   offsets [*lo, *hi); 0 if none. */
+static int pt__shard_span(const pt_gpt *m, int b, int i, size_t *lo, size_t *hi) {
+    const pt__bucket *k = &m->exec->buckets[b];
+    const pt_param *p = &m->table[i];
+    size_t s0 = k->offset + (size_t)m->place.dp_rank * k->shard, s1 = s0 + k->shard;
+    *lo = p->offset > s0 ? p->offset : s0;
+    *hi = p->offset + p->numel < s1 ? p->offset + p->numel : s1;
+    return *lo < *hi;
+}
+
+/* This rank's optimizer-ready gradient of table tensor i within bucket b:
+   the whole tensor (once: in the bucket it starts in), or under ZeRO its
+   part of this rank's shard of b. 0 if there is none. */
+static int pt__grad_span(const pt_gpt *m, int b, int i, float **src, size_t *len) {
+    const pt_gpt_exec *x = m->exec;
+    const pt_param *p = &m->table[i];
+    const pt__bucket *k = &x->buckets[b];
+    size_t lo = p->offset, hi = p->offset + p->numel;
+    if (!m->place.zero) {
+        *src = m->grads + lo;
+        *len = hi - lo;
+        return p->bucket == b;
+    }
+    if (!pt__shard_span(m, b, i, &lo, &hi)) return 0;
+    *src = x->gshard + k->shard_offset + (lo - k->offset - (size_t)m->place.dp_rank * k->shard);
+    *len = hi - lo;
+    return 1;
+}
+
+PTRAINDEF float *pt_gpt_grad_of(pt_gpt *m, const char *name, size_t *n) {
+    const pt_param *p = pt_gpt_find_param(m, name);
+    float *src;
+    int b;
+    *n = 0;
+    if (!p || !m->grads) return NULL;
+    for (b = 0; b < m->exec->num_buckets; b++)
+        if (pt__grad_span(m, b, (int)(p - m->table), &src, n)) return src;
+    return NULL;
+}
+
+PTRAINDEF pt_status pt_gpt_check_step(pt_gpt *m, float loss, float norm, int *bad, char *where,
+                                      size_t n) {
+    pt_gpt_exec *x = m->exec;
+    pt_comm *world = x->grid ? x->grid->world : NULL;
+    float flag = isfinite(loss) && isfinite(norm) ? 0.0f : 1.0f, first = 0.0f;
+    pt_status st;
+    int b, i;
+    *bad = 0;
+    if (where && n) where[0] = 0;
+    if (world && (st = pt_comm_all_reduce(world, &flag, 1, PT_REDUCE_MAX)) != PT_OK) return st;
+    if (flag == 0.0f) return PT_OK;
+    *bad = 1;
+    /* first = 1 + the highest canonical index with a non-finite value here
+       (backward computes the tensors from the last to the first), then the
+       highest over the ranks; canonical indices are far below 2^24 */
+    for (b = 0; m->grads && b < x->num_buckets; b++)
+        for (i = x->buckets[b].first; i < x->buckets[b].first + x->buckets[b].count; i++) {
+            float *src;
+            size_t len, j;
+            if ((float)(m->table[i].canon + 1) <= first || !pt__grad_span(m, b, i, &src, &len))
+                continue;
+            for (j = 0; j < len && isfinite(src[j]); j++) {
+            }
+            if (j < len) first = (float)(m->table[i].canon + 1);
+        }
+    if (world && (st = pt_comm_all_reduce(world, &first, 1, PT_REDUCE_MAX)) != PT_OK) return st;
+    if (where && n) {
+        if (first > 0.0f) pt__canon_name(&m->config, (int)first - 1, where, n);
+        else snprintf(where, n, "no gradient");
+    }
+    return PT_OK;
+}
+
+PTRAINDEF pt_status pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm, float *norm_out) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    double norm;
+    float *g = pl->zero ? x->gshard : m->grads;
+    size_t n = pl->zero ? x->shard_total : m->num_params;
+    pt_status st = PT_OK;
+    *norm_out = 0.0f;
+    if (!m->grads)
+        return pt__fail(PT_ERR_INVALID_ARG, "model was built for inference: no gradients");
+    if (pl->tp == 1 && !pl->zero && pl->pp == 1) {
+        norm = pt_norm2(m->grads, m->num_params);
+    } else { /* sum of squares of what this rank owns: split tensors' parts and
+                its dp shard; tensors replicated over tp count on tp rank 0, wte
+                on the first pipeline stage only */
+        double part = 0.0;
+        float sq;
+        int b, i;
+        for (b = 0; b < x->num_buckets; b++)
+            for (i = x->buckets[b].first; i < x->buckets[b].first + x->buckets[b].count; i++) {
+                const pt_param *p = &m->table[i];
+                float *src;
+                size_t len;
+                double v;
+                if (p->shard == PT_SHARD_NONE && pl->tp_rank != 0) continue;
+                if (i == x->tab_wte && !pl->has_embed) continue;
+                if (!pt__grad_span(m, b, i, &src, &len)) continue;
+                v = pt_norm2(src, len);
+                part += v * v;
+            }
+        sq = (float)part;
+        if (pl->tp > 1) st = pt_comm_all_reduce(x->tp_comm, &sq, 1, PT_REDUCE_SUM);
+        if (st == PT_OK && pl->zero && pl->dp > 1)
+            st = pt_comm_all_reduce(x->dp_comm, &sq, 1, PT_REDUCE_SUM);
+        if (st == PT_OK && pl->pp > 1) st = pt_comm_all_reduce(x->pp_comm, &sq, 1, PT_REDUCE_SUM);
+        if (st != PT_OK) return st;
+        norm = sqrt((double)sq);
+    }
+    if (max_norm > 0.0f && norm > max_norm) pt_scale(g, n, (float)(max_norm / norm));
+    *norm_out = (float)norm;
+    return PT_OK;
+}
+
+PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, float lr) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    int i, b;
+    if (!m->m)
+        return pt__fail(PT_ERR_INVALID_ARG, "model was built for inference: no optimizer state");
+    if (x->micro_done > 0 && x->micro_done < pl->micro)
+        return pt__fail(PT_ERR_INVALID_ARG, "adamw_step needs the gradients of all %d "
+                        "micro-batches of the step (backward ran %d times)", pl->micro,
+                        x->micro_done);
+    m->adam_t++;
+    if (!pl->zero) {
+        for (i = 0; i < m->num_tensors; i++) {
+            const pt_param *p = &m->table[i];
+            pt_adamw_update(m->params + p->offset, m->grads + p->offset, m->m + p->offset,
+                            m->v + p->offset, p->numel, cfg, lr, m->adam_t, p->decay);
+        }
+        return PT_OK;
+    }
+    /* ZeRO: update this rank's shard of each bucket, then gather the bucket */
+    for (b = 0; b < x->num_buckets; b++) {
+        const pt__bucket *k = &x->buckets[b];
+        size_t own = k->offset + (size_t)pl->dp_rank * k->shard, lo, hi;
+        pt_status st;
+        for (i = k->first; i < k->first + k->count; i++) {
+            size_t at;
+            if (!pt__shard_span(m, b, i, &lo, &hi)) continue;
+            at = k->shard_offset + (lo - own);
+            pt_adamw_update(m->params + lo, x->gshard + at, m->m + at, m->v + at, hi - lo, cfg,
+                            lr, m->adam_t, m->table[i].decay);
+        }
+        if (pl->dp == 1) continue;
+        st = pt_comm_all_gather(x->dp_comm, m->params + own, m->params + k->offset, k->shard);
+        if (st != PT_OK) return st; /* in place: this rank's shard is already there */
+    }
+    return PT_OK;
+}
 
 /* ======================================================================== */
 /* >>sim (implementation)                                                    */
@@ -5886,22 +6246,23 @@ PTRAINDEF double pt_hw_gemm_seconds(const pt_hw *hw, double M, double N, double 
     return (t > tm ? t : tm) + hw->kernel_s;
 }
 
-PTRAINDEF double pt_hw_comm_seconds(const pt_hw *hw, int kind, double bytes, int n, int per_node) {
+PTRAINDEF double pt_hw_comm_seconds(const pt_hw *hw, pt_coll_kind kind, double bytes, int n,
+                                    int per_node) {
     int nodes = (n + per_node - 1) / per_node;
     double bw = hw->intra_bw, lat = hw->intra_lat, ring, tree, steps, vol;
-    if (n <= 1 || bytes <= 0) return 0.0;
+    if (n <= 1 || bytes <= 0 || kind == PT_COLL_NONE) return 0.0;
     if (nodes > 1) { /* the slower link: each device's share of its node's adapters */
         bw = hw->inter_bw < bw ? hw->inter_bw : bw;
         lat = hw->inter_lat;
     }
-    if (kind == 3) return lat + bytes / bw;
+    if (kind == PT_COLL_P2P) return lat + bytes / bw;
     /* ring: reduce-scatter and all-gather each move (n-1)/n of the buffer in
        n-1 steps; an all-reduce is both. A tree all-reduce: 2 log2(n) steps,
        each the whole buffer pipelined (about 2 buffers through a link). */
-    steps = kind == 0 ? 2.0 * (n - 1) : (double)(n - 1);
-    vol = (kind == 0 ? 2.0 : 1.0) * (n - 1) / n * bytes;
+    steps = kind == PT_COLL_ALL_REDUCE ? 2.0 * (n - 1) : (double)(n - 1);
+    vol = (kind == PT_COLL_ALL_REDUCE ? 2.0 : 1.0) * (n - 1) / n * bytes;
     ring = steps * lat + vol / bw;
-    if (kind != 0) return ring;
+    if (kind != PT_COLL_ALL_REDUCE) return ring;
     tree = 2.0 * ceil(log2((double)n)) * lat + 2.0 * bytes / bw;
     return ring < tree ? ring : tree;
 }
@@ -5975,7 +6336,7 @@ static void pt__layer_costs(pt__sim *S) {
     ew_f = ew_f / hw->mem_bw * S->share + kern;
     ew_b = ew_b / hw->mem_bw * S->share + 2.0 * kern;
     /* two all-reduces of M x h forward, two backward (Megatron-LM's f and g) */
-    ar = t > 1 ? pt_hw_comm_seconds(hw, 0, M * h * e, d->tp, d->tp < hw->per_node ? d->tp
+    ar = t > 1 ? pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, M * h * e, d->tp, d->tp < hw->per_node ? d->tp
                                                                               : hw->per_node)
                : 0.0;
     L->tp_fwd_s = L->tp_bwd_s = 2.0 * ar;
@@ -6061,7 +6422,7 @@ static double pt__sim_cost_cb(void *ctx, int st, const pt_action *a) {
    Megatron-LM executor's activations; pt_gpt_init's own layout for ptrain's). */
 static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) {
     const pt_plan_desc *d = S->d;
-    double P = (double)m->num_params, sh = m->zero ? (double)m->shard_total : P;
+    double P = (double)m->num_params, sh = m->place.zero ? (double)m->exec->shard_total : P;
     double big = (double)pt__largest_bucket(m), wb = S->ptrain ? 4 : 2, gb = wb;
     double ob = S->ptrain ? 8 : 12; /* Adam m, v (and fp32 master weights) */
     double s = d->seq, b = d->micro, h = d->hidden, t = d->tp, per, most = 0;
@@ -6075,156 +6436,237 @@ static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) 
         mem->optimizer = (double)m->mem.optimizer;
         mem->activations = (double)(m->mem.activations + m->mem.scratch);
     } else {
-        for (c = 0; c < m->chunks; c++)
-            if (m->chunk_start[c + 1] - m->chunk_start[c] > most)
-                most = m->chunk_start[c + 1] - m->chunk_start[c];
+        for (c = 0; c < m->place.chunks; c++)
+            if (m->exec->chunk_start[c + 1] - m->exec->chunk_start[c] > most)
+                most = m->exec->chunk_start[c + 1] - m->exec->chunk_start[c];
         per = d->recompute == PT_RECOMPUTE_FULL        ? 2.0 * s * b * h
               : d->recompute == PT_RECOMPUTE_SELECTIVE ? S->layer.act_sel_bytes
                                                        : S->layer.act_bytes;
-        mem->activations = m->nslots * most * per;
+        mem->activations = m->mem.slots * most * per;
         if (d->recompute == PT_RECOMPUTE_FULL) mem->transient = S->layer.act_bytes;
-        if (m->has_embed) mem->activations += m->nslots * s * b * h; /* dropout mask */
-        if (m->has_head) /* output layer: 4sbh/t (1 + v/h) */
-            mem->activations += 4.0 * s * b * h / t * (1.0 + (double)m->vocab_local * t / h);
+        if (m->place.has_embed) mem->activations += m->mem.slots * s * b * h; /* dropout mask */
+        if (m->place.has_head) /* output layer: 4sbh/t (1 + v/h) */
+            mem->activations += 4.0 * s * b * h / t * (1.0 + (double)m->place.vocab_local * t / h);
     }
     mem->total = mem->params + mem->grads + mem->optimizer + mem->activations;
 }
 
-/* One simulated step, each rank's compute slowed by share (ranks sharing cores). */
+/* The plan's checks, every failed one reported; fills S's sizes. */
+static pt_status pt__plan_check(pt__sim *S, pt_plan_desc *D, const pt_hw *hw) {
+    int bad = 0;
+    if (D->chunks < 1) D->chunks = 1;
+    D->schedule = pt__sched_resolve(D->schedule, D->chunks);
+#define PT__POS(f)                                                                            \
+    if (D->f < 1) pt__append_error(&bad, #f "=%d must be >= 1", D->f);
+    PT__POS(layers) PT__POS(hidden) PT__POS(heads) PT__POS(seq) PT__POS(vocab) PT__POS(tp)
+    PT__POS(pp) PT__POS(gpus) PT__POS(batch) PT__POS(micro)
+#undef PT__POS
+    if (bad) return PT_ERR_CONFIG;
+    if (D->hidden % D->heads)
+        pt__append_error(&bad, "hidden=%d is not divisible by heads=%d", D->hidden, D->heads);
+    if (D->heads % D->tp)
+        pt__append_error(&bad, "tp=%d does not divide heads=%d", D->tp, D->heads);
+    if (D->gpus % (D->tp * D->pp))
+        pt__append_error(&bad, "gpus=%d is not a multiple of tp x pp = %d", D->gpus,
+                         D->tp * D->pp);
+    S->dp = D->gpus / (D->tp * D->pp);
+    if (!bad && D->batch % (S->dp * D->micro))
+        pt__append_error(&bad, "batch=%d is not divisible by dp x micro-batch = %d x %d",
+                         D->batch, S->dp, D->micro);
+    if (D->zero < 0 || D->zero > 3) pt__append_error(&bad, "zero=%d must be 0..3", D->zero);
+    if (D->zero == 3 && D->pp > 1)
+        pt__append_error(&bad, "zero=3 with pipeline stages (pp=%d): ZeRO 3 shards the layers "
+                         "over data parallelism instead; use pp=1", D->pp);
+    if (D->pp > 64) pt__append_error(&bad, "pp=%d > 64 stages", D->pp);
+    if (!bad && (double)D->batch / ((double)D->micro * S->dp) * D->pp * D->chunks > 1048576.0)
+        pt__append_error(&bad, "%d micro-batches x %d virtual stages is more than 2^20 to "
+                         "simulate (use a larger micro-batch)", D->batch / (D->micro * S->dp),
+                         D->pp * D->chunks);
+    if (D->zero == 3 && (D->exec ? D->exec : hw->exec) == PT_EXEC_PTRAIN)
+        pt__append_error(&bad, "zero=3: ptrain's executor shards up to ZeRO 2 (simulate ZeRO 3 "
+                         "on a GPU profile)");
+    if (hw->cores > 0 && D->gpus > hw->per_node)
+        pt__append_error(&bad, "gpus=%d > %d ranks of the profile's one machine", D->gpus,
+                         hw->per_node);
+    if (bad) return PT_ERR_CONFIG;
+    S->m = D->batch / (S->dp * D->micro);
+    S->V = D->pp * D->chunks;
+    return PT_OK;
+}
+
+/* Pipeline stage st: its meta build (every tp x dp rank of a stage alike),
+   its memory, and the costs only it has: the embedding (first), the head
+   (last), the gradient sync and optimizer, ZeRO 3's gathers. */
+static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *rep,
+                                pt_plan_result *r) {
+    const pt_plan_desc *D = S->d;
+    const pt_hw *hw = S->hw;
+    pt_grid g;
+    pt_gpt m;
+    pt_gpt_desc gd;
+    pt_plan_mem mem;
+    double M = (double)D->micro * D->seq, h = D->hidden, t = D->tp, e = S->elem, Vl, layer_p, pn;
+    int c, p = D->pp, dpn = D->tp >= hw->per_node ? 1 : hw->per_node / D->tp;
+    pt_status err;
+    memset(&g, 0, sizeof g);
+    memset(&gd, 0, sizeof gd);
+    g.tp = D->tp, g.dp = S->dp, g.pp = p, g.pp_rank = st;
+    gd.config.vocab_size = D->vocab, gd.config.block_size = D->seq;
+    gd.config.n_layer = D->layers, gd.config.n_head = D->heads, gd.config.n_embd = D->hidden;
+    gd.batch = D->micro, gd.seq = D->seq, gd.meta = 1, gd.grid = &g;
+    gd.zero = D->zero > 2 ? 2 : D->zero; /* ZeRO 3's shards are ZeRO 2's */
+    gd.grad_accum = S->m;
+    gd.schedule = D->schedule;
+    gd.chunks = D->chunks, gd.recompute = D->recompute;
+    gd.schedule_report = rep;
+    if ((err = pt_gpt_init(&m, &gd)) != PT_OK) return err;
+    if (st == 0) S->split = m.exec->split;
+    for (c = 0; c < D->chunks; c++)
+        S->chunk_layers[c * p + st] = m.exec->chunk_start[c + 1] - m.exec->chunk_start[c];
+    pt__sim_memory(S, &m, &mem);
+    r->stage[st].mem = mem;
+    r->stage[st].layers = m.place.n_layers;
+    if (mem.total > r->mem.total) r->mem = mem, r->mem_rank = st * D->tp * S->dp;
+    Vl = m.place.vocab_local;
+    pn = (double)m.num_params;
+    if (m.place.has_head) {
+        double g1 = pt_hw_gemm_seconds(hw, M, Vl, h, 1, e) * S->share;
+        double ce = M * Vl * 4.0 / hw->mem_bw * S->share;
+        S->head_fwd_flops = 2.0 * M * h * Vl;
+        S->head_bwd_flops = 4.0 * M * h * Vl;
+        S->head_tp_s = t > 1 ? pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, M * h * e, D->tp,
+                                                  D->tp) : 0.0;
+        S->head_fwd_s = g1 + 3.0 * ce + 2.0 * M * h * e / hw->mem_bw * S->share;
+        S->head_bin_s = g1 + 2.0 * ce + S->head_tp_s + 3.0 * M * h * e / hw->mem_bw * S->share;
+        S->head_bw_s = pt_hw_gemm_seconds(hw, Vl, h, M, 1, e) * S->share;
+    }
+    if (m.place.has_embed) {
+        S->emb_tp_s = t > 1 ? pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, M * h * e, D->tp, D->tp)
+                            : 0.0;
+        S->emb_fwd_s = 3.0 * M * h * e / hw->mem_bw * S->share + S->emb_tp_s;
+        S->emb_bwd_s = M * h * (e + 4.0) / hw->mem_bw * S->share;
+    }
+    /* after the last backward: the gradients over the dp group, wte's two
+       copies summed (first and last stage), the optimizer on this rank's part */
+    if (S->dp > 1 && D->zero == 0)
+        S->dp_s[st] = pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, pn * e, S->dp, dpn);
+    else if (S->dp > 1 && D->zero < 3)
+        S->dp_s[st] = pt_hw_comm_seconds(hw, PT_COLL_REDUCE_SCATTER, pn * e, S->dp, dpn) +
+                      pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, pn * e, S->dp, dpn);
+    if (p > 1 && (m.place.has_embed || m.place.has_head))
+        S->dp_s[st] += pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, Vl * h * e, 2,
+                                          D->tp * S->dp * (p - 1) < hw->per_node ? 2 : 1);
+    r->stage[st].dp_bytes = S->dp > 1 && D->zero < 3 ? (D->zero ? 2.0 : 1.0) * pn * e : 0.0;
+    S->opt_s[st] = S->dp_s[st] + (D->zero ? (double)m.exec->shard_total : pn) * (28.0 + e) /
+                                     hw->mem_bw * S->share + hw->kernel_s * 4;
+    /* ZeRO 3: a layer's weights gathered over dp before each use */
+    layer_p = 12.0 * h * h / t + 13.0 * h;
+    S->zero3_s[st] = D->zero == 3 && S->dp > 1
+                         ? pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, layer_p * e, S->dp, dpn)
+                         : 0.0;
+    pt_gpt_free(&m);
+    return PT_OK;
+}
+
+/* The step: every stage's list with the modeled costs; each stage's end
+   and the last optimizer start (*span) into r; the actions into trace. */
+static pt_status pt__plan_timeline(pt__sim *S, const pt_schedule *sch, pt_plan_result *r,
+                                   pt_trace *trace, double *span) {
+    int p = S->d->pp, st, k, i;
+    size_t total = 0;
+    double *start, *clock;
+    pt__sched_costs costs;
+    pt_status err;
+    costs.cost = pt__sim_cost_cb, costs.ctx = S;
+    for (st = 0; st < p; st++) total += (size_t)sch->count[st];
+    start = (double *)pt__malloc(sizeof(double) * (total + (size_t)p), NULL);
+    if (!start) return pt__fail(PT_ERR_OOM, "cannot allocate the simulated timeline");
+    clock = start + total;
+    err = pt__sched_run(sch, NULL, start, &costs, clock);
+    for (st = 0, i = 0; err == PT_OK && st < p; st++) {
+        double opt_at = start[i + sch->count[st] - 1];
+        *span = opt_at > *span ? opt_at : *span;
+        r->step_time = clock[st] > r->step_time ? clock[st] : r->step_time;
+        for (k = 0; trace && err == PT_OK && k < sch->count[st]; k++) {
+            const pt_action *a = &sch->list[st][k];
+            double dur = pt__sim_action(S, st, a, 0);
+            if (dur > 0)
+                err = pt_trace_add(trace, st, a->kind, a->micro, a->chunk, start[i + k], dur);
+        }
+        i += sch->count[st];
+    }
+    pt__free(start, NULL);
+    return err;
+}
+
+/* The result's totals from the stages, the busiest one's parts. */
+static void pt__plan_summary(const pt__sim *S, double span, pt_plan_result *r) {
+    const pt_plan_desc *D = S->d;
+    double busy = 0.0, worst = -1.0;
+    int w = 0, st, p = D->pp;
+    for (st = 0; st < p; st++) {
+        r->stage[st].busy_s = S->busy[st];
+        r->stage[st].hw_flops = S->hwflops[st];
+        busy += S->busy[st];
+        r->hw_flops += S->hwflops[st], r->model_flops += S->flops[st];
+        if (S->busy[st] + S->opt_s[st] > worst) worst = S->busy[st] + S->opt_s[st], w = st;
+    }
+    /* a stage's FLOPs are one of its tp ranks' times tp, over dp replicas */
+    r->hw_flops *= (double)D->tp * S->dp;
+    r->model_flops *= (double)D->tp * S->dp;
+    r->bubble_fraction = span > 0 ? 1.0 - busy / (p * span) : 0.0;
+    r->tp_comm_s = S->tp_s[w], r->pp_comm_s = S->pp_s[w], r->dp_comm_s = S->dp_s[w];
+    r->optimizer_s = S->opt_s[w] - S->dp_s[w];
+    r->comm_exposed = r->tp_comm_s + r->pp_comm_s + r->dp_comm_s;
+    r->compute_s = S->busy[w] - r->tp_comm_s - r->pp_comm_s;
+    r->tflops_per_gpu = r->hw_flops / (r->step_time * D->gpus) / 1e12;
+    r->model_tflops_per_gpu = r->model_flops / (r->step_time * D->gpus) / 1e12;
+    r->percent_of_peak = 100.0 * r->tflops_per_gpu * 1e12 / S->hw->peak_flops;
+    r->tokens_per_s = (double)D->batch * D->seq / r->step_time;
+    r->train_seconds = D->train_tokens > 0 ? D->train_tokens / r->tokens_per_s : 0.0;
+    r->fits = 1;
+}
+
+/* One simulated step, each rank's compute slowed by share (ranks sharing
+   cores): checks, the schedule, every stage's build and costs, the
+   memory verdict, the timeline, the totals. */
 static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double share,
                               pt_plan_result *r, pt_trace *trace) {
     pt__sim S;
     pt_schedule sch;
     pt_schedule_report rep;
     pt_plan_desc D = *d;
-    int p, v, bad = 0, st, k, i, total = 0;
-    double t0 = pt_time_now(), *start = NULL, *clock = NULL, span = 0.0, e;
-    pt_status err = PT_OK;
+    int p, st;
+    double t0 = pt_time_now(), span = 0.0;
+    pt_status err;
     memset(r, 0, sizeof *r);
     memset(&S, 0, sizeof S);
-    if (D.chunks < 1) D.chunks = 1;
-    if (D.chunks > 1 && D.schedule != PT_SCHED_ZB_H1) D.schedule = PT_SCHED_INTERLEAVED;
-#define PT__POS(f)                                                                            \
-    if (D.f < 1) pt__append_error(&bad, #f "=%d must be >= 1", D.f);
-    PT__POS(layers) PT__POS(hidden) PT__POS(heads) PT__POS(seq) PT__POS(vocab) PT__POS(tp)
-    PT__POS(pp) PT__POS(gpus) PT__POS(batch) PT__POS(micro)
-#undef PT__POS
-    if (bad) return PT_ERR_CONFIG;
-    if (D.hidden % D.heads)
-        pt__append_error(&bad, "hidden=%d is not divisible by heads=%d", D.hidden, D.heads);
-    if (D.heads % D.tp)
-        pt__append_error(&bad, "tp=%d does not divide heads=%d", D.tp, D.heads);
-    if (D.gpus % (D.tp * D.pp))
-        pt__append_error(&bad, "gpus=%d is not a multiple of tp x pp = %d", D.gpus, D.tp * D.pp);
-    S.dp = D.gpus / (D.tp * D.pp);
-    if (!bad && D.batch % (S.dp * D.micro))
-        pt__append_error(&bad, "batch=%d is not divisible by dp x micro-batch = %d x %d", D.batch,
-                         S.dp, D.micro);
-    if (D.zero < 0 || D.zero > 3) pt__append_error(&bad, "zero=%d must be 0..3", D.zero);
-    if (D.zero == 3 && D.pp > 1)
-        pt__append_error(&bad, "zero=3 with pipeline stages (pp=%d): ZeRO 3 shards the layers "
-                         "over data parallelism instead; use pp=1", D.pp);
-    if (D.pp > 64) pt__append_error(&bad, "pp=%d > 64 stages", D.pp);
-    if (!bad && (double)D.batch / ((double)D.micro * (D.gpus / (D.tp * D.pp))) * D.pp * D.chunks >
-                    1048576.0)
-        pt__append_error(&bad, "%d micro-batches x %d virtual stages is more than 2^20 to simulate "
-                         "(use a larger micro-batch)", D.batch / (D.micro * (D.gpus / (D.tp * D.pp))),
-                         D.pp * D.chunks);
-    if (D.zero == 3 && (D.exec ? D.exec : hw->exec) == PT_EXEC_PTRAIN)
-        pt__append_error(&bad, "zero=3: ptrain's executor shards up to ZeRO 2 (simulate ZeRO 3 "
-                         "on a GPU profile)");
-    if (hw->cores > 0 && D.gpus > hw->per_node)
-        pt__append_error(&bad, "gpus=%d > %d ranks of the profile's one machine", D.gpus,
-                         hw->per_node);
-    if (bad) return PT_ERR_CONFIG;
-    p = D.pp, v = D.chunks;
+    memset(&sch, 0, sizeof sch);
+    if ((err = pt__plan_check(&S, &D, hw)) != PT_OK) return err;
+    p = D.pp;
     S.d = &D;
     S.hw = hw;
     S.ptrain = (D.exec ? D.exec : hw->exec) == PT_EXEC_PTRAIN;
-    S.elem = e = S.ptrain ? 4.0 : 2.0;
+    S.elem = S.ptrain ? 4.0 : 2.0;
     S.share = share;
-    S.m = D.batch / (S.dp * D.micro);
-    S.V = p * v;
     r->dp = S.dp;
     r->micro_batches = S.m;
     r->schedule = D.schedule;
-    S.chunk_layers = (int *)calloc((size_t)S.V, sizeof(int));
-    S.opt_s = (double *)calloc((size_t)p * 8, sizeof(double));
+    S.chunk_layers = (int *)pt__malloc(sizeof(int) * (size_t)S.V, NULL);
+    S.opt_s = (double *)pt__malloc(sizeof(double) * (size_t)p * 8, NULL);
     if (!S.chunk_layers || !S.opt_s) {
-        free(S.chunk_layers), free(S.opt_s);
+        pt__free(S.chunk_layers, NULL), pt__free(S.opt_s, NULL);
         return pt__fail(PT_ERR_OOM, "cannot allocate the simulator's state");
     }
+    memset(S.chunk_layers, 0, sizeof(int) * (size_t)S.V);
+    memset(S.opt_s, 0, sizeof(double) * (size_t)p * 8);
     S.dp_s = S.opt_s + p, S.zero3_s = S.dp_s + p, S.busy = S.zero3_s + p, S.flops = S.busy + p;
     S.hwflops = S.flops + p, S.tp_s = S.hwflops + p, S.pp_s = S.tp_s + p;
     S.stage = r->stage;
     pt__layer_costs(&S);
-    memset(&sch, 0, sizeof sch);
-    if ((err = pt_schedule_build(&sch, D.schedule, p, v, S.m)) == PT_OK)
+    if ((err = pt_schedule_build(&sch, D.schedule, p, D.chunks, S.m)) == PT_OK)
         err = pt_schedule_check(&sch, &rep);
-    /* every rank's meta build: ranks of one pipeline stage hold equal shapes,
-       so one build a stage serves its tp x dp ranks */
-    for (st = 0; st < p && err == PT_OK; st++) {
-        pt_grid g;
-        pt_gpt m;
-        pt_gpt_desc gd;
-        pt_plan_mem mem;
-        double M = (double)D.micro * D.seq, h = D.hidden, t = D.tp, Vl, layer_p, pn;
-        int c, dpn = D.tp >= hw->per_node ? 1 : hw->per_node / D.tp;
-        memset(&g, 0, sizeof g);
-        memset(&gd, 0, sizeof gd);
-        g.tp = D.tp, g.dp = S.dp, g.pp = p, g.pp_rank = st;
-        gd.config.vocab_size = D.vocab, gd.config.block_size = D.seq;
-        gd.config.n_layer = D.layers, gd.config.n_head = D.heads, gd.config.n_embd = D.hidden;
-        gd.batch = D.micro, gd.seq = D.seq, gd.meta = 1, gd.grid = &g;
-        gd.zero = D.zero > 2 ? 2 : D.zero; /* ZeRO 3's shards are ZeRO 2's */
-        gd.grad_accum = S.m;
-        gd.schedule = pt_schedule_kind_name(D.schedule);
-        gd.chunks = v, gd.recompute = D.recompute;
-        gd.schedule_report = &rep;
-        if ((err = pt_gpt_init(&m, &gd)) != PT_OK) break;
-        if (st == 0) S.split = m.split;
-        for (c = 0; c < v; c++) S.chunk_layers[c * p + st] = m.chunk_start[c + 1] - m.chunk_start[c];
-        pt__sim_memory(&S, &m, &mem);
-        r->stage[st].mem = mem;
-        r->stage[st].layers = m.n_local;
-        if (mem.total > r->mem.total) r->mem = mem, r->mem_rank = st * D.tp * S.dp;
-        Vl = m.vocab_local;
-        pn = (double)m.num_params;
-        /* the head (last stage) and the embedding (first) */
-        if (m.has_head) {
-            double g1 = pt_hw_gemm_seconds(hw, M, Vl, h, 1, e) * S.share;
-            double ce = M * Vl * 4.0 / hw->mem_bw * S.share;
-            S.head_fwd_flops = 2.0 * M * h * Vl;
-            S.head_bwd_flops = 4.0 * M * h * Vl;
-            S.head_tp_s = t > 1 ? pt_hw_comm_seconds(hw, 0, M * h * e, D.tp, D.tp) : 0.0;
-            S.head_fwd_s = g1 + 3.0 * ce + 2.0 * M * h * e / hw->mem_bw * S.share;
-            S.head_bin_s = g1 + 2.0 * ce + S.head_tp_s + 3.0 * M * h * e / hw->mem_bw * S.share;
-            S.head_bw_s = pt_hw_gemm_seconds(hw, Vl, h, M, 1, e) * S.share;
-        }
-        if (m.has_embed) {
-            S.emb_tp_s = t > 1 ? pt_hw_comm_seconds(hw, 0, M * h * e, D.tp, D.tp) : 0.0;
-            S.emb_fwd_s = 3.0 * M * h * e / hw->mem_bw * S.share + S.emb_tp_s;
-            S.emb_bwd_s = M * h * (e + 4.0) / hw->mem_bw * S.share;
-        }
-        /* after the last backward: the gradients over the dp group, wte's two
-           copies summed (first and last stage), the optimizer on this rank's part */
-        if (S.dp > 1 && D.zero == 0)
-            S.dp_s[st] = pt_hw_comm_seconds(hw, 0, pn * e, S.dp, dpn);
-        else if (S.dp > 1 && D.zero < 3)
-            S.dp_s[st] = pt_hw_comm_seconds(hw, 1, pn * e, S.dp, dpn) +
-                         pt_hw_comm_seconds(hw, 2, pn * e, S.dp, dpn);
-        if (p > 1 && (m.has_embed || m.has_head))
-            S.dp_s[st] += pt_hw_comm_seconds(hw, 0, Vl * h * e, 2, D.tp * S.dp * (p - 1) < hw->per_node ? 2 : 1);
-        r->stage[st].dp_bytes = S.dp > 1 && D.zero < 3 ? (D.zero ? 2.0 : 1.0) * pn * e : 0.0;
-        S.opt_s[st] = S.dp_s[st] + (D.zero ? (double)m.shard_total : pn) * (28.0 + e) /
-                                       hw->mem_bw * S.share + hw->kernel_s * 4;
-        /* ZeRO 3: a layer's weights gathered over dp before each use */
-        layer_p = 12.0 * h * h / t + 13.0 * h;
-        S.zero3_s[st] = D.zero == 3 && S.dp > 1
-                            ? pt_hw_comm_seconds(hw, 2, layer_p * e, S.dp, dpn)
-                            : 0.0;
-        pt_gpt_free(&m);
-    }
+    for (st = 0; st < p && err == PT_OK; st++) err = pt__plan_stage(&S, st, &rep, r);
     if (err == PT_OK && r->mem.total + r->mem.transient > hw->mem_bytes) /* no step for a plan
                                                                           that cannot run */
         err = pt__fail(PT_ERR_OOM, "out of memory on rank %d: needs %.1f GiB (weights %.1f, "
@@ -6234,68 +6676,21 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
                        r->mem.optimizer / 1073741824.0, r->mem.activations / 1073741824.0,
                        r->mem.transient / 1073741824.0, hw->mem_bytes / 1073741824.0);
     if (err == PT_OK) { /* activations to the next stage (Megatron: 1/t over the network, */
-        double bytes = (double)D.micro * D.seq * D.hidden * e; /* then gathered in the node) */
+        double bytes = (double)D.micro * D.seq * D.hidden * S.elem; /* then gathered in the node) */
         int across = D.tp * S.dp >= hw->per_node;
         if (!S.ptrain && D.tp > 1)
-            S.p2p_s = pt_hw_comm_seconds(hw, 3, bytes / D.tp, 2, across ? 1 : 2) +
-                      pt_hw_comm_seconds(hw, 2, bytes, D.tp, D.tp);
+            S.p2p_s = pt_hw_comm_seconds(hw, PT_COLL_P2P, bytes / D.tp, 2, across ? 1 : 2) +
+                      pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, bytes, D.tp, D.tp);
         else
-            S.p2p_s = p > 1 ? pt_hw_comm_seconds(hw, 3, bytes, 2, across ? 1 : 2) : 0.0;
+            S.p2p_s = p > 1 ? pt_hw_comm_seconds(hw, PT_COLL_P2P, bytes, 2, across ? 1 : 2) : 0.0;
         S.p2p_bytes = bytes;
     }
     r->build_seconds = pt_time_now() - t0;
-    if (err == PT_OK) { /* the step: the schedule's lists with these costs */
-        pt__sched_costs costs;
-        costs.cost = pt__sim_cost_cb, costs.ctx = &S;
-        for (st = 0; err == PT_OK && st < p; st++) total += sch.count[st];
-        if (err == PT_OK) {
-            start = (double *)malloc(sizeof(double) * ((size_t)total + (size_t)p));
-            clock = start ? start + total : NULL;
-            err = start ? pt__sched_run(&sch, NULL, start, &costs, clock)
-                        : pt__fail(PT_ERR_OOM, "cannot allocate the simulated timeline");
-        }
-        for (st = 0, i = 0; err == PT_OK && st < p; st++) {
-            double opt_at = start[i + sch.count[st] - 1];
-            span = opt_at > span ? opt_at : span;
-            r->step_time = clock[st] > r->step_time ? clock[st] : r->step_time;
-            for (k = 0; trace && err == PT_OK && k < sch.count[st]; k++) {
-                const pt_action *a = &sch.list[st][k];
-                double dur = pt__sim_action(&S, st, a, 0);
-                if (dur > 0)
-                    err = pt_trace_add(trace, st, a->kind, a->micro, a->chunk, start[i + k], dur);
-            }
-            i += sch.count[st];
-        }
-    }
+    if (err == PT_OK) err = pt__plan_timeline(&S, &sch, r, trace, &span);
+    if (err == PT_OK) pt__plan_summary(&S, span, r);
     pt_schedule_free(&sch);
-    if (err == PT_OK) {
-        double busy = 0.0, worst = -1.0;
-        int w = 0;
-        for (st = 0; st < p; st++) {
-            r->stage[st].busy_s = S.busy[st];
-            r->stage[st].hw_flops = S.hwflops[st];
-            busy += S.busy[st];
-            r->hw_flops += S.hwflops[st], r->model_flops += S.flops[st];
-            if (S.busy[st] + S.opt_s[st] > worst) worst = S.busy[st] + S.opt_s[st], w = st;
-        }
-        /* a stage's FLOPs are one of its tp ranks' times tp, over dp replicas */
-        r->hw_flops *= (double)D.tp * S.dp;
-        r->model_flops *= (double)D.tp * S.dp;
-        r->bubble_fraction = span > 0 ? 1.0 - busy / (p * span) : 0.0;
-        r->tp_comm_s = S.tp_s[w], r->pp_comm_s = S.pp_s[w], r->dp_comm_s = S.dp_s[w];
-        r->optimizer_s = S.opt_s[w] - S.dp_s[w];
-        r->comm_exposed = r->tp_comm_s + r->pp_comm_s + r->dp_comm_s;
-        r->compute_s = S.busy[w] - r->tp_comm_s - r->pp_comm_s;
-        r->tflops_per_gpu = r->hw_flops / (r->step_time * D.gpus) / 1e12;
-        r->model_tflops_per_gpu = r->model_flops / (r->step_time * D.gpus) / 1e12;
-        r->percent_of_peak = 100.0 * r->tflops_per_gpu * 1e12 / hw->peak_flops;
-        r->tokens_per_s = (double)D.batch * D.seq / r->step_time;
-        r->train_seconds = D.train_tokens > 0 ? D.train_tokens / r->tokens_per_s : 0.0;
-        r->fits = 1;
-    }
-    free(start);
-    free(S.chunk_layers);
-    free(S.opt_s);
+    pt__free(S.chunk_layers, NULL);
+    pt__free(S.opt_s, NULL);
     return err;
 }
 
@@ -7071,8 +7466,10 @@ static int pt__write_all(int fd, const unsigned char *p, size_t n) {
     return 1;
 }
 
-/* Test hook: PTRAIN_TEST_WRITE_DELAY_MS=n pauses n ms after each part (a
-   checkpoint's tensor), so that a test's kill lands in the middle of a write. */
+#ifdef PTRAIN_TEST_HOOKS
+/* Test hook (builds with -DPTRAIN_TEST_HOOKS only): PTRAIN_TEST_WRITE_DELAY_MS=n
+   pauses n ms after each part (a checkpoint's tensor), so that a test's kill
+   lands in the middle of a write. */
 static void pt__write_delay(void) {
     const char *e = getenv("PTRAIN_TEST_WRITE_DELAY_MS");
     int ms = e ? atoi(e) : 0;
@@ -7083,6 +7480,9 @@ static void pt__write_delay(void) {
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
+#else
+static void pt__write_delay(void) {}
+#endif
 
 /* Durable and atomic: the bytes reach the disk (fsync) before the rename
    makes them the file, and the rename reaches it (fsync of the directory)
@@ -7695,7 +8095,7 @@ PTRAINDEF pt_status pt_checkpoint_save(const char *path, const pt_gpt *m,
         return pt__fail(PT_ERR_INVALID_ARG, "model has no %s",
                         m->params ? "optimizer state (built for inference)" : "memory (meta=1)");
     bufs[0] = m->params; bufs[1] = m->m; bufs[2] = m->v;
-    if (m->num_params != m->num_params_full || m->zero) { /* split, padded or sharded:
+    if (m->num_params != m->num_params_full || m->place.zero) { /* split, padded or sharded:
                                                    every rank helps gather whole tensors */
         static const pt_state_buf which[3] = {PT_BUF_PARAMS, PT_BUF_ADAM_M, PT_BUF_ADAM_V};
         whole = (float *)pt__malloc(3 * m->num_params_full * sizeof(float), m->alloc_ctx);
@@ -7706,7 +8106,7 @@ PTRAINDEF pt_status pt_checkpoint_save(const char *path, const pt_gpt *m,
             bufs[k] = whole + (size_t)k * m->num_params_full;
         }
     }
-    writer = !m->grid || m->grid->world->rank == 0;
+    writer = !m->exec->grid || m->exec->grid->world->rank == 0;
     if (s != PT_OK || !writer) goto agree;
     values[0] = m->config.n_layer; values[1] = m->config.n_head; values[2] = m->config.n_embd;
     values[3] = m->config.vocab_size; values[4] = m->config.block_size;
@@ -7732,20 +8132,25 @@ PTRAINDEF pt_status pt_checkpoint_save(const char *path, const pt_gpt *m,
         snprintf(val, sizeof val, "%.9g", (double)m->config.ln_eps);
         s = pt_st_writer_meta(&w, "ln_eps", val);
     }
-    for (k = 0; k < 3; k++)
-        for (i = 0; i < m->num_tensors && s == PT_OK; i++) {
-            const pt_param *p = &m->table[i];
-            snprintf(name, sizeof name, "%s%s", pre[k], p->name);
-            s = pt_st_writer_add(&w, name, PT_F32, p->ndim, p->full_shape,
-                                 bufs[k] + p->full_offset);
+    for (k = 0; k < 3; k++) { /* the whole model's tensors, whichever stage holds them */
+        pt__spec sp;
+        char tname[48];
+        size_t at = 0;
+        for (i = 0; s == PT_OK && pt__canon_spec(&m->config, i, &sp, tname, sizeof tname); i++) {
+            int64_t shape[2];
+            shape[0] = sp.rows, shape[1] = sp.cols;
+            snprintf(name, sizeof name, "%s%s", pre[k], tname);
+            s = pt_st_writer_add(&w, name, PT_F32, sp.cols ? 2 : 1, shape, bufs[k] + at);
+            at += (size_t)sp.rows * (size_t)(sp.cols ? sp.cols : 1);
         }
+    }
     if (s == PT_OK) s = pt_st_writer_save(&w, path);
     pt_st_writer_free(&w);
 agree:
     pt__free(whole, m->alloc_ctx);
-    if (m->grid) { /* every rank returns the writer's verdict */
+    if (m->exec->grid) { /* every rank returns the writer's verdict */
         int all = 0;
-        pt_status cs = pt_comm_all_ok(m->grid->world, s == PT_OK, &all);
+        pt_status cs = pt_comm_all_ok(m->exec->grid->world, s == PT_OK, &all);
         if (cs != PT_OK) return cs;
         if (s == PT_OK && !all)
             return pt__fail(PT_ERR_IO, "%s: writing the checkpoint failed on another rank", path);
@@ -7760,15 +8165,15 @@ static pt_status pt__st_moments(const pt_gpt *m, const pt_safetensors *st, const
     float *all;
     pt_status s;
     int b;
-    if (!m->zero) return pt__st_params(m, st, prefix, dst);
+    if (!m->place.zero) return pt__st_params(m, st, prefix, dst);
     all = (float *)pt__malloc(m->num_params * sizeof(float), m->alloc_ctx);
     if (!all) return pt__fail(PT_ERR_OOM, "cannot allocate %zu floats to read the moments",
                               m->num_params);
     memset(all, 0, m->num_params * sizeof(float));
     s = pt__st_params(m, st, prefix, all);
-    for (b = 0; b < m->num_buckets && s == PT_OK; b++) {
-        const pt_bucket *k = &m->buckets[b];
-        memcpy(dst + k->shard_offset, all + k->offset + (size_t)m->dp_rank * k->shard,
+    for (b = 0; b < m->exec->num_buckets && s == PT_OK; b++) {
+        const pt__bucket *k = &m->exec->buckets[b];
+        memcpy(dst + k->shard_offset, all + k->offset + (size_t)m->place.dp_rank * k->shard,
                k->shard * sizeof(float));
     }
     pt__free(all, m->alloc_ctx);

@@ -73,13 +73,20 @@ static pt_status rank_main(pt_comm *world, void *arg) {
     pt_gpt_desc d;
     pt_gpt_config cfg;
     pt_adamw_config opt = pt_adamw_default();
+    pt_step_desc sd;
+    pt_step_result res;
     pt_rng rng;
+    pt_arena block;  /* one block's gradients, activations and scratch */
+    pt_block_params bg;
+    pt_block_acts ba;
+    pt_block_scratch bs;
     int Bl = o->batch / o->dp, N, i, s;
     int *inputs = NULL, *targets = NULL;
     double *t = NULL, *c = NULL, loss0, loss1, c0 = 0.0, bytes0 = 0.0;
-    float *x = NULL, *dout = NULL;
+    float *x = NULL, *dout = NULL, *dx = NULL;
     pt_status st;
     memset(&gpt, 0, sizeof gpt);
+    memset(&block, 0, sizeof block);
     if ((st = pt_grid_init(&grid, world, o->tp, o->dp, 1)) != PT_OK) return st;
     pt_gpt_config_preset(o->config, &cfg);
     if (o->layers) cfg.n_layer = o->layers;
@@ -111,10 +118,18 @@ static pt_status rank_main(pt_comm *world, void *arg) {
     c = (double *)malloc(sizeof(double) * (size_t)o->steps);
     x = (float *)malloc(sizeof(float) * (size_t)N * cfg.n_embd);
     dout = (float *)malloc(sizeof(float) * (size_t)N * cfg.n_embd);
-    if (!inputs || !targets || !t || !c || !x || !dout) {
-        st = pt_comm_fail(world, pt__fail(PT_ERR_OOM, "out of memory"));
+    dx = (float *)malloc(sizeof(float) * (size_t)N * cfg.n_embd);
+    pt_arena_init_meta(&block); /* measured, then allocated once */
+    pt_block_layout(&cfg, Bl, o->seq, o->tp, &block, NULL, &bg, &ba, &bs);
+    if (!inputs || !targets || !t || !c || !x || !dout || !dx ||
+        pt_arena_init(&block, block.used, NULL) != PT_OK) {
+        st = pt_comm_fail(world, pt_error(PT_ERR_OOM, "out of memory"));
         goto out;
     }
+    pt_block_layout(&cfg, Bl, o->seq, o->tp, &block, NULL, &bg, &ba, &bs);
+    memset(&sd, 0, sizeof sd);
+    sd.inputs = inputs + (size_t)grid.dp_rank * N, sd.targets = targets + (size_t)grid.dp_rank * N;
+    sd.B = Bl, sd.T = o->seq, sd.adamw = &opt, sd.lr = 1e-3f;
     pt_rng_seed(&rng, 7); /* the same batch on every rank; each takes its rows */
     for (i = 0; i < o->batch * o->seq; i++) {
         inputs[i] = (int)(pt_rng_u64(&rng) % (uint64_t)cfg.vocab_size);
@@ -122,23 +137,16 @@ static pt_status rank_main(pt_comm *world, void *arg) {
     }
     for (i = 0; i < N * cfg.n_embd; i++) x[i] = pt_rng_normal(&rng, 0, 1), dout[i] = 1e-3f;
 
-    /* the check, which is also the warm-up */
-    {
-        size_t at = (size_t)grid.dp_rank * N;
-        if ((st = pt_gpt_forward(&gpt, inputs + at, targets + at, Bl, o->seq)) != PT_OK) goto out;
-        loss0 = gpt.loss;
-        if ((st = pt_gpt_backward(&gpt)) != PT_OK ||
-            (st = pt_gpt_adamw_step(&gpt, &opt, 1e-3f)) != PT_OK ||
-            (st = pt_gpt_forward(&gpt, inputs + at, targets + at, Bl, o->seq)) != PT_OK)
-            goto out;
-        loss1 = gpt.loss;
-        if (!(fabs(loss0 - log((double)cfg.vocab_size)) < 0.5) || !(loss1 < loss0)) {
-            st = pt_comm_fail(world, pt__fail(PT_ERR_RANGE, "result check failed: loss %.4f "
-                                              "(ln V = %.4f), then %.4f", loss0,
-                                              log((double)cfg.vocab_size), loss1));
-            goto out;
-        }
-        if ((st = pt_gpt_backward(&gpt)) != PT_OK) goto out; /* leaves the step's state whole */
+    /* the check, which is also the warm-up: two steps on the same batch */
+    if ((st = pt_gpt_step(&gpt, &sd, &res)) != PT_OK) goto out;
+    loss0 = res.loss;
+    if ((st = pt_gpt_step(&gpt, &sd, &res)) != PT_OK) goto out;
+    loss1 = res.loss;
+    if (!(fabs(loss0 - log((double)cfg.vocab_size)) < 0.5) || !(loss1 < loss0)) {
+        st = pt_comm_fail(world, pt_error(PT_ERR_RANGE, "result check failed: loss %.4f "
+                                          "(ln V = %.4f), then %.4f", loss0,
+                                          log((double)cfg.vocab_size), loss1));
+        goto out;
     }
 
     /* one block, forward and backward, tensor-parallel */
@@ -148,10 +156,9 @@ static pt_status rank_main(pt_comm *world, void *arg) {
         c0 = comm_seconds(&grid);
         bytes0 = comm_bytes(&grid);
         t[s] = pt_time_now();
-        if ((st = pt_block_forward(&cfg, Bl, o->seq, &gpt.layers[0], x, &gpt.acts[0],
-                                   &gpt.scratch, tp)) != PT_OK ||
-            (st = pt_block_backward(&cfg, Bl, o->seq, &gpt.layers[0], &gpt.layer_grads[0], x,
-                                    &gpt.acts[0], dout, gpt.dres, &gpt.scratch, tp)) != PT_OK)
+        if ((st = pt_block_forward(&cfg, Bl, o->seq, &gpt.layers[0], x, &ba, &bs, tp)) != PT_OK ||
+            (st = pt_block_backward(&cfg, Bl, o->seq, &gpt.layers[0], &bg, x, &ba, dout, dx, &bs,
+                                    tp)) != PT_OK)
             goto out;
         t[s] = (pt_time_now() - t[s]) * 1e3;
         c[s] = (comm_seconds(&grid) - c0) * 1e3;
@@ -162,15 +169,11 @@ static pt_status rank_main(pt_comm *world, void *arg) {
 
     /* whole steps */
     for (s = 0; s < o->steps; s++) {
-        size_t at = (size_t)grid.dp_rank * N;
         if ((st = pt_comm_barrier(world)) != PT_OK) goto out;
         c0 = comm_seconds(&grid);
         bytes0 = comm_bytes(&grid);
         t[s] = pt_time_now();
-        if ((st = pt_gpt_forward(&gpt, inputs + at, targets + at, Bl, o->seq)) != PT_OK ||
-            (st = pt_gpt_backward(&gpt)) != PT_OK ||
-            (st = pt_gpt_adamw_step(&gpt, &opt, 1e-3f)) != PT_OK)
-            goto out;
+        if ((st = pt_gpt_step(&gpt, &sd, NULL)) != PT_OK) goto out;
         t[s] = (pt_time_now() - t[s]) * 1e3;
         c[s] = (comm_seconds(&grid) - c0) * 1e3;
     }
@@ -178,7 +181,8 @@ static pt_status rank_main(pt_comm *world, void *arg) {
                 (comm_bytes(&grid) - bytes0) / 1e6);
 out:
     if (st != PT_OK && st != PT_ERR_COMM) st = pt_comm_fail(world, st);
-    free(inputs), free(targets), free(t), free(c), free(x), free(dout);
+    free(inputs), free(targets), free(t), free(c), free(x), free(dout), free(dx);
+    pt_arena_free(&block);
     pt_gpt_free(&gpt);
     pt_grid_free(&grid);
     return st;

@@ -37,6 +37,7 @@ static pt_status stage_main(pt_comm *world, void *arg) {
     pt_gpt gpt;
     pt_gpt_desc d;
     pt_trace trace;
+    pt_step_desc sd;
     pt_adamw_config opt = pt_adamw_default();
     int *x = NULL, *y = NULL, n = o->micro * o->seq, i, s;
     pt_status st;
@@ -53,37 +54,41 @@ static pt_status stage_main(pt_comm *world, void *arg) {
     d.seq = o->seq;
     d.grid = &grid;
     d.grad_accum = o->micro;
-    d.schedule = o->schedule;
     d.chunks = o->chunks;
-    if ((st = pt_gpt_init(&gpt, &d)) != PT_OK) goto out;
+    if ((st = pt_schedule_kind_parse(o->schedule, &d.schedule)) != PT_OK ||
+        (st = pt_gpt_init(&gpt, &d)) != PT_OK)
+        goto out;
     pt_gpt_init_weights(&gpt, 1);
     if (!cli_random_batch(n, o->vocab, 3, &x, &y)) {
-        st = pt_comm_fail(world, pt__fail(PT_ERR_OOM, "out of memory"));
+        st = pt_comm_fail(world, pt_error(PT_ERR_OOM, "out of memory"));
         goto out;
     }
+    memset(&sd, 0, sizeof sd);
+    sd.inputs = x, sd.targets = y, sd.B = n / o->seq, sd.T = o->seq;
+    sd.adamw = &opt, sd.lr = 1e-4f;
     for (s = 0; s < o->steps; s++) {
         if (s == o->steps - 1) {
             pt_trace_free(&trace);
             trace.track_name = "stage";
-            gpt.trace = &trace;
+            sd.trace = &trace;
         }
-        if ((st = pt_gpt_pipeline_step(&gpt, x, y, n / o->seq, o->seq)) != PT_OK) goto out;
+        if ((st = pt_gpt_step(&gpt, &sd, NULL)) != PT_OK) goto out;
         if (s == 0 && !(fabs(gpt.loss - log((double)o->vocab)) < 0.5)) {
-            st = pt_comm_fail(world, pt__fail(PT_ERR_RANGE, "check failed: loss %.3f, ln V %.3f",
+            st = pt_comm_fail(world, pt_error(PT_ERR_RANGE, "check failed: loss %.3f, ln V %.3f",
                                               gpt.loss, log((double)o->vocab)));
             goto out;
         }
-        if ((st = pt_gpt_adamw_step(&gpt, &opt, 1e-4f)) != PT_OK) goto out;
     }
     { /* every stage's busy time and span, to rank 0 */
         float mine[4] = {0.0f, 1e30f, 0.0f, 0.0f}, all[4 * 64];
-        for (i = 0; i < trace.count; i++) {
+        for (i = 0; i < trace.count; i++) { /* the pipeline's part: OPT comes after it */
             const pt_trace_event *e = &trace.events[i];
+            if (e->kind == PT_ACT_OPT) continue;
             if (e->kind == PT_ACT_F || e->kind == PT_ACT_B || e->kind == PT_ACT_W) mine[0] += (float)e->dur;
             if (e->start < mine[1]) mine[1] = (float)e->start;
             if (e->start + e->dur > mine[2]) mine[2] = (float)(e->start + e->dur);
         }
-        mine[3] = (float)gpt.slots_peak;
+        mine[3] = (float)gpt.mem.slots_peak;
         if ((st = pt_comm_all_gather(world, mine, all, 4)) != PT_OK) goto out;
         if (world->rank == 0) {
             double t0 = 1e30, t1 = 0.0, busy = 0.0;
@@ -98,11 +103,10 @@ static pt_status stage_main(pt_comm *world, void *arg) {
                 o->slots_used[i] = (int)all[4 * i + 3];
             }
         }
-        o->slots_predicted[grid.pp_rank] = gpt.nslots;
+        o->slots_predicted[grid.pp_rank] = gpt.mem.slots;
     }
 out:
     if (st != PT_OK && st != PT_ERR_COMM) st = pt_comm_fail(world, st);
-    gpt.trace = NULL;
     if (st == PT_OK && (o->trace_path || o->svg_path)) /* every stage's events, to rank 0 */
         st = pt_trace_gather(&trace, world);
     if (st == PT_OK && world->rank == 0 && (o->trace_path || o->svg_path)) {

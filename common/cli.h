@@ -93,6 +93,17 @@ static inline int cli_recompute(const char *name) {
     return -1;
 }
 
+/* --schedule NAME as a pt_schedule_kind (NULL: 0, the default), or -1 after
+   an error message */
+static inline int cli_schedule(const char *name) {
+    pt_schedule_kind k = PT_SCHED_DEFAULT;
+    if (name && pt_schedule_kind_parse(name, &k) != PT_OK) {
+        fprintf(stderr, "error: --schedule: %s\n", pt_last_error());
+        return -1;
+    }
+    return (int)k;
+}
+
 static void cli_usage(FILE *f, const char *usage, const cli_opt *o, int n) {
     int i;
     fprintf(f, "%s\n\noptions:\n", usage);

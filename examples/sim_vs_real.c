@@ -41,8 +41,9 @@ static pt_status rank_main(pt_comm *world, void *arg) {
     pt_grid grid;
     pt_gpt gpt;
     pt_gpt_desc d;
+    pt_step_desc sd;
     pt_adamw_config opt = pt_adamw_default();
-    int m = r->batch / (l->dp * l->micro), rows = r->batch / l->dp, n = rows * r->seq, s, k;
+    int m = r->batch / (l->dp * l->micro), rows = r->batch / l->dp, n = rows * r->seq, s;
     int *x = NULL, *y = NULL;
     double t[32];
     pt_status st;
@@ -52,29 +53,23 @@ static pt_status rank_main(pt_comm *world, void *arg) {
     d.config.n_layer = r->layers, d.config.n_embd = r->embd, d.config.n_head = r->heads;
     d.config.vocab_size = r->vocab, d.config.block_size = r->seq;
     d.batch = l->micro, d.seq = r->seq, d.grid = &grid, d.grad_accum = m;
-    d.schedule = l->schedule, d.chunks = l->chunks, d.recompute = l->recompute;
-    if ((st = pt_gpt_init(&gpt, &d)) != PT_OK) goto out;
+    d.chunks = l->chunks, d.recompute = l->recompute;
+    if ((st = pt_schedule_kind_parse(l->schedule, &d.schedule)) != PT_OK ||
+        (st = pt_gpt_init(&gpt, &d)) != PT_OK)
+        goto out;
     pt_gpt_init_weights(&gpt, 1);
     if (!cli_random_batch(n, r->vocab, 5, &x, &y)) {
-        st = pt_comm_fail(world, pt__fail(PT_ERR_OOM, "out of memory"));
+        st = pt_comm_fail(world, pt_error(PT_ERR_OOM, "out of memory"));
         goto out;
     }
+    memset(&sd, 0, sizeof sd);
+    sd.inputs = x, sd.targets = y, sd.B = rows, sd.T = r->seq;
+    sd.adamw = &opt, sd.lr = 1e-4f, sd.clip = 1.0f;
     for (s = 0; s <= r->steps && st == PT_OK; s++) { /* step 0 warms up */
         double t0;
         if ((st = pt_comm_barrier(world)) != PT_OK) break;
         t0 = pt_time_now();
-        if (l->pp > 1) {
-            st = pt_gpt_pipeline_step(&gpt, x, y, rows, r->seq);
-        } else {
-            for (k = 0; k < m && st == PT_OK; k++) {
-                const int *xi = x + (size_t)k * l->micro * r->seq, *yi = y + (size_t)k * l->micro * r->seq;
-                if ((st = pt_gpt_forward(&gpt, xi, yi, l->micro, r->seq)) == PT_OK)
-                    st = pt_gpt_backward(&gpt);
-            }
-        }
-        if (st != PT_OK) break;
-        pt_gpt_clip_grad_norm(&gpt, 1.0f);
-        if ((st = pt_gpt_adamw_step(&gpt, &opt, 1e-4f)) != PT_OK) break;
+        if ((st = pt_gpt_step(&gpt, &sd, NULL)) != PT_OK) break;
         if ((st = pt_comm_barrier(world)) != PT_OK) break;
         if (s > 0) t[s - 1] = pt_time_now() - t0;
     }

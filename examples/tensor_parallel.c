@@ -132,7 +132,7 @@ static pt_status rank_main(pt_comm *tp, void *arg) {
     printf("rank %d of %d: heads %d..%d, %d MLP columns: %s (%d elements off)\n", k, K,
            k * NH / K, (k + 1) * NH / K - 1, Fw, bad ? "MISMATCH" : "matches the whole block", bad);
     pt_arena_free(&b.ar);
-    return bad ? pt_comm_fail(tp, pt__fail(PT_ERR_RANGE, "rank %d differs", k)) : PT_OK;
+    return bad ? pt_comm_fail(tp, pt_error(PT_ERR_RANGE, "rank %d differs", k)) : PT_OK;
 }
 
 int main(void) {

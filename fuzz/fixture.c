@@ -1,20 +1,20 @@
-/* fixture.c -- fuzzes the fixture loader of tests/fixture_check.c: the
-   metadata, model shape and batch of a ptrain-fixture-v1 file
-   (fixture_read), after the safetensors reader. See fuzz.h. */
-#define main fixture_check_main /* the program's own main is not run */
-#include "../tests/fixture_check.c"
-#undef main
+/* fixture.c -- fuzzes the fixture reader (tests/fixture.h, as
+   tests/fixture_check.c uses it): the metadata, model shape and batch of a
+   ptrain-fixture-v1 file, after the safetensors reader. See fuzz.h. */
+#define _POSIX_C_SOURCE 200809L
+#define PTRAIN_IMPLEMENTATION
+#include "../ptrain.h"
+#include "../tests/fixture.h"
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     pt_safetensors st;
-    job j;
+    fixture f;
     memset(&st, 0, sizeof st);
-    memset(&j, 0, sizeof j);
+    memset(&f, 0, sizeof f);
     if (pt_st_parse(&st, data, size) != PT_OK) return 0;
-    fixture_read(&st, &j);
-    free((void *)j.inputs);
-    free((void *)j.targets);
+    fixture_read(&st, &f);
+    fixture_free(&f);
     pt_st_free(&st);
     return 0;
 }

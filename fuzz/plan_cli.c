@@ -1,13 +1,14 @@
-/* plan_cli.c -- fuzzes build/plan's command line (examples/plan.c and
-   cli.h): the input is the argument vector, arguments separated by NUL
-   bytes. Runs the option parsing and checks (plan_options), then the
-   simulation itself (pt_plan_simulate: meta builds of every stage, the
-   schedule, the cost model) on the profile asked for. --search,
-   --calibrate and --hw local are not run: they take seconds or measure the
-   machine. See fuzz.h. */
-#define main plan_main /* the program's own main is not run */
-#include "../examples/plan.c"
-#undef main
+/* plan_cli.c -- fuzzes build/plan's command line (common/plan_opts.h): the
+   input is the argument vector, arguments separated by NUL bytes. Runs the
+   option parsing and checks (plan_options), then the simulation itself
+   (pt_plan_simulate: meta builds of every stage, the schedule, the cost
+   model) on the profile asked for. --search, --calibrate and --hw local are
+   not run: they take seconds or measure the machine. See fuzz.h. */
+#define _POSIX_C_SOURCE 200809L
+#define PTRAIN_IMPLEMENTATION
+#include "../ptrain.h"
+#include "../common/cli.h"
+#include "../common/plan_opts.h"
 #include "fuzz.h"
 
 #define FUZZ_MAX_ARGS 64

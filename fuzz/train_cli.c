@@ -1,12 +1,14 @@
-/* train_cli.c -- fuzzes build/train's command line (examples/train.c and
-   cli.h): the input is the argument vector, arguments separated by NUL
-   bytes. Runs the option parsing and checks (train_options), the model's
-   shape from the preset and overrides (train_config), and the model's own
-   checks on a model without memory (pt_gpt_init, meta = 1). --resume is
-   dropped: it names a file, which the checkpoint harness covers. See fuzz.h. */
-#define main train_main /* the program's own main is not run */
-#include "../examples/train.c"
-#undef main
+/* train_cli.c -- fuzzes build/train's command line (common/train_opts.h):
+   the input is the argument vector, arguments separated by NUL bytes. Runs
+   the option parsing and checks (train_options), the model's shape from
+   the preset and overrides (train_config), and the model's own checks on a
+   model without memory (pt_gpt_init, meta = 1). --resume is dropped: it
+   names a file, which the checkpoint harness covers. See fuzz.h. */
+#define _POSIX_C_SOURCE 200809L
+#define PTRAIN_IMPLEMENTATION
+#include "../ptrain.h"
+#include "../common/cli.h"
+#include "../common/train_opts.h"
 #include "fuzz.h"
 
 #define FUZZ_MAX_ARGS 64

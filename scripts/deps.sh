@@ -2,12 +2,13 @@
 # Installs what ptrain needs, on Debian/Ubuntu with apt-get (sudo when not
 # root); on other systems prints what is missing and exits 1.
 #   scripts/deps.sh run    compiler with OpenMP + OpenBLAS (OpenMP build)
-#   scripts/deps.sh test   also gcc, g++, clang + libomp (compile checks and
-#                          ThreadSanitizer), Open MPI, valgrind
+#   scripts/deps.sh test   also gcc, g++, clang + libomp and its ThreadSanitizer
+#                          runtime, Open MPI, valgrind, strace
 #   scripts/deps.sh mpi    Open MPI (mpicc, mpirun) only
 #   scripts/deps.sh fuzz   clang with libFuzzer (make fuzz)
 mode=${1:-run}
 CC=${CC:-gcc}
+CLANG=${CLANG:-clang}
 have() { command -v "$1" >/dev/null 2>&1; }
 omp_ok() {
     printf '#include <omp.h>\nint main(void){return omp_get_max_threads()<1;}\n' |
@@ -15,7 +16,11 @@ omp_ok() {
 }
 fuzzer_ok() { # libFuzzer's runtime is a package of its own on Debian 12
     printf 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0 * (d[0] + n); }\n' |
-        clang -fsanitize=fuzzer,address,undefined -x c - -o /dev/null 2>/dev/null
+        "$CLANG" -fsanitize=fuzzer,address,undefined -x c - -o /dev/null 2>/dev/null
+}
+tsan_ok() { # so is the ThreadSanitizer runtime (libclang-rt-14-dev on Debian 12)
+    printf 'int main(void){return 0;}\n' |
+        "$CLANG" -fsanitize=thread -x c - -o /dev/null 2>/dev/null
 }
 arch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 need=""
@@ -31,13 +36,15 @@ fi
 if [ "$mode" = test ]; then
     have gcc || need="$need gcc"
     have g++ || need="$need g++"
-    have clang || need="$need clang"
-    { have clang && omp_ok clang; } || need="$need libomp-dev"
+    have "$CLANG" || need="$need clang"
+    { have "$CLANG" && omp_ok "$CLANG"; } || need="$need libomp-dev"
+    { have "$CLANG" && tsan_ok; } || need="$need libclang-rt-dev"
     have valgrind || need="$need valgrind"
+    have strace || need="$need strace"
 fi
 if [ "$mode" = fuzz ]; then
-    have clang || need="$need clang"
-    { have clang && fuzzer_ok; } || need="$need libclang-rt-dev"
+    have "$CLANG" || need="$need clang"
+    { have "$CLANG" && fuzzer_ok; } || need="$need libclang-rt-dev"
 fi
 need=$(echo $need | tr ' ' '\n' | sort -u | tr '\n' ' ')
 [ -z "${need% }" ] && exit 0

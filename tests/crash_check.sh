@@ -31,7 +31,7 @@ t=0
 midwrite=0
 while [ $t -lt "$trials" ]; do
     t=$((t + 1))
-    PTRAIN_TEST_WRITE_DELAY_MS=3 build/train $common --checkpoint "$dir/run/c.safetensors" \
+    PTRAIN_TEST_WRITE_DELAY_MS=3 build/train_faults $common --checkpoint "$dir/run/c.safetensors" \
         >"$dir/trial$t.log" 2>&1 &
     pid=$!
     # the kill: a random time after the first step's line, so that a slow

@@ -26,7 +26,7 @@ quiet() { "$@" >/dev/null 2>&1; }
 
 # one skipped step: the state after it is the state before it, and training goes on
 build/train $common --threads 2 --stop-after 4 --checkpoint "$dir/good.safetensors" >"$dir/a.log"
-build/train $common --threads 2 --debug-nan-step 5 --checkpoint-every 5 --keep 4 \
+build/train_faults $common --threads 2 --debug-nan-step 5 --checkpoint-every 5 --keep 4 \
     --checkpoint "$dir/skip.safetensors" >"$dir/b.log"
 check "step 5 is skipped and names the tensor" has \
     "step     5/20 | skipped: .*first non-finite gradient is h.0.mlp.c_fc.weight" "$dir/b.log"
@@ -36,7 +36,7 @@ check "... and AdamW's step count" has '"adam_t":"4"' "$dir/skip-step00000005.sa
 check "... and the run goes on to the end" has "^step    20/20 | loss [0-9]" "$dir/b.log"
 
 # three in a row stop the run with a checkpoint of the last good state
-build/train $common --threads 2 --debug-nan-step 5 --debug-nan-count 100 --max-bad-steps 3 \
+build/train_faults $common --threads 2 --debug-nan-step 5 --debug-nan-count 100 --max-bad-steps 3 \
     --checkpoint "$dir/stop.safetensors" >"$dir/c.log" 2>&1
 check "three bad steps in a row stop the run with exit 1" [ $? -eq 1 ]
 check "... saying why and where the last good state is" has \
@@ -49,8 +49,8 @@ check "--resume continues from it to the end" has "^step    20/20 | loss" "$dir/
 # thread ranks: tp 2 x dp 2 x pp 2 would need 8 threads; dp 2 x pp 2 with ZeRO 1
 # puts the tensor on two of four ranks, in one's shard
 par="--dp 2 --pp 2 --zero 1 --debug-nan-tensor h.1.attn.c_proj.bias"
-build/train $common $par --stop-after 2 --checkpoint "$dir/pgood.safetensors" >"$dir/e.log"
-build/train $common $par --debug-nan-step 3 --debug-nan-count 100 --max-bad-steps 2 \
+build/train_faults $common $par --stop-after 2 --checkpoint "$dir/pgood.safetensors" >"$dir/e.log"
+build/train_faults $common $par --debug-nan-step 3 --debug-nan-count 100 --max-bad-steps 2 \
     --checkpoint "$dir/pstop.safetensors" >"$dir/f.log" 2>&1
 check "dp 2 x pp 2, ZeRO 1 (threads): every rank skips, then stops with exit 1" [ $? -eq 1 ]
 check "... naming the tensor" has "step     3/20 | skipped: .* is h.1.attn.c_proj.bias" "$dir/f.log"
@@ -60,7 +60,7 @@ check "... with step 2's state in the checkpoint" \
 # MPI ranks: tp 2 x dp 2
 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
     OMPI_MCA_hwloc_base_binding_policy=none OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-    timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -n 4 build/train_mpi \
+    timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -n 4 build/train_mpi_faults \
     $common --tp 2 --dp 2 --debug-nan-step 3 --debug-nan-count 100 --max-bad-steps 2 \
     --debug-nan-tensor h.1.mlp.c_proj.weight --checkpoint "$dir/mstop.safetensors" \
     >"$dir/g.log" 2>&1

@@ -3,8 +3,9 @@
 # Each step is one check; the last line is "N passed, N failed".
 CC=${CC:-gcc}
 CXX=${CXX:-g++}
+CLANG=${CLANG:-clang}
 FUZZERS=${FUZZERS:-$(ls fuzz/*.c | sed -e 's|fuzz/||' -e 's|\.c$||' | grep -v '^seeds$')}
-arch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+arch=$($CC -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 BLAS=${BLAS:-"-I/usr/include/$arch/openblas-openmp -L/usr/lib/$arch/openblas-openmp -Wl,-rpath,/usr/lib/$arch/openblas-openmp -lopenblas"}
 WERR="-O2 -Wall -Wextra -Wpedantic -Werror"  # -O2: optimizer passes warn too
 pass=0
@@ -62,7 +63,7 @@ step "fixture gpt2_odd, tp 3 (threads) under valgrind memcheck" \
 step "comm: self and threads backends, grids, failures" build/comm_check; show
 step "comm: under ASan + UBSan" build/comm_check_asan; show
 step "comm: under ThreadSanitizer (clang, small sizes)" sh -c \
-    "clang -std=c11 -O1 -g -fopenmp -fsanitize=thread -DPTRAIN_NO_BLAS -pthread \
+    "$CLANG -std=c11 -O1 -g -fopenmp -fsanitize=thread -DPTRAIN_NO_BLAS -pthread \
          tests/comm_check.c -o $tmp/comm_tsan -lm &&
      TSAN_OPTIONS='ignore_noninstrumented_modules=1 halt_on_error=1' $tmp/comm_tsan --small"; show
 # Open MPI as root with more ranks than cores (../shared/ENVIRONMENT.md; MPI leaks at
@@ -191,7 +192,7 @@ for h in $FUZZERS; do
 done
 
 # the header: warning-free in two translation units with gcc and clang, and as C++
-for cc in gcc clang; do
+for cc in gcc "$CLANG"; do
     step "header: two translation units, $cc -std=c11 -Werror" sh -c \
         "$cc -std=c11 $WERR -fopenmp -c tests/two_tu_a.c -o $tmp/a.o &&
          $cc -std=c11 $WERR -fopenmp -c tests/two_tu_b.c -o $tmp/b.o &&
@@ -273,8 +274,12 @@ step "train_mpi: --pp 2 --trace gathers every rank's actions" sh -c \
          build/train_mpi --preset tiny --steps 3 --batch 4 --seq 16 --sample-tokens 0 --pp 2 \
          --grad-accum 2 --trace $tmp/mpi_step.json &&
      grep -q '\"tid\": 1, \"ts\"' $tmp/mpi_step.json"
-fails "train: --trace without a pipeline" 2 "records pipeline steps" \
-    build/train --preset tiny --steps 1 --trace "$tmp/x.json"
+step "train: --trace without a pipeline (tp 2, the same executor) writes the measured step" sh -c \
+    "build/train --preset tiny --steps 3 --batch 4 --seq 16 --sample-tokens 0 --tp 2 \
+         --trace $tmp/tp.json && grep -q '\"name\": \"F0\"' $tmp/tp.json &&
+     grep -q '\"tid\": 1, \"ts\"' $tmp/tp.json"
+fails "train: the release build has no fault injection" 2 "unknown option '--debug-fail-rank'" \
+    build/train --preset tiny --steps 1 --debug-fail-rank 0
 fails "train: tp not dividing the heads" 1 "tensor_parallel=3 does not divide n_head=4" \
     build/train --preset tiny --tp 3 --steps 1 --sample-tokens 0
 fails "train: dp x grad_accum not dividing the batch" 2 "not divisible by dp=3" \
@@ -286,16 +291,16 @@ bad_rank="--preset tiny --steps 20 --batch 4 --seq 32 --sample-tokens 0 --peak-g
           --debug-fail-step 3"
 fails "train: rank 3 of tp 2 x dp 2 fails at step 3, every rank stops (threads)" 1 \
     "^error: rank 3: inputs\[0\]=256 is outside the vocabulary" \
-    timeout 20 build/train $bad_rank --tp 2 --dp 2 --debug-fail-rank 3
+    timeout 20 build/train_faults $bad_rank --tp 2 --dp 2 --debug-fail-rank 3
 fails "train: rank 2 of dp 2 x pp 2 fails at step 3, every rank stops (threads)" 1 \
     "^error: rank 2: inputs\[0\]=256 is outside the vocabulary" \
-    timeout 20 build/train $bad_rank --dp 2 --pp 2 --debug-fail-rank 2
+    timeout 20 build/train_faults $bad_rank --dp 2 --pp 2 --debug-fail-rank 2
 fails "train_mpi: rank 1 of tp 2 x dp 2 fails at step 3, the job stops" 1 \
     "^rank 1: inputs\[0\]=256 is outside the vocabulary" \
-    mpi 4 build/train_mpi $bad_rank --tp 2 --dp 2 --debug-fail-rank 1
+    mpi 4 build/train_mpi_faults $bad_rank --tp 2 --dp 2 --debug-fail-rank 1
 fails "train_mpi: rank 3 of dp 2 x pp 2 fails at step 3, the job stops" 1 \
     "^rank 3: inputs\[0\]=256 is outside the vocabulary" \
-    mpi 4 build/train_mpi $bad_rank --dp 2 --pp 2 --debug-fail-rank 3
+    mpi 4 build/train_mpi_faults $bad_rank --dp 2 --pp 2 --debug-fail-rank 3
 printf 'not a checkpoint' >"$tmp/bad.safetensors"
 fails "sample: malformed model file" 1 "safetensors" build/sample "$tmp/bad.safetensors"
 

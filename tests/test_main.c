@@ -430,10 +430,16 @@ typedef struct gpt_run {
     pt_gpt *g;
     const int *inputs, *targets;
     int B, T;
+    float *losses; /* (B*T) each token's loss */
 } gpt_run;
 static void fwd_gpt(void *p) {
     gpt_run *r = (gpt_run *)p;
-    pt_status s = pt_gpt_forward(r->g, r->inputs, r->targets, r->B, r->T);
+    pt_step_desc d;
+    float loss;
+    pt_status s;
+    memset(&d, 0, sizeof d);
+    d.inputs = r->inputs, d.targets = r->targets, d.B = r->B, d.T = r->T, d.losses = r->losses;
+    s = pt_gpt_eval(r->g, &d, &loss);
     if (s != PT_OK) FAIL("forward: %s", pt_last_error());
 }
 
@@ -446,14 +452,14 @@ static void test_model_grad(void) {
     CHECK_ST(gpt_new(&g, cfg_make(V, BS, L, NH, C), B, T, 0), PT_OK);
     if (!g.params) return;
     gpt_randomize(&g, 7, 0.3f);
-    r.g = &g, r.B = B, r.T = T;
+    r.g = &g, r.B = B, r.T = T, r.losses = TALLOC(float, N);
     r.inputs = rand_ids(N, V), r.targets = rand_ids(N, V);
     for (i = 0; i < N; i++) R[i] = 1.0f / N; /* L = mean loss */
-    fwd_gpt(&r);
+    CHECK_ST(pt_gpt_forward(&g, r.inputs, r.targets, B, T), PT_OK);
     CHECK_ST(pt_gpt_backward(&g), PT_OK);
     grads = fcopy(g.grads, g.num_params);
     /* written, not accumulated: a second forward + backward gives the same */
-    fwd_gpt(&r);
+    CHECK_ST(pt_gpt_forward(&g, r.inputs, r.targets, B, T), PT_OK);
     CHECK_ST(pt_gpt_backward(&g), PT_OK);
     CHECK(memcmp(grads, g.grads, g.num_params * sizeof(float)) == 0);
     /* wpe rows >= T are unused: exactly zero */
@@ -468,7 +474,7 @@ static void test_model_grad(void) {
         double gmax = 0.0;
         size_t k;
         for (k = 0; k < p->numel; k++) gmax = fmax(gmax, fabs(gt[k]));
-        fd_check_(__FILE__, __LINE__, p->name, fwd_gpt, &r, g.losses, R, N, g.params + p->offset,
+        fd_check_(__FILE__, __LINE__, p->name, fwd_gpt, &r, r.losses, R, N, g.params + p->offset,
                   gt, NULL, p->numel, 5e-3f, 2e-4 * gmax + 1e-6, 1e-2);
     }
     pt_gpt_free(&g);
@@ -625,7 +631,7 @@ static void test_adamw_step_decay_rule(void) {
     if (!g.params) return;
     gpt_randomize(&g, 3, 0.5f);
     before = fcopy(g.params, g.num_params);
-    pt_gpt_zero_grad(&g);
+    memset(g.grads, 0, g.num_params * sizeof(float));
     pt_gpt_adamw_step(&g, &cfg, 0.5f);
     CHECK_EQ(g.adam_t, 1);
     for (i = 0; i < g.num_tensors; i++) {
@@ -664,12 +670,12 @@ static void test_norm_and_clip(void) {
     naive = 0.0;
     for (i = 0; i < g.num_params; i++) naive += (double)before[i] * before[i];
     naive = sqrt(naive);
-    norm = pt_gpt_clip_grad_norm(&g, 2.0f * (float)naive); /* below the limit: untouched */
+    CHECK_ST(pt_gpt_clip_grad_norm(&g, 2.0f * (float)naive, &norm), PT_OK); /* below the limit */
     CHECK_NEAR(norm, naive, 1e-6 * naive);
+    CHECK(memcmp(before, g.grads, g.num_params * sizeof(float)) == 0); /* untouched */
+    CHECK_ST(pt_gpt_clip_grad_norm(&g, 0.0f, &norm), PT_OK); /* 0: no clipping */
     CHECK(memcmp(before, g.grads, g.num_params * sizeof(float)) == 0);
-    norm = pt_gpt_clip_grad_norm(&g, 0.0f); /* 0: no clipping */
-    CHECK(memcmp(before, g.grads, g.num_params * sizeof(float)) == 0);
-    norm = pt_gpt_clip_grad_norm(&g, 1.5f);
+    CHECK_ST(pt_gpt_clip_grad_norm(&g, 1.5f, &norm), PT_OK);
     CHECK_NEAR(norm, naive, 1e-6 * naive);
     {
         double after = 0.0, worst = 0.0;
@@ -797,7 +803,6 @@ static void test_gpt_memory(void) {
     meta_bytes = g_alloc_bytes - before;
     CHECK_ST(gpt_new(&real, c, B, T, 0), PT_OK);
     CHECK(meta.params == NULL && meta.grads == NULL && meta.m == NULL && meta.v == NULL);
-    CHECK(meta.logits == NULL && meta.param_arena.raw == NULL && meta.act_arena.raw == NULL);
     /* only bookkeeping (the tensor table) may be allocated, no model memory */
     CHECK(meta_bytes < meta.mem.params);
     CHECK(memcmp(&meta.mem, &real.mem, sizeof meta.mem) == 0);
@@ -1565,7 +1570,7 @@ static void test_check_step(void) {
     gpt_randomize(&g, 4, 0.1f);
     CHECK_ST(pt_gpt_forward(&g, dummy, dummy, CK_B, CK_T), PT_OK);
     CHECK_ST(pt_gpt_backward(&g), PT_OK);
-    norm = pt_gpt_clip_grad_norm(&g, 1.0f);
+    CHECK_ST(pt_gpt_clip_grad_norm(&g, 1.0f, &norm), PT_OK);
     CHECK_ST(pt_gpt_check_step(&g, g.loss, norm, &bad, where, sizeof where), PT_OK);
     CHECK(bad == 0 && where[0] == 0);
     CHECK(pt_gpt_grad_of(&g, "h.9.ln_1.bias", &n) == NULL && n == 0);
@@ -1575,7 +1580,7 @@ static void test_check_step(void) {
     gr = pt_gpt_grad_of(&g, "h.1.mlp.c_fc.weight", &n);
     if (gr) gr[3] = NAN;
     p0 = fcopy(g.params, g.num_params), m0 = fcopy(g.m, g.num_params);
-    norm = pt_gpt_clip_grad_norm(&g, 1.0f);
+    CHECK_ST(pt_gpt_clip_grad_norm(&g, 1.0f, &norm), PT_OK);
     CHECK(!isfinite(norm));
     CHECK_ST(pt_gpt_check_step(&g, g.loss, norm, &bad, where, sizeof where), PT_OK);
     CHECK(bad == 1 && strcmp(where, "h.1.mlp.c_fc.weight") == 0);
@@ -1799,18 +1804,20 @@ static void test_decode_matches_forward(void) {
     pt_kv_cache kv;
     const float *lg = NULL;
     int *tok = rand_ids(T, V), t, i;
+    float *logits = TALLOC(float, T * V);
     double mx = 0.0;
     CHECK_ST(gpt_new(&g, cfg_make(V, BS, 2, 2, 16), 1, T, 0), PT_OK);
     if (!g.params) return;
     gpt_randomize(&g, 4, 0.2f);
     CHECK_ST(pt_gpt_forward(&g, tok, NULL, 1, T), PT_OK);
-    for (i = 0; i < T * V; i++) mx = fmax(mx, fabs(g.logits[i]));
+    CHECK_ST(pt_gpt_gather_logits(&g, logits), PT_OK);
+    for (i = 0; i < T * V; i++) mx = fmax(mx, fabs(logits[i]));
     CHECK_ST(pt_kv_cache_init(&kv, &g), PT_OK);
     for (t = 0; t < T; t++) {
         char what[48];
         CHECK_ST(pt_gpt_decode(&g, &kv, tok[t], &lg), PT_OK);
         snprintf(what, sizeof what, "decode logits at position %d", t);
-        if (lg) CHECK_CLOSE(what, lg, to_double(g.logits + t * V, V), V, 1e-4 * mx, 0);
+        if (lg) CHECK_CLOSE(what, lg, to_double(logits + t * V, V), V, 1e-4 * mx, 0);
     }
     CHECK_EQ(kv.len, T);
     CHECK_ERR(pt_gpt_decode(&g, &kv, tok[0], &lg), PT_ERR_RANGE, "full");
@@ -1887,6 +1894,7 @@ static void test_generate(void) {
     pt_kv_cache kv;
     pt_sample_desc sd;
     int prompt[5] = {1, 5, 16, 0, 3}, out[20], out2[20], ctx[BS], i, n;
+    float *logits = TALLOC(float, BS * V);
     CHECK_ST(gpt_new(&g, cfg_make(V, BS, 2, 2, 16), 1, BS, 0), PT_OK);
     if (!g.params) return;
     gpt_randomize(&g, 8, 0.3f);
@@ -1911,9 +1919,10 @@ static void test_generate(void) {
             ctx[n++] = out[i - 1];
         }
         CHECK_ST(pt_gpt_forward(&g, ctx, NULL, 1, n), PT_OK);
-        if (argmax(g.logits + (n - 1) * V, V) != out[i]) {
+        CHECK_ST(pt_gpt_gather_logits(&g, logits), PT_OK);
+        if (argmax(logits + (n - 1) * V, V) != out[i]) {
             FAIL("greedy token %d is %d, argmax over its context is %d", i, out[i],
-                 argmax(g.logits + (n - 1) * V, V));
+                 argmax(logits + (n - 1) * V, V));
             break;
         }
     }
@@ -1956,7 +1965,11 @@ static void test_inference_model(void) {
     CHECK_ERR(pt_gpt_adamw_step(&inf, &opt, 1e-3f), PT_ERR_INVALID_ARG, "inference");
     CHECK_ERR(pt_checkpoint_save(tmp_path("inf.safetensors"), &inf, NULL), PT_ERR_INVALID_ARG,
               "inference");
-    CHECK(pt_gpt_clip_grad_norm(&inf, 1.0f) == 0.0f);
+    {
+        float norm = -1.0f;
+        CHECK_ERR(pt_gpt_clip_grad_norm(&inf, 1.0f, &norm), PT_ERR_INVALID_ARG, "inference");
+        CHECK(norm == 0.0f);
+    }
     pt_gpt_free(&inf);
     pt_gpt_free(&train);
 }
@@ -2057,7 +2070,15 @@ static void test_thread_local_error(void) {
    ZB-H1 p-1 slots of 3m + p - 1 once m >= p (a third of 1F1B's). */
 static void test_schedule_kinds(void) {
     int p, v, m, k, st;
-    for (k = 0; k < PT_SCHED_COUNT; k++)
+    pt_schedule d;
+    ZERO(d); /* 0, the default: 1F1B, or interleaved with chunks */
+    CHECK_ST(pt_schedule_build(&d, PT_SCHED_DEFAULT, 4, 1, 8), PT_OK);
+    CHECK(d.kind == PT_SCHED_1F1B);
+    pt_schedule_free(&d);
+    CHECK_ST(pt_schedule_build(&d, PT_SCHED_DEFAULT, 4, 2, 8), PT_OK);
+    CHECK(d.kind == PT_SCHED_INTERLEAVED);
+    pt_schedule_free(&d);
+    for (k = PT_SCHED_DEFAULT + 1; k < PT_SCHED_COUNT; k++)
         for (p = 1; p <= 8; p++)
             for (v = 1; v <= 3; v++)
                 for (m = 1; m <= 16; m++) {
@@ -2278,7 +2299,7 @@ static void test_sim_flops_closed_form(void) {
     memset(&d, 0, sizeof d);
     d.layers = 80, d.hidden = 12288, d.heads = 96, d.seq = 2048, d.vocab = 51200;
     d.tp = 8, d.pp = 8, d.gpus = 1536, d.batch = 2304, d.micro = 2, d.chunks = 2;
-    d.schedule = PT_SCHED_1F1B, d.recompute = PT_RECOMPUTE_FULL;
+    d.schedule = PT_SCHED_DEFAULT, d.recompute = PT_RECOMPUTE_FULL; /* interleaved: chunks 2 */
     CHECK(pt_plan_simulate(&d, &hw, &r, NULL) == PT_OK);
     B = d.batch, s = d.seq, l = d.layers, h = d.hidden, V = d.vocab;
     hwf = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
@@ -2289,7 +2310,7 @@ static void test_sim_flops_closed_form(void) {
     CHECK(fabs(r.tflops_per_gpu * 1e12 * r.step_time * d.gpus / hwf - 1) < 1e-9);
     d.recompute = PT_RECOMPUTE_NONE; /* a smaller model, to fit without recomputation */
     d.layers = 48, d.hidden = 8192, d.heads = 64, d.pp = 2, d.gpus = 512, d.batch = 1536;
-    d.micro = 1;
+    d.micro = 1, d.schedule = PT_SCHED_INTERLEAVED;
     B = d.batch, l = d.layers, h = d.hidden;
     mf = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
     CHECK(pt_plan_simulate(&d, &hw, &r, NULL) == PT_OK);
@@ -2314,10 +2335,10 @@ static void test_sim_mechanisms(void) {
     CHECK(pt_plan_simulate(&d, &hw, &b, NULL) == PT_OK); /* m = 64 */
     CHECK(b.bubble_fraction < a.bubble_fraction);
     CHECK(fabs(a.bubble_fraction - 3.0 / 19.0) < 0.06); /* stages are not quite equal */
-    d.chunks = 2;
+    d.chunks = 2, d.schedule = PT_SCHED_INTERLEAVED;
     CHECK(pt_plan_simulate(&d, &hw, &c, NULL) == PT_OK);
     CHECK(c.bubble_fraction < b.bubble_fraction);
-    d.chunks = 1;
+    d.chunks = 1, d.schedule = PT_SCHED_1F1B;
     slow = hw;
     slow.intra_bw /= 10;
     CHECK(pt_plan_simulate(&d, &slow, &c, NULL) == PT_OK);
@@ -2365,11 +2386,11 @@ static void test_hw_comm(void) {
     pt_hw hw;
     double in, across;
     CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
-    in = pt_hw_comm_seconds(&hw, 0, 1e9, 8, 8);
-    across = pt_hw_comm_seconds(&hw, 0, 1e9, 16, 8);
-    CHECK(pt_hw_comm_seconds(&hw, 0, 1e9, 1, 8) == 0.0 && in > 0 && across > 5 * in);
+    in = pt_hw_comm_seconds(&hw, PT_COLL_ALL_REDUCE, 1e9, 8, 8);
+    across = pt_hw_comm_seconds(&hw, PT_COLL_ALL_REDUCE, 1e9, 16, 8);
+    CHECK(pt_hw_comm_seconds(&hw, PT_COLL_ALL_REDUCE, 1e9, 1, 8) == 0.0 && in > 0 && across > 5 * in);
     CHECK(fabs(in - (14 * hw.intra_lat + 2.0 * 7 / 8 * 1e9 / hw.intra_bw)) < 1e-9);
-    CHECK(pt_hw_comm_seconds(&hw, 1, 1e9, 8, 8) < in); /* half an all-reduce */
+    CHECK(pt_hw_comm_seconds(&hw, PT_COLL_REDUCE_SCATTER, 1e9, 8, 8) < in); /* half an all-reduce */
     CHECK(pt_hw_gemm_seconds(&hw, 64, 64, 64, 1, 2) * 512 >
           pt_hw_gemm_seconds(&hw, 512, 512, 512, 1, 2)); /* small GEMMs run worse */
 }

@@ -1,0 +1,111 @@
+/* plan_opts.h -- build/plan's command line: the published configurations
+   it knows by name, the option table and its checks. examples/plan.c runs
+   what it describes; fuzz/plan_cli.c fuzzes it. Include after ptrain.h and
+   cli.h. */
+#ifndef PTRAIN_PLAN_OPTS_H
+#define PTRAIN_PLAN_OPTS_H
+
+/* Published configurations. The Megatron-LM rows are Narayanan et al. 2021,
+   Table 1 (A100 80GB, sequence 2048, vocabulary 51200, full recomputation)
+   where the paper gives the micro-batch; gpt-22b/175b/1t are the three model
+   sizes of the Frontier study (Dash et al. 2023), with Megatron-LM's layout
+   for the 1T. */
+typedef struct plan_preset {
+    const char *name;
+    int layers, hidden, heads, tp, pp, gpus, batch, micro, chunks;
+    const char *hw;
+    double published; /* TFLOP/s per GPU the paper reports (0: none) */
+} plan_preset;
+
+static const plan_preset presets[] = {
+    {"megatron-1.7b", 24, 2304, 24, 1, 1, 32, 512, 16, 1, "a100-80g", 137},
+    {"megatron-145.6b", 80, 12288, 96, 8, 8, 1536, 2304, 2, 2, "a100-80g", 148},
+    {"megatron-1t", 128, 25600, 160, 8, 64, 3072, 3072, 1, 1, "a100-80g", 163},
+    {"gpt-22b", 48, 6144, 48, 8, 1, 64, 512, 1, 1, "a100-80g", 0},
+    {"gpt-175b", 96, 12288, 96, 8, 16, 1024, 1536, 1, 1, "a100-80g", 0},
+    {"gpt-1t", 128, 25600, 160, 8, 64, 3072, 3072, 1, 1, "a100-80g", 163},
+};
+
+static const char *hw_file_default = "build/hw-local.txt";
+
+/* What the command line asks for. */
+typedef struct plan_args {
+    pt_plan_desc d;
+    const char *hw_name, *hw_file, *trace_path;
+    int json, search, calibrate, stages, top;
+} plan_args;
+
+/* The command line into p (a --preset first, so that flags override it
+   wherever they stand). Returns -1 to go on, else the exit status: 0 after
+   --help, 2 after an error message. usage: print the usage. */
+static int plan_options(int argc, char **argv, plan_args *p, int usage) {
+    pt_plan_desc *d = &p->d;
+    const char *preset = NULL, *rc = "full", *sched = NULL, *pos[1];
+    float tokens = 0;
+    int npos, s, i, np = (int)(sizeof presets / sizeof *presets);
+    cli_opt opts[] = {
+        {"preset", CLI_STR, &preset, "megatron-1.7b, megatron-145.6b, megatron-1t, gpt-22b, "
+                                     "gpt-175b, gpt-1t (flags after it override)", 0, 0},
+        {"layers", CLI_INT, &d->layers, "transformer layers", 1, 100000},
+        {"hidden", CLI_INT, &d->hidden, "hidden size", 1, 1 << 20},
+        {"heads", CLI_INT, &d->heads, "attention heads", 1, 1 << 16},
+        {"seq", CLI_INT, &d->seq, "sequence length", 1, 1 << 20},
+        {"vocab", CLI_INT, &d->vocab, "vocabulary", 1, 1 << 24},
+        {"tp", CLI_INT, &d->tp, "tensor-parallel ranks", 1, 1 << 16},
+        {"pp", CLI_INT, &d->pp, "pipeline stages", 1, 64},
+        {"gpus", CLI_INT, &d->gpus, "devices (dp = gpus / (tp x pp))", 1, 1 << 24},
+        {"batch", CLI_INT, &d->batch, "global batch (sequences)", 1, 1 << 24},
+        {"microbatch", CLI_INT, &d->micro, "micro-batch (sequences)", 1, 1 << 16},
+        {"chunks", CLI_INT, &d->chunks, "interleaved chunks a stage (1: none)", 1, 64},
+        {"schedule", CLI_STR, &sched, "gpipe, 1f1b, interleaved, zb-h1 (default: 1f1b, "
+         "interleaved with --chunks)", 0, 0},
+        {"zero", CLI_INT, &d->zero, "ZeRO stage 0..3", 0, 3},
+        {"recompute", CLI_STR, &rc, "none, selective or full", 0, 0},
+        {"hw", CLI_STR, &p->hw_name, "a100-80g, h100-80g, mi250x or local (default: preset's, "
+                                     "else a100-80g)", 0, 0},
+        {"hw-file", CLI_STR, &p->hw_file, "this machine's profile for --hw local", 0, 0},
+        {"tokens", CLI_FLOAT, &tokens, "report the time to train on this many tokens", 0, 1e18},
+        {"json", CLI_FLAG, &p->json, "one JSON object instead of the table", 0, 0},
+        {"stages", CLI_FLAG, &p->stages, "also print every pipeline stage's ranks, memory, time "
+                                         "and bytes", 0, 0},
+        {"search", CLI_FLAG, &p->search, "search tp, pp, chunks, micro-batch, ZeRO, recompute",
+         0, 0},
+        {"top", CLI_INT, &p->top, "layouts --search prints", 1, 100},
+        {"trace", CLI_STR, &p->trace_path, "write the simulated step as Chrome trace JSON (and "
+                                           "an SVG beside it)", 0, 0},
+        {"calibrate", CLI_FLAG, &p->calibrate, "measure this machine into --hw-file and exit", 0,
+         0},
+    };
+    int nopts = (int)(sizeof opts / sizeof opts[0]);
+    memset(p, 0, sizeof *p);
+    p->hw_file = hw_file_default, p->top = 5;
+    d->layers = 24, d->hidden = 2304, d->heads = 24, d->seq = 2048, d->vocab = 51200;
+    d->tp = 1, d->pp = 1, d->gpus = 32, d->batch = 512, d->micro = 16, d->chunks = 1;
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) preset = argv[i + 1];
+        else if (strncmp(argv[i], "--preset=", 9) == 0) preset = argv[i] + 9;
+    }
+    for (i = 0; preset && i < np; i++)
+        if (strcmp(presets[i].name, preset) == 0) {
+            const plan_preset *q = &presets[i];
+            d->layers = q->layers, d->hidden = q->hidden, d->heads = q->heads, d->tp = q->tp;
+            d->pp = q->pp, d->gpus = q->gpus, d->batch = q->batch, d->micro = q->micro;
+            d->chunks = q->chunks, p->hw_name = q->hw;
+            break;
+        }
+    if (preset && i == np) {
+        fprintf(stderr, "error: unknown preset '%s' (see --help)\n", preset);
+        return 2;
+    }
+    if ((s = cli_parse(argc, argv, opts, nopts, pos, 0, &npos)) != 0) {
+        if (usage) cli_usage(s == 1 ? stdout : stderr, "usage: plan [options]", opts, nopts);
+        return s == 1 ? 0 : 2;
+    }
+    if ((d->recompute = cli_recompute(rc)) < 0) return 2;
+    if ((s = cli_schedule(sched)) < 0) return 2;
+    d->schedule = (pt_schedule_kind)s;
+    d->train_tokens = tokens;
+    return -1;
+}
+
+#endif

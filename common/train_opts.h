@@ -1,0 +1,180 @@
+/* train_opts.h -- build/train's command line: the option table (it drives
+   parsing and --help), the checks that need neither data nor ranks, and the
+   model's shape the options ask for. examples/train.c runs what it
+   describes; fuzz/train_cli.c fuzzes it. Include after ptrain.h and cli.h. */
+#ifndef PTRAIN_TRAIN_OPTS_H
+#define PTRAIN_TRAIN_OPTS_H
+
+/* Everything a rank needs to train: the options and the data (read-only). */
+typedef struct run {
+    const char *data_path, *ckpt_out, *resume, *trace_path;
+    int steps, batch, seq, warmup, eval_every, eval_batches, ckpt_every, sample_tokens, top_k,
+        log_every, stop_after, tp, dp, pp, zero, accum, chunks, recompute, trace_step, keep,
+        max_bad;
+    pt_schedule_kind schedule;
+#ifdef PTRAIN_TEST_HOOKS
+    /* fault injection for the tests (builds with -DPTRAIN_TEST_HOOKS only) */
+    const char *nan_tensor;
+    int nan_step, nan_count, fail_rank, fail_step;
+#endif
+    float lr, min_lr, wd, clip, val_fraction, temperature;
+    uint64_t seed;
+    pt_gpt_config cfg;
+    const pt_tokens *tok;
+    double peak; /* sgemm GFLOP/s of the whole machine */
+    int rc;      /* set by world rank 0 */
+} run;
+
+/* What the command line sets besides the run itself (main resolves it). */
+typedef struct train_args {
+    const char *preset;
+    int threads, n_layer, n_head, n_embd, block_size;
+    float peak; /* --peak-gflops (0: measure) */
+    pt_tokens_format fmt;
+} train_args;
+
+/* The command line into o and a, checked as far as it goes without data or
+   ranks. Returns -1 to go on, else the exit status: 0 after --help, 2 after
+   an error message. usage: print the usage (world rank 0 does). */
+static int train_options(int argc, char **argv, run *o, train_args *a, int usage) {
+    const char *data_format = "auto", *recompute = "none", *schedule = NULL;
+    int npos, s;
+    const char *pos[1];
+    cli_opt opts[] = {
+        {"data", CLI_STR, &o->data_path, "training data file (default: the embedded task)", 0, 0},
+        {"data-format", CLI_STR, &data_format,
+         "auto (.bin = llm.c tokens, else raw bytes) | bytes | llmc", 0, 0},
+        {"preset", CLI_STR, &a->preset,
+         "model size: tiny, mini, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m", 0, 0},
+        {"layers", CLI_INT, &a->n_layer, "override the preset's n_layer (0: keep)", 0, 4096},
+        {"heads", CLI_INT, &a->n_head, "override the preset's n_head (0: keep)", 0, 65536},
+        {"embd", CLI_INT, &a->n_embd, "override the preset's n_embd (0: keep)", 0, 131072},
+        {"block-size", CLI_INT, &a->block_size,
+         "context length (0: --seq, the positions trained)", 0, 1 << 20},
+        {"steps", CLI_INT, &o->steps, "total optimizer steps", 1, 1e9},
+        {"batch", CLI_INT, &o->batch, "sequences per step (B), over all ranks", 1, 1 << 20},
+        {"seq", CLI_INT, &o->seq, "tokens per sequence (T <= block_size)", 1, 1 << 20},
+        {"lr", CLI_FLOAT, &o->lr, "peak learning rate", 0, 10},
+        {"min-lr", CLI_FLOAT, &o->min_lr, "final learning rate of the cosine decay", 0, 10},
+        {"warmup", CLI_INT, &o->warmup, "linear warm-up steps", 0, 1e9},
+        {"weight-decay", CLI_FLOAT, &o->wd, "AdamW decoupled weight decay (2-D tensors)", 0, 10},
+        {"grad-clip", CLI_FLOAT, &o->clip, "clip the gradient norm to this (0: off)", 0, 1e9},
+        {"val-fraction", CLI_FLOAT, &o->val_fraction, "share of the data held out", 1e-6, 0.9},
+        {"eval-every", CLI_INT, &o->eval_every, "steps between validation losses", 1, 1e9},
+        {"eval-batches", CLI_INT, &o->eval_batches, "batches per validation loss", 1, 1e6},
+        {"log-every", CLI_INT, &o->log_every, "steps between progress lines", 1, 1e9},
+        {"checkpoint", CLI_STR, &o->ckpt_out, "write a checkpoint here (at the end)", 0, 0},
+        {"checkpoint-every", CLI_INT, &o->ckpt_every, "also every N steps (0: only at the end)", 0,
+         1e9},
+        {"keep", CLI_INT, &o->keep, "keep the newest N checkpoints, each in a file of its own: "
+         "--checkpoint's name with -stepNNNNNNNN before .safetensors (0: one file, replaced)", 0,
+         1e6},
+        {"stop-after", CLI_INT, &o->stop_after,
+         "stop after this step, keeping the schedule of --steps (continue with --resume)", 0,
+         1e9},
+        {"resume", CLI_STR, &o->resume, "resume from this checkpoint (model, AdamW, data, RNG); "
+         "'latest': the newest of --checkpoint's that loads whole, or a fresh start if there "
+         "are none", 0, 0},
+        {"max-bad-steps", CLI_INT, &o->max_bad, "a step with a non-finite loss or gradient is "
+         "skipped; this many in a row stop the run (with a checkpoint)", 1, 1e9},
+        {"seed", CLI_U64, &o->seed, "seed for weights, data order and sampling", 0, 0},
+        {"threads", CLI_INT, &a->threads, "OpenMP/BLAS threads (0: all cores; one rank only)", 0,
+         1024},
+        {"tp", CLI_INT, &o->tp, "tensor-parallel ranks (divides --heads)", 1, 1024},
+        {"dp", CLI_INT, &o->dp, "data-parallel ranks (with --grad-accum, divides --batch)", 1,
+         1024},
+        {"zero", CLI_INT, &o->zero, "ZeRO stage: 0, 1 (shard AdamW state), 2 (and gradients)", 0,
+         2},
+        {"grad-accum", CLI_INT, &o->accum, "micro-batches per step and rank (with --pp: the "
+         "pipeline's m)", 1, 1 << 20},
+        {"pp", CLI_INT, &o->pp, "pipeline stages (at most the layers)", 1, 1024},
+        {"schedule", CLI_STR, &schedule, "the step's schedule: gpipe, 1f1b, interleaved, zb-h1 "
+         "(default: 1f1b, interleaved with --chunks)", 0, 0},
+        {"chunks", CLI_INT, &o->chunks, "layer chunks per pipeline stage (interleaved)", 1, 64},
+        {"recompute", CLI_STR, &recompute, "activation recomputation: none, selective, full", 0,
+         0},
+        {"trace", CLI_STR, &o->trace_path, "write step --trace-step's timeline (every rank's "
+         "actions) here as Chrome trace JSON, and at FILE.svg", 0, 0},
+        {"trace-step", CLI_INT, &o->trace_step, "the step --trace records", 1, 1e9},
+        {"sample-tokens", CLI_INT, &o->sample_tokens, "tokens to sample at the end (0: none)", 0,
+         1e6},
+        {"temperature", CLI_FLOAT, &o->temperature, "sampling temperature (0: greedy)", 0, 100},
+        {"top-k", CLI_INT, &o->top_k, "sample among the k most likely tokens (0: all)", 0, 1 << 24},
+        {"peak-gflops", CLI_FLOAT, &a->peak, "the machine's sgemm GFLOP/s for MFU (0: measure it, "
+         "0.5 s)", 0, 1e9},
+#ifdef PTRAIN_TEST_HOOKS
+        {"debug-nan-step", CLI_INT, &o->nan_step, "testing: plant a NaN in a gradient at this step "
+         "(0: never)", 0, 1e9},
+        {"debug-nan-count", CLI_INT, &o->nan_count, "testing: ... and the steps after it, this many "
+         "in all", 1, 1e9},
+        {"debug-nan-tensor", CLI_STR, &o->nan_tensor, "testing: the tensor whose gradient gets it",
+         0, 0},
+        {"debug-fail-rank", CLI_INT, &o->fail_rank, "testing: this world rank gets a token outside "
+         "the vocabulary at --debug-fail-step (-1: none)", -1, 1e6},
+        {"debug-fail-step", CLI_INT, &o->fail_step, "testing: the step of --debug-fail-rank", 1,
+         1e9},
+#endif
+    };
+    int nopts = (int)(sizeof opts / sizeof opts[0]);
+    const char *text =
+        "usage: train [options]\n"
+        "Trains a GPT-2 style model with AdamW (warm-up + cosine learning rate) and prints\n"
+        "step, train loss, validation loss, tokens/s, model FLOP utilisation against this\n"
+        "machine's measured GEMM peak, elapsed time and ETA. Without --data it trains on an\n"
+        "embedded generated task (additions and simple sentences) and reports what it learned.\n"
+        "--tp/--dp run the ranks as threads (build/train) or MPI processes (build/train_mpi\n"
+        "under mpirun, with -np equal to tp x dp).";
+
+    memset(o, 0, sizeof *o);
+    o->steps = 1600, o->batch = 16, o->seq = 64, o->warmup = 50, o->eval_every = 100;
+    o->eval_batches = 8, o->sample_tokens = 400, o->top_k = 8, o->log_every = 100;
+    o->lr = 6e-3f, o->min_lr = 6e-4f, o->wd = 0.1f, o->clip = 1.0f, o->val_fraction = 0.1f;
+    o->temperature = 0.8f, o->seed = 1337, o->tp = 1, o->dp = 1, o->pp = 1, o->accum = 1;
+    o->chunks = 1, o->trace_step = 2, o->max_bad = 5;
+#ifdef PTRAIN_TEST_HOOKS
+    o->nan_count = 1, o->nan_tensor = "h.0.mlp.c_fc.weight", o->fail_rank = -1, o->fail_step = 1;
+#endif
+    memset(a, 0, sizeof *a);
+    a->preset = "mini";
+    if ((s = cli_parse(argc, argv, opts, nopts, pos, 0, &npos)) != 0) {
+        if (usage) cli_usage(s == 1 ? stdout : stderr, text, opts, nopts);
+        return s == 1 ? 0 : 2;
+    }
+    if (strcmp(data_format, "auto") == 0) a->fmt = PT_TOKENS_AUTO;
+    else if (strcmp(data_format, "bytes") == 0) a->fmt = PT_TOKENS_BYTES;
+    else if (strcmp(data_format, "llmc") == 0) a->fmt = PT_TOKENS_LLMC;
+    else {
+        fprintf(stderr, "error: --data-format '%s' is not auto, bytes or llmc\n", data_format);
+        return 2;
+    }
+    if ((o->recompute = cli_recompute(recompute)) < 0) return 2;
+    if ((s = cli_schedule(schedule)) < 0) return 2;
+    o->schedule = (pt_schedule_kind)s;
+    if (o->batch % (o->dp * o->accum) != 0) {
+        fprintf(stderr, "error: --batch %d is not divisible by dp=%d x grad_accum=%d\n", o->batch,
+                o->dp, o->accum);
+        return 2;
+    }
+    if ((o->keep || (o->resume && strcmp(o->resume, "latest") == 0)) && !o->ckpt_out) {
+        fprintf(stderr, "error: --%s needs --checkpoint\n", o->keep ? "keep" : "resume latest");
+        return 2;
+    }
+    return -1;
+}
+
+/* The model's shape: the checkpoint's when resuming, else the preset with
+   the overrides and the data's vocabulary. */
+static pt_status train_config(run *o, const train_args *a, int vocab_size) {
+    pt_status st;
+    if (o->resume) return pt_gpt_config_from_file(o->resume, 0, &o->cfg);
+    if ((st = pt_gpt_config_preset(a->preset, &o->cfg)) != PT_OK) return st;
+    if (a->n_layer) o->cfg.n_layer = a->n_layer;
+    if (a->n_head) o->cfg.n_head = a->n_head;
+    if (a->n_embd) o->cfg.n_embd = a->n_embd;
+    /* positions beyond the training length would stay untrained */
+    o->cfg.block_size = a->block_size ? a->block_size : o->seq;
+    o->cfg.vocab_size = vocab_size;
+    return PT_OK;
+}
+
+#endif

@@ -1,4 +1,4 @@
-/* bench_step: time end-to-end training steps (forward + backward + AdamW).
+/* bench_step: time end-to-end training steps (pt_gpt_step: forward, backward, AdamW).
 
      build/bench_step --config gpt2-124m|small|tiny|mini|... --batch B --seq T
                       --steps N --threads K [--json]
@@ -41,6 +41,7 @@ int main(int argc, char **argv) {
     pt_gpt gpt;
     pt_gpt_desc d;
     pt_adamw_config opt = pt_adamw_default();
+    pt_step_desc sd;
     pt_rng rng;
     int *inputs, *targets;
     double *times, peak, flops, med, loss0, loss1;
@@ -77,12 +78,21 @@ int main(int argc, char **argv) {
         targets[i] = (int)(pt_rng_u64(&rng) % (uint64_t)cfg.vocab_size);
     }
     /* check: loss at init near ln V; one step on the batch lowers it (also the warm-up) */
-    pt_gpt_forward(&gpt, inputs, targets, batch, seq);
+    memset(&sd, 0, sizeof sd);
+    sd.inputs = inputs, sd.targets = targets, sd.B = batch, sd.T = seq;
+    sd.adamw = &opt, sd.lr = 1e-3f;
+    if (pt_gpt_step(&gpt, &sd, NULL) != PT_OK) {
+        fprintf(stderr, "error: %s\n", pt_last_error());
+        return 1;
+    }
     loss0 = gpt.loss;
-    pt_gpt_backward(&gpt);
-    pt_gpt_adamw_step(&gpt, &opt, 1e-3f);
-    pt_gpt_forward(&gpt, inputs, targets, batch, seq);
+    sd.adamw = NULL; /* the loss after the update: forward and backward only */
+    if (pt_gpt_step(&gpt, &sd, NULL) != PT_OK) {
+        fprintf(stderr, "error: %s\n", pt_last_error());
+        return 1;
+    }
     loss1 = gpt.loss;
+    sd.adamw = &opt;
     if (!(fabs(loss0 - log((double)cfg.vocab_size)) < 0.5) || !(loss1 < loss0)) {
         fprintf(stderr, "error: result check failed: loss %.4f (ln V = %.4f), then %.4f\n", loss0,
                 log((double)cfg.vocab_size), loss1);
@@ -90,9 +100,10 @@ int main(int argc, char **argv) {
     }
     for (i = 0; i < steps; i++) {
         double t0 = pt_time_now();
-        pt_gpt_forward(&gpt, inputs, targets, batch, seq);
-        pt_gpt_backward(&gpt);
-        pt_gpt_adamw_step(&gpt, &opt, 1e-3f);
+        if (pt_gpt_step(&gpt, &sd, NULL) != PT_OK) {
+            fprintf(stderr, "error: %s\n", pt_last_error());
+            return 1;
+        }
         times[i] = pt_time_now() - t0;
     }
     qsort(times, (size_t)steps, sizeof(double), cmp_double);

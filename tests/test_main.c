@@ -2065,9 +2065,16 @@ static void test_thread_local_error(void) {
 
 /* Every kind at many (p, v, m): the checker accepts it, the peak activations
    in flight and the unit-time bubble are the textbook ones: GPipe holds all m
-   micro-batches, 1F1B min(m, p - s) on stage s, ZB-H1 min(m, p) everywhere;
-   GPipe and 1F1B idle (p-1)/(m+p-1) of the time, interleaved (p-1)/(vm+p-1),
-   ZB-H1 p-1 slots of 3m + p - 1 once m >= p (a third of 1F1B's). */
+   micro-batches, 1F1B min(m, p - s) on stage s, ZB-H1 min(m, p) everywhere,
+   interleaved (counting (micro-batch, chunk) pairs) its warm-up forwards
+   2(p - s - 1) + (v - 1)p plus the one forward before the first backward,
+   at most all vm; GPipe and 1F1B idle (p-1)/(m+p-1) of the time, interleaved
+   (p-1)/(vm+p-1). ZB-H1 (F, B, W one slot each): the last stage alternates
+   F and B, so micro-batch m-1's backward leaves it at p - 1 + 2m and reaches
+   stage 0 p - 1 slots later, whose W ends the step at 2m + 2p - 1; the last
+   stage's m deferred W's end it at 3m + p - 1. So the step is
+   p - 1 + max(3m, 2m + p) slots of which 3m are busy: p-1 of 3m + p - 1 idle
+   once m >= p (a third of 1F1B's), more for m < p. */
 static void test_schedule_kinds(void) {
     int p, v, m, k, st;
     pt_schedule d;
@@ -2084,7 +2091,7 @@ static void test_schedule_kinds(void) {
                 for (m = 1; m <= 16; m++) {
                     pt_schedule s;
                     pt_schedule_report r;
-                    double want = -1.0;
+                    double want;
                     int interleaved = k == PT_SCHED_INTERLEAVED;
                     if ((interleaved && (v < 2 || m % p)) || (!interleaved && v > 1)) continue;
                     ZERO(s);
@@ -2100,7 +2107,8 @@ static void test_schedule_kinds(void) {
                         int peak = k == PT_SCHED_GPIPE ? m
                                    : k == PT_SCHED_1F1B ? (m < p - st ? m : p - st)
                                    : k == PT_SCHED_ZB_H1 ? (m < p ? m : p)
-                                   : r.peak_inflight[st];
+                                   : (2 * (p - st - 1) + (v - 1) * p + 1 < v * m
+                                          ? 2 * (p - st - 1) + (v - 1) * p + 1 : v * m);
                         if (r.peak_inflight[st] != peak)
                             FAIL("%s p=%d m=%d stage %d: peak in flight %d, expected %d",
                                  pt_schedule_kind_name((pt_schedule_kind)k), p, m, st,
@@ -2110,24 +2118,32 @@ static void test_schedule_kinds(void) {
                         want = (double)(p - 1) / (m + p - 1);
                     else if (interleaved)
                         want = (double)(p - 1) / (v * m + p - 1);
-                    else if (m >= p)
-                        want = (double)(p - 1) / (3 * m + p - 1);
-                    if (want >= 0.0 && fabs(r.bubble - want) > 1e-12)
+                    else
+                        want = 1.0 - 3.0 * m / (p - 1 + (3 * m > 2 * m + p ? 3 * m : 2 * m + p));
+                    if (fabs(r.bubble - want) > 1e-12)
                         FAIL("%s p=%d v=%d m=%d: bubble %.6f, expected %.6f",
                              pt_schedule_kind_name((pt_schedule_kind)k), p, v, m, r.bubble, want);
                     pt_schedule_free(&s);
                 }
 }
 
-/* Looks for an action in stage st's list; returns its index or -1. */
-static int find_action(const pt_schedule *s, int st, int kind, int micro, int chunk) {
+/* The index of an action in stage st's list. When it is not there the check
+   fails (naming it) and FIND leaves the test at its label out: a changed
+   schedule fails the test instead of indexing list[-1]. */
+static int find_action_(const char *file, int line, const pt_schedule *s, int st, int kind,
+                        int micro, int chunk) {
     int i;
-    for (i = 0; i < s->count[st]; i++)
+    for (i = 0; st >= 0 && st < s->stages && i < s->count[st]; i++)
         if (s->list[st][i].kind == kind && s->list[st][i].micro == micro &&
             s->list[st][i].chunk == chunk)
             return i;
+    failf(file, line, "no %s of micro-batch %d chunk %d on stage %d",
+          kind >= 0 && kind < PT_ACT_COUNT ? pt__act_names[kind] : "?", micro, chunk, st);
     return -1;
 }
+#define FIND(i, s, st, kind, micro, chunk) do {                                            \
+        if (((i) = find_action_(__FILE__, __LINE__, s, st, kind, micro, chunk)) < 0) goto out; \
+    } while (0)
 
 static void drop_action(pt_schedule *s, int st, int i) {
     memmove(&s->list[st][i], &s->list[st][i + 1], sizeof(pt_action) * (size_t)(s->count[st] - i - 1));
@@ -2142,15 +2158,17 @@ static void test_schedule_checker_rejects(void) {
     ZERO(s);
     /* a missing W */
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_ZB_H1, 3, 1, 4), PT_OK);
-    drop_action(&s, 1, find_action(&s, 1, PT_ACT_W, 2, 0));
+    FIND(i, &s, 1, PT_ACT_W, 2, 0);
+    drop_action(&s, 1, i);
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "optimizer step comes before the weight gradient of micro-batch 2");
     pt_schedule_free(&s);
     /* swapped send and receive on stage 1: it waits for a gradient before sending the
        activation stage 2 needs to produce it */
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_1F1B, 3, 1, 4), PT_OK);
-    i = find_action(&s, 1, PT_ACT_SEND_ACT, 0, 0);
-    j = find_action(&s, 1, PT_ACT_RECV_GRAD, 0, 0);
-    CHECK(i >= 0 && j > i);
+    FIND(i, &s, 1, PT_ACT_SEND_ACT, 0, 0);
+    FIND(j, &s, 1, PT_ACT_RECV_GRAD, 0, 0);
+    CHECK(j > i);
+    if (j <= i) goto out;
     tmp = s.list[1][i], s.list[1][i] = s.list[1][j], s.list[1][j] = tmp;
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "deadlock");
     CHECK_MSG("stage 1 waits");
@@ -2158,8 +2176,10 @@ static void test_schedule_checker_rejects(void) {
     /* a cycle: under GPipe stage 1 forwards micro-batch 1 before backpropagating 0; make
        stage 0 wait for micro-batch 0's gradient before it forwards micro-batch 1 */
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_GPIPE, 2, 1, 2), PT_OK);
-    i = find_action(&s, 0, PT_ACT_F, 1, 0);
-    j = find_action(&s, 0, PT_ACT_RECV_GRAD, 0, 0);
+    FIND(i, &s, 0, PT_ACT_F, 1, 0);
+    FIND(j, &s, 0, PT_ACT_RECV_GRAD, 0, 0);
+    CHECK(j > i);
+    if (j <= i) goto out;
     tmp = s.list[0][j];
     memmove(&s.list[0][i + 1], &s.list[0][i], sizeof(pt_action) * (size_t)(j - i));
     s.list[0][i] = tmp;
@@ -2169,27 +2189,31 @@ static void test_schedule_checker_rejects(void) {
     pt_schedule_free(&s);
     /* a backward before its forward */
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_GPIPE, 1, 1, 3), PT_OK);
-    i = find_action(&s, 0, PT_ACT_F, 2, 0);
-    j = find_action(&s, 0, PT_ACT_B, 2, 0);
+    FIND(i, &s, 0, PT_ACT_F, 2, 0);
+    FIND(j, &s, 0, PT_ACT_B, 2, 0);
     tmp = s.list[0][i], s.list[0][i] = s.list[0][j], s.list[0][j] = tmp;
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "backward of micro-batch 2 chunk 0 before its forward");
     pt_schedule_free(&s);
     /* a send to the wrong stage, and a send nobody receives */
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_1F1B, 3, 1, 2), PT_OK);
-    s.list[0][find_action(&s, 0, PT_ACT_SEND_ACT, 1, 0)].peer = 2;
+    FIND(i, &s, 0, PT_ACT_SEND_ACT, 1, 0);
+    s.list[0][i].peer = 2;
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "goes to stage 2, but virtual stage 1 is on stage 1");
-    s.list[0][find_action(&s, 0, PT_ACT_SEND_ACT, 1, 0)].peer = 1;
-    drop_action(&s, 1, find_action(&s, 1, PT_ACT_RECV_ACT, 1, 0));
+    s.list[0][i].peer = 1;
+    FIND(j, &s, 1, PT_ACT_RECV_ACT, 1, 0);
+    drop_action(&s, 1, j);
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "forward of micro-batch 1 chunk 0 before its input arrived");
     pt_schedule_free(&s);
     /* a duplicated forward; the optimizer step not last */
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_GPIPE, 1, 1, 2), PT_OK);
-    s.list[0][find_action(&s, 0, PT_ACT_F, 1, 0)].micro = 0;
+    FIND(i, &s, 0, PT_ACT_F, 1, 0);
+    s.list[0][i].micro = 0;
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "forward of micro-batch 0 chunk 0 twice");
     pt_schedule_free(&s);
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_GPIPE, 1, 1, 2), PT_OK);
     tmp = s.list[0][s.count[0] - 1], s.list[0][s.count[0] - 1] = s.list[0][0], s.list[0][0] = tmp;
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "optimizer step is action 0");
+out:
     pt_schedule_free(&s);
 }
 

@@ -231,14 +231,30 @@ done
 fails "pipeline: interleaved with m not divisible by p" 1 "divisible by stages" \
     build/pipeline --schedule interleaved --stages 4 --microbatches 6
 fails "pipeline: unknown schedule" 1 "unknown schedule '2f2b'" build/pipeline --schedule 2f2b
-step "plan: Megatron-LM Table 1 within 10%, 1T memory within 1% of the closed form, errors, trace, search, local profile" \
+step "plan: Megatron-LM Table 1 within 5%, 1T memory within 1% of the closed form, errors, trace, search, local profile" \
     sh tests/plan_check.sh build/plan
 step "example: plan_1t (1T on Selene and Frontier, search, trace)" sh -c \
     "build/plan_1t --trace $tmp/1t.json >$tmp/1t.txt && grep -q 'Search result 1' $tmp/1t.txt &&
      python3 -m json.tool $tmp/1t.json >/dev/null && grep -q '<svg' $tmp/1t.json.svg"
-step "example: sim_vs_real (a pipeline run here, measured and simulated)" sh -c \
-    "build/sim_vs_real --pp 2 --schedule zb-h1 --layers 2 --embd 64 --seq 32 --batch 4 --steps 1 \
-         --hw-file $tmp/hw-local.txt | grep -q 'within 20%'"
+# sim_vs_real: a pipeline layout of README.md's table on its model (4 layers, C=256, 4 heads,
+# T=128, V=1024, batch 8), trained here and simulated with a profile calibrated in the same
+# run: the prediction must be within the README's band (20%). Timings mean nothing while
+# other work competes for the cores, so with a load average above 1.5 x cores the check is
+# skipped (counted apart), never passed.
+sim_band() {
+    cores=$(nproc 2>/dev/null || echo 1)
+    load=$(cut -d ' ' -f 1 /proc/loadavg 2>/dev/null || echo 0)
+    if awk -v l="$load" -v c="$cores" 'BEGIN { exit !(l > 1.5 * c) }'; then
+        echo "SKIP: load average $load on $cores cores: too busy to compare timings"
+        return 77
+    fi
+    build/sim_vs_real --pp 2 --schedule zb-h1 --hw-file "$tmp/hw-local.txt" >"$tmp/svr" 2>&1
+    rc=$?
+    cat "$tmp/svr"
+    [ "$rc" -eq 0 ] && grep -q '^1 of 1 within 20%' "$tmp/svr"
+}
+step "example: sim_vs_real (zb-h1, 2 stages, measured and simulated within 20%)" sim_band
+tail -n 1 "$tmp/out" | sed 's/^/      /'
 fails "sim_vs_real: batch not divisible" 2 "not divisible by dp x micro" \
     build/sim_vs_real --dp 3 --batch 8
 step "quick start in ptrain.h equals examples/quickstart.c" sh tests/snippet_check.sh

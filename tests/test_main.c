@@ -2377,6 +2377,127 @@ static void test_sim_mechanisms(void) {
     CHECK(fabs(b.mem.activations - a.mem.activations) < 1e-6 * a.mem.activations);
 }
 
+/* One simulated step of d on hw with action kind k's time times x (the
+   simulator's seam pt__plan_run; the other kinds as modeled). */
+static double sim_step(const pt_plan_desc *d, const pt_hw *hw, int k, double x, pt_plan_result *r) {
+    double scale[PT_ACT_COUNT];
+    int i;
+    for (i = 0; i < PT_ACT_COUNT; i++) scale[i] = i == k ? x : 1.0;
+    if (pt__plan_run(d, hw, 1.0, scale, r, NULL) != PT_OK) {
+        FAIL("simulating: %s", pt_last_error());
+        return -1.0;
+    }
+    return r->step_time;
+}
+
+/* Every cost the simulator models moves the predicted step. Each action kind
+   of each schedule (F, B, W, the sends -- a message's time is charged to its
+   send, a receive waits for it -- and the optimizer step): at 0x, 1x and 2x
+   of its modeled time the step is strictly shorter, then longer. The links:
+   with one stage (no overlap: the step is the sum of its actions) a slower
+   link adds exactly the modeled time of each collective the layout runs:
+   tp's all-reduces (2 in a layer's forward, 2 in its backward, 2 more when
+   it is recomputed, one for the embedding and one for the head: their
+   count is the stage's tp_bytes / (M h e)),
+   dp's all-reduce (ZeRO 0) or reduce-scatter + all-gather (ZeRO 1, 2) of
+   the gradients; ZeRO 3's per-layer all-gathers slow it too. With two
+   stages and free sends the slower link adds exactly the all-reduce of
+   wte's two copies (first and last stage); the sends' modeled time is
+   pp_comm_s (m messages a stage). */
+static void test_sim_cost_paths(void) {
+    static const pt_schedule_kind kinds[] = {PT_SCHED_GPIPE, PT_SCHED_1F1B, PT_SCHED_INTERLEAVED,
+                                             PT_SCHED_ZB_H1};
+    static const int acts[] = {PT_ACT_F, PT_ACT_B, PT_ACT_W, PT_ACT_SEND_ACT, PT_ACT_SEND_GRAD,
+                               PT_ACT_OPT};
+    pt_hw hw, slow;
+    pt_plan_desc d;
+    pt_plan_result r0, r1, r2;
+    double M, h, e = 2.0, n, want, msg;
+    int i, k, zero;
+    CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
+    slow = hw;
+    slow.intra_bw /= 3, slow.intra_lat *= 5, slow.inter_bw /= 3, slow.inter_lat *= 5;
+    memset(&d, 0, sizeof d);
+    d.layers = 8, d.hidden = 1024, d.heads = 16, d.seq = 512, d.vocab = 8192;
+    d.tp = 1, d.pp = 2, d.gpus = 2, d.batch = 8, d.micro = 1; /* m = 8 */
+    M = (double)d.micro * d.seq, h = d.hidden;
+    for (i = 0; i < (int)(sizeof kinds / sizeof kinds[0]); i++)
+        for (k = 0; k < (int)(sizeof acts / sizeof acts[0]); k++) {
+            double t0, t1, t2;
+            if (acts[k] == PT_ACT_W && kinds[i] != PT_SCHED_ZB_H1) continue;
+            d.schedule = kinds[i], d.chunks = kinds[i] == PT_SCHED_INTERLEAVED ? 2 : 1;
+            t0 = sim_step(&d, &hw, acts[k], 0.0, &r0);
+            t1 = sim_step(&d, &hw, acts[k], 1.0, &r1);
+            t2 = sim_step(&d, &hw, acts[k], 2.0, &r2);
+            if (g_fail) return;
+            if (!(t0 < t1 * (1 - 1e-9) && t1 < t2 * (1 - 1e-9)))
+                FAIL("%s: the %s's time at 0x, 1x, 2x gives steps %.9g, %.9g, %.9g s: not rising",
+                     pt_schedule_kind_name(kinds[i]), pt__act_names[acts[k]], t0, t1, t2);
+        }
+    /* the sends' modeled time: m messages of micro x seq x hidden elements a stage */
+    d.schedule = PT_SCHED_1F1B, d.chunks = 1;
+    msg = pt_hw_comm_seconds(&hw, PT_COLL_P2P, M * h * e, 2, 2);
+    sim_step(&d, &hw, -1, 1.0, &r1);
+    CHECK(msg > 0 && fabs(r1.pp_comm_s / (8 * msg) - 1) < 1e-9);
+    /* free sends: a slower link adds the wte all-reduce between the first and last stage */
+    {
+        double sc[PT_ACT_COUNT];
+        for (k = 0; k < PT_ACT_COUNT; k++) sc[k] = 1.0;
+        sc[PT_ACT_SEND_ACT] = sc[PT_ACT_SEND_GRAD] = 0.0;
+        CHECK(pt__plan_run(&d, &hw, 1.0, sc, &r1, NULL) == PT_OK);
+        CHECK(pt__plan_run(&d, &slow, 1.0, sc, &r2, NULL) == PT_OK);
+        want = pt_hw_comm_seconds(&slow, PT_COLL_ALL_REDUCE, d.vocab * h * e, 2, 2) -
+               pt_hw_comm_seconds(&hw, PT_COLL_ALL_REDUCE, d.vocab * h * e, 2, 2);
+        if (!(want > 0 && fabs((r2.step_time - r1.step_time) / want - 1) < 1e-6))
+            FAIL("pp 2: a slower link adds %.9g s, expected the wte all-reduce's %.9g s",
+                 r2.step_time - r1.step_time, want);
+    }
+    /* one stage: tp all-reduces, with and without full recomputation */
+    d.pp = 1, d.schedule = PT_SCHED_DEFAULT;
+    for (i = 0; i < 2; i++) {
+        d.tp = 2, d.gpus = 2, d.recompute = i ? PT_RECOMPUTE_FULL : PT_RECOMPUTE_NONE;
+        CHECK(pt_plan_simulate(&d, &hw, &r1, NULL) == PT_OK);
+        CHECK(pt_plan_simulate(&d, &slow, &r2, NULL) == PT_OK);
+        n = r1.stage[0].tp_bytes / (M * h * e); /* all-reduces in the step */
+        want = n * (pt_hw_comm_seconds(&slow, PT_COLL_ALL_REDUCE, M * h * e, 2, 2) -
+                    pt_hw_comm_seconds(&hw, PT_COLL_ALL_REDUCE, M * h * e, 2, 2));
+        /* a micro-batch: 2 a layer forward (+ the embedding's), 2 backward (+ the head's),
+           2 more a layer in the recomputed forward; m = 8 */
+        CHECK(fabs(n - 8 * ((i ? 6.0 : 4.0) * d.layers + 2)) < 1e-9);
+        if (!(want > 0 && fabs((r2.step_time - r1.step_time) / want - 1) < 1e-6))
+            FAIL("tp 2, recompute %d: a slower link adds %.9g s, expected %g all-reduces' %.9g s",
+                 d.recompute, r2.step_time - r1.step_time, n, want);
+    }
+    /* one stage: data parallelism's gradient collectives, ZeRO 0, 1, 2 */
+    d.tp = 1, d.recompute = PT_RECOMPUTE_NONE;
+    for (zero = 0; zero <= 2; zero++) {
+        double g;
+        d.zero = zero;
+        CHECK(pt_plan_simulate(&d, &hw, &r1, NULL) == PT_OK);
+        CHECK(pt_plan_simulate(&d, &slow, &r2, NULL) == PT_OK);
+        g = r1.stage[0].dp_bytes / (zero ? 2 : 1); /* the gradients' bytes */
+        if (zero == 0)
+            want = pt_hw_comm_seconds(&slow, PT_COLL_ALL_REDUCE, g, 2, 8) -
+                   pt_hw_comm_seconds(&hw, PT_COLL_ALL_REDUCE, g, 2, 8);
+        else
+            want = pt_hw_comm_seconds(&slow, PT_COLL_REDUCE_SCATTER, g, 2, 8) -
+                   pt_hw_comm_seconds(&hw, PT_COLL_REDUCE_SCATTER, g, 2, 8) +
+                   pt_hw_comm_seconds(&slow, PT_COLL_ALL_GATHER, g, 2, 8) -
+                   pt_hw_comm_seconds(&hw, PT_COLL_ALL_GATHER, g, 2, 8);
+        if (!(g > 0 && want > 0 && fabs((r2.step_time - r1.step_time) / want - 1) < 1e-6))
+            FAIL("dp 2, ZeRO %d: a slower link adds %.9g s, expected the gradients' %s: %.9g s",
+                 zero, r2.step_time - r1.step_time,
+                 zero ? "reduce-scatter and all-gather" : "all-reduce", want);
+    }
+    /* ZeRO 3: the layers' all-gathers (overlapping compute: a link slow enough to show) */
+    d.zero = 3;
+    slow.intra_bw = hw.intra_bw / 1e3;
+    CHECK(pt_plan_simulate(&d, &slow, &r1, NULL) == PT_OK);
+    slow.intra_bw = hw.intra_bw / 2e3;
+    CHECK(pt_plan_simulate(&d, &slow, &r2, NULL) == PT_OK);
+    CHECK(r2.step_time > 1.5 * r1.step_time);
+}
+
 /* Impossible plans say why; one that does not fit names the rank and bytes. */
 static void test_sim_errors(void) {
     pt_hw hw;
@@ -2494,6 +2615,7 @@ static const test_case tests[] = {
     {"schedule_trace_files", test_schedule_trace_files},
     {"sim_flops_closed_form", test_sim_flops_closed_form},
     {"sim_mechanisms", test_sim_mechanisms},
+    {"sim_cost_paths", test_sim_cost_paths},
     {"sim_errors", test_sim_errors},
     {"hw_comm", test_hw_comm},
     {"hw_file", test_hw_file},

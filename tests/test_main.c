@@ -12,10 +12,12 @@
    The runner and the shared checks are in test.h. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, opendir, pthreads under -std=c11 */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
-/* A counting allocator, so a test can see how much pt_gpt_init(meta=1) allocates. */
-static size_t g_alloc_bytes;
+/* A counting allocator, so a test can see how much pt_gpt_init(meta=1) allocates
+   (atomic: thread ranks allocate at once). */
+static _Atomic size_t g_alloc_bytes;
 static void *count_malloc(size_t n) {
     g_alloc_bytes += n;
     return malloc(n);
@@ -547,6 +549,167 @@ static void test_threads_reproducible(void) {
     }
     pt_set_threads(saved);
     pt_gpt_free(&g);
+}
+
+/* ---- parallel layouts against the serial step ------------------------------ */
+
+/* One layout: tp x dp x pp thread ranks, ZeRO stage, schedule, chunks, and
+   micro-batches a step (grad_accum). */
+typedef struct par_case {
+    const char *name;
+    int tp, dp, pp, zero, micro, chunks;
+    pt_schedule_kind schedule;
+} par_case;
+
+typedef struct par_run {
+    const par_case *c;
+    pt_gpt_config cfg;
+    const char *weights;         /* the serial model's weights (whole HF layout) */
+    const int *in, *tg;          /* (B, T) */
+    int B, T;
+    size_t n;                    /* parameters of the whole model */
+    float *grads;                /* (n) rank 0's gathered gradients */
+    float loss;
+} par_run;
+
+/* A rank: its place in the grid, the serial weights, one pt_gpt_step on its
+   dp slice of the batch (gradients only), the whole gradient gathered. */
+static pt_status par_rank(pt_comm *world, void *arg) {
+    par_run *r = (par_run *)arg;
+    const par_case *c = r->c;
+    int rows = r->B / c->dp;
+    pt_grid g;
+    pt_gpt m;
+    pt_gpt_desc d;
+    pt_step_desc sd;
+    pt_step_result res;
+    float *full = (float *)malloc(r->n * sizeof(float));
+    pt_status st;
+    memset(&m, 0, sizeof m);
+    if (!full) return pt_comm_fail(world, pt__fail(PT_ERR_OOM, "gradient buffer"));
+    if ((st = pt_grid_init(&g, world, c->tp, c->dp, c->pp)) != PT_OK) {
+        free(full);
+        return pt_comm_fail(world, st);
+    }
+    memset(&d, 0, sizeof d);
+    d.config = r->cfg, d.batch = rows / c->micro, d.seq = r->T, d.grid = &g, d.zero = c->zero;
+    d.grad_accum = c->micro, d.schedule = c->schedule, d.chunks = c->chunks;
+    st = pt_gpt_init(&m, &d);
+    if (st == PT_OK) st = pt_gpt_load_weights(&m, r->weights);
+    memset(&sd, 0, sizeof sd);
+    sd.inputs = r->in + (size_t)g.dp_rank * rows * r->T;
+    sd.targets = r->tg + (size_t)g.dp_rank * rows * r->T;
+    sd.B = rows, sd.T = r->T;
+    if (st == PT_OK) st = pt_gpt_step(&m, &sd, &res);
+    if (st == PT_OK) st = pt_gpt_gather(&m, PT_BUF_GRADS, full);
+    if (st == PT_OK && world->rank == 0) memcpy(r->grads, full, r->n * sizeof(float)), r->loss = res.loss;
+    if (m.params) pt_gpt_free(&m);
+    pt_grid_free(&g);
+    free(full);
+    return st == PT_OK ? PT_OK : pt_comm_fail(world, st);
+}
+
+/* The serial step's gradients of rows [row, row + B) into out (whole layout). */
+static float par_serial(pt_gpt_config cfg, const char *weights, const int *in, const int *tg, int B,
+                        int T, float *out) {
+    pt_gpt m;
+    pt_step_desc sd;
+    pt_step_result res;
+    res.loss = -1;
+    CHECK_ST(gpt_new(&m, cfg, B, T, 0), PT_OK);
+    if (!m.params) return -1;
+    CHECK_ST(pt_gpt_load_weights(&m, weights), PT_OK);
+    memset(&sd, 0, sizeof sd);
+    sd.inputs = in, sd.targets = tg, sd.B = B, sd.T = T;
+    CHECK_ST(pt_gpt_step(&m, &sd, &res), PT_OK);
+    CHECK_ST(pt_gpt_gather(&m, PT_BUF_GRADS, out), PT_OK);
+    pt_gpt_free(&m);
+    return res.loss;
+}
+
+/* Gradients of one pt_gpt_step in every parallel layout (tensor, data, ZeRO 1
+   and 2, each pipeline schedule, and two composed) on thread ranks, against
+   the serial step's, on a small random model (odd vocabulary: tp pads it).
+
+   Tolerance. A layout computes the same sums as the serial step in other
+   orders and groupings: dp and the micro-batches of a pipeline group the
+   rows' gradients differently, tp adds the heads' and MLP columns' partial
+   products across ranks (forward and backward all-reduces). Summing K terms
+   in any order in float is within gamma_K sum|t| of the exact sum (gamma_K =
+   K u / (1 - K u), u = 2^-24; Higham, Accuracy and Stability, 4.2), so two
+   orders differ by at most about 2 K u sum|t|. Element i of the gradient is
+   the mean of the rows' gradients, so its sum|t| is S_i = sum_b |g_b,i| / B,
+   measured here from B one-row serial steps. A rounding inside a row's
+   backward (a reduction over C, 4C, T or V terms, in each of L layers) is
+   carried to the gradient at the size of that row's terms, so K is the
+   length of the longest chain of reductions feeding an element:
+   K = B + L (C + 4C + T) + V. The check is |g_i - g_serial_i| <= 2 K u S_i,
+   with an absolute floor at 2 K u 1e-3 max S for elements whose rows cancel
+   inside (LayerNorm's backward subtracts its mean). A real bug (a missing
+   all-reduce, a micro-batch counted twice, a wrong 1/dp) is an error of
+   the gradient's own size, K u ~ 3e-5 of it here. */
+static void test_parallel_grads(void) {
+    enum { V = 29, BLOCK = 8, L = 4, NH = 4, C = 16, B = 4, T = 8 };
+    static const par_case cases[] = {
+        {"tp 2", 2, 1, 1, 0, 1, 1, PT_SCHED_DEFAULT},
+        {"dp 2", 1, 2, 1, 0, 1, 1, PT_SCHED_DEFAULT},
+        {"dp 2, ZeRO 1", 1, 2, 1, 1, 1, 1, PT_SCHED_DEFAULT},
+        {"dp 2, ZeRO 2", 1, 2, 1, 2, 1, 1, PT_SCHED_DEFAULT},
+        {"dp 2, 2 micro-batches (gradient accumulation)", 1, 2, 1, 0, 2, 1, PT_SCHED_DEFAULT},
+        {"pp 2, gpipe, 4 micro-batches", 1, 1, 2, 0, 4, 1, PT_SCHED_GPIPE},
+        {"pp 2, 1f1b, 4 micro-batches", 1, 1, 2, 0, 4, 1, PT_SCHED_1F1B},
+        {"pp 2, interleaved (2 chunks), 2 micro-batches", 1, 1, 2, 0, 2, 2, PT_SCHED_INTERLEAVED},
+        {"pp 2, zb-h1, 4 micro-batches", 1, 1, 2, 0, 4, 1, PT_SCHED_ZB_H1},
+        {"tp 2 x dp 2, ZeRO 1", 2, 2, 1, 1, 1, 1, PT_SCHED_DEFAULT},
+        {"tp 2 x pp 2, 1f1b, 2 micro-batches", 2, 1, 2, 0, 2, 1, PT_SCHED_1F1B},
+    };
+    pt_gpt_config cfg = cfg_make(V, BLOCK, L, NH, C);
+    int *in = rand_ids(B * T, V), *tg = rand_ids(B * T, V), b, k;
+    const char *weights = tmp_path("par.safetensors");
+    float *ref, *row, loss;
+    double *S, smax = 0.0, K = B + (double)L * (C + 4 * C + T) + V, u = 0x1p-24;
+    size_t n, i;
+    pt_gpt m;
+    pt_train_state ts;
+    CHECK_ST(gpt_new(&m, cfg, B, T, 0), PT_OK);
+    if (!m.params) return;
+    gpt_randomize(&m, 7, 0.1f); /* non-trivial LayerNorms and biases */
+    memset(&ts, 0, sizeof ts);
+    CHECK_ST(pt_checkpoint_save(weights, &m, &ts), PT_OK);
+    n = m.num_params_full;
+    pt_gpt_free(&m);
+    ref = TALLOC(float, n), row = TALLOC(float, n), S = TALLOC(double, n);
+    loss = par_serial(cfg, weights, in, tg, B, T, ref);
+    for (b = 0; b < B; b++) { /* S_i = sum_b |g_b,i| / B */
+        par_serial(cfg, weights, in + b * T, tg + b * T, 1, T, row);
+        for (i = 0; i < n; i++) S[i] += fabs((double)row[i]) / B;
+    }
+    if (g_fail) return;
+    for (i = 0; i < n; i++) smax = S[i] > smax ? S[i] : smax;
+    for (k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
+        par_run r;
+        double worst = 0.0;
+        size_t wi = 0;
+        memset(&r, 0, sizeof r);
+        r.c = &cases[k], r.cfg = cfg, r.weights = weights, r.in = in, r.tg = tg, r.B = B, r.T = T;
+        r.n = n, r.grads = TALLOC(float, n);
+        if (pt_comm_threads_run(cases[k].tp * cases[k].dp * cases[k].pp, par_rank, &r) != PT_OK) {
+            FAIL("%s: %s", cases[k].name, pt_last_error());
+            continue;
+        }
+        for (i = 0; i < n; i++) { /* the worst element as a fraction of its tolerance */
+            double q = fabs((double)r.grads[i] - ref[i]) / (2 * K * u * (S[i] + 1e-3 * smax));
+            if (!(q <= worst)) worst = q == q ? q : INFINITY, wi = i;
+        }
+        if (g_verbose) printf("    %s: worst gradient element [%zu] at %.3g of its tolerance\n",
+                              cases[k].name, wi, worst);
+        if (worst > 1.0)
+            FAIL("%s: gradient [%zu] = %.9g, serial %.9g (|err| %.3g > tol %.3g)", cases[k].name,
+                 wi, (double)r.grads[wi], (double)ref[wi], fabs((double)r.grads[wi] - ref[wi]),
+                 2 * K * u * (S[wi] + 1e-3 * smax));
+        if (!(fabs(r.loss - loss) <= 2 * K * u * fabs(loss)))
+            FAIL("%s: loss %.9g, serial %.9g", cases[k].name, r.loss, loss);
+    }
 }
 
 /* ======================================================================== */
@@ -2582,6 +2745,7 @@ static const test_case tests[] = {
     {"model_grad_finite_differences", test_model_grad},
     {"init_weights", test_init_weights},
     {"threads_reproducible", test_threads_reproducible},
+    {"parallel_grads_vs_serial", test_parallel_grads},
     {"adamw_vs_double_reference", test_adamw},
     {"adamw_step_decay_rule", test_adamw_step_decay_rule},
     {"norm_and_clip", test_norm_and_clip},

@@ -5995,8 +5995,9 @@ PTRAINDEF pt_status pt_hw_save(const pt_hw *hw, const char *path) {
     size_t len = 0;
     const void *parts[1];
     size_t lens[1];
-    len += (size_t)snprintf(buf + len, sizeof buf - len, "# ptrain hardware profile\nname = %s\n",
-                            hw->name);
+    len += (size_t)snprintf(buf + len, sizeof buf - len, "# ptrain hardware profile\n");
+    if (hw->name[0]) /* "name = " alone would not load (a file without a name does) */
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "name = %s\n", hw->name);
 #define PT__PUT(f) len += (size_t)snprintf(buf + len, sizeof buf - len, #f " = %.6g\n", hw->f);
     PT__HW_FIELDS(PT__PUT)
     if (hw->core_flops > 0) PT__HW_CORE_FIELDS(PT__PUT)
@@ -6048,6 +6049,12 @@ PTRAINDEF pt_status pt_hw_load(const char *path, pt_hw *out) {
             fclose(f);
             return pt__fail(PT_ERR_FORMAT, "%s:%d: %s = '%s' is not a number >= 0", path, lineno,
                             key, val);
+        }
+        if ((strcmp(key, "per_node") == 0 || strcmp(key, "cores") == 0) &&
+            (x > 1048576 || x != floor(x))) { /* before converting: (int)1e30 is undefined */
+            fclose(f);
+            return pt__fail(PT_ERR_FORMAT, "%s:%d: %s = '%s' is not an integer in [0, 1048576]",
+                            path, lineno, key, val);
         }
         if (strcmp(key, "per_node") == 0) hw.per_node = (int)x;
         else if (strcmp(key, "cores") == 0) hw.cores = (int)x;

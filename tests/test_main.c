@@ -2724,6 +2724,14 @@ static void test_hw_file(void) {
     fputs("name = x\npeak_flops = 1e12\n", f);
     fclose(f);
     CHECK(pt_hw_load(path, &b) == PT_ERR_FORMAT && strstr(pt_last_error(), "incomplete"));
+    f = fopen(path, "w"); /* an int field beyond int: refused before converting */
+    fputs("per_node = 1e30\n", f);
+    fclose(f);
+    CHECK(pt_hw_load(path, &b) == PT_ERR_FORMAT &&
+          strstr(pt_last_error(), "per_node = '1e30' is not an integer in [0, 1048576]"));
+    a.name[0] = 0; /* a profile without a name saves to a file that loads */
+    CHECK(pt_hw_save(&a, path) == PT_OK);
+    CHECK(pt_hw_load(path, &b) == PT_OK && b.name[0] == 0 && b.per_node == a.per_node);
     remove(path);
     CHECK(pt_hw_load(path, &b) == PT_ERR_IO);
     rmdir(dir);

@@ -238,9 +238,10 @@ step "example: plan_1t (1T on Selene and Frontier, search, trace)" sh -c \
      python3 -m json.tool $tmp/1t.json >/dev/null && grep -q '<svg' $tmp/1t.json.svg"
 # sim_vs_real: a pipeline layout of README.md's table on its model (4 layers, C=256, 4 heads,
 # T=128, V=1024, batch 8), trained here and simulated with a profile calibrated in the same
-# run: the prediction must be within the README's band (20%). Timings mean nothing while
-# other work competes for the cores, so with a load average above 1.5 x cores the check is
-# skipped (counted apart), never passed.
+# run: the prediction must be within the README's band (20%); a timing is noisy, so a
+# second try (calibrated afresh) may pass where the first did not, a prediction outside
+# the band twice fails. Timings mean nothing while other work competes for the cores:
+# with a load average above 1.5 x cores the check is skipped (counted apart), never passed.
 sim_band() {
     cores=$(nproc 2>/dev/null || echo 1)
     load=$(cut -d ' ' -f 1 /proc/loadavg 2>/dev/null || echo 0)
@@ -248,10 +249,15 @@ sim_band() {
         echo "SKIP: load average $load on $cores cores: too busy to compare timings"
         return 77
     fi
-    build/sim_vs_real --pp 2 --schedule zb-h1 --hw-file "$tmp/hw-local.txt" >"$tmp/svr" 2>&1
-    rc=$?
-    cat "$tmp/svr"
-    [ "$rc" -eq 0 ] && grep -q '^1 of 1 within 20%' "$tmp/svr"
+    for try in 1 2; do
+        rm -f "$tmp/hw-local.txt"
+        build/sim_vs_real --pp 2 --schedule zb-h1 --hw-file "$tmp/hw-local.txt" >"$tmp/svr" 2>&1
+        rc=$?
+        cat "$tmp/svr"
+        [ "$rc" -eq 0 ] || return 1
+        grep -q '^1 of 1 within 20%' "$tmp/svr" && return 0
+    done
+    return 1
 }
 step "example: sim_vs_real (zb-h1, 2 stages, measured and simulated within 20%)" sim_band
 tail -n 1 "$tmp/out" | sed 's/^/      /'

@@ -37,11 +37,11 @@ COMM_SRC = tests/comm_check.c ptrain.h
 # libFuzzer (clang) for FUZZ_TIME seconds; `make test` replays the seed
 # corpus and fuzz/crashes/<name>/ through the same harnesses built by $(CC)
 # with ASan + UBSan and a main of their own (fuzz/fuzz.h).
-FUZZERS = safetensors checkpoint tokens fixture train_cli plan_cli
+FUZZERS = safetensors checkpoint tokens fixture train_cli plan_cli hw
 FUZZ_TIME = 60
 FUZZ_SRC = fuzz/fuzz.h $(HDR) tests/fixture.h
 FUZZ_FLAGS = -std=c11 -O1 -g -fno-omit-frame-pointer $(WARN) -DPTRAIN_NO_BLAS -pthread \
-             -fsanitize=address,undefined -fno-sanitize-recover=undefined
+             -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=undefined,float-cast-overflow
 FUZZ_REPLAY = $(addprefix build/fuzz/,$(addsuffix _replay,$(FUZZERS))) build/fuzz/seeds
 # ThreadSanitizer: clang + libomp (gcc's libgomp gives false reports), and no
 # BLAS, which is not instrumented. valgrind: no AVX-512, which it cannot run,

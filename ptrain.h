@@ -5995,8 +5995,9 @@ PTRAINDEF pt_status pt_hw_save(const pt_hw *hw, const char *path) {
     size_t len = 0;
     const void *parts[1];
     size_t lens[1];
-    len += (size_t)snprintf(buf + len, sizeof buf - len, "# ptrain hardware profile\nname = %s\n",
-                            hw->name);
+    len += (size_t)snprintf(buf + len, sizeof buf - len, "# ptrain hardware profile\n");
+    if (hw->name[0]) /* "name = " alone would not load (a file without a name does) */
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "name = %s\n", hw->name);
 #define PT__PUT(f) len += (size_t)snprintf(buf + len, sizeof buf - len, #f " = %.6g\n", hw->f);
     PT__HW_FIELDS(PT__PUT)
     if (hw->core_flops > 0) PT__HW_CORE_FIELDS(PT__PUT)
@@ -6048,6 +6049,12 @@ PTRAINDEF pt_status pt_hw_load(const char *path, pt_hw *out) {
             fclose(f);
             return pt__fail(PT_ERR_FORMAT, "%s:%d: %s = '%s' is not a number >= 0", path, lineno,
                             key, val);
+        }
+        if ((strcmp(key, "per_node") == 0 || strcmp(key, "cores") == 0) &&
+            (x > 1048576 || x != floor(x))) { /* before converting: (int)1e30 is undefined */
+            fclose(f);
+            return pt__fail(PT_ERR_FORMAT, "%s:%d: %s = '%s' is not an integer in [0, 1048576]",
+                            path, lineno, key, val);
         }
         if (strcmp(key, "per_node") == 0) hw.per_node = (int)x;
         else if (strcmp(key, "cores") == 0) hw.cores = (int)x;
@@ -6296,6 +6303,8 @@ typedef struct pt__sim {
     double *zero3_s;        /* (p) ZeRO 3: gathering one chunk's layers */
     double *busy, *flops, *hwflops, *tp_s, *pp_s; /* (p) */
     pt_plan_stage *stage;   /* (p) the result's */
+    const double *scale;    /* (PT_ACT_COUNT) or NULL: each action kind's time times this
+                               (the tests' seam: a cost that does not move the step is a bug) */
 } pt__sim;
 
 static void pt__layer_costs(pt__sim *S) {
@@ -6400,6 +6409,7 @@ static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) 
     default:
         break;
     }
+    if (S->scale) t *= S->scale[a->kind], pp *= S->scale[a->kind];
     if (stats) {
         double ar = S->layer.tp_bytes; /* Megatron's f and g: 2 all-reduces a pass */
         S->flops[st] += fl, S->hwflops[st] += hf, S->tp_s[st] += tp, S->pp_s[st] += pp;
@@ -6628,10 +6638,11 @@ static void pt__plan_summary(const pt__sim *S, double span, pt_plan_result *r) {
 }
 
 /* One simulated step, each rank's compute slowed by share (ranks sharing
-   cores): checks, the schedule, every stage's build and costs, the
-   memory verdict, the timeline, the totals. */
+   cores) and each action kind's time by scale (NULL: as modeled): checks,
+   the schedule, every stage's build and costs, the memory verdict, the
+   timeline, the totals. */
 static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double share,
-                              pt_plan_result *r, pt_trace *trace) {
+                              const double *scale, pt_plan_result *r, pt_trace *trace) {
     pt__sim S;
     pt_schedule sch;
     pt_schedule_report rep;
@@ -6649,6 +6660,7 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
     S.ptrain = (D.exec ? D.exec : hw->exec) == PT_EXEC_PTRAIN;
     S.elem = S.ptrain ? 4.0 : 2.0;
     S.share = share;
+    S.scale = scale;
     r->dp = S.dp;
     r->micro_batches = S.m;
     r->schedule = D.schedule;
@@ -6715,7 +6727,7 @@ PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_
     } else if (hw->cores > 0) {
         share = R;
     }
-    st = pt__plan_run(d, &H, share, r, trace);
+    st = pt__plan_run(d, &H, share, NULL, r, trace);
     r->percent_of_peak = 100.0 * r->tflops_per_gpu * 1e12 / hw->peak_flops;
     return st;
 }

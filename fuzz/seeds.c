@@ -301,6 +301,52 @@ static void plan_arguments(void) {
     for (i = 0; i < (int)(sizeof argv / sizeof argv[0]); i++) put_args("plan_cli", i, argv[i]);
 }
 
+/* Hardware profiles as the library writes them (pt_hw_save): each preset, and
+   a calibrated machine's (exec ptrain, cores and the one-thread rates); then
+   near-valid ones that each stop at one check of the reader. */
+static void hardware(const char *tmp) {
+    static const char *presets[] = {"a100-80g", "h100-80g", "mi250x"};
+    static const char *bad[][2] = {
+        {"missing_field", "name = x\npeak_flops = 1e12\ngemm_eff = 0.5\n"},
+        {"not_a_number", "name = x\npeak_flops = fast\n"},
+        {"negative", "peak_flops = -1\n"},
+        {"unknown_key", "# comment\n\nname = x\nflops = 3\n"},
+        {"exec", "exec = tpu\n"},
+        {"no_equals", "peak_flops 1e12\n"},
+        {"crlf", "name = x\r\npeak_flops = 1e12\r\n"},
+        {"huge_ints", "per_node = 1e30\ncores = 4294967296\n"},
+        {"long_line", "name = aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa = 1\n"},
+    };
+    char name[64];
+    pt_hw hw;
+    int i;
+    for (i = 0; i < 4; i++) {
+        if (i < 3) {
+            pt_hw_preset(presets[i], &hw);
+        } else { /* a calibrated machine (pt_hw_calibrate's fields, rates made up) */
+            memset(&hw, 0, sizeof hw);
+            snprintf(hw.name, sizeof hw.name, "local");
+            hw.peak_flops = 2.5e11, hw.gemm_eff = 1, hw.gemm_dim = 40, hw.attn_flops = 6e10;
+            hw.mem_bw = 2e10, hw.mem_bytes = 8e9, hw.kernel_s = 2e-6, hw.per_node = 2;
+            hw.intra_bw = 5e9, hw.intra_lat = 3e-6, hw.inter_bw = 5e9, hw.inter_lat = 3e-6;
+            hw.cores = 2, hw.exec = PT_EXEC_PTRAIN;
+            hw.core_flops = 1.25e11, hw.core_gemm_eff = 1, hw.core_gemm_dim = 30;
+            hw.core_attn_flops = 3e10, hw.core_mem_bw = 1.2e10, hw.core_kernel_s = 1e-6;
+        }
+        if (pt_hw_save(&hw, tmp) != PT_OK) {
+            fprintf(stderr, "seeds: %s\n", pt_last_error());
+            failed = 1;
+            continue;
+        }
+        snprintf(name, sizeof name, "%s.txt", i < 3 ? presets[i] : "local");
+        copy(tmp, "hw", name);
+    }
+    for (i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) put("hw", bad[i][0], bad[i][1], strlen(bad[i][1]));
+}
+
 int main(int argc, char **argv) {
     char tmp[1024];
     if (argc != 2) {
@@ -317,6 +363,7 @@ int main(int argc, char **argv) {
     tokens();
     arguments();
     plan_arguments();
+    hardware(tmp);
     remove(tmp);
     return failed;
 }

@@ -9,15 +9,16 @@ field() { # field NAME FILE: a number from plan --json
     sed -n "s/.*\"$1\": \([-0-9.e+]*\).*/\1/p" "$2" | head -n 1
 }
 # Megatron-LM (Narayanan et al. 2021) Table 1 rows whose micro-batch the
-# paper gives: simulated TFLOP/s per GPU within 10% of the published figure
+# paper gives: simulated TFLOP/s per GPU within 5% of the published figure, as
+# README.md claims for exactly these three (1.7B, 145.6B, 1T)
 while read -r name pub args; do
     # shellcheck disable=SC2086
     $plan $args --json >"$tmp/j" || { echo "FAIL $name: plan failed"; bad=1; continue; }
     got=$(field tflops_per_gpu "$tmp/j")
-    if awk -v g="$got" -v p="$pub" 'BEGIN { exit !(g > 0.9 * p && g < 1.1 * p) }'; then
+    if awk -v g="$got" -v p="$pub" 'BEGIN { exit !(g > 0.95 * p && g < 1.05 * p) }'; then
         echo "ok   $name: $got TFLOP/s per GPU, published $pub"
     else
-        echo "FAIL $name: $got TFLOP/s per GPU, published $pub (outside 10%)"
+        echo "FAIL $name: $got TFLOP/s per GPU, published $pub (outside 5%)"
         bad=1
     fi
 done <<ROWS

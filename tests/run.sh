@@ -1,6 +1,8 @@
 #!/bin/sh
 # The whole test suite (called by `make test` after building everything).
-# Each step is one check; the last line is "N passed, N failed".
+# Each step is one check; the last line is "N passed, N failed, N skipped". A
+# step that cannot run here (exit 77, automake's code) prints SKIP with its
+# reason and is counted apart: never as passed.
 CC=${CC:-gcc}
 CXX=${CXX:-g++}
 CLANG=${CLANG:-clang}
@@ -10,21 +12,30 @@ BLAS=${BLAS:-"-I/usr/include/$arch/openblas-openmp -L/usr/lib/$arch/openblas-ope
 WERR="-O2 -Wall -Wextra -Wpedantic -Werror"  # -O2: optimizer passes warn too
 pass=0
 fail=0
+skipped=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=print_stacktrace=1
 
-step() { # step NAME CMD...: passes if CMD exits 0
+step() { # step NAME CMD...: passes if CMD exits 0, skipped if it exits 77
     name=$1
     shift
-    if "$@" >"$tmp/out" 2>&1; then
+    "$@" >"$tmp/out" 2>&1
+    rc=$?
+    if [ "$rc" -eq 0 ]; then
         pass=$((pass + 1))
         printf 'ok    %s\n' "$name"
+    elif [ "$rc" -eq 77 ]; then
+        skip "$name" "$(grep '^SKIP' "$tmp/out" | sed 's/^SKIP:* *//' | paste -sd ';' - | sed 's/;/; /g')"
     else
         fail=$((fail + 1))
         printf 'FAIL  %s\n' "$name"
         tail -n 40 "$tmp/out" | sed 's/^/      /'
     fi
+}
+skip() { # skip NAME REASON: a check that cannot run here, counted as skipped
+    skipped=$((skipped + 1))
+    printf 'SKIP  %s (%s)\n' "$1" "${2:-no reason given}"
 }
 fails() { # fails NAME CODE PATTERN CMD...: passes if CMD exits with CODE and prints PATTERN
     name=$1 code=$2 pattern=$3
@@ -111,7 +122,7 @@ if [ -d ../shared/fixtures ]; then
         step "shared fixture $(basename "$f")" build/fixture_check "$f"
     done
 else
-    echo "note  ../shared/fixtures not found: shared fixtures not run"
+    skip "shared fixtures (and their layouts below)" "../shared/fixtures not found"
 fi
 step "fixture gpt2_odd under ASan + UBSan" build/fixture_check_asan tests/fixtures/gpt2_odd.safetensors
 # every tensor x data x ZeRO layout on thread ranks, the serial tolerances
@@ -145,9 +156,11 @@ done
 step "fixture gpt2_heads6.safetensors: every layout of up to 6 MPI ranks" \
     sh tests/layouts_check.sh build/fixture_check_mpi tests/fixtures/gpt2_heads6.safetensors 6
 tail -n 1 "$tmp/out" | sed 's/^/      /'
-# pipeline layouts: every schedule, stage count and micro-batch count that fits
+# pipeline layouts: every schedule, stage count and micro-batch count that fits (not
+# for one-layer models, which have no pipeline: pipeline_check.sh skips what runs nothing)
 for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors; do
     [ -f "$f" ] || continue
+    head -c 4096 "$f" | grep -aq '"n_layer":"1"' && continue
     step "fixture $(basename "$f"): pipeline layouts (threads)" \
         sh tests/pipeline_check.sh build/fixture_check "$f"
     tail -n 1 "$tmp/out" | sed 's/^/      /'
@@ -218,14 +231,36 @@ done
 fails "pipeline: interleaved with m not divisible by p" 1 "divisible by stages" \
     build/pipeline --schedule interleaved --stages 4 --microbatches 6
 fails "pipeline: unknown schedule" 1 "unknown schedule '2f2b'" build/pipeline --schedule 2f2b
-step "plan: Megatron-LM Table 1 within 10%, 1T memory within 1% of the closed form, errors, trace, search, local profile" \
+step "plan: Megatron-LM Table 1 within 5%, 1T memory within 1% of the closed form, errors, trace, search, local profile" \
     sh tests/plan_check.sh build/plan
 step "example: plan_1t (1T on Selene and Frontier, search, trace)" sh -c \
     "build/plan_1t --trace $tmp/1t.json >$tmp/1t.txt && grep -q 'Search result 1' $tmp/1t.txt &&
      python3 -m json.tool $tmp/1t.json >/dev/null && grep -q '<svg' $tmp/1t.json.svg"
-step "example: sim_vs_real (a pipeline run here, measured and simulated)" sh -c \
-    "build/sim_vs_real --pp 2 --schedule zb-h1 --layers 2 --embd 64 --seq 32 --batch 4 --steps 1 \
-         --hw-file $tmp/hw-local.txt | grep -q 'within 20%'"
+# sim_vs_real: a pipeline layout of README.md's table on its model (4 layers, C=256, 4 heads,
+# T=128, V=1024, batch 8), trained here and simulated with a profile calibrated in the same
+# run: the prediction must be within the README's band (20%); a timing is noisy, so a
+# second try (calibrated afresh) may pass where the first did not, a prediction outside
+# the band twice fails. Timings mean nothing while other work competes for the cores:
+# with a load average above 1.5 x cores the check is skipped (counted apart), never passed.
+sim_band() {
+    cores=$(nproc 2>/dev/null || echo 1)
+    load=$(cut -d ' ' -f 1 /proc/loadavg 2>/dev/null || echo 0)
+    if awk -v l="$load" -v c="$cores" 'BEGIN { exit !(l > 1.5 * c) }'; then
+        echo "SKIP: load average $load on $cores cores: too busy to compare timings"
+        return 77
+    fi
+    for try in 1 2; do
+        rm -f "$tmp/hw-local.txt"
+        build/sim_vs_real --pp 2 --schedule zb-h1 --hw-file "$tmp/hw-local.txt" >"$tmp/svr" 2>&1
+        rc=$?
+        cat "$tmp/svr"
+        [ "$rc" -eq 0 ] || return 1
+        grep -q '^1 of 1 within 20%' "$tmp/svr" && return 0
+    done
+    return 1
+}
+step "example: sim_vs_real (zb-h1, 2 stages, measured and simulated within 20%)" sim_band
+tail -n 1 "$tmp/out" | sed 's/^/      /'
 fails "sim_vs_real: batch not divisible" 2 "not divisible by dp x micro" \
     build/sim_vs_real --dp 3 --batch 8
 step "quick start in ptrain.h equals examples/quickstart.c" sh tests/snippet_check.sh
@@ -305,5 +340,5 @@ printf 'not a checkpoint' >"$tmp/bad.safetensors"
 fails "sample: malformed model file" 1 "safetensors" build/sample "$tmp/bad.safetensors"
 
 echo
-echo "$pass passed, $fail failed"
+echo "$pass passed, $fail failed, $skipped skipped"
 [ "$fail" -eq 0 ]

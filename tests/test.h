@@ -6,7 +6,8 @@
    those matching --filter SUBSTR and none of --skip A,B,... (substrings;
    valgrind skips the slow ones); --list prints names, --verbose the worst
    element of every comparison. It frees each test's TALLOC memory, and ends with
-   the line "N passed, N failed"; it returns non-zero if any test failed. */
+   the line "N passed, N failed"; it returns non-zero if any test failed, and 2
+   (with a message, no count) if --filter and --skip leave no test to run. */
 #ifndef PTRAIN_TEST_H
 #define PTRAIN_TEST_H
 
@@ -259,7 +260,7 @@ static int test_matches_any(const char *name, const char *list) {
 
 static int test_run(const test_case *tests, int n, int argc, char **argv) {
     const char *filter = NULL, *skip = NULL;
-    int i, list = 0, passed = 0, failed = 0;
+    int i, list = 0, passed = 0, failed = 0, matched = 0;
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
         else if (strcmp(argv[i], "--skip") == 0 && i + 1 < argc) skip = argv[++i];
@@ -275,6 +276,7 @@ static int test_run(const test_case *tests, int n, int argc, char **argv) {
         double t0;
         if (filter && !strstr(tests[i].name, filter)) continue;
         if (skip && test_matches_any(tests[i].name, skip)) continue;
+        matched++;
         if (list) {
             printf("%s\n", tests[i].name);
             continue;
@@ -296,6 +298,11 @@ static int test_run(const test_case *tests, int n, int argc, char **argv) {
         fflush(stdout);
     }
     tmp_cleanup();
+    if (matched == 0) { /* a typo must not pass as "0 passed" */
+        printf("no test matches --filter %s --skip %s (--list names them)\n",
+               filter ? filter : "(none)", skip ? skip : "(none)");
+        return 2;
+    }
     if (!list) printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

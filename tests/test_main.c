@@ -12,10 +12,12 @@
    The runner and the shared checks are in test.h. */
 #define _POSIX_C_SOURCE 200809L /* mkdtemp, opendir, pthreads under -std=c11 */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
-/* A counting allocator, so a test can see how much pt_gpt_init(meta=1) allocates. */
-static size_t g_alloc_bytes;
+/* A counting allocator, so a test can see how much pt_gpt_init(meta=1) allocates
+   (atomic: thread ranks allocate at once). */
+static _Atomic size_t g_alloc_bytes;
 static void *count_malloc(size_t n) {
     g_alloc_bytes += n;
     return malloc(n);
@@ -547,6 +549,167 @@ static void test_threads_reproducible(void) {
     }
     pt_set_threads(saved);
     pt_gpt_free(&g);
+}
+
+/* ---- parallel layouts against the serial step ------------------------------ */
+
+/* One layout: tp x dp x pp thread ranks, ZeRO stage, schedule, chunks, and
+   micro-batches a step (grad_accum). */
+typedef struct par_case {
+    const char *name;
+    int tp, dp, pp, zero, micro, chunks;
+    pt_schedule_kind schedule;
+} par_case;
+
+typedef struct par_run {
+    const par_case *c;
+    pt_gpt_config cfg;
+    const char *weights;         /* the serial model's weights (whole HF layout) */
+    const int *in, *tg;          /* (B, T) */
+    int B, T;
+    size_t n;                    /* parameters of the whole model */
+    float *grads;                /* (n) rank 0's gathered gradients */
+    float loss;
+} par_run;
+
+/* A rank: its place in the grid, the serial weights, one pt_gpt_step on its
+   dp slice of the batch (gradients only), the whole gradient gathered. */
+static pt_status par_rank(pt_comm *world, void *arg) {
+    par_run *r = (par_run *)arg;
+    const par_case *c = r->c;
+    int rows = r->B / c->dp;
+    pt_grid g;
+    pt_gpt m;
+    pt_gpt_desc d;
+    pt_step_desc sd;
+    pt_step_result res;
+    float *full = (float *)malloc(r->n * sizeof(float));
+    pt_status st;
+    memset(&m, 0, sizeof m);
+    if (!full) return pt_comm_fail(world, pt__fail(PT_ERR_OOM, "gradient buffer"));
+    if ((st = pt_grid_init(&g, world, c->tp, c->dp, c->pp)) != PT_OK) {
+        free(full);
+        return pt_comm_fail(world, st);
+    }
+    memset(&d, 0, sizeof d);
+    d.config = r->cfg, d.batch = rows / c->micro, d.seq = r->T, d.grid = &g, d.zero = c->zero;
+    d.grad_accum = c->micro, d.schedule = c->schedule, d.chunks = c->chunks;
+    st = pt_gpt_init(&m, &d);
+    if (st == PT_OK) st = pt_gpt_load_weights(&m, r->weights);
+    memset(&sd, 0, sizeof sd);
+    sd.inputs = r->in + (size_t)g.dp_rank * rows * r->T;
+    sd.targets = r->tg + (size_t)g.dp_rank * rows * r->T;
+    sd.B = rows, sd.T = r->T;
+    if (st == PT_OK) st = pt_gpt_step(&m, &sd, &res);
+    if (st == PT_OK) st = pt_gpt_gather(&m, PT_BUF_GRADS, full);
+    if (st == PT_OK && world->rank == 0) memcpy(r->grads, full, r->n * sizeof(float)), r->loss = res.loss;
+    if (m.params) pt_gpt_free(&m);
+    pt_grid_free(&g);
+    free(full);
+    return st == PT_OK ? PT_OK : pt_comm_fail(world, st);
+}
+
+/* The serial step's gradients of rows [row, row + B) into out (whole layout). */
+static float par_serial(pt_gpt_config cfg, const char *weights, const int *in, const int *tg, int B,
+                        int T, float *out) {
+    pt_gpt m;
+    pt_step_desc sd;
+    pt_step_result res;
+    res.loss = -1;
+    CHECK_ST(gpt_new(&m, cfg, B, T, 0), PT_OK);
+    if (!m.params) return -1;
+    CHECK_ST(pt_gpt_load_weights(&m, weights), PT_OK);
+    memset(&sd, 0, sizeof sd);
+    sd.inputs = in, sd.targets = tg, sd.B = B, sd.T = T;
+    CHECK_ST(pt_gpt_step(&m, &sd, &res), PT_OK);
+    CHECK_ST(pt_gpt_gather(&m, PT_BUF_GRADS, out), PT_OK);
+    pt_gpt_free(&m);
+    return res.loss;
+}
+
+/* Gradients of one pt_gpt_step in every parallel layout (tensor, data, ZeRO 1
+   and 2, each pipeline schedule, and two composed) on thread ranks, against
+   the serial step's, on a small random model (odd vocabulary: tp pads it).
+
+   Tolerance. A layout computes the same sums as the serial step in other
+   orders and groupings: dp and the micro-batches of a pipeline group the
+   rows' gradients differently, tp adds the heads' and MLP columns' partial
+   products across ranks (forward and backward all-reduces). Summing K terms
+   in any order in float is within gamma_K sum|t| of the exact sum (gamma_K =
+   K u / (1 - K u), u = 2^-24; Higham, Accuracy and Stability, 4.2), so two
+   orders differ by at most about 2 K u sum|t|. Element i of the gradient is
+   the mean of the rows' gradients, so its sum|t| is S_i = sum_b |g_b,i| / B,
+   measured here from B one-row serial steps. A rounding inside a row's
+   backward (a reduction over C, 4C, T or V terms, in each of L layers) is
+   carried to the gradient at the size of that row's terms, so K is the
+   length of the longest chain of reductions feeding an element:
+   K = B + L (C + 4C + T) + V. The check is |g_i - g_serial_i| <= 2 K u S_i,
+   with an absolute floor at 2 K u 1e-3 max S for elements whose rows cancel
+   inside (LayerNorm's backward subtracts its mean). A real bug (a missing
+   all-reduce, a micro-batch counted twice, a wrong 1/dp) is an error of
+   the gradient's own size, K u ~ 3e-5 of it here. */
+static void test_parallel_grads(void) {
+    enum { V = 29, BLOCK = 8, L = 4, NH = 4, C = 16, B = 4, T = 8 };
+    static const par_case cases[] = {
+        {"tp 2", 2, 1, 1, 0, 1, 1, PT_SCHED_DEFAULT},
+        {"dp 2", 1, 2, 1, 0, 1, 1, PT_SCHED_DEFAULT},
+        {"dp 2, ZeRO 1", 1, 2, 1, 1, 1, 1, PT_SCHED_DEFAULT},
+        {"dp 2, ZeRO 2", 1, 2, 1, 2, 1, 1, PT_SCHED_DEFAULT},
+        {"dp 2, 2 micro-batches (gradient accumulation)", 1, 2, 1, 0, 2, 1, PT_SCHED_DEFAULT},
+        {"pp 2, gpipe, 4 micro-batches", 1, 1, 2, 0, 4, 1, PT_SCHED_GPIPE},
+        {"pp 2, 1f1b, 4 micro-batches", 1, 1, 2, 0, 4, 1, PT_SCHED_1F1B},
+        {"pp 2, interleaved (2 chunks), 2 micro-batches", 1, 1, 2, 0, 2, 2, PT_SCHED_INTERLEAVED},
+        {"pp 2, zb-h1, 4 micro-batches", 1, 1, 2, 0, 4, 1, PT_SCHED_ZB_H1},
+        {"tp 2 x dp 2, ZeRO 1", 2, 2, 1, 1, 1, 1, PT_SCHED_DEFAULT},
+        {"tp 2 x pp 2, 1f1b, 2 micro-batches", 2, 1, 2, 0, 2, 1, PT_SCHED_1F1B},
+    };
+    pt_gpt_config cfg = cfg_make(V, BLOCK, L, NH, C);
+    int *in = rand_ids(B * T, V), *tg = rand_ids(B * T, V), b, k;
+    const char *weights = tmp_path("par.safetensors");
+    float *ref, *row, loss;
+    double *S, smax = 0.0, K = B + (double)L * (C + 4 * C + T) + V, u = 0x1p-24;
+    size_t n, i;
+    pt_gpt m;
+    pt_train_state ts;
+    CHECK_ST(gpt_new(&m, cfg, B, T, 0), PT_OK);
+    if (!m.params) return;
+    gpt_randomize(&m, 7, 0.1f); /* non-trivial LayerNorms and biases */
+    memset(&ts, 0, sizeof ts);
+    CHECK_ST(pt_checkpoint_save(weights, &m, &ts), PT_OK);
+    n = m.num_params_full;
+    pt_gpt_free(&m);
+    ref = TALLOC(float, n), row = TALLOC(float, n), S = TALLOC(double, n);
+    loss = par_serial(cfg, weights, in, tg, B, T, ref);
+    for (b = 0; b < B; b++) { /* S_i = sum_b |g_b,i| / B */
+        par_serial(cfg, weights, in + b * T, tg + b * T, 1, T, row);
+        for (i = 0; i < n; i++) S[i] += fabs((double)row[i]) / B;
+    }
+    if (g_fail) return;
+    for (i = 0; i < n; i++) smax = S[i] > smax ? S[i] : smax;
+    for (k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
+        par_run r;
+        double worst = 0.0;
+        size_t wi = 0;
+        memset(&r, 0, sizeof r);
+        r.c = &cases[k], r.cfg = cfg, r.weights = weights, r.in = in, r.tg = tg, r.B = B, r.T = T;
+        r.n = n, r.grads = TALLOC(float, n);
+        if (pt_comm_threads_run(cases[k].tp * cases[k].dp * cases[k].pp, par_rank, &r) != PT_OK) {
+            FAIL("%s: %s", cases[k].name, pt_last_error());
+            continue;
+        }
+        for (i = 0; i < n; i++) { /* the worst element as a fraction of its tolerance */
+            double q = fabs((double)r.grads[i] - ref[i]) / (2 * K * u * (S[i] + 1e-3 * smax));
+            if (!(q <= worst)) worst = q == q ? q : INFINITY, wi = i;
+        }
+        if (g_verbose) printf("    %s: worst gradient element [%zu] at %.3g of its tolerance\n",
+                              cases[k].name, wi, worst);
+        if (worst > 1.0)
+            FAIL("%s: gradient [%zu] = %.9g, serial %.9g (|err| %.3g > tol %.3g)", cases[k].name,
+                 wi, (double)r.grads[wi], (double)ref[wi], fabs((double)r.grads[wi] - ref[wi]),
+                 2 * K * u * (S[wi] + 1e-3 * smax));
+        if (!(fabs(r.loss - loss) <= 2 * K * u * fabs(loss)))
+            FAIL("%s: loss %.9g, serial %.9g", cases[k].name, r.loss, loss);
+    }
 }
 
 /* ======================================================================== */
@@ -2065,9 +2228,16 @@ static void test_thread_local_error(void) {
 
 /* Every kind at many (p, v, m): the checker accepts it, the peak activations
    in flight and the unit-time bubble are the textbook ones: GPipe holds all m
-   micro-batches, 1F1B min(m, p - s) on stage s, ZB-H1 min(m, p) everywhere;
-   GPipe and 1F1B idle (p-1)/(m+p-1) of the time, interleaved (p-1)/(vm+p-1),
-   ZB-H1 p-1 slots of 3m + p - 1 once m >= p (a third of 1F1B's). */
+   micro-batches, 1F1B min(m, p - s) on stage s, ZB-H1 min(m, p) everywhere,
+   interleaved (counting (micro-batch, chunk) pairs) its warm-up forwards
+   2(p - s - 1) + (v - 1)p plus the one forward before the first backward,
+   at most all vm; GPipe and 1F1B idle (p-1)/(m+p-1) of the time, interleaved
+   (p-1)/(vm+p-1). ZB-H1 (F, B, W one slot each): the last stage alternates
+   F and B, so micro-batch m-1's backward leaves it at p - 1 + 2m and reaches
+   stage 0 p - 1 slots later, whose W ends the step at 2m + 2p - 1; the last
+   stage's m deferred W's end it at 3m + p - 1. So the step is
+   p - 1 + max(3m, 2m + p) slots of which 3m are busy: p-1 of 3m + p - 1 idle
+   once m >= p (a third of 1F1B's), more for m < p. */
 static void test_schedule_kinds(void) {
     int p, v, m, k, st;
     pt_schedule d;
@@ -2084,7 +2254,7 @@ static void test_schedule_kinds(void) {
                 for (m = 1; m <= 16; m++) {
                     pt_schedule s;
                     pt_schedule_report r;
-                    double want = -1.0;
+                    double want;
                     int interleaved = k == PT_SCHED_INTERLEAVED;
                     if ((interleaved && (v < 2 || m % p)) || (!interleaved && v > 1)) continue;
                     ZERO(s);
@@ -2100,7 +2270,8 @@ static void test_schedule_kinds(void) {
                         int peak = k == PT_SCHED_GPIPE ? m
                                    : k == PT_SCHED_1F1B ? (m < p - st ? m : p - st)
                                    : k == PT_SCHED_ZB_H1 ? (m < p ? m : p)
-                                   : r.peak_inflight[st];
+                                   : (2 * (p - st - 1) + (v - 1) * p + 1 < v * m
+                                          ? 2 * (p - st - 1) + (v - 1) * p + 1 : v * m);
                         if (r.peak_inflight[st] != peak)
                             FAIL("%s p=%d m=%d stage %d: peak in flight %d, expected %d",
                                  pt_schedule_kind_name((pt_schedule_kind)k), p, m, st,
@@ -2110,24 +2281,32 @@ static void test_schedule_kinds(void) {
                         want = (double)(p - 1) / (m + p - 1);
                     else if (interleaved)
                         want = (double)(p - 1) / (v * m + p - 1);
-                    else if (m >= p)
-                        want = (double)(p - 1) / (3 * m + p - 1);
-                    if (want >= 0.0 && fabs(r.bubble - want) > 1e-12)
+                    else
+                        want = 1.0 - 3.0 * m / (p - 1 + (3 * m > 2 * m + p ? 3 * m : 2 * m + p));
+                    if (fabs(r.bubble - want) > 1e-12)
                         FAIL("%s p=%d v=%d m=%d: bubble %.6f, expected %.6f",
                              pt_schedule_kind_name((pt_schedule_kind)k), p, v, m, r.bubble, want);
                     pt_schedule_free(&s);
                 }
 }
 
-/* Looks for an action in stage st's list; returns its index or -1. */
-static int find_action(const pt_schedule *s, int st, int kind, int micro, int chunk) {
+/* The index of an action in stage st's list. When it is not there the check
+   fails (naming it) and FIND leaves the test at its label out: a changed
+   schedule fails the test instead of indexing list[-1]. */
+static int find_action_(const char *file, int line, const pt_schedule *s, int st, int kind,
+                        int micro, int chunk) {
     int i;
-    for (i = 0; i < s->count[st]; i++)
+    for (i = 0; st >= 0 && st < s->stages && i < s->count[st]; i++)
         if (s->list[st][i].kind == kind && s->list[st][i].micro == micro &&
             s->list[st][i].chunk == chunk)
             return i;
+    failf(file, line, "no %s of micro-batch %d chunk %d on stage %d",
+          kind >= 0 && kind < PT_ACT_COUNT ? pt__act_names[kind] : "?", micro, chunk, st);
     return -1;
 }
+#define FIND(i, s, st, kind, micro, chunk) do {                                            \
+        if (((i) = find_action_(__FILE__, __LINE__, s, st, kind, micro, chunk)) < 0) goto out; \
+    } while (0)
 
 static void drop_action(pt_schedule *s, int st, int i) {
     memmove(&s->list[st][i], &s->list[st][i + 1], sizeof(pt_action) * (size_t)(s->count[st] - i - 1));
@@ -2142,15 +2321,17 @@ static void test_schedule_checker_rejects(void) {
     ZERO(s);
     /* a missing W */
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_ZB_H1, 3, 1, 4), PT_OK);
-    drop_action(&s, 1, find_action(&s, 1, PT_ACT_W, 2, 0));
+    FIND(i, &s, 1, PT_ACT_W, 2, 0);
+    drop_action(&s, 1, i);
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "optimizer step comes before the weight gradient of micro-batch 2");
     pt_schedule_free(&s);
     /* swapped send and receive on stage 1: it waits for a gradient before sending the
        activation stage 2 needs to produce it */
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_1F1B, 3, 1, 4), PT_OK);
-    i = find_action(&s, 1, PT_ACT_SEND_ACT, 0, 0);
-    j = find_action(&s, 1, PT_ACT_RECV_GRAD, 0, 0);
-    CHECK(i >= 0 && j > i);
+    FIND(i, &s, 1, PT_ACT_SEND_ACT, 0, 0);
+    FIND(j, &s, 1, PT_ACT_RECV_GRAD, 0, 0);
+    CHECK(j > i);
+    if (j <= i) goto out;
     tmp = s.list[1][i], s.list[1][i] = s.list[1][j], s.list[1][j] = tmp;
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "deadlock");
     CHECK_MSG("stage 1 waits");
@@ -2158,8 +2339,10 @@ static void test_schedule_checker_rejects(void) {
     /* a cycle: under GPipe stage 1 forwards micro-batch 1 before backpropagating 0; make
        stage 0 wait for micro-batch 0's gradient before it forwards micro-batch 1 */
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_GPIPE, 2, 1, 2), PT_OK);
-    i = find_action(&s, 0, PT_ACT_F, 1, 0);
-    j = find_action(&s, 0, PT_ACT_RECV_GRAD, 0, 0);
+    FIND(i, &s, 0, PT_ACT_F, 1, 0);
+    FIND(j, &s, 0, PT_ACT_RECV_GRAD, 0, 0);
+    CHECK(j > i);
+    if (j <= i) goto out;
     tmp = s.list[0][j];
     memmove(&s.list[0][i + 1], &s.list[0][i], sizeof(pt_action) * (size_t)(j - i));
     s.list[0][i] = tmp;
@@ -2169,27 +2352,31 @@ static void test_schedule_checker_rejects(void) {
     pt_schedule_free(&s);
     /* a backward before its forward */
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_GPIPE, 1, 1, 3), PT_OK);
-    i = find_action(&s, 0, PT_ACT_F, 2, 0);
-    j = find_action(&s, 0, PT_ACT_B, 2, 0);
+    FIND(i, &s, 0, PT_ACT_F, 2, 0);
+    FIND(j, &s, 0, PT_ACT_B, 2, 0);
     tmp = s.list[0][i], s.list[0][i] = s.list[0][j], s.list[0][j] = tmp;
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "backward of micro-batch 2 chunk 0 before its forward");
     pt_schedule_free(&s);
     /* a send to the wrong stage, and a send nobody receives */
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_1F1B, 3, 1, 2), PT_OK);
-    s.list[0][find_action(&s, 0, PT_ACT_SEND_ACT, 1, 0)].peer = 2;
+    FIND(i, &s, 0, PT_ACT_SEND_ACT, 1, 0);
+    s.list[0][i].peer = 2;
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "goes to stage 2, but virtual stage 1 is on stage 1");
-    s.list[0][find_action(&s, 0, PT_ACT_SEND_ACT, 1, 0)].peer = 1;
-    drop_action(&s, 1, find_action(&s, 1, PT_ACT_RECV_ACT, 1, 0));
+    s.list[0][i].peer = 1;
+    FIND(j, &s, 1, PT_ACT_RECV_ACT, 1, 0);
+    drop_action(&s, 1, j);
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "forward of micro-batch 1 chunk 0 before its input arrived");
     pt_schedule_free(&s);
     /* a duplicated forward; the optimizer step not last */
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_GPIPE, 1, 1, 2), PT_OK);
-    s.list[0][find_action(&s, 0, PT_ACT_F, 1, 0)].micro = 0;
+    FIND(i, &s, 0, PT_ACT_F, 1, 0);
+    s.list[0][i].micro = 0;
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "forward of micro-batch 0 chunk 0 twice");
     pt_schedule_free(&s);
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_GPIPE, 1, 1, 2), PT_OK);
     tmp = s.list[0][s.count[0] - 1], s.list[0][s.count[0] - 1] = s.list[0][0], s.list[0][0] = tmp;
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "optimizer step is action 0");
+out:
     pt_schedule_free(&s);
 }
 
@@ -2353,6 +2540,127 @@ static void test_sim_mechanisms(void) {
     CHECK(fabs(b.mem.activations - a.mem.activations) < 1e-6 * a.mem.activations);
 }
 
+/* One simulated step of d on hw with action kind k's time times x (the
+   simulator's seam pt__plan_run; the other kinds as modeled). */
+static double sim_step(const pt_plan_desc *d, const pt_hw *hw, int k, double x, pt_plan_result *r) {
+    double scale[PT_ACT_COUNT];
+    int i;
+    for (i = 0; i < PT_ACT_COUNT; i++) scale[i] = i == k ? x : 1.0;
+    if (pt__plan_run(d, hw, 1.0, scale, r, NULL) != PT_OK) {
+        FAIL("simulating: %s", pt_last_error());
+        return -1.0;
+    }
+    return r->step_time;
+}
+
+/* Every cost the simulator models moves the predicted step. Each action kind
+   of each schedule (F, B, W, the sends -- a message's time is charged to its
+   send, a receive waits for it -- and the optimizer step): at 0x, 1x and 2x
+   of its modeled time the step is strictly shorter, then longer. The links:
+   with one stage (no overlap: the step is the sum of its actions) a slower
+   link adds exactly the modeled time of each collective the layout runs:
+   tp's all-reduces (2 in a layer's forward, 2 in its backward, 2 more when
+   it is recomputed, one for the embedding and one for the head: their
+   count is the stage's tp_bytes / (M h e)),
+   dp's all-reduce (ZeRO 0) or reduce-scatter + all-gather (ZeRO 1, 2) of
+   the gradients; ZeRO 3's per-layer all-gathers slow it too. With two
+   stages and free sends the slower link adds exactly the all-reduce of
+   wte's two copies (first and last stage); the sends' modeled time is
+   pp_comm_s (m messages a stage). */
+static void test_sim_cost_paths(void) {
+    static const pt_schedule_kind kinds[] = {PT_SCHED_GPIPE, PT_SCHED_1F1B, PT_SCHED_INTERLEAVED,
+                                             PT_SCHED_ZB_H1};
+    static const int acts[] = {PT_ACT_F, PT_ACT_B, PT_ACT_W, PT_ACT_SEND_ACT, PT_ACT_SEND_GRAD,
+                               PT_ACT_OPT};
+    pt_hw hw, slow;
+    pt_plan_desc d;
+    pt_plan_result r0, r1, r2;
+    double M, h, e = 2.0, n, want, msg;
+    int i, k, zero;
+    CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
+    slow = hw;
+    slow.intra_bw /= 3, slow.intra_lat *= 5, slow.inter_bw /= 3, slow.inter_lat *= 5;
+    memset(&d, 0, sizeof d);
+    d.layers = 8, d.hidden = 1024, d.heads = 16, d.seq = 512, d.vocab = 8192;
+    d.tp = 1, d.pp = 2, d.gpus = 2, d.batch = 8, d.micro = 1; /* m = 8 */
+    M = (double)d.micro * d.seq, h = d.hidden;
+    for (i = 0; i < (int)(sizeof kinds / sizeof kinds[0]); i++)
+        for (k = 0; k < (int)(sizeof acts / sizeof acts[0]); k++) {
+            double t0, t1, t2;
+            if (acts[k] == PT_ACT_W && kinds[i] != PT_SCHED_ZB_H1) continue;
+            d.schedule = kinds[i], d.chunks = kinds[i] == PT_SCHED_INTERLEAVED ? 2 : 1;
+            t0 = sim_step(&d, &hw, acts[k], 0.0, &r0);
+            t1 = sim_step(&d, &hw, acts[k], 1.0, &r1);
+            t2 = sim_step(&d, &hw, acts[k], 2.0, &r2);
+            if (g_fail) return;
+            if (!(t0 < t1 * (1 - 1e-9) && t1 < t2 * (1 - 1e-9)))
+                FAIL("%s: the %s's time at 0x, 1x, 2x gives steps %.9g, %.9g, %.9g s: not rising",
+                     pt_schedule_kind_name(kinds[i]), pt__act_names[acts[k]], t0, t1, t2);
+        }
+    /* the sends' modeled time: m messages of micro x seq x hidden elements a stage */
+    d.schedule = PT_SCHED_1F1B, d.chunks = 1;
+    msg = pt_hw_comm_seconds(&hw, PT_COLL_P2P, M * h * e, 2, 2);
+    sim_step(&d, &hw, -1, 1.0, &r1);
+    CHECK(msg > 0 && fabs(r1.pp_comm_s / (8 * msg) - 1) < 1e-9);
+    /* free sends: a slower link adds the wte all-reduce between the first and last stage */
+    {
+        double sc[PT_ACT_COUNT];
+        for (k = 0; k < PT_ACT_COUNT; k++) sc[k] = 1.0;
+        sc[PT_ACT_SEND_ACT] = sc[PT_ACT_SEND_GRAD] = 0.0;
+        CHECK(pt__plan_run(&d, &hw, 1.0, sc, &r1, NULL) == PT_OK);
+        CHECK(pt__plan_run(&d, &slow, 1.0, sc, &r2, NULL) == PT_OK);
+        want = pt_hw_comm_seconds(&slow, PT_COLL_ALL_REDUCE, d.vocab * h * e, 2, 2) -
+               pt_hw_comm_seconds(&hw, PT_COLL_ALL_REDUCE, d.vocab * h * e, 2, 2);
+        if (!(want > 0 && fabs((r2.step_time - r1.step_time) / want - 1) < 1e-6))
+            FAIL("pp 2: a slower link adds %.9g s, expected the wte all-reduce's %.9g s",
+                 r2.step_time - r1.step_time, want);
+    }
+    /* one stage: tp all-reduces, with and without full recomputation */
+    d.pp = 1, d.schedule = PT_SCHED_DEFAULT;
+    for (i = 0; i < 2; i++) {
+        d.tp = 2, d.gpus = 2, d.recompute = i ? PT_RECOMPUTE_FULL : PT_RECOMPUTE_NONE;
+        CHECK(pt_plan_simulate(&d, &hw, &r1, NULL) == PT_OK);
+        CHECK(pt_plan_simulate(&d, &slow, &r2, NULL) == PT_OK);
+        n = r1.stage[0].tp_bytes / (M * h * e); /* all-reduces in the step */
+        want = n * (pt_hw_comm_seconds(&slow, PT_COLL_ALL_REDUCE, M * h * e, 2, 2) -
+                    pt_hw_comm_seconds(&hw, PT_COLL_ALL_REDUCE, M * h * e, 2, 2));
+        /* a micro-batch: 2 a layer forward (+ the embedding's), 2 backward (+ the head's),
+           2 more a layer in the recomputed forward; m = 8 */
+        CHECK(fabs(n - 8 * ((i ? 6.0 : 4.0) * d.layers + 2)) < 1e-9);
+        if (!(want > 0 && fabs((r2.step_time - r1.step_time) / want - 1) < 1e-6))
+            FAIL("tp 2, recompute %d: a slower link adds %.9g s, expected %g all-reduces' %.9g s",
+                 d.recompute, r2.step_time - r1.step_time, n, want);
+    }
+    /* one stage: data parallelism's gradient collectives, ZeRO 0, 1, 2 */
+    d.tp = 1, d.recompute = PT_RECOMPUTE_NONE;
+    for (zero = 0; zero <= 2; zero++) {
+        double g;
+        d.zero = zero;
+        CHECK(pt_plan_simulate(&d, &hw, &r1, NULL) == PT_OK);
+        CHECK(pt_plan_simulate(&d, &slow, &r2, NULL) == PT_OK);
+        g = r1.stage[0].dp_bytes / (zero ? 2 : 1); /* the gradients' bytes */
+        if (zero == 0)
+            want = pt_hw_comm_seconds(&slow, PT_COLL_ALL_REDUCE, g, 2, 8) -
+                   pt_hw_comm_seconds(&hw, PT_COLL_ALL_REDUCE, g, 2, 8);
+        else
+            want = pt_hw_comm_seconds(&slow, PT_COLL_REDUCE_SCATTER, g, 2, 8) -
+                   pt_hw_comm_seconds(&hw, PT_COLL_REDUCE_SCATTER, g, 2, 8) +
+                   pt_hw_comm_seconds(&slow, PT_COLL_ALL_GATHER, g, 2, 8) -
+                   pt_hw_comm_seconds(&hw, PT_COLL_ALL_GATHER, g, 2, 8);
+        if (!(g > 0 && want > 0 && fabs((r2.step_time - r1.step_time) / want - 1) < 1e-6))
+            FAIL("dp 2, ZeRO %d: a slower link adds %.9g s, expected the gradients' %s: %.9g s",
+                 zero, r2.step_time - r1.step_time,
+                 zero ? "reduce-scatter and all-gather" : "all-reduce", want);
+    }
+    /* ZeRO 3: the layers' all-gathers (overlapping compute: a link slow enough to show) */
+    d.zero = 3;
+    slow.intra_bw = hw.intra_bw / 1e3;
+    CHECK(pt_plan_simulate(&d, &slow, &r1, NULL) == PT_OK);
+    slow.intra_bw = hw.intra_bw / 2e3;
+    CHECK(pt_plan_simulate(&d, &slow, &r2, NULL) == PT_OK);
+    CHECK(r2.step_time > 1.5 * r1.step_time);
+}
+
 /* Impossible plans say why; one that does not fit names the rank and bytes. */
 static void test_sim_errors(void) {
     pt_hw hw;
@@ -2416,6 +2724,14 @@ static void test_hw_file(void) {
     fputs("name = x\npeak_flops = 1e12\n", f);
     fclose(f);
     CHECK(pt_hw_load(path, &b) == PT_ERR_FORMAT && strstr(pt_last_error(), "incomplete"));
+    f = fopen(path, "w"); /* an int field beyond int: refused before converting */
+    fputs("per_node = 1e30\n", f);
+    fclose(f);
+    CHECK(pt_hw_load(path, &b) == PT_ERR_FORMAT &&
+          strstr(pt_last_error(), "per_node = '1e30' is not an integer in [0, 1048576]"));
+    a.name[0] = 0; /* a profile without a name saves to a file that loads */
+    CHECK(pt_hw_save(&a, path) == PT_OK);
+    CHECK(pt_hw_load(path, &b) == PT_OK && b.name[0] == 0 && b.per_node == a.per_node);
     remove(path);
     CHECK(pt_hw_load(path, &b) == PT_ERR_IO);
     rmdir(dir);
@@ -2437,6 +2753,7 @@ static const test_case tests[] = {
     {"model_grad_finite_differences", test_model_grad},
     {"init_weights", test_init_weights},
     {"threads_reproducible", test_threads_reproducible},
+    {"parallel_grads_vs_serial", test_parallel_grads},
     {"adamw_vs_double_reference", test_adamw},
     {"adamw_step_decay_rule", test_adamw_step_decay_rule},
     {"norm_and_clip", test_norm_and_clip},
@@ -2470,6 +2787,7 @@ static const test_case tests[] = {
     {"schedule_trace_files", test_schedule_trace_files},
     {"sim_flops_closed_form", test_sim_flops_closed_form},
     {"sim_mechanisms", test_sim_mechanisms},
+    {"sim_cost_paths", test_sim_cost_paths},
     {"sim_errors", test_sim_errors},
     {"hw_comm", test_hw_comm},
     {"hw_file", test_hw_file},

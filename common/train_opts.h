@@ -86,7 +86,8 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         {"zero", CLI_INT, &o->zero, "ZeRO stage: 0, 1 (shard AdamW state), 2 (and gradients)", 0,
          2},
         {"grad-accum", CLI_INT, &o->accum, "micro-batches per step and rank (with --pp: the "
-         "pipeline's m)", 1, 1 << 20},
+         "pipeline's m; 0: 1 without a pipeline, else pp when it divides the batch per dp rank, "
+         "so every stage has work)", 0, 1 << 20},
         {"pp", CLI_INT, &o->pp, "pipeline stages (at most the layers)", 1, 1024},
         {"schedule", CLI_STR, &schedule, "the step's schedule: gpipe, 1f1b, interleaved, zb-h1 "
          "(default: 1f1b, interleaved with --chunks)", 0, 0},
@@ -129,7 +130,7 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
     o->steps = 1600, o->batch = 16, o->seq = 64, o->warmup = 50, o->eval_every = 100;
     o->eval_batches = 8, o->sample_tokens = 400, o->top_k = 8, o->log_every = 100;
     o->lr = 6e-3f, o->min_lr = 6e-4f, o->wd = 0.1f, o->clip = 1.0f, o->val_fraction = 0.1f;
-    o->temperature = 0.8f, o->seed = 1337, o->tp = 1, o->dp = 1, o->pp = 1, o->accum = 1;
+    o->temperature = 0.8f, o->seed = 1337, o->tp = 1, o->dp = 1, o->pp = 1;
     o->chunks = 1, o->trace_step = 2, o->max_bad = 5;
 #ifdef PTRAIN_TEST_HOOKS
     o->nan_count = 1, o->nan_tensor = "h.0.mlp.c_fc.weight", o->fail_rank = -1, o->fail_step = 1;
@@ -150,6 +151,8 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
     if ((o->recompute = cli_recompute(recompute)) < 0) return 2;
     if ((s = cli_schedule(schedule)) < 0) return 2;
     o->schedule = (pt_schedule_kind)s;
+    if (o->accum == 0) /* a pipeline of one micro-batch runs one stage at a time */
+        o->accum = o->pp > 1 && o->batch % (o->dp * o->pp) == 0 ? o->pp : 1;
     if (o->batch % (o->dp * o->accum) != 0) {
         fprintf(stderr, "error: --batch %d is not divisible by dp=%d x grad_accum=%d\n", o->batch,
                 o->dp, o->accum);

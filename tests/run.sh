@@ -301,6 +301,12 @@ fails "train_mpi: rank 1 of tp 2 x dp 2 fails at step 3, the job stops" 1 \
 fails "train_mpi: rank 3 of dp 2 x pp 2 fails at step 3, the job stops" 1 \
     "^rank 3: inputs\[0\]=256 is outside the vocabulary" \
     mpi 4 build/train_mpi_faults $bad_rank --dp 2 --pp 2 --debug-fail-rank 3
+# whole checkpoints in every layout; the interleaved schedule's default micro-batches
+step "train: pp 2 and tp 2 x pp 2 checkpoints are whole: sampled, resumed in another layout" \
+    sh tests/layout_ckpt_check.sh
+step "train: --pp 2 --schedule interleaved --chunks 2 trains and samples (m defaults to pp)" \
+    build/train --preset mini --pp 2 --schedule interleaved --chunks 2 --steps 2 --batch 4 \
+    --seq 16 --sample-tokens 20 --peak-gflops 100
 printf 'not a checkpoint' >"$tmp/bad.safetensors"
 fails "sample: malformed model file" 1 "safetensors" build/sample "$tmp/bad.safetensors"
 

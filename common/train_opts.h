@@ -10,7 +10,7 @@ typedef struct run {
     const char *data_path, *ckpt_out, *resume, *trace_path;
     int steps, batch, seq, warmup, eval_every, eval_batches, ckpt_every, sample_tokens, top_k,
         log_every, stop_after, tp, dp, pp, zero, accum, chunks, recompute, trace_step, keep,
-        max_bad;
+        max_bad, force;
     pt_schedule_kind schedule;
 #ifdef PTRAIN_TEST_HOOKS
     /* fault injection for the tests (builds with -DPTRAIN_TEST_HOOKS only) */
@@ -64,6 +64,8 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         {"eval-batches", CLI_INT, &o->eval_batches, "batches per validation loss", 1, 1e6},
         {"log-every", CLI_INT, &o->log_every, "steps between progress lines", 1, 1e9},
         {"checkpoint", CLI_STR, &o->ckpt_out, "write a checkpoint here (at the end)", 0, 0},
+        {"force", CLI_FLAG, &o->force, "a new run may replace the file at --checkpoint (another "
+         "run's checkpoint)", 0, 0},
         {"checkpoint-every", CLI_INT, &o->ckpt_every, "also every N steps (0: only at the end)", 0,
          1e9},
         {"keep", CLI_INT, &o->keep, "keep the newest N checkpoints, each in a file of its own: "

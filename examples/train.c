@@ -385,6 +385,20 @@ int main(int argc, char **argv) {
         o.resume = found ? latest : NULL;
     }
 
+    if (o.ckpt_out) { /* found out now, not after the run; world rank 0 writes. 2: a
+                         usage error (replacing another run's file), 1: the path */
+        int verdict = 0;
+        if (world.rank == 0)
+            verdict = !o.resume && !o.keep && !ckpt_fresh_ok(o.ckpt_out, o.force) ? 2
+                      : !ckpt_probe(o.ckpt_out)                                  ? 1
+                                                                                 : 0;
+        if ((st = cli_world_share(&world, &verdict)) != PT_OK) goto fail;
+        if (verdict) {
+            rc = verdict;
+            goto out;
+        }
+    }
+
     /* data: every rank needs all of it (each process loads it under MPI) */
     if (o.data_path) {
         if ((st = pt_tokens_load(&tok, o.data_path, a.fmt)) != PT_OK) goto fail;

@@ -307,6 +307,20 @@ step "train: pp 2 and tp 2 x pp 2 checkpoints are whole: sampled, resumed in ano
 step "train: --pp 2 --schedule interleaved --chunks 2 trains and samples (m defaults to pp)" \
     build/train --preset mini --pp 2 --schedule interleaved --chunks 2 --steps 2 --batch 4 \
     --seq 16 --sample-tokens 20 --peak-gflops 100
+# a checkpoint path that cannot be written fails before the first step; a new run does not
+# replace another run's checkpoint unless forced
+step "train: an unwritable --checkpoint fails before step 1 (exit 1, the reason)" sh -c \
+    "build/train --preset tiny --steps 2 --batch 4 --seq 16 --sample-tokens 0 \
+         --checkpoint $tmp/no/such/dir/c.safetensors >$tmp/unwritable.log 2>&1; [ \$? -eq 1 ] &&
+     grep -q 'cannot create a file there (No such file or directory)' $tmp/unwritable.log &&
+     ! grep -q '^step' $tmp/unwritable.log"
+fails "train: a new run refuses to replace another run's checkpoint" 2 \
+    "is the checkpoint of another run (step 40): continue it with --resume latest, or .* --force" \
+    build/train --preset tiny --steps 2 --batch 4 --seq 16 --sample-tokens 0 --checkpoint "$ck"
+cp "$ck" "$tmp/force.safetensors"
+step "train: ... and replaces it with --force" sh -c \
+    "build/train --preset tiny --steps 2 --batch 4 --seq 16 --sample-tokens 0 --force \
+         --checkpoint $tmp/force.safetensors && grep -aq '\"step\":\"2\"' $tmp/force.safetensors"
 printf 'not a checkpoint' >"$tmp/bad.safetensors"
 fails "sample: malformed model file" 1 "safetensors" build/sample "$tmp/bad.safetensors"
 

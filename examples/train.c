@@ -21,6 +21,22 @@
 #include "../common/train_opts.h"
 
 #include <math.h>
+#include <signal.h>
+#include <unistd.h> /* write, _exit: what a signal handler may call */
+
+/* The first SIGINT or SIGTERM asks for a stop after the current step (with a
+   checkpoint); a second one ends the process at once. Every rank reads the
+   flag through an all-reduce at the end of each step, so all stop together. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+    static const char msg[] = "\nstopping after this step (a checkpoint if --checkpoint is "
+                              "given); again to quit at once\n";
+    if (stop_signal) _exit(128 + sig);
+    stop_signal = sig;
+    if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) { /* nothing to do */
+    }
+}
 
 /* Validation loss over `batches` batches from the start of the split; each
    rank evaluates its rows (first, rows of them). */
@@ -133,6 +149,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     pt_trace trace;
     int *inputs = NULL, *targets = NULL;
     int n_bad = 0, stopped = 0, good_step; /* steps skipped in a row; the last good one */
+    int signaled = 0; /* SIGINT or SIGTERM on some rank: the step after which all stop */
     char ckpt_path[4096];
     double flops_step, t_train = 0.0, t_start, val = NAN, train_loss_avg = 0.0, h_unigram;
     int n_avg = 0; /* steps in train_loss_avg since the last progress line */
@@ -259,6 +276,12 @@ static pt_status train_rank(pt_comm *world, void *arg) {
         sd.on_grads_ctx = o;
 #endif
         if ((st = pt_gpt_step(&gpt, &sd, &res)) != PT_OK) goto fail;
+        { /* the largest signal number any rank saw: every rank stops at this step */
+            float sig = (float)stop_signal;
+            if ((st = pt_comm_all_reduce(world, &sig, 1, PT_REDUCE_MAX)) != PT_OK) goto fail;
+            signaled = (int)sig;
+            if (signaled) last = 1;
+        }
         if (traced && (st = progress_write_trace(&trace, world, o->trace_path, step + 1)) != PT_OK)
             goto fail;
         if (res.skipped) { /* a non-finite loss or gradient: no update on any rank */
@@ -316,7 +339,20 @@ static pt_status train_rank(pt_comm *world, void *arg) {
             if (lead && o->keep) ckpt_rotate(o->ckpt_out, o->keep, step + 1);
             if (last && lead) printf("checkpoint: %s (step %d)\n", ckpt_path, step + 1);
         }
-        if (stopped) break;
+        if (stopped || signaled) break;
+    }
+    if (signaled) {
+        fflush(stdout);
+        if (lead && o->ckpt_out)
+            fprintf(stderr, "%s after step %d of %d: %s holds it; continue with the same "
+                    "options and --resume %s\n", signaled == SIGINT ? "interrupted (SIGINT)"
+                    : "terminated (SIGTERM)", step + 1, o->steps, ckpt_path,
+                    o->keep ? "latest" : ckpt_path);
+        else if (lead)
+            fprintf(stderr, "%s after step %d of %d: nothing saved (no --checkpoint)\n",
+                    signaled == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)",
+                    step + 1, o->steps);
+        goto done;
     }
     if (stopped) {
         if (lead && o->ckpt_out)
@@ -346,7 +382,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
 fail:
     if (st != PT_ERR_COMM) st = pt_comm_fail(world, st);
 done:
-    if (lead) o->rc = st == PT_OK && !stopped ? 0 : 1;
+    if (lead) o->rc = st != PT_OK || stopped ? 1 : signaled ? 128 + signaled : 0;
     free(inputs);
     free(targets);
     pt_trace_free(&trace);
@@ -438,6 +474,14 @@ int main(int argc, char **argv) {
     if (mpi) pt_set_threads(a.threads);
     o.tok = &tok;
     o.rc = 1;
+    {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+    }
     st = cli_world_run(&world, o.tp * o.dp * o.pp, train_rank, &o);
     if (st == PT_OK) st = cli_world_share(&world, &o.rc);
     if (st != PT_OK) goto fail;

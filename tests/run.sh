@@ -321,6 +321,9 @@ cp "$ck" "$tmp/force.safetensors"
 step "train: ... and replaces it with --force" sh -c \
     "build/train --preset tiny --steps 2 --batch 4 --seq 16 --sample-tokens 0 --force \
          --checkpoint $tmp/force.safetensors && grep -aq '\"step\":\"2\"' $tmp/force.safetensors"
+# SIGINT / SIGTERM: the current step finishes, a checkpoint, exit 130 / 143, resumable
+step "train: SIGINT/SIGTERM save a checkpoint that resumes (serial, threads, MPI); twice quits" \
+    sh tests/signal_check.sh
 printf 'not a checkpoint' >"$tmp/bad.safetensors"
 fails "sample: malformed model file" 1 "safetensors" build/sample "$tmp/bad.safetensors"
 

@@ -16,6 +16,7 @@ typedef struct run {
     /* fault injection for the tests (builds with -DPTRAIN_TEST_HOOKS only) */
     const char *nan_tensor;
     int nan_step, nan_count, fail_rank, fail_step;
+    float step_seconds;
 #endif
     float lr, min_lr, wd, clip, val_fraction, temperature;
     uint64_t seed;
@@ -116,6 +117,8 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
          "the vocabulary at --debug-fail-step (-1: none)", -1, 1e6},
         {"debug-fail-step", CLI_INT, &o->fail_step, "testing: the step of --debug-fail-rank", 1,
          1e9},
+        {"debug-step-seconds", CLI_FLOAT, &o->step_seconds, "testing: the progress line's clock "
+         "says each step took this long (0: the real clock)", 0, 1e6},
 #endif
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);

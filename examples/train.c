@@ -153,6 +153,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     char ckpt_path[4096];
     double flops_step, t_train = 0.0, t_start, val = NAN, train_loss_avg = 0.0, h_unigram;
     int n_avg = 0; /* steps in train_loss_avg since the last progress line */
+    int first_step;  /* this process's first step: rates count from it (saves move state.step) */
     pt_status st = PT_OK;
 
     memset(&train_ld, 0, sizeof train_ld);
@@ -257,8 +258,8 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     sd.adamw = &opt;
     sd.clip = o->clip;
     t_start = pt_time_now();
-    good_step = (int)state.step;
-    for (step = (int)state.step;
+    good_step = first_step = (int)state.step;
+    for (step = first_step;
          step < o->steps && !(o->stop_after > 0 && step >= o->stop_after); step++) {
         double t0 = pt_time_now();
         int last = step + 1 == o->steps || step + 1 == o->stop_after;
@@ -301,13 +302,20 @@ static pt_status train_rank(pt_comm *world, void *arg) {
             n_avg++;
         }
         t_train += pt_time_now() - t0;
+#ifdef PTRAIN_TEST_HOOKS
+        if (o->step_seconds > 0) /* a clock the tests can predict: each step takes this */
+            t_train = (step + 1 - first_step) * (double)o->step_seconds;
+#endif
         if ((step + 1) % o->eval_every == 0 || last)
             val = eval_loss(&gpt, &val_ld, o->eval_batches, inputs, targets, first, rows);
-        if (lead && ((step + 1) % o->log_every == 0 || last || step == (int)state.step)) {
-            int done_steps = step + 1 - (int)state.step;
+        if (lead && ((step + 1) % o->log_every == 0 || last || step == first_step)) {
+            int done_steps = step + 1 - first_step;
             double tps = (double)done_steps * o->batch * o->seq / t_train;
             double mfu = flops_step * done_steps / t_train / (o->peak * 1e9);
             double elapsed = pt_time_now() - t_start;
+#ifdef PTRAIN_TEST_HOOKS
+            if (o->step_seconds > 0) elapsed = t_train;
+#endif
             char el[32], eta[32], vs[16] = "     -";
             progress_time(el, sizeof el, elapsed);
             progress_time(eta, sizeof eta, elapsed / done_steps * (o->steps - step - 1));
@@ -431,6 +439,18 @@ int main(int argc, char **argv) {
         if ((st = cli_world_share(&world, &verdict)) != PT_OK) goto fail;
         if (verdict) {
             rc = verdict;
+            goto out;
+        }
+    }
+
+    if (o.resume) { /* a finished run: nothing to train, and no training header */
+        long long at = ckpt_file_step(o.resume);
+        if (at < 0) goto fail;
+        if (at >= o.steps) {
+            if (world.rank == 0)
+                printf("%s is at step %lld, already at or past --steps %d: nothing to train "
+                       "(a larger --steps continues it)\n", o.resume, at, o.steps);
+            rc = 0;
             goto out;
         }
     }

@@ -324,6 +324,13 @@ step "train: ... and replaces it with --force" sh -c \
 # SIGINT / SIGTERM: the current step finishes, a checkpoint, exit 130 / 143, resumable
 step "train: SIGINT/SIGTERM save a checkpoint that resumes (serial, threads, MPI); twice quits" \
     sh tests/signal_check.sh
+# progress after saves and resumes; a resume with nothing left to train
+step "train: tokens/s, MFU and ETA count from the run's first step (saves, resumes)" \
+    sh tests/progress_check.sh
+step "train: resuming a checkpoint at --steps says there is nothing to train (exit 0)" sh -c \
+    "build/train --preset tiny --steps 40 --resume $ck >$tmp/done.log 2>&1 &&
+     grep -q 'is at step 40, already at or past --steps 40: nothing to train' $tmp/done.log &&
+     ! grep -q '^training' $tmp/done.log"
 printf 'not a checkpoint' >"$tmp/bad.safetensors"
 fails "sample: malformed model file" 1 "safetensors" build/sample "$tmp/bad.safetensors"
 

@@ -22,7 +22,9 @@ typedef struct run {
     uint64_t seed;
     pt_gpt_config cfg;
     const pt_tokens *tok;
-    double peak; /* sgemm GFLOP/s of the whole machine */
+    double peak;    /* sgemm GFLOP/s of the machines the run uses (MFU's denominator) */
+    int peak_given; /* --peak-gflops */
+    int nodes;      /* MPI: the nodes the ranks run on */
     int rc;      /* set by world rank 0 */
 } run;
 
@@ -81,8 +83,9 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         {"max-bad-steps", CLI_INT, &o->max_bad, "a step with a non-finite loss or gradient is "
          "skipped; this many in a row stop the run (with a checkpoint)", 1, 1e9},
         {"seed", CLI_U64, &o->seed, "seed for weights, data order and sampling", 0, 0},
-        {"threads", CLI_INT, &a->threads, "OpenMP/BLAS threads (0: all cores; one rank only)", 0,
-         1024},
+        {"threads", CLI_INT, &a->threads, "OpenMP/BLAS threads of this process (0: "
+         "OMP_NUM_THREADS, else its share of the cores; refused with thread ranks, which split "
+         "the cores)", 0, 1024},
         {"tp", CLI_INT, &o->tp, "tensor-parallel ranks (divides --heads)", 1, 1024},
         {"dp", CLI_INT, &o->dp, "data-parallel ranks (with --grad-accum, divides --batch)", 1,
          1024},
@@ -104,8 +107,8 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
          1e6},
         {"temperature", CLI_FLOAT, &o->temperature, "sampling temperature (0: greedy)", 0, 100},
         {"top-k", CLI_INT, &o->top_k, "sample among the k most likely tokens (0: all)", 0, 1 << 24},
-        {"peak-gflops", CLI_FLOAT, &a->peak, "the machine's sgemm GFLOP/s for MFU (0: measure it, "
-         "0.5 s)", 0, 1e9},
+        {"peak-gflops", CLI_FLOAT, &a->peak, "the sgemm GFLOP/s of all the run's machines for MFU "
+         "(0: measure one node's cores, 0.5 s, once per node)", 0, 1e9},
 #ifdef PTRAIN_TEST_HOOKS
         {"debug-nan-step", CLI_INT, &o->nan_step, "testing: plant a NaN in a gradient at this step "
          "(0: never)", 0, 1e9},
@@ -163,6 +166,14 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
                 o->dp, o->accum);
         return 2;
     }
+#ifndef PTRAIN_MPI
+    if (a->threads && o->tp * o->dp * o->pp > 1) {
+        fprintf(stderr, "error: --threads %d with %d thread ranks (tp x dp x pp): each rank gets "
+                "the cores / ranks; --threads sets one process's threads (one rank, or under "
+                "MPI)\n", a->threads, o->tp * o->dp * o->pp);
+        return 2;
+    }
+#endif
     if ((o->keep || (o->resume && strcmp(o->resume, "latest") == 0)) && !o->ckpt_out) {
         fprintf(stderr, "error: --%s needs --checkpoint\n", o->keep ? "keep" : "resume latest");
         return 2;

@@ -22,6 +22,7 @@
 
 #include <math.h>
 #include <signal.h>
+#include <time.h>   /* nanosleep */
 #include <unistd.h> /* write, _exit: what a signal handler may call */
 
 /* The first SIGINT or SIGTERM asks for a stop after the current step (with a
@@ -154,6 +155,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     double flops_step, t_train = 0.0, t_start, val = NAN, train_loss_avg = 0.0, h_unigram;
     int n_avg = 0; /* steps in train_loss_avg since the last progress line */
     int first_step;  /* this process's first step: rates count from it (saves move state.step) */
+    int warned_mfu = 0;
     pt_status st = PT_OK;
 
     memset(&train_ld, 0, sizeof train_ld);
@@ -234,8 +236,12 @@ static pt_status train_rank(pt_comm *world, void *arg) {
                gpt.mem.grads / 1048576.0, gpt.mem.optimizer / 1048576.0,
                gpt.mem.activations / 1048576.0, gpt.mem.slots, gpt.mem.slots > 1 ? "s" : "",
                gpt.mem.scratch / 1048576.0);
-        printf("threads %d%s; measured sgemm peak %.1f GFLOP/s (1024^3); %.2f GFLOP per step\n",
-               pt_get_threads(), world->size > 1 ? " per rank" : "", o->peak, flops_step / 1e9);
+        printf("threads %d%s; sgemm peak %.1f GFLOP/s (%s); %.2f GFLOP per step\n",
+               pt_get_threads(), world->size > 1 ? " per rank" : "", o->peak,
+               o->peak_given ? "--peak-gflops"
+               : o->nodes > 1 ? "1024^3, measured once per node, summed over the nodes"
+                              : "1024^3, measured on this machine's cores",
+               flops_step / 1e9);
         printf("validation unigram entropy: %.3f nats/token (the loss of a model that only "
                "counts tokens)\n",
                h_unigram);
@@ -320,6 +326,11 @@ static pt_status train_rank(pt_comm *world, void *arg) {
             progress_time(el, sizeof el, elapsed);
             progress_time(eta, sizeof eta, elapsed / done_steps * (o->steps - step - 1));
             if (val == val) snprintf(vs, sizeof vs, "%.4f", val);
+            if (mfu > 1.0 && !warned_mfu) { /* a peak measured too low, or given so */
+                printf("warning: MFU above 100%%: the peak of %g GFLOP/s is below what this run "
+                       "reaches; give the machine's peak with --peak-gflops\n", o->peak);
+                warned_mfu = 1;
+            }
             if (n_avg > 0) /* a line needs a step that was not skipped */
                 printf("step %5d/%d | loss %.4f | val %s | lr %.2e | norm %.2f | %7.0f tok/s | "
                        "MFU %4.1f%% | %s elapsed | ETA %s\n",
@@ -398,6 +409,60 @@ done:
     pt_loader_free(&val_ld);
     pt_gpt_free(&gpt);
     if (grid_ok) pt_grid_free(&grid);
+    return st;
+}
+
+/* An integer from the environment, or fallback when unset or malformed. */
+static int env_int(const char *name, int fallback) {
+    const char *v = getenv(name);
+    char *end;
+    long x;
+    if (!v || !*v) return fallback;
+    x = strtol(v, &end, 10);
+    return *end || x < 1 || x > 1 << 20 ? fallback : (int)x;
+}
+
+/* This process's threads and the peak MFU is measured against. Threads:
+   --threads, else OMP_NUM_THREADS, else the node's cores shared by the
+   node's MPI ranks (a single process: all of them; thread ranks split them
+   in pt_comm_threads_run). The peak: --peak-gflops, else the sgemm GFLOP/s
+   of one node's cores, measured once per node (by its first rank, while the
+   node's other ranks sleep rather than compete) and summed over the nodes.
+   Collective over world. */
+static pt_status train_threads_and_peak(pt_comm *world, run *o, const train_args *a) {
+    int mpi = world->kind == PT_COMM_MPI, cores = pt_get_threads();
+    int local_size = 1, local_rank = 0, threads;
+    float peak = 0.0f;
+    pt_status st = PT_OK;
+#ifdef _OPENMP
+    cores = omp_get_num_procs();
+#endif
+    if (mpi) { /* Open MPI's names, then MPICH's; else one node */
+        local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env_int("MPI_LOCALNRANKS", world->size));
+        local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", -1);
+        if (local_rank < 0) local_rank = env_int("MPI_LOCALRANKID", -1);
+        if (local_rank < 0) local_rank = world->rank % local_size;
+    }
+    threads = a->threads ? a->threads
+                         : env_int("OMP_NUM_THREADS", cores / local_size > 0 ? cores / local_size : 1);
+    o->nodes = world->size / local_size > 0 ? world->size / local_size : 1;
+    if ((o->peak_given = a->peak > 0.0f)) {
+        o->peak = (double)a->peak;
+    } else if (!mpi) { /* thread ranks share the whole machine; one rank has its threads */
+        pt_set_threads(o->tp * o->dp * o->pp > 1 ? 0 : threads);
+        o->peak = pt_gemm_peak_gflops(1024, 0.5);
+    } else {
+        if (local_rank == 0) {
+            pt_set_threads(0);
+            peak = (float)pt_gemm_peak_gflops(1024, 0.5);
+        } else { /* 0.5 s of measuring and a warm-up: waiting in MPI would spin */
+            struct timespec ts = {0, 700000000L};
+            nanosleep(&ts, NULL);
+        }
+        st = pt_comm_all_reduce(world, &peak, 1, PT_REDUCE_SUM);
+        o->peak = (double)peak;
+    }
+    pt_set_threads(threads);
     return st;
 }
 
@@ -489,9 +554,7 @@ int main(int argc, char **argv) {
             goto out;
         }
     }
-    pt_set_threads(mpi ? 0 : a.threads); /* the whole machine, before any rank runs */
-    o.peak = a.peak > 0.0f ? (double)a.peak : pt_gemm_peak_gflops(1024, 0.5);
-    if (mpi) pt_set_threads(a.threads);
+    if ((st = train_threads_and_peak(&world, &o, &a)) != PT_OK) goto fail;
     o.tok = &tok;
     o.rc = 1;
     {

@@ -346,6 +346,12 @@ step "train: an MFU above 100% comes with a warning" sh -c \
     "build/train $tiny --peak-gflops 0.001 | grep -q '^warning: MFU above 100%'"
 fails "train: --threads with thread ranks is refused" 2 "\-\-threads 1 with 2 thread ranks" \
     build/train $tiny --threads 1 --dp 2
+# sim_vs_real writes a hardware profile only to a new file or over a profile
+printf 'precious\n' >"$tmp/precious.txt"
+fails "sim_vs_real: --hw-file naming a file that is no profile leaves it alone" 1 \
+    "exists and is not a hardware profile" build/sim_vs_real --layers 2 --embd 64 --seq 32 \
+    --batch 4 --steps 1 --hw-file "$tmp/precious.txt"
+step "sim_vs_real: ... the file is unchanged" grep -qx precious "$tmp/precious.txt"
 printf 'not a checkpoint' >"$tmp/bad.safetensors"
 fails "sample: malformed model file" 1 "safetensors" build/sample "$tmp/bad.safetensors"
 

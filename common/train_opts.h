@@ -7,10 +7,10 @@
 
 /* Everything a rank needs to train: the options and the data (read-only). */
 typedef struct run {
-    const char *data_path, *ckpt_out, *resume, *trace_path;
+    const char *data_path, *ckpt_out, *resume, *trace_path, *init_from, *val_path;
     int steps, batch, seq, warmup, eval_every, eval_batches, ckpt_every, sample_tokens, top_k,
         log_every, stop_after, tp, dp, pp, zero, accum, chunks, recompute, trace_step, keep,
-        max_bad, force;
+        max_bad, force, eval_only, eval_batches_given;
     pt_schedule_kind schedule;
 #ifdef PTRAIN_TEST_HOOKS
     /* fault injection for the tests (builds with -DPTRAIN_TEST_HOOKS only) */
@@ -21,7 +21,7 @@ typedef struct run {
     float lr, min_lr, wd, clip, val_fraction, temperature;
     uint64_t seed;
     pt_gpt_config cfg;
-    const pt_tokens *tok;
+    const pt_tokens *tok, *val_tok; /* val_tok: --val-data's (NULL: a share of tok) */
     double peak;    /* sgemm GFLOP/s of the machines the run uses (MFU's denominator) */
     int peak_given; /* --peak-gflops */
     int nodes;      /* MPI: the nodes the ranks run on */
@@ -45,6 +45,8 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
     const char *pos[1];
     cli_opt opts[] = {
         {"data", CLI_STR, &o->data_path, "training data file (default: the embedded task)", 0, 0},
+        {"val-data", CLI_STR, &o->val_path, "validation data file (e.g. llm.c's *_val.bin beside "
+         "*_train.bin; read like --data): all of --data trains", 0, 0},
         {"data-format", CLI_STR, &data_format,
          "auto (.bin = llm.c tokens, else raw bytes) | bytes | llmc", 0, 0},
         {"preset", CLI_STR, &a->preset,
@@ -80,6 +82,12 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         {"resume", CLI_STR, &o->resume, "resume from this checkpoint (model, AdamW, data, RNG); "
          "'latest': the newest of --checkpoint's that loads whole, or a fresh start if there "
          "are none", 0, 0},
+        {"init-from", CLI_STR, &o->init_from, "start from these weights: a Hugging Face GPT-2 "
+         "model.safetensors or a ptrain checkpoint (weights only: a fresh AdamW and schedule; "
+         "the model's shape is the file's)", 0, 0},
+        {"eval-only", CLI_FLAG, &o->eval_only, "no training: the loss and perplexity of "
+         "--init-from's or --resume's model on all of --val-data (else on --data's held-out "
+         "part), in any layout", 0, 0},
         {"max-bad-steps", CLI_INT, &o->max_bad, "a step with a non-finite loss or gradient is "
          "skipped; this many in a row stop the run (with a checkpoint)", 1, 1e9},
         {"seed", CLI_U64, &o->seed, "seed for weights, data order and sampling", 0, 0},
@@ -156,6 +164,7 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         fprintf(stderr, "error: --data-format '%s' is not auto, bytes or llmc\n", data_format);
         return 2;
     }
+    o->eval_batches_given = cli_given(argc, argv, "eval-batches");
     if ((o->recompute = cli_recompute(recompute)) < 0) return 2;
     if ((s = cli_schedule(schedule)) < 0) return 2;
     o->schedule = (pt_schedule_kind)s;
@@ -186,6 +195,8 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
 static pt_status train_config(run *o, const train_args *a, int vocab_size) {
     pt_status st;
     if (o->resume) return pt_gpt_config_from_file(o->resume, 0, &o->cfg);
+    if (o->init_from) /* a Hugging Face file stores no n_head: --heads, else n_embd / 64 */
+        return pt_gpt_config_from_file(o->init_from, a->n_head, &o->cfg);
     if ((st = pt_gpt_config_preset(a->preset, &o->cfg)) != PT_OK) return st;
     if (a->n_layer) o->cfg.n_layer = a->n_layer;
     if (a->n_head) o->cfg.n_head = a->n_head;

@@ -155,7 +155,8 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     double flops_step, t_train = 0.0, t_start, val = NAN, train_loss_avg = 0.0, h_unigram;
     int n_avg = 0; /* steps in train_loss_avg since the last progress line */
     int first_step;  /* this process's first step: rates count from it (saves move state.step) */
-    int warned_mfu = 0;
+    int warned_mfu = 0, val_now;
+    progress_history hist; /* world rank 0's, beside the checkpoint */
     pt_status st = PT_OK;
 
     memset(&train_ld, 0, sizeof train_ld);
@@ -163,6 +164,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     memset(&trace, 0, sizeof trace);
     memset(&gpt, 0, sizeof gpt);
     memset(&state, 0, sizeof state);
+    progress_history_init(&hist, world->rank == 0 ? o->ckpt_out : NULL);
     if ((st = pt_grid_init(&grid, world, o->tp, o->dp, o->pp)) != PT_OK) goto fail;
     grid_ok = 1;
     first = grid.dp_rank * rows;
@@ -178,6 +180,10 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     desc.recompute = o->recompute;
     if ((st = pt_gpt_init(&gpt, &desc)) != PT_OK) goto fail;
     pt_gpt_init_weights(&gpt, o->seed);
+    if (o->init_from) {
+        if ((st = pt_gpt_load_weights(&gpt, o->init_from)) != PT_OK) goto fail;
+        if (lead) printf("weights from %s (a fresh AdamW)\n", o->init_from);
+    }
 
     /* every rank draws the same batches and takes its rows */
     memset(&ld, 0, sizeof ld);
@@ -185,9 +191,16 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     ld.seq = o->seq;
     ld.seed = o->seed;
     ld.val_fraction = o->val_fraction;
-    if ((st = pt_loader_init(&train_ld, o->tok, PT_SPLIT_TRAIN, &ld)) != PT_OK ||
-        (st = pt_loader_init(&val_ld, o->tok, PT_SPLIT_VAL, &ld)) != PT_OK)
+    if (o->val_tok) { /* all of --data trains; --val-data validates, in its order */
+        pt_loader_desc vd = ld;
+        vd.no_shuffle = 1;
+        if ((st = pt_loader_init(&train_ld, o->tok, PT_SPLIT_ALL, &ld)) != PT_OK ||
+            (st = pt_loader_init(&val_ld, o->val_tok, PT_SPLIT_ALL, &vd)) != PT_OK)
+            goto fail;
+    } else if ((st = pt_loader_init(&train_ld, o->tok, PT_SPLIT_TRAIN, &ld)) != PT_OK ||
+               (st = pt_loader_init(&val_ld, o->tok, PT_SPLIT_VAL, &ld)) != PT_OK) {
         goto fail;
+    }
     pt_rng_seed(&rng, o->seed ^ 0x5EED5EEDull);
     if (o->resume) {
         if ((st = pt_checkpoint_load(o->resume, &gpt, &state)) != PT_OK) goto fail;
@@ -196,6 +209,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
         if (lead)
             printf("resumed from %s at step %lld%s\n", o->resume, (long long)state.step,
                    state.checksummed ? "" : " (it has no checksums: not verified)");
+        progress_history_load(&hist, state.step);
     }
     inputs = (int *)malloc(sizeof(int) * (size_t)o->batch * o->seq);
     targets = (int *)malloc(sizeof(int) * (size_t)o->batch * o->seq);
@@ -217,7 +231,25 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     }
 #endif
 
-    h_unigram = pt_tokens_unigram_entropy(o->tok, val_ld.begin, val_ld.begin + val_ld.len);
+    h_unigram = pt_tokens_unigram_entropy(o->val_tok ? o->val_tok : o->tok, val_ld.begin,
+                                          val_ld.begin + val_ld.len);
+    if (o->eval_only) { /* every whole batch of the validation tokens, or --eval-batches */
+        int batches = (int)(val_ld.n_windows / (size_t)o->batch);
+        if (o->eval_batches_given || batches < 1) batches = o->eval_batches;
+        val = eval_loss(&gpt, &val_ld, batches, inputs, targets, first, rows);
+        if (val != val) {
+            st = pt_error(PT_ERR_INVALID_ARG, "evaluation failed: %s", pt_last_error());
+            goto fail;
+        }
+        if (lead)
+            printf("eval: %s on %s: %d batches of %d x %d tokens: loss %.4f nats/token, "
+                   "perplexity %.3f (unigram entropy %.3f)\n",
+                   o->init_from ? o->init_from : o->resume,
+                   o->val_path ? o->val_path : o->data_path ? "--data's held-out part"
+                                                            : "the embedded task's held-out part",
+                   batches, o->batch, o->seq, val, exp(val), h_unigram);
+        goto done;
+    }
     flops_step = pt_gpt_flops_per_step(&o->cfg, o->batch, o->seq);
     if (lead) {
         printf("model: %d layers, %d heads, %d wide, vocabulary %d, context %d: %.2fM "
@@ -312,8 +344,8 @@ static pt_status train_rank(pt_comm *world, void *arg) {
         if (o->step_seconds > 0) /* a clock the tests can predict: each step takes this */
             t_train = (step + 1 - first_step) * (double)o->step_seconds;
 #endif
-        if ((step + 1) % o->eval_every == 0 || last)
-            val = eval_loss(&gpt, &val_ld, o->eval_batches, inputs, targets, first, rows);
+        val_now = (step + 1) % o->eval_every == 0 || last;
+        if (val_now) val = eval_loss(&gpt, &val_ld, o->eval_batches, inputs, targets, first, rows);
         if (lead && ((step + 1) % o->log_every == 0 || last || step == first_step)) {
             int done_steps = step + 1 - first_step;
             double tps = (double)done_steps * o->batch * o->seq / t_train;
@@ -340,6 +372,15 @@ static pt_status train_rank(pt_comm *world, void *arg) {
         }
         /* a line shows the mean loss since the last multiple of log_every
            (the first line of a run shows it so far, and does not restart it) */
+        if (lead && ((step + 1) % o->log_every == 0 || last || val_now) &&
+            !progress_history_add(&hist, step + 1, (long long)(step + 1) * o->batch * o->seq,
+                                  ((step + 1) % o->log_every == 0 || last) && n_avg > 0
+                                      ? train_loss_avg / n_avg
+                                      : NAN,
+                                  val_now ? val : NAN)) {
+            st = pt_error(PT_ERR_OOM, "out of memory for the loss history");
+            goto fail;
+        }
         if ((step + 1) % o->log_every == 0 || last) {
             train_loss_avg = 0.0;
             n_avg = 0;
@@ -356,7 +397,11 @@ static pt_status train_rank(pt_comm *world, void *arg) {
             else snprintf(ckpt_path, sizeof ckpt_path, "%s", o->ckpt_out);
             if ((st = pt_checkpoint_save(ckpt_path, &gpt, &state)) != PT_OK) goto fail;
             if (lead && o->keep) ckpt_rotate(o->ckpt_out, o->keep, step + 1);
-            if (last && lead) printf("checkpoint: %s (step %d)\n", ckpt_path, step + 1);
+            if (lead && progress_history_write(&hist) != PT_OK) /* the run goes on */
+                fprintf(stderr, "warning: the loss history: %s\n", pt_last_error());
+            if (last && lead)
+                printf("checkpoint: %s (step %d); loss history: %s, %s\n", ckpt_path, step + 1,
+                       hist.csv, hist.svg);
         }
         if (stopped || signaled) break;
     }
@@ -405,6 +450,7 @@ done:
     free(inputs);
     free(targets);
     pt_trace_free(&trace);
+    progress_history_free(&hist);
     pt_loader_free(&train_ld);
     pt_loader_free(&val_ld);
     pt_gpt_free(&gpt);
@@ -469,7 +515,7 @@ static pt_status train_threads_and_peak(pt_comm *world, run *o, const train_args
 int main(int argc, char **argv) {
     run o;
     train_args a;
-    pt_tokens tok;
+    pt_tokens tok, val_tok;
     char *corpus = NULL;
     pt_comm world;
     pt_status st = PT_OK;
@@ -477,6 +523,7 @@ int main(int argc, char **argv) {
     char latest[4096];
 
     memset(&tok, 0, sizeof tok);
+    memset(&val_tok, 0, sizeof val_tok);
     if (!cli_world_begin(&world, &argc, &argv)) return 2;
     mpi = world.kind == PT_COMM_MPI;
     if ((rc = train_options(argc, argv, &o, &a, world.rank == 0)) >= 0) goto out;
@@ -508,7 +555,7 @@ int main(int argc, char **argv) {
         }
     }
 
-    if (o.resume) { /* a finished run: nothing to train, and no training header */
+    if (o.resume && !o.eval_only) { /* a finished run: nothing to train, and no header */
         long long at = ckpt_file_step(o.resume);
         if (at < 0) goto fail;
         if (at >= o.steps) {
@@ -538,9 +585,21 @@ int main(int argc, char **argv) {
                    (int)(to - from), from);
     }
 
-    /* model: from the checkpoint when resuming, else preset + overrides */
+    if (o.val_path) {
+        if ((st = pt_tokens_load(&val_tok, o.val_path, a.fmt)) != PT_OK) goto fail;
+        if (world.rank == 0)
+            printf("validation data: %s, %zu tokens\n", o.val_path, val_tok.n);
+        o.val_tok = &val_tok;
+    }
+
+    /* model: from the checkpoint when resuming, --init-from's file, else preset + overrides */
     if ((st = train_config(&o, &a, tok.vocab_size)) != PT_OK) goto fail;
     if ((st = pt_tokens_check(&tok, o.cfg.vocab_size)) != PT_OK) goto fail;
+    if (o.val_tok && (st = pt_tokens_check(&val_tok, o.cfg.vocab_size)) != PT_OK) {
+        fprintf(stderr, "error: --val-data %s: %s\n", o.val_path, pt_last_error());
+        rc = 1;
+        goto out;
+    }
     if (o.keep && o.resume != latest) { /* step files beyond the start belong to another
                                             run: never mix them */
         long long steps[CKPT_MAX], start = o.resume ? ckpt_file_step(o.resume) : 0;
@@ -577,6 +636,7 @@ fail:
 out:
     free(corpus);
     pt_tokens_free(&tok);
+    pt_tokens_free(&val_tok);
     cli_world_end(&world);
     return rc;
 }

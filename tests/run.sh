@@ -352,6 +352,9 @@ fails "sim_vs_real: --hw-file naming a file that is no profile leaves it alone" 
     "exists and is not a hardware profile" build/sim_vs_real --layers 2 --embd 64 --seq 32 \
     --batch 4 --steps 1 --hw-file "$tmp/precious.txt"
 step "sim_vs_real: ... the file is unchanged" grep -qx precious "$tmp/precious.txt"
+# the loss history (CSV + SVG), --val-data, --eval-only and --init-from
+step "train: loss CSV/SVG, --val-data, --eval-only and --init-from (HF file, checkpoint) in several layouts" \
+    sh tests/features_check.sh
 printf 'not a checkpoint' >"$tmp/bad.safetensors"
 fails "sample: malformed model file" 1 "safetensors" build/sample "$tmp/bad.safetensors"
 

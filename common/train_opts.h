@@ -32,9 +32,70 @@ typedef struct run {
 typedef struct train_args {
     const char *preset;
     int threads, n_layer, n_head, n_embd, block_size;
+    int preset_given; /* --preset on the command line (else the default) */
     float peak; /* --peak-gflops (0: measure) */
     pt_tokens_format fmt;
 } train_args;
+
+/* Options that would be silently ignored in some combination are refused,
+   naming it: every option given takes effect. 2 after a message, else 0.
+   (The library refuses the layouts it cannot run: chunks without a pipeline
+   or with a schedule other than interleaved, stages without layers.) */
+static int train_combinations(int argc, char **argv, const run *o, const char *schedule) {
+    /* what only training uses: meaningless with --eval-only */
+    static const char *train_only[] = {
+        "steps", "lr", "min-lr", "warmup", "weight-decay", "grad-clip", "eval-every", "log-every",
+        "checkpoint", "checkpoint-every", "keep", "stop-after", "max-bad-steps", "force", "seed",
+        "zero", "recompute", "trace", "trace-step", "sample-tokens", "temperature", "top-k",
+        "peak-gflops"};
+    size_t i;
+#define TRAIN_GIVEN(name) cli_given(argc, argv, name)
+#define TRAIN_REFUSE(...) return fprintf(stderr, "error: " __VA_ARGS__), fprintf(stderr, "\n"), 2
+    if (TRAIN_GIVEN("data-format") && !o->data_path && !o->val_path)
+        TRAIN_REFUSE("--data-format says how --data and --val-data are read: give one of them");
+    if (o->val_path && TRAIN_GIVEN("val-fraction"))
+        TRAIN_REFUSE("--val-fraction with --val-data: it holds out part of --data, and with "
+                     "--val-data all of --data trains");
+    if (o->resume && o->init_from)
+        TRAIN_REFUSE("--resume with --init-from: --resume continues a run (its AdamW state, "
+                     "data position and schedule), --init-from starts one from weights");
+    if (o->eval_only) {
+        if (!o->resume && !o->init_from)
+            TRAIN_REFUSE("--eval-only needs a model: --init-from FILE or --resume CHECKPOINT");
+        for (i = 0; i < sizeof train_only / sizeof train_only[0]; i++)
+            if (TRAIN_GIVEN(train_only[i]))
+                TRAIN_REFUSE("--%s with --eval-only: nothing is trained", train_only[i]);
+        if (o->val_path && o->data_path)
+            TRAIN_REFUSE("--data with --eval-only --val-data: the evaluation reads --val-data");
+    }
+    if (!o->ckpt_out && TRAIN_GIVEN("checkpoint-every"))
+        TRAIN_REFUSE("--checkpoint-every needs --checkpoint");
+    if (!o->ckpt_out && o->force) TRAIN_REFUSE("--force needs --checkpoint");
+    if (o->force && o->resume)
+        TRAIN_REFUSE("--force with --resume: --force lets a new run replace a checkpoint, and a "
+                     "resumed run replaces its own anyway");
+    if (o->force && o->keep)
+        TRAIN_REFUSE("--force with --keep: step files of another run are never replaced; "
+                     "continue it with --resume latest, or remove them");
+    if (TRAIN_GIVEN("stop-after") && o->stop_after >= o->steps)
+        TRAIN_REFUSE("--stop-after %d is not before --steps %d: the run ends there anyway",
+                     o->stop_after, o->steps);
+    if (TRAIN_GIVEN("trace-step") && !o->trace_path)
+        TRAIN_REFUSE("--trace-step needs --trace (the file it writes)");
+    if (o->trace_path && o->trace_step > o->steps)
+        TRAIN_REFUSE("--trace-step %d is after the last step (--steps %d)", o->trace_step,
+                     o->steps);
+    if (o->sample_tokens == 0 && (TRAIN_GIVEN("temperature") || TRAIN_GIVEN("top-k")))
+        TRAIN_REFUSE("--%s with --sample-tokens 0: it shapes the sample, and there is none",
+                     TRAIN_GIVEN("temperature") ? "temperature" : "top-k");
+    if (schedule && o->pp == 1 && TRAIN_GIVEN("grad-accum") == 0 && o->accum == 1 &&
+        strcmp(schedule, "interleaved") != 0)
+        TRAIN_REFUSE("--schedule %s with one stage and one micro-batch: every schedule is the "
+                     "same step; give --pp or --grad-accum", schedule);
+#undef TRAIN_GIVEN
+#undef TRAIN_REFUSE
+    return 0;
+}
 
 /* The command line into o and a, checked as far as it goes without data or
    ranks. Returns -1 to go on, else the exit status: 0 after --help, 2 after
@@ -165,6 +226,7 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         return 2;
     }
     o->eval_batches_given = cli_given(argc, argv, "eval-batches");
+    a->preset_given = cli_given(argc, argv, "preset");
     if ((o->recompute = cli_recompute(recompute)) < 0) return 2;
     if ((s = cli_schedule(schedule)) < 0) return 2;
     o->schedule = (pt_schedule_kind)s;
@@ -183,6 +245,7 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         return 2;
     }
 #endif
+    if ((s = train_combinations(argc, argv, o, schedule)) != 0) return s;
     if ((o->keep || (o->resume && strcmp(o->resume, "latest") == 0)) && !o->ckpt_out) {
         fprintf(stderr, "error: --%s needs --checkpoint\n", o->keep ? "keep" : "resume latest");
         return 2;
@@ -194,9 +257,30 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
    the overrides and the data's vocabulary. */
 static pt_status train_config(run *o, const train_args *a, int vocab_size) {
     pt_status st;
-    if (o->resume) return pt_gpt_config_from_file(o->resume, 0, &o->cfg);
-    if (o->init_from) /* a Hugging Face file stores no n_head: --heads, else n_embd / 64 */
-        return pt_gpt_config_from_file(o->init_from, a->n_head, &o->cfg);
+    if (o->resume || o->init_from) { /* the file's shape; options that ask for one must agree */
+        const char *path = o->resume ? o->resume : o->init_from;
+        const pt_gpt_config *c = &o->cfg;
+        pt_gpt_config p;
+        /* a Hugging Face file stores no n_head: --heads, else n_embd / 64 */
+        if ((st = pt_gpt_config_from_file(path, o->resume ? 0 : a->n_head, &o->cfg)) != PT_OK)
+            return st;
+        if (a->preset_given && (st = pt_gpt_config_preset(a->preset, &p)) != PT_OK) return st;
+        if (a->preset_given &&
+            (p.n_layer != c->n_layer || p.n_head != c->n_head || p.n_embd != c->n_embd))
+            return pt_error(PT_ERR_CONFIG, "--preset %s (%d layers, %d heads, %d wide) is not "
+                            "the model of %s (%d, %d, %d): leave it out", a->preset, p.n_layer,
+                            p.n_head, p.n_embd, path, c->n_layer, c->n_head, c->n_embd);
+#define TRAIN_SAME(opt, field, what)                                                          \
+    if (a->field && a->field != c->field)                                                     \
+        return pt_error(PT_ERR_CONFIG, "--" opt " %d: %s has %d " what ": leave it out",      \
+                        a->field, path, c->field);
+        TRAIN_SAME("layers", n_layer, "layers")
+        TRAIN_SAME("heads", n_head, "heads")
+        TRAIN_SAME("embd", n_embd, "wide")
+        TRAIN_SAME("block-size", block_size, "positions")
+#undef TRAIN_SAME
+        return PT_OK;
+    }
     if ((st = pt_gpt_config_preset(a->preset, &o->cfg)) != PT_OK) return st;
     if (a->n_layer) o->cfg.n_layer = a->n_layer;
     if (a->n_head) o->cfg.n_head = a->n_head;

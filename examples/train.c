@@ -257,11 +257,14 @@ static pt_status train_rank(pt_comm *world, void *arg) {
                o->cfg.n_layer, o->cfg.n_head, o->cfg.n_embd, o->cfg.vocab_size, o->cfg.block_size,
                (double)gpt.num_params_full / 1e6);
         printf("layout: tp %d x dp %d x pp %d = %d rank%s (%s), ZeRO %d, schedule %s, %d "
-               "micro-batch%s of %d rows per rank and step\n",
+               "chunk%s per stage, %d micro-batch%s of %d rows per rank and step, recompute %s\n",
                o->tp, o->dp, o->pp, world->size, world->size > 1 ? "s" : "",
                world->kind == PT_COMM_MPI ? "MPI" : "threads", o->zero,
-               pt_schedule_kind_name(gpt.place.schedule), o->accum, o->accum > 1 ? "es" : "",
-               desc.batch);
+               pt_schedule_kind_name(gpt.place.schedule), o->chunks, o->chunks > 1 ? "s" : "",
+               o->accum, o->accum > 1 ? "es" : "", desc.batch,
+               o->recompute == PT_RECOMPUTE_FULL        ? "full"
+               : o->recompute == PT_RECOMPUTE_SELECTIVE ? "selective"
+                                                        : "none");
         printf("memory%s: params %.1f MiB, grads %.1f MiB, AdamW %.1f MiB, activations %.1f MiB "
                "(%d slot%s), scratch %.1f MiB\n",
                world->size > 1 ? " per rank" : "", gpt.mem.params / 1048576.0,
@@ -274,13 +277,14 @@ static pt_status train_rank(pt_comm *world, void *arg) {
                : o->nodes > 1 ? "1024^3, measured once per node, summed over the nodes"
                               : "1024^3, measured on this machine's cores",
                flops_step / 1e9);
-        printf("validation unigram entropy: %.3f nats/token (the loss of a model that only "
-               "counts tokens)\n",
-               h_unigram);
+        printf("validation: %zu tokens (%s), every %d steps on %d batches; unigram entropy "
+               "%.3f nats/token (the loss of a model that only counts tokens)\n",
+               val_ld.len, o->val_path ? o->val_path : "held out", o->eval_every,
+               o->eval_batches, h_unigram);
         printf("training %d steps of %d x %d tokens, lr %g -> %g (warm-up %d), weight decay %g, "
-               "clip %g\n\n",
+               "clip %g, seed %llu; %d non-finite steps in a row stop it\n\n",
                o->steps, o->batch, o->seq, (double)o->lr, (double)o->min_lr, o->warmup,
-               (double)o->wd, (double)o->clip);
+               (double)o->wd, (double)o->clip, (unsigned long long)o->seed, o->max_bad);
     }
 
     opt = pt_adamw_default();

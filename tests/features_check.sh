@@ -45,16 +45,16 @@ build/train $tiny --steps 4 --eval-every 2 --data "$dir/d_train.bin" --val-data 
     --checkpoint "$dir/v.safetensors" >"$dir/v.log" 2>&1
 check "--val-data: loaded, and validation measured on it (its unigram entropy is 0)" sh -c \
     "grep -q 'validation data: $dir/d_val.bin, 600 tokens' '$dir/v.log' &&
-     grep -q '^validation unigram entropy: 0.000' '$dir/v.log'"
-build/train $tiny --eval-only --resume "$dir/v.safetensors" --data "$dir/d_train.bin" \
+     grep -q '^validation: 600 tokens ($dir/d_val.bin), .*unigram entropy 0.000' '$dir/v.log'"
+build/train --batch 4 --seq 32 --eval-only --resume "$dir/v.safetensors" \
     --val-data "$dir/d_val.bin" >"$dir/ev.log" 2>&1
 check "--eval-only --val-data: the whole file, 600 tokens = 4 batches of 4 x 32" \
     has "on $dir/d_val.bin: 4 batches of 4 x 32 tokens: loss" "$dir/ev.log"
 
 # --eval-only on the embedded task: serial, tp 2 x pp 2, dp 2 give the same loss
 for layout in "" "--tp 2 --pp 2" "--dp 2"; do
-    build/train $tiny --eval-only --eval-batches 8 --init-from "$dir/h.safetensors" $layout \
-        >"$dir/e.log" 2>&1
+    build/train --batch 4 --seq 32 --eval-only --eval-batches 8 --init-from "$dir/h.safetensors" \
+        $layout >"$dir/e.log" 2>&1
     set -- $(loss "$dir/e.log")
     if [ -z "$layout" ]; then ref=${1:-}; fi
     ppl=$(awk -v l="${1:-0}" 'BEGIN { print exp(l) }')
@@ -65,28 +65,37 @@ done
 
 # --init-from a ptrain checkpoint: its weights (a low first loss), a fresh AdamW (adam_t
 # counts this run's 3 steps), with a pipeline
-build/train $tiny --steps 3 --log-every 1 --init-from "$dir/h.safetensors" --pp 2 --grad-accum 2 \
+build/train --batch 4 --seq 32 --sample-tokens 0 --peak-gflops 100 --steps 3 --log-every 1 \
+    --init-from "$dir/h.safetensors" --pp 2 --grad-accum 2 \
     --checkpoint "$dir/i.safetensors" >"$dir/i.log" 2>&1
 first=$(sed -n 's/^step *1\/3 | loss \([0-9.]*\).*/\1/p' "$dir/i.log")
 check "--init-from a checkpoint (pp 2): first loss ${first:-none} below a fresh model's 5" \
     awk -v l="${first:-9}" 'BEGIN { exit !(l < 5) }'
 check "... with a fresh AdamW (adam_t 3)" grep -aq '"adam_t":"3"' "$dir/i.safetensors"
 
-# --init-from a Hugging Face GPT-2 file (a fixture: transformer.* names, no n_head stored)
-# with another --seed per layout: the same loss only if the file's weights replaced the
-# random ones
+# --init-from a Hugging Face GPT-2 file (a fixture: transformer.* names, no n_head stored):
+# fine-tuned with a learning rate of 0 on tp 2 (another --seed: its random weights would
+# differ), its checkpoint and the file itself evaluated in three layouts give one loss
 f=tests/fixtures/gpt2_wide_vocab.safetensors
-seed=0
-for layout in "" "--tp 2" "--pp 2"; do
-    seed=$((seed + 1))
-    build/train --batch 4 --seq 8 --heads 4 --eval-only --eval-batches 4 --init-from "$f" $layout \
-        --seed $seed --peak-gflops 100 >"$dir/hf.log" 2>&1
+build/train --batch 4 --seq 8 --heads 4 --steps 1 --lr 0 --min-lr 0 --weight-decay 0 --seed 5 \
+    --sample-tokens 0 --init-from "$f" --tp 2 --peak-gflops 100 \
+    --checkpoint "$dir/hf.safetensors" >"$dir/hft.log" 2>&1
+check "--init-from a Hugging Face file: fine-tuned from it (tp 2)" has "^step     1/1 | loss" \
+    "$dir/hft.log"
+# (greedy samples tell weights apart where losses near ln(vocab) cannot)
+build/sample "$f" --n-head 4 --prompt-ids 1,2,3 --tokens 24 --temperature 0 >"$dir/s1" 2>/dev/null
+build/sample "$dir/hf.safetensors" --prompt-ids 1,2,3 --tokens 24 --temperature 0 >"$dir/s2" \
+    2>/dev/null
+check "... whose checkpoint holds the file's weights (the same greedy sample)" \
+    sh -c "[ -s '$dir/s1' ] && cmp -s '$dir/s1' '$dir/s2'"
+ref=
+for run in "$f:" "$f:--tp 2" "$f:--pp 2" "$dir/hf.safetensors:"; do
+    file=${run%%:*} layout=${run#*:}
+    build/train --batch 4 --seq 8 --heads 4 --eval-only --eval-batches 4 --init-from "$file" \
+        $layout >"$dir/hf.log" 2>&1
     set -- $(loss "$dir/hf.log")
-    if [ -z "$layout" ]; then ref=${1:-}; fi
-    check "--init-from a Hugging Face file, --eval-only ${layout:-serial}, seed $seed: loss ${1:-none}" \
+    [ -n "$ref" ] || ref=${1:-}
+    check "... --eval-only $(basename "$file") ${layout:-serial}: loss ${1:-none}" \
         near "${1:-}" "$ref" 1e-3
 done
-build/train --batch 4 --seq 8 --heads 4 --steps 2 --sample-tokens 0 --init-from "$f" --tp 2 \
-    --peak-gflops 100 >"$dir/hft.log" 2>&1
-check "... and fine-tuned from it (tp 2)" has "^step     2/2 | loss" "$dir/hft.log"
 exit $bad

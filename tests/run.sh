@@ -355,6 +355,9 @@ step "sim_vs_real: ... the file is unchanged" grep -qx precious "$tmp/precious.t
 # the loss history (CSV + SVG), --val-data, --eval-only and --init-from
 step "train: loss CSV/SVG, --val-data, --eval-only and --init-from (HF file, checkpoint) in several layouts" \
     sh tests/features_check.sh
+# every option of build/train takes effect or is refused by name (walks its option table)
+step "train: every option takes effect or is refused, naming the combination (the whole table)" \
+    sh tests/options_check.sh
 printf 'not a checkpoint' >"$tmp/bad.safetensors"
 fails "sample: malformed model file" 1 "safetensors" build/sample "$tmp/bad.safetensors"
 

@@ -129,7 +129,8 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         {"eval-every", CLI_INT, &o->eval_every, "steps between validation losses", 1, 1e9},
         {"eval-batches", CLI_INT, &o->eval_batches, "batches per validation loss", 1, 1e6},
         {"log-every", CLI_INT, &o->log_every, "steps between progress lines", 1, 1e9},
-        {"checkpoint", CLI_STR, &o->ckpt_out, "write a checkpoint here (at the end)", 0, 0},
+        {"checkpoint", CLI_STR, &o->ckpt_out, "write a checkpoint here (at the end, and on "
+         "Ctrl-C); the loss history beside it (STEM.loss.csv, STEM.loss.svg)", 0, 0},
         {"force", CLI_FLAG, &o->force, "a new run may replace the file at --checkpoint (another "
          "run's checkpoint)", 0, 0},
         {"checkpoint-every", CLI_INT, &o->ckpt_every, "also every N steps (0: only at the end)", 0,
@@ -200,8 +201,8 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         "step, train loss, validation loss, tokens/s, model FLOP utilisation against this\n"
         "machine's measured GEMM peak, elapsed time and ETA. Without --data it trains on an\n"
         "embedded generated task (additions and simple sentences) and reports what it learned.\n"
-        "--tp/--dp run the ranks as threads (build/train) or MPI processes (build/train_mpi\n"
-        "under mpirun, with -np equal to tp x dp).";
+        "--tp/--dp/--pp run the ranks as threads (build/train) or MPI processes\n"
+        "(build/train_mpi under mpirun, with -np equal to tp x dp x pp).";
 
     memset(o, 0, sizeof *o);
     o->steps = 1600, o->batch = 16, o->seq = 64, o->warmup = 50, o->eval_every = 100;

@@ -99,10 +99,13 @@ if [ -x build/train_mpi ] && command -v mpirun >/dev/null 2>&1; then
         build/train_mpi $common --dp 2 --checkpoint "$dir/mpi.safetensors" >"$dir/mpi.log" 2>&1 &
     pid=$!
     wait_step "$dir/mpi.log" $pid 5
-    # timeout -> mpirun -> the ranks
-    launcher=$(ps -eo pid=,ppid=,args= | awk -v p=$pid '$2 == p && $3 ~ /mpirun$/ {print $1}')
-    victim=$(ps -eo pid=,ppid=,args= |
-        awk -v p="$launcher" '$2 == p && $3 == "build/train_mpi" {print $1}' | tail -n 1)
+    # timeout -> mpirun -> the ranks (from /proc: a bare system may have no ps)
+    children() { cat /proc/[0-9]*/stat 2>/dev/null | awk -v p="$1" '$4 == p {print $1}'; }
+    launcher=$(children $pid | head -n 1)
+    victim=
+    for c in $(children "$launcher"); do
+        tr '\0' ' ' <"/proc/$c/cmdline" 2>/dev/null | grep -q '^build/train_mpi ' && victim=$c
+    done
     [ -n "$victim" ] && kill -TERM "$victim"
     wait $pid
     rc=$?

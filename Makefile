@@ -156,7 +156,7 @@ build/fuzz/seeds: fuzz/seeds.c ptrain.h | build/fuzz deps
 
 # The main job: a small GPT on the embedded task, about two minutes on 2 cores.
 run: build/train
-	build/train --checkpoint build/train_ckpt.safetensors
+	build/train --checkpoint build/train_ckpt.safetensors --force
 
 test: deps-test
 	@$(MAKE) -j$(JOBS) --no-print-directory all $(CHECK_BINS)

@@ -52,7 +52,7 @@
        >>exec       the executor: one training step (pt_gpt_step) for every layout,
                     evaluation, the serial forward/backward, gradients, AdamW
        >>sim        hardware profiles, cost model, simulated steps, strategy search
-       >>io         safetensors, token data, loaders, checkpoints
+       >>io         safetensors, token data, loaders, checkpoints, line charts (SVG)
 
    ALLOCATION. Objects filled by an init function (pt_tokens, pt_loader,
    pt_safetensors, pt_st_writer) take their allocator context from their own
@@ -1154,6 +1154,19 @@ PTRAINDEF pt_status pt_checkpoint_save(const char *path, const pt_gpt *m,
                                        const pt_train_state *state);
 /* m must have been built with the checkpoint's config (pt_gpt_config_from_file). */
 PTRAINDEF pt_status pt_checkpoint_load(const char *path, pt_gpt *m, pt_train_state *state);
+
+/* A line chart as an SVG picture (a loss curve): each series its points
+   (x[i], y[i]) joined in order, in its own colour and named in the legend;
+   non-finite y values are left out. The axes span every series' points.
+   Written atomically. */
+typedef struct pt_plot_series {
+    const char *name;
+    const double *x, *y;
+    int n;
+} pt_plot_series;
+PTRAINDEF pt_status pt_plot_write_svg(const char *path, const char *title, const char *x_label,
+                                      const char *y_label, const pt_plot_series *series,
+                                      int count);
 
 #ifdef __cplusplus
 }
@@ -7776,6 +7789,66 @@ PTRAINDEF pt_status pt_trace_write_svg(const pt_trace *t, const char *path) {
             pt__textf(&b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>"
                           "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", left + i * 150.0, y + 30.0,
                       legend_fill[i], left + i * 150.0 + 16.0, y + 40.0, legend[i]);
+    }
+    pt__textf(&b, "</svg>\n");
+    return pt__text_save(&b, path);
+}
+
+PTRAINDEF pt_status pt_plot_write_svg(const char *path, const char *title, const char *x_label,
+                                      const char *y_label, const pt_plot_series *series,
+                                      int count) {
+    static const char *colour[4] = {"#4e79a7", "#e15759", "#59a14f", "#f28e2b"};
+    const double left = 70.0, top = 40.0, w = 640.0, h = 320.0;
+    double x0 = HUGE_VAL, x1 = -HUGE_VAL, y0 = HUGE_VAL, y1 = -HUGE_VAL;
+    int i, k;
+    pt__text b;
+    memset(&b, 0, sizeof b);
+    if (count < 0 || (count > 0 && !series))
+        return pt__fail(PT_ERR_INVALID_ARG, "plot: count=%d series", count);
+    for (k = 0; k < count; k++)
+        for (i = 0; i < series[k].n; i++)
+            if (isfinite(series[k].y[i]) && isfinite(series[k].x[i])) {
+                x0 = fmin(x0, series[k].x[i]), x1 = fmax(x1, series[k].x[i]);
+                y0 = fmin(y0, series[k].y[i]), y1 = fmax(y1, series[k].y[i]);
+            }
+    if (x0 > x1) x0 = 0.0, x1 = 1.0, y0 = 0.0, y1 = 1.0; /* no points: empty axes */
+    if (x1 == x0) x1 = x0 + 1.0;
+    if (y1 == y0) y1 = y0 + 1.0;
+    /* (x, y) -> (left + w (x - x0) / (x1 - x0), top + h (y1 - y) / (y1 - y0)) */
+    pt__textf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                  "font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%%\" "
+                  "height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" y=\"22\" "
+                  "font-size=\"14\">", left + w + 160.0, top + h + 60.0, left);
+    pt__text_escaped(&b, title ? title : "", 1);
+    pt__textf(&b, "</text>\n<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" "
+                  "fill=\"none\" stroke=\"#999\"/>\n", left, top, w, h);
+    for (i = 0; i <= 4; i++) /* ticks */
+        pt__textf(&b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.4g</text>\n"
+                      "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.4g</text>\n",
+                  left + w * i / 4.0, top + h + 16.0, x0 + (x1 - x0) * i / 4.0, left - 6.0,
+                  top + h - h * i / 4.0 + 4.0, y0 + (y1 - y0) * i / 4.0);
+    pt__textf(&b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", left + w / 2,
+              top + h + 40.0);
+    pt__text_escaped(&b, x_label ? x_label : "", 1);
+    pt__textf(&b, "</text>\n<text x=\"14\" y=\"%.1f\" transform=\"rotate(-90 14 %.1f)\" "
+                  "text-anchor=\"middle\">", top + h / 2, top + h / 2);
+    pt__text_escaped(&b, y_label ? y_label : "", 1);
+    pt__textf(&b, "</text>\n");
+    for (k = 0; k < count; k++) {
+        const char *c = colour[k % 4];
+        pt__textf(&b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"",
+                  c);
+        for (i = 0; i < series[k].n; i++)
+            if (isfinite(series[k].y[i]) && isfinite(series[k].x[i]))
+                pt__textf(&b, "%.1f,%.1f ", left + w * (series[k].x[i] - x0) / (x1 - x0),
+                          top + h * (y1 - series[k].y[i]) / (y1 - y0));
+        pt__textf(&b, "\"><title>");
+        pt__text_escaped(&b, series[k].name ? series[k].name : "", 1);
+        pt__textf(&b, "</title></polyline>\n<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" "
+                      "height=\"3\" fill=\"%s\"/><text x=\"%.1f\" y=\"%.1f\">",
+                  left + w + 16.0, top + 10.0 + 18.0 * k, c, left + w + 32.0, top + 14.0 + 18.0 * k);
+        pt__text_escaped(&b, series[k].name ? series[k].name : "", 1);
+        pt__textf(&b, "</text>\n");
     }
     pt__textf(&b, "</svg>\n");
     return pt__text_save(&b, path);

@@ -11,6 +11,7 @@
 #define PTRAIN_CKPT_H
 
 #include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +112,44 @@ static int ckpt_latest(const char *base, char *out, size_t n, int verbose) {
         if (verbose) fprintf(stderr, "warning: --resume latest skips %s\n", pt_last_error());
     }
     return -1;
+}
+
+/* Before a run's first step: can a file be made beside base (a temporary
+   one, created and removed)? 1 if so, else 0 with the reason printed. A
+   run would otherwise find out at its first save. */
+static int ckpt_probe(const char *base) {
+    char probe[4200];
+    FILE *f;
+    snprintf(probe, sizeof probe, "%s.probe", base);
+    if (!(f = fopen(probe, "w"))) {
+        fprintf(stderr, "error: --checkpoint %s: cannot create a file there (%s): fix the path "
+                "before training\n", base, strerror(errno));
+        return 0;
+    }
+    fclose(f);
+    remove(probe);
+    return 1;
+}
+
+/* A new run (no --resume) with --checkpoint base must not replace a file
+   already there -- another run's checkpoint -- unless forced. 1 if it may
+   go on, else 0 with the message printed. */
+static int ckpt_fresh_ok(const char *base, int force) {
+    FILE *f = fopen(base, "rb");
+    long long step;
+    if (!f || force) {
+        if (f) fclose(f);
+        return 1;
+    }
+    fclose(f);
+    if ((step = ckpt_file_step(base)) >= 0)
+        fprintf(stderr, "error: %s is the checkpoint of another run (step %lld): continue it with "
+                "--resume latest, or start over in its place with --force\n", base, step);
+    else
+        fprintf(stderr, "error: %s exists and is not a ptrain checkpoint (%s): a new run would "
+                "replace it; choose another --checkpoint, or replace it with --force\n", base,
+                pt_last_error());
+    return 0;
 }
 
 #endif

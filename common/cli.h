@@ -207,6 +207,18 @@ static int cli_parse(int argc, char **argv, const cli_opt *o, int n, const char 
     return 0;
 }
 
+/* 1 if --name is on the command line (as --name V or --name=V): for checks of
+   options that only mean something with others. */
+static inline int cli_given(int argc, char **argv, const char *name) {
+    size_t len = strlen(name);
+    int i;
+    for (i = 1; i < argc; i++)
+        if (strncmp(argv[i], "--", 2) == 0 && strncmp(argv[i] + 2, name, len) == 0 &&
+            (argv[i][2 + len] == 0 || argv[i][2 + len] == '='))
+            return 1;
+    return 0;
+}
+
 /* A benchmark's data: n random token ids in [0, vocab) for the inputs and
    the targets, from seed. Returns 0 if it cannot allocate (*x and *y are
    then NULL or to be freed as usual). */

@@ -7,21 +7,24 @@
 
 /* Everything a rank needs to train: the options and the data (read-only). */
 typedef struct run {
-    const char *data_path, *ckpt_out, *resume, *trace_path;
+    const char *data_path, *ckpt_out, *resume, *trace_path, *init_from, *val_path;
     int steps, batch, seq, warmup, eval_every, eval_batches, ckpt_every, sample_tokens, top_k,
         log_every, stop_after, tp, dp, pp, zero, accum, chunks, recompute, trace_step, keep,
-        max_bad;
+        max_bad, force, eval_only, eval_batches_given;
     pt_schedule_kind schedule;
 #ifdef PTRAIN_TEST_HOOKS
     /* fault injection for the tests (builds with -DPTRAIN_TEST_HOOKS only) */
     const char *nan_tensor;
     int nan_step, nan_count, fail_rank, fail_step;
+    float step_seconds;
 #endif
     float lr, min_lr, wd, clip, val_fraction, temperature;
     uint64_t seed;
     pt_gpt_config cfg;
-    const pt_tokens *tok;
-    double peak; /* sgemm GFLOP/s of the whole machine */
+    const pt_tokens *tok, *val_tok; /* val_tok: --val-data's (NULL: a share of tok) */
+    double peak;    /* sgemm GFLOP/s of the machines the run uses (MFU's denominator) */
+    int peak_given; /* --peak-gflops */
+    int nodes;      /* MPI: the nodes the ranks run on */
     int rc;      /* set by world rank 0 */
 } run;
 
@@ -29,9 +32,70 @@ typedef struct run {
 typedef struct train_args {
     const char *preset;
     int threads, n_layer, n_head, n_embd, block_size;
+    int preset_given; /* --preset on the command line (else the default) */
     float peak; /* --peak-gflops (0: measure) */
     pt_tokens_format fmt;
 } train_args;
+
+/* Options that would be silently ignored in some combination are refused,
+   naming it: every option given takes effect. 2 after a message, else 0.
+   (The library refuses the layouts it cannot run: chunks without a pipeline
+   or with a schedule other than interleaved, stages without layers.) */
+static int train_combinations(int argc, char **argv, const run *o, const char *schedule) {
+    /* what only training uses: meaningless with --eval-only */
+    static const char *train_only[] = {
+        "steps", "lr", "min-lr", "warmup", "weight-decay", "grad-clip", "eval-every", "log-every",
+        "checkpoint", "checkpoint-every", "keep", "stop-after", "max-bad-steps", "force", "seed",
+        "zero", "recompute", "trace", "trace-step", "sample-tokens", "temperature", "top-k",
+        "peak-gflops"};
+    size_t i;
+#define TRAIN_GIVEN(name) cli_given(argc, argv, name)
+#define TRAIN_REFUSE(...) return fprintf(stderr, "error: " __VA_ARGS__), fprintf(stderr, "\n"), 2
+    if (TRAIN_GIVEN("data-format") && !o->data_path && !o->val_path)
+        TRAIN_REFUSE("--data-format says how --data and --val-data are read: give one of them");
+    if (o->val_path && TRAIN_GIVEN("val-fraction"))
+        TRAIN_REFUSE("--val-fraction with --val-data: it holds out part of --data, and with "
+                     "--val-data all of --data trains");
+    if (o->resume && o->init_from)
+        TRAIN_REFUSE("--resume with --init-from: --resume continues a run (its AdamW state, "
+                     "data position and schedule), --init-from starts one from weights");
+    if (o->eval_only) {
+        if (!o->resume && !o->init_from)
+            TRAIN_REFUSE("--eval-only needs a model: --init-from FILE or --resume CHECKPOINT");
+        for (i = 0; i < sizeof train_only / sizeof train_only[0]; i++)
+            if (TRAIN_GIVEN(train_only[i]))
+                TRAIN_REFUSE("--%s with --eval-only: nothing is trained", train_only[i]);
+        if (o->val_path && o->data_path)
+            TRAIN_REFUSE("--data with --eval-only --val-data: the evaluation reads --val-data");
+    }
+    if (!o->ckpt_out && TRAIN_GIVEN("checkpoint-every"))
+        TRAIN_REFUSE("--checkpoint-every needs --checkpoint");
+    if (!o->ckpt_out && o->force) TRAIN_REFUSE("--force needs --checkpoint");
+    if (o->force && o->resume)
+        TRAIN_REFUSE("--force with --resume: --force lets a new run replace a checkpoint, and a "
+                     "resumed run replaces its own anyway");
+    if (o->force && o->keep)
+        TRAIN_REFUSE("--force with --keep: step files of another run are never replaced; "
+                     "continue it with --resume latest, or remove them");
+    if (TRAIN_GIVEN("stop-after") && o->stop_after >= o->steps)
+        TRAIN_REFUSE("--stop-after %d is not before --steps %d: the run ends there anyway",
+                     o->stop_after, o->steps);
+    if (TRAIN_GIVEN("trace-step") && !o->trace_path)
+        TRAIN_REFUSE("--trace-step needs --trace (the file it writes)");
+    if (o->trace_path && o->trace_step > o->steps)
+        TRAIN_REFUSE("--trace-step %d is after the last step (--steps %d)", o->trace_step,
+                     o->steps);
+    if (o->sample_tokens == 0 && (TRAIN_GIVEN("temperature") || TRAIN_GIVEN("top-k")))
+        TRAIN_REFUSE("--%s with --sample-tokens 0: it shapes the sample, and there is none",
+                     TRAIN_GIVEN("temperature") ? "temperature" : "top-k");
+    if (schedule && o->pp == 1 && TRAIN_GIVEN("grad-accum") == 0 && o->accum == 1 &&
+        strcmp(schedule, "interleaved") != 0)
+        TRAIN_REFUSE("--schedule %s with one stage and one micro-batch: every schedule is the "
+                     "same step; give --pp or --grad-accum", schedule);
+#undef TRAIN_GIVEN
+#undef TRAIN_REFUSE
+    return 0;
+}
 
 /* The command line into o and a, checked as far as it goes without data or
    ranks. Returns -1 to go on, else the exit status: 0 after --help, 2 after
@@ -42,6 +106,8 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
     const char *pos[1];
     cli_opt opts[] = {
         {"data", CLI_STR, &o->data_path, "training data file (default: the embedded task)", 0, 0},
+        {"val-data", CLI_STR, &o->val_path, "validation data file (e.g. llm.c's *_val.bin beside "
+         "*_train.bin; read like --data): all of --data trains", 0, 0},
         {"data-format", CLI_STR, &data_format,
          "auto (.bin = llm.c tokens, else raw bytes) | bytes | llmc", 0, 0},
         {"preset", CLI_STR, &a->preset,
@@ -63,7 +129,10 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         {"eval-every", CLI_INT, &o->eval_every, "steps between validation losses", 1, 1e9},
         {"eval-batches", CLI_INT, &o->eval_batches, "batches per validation loss", 1, 1e6},
         {"log-every", CLI_INT, &o->log_every, "steps between progress lines", 1, 1e9},
-        {"checkpoint", CLI_STR, &o->ckpt_out, "write a checkpoint here (at the end)", 0, 0},
+        {"checkpoint", CLI_STR, &o->ckpt_out, "write a checkpoint here (at the end, and on "
+         "Ctrl-C); the loss history beside it (STEM.loss.csv, STEM.loss.svg)", 0, 0},
+        {"force", CLI_FLAG, &o->force, "a new run may replace the file at --checkpoint (another "
+         "run's checkpoint)", 0, 0},
         {"checkpoint-every", CLI_INT, &o->ckpt_every, "also every N steps (0: only at the end)", 0,
          1e9},
         {"keep", CLI_INT, &o->keep, "keep the newest N checkpoints, each in a file of its own: "
@@ -75,18 +144,26 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         {"resume", CLI_STR, &o->resume, "resume from this checkpoint (model, AdamW, data, RNG); "
          "'latest': the newest of --checkpoint's that loads whole, or a fresh start if there "
          "are none", 0, 0},
+        {"init-from", CLI_STR, &o->init_from, "start from these weights: a Hugging Face GPT-2 "
+         "model.safetensors or a ptrain checkpoint (weights only: a fresh AdamW and schedule; "
+         "the model's shape is the file's)", 0, 0},
+        {"eval-only", CLI_FLAG, &o->eval_only, "no training: the loss and perplexity of "
+         "--init-from's or --resume's model on all of --val-data (else on --data's held-out "
+         "part), in any layout", 0, 0},
         {"max-bad-steps", CLI_INT, &o->max_bad, "a step with a non-finite loss or gradient is "
          "skipped; this many in a row stop the run (with a checkpoint)", 1, 1e9},
         {"seed", CLI_U64, &o->seed, "seed for weights, data order and sampling", 0, 0},
-        {"threads", CLI_INT, &a->threads, "OpenMP/BLAS threads (0: all cores; one rank only)", 0,
-         1024},
+        {"threads", CLI_INT, &a->threads, "OpenMP/BLAS threads of this process (0: "
+         "OMP_NUM_THREADS, else its share of the cores; refused with thread ranks, which split "
+         "the cores)", 0, 1024},
         {"tp", CLI_INT, &o->tp, "tensor-parallel ranks (divides --heads)", 1, 1024},
         {"dp", CLI_INT, &o->dp, "data-parallel ranks (with --grad-accum, divides --batch)", 1,
          1024},
         {"zero", CLI_INT, &o->zero, "ZeRO stage: 0, 1 (shard AdamW state), 2 (and gradients)", 0,
          2},
         {"grad-accum", CLI_INT, &o->accum, "micro-batches per step and rank (with --pp: the "
-         "pipeline's m)", 1, 1 << 20},
+         "pipeline's m; 0: 1 without a pipeline, else pp when it divides the batch per dp rank, "
+         "so every stage has work)", 0, 1 << 20},
         {"pp", CLI_INT, &o->pp, "pipeline stages (at most the layers)", 1, 1024},
         {"schedule", CLI_STR, &schedule, "the step's schedule: gpipe, 1f1b, interleaved, zb-h1 "
          "(default: 1f1b, interleaved with --chunks)", 0, 0},
@@ -100,8 +177,8 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
          1e6},
         {"temperature", CLI_FLOAT, &o->temperature, "sampling temperature (0: greedy)", 0, 100},
         {"top-k", CLI_INT, &o->top_k, "sample among the k most likely tokens (0: all)", 0, 1 << 24},
-        {"peak-gflops", CLI_FLOAT, &a->peak, "the machine's sgemm GFLOP/s for MFU (0: measure it, "
-         "0.5 s)", 0, 1e9},
+        {"peak-gflops", CLI_FLOAT, &a->peak, "the sgemm GFLOP/s of all the run's machines for MFU "
+         "(0: measure one node's cores, 0.5 s, once per node)", 0, 1e9},
 #ifdef PTRAIN_TEST_HOOKS
         {"debug-nan-step", CLI_INT, &o->nan_step, "testing: plant a NaN in a gradient at this step "
          "(0: never)", 0, 1e9},
@@ -113,6 +190,8 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
          "the vocabulary at --debug-fail-step (-1: none)", -1, 1e6},
         {"debug-fail-step", CLI_INT, &o->fail_step, "testing: the step of --debug-fail-rank", 1,
          1e9},
+        {"debug-step-seconds", CLI_FLOAT, &o->step_seconds, "testing: the progress line's clock "
+         "says each step took this long (0: the real clock)", 0, 1e6},
 #endif
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
@@ -122,14 +201,14 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         "step, train loss, validation loss, tokens/s, model FLOP utilisation against this\n"
         "machine's measured GEMM peak, elapsed time and ETA. Without --data it trains on an\n"
         "embedded generated task (additions and simple sentences) and reports what it learned.\n"
-        "--tp/--dp run the ranks as threads (build/train) or MPI processes (build/train_mpi\n"
-        "under mpirun, with -np equal to tp x dp).";
+        "--tp/--dp/--pp run the ranks as threads (build/train) or MPI processes\n"
+        "(build/train_mpi under mpirun, with -np equal to tp x dp x pp).";
 
     memset(o, 0, sizeof *o);
     o->steps = 1600, o->batch = 16, o->seq = 64, o->warmup = 50, o->eval_every = 100;
     o->eval_batches = 8, o->sample_tokens = 400, o->top_k = 8, o->log_every = 100;
     o->lr = 6e-3f, o->min_lr = 6e-4f, o->wd = 0.1f, o->clip = 1.0f, o->val_fraction = 0.1f;
-    o->temperature = 0.8f, o->seed = 1337, o->tp = 1, o->dp = 1, o->pp = 1, o->accum = 1;
+    o->temperature = 0.8f, o->seed = 1337, o->tp = 1, o->dp = 1, o->pp = 1;
     o->chunks = 1, o->trace_step = 2, o->max_bad = 5;
 #ifdef PTRAIN_TEST_HOOKS
     o->nan_count = 1, o->nan_tensor = "h.0.mlp.c_fc.weight", o->fail_rank = -1, o->fail_step = 1;
@@ -147,14 +226,27 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         fprintf(stderr, "error: --data-format '%s' is not auto, bytes or llmc\n", data_format);
         return 2;
     }
+    o->eval_batches_given = cli_given(argc, argv, "eval-batches");
+    a->preset_given = cli_given(argc, argv, "preset");
     if ((o->recompute = cli_recompute(recompute)) < 0) return 2;
     if ((s = cli_schedule(schedule)) < 0) return 2;
     o->schedule = (pt_schedule_kind)s;
+    if (o->accum == 0) /* a pipeline of one micro-batch runs one stage at a time */
+        o->accum = o->pp > 1 && o->batch % (o->dp * o->pp) == 0 ? o->pp : 1;
     if (o->batch % (o->dp * o->accum) != 0) {
         fprintf(stderr, "error: --batch %d is not divisible by dp=%d x grad_accum=%d\n", o->batch,
                 o->dp, o->accum);
         return 2;
     }
+#ifndef PTRAIN_MPI
+    if (a->threads && o->tp * o->dp * o->pp > 1) {
+        fprintf(stderr, "error: --threads %d with %d thread ranks (tp x dp x pp): each rank gets "
+                "the cores / ranks; --threads sets one process's threads (one rank, or under "
+                "MPI)\n", a->threads, o->tp * o->dp * o->pp);
+        return 2;
+    }
+#endif
+    if ((s = train_combinations(argc, argv, o, schedule)) != 0) return s;
     if ((o->keep || (o->resume && strcmp(o->resume, "latest") == 0)) && !o->ckpt_out) {
         fprintf(stderr, "error: --%s needs --checkpoint\n", o->keep ? "keep" : "resume latest");
         return 2;
@@ -166,7 +258,30 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
    the overrides and the data's vocabulary. */
 static pt_status train_config(run *o, const train_args *a, int vocab_size) {
     pt_status st;
-    if (o->resume) return pt_gpt_config_from_file(o->resume, 0, &o->cfg);
+    if (o->resume || o->init_from) { /* the file's shape; options that ask for one must agree */
+        const char *path = o->resume ? o->resume : o->init_from;
+        const pt_gpt_config *c = &o->cfg;
+        pt_gpt_config p;
+        /* a Hugging Face file stores no n_head: --heads, else n_embd / 64 */
+        if ((st = pt_gpt_config_from_file(path, o->resume ? 0 : a->n_head, &o->cfg)) != PT_OK)
+            return st;
+        if (a->preset_given && (st = pt_gpt_config_preset(a->preset, &p)) != PT_OK) return st;
+        if (a->preset_given &&
+            (p.n_layer != c->n_layer || p.n_head != c->n_head || p.n_embd != c->n_embd))
+            return pt_error(PT_ERR_CONFIG, "--preset %s (%d layers, %d heads, %d wide) is not "
+                            "the model of %s (%d, %d, %d): leave it out", a->preset, p.n_layer,
+                            p.n_head, p.n_embd, path, c->n_layer, c->n_head, c->n_embd);
+#define TRAIN_SAME(opt, field, what)                                                          \
+    if (a->field && a->field != c->field)                                                     \
+        return pt_error(PT_ERR_CONFIG, "--" opt " %d: %s has %d " what ": leave it out",      \
+                        a->field, path, c->field);
+        TRAIN_SAME("layers", n_layer, "layers")
+        TRAIN_SAME("heads", n_head, "heads")
+        TRAIN_SAME("embd", n_embd, "wide")
+        TRAIN_SAME("block-size", block_size, "positions")
+#undef TRAIN_SAME
+        return PT_OK;
+    }
     if ((st = pt_gpt_config_preset(a->preset, &o->cfg)) != PT_OK) return st;
     if (a->n_layer) o->cfg.n_layer = a->n_layer;
     if (a->n_head) o->cfg.n_head = a->n_head;

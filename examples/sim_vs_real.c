@@ -161,6 +161,19 @@ int main(int argc, char **argv) {
         }
     }
     if (pt_hw_load(hw_file, &hw) != PT_OK) {
+        /* calibrated into a new file, or over one that is a profile already
+           (pt_hw_save's first line): never over anything else */
+        FILE *f = fopen(hw_file, "r");
+        char first[64] = "";
+        if (f) {
+            if (!fgets(first, sizeof first, f)) first[0] = 0;
+            fclose(f);
+            if (strncmp(first, "# ptrain hardware profile", 25) != 0) {
+                fprintf(stderr, "error: --hw-file %s exists and is not a hardware profile: left "
+                        "as it is; name a new file (or a profile) to calibrate into\n", hw_file);
+                return 1;
+            }
+        }
         printf("calibrating this machine into %s\n", hw_file);
         if (pt_hw_calibrate(&hw, NULL) != PT_OK || pt_hw_save(&hw, hw_file) != PT_OK) {
             fprintf(stderr, "error: %s\n", pt_last_error());

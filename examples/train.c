@@ -21,6 +21,23 @@
 #include "../common/train_opts.h"
 
 #include <math.h>
+#include <signal.h>
+#include <time.h>   /* nanosleep */
+#include <unistd.h> /* write, _exit: what a signal handler may call */
+
+/* The first SIGINT or SIGTERM asks for a stop after the current step (with a
+   checkpoint); a second one ends the process at once. Every rank reads the
+   flag through an all-reduce at the end of each step, so all stop together. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+    static const char msg[] = "\nstopping after this step (a checkpoint if --checkpoint is "
+                              "given); again to quit at once\n";
+    if (stop_signal) _exit(128 + sig);
+    stop_signal = sig;
+    if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) { /* nothing to do */
+    }
+}
 
 /* Validation loss over `batches` batches from the start of the split; each
    rank evaluates its rows (first, rows of them). */
@@ -133,9 +150,13 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     pt_trace trace;
     int *inputs = NULL, *targets = NULL;
     int n_bad = 0, stopped = 0, good_step; /* steps skipped in a row; the last good one */
+    int signaled = 0; /* SIGINT or SIGTERM on some rank: the step after which all stop */
     char ckpt_path[4096];
     double flops_step, t_train = 0.0, t_start, val = NAN, train_loss_avg = 0.0, h_unigram;
     int n_avg = 0; /* steps in train_loss_avg since the last progress line */
+    int first_step;  /* this process's first step: rates count from it (saves move state.step) */
+    int warned_mfu = 0, val_now;
+    progress_history hist; /* world rank 0's, beside the checkpoint */
     pt_status st = PT_OK;
 
     memset(&train_ld, 0, sizeof train_ld);
@@ -143,6 +164,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     memset(&trace, 0, sizeof trace);
     memset(&gpt, 0, sizeof gpt);
     memset(&state, 0, sizeof state);
+    progress_history_init(&hist, world->rank == 0 ? o->ckpt_out : NULL);
     if ((st = pt_grid_init(&grid, world, o->tp, o->dp, o->pp)) != PT_OK) goto fail;
     grid_ok = 1;
     first = grid.dp_rank * rows;
@@ -158,6 +180,10 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     desc.recompute = o->recompute;
     if ((st = pt_gpt_init(&gpt, &desc)) != PT_OK) goto fail;
     pt_gpt_init_weights(&gpt, o->seed);
+    if (o->init_from) {
+        if ((st = pt_gpt_load_weights(&gpt, o->init_from)) != PT_OK) goto fail;
+        if (lead) printf("weights from %s (a fresh AdamW)\n", o->init_from);
+    }
 
     /* every rank draws the same batches and takes its rows */
     memset(&ld, 0, sizeof ld);
@@ -165,9 +191,16 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     ld.seq = o->seq;
     ld.seed = o->seed;
     ld.val_fraction = o->val_fraction;
-    if ((st = pt_loader_init(&train_ld, o->tok, PT_SPLIT_TRAIN, &ld)) != PT_OK ||
-        (st = pt_loader_init(&val_ld, o->tok, PT_SPLIT_VAL, &ld)) != PT_OK)
+    if (o->val_tok) { /* all of --data trains; --val-data validates, in its order */
+        pt_loader_desc vd = ld;
+        vd.no_shuffle = 1;
+        if ((st = pt_loader_init(&train_ld, o->tok, PT_SPLIT_ALL, &ld)) != PT_OK ||
+            (st = pt_loader_init(&val_ld, o->val_tok, PT_SPLIT_ALL, &vd)) != PT_OK)
+            goto fail;
+    } else if ((st = pt_loader_init(&train_ld, o->tok, PT_SPLIT_TRAIN, &ld)) != PT_OK ||
+               (st = pt_loader_init(&val_ld, o->tok, PT_SPLIT_VAL, &ld)) != PT_OK) {
         goto fail;
+    }
     pt_rng_seed(&rng, o->seed ^ 0x5EED5EEDull);
     if (o->resume) {
         if ((st = pt_checkpoint_load(o->resume, &gpt, &state)) != PT_OK) goto fail;
@@ -176,6 +209,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
         if (lead)
             printf("resumed from %s at step %lld%s\n", o->resume, (long long)state.step,
                    state.checksummed ? "" : " (it has no checksums: not verified)");
+        progress_history_load(&hist, state.step);
     }
     inputs = (int *)malloc(sizeof(int) * (size_t)o->batch * o->seq);
     targets = (int *)malloc(sizeof(int) * (size_t)o->batch * o->seq);
@@ -197,7 +231,25 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     }
 #endif
 
-    h_unigram = pt_tokens_unigram_entropy(o->tok, val_ld.begin, val_ld.begin + val_ld.len);
+    h_unigram = pt_tokens_unigram_entropy(o->val_tok ? o->val_tok : o->tok, val_ld.begin,
+                                          val_ld.begin + val_ld.len);
+    if (o->eval_only) { /* every whole batch of the validation tokens, or --eval-batches */
+        int batches = (int)(val_ld.n_windows / (size_t)o->batch);
+        if (o->eval_batches_given || batches < 1) batches = o->eval_batches;
+        val = eval_loss(&gpt, &val_ld, batches, inputs, targets, first, rows);
+        if (val != val) {
+            st = pt_error(PT_ERR_INVALID_ARG, "evaluation failed: %s", pt_last_error());
+            goto fail;
+        }
+        if (lead)
+            printf("eval: %s on %s: %d batches of %d x %d tokens: loss %.4f nats/token, "
+                   "perplexity %.3f (unigram entropy %.3f)\n",
+                   o->init_from ? o->init_from : o->resume,
+                   o->val_path ? o->val_path : o->data_path ? "--data's held-out part"
+                                                            : "the embedded task's held-out part",
+                   batches, o->batch, o->seq, val, exp(val), h_unigram);
+        goto done;
+    }
     flops_step = pt_gpt_flops_per_step(&o->cfg, o->batch, o->seq);
     if (lead) {
         printf("model: %d layers, %d heads, %d wide, vocabulary %d, context %d: %.2fM "
@@ -205,26 +257,34 @@ static pt_status train_rank(pt_comm *world, void *arg) {
                o->cfg.n_layer, o->cfg.n_head, o->cfg.n_embd, o->cfg.vocab_size, o->cfg.block_size,
                (double)gpt.num_params_full / 1e6);
         printf("layout: tp %d x dp %d x pp %d = %d rank%s (%s), ZeRO %d, schedule %s, %d "
-               "micro-batch%s of %d rows per rank and step\n",
+               "chunk%s per stage, %d micro-batch%s of %d rows per rank and step, recompute %s\n",
                o->tp, o->dp, o->pp, world->size, world->size > 1 ? "s" : "",
                world->kind == PT_COMM_MPI ? "MPI" : "threads", o->zero,
-               pt_schedule_kind_name(gpt.place.schedule), o->accum, o->accum > 1 ? "es" : "",
-               desc.batch);
+               pt_schedule_kind_name(gpt.place.schedule), o->chunks, o->chunks > 1 ? "s" : "",
+               o->accum, o->accum > 1 ? "es" : "", desc.batch,
+               o->recompute == PT_RECOMPUTE_FULL        ? "full"
+               : o->recompute == PT_RECOMPUTE_SELECTIVE ? "selective"
+                                                        : "none");
         printf("memory%s: params %.1f MiB, grads %.1f MiB, AdamW %.1f MiB, activations %.1f MiB "
                "(%d slot%s), scratch %.1f MiB\n",
                world->size > 1 ? " per rank" : "", gpt.mem.params / 1048576.0,
                gpt.mem.grads / 1048576.0, gpt.mem.optimizer / 1048576.0,
                gpt.mem.activations / 1048576.0, gpt.mem.slots, gpt.mem.slots > 1 ? "s" : "",
                gpt.mem.scratch / 1048576.0);
-        printf("threads %d%s; measured sgemm peak %.1f GFLOP/s (1024^3); %.2f GFLOP per step\n",
-               pt_get_threads(), world->size > 1 ? " per rank" : "", o->peak, flops_step / 1e9);
-        printf("validation unigram entropy: %.3f nats/token (the loss of a model that only "
-               "counts tokens)\n",
-               h_unigram);
+        printf("threads %d%s; sgemm peak %.1f GFLOP/s (%s); %.2f GFLOP per step\n",
+               pt_get_threads(), world->size > 1 ? " per rank" : "", o->peak,
+               o->peak_given ? "--peak-gflops"
+               : o->nodes > 1 ? "1024^3, measured once per node, summed over the nodes"
+                              : "1024^3, measured on this machine's cores",
+               flops_step / 1e9);
+        printf("validation: %zu tokens (%s), every %d steps on %d batches; unigram entropy "
+               "%.3f nats/token (the loss of a model that only counts tokens)\n",
+               val_ld.len, o->val_path ? o->val_path : "held out", o->eval_every,
+               o->eval_batches, h_unigram);
         printf("training %d steps of %d x %d tokens, lr %g -> %g (warm-up %d), weight decay %g, "
-               "clip %g\n\n",
+               "clip %g, seed %llu; %d non-finite steps in a row stop it\n\n",
                o->steps, o->batch, o->seq, (double)o->lr, (double)o->min_lr, o->warmup,
-               (double)o->wd, (double)o->clip);
+               (double)o->wd, (double)o->clip, (unsigned long long)o->seed, o->max_bad);
     }
 
     opt = pt_adamw_default();
@@ -240,8 +300,8 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     sd.adamw = &opt;
     sd.clip = o->clip;
     t_start = pt_time_now();
-    good_step = (int)state.step;
-    for (step = (int)state.step;
+    good_step = first_step = (int)state.step;
+    for (step = first_step;
          step < o->steps && !(o->stop_after > 0 && step >= o->stop_after); step++) {
         double t0 = pt_time_now();
         int last = step + 1 == o->steps || step + 1 == o->stop_after;
@@ -259,6 +319,12 @@ static pt_status train_rank(pt_comm *world, void *arg) {
         sd.on_grads_ctx = o;
 #endif
         if ((st = pt_gpt_step(&gpt, &sd, &res)) != PT_OK) goto fail;
+        { /* the largest signal number any rank saw: every rank stops at this step */
+            float sig = (float)stop_signal;
+            if ((st = pt_comm_all_reduce(world, &sig, 1, PT_REDUCE_MAX)) != PT_OK) goto fail;
+            signaled = (int)sig;
+            if (signaled) last = 1;
+        }
         if (traced && (st = progress_write_trace(&trace, world, o->trace_path, step + 1)) != PT_OK)
             goto fail;
         if (res.skipped) { /* a non-finite loss or gradient: no update on any rank */
@@ -278,17 +344,29 @@ static pt_status train_rank(pt_comm *world, void *arg) {
             n_avg++;
         }
         t_train += pt_time_now() - t0;
-        if ((step + 1) % o->eval_every == 0 || last)
-            val = eval_loss(&gpt, &val_ld, o->eval_batches, inputs, targets, first, rows);
-        if (lead && ((step + 1) % o->log_every == 0 || last || step == (int)state.step)) {
-            int done_steps = step + 1 - (int)state.step;
+#ifdef PTRAIN_TEST_HOOKS
+        if (o->step_seconds > 0) /* a clock the tests can predict: each step takes this */
+            t_train = (step + 1 - first_step) * (double)o->step_seconds;
+#endif
+        val_now = (step + 1) % o->eval_every == 0 || last;
+        if (val_now) val = eval_loss(&gpt, &val_ld, o->eval_batches, inputs, targets, first, rows);
+        if (lead && ((step + 1) % o->log_every == 0 || last || step == first_step)) {
+            int done_steps = step + 1 - first_step;
             double tps = (double)done_steps * o->batch * o->seq / t_train;
             double mfu = flops_step * done_steps / t_train / (o->peak * 1e9);
             double elapsed = pt_time_now() - t_start;
+#ifdef PTRAIN_TEST_HOOKS
+            if (o->step_seconds > 0) elapsed = t_train;
+#endif
             char el[32], eta[32], vs[16] = "     -";
             progress_time(el, sizeof el, elapsed);
             progress_time(eta, sizeof eta, elapsed / done_steps * (o->steps - step - 1));
             if (val == val) snprintf(vs, sizeof vs, "%.4f", val);
+            if (mfu > 1.0 && !warned_mfu) { /* a peak measured too low, or given so */
+                printf("warning: MFU above 100%%: the peak of %g GFLOP/s is below what this run "
+                       "reaches; give the machine's peak with --peak-gflops\n", o->peak);
+                warned_mfu = 1;
+            }
             if (n_avg > 0) /* a line needs a step that was not skipped */
                 printf("step %5d/%d | loss %.4f | val %s | lr %.2e | norm %.2f | %7.0f tok/s | "
                        "MFU %4.1f%% | %s elapsed | ETA %s\n",
@@ -298,6 +376,15 @@ static pt_status train_rank(pt_comm *world, void *arg) {
         }
         /* a line shows the mean loss since the last multiple of log_every
            (the first line of a run shows it so far, and does not restart it) */
+        if (lead && ((step + 1) % o->log_every == 0 || last || val_now) &&
+            !progress_history_add(&hist, step + 1, (long long)(step + 1) * o->batch * o->seq,
+                                  ((step + 1) % o->log_every == 0 || last) && n_avg > 0
+                                      ? train_loss_avg / n_avg
+                                      : NAN,
+                                  val_now ? val : NAN)) {
+            st = pt_error(PT_ERR_OOM, "out of memory for the loss history");
+            goto fail;
+        }
         if ((step + 1) % o->log_every == 0 || last) {
             train_loss_avg = 0.0;
             n_avg = 0;
@@ -314,9 +401,26 @@ static pt_status train_rank(pt_comm *world, void *arg) {
             else snprintf(ckpt_path, sizeof ckpt_path, "%s", o->ckpt_out);
             if ((st = pt_checkpoint_save(ckpt_path, &gpt, &state)) != PT_OK) goto fail;
             if (lead && o->keep) ckpt_rotate(o->ckpt_out, o->keep, step + 1);
-            if (last && lead) printf("checkpoint: %s (step %d)\n", ckpt_path, step + 1);
+            if (lead && progress_history_write(&hist) != PT_OK) /* the run goes on */
+                fprintf(stderr, "warning: the loss history: %s\n", pt_last_error());
+            if (last && lead)
+                printf("checkpoint: %s (step %d); loss history: %s, %s\n", ckpt_path, step + 1,
+                       hist.csv, hist.svg);
         }
-        if (stopped) break;
+        if (stopped || signaled) break;
+    }
+    if (signaled) {
+        fflush(stdout);
+        if (lead && o->ckpt_out)
+            fprintf(stderr, "%s after step %d of %d: %s holds it; continue with the same "
+                    "options and --resume %s\n", signaled == SIGINT ? "interrupted (SIGINT)"
+                    : "terminated (SIGTERM)", step + 1, o->steps, ckpt_path,
+                    o->keep ? "latest" : ckpt_path);
+        else if (lead)
+            fprintf(stderr, "%s after step %d of %d: nothing saved (no --checkpoint)\n",
+                    signaled == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)",
+                    step + 1, o->steps);
+        goto done;
     }
     if (stopped) {
         if (lead && o->ckpt_out)
@@ -346,10 +450,11 @@ static pt_status train_rank(pt_comm *world, void *arg) {
 fail:
     if (st != PT_ERR_COMM) st = pt_comm_fail(world, st);
 done:
-    if (lead) o->rc = st == PT_OK && !stopped ? 0 : 1;
+    if (lead) o->rc = st != PT_OK || stopped ? 1 : signaled ? 128 + signaled : 0;
     free(inputs);
     free(targets);
     pt_trace_free(&trace);
+    progress_history_free(&hist);
     pt_loader_free(&train_ld);
     pt_loader_free(&val_ld);
     pt_gpt_free(&gpt);
@@ -357,10 +462,64 @@ done:
     return st;
 }
 
+/* An integer from the environment, or fallback when unset or malformed. */
+static int env_int(const char *name, int fallback) {
+    const char *v = getenv(name);
+    char *end;
+    long x;
+    if (!v || !*v) return fallback;
+    x = strtol(v, &end, 10);
+    return *end || x < 1 || x > 1 << 20 ? fallback : (int)x;
+}
+
+/* This process's threads and the peak MFU is measured against. Threads:
+   --threads, else OMP_NUM_THREADS, else the node's cores shared by the
+   node's MPI ranks (a single process: all of them; thread ranks split them
+   in pt_comm_threads_run). The peak: --peak-gflops, else the sgemm GFLOP/s
+   of one node's cores, measured once per node (by its first rank, while the
+   node's other ranks sleep rather than compete) and summed over the nodes.
+   Collective over world. */
+static pt_status train_threads_and_peak(pt_comm *world, run *o, const train_args *a) {
+    int mpi = world->kind == PT_COMM_MPI, cores = pt_get_threads();
+    int local_size = 1, local_rank = 0, threads;
+    float peak = 0.0f;
+    pt_status st = PT_OK;
+#ifdef _OPENMP
+    cores = omp_get_num_procs();
+#endif
+    if (mpi) { /* Open MPI's names, then MPICH's; else one node */
+        local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env_int("MPI_LOCALNRANKS", world->size));
+        local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", -1);
+        if (local_rank < 0) local_rank = env_int("MPI_LOCALRANKID", -1);
+        if (local_rank < 0) local_rank = world->rank % local_size;
+    }
+    threads = a->threads ? a->threads
+                         : env_int("OMP_NUM_THREADS", cores / local_size > 0 ? cores / local_size : 1);
+    o->nodes = world->size / local_size > 0 ? world->size / local_size : 1;
+    if ((o->peak_given = a->peak > 0.0f)) {
+        o->peak = (double)a->peak;
+    } else if (!mpi) { /* thread ranks share the whole machine; one rank has its threads */
+        pt_set_threads(o->tp * o->dp * o->pp > 1 ? 0 : threads);
+        o->peak = pt_gemm_peak_gflops(1024, 0.5);
+    } else {
+        if (local_rank == 0) {
+            pt_set_threads(0);
+            peak = (float)pt_gemm_peak_gflops(1024, 0.5);
+        } else { /* 0.5 s of measuring and a warm-up: waiting in MPI would spin */
+            struct timespec ts = {0, 700000000L};
+            nanosleep(&ts, NULL);
+        }
+        st = pt_comm_all_reduce(world, &peak, 1, PT_REDUCE_SUM);
+        o->peak = (double)peak;
+    }
+    pt_set_threads(threads);
+    return st;
+}
+
 int main(int argc, char **argv) {
     run o;
     train_args a;
-    pt_tokens tok;
+    pt_tokens tok, val_tok;
     char *corpus = NULL;
     pt_comm world;
     pt_status st = PT_OK;
@@ -368,6 +527,7 @@ int main(int argc, char **argv) {
     char latest[4096];
 
     memset(&tok, 0, sizeof tok);
+    memset(&val_tok, 0, sizeof val_tok);
     if (!cli_world_begin(&world, &argc, &argv)) return 2;
     mpi = world.kind == PT_COMM_MPI;
     if ((rc = train_options(argc, argv, &o, &a, world.rank == 0)) >= 0) goto out;
@@ -383,6 +543,32 @@ int main(int argc, char **argv) {
         if (world.rank == 0 && !found)
             printf("no checkpoint at %s yet: starting fresh\n", o.ckpt_out);
         o.resume = found ? latest : NULL;
+    }
+
+    if (o.ckpt_out) { /* found out now, not after the run; world rank 0 writes. 2: a
+                         usage error (replacing another run's file), 1: the path */
+        int verdict = 0;
+        if (world.rank == 0)
+            verdict = !o.resume && !o.keep && !ckpt_fresh_ok(o.ckpt_out, o.force) ? 2
+                      : !ckpt_probe(o.ckpt_out)                                  ? 1
+                                                                                 : 0;
+        if ((st = cli_world_share(&world, &verdict)) != PT_OK) goto fail;
+        if (verdict) {
+            rc = verdict;
+            goto out;
+        }
+    }
+
+    if (o.resume && !o.eval_only) { /* a finished run: nothing to train, and no header */
+        long long at = ckpt_file_step(o.resume);
+        if (at < 0) goto fail;
+        if (at >= o.steps) {
+            if (world.rank == 0)
+                printf("%s is at step %lld, already at or past --steps %d: nothing to train "
+                       "(a larger --steps continues it)\n", o.resume, at, o.steps);
+            rc = 0;
+            goto out;
+        }
     }
 
     /* data: every rank needs all of it (each process loads it under MPI) */
@@ -403,9 +589,21 @@ int main(int argc, char **argv) {
                    (int)(to - from), from);
     }
 
-    /* model: from the checkpoint when resuming, else preset + overrides */
+    if (o.val_path) {
+        if ((st = pt_tokens_load(&val_tok, o.val_path, a.fmt)) != PT_OK) goto fail;
+        if (world.rank == 0)
+            printf("validation data: %s, %zu tokens\n", o.val_path, val_tok.n);
+        o.val_tok = &val_tok;
+    }
+
+    /* model: from the checkpoint when resuming, --init-from's file, else preset + overrides */
     if ((st = train_config(&o, &a, tok.vocab_size)) != PT_OK) goto fail;
     if ((st = pt_tokens_check(&tok, o.cfg.vocab_size)) != PT_OK) goto fail;
+    if (o.val_tok && (st = pt_tokens_check(&val_tok, o.cfg.vocab_size)) != PT_OK) {
+        fprintf(stderr, "error: --val-data %s: %s\n", o.val_path, pt_last_error());
+        rc = 1;
+        goto out;
+    }
     if (o.keep && o.resume != latest) { /* step files beyond the start belong to another
                                             run: never mix them */
         long long steps[CKPT_MAX], start = o.resume ? ckpt_file_step(o.resume) : 0;
@@ -419,11 +617,17 @@ int main(int argc, char **argv) {
             goto out;
         }
     }
-    pt_set_threads(mpi ? 0 : a.threads); /* the whole machine, before any rank runs */
-    o.peak = a.peak > 0.0f ? (double)a.peak : pt_gemm_peak_gflops(1024, 0.5);
-    if (mpi) pt_set_threads(a.threads);
+    if ((st = train_threads_and_peak(&world, &o, &a)) != PT_OK) goto fail;
     o.tok = &tok;
     o.rc = 1;
+    {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+    }
     st = cli_world_run(&world, o.tp * o.dp * o.pp, train_rank, &o);
     if (st == PT_OK) st = cli_world_share(&world, &o.rc);
     if (st != PT_OK) goto fail;
@@ -436,6 +640,7 @@ fail:
 out:
     free(corpus);
     pt_tokens_free(&tok);
+    pt_tokens_free(&val_tok);
     cli_world_end(&world);
     return rc;
 }

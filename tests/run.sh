@@ -336,6 +336,63 @@ fails "train_mpi: rank 1 of tp 2 x dp 2 fails at step 3, the job stops" 1 \
 fails "train_mpi: rank 3 of dp 2 x pp 2 fails at step 3, the job stops" 1 \
     "^rank 3: inputs\[0\]=256 is outside the vocabulary" \
     mpi 4 build/train_mpi_faults $bad_rank --dp 2 --pp 2 --debug-fail-rank 3
+# whole checkpoints in every layout; the interleaved schedule's default micro-batches
+step "train: pp 2 and tp 2 x pp 2 checkpoints are whole: sampled, resumed in another layout" \
+    sh tests/layout_ckpt_check.sh
+step "train: --pp 2 --schedule interleaved --chunks 2 trains and samples (m defaults to pp)" \
+    build/train --preset mini --pp 2 --schedule interleaved --chunks 2 --steps 2 --batch 4 \
+    --seq 16 --sample-tokens 20 --peak-gflops 100
+# a checkpoint path that cannot be written fails before the first step; a new run does not
+# replace another run's checkpoint unless forced
+step "train: an unwritable --checkpoint fails before step 1 (exit 1, the reason)" sh -c \
+    "build/train --preset tiny --steps 2 --batch 4 --seq 16 --sample-tokens 0 \
+         --checkpoint $tmp/no/such/dir/c.safetensors >$tmp/unwritable.log 2>&1; [ \$? -eq 1 ] &&
+     grep -q 'cannot create a file there (No such file or directory)' $tmp/unwritable.log &&
+     ! grep -q '^step' $tmp/unwritable.log"
+fails "train: a new run refuses to replace another run's checkpoint" 2 \
+    "is the checkpoint of another run (step 40): continue it with --resume latest, or .* --force" \
+    build/train --preset tiny --steps 2 --batch 4 --seq 16 --sample-tokens 0 --checkpoint "$ck"
+cp "$ck" "$tmp/force.safetensors"
+step "train: ... and replaces it with --force" sh -c \
+    "build/train --preset tiny --steps 2 --batch 4 --seq 16 --sample-tokens 0 --force \
+         --checkpoint $tmp/force.safetensors && grep -aq '\"step\":\"2\"' $tmp/force.safetensors"
+# SIGINT / SIGTERM: the current step finishes, a checkpoint, exit 130 / 143, resumable
+step "train: SIGINT/SIGTERM save a checkpoint that resumes (serial, threads, MPI); twice quits" \
+    sh tests/signal_check.sh
+# progress after saves and resumes; a resume with nothing left to train
+step "train: tokens/s, MFU and ETA count from the run's first step (saves, resumes)" \
+    sh tests/progress_check.sh
+step "train: resuming a checkpoint at --steps says there is nothing to train (exit 0)" sh -c \
+    "build/train --preset tiny --steps 40 --resume $ck >$tmp/done.log 2>&1 &&
+     grep -q 'is at step 40, already at or past --steps 40: nothing to train' $tmp/done.log &&
+     ! grep -q '^training' $tmp/done.log"
+# threads: OMP_NUM_THREADS is respected, MPI ranks share a node's cores, MFU above 100% warns
+tiny="--preset tiny --steps 2 --batch 4 --seq 16 --sample-tokens 0"
+step "train: OMP_NUM_THREADS=1 gives one thread" sh -c \
+    "OMP_NUM_THREADS=1 build/train $tiny | grep -q '^threads 1; sgemm peak'"
+step "train_mpi: 2 ranks on one node share its cores (cores / 2 threads each, at least 1)" sh -c \
+    "n=\$(( \$(nproc) / 2 )); [ \$n -ge 1 ] || n=1
+     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+     OMPI_MCA_hwloc_base_binding_policy=none timeout 60 env -u OMP_NUM_THREADS \
+         -u OPENBLAS_NUM_THREADS mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2 \
+         build/train_mpi $tiny --dp 2 >$tmp/mpi_threads.log &&
+     grep -q \"^threads \$n per rank; sgemm peak .* measured\" $tmp/mpi_threads.log"
+step "train: an MFU above 100% comes with a warning" sh -c \
+    "build/train $tiny --peak-gflops 0.001 | grep -q '^warning: MFU above 100%'"
+fails "train: --threads with thread ranks is refused" 2 "\-\-threads 1 with 2 thread ranks" \
+    build/train $tiny --threads 1 --dp 2
+# sim_vs_real writes a hardware profile only to a new file or over a profile
+printf 'precious\n' >"$tmp/precious.txt"
+fails "sim_vs_real: --hw-file naming a file that is no profile leaves it alone" 1 \
+    "exists and is not a hardware profile" build/sim_vs_real --layers 2 --embd 64 --seq 32 \
+    --batch 4 --steps 1 --hw-file "$tmp/precious.txt"
+step "sim_vs_real: ... the file is unchanged" grep -qx precious "$tmp/precious.txt"
+# the loss history (CSV + SVG), --val-data, --eval-only and --init-from
+step "train: loss CSV/SVG, --val-data, --eval-only and --init-from (HF file, checkpoint) in several layouts" \
+    sh tests/features_check.sh
+# every option of build/train takes effect or is refused by name (walks its option table)
+step "train: every option takes effect or is refused, naming the combination (the whole table)" \
+    sh tests/options_check.sh
 printf 'not a checkpoint' >"$tmp/bad.safetensors"
 fails "sample: malformed model file" 1 "safetensors" build/sample "$tmp/bad.safetensors"
 

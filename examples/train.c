@@ -19,6 +19,7 @@
 #include "../common/progress.h"
 #include "../common/task.h"
 #include "../common/train_opts.h"
+#include "../common/train_report.h"
 
 #include <math.h>
 #include <signal.h>
@@ -151,12 +152,10 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     int *inputs = NULL, *targets = NULL;
     int n_bad = 0, stopped = 0, good_step; /* steps skipped in a row; the last good one */
     int signaled = 0; /* SIGINT or SIGTERM on some rank: the step after which all stop */
-    char ckpt_path[4096];
-    double flops_step, t_train = 0.0, t_start, val = NAN, train_loss_avg = 0.0, h_unigram;
-    int n_avg = 0; /* steps in train_loss_avg since the last progress line */
-    int first_step;  /* this process's first step: rates count from it (saves move state.step) */
-    int warned_mfu = 0, val_now;
-    progress_history hist; /* world rank 0's, beside the checkpoint */
+    int val_now;
+    char ckpt_path[4096] = "";
+    double val = NAN, h_unigram;
+    train_meter meter; /* the progress line and the loss history (rank 0's) */
     pt_status st = PT_OK;
 
     memset(&train_ld, 0, sizeof train_ld);
@@ -164,7 +163,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     memset(&trace, 0, sizeof trace);
     memset(&gpt, 0, sizeof gpt);
     memset(&state, 0, sizeof state);
-    progress_history_init(&hist, world->rank == 0 ? o->ckpt_out : NULL);
+    train_meter_init(&meter, o, lead);
     if ((st = pt_grid_init(&grid, world, o->tp, o->dp, o->pp)) != PT_OK) goto fail;
     grid_ok = 1;
     first = grid.dp_rank * rows;
@@ -209,7 +208,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
         if (lead)
             printf("resumed from %s at step %lld%s\n", o->resume, (long long)state.step,
                    state.checksummed ? "" : " (it has no checksums: not verified)");
-        progress_history_load(&hist, state.step);
+        progress_history_load(&meter.hist, state.step);
     }
     inputs = (int *)malloc(sizeof(int) * (size_t)o->batch * o->seq);
     targets = (int *)malloc(sizeof(int) * (size_t)o->batch * o->seq);
@@ -250,42 +249,10 @@ static pt_status train_rank(pt_comm *world, void *arg) {
                    batches, o->batch, o->seq, val, exp(val), h_unigram);
         goto done;
     }
-    flops_step = pt_gpt_flops_per_step(&o->cfg, o->batch, o->seq);
-    if (lead) {
-        printf("model: %d layers, %d heads, %d wide, vocabulary %d, context %d: %.2fM "
-               "parameters\n",
-               o->cfg.n_layer, o->cfg.n_head, o->cfg.n_embd, o->cfg.vocab_size, o->cfg.block_size,
-               (double)gpt.num_params_full / 1e6);
-        printf("layout: tp %d x dp %d x pp %d = %d rank%s (%s), ZeRO %d, schedule %s, %d "
-               "chunk%s per stage, %d micro-batch%s of %d rows per rank and step, recompute %s\n",
-               o->tp, o->dp, o->pp, world->size, world->size > 1 ? "s" : "",
-               world->kind == PT_COMM_MPI ? "MPI" : "threads", o->zero,
-               pt_schedule_kind_name(gpt.place.schedule), o->chunks, o->chunks > 1 ? "s" : "",
-               o->accum, o->accum > 1 ? "es" : "", desc.batch,
-               o->recompute == PT_RECOMPUTE_FULL        ? "full"
-               : o->recompute == PT_RECOMPUTE_SELECTIVE ? "selective"
-                                                        : "none");
-        printf("memory%s: params %.1f MiB, grads %.1f MiB, AdamW %.1f MiB, activations %.1f MiB "
-               "(%d slot%s), scratch %.1f MiB\n",
-               world->size > 1 ? " per rank" : "", gpt.mem.params / 1048576.0,
-               gpt.mem.grads / 1048576.0, gpt.mem.optimizer / 1048576.0,
-               gpt.mem.activations / 1048576.0, gpt.mem.slots, gpt.mem.slots > 1 ? "s" : "",
-               gpt.mem.scratch / 1048576.0);
-        printf("threads %d%s; sgemm peak %.1f GFLOP/s (%s); %.2f GFLOP per step\n",
-               pt_get_threads(), world->size > 1 ? " per rank" : "", o->peak,
-               o->peak_given ? "--peak-gflops"
-               : o->nodes > 1 ? "1024^3, measured once per node, summed over the nodes"
-                              : "1024^3, measured on this machine's cores",
-               flops_step / 1e9);
-        printf("validation: %zu tokens (%s), every %d steps on %d batches; unigram entropy "
-               "%.3f nats/token (the loss of a model that only counts tokens)\n",
-               val_ld.len, o->val_path ? o->val_path : "held out", o->eval_every,
-               o->eval_batches, h_unigram);
-        printf("training %d steps of %d x %d tokens, lr %g -> %g (warm-up %d), weight decay %g, "
-               "clip %g, seed %llu; %d non-finite steps in a row stop it\n\n",
-               o->steps, o->batch, o->seq, (double)o->lr, (double)o->min_lr, o->warmup,
-               (double)o->wd, (double)o->clip, (unsigned long long)o->seed, o->max_bad);
-    }
+    if (lead)
+        train_report_header(o, world, &gpt, desc.batch,
+                            pt_gpt_flops_per_step(&o->cfg, o->batch, o->seq), val_ld.len,
+                            h_unigram);
 
     opt = pt_adamw_default();
     opt.weight_decay = o->wd;
@@ -299,9 +266,9 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     sd.B = rows, sd.T = o->seq;
     sd.adamw = &opt;
     sd.clip = o->clip;
-    t_start = pt_time_now();
-    good_step = first_step = (int)state.step;
-    for (step = first_step;
+    good_step = (int)state.step;
+    train_meter_start(&meter, good_step);
+    for (step = good_step;
          step < o->steps && !(o->stop_after > 0 && step >= o->stop_after); step++) {
         double t0 = pt_time_now();
         int last = step + 1 == o->steps || step + 1 == o->stop_after;
@@ -329,66 +296,18 @@ static pt_status train_rank(pt_comm *world, void *arg) {
             goto fail;
         if (res.skipped) { /* a non-finite loss or gradient: no update on any rank */
             n_bad++;
-            if (lead) {
-                printf("step %5d/%d | skipped: loss %g, gradient norm %g; the first non-finite "
-                       "gradient is %s (%d bad step%s in a row, at most %d)\n",
-                       step + 1, o->steps, (double)res.loss, (double)res.grad_norm,
-                       res.bad_tensor, n_bad, n_bad > 1 ? "s" : "", o->max_bad);
-                fflush(stdout);
-            }
+            if (lead) train_report_skipped(o, step, &res, n_bad);
             if (n_bad >= o->max_bad) stopped = 1;
         } else {
             n_bad = 0;
             good_step = step + 1;
-            train_loss_avg += res.loss;
-            n_avg++;
         }
-        t_train += pt_time_now() - t0;
-#ifdef PTRAIN_TEST_HOOKS
-        if (o->step_seconds > 0) /* a clock the tests can predict: each step takes this */
-            t_train = (step + 1 - first_step) * (double)o->step_seconds;
-#endif
+        train_meter_step(&meter, step, t0, res.skipped ? NAN : res.loss);
         val_now = (step + 1) % o->eval_every == 0 || last;
         if (val_now) val = eval_loss(&gpt, &val_ld, o->eval_batches, inputs, targets, first, rows);
-        if (lead && ((step + 1) % o->log_every == 0 || last || step == first_step)) {
-            int done_steps = step + 1 - first_step;
-            double tps = (double)done_steps * o->batch * o->seq / t_train;
-            double mfu = flops_step * done_steps / t_train / (o->peak * 1e9);
-            double elapsed = pt_time_now() - t_start;
-#ifdef PTRAIN_TEST_HOOKS
-            if (o->step_seconds > 0) elapsed = t_train;
-#endif
-            char el[32], eta[32], vs[16] = "     -";
-            progress_time(el, sizeof el, elapsed);
-            progress_time(eta, sizeof eta, elapsed / done_steps * (o->steps - step - 1));
-            if (val == val) snprintf(vs, sizeof vs, "%.4f", val);
-            if (mfu > 1.0 && !warned_mfu) { /* a peak measured too low, or given so */
-                printf("warning: MFU above 100%%: the peak of %g GFLOP/s is below what this run "
-                       "reaches; give the machine's peak with --peak-gflops\n", o->peak);
-                warned_mfu = 1;
-            }
-            if (n_avg > 0) /* a line needs a step that was not skipped */
-                printf("step %5d/%d | loss %.4f | val %s | lr %.2e | norm %.2f | %7.0f tok/s | "
-                       "MFU %4.1f%% | %s elapsed | ETA %s\n",
-                       step + 1, o->steps, train_loss_avg / n_avg, vs, (double)sd.lr,
-                       (double)res.grad_norm, tps, 100.0 * mfu, el, eta);
-            fflush(stdout);
-        }
-        /* a line shows the mean loss since the last multiple of log_every
-           (the first line of a run shows it so far, and does not restart it) */
-        if (lead && ((step + 1) % o->log_every == 0 || last || val_now) &&
-            !progress_history_add(&hist, step + 1, (long long)(step + 1) * o->batch * o->seq,
-                                  ((step + 1) % o->log_every == 0 || last) && n_avg > 0
-                                      ? train_loss_avg / n_avg
-                                      : NAN,
-                                  val_now ? val : NAN)) {
-            st = pt_error(PT_ERR_OOM, "out of memory for the loss history");
+        if (lead && (st = train_meter_report(&meter, step, last, val, val_now, sd.lr,
+                                             res.grad_norm)) != PT_OK)
             goto fail;
-        }
-        if ((step + 1) % o->log_every == 0 || last) {
-            train_loss_avg = 0.0;
-            n_avg = 0;
-        }
         /* a stop saves too: the weights and AdamW state of the last good step,
            the data position after the skipped batches */
         if (o->ckpt_out &&
@@ -401,38 +320,16 @@ static pt_status train_rank(pt_comm *world, void *arg) {
             else snprintf(ckpt_path, sizeof ckpt_path, "%s", o->ckpt_out);
             if ((st = pt_checkpoint_save(ckpt_path, &gpt, &state)) != PT_OK) goto fail;
             if (lead && o->keep) ckpt_rotate(o->ckpt_out, o->keep, step + 1);
-            if (lead && progress_history_write(&hist) != PT_OK) /* the run goes on */
+            if (lead && progress_history_write(&meter.hist) != PT_OK) /* the run goes on */
                 fprintf(stderr, "warning: the loss history: %s\n", pt_last_error());
             if (last && lead)
                 printf("checkpoint: %s (step %d); loss history: %s, %s\n", ckpt_path, step + 1,
-                       hist.csv, hist.svg);
+                       meter.hist.csv, meter.hist.svg);
         }
         if (stopped || signaled) break;
     }
-    if (signaled) {
-        fflush(stdout);
-        if (lead && o->ckpt_out)
-            fprintf(stderr, "%s after step %d of %d: %s holds it; continue with the same "
-                    "options and --resume %s\n", signaled == SIGINT ? "interrupted (SIGINT)"
-                    : "terminated (SIGTERM)", step + 1, o->steps, ckpt_path,
-                    o->keep ? "latest" : ckpt_path);
-        else if (lead)
-            fprintf(stderr, "%s after step %d of %d: nothing saved (no --checkpoint)\n",
-                    signaled == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)",
-                    step + 1, o->steps);
-        goto done;
-    }
-    if (stopped) {
-        if (lead && o->ckpt_out)
-            fprintf(stderr, "error: %d steps in a row had a non-finite loss or gradient (the "
-                    "last, step %d, first in %s): stopped. %s holds the weights and AdamW state "
-                    "of step %d, the last good one; --resume continues after the skipped "
-                    "batches\n", n_bad, step + 1, res.bad_tensor, ckpt_path, good_step);
-        else if (lead)
-            fprintf(stderr, "error: %d steps in a row had a non-finite loss or gradient (the "
-                    "last, step %d, first in %s): stopped after step %d, the last good one; "
-                    "nothing saved (no --checkpoint)\n", n_bad, step + 1, res.bad_tensor,
-                    good_step);
+    if (signaled || stopped) {
+        if (lead) train_report_stop(o, signaled, step, n_bad, good_step, res.bad_tensor, ckpt_path);
         goto done;
     }
     if (o->stop_after > 0 && o->stop_after < o->steps) {
@@ -454,7 +351,7 @@ done:
     free(inputs);
     free(targets);
     pt_trace_free(&trace);
-    progress_history_free(&hist);
+    train_meter_free(&meter);
     pt_loader_free(&train_ld);
     pt_loader_free(&val_ld);
     pt_gpt_free(&gpt);

@@ -1,0 +1,163 @@
+/* train_report.h -- what build/train prints: the run's header, a progress
+   line every log_every steps (mean loss since the line before, validation
+   loss, tokens/s, MFU, elapsed, ETA) with the loss history beside the
+   checkpoint, and how a run ended. World rank 0 calls these. Include after
+   progress.h and train_opts.h. */
+#ifndef PTRAIN_TRAIN_REPORT_H
+#define PTRAIN_TRAIN_REPORT_H
+
+#include <signal.h>
+
+static const char *train_recompute_name(int r) {
+    return r == PT_RECOMPUTE_FULL ? "full" : r == PT_RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+/* The lines before the first step: the model, the layout, memory per rank,
+   threads and the peak MFU is measured against, validation and training. */
+static void train_report_header(const run *o, const pt_comm *world, const pt_gpt *gpt,
+                                int micro_rows, double flops_step, size_t val_tokens,
+                                double h_unigram) {
+    printf("model: %d layers, %d heads, %d wide, vocabulary %d, context %d: %.2fM parameters\n",
+           o->cfg.n_layer, o->cfg.n_head, o->cfg.n_embd, o->cfg.vocab_size, o->cfg.block_size,
+           (double)gpt->num_params_full / 1e6);
+    printf("layout: tp %d x dp %d x pp %d = %d rank%s (%s), ZeRO %d, schedule %s, %d "
+           "chunk%s per stage, %d micro-batch%s of %d rows per rank and step, recompute %s\n",
+           o->tp, o->dp, o->pp, world->size, world->size > 1 ? "s" : "",
+           world->kind == PT_COMM_MPI ? "MPI" : "threads", o->zero,
+           pt_schedule_kind_name(gpt->place.schedule), o->chunks, o->chunks > 1 ? "s" : "",
+           o->accum, o->accum > 1 ? "es" : "", micro_rows, train_recompute_name(o->recompute));
+    printf("memory%s: params %.1f MiB, grads %.1f MiB, AdamW %.1f MiB, activations %.1f MiB "
+           "(%d slot%s), scratch %.1f MiB\n",
+           world->size > 1 ? " per rank" : "", gpt->mem.params / 1048576.0,
+           gpt->mem.grads / 1048576.0, gpt->mem.optimizer / 1048576.0,
+           gpt->mem.activations / 1048576.0, gpt->mem.slots, gpt->mem.slots > 1 ? "s" : "",
+           gpt->mem.scratch / 1048576.0);
+    printf("threads %d%s; sgemm peak %.1f GFLOP/s (%s); %.2f GFLOP per step\n", pt_get_threads(),
+           world->size > 1 ? " per rank" : "", o->peak,
+           o->peak_given  ? "--peak-gflops"
+           : o->nodes > 1 ? "1024^3, measured once per node, summed over the nodes"
+                          : "1024^3, measured on this machine's cores",
+           flops_step / 1e9);
+    printf("validation: %zu tokens (%s), every %d steps on %d batches; unigram entropy "
+           "%.3f nats/token (the loss of a model that only counts tokens)\n",
+           val_tokens, o->val_path ? o->val_path : "held out", o->eval_every, o->eval_batches,
+           h_unigram);
+    printf("training %d steps of %d x %d tokens, lr %g -> %g (warm-up %d), weight decay %g, "
+           "clip %g, seed %llu; %d non-finite steps in a row stop it\n\n",
+           o->steps, o->batch, o->seq, (double)o->lr, (double)o->min_lr, o->warmup, (double)o->wd,
+           (double)o->clip, (unsigned long long)o->seed, o->max_bad);
+}
+
+/* The progress meter: rates count from this process's first step (a resume
+   or a periodic save does not move them), and a line shows the mean loss of
+   the good steps since the last multiple of log_every. */
+typedef struct train_meter {
+    const run *o;
+    double flops_step, t_start, t_train, loss_sum;
+    int first_step, n_avg, warned_mfu;
+    progress_history hist; /* beside the checkpoint (rank 0's) */
+} train_meter;
+
+static void train_meter_init(train_meter *m, const run *o, int lead) {
+    memset(m, 0, sizeof *m);
+    m->o = o;
+    progress_history_init(&m->hist, lead ? o->ckpt_out : NULL);
+}
+
+static void train_meter_start(train_meter *m, int first_step) {
+    m->flops_step = pt_gpt_flops_per_step(&m->o->cfg, m->o->batch, m->o->seq);
+    m->first_step = first_step;
+    m->t_start = pt_time_now();
+}
+
+/* After a step that began at t0; loss is NAN for a skipped step. */
+static void train_meter_step(train_meter *m, int step, double t0, double loss) {
+    if (loss == loss) m->loss_sum += loss, m->n_avg++;
+    m->t_train += pt_time_now() - t0;
+#ifdef PTRAIN_TEST_HOOKS
+    if (m->o->step_seconds > 0) /* a clock the tests can predict: each step takes this */
+        m->t_train = (step + 1 - m->first_step) * (double)m->o->step_seconds;
+#else
+    (void)step;
+#endif
+}
+
+/* Rank 0 after step `step` (0-based): the progress line when it is due
+   (every log_every steps, the last, the process's first) and a history row
+   when a line or a validation loss (val, NAN when not measured) is new. */
+static pt_status train_meter_report(train_meter *m, int step, int last, double val, int val_now,
+                                    float lr, float norm) {
+    const run *o = m->o;
+    int line = (step + 1) % o->log_every == 0 || last;
+    if (line || step == m->first_step) {
+        int done_steps = step + 1 - m->first_step;
+        double tps = (double)done_steps * o->batch * o->seq / m->t_train;
+        double mfu = m->flops_step * done_steps / m->t_train / (o->peak * 1e9);
+        double elapsed = pt_time_now() - m->t_start;
+        char el[32], eta[32], vs[16] = "     -";
+#ifdef PTRAIN_TEST_HOOKS
+        if (o->step_seconds > 0) elapsed = m->t_train;
+#endif
+        progress_time(el, sizeof el, elapsed);
+        progress_time(eta, sizeof eta, elapsed / done_steps * (o->steps - step - 1));
+        if (val == val) snprintf(vs, sizeof vs, "%.4f", val);
+        if (mfu > 1.0 && !m->warned_mfu) { /* a peak measured too low, or given so */
+            printf("warning: MFU above 100%%: the peak of %g GFLOP/s is below what this run "
+                   "reaches; give the machine's peak with --peak-gflops\n", o->peak);
+            m->warned_mfu = 1;
+        }
+        if (m->n_avg > 0) /* a line needs a step that was not skipped */
+            printf("step %5d/%d | loss %.4f | val %s | lr %.2e | norm %.2f | %7.0f tok/s | "
+                   "MFU %4.1f%% | %s elapsed | ETA %s\n",
+                   step + 1, o->steps, m->loss_sum / m->n_avg, vs, (double)lr, (double)norm, tps,
+                   100.0 * mfu, el, eta);
+        fflush(stdout);
+    }
+    if ((line || val_now) &&
+        !progress_history_add(&m->hist, step + 1, (long long)(step + 1) * o->batch * o->seq,
+                              line && m->n_avg > 0 ? m->loss_sum / m->n_avg : NAN,
+                              val_now ? val : NAN))
+        return pt_error(PT_ERR_OOM, "out of memory for the loss history");
+    if (line) m->loss_sum = 0.0, m->n_avg = 0;
+    return PT_OK;
+}
+
+static void train_meter_free(train_meter *m) { progress_history_free(&m->hist); }
+
+/* A step skipped by the numerical guard. */
+static void train_report_skipped(const run *o, int step, const pt_step_result *res, int n_bad) {
+    printf("step %5d/%d | skipped: loss %g, gradient norm %g; the first non-finite gradient is "
+           "%s (%d bad step%s in a row, at most %d)\n",
+           step + 1, o->steps, (double)res->loss, (double)res->grad_norm, res->bad_tensor, n_bad,
+           n_bad > 1 ? "s" : "", o->max_bad);
+    fflush(stdout);
+}
+
+/* Why a run ended early, and how to go on: a signal after step `step`
+   (0-based), or n_bad non-finite steps in a row (the last good one
+   good_step); ckpt is the file written (with --checkpoint). */
+static void train_report_stop(const run *o, int signaled, int step, int n_bad, int good_step,
+                              const char *bad_tensor, const char *ckpt) {
+    fflush(stdout);
+    if (signaled) {
+        const char *why = signaled == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)";
+        if (o->ckpt_out)
+            fprintf(stderr, "%s after step %d of %d: %s holds it; continue with the same "
+                    "options and --resume %s\n", why, step + 1, o->steps, ckpt,
+                    o->keep ? "latest" : ckpt);
+        else
+            fprintf(stderr, "%s after step %d of %d: nothing saved (no --checkpoint)\n", why,
+                    step + 1, o->steps);
+    } else if (o->ckpt_out) {
+        fprintf(stderr, "error: %d steps in a row had a non-finite loss or gradient (the last, "
+                "step %d, first in %s): stopped. %s holds the weights and AdamW state of step "
+                "%d, the last good one; --resume continues after the skipped batches\n", n_bad,
+                step + 1, bad_tensor, ckpt, good_step);
+    } else {
+        fprintf(stderr, "error: %d steps in a row had a non-finite loss or gradient (the last, "
+                "step %d, first in %s): stopped after step %d, the last good one; nothing "
+                "saved (no --checkpoint)\n", n_bad, step + 1, bad_tensor, good_step);
+    }
+}
+
+#endif

@@ -83,6 +83,8 @@ step "comm: MPI world of 2 under ASan + UBSan" mpi 2 build/comm_check_mpi_asan -
 show
 fails "comm: MPI rank 2 of 4 fails, the job aborts at once with its message" 1 \
     "^rank 2: planted failure" mpi 4 build/comm_check_mpi --fail-rank 2
+fails "comm: MPI rank 2 of 4 fails while the others wait for a started all-reduce" 1 \
+    "^rank 2: planted failure" mpi 4 build/comm_check_mpi --fail-rank 2 --started
 
 # the threads backend's layouts under ThreadSanitizer (clang + libomp, no BLAS: see the
 # Makefile): tensor x data parallel with ZeRO 2 and full recomputation, pipeline stages

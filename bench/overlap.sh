@@ -1,0 +1,17 @@
+#!/bin/sh
+# Progress of a started all-reduce while computing, across 2 hosts (network
+# namespaces, Open MPI over TCP only: tests/hosts.sh) at several link rates:
+# without MPI calls while computing, with pt_comm_test between compute slices,
+# and each again with Open MPI's TCP progress thread (btl_tcp_progress_thread).
+# One line per variant: exposed communication as a share of the blocking
+# all-reduce's time (1: nothing hidden, 0: all hidden). See bench/bench_overlap.c.
+set -e
+mb=${MB:-16}
+for rate in ${RATES:-250mbit 1gbit 4gbit}; do
+    for thread in 0 1; do
+        echo "-- 2 hosts, $rate links, btl_tcp_progress_thread $thread"
+        sh tests/hosts.sh --hosts 2 --rate "$rate" --timeout 300 -- \
+            --mca btl_tcp_progress_thread "$thread" build/bench_overlap_mpi --mb "$mb" --reps 5 ||
+            { rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"; }
+    done
+done

@@ -857,6 +857,17 @@ PTRAINDEF pt_status pt_trace_write_svg(const pt_trace *t, const char *path);
    shard), the loss shared, and the optimizer step if asked for. */
 
 /* One step's batch and options. */
+/* When a step reduces its gradient buckets over the data-parallel group. */
+typedef enum pt_overlap {
+    PT_OVERLAP_DEFAULT = 0, /* PT_OVERLAP_ON */
+    PT_OVERLAP_ON,  /* ZeRO 0 and 1: each layer's bucket is started (all-reduce, or
+                       reduce-scatter into the shard) as soon as the step's last
+                       backward of the layer (or its W) finished it, in backward's
+                       order, tested between layers and waited at the optimizer
+                       step; the results are the same bits as OFF's */
+    PT_OVERLAP_OFF  /* every bucket after backward, one after another */
+} pt_overlap;       /* (ZeRO 2 reduce-scatters each bucket inside backward either way) */
+
 typedef struct pt_step_desc {
     const int *inputs, *targets; /* (B, T) row-major: this rank's rows */
     int B, T;                 /* B = place.micro micro-batches of B/micro rows, each at
@@ -876,6 +887,7 @@ typedef struct pt_step_desc {
        before clipping and the numerical guard (tests plant faults here) */
     void (*on_grads)(pt_gpt *m, void *ctx);
     void *on_grads_ctx;
+    pt_overlap overlap;       /* the dp gradient reduction behind backward (default on) */
 } pt_step_desc;
 
 typedef struct pt_step_result {
@@ -2554,6 +2566,12 @@ struct pt_gpt_exec {
                                  copies of wte (NULL unless pp > 1 and one of them) */
     int num_buckets;
     pt__bucket *buckets;
+    pt_comm_req *ov_req;      /* (buckets) overlap: each bucket's started reduction
+                                 (op != NONE: started in this step) */
+    int *ov_done;             /* (chunks) overlap: the step's backwards (W when split) of
+                                 each chunk so far */
+    int ov_on, ov_last;       /* overlap runs in this step; the running backward is its
+                                 chunk's last */
     size_t shard_total;       /* this rank's elements over all buckets (ZeRO) */
     float *gshard;            /* (shard_total) averaged gradients of its shard (ZeRO 1, 2) */
     float *rs_tmp;            /* (largest shard) where ZeRO 2 reduce-scatters a bucket, to
@@ -3058,8 +3076,8 @@ static pt_status pt__gpt_tables(pt_gpt *m, int nslots) {
     ntensors = (size_t)k;
     nbook = sizeof(pt_gpt_exec) + sizeof(pt_param) * ntensors + sizeof(pt_block_params) * 2 * L +
             sizeof(pt_block_acts) * L * S + sizeof(pt__bucket) * nbuckets +
-            sizeof(pt__slot) * S + sizeof(pt_block_wgrad) * L * S +
-            sizeof(int) * (L + (size_t)m->place.chunks + 1);
+            sizeof(pt_comm_req) * nbuckets + sizeof(pt__slot) * S +
+            sizeof(pt_block_wgrad) * L * S + sizeof(int) * (L + 2 * (size_t)m->place.chunks + 1);
     book = (unsigned char *)pt__malloc(nbook, m->alloc_ctx);
     if (!book) return pt__fail(PT_ERR_OOM, "cannot allocate the model's tables");
     memset(book, 0, nbook);
@@ -3069,10 +3087,12 @@ static pt_status pt__gpt_tables(pt_gpt *m, int nslots) {
     x->layer_grads = m->layers + L;
     x->acts = (pt_block_acts *)(x->layer_grads + L);
     x->buckets = (pt__bucket *)(x->acts + L * S);
-    x->slots = (pt__slot *)(x->buckets + nbuckets);
+    x->ov_req = (pt_comm_req *)(x->buckets + nbuckets);
+    x->slots = (pt__slot *)(x->ov_req + nbuckets);
     x->slots[0].wg = (pt_block_wgrad *)(x->slots + S); /* see pt__layout_acts */
     x->layer_id = (int *)(x->slots[0].wg + L * S);
     x->chunk_start = x->layer_id + L;
+    x->ov_done = x->chunk_start + m->place.chunks + 1;
     x->nslots = nslots;
     return PT_OK;
 }
@@ -6055,15 +6075,43 @@ static pt_status pt__zero2_wte(pt_gpt *m, const pt__slot *sl, int B, int T, int 
     return st;
 }
 
+/* Overlap (pt_overlap): layer l's gradients are final in this step; its
+   bucket (a layer is a bucket of its own) starts its dp reduction, and the
+   buckets under way get a test, which is what moves them on under MPI. */
+static pt_status pt__ov_layer(pt_gpt *m, int l) {
+    pt_gpt_exec *x = m->exec;
+    int b = m->table[x->tab_layers + x->layer_tensors * l].bucket;
+    const pt__bucket *k = &x->buckets[b];
+    pt_status st;
+    int j, done;
+    if (!x->ov_on || !x->ov_last) return PT_OK;
+    if (k->first != x->tab_layers + x->layer_tensors * l || k->count != x->layer_tensors)
+        return PT_OK; /* not the layer's alone: reduced after backward */
+    if (m->place.zero == 1)
+        st = pt_comm_reduce_scatter_start(x->dp_comm, m->grads + k->offset,
+                                          x->gshard + k->shard_offset,
+                                          k->numel / (size_t)m->place.dp, PT_REDUCE_AVG,
+                                          &x->ov_req[b]);
+    else
+        st = pt_comm_all_reduce_start(x->dp_comm, m->grads + k->offset, k->numel, PT_REDUCE_AVG,
+                                      &x->ov_req[b]);
+    for (j = 0; j < x->num_buckets && st == PT_OK; j++)
+        if (x->ov_req[j].comm) st = pt_comm_test(&x->ov_req[j], &done);
+    return st;
+}
+
 /* After a step's last micro-batch: every bucket averaged over the dp group,
-   whole (zero 0) or into this rank's shard (zero 1; zero 2 did it in backward). */
+   whole (zero 0) or into this rank's shard (zero 1; zero 2 did it in backward);
+   the buckets the overlap started are waited for. */
 static pt_status pt__dp_sync_grads(pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     int b;
     pt_status st = PT_OK;
     for (b = 0; b < x->num_buckets && st == PT_OK; b++) {
         const pt__bucket *k = &x->buckets[b];
-        if (m->place.zero == 1)
+        if (x->ov_on && x->ov_req[b].op != PT_COMM_OP_NONE)
+            st = pt_comm_wait(&x->ov_req[b]);
+        else if (m->place.zero == 1)
             st = pt__dp_reduce_scatter(m, m->grads + k->offset, x->gshard + k->shard_offset,
                                        k->numel);
         else if (m->place.zero == 0 && m->place.dp > 1)
@@ -6119,6 +6167,7 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
         else
             st = pt_block_backward(cfg, B, T, &m->layers[l], &x->layer_grads[l], in, a, x->dres,
                                    x->dres, &x->scratch, x->tp_comm);
+        if (st == PT_OK && !input_only) st = pt__ov_layer(m, l);
         if (st != PT_OK) return st;
         if (zero2 && (st = pt__zero2_bucket(m, m->table[x->tab_layers + x->layer_tensors * l]
                                                    .bucket)) != PT_OK)
@@ -6134,11 +6183,12 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
 
 /* W of this stage's chunk c: the layers' weight gradients from what B kept
    in sl->wg (the attention output recomputed first when selective). */
-static void pt__chunk_weight(pt_gpt *m, pt__slot *sl, int c, int B, int T) {
+static pt_status pt__chunk_weight(pt_gpt *m, pt__slot *sl, int c, int B, int T) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_config *cfg = &m->config;
     int l, first = x->chunk_start[c], last = x->chunk_start[c + 1], k = m->place.tp;
-    for (l = first; l < last; l++) {
+    pt_status st = PT_OK;
+    for (l = first; l < last && st == PT_OK; l++) {
         pt_block_acts *a = &sl->acts[l - first];
         const float *in = l > first ? sl->acts[l - 1 - first].out : sl->x;
         if (m->place.recompute == PT_RECOMPUTE_SELECTIVE) {
@@ -6148,7 +6198,9 @@ static void pt__chunk_weight(pt_gpt *m, pt__slot *sl, int c, int B, int T) {
         }
         pt_block_backward_weight(cfg, B, T, &m->layers[l], &x->layer_grads[l], in, a,
                                  &sl->wg[l - first], &x->scratch, k);
+        st = pt__ov_layer(m, l);
     }
+    return st;
 }
 
 /* ---- the step ---------------------------------------------------------------- */
@@ -6251,6 +6303,13 @@ PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result
     dloss = 1.0f / ((float)N * pl->micro);
     x->cur_B = b, x->cur_T = d->T;
     x->has_targets = 0;
+    if ((unsigned)d->overlap > PT_OVERLAP_OFF)
+        return pt__fail(PT_ERR_INVALID_ARG, "step: overlap=%d is not PT_OVERLAP_DEFAULT, _ON or _OFF",
+                        (int)d->overlap);
+    x->ov_on = d->overlap != PT_OVERLAP_OFF && pl->dp > 1 && pl->zero < 2;
+    x->ov_last = 0;
+    memset(x->ov_req, 0, (size_t)x->num_buckets * sizeof *x->ov_req);
+    memset(x->ov_done, 0, (size_t)pl->chunks * sizeof *x->ov_done);
     pt__zero_grad(m);
     for (k = 0; k < x->nslots; k++) x->slots[k].micro = x->slots[k].chunk = -1;
     x->slots_used = m->mem.slots_peak = 0;
@@ -6296,6 +6355,7 @@ PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result
             break;
         case PT_ACT_B:
             if (!(sl = pt__slot_of(m, i, c, 0))) goto no_slot;
+            if (!x->split) x->ov_last = ++x->ov_done[c] == pl->micro;
             st = pt__chunk_backward(m, sl, c, b, d->T, dloss, x->split);
             if (!x->split) pt__slot_release(m, sl);
             break;
@@ -6304,7 +6364,8 @@ PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result
             break;
         case PT_ACT_W: /* the weight gradients, then the activations are free */
             if (!(sl = pt__slot_of(m, i, c, 0))) goto no_slot;
-            pt__chunk_weight(m, sl, c, b, d->T);
+            x->ov_last = ++x->ov_done[c] == pl->micro;
+            st = pt__chunk_weight(m, sl, c, b, d->T);
             pt__slot_release(m, sl);
             break;
         case PT_ACT_OPT: /* the gradients synced; the optimizer, if asked for */
@@ -6319,6 +6380,7 @@ PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result
             st = pt_trace_add(d->trace, track, a->kind, i, c, ta - t0, pt_time_now() - ta);
     }
     x->micro_done = pl->micro; /* the gradients are whole: adamw_step may run */
+    x->ov_on = 0;
     res->loss = m->loss;
     return st;
 no_slot:

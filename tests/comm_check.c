@@ -714,6 +714,113 @@ static void ck_started_counters(pt_comm *c) {
 }
 
 /* ======================================================================== */
+/* the overlapped gradient reduction (pt_step_desc.overlap)                   */
+/* ======================================================================== */
+
+typedef struct ov_layout {
+    int tp, dp, pp, zero, micro, chunks;
+    pt_schedule_kind schedule;
+} ov_layout;
+
+/* Two AdamW steps of a 4-layer tiny GPT in layout L; the whole model's
+   parameters after them into full (num_params_full floats, malloc'd), and
+   the second step's loss. Each dp rank trains on rows of its own. */
+static pt_status ov_train(pt_comm *world, const ov_layout *L, pt_overlap ov, float **full,
+                          float *loss) {
+    enum { B = 2, T = 16 };
+    pt_grid g;
+    pt_gpt gpt;
+    pt_gpt_desc d;
+    pt_step_desc sd;
+    pt_step_result res;
+    pt_adamw_config opt = pt_adamw_default();
+    int in[8 * B * T], tg[8 * B * T], step, i;
+    pt_status st;
+    memset(&d, 0, sizeof d);
+    memset(&gpt, 0, sizeof gpt);
+    *full = NULL;
+    if ((st = pt_grid_init(&g, world, L->tp, L->dp, L->pp)) != PT_OK) return st;
+    pt_gpt_config_preset("tiny", &d.config);
+    d.config.n_layer = 4;
+    d.batch = B, d.seq = T, d.grid = &g, d.zero = L->zero, d.grad_accum = L->micro;
+    d.schedule = L->schedule, d.chunks = L->chunks;
+    if ((st = pt_gpt_init(&gpt, &d)) != PT_OK) {
+        pt_grid_free(&g);
+        return st;
+    }
+    pt_gpt_init_weights(&gpt, 7);
+    for (step = 0; step < 2 && st == PT_OK; step++) {
+        for (i = 0; i < L->micro * B * T; i++) {
+            in[i] = (int)((unsigned)(i * 31 + g.dp_rank * 101 + step * 7) % 256u);
+            tg[i] = (int)((unsigned)(i * 17 + g.dp_rank * 13 + step * 5 + 1) % 256u);
+        }
+        memset(&sd, 0, sizeof sd);
+        sd.inputs = in, sd.targets = tg, sd.B = L->micro * B, sd.T = T;
+        sd.adamw = &opt, sd.lr = 1e-2f, sd.clip = 1.0f, sd.overlap = ov;
+        st = pt_gpt_step(&gpt, &sd, &res);
+        *loss = res.loss;
+    }
+    if (st == PT_OK) {
+        *full = fbuf(gpt.num_params_full);
+        st = pt_gpt_gather(&gpt, PT_BUF_PARAMS, *full);
+    }
+    pt_gpt_free(&gpt);
+    pt_grid_free(&g);
+    return st;
+}
+
+/* Overlap on and off give the same bits in every layout of this world's size:
+   dp with ZeRO 0 and 1, tp x dp, dp x pp with 1F1B, zero-bubble (W apart)
+   and interleaved chunks (--small, for ThreadSanitizer: dp 2 ZeRO 0, and
+   zero-bubble dp 2 x pp 2 with ZeRO 1). */
+static void ck_overlap(pt_comm *c) {
+    static const ov_layout two[] = {{1, 2, 1, 0, 1, 1, PT_SCHED_DEFAULT},
+                                    {1, 2, 1, 1, 2, 1, PT_SCHED_DEFAULT}};
+    static const ov_layout four[] = {{2, 2, 1, 1, 1, 1, PT_SCHED_DEFAULT},
+                                     {1, 2, 2, 0, 2, 1, PT_SCHED_1F1B},
+                                     {1, 2, 2, 1, 2, 1, PT_SCHED_ZB_H1},
+                                     {1, 2, 2, 0, 2, 2, PT_SCHED_INTERLEAVED},
+                                     {1, 4, 1, 1, 2, 1, PT_SCHED_DEFAULT}};
+    const ov_layout *L = c->size == 2 ? two : four;
+    int n = c->size == 2 ? 2 : 4 + 1, k;
+    float *on, *off, l_on = 0.0f, l_off = 0.0f;
+    if (c->size != 2 && c->size != 4) return;
+    for (k = 0; k < n; k++) {
+        if (g_cap != (size_t)-1 && k != (c->size == 2 ? 0 : 2)) continue; /* --small: one */
+        on = off = NULL;
+        CHECK_ST(ov_train(c, &L[k], PT_OVERLAP_DEFAULT, &on, &l_on), PT_OK);
+        CHECK_ST(ov_train(c, &L[k], PT_OVERLAP_OFF, &off, &l_off), PT_OK);
+        if (on && off) {
+            pt_gpt_config cfg;
+            pt_gpt_config_preset("tiny", &cfg);
+            if (memcmp(&l_on, &l_off, sizeof l_on))
+                failf(__LINE__, "layout %d: loss %.9g with overlap, %.9g without", k,
+                      (double)l_on, (double)l_off);
+            cfg.n_layer = 4;
+            {
+                pt_gpt m;
+                pt_gpt_desc d;
+                size_t i, np;
+                memset(&d, 0, sizeof d);
+                d.config = cfg, d.batch = 2, d.seq = 16, d.meta = 1, d.inference = 1;
+                np = pt_gpt_init(&m, &d) == PT_OK ? m.num_params_full : 0;
+                pt_gpt_free(&m);
+                for (i = 0; i < np && on[i] == off[i]; i++) {
+                }
+                if (!np || i < np)
+                    failf(__LINE__, "layout %d (tp %d dp %d pp %d zero %d): parameter %zu = %.9g "
+                          "with overlap, %.9g without", k, L[k].tp, L[k].dp, L[k].pp, L[k].zero,
+                          i, i < np ? (double)on[i] : 0.0, i < np ? (double)off[i] : 0.0);
+            }
+        }
+        free(on);
+        free(off);
+    }
+    CHECK_ERR(ov_train(c, &L[0], (pt_overlap)3, &on, &l_on), PT_ERR_INVALID_ARG, "overlap=3");
+    free(on);
+}
+
+/* ======================================================================== */
 /* checks of the threads backend only                                        */
 /* ======================================================================== */
 
@@ -932,6 +1039,9 @@ static void suite(pt_comm *c, const char *label) {
         ck_started_p2p);
     run(c, label, "started operations: argument checks", ck_started_args);
     run(c, label, "started operations: counters", ck_started_counters);
+    if (c->size == 2 || c->size == 4)
+        run(c, label, "the step's overlapped dp reduction: the same bits as without, every layout",
+            ck_overlap);
     if (c->kind == PT_COMM_THREADS) {
         run(c, label, "mismatched calls fail alike on every rank", ck_mismatch);
         run(c, label, "started: mismatched collectives fail alike, at most 64 outstanding",

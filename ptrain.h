@@ -47,7 +47,8 @@
        >>tensors    tensor views, arena, meta arena
        >>kernels    forward/backward pairs, AdamW, clipping, LR schedule
        >>model      GPT-2 config, tensor table, blocks, building a model, generation
-       >>comm       communicators (self, threads, MPI), the tp x dp x pp grid
+       >>comm       communicators (self, threads, MPI), started (non-blocking) operations,
+                    the tp x dp x pp grid
        >>schedule   pipeline schedules as data, their checker, text grid, timelines
        >>exec       the executor: one training step (pt_gpt_step) for every layout,
                     evaluation, the serial forward/backward, gradients, AdamW
@@ -79,7 +80,8 @@
    state (zero=1) and gradients (zero=2), pipeline stages hold runs of layers.
    One call trains a step in any layout: pt_gpt_step runs this rank's part of
    the step's schedule (one stage without a pipeline, where micro-batches are
-   gradient accumulation), syncs the gradients and steps AdamW. Checkpoints,
+   gradient accumulation), syncs the gradients (each layer's bucket started as
+   backward finishes it: pt_step_desc.overlap) and steps AdamW. Checkpoints,
    pt_gpt_gather and weight loading always use the whole Hugging Face layout.
 */
 #ifndef PTRAIN_H

@@ -13,7 +13,14 @@
    "exposed" is a variant's time minus compute: the communication it did not
    hide; the ratio exposed/comm is 1 when nothing overlapped and 0 when all
    did; max(comm, compute) is the best a variant can do. The check first: the
-   started all-reduce gives the blocking one's bits. */
+   started all-reduce gives the blocking one's bits.
+
+     mpirun -n N build/bench_overlap_mpi --step [--preset small] [--batch 8] [--seq 128]
+                                         [--steps 6] [--zero 0]
+   Training steps with data parallelism over the N ranks, alternating
+   pt_step_desc.overlap on and off (after one warm-up step each): median step
+   time and the time inside the dp group's communicator (what the step was
+   exposed to), and the check that both give the same parameters, bit for bit. */
 #define _POSIX_C_SOURCE 200809L
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
@@ -66,8 +73,81 @@ static double overlapped(pt_comm *w, float *x, size_t n, long units, int slices,
     return pt_time_now() - t0;
 }
 
+/* --step: see the top. */
+static int step_bench(pt_comm *w, const char *preset, int B, int T, int steps, int zero) {
+    pt_grid g;
+    pt_gpt m[2];
+    pt_gpt_desc d;
+    pt_step_desc sd;
+    pt_adamw_config opt = pt_adamw_default();
+    double t[2][64], e[2][64], t0, c0;
+    int *in = (int *)malloc((size_t)B * T * sizeof(int)), *tg = (int *)malloc((size_t)B * T * sizeof(int));
+    int k, i, v, bad = 0;
+    float *p0, *p1;
+    pt_status st;
+    memset(&d, 0, sizeof d);
+    if (!in || !tg || pt_gpt_config_preset(preset, &d.config) != PT_OK ||
+        pt_grid_init(&g, w, 1, w->size, 1) != PT_OK) {
+        fprintf(stderr, "bench_overlap: %s\n", in && tg ? pt_last_error() : "out of memory");
+        return 1;
+    }
+    d.batch = B, d.seq = T, d.grid = &g, d.zero = zero;
+    for (v = 0; v < 2; v++) {
+        if ((st = pt_gpt_init(&m[v], &d)) != PT_OK) {
+            fprintf(stderr, "bench_overlap: %s\n", pt_last_error());
+            return 1;
+        }
+        pt_gpt_init_weights(&m[v], 1);
+    }
+    for (k = 0; k <= steps; k++)
+        for (v = 0; v < 2; v++) { /* v = 0: overlap on, 1: off; the same batches */
+            for (i = 0; i < B * T; i++) {
+                in[i] = (int)((unsigned)(i * 31 + g.dp_rank * 101 + k * 7) % (unsigned)d.config.vocab_size);
+                tg[i] = (int)((unsigned)(i * 17 + g.dp_rank * 13 + k * 5 + 1) % (unsigned)d.config.vocab_size);
+            }
+            memset(&sd, 0, sizeof sd);
+            sd.inputs = in, sd.targets = tg, sd.B = B, sd.T = T, sd.adamw = &opt, sd.lr = 1e-3f;
+            sd.overlap = v ? PT_OVERLAP_OFF : PT_OVERLAP_ON;
+            pt_comm_barrier(w);
+            c0 = g.dp_comm.seconds;
+            t0 = pt_time_now();
+            if ((st = pt_gpt_step(&m[v], &sd, NULL)) != PT_OK) {
+                fprintf(stderr, "rank %d: %s\n", w->rank, pt_last_error());
+                return 1;
+            }
+            if (k) t[v][k - 1] = pt_time_now() - t0, e[v][k - 1] = g.dp_comm.seconds - c0;
+        }
+    p0 = (float *)malloc(m[0].num_params_full * sizeof(float));
+    p1 = (float *)malloc(m[0].num_params_full * sizeof(float));
+    if (!p0 || !p1 || pt_gpt_gather(&m[0], PT_BUF_PARAMS, p0) != PT_OK ||
+        pt_gpt_gather(&m[1], PT_BUF_PARAMS, p1) != PT_OK)
+        bad = 1;
+    else
+        bad = memcmp(p0, p1, m[0].num_params_full * sizeof(float)) != 0;
+    if (w->rank == 0) {
+        double on = median(t[0], steps), off = median(t[1], steps);
+        double eon = median(e[0], steps), eoff = median(e[1], steps);
+        printf("%s (%.1fM parameters), dp %d, ZeRO %d, B=%d T=%d per rank, median of %d steps%s\n",
+               preset, (double)m[0].num_params_full / 1e6, w->size, zero, B, T, steps,
+               bad ? ": PARAMETERS DIFFER" : " (the same parameters, bit for bit)");
+        printf("  overlap off: step %7.1f ms, exposed dp communication %7.1f ms\n", off * 1e3,
+               eoff * 1e3);
+        printf("  overlap on:  step %7.1f ms, exposed dp communication %7.1f ms (%.2f of off's)\n",
+               on * 1e3, eon * 1e3, eoff > 0 ? eon / eoff : 0.0);
+        printf("  compute (off's step minus its communication) %.1f ms; step on/off %.2f\n",
+               (off - eoff) * 1e3, on / off);
+    }
+    free(p0), free(p1), free(in), free(tg);
+    pt_gpt_free(&m[0]);
+    pt_gpt_free(&m[1]);
+    pt_grid_free(&g);
+    return bad;
+}
+
 int main(int argc, char **argv) {
     pt_comm w;
+    const char *preset = "small";
+    int step = 0, B = 8, T = 128, steps = 6, zero = 0;
     double mb = 16, tc[64], tp[64], tn[64], tt[64], t0, c, p, none, test;
     int reps = 5, slices = 200, r, i;
     long units;
@@ -79,18 +159,34 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = atof(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--slices") && i + 1 < argc) slices = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--step")) step = 1;
+        else if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[++i];
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seq") && i + 1 < argc) T = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--zero") && i + 1 < argc) zero = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: mpirun -n N %s [--mb MiB] [--reps N] [--slices N]\n", argv[0]);
+            fprintf(stderr, "usage: mpirun -n N %s [--mb MiB] [--reps N] [--slices N]\n"
+                            "       mpirun -n N %s --step [--preset S] [--batch B] [--seq T] "
+                            "[--steps N] [--zero Z]\n", argv[0], argv[0]);
             return 2;
         }
     }
-    if (!(mb > 0 && mb <= 4096) || reps < 1 || reps > 64 || slices < 1) {
-        fprintf(stderr, "bench_overlap: --mb in (0, 4096], --reps in [1, 64], --slices >= 1\n");
+    if (!(mb > 0 && mb <= 4096) || reps < 1 || reps > 64 || slices < 1 || B < 1 || T < 1 ||
+        steps < 1 || steps > 64 || zero < 0 || zero > 2) {
+        fprintf(stderr, "bench_overlap: --mb in (0, 4096], --reps and --steps in [1, 64], "
+                        "--slices, --batch, --seq >= 1, --zero 0..2\n");
         return 2;
     }
     if (pt_comm_mpi_init(&w, &argc, &argv) != PT_OK) {
         fprintf(stderr, "%s\n", pt_last_error());
         return 1;
+    }
+    if (step) {
+        r = step_bench(&w, preset, B, T, steps, zero);
+        pt_comm_free(&w);
+        pt_comm_mpi_finalize();
+        return r;
     }
     n = (size_t)(mb * 1048576.0 / sizeof(float));
     x = (float *)malloc(n * sizeof(float));

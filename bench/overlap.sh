@@ -4,7 +4,9 @@
 # without MPI calls while computing, with pt_comm_test between compute slices,
 # and each again with Open MPI's TCP progress thread (btl_tcp_progress_thread).
 # One line per variant: exposed communication as a share of the blocking
-# all-reduce's time (1: nothing hidden, 0: all hidden). See bench/bench_overlap.c.
+# all-reduce's time (1: nothing hidden, 0: all hidden). Then training steps
+# (dp 2) with pt_step_desc.overlap on and off at the same rates, with the time
+# each was exposed to the dp communication. See bench/bench_overlap.c.
 set -e
 mb=${MB:-16}
 for rate in ${RATES:-250mbit 1gbit 4gbit}; do
@@ -14,4 +16,11 @@ for rate in ${RATES:-250mbit 1gbit 4gbit}; do
             --mca btl_tcp_progress_thread "$thread" build/bench_overlap_mpi --mb "$mb" --reps 5 ||
             { rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"; }
     done
+done
+# training steps (small preset, dp 2 across the 2 hosts): overlap on against off
+for rate in ${RATES:-250mbit 1gbit 4gbit}; do
+    echo "-- 2 hosts, $rate links: training steps, overlap on and off"
+    sh tests/hosts.sh --hosts 2 --rate "$rate" --timeout 300 -- \
+        build/bench_overlap_mpi --step --preset small --batch 8 --seq 128 --steps 4 ||
+        { rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"; }
 done

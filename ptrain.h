@@ -716,7 +716,9 @@ PTRAINDEF pt_status pt_comm_wait(pt_comm_req *req);
 PTRAINDEF pt_status pt_comm_test(pt_comm_req *req, int *done);
 PTRAINDEF pt_status pt_comm_split(pt_comm *c, int color, int key, pt_comm *out);
 /* Reports this rank's failure to the others (message: pt_last_error()) and
-   returns s, so a rank can `return pt_comm_fail(world, st);`. */
+   returns s, so a rank can `return pt_comm_fail(world, st);`. A rank with
+   started operations outstanding calls it before it frees their buffers
+   (under threads the others may be reducing into them until it returns). */
 PTRAINDEF pt_status pt_comm_fail(pt_comm *c, pt_status s);
 PTRAINDEF void pt_comm_free(pt_comm *c);
 /* 1 if every rank passed ok != 0 (an all-reduce of a flag): lets ranks agree
@@ -4173,9 +4175,12 @@ static void pt__twait(pt__tworld *w, unsigned ev, int *spins) {
 
 static int pt__tfailed_now(pt__tworld *w) { return __atomic_load_n(&w->failed, __ATOMIC_ACQUIRE); }
 
-/* The error of an operation that saw the world failed. */
+/* The error of an operation that saw the world failed. Units of started
+   collectives begun before the failure end first (none begins after it), so
+   the caller may free its buffers once this returns. */
 static pt_status pt__tfailed(pt__tworld *w, int wrank) {
     w->saw_fail[wrank] = 1;
+    while (__atomic_load_n(&w->working, __ATOMIC_SEQ_CST) > 0) sched_yield();
     return pt__fail(PT_ERR_COMM, "rank %d failed: %s", w->fail_rank, w->fail_msg);
 }
 
@@ -4571,10 +4576,13 @@ static pt_status pt__trecv_progress(pt_comm *c, pt_comm_req *r, int block, int *
    counts itself in `released`; the last resets the slot and advances `uses`
    (release), which a rank starting the slot's next collective waits for.
    Failure: a rank enters a unit only after counting itself in the world's
-   `working` and seeing no failure (both seq_cst), and pt__tworld_fail waits
-   for `working` to drop to zero after raising the flag: once pt_comm_fail
-   returns, no unit touches the failed rank's buffers. A collective that did
-   not finish before the failure fails for every rank waiting for it. */
+   `working` and seeing no failure (both seq_cst), and pt__tworld_fail, like
+   every operation that returns the failure (pt__tfailed), waits for
+   `working` to drop to zero after the flag is up: once pt_comm_fail or an
+   operation failing with PT_ERR_COMM returned, no unit touches the rank's
+   buffers. So a rank that fails on its own must call pt_comm_fail before it
+   frees buffers of started collectives. A collective that did not finish
+   before the failure fails for every rank waiting for it. */
 
 static int pt__top_of(pt_comm_op op) {
     return op == PT_COMM_OP_ALL_REDUCE       ? PT__OP_ALL_REDUCE

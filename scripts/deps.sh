@@ -3,7 +3,8 @@
 # root); on other systems prints what is missing and exits 1.
 #   scripts/deps.sh run    compiler with OpenMP + OpenBLAS (OpenMP build)
 #   scripts/deps.sh test   also gcc, g++, clang + libomp and its ThreadSanitizer
-#                          runtime, Open MPI, valgrind, strace
+#                          runtime, Open MPI, valgrind, strace, iproute2 (ip, tc and
+#                          bridge for tests/hosts.sh)
 #   scripts/deps.sh mpi    Open MPI (mpicc, mpirun) only
 #   scripts/deps.sh fuzz   clang with libFuzzer (make fuzz)
 mode=${1:-run}
@@ -41,6 +42,7 @@ if [ "$mode" = test ]; then
     { have "$CLANG" && tsan_ok; } || need="$need libclang-rt-dev"
     have valgrind || need="$need valgrind"
     have strace || need="$need strace"
+    { have ip && have tc && have bridge; } || need="$need iproute2"
 fi
 if [ "$mode" = fuzz ]; then
     have "$CLANG" || need="$need clang"

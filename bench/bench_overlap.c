@@ -20,7 +20,10 @@
    Training steps with data parallelism over the N ranks, alternating
    pt_step_desc.overlap on and off (after one warm-up step each): median step
    time and the time inside the dp group's communicator (what the step was
-   exposed to), and the check that both give the same parameters, bit for bit. */
+   exposed to), and the check that both give the same parameters, bit for bit.
+   --progress-us U (an experiment, not the library's way): MPI starts with
+   MPI_THREAD_MULTIPLE and a thread of this program calls MPI_Iprobe (which
+   runs Open MPI's progress engine) every U microseconds for the whole run. */
 #define _POSIX_C_SOURCE 200809L
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
@@ -31,7 +34,27 @@
 
 #ifdef PTRAIN_MPI
 
+#include <pthread.h>
+#include <time.h>
+
 #define GEMM 96 /* one compute unit: a 96^3 sgemm (1.8 MFLOP) */
+
+static int g_progress_us, g_progress_stop;
+static MPI_Comm g_progress_comm;
+
+/* --progress-us: Open MPI progresses every request inside any MPI call */
+static void *progress_main(void *arg) {
+    struct timespec ts;
+    int flag;
+    (void)arg;
+    ts.tv_sec = 0;
+    ts.tv_nsec = (long)g_progress_us * 1000L;
+    while (!__atomic_load_n(&g_progress_stop, __ATOMIC_ACQUIRE)) {
+        MPI_Iprobe(MPI_ANY_SOURCE, 0, g_progress_comm, &flag, MPI_STATUS_IGNORE);
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
 
 static float g_a[GEMM * GEMM], g_b[GEMM * GEMM], g_c[GEMM * GEMM];
 
@@ -127,8 +150,9 @@ static int step_bench(pt_comm *w, const char *preset, int B, int T, int steps, i
     if (w->rank == 0) {
         double on = median(t[0], steps), off = median(t[1], steps);
         double eon = median(e[0], steps), eoff = median(e[1], steps);
-        printf("%s (%.1fM parameters), dp %d, ZeRO %d, B=%d T=%d per rank, median of %d steps%s\n",
+        printf("%s (%.1fM parameters), dp %d, ZeRO %d, B=%d T=%d per rank, median of %d steps%s%s\n",
                preset, (double)m[0].num_params_full / 1e6, w->size, zero, B, T, steps,
+               g_progress_us > 0 ? ", a progress thread" : "",
                bad ? ": PARAMETERS DIFFER" : " (the same parameters, bit for bit)");
         printf("  overlap off: step %7.1f ms, exposed dp communication %7.1f ms\n", off * 1e3,
                eoff * 1e3);
@@ -165,6 +189,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--seq") && i + 1 < argc) T = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--zero") && i + 1 < argc) zero = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--progress-us") && i + 1 < argc) g_progress_us = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: mpirun -n N %s [--mb MiB] [--reps N] [--slices N]\n"
                             "       mpirun -n N %s --step [--preset S] [--batch B] [--seq T] "
@@ -178,12 +203,28 @@ int main(int argc, char **argv) {
                         "--slices, --batch, --seq >= 1, --zero 0..2\n");
         return 2;
     }
+    if (g_progress_us > 0) {
+        int provided = 0;
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+        if (provided < MPI_THREAD_MULTIPLE) {
+            fprintf(stderr, "bench_overlap: this MPI has no MPI_THREAD_MULTIPLE\n");
+            return 1;
+        }
+        MPI_Comm_dup(MPI_COMM_WORLD, &g_progress_comm);
+    }
     if (pt_comm_mpi_init(&w, &argc, &argv) != PT_OK) {
         fprintf(stderr, "%s\n", pt_last_error());
         return 1;
     }
     if (step) {
+        pthread_t th;
+        if (g_progress_us > 0 && pthread_create(&th, NULL, progress_main, NULL)) return 1;
         r = step_bench(&w, preset, B, T, steps, zero);
+        if (g_progress_us > 0) {
+            __atomic_store_n(&g_progress_stop, 1, __ATOMIC_RELEASE);
+            pthread_join(th, NULL);
+            MPI_Comm_free(&g_progress_comm);
+        }
         pt_comm_free(&w);
         pt_comm_mpi_finalize();
         return r;

@@ -24,3 +24,9 @@ for rate in ${RATES:-250mbit 1gbit 4gbit}; do
         build/bench_overlap_mpi --step --preset small --batch 8 --seq 128 --steps 4 ||
         { rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"; }
 done
+# the same at 1 Gbit/s with a progress thread (an experiment of the bench, not the library's
+# way: MPI_THREAD_MULTIPLE and MPI_Iprobe every 200 us)
+echo "-- 2 hosts, 1gbit links: training steps, overlap on and off, a progress thread"
+sh tests/hosts.sh --hosts 2 --rate 1gbit --timeout 300 -- \
+    build/bench_overlap_mpi --step --preset small --batch 8 --seq 128 --steps 4 --progress-us 200 ||
+    { rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"; }

@@ -3814,6 +3814,9 @@ static pt_status pt__start(pt_comm *c, pt_comm_req *req, const char *w, pt_comm_
     pt_status st;
     memset(req, 0, sizeof *req);
     req->op = op, req->arg = arg, req->tag = tag, req->n = n, req->in = in, req->out = out;
+    if (c->ops->start && (!c->ops->test || !c->ops->wait))
+        return pt__fail(PT_ERR_UNSUPPORTED, "%s: this communicator's backend has start but no %s",
+                        w, c->ops->test ? "wait" : "test");
     t0 = pt_time_now();
     if (c->ops->start) {
         st = c->ops->start(c, req);

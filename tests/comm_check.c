@@ -672,6 +672,11 @@ static void ck_started_p2p(pt_comm *c) {
     CHECK_ST(pt_comm_barrier(c), PT_OK);
 }
 
+static pt_status never_start(pt_comm *c, pt_comm_req *r) {
+    (void)c, (void)r;
+    return PT_ERR_COMM;
+}
+
 /* Bad arguments answer at start, before any communication; the request stays
    idle. */
 static void ck_started_args(pt_comm *c) {
@@ -695,6 +700,14 @@ static void ck_started_args(pt_comm *c) {
     CHECK_ERR(pt_comm_wait(NULL), PT_ERR_INVALID_ARG, "req is NULL");
     CHECK_ERR(pt_comm_test(NULL, &done), PT_ERR_INVALID_ARG, "req is NULL");
     CHECK_ERR(pt_comm_test(&q, NULL), PT_ERR_INVALID_ARG, "done is NULL");
+    if (c->kind == PT_COMM_SELF) { /* a user's backend with start but no test */
+        pt_comm_ops ops = *c->ops;
+        pt_comm fake = *c;
+        ops.start = never_start, ops.test = NULL;
+        fake.ops = &ops;
+        CHECK_ERR(pt_comm_all_reduce_start(&fake, a, 4, PT_REDUCE_SUM, &q), PT_ERR_UNSUPPORTED,
+                  "has start but no test");
+    }
     CHECK_ST(pt_comm_wait(&q), PT_OK); /* idle: nothing to wait for */
     CHECK_ST(pt_comm_test(&q, &done), PT_OK);
     CHECK_EQ(done, 1);

@@ -27,7 +27,7 @@ BINS = $(addprefix build/,$(EXAMPLES)) build/fixture_check build/tests build/ben
        build/bench_kernels build/bench_parallel build/bench_pipeline build/comm_check
 # the same programs with ranks as MPI processes (-DPTRAIN_MPI, Open MPI's mpicc)
 MPI_BINS = build/fixture_check_mpi build/train_mpi build/bench_parallel_mpi build/comm_check_mpi \
-           build/plan_mpi
+           build/plan_mpi build/bench_overlap_mpi
 MPI_CC = OMPI_CC="$(CC)" MPICH_CC="$(CC)" $(MPICC)
 # the communicator checks
 COMM_SRC = tests/comm_check.c ptrain.h
@@ -142,6 +142,9 @@ build/plan_mpi: examples/plan.c $(HDR) | build deps-mpi
 build/bench_parallel_mpi: bench/bench_parallel.c $(HDR) | build deps-mpi
 	$(MPI_CC) $(REQ) $(CFLAGS) -DPTRAIN_MPI $< -o $@ $(LDFLAGS) $(LDLIBS)
 
+build/bench_overlap_mpi: bench/bench_overlap.c $(HDR) | build deps-mpi
+	$(MPI_CC) $(REQ) $(CFLAGS) -DPTRAIN_MPI $< -o $@ $(LDFLAGS) $(LDLIBS)
+
 build/bench_%: bench/bench_%.c $(HDR) | build deps
 	$(CC) $(REQ) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
 
@@ -163,7 +166,7 @@ test: deps-test
 	@CC="$(CC)" CXX="$(CXX)" CLANG="$(CLANG)" BLAS="$(BLAS)" FUZZERS="$(FUZZERS)" sh tests/run.sh
 
 bench: build/bench_step build/bench_kernels build/bench_parallel build/bench_parallel_mpi \
-       build/bench_pipeline build/sim_vs_real build/plan
+       build/bench_pipeline build/sim_vs_real build/plan build/bench_overlap_mpi
 	@sh bench/run.sh
 
 fuzz: build/fuzz/seeds $(addprefix build/fuzz/,$(addsuffix _libfuzzer,$(FUZZERS)))

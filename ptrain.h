@@ -47,7 +47,8 @@
        >>tensors    tensor views, arena, meta arena
        >>kernels    forward/backward pairs, AdamW, clipping, LR schedule
        >>model      GPT-2 config, tensor table, blocks, building a model, generation
-       >>comm       communicators (self, threads, MPI), the tp x dp x pp grid
+       >>comm       communicators (self, threads, MPI), started (non-blocking) operations,
+                    the tp x dp x pp grid
        >>schedule   pipeline schedules as data, their checker, text grid, timelines
        >>exec       the executor: one training step (pt_gpt_step) for every layout,
                     evaluation, the serial forward/backward, gradients, AdamW
@@ -79,7 +80,8 @@
    state (zero=1) and gradients (zero=2), pipeline stages hold runs of layers.
    One call trains a step in any layout: pt_gpt_step runs this rank's part of
    the step's schedule (one stage without a pipeline, where micro-batches are
-   gradient accumulation), syncs the gradients and steps AdamW. Checkpoints,
+   gradient accumulation), syncs the gradients (each layer's bucket started as
+   backward finishes it: pt_step_desc.overlap) and steps AdamW. Checkpoints,
    pt_gpt_gather and weight loading always use the whole Hugging Face layout.
 */
 #ifndef PTRAIN_H
@@ -588,6 +590,31 @@ PTRAINDEF pt_status pt_gpt_generate(const pt_gpt *m, pt_kv_cache *c, const int *
 typedef enum pt_reduce_op { PT_REDUCE_SUM = 0, PT_REDUCE_AVG, PT_REDUCE_MAX } pt_reduce_op;
 typedef enum pt_comm_kind { PT_COMM_SELF = 0, PT_COMM_THREADS, PT_COMM_MPI } pt_comm_kind;
 
+/* A started (non-blocking) operation: pt_comm_*_start fills it, pt_comm_wait
+   or a pt_comm_test that reports it done finishes it. The caller owns it; it
+   must stay at its address, and the buffers it names must not be touched
+   (read or written), until it finished. A finished or zeroed request has
+   comm == NULL, and waiting on it returns PT_OK at once. */
+typedef enum pt_comm_op {
+    PT_COMM_OP_NONE = 0, PT_COMM_OP_ALL_REDUCE, PT_COMM_OP_REDUCE_SCATTER, PT_COMM_OP_ALL_GATHER,
+    PT_COMM_OP_SEND, PT_COMM_OP_RECV
+} pt_comm_op;
+
+typedef struct pt_comm_req {
+    pt_comm *comm;      /* NULL: nothing outstanding */
+    pt_comm_op op;
+    int arg;            /* the reduce op (collectives), the peer rank (send, recv) */
+    int tag;            /* send, recv */
+    size_t n;           /* as in the blocking call */
+    const float *in;    /* all_reduce: buf; reduce_scatter, all_gather: in; send: buf */
+    float *out;         /* all_reduce: buf; reduce_scatter, all_gather: out; recv: buf */
+    int done;           /* the backend finished it early; status is its result */
+    pt_status status;
+    uint64_t seq;       /* the backend's: the collective's number on its communicator */
+    void *link;         /* the backend's: a list of the rank's receives */
+    uint64_t state[2];  /* the backend's: an MPI_Request */
+} pt_comm_req;
+
 typedef struct pt_comm_ops {
     /* buf (n) on every rank becomes op over the ranks' buf */
     pt_status (*all_reduce)(pt_comm *c, float *buf, size_t n, pt_reduce_op op);
@@ -611,6 +638,14 @@ typedef struct pt_comm_ops {
        "rank R failed: msg", under MPI the job is aborted. */
     void (*abort)(pt_comm *c, const char *msg);
     void (*free)(pt_comm *c);
+    /* Non-blocking operations (optional: a backend without them runs the
+       blocking operation inside start, and the request is finished at once).
+       start begins the operation r describes (r->op, in, out, n, arg, tag);
+       test sets *done to 1 once it finished and 0 otherwise, without waiting;
+       wait returns when it finished. Both return the operation's status. */
+    pt_status (*start)(pt_comm *c, pt_comm_req *r);
+    pt_status (*test)(pt_comm *c, pt_comm_req *r, int *done);
+    pt_status (*wait)(pt_comm *c, pt_comm_req *r);
 } pt_comm_ops;
 
 struct pt_comm {
@@ -647,9 +682,43 @@ PTRAINDEF pt_status pt_comm_broadcast(pt_comm *c, float *buf, size_t n, int root
 PTRAINDEF pt_status pt_comm_send(pt_comm *c, const float *buf, size_t n, int dst, int tag);
 PTRAINDEF pt_status pt_comm_recv(pt_comm *c, float *buf, size_t n, int src, int tag);
 PTRAINDEF pt_status pt_comm_barrier(pt_comm *c);
+/* Non-blocking forms of the operations above, with the same arguments,
+   checks and results bit for bit (the same reduction order), plus the
+   request. Collectives must be started in the same order on every rank
+   (blocking ones between them count too); they may be waited in any order.
+   Receives match messages in the order they were started. A receive of the
+   wrong size fails its wait with PT_ERR_SHAPE (under MPI the message is
+   consumed). Time inside start, test and wait counts into c->seconds: the
+   communication the caller was exposed to.
+   Progress: under threads nothing runs in the background: a rank's test or
+   wait performs unclaimed blocks of the reduction (any rank of the group may
+   do any block, each block once, in rank order), so a collective finishes
+   as soon as every rank started it and one of them waits. Under MPI,
+   Open MPI progresses the request only inside MPI calls: call pt_comm_test
+   now and then while computing (bench/overlap.sh measures the difference).
+   Threads: at most 64 collectives outstanding per communicator and rank. */
+PTRAINDEF pt_status pt_comm_all_reduce_start(pt_comm *c, float *buf, size_t n, pt_reduce_op op,
+                                             pt_comm_req *req);
+PTRAINDEF pt_status pt_comm_reduce_scatter_start(pt_comm *c, const float *in, float *out,
+                                                 size_t n, pt_reduce_op op, pt_comm_req *req);
+PTRAINDEF pt_status pt_comm_all_gather_start(pt_comm *c, const float *in, float *out, size_t n,
+                                             pt_comm_req *req);
+PTRAINDEF pt_status pt_comm_send_start(pt_comm *c, const float *buf, size_t n, int dst, int tag,
+                                       pt_comm_req *req);
+PTRAINDEF pt_status pt_comm_recv_start(pt_comm *c, float *buf, size_t n, int src, int tag,
+                                       pt_comm_req *req);
+/* Waits for req to finish and returns its status; req->comm becomes NULL.
+   If another rank fails meanwhile, PT_ERR_COMM naming it (as the blocking
+   operations do). */
+PTRAINDEF pt_status pt_comm_wait(pt_comm_req *req);
+/* *done = 1 and the operation's status once req finished (then as wait);
+   *done = 0 and PT_OK while it runs. */
+PTRAINDEF pt_status pt_comm_test(pt_comm_req *req, int *done);
 PTRAINDEF pt_status pt_comm_split(pt_comm *c, int color, int key, pt_comm *out);
 /* Reports this rank's failure to the others (message: pt_last_error()) and
-   returns s, so a rank can `return pt_comm_fail(world, st);`. */
+   returns s, so a rank can `return pt_comm_fail(world, st);`. A rank with
+   started operations outstanding calls it before it frees their buffers
+   (under threads the others may be reducing into them until it returns). */
 PTRAINDEF pt_status pt_comm_fail(pt_comm *c, pt_status s);
 PTRAINDEF void pt_comm_free(pt_comm *c);
 /* 1 if every rank passed ok != 0 (an all-reduce of a flag): lets ranks agree
@@ -792,6 +861,17 @@ PTRAINDEF pt_status pt_trace_write_svg(const pt_trace *t, const char *path);
    shard), the loss shared, and the optimizer step if asked for. */
 
 /* One step's batch and options. */
+/* When a step reduces its gradient buckets over the data-parallel group. */
+typedef enum pt_overlap {
+    PT_OVERLAP_DEFAULT = 0, /* PT_OVERLAP_ON */
+    PT_OVERLAP_ON,  /* ZeRO 0 and 1: each layer's bucket is started (all-reduce, or
+                       reduce-scatter into the shard) as soon as the step's last
+                       backward of the layer (or its W) finished it, in backward's
+                       order, tested between layers and waited at the optimizer
+                       step; the results are the same bits as OFF's */
+    PT_OVERLAP_OFF  /* every bucket after backward, one after another */
+} pt_overlap;       /* (ZeRO 2 reduce-scatters each bucket inside backward either way) */
+
 typedef struct pt_step_desc {
     const int *inputs, *targets; /* (B, T) row-major: this rank's rows */
     int B, T;                 /* B = place.micro micro-batches of B/micro rows, each at
@@ -811,6 +891,7 @@ typedef struct pt_step_desc {
        before clipping and the numerical guard (tests plant faults here) */
     void (*on_grads)(pt_gpt *m, void *ctx);
     void *on_grads_ctx;
+    pt_overlap overlap;       /* the dp gradient reduction behind backward (default on) */
 } pt_step_desc;
 
 typedef struct pt_step_result {
@@ -2502,6 +2583,12 @@ struct pt_gpt_exec {
                                  copies of wte (NULL unless pp > 1 and one of them) */
     int num_buckets;
     pt__bucket *buckets;
+    pt_comm_req *ov_req;      /* (buckets) overlap: each bucket's started reduction
+                                 (op != NONE: started in this step) */
+    int *ov_done;             /* (chunks) overlap: the step's backwards (W when split) of
+                                 each chunk so far */
+    int ov_on, ov_last;       /* overlap runs in this step; the running backward is its
+                                 chunk's last */
     size_t shard_total;       /* this rank's elements over all buckets (ZeRO) */
     float *gshard;            /* (shard_total) averaged gradients of its shard (ZeRO 1, 2) */
     float *rs_tmp;            /* (largest shard) where ZeRO 2 reduce-scatters a bucket, to
@@ -3006,8 +3093,8 @@ static pt_status pt__gpt_tables(pt_gpt *m, int nslots) {
     ntensors = (size_t)k;
     nbook = sizeof(pt_gpt_exec) + sizeof(pt_param) * ntensors + sizeof(pt_block_params) * 2 * L +
             sizeof(pt_block_acts) * L * S + sizeof(pt__bucket) * nbuckets +
-            sizeof(pt__slot) * S + sizeof(pt_block_wgrad) * L * S +
-            sizeof(int) * (L + (size_t)m->place.chunks + 1);
+            sizeof(pt_comm_req) * nbuckets + sizeof(pt__slot) * S +
+            sizeof(pt_block_wgrad) * L * S + sizeof(int) * (L + 2 * (size_t)m->place.chunks + 1);
     book = (unsigned char *)pt__malloc(nbook, m->alloc_ctx);
     if (!book) return pt__fail(PT_ERR_OOM, "cannot allocate the model's tables");
     memset(book, 0, nbook);
@@ -3017,10 +3104,12 @@ static pt_status pt__gpt_tables(pt_gpt *m, int nslots) {
     x->layer_grads = m->layers + L;
     x->acts = (pt_block_acts *)(x->layer_grads + L);
     x->buckets = (pt__bucket *)(x->acts + L * S);
-    x->slots = (pt__slot *)(x->buckets + nbuckets);
+    x->ov_req = (pt_comm_req *)(x->buckets + nbuckets);
+    x->slots = (pt__slot *)(x->ov_req + nbuckets);
     x->slots[0].wg = (pt_block_wgrad *)(x->slots + S); /* see pt__layout_acts */
     x->layer_id = (int *)(x->slots[0].wg + L * S);
     x->chunk_start = x->layer_id + L;
+    x->ov_done = x->chunk_start + m->place.chunks + 1;
     x->nslots = nslots;
     return PT_OK;
 }
@@ -3623,23 +3712,19 @@ static pt_status pt__comm_count(pt_comm *c, double t0, size_t floats, pt_status 
     if (!(c)->ops->fn)                                                                            \
         return pt__fail(PT_ERR_UNSUPPORTED, "%s: this communicator's backend has no " #fn, op);
 
-PTRAINDEF pt_status pt_comm_all_reduce(pt_comm *c, float *buf, size_t n, pt_reduce_op op) {
-    const char *w = "all_reduce";
+/* The checks of each operation, shared by the blocking and the started form. */
+static pt_status pt__ck_all_reduce(pt_comm *c, const char *w, const float *buf, size_t n,
+                                   pt_reduce_op op) {
     pt_status st;
-    double t0;
     if ((st = pt__comm_ok(c, w)) || (st = pt__comm_buf(w, "buf", buf, n)) ||
         (st = pt__comm_op(w, op)))
         return st;
-    PT__COMM_HAS(c, all_reduce, w)
-    t0 = pt_time_now();
-    return pt__comm_count(c, t0, n, c->ops->all_reduce(c, buf, n, op));
+    return PT_OK;
 }
 
-PTRAINDEF pt_status pt_comm_reduce_scatter(pt_comm *c, const float *in, float *out, size_t n,
-                                           pt_reduce_op op) {
-    const char *w = "reduce_scatter";
+static pt_status pt__ck_reduce_scatter(pt_comm *c, const char *w, const float *in,
+                                       const float *out, size_t n, pt_reduce_op op) {
     pt_status st;
-    double t0;
     if ((st = pt__comm_ok(c, w))) return st;
     if (n > SIZE_MAX / sizeof(float) / (size_t)c->size)
         return pt__fail(PT_ERR_INVALID_ARG, "%s: size %d x n=%zu floats overflows", w, c->size, n);
@@ -3648,15 +3733,12 @@ PTRAINDEF pt_status pt_comm_reduce_scatter(pt_comm *c, const float *in, float *o
         return st;
     if (pt__overlap(in, (size_t)c->size * n, out, n))
         return pt__fail(PT_ERR_INVALID_ARG, "%s: out overlaps in", w);
-    PT__COMM_HAS(c, reduce_scatter, w)
-    t0 = pt_time_now();
-    return pt__comm_count(c, t0, (size_t)c->size * n, c->ops->reduce_scatter(c, in, out, n, op));
+    return PT_OK;
 }
 
-PTRAINDEF pt_status pt_comm_all_gather(pt_comm *c, const float *in, float *out, size_t n) {
-    const char *w = "all_gather";
+static pt_status pt__ck_all_gather(pt_comm *c, const char *w, const float *in, const float *out,
+                                   size_t n) {
     pt_status st;
-    double t0;
     if ((st = pt__comm_ok(c, w))) return st;
     if (n > SIZE_MAX / sizeof(float) / (size_t)c->size)
         return pt__fail(PT_ERR_INVALID_ARG, "%s: size %d x n=%zu floats overflows", w, c->size, n);
@@ -3665,7 +3747,42 @@ PTRAINDEF pt_status pt_comm_all_gather(pt_comm *c, const float *in, float *out, 
     if (in != out + (size_t)c->rank * n && pt__overlap(in, n, out, (size_t)c->size * n))
         return pt__fail(PT_ERR_INVALID_ARG,
                         "%s: in overlaps out (in place is in == out + rank*n only)", w);
-    PT__COMM_HAS(c, all_gather, w)
+    return PT_OK;
+}
+
+static pt_status pt__ck_p2p(pt_comm *c, const char *w, const char *peer_name, const float *buf,
+                            size_t n, int peer, int tag) {
+    pt_status st;
+    if ((st = pt__comm_ok(c, w)) || (st = pt__comm_buf(w, "buf", buf, n)) ||
+        (st = pt__comm_rank(c, w, peer_name, peer)) || (st = pt__comm_tag(w, tag)))
+        return st;
+    return PT_OK;
+}
+
+PTRAINDEF pt_status pt_comm_all_reduce(pt_comm *c, float *buf, size_t n, pt_reduce_op op) {
+    pt_status st;
+    double t0;
+    if ((st = pt__ck_all_reduce(c, "all_reduce", buf, n, op))) return st;
+    PT__COMM_HAS(c, all_reduce, "all_reduce")
+    t0 = pt_time_now();
+    return pt__comm_count(c, t0, n, c->ops->all_reduce(c, buf, n, op));
+}
+
+PTRAINDEF pt_status pt_comm_reduce_scatter(pt_comm *c, const float *in, float *out, size_t n,
+                                           pt_reduce_op op) {
+    pt_status st;
+    double t0;
+    if ((st = pt__ck_reduce_scatter(c, "reduce_scatter", in, out, n, op))) return st;
+    PT__COMM_HAS(c, reduce_scatter, "reduce_scatter")
+    t0 = pt_time_now();
+    return pt__comm_count(c, t0, (size_t)c->size * n, c->ops->reduce_scatter(c, in, out, n, op));
+}
+
+PTRAINDEF pt_status pt_comm_all_gather(pt_comm *c, const float *in, float *out, size_t n) {
+    pt_status st;
+    double t0;
+    if ((st = pt__ck_all_gather(c, "all_gather", in, out, n))) return st;
+    PT__COMM_HAS(c, all_gather, "all_gather")
     t0 = pt_time_now();
     return pt__comm_count(c, t0, (size_t)c->size * n, c->ops->all_gather(c, in, out, n));
 }
@@ -3683,27 +3800,156 @@ PTRAINDEF pt_status pt_comm_broadcast(pt_comm *c, float *buf, size_t n, int root
 }
 
 PTRAINDEF pt_status pt_comm_send(pt_comm *c, const float *buf, size_t n, int dst, int tag) {
-    const char *w = "send";
     pt_status st;
     double t0;
-    if ((st = pt__comm_ok(c, w)) || (st = pt__comm_buf(w, "buf", buf, n)) ||
-        (st = pt__comm_rank(c, w, "dst", dst)) || (st = pt__comm_tag(w, tag)))
-        return st;
-    PT__COMM_HAS(c, send, w)
+    if ((st = pt__ck_p2p(c, "send", "dst", buf, n, dst, tag))) return st;
+    PT__COMM_HAS(c, send, "send")
     t0 = pt_time_now();
     return pt__comm_count(c, t0, n, c->ops->send(c, buf, n, dst, tag));
 }
 
 PTRAINDEF pt_status pt_comm_recv(pt_comm *c, float *buf, size_t n, int src, int tag) {
-    const char *w = "recv";
     pt_status st;
     double t0;
-    if ((st = pt__comm_ok(c, w)) || (st = pt__comm_buf(w, "buf", buf, n)) ||
-        (st = pt__comm_rank(c, w, "src", src)) || (st = pt__comm_tag(w, tag)))
-        return st;
-    PT__COMM_HAS(c, recv, w)
+    if ((st = pt__ck_p2p(c, "recv", "src", buf, n, src, tag))) return st;
+    PT__COMM_HAS(c, recv, "recv")
     t0 = pt_time_now();
     return pt__comm_count(c, t0, n, c->ops->recv(c, buf, n, src, tag));
+}
+
+/* ---- started operations: the request's life ------------------------------
+   start fills req, then hands it to the backend's start, or, for a backend
+   without one, runs the blocking operation and marks req done. req->comm is
+   set only when the start succeeded. */
+static pt_status pt__start(pt_comm *c, pt_comm_req *req, const char *w, pt_comm_op op, int arg,
+                           int tag, size_t n, const float *in, float *out, size_t counted) {
+    double t0;
+    pt_status st;
+    memset(req, 0, sizeof *req);
+    req->op = op, req->arg = arg, req->tag = tag, req->n = n, req->in = in, req->out = out;
+    if (c->ops->start && (!c->ops->test || !c->ops->wait))
+        return pt__fail(PT_ERR_UNSUPPORTED, "%s: this communicator's backend has start but no %s",
+                        w, c->ops->test ? "wait" : "test");
+    t0 = pt_time_now();
+    if (c->ops->start) {
+        st = c->ops->start(c, req);
+    } else {
+        switch (op) {
+        case PT_COMM_OP_ALL_REDUCE:
+            PT__COMM_HAS(c, all_reduce, w)
+            st = c->ops->all_reduce(c, out, n, (pt_reduce_op)arg);
+            break;
+        case PT_COMM_OP_REDUCE_SCATTER:
+            PT__COMM_HAS(c, reduce_scatter, w)
+            st = c->ops->reduce_scatter(c, in, out, n, (pt_reduce_op)arg);
+            break;
+        case PT_COMM_OP_ALL_GATHER:
+            PT__COMM_HAS(c, all_gather, w)
+            st = c->ops->all_gather(c, in, out, n);
+            break;
+        case PT_COMM_OP_SEND:
+            PT__COMM_HAS(c, send, w)
+            st = c->ops->send(c, in, n, arg, tag);
+            break;
+        default:
+            PT__COMM_HAS(c, recv, w)
+            st = c->ops->recv(c, out, n, arg, tag);
+            break;
+        }
+        if (st == PT_OK) req->done = 1, req->status = PT_OK;
+    }
+    pt__comm_count(c, t0, counted, st);
+    if (st == PT_OK) req->comm = c;
+    return st;
+}
+
+#define PT__REQ_OK(req, w)                                                                       \
+    if (!(req)) return pt__fail(PT_ERR_INVALID_ARG, "%s: req is NULL", w);
+
+PTRAINDEF pt_status pt_comm_all_reduce_start(pt_comm *c, float *buf, size_t n, pt_reduce_op op,
+                                             pt_comm_req *req) {
+    const char *w = "all_reduce_start";
+    pt_status st;
+    PT__REQ_OK(req, w)
+    req->comm = NULL;
+    if ((st = pt__ck_all_reduce(c, w, buf, n, op))) return st;
+    return pt__start(c, req, w, PT_COMM_OP_ALL_REDUCE, (int)op, 0, n, buf, buf, n);
+}
+
+PTRAINDEF pt_status pt_comm_reduce_scatter_start(pt_comm *c, const float *in, float *out,
+                                                 size_t n, pt_reduce_op op, pt_comm_req *req) {
+    const char *w = "reduce_scatter_start";
+    pt_status st;
+    PT__REQ_OK(req, w)
+    req->comm = NULL;
+    if ((st = pt__ck_reduce_scatter(c, w, in, out, n, op))) return st;
+    return pt__start(c, req, w, PT_COMM_OP_REDUCE_SCATTER, (int)op, 0, n, in, out,
+                     (size_t)c->size * n);
+}
+
+PTRAINDEF pt_status pt_comm_all_gather_start(pt_comm *c, const float *in, float *out, size_t n,
+                                             pt_comm_req *req) {
+    const char *w = "all_gather_start";
+    pt_status st;
+    PT__REQ_OK(req, w)
+    req->comm = NULL;
+    if ((st = pt__ck_all_gather(c, w, in, out, n))) return st;
+    return pt__start(c, req, w, PT_COMM_OP_ALL_GATHER, 0, 0, n, in, out, (size_t)c->size * n);
+}
+
+PTRAINDEF pt_status pt_comm_send_start(pt_comm *c, const float *buf, size_t n, int dst, int tag,
+                                       pt_comm_req *req) {
+    const char *w = "send_start";
+    pt_status st;
+    PT__REQ_OK(req, w)
+    req->comm = NULL;
+    if ((st = pt__ck_p2p(c, w, "dst", buf, n, dst, tag))) return st;
+    return pt__start(c, req, w, PT_COMM_OP_SEND, dst, tag, n, buf, NULL, n);
+}
+
+PTRAINDEF pt_status pt_comm_recv_start(pt_comm *c, float *buf, size_t n, int src, int tag,
+                                       pt_comm_req *req) {
+    const char *w = "recv_start";
+    pt_status st;
+    PT__REQ_OK(req, w)
+    req->comm = NULL;
+    if ((st = pt__ck_p2p(c, w, "src", buf, n, src, tag))) return st;
+    return pt__start(c, req, w, PT_COMM_OP_RECV, src, tag, n, NULL, buf, n);
+}
+
+PTRAINDEF pt_status pt_comm_test(pt_comm_req *req, int *done) {
+    pt_comm *c;
+    pt_status st;
+    double t0;
+    if (!done) return pt__fail(PT_ERR_INVALID_ARG, "test: done is NULL");
+    *done = 1;
+    PT__REQ_OK(req, "test")
+    if (!(c = req->comm)) return PT_OK;
+    if (req->done) {
+        req->comm = NULL;
+        return req->status;
+    }
+    t0 = pt_time_now();
+    *done = 0;
+    st = c->ops->test(c, req, done);
+    c->seconds += pt_time_now() - t0;
+    if (st != PT_OK) *done = 1;
+    if (*done) req->comm = NULL;
+    return st;
+}
+
+PTRAINDEF pt_status pt_comm_wait(pt_comm_req *req) {
+    pt_comm *c;
+    pt_status st;
+    double t0;
+    PT__REQ_OK(req, "wait")
+    if (!(c = req->comm)) return PT_OK;
+    req->comm = NULL;
+    if (req->done) return req->status;
+    t0 = pt_time_now();
+    st = c->ops->wait(c, req);
+    c->seconds += pt_time_now() - t0;
+    return st;
 }
 
 PTRAINDEF pt_status pt_comm_barrier(pt_comm *c) {
@@ -3798,7 +4044,8 @@ static void pt__self_free(pt_comm *c) { (void)c; }
 static const pt_comm_ops pt__self_ops = {
     pt__self_all_reduce, pt__self_reduce_scatter, pt__self_all_gather, pt__self_broadcast,
     pt__self_send,       pt__self_recv,           pt__self_barrier,    pt__self_split,
-    pt__self_abort,      pt__self_free};
+    pt__self_abort,      pt__self_free,           NULL,                NULL,
+    NULL}; /* started operations run at start */
 
 PTRAINDEF void pt_comm_self(pt_comm *c) {
     if (!c) return;
@@ -3839,6 +4086,8 @@ PTRAINDEF void pt_comm_self(pt_comm *c) {
 #define PT__YIELD 2000     /* then yields the core up to this many, then sleeps */
 #define PT__BLOCK 256      /* floats per reduction block (1 KiB on the stack) */
 #define PT__MAX_THREADS 4096
+#define PT__RING 64        /* started collectives a rank may have unfinished per group */
+#define PT__UNIT 16384     /* floats per work unit of a started reduction (64 KiB) */
 
 enum { PT__OP_ALL_REDUCE = 1, PT__OP_REDUCE_SCATTER, PT__OP_ALL_GATHER, PT__OP_BROADCAST,
        PT__OP_BARRIER, PT__OP_SPLIT };
@@ -3849,7 +4098,15 @@ typedef struct pt__tpost { /* one rank's call of a collective */
     int op, arg, key;      /* arg: reduce op, root or color; key: split key */
     size_t n;
     float *buf;            /* the rank's buffer (its input for reduce_scatter, all_gather) */
+    float *out;            /* started reduce_scatter, all_gather: the rank's output */
 } pt__tpost;
+
+typedef struct pt__tslot { /* one started collective of a group (see pt__tstart) */
+    uint64_t uses;         /* times recycled: it holds collective number uses*RING + index */
+    int arrived, released; /* ranks that started it, that finished with it */
+    size_t next, done;     /* work units claimed, finished */
+    char pad_[32];
+} pt__tslot;
 
 typedef struct pt__tmsg {  /* a buffered message, or a spare one to reuse */
     struct pt__tmsg *next;
@@ -3874,6 +4131,11 @@ typedef struct pt__tgroup { /* shared by the ranks of one communicator */
     pt__tpost *post;         /* [size] */
     struct pt__tgroup **made; /* [size] split: the group made by a color's lowest rank */
     pt__tbox *box;           /* [size] inboxes */
+    pt__tslot *ring;         /* [RING] started collectives, by number % RING */
+    pt__tpost *rpost;        /* [RING * size] each rank's post in each slot */
+    uint64_t *started;       /* [size] collectives each rank started (atomic: others read it) */
+    int *pending;            /* [size] each rank's unfinished started collectives (its own) */
+    pt_comm_req **recvq;     /* [size] each rank's started receives, oldest first (its own) */
 } pt__tgroup;
 
 typedef struct pt__tworld {
@@ -3882,6 +4144,7 @@ typedef struct pt__tworld {
     unsigned events;        /* counts events; a sleeper waits for it to move */
     int sleepers;
     int failed, fail_rank;
+    int working;            /* ranks inside a unit of a started collective (see pt__twork) */
     char fail_msg[sizeof pt__err];
     int n;
     int *done;                  /* [n] the rank's fn returned */
@@ -3928,9 +4191,12 @@ static void pt__twait(pt__tworld *w, unsigned ev, int *spins) {
 
 static int pt__tfailed_now(pt__tworld *w) { return __atomic_load_n(&w->failed, __ATOMIC_ACQUIRE); }
 
-/* The error of an operation that saw the world failed. */
+/* The error of an operation that saw the world failed. Units of started
+   collectives begun before the failure end first (none begins after it), so
+   the caller may free its buffers once this returns. */
 static pt_status pt__tfailed(pt__tworld *w, int wrank) {
     w->saw_fail[wrank] = 1;
+    while (__atomic_load_n(&w->working, __ATOMIC_SEQ_CST) > 0) sched_yield();
     return pt__fail(PT_ERR_COMM, "rank %d failed: %s", w->fail_rank, w->fail_msg);
 }
 
@@ -3941,10 +4207,13 @@ static void pt__tworld_fail(pt__tworld *w, int wrank, const char *msg) {
     if (!__atomic_load_n(&w->failed, __ATOMIC_RELAXED)) {
         w->fail_rank = wrank;
         snprintf(w->fail_msg, sizeof w->fail_msg, "%s", msg ? msg : "");
-        __atomic_store_n(&w->failed, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&w->failed, 1, __ATOMIC_SEQ_CST);
     }
     pthread_mutex_unlock(&w->mu);
     pt__tsignal(w);
+    /* no rank starts a unit of a started collective from now on (pt__twork):
+       once the units under way end, nobody touches this rank's buffers */
+    while (__atomic_load_n(&w->working, __ATOMIC_SEQ_CST) > 0) sched_yield();
 }
 
 static void pt__trelease(pt__tgroup *g, uint32_t gen) {
@@ -4175,50 +4444,348 @@ static pt_status pt__tsend(pt_comm *c, const float *buf, size_t n, int dst, int 
     return PT_OK;
 }
 
-/* Takes the oldest message from src with tag. Fails if the world failed or src
-   returned from fn (its messages are all queued by then) without sending it. */
+/* Takes the oldest message from src with tag out of rank me's inbox into buf:
+   1 when taken, 0 when there is none, -1 when it has another size than n (it
+   stays queued; *have is its size). peek: only looks (1: one of size n is there). */
+static int pt__ttake(pt__tgroup *g, int me, float *buf, size_t n, int src, int tag, size_t *have,
+                     int peek) {
+    pt__tbox *box = &g->box[me];
+    pt__tmsg *m, *prev = NULL;
+    pthread_mutex_lock(&box->mu);
+    for (m = box->head; m && (m->src != src || m->tag != tag); m = m->next) prev = m;
+    if (m && m->n != n) {
+        *have = m->n;
+        pthread_mutex_unlock(&box->mu);
+        return -1;
+    }
+    if (m && peek) {
+        pthread_mutex_unlock(&box->mu);
+        return 1;
+    }
+    if (m) {
+        if (prev) prev->next = m->next;
+        else box->head = m->next;
+        if (box->tail == m) box->tail = prev;
+    }
+    pthread_mutex_unlock(&box->mu);
+    if (!m) return 0;
+    if (n) memcpy(buf, m->data, n * sizeof(float));
+    pthread_mutex_lock(&box->mu);
+    m->next = box->spare;
+    box->spare = m;
+    pthread_mutex_unlock(&box->mu);
+    return 1;
+}
+
+static pt_status pt__trecv_size(int src, int tag, size_t have, size_t n) {
+    return pt__fail(PT_ERR_SHAPE,
+                    "recv: the message from rank %d with tag %d has %zu floats, the buffer %zu "
+                    "(the message stays queued)",
+                    src, tag, have, n);
+}
+
+static pt_status pt__trecv_gone(pt__tgroup *g, int me, int src, int tag) {
+    return pt__fail(PT_ERR_COMM,
+                    "recv: rank %d returned without sending the message (tag %d) rank %d waits for",
+                    g->wrank[src], tag, g->wrank[me]);
+}
+
+/* Started receives of rank me take their messages in the order they were
+   started: a receive matches only when no older one from the same source
+   with the same tag is still waiting. Matched ones are done and leave the
+   list. */
+static void pt__trecv_match(pt__tgroup *g, int me) {
+    pt_comm_req **pp = &g->recvq[me], *r, *q;
+    size_t have;
+    while ((r = *pp) != NULL) {
+        for (q = g->recvq[me]; q != r && (q->arg != r->arg || q->tag != r->tag);
+             q = (pt_comm_req *)q->link) {
+        }
+        if (q == r && pt__ttake(g, me, r->out, r->n, r->arg, r->tag, &have, 0) == 1) {
+            r->done = 1, r->status = PT_OK;
+            *pp = (pt_comm_req *)r->link;
+            continue;
+        }
+        pp = (pt_comm_req **)&r->link;
+    }
+}
+
+static void pt__trecv_unlink(pt__tgroup *g, int me, pt_comm_req *r) {
+    pt_comm_req **pp = &g->recvq[me];
+    while (*pp && *pp != r) pp = (pt_comm_req **)&(*pp)->link;
+    if (*pp) *pp = (pt_comm_req *)r->link;
+}
+
+/* Takes the oldest message from src with tag (after the started receives
+   took theirs). Fails if the world failed or src returned from fn (its
+   messages are all queued by then) without sending it. */
 static pt_status pt__trecv(pt_comm *c, float *buf, size_t n, int src, int tag) {
     pt__tgroup *g = (pt__tgroup *)c->impl;
     pt__tworld *w = g->world;
-    pt__tbox *box = &g->box[c->rank];
-    int spins = 0;
+    int spins = 0, got;
+    size_t have = 0;
     if (pt__tfailed_now(w)) return pt__tfailed(w, g->wrank[c->rank]);
     for (;;) {
         unsigned ev = __atomic_load_n(&w->events, __ATOMIC_SEQ_CST);
         int src_done = __atomic_load_n(&w->done[g->wrank[src]], __ATOMIC_ACQUIRE);
-        pt__tmsg *m, *prev = NULL;
-        pthread_mutex_lock(&box->mu);
-        for (m = box->head; m && (m->src != src || m->tag != tag); m = m->next) prev = m;
-        if (m && m->n != n) {
-            size_t have = m->n;
-            pthread_mutex_unlock(&box->mu);
-            return pt__fail(PT_ERR_SHAPE,
-                            "recv: the message from rank %d with tag %d has %zu floats, the "
-                            "buffer %zu (the message stays queued)",
-                            src, tag, have, n);
+        pt_comm_req *q;
+        pt__trecv_match(g, c->rank);
+        for (q = g->recvq[c->rank]; q && (q->arg != src || q->tag != tag); q = (pt_comm_req *)q->link) {
         }
-        if (m) {
-            if (prev) prev->next = m->next;
-            else box->head = m->next;
-            if (box->tail == m) box->tail = prev;
-        }
-        pthread_mutex_unlock(&box->mu);
-        if (m) {
-            if (n) memcpy(buf, m->data, n * sizeof(float));
-            pthread_mutex_lock(&box->mu);
-            m->next = box->spare;
-            box->spare = m;
-            pthread_mutex_unlock(&box->mu);
-            return PT_OK;
-        }
+        got = q ? 0 : pt__ttake(g, c->rank, buf, n, src, tag, &have, 0); /* older ones first */
+        if (got == 1) return PT_OK;
+        if (got < 0) return pt__trecv_size(src, tag, have, n);
         if (pt__tfailed_now(w)) return pt__tfailed(w, g->wrank[c->rank]);
-        if (src_done)
-            return pt__fail(PT_ERR_COMM,
-                            "recv: rank %d returned without sending the message (tag %d) rank %d "
-                            "waits for",
-                            g->wrank[src], tag, g->wrank[c->rank]);
+        if (src_done) return pt__trecv_gone(g, c->rank, src, tag);
         pt__twait(w, ev, &spins);
     }
+}
+
+/* A started receive: matched (by pt__trecv_match) in any rank's test or wait. */
+static pt_status pt__trecv_progress(pt_comm *c, pt_comm_req *r, int block, int *done) {
+    pt__tgroup *g = (pt__tgroup *)c->impl;
+    pt__tworld *w = g->world;
+    pt_comm_req *q;
+    int spins = 0, me = c->rank;
+    size_t have = 0;
+    *done = 0;
+    for (;;) {
+        unsigned ev = __atomic_load_n(&w->events, __ATOMIC_SEQ_CST);
+        int src_done = __atomic_load_n(&w->done[g->wrank[r->arg]], __ATOMIC_ACQUIRE);
+        pt__trecv_match(g, me);
+        if (r->done) {
+            *done = 1;
+            return r->status;
+        }
+        for (q = g->recvq[me]; q != r && (q->arg != r->arg || q->tag != r->tag);
+             q = (pt_comm_req *)q->link) {
+        }
+        if (q == r && pt__ttake(g, me, NULL, r->n, r->arg, r->tag, &have, 1) < 0) {
+            pt__trecv_unlink(g, me, r); /* it is r's message, and of another size */
+            return pt__trecv_size(r->arg, r->tag, have, r->n);
+        }
+        if (pt__tfailed_now(w)) {
+            pt__trecv_unlink(g, me, r);
+            return pt__tfailed(w, g->wrank[me]);
+        }
+        if (src_done) {
+            pt__trecv_unlink(g, me, r);
+            return pt__trecv_gone(g, me, r->arg, r->tag);
+        }
+        if (!block) return PT_OK;
+        pt__twait(w, ev, &spins);
+    }
+}
+
+/* ---- started collectives under threads ----------------------------------
+   Collective number k of a group (ranks start them in the same order) takes
+   slot k % RING of the group's ring: each rank writes its post there and
+   counts itself in `arrived`. Once all arrived, the work is cut into units
+   (PT__UNIT floats of one output block; for all_gather one source copied to
+   one destination), and any rank of the group inside test or wait claims the
+   next unit with an atomic counter and computes it exactly as the blocking
+   operation does (the same order over ranks, so the same bits), then counts
+   it in `done` (release: whoever reads done == units with acquire sees every
+   unit's writes). So what makes progress is the ranks' own test and wait
+   calls: the first rank to wait does all units not yet claimed, and the
+   others find the work done. Every rank that saw the collective finish
+   counts itself in `released`; the last resets the slot and advances `uses`
+   (release), which a rank starting the slot's next collective waits for.
+   Failure: a rank enters a unit only after counting itself in the world's
+   `working` and seeing no failure (both seq_cst), and pt__tworld_fail, like
+   every operation that returns the failure (pt__tfailed), waits for
+   `working` to drop to zero after the flag is up: once pt_comm_fail or an
+   operation failing with PT_ERR_COMM returned, no unit touches the rank's
+   buffers. So a rank that fails on its own must call pt_comm_fail before it
+   frees buffers of started collectives. A collective that did not finish
+   before the failure fails for every rank waiting for it. */
+
+static int pt__top_of(pt_comm_op op) {
+    return op == PT_COMM_OP_ALL_REDUCE       ? PT__OP_ALL_REDUCE
+           : op == PT_COMM_OP_REDUCE_SCATTER ? PT__OP_REDUCE_SCATTER
+                                             : PT__OP_ALL_GATHER;
+}
+
+static size_t pt__tunits(int op, size_t n, int size) {
+    size_t per = (n + PT__UNIT - 1) / PT__UNIT;
+    if (op == PT__OP_ALL_REDUCE) return per;
+    if (op == PT__OP_REDUCE_SCATTER) return per * (size_t)size;
+    return n ? (size_t)size * (size_t)size : 0;
+}
+
+/* Unit u of the collective the posts p describe (see pt__tall_reduce and
+   friends for the per-element order, which this repeats). */
+static void pt__tunit(const pt__tpost *p, int size, size_t u) {
+    int op = p[0].op, rop = p[0].arg, j;
+    size_t n = p[0].n, per = (n + PT__UNIT - 1) / PT__UNIT, lo, hi, b, m;
+    float tmp[PT__BLOCK];
+    if (op == PT__OP_ALL_REDUCE) {
+        lo = u * PT__UNIT, hi = n - lo > PT__UNIT ? lo + PT__UNIT : n;
+        for (b = lo; b < hi; b += m) {
+            m = hi - b < PT__BLOCK ? hi - b : PT__BLOCK;
+            memcpy(tmp, p[0].buf + b, m * sizeof(float));
+            for (j = 1; j < size; j++) pt__tcombine(tmp, p[j].buf + b, m, rop);
+            if (rop == PT_REDUCE_AVG) pt__tdivide(tmp, m, size);
+            for (j = 0; j < size; j++) memcpy(p[j].buf + b, tmp, m * sizeof(float));
+        }
+    } else if (op == PT__OP_REDUCE_SCATTER) {
+        int d = (int)(u / per);
+        size_t base = (size_t)d * n;
+        float *out = p[d].out;
+        lo = u % per * PT__UNIT, hi = n - lo > PT__UNIT ? lo + PT__UNIT : n;
+        memcpy(out + lo, p[0].buf + base + lo, (hi - lo) * sizeof(float));
+        for (j = 1; j < size; j++) pt__tcombine(out + lo, p[j].buf + base + lo, hi - lo, rop);
+        if (rop == PT_REDUCE_AVG) pt__tdivide(out + lo, hi - lo, size);
+    } else {
+        int d = (int)(u / (size_t)size), k = (int)(u % (size_t)size);
+        float *dst = p[d].out + (size_t)k * n;
+        if (p[k].buf != dst) memcpy(dst, p[k].buf, n * sizeof(float));
+    }
+}
+
+static void pt__tslot_release(pt__tgroup *g, pt__tslot *s) {
+    if (__atomic_add_fetch(&s->released, 1, __ATOMIC_ACQ_REL) == g->size) {
+        __atomic_store_n(&s->arrived, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->next, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->done, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->released, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->uses, __atomic_load_n(&s->uses, __ATOMIC_RELAXED) + 1,
+                         __ATOMIC_RELEASE);
+        pt__tsignal(g->world);
+    }
+}
+
+static pt_status pt__tstart(pt_comm *c, pt_comm_req *r) {
+    pt__tgroup *g = (pt__tgroup *)c->impl;
+    pt__tworld *w = g->world;
+    int me = c->rank, spins = 0;
+    uint64_t seq;
+    pt__tslot *s;
+    pt__tpost *p;
+    pt_status st;
+    if (r->op == PT_COMM_OP_SEND) { /* buffered: done once copied */
+        if ((st = pt__tsend(c, r->in, r->n, r->arg, r->tag)) == PT_OK) r->done = 1;
+        return st;
+    }
+    if (pt__tfailed_now(w)) return pt__tfailed(w, g->wrank[me]);
+    if (r->op == PT_COMM_OP_RECV) {
+        pt_comm_req **pp = &g->recvq[me];
+        while (*pp) pp = (pt_comm_req **)&(*pp)->link;
+        r->link = NULL;
+        *pp = r;
+        return PT_OK;
+    }
+    if (g->pending[me] >= PT__RING)
+        return pt__fail(PT_ERR_UNSUPPORTED,
+                        "%s_start: rank %d has %d started collectives unfinished on this "
+                        "communicator, the most there may be (wait for one first)",
+                        pt__op_names[pt__top_of(r->op)], g->wrank[me], PT__RING);
+    seq = __atomic_load_n(&g->started[me], __ATOMIC_RELAXED);
+    s = &g->ring[seq % PT__RING];
+    for (;;) { /* the slot's previous collective must be finished by every rank */
+        unsigned ev = __atomic_load_n(&w->events, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&s->uses, __ATOMIC_ACQUIRE) == seq / PT__RING) break;
+        if (pt__tfailed_now(w)) return pt__tfailed(w, g->wrank[me]);
+        pt__twait(w, ev, &spins);
+    }
+    p = &g->rpost[seq % PT__RING * (size_t)g->size + (size_t)me];
+    p->op = pt__top_of(r->op), p->arg = r->arg, p->key = 0, p->n = r->n;
+    p->buf = r->op == PT_COMM_OP_ALL_REDUCE ? r->out : (float *)r->in;
+    p->out = r->out;
+    r->seq = seq;
+    g->pending[me]++;
+    __atomic_store_n(&g->started[me], seq + 1, __ATOMIC_RELEASE);
+    __atomic_fetch_add(&s->arrived, 1, __ATOMIC_ACQ_REL);
+    pt__tsignal(w);
+    return PT_OK;
+}
+
+/* Test (block = 0) or wait (block = 1) for a started collective, doing its
+   unclaimed units meanwhile. */
+static pt_status pt__tprogress(pt_comm *c, pt_comm_req *r, int block, int *done) {
+    pt__tgroup *g = (pt__tgroup *)c->impl;
+    pt__tworld *w = g->world;
+    pt__tslot *s = &g->ring[r->seq % PT__RING];
+    const pt__tpost *p = &g->rpost[r->seq % PT__RING * (size_t)g->size];
+    int me = c->rank, spins = 0, j;
+    *done = 0;
+    for (;;) {
+        unsigned ev = __atomic_load_n(&w->events, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&s->arrived, __ATOMIC_ACQUIRE) == g->size) {
+            size_t units, u;
+            for (j = 1; j < g->size; j++)
+                if (p[j].op != p[0].op || p[j].n != p[0].n || p[j].arg != p[0].arg) break;
+            if (j < g->size) { /* every rank sees the same posts and fails alike */
+                const char *name = pt__op_names[p[me].op];
+                pt_status st =
+                    p[j].op != p[0].op
+                        ? pt__fail(PT_ERR_INVALID_ARG,
+                                   "%s_start: rank 0 started %s but rank %d started %s", name,
+                                   pt__op_names[p[0].op], j, pt__op_names[p[j].op])
+                    : p[j].n != p[0].n
+                        ? pt__fail(PT_ERR_SHAPE,
+                                   "%s_start: rank 0 passed n=%zu but rank %d passed n=%zu", name,
+                                   p[0].n, j, p[j].n)
+                        : pt__fail(PT_ERR_INVALID_ARG,
+                                   "%s_start: rank 0 passed op %d but rank %d passed %d", name,
+                                   p[0].arg, j, p[j].arg);
+                g->pending[me]--;
+                pt__tslot_release(g, s);
+                *done = 1;
+                return st;
+            }
+            units = pt__tunits(p[0].op, p[0].n, g->size);
+            while (__atomic_load_n(&s->next, __ATOMIC_RELAXED) < units) {
+                __atomic_fetch_add(&w->working, 1, __ATOMIC_SEQ_CST);
+                if (__atomic_load_n(&w->failed, __ATOMIC_SEQ_CST)) {
+                    __atomic_fetch_sub(&w->working, 1, __ATOMIC_SEQ_CST);
+                    break;
+                }
+                u = __atomic_fetch_add(&s->next, 1, __ATOMIC_RELAXED);
+                if (u < units) {
+                    pt__tunit(p, g->size, u);
+                    if (__atomic_add_fetch(&s->done, 1, __ATOMIC_ACQ_REL) == units)
+                        pt__tsignal(w);
+                }
+                __atomic_fetch_sub(&w->working, 1, __ATOMIC_SEQ_CST);
+            }
+            if (__atomic_load_n(&s->done, __ATOMIC_ACQUIRE) == units) {
+                g->pending[me]--;
+                pt__tslot_release(g, s);
+                *done = 1;
+                return PT_OK;
+            }
+        }
+        if (pt__tfailed_now(w)) {
+            *done = 1;
+            return pt__tfailed(w, g->wrank[me]);
+        }
+        for (j = 0; j < g->size; j++)
+            if (__atomic_load_n(&w->done[g->wrank[j]], __ATOMIC_ACQUIRE) &&
+                __atomic_load_n(&g->started[j], __ATOMIC_ACQUIRE) <= r->seq) {
+                *done = 1;
+                return pt__fail(PT_ERR_COMM,
+                                "rank %d returned without starting the collective rank %d waits "
+                                "for (the ranks' calls do not match)",
+                                g->wrank[j], g->wrank[me]);
+            }
+        if (!block) return PT_OK;
+        pt__twait(w, ev, &spins);
+    }
+}
+
+static pt_status pt__tdrive(pt_comm *c, pt_comm_req *r, int block, int *done) {
+    if (r->op == PT_COMM_OP_RECV) return pt__trecv_progress(c, r, block, done);
+    return pt__tprogress(c, r, block, done);
+}
+
+static pt_status pt__ttest(pt_comm *c, pt_comm_req *r, int *done) {
+    return pt__tdrive(c, r, 0, done);
+}
+
+static pt_status pt__twait_req(pt_comm *c, pt_comm_req *r) {
+    int done = 0;
+    return pt__tdrive(c, r, 1, &done);
 }
 
 static void pt__tmsgs_free(pt__tmsg *m) {
@@ -4240,6 +4807,11 @@ static void pt__tgroup_destroy(pt__tgroup *g) {
             pthread_mutex_destroy(&g->box[i].mu);
         }
     pt__free(g->box, NULL);
+    pt__free(g->ring, NULL);
+    pt__free(g->rpost, NULL);
+    pt__free(g->started, NULL);
+    pt__free(g->pending, NULL);
+    pt__free(g->recvq, NULL);
     pt__free(g->made, NULL);
     pt__free(g->post, NULL);
     pt__free(g->wrank, NULL);
@@ -4258,7 +4830,13 @@ static pt__tgroup *pt__tgroup_new(pt__tworld *w, int size) {
     g->post = (pt__tpost *)pt__malloc((size_t)size * sizeof(pt__tpost), NULL);
     g->made = (pt__tgroup **)pt__malloc((size_t)size * sizeof(pt__tgroup *), NULL);
     g->box = (pt__tbox *)pt__malloc((size_t)size * sizeof(pt__tbox), NULL);
-    if (!g->wrank || !g->post || !g->made || !g->box) {
+    g->ring = (pt__tslot *)pt__malloc(PT__RING * sizeof(pt__tslot), NULL);
+    g->rpost = (pt__tpost *)pt__malloc((size_t)PT__RING * (size_t)size * sizeof(pt__tpost), NULL);
+    g->started = (uint64_t *)pt__malloc((size_t)size * sizeof(uint64_t), NULL);
+    g->pending = (int *)pt__malloc((size_t)size * sizeof(int), NULL);
+    g->recvq = (pt_comm_req **)pt__malloc((size_t)size * sizeof(pt_comm_req *), NULL);
+    if (!g->wrank || !g->post || !g->made || !g->box || !g->ring || !g->rpost || !g->started ||
+        !g->pending || !g->recvq) {
         pt__free(g->box, NULL);
         g->box = NULL;
         pt__tgroup_destroy(g);
@@ -4266,6 +4844,11 @@ static pt__tgroup *pt__tgroup_new(pt__tworld *w, int size) {
     }
     memset(g->post, 0, (size_t)size * sizeof(pt__tpost));
     memset(g->made, 0, (size_t)size * sizeof(pt__tgroup *));
+    memset(g->ring, 0, PT__RING * sizeof(pt__tslot));
+    memset(g->rpost, 0, (size_t)PT__RING * (size_t)size * sizeof(pt__tpost));
+    memset(g->started, 0, (size_t)size * sizeof(uint64_t));
+    memset(g->pending, 0, (size_t)size * sizeof(int));
+    memset(g->recvq, 0, (size_t)size * sizeof(pt_comm_req *));
     for (i = 0; i < size; i++) {
         g->box[i].head = g->box[i].tail = g->box[i].spare = NULL;
         pthread_mutex_init(&g->box[i].mu, NULL);
@@ -4344,7 +4927,8 @@ static void pt__tabort(pt_comm *c, const char *msg) {
 
 static const pt_comm_ops pt__thread_ops = {
     pt__tall_reduce, pt__treduce_scatter, pt__tall_gather, pt__tbroadcast, pt__tsend,
-    pt__trecv,       pt__tbarrier,        pt__tsplit,      pt__tabort,     pt__tfree};
+    pt__trecv,       pt__tbarrier,        pt__tsplit,      pt__tabort,     pt__tfree,
+    pt__tstart,      pt__ttest,           pt__twait_req};
 
 typedef struct pt__trank { /* what pt_comm_threads_run keeps per rank */
     pt__tworld *w;
@@ -4563,14 +5147,25 @@ static pt_status pt__mpi_make(pt_comm *out, MPI_Comm comm, const pt_comm_ops *op
     return PT_OK;
 }
 
+/* The reductions run through the non-blocking calls (libnbc in Open MPI)
+   whether started or not: MPI_Allreduce and MPI_Iallreduce may pick
+   different algorithms, and so add in different orders. */
+static pt_status pt__mpi_wait1(MPI_Request *q, const char *what) {
+    int rc = MPI_Wait(q, MPI_STATUS_IGNORE);
+    return rc == MPI_SUCCESS ? PT_OK : pt__mpi_err(rc, what);
+}
+
 static pt_status pt__mpi_all_reduce(pt_comm *c, float *buf, size_t n, pt_reduce_op op) {
     size_t off, k;
     int rc;
+    MPI_Request q;
+    pt_status st;
     for (off = 0; off < n; off += k) {
         k = n - off < PT__MPI_CHUNK ? n - off : PT__MPI_CHUNK;
-        rc = MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)k, MPI_FLOAT, pt__mpi_op(op),
-                           pt__mpi_comm(c));
-        if (rc != MPI_SUCCESS) return pt__mpi_err(rc, "MPI_Allreduce");
+        rc = MPI_Iallreduce(MPI_IN_PLACE, buf + off, (int)k, MPI_FLOAT, pt__mpi_op(op),
+                            pt__mpi_comm(c), &q);
+        if (rc != MPI_SUCCESS) return pt__mpi_err(rc, "MPI_Iallreduce");
+        if ((st = pt__mpi_wait1(&q, "MPI_Iallreduce")) != PT_OK) return st;
     }
     if (op == PT_REDUCE_AVG) pt__mpi_divide(buf, n, c->size);
     return PT_OK;
@@ -4579,9 +5174,12 @@ static pt_status pt__mpi_all_reduce(pt_comm *c, float *buf, size_t n, pt_reduce_
 static pt_status pt__mpi_reduce_scatter(pt_comm *c, const float *in, float *out, size_t n,
                                         pt_reduce_op op) {
     int rc;
+    MPI_Request q;
+    pt_status st;
     if (n > INT_MAX) return pt__mpi_too_big("reduce_scatter", n);
-    rc = MPI_Reduce_scatter_block(in, out, (int)n, MPI_FLOAT, pt__mpi_op(op), pt__mpi_comm(c));
-    if (rc != MPI_SUCCESS) return pt__mpi_err(rc, "MPI_Reduce_scatter_block");
+    rc = MPI_Ireduce_scatter_block(in, out, (int)n, MPI_FLOAT, pt__mpi_op(op), pt__mpi_comm(c), &q);
+    if (rc != MPI_SUCCESS) return pt__mpi_err(rc, "MPI_Ireduce_scatter_block");
+    if ((st = pt__mpi_wait1(&q, "MPI_Ireduce_scatter_block")) != PT_OK) return st;
     if (op == PT_REDUCE_AVG) pt__mpi_divide(out, n, c->size);
     return PT_OK;
 }
@@ -4696,10 +5294,98 @@ static void pt__mpi_free(pt_comm *c) {
     pt__free(m, NULL);
 }
 
+/* Started operations: one MPI_I* call each (counts above INT_MAX are
+   refused), its MPI_Request kept in the request's state; AVG divides when
+   the request finishes; a receive checks the count it got. Sends go from
+   the caller's buffer (no copy): it must stay untouched until the wait. */
+typedef char pt__mpi_req_fits[sizeof(MPI_Request) <= sizeof(((pt_comm_req *)0)->state) ? 1 : -1];
+
+static pt_status pt__mpi_start(pt_comm *c, pt_comm_req *r) {
+    MPI_Comm comm = pt__mpi_comm(c);
+    MPI_Request q = MPI_REQUEST_NULL;
+    const char *what;
+    int rc, n = (int)r->n;
+    (void)sizeof(pt__mpi_req_fits);
+    if (r->n > INT_MAX) return pt__mpi_too_big("start", r->n);
+    switch (r->op) {
+    case PT_COMM_OP_ALL_REDUCE:
+        what = "MPI_Iallreduce";
+        rc = MPI_Iallreduce(MPI_IN_PLACE, r->out, n, MPI_FLOAT, pt__mpi_op((pt_reduce_op)r->arg),
+                            comm, &q);
+        break;
+    case PT_COMM_OP_REDUCE_SCATTER:
+        what = "MPI_Ireduce_scatter_block";
+        rc = MPI_Ireduce_scatter_block(r->in, r->out, n, MPI_FLOAT,
+                                       pt__mpi_op((pt_reduce_op)r->arg), comm, &q);
+        break;
+    case PT_COMM_OP_ALL_GATHER:
+        what = "MPI_Iallgather";
+        if (r->in == r->out + (size_t)c->rank * r->n)
+            rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, r->out, n, MPI_FLOAT, comm, &q);
+        else
+            rc = MPI_Iallgather(r->in, n, MPI_FLOAT, r->out, n, MPI_FLOAT, comm, &q);
+        break;
+    case PT_COMM_OP_SEND:
+        what = "MPI_Isend";
+        rc = MPI_Isend(r->in, n, MPI_FLOAT, r->arg, r->tag, comm, &q);
+        break;
+    default:
+        what = "MPI_Irecv";
+        rc = MPI_Irecv(r->out, n, MPI_FLOAT, r->arg, r->tag, comm, &q);
+        break;
+    }
+    if (rc != MPI_SUCCESS) return pt__mpi_err(rc, what);
+    memcpy(r->state, &q, sizeof q);
+    return PT_OK;
+}
+
+/* After MPI finished r with status stat (rc from MPI_Test or MPI_Wait). */
+static pt_status pt__mpi_finish(pt_comm *c, pt_comm_req *r, int rc, MPI_Status *stat) {
+    int count = 0;
+    if (r->op == PT_COMM_OP_RECV) {
+        if (rc == MPI_ERR_IN_STATUS) rc = stat->MPI_ERROR;
+        if (rc == MPI_ERR_TRUNCATE ||
+            (rc == MPI_SUCCESS && (MPI_Get_count(stat, MPI_FLOAT, &count), (size_t)count != r->n)))
+            return pt__fail(PT_ERR_SHAPE,
+                            "recv: the message from rank %d with tag %d has %s%d floats, the "
+                            "buffer %zu (the message is consumed)",
+                            r->arg, r->tag, rc == MPI_SUCCESS ? "" : "more than ",
+                            rc == MPI_SUCCESS ? count : (int)r->n, r->n);
+    }
+    if (rc != MPI_SUCCESS) return pt__mpi_err(rc, "wait");
+    if (r->arg == PT_REDUCE_AVG && r->op == PT_COMM_OP_ALL_REDUCE)
+        pt__mpi_divide(r->out, r->n, c->size);
+    if (r->arg == PT_REDUCE_AVG && r->op == PT_COMM_OP_REDUCE_SCATTER)
+        pt__mpi_divide(r->out, r->n, c->size);
+    return PT_OK;
+}
+
+static pt_status pt__mpi_test(pt_comm *c, pt_comm_req *r, int *done) {
+    MPI_Request q;
+    MPI_Status stat;
+    int rc;
+    memcpy(&q, r->state, sizeof q);
+    rc = MPI_Test(&q, done, &stat);
+    memcpy(r->state, &q, sizeof q);
+    if (rc != MPI_SUCCESS) *done = 1;
+    return *done ? pt__mpi_finish(c, r, rc, &stat) : PT_OK;
+}
+
+static pt_status pt__mpi_wait(pt_comm *c, pt_comm_req *r) {
+    MPI_Request q;
+    MPI_Status stat;
+    int rc;
+    memcpy(&q, r->state, sizeof q);
+    rc = MPI_Wait(&q, &stat);
+    memcpy(r->state, &q, sizeof q);
+    return pt__mpi_finish(c, r, rc, &stat);
+}
+
 static const pt_comm_ops pt__mpi_ops = {
     pt__mpi_all_reduce, pt__mpi_reduce_scatter, pt__mpi_all_gather, pt__mpi_broadcast,
     pt__mpi_send,       pt__mpi_recv,           pt__mpi_barrier,    pt__mpi_split,
-    pt__mpi_abort,      pt__mpi_free};
+    pt__mpi_abort,      pt__mpi_free,           pt__mpi_start,      pt__mpi_test,
+    pt__mpi_wait};
 
 /* MPI_THREAD_FUNNELED: OpenMP threads compute, only this thread calls MPI. */
 PTRAINDEF pt_status pt_comm_mpi_init(pt_comm *world, int *argc, char ***argv) {
@@ -5415,15 +6101,43 @@ static pt_status pt__zero2_wte(pt_gpt *m, const pt__slot *sl, int B, int T, int 
     return st;
 }
 
+/* Overlap (pt_overlap): layer l's gradients are final in this step; its
+   bucket (a layer is a bucket of its own) starts its dp reduction, and the
+   buckets under way get a test, which is what moves them on under MPI. */
+static pt_status pt__ov_layer(pt_gpt *m, int l) {
+    pt_gpt_exec *x = m->exec;
+    int b = m->table[x->tab_layers + x->layer_tensors * l].bucket;
+    const pt__bucket *k = &x->buckets[b];
+    pt_status st;
+    int j, done;
+    if (!x->ov_on || !x->ov_last) return PT_OK;
+    if (k->first != x->tab_layers + x->layer_tensors * l || k->count != x->layer_tensors)
+        return PT_OK; /* not the layer's alone: reduced after backward */
+    if (m->place.zero == 1)
+        st = pt_comm_reduce_scatter_start(x->dp_comm, m->grads + k->offset,
+                                          x->gshard + k->shard_offset,
+                                          k->numel / (size_t)m->place.dp, PT_REDUCE_AVG,
+                                          &x->ov_req[b]);
+    else
+        st = pt_comm_all_reduce_start(x->dp_comm, m->grads + k->offset, k->numel, PT_REDUCE_AVG,
+                                      &x->ov_req[b]);
+    for (j = 0; j < x->num_buckets && st == PT_OK; j++)
+        if (x->ov_req[j].comm) st = pt_comm_test(&x->ov_req[j], &done);
+    return st;
+}
+
 /* After a step's last micro-batch: every bucket averaged over the dp group,
-   whole (zero 0) or into this rank's shard (zero 1; zero 2 did it in backward). */
+   whole (zero 0) or into this rank's shard (zero 1; zero 2 did it in backward);
+   the buckets the overlap started are waited for. */
 static pt_status pt__dp_sync_grads(pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     int b;
     pt_status st = PT_OK;
     for (b = 0; b < x->num_buckets && st == PT_OK; b++) {
         const pt__bucket *k = &x->buckets[b];
-        if (m->place.zero == 1)
+        if (x->ov_on && x->ov_req[b].op != PT_COMM_OP_NONE)
+            st = pt_comm_wait(&x->ov_req[b]);
+        else if (m->place.zero == 1)
             st = pt__dp_reduce_scatter(m, m->grads + k->offset, x->gshard + k->shard_offset,
                                        k->numel);
         else if (m->place.zero == 0 && m->place.dp > 1)
@@ -5479,6 +6193,7 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
         else
             st = pt_block_backward(cfg, B, T, &m->layers[l], &x->layer_grads[l], in, a, x->dres,
                                    x->dres, &x->scratch, x->tp_comm);
+        if (st == PT_OK && !input_only) st = pt__ov_layer(m, l);
         if (st != PT_OK) return st;
         if (zero2 && (st = pt__zero2_bucket(m, m->table[x->tab_layers + x->layer_tensors * l]
                                                    .bucket)) != PT_OK)
@@ -5494,11 +6209,12 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
 
 /* W of this stage's chunk c: the layers' weight gradients from what B kept
    in sl->wg (the attention output recomputed first when selective). */
-static void pt__chunk_weight(pt_gpt *m, pt__slot *sl, int c, int B, int T) {
+static pt_status pt__chunk_weight(pt_gpt *m, pt__slot *sl, int c, int B, int T) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_config *cfg = &m->config;
     int l, first = x->chunk_start[c], last = x->chunk_start[c + 1], k = m->place.tp;
-    for (l = first; l < last; l++) {
+    pt_status st = PT_OK;
+    for (l = first; l < last && st == PT_OK; l++) {
         pt_block_acts *a = &sl->acts[l - first];
         const float *in = l > first ? sl->acts[l - 1 - first].out : sl->x;
         if (m->place.recompute == PT_RECOMPUTE_SELECTIVE) {
@@ -5508,7 +6224,9 @@ static void pt__chunk_weight(pt_gpt *m, pt__slot *sl, int c, int B, int T) {
         }
         pt_block_backward_weight(cfg, B, T, &m->layers[l], &x->layer_grads[l], in, a,
                                  &sl->wg[l - first], &x->scratch, k);
+        st = pt__ov_layer(m, l);
     }
+    return st;
 }
 
 /* ---- the step ---------------------------------------------------------------- */
@@ -5611,6 +6329,13 @@ PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result
     dloss = 1.0f / ((float)N * pl->micro);
     x->cur_B = b, x->cur_T = d->T;
     x->has_targets = 0;
+    if ((unsigned)d->overlap > PT_OVERLAP_OFF)
+        return pt__fail(PT_ERR_INVALID_ARG, "step: overlap=%d is not PT_OVERLAP_DEFAULT, _ON or _OFF",
+                        (int)d->overlap);
+    x->ov_on = d->overlap != PT_OVERLAP_OFF && pl->dp > 1 && pl->zero < 2;
+    x->ov_last = 0;
+    memset(x->ov_req, 0, (size_t)x->num_buckets * sizeof *x->ov_req);
+    memset(x->ov_done, 0, (size_t)pl->chunks * sizeof *x->ov_done);
     pt__zero_grad(m);
     for (k = 0; k < x->nslots; k++) x->slots[k].micro = x->slots[k].chunk = -1;
     x->slots_used = m->mem.slots_peak = 0;
@@ -5656,6 +6381,7 @@ PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result
             break;
         case PT_ACT_B:
             if (!(sl = pt__slot_of(m, i, c, 0))) goto no_slot;
+            if (!x->split) x->ov_last = ++x->ov_done[c] == pl->micro;
             st = pt__chunk_backward(m, sl, c, b, d->T, dloss, x->split);
             if (!x->split) pt__slot_release(m, sl);
             break;
@@ -5664,7 +6390,8 @@ PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result
             break;
         case PT_ACT_W: /* the weight gradients, then the activations are free */
             if (!(sl = pt__slot_of(m, i, c, 0))) goto no_slot;
-            pt__chunk_weight(m, sl, c, b, d->T);
+            x->ov_last = ++x->ov_done[c] == pl->micro;
+            st = pt__chunk_weight(m, sl, c, b, d->T);
             pt__slot_release(m, sl);
             break;
         case PT_ACT_OPT: /* the gradients synced; the optimizer, if asked for */
@@ -5679,6 +6406,7 @@ PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result
             st = pt_trace_add(d->trace, track, a->kind, i, c, ta - t0, pt_time_now() - ta);
     }
     x->micro_done = pl->micro; /* the gradients are whole: adamw_step may run */
+    x->ov_on = 0;
     res->loss = m->loss;
     return st;
 no_slot:

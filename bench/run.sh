@@ -22,6 +22,9 @@ echo
 echo "== pipeline schedules: measured bubble vs theory, activation slots vs the checker"
 sh bench/pipeline.sh
 echo
+echo "== communication behind computation: a started all-reduce across 2 namespace hosts (TCP)"
+sh bench/overlap.sh
+echo
 echo "== the simulator against real steps here (tp, dp, pp up to 4, every schedule)"
 build/plan --calibrate
 build/sim_vs_real --all

@@ -3,7 +3,8 @@
 # root); on other systems prints what is missing and exits 1.
 #   scripts/deps.sh run    compiler with OpenMP + OpenBLAS (OpenMP build)
 #   scripts/deps.sh test   also gcc, g++, clang + libomp and its ThreadSanitizer
-#                          runtime, Open MPI, valgrind, strace, python3
+#                          runtime, Open MPI, valgrind, strace, python3, iproute2
+#                          (ip, tc and bridge for tests/hosts.sh)
 #   scripts/deps.sh mpi    Open MPI (mpicc, mpirun) only
 #   scripts/deps.sh fuzz   clang with libFuzzer (make fuzz)
 mode=${1:-run}
@@ -42,6 +43,7 @@ if [ "$mode" = test ]; then
     have valgrind || need="$need valgrind"
     have strace || need="$need strace"
     have python3 || need="$need python3" # the tests check JSON output with json.tool
+    { have ip && have tc && have bridge; } || need="$need iproute2"
 fi
 if [ "$mode" = fuzz ]; then
     have "$CLANG" || need="$need clang"

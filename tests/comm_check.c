@@ -9,6 +9,7 @@
      mpirun -n N build/comm_check_mpi --fail-rank R
                                     rank R fails while the others wait in an all-reduce:
                                     the job must abort with "rank R: planted failure"
+                                    (--started: the others wait for a started all-reduce)
    --filter SUBSTR runs only the checks whose name contains SUBSTR; --small caps
    the large sizes at 4099 floats (for ThreadSanitizer, which is slow). Prints one
    line per check, then "N passed, N failed"; exits 1 if any check failed.
@@ -522,6 +523,317 @@ static void ck_args(pt_comm *c) {
 }
 
 /* ======================================================================== */
+/* started (non-blocking) operations: any communicator                       */
+/* ======================================================================== */
+
+/* 100003 floats: several work units of the threads backend even with --small */
+#define NB_N ((size_t)100003)
+
+/* Started collectives give the blocking ones' bits; five outstanding at once,
+   waited out of order (one polled with test), as backward would start them. */
+static void ck_started(pt_comm *c) {
+    const size_t n = NB_N, S = (size_t)c->size, m = n / S + 1;
+    float *a = fbuf(n), *a_ref = fbuf(n), *b = fbuf(n), *b_ref = fbuf(n);
+    float *rs_in = fbuf(m * S), *rs = fbuf(m), *rs_ref = fbuf(m);
+    float *ag_in = fbuf(m), *ag = fbuf(m * S), *ag_ref = fbuf(m * S), *mx = fbuf(n), *mx_ref = fbuf(n);
+    pt_comm_req q[5];
+    int op, done = 0, polls = 0;
+    for (op = 0; op < 3; op++) { /* one at a time, against the blocking call */
+        random_floats(a, n, c->rank);
+        memcpy(a_ref, a, n * sizeof(float));
+        CHECK_ST(pt_comm_all_reduce(c, a_ref, n, (pt_reduce_op)op), PT_OK);
+        CHECK_ST(pt_comm_all_reduce_start(c, a, n, (pt_reduce_op)op, &q[0]), PT_OK);
+        CHECK(q[0].comm == c);
+        CHECK_ST(pt_comm_wait(&q[0]), PT_OK);
+        CHECK(q[0].comm == NULL);
+        CHECK(memcmp(a, a_ref, n * sizeof(float)) == 0);
+        random_floats(rs_in, m * S, c->rank + 7);
+        CHECK_ST(pt_comm_reduce_scatter(c, rs_in, rs_ref, m, (pt_reduce_op)op), PT_OK);
+        CHECK_ST(pt_comm_reduce_scatter_start(c, rs_in, rs, m, (pt_reduce_op)op, &q[0]), PT_OK);
+        CHECK_ST(pt_comm_wait(&q[0]), PT_OK);
+        CHECK(memcmp(rs, rs_ref, m * sizeof(float)) == 0);
+    }
+    /* five outstanding */
+    random_floats(a, n, c->rank);
+    random_floats(b, n, c->rank + 100);
+    random_floats(mx, n, c->rank + 200);
+    random_floats(rs_in, m * S, c->rank + 300);
+    random_floats(ag_in, m, c->rank + 400);
+    memcpy(a_ref, a, n * sizeof(float));
+    memcpy(b_ref, b, n * sizeof(float));
+    memcpy(mx_ref, mx, n * sizeof(float));
+    CHECK_ST(pt_comm_all_reduce(c, a_ref, n, PT_REDUCE_SUM), PT_OK);
+    CHECK_ST(pt_comm_reduce_scatter(c, rs_in, rs_ref, m, PT_REDUCE_AVG), PT_OK);
+    CHECK_ST(pt_comm_all_gather(c, ag_in, ag_ref, m), PT_OK);
+    CHECK_ST(pt_comm_all_reduce(c, b_ref, n, PT_REDUCE_AVG), PT_OK);
+    CHECK_ST(pt_comm_all_reduce(c, mx_ref, n, PT_REDUCE_MAX), PT_OK);
+    CHECK_ST(pt_comm_all_reduce_start(c, a, n, PT_REDUCE_SUM, &q[0]), PT_OK);
+    CHECK_ST(pt_comm_reduce_scatter_start(c, rs_in, rs, m, PT_REDUCE_AVG, &q[1]), PT_OK);
+    CHECK_ST(pt_comm_all_gather_start(c, ag_in, ag, m, &q[2]), PT_OK);
+    CHECK_ST(pt_comm_all_reduce_start(c, b, n, PT_REDUCE_AVG, &q[3]), PT_OK);
+    CHECK_ST(pt_comm_all_reduce_start(c, mx, n, PT_REDUCE_MAX, &q[4]), PT_OK);
+    CHECK_ST(pt_comm_wait(&q[3]), PT_OK);
+    while (!done && polls < 100000000) {
+        CHECK_ST(pt_comm_test(&q[2], &done), PT_OK);
+        polls++;
+    }
+    CHECK(done && q[2].comm == NULL);
+    CHECK_ST(pt_comm_wait(&q[2]), PT_OK); /* finished: returns at once */
+    CHECK_ST(pt_comm_wait(&q[0]), PT_OK);
+    CHECK_ST(pt_comm_wait(&q[4]), PT_OK);
+    CHECK_ST(pt_comm_wait(&q[1]), PT_OK);
+    CHECK(memcmp(a, a_ref, n * sizeof(float)) == 0);
+    CHECK(memcmp(b, b_ref, n * sizeof(float)) == 0);
+    CHECK(memcmp(mx, mx_ref, n * sizeof(float)) == 0);
+    CHECK(memcmp(rs, rs_ref, m * sizeof(float)) == 0);
+    CHECK(memcmp(ag, ag_ref, m * S * sizeof(float)) == 0);
+    /* in place all_gather, and empty operations */
+    memcpy(ag + (size_t)c->rank * m, ag_in, m * sizeof(float));
+    CHECK_ST(pt_comm_all_gather_start(c, ag + (size_t)c->rank * m, ag, m, &q[0]), PT_OK);
+    CHECK_ST(pt_comm_all_reduce_start(c, NULL, 0, PT_REDUCE_SUM, &q[1]), PT_OK);
+    CHECK_ST(pt_comm_wait(&q[1]), PT_OK);
+    CHECK_ST(pt_comm_wait(&q[0]), PT_OK);
+    CHECK(memcmp(ag, ag_ref, m * S * sizeof(float)) == 0);
+    free(a), free(a_ref), free(b), free(b_ref), free(rs_in), free(rs), free(rs_ref);
+    free(ag_in), free(ag), free(ag_ref), free(mx), free(mx_ref);
+}
+
+/* Many collectives in flight, started and waited in a sliding window, then
+   every rank checks the sums. */
+static void ck_started_window(pt_comm *c) {
+    enum { K = 40, W = 8 };
+    float x[K][33];
+    pt_comm_req q[K];
+    int k, i;
+    float tab[23];
+    expected_table(tab, c->size, PT_REDUCE_SUM);
+    for (k = 0; k < K; k++) {
+        for (i = 0; i < 33; i++) x[k][i] = val(c->rank, (size_t)(i + k));
+        CHECK_ST(pt_comm_all_reduce_start(c, x[k], 33, PT_REDUCE_SUM, &q[k]), PT_OK);
+        if (k >= W) CHECK_ST(pt_comm_wait(&q[k - W]), PT_OK);
+    }
+    for (k = K - 1; k >= K - W; k--) CHECK_ST(pt_comm_wait(&q[k]), PT_OK);
+    for (k = 0; k < K; k++)
+        for (i = 0; i < 33; i++)
+            if (x[k][i] != tab[(size_t)(i + k) % 23]) {
+                failf(__LINE__, "collective %d [%d] = %g, expected %g", k, i, (double)x[k][i],
+                      (double)tab[(size_t)(i + k) % 23]);
+                return;
+            }
+}
+
+/* Started sends and receives: a ring, several receives of one source and tag
+   matched in the order they were started though waited in reverse, a
+   receive posted before its message is sent, and a wrong size. */
+static void ck_started_p2p(pt_comm *c) {
+    int r = c->rank, S = c->size, next = (r + 1) % S, prev = (r + S - 1) % S, k;
+    float a[4][8], b[4][8], big_in[3000], big_out[3000];
+    pt_comm_req sq[4], rq[4], q;
+    size_t i;
+    memset(a, 0, sizeof a);
+    if (c->kind == PT_COMM_SELF) {
+        CHECK_ERR(pt_comm_send_start(c, a[0], 1, 0, 0, &q), PT_ERR_INVALID_ARG, "self");
+        CHECK(q.comm == NULL);
+        return;
+    }
+    for (k = 0; k < 4; k++) CHECK_ST(pt_comm_recv_start(c, b[k], 8, prev, 5, &rq[k]), PT_OK);
+    for (k = 0; k < 4; k++) {
+        for (i = 0; i < 8; i++) a[k][i] = (float)(100 * r + 10 * k) + (float)i;
+        CHECK_ST(pt_comm_send_start(c, a[k], 8, next, 5, &sq[k]), PT_OK);
+    }
+    for (k = 3; k >= 0; k--) CHECK_ST(pt_comm_wait(&rq[k]), PT_OK);
+    for (k = 0; k < 4; k++) CHECK_ST(pt_comm_wait(&sq[k]), PT_OK);
+    for (k = 0; k < 4; k++)
+        for (i = 0; i < 8; i++) CHECK(b[k][i] == (float)(100 * prev + 10 * k) + (float)i);
+    /* a started receive and a blocking one from the same source and tag: the
+       started one, older, gets the first message */
+    CHECK_ST(pt_comm_recv_start(c, b[0], 8, prev, 6, &rq[0]), PT_OK);
+    a[0][0] = 1.0f;
+    CHECK_ST(pt_comm_send(c, a[0], 8, next, 6), PT_OK);
+    a[0][0] = 2.0f;
+    CHECK_ST(pt_comm_send(c, a[0], 8, next, 6), PT_OK);
+    CHECK_ST(pt_comm_recv(c, b[1], 8, prev, 6), PT_OK);
+    CHECK_ST(pt_comm_wait(&rq[0]), PT_OK);
+    CHECK(b[0][0] == 1.0f && b[1][0] == 2.0f);
+    /* 12 KB each way, both started before either is waited */
+    for (i = 0; i < 3000; i++) big_in[i] = val(r, i);
+    CHECK_ST(pt_comm_recv_start(c, big_out, 3000, prev, 7, &rq[0]), PT_OK);
+    CHECK_ST(pt_comm_send_start(c, big_in, 3000, next, 7, &sq[0]), PT_OK);
+    CHECK_ST(pt_comm_wait(&sq[0]), PT_OK);
+    CHECK_ST(pt_comm_wait(&rq[0]), PT_OK);
+    for (i = 0; i < 3000; i++) big_in[i] = val(prev, i);
+    CHECK_FLOATS(big_out, big_in, 3000);
+    /* the wrong size fails the wait */
+    CHECK_ST(pt_comm_send_start(c, a[0], 4, next, 9, &sq[0]), PT_OK);
+    CHECK_ST(pt_comm_recv_start(c, b[0], 5, prev, 9, &rq[0]), PT_OK);
+    CHECK_ERR(pt_comm_wait(&rq[0]), PT_ERR_SHAPE, "has 4 floats");
+    CHECK_ST(pt_comm_wait(&sq[0]), PT_OK);
+    if (c->kind == PT_COMM_THREADS) CHECK_ST(pt_comm_recv(c, b[0], 4, prev, 9), PT_OK); /* queued */
+    CHECK_ST(pt_comm_barrier(c), PT_OK);
+}
+
+static pt_status never_start(pt_comm *c, pt_comm_req *r) {
+    (void)c, (void)r;
+    return PT_ERR_COMM;
+}
+
+/* Bad arguments answer at start, before any communication; the request stays
+   idle. */
+static void ck_started_args(pt_comm *c) {
+    float a[64];
+    pt_comm_req q;
+    int done = 7;
+    memset(&q, 0, sizeof q);
+    CHECK_ERR(pt_comm_all_reduce_start(c, a, 4, PT_REDUCE_SUM, NULL), PT_ERR_INVALID_ARG,
+              "req is NULL");
+    CHECK_ERR(pt_comm_all_reduce_start(c, NULL, 4, PT_REDUCE_SUM, &q), PT_ERR_INVALID_ARG,
+              "all_reduce_start: buf is NULL");
+    CHECK(q.comm == NULL);
+    CHECK_ERR(pt_comm_all_reduce_start(c, a, 4, (pt_reduce_op)9, &q), PT_ERR_INVALID_ARG, "op=9");
+    CHECK_ERR(pt_comm_all_reduce_start(NULL, a, 4, PT_REDUCE_SUM, &q), PT_ERR_INVALID_ARG, "NULL");
+    CHECK_ERR(pt_comm_reduce_scatter_start(c, a, a, 2, PT_REDUCE_SUM, &q), PT_ERR_INVALID_ARG,
+              "overlaps");
+    CHECK_ERR(pt_comm_all_gather_start(c, a, NULL, 2, &q), PT_ERR_INVALID_ARG, "out is NULL");
+    CHECK_ERR(pt_comm_send_start(c, a, 1, c->size, 0, &q), PT_ERR_INVALID_ARG, "dst=");
+    CHECK_ERR(pt_comm_recv_start(c, a, 1, 0, -3, &q), PT_ERR_INVALID_ARG, "tag=-3");
+    CHECK(q.comm == NULL);
+    CHECK_ERR(pt_comm_wait(NULL), PT_ERR_INVALID_ARG, "req is NULL");
+    CHECK_ERR(pt_comm_test(NULL, &done), PT_ERR_INVALID_ARG, "req is NULL");
+    CHECK_ERR(pt_comm_test(&q, NULL), PT_ERR_INVALID_ARG, "done is NULL");
+    if (c->kind == PT_COMM_SELF) { /* a user's backend with start but no test */
+        pt_comm_ops ops = *c->ops;
+        pt_comm fake = *c;
+        ops.start = never_start, ops.test = NULL;
+        fake.ops = &ops;
+        CHECK_ERR(pt_comm_all_reduce_start(&fake, a, 4, PT_REDUCE_SUM, &q), PT_ERR_UNSUPPORTED,
+                  "has start but no test");
+    }
+    CHECK_ST(pt_comm_wait(&q), PT_OK); /* idle: nothing to wait for */
+    CHECK_ST(pt_comm_test(&q, &done), PT_OK);
+    CHECK_EQ(done, 1);
+}
+
+/* Calls and bytes are counted at start, time in start, test and wait. */
+static void ck_started_counters(pt_comm *c) {
+    float a[100];
+    pt_comm_req q;
+    uint64_t calls = c->calls, bytes = c->bytes;
+    memset(a, 0, sizeof a);
+    CHECK_ST(pt_comm_all_reduce_start(c, a, 100, PT_REDUCE_SUM, &q), PT_OK);
+    CHECK_EQ(c->calls, calls + 1);
+    CHECK_EQ(c->bytes, bytes + 400);
+    CHECK_ST(pt_comm_wait(&q), PT_OK);
+    CHECK_EQ(c->calls, calls + 1);
+}
+
+/* ======================================================================== */
+/* the overlapped gradient reduction (pt_step_desc.overlap)                   */
+/* ======================================================================== */
+
+typedef struct ov_layout {
+    int tp, dp, pp, zero, micro, chunks;
+    pt_schedule_kind schedule;
+} ov_layout;
+
+/* Two AdamW steps of a 4-layer tiny GPT in layout L; the whole model's
+   parameters after them into full (num_params_full floats, malloc'd), and
+   the second step's loss. Each dp rank trains on rows of its own. */
+static pt_status ov_train(pt_comm *world, const ov_layout *L, pt_overlap ov, float **full,
+                          float *loss) {
+    enum { B = 2, T = 16 };
+    pt_grid g;
+    pt_gpt gpt;
+    pt_gpt_desc d;
+    pt_step_desc sd;
+    pt_step_result res;
+    pt_adamw_config opt = pt_adamw_default();
+    int in[8 * B * T], tg[8 * B * T], step, i;
+    pt_status st;
+    memset(&d, 0, sizeof d);
+    memset(&gpt, 0, sizeof gpt);
+    *full = NULL;
+    if ((st = pt_grid_init(&g, world, L->tp, L->dp, L->pp)) != PT_OK) return st;
+    pt_gpt_config_preset("tiny", &d.config);
+    d.config.n_layer = 4;
+    d.batch = B, d.seq = T, d.grid = &g, d.zero = L->zero, d.grad_accum = L->micro;
+    d.schedule = L->schedule, d.chunks = L->chunks;
+    if ((st = pt_gpt_init(&gpt, &d)) != PT_OK) {
+        pt_grid_free(&g);
+        return st;
+    }
+    pt_gpt_init_weights(&gpt, 7);
+    for (step = 0; step < 2 && st == PT_OK; step++) {
+        for (i = 0; i < L->micro * B * T; i++) {
+            in[i] = (int)((unsigned)(i * 31 + g.dp_rank * 101 + step * 7) % 256u);
+            tg[i] = (int)((unsigned)(i * 17 + g.dp_rank * 13 + step * 5 + 1) % 256u);
+        }
+        memset(&sd, 0, sizeof sd);
+        sd.inputs = in, sd.targets = tg, sd.B = L->micro * B, sd.T = T;
+        sd.adamw = &opt, sd.lr = 1e-2f, sd.clip = 1.0f, sd.overlap = ov;
+        st = pt_gpt_step(&gpt, &sd, &res);
+        *loss = res.loss;
+    }
+    if (st == PT_OK) {
+        *full = fbuf(gpt.num_params_full);
+        st = pt_gpt_gather(&gpt, PT_BUF_PARAMS, *full);
+    }
+    pt_gpt_free(&gpt);
+    pt_grid_free(&g);
+    return st;
+}
+
+/* Overlap on and off give the same bits in every layout of this world's size:
+   dp with ZeRO 0 and 1, tp x dp, dp x pp with 1F1B, zero-bubble (W apart)
+   and interleaved chunks (--small, for ThreadSanitizer: dp 2 ZeRO 0, and
+   zero-bubble dp 2 x pp 2 with ZeRO 1). */
+static void ck_overlap(pt_comm *c) {
+    static const ov_layout two[] = {{1, 2, 1, 0, 1, 1, PT_SCHED_DEFAULT},
+                                    {1, 2, 1, 1, 2, 1, PT_SCHED_DEFAULT}};
+    static const ov_layout four[] = {{2, 2, 1, 1, 1, 1, PT_SCHED_DEFAULT},
+                                     {1, 2, 2, 0, 2, 1, PT_SCHED_1F1B},
+                                     {1, 2, 2, 1, 2, 1, PT_SCHED_ZB_H1},
+                                     {1, 2, 2, 0, 2, 2, PT_SCHED_INTERLEAVED},
+                                     {1, 4, 1, 1, 2, 1, PT_SCHED_DEFAULT}};
+    const ov_layout *L = c->size == 2 ? two : four;
+    int n = c->size == 2 ? 2 : 4 + 1, k;
+    float *on, *off, l_on = 0.0f, l_off = 0.0f;
+    if (c->size != 2 && c->size != 4) return;
+    for (k = 0; k < n; k++) {
+        if (g_cap != (size_t)-1 && k != (c->size == 2 ? 0 : 2)) continue; /* --small: one */
+        on = off = NULL;
+        CHECK_ST(ov_train(c, &L[k], PT_OVERLAP_DEFAULT, &on, &l_on), PT_OK);
+        CHECK_ST(ov_train(c, &L[k], PT_OVERLAP_OFF, &off, &l_off), PT_OK);
+        if (on && off) {
+            pt_gpt_config cfg;
+            pt_gpt_config_preset("tiny", &cfg);
+            if (memcmp(&l_on, &l_off, sizeof l_on))
+                failf(__LINE__, "layout %d: loss %.9g with overlap, %.9g without", k,
+                      (double)l_on, (double)l_off);
+            cfg.n_layer = 4;
+            {
+                pt_gpt m;
+                pt_gpt_desc d;
+                size_t i, np;
+                memset(&d, 0, sizeof d);
+                d.config = cfg, d.batch = 2, d.seq = 16, d.meta = 1, d.inference = 1;
+                np = pt_gpt_init(&m, &d) == PT_OK ? m.num_params_full : 0;
+                pt_gpt_free(&m);
+                for (i = 0; i < np && on[i] == off[i]; i++) {
+                }
+                if (!np || i < np)
+                    failf(__LINE__, "layout %d (tp %d dp %d pp %d zero %d): parameter %zu = %.9g "
+                          "with overlap, %.9g without", k, L[k].tp, L[k].dp, L[k].pp, L[k].zero,
+                          i, i < np ? (double)on[i] : 0.0, i < np ? (double)off[i] : 0.0);
+            }
+        }
+        free(on);
+        free(off);
+    }
+    CHECK_ERR(ov_train(c, &L[0], (pt_overlap)3, &on, &l_on), PT_ERR_INVALID_ARG, "overlap=3");
+    free(on);
+}
+
+/* ======================================================================== */
 /* checks of the threads backend only                                        */
 /* ======================================================================== */
 
@@ -570,18 +882,57 @@ static void steady_step(pt_comm *c, float *x, float *y, float *z, size_t n) {
     CHECK_ST(pt_comm_recv(c, z, n / 2, c->rank, 3), PT_OK);
 }
 
+/* Ranks starting different collectives all get the same error at their wait;
+   a 65th outstanding collective of one rank is refused at start. */
+static void ck_started_mismatch(pt_comm *c) {
+    float a[8], b[8];
+    pt_comm_req q[65];
+    int k;
+    memset(a, 0, sizeof a);
+    CHECK_ST(pt_comm_all_reduce_start(c, a, c->rank == 0 ? 5 : 6, PT_REDUCE_SUM, &q[0]), PT_OK);
+    if (c->size > 1) CHECK_ERR(pt_comm_wait(&q[0]), PT_ERR_SHAPE, "rank 0 passed n=5");
+    else CHECK_ST(pt_comm_wait(&q[0]), PT_OK);
+    if (c->rank == 0) CHECK_ST(pt_comm_all_reduce_start(c, a, 2, PT_REDUCE_SUM, &q[0]), PT_OK);
+    else CHECK_ST(pt_comm_all_gather_start(c, a, b, 1, &q[0]), PT_OK);
+    if (c->size > 1) CHECK_ERR(pt_comm_wait(&q[0]), PT_ERR_INVALID_ARG, "rank 0 started all_reduce");
+    else CHECK_ST(pt_comm_wait(&q[0]), PT_OK);
+    for (k = 0; k < 64; k++) CHECK_ST(pt_comm_all_reduce_start(c, a, 1, PT_REDUCE_SUM, &q[k]), PT_OK);
+    CHECK_ERR(pt_comm_all_reduce_start(c, a, 1, PT_REDUCE_SUM, &q[64]), PT_ERR_UNSUPPORTED,
+              "64 started collectives");
+    for (k = 0; k < 64; k++) CHECK_ST(pt_comm_wait(&q[k]), PT_OK);
+    CHECK_ST(pt_comm_all_reduce(c, a, 8, PT_REDUCE_SUM), PT_OK); /* the group still works */
+}
+
+static void started_step(pt_comm *c, float *x, float *y, size_t n) {
+    pt_comm_req q[3];
+    int next = (c->rank + 1) % c->size, prev = (c->rank + c->size - 1) % c->size;
+    /* barriers: no rank runs ahead into another step's sends (the spare pools'
+       best fit would then see other mixes of sizes in flight) */
+    CHECK_ST(pt_comm_barrier(c), PT_OK);
+    CHECK_ST(pt_comm_recv_start(c, y + n / 2, 5, prev, 4, &q[2]), PT_OK);
+    CHECK_ST(pt_comm_all_reduce_start(c, x, n / 2, PT_REDUCE_AVG, &q[0]), PT_OK);
+    CHECK_ST(pt_comm_reduce_scatter_start(c, x + n / 2, y, n / 2 / (size_t)c->size, PT_REDUCE_SUM,
+                                          &q[1]),
+             PT_OK);
+    CHECK_ST(pt_comm_send(c, y + n - 5, 5, next, 4), PT_OK);
+    CHECK_ST(pt_comm_wait(&q[1]), PT_OK);
+    CHECK_ST(pt_comm_wait(&q[0]), PT_OK);
+    CHECK_ST(pt_comm_wait(&q[2]), PT_OK);
+    CHECK_ST(pt_comm_barrier(c), PT_OK);
+}
+
 static void ck_steady(pt_comm *c) {
     const size_t n = 24000;
     float *x = fbuf(n), *y = fbuf(n), *z = fbuf(n);
     unsigned long before, after;
     int i;
     for (i = 0; i < (int)n; i++) x[i] = (float)i;
-    steady_step(c, x, y, z, n);
-    steady_step(c, x, y, z, n);
+    steady_step(c, x, y, z, n), started_step(c, x, y, n);
+    steady_step(c, x, y, z, n), started_step(c, x, y, n);
     CHECK_ST(pt_comm_barrier(c), PT_OK);
     before = __atomic_load_n(&g_mallocs, __ATOMIC_RELAXED);
     CHECK_ST(pt_comm_barrier(c), PT_OK);
-    for (i = 0; i < 3; i++) steady_step(c, x, y, z, n);
+    for (i = 0; i < 3; i++) steady_step(c, x, y, z, n), started_step(c, x, y, n);
     CHECK_ST(pt_comm_barrier(c), PT_OK);
     after = __atomic_load_n(&g_mallocs, __ATOMIC_RELAXED);
     CHECK_ST(pt_comm_barrier(c), PT_OK);
@@ -694,8 +1045,20 @@ static void suite(pt_comm *c, const char *label) {
     run(c, label, "counters: calls, bytes, seconds", ck_counters);
     run(c, label, "all_ok", ck_all_ok);
     run(c, label, "argument checks", ck_args);
+    run(c, label, "started collectives: the blocking bits, 5 outstanding, out-of-order waits",
+        ck_started);
+    run(c, label, "started collectives: 40 in a sliding window of 8", ck_started_window);
+    run(c, label, "started send/recv: matched in start order, before blocking ones, wrong size",
+        ck_started_p2p);
+    run(c, label, "started operations: argument checks", ck_started_args);
+    run(c, label, "started operations: counters", ck_started_counters);
+    if (c->size == 2 || c->size == 4)
+        run(c, label, "the step's overlapped dp reduction: the same bits as without, every layout",
+            ck_overlap);
     if (c->kind == PT_COMM_THREADS) {
         run(c, label, "mismatched calls fail alike on every rank", ck_mismatch);
+        run(c, label, "started: mismatched collectives fail alike, at most 64 outstanding",
+            ck_started_mismatch);
         snprintf(name, sizeof name, "each rank has max(1, cores/%d) OpenMP and BLAS threads",
                  c->size);
         run(c, label, name, ck_threads_env);
@@ -721,7 +1084,8 @@ static pt_status grid_main(pt_comm *world, void *arg) {
 }
 
 /* Failure scenarios: what each rank did and saw. */
-enum { F_ALL_REDUCE, F_BARRIER, F_RECV, F_GRID, F_TWO, F_RETURN_OK, F_RETURN_OK_RECV, F_FAIL_OK };
+enum { F_ALL_REDUCE, F_BARRIER, F_RECV, F_GRID, F_TWO, F_RETURN_OK, F_RETURN_OK_RECV, F_FAIL_OK,
+       F_STARTED, F_STARTED_RECV };
 typedef struct fail_run {
     int mode;
     pt_status st[16];
@@ -792,6 +1156,30 @@ static pt_status fail_main(pt_comm *world, void *arg) {
         if (r == 0) return PT_OK;
         st = pt_comm_recv(world, buf, 1, 0, 0);
         break;
+    case F_STARTED: /* rank 2 starts A, not B, then fails; the others wait B, then A */
+    {
+        static float big[4][40000]; /* several work units each */
+        pt_comm_req qa, qb;
+        pt_status sa;
+        if ((st = pt_comm_all_reduce_start(world, big[r], 40000, PT_REDUCE_SUM, &qa))) break;
+        if (r == 2) return planted(world, PT_ERR_IO, "planted failure", 1);
+        if ((st = pt_comm_all_reduce_start(world, buf, 1000, PT_REDUCE_SUM, &qb))) break;
+        st = pt_comm_wait(&qb);
+        snprintf(f->msg[r], sizeof f->msg[r], "%s", pt_last_error());
+        sa = pt_comm_wait(&qa); /* every wait after the failure fails too */
+        f->later[r] = sa != PT_OK && strstr(pt_last_error(), "rank 2 failed") ? sa : PT_OK;
+        f->secs[r] = pt_time_now() - t0;
+        f->st[r] = st;
+        return st == PT_OK ? st : pt__fail(st, "%s", f->msg[r]);
+    }
+    case F_STARTED_RECV: /* rank 1 fails; the others wait for its message in started receives */
+    {
+        pt_comm_req q;
+        if (r == 1) return planted(world, PT_ERR_IO, "planted failure", 1);
+        if ((st = pt_comm_recv_start(world, buf, 4, 1, 0, &q))) break;
+        st = pt_comm_wait(&q);
+        break;
+    }
     case F_FAIL_OK: /* rank 1 reports a failure and returns PT_OK */
         if (r == 1) {
             planted(world, PT_ERR_IO, "reported then ignored", 1);
@@ -881,6 +1269,11 @@ static void failure_checks(void) {
                    "rank 1: recv: rank 0 returned without sending the message (tag 0) rank 1 "
                    "waits for",
                    0, "rank 0 returned");
+        fail_check("threads: failures: a started collective outstanding (waits out of order)",
+                   F_STARTED, 4, PT_ERR_IO, "rank 2: planted failure", 2,
+                   "rank 2 failed: planted failure");
+        fail_check("threads: failures: ranks waiting in started receives", F_STARTED_RECV, 3,
+                   PT_ERR_IO, "rank 1: planted failure", 1, "rank 1 failed: planted failure");
         fail_check("threads: failures: pt_comm_fail, then returning PT_OK", F_FAIL_OK, 3,
                    PT_ERR_COMM, "rank 1: reported then ignored", 1,
                    "rank 1 failed: reported then ignored");
@@ -943,15 +1336,16 @@ int main(int argc, char **argv) {
 int main(int argc, char **argv) {
     pt_comm world;
     char label[32];
-    int i, expect = -1, fail_rank = -1;
+    int i, expect = -1, fail_rank = -1, started = 0;
     double t0;
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--filter") && i + 1 < argc) g_filter = argv[++i];
         else if (!strcmp(argv[i], "--expect-size") && i + 1 < argc) expect = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--fail-rank") && i + 1 < argc) fail_rank = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--started")) started = 1;
         else if (!strcmp(argv[i], "--small")) g_cap = 4099;
         else {
-            printf("usage: mpirun -n N %s [--expect-size N] [--fail-rank R] [--filter SUBSTR] "
+            printf("usage: mpirun -n N %s [--expect-size N] [--fail-rank R [--started]] [--filter SUBSTR] "
                    "[--small]\n",
                    argv[0]);
             return 2;
@@ -978,7 +1372,12 @@ int main(int argc, char **argv) {
             pt__fail(PT_ERR_IO, "planted failure");
             pt_comm_fail(&world, PT_ERR_IO); /* does not return */
         }
-        pt_comm_all_reduce(&world, x, 4, PT_REDUCE_SUM);
+        if (started) { /* the others wait for a started all-reduce */
+            pt_comm_req q;
+            if (pt_comm_all_reduce_start(&world, x, 4, PT_REDUCE_SUM, &q) == PT_OK) pt_comm_wait(&q);
+        } else {
+            pt_comm_all_reduce(&world, x, 4, PT_REDUCE_SUM);
+        }
         printf("rank %d: the all-reduce returned: the job was not aborted\n", world.rank);
         pt_comm_free(&world);
         pt_comm_mpi_finalize();

@@ -94,6 +94,8 @@ step "comm: MPI world of 2 under ASan + UBSan" mpi 2 build/comm_check_mpi_asan -
 show
 fails "comm: MPI rank 2 of 4 fails, the job aborts at once with its message" 1 \
     "^rank 2: planted failure" mpi 4 build/comm_check_mpi --fail-rank 2
+fails "comm: MPI rank 2 of 4 fails while the others wait for a started all-reduce" 1 \
+    "^rank 2: planted failure" mpi 4 build/comm_check_mpi --fail-rank 2 --started
 
 # the threads backend's layouts under ThreadSanitizer (clang + libomp, no BLAS: see the
 # Makefile): tensor x data parallel with ZeRO 2 and full recomputation, pipeline stages
@@ -297,6 +299,40 @@ fails "train: unknown preset" 1 "unknown model preset" build/train --preset gpt5
 fails "train: n_embd not divisible by n_head" 1 "not divisible" build/train --embd 100 --heads 3
 step "train: tp 2 x dp 2, ZeRO 2, 2 micro-batches: the serial run's losses (threads, MPI)" \
     sh tests/parallel_train_check.sh
+# several hosts on one machine (tests/hosts.sh: network namespaces, Open MPI over TCP
+# only, 1 Gbit/s tbf links): train_mpi across 2 hosts (dp 2) and across 4 hosts of 2
+# ranks (tp 2 inside each host x dp 2 x pp 2) prints the serial run's losses (2e-3, as
+# in parallel_train_check.sh). SKIP where the kernel refuses network namespaces.
+hosts_args="--preset tiny --steps 6 --batch 8 --seq 32 --log-every 3 --eval-every 6
+            --eval-batches 2 --sample-tokens 0 --seed 3"
+hosts_losses() {
+    grep '^step' "$1" | sed 's/^step *\([0-9]*\)\/[0-9]* | loss \([0-9.]*\) | val *\([-0-9.]*\) .*/\1 \2 \3/'
+}
+hosts_train() { # hosts_train HOSTS SLOTS TRAIN-ARGS...: the serial losses, on HOSTS hosts
+    h=$1 k=$2
+    shift 2
+    tests/hosts.sh --hosts "$h" --slots "$k" --timeout 60 -- build/train_mpi $hosts_args "$@" \
+        >"$tmp/hosts.log" 2>&1 || { cat "$tmp/hosts.log"; return 1; }
+    hosts_losses "$tmp/hosts.log" >"$tmp/hosts.b"
+    [ "$(wc -l <"$tmp/hosts.a")" -ge 2 ] || { echo "the serial run printed too few steps"; return 1; }
+    awk 'NR == FNR {l[$1] = $2; v[$1] = $3; next} {g[$1] = $2; gv[$1] = $3}
+         END {for (s in l) {d = l[s] - g[s]; e = v[s] == "-" ? 0 : v[s] - gv[s]
+                            if (!(s in g) || d > 2e-3 || d < -2e-3 || e > 2e-3 || e < -2e-3) {
+                                print "step " s ": serial " l[s] " " v[s] ", hosts " g[s] " " gv[s]; bad = 1}}
+              exit bad}' "$tmp/hosts.a" "$tmp/hosts.b"
+}
+tests/hosts.sh --hosts 1 -- true >"$tmp/hosts.skip" 2>&1
+if [ $? -eq 77 ]; then
+    printf 'SKIP  train_mpi across network-namespace hosts: %s\n' "$(cat "$tmp/hosts.skip")"
+else
+    build/train $hosts_args >"$tmp/hosts.serial" 2>&1
+    hosts_losses "$tmp/hosts.serial" >"$tmp/hosts.a"
+    step "train_mpi across 2 hosts (dp 2, TCP, 1 Gbit/s): the serial run's losses" \
+        hosts_train 2 1 --dp 2
+    step "train_mpi across 4 hosts of 2 ranks (tp 2 in a host x dp 2 x pp 2): the serial losses" \
+        hosts_train 4 2 --tp 2 --dp 2 --pp 2 --grad-accum 2 --zero 1
+    step "hosts.sh left no namespace behind" sh -c "! ip netns list | grep -q '^pt-'"
+fi
 step "train: --pp 2 --trace writes the measured step as Chrome trace JSON and SVG" sh -c \
     "build/train --preset tiny --steps 3 --batch 4 --seq 16 --sample-tokens 0 --pp 2 \
          --grad-accum 2 --schedule zb-h1 --trace $tmp/step.json &&

@@ -1,0 +1,307 @@
+/* bench_overlap: does a started all-reduce progress while a rank computes?
+
+     mpirun -n 2 build/bench_overlap_mpi [--mb 16] [--reps 5] [--slices 200]
+     bench/overlap.sh          the same across 2 network-namespace hosts at several
+                               link rates (tests/hosts.sh), with and without Open MPI's
+                               TCP progress thread
+
+   Per repetition, every rank (times are rank 0's, medians over --reps):
+     comm     a blocking all-reduce (AVG) of --mb MiB of floats
+     compute  sgemm work sized to last about as long as comm (calibrated once)
+     none     start the all-reduce, compute, wait: no MPI call while computing
+     test     the same with pt_comm_test after each of --slices slices of compute
+   "exposed" is a variant's time minus compute: the communication it did not
+   hide; the ratio exposed/comm is 1 when nothing overlapped and 0 when all
+   did; max(comm, compute) is the best a variant can do. The check first: the
+   started all-reduce gives the blocking one's bits.
+
+     mpirun -n N build/bench_overlap_mpi --step [--preset small] [--batch 8] [--seq 128]
+                                         [--steps 6] [--zero 0]
+   Training steps with data parallelism over the N ranks, alternating
+   pt_step_desc.overlap on and off (after one warm-up step each): median step
+   time and the time inside the dp group's communicator (what the step was
+   exposed to), and the check that both give the same parameters, bit for bit.
+   --progress-us U (an experiment, not the library's way): MPI starts with
+   MPI_THREAD_MULTIPLE and a thread of this program calls MPI_Iprobe (which
+   runs Open MPI's progress engine) every U microseconds for the whole run. */
+#define _POSIX_C_SOURCE 200809L
+#define PTRAIN_IMPLEMENTATION
+#include "../ptrain.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef PTRAIN_MPI
+
+#include <pthread.h>
+#include <time.h>
+
+#define GEMM 96 /* one compute unit: a 96^3 sgemm (1.8 MFLOP) */
+
+static int g_progress_us, g_progress_stop;
+static MPI_Comm g_progress_comm;
+
+/* --progress-us: Open MPI progresses every request inside any MPI call */
+static void *progress_main(void *arg) {
+    struct timespec ts;
+    int flag;
+    (void)arg;
+    ts.tv_sec = 0;
+    ts.tv_nsec = (long)g_progress_us * 1000L;
+    while (!__atomic_load_n(&g_progress_stop, __ATOMIC_ACQUIRE)) {
+        MPI_Iprobe(MPI_ANY_SOURCE, 0, g_progress_comm, &flag, MPI_STATUS_IGNORE);
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static float g_a[GEMM * GEMM], g_b[GEMM * GEMM], g_c[GEMM * GEMM];
+
+static void compute(long units) {
+    long i;
+    for (i = 0; i < units; i++) pt_sgemm(0, 0, GEMM, GEMM, GEMM, 1.0f, g_a, GEMM, g_b, GEMM, 0.5f, g_c, GEMM);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void fill(float *x, size_t n, int rank, int rep) {
+    size_t i;
+    for (i = 0; i < n; i++) x[i] = (float)((i * 2654435761u + (size_t)rank * 97u + (size_t)rep) % 1000u) * 1e-3f - 0.5f;
+}
+
+/* Starts the all-reduce of x, computes units in `slices` slices (testing the
+   request after each when test != 0), waits; returns the seconds. */
+static double overlapped(pt_comm *w, float *x, size_t n, long units, int slices, int test,
+                         pt_status *st) {
+    pt_comm_req q;
+    double t0;
+    int s, done = 0;
+    pt_comm_barrier(w);
+    t0 = pt_time_now();
+    *st = pt_comm_all_reduce_start(w, x, n, PT_REDUCE_AVG, &q);
+    for (s = 0; s < slices && *st == PT_OK; s++) {
+        compute(units / slices + (s < units % slices));
+        if (test && !done) *st = pt_comm_test(&q, &done);
+    }
+    if (*st == PT_OK) *st = pt_comm_wait(&q);
+    return pt_time_now() - t0;
+}
+
+/* --step: see the top. */
+static int step_bench(pt_comm *w, const char *preset, int B, int T, int steps, int zero) {
+    pt_grid g;
+    pt_gpt m[2];
+    pt_gpt_desc d;
+    pt_step_desc sd;
+    pt_adamw_config opt = pt_adamw_default();
+    double t[2][64], e[2][64], t0, c0;
+    int *in = (int *)malloc((size_t)B * T * sizeof(int)), *tg = (int *)malloc((size_t)B * T * sizeof(int));
+    int k, i, v, bad = 0;
+    float *p0, *p1;
+    pt_status st;
+    memset(&d, 0, sizeof d);
+    if (!in || !tg || pt_gpt_config_preset(preset, &d.config) != PT_OK ||
+        pt_grid_init(&g, w, 1, w->size, 1) != PT_OK) {
+        fprintf(stderr, "bench_overlap: %s\n", in && tg ? pt_last_error() : "out of memory");
+        return 1;
+    }
+    d.batch = B, d.seq = T, d.grid = &g, d.zero = zero;
+    for (v = 0; v < 2; v++) {
+        if ((st = pt_gpt_init(&m[v], &d)) != PT_OK) {
+            fprintf(stderr, "bench_overlap: %s\n", pt_last_error());
+            return 1;
+        }
+        pt_gpt_init_weights(&m[v], 1);
+    }
+    for (k = 0; k <= steps; k++)
+        for (v = 0; v < 2; v++) { /* v = 0: overlap on, 1: off; the same batches */
+            for (i = 0; i < B * T; i++) {
+                in[i] = (int)((unsigned)(i * 31 + g.dp_rank * 101 + k * 7) % (unsigned)d.config.vocab_size);
+                tg[i] = (int)((unsigned)(i * 17 + g.dp_rank * 13 + k * 5 + 1) % (unsigned)d.config.vocab_size);
+            }
+            memset(&sd, 0, sizeof sd);
+            sd.inputs = in, sd.targets = tg, sd.B = B, sd.T = T, sd.adamw = &opt, sd.lr = 1e-3f;
+            sd.overlap = v ? PT_OVERLAP_OFF : PT_OVERLAP_ON;
+            pt_comm_barrier(w);
+            c0 = g.dp_comm.seconds;
+            t0 = pt_time_now();
+            if ((st = pt_gpt_step(&m[v], &sd, NULL)) != PT_OK) {
+                fprintf(stderr, "rank %d: %s\n", w->rank, pt_last_error());
+                return 1;
+            }
+            if (k) t[v][k - 1] = pt_time_now() - t0, e[v][k - 1] = g.dp_comm.seconds - c0;
+        }
+    p0 = (float *)malloc(m[0].num_params_full * sizeof(float));
+    p1 = (float *)malloc(m[0].num_params_full * sizeof(float));
+    if (!p0 || !p1 || pt_gpt_gather(&m[0], PT_BUF_PARAMS, p0) != PT_OK ||
+        pt_gpt_gather(&m[1], PT_BUF_PARAMS, p1) != PT_OK)
+        bad = 1;
+    else
+        bad = memcmp(p0, p1, m[0].num_params_full * sizeof(float)) != 0;
+    if (w->rank == 0) {
+        double on = median(t[0], steps), off = median(t[1], steps);
+        double eon = median(e[0], steps), eoff = median(e[1], steps);
+        printf("%s (%.1fM parameters), dp %d, ZeRO %d, B=%d T=%d per rank, median of %d steps%s%s\n",
+               preset, (double)m[0].num_params_full / 1e6, w->size, zero, B, T, steps,
+               g_progress_us > 0 ? ", a progress thread" : "",
+               bad ? ": PARAMETERS DIFFER" : " (the same parameters, bit for bit)");
+        printf("  overlap off: step %7.1f ms, exposed dp communication %7.1f ms\n", off * 1e3,
+               eoff * 1e3);
+        printf("  overlap on:  step %7.1f ms, exposed dp communication %7.1f ms (%.2f of off's)\n",
+               on * 1e3, eon * 1e3, eoff > 0 ? eon / eoff : 0.0);
+        printf("  compute (off's step minus its communication) %.1f ms; step on/off %.2f\n",
+               (off - eoff) * 1e3, on / off);
+    }
+    free(p0), free(p1), free(in), free(tg);
+    pt_gpt_free(&m[0]);
+    pt_gpt_free(&m[1]);
+    pt_grid_free(&g);
+    return bad;
+}
+
+int main(int argc, char **argv) {
+    pt_comm w;
+    const char *preset = "small";
+    int step = 0, B = 8, T = 128, steps = 6, zero = 0;
+    double mb = 16, tc[64], tp[64], tn[64], tt[64], t0, c, p, none, test;
+    int reps = 5, slices = 200, r, i;
+    long units;
+    size_t n;
+    float *x, *y;
+    pt_status st = PT_OK;
+    float cal;
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--slices") && i + 1 < argc) slices = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--step")) step = 1;
+        else if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[++i];
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seq") && i + 1 < argc) T = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--zero") && i + 1 < argc) zero = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--progress-us") && i + 1 < argc) g_progress_us = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: mpirun -n N %s [--mb MiB] [--reps N] [--slices N]\n"
+                            "       mpirun -n N %s --step [--preset S] [--batch B] [--seq T] "
+                            "[--steps N] [--zero Z]\n", argv[0], argv[0]);
+            return 2;
+        }
+    }
+    if (!(mb > 0 && mb <= 4096) || reps < 1 || reps > 64 || slices < 1 || B < 1 || T < 1 ||
+        steps < 1 || steps > 64 || zero < 0 || zero > 2) {
+        fprintf(stderr, "bench_overlap: --mb in (0, 4096], --reps and --steps in [1, 64], "
+                        "--slices, --batch, --seq >= 1, --zero 0..2\n");
+        return 2;
+    }
+    if (g_progress_us > 0) {
+        int provided = 0;
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+        if (provided < MPI_THREAD_MULTIPLE) {
+            fprintf(stderr, "bench_overlap: this MPI has no MPI_THREAD_MULTIPLE\n");
+            return 1;
+        }
+        MPI_Comm_dup(MPI_COMM_WORLD, &g_progress_comm);
+    }
+    if (pt_comm_mpi_init(&w, &argc, &argv) != PT_OK) {
+        fprintf(stderr, "%s\n", pt_last_error());
+        return 1;
+    }
+    if (step) {
+        pthread_t th;
+        if (g_progress_us > 0 && pthread_create(&th, NULL, progress_main, NULL)) return 1;
+        r = step_bench(&w, preset, B, T, steps, zero);
+        if (g_progress_us > 0) {
+            __atomic_store_n(&g_progress_stop, 1, __ATOMIC_RELEASE);
+            pthread_join(th, NULL);
+            MPI_Comm_free(&g_progress_comm);
+        }
+        pt_comm_free(&w);
+        pt_comm_mpi_finalize();
+        return r;
+    }
+    n = (size_t)(mb * 1048576.0 / sizeof(float));
+    x = (float *)malloc(n * sizeof(float));
+    y = (float *)malloc(n * sizeof(float));
+    if (!x || !y) {
+        fprintf(stderr, "bench_overlap: out of memory\n");
+        return 1;
+    }
+    for (i = 0; i < GEMM * GEMM; i++) g_a[i] = g_b[i] = (float)(i % 7) * 0.01f;
+    /* the check: a started all-reduce gives the blocking one's bits */
+    fill(x, n, w.rank, 0);
+    memcpy(y, x, n * sizeof(float));
+    if (pt_comm_all_reduce(&w, y, n, PT_REDUCE_AVG) != PT_OK ||
+        overlapped(&w, x, n, 1, 1, 1, &st) < 0 || st != PT_OK || memcmp(x, y, n * sizeof(float))) {
+        fprintf(stderr, "rank %d: the started all-reduce differs from the blocking one (%s)\n",
+                w.rank, st != PT_OK ? pt_last_error() : "bits");
+        return 1;
+    }
+    /* calibrate: compute units lasting about one blocking all-reduce */
+    for (r = 0; r < 3; r++) {
+        pt_comm_barrier(&w);
+        t0 = pt_time_now();
+        pt_comm_all_reduce(&w, y, n, PT_REDUCE_AVG);
+        tc[r] = pt_time_now() - t0;
+        t0 = pt_time_now();
+        compute(200);
+        tp[r] = (pt_time_now() - t0) / 200;
+    }
+    c = median(tc, 3), p = median(tp, 3);
+    cal = (float)(c / p);
+    pt_comm_broadcast(&w, &cal, 1, 0);
+    units = (long)cal > 1 ? (long)cal : 1;
+    for (r = 0; r < reps; r++) {
+        fill(x, n, w.rank, r);
+        pt_comm_barrier(&w);
+        t0 = pt_time_now();
+        pt_comm_all_reduce(&w, x, n, PT_REDUCE_AVG);
+        tc[r] = pt_time_now() - t0;
+        pt_comm_barrier(&w);
+        t0 = pt_time_now();
+        compute(units);
+        tp[r] = pt_time_now() - t0;
+        tn[r] = overlapped(&w, x, n, units, 1, 0, &st);
+        tt[r] = st == PT_OK ? overlapped(&w, x, n, units, slices, 1, &st) : 0;
+        if (st != PT_OK) {
+            fprintf(stderr, "rank %d: %s\n", w.rank, pt_last_error());
+            return 1;
+        }
+    }
+    c = median(tc, reps), p = median(tp, reps), none = median(tn, reps), test = median(tt, reps);
+    if (w.rank == 0) {
+        printf("all-reduce of %.1f MiB over %d ranks, compute %ld x sgemm %d^3 in %d slices, "
+               "median of %d\n",
+               mb, w.size, units, GEMM, slices, reps);
+        printf("  comm %.1f ms  compute %.1f ms  limit max(comm, compute) %.1f ms\n", c * 1e3,
+               p * 1e3, (c > p ? c : p) * 1e3);
+        printf("  none: %7.1f ms  exposed %6.1f ms = %.2f of comm\n", none * 1e3, (none - p) * 1e3,
+               (none - p) / c);
+        printf("  test: %7.1f ms  exposed %6.1f ms = %.2f of comm\n", test * 1e3, (test - p) * 1e3,
+               (test - p) / c);
+    }
+    free(x);
+    free(y);
+    pt_comm_free(&w);
+    pt_comm_mpi_finalize();
+    return 0;
+}
+
+#else
+
+int main(void) {
+    fprintf(stderr, "bench_overlap measures MPI progress: build it with -DPTRAIN_MPI (make "
+                    "build/bench_overlap_mpi)\n");
+    return 2;
+}
+
+#endif

@@ -1,0 +1,114 @@
+#!/bin/sh
+# Several "hosts" on one machine: runs an MPI program across N Linux network
+# namespaces joined by veth pairs through a bridge, on Open MPI's TCP
+# transport only (no shared memory between hosts), each link shaped by tc tbf.
+#
+#   tests/hosts.sh [--hosts N] [--slots K] [--rate RATE] [--timeout S] -- PROG ARGS...
+#
+# N hosts (default 2) with K ranks each (default 1): ranks 0..K-1 on host 0, K..2K-1 on
+# host 1, ... (so a tp group of K consecutive ranks stays inside a host). RATE is tc's
+# (default 1gbit), applied both ways on every host's link. mpirun runs inside host 0;
+# the other hosts' daemons start through a launch agent that enters their namespace
+# (ip netns exec), no ssh. Everything lives in namespaces named pt-PID-*: the bridge in
+# a "switch" namespace of its own, addresses 10.213.0.1.. on the hosts' eth0 only, so
+# nothing is configured outside them. Everything is torn down on exit, also after a
+# failure, a timeout or ^C; namespaces left by a run that was killed are removed first.
+# Exit status: the program's (mpirun's); 124 on timeout; 77 with a line starting
+# "SKIP" where the kernel (or the lack of privileges) refuses network namespaces.
+set -u
+hosts=2 slots=1 rate=1gbit limit=60
+usage() {
+    echo "usage: $0 [--hosts N] [--slots K] [--rate RATE] [--timeout S] -- PROG ARGS..." >&2
+    exit 2
+}
+while [ $# -gt 0 ]; do
+    case $1 in
+    --hosts) hosts=${2:-}; shift 2 || usage ;;
+    --slots) slots=${2:-}; shift 2 || usage ;;
+    --rate) rate=${2:-}; shift 2 || usage ;;
+    --timeout) limit=${2:-}; shift 2 || usage ;;
+    --) shift; break ;;
+    *) usage ;;
+    esac
+done
+[ $# -ge 1 ] || usage
+case $hosts$slots in *[!0-9]*|'') usage ;; esac
+[ "$hosts" -ge 1 ] && [ "$hosts" -le 200 ] && [ "$slots" -ge 1 ] || usage
+# the rate in bit/s, for tbf's bucket: 4 ms at the rate (one timer tick at HZ=250), at
+# least 64 KB (more than one 64 KB TCP segment burst)
+bps=$(echo "$rate" | awk '/^[0-9.]+(bit|kbit|mbit|gbit)$/ {
+        n = $0 + 0; u = $0; sub(/^[0-9.]+/, "", u)
+        m = u == "kbit" ? 1e3 : u == "mbit" ? 1e6 : u == "gbit" ? 1e9 : 1; printf "%.0f", n * m }')
+[ -n "$bps" ] || { echo "$0: --rate $rate: expected e.g. 400mbit or 1gbit" >&2; exit 2; }
+burst=$(awk -v b="$bps" 'BEGIN { x = b / 8 / 250; if (x < 65536) x = 65536; printf "%.0f", x }')
+
+pre=pt-$$
+dir=$(mktemp -d)
+kill_ns() { # kill_ns NS: its processes, then the namespace (and the veths in it)
+    for p in $(ip netns pids "$1" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+    ip netns del "$1" 2>/dev/null
+}
+teardown() {
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$pre-"); do kill_ns "$ns"; done
+    rm -rf "$dir"
+}
+trap teardown EXIT
+trap 'exit 130' INT TERM HUP
+# namespaces of runs that died without their trap (their pid is gone)
+for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep '^pt-[0-9][0-9]*-'); do
+    p=${ns#pt-}
+    p=${p%%-*}
+    kill -0 "$p" 2>/dev/null || kill_ns "$ns"
+done
+
+sw=$pre-sw
+if ! ip netns add "$sw" 2>"$dir/err"; then
+    echo "SKIP: this machine refuses network namespaces ($(head -n 1 "$dir/err"))"
+    exit 77
+fi
+die() { echo "hosts.sh: $*" >&2; exit 1; }
+ip -n "$sw" link set lo up && ip -n "$sw" link add br0 type bridge && ip -n "$sw" link set br0 up ||
+    die "cannot make the bridge"
+: >"$dir/hostfile"
+i=0
+while [ "$i" -lt "$hosts" ]; do
+    ns=$pre-h$i addr=10.213.$((i / 250)).$((i % 250 + 1))
+    ip netns add "$ns" || die "cannot add namespace $ns"
+    # the veth pair is made inside the switch, its other end put straight into the host
+    ip -n "$sw" link add "s$i" type veth peer name eth0 netns "$ns" &&
+        ip -n "$sw" link set "s$i" master br0 && ip -n "$sw" link set "s$i" up &&
+        ip -n "$ns" link set lo up && ip -n "$ns" addr add "$addr/16" dev eth0 &&
+        ip -n "$ns" link set eth0 up &&
+        tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 100ms &&
+        tc -n "$sw" qdisc add dev "s$i" root tbf rate "$rate" burst "$burst" latency 100ms ||
+        die "cannot set up host $i"
+    echo "$addr slots=$slots" >>"$dir/hostfile"
+    i=$((i + 1))
+done
+# the launch agent: Open MPI calls it as `agent HOST COMMAND...`
+cat >"$dir/agent" <<EOF
+#!/bin/sh
+host=\$1
+shift
+i=\$(echo "\$host" | awk -F. '{print (\$3 * 250) + \$4 - 1}')
+exec ip netns exec $pre-h\$i /bin/sh -c "\$*"
+EOF
+chmod +x "$dir/agent"
+# wait until every link has its carrier (the veths come up asynchronously) and the
+# bridge forwards on every port (no STP: at once)
+i=0
+while ip -n "$sw" -br link show master br0 | grep -qv 'UP' ||
+    bridge -n "$sw" link show | grep -qv 'state forwarding'; do
+    i=$((i + 1))
+    [ "$i" -lt 100 ] || die "the links do not come up"
+    sleep 0.05
+done
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+ip netns exec "$pre-h0" timeout "$limit" mpirun --allow-run-as-root --oversubscribe \
+    --bind-to none --hostfile "$dir/hostfile" -n $((hosts * slots)) \
+    --mca plm_rsh_agent "$dir/agent" --mca plm_rsh_no_tree_spawn 1 \
+    --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
+    "$@"

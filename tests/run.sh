@@ -323,7 +323,9 @@ hosts_train() { # hosts_train HOSTS SLOTS TRAIN-ARGS...: the serial losses, on H
 }
 tests/hosts.sh --hosts 1 -- true >"$tmp/hosts.skip" 2>&1
 if [ $? -eq 77 ]; then
-    printf 'SKIP  train_mpi across network-namespace hosts: %s\n' "$(cat "$tmp/hosts.skip")"
+    for h in "2 hosts (dp 2)" "4 hosts (tp 2 x dp 2 x pp 2)" "no namespace left behind"; do
+        skip "train_mpi across $h" "$(cat "$tmp/hosts.skip")"
+    done
 else
     build/train $hosts_args >"$tmp/hosts.serial" 2>&1
     hosts_losses "$tmp/hosts.serial" >"$tmp/hosts.a"

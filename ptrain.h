@@ -438,6 +438,11 @@ typedef enum pt_schedule_kind {
     PT_SCHED_1F1B,        /* PipeDream-Flush: at most p - s micro-batches in flight */
     PT_SCHED_INTERLEAVED, /* Megatron-LM's interleaved 1F1B, v >= 2, m % p == 0 */
     PT_SCHED_ZB_H1,       /* zero bubble H1: B and W split, 1F1B's memory */
+    PT_SCHED_ZB_H2,       /* zero bubble H2: B and W split, 2p - 1 micro-batches in flight,
+                             no idle slot inside a stage's run once m >= 2p - 1 */
+    PT_SCHED_ZB_V,        /* zero bubble V: 2 chunks per stage in a V (stage s holds virtual
+                             stages s and 2p-1-s), B and W split, 1F1B's activation memory,
+                             no idle slot inside a stage's run once m >= 2p - 1 */
     PT_SCHED_COUNT
 } pt_schedule_kind;
 
@@ -678,8 +683,10 @@ PTRAINDEF void pt_grid_free(pt_grid *g);
 /* A pipeline schedule is data: for each of p stages, the ordered list of what
    it does. The model's layers form p*v virtual stages; stage s holds chunks
    c = 0..v-1, chunk c being virtual stage c*p + s (Megatron-LM's
-   interleaving; v = 1: stage s holds one contiguous run of layers). A
-   micro-batch flows forward through virtual stages 0..p*v-1 and back. */
+   interleaving; v = 1: stage s holds one contiguous run of layers), except
+   under ZB-V, whose two chunks form a V: stage s holds virtual stages s and
+   2p-1-s. A micro-batch flows forward through virtual stages 0..p*v-1 and
+   back. */
 typedef enum pt_action_kind {
     PT_ACT_F = 0,    /* forward of (micro, chunk) */
     PT_ACT_B,        /* backward: input gradient, and the weight gradient unless split */
@@ -719,13 +726,21 @@ typedef struct pt_schedule_report {
     int steps;             /* unit-time makespan: F, B, W take one slot each
                               (B two when W is not split off), messages none */
     double bubble;         /* idle fraction of the stages' slots in it */
+    int idle;              /* idle slots inside the stages' runs (from a stage's first
+                              F, B or W to its last), summed: 0 is the zero-bubble
+                              papers' zero, where only the fill of the pipeline (stage
+                              s starts at slot s) and its drain are idle */
 } pt_schedule_report;
 
-/* "gpipe", "1f1b", "interleaved", "zb-h1" (pt_schedule_kind_name(0) is "default") */
+/* "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v" (pt_schedule_kind_name(0)
+   is "default") */
 PTRAINDEF pt_status pt_schedule_kind_parse(const char *name, pt_schedule_kind *out);
 PTRAINDEF const char *pt_schedule_kind_name(pt_schedule_kind kind);
 /* Builds the lists for p stages (1..64), v chunks per stage, m micro-batches.
-   Checks Megatron's interleaving constraints and says which failed. */
+   Checks each kind's constraints and says which failed: interleaved needs
+   v >= 2 and m divisible by p (Megatron-LM), zb-v exactly v = 2, the others
+   v = 1. zb-h2 and zb-v run for any m and are bubble-free (no idle slot
+   inside a stage's run in unit time) from m = 2p - 1 on. */
 PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int p, int v,
                                       int m);
 PTRAINDEF void pt_schedule_free(pt_schedule *s);
@@ -2861,15 +2876,50 @@ PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, p
 
 /* ---- building a model: checks, tables, buffers, communicators ------------ */
 
+/* Zero means 1F1B, or Megatron-LM's interleaved 1F1B when a stage holds
+   several chunks of layers (the model's and the simulator's default). */
+static pt_schedule_kind pt__sched_resolve(pt_schedule_kind kind, int chunks) {
+    return kind ? kind : chunks > 1 ? PT_SCHED_INTERLEAVED : PT_SCHED_1F1B;
+}
+
+/* Chunks per stage when the desc says 0: ZB-V's two, else one. */
+static int pt__sched_chunks(pt_schedule_kind kind, int chunks) {
+    return chunks > 0 ? chunks : kind == PT_SCHED_ZB_V ? 2 : 1;
+}
+
+/* The virtual stage of chunk c on stage s of p: c*p + s (Megatron-LM's
+   interleaving), or the V of ZB-V: chunk 0 is s, chunk 1 is 2p-1-s, so the
+   last stage turns the micro-batch round and stage 0 holds both ends. */
+static int pt__sched_vstage(pt_schedule_kind kind, int p, int s, int c) {
+    return kind == PT_SCHED_ZB_V ? (c == 0 ? s : 2 * p - 1 - s) : c * p + s;
+}
+
+/* The stage holding virtual stage vs (the inverse of pt__sched_vstage). */
+static int pt__sched_owner(pt_schedule_kind kind, int p, int vs) {
+    return kind == PT_SCHED_ZB_V ? (vs < p ? vs : 2 * p - 1 - vs) : vs % p;
+}
+
+/* The chunk of its stage that virtual stage vs is. */
+static int pt__sched_chunk_of(pt_schedule_kind kind, int p, int vs) {
+    return kind == PT_SCHED_ZB_V ? vs >= p : vs / p;
+}
+
+/* 1 for the schedules whose lists run W apart from B (zero-bubble). */
+static int pt__sched_splits(pt_schedule_kind kind) {
+    return kind == PT_SCHED_ZB_H1 || kind == PT_SCHED_ZB_H2 || kind == PT_SCHED_ZB_V;
+}
+
 /* Layers of the whole model to this stage's chunks: virtual stage k (of
-   V = pp x chunks; chunk c of stage s is k = c*pp + s) gets floor(L/V)
-   layers, one more for the first L mod V virtual stages. */
+   V = pp x chunks; chunk c of stage s is k = c*pp + s, or ZB-V's V, see
+   pt__sched_vstage) gets floor(L/V) layers, one more for the first L mod V
+   virtual stages. */
 static void pt__assign_layers(pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     pt_gpt_place *pl = &m->place;
     int L = m->config.n_layer, V = pl->pp * pl->chunks, c, n = 0;
     for (c = 0; c < pl->chunks; c++) {
-        int k = c * pl->pp + pl->pp_rank, first = k * (L / V) + (k < L % V ? k : L % V);
+        int k = pt__sched_vstage(pl->schedule, pl->pp, pl->pp_rank, c);
+        int first = k * (L / V) + (k < L % V ? k : L % V);
         int count = L / V + (k < L % V), l;
         x->chunk_start[c] = n;
         for (l = 0; l < count; l++) x->layer_id[n++] = first + l;
@@ -2877,12 +2927,6 @@ static void pt__assign_layers(pt_gpt *m) {
     x->chunk_start[pl->chunks] = n;
     pl->n_layers = n;
     pl->layer_id = x->layer_id;
-}
-
-/* Zero means 1F1B, or Megatron-LM's interleaved 1F1B when a stage holds
-   several chunks of layers (the model's and the simulator's default). */
-static pt_schedule_kind pt__sched_resolve(pt_schedule_kind kind, int chunks) {
-    return kind ? kind : chunks > 1 ? PT_SCHED_INTERLEAVED : PT_SCHED_1F1B;
 }
 
 /* The desc's checks, every failed one reported; on success the config with
@@ -2904,7 +2948,7 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
     pl->pp = g ? g->pp : 1, pl->pp_rank = g ? g->pp_rank : 0;
     pl->zero = d->zero;
     pl->micro = d->grad_accum > 0 ? d->grad_accum : 1;
-    pl->chunks = d->chunks > 0 ? d->chunks : 1;
+    pl->chunks = pt__sched_chunks(d->schedule, d->chunks);
     pl->recompute = d->recompute;
     pl->schedule = pt__sched_resolve(d->schedule, pl->chunks);
     if (pl->tp < 1 || (cfg.n_head >= 1 && cfg.n_head % pl->tp != 0))
@@ -2936,15 +2980,17 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
         pt__append_error(&bad, "a pipeline model is for training; gather it whole to sample");
     if (pl->pp == 1 && pl->chunks > 1)
         pt__append_error(&bad, "chunks=%d needs a pipeline (grid pp > 1)", pl->chunks);
-    if (pl->schedule == PT_SCHED_ZB_H1 && pl->recompute == PT_RECOMPUTE_FULL && !d->inference)
-        pt__append_error(&bad, "zb-h1 keeps activations from B to W; full recomputation "
-                         "would drop them (use selective or none)");
+    if (pt__sched_splits(pl->schedule) && pl->recompute == PT_RECOMPUTE_FULL && !d->inference)
+        pt__append_error(&bad, "%s keeps activations from B to W; full recomputation "
+                         "would drop them (use selective or none)",
+                         pt_schedule_kind_name(pl->schedule));
     if (bad) return PT_ERR_CONFIG;
     m->config = cfg;
     m->B = d->batch;
     m->T = d->seq;
     pl->has_embed = pl->pp_rank == 0;
-    pl->has_head = pl->pp_rank == pl->pp - 1;
+    /* the stage holding the last virtual stage (ZB-V: the first stage) */
+    pl->has_head = pl->pp_rank == pt__sched_owner(pl->schedule, pl->pp, pl->pp * pl->chunks - 1);
     /* the vocabulary padded to a multiple of tp, as Megatron-LM pads GPT-2's */
     pl->vocab_local = (cfg.vocab_size + pl->tp - 1) / pl->tp;
     pl->vocab_offset = pl->tp_rank * pl->vocab_local;
@@ -3134,7 +3180,7 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     }
     x = m->exec;
     x->sched = sched; /* freed with the model from here on */
-    x->split = m->place.schedule == PT_SCHED_ZB_H1; /* its lists hold W actions */
+    x->split = pt__sched_splits(m->place.schedule); /* its lists hold W actions */
     pt__assign_layers(m);
     pt__build_table(m);
     if ((st = pt__gpt_comms(m, d)) != PT_OK) {
@@ -4756,7 +4802,7 @@ PTRAINDEF void pt_grid_free(pt_grid *g) {
 /* ======================================================================== */
 
 static const char *pt__sched_names[PT_SCHED_COUNT] = {"default", "gpipe", "1f1b", "interleaved",
-                                                       "zb-h1"};
+                                                       "zb-h1", "zb-h2", "zb-v"};
 
 PTRAINDEF const char *pt_schedule_kind_name(pt_schedule_kind kind) {
     return (int)kind >= 0 && kind < PT_SCHED_COUNT ? pt__sched_names[kind] : "(unknown)";
@@ -4769,8 +4815,8 @@ PTRAINDEF pt_status pt_schedule_kind_parse(const char *name, pt_schedule_kind *o
             *out = (pt_schedule_kind)k;
             return PT_OK;
         }
-    return pt__fail(PT_ERR_CONFIG, "unknown schedule '%s' (known: gpipe, 1f1b, interleaved, zb-h1)",
-                    name ? name : "(null)");
+    return pt__fail(PT_ERR_CONFIG, "unknown schedule '%s' (known: gpipe, 1f1b, interleaved, "
+                    "zb-h1, zb-h2, zb-v)", name ? name : "(null)");
 }
 
 /* Appends an action to stage s's list (capacity checked by the builder). */
@@ -4781,11 +4827,13 @@ static void pt__sched_add(pt_schedule *s, int stage, int kind, int micro, int ch
 
 /* One compute action with the messages around it: a forward receives its
    input from the previous virtual stage's owner and sends its output on; a
-   backward receives its output gradient and sends its input gradient back.
-   Virtual stage of (stage s, chunk c) is c*p + s. */
+   backward receives its output gradient and sends its input gradient back;
+   nothing travels between two virtual stages of one stage (ZB-V's turn).
+   Virtual stage of (stage s, chunk c): pt__sched_vstage. */
 static void pt__sched_compute(pt_schedule *s, int stage, int kind, int micro, int chunk) {
-    int p = s->stages, vs = chunk * p + stage, last = p * s->chunks - 1;
-    int prev = (vs + p * s->chunks - 1) % p, next = (vs + 1) % p;
+    int p = s->stages, vs = pt__sched_vstage(s->kind, p, stage, chunk), last = p * s->chunks - 1;
+    int prev = vs > 0 ? pt__sched_owner(s->kind, p, vs - 1) : -1;
+    int next = vs < last ? pt__sched_owner(s->kind, p, vs + 1) : -1;
     if (kind == PT_ACT_F && vs > 0 && prev != stage)
         pt__sched_add(s, stage, PT_ACT_RECV_ACT, micro, chunk, prev);
     if (kind == PT_ACT_B && vs < last && next != stage)
@@ -4808,6 +4856,80 @@ static void pt__interleaved_slot(const pt_schedule *s, int k, int backward, int 
     *micro = (k / (p * v)) * p + k % p;
 }
 
+/* ZB-H2 and ZB-V as the zero-bubble paper builds its schedules: time runs
+   in unit slots (F, B, W one each) and at every slot each stage takes the
+   first action it may, in a fixed preference; a stage holds at most cap
+   micro-batch chunks (forwarded, W not yet run).
+     ZB-H2 (cap 2p-1): B, then F, then W. The first stage forwards 2p-1
+       micro-batches before its first B: the warm-up fills what 1F1B leaves
+       idle, W's fill the tail, and each stage s runs [s, s + 3m) unbroken.
+     ZB-V (cap 2p, the activations of p whole-stage micro-batches, 1F1B's
+       first stage): W first when at the cap, else F (the later chunk first,
+       so micro-batches turn round), then B (the earlier chunk first), then
+       W; each stage s runs [s, s + 6m) unbroken.
+   Both are unbroken for m >= 2p - 1 (the unit tests hold every p <= 8,
+   m <= 16 to it) and valid for every m. */
+static pt_status pt__sched_greedy(pt_schedule *s) {
+    int p = s->stages, v = s->chunks, m = s->micro, V = p * v, zbv = s->kind == PT_SCHED_ZB_V;
+    int cap = zbv ? 2 * p : 2 * p - 1, t, st, c, left = 3 * m * V;
+    size_t nkeys = (size_t)m * V;
+    /* per (micro, virtual stage): slot F and B end (-1 not yet); per stage
+       and chunk the next micro-batch to forward and to backpropagate; per
+       stage its W queue (micro*v + chunk, in B's order), head, tail, live */
+    int *fd = (int *)pt__malloc(sizeof(int) * (2 * nkeys + 2 * (size_t)p * v + nkeys +
+                                               4 * (size_t)p), s->alloc_ctx);
+    int *bd = fd + nkeys, *nf = bd + nkeys, *nb = nf + p * v, *wq = nb + p * v;
+    int *wh = wq + nkeys, *wt = wh + p, *live = wt + p, *pick = live + p;
+    if (!fd) return pt__fail(PT_ERR_OOM, "cannot allocate the schedule builder's state");
+    memset(nf, 0, sizeof(int) * (2 * (size_t)p * v));
+    memset(wh, 0, sizeof(int) * 4 * (size_t)p);
+    for (t = 0; t < (int)(2 * nkeys); t++) fd[t] = -1;
+    for (t = 0; left > 0 && t <= 3 * m * V * p; t++) {
+        for (st = 0; st < p; st++) { /* decide every stage from slot t's state */
+            int f = -1, b = -1, w = wt[st] > wh[st], pref;
+            for (c = v - 1; c >= 0; c--) { /* F: the later chunk first */
+                int vs = pt__sched_vstage(s->kind, p, st, c), mi = nf[st * v + c];
+                size_t key = (size_t)mi * V + (size_t)vs;
+                if (f < 0 && mi < m && live[st] < cap && (vs == 0 || (fd[key - 1] >= 0 &&
+                                                                      fd[key - 1] <= t)))
+                    f = c;
+            }
+            for (c = 0; c < v; c++) { /* B: the earlier chunk first */
+                int vs = pt__sched_vstage(s->kind, p, st, c), mi = nb[st * v + c];
+                size_t key = (size_t)mi * V + (size_t)vs;
+                if (b < 0 && mi < m && fd[key] >= 0 && fd[key] <= t &&
+                    (vs == V - 1 || (bd[key + 1] >= 0 && bd[key + 1] <= t)))
+                    b = c;
+            }
+            pref = zbv ? (w && live[st] >= cap ? 2 : f >= 0 ? 0 : b >= 0 ? 1 : w ? 2 : -1)
+                       : (b >= 0 ? 1 : f >= 0 ? 0 : w ? 2 : -1);
+            pick[st] = pref < 0 ? -1 : pref * v + (pref == 0 ? f : pref == 1 ? b : 0);
+        }
+        for (st = 0; st < p; st++) { /* then run them: their ends are seen from t + 1 */
+            int what = pick[st] < 0 ? -1 : pick[st] / v, mi, vs, q;
+            if (what < 0) continue;
+            c = pick[st] % v;
+            if (what == 2) {
+                q = wq[st * m * v + wh[st]++];
+                pt__sched_add(s, st, PT_ACT_W, q / v, q % v, -1);
+                live[st]--;
+            } else {
+                mi = what == 0 ? nf[st * v + c]++ : nb[st * v + c]++;
+                vs = pt__sched_vstage(s->kind, p, st, c);
+                (what == 0 ? fd : bd)[(size_t)mi * V + (size_t)vs] = t + 1;
+                pt__sched_compute(s, st, what == 0 ? PT_ACT_F : PT_ACT_B, mi, c);
+                if (what == 0) live[st]++;
+                else wq[st * m * v + wt[st]++] = mi * v + c;
+            }
+            left--;
+        }
+    }
+    pt__free(fd, s->alloc_ctx);
+    return left ? pt__fail(PT_ERR_CONFIG, "%s: the builder did not finish p=%d m=%d",
+                           pt_schedule_kind_name(s->kind), p, m)
+                : PT_OK;
+}
+
 PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int p, int v,
                                       int m) {
     void *ctx = s->alloc_ctx;
@@ -4826,7 +4948,9 @@ PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int
     if (!bad && kind == PT_SCHED_INTERLEAVED && m % p != 0)
         pt__append_error(&bad, "interleaved needs micro-batches divisible by stages "
                          "(Megatron-LM): m=%d, p=%d", m, p);
-    if (!bad && kind != PT_SCHED_INTERLEAVED && v != 1)
+    if (!bad && kind == PT_SCHED_ZB_V && v != 2)
+        pt__append_error(&bad, "zb-v runs two chunks per stage, in a V (chunks=%d)", v);
+    if (!bad && kind != PT_SCHED_INTERLEAVED && kind != PT_SCHED_ZB_V && v != 1)
         pt__append_error(&bad, "%s runs one chunk per stage (chunks=%d; use interleaved)",
                          pt_schedule_kind_name(kind), v);
     if (bad) return PT_ERR_CONFIG;
@@ -4885,6 +5009,13 @@ PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int
             break;
         }
     }
+    if (kind == PT_SCHED_ZB_H2 || kind == PT_SCHED_ZB_V) {
+        pt_status err = pt__sched_greedy(s);
+        if (err != PT_OK) {
+            pt_schedule_free(s);
+            return err;
+        }
+    }
     for (st = 0; st < p; st++) pt__sched_add(s, st, PT_ACT_OPT, -1, -1, -1);
     return PT_OK;
 }
@@ -4935,11 +5066,12 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
     int p = s->stages, v = s->chunks, m = s->micro, V = p * v, st, k, progress, split = 0;
     size_t nkeys = (size_t)m * V, i;
     /* per (micro, virtual stage): times F, B, W were done (-1 not yet); messages */
-    double *fd = (double *)pt__malloc(sizeof(double) * (nkeys * 7 + (size_t)p), s->alloc_ctx);
+    double *fd = (double *)pt__malloc(sizeof(double) * (nkeys * 7 + 4 * (size_t)p), s->alloc_ctx);
     double *bd = fd + nkeys;
     double *wd = bd + nkeys, *act_msg = wd + nkeys, *grad_msg = act_msg + nkeys; /* time sent,
                                                                         -1 none, -2 taken */
     double *have_act = grad_msg + nkeys, *have_grad = have_act + nkeys, *clock = have_grad + nkeys;
+    double *run0 = clock + p, *run1 = run0 + p, *busy = run1 + p; /* each stage's compute span */
     int *pc = (int *)pt__malloc(sizeof(int) * (size_t)p * 3, s->alloc_ctx), *live = pc + p;
     int *first = live + p; /* where stage st's start slots begin */
     pt_status err = PT_OK;
@@ -4949,7 +5081,7 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
     }
     memset(pc, 0, sizeof(int) * (size_t)p * 3);
     for (i = 0; i < nkeys * 7; i++) fd[i] = -1;
-    for (st = 0; st < p; st++) clock[st] = 0.0;
+    for (st = 0; st < p; st++) clock[st] = busy[st] = 0.0, run0[st] = run1[st] = -1.0;
     for (st = 1; st < p; st++) first[st] = first[st - 1] + s->count[st - 1];
     split = pt__sched_split(s);
     if (rep) memset(rep, 0, sizeof *rep);
@@ -4963,7 +5095,10 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
         for (st = 0; st < p; st++) {
             while (pc[st] < s->count[st]) {
                 const pt_action *a = &s->list[st][pc[st]];
-                int c = a->chunk, mi = a->micro, vs = c * p + st;
+                int c = a->chunk, mi = a->micro, vs = pt__sched_vstage(s->kind, p, st, c);
+                /* the neighbouring virtual stages live here: no message between */
+                int local_in = vs > 0 && pt__sched_owner(s->kind, p, vs - 1) == st;
+                int local_out = vs < V - 1 && pt__sched_owner(s->kind, p, vs + 1) == st;
                 double cost = 0.0, at = clock[st];
                 size_t key = (size_t)mi * V + (size_t)vs;
                 const char *what = a->kind >= 0 && a->kind < PT_ACT_COUNT ? pt__act_names[a->kind] : "?";
@@ -4975,12 +5110,12 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                 switch (a->kind) {
                 case PT_ACT_F:
                     if (fd[key] >= 0) PT__BAD("stage %d: forward of micro-batch %d chunk %d twice", st, mi, c);
-                    if (vs > 0 && (p > 1 ? have_act[key] < 0 : fd[key - 1] < 0))
+                    if (vs > 0 && (!local_in ? have_act[key] < 0 : fd[key - 1] < 0))
                         PT__BAD("stage %d, action %d: forward of micro-batch %d chunk %d before its "
                                 "input arrived%s", st, pc[st], mi, c,
-                                p > 1 ? " (no receive of the activation before it)" : "");
-                    if (vs > 0 && p > 1 && have_act[key] > at) at = have_act[key];
-                    if (vs > 0 && p == 1 && fd[key - 1] > at) at = fd[key - 1];
+                                !local_in ? " (no receive of the activation before it)" : "");
+                    if (vs > 0 && !local_in && have_act[key] > at) at = have_act[key];
+                    if (local_in && fd[key - 1] > at) at = fd[key - 1];
                     cost = costs ? costs->cost(costs->ctx, st, a) : pt__sched_cost(a->kind, split);
                     fd[key] = at + cost;
                     live[st]++;
@@ -4990,12 +5125,12 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                     if (fd[key] < 0) PT__BAD("stage %d, action %d: backward of micro-batch %d chunk %d "
                                              "before its forward", st, pc[st], mi, c);
                     if (bd[key] >= 0) PT__BAD("stage %d: backward of micro-batch %d chunk %d twice", st, mi, c);
-                    if (vs < V - 1 && (p > 1 ? have_grad[key] < 0 : bd[key + 1] < 0))
+                    if (vs < V - 1 && (!local_out ? have_grad[key] < 0 : bd[key + 1] < 0))
                         PT__BAD("stage %d, action %d: backward of micro-batch %d chunk %d before its "
                                 "output gradient arrived%s", st, pc[st], mi, c,
-                                p > 1 ? " (no receive of the gradient before it)" : "");
-                    if (vs < V - 1 && p > 1 && have_grad[key] > at) at = have_grad[key];
-                    if (vs < V - 1 && p == 1 && bd[key + 1] > at) at = bd[key + 1];
+                                !local_out ? " (no receive of the gradient before it)" : "");
+                    if (vs < V - 1 && !local_out && have_grad[key] > at) at = have_grad[key];
+                    if (local_out && bd[key + 1] > at) at = bd[key + 1];
                     cost = costs ? costs->cost(costs->ctx, st, a) : pt__sched_cost(a->kind, split);
                     bd[key] = at + cost;
                     if (!split) live[st]--;
@@ -5012,10 +5147,11 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                 case PT_ACT_SEND_GRAD: {
                     int fwd = a->kind == PT_ACT_SEND_ACT, to = fwd ? vs + 1 : vs - 1;
                     double *msg = fwd ? act_msg : grad_msg;
-                    if (to < 0 || to >= V || a->peer != to % p)
+                    if (to < 0 || to >= V || a->peer != pt__sched_owner(s->kind, p, to) || a->peer == st)
                         PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d goes to stage %d, "
-                                "but virtual stage %d is on stage %d", st, pc[st], what, mi, c, a->peer,
-                                to, to < 0 || to >= V ? -1 : to % p);
+                                "but virtual stage %d is on stage %d%s", st, pc[st], what, mi, c, a->peer,
+                                to, to < 0 || to >= V ? -1 : pt__sched_owner(s->kind, p, to),
+                                a->peer == st ? " (itself: no message)" : "");
                     if ((fwd ? fd[key] : bd[key]) < 0)
                         PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d before computing it",
                                 st, pc[st], what, mi, c);
@@ -5029,10 +5165,12 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                     int fwd = a->kind == PT_ACT_RECV_ACT, from = fwd ? vs - 1 : vs + 1;
                     double *msg = fwd ? act_msg : grad_msg, *have = fwd ? have_act : have_grad;
                     size_t src;
-                    if (from < 0 || from >= V || a->peer != from % p)
+                    if (from < 0 || from >= V || a->peer != pt__sched_owner(s->kind, p, from) ||
+                        a->peer == st)
                         PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d comes from stage %d, "
-                                "but virtual stage %d is on stage %d", st, pc[st], what, mi, c, a->peer,
-                                from, from < 0 || from >= V ? -1 : from % p);
+                                "but virtual stage %d is on stage %d%s", st, pc[st], what, mi, c, a->peer,
+                                from, from < 0 || from >= V ? -1 : pt__sched_owner(s->kind, p, from),
+                                a->peer == st ? " (itself: no message)" : "");
                     src = (size_t)mi * V + (size_t)from;
                     if (msg[src] == -2) PT__BAD("stage %d: %s of micro-batch %d chunk %d twice", st, what, mi, c);
                     if (msg[src] == -1) goto blocked; /* not sent yet */
@@ -5048,7 +5186,7 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                                 pc[st], s->count[st]);
                     for (k = 0; k < v; k++)
                         for (mi = 0; mi < m; mi++) {
-                            size_t q = (size_t)mi * V + (size_t)(k * p + st);
+                            size_t q = (size_t)mi * V + (size_t)pt__sched_vstage(s->kind, p, st, k);
                             if (fd[q] < 0 || bd[q] < 0 || (split && wd[q] < 0))
                                 PT__BAD("stage %d: the optimizer step comes before the %s of micro-batch "
                                         "%d chunk %d", st, fd[q] < 0 ? "forward" : bd[q] < 0 ? "backward"
@@ -5057,6 +5195,10 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                     break;
                 }
                 if (start) start[first[st] + pc[st]] = at;
+                if (a->kind == PT_ACT_F || a->kind == PT_ACT_B || a->kind == PT_ACT_W) {
+                    if (run0[st] < 0) run0[st] = at;
+                    run1[st] = at + cost, busy[st] += cost;
+                }
                 clock[st] = at + cost;
                 pc[st]++;
                 progress = 1;
@@ -5085,17 +5227,20 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
     for (i = 0; i < nkeys; i++) {
         int mi = (int)(i / (size_t)V), vs = (int)(i % (size_t)V);
         if (fd[i] < 0 || bd[i] < 0 || (split && wd[i] < 0))
-            PT__BAD("micro-batch %d chunk %d of stage %d never gets its %s", mi, vs / p, vs % p,
+            PT__BAD("micro-batch %d chunk %d of stage %d never gets its %s", mi,
+                    pt__sched_chunk_of(s->kind, p, vs), pt__sched_owner(s->kind, p, vs),
                     fd[i] < 0 ? "forward" : bd[i] < 0 ? "backward" : "weight gradient");
         if (act_msg[i] >= 0 || grad_msg[i] >= 0)
             PT__BAD("stage %d sends the %s of micro-batch %d chunk %d, and nobody receives it",
-                    vs % p, act_msg[i] >= 0 ? "activation" : "gradient", mi, vs / p);
+                    pt__sched_owner(s->kind, p, vs), act_msg[i] >= 0 ? "activation" : "gradient", mi,
+                    pt__sched_chunk_of(s->kind, p, vs));
     }
     if (rep && !costs) {
         double work = (double)m * v * p * 3.0;
         for (st = 0; st < p; st++)
             rep->steps = clock[st] > rep->steps ? (int)clock[st] : rep->steps;
         rep->bubble = rep->steps ? 1.0 - work / ((double)p * rep->steps) : 0.0;
+        for (st = 0; st < p; st++) rep->idle += (int)(run1[st] - run0[st] - busy[st]);
     }
     if (clock_out) memcpy(clock_out, clock, sizeof(double) * (size_t)p);
 #undef PT__BAD

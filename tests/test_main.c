@@ -2086,6 +2086,7 @@ static void test_schedule_kinds(void) {
                     pt_schedule_report r;
                     double want = -1.0;
                     int interleaved = k == PT_SCHED_INTERLEAVED;
+                    if (k > PT_SCHED_ZB_H1) continue; /* zb-h2 on: test_schedule_zb_more */
                     if ((interleaved && (v < 2 || m % p)) || (!interleaved && v > 1)) continue;
                     ZERO(s);
                     CHECK_ST(pt_schedule_build(&s, (pt_schedule_kind)k, p, v, m), PT_OK);
@@ -2227,6 +2228,120 @@ static void test_schedule_format(void) {
     pt_schedule_free(&s);
 }
 
+
+/* ---- ZB-H2 and ZB-V ---------------------------------------------------- */
+
+/* Every p <= 8, m <= 16: the checker accepts them and, in unit time (F = B =
+   W = one slot; a ZB-V chunk holds half a stage's layers), they are the zero
+   bubble of Qi et al. once m >= 2p - 1: no idle slot inside any stage's run
+   and the makespan is the lower bound 3mv + p - 1 (stage p-1 cannot start
+   before slot p-1). ZB-H2 holds min(m, 2p-1) micro-batches on every stage;
+   ZB-V at most 2p half-stage chunks, i.e. 1F1B's p whole-stage micro-batches
+   (its first stage's peak), and exactly that once m >= p. */
+static void test_schedule_zb_more(void) {
+    int p, m, k, st;
+    for (k = PT_SCHED_ZB_H2; k <= PT_SCHED_ZB_V; k++)
+        for (p = 1; p <= 8; p++)
+            for (m = 1; m <= 16; m++) {
+                pt_schedule s, one;
+                pt_schedule_report r, r1;
+                int v = k == PT_SCHED_ZB_V ? 2 : 1;
+                const char *name = pt_schedule_kind_name((pt_schedule_kind)k);
+                ZERO(s), ZERO(one);
+                CHECK_ST(pt_schedule_build(&s, (pt_schedule_kind)k, p, v, m), PT_OK);
+                CHECK_ST(pt_schedule_build(&one, PT_SCHED_1F1B, p, 1, m), PT_OK);
+                if (g_fail) return;
+                if (pt_schedule_check(&s, &r) != PT_OK || pt_schedule_check(&one, &r1) != PT_OK) {
+                    FAIL("%s p=%d m=%d: %s", name, p, m, pt_last_error());
+                    pt_schedule_free(&s), pt_schedule_free(&one);
+                    return;
+                }
+                if (m >= 2 * p - 1 && (r.idle != 0 || r.steps != 3 * m * v + p - 1))
+                    FAIL("%s p=%d m=%d: %d idle slots inside the stages' runs, makespan %d "
+                         "(zero bubble: 0 and %d)", name, p, m, r.idle, r.steps, 3 * m * v + p - 1);
+                if (m < 2 * p - 1 && r.idle == 0) /* and fewer micro-batches cannot fill it */
+                    FAIL("%s p=%d m=%d: no idle slot with m < 2p - 1", name, p, m);
+                for (st = 0; st < p; st++) {
+                    int want = k == PT_SCHED_ZB_H2 ? (m < 2 * p - 1 ? m : 2 * p - 1) : -1;
+                    if (want >= 0 && r.peak_inflight[st] != want)
+                        FAIL("%s p=%d m=%d stage %d: peak in flight %d, expected %d", name, p, m,
+                             st, r.peak_inflight[st], want);
+                    if (k == PT_SCHED_ZB_V && (r.peak_inflight[st] > 2 * r1.peak_inflight[0] ||
+                                               (m >= p && r.peak_inflight[st] != 2 * p)))
+                        FAIL("zb-v p=%d m=%d stage %d: peak %d half-stage chunks, 1F1B's is %d "
+                             "whole-stage micro-batches", p, m, st, r.peak_inflight[st],
+                             r1.peak_inflight[0]);
+                }
+                pt_schedule_free(&s), pt_schedule_free(&one);
+            }
+}
+
+/* ZB-V's V: stage s holds virtual stages s and 2p-1-s, so the last stage
+   turns each micro-batch round without a message and the first stage ends
+   it; broken variants are refused in words. */
+static void test_schedule_zb_more_rejects(void) {
+    pt_schedule s;
+    pt_schedule_kind k = PT_SCHED_GPIPE;
+    int i, j;
+    pt_action tmp;
+    ZERO(s);
+    CHECK_ST(pt_schedule_kind_parse("zb-v", &k), PT_OK);
+    CHECK_EQ(k, PT_SCHED_ZB_V);
+    CHECK_ST(pt_schedule_kind_parse("zb-h2", &k), PT_OK);
+    CHECK_EQ(k, PT_SCHED_ZB_H2);
+    CHECK_ERR(pt_schedule_build(&s, PT_SCHED_ZB_V, 4, 1, 8), PT_ERR_CONFIG,
+              "zb-v runs two chunks per stage, in a V (chunks=1)");
+    CHECK_ERR(pt_schedule_build(&s, PT_SCHED_ZB_H2, 4, 2, 8), PT_ERR_CONFIG,
+              "zb-h2 runs one chunk per stage (chunks=2");
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_ZB_V, 3, 2, 5), PT_OK);
+    CHECK_ST(pt_schedule_check(&s, NULL), PT_OK);
+    /* no message at the turn; stage 0 receives chunk b's input from stage 1 */
+    CHECK(find_action(&s, 2, PT_ACT_SEND_ACT, 0, 0) < 0 && find_action(&s, 2, PT_ACT_RECV_ACT, 0, 1) < 0);
+    CHECK(find_action(&s, 0, PT_ACT_RECV_ACT, 0, 1) >= 0 && find_action(&s, 0, PT_ACT_SEND_GRAD, 0, 1) >= 0);
+    CHECK_EQ(s.list[0][find_action(&s, 0, PT_ACT_RECV_ACT, 0, 1)].peer, 1);
+    /* the turn's backwards swapped: chunk a before chunk b gave it its gradient */
+    i = find_action(&s, 2, PT_ACT_B, 1, 1);
+    j = find_action(&s, 2, PT_ACT_B, 1, 0);
+    CHECK(i >= 0 && j > i);
+    tmp = s.list[2][i], s.list[2][i] = s.list[2][j], s.list[2][j] = tmp;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "backward of micro-batch 1 chunk 0 before its output gradient arrived");
+    CHECK(strstr(pt_last_error(), "no receive") == NULL); /* it is local: no message missing */
+    tmp = s.list[2][i], s.list[2][i] = s.list[2][j], s.list[2][j] = tmp;
+    /* chunk b of stage 1 is virtual stage 4: its output goes to 5, on stage 0 (the
+       interleaved mapping would put it on stage 2) */
+    i = find_action(&s, 1, PT_ACT_SEND_ACT, 2, 1);
+    CHECK(i >= 0);
+    s.list[1][i].peer = 2;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "send activation of micro-batch 2 chunk 1 goes to stage 2, but virtual stage 5 is on stage 0");
+    s.list[1][i].peer = 0;
+    CHECK_ST(pt_schedule_check(&s, NULL), PT_OK);
+    /* a message from the turn stage to itself */
+    i = find_action(&s, 2, PT_ACT_F, 0, 0) + 1;
+    memmove(&s.list[2][i + 1], &s.list[2][i], sizeof(pt_action) * (size_t)(s.count[2]++ - i));
+    s.list[2][i].kind = PT_ACT_SEND_ACT, s.list[2][i].micro = 0, s.list[2][i].chunk = 0;
+    s.list[2][i].peer = 2;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "goes to stage 2, but virtual stage 3 "
+              "is on stage 2 (itself: no message)");
+    drop_action(&s, 2, i);
+    /* a missing W on the first stage */
+    drop_action(&s, 0, find_action(&s, 0, PT_ACT_W, 4, 0));
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "optimizer step comes before the weight gradient of micro-batch 4 chunk 0");
+    pt_schedule_free(&s);
+    /* ZB-H2: a W moved before its B */
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_ZB_H2, 3, 1, 6), PT_OK);
+    i = find_action(&s, 1, PT_ACT_B, 3, 0);
+    j = find_action(&s, 1, PT_ACT_W, 3, 0);
+    CHECK(i >= 0 && j > i);
+    tmp = s.list[1][j];
+    memmove(&s.list[1][i + 1], &s.list[1][i], sizeof(pt_action) * (size_t)(j - i));
+    s.list[1][i] = tmp;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "weight gradient of micro-batch 3 chunk 0 before its backward");
+    pt_schedule_free(&s);
+}
 
 static int count_sub(const char *hay, size_t n, const char *needle) {
     size_t k = strlen(needle), i;
@@ -2468,6 +2583,8 @@ static const test_case tests[] = {
     {"schedule_config_errors", test_schedule_config_errors},
     {"schedule_format", test_schedule_format},
     {"schedule_trace_files", test_schedule_trace_files},
+    {"schedule_zb_more", test_schedule_zb_more},
+    {"schedule_zb_more_rejects", test_schedule_zb_more_rejects},
     {"sim_flops_closed_form", test_sim_flops_closed_form},
     {"sim_mechanisms", test_sim_mechanisms},
     {"sim_errors", test_sim_errors},

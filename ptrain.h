@@ -5072,14 +5072,17 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                                                                         -1 none, -2 taken */
     double *have_act = grad_msg + nkeys, *have_grad = have_act + nkeys, *clock = have_grad + nkeys;
     double *run0 = clock + p, *run1 = run0 + p, *busy = run1 + p; /* each stage's compute span */
-    int *pc = (int *)pt__malloc(sizeof(int) * (size_t)p * 3, s->alloc_ctx), *live = pc + p;
+    int *pc = (int *)pt__malloc(sizeof(int) * (size_t)p * 4, s->alloc_ctx), *live = pc + p;
     int *first = live + p; /* where stage st's start slots begin */
+    int *lastb = first + p; /* the (micro, virtual stage) whose input gradient the stage's
+                               residual-gradient buffer holds (-1: none) */
     pt_status err = PT_OK;
     if (!fd || !pc) {
         pt__free(fd, s->alloc_ctx), pt__free(pc, s->alloc_ctx);
         return pt__fail(PT_ERR_OOM, "cannot allocate the schedule checker's state");
     }
     memset(pc, 0, sizeof(int) * (size_t)p * 3);
+    for (st = 0; st < p; st++) lastb[st] = -1;
     for (i = 0; i < nkeys * 7; i++) fd[i] = -1;
     for (st = 0; st < p; st++) clock[st] = busy[st] = 0.0, run0[st] = run1[st] = -1.0;
     for (st = 1; st < p; st++) first[st] = first[st - 1] + s->count[st - 1];
@@ -5131,6 +5134,14 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                                 !local_out ? " (no receive of the gradient before it)" : "");
                     if (vs < V - 1 && !local_out && have_grad[key] > at) at = have_grad[key];
                     if (local_out && bd[key + 1] > at) at = bd[key + 1];
+                    /* a turn's gradient stays in the executor's one residual-gradient
+                       buffer: the B that made it must be this stage's last */
+                    if (local_out && p > 1 && lastb[st] != (int)key + 1)
+                        PT__BAD("stage %d, action %d: backward of micro-batch %d chunk %d does not "
+                                "follow the backward of virtual stage %d it takes its gradient "
+                                "from (another backward or a receive ran between)", st, pc[st],
+                                mi, c, vs + 1);
+                    lastb[st] = (int)key;
                     cost = costs ? costs->cost(costs->ctx, st, a) : pt__sched_cost(a->kind, split);
                     bd[key] = at + cost;
                     if (!split) live[st]--;
@@ -5177,6 +5188,7 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                     if (msg[src] > at) at = msg[src];
                     msg[src] = -2;
                     have[key] = at;
+                    if (!fwd) lastb[st] = -1; /* the received gradient takes the buffer */
                     break;
                 }
                 case PT_ACT_OPT:
@@ -5755,7 +5767,13 @@ PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result
     for (k = 0; k < s->count[stage] && st == PT_OK; k++) {
         const pt_action *a = &s->list[stage][k];
         /* a message's tag names its micro-batch and the virtual stage that made it */
-        int i = a->micro, c = a->chunk, vs = c * pl->pp + stage;
+        int i = a->micro, c = a->chunk, vs = pt__sched_vstage(pl->schedule, pl->pp, stage, c);
+        /* ZB-V's turn: the virtual stage before this one is here too (backward
+           needs nothing: the checker holds the turn's two B's together, so the
+           gradient passes in x->dres) */
+        int local_in = a->kind == PT_ACT_F && vs > 0 &&
+                       pt__sched_owner(pl->schedule, pl->pp, vs - 1) == stage;
+
         int from = a->kind == PT_ACT_RECV_ACT ? vs - 1 : a->kind == PT_ACT_RECV_GRAD ? vs + 1 : vs;
         int tag = (i * V + from) * 2 + (a->kind == PT_ACT_SEND_GRAD || a->kind == PT_ACT_RECV_GRAD);
         int head = c == pl->chunks - 1 && pl->has_head;
@@ -5770,6 +5788,13 @@ PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result
             if (!(sl = pt__slot_of(m, i, c, 1))) goto no_slot;
             memcpy(sl->inputs, d->inputs + (size_t)i * N, N * sizeof(int));
             memcpy(sl->targets, d->targets + (size_t)i * N, N * sizeof(int));
+            if (local_in) { /* the input is this stage's previous chunk's output */
+                int pc = pt__sched_chunk_of(pl->schedule, pl->pp, vs - 1);
+                pt__slot *prev = pt__slot_of(m, i, pc, 0);
+                if (!prev) goto no_slot;
+                memcpy(sl->x, prev->acts[x->chunk_start[pc + 1] - x->chunk_start[pc] - 1].out,
+                       N * (size_t)C * sizeof(float));
+            }
             st = pt__chunk_forward(m, sl, c, b, d->T, 1, &loss);
             if (st == PT_OK && head) {
                 loss_sum += loss;
@@ -5831,14 +5856,19 @@ PTRAINDEF pt_status pt_gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
     b = d->B / pl->micro;
     N = (size_t)b * (size_t)d->T;
     x->has_targets = 0;
-    /* virtual stage k = c*p + s waits only for k-1: in this order nothing cycles */
+    /* virtual stage k waits only for k-1: in this order nothing cycles */
     for (i = 0; i < pl->micro && st == PT_OK; i++)
         for (c = 0; c < pl->chunks && st == PT_OK; c++) {
-            int vs = c * p + pl->pp_rank;
+            int vs = pt__sched_vstage(pl->schedule, p, pl->pp_rank, c);
+            int prev = vs > 0 ? pt__sched_owner(pl->schedule, p, vs - 1) : -1;
+            int next = vs < V - 1 ? pt__sched_owner(pl->schedule, p, vs + 1) : -1;
             memcpy(sl->inputs, d->inputs + (size_t)i * N, N * sizeof(int));
             memcpy(sl->targets, d->targets + (size_t)i * N, N * sizeof(int));
-            if (vs > 0)
-                st = pt_comm_recv(x->pp_comm, sl->x, N * C, (vs - 1) % p, (i * V + vs - 1) * 2);
+            if (prev == pl->pp_rank) /* ZB-V's turn: the previous chunk's output, still here */
+                memcpy(sl->x, sl->acts[x->chunk_start[c] - x->chunk_start[c - 1] - 1].out,
+                       N * C * sizeof(float));
+            else if (vs > 0)
+                st = pt_comm_recv(x->pp_comm, sl->x, N * C, prev, (i * V + vs - 1) * 2);
             if (st == PT_OK) st = pt__chunk_forward(m, sl, c, b, d->T, 1, &one);
             if (st == PT_OK && vs == V - 1) {
                 sum += one;
@@ -5847,10 +5877,10 @@ PTRAINDEF pt_status pt_gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
                     st = pt__gather_logits(m, sl->logits, N,
                                            d->logits + (size_t)i * N * (size_t)m->config.vocab_size);
             }
-            if (st == PT_OK && vs < V - 1)
+            if (st == PT_OK && vs < V - 1 && next != pl->pp_rank)
                 st = pt_comm_send(x->pp_comm,
                                   sl->acts[x->chunk_start[c + 1] - x->chunk_start[c] - 1].out,
-                                  N * C, (vs + 1) % p, (i * V + vs) * 2);
+                                  N * C, next, (i * V + vs) * 2);
         }
     *loss = pl->has_head ? sum / (float)pl->micro : 0.0f;
     if (st == PT_OK && p > 1) st = pt_comm_all_reduce(x->pp_comm, loss, 1, PT_REDUCE_SUM);
@@ -6503,7 +6533,8 @@ static void pt__layer_costs(pt__sim *S) {
 /* Seconds of one action on stage st; with stats, also its FLOPs and time. */
 static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) {
     const pt__layer_cost *L = &S->layer;
-    int p = S->d->pp, vs = a->chunk * p + st, nl = a->chunk >= 0 ? S->chunk_layers[vs] : 0;
+    int p = S->d->pp, vs = a->chunk >= 0 ? pt__sched_vstage(S->d->schedule, p, st, a->chunk) : -1;
+    int nl = vs >= 0 ? S->chunk_layers[vs] : 0;
     int first = vs == 0, last = vs == S->V - 1, rc = S->d->recompute;
     double t = 0.0, fl = 0.0, hf = 0.0, tp = 0.0, pp = 0.0, z3;
     switch (a->kind) {
@@ -6599,7 +6630,7 @@ static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) 
 /* The plan's checks, every failed one reported; fills S's sizes. */
 static pt_status pt__plan_check(pt__sim *S, pt_plan_desc *D, const pt_hw *hw) {
     int bad = 0;
-    if (D->chunks < 1) D->chunks = 1;
+    if (D->chunks < 1) D->chunks = pt__sched_chunks(D->schedule, 0);
     D->schedule = pt__sched_resolve(D->schedule, D->chunks);
 #define PT__POS(f)                                                                            \
     if (D->f < 1) pt__append_error(&bad, #f "=%d must be >= 1", D->f);
@@ -6667,7 +6698,8 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     if ((err = pt_gpt_init(&m, &gd)) != PT_OK) return err;
     if (st == 0) S->split = m.exec->split;
     for (c = 0; c < D->chunks; c++)
-        S->chunk_layers[c * p + st] = m.exec->chunk_start[c + 1] - m.exec->chunk_start[c];
+        S->chunk_layers[pt__sched_vstage(D->schedule, p, st, c)] =
+            m.exec->chunk_start[c + 1] - m.exec->chunk_start[c];
     pt__sim_memory(S, &m, &mem);
     r->stage[st].mem = mem;
     r->stage[st].layers = m.place.n_layers;
@@ -6698,7 +6730,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     else if (S->dp > 1 && D->zero < 3)
         S->dp_s[st] = pt_hw_comm_seconds(hw, PT_COLL_REDUCE_SCATTER, pn * e, S->dp, dpn) +
                       pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, pn * e, S->dp, dpn);
-    if (p > 1 && (m.place.has_embed || m.place.has_head))
+    if (p > 1 && m.place.has_embed != m.place.has_head) /* ZB-V: both on stage 0, one copy */
         S->dp_s[st] += pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, Vl * h * e, 2,
                                           D->tp * S->dp * (p - 1) < hw->per_node ? 2 : 1);
     r->stage[st].dp_bytes = S->dp > 1 && D->zero < 3 ? (D->zero ? 2.0 : 1.0) * pn * e : 0.0;

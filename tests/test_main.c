@@ -2325,6 +2325,20 @@ static void test_schedule_zb_more_rejects(void) {
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "goes to stage 2, but virtual stage 3 "
               "is on stage 2 (itself: no message)");
     drop_action(&s, 2, i);
+    /* the turn's gradient passes from chunk 1's B to chunk 0's in one buffer: on
+       2 stages, a receive of micro-batch 1's gradient moved between them is refused */
+    pt_schedule_free(&s);
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_ZB_V, 2, 2, 3), PT_OK);
+    i = find_action(&s, 1, PT_ACT_B, 0, 1);
+    j = find_action(&s, 1, PT_ACT_RECV_GRAD, 1, 1);
+    CHECK(i >= 0 && j > i + 1);
+    tmp = s.list[1][j];
+    memmove(&s.list[1][i + 2], &s.list[1][i + 1], sizeof(pt_action) * (size_t)(j - i - 1));
+    s.list[1][i + 1] = tmp;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "backward of micro-batch 0 chunk 0 does "
+              "not follow the backward of virtual stage 2 it takes its gradient from");
+    pt_schedule_free(&s);
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_ZB_V, 3, 2, 5), PT_OK);
     /* a missing W on the first stage */
     drop_action(&s, 0, find_action(&s, 0, PT_ACT_W, 4, 0));
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,

@@ -443,6 +443,10 @@ typedef enum pt_schedule_kind {
     PT_SCHED_ZB_V,        /* zero bubble V: 2 chunks per stage in a V (stage s holds virtual
                              stages s and 2p-1-s), B and W split, 1F1B's activation memory,
                              no idle slot inside a stage's run once m >= 2p - 1 */
+    PT_SCHED_CHIMERA,     /* Chimera (Li & Hoefler 2021): two pipelines in opposite directions;
+                             stage s holds stage s of replica 0 (chunk 0) and stage p-1-s of
+                             replica 1 (chunk 1); even p, m a multiple of p. Built and
+                             checked in unit time; pt_gpt and the simulator refuse it */
     PT_SCHED_COUNT
 } pt_schedule_kind;
 
@@ -696,6 +700,8 @@ typedef enum pt_action_kind {
     PT_ACT_SEND_GRAD,
     PT_ACT_RECV_GRAD,
     PT_ACT_OPT,      /* the optimizer step, after every backward */
+    PT_ACT_REDUCE,   /* Chimera: the gradients all-reduced with peer, the stage holding
+                        the same layers in the other replica (before OPT) */
     PT_ACT_COUNT
 } pt_action_kind;
 
@@ -2882,9 +2888,9 @@ static pt_schedule_kind pt__sched_resolve(pt_schedule_kind kind, int chunks) {
     return kind ? kind : chunks > 1 ? PT_SCHED_INTERLEAVED : PT_SCHED_1F1B;
 }
 
-/* Chunks per stage when the desc says 0: ZB-V's two, else one. */
+/* Chunks per stage when the desc says 0: ZB-V's and Chimera's two, else one. */
 static int pt__sched_chunks(pt_schedule_kind kind, int chunks) {
-    return chunks > 0 ? chunks : kind == PT_SCHED_ZB_V ? 2 : 1;
+    return chunks > 0 ? chunks : kind == PT_SCHED_ZB_V || kind == PT_SCHED_CHIMERA ? 2 : 1;
 }
 
 /* The virtual stage of chunk c on stage s of p: c*p + s (Megatron-LM's
@@ -2907,6 +2913,12 @@ static int pt__sched_chunk_of(pt_schedule_kind kind, int p, int vs) {
 /* 1 for the schedules whose lists run W apart from B (zero-bubble). */
 static int pt__sched_splits(pt_schedule_kind kind) {
     return kind == PT_SCHED_ZB_H1 || kind == PT_SCHED_ZB_H2 || kind == PT_SCHED_ZB_V;
+}
+
+/* Chimera's replica of micro-batch k (p even): units of p micro-batches,
+   the first p/2 of each down replica 0, the next p/2 up replica 1. */
+static int pt__chimera_replica(int p, int k) {
+    return (k / (p / 2)) % 2;
 }
 
 /* Layers of the whole model to this stage's chunks: virtual stage k (of
@@ -2967,6 +2979,9 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
         pt__append_error(&bad, "zero=%d needs training state (inference=1 given)", d->zero);
     if (g && !g->world && !d->meta)
         pt__append_error(&bad, "the grid has no communicators (only meta builds may)");
+    if (pl->schedule == PT_SCHED_CHIMERA)
+        pt__append_error(&bad, "schedule chimera is built and checked as data only: neither "
+                         "pt_gpt nor the simulator builds its second replica of the weights");
     if (pl->pp > 1 && d->zero == 2)
         pt__append_error(&bad, "zero=2 with pipeline stages (pp=%d) is not supported: its "
                          "gradients would be reduced once per micro-batch; use zero <= 1", pl->pp);
@@ -4802,7 +4817,7 @@ PTRAINDEF void pt_grid_free(pt_grid *g) {
 /* ======================================================================== */
 
 static const char *pt__sched_names[PT_SCHED_COUNT] = {"default", "gpipe", "1f1b", "interleaved",
-                                                       "zb-h1", "zb-h2", "zb-v"};
+                                                       "zb-h1", "zb-h2", "zb-v", "chimera"};
 
 PTRAINDEF const char *pt_schedule_kind_name(pt_schedule_kind kind) {
     return (int)kind >= 0 && kind < PT_SCHED_COUNT ? pt__sched_names[kind] : "(unknown)";
@@ -4816,7 +4831,29 @@ PTRAINDEF pt_status pt_schedule_kind_parse(const char *name, pt_schedule_kind *o
             return PT_OK;
         }
     return pt__fail(PT_ERR_CONFIG, "unknown schedule '%s' (known: gpipe, 1f1b, interleaved, "
-                    "zb-h1, zb-h2, zb-v)", name ? name : "(null)");
+                    "zb-h1, zb-h2, zb-v, chimera)", name ? name : "(null)");
+}
+
+/* A micro-batch's path: it passes nv virtual stages (p*v; Chimera: its
+   replica's p); virtual stage vs of micro-batch k is on stage
+   pt__sched_at and is that stage's chunk pt__sched_chunk_at. For Chimera
+   the "virtual stage" of chunk c on stage s is its replica's stage (s, or
+   p-1-s for chunk 1), which is also the block of layers it holds. */
+static int pt__sched_nv(const pt_schedule *s) {
+    return s->kind == PT_SCHED_CHIMERA ? s->stages : s->stages * s->chunks;
+}
+static int pt__sched_vs(const pt_schedule *s, int stage, int chunk) {
+    if (s->kind == PT_SCHED_CHIMERA) return chunk == 0 ? stage : s->stages - 1 - stage;
+    return pt__sched_vstage(s->kind, s->stages, stage, chunk);
+}
+static int pt__sched_at(const pt_schedule *s, int micro, int vs) {
+    if (s->kind == PT_SCHED_CHIMERA)
+        return pt__chimera_replica(s->stages, micro) == 0 ? vs : s->stages - 1 - vs;
+    return pt__sched_owner(s->kind, s->stages, vs);
+}
+static int pt__sched_chunk_at(const pt_schedule *s, int micro, int vs) {
+    if (s->kind == PT_SCHED_CHIMERA) return pt__chimera_replica(s->stages, micro);
+    return pt__sched_chunk_of(s->kind, s->stages, vs);
 }
 
 /* Appends an action to stage s's list (capacity checked by the builder). */
@@ -4831,9 +4868,9 @@ static void pt__sched_add(pt_schedule *s, int stage, int kind, int micro, int ch
    nothing travels between two virtual stages of one stage (ZB-V's turn).
    Virtual stage of (stage s, chunk c): pt__sched_vstage. */
 static void pt__sched_compute(pt_schedule *s, int stage, int kind, int micro, int chunk) {
-    int p = s->stages, vs = pt__sched_vstage(s->kind, p, stage, chunk), last = p * s->chunks - 1;
-    int prev = vs > 0 ? pt__sched_owner(s->kind, p, vs - 1) : -1;
-    int next = vs < last ? pt__sched_owner(s->kind, p, vs + 1) : -1;
+    int vs = pt__sched_vs(s, stage, chunk), last = pt__sched_nv(s) - 1;
+    int prev = vs > 0 ? pt__sched_at(s, micro, vs - 1) : -1;
+    int next = vs < last ? pt__sched_at(s, micro, vs + 1) : -1;
     if (kind == PT_ACT_F && vs > 0 && prev != stage)
         pt__sched_add(s, stage, PT_ACT_RECV_ACT, micro, chunk, prev);
     if (kind == PT_ACT_B && vs < last && next != stage)
@@ -4930,6 +4967,54 @@ static pt_status pt__sched_greedy(pt_schedule *s) {
                 : PT_OK;
 }
 
+/* Chimera in unit time (F one slot, B two): each stage takes, whenever it
+   is free, the ready action of the earliest position within its replica's
+   half-unit (micro-batch k mod p/2), a B before an F, then the lowest k, so
+   the two replicas' micro-batches interleave as in the paper's basic unit.
+   For m = p this is the paper's count of D - 2 bubbles a worker (in slots
+   of F = B; here B is two slots: 2(p-2) idle slots, unit-tested). Then each
+   stage all-reduces its gradients with the stage holding the same layers
+   in the other replica (stage p-1-s). */
+static pt_status pt__sched_chimera(pt_schedule *s) {
+    int p = s->stages, m = s->micro, h = p / 2, t, w, r, left = 2 * m;
+    size_t nkeys = (size_t)m * p;
+    int *fd = (int *)pt__malloc(sizeof(int) * (2 * nkeys + 5 * (size_t)p), s->alloc_ctx);
+    int *bd = fd + nkeys, *nf = bd + nkeys, *nb = nf + 2 * p, *free_at = nb + 2 * p;
+    if (!fd) return pt__fail(PT_ERR_OOM, "cannot allocate the schedule builder's state");
+    for (t = 0; t < (int)(2 * nkeys); t++) fd[t] = -1;
+    memset(nf, 0, sizeof(int) * 5 * (size_t)p);
+    left = 2 * m * p; /* an F and a B of every micro-batch on each of its p stages */
+    for (t = 0; left > 0 && t <= 3 * m * p * 2; t++)
+        for (w = 0; w < p; w++) {
+            int best = -1, bkind = 0, bkey = 0, br = 0;
+            if (free_at[w] > t) continue;
+            for (r = 0; r < 2; r++) {
+                int j = r == 0 ? w : p - 1 - w, kind;
+                for (kind = 0; kind < 2; kind++) { /* 0: B, 1: F */
+                    int n = kind ? nf[w * 2 + r] : nb[w * 2 + r], k = (n / h) * p + r * h + n % h;
+                    size_t key = (size_t)k * p + (size_t)j;
+                    int ready = n < m / 2 &&
+                                (kind ? j == 0 || (fd[key - 1] >= 0 && fd[key - 1] <= t)
+                                      : fd[key] >= 0 && fd[key] <= t &&
+                                            (j == p - 1 || (bd[key + 1] >= 0 && bd[key + 1] <= t)));
+                    int order = ((k % h) * 2 + kind) * m + k;
+                    if (ready && (best < 0 || order < bkey)) best = k, bkind = kind, bkey = order, br = r;
+                }
+            }
+            if (best < 0) continue;
+            r = br == 0 ? w : p - 1 - w; /* the replica's stage */
+            if (bkind) fd[(size_t)best * p + (size_t)r] = t + 1, nf[w * 2 + br]++;
+            else bd[(size_t)best * p + (size_t)r] = t + 2, nb[w * 2 + br]++;
+            free_at[w] = t + (bkind ? 1 : 2);
+            pt__sched_compute(s, w, bkind ? PT_ACT_F : PT_ACT_B, best, br);
+            left--;
+        }
+    for (w = 0; w < p; w++) pt__sched_add(s, w, PT_ACT_REDUCE, -1, -1, p - 1 - w);
+    pt__free(fd, s->alloc_ctx);
+    return left ? pt__fail(PT_ERR_CONFIG, "chimera: the builder did not finish p=%d m=%d", p, m)
+                : PT_OK;
+}
+
 PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int p, int v,
                                       int m) {
     void *ctx = s->alloc_ctx;
@@ -4950,7 +5035,15 @@ PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int
                          "(Megatron-LM): m=%d, p=%d", m, p);
     if (!bad && kind == PT_SCHED_ZB_V && v != 2)
         pt__append_error(&bad, "zb-v runs two chunks per stage, in a V (chunks=%d)", v);
-    if (!bad && kind != PT_SCHED_INTERLEAVED && kind != PT_SCHED_ZB_V && v != 1)
+    if (!bad && kind == PT_SCHED_CHIMERA && v != 2)
+        pt__append_error(&bad, "chimera holds two replicas' stages per stage (chunks=%d, "
+                         "must be 2)", v);
+    if (!bad && kind == PT_SCHED_CHIMERA && (p % 2 || m % p))
+        pt__append_error(&bad, "chimera needs an even number of stages and micro-batches a "
+                         "multiple of them (its basic unit sends p/2 down and p/2 up): "
+                         "p=%d, m=%d", p, m);
+    if (!bad && kind != PT_SCHED_INTERLEAVED && kind != PT_SCHED_ZB_V &&
+        kind != PT_SCHED_CHIMERA && v != 1)
         pt__append_error(&bad, "%s runs one chunk per stage (chunks=%d; use interleaved)",
                          pt_schedule_kind_name(kind), v);
     if (bad) return PT_ERR_CONFIG;
@@ -5009,8 +5102,8 @@ PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int
             break;
         }
     }
-    if (kind == PT_SCHED_ZB_H2 || kind == PT_SCHED_ZB_V) {
-        pt_status err = pt__sched_greedy(s);
+    if (kind == PT_SCHED_ZB_H2 || kind == PT_SCHED_ZB_V || kind == PT_SCHED_CHIMERA) {
+        pt_status err = kind == PT_SCHED_CHIMERA ? pt__sched_chimera(s) : pt__sched_greedy(s);
         if (err != PT_OK) {
             pt_schedule_free(s);
             return err;
@@ -5046,7 +5139,7 @@ static int pt__sched_cost(int kind, int split) {
 
 static const char *pt__act_names[PT_ACT_COUNT] = {
     "forward", "backward", "weight gradient", "send activation", "receive activation",
-    "send gradient", "receive gradient", "optimizer step"};
+    "send gradient", "receive gradient", "optimizer step", "replica all-reduce"};
 
 /* Seconds (or unit-time slots) an action takes on its stage; a send's time
    ends when its receiver may have the message. */
@@ -5063,25 +5156,29 @@ typedef struct pt__sched_costs {
    or a deadlock, in words. */
 static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, double *start,
                                const pt__sched_costs *costs, double *clock_out) {
-    int p = s->stages, v = s->chunks, m = s->micro, V = p * v, st, k, progress, split = 0;
+    int p = s->stages, v = s->chunks, m = s->micro, V = pt__sched_nv(s), st, k, progress, split = 0;
+    int chimera = s->kind == PT_SCHED_CHIMERA;
     size_t nkeys = (size_t)m * V, i;
     /* per (micro, virtual stage): times F, B, W were done (-1 not yet); messages */
-    double *fd = (double *)pt__malloc(sizeof(double) * (nkeys * 7 + 4 * (size_t)p), s->alloc_ctx);
+    double *fd = (double *)pt__malloc(sizeof(double) * (nkeys * 7 + 5 * (size_t)p), s->alloc_ctx);
     double *bd = fd + nkeys;
     double *wd = bd + nkeys, *act_msg = wd + nkeys, *grad_msg = act_msg + nkeys; /* time sent,
                                                                         -1 none, -2 taken */
     double *have_act = grad_msg + nkeys, *have_grad = have_act + nkeys, *clock = have_grad + nkeys;
     double *run0 = clock + p, *run1 = run0 + p, *busy = run1 + p; /* each stage's compute span */
-    int *pc = (int *)pt__malloc(sizeof(int) * (size_t)p * 4, s->alloc_ctx), *live = pc + p;
+    double *red_at = busy + p; /* when the stage reached its replica all-reduce */
+    int *pc = (int *)pt__malloc(sizeof(int) * (size_t)p * 5, s->alloc_ctx), *live = pc + p;
     int *first = live + p; /* where stage st's start slots begin */
     int *lastb = first + p; /* the (micro, virtual stage) whose input gradient the stage's
                                residual-gradient buffer holds (-1: none) */
+    int *red = lastb + p;   /* Chimera: 1 once the stage reached its all-reduce, 2 past it */
     pt_status err = PT_OK;
     if (!fd || !pc) {
         pt__free(fd, s->alloc_ctx), pt__free(pc, s->alloc_ctx);
         return pt__fail(PT_ERR_OOM, "cannot allocate the schedule checker's state");
     }
     memset(pc, 0, sizeof(int) * (size_t)p * 3);
+    memset(red, 0, sizeof(int) * (size_t)p);
     for (st = 0; st < p; st++) lastb[st] = -1;
     for (i = 0; i < nkeys * 7; i++) fd[i] = -1;
     for (st = 0; st < p; st++) clock[st] = busy[st] = 0.0, run0[st] = run1[st] = -1.0;
@@ -5098,18 +5195,23 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
         for (st = 0; st < p; st++) {
             while (pc[st] < s->count[st]) {
                 const pt_action *a = &s->list[st][pc[st]];
-                int c = a->chunk, mi = a->micro, vs = pt__sched_vstage(s->kind, p, st, c);
+                int c = a->chunk, mi = a->micro, vs = c >= 0 && c < v ? pt__sched_vs(s, st, c) : 0;
                 /* the neighbouring virtual stages live here: no message between */
-                int local_in = vs > 0 && pt__sched_owner(s->kind, p, vs - 1) == st;
-                int local_out = vs < V - 1 && pt__sched_owner(s->kind, p, vs + 1) == st;
+                int local_in = vs > 0 && pt__sched_at(s, mi, vs - 1) == st;
+                int local_out = vs < V - 1 && pt__sched_at(s, mi, vs + 1) == st;
                 double cost = 0.0, at = clock[st];
                 size_t key = (size_t)mi * V + (size_t)vs;
                 const char *what = a->kind >= 0 && a->kind < PT_ACT_COUNT ? pt__act_names[a->kind] : "?";
                 if (a->kind < 0 || a->kind >= PT_ACT_COUNT)
                     PT__BAD("stage %d, action %d: unknown kind %d", st, pc[st], a->kind);
-                if (a->kind != PT_ACT_OPT && (mi < 0 || mi >= m || c < 0 || c >= v))
+                if (a->kind != PT_ACT_OPT && a->kind != PT_ACT_REDUCE &&
+                    (mi < 0 || mi >= m || c < 0 || c >= v))
                     PT__BAD("stage %d, action %d (%s): micro-batch %d or chunk %d out of range "
                             "(m=%d, v=%d)", st, pc[st], what, mi, c, m, v);
+                if (chimera && a->kind != PT_ACT_OPT && a->kind != PT_ACT_REDUCE &&
+                    c != pt__chimera_replica(p, mi))
+                    PT__BAD("stage %d, action %d (%s): micro-batch %d travels replica %d, not "
+                            "chunk %d's", st, pc[st], what, mi, pt__chimera_replica(p, mi), c);
                 switch (a->kind) {
                 case PT_ACT_F:
                     if (fd[key] >= 0) PT__BAD("stage %d: forward of micro-batch %d chunk %d twice", st, mi, c);
@@ -5158,10 +5260,10 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                 case PT_ACT_SEND_GRAD: {
                     int fwd = a->kind == PT_ACT_SEND_ACT, to = fwd ? vs + 1 : vs - 1;
                     double *msg = fwd ? act_msg : grad_msg;
-                    if (to < 0 || to >= V || a->peer != pt__sched_owner(s->kind, p, to) || a->peer == st)
+                    if (to < 0 || to >= V || a->peer != pt__sched_at(s, mi, to) || a->peer == st)
                         PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d goes to stage %d, "
                                 "but virtual stage %d is on stage %d%s", st, pc[st], what, mi, c, a->peer,
-                                to, to < 0 || to >= V ? -1 : pt__sched_owner(s->kind, p, to),
+                                to, to < 0 || to >= V ? -1 : pt__sched_at(s, mi, to),
                                 a->peer == st ? " (itself: no message)" : "");
                     if ((fwd ? fd[key] : bd[key]) < 0)
                         PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d before computing it",
@@ -5176,11 +5278,11 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                     int fwd = a->kind == PT_ACT_RECV_ACT, from = fwd ? vs - 1 : vs + 1;
                     double *msg = fwd ? act_msg : grad_msg, *have = fwd ? have_act : have_grad;
                     size_t src;
-                    if (from < 0 || from >= V || a->peer != pt__sched_owner(s->kind, p, from) ||
+                    if (from < 0 || from >= V || a->peer != pt__sched_at(s, mi, from) ||
                         a->peer == st)
                         PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d comes from stage %d, "
                                 "but virtual stage %d is on stage %d%s", st, pc[st], what, mi, c, a->peer,
-                                from, from < 0 || from >= V ? -1 : pt__sched_owner(s->kind, p, from),
+                                from, from < 0 || from >= V ? -1 : pt__sched_at(s, mi, from),
                                 a->peer == st ? " (itself: no message)" : "");
                     src = (size_t)mi * V + (size_t)from;
                     if (msg[src] == -2) PT__BAD("stage %d: %s of micro-batch %d chunk %d twice", st, what, mi, c);
@@ -5191,14 +5293,40 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                     if (!fwd) lastb[st] = -1; /* the received gradient takes the buffer */
                     break;
                 }
+                case PT_ACT_REDUCE: /* both replicas' stages meet here, after all their work */
+                    if (!chimera || a->peer != p - 1 - st)
+                        PT__BAD("stage %d, action %d: a replica all-reduce with stage %d%s", st,
+                                pc[st], a->peer, chimera ? ", but the same layers are on stage "
+                                "p-1-s" : " in a schedule without replicas");
+                    if (red[st] == 2) PT__BAD("stage %d: the replica all-reduce twice", st);
+                    for (k = 0; k < v && !red[st]; k++)
+                        for (mi = 0; mi < m; mi++) {
+                            size_t q = (size_t)mi * V + (size_t)pt__sched_vs(s, st, k);
+                            if (pt__chimera_replica(p, mi) != k) continue;
+                            if (bd[q] < 0 || (split && wd[q] < 0))
+                                PT__BAD("stage %d: the replica all-reduce comes before the %s of "
+                                        "micro-batch %d chunk %d", st, bd[q] < 0 ? "backward"
+                                        : "weight gradient", mi, k);
+                        }
+                    if (!red[st]) red_at[st] = at, red[st] = 1;
+                    if (!red[a->peer]) goto blocked; /* the collective waits for its peer */
+                    at = red_at[st] > red_at[a->peer] ? red_at[st] : red_at[a->peer];
+                    if (costs) cost = costs->cost(costs->ctx, st, a);
+                    red[st] = 2;
+                    break;
                 case PT_ACT_OPT:
                     if (costs) cost = costs->cost(costs->ctx, st, a);
                     if (pc[st] != s->count[st] - 1)
                         PT__BAD("stage %d: the optimizer step is action %d of %d, not the last", st,
                                 pc[st], s->count[st]);
+                    if (chimera && red[st] != 2)
+                        PT__BAD("stage %d: the optimizer step comes before the replica gradient "
+                                "all-reduce with stage %d (same layers, other replica)", st,
+                                p - 1 - st);
                     for (k = 0; k < v; k++)
                         for (mi = 0; mi < m; mi++) {
-                            size_t q = (size_t)mi * V + (size_t)pt__sched_vstage(s->kind, p, st, k);
+                            size_t q = (size_t)mi * V + (size_t)pt__sched_vs(s, st, k);
+                            if (chimera && pt__chimera_replica(p, mi) != k) continue;
                             if (fd[q] < 0 || bd[q] < 0 || (split && wd[q] < 0))
                                 PT__BAD("stage %d: the optimizer step comes before the %s of micro-batch "
                                         "%d chunk %d", st, fd[q] < 0 ? "forward" : bd[q] < 0 ? "backward"
@@ -5240,15 +5368,15 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
         int mi = (int)(i / (size_t)V), vs = (int)(i % (size_t)V);
         if (fd[i] < 0 || bd[i] < 0 || (split && wd[i] < 0))
             PT__BAD("micro-batch %d chunk %d of stage %d never gets its %s", mi,
-                    pt__sched_chunk_of(s->kind, p, vs), pt__sched_owner(s->kind, p, vs),
+                    pt__sched_chunk_at(s, mi, vs), pt__sched_at(s, mi, vs),
                     fd[i] < 0 ? "forward" : bd[i] < 0 ? "backward" : "weight gradient");
         if (act_msg[i] >= 0 || grad_msg[i] >= 0)
             PT__BAD("stage %d sends the %s of micro-batch %d chunk %d, and nobody receives it",
-                    pt__sched_owner(s->kind, p, vs), act_msg[i] >= 0 ? "activation" : "gradient", mi,
-                    pt__sched_chunk_of(s->kind, p, vs));
+                    pt__sched_at(s, mi, vs), act_msg[i] >= 0 ? "activation" : "gradient", mi,
+                    pt__sched_chunk_at(s, mi, vs));
     }
     if (rep && !costs) {
-        double work = (double)m * v * p * 3.0;
+        double work = (double)m * V * 3.0;
         for (st = 0; st < p; st++)
             rep->steps = clock[st] > rep->steps ? (int)clock[st] : rep->steps;
         rep->bubble = rep->steps ? 1.0 - work / ((double)p * rep->steps) : 0.0;
@@ -7838,11 +7966,11 @@ static pt_status pt__text_save(pt__text *b, const char *path) {
 
 static const char *pt__trace_cat[PT_ACT_COUNT] = {
     "forward", "backward", "weight gradient", "communication", "communication",
-    "communication", "communication", "optimizer"};
+    "communication", "communication", "optimizer", "communication"};
 
 /* "F3", "B0b": the action's letter, micro-batch and (with chunks) chunk */
 static void pt__trace_label(char *buf, size_t n, const pt_trace_event *e, int chunks) {
-    static const char letter[PT_ACT_COUNT] = {'F', 'B', 'W', 's', 'r', 's', 'r', 'O'};
+    static const char letter[PT_ACT_COUNT] = {'F', 'B', 'W', 's', 'r', 's', 'r', 'O', 'R'};
     char c = e->kind >= 0 && e->kind < PT_ACT_COUNT ? letter[e->kind] : '?';
     if (e->micro < 0) snprintf(buf, n, "%c", c);
     else if (chunks) snprintf(buf, n, "%c%d%c", c, e->micro, 'a' + (e->chunk > 0 ? e->chunk % 26 : 0));
@@ -7888,7 +8016,8 @@ PTRAINDEF pt_status pt_trace_write_chrome(const pt_trace *t, const char *path) {
 
 PTRAINDEF pt_status pt_trace_write_svg(const pt_trace *t, const char *path) {
     static const char *fill[PT_ACT_COUNT] = {"#4e79a7", "#59a14f", "#f28e2b", "#b07aa1",
-                                             "#b07aa1", "#b07aa1", "#b07aa1", "#e15759"};
+                                             "#b07aa1", "#b07aa1", "#b07aa1", "#e15759",
+                                             "#b07aa1"};
     static const char *legend[6] = {"forward", "backward", "weight gradient", "communication",
                                     "optimizer", "idle"};
     static const char *legend_fill[6] = {"#4e79a7", "#59a14f", "#f28e2b", "#b07aa1", "#e15759",

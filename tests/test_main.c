@@ -2357,6 +2357,105 @@ static void test_schedule_zb_more_rejects(void) {
     pt_schedule_free(&s);
 }
 
+/* Chimera: every even p <= 8 and m = p, 2p (<= 16) checked. In the paper's
+   basic unit (m = p) a worker idles D - 2 slots of F = B; with B two slots
+   that is 2(p-2) idle slots a stage: makespan 3m + 2(p-2), against 1F1B's
+   3m + 3(p-1). Each stage holds between p/2 + 1 and p micro-batches'
+   activations (the paper's bounds, D/2 + 1 and D). */
+static void test_schedule_chimera(void) {
+    int p, m, st;
+    for (p = 2; p <= 8; p += 2)
+        for (m = p; m <= 16 && m <= 2 * p; m += p) {
+            pt_schedule s, one;
+            pt_schedule_report r, r1;
+            ZERO(s), ZERO(one);
+            CHECK_ST(pt_schedule_build(&s, PT_SCHED_CHIMERA, p, 2, m), PT_OK);
+            CHECK_ST(pt_schedule_build(&one, PT_SCHED_1F1B, p, 1, m), PT_OK);
+            if (g_fail) return;
+            if (pt_schedule_check(&s, &r) != PT_OK || pt_schedule_check(&one, &r1) != PT_OK) {
+                FAIL("chimera p=%d m=%d: %s", p, m, pt_last_error());
+                pt_schedule_free(&s), pt_schedule_free(&one);
+                return;
+            }
+            if (m == p && r.steps != 3 * m + 2 * (p - 2))
+                FAIL("chimera p=%d m=%d: makespan %d, the paper's D-2 bubbles give %d", p, m,
+                     r.steps, 3 * m + 2 * (p - 2));
+            if (p > 2 && r.steps >= r1.steps)
+                FAIL("chimera p=%d m=%d: makespan %d, not below 1F1B's %d", p, m, r.steps, r1.steps);
+            for (st = 0; m == p && st < p; st++)
+                if (r.peak_inflight[st] < p / 2 + 1 || r.peak_inflight[st] > p)
+                    FAIL("chimera p=%d stage %d: peak %d outside [p/2 + 1, p]", p, st,
+                         r.peak_inflight[st]);
+            pt_schedule_free(&s), pt_schedule_free(&one);
+        }
+}
+
+/* Chimera's constraints, its replicas and its gradient all-reduce, refused
+   broken in words. */
+static void test_schedule_chimera_rejects(void) {
+    pt_schedule s;
+    pt_schedule_kind k = PT_SCHED_GPIPE;
+    int i, j;
+    pt_action tmp;
+    ZERO(s);
+    CHECK_ST(pt_schedule_kind_parse("chimera", &k), PT_OK);
+    CHECK_EQ(k, PT_SCHED_CHIMERA);
+    CHECK_ERR(pt_schedule_build(&s, PT_SCHED_CHIMERA, 3, 2, 6), PT_ERR_CONFIG,
+              "chimera needs an even number of stages and micro-batches a multiple of them");
+    CHECK_ERR(pt_schedule_build(&s, PT_SCHED_CHIMERA, 4, 2, 6), PT_ERR_CONFIG, "p=4, m=6");
+    CHECK_ERR(pt_schedule_build(&s, PT_SCHED_CHIMERA, 4, 1, 4), PT_ERR_CONFIG,
+              "two replicas' stages per stage (chunks=1");
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_CHIMERA, 4, 2, 4), PT_OK);
+    /* micro-batch 2 goes up replica 1: stage 3 forwards it first, from no one */
+    CHECK(find_action(&s, 3, PT_ACT_F, 2, 1) >= 0 && find_action(&s, 3, PT_ACT_RECV_ACT, 2, 1) < 0);
+    CHECK_EQ(s.list[3][find_action(&s, 3, PT_ACT_SEND_ACT, 2, 1)].peer, 2);
+    /* the all-reduce pairs stage s with p-1-s */
+    i = find_action(&s, 1, PT_ACT_REDUCE, -1, -1);
+    CHECK(i >= 0 && s.list[1][i].peer == 2);
+    s.list[1][i].peer = 0;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "a replica all-reduce with stage 0, but the same layers are on stage p-1-s");
+    s.list[1][i].peer = 2;
+    /* ahead of a backward it would reduce half-made gradients */
+    j = find_action(&s, 1, PT_ACT_B, 3, 1);
+    tmp = s.list[1][i];
+    memmove(&s.list[1][j + 1], &s.list[1][j], sizeof(pt_action) * (size_t)(i - j));
+    s.list[1][j] = tmp;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "stage 1: the replica all-reduce comes before the backward of micro-batch 1 chunk 0");
+    pt_schedule_free(&s);
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_CHIMERA, 4, 2, 4), PT_OK);
+    /* left out on one stage: the optimizer step would update unsynced weights */
+    drop_action(&s, 2, find_action(&s, 2, PT_ACT_REDUCE, -1, -1));
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "stage 2: the optimizer step comes "
+              "before the replica gradient all-reduce with stage 1");
+    pt_schedule_free(&s);
+    /* the all-reduce is a collective: stage 0 waiting in it before sending the gradient
+       stage 1 needs to reach it is a deadlock */
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_CHIMERA, 2, 2, 2), PT_OK);
+    i = find_action(&s, 0, PT_ACT_SEND_GRAD, 1, 1);
+    j = find_action(&s, 0, PT_ACT_REDUCE, -1, -1);
+    CHECK(i >= 0 && j > i);
+    tmp = s.list[0][i];
+    memmove(&s.list[0][i], &s.list[0][i + 1], sizeof(pt_action) * (size_t)(j - i));
+    s.list[0][j] = tmp;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "deadlock: stage 0 waits at action");
+    CHECK_MSG("(replica all-reduce");
+    pt_schedule_free(&s);
+    /* a micro-batch on the other replica's chunk */
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_CHIMERA, 2, 2, 2), PT_OK);
+    s.list[0][find_action(&s, 0, PT_ACT_F, 0, 0)].chunk = 1;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "micro-batch 0 travels replica 0, not chunk 1's");
+    pt_schedule_free(&s);
+    /* schedules without replicas have no all-reduce */
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_1F1B, 2, 1, 2), PT_OK);
+    s.list[0][s.count[0] - 1].kind = PT_ACT_REDUCE, s.list[0][s.count[0] - 1].peer = 1;
+    s.list[0][s.count[0]++].kind = PT_ACT_OPT;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "in a schedule without replicas");
+    pt_schedule_free(&s);
+}
+
 static int count_sub(const char *hay, size_t n, const char *needle) {
     size_t k = strlen(needle), i;
     int c = 0;
@@ -2599,6 +2698,8 @@ static const test_case tests[] = {
     {"schedule_trace_files", test_schedule_trace_files},
     {"schedule_zb_more", test_schedule_zb_more},
     {"schedule_zb_more_rejects", test_schedule_zb_more_rejects},
+    {"schedule_chimera", test_schedule_chimera},
+    {"schedule_chimera_rejects", test_schedule_chimera_rejects},
     {"sim_flops_closed_form", test_sim_flops_closed_form},
     {"sim_mechanisms", test_sim_mechanisms},
     {"sim_errors", test_sim_errors},

@@ -447,6 +447,10 @@ typedef enum pt_schedule_kind {
                              stage s holds stage s of replica 0 (chunk 0) and stage p-1-s of
                              replica 1 (chunk 1); even p, m a multiple of p. Built and
                              checked in unit time; pt_gpt and the simulator refuse it */
+    PT_SCHED_2BW,         /* PipeDream-2BW (Narayanan et al. 2021): 1F1B without a flush, a new
+                             weight version every p micro-batches (m a multiple of p), batch t
+                             computed at version t-1, two versions alive per stage. Built and
+                             checked in unit time; pt_gpt and the simulator refuse it */
     PT_SCHED_COUNT
 } pt_schedule_kind;
 
@@ -712,6 +716,8 @@ typedef struct pt_action {
                   it is, whose output a send carries, whose input a receive
                   brings (0..v-1; -1 for OPT) */
     int peer;  /* the other stage of a send or receive (-1 otherwise) */
+    int version; /* PipeDream-2BW: the weight version F and B use, or the one OPT
+                    makes (every OPT but the last is mid-list there); 0 elsewhere */
 } pt_action;
 
 /* pt_schedule_kind is declared with the model (>>model). */
@@ -732,6 +738,9 @@ typedef struct pt_schedule_report {
     int steps;             /* unit-time makespan: F, B, W take one slot each
                               (B two when W is not split off), messages none */
     double bubble;         /* idle fraction of the stages' slots in it */
+    int versions;          /* most weight versions alive on a stage at once: the newest
+                              and those in-flight micro-batches use (PipeDream-2BW: 2;
+                              1 for the flushed schedules) */
     int idle;              /* idle slots inside the stages' runs (from a stage's first
                               F, B or W to its last), summed: 0 is the zero-bubble
                               papers' zero, where only the fill of the pipeline (stage
@@ -2982,6 +2991,9 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
     if (pl->schedule == PT_SCHED_CHIMERA)
         pt__append_error(&bad, "schedule chimera is built and checked as data only: neither "
                          "pt_gpt nor the simulator builds its second replica of the weights");
+    if (pl->schedule == PT_SCHED_2BW)
+        pt__append_error(&bad, "schedule 2bw is built and checked as data only: neither pt_gpt "
+                         "nor the simulator keeps its second weight version");
     if (pl->pp > 1 && d->zero == 2)
         pt__append_error(&bad, "zero=2 with pipeline stages (pp=%d) is not supported: its "
                          "gradients would be reduced once per micro-batch; use zero <= 1", pl->pp);
@@ -4817,7 +4829,7 @@ PTRAINDEF void pt_grid_free(pt_grid *g) {
 /* ======================================================================== */
 
 static const char *pt__sched_names[PT_SCHED_COUNT] = {"default", "gpipe", "1f1b", "interleaved",
-                                                       "zb-h1", "zb-h2", "zb-v", "chimera"};
+                                                       "zb-h1", "zb-h2", "zb-v", "chimera", "2bw"};
 
 PTRAINDEF const char *pt_schedule_kind_name(pt_schedule_kind kind) {
     return (int)kind >= 0 && kind < PT_SCHED_COUNT ? pt__sched_names[kind] : "(unknown)";
@@ -4831,7 +4843,7 @@ PTRAINDEF pt_status pt_schedule_kind_parse(const char *name, pt_schedule_kind *o
             return PT_OK;
         }
     return pt__fail(PT_ERR_CONFIG, "unknown schedule '%s' (known: gpipe, 1f1b, interleaved, "
-                    "zb-h1, zb-h2, zb-v, chimera)", name ? name : "(null)");
+                    "zb-h1, zb-h2, zb-v, chimera, 2bw)", name ? name : "(null)");
 }
 
 /* A micro-batch's path: it passes nv virtual stages (p*v; Chimera: its
@@ -4859,7 +4871,7 @@ static int pt__sched_chunk_at(const pt_schedule *s, int micro, int vs) {
 /* Appends an action to stage s's list (capacity checked by the builder). */
 static void pt__sched_add(pt_schedule *s, int stage, int kind, int micro, int chunk, int peer) {
     pt_action *a = &s->list[stage][s->count[stage]++];
-    a->kind = kind, a->micro = micro, a->chunk = chunk, a->peer = peer;
+    a->kind = kind, a->micro = micro, a->chunk = chunk, a->peer = peer, a->version = 0;
 }
 
 /* One compute action with the messages around it: a forward receives its
@@ -5038,6 +5050,9 @@ PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int
     if (!bad && kind == PT_SCHED_CHIMERA && v != 2)
         pt__append_error(&bad, "chimera holds two replicas' stages per stage (chunks=%d, "
                          "must be 2)", v);
+    if (!bad && kind == PT_SCHED_2BW && m % p)
+        pt__append_error(&bad, "2bw makes a weight version every p micro-batches: m=%d must be "
+                         "a multiple of p=%d", m, p);
     if (!bad && kind == PT_SCHED_CHIMERA && (p % 2 || m % p))
         pt__append_error(&bad, "chimera needs an even number of stages and micro-batches a "
                          "multiple of them (its basic unit sends p/2 down and p/2 up): "
@@ -5064,6 +5079,23 @@ PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int
         case PT_SCHED_GPIPE:
             for (k = 0; k < m; k++) pt__sched_compute(s, st, PT_ACT_F, k, 0);
             for (k = 0; k < m; k++) pt__sched_compute(s, st, PT_ACT_B, k, 0);
+            break;
+        case PT_SCHED_2BW:
+            /* PipeDream-2BW: 1F1B's order, never flushed: after the B that ends
+               batch t (micro-batches tp..tp+p-1) the stage makes version t+1 =
+               W(t) - lr grad f(W(t-1)); batch t runs at version max(t-1, 0) */
+            for (k = 0; k < warm; k++) pt__sched_compute(s, st, PT_ACT_F, k, 0);
+            for (k = 0; k < m; k++) {
+                if (k < m - warm) pt__sched_compute(s, st, PT_ACT_F, warm + k, 0);
+                pt__sched_compute(s, st, PT_ACT_B, k, 0);
+                if ((k + 1) % p == 0 && k + 1 < m) pt__sched_add(s, st, PT_ACT_OPT, -1, -1, -1);
+            }
+            for (k = 0, chunk = 0; k < s->count[st]; k++) { /* chunk: versions made */
+                pt_action *a = &s->list[st][k];
+                if (a->kind == PT_ACT_OPT) a->version = ++chunk;
+                else if (a->kind == PT_ACT_F || a->kind == PT_ACT_B)
+                    a->version = a->micro / p > 1 ? a->micro / p - 1 : 0;
+            }
             break;
         case PT_SCHED_1F1B: /* warm-up forwards, then one forward one backward, then the rest */
         case PT_SCHED_ZB_H1:
@@ -5109,7 +5141,10 @@ PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int
             return err;
         }
     }
-    for (st = 0; st < p; st++) pt__sched_add(s, st, PT_ACT_OPT, -1, -1, -1);
+    for (st = 0; st < p; st++) {
+        pt__sched_add(s, st, PT_ACT_OPT, -1, -1, -1);
+        if (kind == PT_SCHED_2BW) s->list[st][s->count[st] - 1].version = m / p;
+    }
     return PT_OK;
 }
 
@@ -5157,7 +5192,11 @@ typedef struct pt__sched_costs {
 static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, double *start,
                                const pt__sched_costs *costs, double *clock_out) {
     int p = s->stages, v = s->chunks, m = s->micro, V = pt__sched_nv(s), st, k, progress, split = 0;
-    int chimera = s->kind == PT_SCHED_CHIMERA;
+    int chimera = s->kind == PT_SCHED_CHIMERA, tbw = s->kind == PT_SCHED_2BW;
+    /* weight versions (2BW; one version, 0, elsewhere): per stage the newest made,
+       per (micro, virtual stage) the one its F used, per stage and version the
+       micro-batches in flight on it */
+    int NV = tbw ? m / p + 2 : 1, *latest, *fver, *vflight;
     size_t nkeys = (size_t)m * V, i;
     /* per (micro, virtual stage): times F, B, W were done (-1 not yet); messages */
     double *fd = (double *)pt__malloc(sizeof(double) * (nkeys * 7 + 5 * (size_t)p), s->alloc_ctx);
@@ -5173,10 +5212,13 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                                residual-gradient buffer holds (-1: none) */
     int *red = lastb + p;   /* Chimera: 1 once the stage reached its all-reduce, 2 past it */
     pt_status err = PT_OK;
-    if (!fd || !pc) {
-        pt__free(fd, s->alloc_ctx), pt__free(pc, s->alloc_ctx);
+    latest = (int *)pt__malloc(sizeof(int) * ((size_t)p + nkeys + (size_t)p * NV), s->alloc_ctx);
+    fver = latest ? latest + p : NULL, vflight = fver ? fver + nkeys : NULL;
+    if (!fd || !pc || !latest) {
+        pt__free(fd, s->alloc_ctx), pt__free(pc, s->alloc_ctx), pt__free(latest, s->alloc_ctx);
         return pt__fail(PT_ERR_OOM, "cannot allocate the schedule checker's state");
     }
+    memset(latest, 0, sizeof(int) * ((size_t)p + nkeys + (size_t)p * NV));
     memset(pc, 0, sizeof(int) * (size_t)p * 3);
     memset(red, 0, sizeof(int) * (size_t)p);
     for (st = 0; st < p; st++) lastb[st] = -1;
@@ -5184,7 +5226,7 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
     for (st = 0; st < p; st++) clock[st] = busy[st] = 0.0, run0[st] = run1[st] = -1.0;
     for (st = 1; st < p; st++) first[st] = first[st - 1] + s->count[st - 1];
     split = pt__sched_split(s);
-    if (rep) memset(rep, 0, sizeof *rep);
+    if (rep) memset(rep, 0, sizeof *rep), rep->versions = 1;
 #define PT__BAD(...)                                                                         \
     do {                                                                                     \
         err = pt__fail(PT_ERR_CONFIG, __VA_ARGS__);                                          \
@@ -5224,6 +5266,16 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                     cost = costs ? costs->cost(costs->ctx, st, a) : pt__sched_cost(a->kind, split);
                     fd[key] = at + cost;
                     live[st]++;
+                    if (tbw && a->version != (mi / p > 1 ? mi / p - 1 : 0))
+                        PT__BAD("stage %d, action %d: forward of micro-batch %d (batch %d) at weight "
+                                "version %d; 2BW's W(t+1) = W(t) - lr grad f(W(t-1)) computes batch t "
+                                "at version max(t-1, 0)", st, pc[st], mi, mi / p, a->version);
+                    if (tbw && a->version > latest[st])
+                        PT__BAD("stage %d, action %d: forward of micro-batch %d at weight version %d, "
+                                "which the stage has not made yet (newest %d)", st, pc[st], mi,
+                                a->version, latest[st]);
+                    fver[key] = tbw ? a->version : 0;
+                    vflight[st * NV + fver[key]]++;
                     if (rep && live[st] > rep->peak_inflight[st]) rep->peak_inflight[st] = live[st];
                     break;
                 case PT_ACT_B:
@@ -5247,6 +5299,10 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                     cost = costs ? costs->cost(costs->ctx, st, a) : pt__sched_cost(a->kind, split);
                     bd[key] = at + cost;
                     if (!split) live[st]--;
+                    if (tbw && a->version != fver[key])
+                        PT__BAD("stage %d, action %d: backward of micro-batch %d at weight version %d, "
+                                "its forward used %d", st, pc[st], mi, a->version, fver[key]);
+                    if (!split) vflight[st * NV + fver[key]]--;
                     break;
                 case PT_ACT_W:
                     if (bd[key] < 0) PT__BAD("stage %d, action %d: weight gradient of micro-batch %d "
@@ -5255,6 +5311,7 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                     cost = costs ? costs->cost(costs->ctx, st, a) : pt__sched_cost(a->kind, split);
                     wd[key] = at + cost;
                     live[st]--;
+                    vflight[st * NV + fver[key]]--;
                     break;
                 case PT_ACT_SEND_ACT:
                 case PT_ACT_SEND_GRAD: {
@@ -5316,6 +5373,19 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                     break;
                 case PT_ACT_OPT:
                     if (costs) cost = costs->cost(costs->ctx, st, a);
+                    if (tbw) { /* a new weight version from one batch's gradients */
+                        int t = a->version - 1;
+                        if (a->version != latest[st] + 1 || a->version >= NV)
+                            PT__BAD("stage %d, action %d: the update makes weight version %d after "
+                                    "version %d", st, pc[st], a->version, latest[st]);
+                        for (mi = t * p; mi < (t + 1) * p; mi++)
+                            if (bd[(size_t)mi * V + (size_t)st] < 0)
+                                PT__BAD("stage %d, action %d: the update to weight version %d comes "
+                                        "before the backward of micro-batch %d of batch %d", st,
+                                        pc[st], a->version, mi, t);
+                        latest[st] = a->version;
+                        if (pc[st] != s->count[st] - 1) break; /* mid-stream: no flush */
+                    }
                     if (pc[st] != s->count[st] - 1)
                         PT__BAD("stage %d: the optimizer step is action %d of %d, not the last", st,
                                 pc[st], s->count[st]);
@@ -5335,6 +5405,14 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                     break;
                 }
                 if (start) start[first[st] + pc[st]] = at;
+                if (tbw && rep) { /* the newest version and those in-flight micro-batches
+                                     use: the version rule and the updates' order above keep
+                                     it at two (batch t-1's micro-batches, at t-2, are all
+                                     done before version t is made) */
+                    int ver, alive = 1;
+                    for (ver = 0; ver < NV; ver++) alive += ver != latest[st] && vflight[st * NV + ver] > 0;
+                    if (alive > rep->versions) rep->versions = alive;
+                }
                 if (a->kind == PT_ACT_F || a->kind == PT_ACT_B || a->kind == PT_ACT_W) {
                     if (run0[st] < 0) run0[st] = at;
                     run1[st] = at + cost, busy[st] += cost;
@@ -5387,6 +5465,7 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
 done:
     pt__free(fd, s->alloc_ctx);
     pt__free(pc, s->alloc_ctx);
+    pt__free(latest, s->alloc_ctx);
     return err;
 }
 

@@ -27,6 +27,9 @@
                   of p): stage s holds stage s of replica a and stage p-1-s
                   of replica b; micro-batches go half down, half up, and
                   each stage all-reduces its gradients with stage p-1-s
+     2bw          PipeDream-2BW: 1F1B never flushed, a new weight version
+                  after every p micro-batches (m a multiple of p); batch t
+                  runs at version t-1, so a stage keeps two versions
 
    With F = 1, B = 2 (or B = W = 1) time units, the idle share ("bubble") of
    GPipe and 1F1B is (p-1)/(m+p-1). The checker runs all lists together, so
@@ -43,8 +46,8 @@ int main(int argc, char **argv) {
     int p = 4, m = 8, v = 2, npos, s, st;
     const char *pos[1];
     cli_opt opts[] = {
-        {"schedule", CLI_STR, &kind_name, "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v or chimera", 0,
-         0},
+        {"schedule", CLI_STR, &kind_name, "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, chimera or 2bw",
+         0, 0},
         {"stages", CLI_INT, &p, "pipeline stages p", 1, 64},
         {"microbatches", CLI_INT, &m, "micro-batches m", 1, 4096},
         {"chunks", CLI_INT, &v, "chunks per stage v (interleaved only; zb-v has 2)", 1, 64},
@@ -97,6 +100,9 @@ int main(int argc, char **argv) {
     if (kind == PT_SCHED_CHIMERA && m == p) /* the paper's D - 2 bubbles, B two slots */
         printf(" (m = p: %d idle slots a stage = 2(p-2), 1F1B's 3(p-1) = %d)", rep.steps - 3 * m,
                3 * (p - 1));
+    if (kind == PT_SCHED_2BW)
+        printf("; %d updates without a flush, %d weight versions alive at most", m / p,
+               rep.versions);
     printf("\nmicro-batches whose activations a stage holds at its peak:");
     for (st = 0; st < p; st++) printf(" %d", rep.peak_inflight[st]);
     printf("\n");

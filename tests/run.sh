@@ -170,7 +170,7 @@ for f in tests/fixtures/gpt2_deep.safetensors tests/fixtures/gpt2_heads8.safeten
         sh tests/pipeline_zb_check.sh build/fixture_check_mpi "$f" 4
     tail -n 1 "$tmp/out" | sed 's/^/      /'
 done
-for kind in zb-h2 zb-v chimera; do
+for kind in zb-h2 zb-v chimera 2bw; do
     step "example: pipeline --schedule $kind (grid, checker, Chrome trace, SVG)" \
         build/pipeline --schedule "$kind" --stages 4 --microbatches 8 \
         --trace "$tmp/$kind.json" --svg "$tmp/$kind.svg"

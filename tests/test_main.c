@@ -2456,6 +2456,104 @@ static void test_schedule_chimera_rejects(void) {
     pt_schedule_free(&s);
 }
 
+/* PipeDream-2BW over m = kp micro-batches (k batches, p <= 8, m <= 16):
+   1F1B's order never flushed: one fill and drain, makespan 3m + 3(p-1)
+   against k flushed 1F1B steps' k(3p + 3(p-1)); batch t runs at weight
+   version max(t-1, 0) (W(t+1) = W(t) - lr grad f(W(t-1))), F and B of a
+   micro-batch at the same one; two versions alive once there are two
+   batches. */
+static void test_schedule_2bw(void) {
+    int p, m, st, i;
+    for (p = 1; p <= 8; p++)
+        for (m = p; m <= 16; m += p) {
+            pt_schedule s, one;
+            pt_schedule_report r, r1;
+            ZERO(s), ZERO(one);
+            CHECK_ST(pt_schedule_build(&s, PT_SCHED_2BW, p, 1, m), PT_OK);
+            CHECK_ST(pt_schedule_build(&one, PT_SCHED_1F1B, p, 1, p), PT_OK);
+            if (g_fail) return;
+            if (pt_schedule_check(&s, &r) != PT_OK || pt_schedule_check(&one, &r1) != PT_OK) {
+                FAIL("2bw p=%d m=%d: %s", p, m, pt_last_error());
+                pt_schedule_free(&s), pt_schedule_free(&one);
+                return;
+            }
+            if (r.steps != 3 * m + 3 * (p - 1) || (p > 1 && m > p && r.steps >= m / p * r1.steps))
+                FAIL("2bw p=%d m=%d: makespan %d, want %d (flushed: %d)", p, m, r.steps,
+                     3 * m + 3 * (p - 1), m / p * r1.steps);
+            if (r.versions != (m >= 2 * p ? 2 : 1) || r1.versions != 1)
+                FAIL("2bw p=%d m=%d: %d weight versions alive (1f1b %d)", p, m, r.versions,
+                     r1.versions);
+            for (st = 0; st < p; st++) {
+                int made = 0;
+                for (i = 0; i < s.count[st]; i++) {
+                    const pt_action *a = &s.list[st][i];
+                    int t = a->micro / p;
+                    if ((a->kind == PT_ACT_F || a->kind == PT_ACT_B) && a->version != (t > 1 ? t - 1 : 0))
+                        FAIL("2bw p=%d m=%d stage %d: micro-batch %d at version %d", p, m, st,
+                             a->micro, a->version);
+                    if (a->kind == PT_ACT_OPT && a->version != ++made)
+                        FAIL("2bw p=%d m=%d stage %d: update %d makes version %d", p, m, st, made,
+                             a->version);
+                }
+                if (made != m / p) FAIL("2bw p=%d m=%d stage %d: %d updates", p, m, st, made);
+            }
+            pt_schedule_free(&s), pt_schedule_free(&one);
+        }
+}
+
+static void test_schedule_2bw_rejects(void) {
+    pt_schedule s;
+    pt_schedule_kind k = PT_SCHED_GPIPE;
+    int i, j;
+    pt_action tmp;
+    ZERO(s);
+    CHECK_ST(pt_schedule_kind_parse("2bw", &k), PT_OK);
+    CHECK_EQ(k, PT_SCHED_2BW);
+    CHECK_ERR(pt_schedule_build(&s, PT_SCHED_2BW, 4, 1, 6), PT_ERR_CONFIG,
+              "2bw makes a weight version every p micro-batches: m=6 must be a multiple of p=4");
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_2BW, 3, 1, 9), PT_OK);
+    CHECK_ST(pt_schedule_check(&s, NULL), PT_OK);
+    /* batch 2 at the newest version (2) instead of the one before it */
+    i = find_action(&s, 2, PT_ACT_F, 6, 0);
+    s.list[2][i].version = 2;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "stage 2, action");
+    CHECK_MSG("forward of micro-batch 6 (batch 2) at weight version 2; 2BW's W(t+1)");
+    s.list[2][i].version = 1;
+    /* a backward at another version than its forward */
+    j = find_action(&s, 1, PT_ACT_B, 7, 0);
+    s.list[1][j].version = 0;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "backward of micro-batch 7 at weight version 0, its forward used 1");
+    s.list[1][j].version = 1;
+    /* the update making version 1 moved before batch 0's last backward */
+    i = find_action(&s, 0, PT_ACT_B, 2, 0);
+    for (j = i; s.list[0][j].kind != PT_ACT_OPT; j++) continue;
+    tmp = s.list[0][j];
+    memmove(&s.list[0][i + 1], &s.list[0][i], sizeof(pt_action) * (size_t)(j - i));
+    s.list[0][i] = tmp;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "the update to weight version 1 comes before the backward of micro-batch 2 of batch 0");
+    pt_schedule_free(&s);
+    /* an update left out: the next makes version 2 after version 0 */
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_2BW, 2, 1, 6), PT_OK);
+    for (i = 0; s.list[1][i].kind != PT_ACT_OPT; i++) continue;
+    drop_action(&s, 1, i);
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "the update makes weight version 2 after version 0");
+    pt_schedule_free(&s);
+    /* version 1 made late: batch 2's first forward would run on weights not there */
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_2BW, 2, 1, 6), PT_OK);
+    for (i = 0; s.list[0][i].kind != PT_ACT_OPT; i++) continue;
+    j = find_action(&s, 0, PT_ACT_F, 4, 0);
+    CHECK(j > i);
+    tmp = s.list[0][i];
+    memmove(&s.list[0][i], &s.list[0][i + 1], sizeof(pt_action) * (size_t)(j - i));
+    s.list[0][j] = tmp;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "stage 0, action");
+    CHECK_MSG("forward of micro-batch 4 at weight version 1, which the stage has not made yet");
+    pt_schedule_free(&s);
+}
+
 static int count_sub(const char *hay, size_t n, const char *needle) {
     size_t k = strlen(needle), i;
     int c = 0;
@@ -2700,6 +2798,8 @@ static const test_case tests[] = {
     {"schedule_zb_more_rejects", test_schedule_zb_more_rejects},
     {"schedule_chimera", test_schedule_chimera},
     {"schedule_chimera_rejects", test_schedule_chimera_rejects},
+    {"schedule_2bw", test_schedule_2bw},
+    {"schedule_2bw_rejects", test_schedule_2bw_rejects},
     {"sim_flops_closed_form", test_sim_flops_closed_form},
     {"sim_mechanisms", test_sim_mechanisms},
     {"sim_errors", test_sim_errors},

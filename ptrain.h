@@ -747,7 +747,7 @@ typedef struct pt_schedule_report {
                               s starts at slot s) and its drain are idle */
 } pt_schedule_report;
 
-/* "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v" (pt_schedule_kind_name(0)
+/* "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "chimera", "2bw" (kind_name(0)
    is "default") */
 PTRAINDEF pt_status pt_schedule_kind_parse(const char *name, pt_schedule_kind *out);
 PTRAINDEF const char *pt_schedule_kind_name(pt_schedule_kind kind);

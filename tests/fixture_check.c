@@ -230,10 +230,10 @@ int main(int argc, char **argv) {
         {"dp", CLI_INT, &dp, "data-parallel ranks (divides the fixture's batch B)", 1, 1024},
         {"zero", CLI_INT, &zero, "ZeRO stage: 0, 1 (shard AdamW state) or 2 (and gradients)", 0, 2},
         {"pp", CLI_INT, &pp, "pipeline stages (at most n_layer)", 1, 1024},
-        {"schedule", CLI_STR, &schedule, "the step's schedule: gpipe, 1f1b, interleaved, zb-h1 "
-         "(default: 1f1b, interleaved with --chunks)", 0, 0},
+        {"schedule", CLI_STR, &schedule, "the step's schedule: gpipe, 1f1b, interleaved, zb-h1, "
+         "zb-h2, zb-v (--chunks 2) (default: 1f1b, interleaved with --chunks)", 0, 0},
         {"microbatches", CLI_INT, &micro, "micro-batches per step (divides B/dp)", 1, 4096},
-        {"chunks", CLI_INT, &chunks, "layer chunks per stage (interleaved)", 1, 64},
+        {"chunks", CLI_INT, &chunks, "layer chunks per stage (interleaved; zb-v: 2)", 1, 64},
         {"recompute", CLI_STR, &recompute, "activation recomputation: none, selective, full", 0,
          0},
         {"threads", CLI_INT, &threads, "OpenMP/BLAS threads (0: all cores; one rank only)", 0,

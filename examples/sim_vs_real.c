@@ -119,6 +119,7 @@ int main(int argc, char **argv) {
         {1, 1, 2, 1, 2, 0, "interleaved"}, {1, 1, 2, 1, 1, 0, "zb-h1"},
         {1, 1, 2, 1, 1, 1, "1f1b"},        {1, 1, 4, 1, 1, 0, "1f1b"},
         {2, 1, 2, 2, 1, 0, "1f1b"},        {1, 2, 2, 1, 1, 0, "1f1b"},
+        {1, 1, 2, 1, 1, 0, "zb-h2"},       {1, 1, 2, 1, 2, 0, "zb-v"},
     };
     const char *hw_file = "build/hw-local.txt", *pos[1], *rc = "none";
     layout one = {1, 1, 2, 1, 1, 0, "1f1b"};

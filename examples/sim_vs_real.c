@@ -131,7 +131,7 @@ int main(int argc, char **argv) {
         {"tp", CLI_INT, &one.tp, "tensor-parallel ranks", 1, 8},
         {"dp", CLI_INT, &one.dp, "data-parallel ranks", 1, 8},
         {"pp", CLI_INT, &one.pp, "pipeline stages", 1, 8},
-        {"schedule", CLI_STR, &one.schedule, "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v (--chunks 2)",
+        {"schedule", CLI_STR, &one.schedule, "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v",
          0, 0},
         {"micro", CLI_INT, &one.micro, "micro-batch (sequences)", 1, 4096},
         {"chunks", CLI_INT, &one.chunks, "chunks a stage (interleaved; zb-v: 2)", 1, 8},
@@ -154,6 +154,7 @@ int main(int argc, char **argv) {
         return s == 1 ? 0 : 2;
     }
     if ((one.recompute = cli_recompute(rc)) < 0) return 2;
+    if (strcmp(one.schedule, "zb-v") == 0 && one.chunks == 1) one.chunks = 2; /* its V */
     for (i = 0; i < (all ? nl : 1); i++) { /* every layout must divide the batch */
         const layout *l = all ? &layouts[i] : &one;
         if (r.batch % (l->dp * l->micro)) {

@@ -170,6 +170,8 @@ for f in tests/fixtures/gpt2_deep.safetensors tests/fixtures/gpt2_heads8.safeten
         sh tests/pipeline_zb_check.sh build/fixture_check_mpi "$f" 4
     tail -n 1 "$tmp/out" | sed 's/^/      /'
 done
+step "fixture deep, tp 2 x pp 2, zb-v under ThreadSanitizer" \
+    tsan build/fixture_check_tsan tests/fixtures/gpt2_deep.safetensors --tp 2 --pp 2 --schedule zb-v
 for kind in zb-h2 zb-v chimera 2bw; do
     step "example: pipeline --schedule $kind (grid, checker, Chrome trace, SVG)" \
         build/pipeline --schedule "$kind" --stages 4 --microbatches 8 \

@@ -440,6 +440,19 @@ typedef enum pt_schedule_kind {
     PT_SCHED_1F1B,        /* PipeDream-Flush: at most p - s micro-batches in flight */
     PT_SCHED_INTERLEAVED, /* Megatron-LM's interleaved 1F1B, v >= 2, m % p == 0 */
     PT_SCHED_ZB_H1,       /* zero bubble H1: B and W split, 1F1B's memory */
+    PT_SCHED_ZB_H2,       /* zero bubble H2: B and W split, 2p - 1 micro-batches in flight,
+                             no idle slot inside a stage's run once m >= 2p - 1 */
+    PT_SCHED_ZB_V,        /* zero bubble V: 2 chunks per stage in a V (stage s holds virtual
+                             stages s and 2p-1-s), B and W split, 1F1B's activation memory,
+                             no idle slot inside a stage's run once m >= 2p - 1 */
+    PT_SCHED_CHIMERA,     /* Chimera (Li & Hoefler 2021): two pipelines in opposite directions;
+                             stage s holds stage s of replica 0 (chunk 0) and stage p-1-s of
+                             replica 1 (chunk 1); even p, m a multiple of p. Built and
+                             checked in unit time; pt_gpt and the simulator refuse it */
+    PT_SCHED_2BW,         /* PipeDream-2BW (Narayanan et al. 2021): 1F1B without a flush, a new
+                             weight version every p micro-batches (m a multiple of p), batch t
+                             computed at version t-1, two versions alive per stage. Built and
+                             checked in unit time; pt_gpt and the simulator refuse it */
     PT_SCHED_COUNT
 } pt_schedule_kind;
 
@@ -747,8 +760,10 @@ PTRAINDEF void pt_grid_free(pt_grid *g);
 /* A pipeline schedule is data: for each of p stages, the ordered list of what
    it does. The model's layers form p*v virtual stages; stage s holds chunks
    c = 0..v-1, chunk c being virtual stage c*p + s (Megatron-LM's
-   interleaving; v = 1: stage s holds one contiguous run of layers). A
-   micro-batch flows forward through virtual stages 0..p*v-1 and back. */
+   interleaving; v = 1: stage s holds one contiguous run of layers), except
+   under ZB-V, whose two chunks form a V: stage s holds virtual stages s and
+   2p-1-s. A micro-batch flows forward through virtual stages 0..p*v-1 and
+   back. */
 typedef enum pt_action_kind {
     PT_ACT_F = 0,    /* forward of (micro, chunk) */
     PT_ACT_B,        /* backward: input gradient, and the weight gradient unless split */
@@ -758,6 +773,8 @@ typedef enum pt_action_kind {
     PT_ACT_SEND_GRAD,
     PT_ACT_RECV_GRAD,
     PT_ACT_OPT,      /* the optimizer step, after every backward */
+    PT_ACT_REDUCE,   /* Chimera: the gradients all-reduced with peer, the stage holding
+                        the same layers in the other replica (before OPT) */
     PT_ACT_COUNT
 } pt_action_kind;
 
@@ -768,6 +785,8 @@ typedef struct pt_action {
                   it is, whose output a send carries, whose input a receive
                   brings (0..v-1; -1 for OPT) */
     int peer;  /* the other stage of a send or receive (-1 otherwise) */
+    int version; /* PipeDream-2BW: the weight version F and B use, or the one OPT
+                    makes (every OPT but the last is mid-list there); 0 elsewhere */
 } pt_action;
 
 /* pt_schedule_kind is declared with the model (>>model). */
@@ -788,13 +807,24 @@ typedef struct pt_schedule_report {
     int steps;             /* unit-time makespan: F, B, W take one slot each
                               (B two when W is not split off), messages none */
     double bubble;         /* idle fraction of the stages' slots in it */
+    int versions;          /* most weight versions alive on a stage at once: the newest
+                              and those in-flight micro-batches use (PipeDream-2BW: 2;
+                              1 for the flushed schedules) */
+    int idle;              /* idle slots inside the stages' runs (from a stage's first
+                              F, B or W to its last), summed: 0 is the zero-bubble
+                              papers' zero, where only the fill of the pipeline (stage
+                              s starts at slot s) and its drain are idle */
 } pt_schedule_report;
 
-/* "gpipe", "1f1b", "interleaved", "zb-h1" (pt_schedule_kind_name(0) is "default") */
+/* "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "chimera", "2bw" (kind_name(0)
+   is "default") */
 PTRAINDEF pt_status pt_schedule_kind_parse(const char *name, pt_schedule_kind *out);
 PTRAINDEF const char *pt_schedule_kind_name(pt_schedule_kind kind);
 /* Builds the lists for p stages (1..64), v chunks per stage, m micro-batches.
-   Checks Megatron's interleaving constraints and says which failed. */
+   Checks each kind's constraints and says which failed: interleaved needs
+   v >= 2 and m divisible by p (Megatron-LM), zb-v exactly v = 2, the others
+   v = 1. zb-h2 and zb-v run for any m and are bubble-free (no idle slot
+   inside a stage's run in unit time) from m = 2p - 1 on. */
 PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int p, int v,
                                       int m);
 PTRAINDEF void pt_schedule_free(pt_schedule *s);
@@ -2961,15 +2991,56 @@ PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, p
 
 /* ---- building a model: checks, tables, buffers, communicators ------------ */
 
+/* Zero means 1F1B, or Megatron-LM's interleaved 1F1B when a stage holds
+   several chunks of layers (the model's and the simulator's default). */
+static pt_schedule_kind pt__sched_resolve(pt_schedule_kind kind, int chunks) {
+    return kind ? kind : chunks > 1 ? PT_SCHED_INTERLEAVED : PT_SCHED_1F1B;
+}
+
+/* Chunks per stage when the desc says 0: ZB-V's and Chimera's two, else one. */
+static int pt__sched_chunks(pt_schedule_kind kind, int chunks) {
+    return chunks > 0 ? chunks : kind == PT_SCHED_ZB_V || kind == PT_SCHED_CHIMERA ? 2 : 1;
+}
+
+/* The virtual stage of chunk c on stage s of p: c*p + s (Megatron-LM's
+   interleaving), or the V of ZB-V: chunk 0 is s, chunk 1 is 2p-1-s, so the
+   last stage turns the micro-batch round and stage 0 holds both ends. */
+static int pt__sched_vstage(pt_schedule_kind kind, int p, int s, int c) {
+    return kind == PT_SCHED_ZB_V ? (c == 0 ? s : 2 * p - 1 - s) : c * p + s;
+}
+
+/* The stage holding virtual stage vs (the inverse of pt__sched_vstage). */
+static int pt__sched_owner(pt_schedule_kind kind, int p, int vs) {
+    return kind == PT_SCHED_ZB_V ? (vs < p ? vs : 2 * p - 1 - vs) : vs % p;
+}
+
+/* The chunk of its stage that virtual stage vs is. */
+static int pt__sched_chunk_of(pt_schedule_kind kind, int p, int vs) {
+    return kind == PT_SCHED_ZB_V ? vs >= p : vs / p;
+}
+
+/* 1 for the schedules whose lists run W apart from B (zero-bubble). */
+static int pt__sched_splits(pt_schedule_kind kind) {
+    return kind == PT_SCHED_ZB_H1 || kind == PT_SCHED_ZB_H2 || kind == PT_SCHED_ZB_V;
+}
+
+/* Chimera's replica of micro-batch k (p even): units of p micro-batches,
+   the first p/2 of each down replica 0, the next p/2 up replica 1. */
+static int pt__chimera_replica(int p, int k) {
+    return (k / (p / 2)) % 2;
+}
+
 /* Layers of the whole model to this stage's chunks: virtual stage k (of
-   V = pp x chunks; chunk c of stage s is k = c*pp + s) gets floor(L/V)
-   layers, one more for the first L mod V virtual stages. */
+   V = pp x chunks; chunk c of stage s is k = c*pp + s, or ZB-V's V, see
+   pt__sched_vstage) gets floor(L/V) layers, one more for the first L mod V
+   virtual stages. */
 static void pt__assign_layers(pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     pt_gpt_place *pl = &m->place;
     int L = m->config.n_layer, V = pl->pp * pl->chunks, c, n = 0;
     for (c = 0; c < pl->chunks; c++) {
-        int k = c * pl->pp + pl->pp_rank, first = k * (L / V) + (k < L % V ? k : L % V);
+        int k = pt__sched_vstage(pl->schedule, pl->pp, pl->pp_rank, c);
+        int first = k * (L / V) + (k < L % V ? k : L % V);
         int count = L / V + (k < L % V), l;
         x->chunk_start[c] = n;
         for (l = 0; l < count; l++) x->layer_id[n++] = first + l;
@@ -2977,12 +3048,6 @@ static void pt__assign_layers(pt_gpt *m) {
     x->chunk_start[pl->chunks] = n;
     pl->n_layers = n;
     pl->layer_id = x->layer_id;
-}
-
-/* Zero means 1F1B, or Megatron-LM's interleaved 1F1B when a stage holds
-   several chunks of layers (the model's and the simulator's default). */
-static pt_schedule_kind pt__sched_resolve(pt_schedule_kind kind, int chunks) {
-    return kind ? kind : chunks > 1 ? PT_SCHED_INTERLEAVED : PT_SCHED_1F1B;
 }
 
 /* The desc's checks, every failed one reported; on success the config with
@@ -3004,7 +3069,7 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
     pl->pp = g ? g->pp : 1, pl->pp_rank = g ? g->pp_rank : 0;
     pl->zero = d->zero;
     pl->micro = d->grad_accum > 0 ? d->grad_accum : 1;
-    pl->chunks = d->chunks > 0 ? d->chunks : 1;
+    pl->chunks = pt__sched_chunks(d->schedule, d->chunks);
     pl->recompute = d->recompute;
     pl->schedule = pt__sched_resolve(d->schedule, pl->chunks);
     if (pl->tp < 1 || (cfg.n_head >= 1 && cfg.n_head % pl->tp != 0))
@@ -3023,6 +3088,12 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
         pt__append_error(&bad, "zero=%d needs training state (inference=1 given)", d->zero);
     if (g && !g->world && !d->meta)
         pt__append_error(&bad, "the grid has no communicators (only meta builds may)");
+    if (pl->schedule == PT_SCHED_CHIMERA)
+        pt__append_error(&bad, "schedule chimera is built and checked as data only: neither "
+                         "pt_gpt nor the simulator builds its second replica of the weights");
+    if (pl->schedule == PT_SCHED_2BW)
+        pt__append_error(&bad, "schedule 2bw is built and checked as data only: neither pt_gpt "
+                         "nor the simulator keeps its second weight version");
     if (pl->pp > 1 && d->zero == 2)
         pt__append_error(&bad, "zero=2 with pipeline stages (pp=%d) is not supported: its "
                          "gradients would be reduced once per micro-batch; use zero <= 1", pl->pp);
@@ -3036,15 +3107,17 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
         pt__append_error(&bad, "a pipeline model is for training; gather it whole to sample");
     if (pl->pp == 1 && pl->chunks > 1)
         pt__append_error(&bad, "chunks=%d needs a pipeline (grid pp > 1)", pl->chunks);
-    if (pl->schedule == PT_SCHED_ZB_H1 && pl->recompute == PT_RECOMPUTE_FULL && !d->inference)
-        pt__append_error(&bad, "zb-h1 keeps activations from B to W; full recomputation "
-                         "would drop them (use selective or none)");
+    if (pt__sched_splits(pl->schedule) && pl->recompute == PT_RECOMPUTE_FULL && !d->inference)
+        pt__append_error(&bad, "%s keeps activations from B to W; full recomputation "
+                         "would drop them (use selective or none)",
+                         pt_schedule_kind_name(pl->schedule));
     if (bad) return PT_ERR_CONFIG;
     m->config = cfg;
     m->B = d->batch;
     m->T = d->seq;
     pl->has_embed = pl->pp_rank == 0;
-    pl->has_head = pl->pp_rank == pl->pp - 1;
+    /* the stage holding the last virtual stage (ZB-V: the first stage) */
+    pl->has_head = pl->pp_rank == pt__sched_owner(pl->schedule, pl->pp, pl->pp * pl->chunks - 1);
     /* the vocabulary padded to a multiple of tp, as Megatron-LM pads GPT-2's */
     pl->vocab_local = (cfg.vocab_size + pl->tp - 1) / pl->tp;
     pl->vocab_offset = pl->tp_rank * pl->vocab_local;
@@ -3236,7 +3309,7 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     }
     x = m->exec;
     x->sched = sched; /* freed with the model from here on */
-    x->split = m->place.schedule == PT_SCHED_ZB_H1; /* its lists hold W actions */
+    x->split = pt__sched_splits(m->place.schedule); /* its lists hold W actions */
     pt__assign_layers(m);
     pt__build_table(m);
     if ((st = pt__gpt_comms(m, d)) != PT_OK) {
@@ -5455,7 +5528,7 @@ PTRAINDEF void pt_grid_free(pt_grid *g) {
 /* ======================================================================== */
 
 static const char *pt__sched_names[PT_SCHED_COUNT] = {"default", "gpipe", "1f1b", "interleaved",
-                                                       "zb-h1"};
+                                                       "zb-h1", "zb-h2", "zb-v", "chimera", "2bw"};
 
 PTRAINDEF const char *pt_schedule_kind_name(pt_schedule_kind kind) {
     return (int)kind >= 0 && kind < PT_SCHED_COUNT ? pt__sched_names[kind] : "(unknown)";
@@ -5468,23 +5541,47 @@ PTRAINDEF pt_status pt_schedule_kind_parse(const char *name, pt_schedule_kind *o
             *out = (pt_schedule_kind)k;
             return PT_OK;
         }
-    return pt__fail(PT_ERR_CONFIG, "unknown schedule '%s' (known: gpipe, 1f1b, interleaved, zb-h1)",
-                    name ? name : "(null)");
+    return pt__fail(PT_ERR_CONFIG, "unknown schedule '%s' (known: gpipe, 1f1b, interleaved, "
+                    "zb-h1, zb-h2, zb-v, chimera, 2bw)", name ? name : "(null)");
+}
+
+/* A micro-batch's path: it passes nv virtual stages (p*v; Chimera: its
+   replica's p); virtual stage vs of micro-batch k is on stage
+   pt__sched_at and is that stage's chunk pt__sched_chunk_at. For Chimera
+   the "virtual stage" of chunk c on stage s is its replica's stage (s, or
+   p-1-s for chunk 1), which is also the block of layers it holds. */
+static int pt__sched_nv(const pt_schedule *s) {
+    return s->kind == PT_SCHED_CHIMERA ? s->stages : s->stages * s->chunks;
+}
+static int pt__sched_vs(const pt_schedule *s, int stage, int chunk) {
+    if (s->kind == PT_SCHED_CHIMERA) return chunk == 0 ? stage : s->stages - 1 - stage;
+    return pt__sched_vstage(s->kind, s->stages, stage, chunk);
+}
+static int pt__sched_at(const pt_schedule *s, int micro, int vs) {
+    if (s->kind == PT_SCHED_CHIMERA)
+        return pt__chimera_replica(s->stages, micro) == 0 ? vs : s->stages - 1 - vs;
+    return pt__sched_owner(s->kind, s->stages, vs);
+}
+static int pt__sched_chunk_at(const pt_schedule *s, int micro, int vs) {
+    if (s->kind == PT_SCHED_CHIMERA) return pt__chimera_replica(s->stages, micro);
+    return pt__sched_chunk_of(s->kind, s->stages, vs);
 }
 
 /* Appends an action to stage s's list (capacity checked by the builder). */
 static void pt__sched_add(pt_schedule *s, int stage, int kind, int micro, int chunk, int peer) {
     pt_action *a = &s->list[stage][s->count[stage]++];
-    a->kind = kind, a->micro = micro, a->chunk = chunk, a->peer = peer;
+    a->kind = kind, a->micro = micro, a->chunk = chunk, a->peer = peer, a->version = 0;
 }
 
 /* One compute action with the messages around it: a forward receives its
    input from the previous virtual stage's owner and sends its output on; a
-   backward receives its output gradient and sends its input gradient back.
-   Virtual stage of (stage s, chunk c) is c*p + s. */
+   backward receives its output gradient and sends its input gradient back;
+   nothing travels between two virtual stages of one stage (ZB-V's turn).
+   Virtual stage of (stage s, chunk c): pt__sched_vstage. */
 static void pt__sched_compute(pt_schedule *s, int stage, int kind, int micro, int chunk) {
-    int p = s->stages, vs = chunk * p + stage, last = p * s->chunks - 1;
-    int prev = (vs + p * s->chunks - 1) % p, next = (vs + 1) % p;
+    int vs = pt__sched_vs(s, stage, chunk), last = pt__sched_nv(s) - 1;
+    int prev = vs > 0 ? pt__sched_at(s, micro, vs - 1) : -1;
+    int next = vs < last ? pt__sched_at(s, micro, vs + 1) : -1;
     if (kind == PT_ACT_F && vs > 0 && prev != stage)
         pt__sched_add(s, stage, PT_ACT_RECV_ACT, micro, chunk, prev);
     if (kind == PT_ACT_B && vs < last && next != stage)
@@ -5507,6 +5604,128 @@ static void pt__interleaved_slot(const pt_schedule *s, int k, int backward, int 
     *micro = (k / (p * v)) * p + k % p;
 }
 
+/* ZB-H2 and ZB-V as the zero-bubble paper builds its schedules: time runs
+   in unit slots (F, B, W one each) and at every slot each stage takes the
+   first action it may, in a fixed preference; a stage holds at most cap
+   micro-batch chunks (forwarded, W not yet run).
+     ZB-H2 (cap 2p-1): B, then F, then W. The first stage forwards 2p-1
+       micro-batches before its first B: the warm-up fills what 1F1B leaves
+       idle, W's fill the tail, and each stage s runs [s, s + 3m) unbroken.
+     ZB-V (cap 2p, the activations of p whole-stage micro-batches, 1F1B's
+       first stage): W first when at the cap, else F (the later chunk first,
+       so micro-batches turn round), then B (the earlier chunk first), then
+       W; each stage s runs [s, s + 6m) unbroken.
+   Both are unbroken for m >= 2p - 1 (the unit tests hold every p <= 8,
+   m <= 16 to it) and valid for every m. */
+static pt_status pt__sched_greedy(pt_schedule *s) {
+    int p = s->stages, v = s->chunks, m = s->micro, V = p * v, zbv = s->kind == PT_SCHED_ZB_V;
+    int cap = zbv ? 2 * p : 2 * p - 1, t, st, c, left = 3 * m * V;
+    size_t nkeys = (size_t)m * V;
+    /* per (micro, virtual stage): slot F and B end (-1 not yet); per stage
+       and chunk the next micro-batch to forward and to backpropagate; per
+       stage its W queue (micro*v + chunk, in B's order), head, tail, live */
+    int *fd = (int *)pt__malloc(sizeof(int) * (2 * nkeys + 2 * (size_t)p * v + nkeys +
+                                               4 * (size_t)p), s->alloc_ctx);
+    int *bd = fd + nkeys, *nf = bd + nkeys, *nb = nf + p * v, *wq = nb + p * v;
+    int *wh = wq + nkeys, *wt = wh + p, *live = wt + p, *pick = live + p;
+    if (!fd) return pt__fail(PT_ERR_OOM, "cannot allocate the schedule builder's state");
+    memset(nf, 0, sizeof(int) * (2 * (size_t)p * v));
+    memset(wh, 0, sizeof(int) * 4 * (size_t)p);
+    for (t = 0; t < (int)(2 * nkeys); t++) fd[t] = -1;
+    for (t = 0; left > 0 && t <= 3 * m * V * p; t++) {
+        for (st = 0; st < p; st++) { /* decide every stage from slot t's state */
+            int f = -1, b = -1, w = wt[st] > wh[st], pref;
+            for (c = v - 1; c >= 0; c--) { /* F: the later chunk first */
+                int vs = pt__sched_vstage(s->kind, p, st, c), mi = nf[st * v + c];
+                size_t key = (size_t)mi * V + (size_t)vs;
+                if (f < 0 && mi < m && live[st] < cap && (vs == 0 || (fd[key - 1] >= 0 &&
+                                                                      fd[key - 1] <= t)))
+                    f = c;
+            }
+            for (c = 0; c < v; c++) { /* B: the earlier chunk first */
+                int vs = pt__sched_vstage(s->kind, p, st, c), mi = nb[st * v + c];
+                size_t key = (size_t)mi * V + (size_t)vs;
+                if (b < 0 && mi < m && fd[key] >= 0 && fd[key] <= t &&
+                    (vs == V - 1 || (bd[key + 1] >= 0 && bd[key + 1] <= t)))
+                    b = c;
+            }
+            pref = zbv ? (w && live[st] >= cap ? 2 : f >= 0 ? 0 : b >= 0 ? 1 : w ? 2 : -1)
+                       : (b >= 0 ? 1 : f >= 0 ? 0 : w ? 2 : -1);
+            pick[st] = pref < 0 ? -1 : pref * v + (pref == 0 ? f : pref == 1 ? b : 0);
+        }
+        for (st = 0; st < p; st++) { /* then run them: their ends are seen from t + 1 */
+            int what = pick[st] < 0 ? -1 : pick[st] / v, mi, vs, q;
+            if (what < 0) continue;
+            c = pick[st] % v;
+            if (what == 2) {
+                q = wq[st * m * v + wh[st]++];
+                pt__sched_add(s, st, PT_ACT_W, q / v, q % v, -1);
+                live[st]--;
+            } else {
+                mi = what == 0 ? nf[st * v + c]++ : nb[st * v + c]++;
+                vs = pt__sched_vstage(s->kind, p, st, c);
+                (what == 0 ? fd : bd)[(size_t)mi * V + (size_t)vs] = t + 1;
+                pt__sched_compute(s, st, what == 0 ? PT_ACT_F : PT_ACT_B, mi, c);
+                if (what == 0) live[st]++;
+                else wq[st * m * v + wt[st]++] = mi * v + c;
+            }
+            left--;
+        }
+    }
+    pt__free(fd, s->alloc_ctx);
+    return left ? pt__fail(PT_ERR_CONFIG, "%s: the builder did not finish p=%d m=%d",
+                           pt_schedule_kind_name(s->kind), p, m)
+                : PT_OK;
+}
+
+/* Chimera in unit time (F one slot, B two): each stage takes, whenever it
+   is free, the ready action of the earliest position within its replica's
+   half-unit (micro-batch k mod p/2), a B before an F, then the lowest k, so
+   the two replicas' micro-batches interleave as in the paper's basic unit.
+   For m = p this is the paper's count of D - 2 bubbles a worker (in slots
+   of F = B; here B is two slots: 2(p-2) idle slots, unit-tested). Then each
+   stage all-reduces its gradients with the stage holding the same layers
+   in the other replica (stage p-1-s). */
+static pt_status pt__sched_chimera(pt_schedule *s) {
+    int p = s->stages, m = s->micro, h = p / 2, t, w, r, left = 2 * m;
+    size_t nkeys = (size_t)m * p;
+    int *fd = (int *)pt__malloc(sizeof(int) * (2 * nkeys + 5 * (size_t)p), s->alloc_ctx);
+    int *bd = fd + nkeys, *nf = bd + nkeys, *nb = nf + 2 * p, *free_at = nb + 2 * p;
+    if (!fd) return pt__fail(PT_ERR_OOM, "cannot allocate the schedule builder's state");
+    for (t = 0; t < (int)(2 * nkeys); t++) fd[t] = -1;
+    memset(nf, 0, sizeof(int) * 5 * (size_t)p);
+    left = 2 * m * p; /* an F and a B of every micro-batch on each of its p stages */
+    for (t = 0; left > 0 && t <= 3 * m * p * 2; t++)
+        for (w = 0; w < p; w++) {
+            int best = -1, bkind = 0, bkey = 0, br = 0;
+            if (free_at[w] > t) continue;
+            for (r = 0; r < 2; r++) {
+                int j = r == 0 ? w : p - 1 - w, kind;
+                for (kind = 0; kind < 2; kind++) { /* 0: B, 1: F */
+                    int n = kind ? nf[w * 2 + r] : nb[w * 2 + r], k = (n / h) * p + r * h + n % h;
+                    size_t key = (size_t)k * p + (size_t)j;
+                    int ready = n < m / 2 &&
+                                (kind ? j == 0 || (fd[key - 1] >= 0 && fd[key - 1] <= t)
+                                      : fd[key] >= 0 && fd[key] <= t &&
+                                            (j == p - 1 || (bd[key + 1] >= 0 && bd[key + 1] <= t)));
+                    int order = ((k % h) * 2 + kind) * m + k;
+                    if (ready && (best < 0 || order < bkey)) best = k, bkind = kind, bkey = order, br = r;
+                }
+            }
+            if (best < 0) continue;
+            r = br == 0 ? w : p - 1 - w; /* the replica's stage */
+            if (bkind) fd[(size_t)best * p + (size_t)r] = t + 1, nf[w * 2 + br]++;
+            else bd[(size_t)best * p + (size_t)r] = t + 2, nb[w * 2 + br]++;
+            free_at[w] = t + (bkind ? 1 : 2);
+            pt__sched_compute(s, w, bkind ? PT_ACT_F : PT_ACT_B, best, br);
+            left--;
+        }
+    for (w = 0; w < p; w++) pt__sched_add(s, w, PT_ACT_REDUCE, -1, -1, p - 1 - w);
+    pt__free(fd, s->alloc_ctx);
+    return left ? pt__fail(PT_ERR_CONFIG, "chimera: the builder did not finish p=%d m=%d", p, m)
+                : PT_OK;
+}
+
 PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int p, int v,
                                       int m) {
     void *ctx = s->alloc_ctx;
@@ -5525,7 +5744,20 @@ PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int
     if (!bad && kind == PT_SCHED_INTERLEAVED && m % p != 0)
         pt__append_error(&bad, "interleaved needs micro-batches divisible by stages "
                          "(Megatron-LM): m=%d, p=%d", m, p);
-    if (!bad && kind != PT_SCHED_INTERLEAVED && v != 1)
+    if (!bad && kind == PT_SCHED_ZB_V && v != 2)
+        pt__append_error(&bad, "zb-v runs two chunks per stage, in a V (chunks=%d)", v);
+    if (!bad && kind == PT_SCHED_CHIMERA && v != 2)
+        pt__append_error(&bad, "chimera holds two replicas' stages per stage (chunks=%d, "
+                         "must be 2)", v);
+    if (!bad && kind == PT_SCHED_2BW && m % p)
+        pt__append_error(&bad, "2bw makes a weight version every p micro-batches: m=%d must be "
+                         "a multiple of p=%d", m, p);
+    if (!bad && kind == PT_SCHED_CHIMERA && (p % 2 || m % p))
+        pt__append_error(&bad, "chimera needs an even number of stages and micro-batches a "
+                         "multiple of them (its basic unit sends p/2 down and p/2 up): "
+                         "p=%d, m=%d", p, m);
+    if (!bad && kind != PT_SCHED_INTERLEAVED && kind != PT_SCHED_ZB_V &&
+        kind != PT_SCHED_CHIMERA && v != 1)
         pt__append_error(&bad, "%s runs one chunk per stage (chunks=%d; use interleaved)",
                          pt_schedule_kind_name(kind), v);
     if (bad) return PT_ERR_CONFIG;
@@ -5546,6 +5778,23 @@ PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int
         case PT_SCHED_GPIPE:
             for (k = 0; k < m; k++) pt__sched_compute(s, st, PT_ACT_F, k, 0);
             for (k = 0; k < m; k++) pt__sched_compute(s, st, PT_ACT_B, k, 0);
+            break;
+        case PT_SCHED_2BW:
+            /* PipeDream-2BW: 1F1B's order, never flushed: after the B that ends
+               batch t (micro-batches tp..tp+p-1) the stage makes version t+1 =
+               W(t) - lr grad f(W(t-1)); batch t runs at version max(t-1, 0) */
+            for (k = 0; k < warm; k++) pt__sched_compute(s, st, PT_ACT_F, k, 0);
+            for (k = 0; k < m; k++) {
+                if (k < m - warm) pt__sched_compute(s, st, PT_ACT_F, warm + k, 0);
+                pt__sched_compute(s, st, PT_ACT_B, k, 0);
+                if ((k + 1) % p == 0 && k + 1 < m) pt__sched_add(s, st, PT_ACT_OPT, -1, -1, -1);
+            }
+            for (k = 0, chunk = 0; k < s->count[st]; k++) { /* chunk: versions made */
+                pt_action *a = &s->list[st][k];
+                if (a->kind == PT_ACT_OPT) a->version = ++chunk;
+                else if (a->kind == PT_ACT_F || a->kind == PT_ACT_B)
+                    a->version = a->micro / p > 1 ? a->micro / p - 1 : 0;
+            }
             break;
         case PT_SCHED_1F1B: /* warm-up forwards, then one forward one backward, then the rest */
         case PT_SCHED_ZB_H1:
@@ -5584,7 +5833,17 @@ PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int
             break;
         }
     }
-    for (st = 0; st < p; st++) pt__sched_add(s, st, PT_ACT_OPT, -1, -1, -1);
+    if (kind == PT_SCHED_ZB_H2 || kind == PT_SCHED_ZB_V || kind == PT_SCHED_CHIMERA) {
+        pt_status err = kind == PT_SCHED_CHIMERA ? pt__sched_chimera(s) : pt__sched_greedy(s);
+        if (err != PT_OK) {
+            pt_schedule_free(s);
+            return err;
+        }
+    }
+    for (st = 0; st < p; st++) {
+        pt__sched_add(s, st, PT_ACT_OPT, -1, -1, -1);
+        if (kind == PT_SCHED_2BW) s->list[st][s->count[st] - 1].version = m / p;
+    }
     return PT_OK;
 }
 
@@ -5614,7 +5873,7 @@ static int pt__sched_cost(int kind, int split) {
 
 static const char *pt__act_names[PT_ACT_COUNT] = {
     "forward", "backward", "weight gradient", "send activation", "receive activation",
-    "send gradient", "receive gradient", "optimizer step"};
+    "send gradient", "receive gradient", "optimizer step", "replica all-reduce"};
 
 /* Seconds (or unit-time slots) an action takes on its stage; a send's time
    ends when its receiver may have the message. */
@@ -5631,27 +5890,42 @@ typedef struct pt__sched_costs {
    or a deadlock, in words. */
 static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, double *start,
                                const pt__sched_costs *costs, double *clock_out) {
-    int p = s->stages, v = s->chunks, m = s->micro, V = p * v, st, k, progress, split = 0;
+    int p = s->stages, v = s->chunks, m = s->micro, V = pt__sched_nv(s), st, k, progress, split = 0;
+    int chimera = s->kind == PT_SCHED_CHIMERA, tbw = s->kind == PT_SCHED_2BW;
+    /* weight versions (2BW; one version, 0, elsewhere): per stage the newest made,
+       per (micro, virtual stage) the one its F used, per stage and version the
+       micro-batches in flight on it */
+    int NV = tbw ? m / p + 2 : 1, *latest, *fver, *vflight;
     size_t nkeys = (size_t)m * V, i;
     /* per (micro, virtual stage): times F, B, W were done (-1 not yet); messages */
-    double *fd = (double *)pt__malloc(sizeof(double) * (nkeys * 7 + (size_t)p), s->alloc_ctx);
+    double *fd = (double *)pt__malloc(sizeof(double) * (nkeys * 7 + 5 * (size_t)p), s->alloc_ctx);
     double *bd = fd + nkeys;
     double *wd = bd + nkeys, *act_msg = wd + nkeys, *grad_msg = act_msg + nkeys; /* time sent,
                                                                         -1 none, -2 taken */
     double *have_act = grad_msg + nkeys, *have_grad = have_act + nkeys, *clock = have_grad + nkeys;
-    int *pc = (int *)pt__malloc(sizeof(int) * (size_t)p * 3, s->alloc_ctx), *live = pc + p;
+    double *run0 = clock + p, *run1 = run0 + p, *busy = run1 + p; /* each stage's compute span */
+    double *red_at = busy + p; /* when the stage reached its replica all-reduce */
+    int *pc = (int *)pt__malloc(sizeof(int) * (size_t)p * 5, s->alloc_ctx), *live = pc + p;
     int *first = live + p; /* where stage st's start slots begin */
+    int *lastb = first + p; /* the (micro, virtual stage) whose input gradient the stage's
+                               residual-gradient buffer holds (-1: none) */
+    int *red = lastb + p;   /* Chimera: 1 once the stage reached its all-reduce, 2 past it */
     pt_status err = PT_OK;
-    if (!fd || !pc) {
-        pt__free(fd, s->alloc_ctx), pt__free(pc, s->alloc_ctx);
+    latest = (int *)pt__malloc(sizeof(int) * ((size_t)p + nkeys + (size_t)p * NV), s->alloc_ctx);
+    fver = latest ? latest + p : NULL, vflight = fver ? fver + nkeys : NULL;
+    if (!fd || !pc || !latest) {
+        pt__free(fd, s->alloc_ctx), pt__free(pc, s->alloc_ctx), pt__free(latest, s->alloc_ctx);
         return pt__fail(PT_ERR_OOM, "cannot allocate the schedule checker's state");
     }
+    memset(latest, 0, sizeof(int) * ((size_t)p + nkeys + (size_t)p * NV));
     memset(pc, 0, sizeof(int) * (size_t)p * 3);
+    memset(red, 0, sizeof(int) * (size_t)p);
+    for (st = 0; st < p; st++) lastb[st] = -1;
     for (i = 0; i < nkeys * 7; i++) fd[i] = -1;
-    for (st = 0; st < p; st++) clock[st] = 0.0;
+    for (st = 0; st < p; st++) clock[st] = busy[st] = 0.0, run0[st] = run1[st] = -1.0;
     for (st = 1; st < p; st++) first[st] = first[st - 1] + s->count[st - 1];
     split = pt__sched_split(s);
-    if (rep) memset(rep, 0, sizeof *rep);
+    if (rep) memset(rep, 0, sizeof *rep), rep->versions = 1;
 #define PT__BAD(...)                                                                         \
     do {                                                                                     \
         err = pt__fail(PT_ERR_CONFIG, __VA_ARGS__);                                          \
@@ -5662,42 +5936,72 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
         for (st = 0; st < p; st++) {
             while (pc[st] < s->count[st]) {
                 const pt_action *a = &s->list[st][pc[st]];
-                int c = a->chunk, mi = a->micro, vs = c * p + st;
+                int c = a->chunk, mi = a->micro, vs = c >= 0 && c < v ? pt__sched_vs(s, st, c) : 0;
+                /* the neighbouring virtual stages live here: no message between */
+                int local_in = vs > 0 && pt__sched_at(s, mi, vs - 1) == st;
+                int local_out = vs < V - 1 && pt__sched_at(s, mi, vs + 1) == st;
                 double cost = 0.0, at = clock[st];
                 size_t key = (size_t)mi * V + (size_t)vs;
                 const char *what = a->kind >= 0 && a->kind < PT_ACT_COUNT ? pt__act_names[a->kind] : "?";
                 if (a->kind < 0 || a->kind >= PT_ACT_COUNT)
                     PT__BAD("stage %d, action %d: unknown kind %d", st, pc[st], a->kind);
-                if (a->kind != PT_ACT_OPT && (mi < 0 || mi >= m || c < 0 || c >= v))
+                if (a->kind != PT_ACT_OPT && a->kind != PT_ACT_REDUCE &&
+                    (mi < 0 || mi >= m || c < 0 || c >= v))
                     PT__BAD("stage %d, action %d (%s): micro-batch %d or chunk %d out of range "
                             "(m=%d, v=%d)", st, pc[st], what, mi, c, m, v);
+                if (chimera && a->kind != PT_ACT_OPT && a->kind != PT_ACT_REDUCE &&
+                    c != pt__chimera_replica(p, mi))
+                    PT__BAD("stage %d, action %d (%s): micro-batch %d travels replica %d, not "
+                            "chunk %d's", st, pc[st], what, mi, pt__chimera_replica(p, mi), c);
                 switch (a->kind) {
                 case PT_ACT_F:
                     if (fd[key] >= 0) PT__BAD("stage %d: forward of micro-batch %d chunk %d twice", st, mi, c);
-                    if (vs > 0 && (p > 1 ? have_act[key] < 0 : fd[key - 1] < 0))
+                    if (vs > 0 && (!local_in ? have_act[key] < 0 : fd[key - 1] < 0))
                         PT__BAD("stage %d, action %d: forward of micro-batch %d chunk %d before its "
                                 "input arrived%s", st, pc[st], mi, c,
-                                p > 1 ? " (no receive of the activation before it)" : "");
-                    if (vs > 0 && p > 1 && have_act[key] > at) at = have_act[key];
-                    if (vs > 0 && p == 1 && fd[key - 1] > at) at = fd[key - 1];
+                                !local_in ? " (no receive of the activation before it)" : "");
+                    if (vs > 0 && !local_in && have_act[key] > at) at = have_act[key];
+                    if (local_in && fd[key - 1] > at) at = fd[key - 1];
                     cost = costs ? costs->cost(costs->ctx, st, a) : pt__sched_cost(a->kind, split);
                     fd[key] = at + cost;
                     live[st]++;
+                    if (tbw && a->version != (mi / p > 1 ? mi / p - 1 : 0))
+                        PT__BAD("stage %d, action %d: forward of micro-batch %d (batch %d) at weight "
+                                "version %d; 2BW's W(t+1) = W(t) - lr grad f(W(t-1)) computes batch t "
+                                "at version max(t-1, 0)", st, pc[st], mi, mi / p, a->version);
+                    if (tbw && a->version > latest[st])
+                        PT__BAD("stage %d, action %d: forward of micro-batch %d at weight version %d, "
+                                "which the stage has not made yet (newest %d)", st, pc[st], mi,
+                                a->version, latest[st]);
+                    fver[key] = tbw ? a->version : 0;
+                    vflight[st * NV + fver[key]]++;
                     if (rep && live[st] > rep->peak_inflight[st]) rep->peak_inflight[st] = live[st];
                     break;
                 case PT_ACT_B:
                     if (fd[key] < 0) PT__BAD("stage %d, action %d: backward of micro-batch %d chunk %d "
                                              "before its forward", st, pc[st], mi, c);
                     if (bd[key] >= 0) PT__BAD("stage %d: backward of micro-batch %d chunk %d twice", st, mi, c);
-                    if (vs < V - 1 && (p > 1 ? have_grad[key] < 0 : bd[key + 1] < 0))
+                    if (vs < V - 1 && (!local_out ? have_grad[key] < 0 : bd[key + 1] < 0))
                         PT__BAD("stage %d, action %d: backward of micro-batch %d chunk %d before its "
                                 "output gradient arrived%s", st, pc[st], mi, c,
-                                p > 1 ? " (no receive of the gradient before it)" : "");
-                    if (vs < V - 1 && p > 1 && have_grad[key] > at) at = have_grad[key];
-                    if (vs < V - 1 && p == 1 && bd[key + 1] > at) at = bd[key + 1];
+                                !local_out ? " (no receive of the gradient before it)" : "");
+                    if (vs < V - 1 && !local_out && have_grad[key] > at) at = have_grad[key];
+                    if (local_out && bd[key + 1] > at) at = bd[key + 1];
+                    /* a turn's gradient stays in the executor's one residual-gradient
+                       buffer: the B that made it must be this stage's last */
+                    if (local_out && p > 1 && lastb[st] != (int)key + 1)
+                        PT__BAD("stage %d, action %d: backward of micro-batch %d chunk %d does not "
+                                "follow the backward of virtual stage %d it takes its gradient "
+                                "from (another backward or a receive ran between)", st, pc[st],
+                                mi, c, vs + 1);
+                    lastb[st] = (int)key;
                     cost = costs ? costs->cost(costs->ctx, st, a) : pt__sched_cost(a->kind, split);
                     bd[key] = at + cost;
                     if (!split) live[st]--;
+                    if (tbw && a->version != fver[key])
+                        PT__BAD("stage %d, action %d: backward of micro-batch %d at weight version %d, "
+                                "its forward used %d", st, pc[st], mi, a->version, fver[key]);
+                    if (!split) vflight[st * NV + fver[key]]--;
                     break;
                 case PT_ACT_W:
                     if (bd[key] < 0) PT__BAD("stage %d, action %d: weight gradient of micro-batch %d "
@@ -5706,15 +6010,17 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                     cost = costs ? costs->cost(costs->ctx, st, a) : pt__sched_cost(a->kind, split);
                     wd[key] = at + cost;
                     live[st]--;
+                    vflight[st * NV + fver[key]]--;
                     break;
                 case PT_ACT_SEND_ACT:
                 case PT_ACT_SEND_GRAD: {
                     int fwd = a->kind == PT_ACT_SEND_ACT, to = fwd ? vs + 1 : vs - 1;
                     double *msg = fwd ? act_msg : grad_msg;
-                    if (to < 0 || to >= V || a->peer != to % p)
+                    if (to < 0 || to >= V || a->peer != pt__sched_at(s, mi, to) || a->peer == st)
                         PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d goes to stage %d, "
-                                "but virtual stage %d is on stage %d", st, pc[st], what, mi, c, a->peer,
-                                to, to < 0 || to >= V ? -1 : to % p);
+                                "but virtual stage %d is on stage %d%s", st, pc[st], what, mi, c, a->peer,
+                                to, to < 0 || to >= V ? -1 : pt__sched_at(s, mi, to),
+                                a->peer == st ? " (itself: no message)" : "");
                     if ((fwd ? fd[key] : bd[key]) < 0)
                         PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d before computing it",
                                 st, pc[st], what, mi, c);
@@ -5728,26 +6034,68 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                     int fwd = a->kind == PT_ACT_RECV_ACT, from = fwd ? vs - 1 : vs + 1;
                     double *msg = fwd ? act_msg : grad_msg, *have = fwd ? have_act : have_grad;
                     size_t src;
-                    if (from < 0 || from >= V || a->peer != from % p)
+                    if (from < 0 || from >= V || a->peer != pt__sched_at(s, mi, from) ||
+                        a->peer == st)
                         PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d comes from stage %d, "
-                                "but virtual stage %d is on stage %d", st, pc[st], what, mi, c, a->peer,
-                                from, from < 0 || from >= V ? -1 : from % p);
+                                "but virtual stage %d is on stage %d%s", st, pc[st], what, mi, c, a->peer,
+                                from, from < 0 || from >= V ? -1 : pt__sched_at(s, mi, from),
+                                a->peer == st ? " (itself: no message)" : "");
                     src = (size_t)mi * V + (size_t)from;
                     if (msg[src] == -2) PT__BAD("stage %d: %s of micro-batch %d chunk %d twice", st, what, mi, c);
                     if (msg[src] == -1) goto blocked; /* not sent yet */
                     if (msg[src] > at) at = msg[src];
                     msg[src] = -2;
                     have[key] = at;
+                    if (!fwd) lastb[st] = -1; /* the received gradient takes the buffer */
                     break;
                 }
+                case PT_ACT_REDUCE: /* both replicas' stages meet here, after all their work */
+                    if (!chimera || a->peer != p - 1 - st)
+                        PT__BAD("stage %d, action %d: a replica all-reduce with stage %d%s", st,
+                                pc[st], a->peer, chimera ? ", but the same layers are on stage "
+                                "p-1-s" : " in a schedule without replicas");
+                    if (red[st] == 2) PT__BAD("stage %d: the replica all-reduce twice", st);
+                    for (k = 0; k < v && !red[st]; k++)
+                        for (mi = 0; mi < m; mi++) {
+                            size_t q = (size_t)mi * V + (size_t)pt__sched_vs(s, st, k);
+                            if (pt__chimera_replica(p, mi) != k) continue;
+                            if (bd[q] < 0 || (split && wd[q] < 0))
+                                PT__BAD("stage %d: the replica all-reduce comes before the %s of "
+                                        "micro-batch %d chunk %d", st, bd[q] < 0 ? "backward"
+                                        : "weight gradient", mi, k);
+                        }
+                    if (!red[st]) red_at[st] = at, red[st] = 1;
+                    if (!red[a->peer]) goto blocked; /* the collective waits for its peer */
+                    at = red_at[st] > red_at[a->peer] ? red_at[st] : red_at[a->peer];
+                    if (costs) cost = costs->cost(costs->ctx, st, a);
+                    red[st] = 2;
+                    break;
                 case PT_ACT_OPT:
                     if (costs) cost = costs->cost(costs->ctx, st, a);
+                    if (tbw) { /* a new weight version from one batch's gradients */
+                        int t = a->version - 1;
+                        if (a->version != latest[st] + 1 || a->version >= NV)
+                            PT__BAD("stage %d, action %d: the update makes weight version %d after "
+                                    "version %d", st, pc[st], a->version, latest[st]);
+                        for (mi = t * p; mi < (t + 1) * p; mi++)
+                            if (bd[(size_t)mi * V + (size_t)st] < 0)
+                                PT__BAD("stage %d, action %d: the update to weight version %d comes "
+                                        "before the backward of micro-batch %d of batch %d", st,
+                                        pc[st], a->version, mi, t);
+                        latest[st] = a->version;
+                        if (pc[st] != s->count[st] - 1) break; /* mid-stream: no flush */
+                    }
                     if (pc[st] != s->count[st] - 1)
                         PT__BAD("stage %d: the optimizer step is action %d of %d, not the last", st,
                                 pc[st], s->count[st]);
+                    if (chimera && red[st] != 2)
+                        PT__BAD("stage %d: the optimizer step comes before the replica gradient "
+                                "all-reduce with stage %d (same layers, other replica)", st,
+                                p - 1 - st);
                     for (k = 0; k < v; k++)
                         for (mi = 0; mi < m; mi++) {
-                            size_t q = (size_t)mi * V + (size_t)(k * p + st);
+                            size_t q = (size_t)mi * V + (size_t)pt__sched_vs(s, st, k);
+                            if (chimera && pt__chimera_replica(p, mi) != k) continue;
                             if (fd[q] < 0 || bd[q] < 0 || (split && wd[q] < 0))
                                 PT__BAD("stage %d: the optimizer step comes before the %s of micro-batch "
                                         "%d chunk %d", st, fd[q] < 0 ? "forward" : bd[q] < 0 ? "backward"
@@ -5756,6 +6104,18 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                     break;
                 }
                 if (start) start[first[st] + pc[st]] = at;
+                if (tbw && rep) { /* the newest version and those in-flight micro-batches
+                                     use: the version rule and the updates' order above keep
+                                     it at two (batch t-1's micro-batches, at t-2, are all
+                                     done before version t is made) */
+                    int ver, alive = 1;
+                    for (ver = 0; ver < NV; ver++) alive += ver != latest[st] && vflight[st * NV + ver] > 0;
+                    if (alive > rep->versions) rep->versions = alive;
+                }
+                if (a->kind == PT_ACT_F || a->kind == PT_ACT_B || a->kind == PT_ACT_W) {
+                    if (run0[st] < 0) run0[st] = at;
+                    run1[st] = at + cost, busy[st] += cost;
+                }
                 clock[st] = at + cost;
                 pc[st]++;
                 progress = 1;
@@ -5784,23 +6144,27 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
     for (i = 0; i < nkeys; i++) {
         int mi = (int)(i / (size_t)V), vs = (int)(i % (size_t)V);
         if (fd[i] < 0 || bd[i] < 0 || (split && wd[i] < 0))
-            PT__BAD("micro-batch %d chunk %d of stage %d never gets its %s", mi, vs / p, vs % p,
+            PT__BAD("micro-batch %d chunk %d of stage %d never gets its %s", mi,
+                    pt__sched_chunk_at(s, mi, vs), pt__sched_at(s, mi, vs),
                     fd[i] < 0 ? "forward" : bd[i] < 0 ? "backward" : "weight gradient");
         if (act_msg[i] >= 0 || grad_msg[i] >= 0)
             PT__BAD("stage %d sends the %s of micro-batch %d chunk %d, and nobody receives it",
-                    vs % p, act_msg[i] >= 0 ? "activation" : "gradient", mi, vs / p);
+                    pt__sched_at(s, mi, vs), act_msg[i] >= 0 ? "activation" : "gradient", mi,
+                    pt__sched_chunk_at(s, mi, vs));
     }
     if (rep && !costs) {
-        double work = (double)m * v * p * 3.0;
+        double work = (double)m * V * 3.0;
         for (st = 0; st < p; st++)
             rep->steps = clock[st] > rep->steps ? (int)clock[st] : rep->steps;
         rep->bubble = rep->steps ? 1.0 - work / ((double)p * rep->steps) : 0.0;
+        for (st = 0; st < p; st++) rep->idle += (int)(run1[st] - run0[st] - busy[st]);
     }
     if (clock_out) memcpy(clock_out, clock, sizeof(double) * (size_t)p);
 #undef PT__BAD
 done:
     pt__free(fd, s->alloc_ctx);
     pt__free(pc, s->alloc_ctx);
+    pt__free(latest, s->alloc_ctx);
     return err;
 }
 
@@ -6348,7 +6712,13 @@ PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result
     for (k = 0; k < s->count[stage] && st == PT_OK; k++) {
         const pt_action *a = &s->list[stage][k];
         /* a message's tag names its micro-batch and the virtual stage that made it */
-        int i = a->micro, c = a->chunk, vs = c * pl->pp + stage;
+        int i = a->micro, c = a->chunk, vs = pt__sched_vstage(pl->schedule, pl->pp, stage, c);
+        /* ZB-V's turn: the virtual stage before this one is here too (backward
+           needs nothing: the checker holds the turn's two B's together, so the
+           gradient passes in x->dres) */
+        int local_in = a->kind == PT_ACT_F && vs > 0 &&
+                       pt__sched_owner(pl->schedule, pl->pp, vs - 1) == stage;
+
         int from = a->kind == PT_ACT_RECV_ACT ? vs - 1 : a->kind == PT_ACT_RECV_GRAD ? vs + 1 : vs;
         int tag = (i * V + from) * 2 + (a->kind == PT_ACT_SEND_GRAD || a->kind == PT_ACT_RECV_GRAD);
         int head = c == pl->chunks - 1 && pl->has_head;
@@ -6363,6 +6733,13 @@ PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result
             if (!(sl = pt__slot_of(m, i, c, 1))) goto no_slot;
             memcpy(sl->inputs, d->inputs + (size_t)i * N, N * sizeof(int));
             memcpy(sl->targets, d->targets + (size_t)i * N, N * sizeof(int));
+            if (local_in) { /* the input is this stage's previous chunk's output */
+                int pc = pt__sched_chunk_of(pl->schedule, pl->pp, vs - 1);
+                pt__slot *prev = pt__slot_of(m, i, pc, 0);
+                if (!prev) goto no_slot;
+                memcpy(sl->x, prev->acts[x->chunk_start[pc + 1] - x->chunk_start[pc] - 1].out,
+                       N * (size_t)C * sizeof(float));
+            }
             st = pt__chunk_forward(m, sl, c, b, d->T, 1, &loss);
             if (st == PT_OK && head) {
                 loss_sum += loss;
@@ -6427,14 +6804,19 @@ PTRAINDEF pt_status pt_gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
     b = d->B / pl->micro;
     N = (size_t)b * (size_t)d->T;
     x->has_targets = 0;
-    /* virtual stage k = c*p + s waits only for k-1: in this order nothing cycles */
+    /* virtual stage k waits only for k-1: in this order nothing cycles */
     for (i = 0; i < pl->micro && st == PT_OK; i++)
         for (c = 0; c < pl->chunks && st == PT_OK; c++) {
-            int vs = c * p + pl->pp_rank;
+            int vs = pt__sched_vstage(pl->schedule, p, pl->pp_rank, c);
+            int prev = vs > 0 ? pt__sched_owner(pl->schedule, p, vs - 1) : -1;
+            int next = vs < V - 1 ? pt__sched_owner(pl->schedule, p, vs + 1) : -1;
             memcpy(sl->inputs, d->inputs + (size_t)i * N, N * sizeof(int));
             memcpy(sl->targets, d->targets + (size_t)i * N, N * sizeof(int));
-            if (vs > 0)
-                st = pt_comm_recv(x->pp_comm, sl->x, N * C, (vs - 1) % p, (i * V + vs - 1) * 2);
+            if (prev == pl->pp_rank) /* ZB-V's turn: the previous chunk's output, still here */
+                memcpy(sl->x, sl->acts[x->chunk_start[c] - x->chunk_start[c - 1] - 1].out,
+                       N * C * sizeof(float));
+            else if (vs > 0)
+                st = pt_comm_recv(x->pp_comm, sl->x, N * C, prev, (i * V + vs - 1) * 2);
             if (st == PT_OK) st = pt__chunk_forward(m, sl, c, b, d->T, 1, &one);
             if (st == PT_OK && vs == V - 1) {
                 sum += one;
@@ -6443,10 +6825,10 @@ PTRAINDEF pt_status pt_gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
                     st = pt__gather_logits(m, sl->logits, N,
                                            d->logits + (size_t)i * N * (size_t)m->config.vocab_size);
             }
-            if (st == PT_OK && vs < V - 1)
+            if (st == PT_OK && vs < V - 1 && next != pl->pp_rank)
                 st = pt_comm_send(x->pp_comm,
                                   sl->acts[x->chunk_start[c + 1] - x->chunk_start[c] - 1].out,
-                                  N * C, (vs + 1) % p, (i * V + vs) * 2);
+                                  N * C, next, (i * V + vs) * 2);
         }
     *loss = pl->has_head ? sum / (float)pl->micro : 0.0f;
     if (st == PT_OK && p > 1) st = pt_comm_all_reduce(x->pp_comm, loss, 1, PT_REDUCE_SUM);
@@ -7108,7 +7490,8 @@ static void pt__layer_costs(pt__sim *S) {
 /* Seconds of one action on stage st; with stats, also its FLOPs and time. */
 static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) {
     const pt__layer_cost *L = &S->layer;
-    int p = S->d->pp, vs = a->chunk * p + st, nl = a->chunk >= 0 ? S->chunk_layers[vs] : 0;
+    int p = S->d->pp, vs = a->chunk >= 0 ? pt__sched_vstage(S->d->schedule, p, st, a->chunk) : -1;
+    int nl = vs >= 0 ? S->chunk_layers[vs] : 0;
     int first = vs == 0, last = vs == S->V - 1, rc = S->d->recompute;
     double t = 0.0, fl = 0.0, hf = 0.0, tp = 0.0, pp = 0.0, z3;
     switch (a->kind) {
@@ -7205,7 +7588,7 @@ static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) 
 /* The plan's checks, every failed one reported; fills S's sizes. */
 static pt_status pt__plan_check(pt__sim *S, pt_plan_desc *D, const pt_hw *hw) {
     int bad = 0;
-    if (D->chunks < 1) D->chunks = 1;
+    if (D->chunks < 1) D->chunks = pt__sched_chunks(D->schedule, 0);
     D->schedule = pt__sched_resolve(D->schedule, D->chunks);
 #define PT__POS(f)                                                                            \
     if (D->f < 1) pt__append_error(&bad, #f "=%d must be >= 1", D->f);
@@ -7273,7 +7656,8 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     if ((err = pt_gpt_init(&m, &gd)) != PT_OK) return err;
     if (st == 0) S->split = m.exec->split;
     for (c = 0; c < D->chunks; c++)
-        S->chunk_layers[c * p + st] = m.exec->chunk_start[c + 1] - m.exec->chunk_start[c];
+        S->chunk_layers[pt__sched_vstage(D->schedule, p, st, c)] =
+            m.exec->chunk_start[c + 1] - m.exec->chunk_start[c];
     pt__sim_memory(S, &m, &mem);
     r->stage[st].mem = mem;
     r->stage[st].layers = m.place.n_layers;
@@ -7304,7 +7688,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     else if (S->dp > 1 && D->zero < 3)
         S->dp_s[st] = pt_hw_comm_seconds(hw, PT_COLL_REDUCE_SCATTER, pn * e, S->dp, dpn) +
                       pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, pn * e, S->dp, dpn);
-    if (p > 1 && (m.place.has_embed || m.place.has_head))
+    if (p > 1 && m.place.has_embed != m.place.has_head) /* ZB-V: both on stage 0, one copy */
         S->dp_s[st] += pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, Vl * h * e, 2,
                                           D->tp * S->dp * (p - 1) < hw->per_node ? 2 : 1);
     r->stage[st].dp_bytes = S->dp > 1 && D->zero < 3 ? (D->zero ? 2.0 : 1.0) * pn * e : 0.0;
@@ -8414,11 +8798,11 @@ static pt_status pt__text_save(pt__text *b, const char *path) {
 
 static const char *pt__trace_cat[PT_ACT_COUNT] = {
     "forward", "backward", "weight gradient", "communication", "communication",
-    "communication", "communication", "optimizer"};
+    "communication", "communication", "optimizer", "communication"};
 
 /* "F3", "B0b": the action's letter, micro-batch and (with chunks) chunk */
 static void pt__trace_label(char *buf, size_t n, const pt_trace_event *e, int chunks) {
-    static const char letter[PT_ACT_COUNT] = {'F', 'B', 'W', 's', 'r', 's', 'r', 'O'};
+    static const char letter[PT_ACT_COUNT] = {'F', 'B', 'W', 's', 'r', 's', 'r', 'O', 'R'};
     char c = e->kind >= 0 && e->kind < PT_ACT_COUNT ? letter[e->kind] : '?';
     if (e->micro < 0) snprintf(buf, n, "%c", c);
     else if (chunks) snprintf(buf, n, "%c%d%c", c, e->micro, 'a' + (e->chunk > 0 ? e->chunk % 26 : 0));
@@ -8464,7 +8848,8 @@ PTRAINDEF pt_status pt_trace_write_chrome(const pt_trace *t, const char *path) {
 
 PTRAINDEF pt_status pt_trace_write_svg(const pt_trace *t, const char *path) {
     static const char *fill[PT_ACT_COUNT] = {"#4e79a7", "#59a14f", "#f28e2b", "#b07aa1",
-                                             "#b07aa1", "#b07aa1", "#b07aa1", "#e15759"};
+                                             "#b07aa1", "#b07aa1", "#b07aa1", "#e15759",
+                                             "#b07aa1"};
     static const char *legend[6] = {"forward", "backward", "weight gradient", "communication",
                                     "optimizer", "idle"};
     static const char *legend_fill[6] = {"#4e79a7", "#59a14f", "#f28e2b", "#b07aa1", "#e15759",

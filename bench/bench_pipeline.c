@@ -128,7 +128,8 @@ int main(int argc, char **argv) {
     const char *pos[1];
     cli_opt table[] = {
         {"stages", CLI_INT, &o.stages, "pipeline stages (thread ranks)", 2, 64},
-        {"schedule", CLI_STR, &o.schedule, "gpipe, 1f1b, interleaved or zb-h1", 0, 0},
+        {"schedule", CLI_STR, &o.schedule, "gpipe, 1f1b, interleaved, zb-h1, zb-h2 or zb-v",
+         0, 0},
         {"microbatches", CLI_INT, &o.micro, "micro-batches per step (of one sequence each)", 1, 1024},
         {"chunks", CLI_INT, &o.chunks, "chunks per stage (interleaved)", 1, 16},
         {"layers", CLI_INT, &o.layers, "blocks in the model", 1, 256},
@@ -154,7 +155,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", pt_last_error());
         return 2;
     }
-    if (kind == PT_SCHED_INTERLEAVED && o.chunks < 2) o.chunks = 2;
+    if ((kind == PT_SCHED_INTERLEAVED || kind == PT_SCHED_ZB_V) && o.chunks < 2) o.chunks = 2;
     st = pt_comm_threads_run(o.stages, stage_main, &o);
     if (st != PT_OK) {
         fprintf(stderr, "error: %s\n", pt_last_error());
@@ -166,6 +167,13 @@ int main(int argc, char **argv) {
         double theory = kind == PT_SCHED_INTERLEAVED ? (double)(p - 1) / (v * m + p - 1)
                         : kind == PT_SCHED_ZB_H1 && m >= p ? (double)(p - 1) / (3 * m + p - 1)
                         : (double)(p - 1) / (m + p - 1);
+        pt_schedule sch = {0};
+        pt_schedule_report rep;
+        /* zb-h2, zb-v: the checker's unit-time run, (p-1)/(3vm+p-1) once m >= 2p-1 */
+        if ((kind == PT_SCHED_ZB_H2 || kind == PT_SCHED_ZB_V) &&
+            pt_schedule_build(&sch, kind, p, v, m) == PT_OK && pt_schedule_check(&sch, &rep) == PT_OK)
+            theory = rep.bubble;
+        pt_schedule_free(&sch);
         printf("%-11s p=%d m=%-2d v=%d: bubble measured %5.1f%%, theory %5.1f%% | slots "
                "used/predicted:", o.schedule, p, m, v, 100.0 * o.bubble, 100.0 * theory);
         for (i = 0; i < p; i++) printf(" %d/%d", o.slots_used[i], o.slots_predicted[i]);

@@ -18,6 +18,18 @@
      interleaved  Megatron-LM: each stage holds v chunks of layers, so the
                   pipeline fills v times faster: bubble (p-1)/(vm + p-1)
      zb-h1        1F1B with W split off and run late, filling the tail
+     zb-h2        zero bubble H2: 2p - 1 micro-batches in flight fill the
+                  warm-up, W's the tail: no stage idles inside its run
+     zb-v         zero bubble V: two chunks a stage in a V (stage s holds
+                  virtual stages s and 2p-1-s), no idle inside a stage's run
+                  at 1F1B's activation memory (2p half-stage chunks)
+     chimera      two pipelines in opposite directions (even p, m a multiple
+                  of p): stage s holds stage s of replica a and stage p-1-s
+                  of replica b; micro-batches go half down, half up, and
+                  each stage all-reduces its gradients with stage p-1-s
+     2bw          PipeDream-2BW: 1F1B never flushed, a new weight version
+                  after every p micro-batches (m a multiple of p); batch t
+                  runs at version t-1, so a stage keeps two versions
 
    With F = 1, B = 2 (or B = W = 1) time units, the idle share ("bubble") of
    GPipe and 1F1B is (p-1)/(m+p-1). The checker runs all lists together, so
@@ -34,10 +46,11 @@ int main(int argc, char **argv) {
     int p = 4, m = 8, v = 2, npos, s, st;
     const char *pos[1];
     cli_opt opts[] = {
-        {"schedule", CLI_STR, &kind_name, "gpipe, 1f1b, interleaved or zb-h1", 0, 0},
+        {"schedule", CLI_STR, &kind_name, "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, chimera or 2bw",
+         0, 0},
         {"stages", CLI_INT, &p, "pipeline stages p", 1, 64},
         {"microbatches", CLI_INT, &m, "micro-batches m", 1, 4096},
-        {"chunks", CLI_INT, &v, "chunks per stage v (interleaved only)", 1, 64},
+        {"chunks", CLI_INT, &v, "chunks per stage v (interleaved only; zb-v has 2)", 1, 64},
         {"trace", CLI_STR, &trace_path, "write the timeline as Chrome trace JSON here", 0, 0},
         {"svg", CLI_STR, &svg_path, "write the timeline as an SVG picture here", 0, 0},
     };
@@ -54,7 +67,10 @@ int main(int argc, char **argv) {
         return s == 1 ? 0 : 2;
     }
     if (pt_schedule_kind_parse(kind_name, &kind) != PT_OK ||
-        pt_schedule_build(&sched, kind, p, kind == PT_SCHED_INTERLEAVED ? v : 1, m) != PT_OK ||
+        pt_schedule_build(&sched, kind, p, kind == PT_SCHED_INTERLEAVED ? v
+                                           : kind == PT_SCHED_ZB_V || kind == PT_SCHED_CHIMERA ? 2
+                                                                                              : 1,
+                          m) != PT_OK ||
         pt_schedule_check(&sched, &rep) != PT_OK) {
         fprintf(stderr, "error: %s\n", pt_last_error());
         pt_schedule_free(&sched);
@@ -67,7 +83,9 @@ int main(int argc, char **argv) {
     if (!grid) return 1;
     pt_schedule_format(&sched, grid, need + 1);
     printf("%s: %d stages, %d micro-batches%s\n\n%s\n", pt_schedule_kind_name(kind), p, m,
-           kind == PT_SCHED_INTERLEAVED ? ", 2 chunks per stage (letters a, b)" : "", grid);
+           kind == PT_SCHED_CHIMERA ? ", replicas a (down) and b (up)"
+           : sched.chunks > 1        ? ", 2 chunks per stage (letters a, b)"
+                                     : "", grid);
     free(grid);
 
     printf("time units %d; idle (bubble) %.1f%%", rep.steps, 100.0 * rep.bubble);
@@ -75,6 +93,16 @@ int main(int argc, char **argv) {
         printf(" = (p-1)/(m+p-1) = %.1f%%", 100.0 * (p - 1) / (m + p - 1));
     if (kind == PT_SCHED_INTERLEAVED)
         printf(" = (p-1)/(vm+p-1) = %.1f%%", 100.0 * (p - 1) / (v * m + p - 1));
+    if (kind == PT_SCHED_ZB_H2 || kind == PT_SCHED_ZB_V) /* the fill and drain alone */
+        printf(" = (p-1)/(3vm+p-1) = %.1f%% when no stage idles inside its run (%d idle slots "
+               "there; 0 once m >= 2p-1)", 100.0 * (p - 1) / (3 * sched.chunks * m + p - 1),
+               rep.idle);
+    if (kind == PT_SCHED_CHIMERA && m == p) /* the paper's D - 2 bubbles, B two slots */
+        printf(" (m = p: %d idle slots a stage = 2(p-2), 1F1B's 3(p-1) = %d)", rep.steps - 3 * m,
+               3 * (p - 1));
+    if (kind == PT_SCHED_2BW)
+        printf("; %d updates without a flush, %d weight versions alive at most", m / p,
+               rep.versions);
     printf("\nmicro-batches whose activations a stage holds at its peak:");
     for (st = 0; st < p; st++) printf(" %d", rep.peak_inflight[st]);
     printf("\n");

@@ -119,6 +119,7 @@ int main(int argc, char **argv) {
         {1, 1, 2, 1, 2, 0, "interleaved"}, {1, 1, 2, 1, 1, 0, "zb-h1"},
         {1, 1, 2, 1, 1, 1, "1f1b"},        {1, 1, 4, 1, 1, 0, "1f1b"},
         {2, 1, 2, 2, 1, 0, "1f1b"},        {1, 2, 2, 1, 1, 0, "1f1b"},
+        {1, 1, 2, 1, 1, 0, "zb-h2"},       {1, 1, 2, 1, 2, 0, "zb-v"},
     };
     const char *hw_file = "build/hw-local.txt", *pos[1], *rc = "none";
     layout one = {1, 1, 2, 1, 1, 0, "1f1b"};
@@ -130,9 +131,10 @@ int main(int argc, char **argv) {
         {"tp", CLI_INT, &one.tp, "tensor-parallel ranks", 1, 8},
         {"dp", CLI_INT, &one.dp, "data-parallel ranks", 1, 8},
         {"pp", CLI_INT, &one.pp, "pipeline stages", 1, 8},
-        {"schedule", CLI_STR, &one.schedule, "gpipe, 1f1b, interleaved or zb-h1", 0, 0},
+        {"schedule", CLI_STR, &one.schedule, "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v",
+         0, 0},
         {"micro", CLI_INT, &one.micro, "micro-batch (sequences)", 1, 4096},
-        {"chunks", CLI_INT, &one.chunks, "chunks a stage (interleaved)", 1, 8},
+        {"chunks", CLI_INT, &one.chunks, "chunks a stage (interleaved; zb-v: 2)", 1, 8},
         {"recompute", CLI_STR, &rc, "none, selective or full", 0, 0},
         {"all", CLI_FLAG, &all, "every layout of the built-in table", 0, 0},
         {"layers", CLI_INT, &r.layers, "blocks", 1, 64},
@@ -152,6 +154,7 @@ int main(int argc, char **argv) {
         return s == 1 ? 0 : 2;
     }
     if ((one.recompute = cli_recompute(rc)) < 0) return 2;
+    if (strcmp(one.schedule, "zb-v") == 0 && one.chunks == 1) one.chunks = 2; /* its V */
     for (i = 0; i < (all ? nl : 1); i++) { /* every layout must divide the batch */
         const layout *l = all ? &layouts[i] : &one;
         if (r.batch % (l->dp * l->micro)) {

@@ -222,7 +222,7 @@ out:
 }
 
 int main(int argc, char **argv) {
-    int threads = 0, verbose = 0, npos = 0, s, tp = 1, dp = 1, pp = 1, zero = 0, micro = 1, chunks = 1;
+    int threads = 0, verbose = 0, npos = 0, s, tp = 1, dp = 1, pp = 1, zero = 0, micro = 1, chunks = 0;
     const char *schedule = NULL, *recompute = "none";
     const char *pos[1] = {NULL};
     cli_opt opts[] = {
@@ -230,10 +230,11 @@ int main(int argc, char **argv) {
         {"dp", CLI_INT, &dp, "data-parallel ranks (divides the fixture's batch B)", 1, 1024},
         {"zero", CLI_INT, &zero, "ZeRO stage: 0, 1 (shard AdamW state) or 2 (and gradients)", 0, 2},
         {"pp", CLI_INT, &pp, "pipeline stages (at most n_layer)", 1, 1024},
-        {"schedule", CLI_STR, &schedule, "the step's schedule: gpipe, 1f1b, interleaved, zb-h1 "
-         "(default: 1f1b, interleaved with --chunks)", 0, 0},
+        {"schedule", CLI_STR, &schedule, "the step's schedule: gpipe, 1f1b, interleaved, zb-h1, "
+         "zb-h2, zb-v (default: 1f1b, interleaved with --chunks)", 0, 0},
         {"microbatches", CLI_INT, &micro, "micro-batches per step (divides B/dp)", 1, 4096},
-        {"chunks", CLI_INT, &chunks, "layer chunks per stage (interleaved)", 1, 64},
+        {"chunks", CLI_INT, &chunks, "layer chunks per stage (0: the schedule's, 2 for zb-v, "
+         "else 1)", 0, 64},
         {"recompute", CLI_STR, &recompute, "activation recomputation: none, selective, full", 0,
          0},
         {"threads", CLI_INT, &threads, "OpenMP/BLAS threads (0: all cores; one rank only)", 0,
@@ -292,7 +293,8 @@ int main(int argc, char **argv) {
                "tp=%d dp=%d zero=%d pp=%d %s m=%d v=%d\n",
                pos[0], j.f.cfg.vocab_size, j.f.cfg.n_embd, j.f.cfg.n_head, j.f.cfg.n_layer,
                j.f.cfg.block_size, j.f.B, j.f.T, j.f.steps, j.f.lr, (double)j.f.opt.weight_decay, tp, dp,
-               zero, pp, schedule ? schedule : "(default)", micro, chunks);
+               zero, pp, schedule ? schedule : "(default)", micro,
+               chunks ? chunks : j.schedule == PT_SCHED_ZB_V ? 2 : 1);
     status = cli_world_run(&world, tp * dp * pp, run_rank, &j);
     if (status == PT_OK) status = cli_world_share(&world, &j.failed);
     if (status != PT_OK) {

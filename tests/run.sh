@@ -173,6 +173,25 @@ for f in ../shared/fixtures/gpt2_small_shapes.safetensors; do
         sh tests/pipeline_check.sh build/fixture_check_mpi "$f" 4
     tail -n 1 "$tmp/out" | sed 's/^/      /'
 done
+# zero-bubble schedules zb-h2 and zb-v: every fixture on thread ranks, two on MPI
+for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors; do
+    [ -f "$f" ] || continue
+    step "fixture $(basename "$f"): zb-h2 and zb-v pipeline layouts (threads)" \
+        sh tests/pipeline_zb_check.sh build/fixture_check "$f"
+    tail -n 1 "$tmp/out" | sed 's/^/      /'
+done
+for f in tests/fixtures/gpt2_deep.safetensors tests/fixtures/gpt2_heads8.safetensors; do
+    step "fixture $(basename "$f"): zb-h2 and zb-v pipeline layouts of up to 4 MPI ranks" \
+        sh tests/pipeline_zb_check.sh build/fixture_check_mpi "$f" 4
+    tail -n 1 "$tmp/out" | sed 's/^/      /'
+done
+step "fixture deep, tp 2 x pp 2, zb-v under ThreadSanitizer" \
+    tsan build/fixture_check_tsan tests/fixtures/gpt2_deep.safetensors --tp 2 --pp 2 --schedule zb-v
+for kind in zb-h2 zb-v chimera 2bw; do
+    step "example: pipeline --schedule $kind (grid, checker, Chrome trace, SVG)" \
+        build/pipeline --schedule "$kind" --stages 4 --microbatches 8 \
+        --trace "$tmp/$kind.json" --svg "$tmp/$kind.svg"
+done
 step "fixture small_shapes: tp 2 x dp 2 x pp 2, interleaved, 8 MPI ranks" \
     mpi 8 build/fixture_check_mpi ../shared/fixtures/gpt2_small_shapes.safetensors --tp 2 --dp 2 \
     --pp 2 --schedule interleaved --chunks 2 --microbatches 2

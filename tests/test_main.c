@@ -2256,6 +2256,7 @@ static void test_schedule_kinds(void) {
                     pt_schedule_report r;
                     double want;
                     int interleaved = k == PT_SCHED_INTERLEAVED;
+                    if (k > PT_SCHED_ZB_H1) continue; /* zb-h2 on: test_schedule_zb_more */
                     if ((interleaved && (v < 2 || m % p)) || (!interleaved && v > 1)) continue;
                     ZERO(s);
                     CHECK_ST(pt_schedule_build(&s, (pt_schedule_kind)k, p, v, m), PT_OK);
@@ -2414,6 +2415,331 @@ static void test_schedule_format(void) {
     pt_schedule_free(&s);
 }
 
+
+/* ---- ZB-H2 and ZB-V ---------------------------------------------------- */
+
+/* Every p <= 8, m <= 16: the checker accepts them and, in unit time (F = B =
+   W = one slot; a ZB-V chunk holds half a stage's layers), they are the zero
+   bubble of Qi et al. once m >= 2p - 1: no idle slot inside any stage's run
+   and the makespan is the lower bound 3mv + p - 1 (stage p-1 cannot start
+   before slot p-1). ZB-H2 holds min(m, 2p-1) micro-batches on every stage;
+   ZB-V at most 2p half-stage chunks, i.e. 1F1B's p whole-stage micro-batches
+   (its first stage's peak), and exactly that once m >= p. */
+static void test_schedule_zb_more(void) {
+    int p, m, k, st;
+    for (k = PT_SCHED_ZB_H2; k <= PT_SCHED_ZB_V; k++)
+        for (p = 1; p <= 8; p++)
+            for (m = 1; m <= 16; m++) {
+                pt_schedule s, one;
+                pt_schedule_report r, r1;
+                int v = k == PT_SCHED_ZB_V ? 2 : 1;
+                const char *name = pt_schedule_kind_name((pt_schedule_kind)k);
+                ZERO(s), ZERO(one);
+                CHECK_ST(pt_schedule_build(&s, (pt_schedule_kind)k, p, v, m), PT_OK);
+                CHECK_ST(pt_schedule_build(&one, PT_SCHED_1F1B, p, 1, m), PT_OK);
+                if (g_fail) return;
+                if (pt_schedule_check(&s, &r) != PT_OK || pt_schedule_check(&one, &r1) != PT_OK) {
+                    FAIL("%s p=%d m=%d: %s", name, p, m, pt_last_error());
+                    pt_schedule_free(&s), pt_schedule_free(&one);
+                    return;
+                }
+                if (m >= 2 * p - 1 && (r.idle != 0 || r.steps != 3 * m * v + p - 1))
+                    FAIL("%s p=%d m=%d: %d idle slots inside the stages' runs, makespan %d "
+                         "(zero bubble: 0 and %d)", name, p, m, r.idle, r.steps, 3 * m * v + p - 1);
+                if (m < 2 * p - 1 && r.idle == 0) /* and fewer micro-batches cannot fill it */
+                    FAIL("%s p=%d m=%d: no idle slot with m < 2p - 1", name, p, m);
+                for (st = 0; st < p; st++) {
+                    int want = k == PT_SCHED_ZB_H2 ? (m < 2 * p - 1 ? m : 2 * p - 1) : -1;
+                    if (want >= 0 && r.peak_inflight[st] != want)
+                        FAIL("%s p=%d m=%d stage %d: peak in flight %d, expected %d", name, p, m,
+                             st, r.peak_inflight[st], want);
+                    if (k == PT_SCHED_ZB_V && (r.peak_inflight[st] > 2 * r1.peak_inflight[0] ||
+                                               (m >= p && r.peak_inflight[st] != 2 * p)))
+                        FAIL("zb-v p=%d m=%d stage %d: peak %d half-stage chunks, 1F1B's is %d "
+                             "whole-stage micro-batches", p, m, st, r.peak_inflight[st],
+                             r1.peak_inflight[0]);
+                }
+                pt_schedule_free(&s), pt_schedule_free(&one);
+            }
+}
+
+/* ZB-V's V: stage s holds virtual stages s and 2p-1-s, so the last stage
+   turns each micro-batch round without a message and the first stage ends
+   it; broken variants are refused in words. */
+static void test_schedule_zb_more_rejects(void) {
+    pt_schedule s;
+    pt_schedule_kind k = PT_SCHED_GPIPE;
+    int i, j;
+    pt_action tmp;
+    ZERO(s);
+    CHECK_ST(pt_schedule_kind_parse("zb-v", &k), PT_OK);
+    CHECK_EQ(k, PT_SCHED_ZB_V);
+    CHECK_ST(pt_schedule_kind_parse("zb-h2", &k), PT_OK);
+    CHECK_EQ(k, PT_SCHED_ZB_H2);
+    CHECK_ERR(pt_schedule_build(&s, PT_SCHED_ZB_V, 4, 1, 8), PT_ERR_CONFIG,
+              "zb-v runs two chunks per stage, in a V (chunks=1)");
+    CHECK_ERR(pt_schedule_build(&s, PT_SCHED_ZB_H2, 4, 2, 8), PT_ERR_CONFIG,
+              "zb-h2 runs one chunk per stage (chunks=2");
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_ZB_V, 3, 2, 5), PT_OK);
+    CHECK_ST(pt_schedule_check(&s, NULL), PT_OK);
+    /* no message at the turn; stage 0 receives chunk b's input from stage 1 */
+    CHECK(find_action(&s, 2, PT_ACT_SEND_ACT, 0, 0) < 0 && find_action(&s, 2, PT_ACT_RECV_ACT, 0, 1) < 0);
+    CHECK(find_action(&s, 0, PT_ACT_RECV_ACT, 0, 1) >= 0 && find_action(&s, 0, PT_ACT_SEND_GRAD, 0, 1) >= 0);
+    CHECK_EQ(s.list[0][find_action(&s, 0, PT_ACT_RECV_ACT, 0, 1)].peer, 1);
+    /* the turn's backwards swapped: chunk a before chunk b gave it its gradient */
+    i = find_action(&s, 2, PT_ACT_B, 1, 1);
+    j = find_action(&s, 2, PT_ACT_B, 1, 0);
+    CHECK(i >= 0 && j > i);
+    tmp = s.list[2][i], s.list[2][i] = s.list[2][j], s.list[2][j] = tmp;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "backward of micro-batch 1 chunk 0 before its output gradient arrived");
+    CHECK(strstr(pt_last_error(), "no receive") == NULL); /* it is local: no message missing */
+    tmp = s.list[2][i], s.list[2][i] = s.list[2][j], s.list[2][j] = tmp;
+    /* chunk b of stage 1 is virtual stage 4: its output goes to 5, on stage 0 (the
+       interleaved mapping would put it on stage 2) */
+    i = find_action(&s, 1, PT_ACT_SEND_ACT, 2, 1);
+    CHECK(i >= 0);
+    s.list[1][i].peer = 2;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "send activation of micro-batch 2 chunk 1 goes to stage 2, but virtual stage 5 is on stage 0");
+    s.list[1][i].peer = 0;
+    CHECK_ST(pt_schedule_check(&s, NULL), PT_OK);
+    /* a message from the turn stage to itself */
+    i = find_action(&s, 2, PT_ACT_F, 0, 0) + 1;
+    memmove(&s.list[2][i + 1], &s.list[2][i], sizeof(pt_action) * (size_t)(s.count[2]++ - i));
+    s.list[2][i].kind = PT_ACT_SEND_ACT, s.list[2][i].micro = 0, s.list[2][i].chunk = 0;
+    s.list[2][i].peer = 2;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "goes to stage 2, but virtual stage 3 "
+              "is on stage 2 (itself: no message)");
+    drop_action(&s, 2, i);
+    /* the turn's gradient passes from chunk 1's B to chunk 0's in one buffer: on
+       2 stages, a receive of micro-batch 1's gradient moved between them is refused */
+    pt_schedule_free(&s);
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_ZB_V, 2, 2, 3), PT_OK);
+    i = find_action(&s, 1, PT_ACT_B, 0, 1);
+    j = find_action(&s, 1, PT_ACT_RECV_GRAD, 1, 1);
+    CHECK(i >= 0 && j > i + 1);
+    tmp = s.list[1][j];
+    memmove(&s.list[1][i + 2], &s.list[1][i + 1], sizeof(pt_action) * (size_t)(j - i - 1));
+    s.list[1][i + 1] = tmp;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "backward of micro-batch 0 chunk 0 does "
+              "not follow the backward of virtual stage 2 it takes its gradient from");
+    pt_schedule_free(&s);
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_ZB_V, 3, 2, 5), PT_OK);
+    /* a missing W on the first stage */
+    drop_action(&s, 0, find_action(&s, 0, PT_ACT_W, 4, 0));
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "optimizer step comes before the weight gradient of micro-batch 4 chunk 0");
+    pt_schedule_free(&s);
+    /* ZB-H2: a W moved before its B */
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_ZB_H2, 3, 1, 6), PT_OK);
+    i = find_action(&s, 1, PT_ACT_B, 3, 0);
+    j = find_action(&s, 1, PT_ACT_W, 3, 0);
+    CHECK(i >= 0 && j > i);
+    tmp = s.list[1][j];
+    memmove(&s.list[1][i + 1], &s.list[1][i], sizeof(pt_action) * (size_t)(j - i));
+    s.list[1][i] = tmp;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "weight gradient of micro-batch 3 chunk 0 before its backward");
+    pt_schedule_free(&s);
+}
+
+/* Chimera: every even p <= 8 and m = p, 2p (<= 16) checked. In the paper's
+   basic unit (m = p) a worker idles D - 2 slots of F = B; with B two slots
+   that is 2(p-2) idle slots a stage: makespan 3m + 2(p-2), against 1F1B's
+   3m + 3(p-1). Each stage holds between p/2 + 1 and p micro-batches'
+   activations (the paper's bounds, D/2 + 1 and D). */
+static void test_schedule_chimera(void) {
+    int p, m, st;
+    for (p = 2; p <= 8; p += 2)
+        for (m = p; m <= 16 && m <= 2 * p; m += p) {
+            pt_schedule s, one;
+            pt_schedule_report r, r1;
+            ZERO(s), ZERO(one);
+            CHECK_ST(pt_schedule_build(&s, PT_SCHED_CHIMERA, p, 2, m), PT_OK);
+            CHECK_ST(pt_schedule_build(&one, PT_SCHED_1F1B, p, 1, m), PT_OK);
+            if (g_fail) return;
+            if (pt_schedule_check(&s, &r) != PT_OK || pt_schedule_check(&one, &r1) != PT_OK) {
+                FAIL("chimera p=%d m=%d: %s", p, m, pt_last_error());
+                pt_schedule_free(&s), pt_schedule_free(&one);
+                return;
+            }
+            if (m == p && r.steps != 3 * m + 2 * (p - 2))
+                FAIL("chimera p=%d m=%d: makespan %d, the paper's D-2 bubbles give %d", p, m,
+                     r.steps, 3 * m + 2 * (p - 2));
+            if (p > 2 && r.steps >= r1.steps)
+                FAIL("chimera p=%d m=%d: makespan %d, not below 1F1B's %d", p, m, r.steps, r1.steps);
+            for (st = 0; m == p && st < p; st++)
+                if (r.peak_inflight[st] < p / 2 + 1 || r.peak_inflight[st] > p)
+                    FAIL("chimera p=%d stage %d: peak %d outside [p/2 + 1, p]", p, st,
+                         r.peak_inflight[st]);
+            pt_schedule_free(&s), pt_schedule_free(&one);
+        }
+}
+
+/* Chimera's constraints, its replicas and its gradient all-reduce, refused
+   broken in words. */
+static void test_schedule_chimera_rejects(void) {
+    pt_schedule s;
+    pt_schedule_kind k = PT_SCHED_GPIPE;
+    int i, j;
+    pt_action tmp;
+    ZERO(s);
+    CHECK_ST(pt_schedule_kind_parse("chimera", &k), PT_OK);
+    CHECK_EQ(k, PT_SCHED_CHIMERA);
+    CHECK_ERR(pt_schedule_build(&s, PT_SCHED_CHIMERA, 3, 2, 6), PT_ERR_CONFIG,
+              "chimera needs an even number of stages and micro-batches a multiple of them");
+    CHECK_ERR(pt_schedule_build(&s, PT_SCHED_CHIMERA, 4, 2, 6), PT_ERR_CONFIG, "p=4, m=6");
+    CHECK_ERR(pt_schedule_build(&s, PT_SCHED_CHIMERA, 4, 1, 4), PT_ERR_CONFIG,
+              "two replicas' stages per stage (chunks=1");
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_CHIMERA, 4, 2, 4), PT_OK);
+    /* micro-batch 2 goes up replica 1: stage 3 forwards it first, from no one */
+    CHECK(find_action(&s, 3, PT_ACT_F, 2, 1) >= 0 && find_action(&s, 3, PT_ACT_RECV_ACT, 2, 1) < 0);
+    CHECK_EQ(s.list[3][find_action(&s, 3, PT_ACT_SEND_ACT, 2, 1)].peer, 2);
+    /* the all-reduce pairs stage s with p-1-s */
+    i = find_action(&s, 1, PT_ACT_REDUCE, -1, -1);
+    CHECK(i >= 0 && s.list[1][i].peer == 2);
+    s.list[1][i].peer = 0;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "a replica all-reduce with stage 0, but the same layers are on stage p-1-s");
+    s.list[1][i].peer = 2;
+    /* ahead of a backward it would reduce half-made gradients */
+    j = find_action(&s, 1, PT_ACT_B, 3, 1);
+    tmp = s.list[1][i];
+    memmove(&s.list[1][j + 1], &s.list[1][j], sizeof(pt_action) * (size_t)(i - j));
+    s.list[1][j] = tmp;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "stage 1: the replica all-reduce comes before the backward of micro-batch 1 chunk 0");
+    pt_schedule_free(&s);
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_CHIMERA, 4, 2, 4), PT_OK);
+    /* left out on one stage: the optimizer step would update unsynced weights */
+    drop_action(&s, 2, find_action(&s, 2, PT_ACT_REDUCE, -1, -1));
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "stage 2: the optimizer step comes "
+              "before the replica gradient all-reduce with stage 1");
+    pt_schedule_free(&s);
+    /* the all-reduce is a collective: stage 0 waiting in it before sending the gradient
+       stage 1 needs to reach it is a deadlock */
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_CHIMERA, 2, 2, 2), PT_OK);
+    i = find_action(&s, 0, PT_ACT_SEND_GRAD, 1, 1);
+    j = find_action(&s, 0, PT_ACT_REDUCE, -1, -1);
+    CHECK(i >= 0 && j > i);
+    tmp = s.list[0][i];
+    memmove(&s.list[0][i], &s.list[0][i + 1], sizeof(pt_action) * (size_t)(j - i));
+    s.list[0][j] = tmp;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "deadlock: stage 0 waits at action");
+    CHECK_MSG("(replica all-reduce");
+    pt_schedule_free(&s);
+    /* a micro-batch on the other replica's chunk */
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_CHIMERA, 2, 2, 2), PT_OK);
+    s.list[0][find_action(&s, 0, PT_ACT_F, 0, 0)].chunk = 1;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "micro-batch 0 travels replica 0, not chunk 1's");
+    pt_schedule_free(&s);
+    /* schedules without replicas have no all-reduce */
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_1F1B, 2, 1, 2), PT_OK);
+    s.list[0][s.count[0] - 1].kind = PT_ACT_REDUCE, s.list[0][s.count[0] - 1].peer = 1;
+    s.list[0][s.count[0]++].kind = PT_ACT_OPT;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "in a schedule without replicas");
+    pt_schedule_free(&s);
+}
+
+/* PipeDream-2BW over m = kp micro-batches (k batches, p <= 8, m <= 16):
+   1F1B's order never flushed: one fill and drain, makespan 3m + 3(p-1)
+   against k flushed 1F1B steps' k(3p + 3(p-1)); batch t runs at weight
+   version max(t-1, 0) (W(t+1) = W(t) - lr grad f(W(t-1))), F and B of a
+   micro-batch at the same one; two versions alive once there are two
+   batches. */
+static void test_schedule_2bw(void) {
+    int p, m, st, i;
+    for (p = 1; p <= 8; p++)
+        for (m = p; m <= 16; m += p) {
+            pt_schedule s, one;
+            pt_schedule_report r, r1;
+            ZERO(s), ZERO(one);
+            CHECK_ST(pt_schedule_build(&s, PT_SCHED_2BW, p, 1, m), PT_OK);
+            CHECK_ST(pt_schedule_build(&one, PT_SCHED_1F1B, p, 1, p), PT_OK);
+            if (g_fail) return;
+            if (pt_schedule_check(&s, &r) != PT_OK || pt_schedule_check(&one, &r1) != PT_OK) {
+                FAIL("2bw p=%d m=%d: %s", p, m, pt_last_error());
+                pt_schedule_free(&s), pt_schedule_free(&one);
+                return;
+            }
+            if (r.steps != 3 * m + 3 * (p - 1) || (p > 1 && m > p && r.steps >= m / p * r1.steps))
+                FAIL("2bw p=%d m=%d: makespan %d, want %d (flushed: %d)", p, m, r.steps,
+                     3 * m + 3 * (p - 1), m / p * r1.steps);
+            if (r.versions != (m >= 2 * p ? 2 : 1) || r1.versions != 1)
+                FAIL("2bw p=%d m=%d: %d weight versions alive (1f1b %d)", p, m, r.versions,
+                     r1.versions);
+            for (st = 0; st < p; st++) {
+                int made = 0;
+                for (i = 0; i < s.count[st]; i++) {
+                    const pt_action *a = &s.list[st][i];
+                    int t = a->micro / p;
+                    if ((a->kind == PT_ACT_F || a->kind == PT_ACT_B) && a->version != (t > 1 ? t - 1 : 0))
+                        FAIL("2bw p=%d m=%d stage %d: micro-batch %d at version %d", p, m, st,
+                             a->micro, a->version);
+                    if (a->kind == PT_ACT_OPT && a->version != ++made)
+                        FAIL("2bw p=%d m=%d stage %d: update %d makes version %d", p, m, st, made,
+                             a->version);
+                }
+                if (made != m / p) FAIL("2bw p=%d m=%d stage %d: %d updates", p, m, st, made);
+            }
+            pt_schedule_free(&s), pt_schedule_free(&one);
+        }
+}
+
+static void test_schedule_2bw_rejects(void) {
+    pt_schedule s;
+    pt_schedule_kind k = PT_SCHED_GPIPE;
+    int i, j;
+    pt_action tmp;
+    ZERO(s);
+    CHECK_ST(pt_schedule_kind_parse("2bw", &k), PT_OK);
+    CHECK_EQ(k, PT_SCHED_2BW);
+    CHECK_ERR(pt_schedule_build(&s, PT_SCHED_2BW, 4, 1, 6), PT_ERR_CONFIG,
+              "2bw makes a weight version every p micro-batches: m=6 must be a multiple of p=4");
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_2BW, 3, 1, 9), PT_OK);
+    CHECK_ST(pt_schedule_check(&s, NULL), PT_OK);
+    /* batch 2 at the newest version (2) instead of the one before it */
+    i = find_action(&s, 2, PT_ACT_F, 6, 0);
+    s.list[2][i].version = 2;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "stage 2, action");
+    CHECK_MSG("forward of micro-batch 6 (batch 2) at weight version 2; 2BW's W(t+1)");
+    s.list[2][i].version = 1;
+    /* a backward at another version than its forward */
+    j = find_action(&s, 1, PT_ACT_B, 7, 0);
+    s.list[1][j].version = 0;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "backward of micro-batch 7 at weight version 0, its forward used 1");
+    s.list[1][j].version = 1;
+    /* the update making version 1 moved before batch 0's last backward */
+    i = find_action(&s, 0, PT_ACT_B, 2, 0);
+    for (j = i; s.list[0][j].kind != PT_ACT_OPT; j++) continue;
+    tmp = s.list[0][j];
+    memmove(&s.list[0][i + 1], &s.list[0][i], sizeof(pt_action) * (size_t)(j - i));
+    s.list[0][i] = tmp;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "the update to weight version 1 comes before the backward of micro-batch 2 of batch 0");
+    pt_schedule_free(&s);
+    /* an update left out: the next makes version 2 after version 0 */
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_2BW, 2, 1, 6), PT_OK);
+    for (i = 0; s.list[1][i].kind != PT_ACT_OPT; i++) continue;
+    drop_action(&s, 1, i);
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
+              "the update makes weight version 2 after version 0");
+    pt_schedule_free(&s);
+    /* version 1 made late: batch 2's first forward would run on weights not there */
+    CHECK_ST(pt_schedule_build(&s, PT_SCHED_2BW, 2, 1, 6), PT_OK);
+    for (i = 0; s.list[0][i].kind != PT_ACT_OPT; i++) continue;
+    j = find_action(&s, 0, PT_ACT_F, 4, 0);
+    CHECK(j > i);
+    tmp = s.list[0][i];
+    memmove(&s.list[0][i], &s.list[0][i + 1], sizeof(pt_action) * (size_t)(j - i));
+    s.list[0][j] = tmp;
+    CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "stage 0, action");
+    CHECK_MSG("forward of micro-batch 4 at weight version 1, which the stage has not made yet");
+    pt_schedule_free(&s);
+}
 
 static int count_sub(const char *hay, size_t n, const char *needle) {
     size_t k = strlen(needle), i;
@@ -2785,6 +3111,12 @@ static const test_case tests[] = {
     {"schedule_config_errors", test_schedule_config_errors},
     {"schedule_format", test_schedule_format},
     {"schedule_trace_files", test_schedule_trace_files},
+    {"schedule_zb_more", test_schedule_zb_more},
+    {"schedule_zb_more_rejects", test_schedule_zb_more_rejects},
+    {"schedule_chimera", test_schedule_chimera},
+    {"schedule_chimera_rejects", test_schedule_chimera_rejects},
+    {"schedule_2bw", test_schedule_2bw},
+    {"schedule_2bw_rejects", test_schedule_2bw_rejects},
     {"sim_flops_closed_form", test_sim_flops_closed_form},
     {"sim_mechanisms", test_sim_mechanisms},
     {"sim_cost_paths", test_sim_cost_paths},

@@ -2305,6 +2305,16 @@ static int find_action_(const char *file, int line, const pt_schedule *s, int st
           kind >= 0 && kind < PT_ACT_COUNT ? pt__act_names[kind] : "?", micro, chunk, st);
     return -1;
 }
+/* The index of an action in stage st's list, or -1: for checking that one is
+   there or not (CHECK(action_at(...) < 0)), never for indexing. */
+static int action_at(const pt_schedule *s, int st, int kind, int micro, int chunk) {
+    int i;
+    for (i = 0; st >= 0 && st < s->stages && i < s->count[st]; i++)
+        if (s->list[st][i].kind == kind && s->list[st][i].micro == micro &&
+            s->list[st][i].chunk == chunk)
+            return i;
+    return -1;
+}
 #define FIND(i, s, st, kind, micro, chunk) do {                                            \
         if (((i) = find_action_(__FILE__, __LINE__, s, st, kind, micro, chunk)) < 0) goto out; \
     } while (0)
@@ -2483,12 +2493,13 @@ static void test_schedule_zb_more_rejects(void) {
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_ZB_V, 3, 2, 5), PT_OK);
     CHECK_ST(pt_schedule_check(&s, NULL), PT_OK);
     /* no message at the turn; stage 0 receives chunk b's input from stage 1 */
-    CHECK(find_action(&s, 2, PT_ACT_SEND_ACT, 0, 0) < 0 && find_action(&s, 2, PT_ACT_RECV_ACT, 0, 1) < 0);
-    CHECK(find_action(&s, 0, PT_ACT_RECV_ACT, 0, 1) >= 0 && find_action(&s, 0, PT_ACT_SEND_GRAD, 0, 1) >= 0);
-    CHECK_EQ(s.list[0][find_action(&s, 0, PT_ACT_RECV_ACT, 0, 1)].peer, 1);
+    CHECK(action_at(&s, 2, PT_ACT_SEND_ACT, 0, 0) < 0 && action_at(&s, 2, PT_ACT_RECV_ACT, 0, 1) < 0);
+    CHECK(action_at(&s, 0, PT_ACT_RECV_ACT, 0, 1) >= 0 && action_at(&s, 0, PT_ACT_SEND_GRAD, 0, 1) >= 0);
+    FIND(i, &s, 0, PT_ACT_RECV_ACT, 0, 1);
+    CHECK_EQ(s.list[0][i].peer, 1);
     /* the turn's backwards swapped: chunk a before chunk b gave it its gradient */
-    i = find_action(&s, 2, PT_ACT_B, 1, 1);
-    j = find_action(&s, 2, PT_ACT_B, 1, 0);
+    FIND(i, &s, 2, PT_ACT_B, 1, 1);
+    FIND(j, &s, 2, PT_ACT_B, 1, 0);
     CHECK(i >= 0 && j > i);
     tmp = s.list[2][i], s.list[2][i] = s.list[2][j], s.list[2][j] = tmp;
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
@@ -2497,7 +2508,7 @@ static void test_schedule_zb_more_rejects(void) {
     tmp = s.list[2][i], s.list[2][i] = s.list[2][j], s.list[2][j] = tmp;
     /* chunk b of stage 1 is virtual stage 4: its output goes to 5, on stage 0 (the
        interleaved mapping would put it on stage 2) */
-    i = find_action(&s, 1, PT_ACT_SEND_ACT, 2, 1);
+    FIND(i, &s, 1, PT_ACT_SEND_ACT, 2, 1);
     CHECK(i >= 0);
     s.list[1][i].peer = 2;
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
@@ -2505,7 +2516,8 @@ static void test_schedule_zb_more_rejects(void) {
     s.list[1][i].peer = 0;
     CHECK_ST(pt_schedule_check(&s, NULL), PT_OK);
     /* a message from the turn stage to itself */
-    i = find_action(&s, 2, PT_ACT_F, 0, 0) + 1;
+    FIND(i, &s, 2, PT_ACT_F, 0, 0);
+    i++;
     memmove(&s.list[2][i + 1], &s.list[2][i], sizeof(pt_action) * (size_t)(s.count[2]++ - i));
     s.list[2][i].kind = PT_ACT_SEND_ACT, s.list[2][i].micro = 0, s.list[2][i].chunk = 0;
     s.list[2][i].peer = 2;
@@ -2516,8 +2528,8 @@ static void test_schedule_zb_more_rejects(void) {
        2 stages, a receive of micro-batch 1's gradient moved between them is refused */
     pt_schedule_free(&s);
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_ZB_V, 2, 2, 3), PT_OK);
-    i = find_action(&s, 1, PT_ACT_B, 0, 1);
-    j = find_action(&s, 1, PT_ACT_RECV_GRAD, 1, 1);
+    FIND(i, &s, 1, PT_ACT_B, 0, 1);
+    FIND(j, &s, 1, PT_ACT_RECV_GRAD, 1, 1);
     CHECK(i >= 0 && j > i + 1);
     tmp = s.list[1][j];
     memmove(&s.list[1][i + 2], &s.list[1][i + 1], sizeof(pt_action) * (size_t)(j - i - 1));
@@ -2527,20 +2539,22 @@ static void test_schedule_zb_more_rejects(void) {
     pt_schedule_free(&s);
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_ZB_V, 3, 2, 5), PT_OK);
     /* a missing W on the first stage */
-    drop_action(&s, 0, find_action(&s, 0, PT_ACT_W, 4, 0));
+    FIND(i, &s, 0, PT_ACT_W, 4, 0);
+    drop_action(&s, 0, i);
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
               "optimizer step comes before the weight gradient of micro-batch 4 chunk 0");
     pt_schedule_free(&s);
     /* ZB-H2: a W moved before its B */
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_ZB_H2, 3, 1, 6), PT_OK);
-    i = find_action(&s, 1, PT_ACT_B, 3, 0);
-    j = find_action(&s, 1, PT_ACT_W, 3, 0);
+    FIND(i, &s, 1, PT_ACT_B, 3, 0);
+    FIND(j, &s, 1, PT_ACT_W, 3, 0);
     CHECK(i >= 0 && j > i);
     tmp = s.list[1][j];
     memmove(&s.list[1][i + 1], &s.list[1][i], sizeof(pt_action) * (size_t)(j - i));
     s.list[1][i] = tmp;
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
               "weight gradient of micro-batch 3 chunk 0 before its backward");
+out:
     pt_schedule_free(&s);
 }
 
@@ -2594,17 +2608,18 @@ static void test_schedule_chimera_rejects(void) {
               "two replicas' stages per stage (chunks=1");
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_CHIMERA, 4, 2, 4), PT_OK);
     /* micro-batch 2 goes up replica 1: stage 3 forwards it first, from no one */
-    CHECK(find_action(&s, 3, PT_ACT_F, 2, 1) >= 0 && find_action(&s, 3, PT_ACT_RECV_ACT, 2, 1) < 0);
-    CHECK_EQ(s.list[3][find_action(&s, 3, PT_ACT_SEND_ACT, 2, 1)].peer, 2);
+    CHECK(action_at(&s, 3, PT_ACT_F, 2, 1) >= 0 && action_at(&s, 3, PT_ACT_RECV_ACT, 2, 1) < 0);
+    FIND(i, &s, 3, PT_ACT_SEND_ACT, 2, 1);
+    CHECK_EQ(s.list[3][i].peer, 2);
     /* the all-reduce pairs stage s with p-1-s */
-    i = find_action(&s, 1, PT_ACT_REDUCE, -1, -1);
+    FIND(i, &s, 1, PT_ACT_REDUCE, -1, -1);
     CHECK(i >= 0 && s.list[1][i].peer == 2);
     s.list[1][i].peer = 0;
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
               "a replica all-reduce with stage 0, but the same layers are on stage p-1-s");
     s.list[1][i].peer = 2;
     /* ahead of a backward it would reduce half-made gradients */
-    j = find_action(&s, 1, PT_ACT_B, 3, 1);
+    FIND(j, &s, 1, PT_ACT_B, 3, 1);
     tmp = s.list[1][i];
     memmove(&s.list[1][j + 1], &s.list[1][j], sizeof(pt_action) * (size_t)(i - j));
     s.list[1][j] = tmp;
@@ -2613,15 +2628,16 @@ static void test_schedule_chimera_rejects(void) {
     pt_schedule_free(&s);
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_CHIMERA, 4, 2, 4), PT_OK);
     /* left out on one stage: the optimizer step would update unsynced weights */
-    drop_action(&s, 2, find_action(&s, 2, PT_ACT_REDUCE, -1, -1));
+    FIND(i, &s, 2, PT_ACT_REDUCE, -1, -1);
+    drop_action(&s, 2, i);
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "stage 2: the optimizer step comes "
               "before the replica gradient all-reduce with stage 1");
     pt_schedule_free(&s);
     /* the all-reduce is a collective: stage 0 waiting in it before sending the gradient
        stage 1 needs to reach it is a deadlock */
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_CHIMERA, 2, 2, 2), PT_OK);
-    i = find_action(&s, 0, PT_ACT_SEND_GRAD, 1, 1);
-    j = find_action(&s, 0, PT_ACT_REDUCE, -1, -1);
+    FIND(i, &s, 0, PT_ACT_SEND_GRAD, 1, 1);
+    FIND(j, &s, 0, PT_ACT_REDUCE, -1, -1);
     CHECK(i >= 0 && j > i);
     tmp = s.list[0][i];
     memmove(&s.list[0][i], &s.list[0][i + 1], sizeof(pt_action) * (size_t)(j - i));
@@ -2631,7 +2647,8 @@ static void test_schedule_chimera_rejects(void) {
     pt_schedule_free(&s);
     /* a micro-batch on the other replica's chunk */
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_CHIMERA, 2, 2, 2), PT_OK);
-    s.list[0][find_action(&s, 0, PT_ACT_F, 0, 0)].chunk = 1;
+    FIND(i, &s, 0, PT_ACT_F, 0, 0);
+    s.list[0][i].chunk = 1;
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
               "micro-batch 0 travels replica 0, not chunk 1's");
     pt_schedule_free(&s);
@@ -2640,6 +2657,7 @@ static void test_schedule_chimera_rejects(void) {
     s.list[0][s.count[0] - 1].kind = PT_ACT_REDUCE, s.list[0][s.count[0] - 1].peer = 1;
     s.list[0][s.count[0]++].kind = PT_ACT_OPT;
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "in a schedule without replicas");
+out:
     pt_schedule_free(&s);
 }
 
@@ -2701,19 +2719,19 @@ static void test_schedule_2bw_rejects(void) {
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_2BW, 3, 1, 9), PT_OK);
     CHECK_ST(pt_schedule_check(&s, NULL), PT_OK);
     /* batch 2 at the newest version (2) instead of the one before it */
-    i = find_action(&s, 2, PT_ACT_F, 6, 0);
+    FIND(i, &s, 2, PT_ACT_F, 6, 0);
     s.list[2][i].version = 2;
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "stage 2, action");
     CHECK_MSG("forward of micro-batch 6 (batch 2) at weight version 2; 2BW's W(t+1)");
     s.list[2][i].version = 1;
     /* a backward at another version than its forward */
-    j = find_action(&s, 1, PT_ACT_B, 7, 0);
+    FIND(j, &s, 1, PT_ACT_B, 7, 0);
     s.list[1][j].version = 0;
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG,
               "backward of micro-batch 7 at weight version 0, its forward used 1");
     s.list[1][j].version = 1;
     /* the update making version 1 moved before batch 0's last backward */
-    i = find_action(&s, 0, PT_ACT_B, 2, 0);
+    FIND(i, &s, 0, PT_ACT_B, 2, 0);
     for (j = i; s.list[0][j].kind != PT_ACT_OPT; j++) continue;
     tmp = s.list[0][j];
     memmove(&s.list[0][i + 1], &s.list[0][i], sizeof(pt_action) * (size_t)(j - i));
@@ -2731,13 +2749,14 @@ static void test_schedule_2bw_rejects(void) {
     /* version 1 made late: batch 2's first forward would run on weights not there */
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_2BW, 2, 1, 6), PT_OK);
     for (i = 0; s.list[0][i].kind != PT_ACT_OPT; i++) continue;
-    j = find_action(&s, 0, PT_ACT_F, 4, 0);
+    FIND(j, &s, 0, PT_ACT_F, 4, 0);
     CHECK(j > i);
     tmp = s.list[0][i];
     memmove(&s.list[0][i], &s.list[0][i + 1], sizeof(pt_action) * (size_t)(j - i));
     s.list[0][j] = tmp;
     CHECK_ERR(pt_schedule_check(&s, NULL), PT_ERR_CONFIG, "stage 0, action");
     CHECK_MSG("forward of micro-batch 4 at weight version 1, which the stage has not made yet");
+out:
     pt_schedule_free(&s);
 }
 

@@ -12,6 +12,7 @@ typedef struct run {
         log_every, stop_after, tp, dp, pp, zero, accum, chunks, recompute, trace_step, keep,
         max_bad, force, eval_only, eval_batches_given;
     pt_schedule_kind schedule;
+    pt_overlap overlap; /* the dp gradient reduction behind backward (on) or after it */
 #ifdef PTRAIN_TEST_HOOKS
     /* fault injection for the tests (builds with -DPTRAIN_TEST_HOOKS only) */
     const char *nan_tensor;
@@ -80,6 +81,10 @@ static int train_combinations(int argc, char **argv, const run *o, const char *s
     if (TRAIN_GIVEN("stop-after") && o->stop_after >= o->steps)
         TRAIN_REFUSE("--stop-after %d is not before --steps %d: the run ends there anyway",
                      o->stop_after, o->steps);
+    if (TRAIN_GIVEN("overlap") && (o->dp == 1 || o->zero == 2))
+        TRAIN_REFUSE("--overlap with %s: %s", o->dp == 1 ? "one data-parallel rank" : "--zero 2",
+                     o->dp == 1 ? "there is no gradient reduction to overlap"
+                                : "ZeRO 2 reduce-scatters each bucket inside backward either way");
     if (TRAIN_GIVEN("trace-step") && !o->trace_path)
         TRAIN_REFUSE("--trace-step needs --trace (the file it writes)");
     if (o->trace_path && o->trace_step > o->steps)
@@ -101,7 +106,7 @@ static int train_combinations(int argc, char **argv, const run *o, const char *s
    ranks. Returns -1 to go on, else the exit status: 0 after --help, 2 after
    an error message. usage: print the usage (world rank 0 does). */
 static int train_options(int argc, char **argv, run *o, train_args *a, int usage) {
-    const char *data_format = "auto", *recompute = "none", *schedule = NULL;
+    const char *data_format = "auto", *recompute = "none", *schedule = NULL, *overlap = "on";
     int npos, s;
     const char *pos[1];
     cli_opt opts[] = {
@@ -167,6 +172,9 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         {"pp", CLI_INT, &o->pp, "pipeline stages (at most the layers)", 1, 1024},
         {"schedule", CLI_STR, &schedule, "the step's schedule: gpipe, 1f1b, interleaved, zb-h1 "
          "(default: 1f1b, interleaved with --chunks)", 0, 0},
+        {"overlap", CLI_STR, &overlap, "on | off: reduce each layer's data-parallel gradient "
+         "bucket while backward goes on (ZeRO 0, 1), or all after backward; the same bits "
+         "either way", 0, 0},
         {"chunks", CLI_INT, &o->chunks, "layer chunks per pipeline stage (interleaved)", 1, 64},
         {"recompute", CLI_STR, &recompute, "activation recomputation: none, selective, full", 0,
          0},
@@ -229,6 +237,12 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
     o->eval_batches_given = cli_given(argc, argv, "eval-batches");
     a->preset_given = cli_given(argc, argv, "preset");
     if ((o->recompute = cli_recompute(recompute)) < 0) return 2;
+    if (strcmp(overlap, "on") == 0) o->overlap = PT_OVERLAP_ON;
+    else if (strcmp(overlap, "off") == 0) o->overlap = PT_OVERLAP_OFF;
+    else {
+        fprintf(stderr, "error: --overlap '%s' is not on or off\n", overlap);
+        return 2;
+    }
     if ((s = cli_schedule(schedule)) < 0) return 2;
     o->schedule = (pt_schedule_kind)s;
     if (o->accum == 0) /* a pipeline of one micro-batch runs one stage at a time */

@@ -21,11 +21,15 @@ static void train_report_header(const run *o, const pt_comm *world, const pt_gpt
            o->cfg.n_layer, o->cfg.n_head, o->cfg.n_embd, o->cfg.vocab_size, o->cfg.block_size,
            (double)gpt->num_params_full / 1e6);
     printf("layout: tp %d x dp %d x pp %d = %d rank%s (%s), ZeRO %d, schedule %s, %d "
-           "chunk%s per stage, %d micro-batch%s of %d rows per rank and step, recompute %s\n",
+           "chunk%s per stage, %d micro-batch%s of %d rows per rank and step, recompute %s%s\n",
            o->tp, o->dp, o->pp, world->size, world->size > 1 ? "s" : "",
            world->kind == PT_COMM_MPI ? "MPI" : "threads", o->zero,
            pt_schedule_kind_name(gpt->place.schedule), o->chunks, o->chunks > 1 ? "s" : "",
-           o->accum, o->accum > 1 ? "es" : "", micro_rows, train_recompute_name(o->recompute));
+           o->accum, o->accum > 1 ? "es" : "", micro_rows, train_recompute_name(o->recompute),
+           o->dp == 1      ? ""
+           : o->zero == 2  ? "; dp gradients reduce-scattered inside backward"
+           : o->overlap == PT_OVERLAP_OFF ? "; dp gradients reduced after backward"
+                                          : "; dp gradients reduced while backward runs");
     printf("memory%s: params %.1f MiB, grads %.1f MiB, AdamW %.1f MiB, activations %.1f MiB "
            "(%d slot%s), scratch %.1f MiB\n",
            world->size > 1 ? " per rank" : "", gpt->mem.params / 1048576.0,

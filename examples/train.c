@@ -266,6 +266,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     sd.B = rows, sd.T = o->seq;
     sd.adamw = &opt;
     sd.clip = o->clip;
+    sd.overlap = o->overlap;
     good_step = (int)state.step;
     train_meter_start(&meter, good_step);
     for (step = good_step;

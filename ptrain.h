@@ -1096,6 +1096,7 @@ typedef struct pt_plan_result {
     pt_plan_mem mem;           /* the rank needing most memory */
     int mem_rank, dp, micro_batches; /* its world rank; dp; micro-batches per pipeline */
     pt_schedule_kind schedule; /* the one run (0 resolved) */
+    int chunks;                /* chunks a stage (0 resolved: the schedule's own) */
     int fits;                  /* mem.total <= the device's memory */
     double build_seconds;      /* time to build every rank's meta model */
     pt_plan_stage stage[64];   /* per pipeline stage, [0, pp) */
@@ -7789,6 +7790,7 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
     r->dp = S.dp;
     r->micro_batches = S.m;
     r->schedule = D.schedule;
+    r->chunks = D.chunks;
     S.chunk_layers = (int *)pt__malloc(sizeof(int) * (size_t)S.V, NULL);
     S.opt_s = (double *)pt__malloc(sizeof(double) * (size_t)p * 8, NULL);
     if (!S.chunk_layers || !S.opt_s) {

@@ -56,9 +56,10 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         {"gpus", CLI_INT, &d->gpus, "devices (dp = gpus / (tp x pp))", 1, 1 << 24},
         {"batch", CLI_INT, &d->batch, "global batch (sequences)", 1, 1 << 24},
         {"microbatch", CLI_INT, &d->micro, "micro-batch (sequences)", 1, 1 << 16},
-        {"chunks", CLI_INT, &d->chunks, "interleaved chunks a stage (1: none)", 1, 64},
-        {"schedule", CLI_STR, &sched, "gpipe, 1f1b, interleaved, zb-h1 (default: 1f1b, "
-         "interleaved with --chunks)", 0, 0},
+        {"chunks", CLI_INT, &d->chunks, "layer chunks a stage (0: the schedule's own, 2 for "
+         "zb-v, else 1; interleaved takes 2 or more)", 0, 64},
+        {"schedule", CLI_STR, &sched, "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v (default: "
+         "1f1b, interleaved with --chunks)", 0, 0},
         {"zero", CLI_INT, &d->zero, "ZeRO stage 0..3", 0, 3},
         {"recompute", CLI_STR, &rc, "none, selective or full", 0, 0},
         {"hw", CLI_STR, &p->hw_name, "a100-80g, h100-80g, mi250x or local (default: preset's, "
@@ -80,7 +81,7 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
     memset(p, 0, sizeof *p);
     p->hw_file = hw_file_default, p->top = 5;
     d->layers = 24, d->hidden = 2304, d->heads = 24, d->seq = 2048, d->vocab = 51200;
-    d->tp = 1, d->pp = 1, d->gpus = 32, d->batch = 512, d->micro = 16, d->chunks = 1;
+    d->tp = 1, d->pp = 1, d->gpus = 32, d->batch = 512, d->micro = 16, d->chunks = 0;
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) preset = argv[i + 1];
         else if (strncmp(argv[i], "--preset=", 9) == 0) preset = argv[i] + 9;

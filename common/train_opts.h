@@ -170,12 +170,14 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
          "pipeline's m; 0: 1 without a pipeline, else pp when it divides the batch per dp rank, "
          "so every stage has work)", 0, 1 << 20},
         {"pp", CLI_INT, &o->pp, "pipeline stages (at most the layers)", 1, 1024},
-        {"schedule", CLI_STR, &schedule, "the step's schedule: gpipe, 1f1b, interleaved, zb-h1 "
+        {"schedule", CLI_STR, &schedule, "the step's schedule: gpipe, 1f1b, interleaved, zb-h1, "
+         "zb-h2, zb-v "
          "(default: 1f1b, interleaved with --chunks)", 0, 0},
         {"overlap", CLI_STR, &overlap, "on | off: reduce each layer's data-parallel gradient "
          "bucket while backward goes on (ZeRO 0, 1), or all after backward; the same bits "
          "either way", 0, 0},
-        {"chunks", CLI_INT, &o->chunks, "layer chunks per pipeline stage (interleaved)", 1, 64},
+        {"chunks", CLI_INT, &o->chunks, "layer chunks per pipeline stage (0: the schedule's own, "
+         "2 for zb-v, else 1; interleaved takes 2 or more)", 0, 64},
         {"recompute", CLI_STR, &recompute, "activation recomputation: none, selective, full", 0,
          0},
         {"trace", CLI_STR, &o->trace_path, "write step --trace-step's timeline (every rank's "
@@ -217,7 +219,7 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
     o->eval_batches = 8, o->sample_tokens = 400, o->top_k = 8, o->log_every = 100;
     o->lr = 6e-3f, o->min_lr = 6e-4f, o->wd = 0.1f, o->clip = 1.0f, o->val_fraction = 0.1f;
     o->temperature = 0.8f, o->seed = 1337, o->tp = 1, o->dp = 1, o->pp = 1;
-    o->chunks = 1, o->trace_step = 2, o->max_bad = 5;
+    o->trace_step = 2, o->max_bad = 5;
 #ifdef PTRAIN_TEST_HOOKS
     o->nan_count = 1, o->nan_tensor = "h.0.mlp.c_fc.weight", o->fail_rank = -1, o->fail_step = 1;
 #endif

@@ -24,7 +24,8 @@ static void train_report_header(const run *o, const pt_comm *world, const pt_gpt
            "chunk%s per stage, %d micro-batch%s of %d rows per rank and step, recompute %s%s\n",
            o->tp, o->dp, o->pp, world->size, world->size > 1 ? "s" : "",
            world->kind == PT_COMM_MPI ? "MPI" : "threads", o->zero,
-           pt_schedule_kind_name(gpt->place.schedule), o->chunks, o->chunks > 1 ? "s" : "",
+           pt_schedule_kind_name(gpt->place.schedule), gpt->place.chunks,
+           gpt->place.chunks > 1 ? "s" : "",
            o->accum, o->accum > 1 ? "es" : "", micro_rows, train_recompute_name(o->recompute),
            o->dp == 1      ? ""
            : o->zero == 2  ? "; dp gradients reduce-scattered inside backward"

@@ -49,7 +49,7 @@ static void print_json(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_res
            "\"microbatch\": %d, \"chunks\": %d, \"schedule\": \"%s\", \"zero\": %d, "
            "\"recompute\": \"%s\", \"micro_batches\": %d,\n",
            hw->name, d->layers, d->hidden, d->heads, d->seq, d->vocab, d->tp, d->pp, r->dp,
-           d->gpus, d->batch, d->micro, d->chunks, pt_schedule_kind_name(r->schedule), d->zero,
+           d->gpus, d->batch, d->micro, r->chunks, pt_schedule_kind_name(r->schedule), d->zero,
            rc_name(d->recompute), r->micro_batches);
     printf(" \"tflops_per_gpu\": %.2f, \"model_tflops_per_gpu\": %.2f, \"percent_of_peak\": %.2f, "
            "\"step_time_s\": %.6g, \"bubble_fraction\": %.4f, \"comm_exposed_s\": %.6g,\n",
@@ -107,7 +107,7 @@ static void print_human(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_re
     printf("layout  %d x %s: tp %d x pp %d x dp %d; batch %d = %d micro-batches of %d a "
            "pipeline; %s (%d chunks a stage), ZeRO %d, recompute %s\n",
            d->gpus, hw->name, d->tp, d->pp, r->dp, d->batch, r->micro_batches, d->micro,
-           pt_schedule_kind_name(r->schedule), d->chunks, d->zero,
+           pt_schedule_kind_name(r->schedule), r->chunks, d->zero,
            rc_name(d->recompute));
     printf("step    %.3f s: %sFLOP/s per GPU (%.1f%% of %sFLOP/s peak), model %sFLOP/s; "
            "%.0f tokens/s\n",
@@ -130,7 +130,7 @@ static void print_human(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_re
 static void print_row(int i, const pt_plan_desc *d, const pt_plan_result *r) {
     printf("%2d  tp %-2d pp %-3d dp %-4d v %d  mb %-2d  %-11s ZeRO %d  %-9s  %7.1f  %5.1f%%  %6.3f s"
            "  %4.1f%%  %5.1f%%  %6.1f GiB\n",
-           i, d->tp, d->pp, r->dp, d->chunks, d->micro, pt_schedule_kind_name(d->schedule),
+           i, d->tp, d->pp, r->dp, r->chunks, d->micro, pt_schedule_kind_name(r->schedule),
            d->zero, rc_name(d->recompute), r->tflops_per_gpu, r->percent_of_peak, r->step_time,
            100.0 * r->bubble_fraction, 100.0 * r->comm_exposed / r->step_time,
            r->mem.total / 1073741824.0);

@@ -17,19 +17,21 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=print_stacktrace=1
 
+# (POSIX sh has no locals: the helpers' variables are step_*, so a loop's own
+# variables, e.g. rc or name, survive a step inside the loop)
 step() { # step NAME CMD...: passes if CMD exits 0, skipped if it exits 77
-    name=$1
+    step_name=$1
     shift
     "$@" >"$tmp/out" 2>&1
-    rc=$?
-    if [ "$rc" -eq 0 ]; then
+    step_rc=$?
+    if [ "$step_rc" -eq 0 ]; then
         pass=$((pass + 1))
-        printf 'ok    %s\n' "$name"
-    elif [ "$rc" -eq 77 ]; then
-        skip "$name" "$(grep '^SKIP' "$tmp/out" | sed 's/^SKIP:* *//' | paste -sd ';' - | sed 's/;/; /g')"
+        printf 'ok    %s\n' "$step_name"
+    elif [ "$step_rc" -eq 77 ]; then
+        skip "$step_name" "$(grep '^SKIP' "$tmp/out" | sed 's/^SKIP:* *//' | paste -sd ';' - | sed 's/;/; /g')"
     else
         fail=$((fail + 1))
-        printf 'FAIL  %s\n' "$name"
+        printf 'FAIL  %s\n' "$step_name"
         tail -n 40 "$tmp/out" | sed 's/^/      /'
     fi
 }
@@ -38,16 +40,16 @@ skip() { # skip NAME REASON: a check that cannot run here, counted as skipped
     printf 'SKIP  %s (%s)\n' "$1" "${2:-no reason given}"
 }
 fails() { # fails NAME CODE PATTERN CMD...: passes if CMD exits with CODE and prints PATTERN
-    name=$1 code=$2 pattern=$3
+    step_name=$1 step_code=$2 step_pattern=$3
     shift 3
     "$@" >"$tmp/out" 2>&1
-    rc=$?
-    if [ "$rc" -eq "$code" ] && grep -q -- "$pattern" "$tmp/out"; then
+    step_rc=$?
+    if [ "$step_rc" -eq "$step_code" ] && grep -q -- "$step_pattern" "$tmp/out"; then
         pass=$((pass + 1))
-        printf 'ok    %s\n' "$name"
+        printf 'ok    %s\n' "$step_name"
     else
         fail=$((fail + 1))
-        printf 'FAIL  %s (exit %s, wanted %s and "%s")\n' "$name" "$rc" "$code" "$pattern"
+        printf 'FAIL  %s (exit %s, wanted %s and "%s")\n' "$step_name" "$step_rc" "$step_code" "$step_pattern"
         tail -n 20 "$tmp/out" | sed 's/^/      /'
     fi
 }

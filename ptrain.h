@@ -7,7 +7,9 @@
 
    everywhere else just #include "ptrain.h". Link with OpenBLAS (-lopenblas, the
    OpenMP build fits best) and build with -fopenmp; -DPTRAIN_NO_BLAS uses a
-   portable C matmul instead of cblas_sgemm.
+   portable C matmul instead of cblas_sgemm. On CPUs with AVX-512 ptrain runs its
+   own GEMM kernels (chosen at run time; PTRAIN_GEMM=openblas|ptrain|portable in
+   the environment or pt_gemm_select picks one).
 
    QUICK START (examples/quickstart.c compiles this very text)
 
@@ -45,7 +47,7 @@
    SECTIONS (search for the marker)
        >>basics     status codes, last error, RNG, threads, timing
        >>tensors    tensor views, arena, meta arena
-       >>kernels    forward/backward pairs, AdamW, clipping, LR schedule
+       >>kernels    GEMMs (fp32, bf16), forward/backward pairs, AdamW, clipping, LR schedule
        >>model      GPT-2 config, tensor table, blocks, building a model, generation
        >>comm       communicators (self, threads, MPI), the tp x dp x pp grid
        >>schedule   pipeline schedules as data, their checker, text grid, timelines
@@ -207,10 +209,28 @@ PTRAINDEF void pt_arena_free(pt_arena *a);
    Backward kernels ACCUMULATE (+=) into every gradient they write, except
    where noted; callers zero gradients first. */
 
-/* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major, cblas semantics. */
+/* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major, cblas semantics
+   (beta = 0: C is not read). Runs the GEMM pt_gemm_select chose. */
 PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
                         const float *A, int lda, const float *B, int ldb, float beta,
                         float *C, int ldc);
+/* The same product with op(A) and op(B) rounded to bfloat16 (round to nearest
+   even; alpha multiplies A before rounding) and the products summed in fp32:
+   ptrain's vdpbf16ps kernels on CPUs with AVX512-BF16, else plain C loops. */
+PTRAINDEF void pt_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                            const float *A, int lda, const float *B, int ldb, float beta,
+                            float *C, int ldc);
+/* Which fp32 GEMM pt_sgemm runs, by name: "ptrain" (ptrain's AVX-512 kernels:
+   packing and cache blocking in the BLIS manner, OpenMP over blocks; needs a
+   CPU with AVX-512F), "openblas" (cblas_sgemm; not in -DPTRAIN_NO_BLAS
+   builds), "portable" (plain C loops), "auto" (ptrain where the CPU has
+   AVX-512F, else openblas, else portable). NULL or "" takes the name from the
+   environment variable PTRAIN_GEMM (unset: auto). Until the first call, the
+   first GEMM does the same, ignoring an unknown name. Not thread-safe against
+   GEMMs running at the time. */
+PTRAINDEF pt_status pt_gemm_select(const char *name);
+PTRAINDEF const char *pt_gemm_name(void);      /* "ptrain-avx512", "openblas", "portable" */
+PTRAINDEF const char *pt_gemm_bf16_name(void); /* "ptrain-avx512bf16" or "portable" */
 
 /* out[n,c] = wte[inp[n],c] + wpe[n % T, c] */
 PTRAINDEF void pt_encoder_forward(float *out, const int *inp, const float *wte,
@@ -1174,7 +1194,8 @@ PTRAINDEF pt_status pt_checkpoint_load(const char *path, pt_gpt *m, pt_train_sta
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || ((defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__))
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 #ifdef _OPENMP
@@ -1644,15 +1665,134 @@ PTRAINDEF void pt_arena_free(pt_arena *a) {
 /* >>kernels (implementation)                                                */
 /* ======================================================================== */
 
-PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
-                        const float *A, int lda, const float *B, int ldb, float beta,
-                        float *C, int ldc) {
-#ifndef PTRAIN_NO_BLAS
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                ldc);
+/* ---- GEMM ---------------------------------------------------------------
+   ptrain's own GEMM, in the BLIS manner: N is cut into NC-column panels and K
+   into KC-deep slabs; each KC x NC slab of op(B) is packed once, by all
+   threads together, into NR-column micro-panels (k-major, zero-padded), each
+   MC-row block of alpha*op(A) into MR-row micro-panels by the thread that
+   owns it, and an MR x NR tile of C lives in registers over the slab. The A
+   micro-panel (MR x KC) stays in L1 while the tile walks the B slab (L2).
+   Every element of C is summed by one thread, slab after slab in K order,
+   so results do not depend on the thread count. The kernels are compiled with
+   target attributes and chosen at run time from CPUID, so the header needs no
+   special flags; bf16 packs pairs of consecutive k (vdpbf16ps's operand). */
+#define PT__GEMM_MR 12
+#define PT__GEMM_NR 32
+#define PT__GEMM_KC 256 /* even: bf16 packs k in pairs */
+#define PT__GEMM_MC 96  /* multiple of MR */
+#define PT__GEMM_NC 512 /* multiple of NR; the packed slab is KC*NC*4 = 512 KiB */
+
+#define PT__GEMM_AUTO 0
+#define PT__GEMM_PTRAIN 1
+#define PT__GEMM_BLAS 2
+#define PT__GEMM_PORTABLE 3
+static int pt__gemm_impl; /* 0 until chosen; read and written atomically */
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define PT__GEMM_X86 1
+#define PT__TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+#define PT__TARGET_BF16 \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
+
+/* CPUID leaf 7 (sub-leaf 0: EBX bit 16 AVX-512F; sub-leaf 1: EAX bit 5
+   AVX512-BF16) and XCR0 (the OS saves the opmask and zmm state: bits 1,2,5,6,7).
+   Under valgrind, which cannot run AVX-512, CPUID reports none. */
+static int pt__cpu_avx512(int want_bf16) {
+    unsigned a, b, c, d, lo, hi;
+    __cpuid(0, a, b, c, d);
+    if (a < 7) return 0;
+    __cpuid(1, a, b, c, d);
+    if (!(c & (1u << 27))) return 0; /* OSXSAVE: xgetbv may run */
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    if ((lo & 0xE6u) != 0xE6u) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!(b & (1u << 16))) return 0;
+    if (!want_bf16) return 1;
+    __cpuid_count(7, 1, a, b, c, d);
+    return (a >> 5) & 1u;
+}
 #else
-    /* Portable fallback: row i of C at a time, B streamed in its storage order. */
+static int pt__cpu_avx512(int want_bf16) {
+    (void)want_bf16;
+    return 0;
+}
+#endif
+
+static int pt__gemm_parse(const char *name) {
+    if (!name || !*name || !strcmp(name, "auto"))
+        return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN
+#ifndef PTRAIN_NO_BLAS
+                                 : PT__GEMM_BLAS;
+#else
+                                 : PT__GEMM_PORTABLE;
+#endif
+    if (!strcmp(name, "ptrain")) return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN : -1;
+#ifndef PTRAIN_NO_BLAS
+    if (!strcmp(name, "openblas") || !strcmp(name, "blas")) return PT__GEMM_BLAS;
+#endif
+    if (!strcmp(name, "portable")) return PT__GEMM_PORTABLE;
+    return -2;
+}
+
+PTRAINDEF pt_status pt_gemm_select(const char *name) {
+    int v;
+    if (!name || !*name) name = getenv("PTRAIN_GEMM");
+    v = pt__gemm_parse(name);
+    if (v == -1)
+        return pt__fail(PT_ERR_UNSUPPORTED, "GEMM 'ptrain' needs a CPU with AVX-512F");
+    if (v < 0)
+        return pt__fail(PT_ERR_INVALID_ARG, "unknown GEMM '%s' (known: auto, ptrain, %sportable)",
+                        name,
+#ifndef PTRAIN_NO_BLAS
+                        "openblas, "
+#else
+                        ""
+#endif
+        );
+    __atomic_store_n(&pt__gemm_impl, v, __ATOMIC_RELAXED);
+    return PT_OK;
+}
+
+static int pt__gemm_current(void) {
+    int v = __atomic_load_n(&pt__gemm_impl, __ATOMIC_RELAXED);
+    if (v == PT__GEMM_AUTO) {
+        v = pt__gemm_parse(getenv("PTRAIN_GEMM"));
+        if (v < 0) v = pt__gemm_parse(NULL);
+        __atomic_store_n(&pt__gemm_impl, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+PTRAINDEF const char *pt_gemm_name(void) {
+    int v = pt__gemm_current();
+    return v == PT__GEMM_PTRAIN ? "ptrain-avx512" : v == PT__GEMM_BLAS ? "openblas" : "portable";
+}
+
+PTRAINDEF const char *pt_gemm_bf16_name(void) {
+    return pt__cpu_avx512(1) ? "ptrain-avx512bf16" : "portable";
+}
+
+/* fp32 -> bf16 bits, round to nearest even (NaN stays a quiet NaN). */
+static inline uint16_t pt__bf16_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline float pt__bf16_round(float x) {
+    uint32_t u = (uint32_t)pt__bf16_bits(x) << 16;
+    float y;
+    memcpy(&y, &u, 4);
+    return y;
+}
+
+/* Plain loops: row i of C at a time, B streamed in its storage order; bf16
+   rounds both operands first (the same numbers as the bf16 kernels). */
+static void pt__gemm_portable(int bf16, int ta, int tb, int M, int N, int K, float alpha,
+                              const float *A, int lda, const float *B, int ldb, float beta,
+                              float *C, int ldc) {
     int i;
     PT__OMP(omp parallel for schedule(static))
     for (i = 0; i < M; i++) {
@@ -1660,16 +1800,278 @@ PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alp
         int j, k;
         for (j = 0; j < N; j++) c[j] = beta == 0.0f ? 0.0f : beta * c[j];
         for (k = 0; k < K; k++) {
-            float a = alpha * (trans_a ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
-            if (!trans_b) {
+            float a = alpha * (ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
+            if (bf16) a = pt__bf16_round(a);
+            if (!tb) {
                 const float *b = B + (size_t)k * ldb;
-                for (j = 0; j < N; j++) c[j] += a * b[j];
+                if (bf16)
+                    for (j = 0; j < N; j++) c[j] += a * pt__bf16_round(b[j]);
+                else
+                    for (j = 0; j < N; j++) c[j] += a * b[j];
             } else {
-                for (j = 0; j < N; j++) c[j] += a * B[(size_t)j * ldb + k];
+                for (j = 0; j < N; j++) {
+                    float b = B[(size_t)j * ldb + k];
+                    c[j] += a * (bf16 ? pt__bf16_round(b) : b);
+                }
             }
         }
     }
+}
+
+#ifdef PT__GEMM_X86
+/* Pack rows i0..i0+mc of alpha*op(A), k = p0..p0+kc, into MR-row micro-panels:
+   fp32 ap[panel][k][r]; bf16 (kp = kc rounded up to even) pairs ap[panel][k/2][r] =
+   (bf16(a[r][k]), bf16(a[r][k+1])) as one 32-bit word. Rows past mc and the odd
+   k's partner are zero. */
+static void pt__gemm_pack_a(void *dst, int bf16, int ta, const float *A, int lda, int i0,
+                            int mc, int p0, int kc, float alpha) {
+    const int MR = PT__GEMM_MR;
+    int ir, r, k, kp = (kc + 1) & ~1;
+    for (ir = 0; ir < mc; ir += MR) {
+        int mr = mc - ir < MR ? mc - ir : MR;
+        /* element (r, k) at A[r*rs + k*ks]; k outer so the writes are contiguous */
+        size_t rs = ta ? 1 : (size_t)lda, ks = ta ? (size_t)lda : 1;
+        const float *a = A + (ta ? (size_t)p0 * lda + i0 + ir : (size_t)(i0 + ir) * lda + p0);
+        if (!bf16) {
+            float *ap = (float *)dst + (size_t)ir * kc;
+            if (ta && mr == MR) /* fixed trip counts: the compiler vectorises these */
+                for (k = 0; k < kc; k++, ap += PT__GEMM_MR)
+                    for (r = 0; r < PT__GEMM_MR; r++) ap[r] = alpha * a[k * ks + r];
+            else
+                for (k = 0; k < kc; k++, ap += MR) {
+                    const float *ak = a + k * ks;
+                    for (r = 0; r < mr; r++) ap[r] = alpha * ak[r * rs];
+                    for (; r < MR; r++) ap[r] = 0.0f;
+                }
+        } else {
+            uint16_t *ap = (uint16_t *)dst + (size_t)ir * kp;
+            for (k = 0; k < kp; k += 2, ap += 2 * MR) {
+                const float *ak = a + k * ks;
+                for (r = 0; r < mr; r++) {
+                    ap[2 * r] = pt__bf16_bits(alpha * ak[r * rs]);
+                    ap[2 * r + 1] = pt__bf16_bits(k + 1 < kc ? alpha * ak[r * rs + ks] : 0.0f);
+                }
+                for (; r < MR; r++) ap[2 * r] = ap[2 * r + 1] = 0;
+            }
+        }
+    }
+}
+
+/* Pack NR-column micro-panel q of op(B) (columns j0+q*NR.., k = p0..p0+kc):
+   fp32 bp[k][c]; bf16 pairs bp[k/2][c] = (bf16(b[k][c]), bf16(b[k+1][c])).
+   Columns past nc and the odd k's partner are zero. */
+static void pt__gemm_pack_b(void *dst, int bf16, int tb, const float *B, int ldb, int j0,
+                            int nc, int p0, int kc, int q) {
+    const int NR = PT__GEMM_NR;
+    int c, k, kp = (kc + 1) & ~1, jr = q * NR, nr = nc - jr < NR ? nc - jr : NR;
+    if (!bf16) {
+        float *bp = (float *)dst + (size_t)jr * kc;
+        if (!tb) {
+            for (k = 0; k < kc; k++) {
+                const float *b = B + (size_t)(p0 + k) * ldb + j0 + jr;
+                if (nr == NR) {
+                    for (c = 0; c < PT__GEMM_NR; c++) bp[(size_t)k * PT__GEMM_NR + c] = b[c];
+                } else {
+                    for (c = 0; c < nr; c++) bp[(size_t)k * NR + c] = b[c];
+                    for (; c < NR; c++) bp[(size_t)k * NR + c] = 0.0f;
+                }
+            }
+        } else {
+            for (c = 0; c < NR; c++) {
+                const float *b = B + (size_t)(j0 + jr + c) * ldb + p0;
+                if (c < nr)
+                    for (k = 0; k < kc; k++) bp[(size_t)k * NR + c] = b[k];
+                else
+                    for (k = 0; k < kc; k++) bp[(size_t)k * NR + c] = 0.0f;
+            }
+        }
+    } else {
+        uint16_t *bp = (uint16_t *)dst + (size_t)jr * kp;
+        if (!tb) {
+            for (k = 0; k < kp; k++) {
+                const float *b = B + (size_t)(p0 + k) * ldb + j0 + jr;
+                uint16_t *o = bp + (size_t)(k >> 1) * 2 * NR + (k & 1);
+                for (c = 0; c < NR; c++) o[2 * c] = pt__bf16_bits(k < kc && c < nr ? b[c] : 0.0f);
+            }
+        } else {
+            for (c = 0; c < NR; c++) {
+                const float *b = B + (size_t)(j0 + jr + c) * ldb + p0;
+                for (k = 0; k < kp; k++)
+                    bp[(size_t)(k >> 1) * 2 * NR + 2 * c + (k & 1)] =
+                        pt__bf16_bits(k < kc && c < nr ? b[k] : 0.0f);
+            }
+        }
+    }
+}
+
+/* Write an MR x NR register tile to C (m rows, n columns valid): the first K
+   slab sets C = acc + beta*C (beta = 0: C is not read), later slabs add. */
+#define PT__GEMM_STORE(r)                                                                 \
+    if ((r) < m) {                                                                        \
+        float *cr = c + (size_t)(r) * ldc;                                                \
+        __m512 v0 = c##r##_0, v1 = c##r##_1;                                              \
+        if (!first) {                                                                     \
+            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(k0, cr));                        \
+            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(k1, cr + 16));                   \
+        } else if (beta != 0.0f) {                                                        \
+            v0 = _mm512_fmadd_ps(vbeta, _mm512_maskz_loadu_ps(k0, cr), v0);               \
+            v1 = _mm512_fmadd_ps(vbeta, _mm512_maskz_loadu_ps(k1, cr + 16), v1);          \
+        }                                                                                 \
+        _mm512_mask_storeu_ps(cr, k0, v0);                                                \
+        _mm512_mask_storeu_ps(cr + 16, k1, v1);                                           \
+    }
+#define PT__GEMM_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define PT__GEMM_DECL(r) __m512 c##r##_0 = _mm512_setzero_ps(), c##r##_1 = c##r##_0;
+
+#define PT__GEMM_TAIL                                                                     \
+    {                                                                                     \
+        __mmask16 k0 = (__mmask16)(n >= 16 ? 0xFFFFu : (1u << n) - 1u);                  \
+        __mmask16 k1 = (__mmask16)(n >= 32 ? 0xFFFFu : n <= 16 ? 0u : (1u << (n - 16)) - 1u); \
+        __m512 vbeta = _mm512_set1_ps(beta);                                              \
+        PT__GEMM_ROWS(PT__GEMM_STORE)                                                     \
+    }
+
+/* fp32 micro-kernel: C[0:m, 0:n] (+)= ap (MR x kc) @ bp (kc x NR). */
+PT__TARGET_AVX512 static void pt__gemm_kernel_f32(int kc, const float *ap, const float *bp,
+                                                  float *c, int ldc, int m, int n, int first,
+                                                  float beta) {
+    int k;
+    PT__GEMM_ROWS(PT__GEMM_DECL)
+    for (k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16), a;
+#define PT__GEMM_FMA(r)                           \
+    a = _mm512_set1_ps(ap[r]);                    \
+    c##r##_0 = _mm512_fmadd_ps(a, b0, c##r##_0); \
+    c##r##_1 = _mm512_fmadd_ps(a, b1, c##r##_1);
+        PT__GEMM_ROWS(PT__GEMM_FMA)
+#undef PT__GEMM_FMA
+        ap += PT__GEMM_MR;
+        bp += PT__GEMM_NR;
+    }
+    PT__GEMM_TAIL
+}
+
+/* bf16 micro-kernel: kp = kc/2 k-pairs, ap/bp packed as pairs of bf16. */
+PT__TARGET_BF16 static void pt__gemm_kernel_bf16(int kp, const uint32_t *ap, const uint32_t *bp,
+                                                 float *c, int ldc, int m, int n, int first,
+                                                 float beta) {
+    int k;
+    PT__GEMM_ROWS(PT__GEMM_DECL)
+    for (k = 0; k < kp; k++) {
+        __m512bh b0 = (__m512bh)_mm512_load_si512((const void *)bp);
+        __m512bh b1 = (__m512bh)_mm512_load_si512((const void *)(bp + 16));
+        __m512bh a;
+#define PT__GEMM_DOT(r)                                 \
+    a = (__m512bh)_mm512_set1_epi32((int)ap[r]);        \
+    c##r##_0 = _mm512_dpbf16_ps(c##r##_0, a, b0);       \
+    c##r##_1 = _mm512_dpbf16_ps(c##r##_1, a, b1);
+        PT__GEMM_ROWS(PT__GEMM_DOT)
+#undef PT__GEMM_DOT
+        ap += PT__GEMM_MR;
+        bp += PT__GEMM_NR;
+    }
+    PT__GEMM_TAIL
+}
+
+/* The blocked driver for both precisions. Work units are (MC-row block,
+   run of B micro-panels); a thread packs its A block once for consecutive
+   units of the same block. */
+static void pt__gemm_blocked(int bf16, int ta, int tb, int M, int N, int K, float alpha,
+                             const float *A, int lda, const float *B, int ldb, float beta,
+                             float *C, int ldc) {
+    static const int MR = PT__GEMM_MR, NR = PT__GEMM_NR, KC = PT__GEMM_KC, MC = PT__GEMM_MC,
+                     NC = PT__GEMM_NC;
+    __attribute__((aligned(64))) float bbuf[PT__GEMM_KC * PT__GEMM_NC];
+    int nth = 1, jc, pc;
+#ifdef _OPENMP
+    if (!omp_in_parallel()) nth = omp_get_max_threads();
 #endif
+    for (jc = 0; jc < N; jc += NC) {
+        int nc = N - jc < NC ? N - jc : NC, npan = (nc + NR - 1) / NR;
+        int nic = (M + MC - 1) / MC, nsplit = 1, units;
+        if (nic < 4 * nth) nsplit = (4 * nth + nic - 1) / nic;
+        if (nsplit > npan) nsplit = npan;
+        units = nic * nsplit;
+        for (pc = 0; pc < K; pc += KC) {
+            int kc = K - pc < KC ? K - pc : KC, kp = (kc + 1) / 2, first = pc == 0;
+            PT__OMP(omp parallel num_threads(nth) if (nth > 1))
+            {
+                __attribute__((aligned(64))) float abuf[PT__GEMM_MC * PT__GEMM_KC];
+                int q, u, packed = -1;
+                PT__OMP(omp for schedule(static))
+                for (q = 0; q < npan; q++) pt__gemm_pack_b(bbuf, bf16, tb, B, ldb, jc, nc, pc, kc, q);
+                PT__OMP(omp for schedule(static))
+                for (u = 0; u < units; u++) {
+                    int ic = u / nsplit * MC, s = u % nsplit, ir, mc = M - ic < MC ? M - ic : MC;
+                    int q0 = s * npan / nsplit, q1 = (s + 1) * npan / nsplit;
+                    if (packed != ic) pt__gemm_pack_a(abuf, bf16, ta, A, lda, ic, mc, pc, kc, alpha);
+                    packed = ic;
+                    for (ir = 0; ir < mc; ir += MR) {
+                        int m = mc - ir < MR ? mc - ir : MR;
+                        for (q = q0; q < q1; q++) {
+                            int n = nc - q * NR < NR ? nc - q * NR : NR;
+                            float *c = C + (size_t)(ic + ir) * ldc + jc + q * NR;
+                            if (bf16)
+                                pt__gemm_kernel_bf16(kp, (const uint32_t *)abuf + (size_t)ir * kp,
+                                                     (const uint32_t *)bbuf + (size_t)q * NR * kp,
+                                                     c, ldc, m, n, first, beta);
+                            else
+                                pt__gemm_kernel_f32(kc, abuf + (size_t)ir * kc,
+                                                    bbuf + (size_t)q * NR * kc, c, ldc, m, n,
+                                                    first, beta);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+#endif /* PT__GEMM_X86 */
+
+/* C = beta*C where the product is empty (K = 0 or alpha = 0). */
+static void pt__gemm_scale(int M, int N, float beta, float *C, int ldc) {
+    int i, j;
+    for (i = 0; i < M; i++)
+        for (j = 0; j < N; j++)
+            C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
+}
+
+PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                        const float *A, int lda, const float *B, int ldb, float beta,
+                        float *C, int ldc) {
+    int impl = pt__gemm_current();
+    if (M <= 0 || N <= 0) return;
+#ifdef PT__GEMM_X86
+    if (impl == PT__GEMM_PTRAIN) {
+        if (K <= 0 || alpha == 0.0f) pt__gemm_scale(M, N, beta, C, ldc);
+        else pt__gemm_blocked(0, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+#endif
+#ifndef PTRAIN_NO_BLAS
+    if (impl == PT__GEMM_BLAS) {
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                    trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                    ldc);
+        return;
+    }
+#endif
+    (void)impl;
+    pt__gemm_portable(0, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+PTRAINDEF void pt_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                            const float *A, int lda, const float *B, int ldb, float beta,
+                            float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+#ifdef PT__GEMM_X86
+    if (pt__cpu_avx512(1)) {
+        if (K <= 0 || alpha == 0.0f) pt__gemm_scale(M, N, beta, C, ldc);
+        else pt__gemm_blocked(1, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+#endif
+    pt__gemm_portable(1, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 #define PT__COLBLOCK 32 /* columns per task in column-reduction loops */

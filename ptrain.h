@@ -224,7 +224,8 @@ PTRAINDEF void pt_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float
    packing and cache blocking in the BLIS manner, OpenMP over blocks; needs a
    CPU with AVX-512F), "openblas" (cblas_sgemm; not in -DPTRAIN_NO_BLAS
    builds), "portable" (plain C loops), "auto" (ptrain where the CPU has
-   AVX-512F, else openblas, else portable). NULL or "" takes the name from the
+   AVX-512F, with products that have a side under 128 on openblas, which runs
+   them faster; else openblas, else portable). NULL or "" takes the name from the
    environment variable PTRAIN_GEMM (unset: auto). Until the first call, the
    first GEMM does the same, ignoring an unknown name. Not thread-safe against
    GEMMs running at the time. */
@@ -326,6 +327,12 @@ PTRAINDEF float pt_lr_at(const pt_lr_schedule *s, int step);
 /* Measured cblas_sgemm GFLOP/s on n x n x n with the current thread count,
    best of repeated runs for at least `seconds`. */
 PTRAINDEF double pt_gemm_peak_gflops(int n, double seconds);
+/* Measured instruction peak in GFLOP/s on the current thread count (the
+   ceiling of any GEMM): each thread runs 12 independent chains of fp32 fused
+   multiply-adds (vfmadd231ps on zmm; ymm on CPUs without AVX-512F) or, for
+   bf16, vdpbf16ps (2 products an fp32 lane), best of runs for `seconds`.
+   0 where the CPU lacks the instruction. */
+PTRAINDEF double pt_instr_peak_gflops(int bf16, double seconds);
 /* Measured memory bandwidth in GB/s: y += s*x over two buffers of n floats
    (12 bytes an element: read x and y, write y), fastest of `reps` runs. */
 PTRAINDEF double pt_mem_bandwidth_gbs(size_t n, int reps);
@@ -1686,6 +1693,7 @@ PTRAINDEF void pt_arena_free(pt_arena *a) {
 #define PT__GEMM_PTRAIN 1
 #define PT__GEMM_BLAS 2
 #define PT__GEMM_PORTABLE 3
+#define PT__GEMM_PTRAIN_AUTO 4 /* ptrain, small products to BLAS */
 static int pt__gemm_impl; /* 0 until chosen; read and written atomically */
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
@@ -1721,7 +1729,7 @@ static int pt__cpu_avx512(int want_bf16) {
 
 static int pt__gemm_parse(const char *name) {
     if (!name || !*name || !strcmp(name, "auto"))
-        return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN
+        return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN_AUTO
 #ifndef PTRAIN_NO_BLAS
                                  : PT__GEMM_BLAS;
 #else
@@ -1766,7 +1774,8 @@ static int pt__gemm_current(void) {
 
 PTRAINDEF const char *pt_gemm_name(void) {
     int v = pt__gemm_current();
-    return v == PT__GEMM_PTRAIN ? "ptrain-avx512" : v == PT__GEMM_BLAS ? "openblas" : "portable";
+    if (v == PT__GEMM_PTRAIN || v == PT__GEMM_PTRAIN_AUTO) return "ptrain-avx512";
+    return v == PT__GEMM_BLAS ? "openblas" : "portable";
 }
 
 PTRAINDEF const char *pt_gemm_bf16_name(void) {
@@ -2042,6 +2051,15 @@ PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alp
     int impl = pt__gemm_current();
     if (M <= 0 || N <= 0) return;
 #ifdef PT__GEMM_X86
+    /* small products (attention's per-block GEMMs, a few rows of sampling)
+       spend more on packing than on arithmetic: measured twice as slow as
+       OpenBLAS on attention's 64-row blocks, so they go to BLAS where there is one */
+    if (impl == PT__GEMM_PTRAIN_AUTO) {
+        impl = PT__GEMM_PTRAIN;
+#ifndef PTRAIN_NO_BLAS
+        if (M < 128 || N < 128 || K < 128) impl = PT__GEMM_BLAS;
+#endif
+    }
     if (impl == PT__GEMM_PTRAIN) {
         if (K <= 0 || alpha == 0.0f) pt__gemm_scale(M, N, beta, C, ldc);
         else pt__gemm_blocked(0, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -2676,6 +2694,91 @@ PTRAINDEF double pt_gemm_peak_gflops(int n, double seconds) {
             best = 2.0 * n * n * (double)n / dt / 1e9;
     } while (pt_time_now() - start < seconds);
     pt__free(a, NULL);
+    return best;
+}
+
+#ifdef PT__GEMM_X86
+#define PT__PROBE_CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define PT__PROBE_DECL(i) __m512 c##i = _mm512_set1_ps((float)(i));
+#define PT__PROBE_SUM(i) s = _mm512_add_ps(s, c##i);
+/* n rounds of 12 independent multiply-adds; returns a sum so nothing is dropped */
+PT__TARGET_AVX512 static float pt__probe_fma512(long n) {
+    __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f), s = _mm512_setzero_ps();
+    long i;
+    PT__PROBE_CHAINS(PT__PROBE_DECL)
+    for (i = 0; i < n; i++) {
+#define PT__PROBE_OP(i) c##i = _mm512_fmadd_ps(a, c##i, b);
+        PT__PROBE_CHAINS(PT__PROBE_OP)
+#undef PT__PROBE_OP
+    }
+    PT__PROBE_CHAINS(PT__PROBE_SUM)
+    return _mm512_reduce_add_ps(s);
+}
+PT__TARGET_BF16 static float pt__probe_bf16(long n) {
+    __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3a83);
+    __m512 s = _mm512_setzero_ps();
+    long i;
+    PT__PROBE_CHAINS(PT__PROBE_DECL)
+    for (i = 0; i < n; i++) {
+#define PT__PROBE_OP(i) c##i = _mm512_dpbf16_ps(c##i, a, b);
+        PT__PROBE_CHAINS(PT__PROBE_OP)
+#undef PT__PROBE_OP
+    }
+    PT__PROBE_CHAINS(PT__PROBE_SUM)
+    return _mm512_reduce_add_ps(s);
+}
+#undef PT__PROBE_DECL
+#undef PT__PROBE_SUM
+#define PT__PROBE_DECL(i) __m256 c##i = _mm256_set1_ps((float)(i));
+__attribute__((target("avx2,fma"))) static float pt__probe_fma256(long n) {
+    __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f), s = _mm256_setzero_ps();
+    float out[8];
+    long i;
+    PT__PROBE_CHAINS(PT__PROBE_DECL)
+    for (i = 0; i < n; i++) {
+#define PT__PROBE_OP(i) c##i = _mm256_fmadd_ps(a, c##i, b);
+        PT__PROBE_CHAINS(PT__PROBE_OP)
+#undef PT__PROBE_OP
+    }
+#define PT__PROBE_SUM(i) s = _mm256_add_ps(s, c##i);
+    PT__PROBE_CHAINS(PT__PROBE_SUM)
+    _mm256_storeu_ps(out, s);
+    return out[0] + out[7];
+}
+#undef PT__PROBE_DECL
+#undef PT__PROBE_SUM
+#undef PT__PROBE_CHAINS
+#endif
+
+PTRAINDEF double pt_instr_peak_gflops(int bf16, double seconds) {
+    double best = 0.0;
+#ifdef PT__GEMM_X86
+    const long n = 1 << 18;
+    /* FLOPs a round: 12 instructions x 16 lanes x 2 (x 2 again for bf16) */
+    double per = bf16 ? 768.0 : 384.0, start = pt_time_now(), sink = 0.0;
+    int kind = bf16 ? (pt__cpu_avx512(1) ? 2 : -1)
+                    : pt__cpu_avx512(0) ? 1 : __builtin_cpu_supports("fma") ? 0 : -1;
+    if (kind < 0) return 0.0;
+    if (kind == 0) per = 192.0; /* ymm: 8 lanes */
+    do {
+        double t0 = pt_time_now(), dt;
+        int nth = 1;
+        PT__OMP(omp parallel reduction(+ : sink))
+        {
+#ifdef _OPENMP
+            PT__OMP(omp single)
+            nth = omp_get_num_threads();
+#endif
+            sink += kind == 2 ? pt__probe_bf16(n) : kind == 1 ? pt__probe_fma512(n)
+                                                              : pt__probe_fma256(n);
+        }
+        dt = pt_time_now() - t0;
+        if (dt > 0 && per * n * nth / dt / 1e9 > best) best = per * n * nth / dt / 1e9;
+    } while (pt_time_now() - start < seconds);
+    if (sink == 12345.0) best += 0.0; /* keeps the results alive */
+#else
+    (void)bf16, (void)seconds;
+#endif
     return best;
 }
 

@@ -1828,6 +1828,46 @@ static void pt__gemm_portable(int bf16, int ta, int tb, int M, int N, int K, flo
 }
 
 #ifdef PT__GEMM_X86
+/* bf16 packing, vectorised (vcvtne2ps2bf16 rounds to nearest even like
+   pt__bf16_bits; denormal inputs count as zero, as they do in vdpbf16ps).
+   Pairs from two rows: dst[c] = (bf16(s*r0[c]), bf16(s*r1[c])) for c < n <= 32,
+   zero for n <= c < w; r1 NULL: zero partners. */
+PT__TARGET_BF16 static void pt__bf16_pack_pairs(uint32_t *dst, const float *r0, const float *r1,
+                                                int n, int w, float s) {
+    static const uint16_t inter[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    __m512i idx = _mm512_loadu_si512((const void *)inter);
+    __m512 vs = _mm512_set1_ps(s);
+    int c;
+    for (c = 0; c < w; c += 16) {
+        int m = n - c < 0 ? 0 : n - c > 16 ? 16 : n - c;
+        __mmask16 km = (__mmask16)((1u << m) - 1u), kw = (__mmask16)(w - c >= 16 ? 0xFFFFu : (1u << (w - c)) - 1u);
+        __m512 x0 = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(km, r0 + c));
+        __m512 x1 = r1 ? _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(km, r1 + c)) : _mm512_setzero_ps();
+        __m512i v = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
+        _mm512_mask_storeu_epi32(dst + c, kw, v);
+    }
+}
+
+/* Pairs along one row: dst[j*stride] = (bf16(s*x[2j]), bf16(s*x[2j+1])) for the
+   (n+1)/2 pairs of x[0..n), the odd one's partner zero. */
+PT__TARGET_BF16 static void pt__bf16_pack_row(uint32_t *dst, size_t stride, const float *x, int n,
+                                              float s) {
+    __m512 vs = _mm512_set1_ps(s);
+    __m512i vidx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                      _mm512_set1_epi32((int)stride));
+    int k;
+    for (k = 0; k < n; k += 32) {
+        int m0 = n - k > 16 ? 16 : n - k, m1 = n - k - 16 < 0 ? 0 : n - k - 16 > 16 ? 16 : n - k - 16;
+        int np = (n - k > 32 ? 32 : n - k + 1) / 2;
+        __m512 lo = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps((__mmask16)((1u << m0) - 1u), x + k));
+        __m512 hi = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps((__mmask16)((1u << m1) - 1u), x + k + 16));
+        __m512i v = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+        _mm512_mask_i32scatter_epi32((void *)(dst + (size_t)(k / 2) * stride),
+                                     (__mmask16)((1u << np) - 1u), vidx, v, 4);
+    }
+}
+
 /* Pack rows i0..i0+mc of alpha*op(A), k = p0..p0+kc, into MR-row micro-panels:
    fp32 ap[panel][k][r]; bf16 (kp = kc rounded up to even) pairs ap[panel][k/2][r] =
    (bf16(a[r][k]), bf16(a[r][k+1])) as one 32-bit word. Rows past mc and the odd
@@ -1853,14 +1893,15 @@ static void pt__gemm_pack_a(void *dst, int bf16, int ta, const float *A, int lda
                     for (; r < MR; r++) ap[r] = 0.0f;
                 }
         } else {
-            uint16_t *ap = (uint16_t *)dst + (size_t)ir * kp;
-            for (k = 0; k < kp; k += 2, ap += 2 * MR) {
-                const float *ak = a + k * ks;
-                for (r = 0; r < mr; r++) {
-                    ap[2 * r] = pt__bf16_bits(alpha * ak[r * rs]);
-                    ap[2 * r + 1] = pt__bf16_bits(k + 1 < kc ? alpha * ak[r * rs + ks] : 0.0f);
-                }
-                for (; r < MR; r++) ap[2 * r] = ap[2 * r + 1] = 0;
+            uint32_t *ap = (uint32_t *)dst + (size_t)ir * (kp / 2);
+            if (ta) /* rows of k: pairs of rows */
+                for (k = 0; k < kp; k += 2, ap += MR)
+                    pt__bf16_pack_pairs(ap, a + k * ks, k + 1 < kc ? a + (k + 1) * ks : NULL, mr,
+                                        MR, alpha);
+            else { /* rows of A: pairs along a row, 32-bit words MR apart */
+                for (r = 0; r < mr; r++) pt__bf16_pack_row(ap + r, (size_t)MR, a + r * rs, kc, alpha);
+                for (; r < MR; r++)
+                    for (k = 0; k < kp / 2; k++) ap[(size_t)k * MR + r] = 0;
             }
         }
     }
@@ -1895,20 +1936,16 @@ static void pt__gemm_pack_b(void *dst, int bf16, int tb, const float *B, int ldb
             }
         }
     } else {
-        uint16_t *bp = (uint16_t *)dst + (size_t)jr * kp;
-        if (!tb) {
-            for (k = 0; k < kp; k++) {
-                const float *b = B + (size_t)(p0 + k) * ldb + j0 + jr;
-                uint16_t *o = bp + (size_t)(k >> 1) * 2 * NR + (k & 1);
-                for (c = 0; c < NR; c++) o[2 * c] = pt__bf16_bits(k < kc && c < nr ? b[c] : 0.0f);
-            }
-        } else {
-            for (c = 0; c < NR; c++) {
-                const float *b = B + (size_t)(j0 + jr + c) * ldb + p0;
-                for (k = 0; k < kp; k++)
-                    bp[(size_t)(k >> 1) * 2 * NR + 2 * c + (k & 1)] =
-                        pt__bf16_bits(k < kc && c < nr ? b[k] : 0.0f);
-            }
+        uint32_t *bp = (uint32_t *)dst + (size_t)jr * (kp / 2);
+        const float *b = B + (tb ? (size_t)(j0 + jr) * ldb + p0 : (size_t)p0 * ldb + j0 + jr);
+        if (!tb) /* rows of k: pairs of rows */
+            for (k = 0; k < kp; k += 2, bp += NR)
+                pt__bf16_pack_pairs(bp, b + (size_t)k * ldb,
+                                    k + 1 < kc ? b + (size_t)(k + 1) * ldb : NULL, nr, NR, 1.0f);
+        else { /* rows of B^T: pairs along a row, 32-bit words NR apart */
+            for (c = 0; c < nr; c++) pt__bf16_pack_row(bp + c, (size_t)NR, b + (size_t)c * ldb, kc, 1.0f);
+            for (; c < NR; c++)
+                for (k = 0; k < kp / 2; k++) bp[(size_t)k * NR + c] = 0;
         }
     }
 }

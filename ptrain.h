@@ -224,8 +224,10 @@ PTRAINDEF void pt_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float
    packing and cache blocking in the BLIS manner, OpenMP over blocks; needs a
    CPU with AVX-512F), "openblas" (cblas_sgemm; not in -DPTRAIN_NO_BLAS
    builds), "portable" (plain C loops), "auto" (ptrain where the CPU has
-   AVX-512F, with products that have a side under 128 on openblas, which runs
-   them faster; else openblas, else portable). NULL or "" takes the name from the
+   AVX-512F at full width, with products that have a side under 128 on
+   openblas, which runs them faster; else openblas; AMD Zen 3/4 run zmm at
+   half width, where OpenBLAS's AVX2 kernel is as fast. Without BLAS: ptrain
+   on any AVX-512F CPU, else portable). NULL or "" takes the name from the
    environment variable PTRAIN_GEMM (unset: auto). Until the first call, the
    first GEMM does the same, ignoring an unknown name. Not thread-safe against
    GEMMs running at the time. */
@@ -324,8 +326,8 @@ typedef struct pt_lr_schedule {
 } pt_lr_schedule;
 PTRAINDEF float pt_lr_at(const pt_lr_schedule *s, int step);
 
-/* Measured cblas_sgemm GFLOP/s on n x n x n with the current thread count,
-   best of repeated runs for at least `seconds`. */
+/* Measured pt_sgemm GFLOP/s (the GEMM selected) on n x n x n with the
+   current thread count, best of repeated runs for at least `seconds`. */
 PTRAINDEF double pt_gemm_peak_gflops(int n, double seconds);
 /* Measured instruction peak in GFLOP/s on the current thread count (the
    ceiling of any GEMM): each thread runs 12 independent chains of fp32 fused
@@ -945,7 +947,7 @@ PTRAINDEF const char *pt_hw_preset_names(void);
    writes every field, load checks every value and the file's units. */
 PTRAINDEF pt_status pt_hw_save(const pt_hw *hw, const char *path);
 PTRAINDEF pt_status pt_hw_load(const char *path, pt_hw *out);
-/* This machine as a profile ("local", exec ptrain): cblas_sgemm GFLOP/s
+/* This machine as a profile ("local", exec ptrain): pt_sgemm GFLOP/s
    over sizes 64..2048 (peak_flops the 2048^3 rate, gemm_dim fitted to the
    smaller ones), memory bandwidth (y += s*x), the rate of ptrain's attention
    kernels, and all-reduce latency and bandwidth between two ranks: of the
@@ -1727,14 +1729,33 @@ static int pt__cpu_avx512(int want_bf16) {
 }
 #endif
 
-static int pt__gemm_parse(const char *name) {
-    if (!name || !*name || !strcmp(name, "auto"))
-        return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN_AUTO
+/* AMD family 19h (Zen 3, Zen 4) runs a zmm FMA as two 256-bit halves: one
+   512-bit FMA a cycle, the rate of OpenBLAS's AVX2 kernel, which measured
+   slightly faster there (ptrain fp32 0.93-0.96x per core); Zen 5 (1Ah) and
+   Intel's AVX-512 cores run two full-width FMAs a cycle. */
 #ifndef PTRAIN_NO_BLAS
-                                 : PT__GEMM_BLAS;
+static int pt__cpu_half_width_avx512(void) {
+#ifdef PT__GEMM_X86
+    unsigned a, b, c, d;
+    __cpuid(0, a, b, c, d);
+    if (!(b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u)) return 0; /* AuthenticAMD */
+    __cpuid(1, a, b, c, d);
+    return ((a >> 8) & 0xFu) + ((a >> 20) & 0xFFu) == 0x19u;
 #else
-                                 : PT__GEMM_PORTABLE;
+    return 0;
 #endif
+}
+#endif
+
+static int pt__gemm_parse(const char *name) {
+    if (!name || !*name || !strcmp(name, "auto")) {
+#ifndef PTRAIN_NO_BLAS
+        return pt__cpu_avx512(0) && !pt__cpu_half_width_avx512() ? PT__GEMM_PTRAIN_AUTO
+                                                                 : PT__GEMM_BLAS;
+#else
+        return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN_AUTO : PT__GEMM_PORTABLE;
+#endif
+    }
     if (!strcmp(name, "ptrain")) return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN : -1;
 #ifndef PTRAIN_NO_BLAS
     if (!strcmp(name, "openblas") || !strcmp(name, "blas")) return PT__GEMM_BLAS;

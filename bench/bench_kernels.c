@@ -19,6 +19,9 @@
 #include "../common/cli.h"
 
 #include <math.h>
+#ifdef PT_BENCH_DNNL /* build/bench_kernels_dnnl: a oneDNN sgemm column (Debian's libdnnl-dev) */
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 static int failures;
 static double peak_gflops, bandwidth_gbs;
@@ -106,13 +109,20 @@ static void k_xent_b(void *p) { ctx *c = (ctx *)p; pt_crossentropy_backward(c->d
 static void k_adamw(void *p) { ctx *c = (ctx *)p; pt_adamw_update(c->w, c->dw, c->m, c->v, c->n, &c->opt, 1e-4f, 10, 1); }
 
 typedef struct gemm_args {
-    int ta, tb, M, N, K, bf16;
+    int ta, tb, M, N, K, bf16; /* bf16 = 2: oneDNN's sgemm */
     const float *A, *B;
     float *C;
 } gemm_args;
 static void k_gemm(void *p) {
     gemm_args *g = (gemm_args *)p;
     int lda = g->ta ? g->M : g->K, ldb = g->tb ? g->K : g->N;
+#ifdef PT_BENCH_DNNL
+    if (g->bf16 == 2) {
+        dnnl_sgemm(g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->M, g->N, g->K, 1.0f, g->A, lda, g->B,
+                   ldb, 0.0f, g->C, g->N);
+        return;
+    }
+#endif
     if (g->bf16)
         pt_gemm_bf16(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, lda, g->B, ldb, 0.0f, g->C, g->N);
     else
@@ -242,10 +252,16 @@ int main(int argc, char **argv) {
                 gf[j] = fl / time_it(k_gemm, &ga, reps) / 1e9;
             }
             printf("  %-18s %-2s %6d %6d %6d  %6.1f (%4.1f%%)  %6.1f (%4.1f%%)  %6.1f (%4.1f%%)  "
-                   "%.2fx\n",
+                   "%.2fx",
                    g[k].name, lay[g[k].ta + 2 * g[k].tb], g[k].M, g[k].N, g[k].K, gf[0],
                    100 * gf[0] / ipeak[0], gf[1], 100 * gf[1] / ipeak[0], gf[2],
                    ipeak[1] > 0 ? 100 * gf[2] / ipeak[1] : 0.0, gf[0] > 0 ? gf[1] / gf[0] : 0.0);
+#ifdef PT_BENCH_DNNL
+            ga.bf16 = 2;
+            gf[0] = fl / time_it(k_gemm, &ga, reps) / 1e9;
+            printf("  oneDNN sgemm %6.1f (%4.1f%%)", gf[0], 100 * gf[0] / ipeak[0]);
+#endif
+            printf("\n");
         }
         pt_gemm_select(NULL);
     }

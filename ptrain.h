@@ -1689,7 +1689,7 @@ PTRAINDEF void pt_arena_free(pt_arena *a) {
 #define PT__GEMM_NR 32
 #define PT__GEMM_KC 256 /* even: bf16 packs k in pairs */
 #define PT__GEMM_MC 96  /* multiple of MR */
-#define PT__GEMM_NC 512 /* multiple of NR; the packed slab is KC*NC*4 = 512 KiB */
+#define PT__GEMM_NC 768 /* multiple of NR; the packed slab, KC*NC*4 = 768 KiB, on the stack */
 
 #define PT__GEMM_AUTO 0
 #define PT__GEMM_PTRAIN 1

@@ -150,7 +150,7 @@ static void test_sgemm(void) {
 /* ---- ptrain's GEMMs (fp32 and bf16) against a double product ------------
    C = alpha op(A) op(B) + beta C for every layout (NN, NT, TN, TT), beta in
    {0 over a NaN-filled C, 1, -0.5}, on odd shapes that cut the kernels'
-   blocks (MR = 12 rows, NR = 32 columns, KC = 256 deep, MC = 96, NC = 512)
+   blocks (MR = 12 rows, NR = 32 columns, KC = 256 deep, MC = 96, NC = 768)
    anywhere, with padded leading dimensions whose padding must stay as it was.
    The reference is the double-precision product of the operands as the GEMM
    sees them: a = fl32(alpha*A) and, for bf16, a' = bf16(a), b' = bf16(B)
@@ -214,7 +214,7 @@ static int gemm_check(const char *impl, int bf16, int ta, int tb, int M, int N, 
 
 static void test_gemm_kernels(void) {
     static const int shapes[][3] = {{1, 7, 17},    {7, 1, 63},     {17, 63, 1},   {63, 100, 7},
-                                    {100, 17, 257}, {130, 63, 100}, {13, 513, 5}, {24, 40, 300}};
+                                    {100, 17, 257}, {130, 63, 100}, {13, 800, 5}, {24, 40, 300}};
     static const float betas[3] = {0.0f, 1.0f, -0.5f};
     static const char *impls[3] = {"ptrain", "openblas", "portable"};
     int im, bf16, s, lay, bi;

@@ -222,15 +222,16 @@ PTRAINDEF void pt_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float
                             float *C, int ldc);
 /* Which fp32 GEMM pt_sgemm runs, by name: "ptrain" (ptrain's AVX-512 kernels:
    packing and cache blocking in the BLIS manner, OpenMP over blocks; needs a
-   CPU with AVX-512F), "openblas" (cblas_sgemm; not in -DPTRAIN_NO_BLAS
-   builds), "portable" (plain C loops), "auto" (ptrain where the CPU has
-   AVX-512F at full width, with products that have a side under 128 on
-   openblas, which runs them faster; else openblas; AMD Zen 3/4 run zmm at
-   half width, where OpenBLAS's AVX2 kernel is as fast. Without BLAS: ptrain
-   on any AVX-512F CPU, else portable). NULL or "" takes the name from the
+   CPU with AVX-512F; products with a side under 128, where packing costs more
+   than it saves, on openblas where there is one), "ptrain-all" (the kernels
+   for every product), "openblas" (cblas_sgemm; not in -DPTRAIN_NO_BLAS
+   builds), "portable" (plain C loops), "auto" (ptrain where the CPU runs
+   AVX-512 at full width, else openblas: AMD Zen 3/4 split a 512-bit FMA in
+   two, and there OpenBLAS's AVX2 kernel is as fast; without BLAS, ptrain on
+   any AVX-512F CPU, else portable). NULL or "" takes the name from the
    environment variable PTRAIN_GEMM (unset: auto). Until the first call, the
    first GEMM does the same, ignoring an unknown name. Not thread-safe against
-   GEMMs running at the time. */
+   GEMMs running at the time. "portable" also makes pt_gemm_bf16 portable. */
 PTRAINDEF pt_status pt_gemm_select(const char *name);
 PTRAINDEF const char *pt_gemm_name(void);      /* "ptrain-avx512", "openblas", "portable" */
 PTRAINDEF const char *pt_gemm_bf16_name(void); /* "ptrain-avx512bf16" or "portable" */
@@ -1756,7 +1757,8 @@ static int pt__gemm_parse(const char *name) {
         return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN_AUTO : PT__GEMM_PORTABLE;
 #endif
     }
-    if (!strcmp(name, "ptrain")) return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN : -1;
+    if (!strcmp(name, "ptrain")) return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN_AUTO : -1;
+    if (!strcmp(name, "ptrain-all")) return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN : -1;
 #ifndef PTRAIN_NO_BLAS
     if (!strcmp(name, "openblas") || !strcmp(name, "blas")) return PT__GEMM_BLAS;
 #endif
@@ -1769,7 +1771,7 @@ PTRAINDEF pt_status pt_gemm_select(const char *name) {
     if (!name || !*name) name = getenv("PTRAIN_GEMM");
     v = pt__gemm_parse(name);
     if (v == -1)
-        return pt__fail(PT_ERR_UNSUPPORTED, "GEMM 'ptrain' needs a CPU with AVX-512F");
+        return pt__fail(PT_ERR_UNSUPPORTED, "GEMM '%s' needs a CPU with AVX-512F", name);
     if (v < 0)
         return pt__fail(PT_ERR_INVALID_ARG, "unknown GEMM '%s' (known: auto, ptrain, %sportable)",
                         name,
@@ -1800,7 +1802,8 @@ PTRAINDEF const char *pt_gemm_name(void) {
 }
 
 PTRAINDEF const char *pt_gemm_bf16_name(void) {
-    return pt__cpu_avx512(1) ? "ptrain-avx512bf16" : "portable";
+    return pt__gemm_current() != PT__GEMM_PORTABLE && pt__cpu_avx512(1) ? "ptrain-avx512bf16"
+                                                                       : "portable";
 }
 
 /* fp32 -> bf16 bits, round to nearest even (NaN stays a quiet NaN). */
@@ -2141,7 +2144,7 @@ PTRAINDEF void pt_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float
                             float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
 #ifdef PT__GEMM_X86
-    if (pt__cpu_avx512(1)) {
+    if (pt__gemm_current() != PT__GEMM_PORTABLE && pt__cpu_avx512(1)) {
         if (K <= 0 || alpha == 0.0f) pt__gemm_scale(M, N, beta, C, ldc);
         else pt__gemm_blocked(1, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;

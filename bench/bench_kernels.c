@@ -236,7 +236,7 @@ int main(int argc, char **argv) {
         static const char *lay[4] = {"NN", "TN", "NT", "TT"};
         static const int io[4][2] = {{1, 3}, {1, 1}, {1, 4}, {4, 1}};
         int ng = 0, k, l;
-        int have_blas = pt_gemm_select("openblas") == PT_OK, have_pt = pt_gemm_select("ptrain") == PT_OK;
+        int have_blas = pt_gemm_select("openblas") == PT_OK, have_pt = pt_gemm_select("ptrain-all") == PT_OK;
         for (k = 0; k < 5; k++)
             for (l = 0; l < 3; l++) { /* forward, d(input), d(weight) */
                 int IN = k < 4 ? io[k][0] * c.C : c.C, OUT = k < 4 ? io[k][1] * c.C : c.V;
@@ -270,7 +270,7 @@ int main(int argc, char **argv) {
             for (j = 0; j < 3; j++) {
                 if (j == 0 && !have_blas) continue;
                 if (j > 0 && !have_pt) continue;
-                pt_gemm_select(j == 0 ? "openblas" : "ptrain");
+                pt_gemm_select(j == 0 ? "openblas" : "ptrain-all");
                 ga.bf16 = j == 2;
                 if (j == 2 && ipeak[1] <= 0) continue;
                 time_gemm(k_gemm, &ga, reps, &wall, &cpu);

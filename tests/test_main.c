@@ -216,7 +216,7 @@ static void test_gemm_kernels(void) {
     static const int shapes[][3] = {{1, 7, 17},    {7, 1, 63},     {17, 63, 1},   {63, 100, 7},
                                     {100, 17, 257}, {130, 63, 100}, {13, 800, 5}, {24, 40, 300}};
     static const float betas[3] = {0.0f, 1.0f, -0.5f};
-    static const char *impls[3] = {"ptrain", "openblas", "portable"};
+    static const char *impls[3] = {"ptrain-all", "openblas", "portable"};
     int im, bf16, s, lay, bi;
     for (im = 0; im < 3; im++) {
         pt_status st = pt_gemm_select(impls[im]);

@@ -148,6 +148,11 @@ build/bench_overlap_mpi: bench/bench_overlap.c $(HDR) | build deps-mpi
 build/bench_%: bench/bench_%.c $(HDR) | build deps
 	$(CC) $(REQ) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
 
+# bench_kernels with a oneDNN sgemm column beside ptrain's and OpenBLAS's GEMMs;
+# needs Debian's libdnnl-dev, so it is built only when asked for (nothing else links oneDNN)
+build/bench_kernels_dnnl: bench/bench_kernels.c $(HDR) | build deps
+	$(CC) $(REQ) $(CFLAGS) -DPT_BENCH_DNNL $< -o $@ $(LDFLAGS) $(LDLIBS) -ldnnl
+
 build/fuzz/%_replay: fuzz/%.c $(FUZZ_SRC) | build/fuzz deps
 	$(CC) $(FUZZ_FLAGS) $< -o $@ -lm
 

@@ -7,7 +7,9 @@
 
    everywhere else just #include "ptrain.h". Link with OpenBLAS (-lopenblas, the
    OpenMP build fits best) and build with -fopenmp; -DPTRAIN_NO_BLAS uses a
-   portable C matmul instead of cblas_sgemm.
+   portable C matmul instead of cblas_sgemm. On CPUs with AVX-512 ptrain runs its
+   own GEMM kernels (chosen at run time; PTRAIN_GEMM=openblas|ptrain|portable in
+   the environment or pt_gemm_select picks one).
 
    QUICK START (examples/quickstart.c compiles this very text)
 
@@ -45,7 +47,7 @@
    SECTIONS (search for the marker)
        >>basics     status codes, last error, RNG, threads, timing
        >>tensors    tensor views, arena, meta arena
-       >>kernels    forward/backward pairs, AdamW, clipping, LR schedule
+       >>kernels    GEMMs (fp32, bf16), forward/backward pairs, AdamW, clipping, LR schedule
        >>model      GPT-2 config, tensor table, blocks, building a model, generation
        >>comm       communicators (self, threads, MPI), started (non-blocking) operations,
                     the tp x dp x pp grid
@@ -209,10 +211,32 @@ PTRAINDEF void pt_arena_free(pt_arena *a);
    Backward kernels ACCUMULATE (+=) into every gradient they write, except
    where noted; callers zero gradients first. */
 
-/* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major, cblas semantics. */
+/* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major, cblas semantics
+   (beta = 0: C is not read). Runs the GEMM pt_gemm_select chose. */
 PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
                         const float *A, int lda, const float *B, int ldb, float beta,
                         float *C, int ldc);
+/* The same product with op(A) and op(B) rounded to bfloat16 (round to nearest
+   even; alpha multiplies A before rounding) and the products summed in fp32:
+   ptrain's vdpbf16ps kernels on CPUs with AVX512-BF16, else plain C loops. */
+PTRAINDEF void pt_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                            const float *A, int lda, const float *B, int ldb, float beta,
+                            float *C, int ldc);
+/* Which fp32 GEMM pt_sgemm runs, by name: "ptrain" (ptrain's AVX-512 kernels:
+   packing and cache blocking in the BLIS manner, OpenMP over blocks; needs a
+   CPU with AVX-512F; products with a side under 128, where packing costs more
+   than it saves, on openblas where there is one), "ptrain-all" (the kernels
+   for every product), "openblas" (cblas_sgemm; not in -DPTRAIN_NO_BLAS
+   builds), "portable" (plain C loops), "auto" (ptrain where the CPU runs
+   AVX-512 at full width, else openblas: AMD Zen 3/4 split a 512-bit FMA in
+   two, and there OpenBLAS's AVX2 kernel is as fast; without BLAS, ptrain on
+   any AVX-512F CPU, else portable). NULL or "" takes the name from the
+   environment variable PTRAIN_GEMM (unset: auto). Until the first call, the
+   first GEMM does the same, ignoring an unknown name. Not thread-safe against
+   GEMMs running at the time. "portable" also makes pt_gemm_bf16 portable. */
+PTRAINDEF pt_status pt_gemm_select(const char *name);
+PTRAINDEF const char *pt_gemm_name(void);      /* "ptrain-avx512", "openblas", "portable" */
+PTRAINDEF const char *pt_gemm_bf16_name(void); /* "ptrain-avx512bf16" or "portable" */
 
 /* out[n,c] = wte[inp[n],c] + wpe[n % T, c] */
 PTRAINDEF void pt_encoder_forward(float *out, const int *inp, const float *wte,
@@ -305,9 +329,15 @@ typedef struct pt_lr_schedule {
 } pt_lr_schedule;
 PTRAINDEF float pt_lr_at(const pt_lr_schedule *s, int step);
 
-/* Measured cblas_sgemm GFLOP/s on n x n x n with the current thread count,
-   best of repeated runs for at least `seconds`. */
+/* Measured pt_sgemm GFLOP/s (the GEMM selected) on n x n x n with the
+   current thread count, best of repeated runs for at least `seconds`. */
 PTRAINDEF double pt_gemm_peak_gflops(int n, double seconds);
+/* Measured instruction peak in GFLOP/s on the current thread count (the
+   ceiling of any GEMM): each thread runs 12 independent chains of fp32 fused
+   multiply-adds (vfmadd231ps on zmm; ymm on CPUs without AVX-512F) or, for
+   bf16, vdpbf16ps (2 products an fp32 lane), best of runs for `seconds`.
+   0 where the CPU lacks the instruction. */
+PTRAINDEF double pt_instr_peak_gflops(int bf16, double seconds);
 /* Measured memory bandwidth in GB/s: y += s*x over two buffers of n floats
    (12 bytes an element: read x and y, write y), fastest of `reps` runs. */
 PTRAINDEF double pt_mem_bandwidth_gbs(size_t n, int reps);
@@ -1029,7 +1059,7 @@ PTRAINDEF const char *pt_hw_preset_names(void);
    writes every field, load checks every value and the file's units. */
 PTRAINDEF pt_status pt_hw_save(const pt_hw *hw, const char *path);
 PTRAINDEF pt_status pt_hw_load(const char *path, pt_hw *out);
-/* This machine as a profile ("local", exec ptrain): cblas_sgemm GFLOP/s
+/* This machine as a profile ("local", exec ptrain): pt_sgemm GFLOP/s
    over sizes 64..2048 (peak_flops the 2048^3 rate, gemm_dim fitted to the
    smaller ones), memory bandwidth (y += s*x), the rate of ptrain's attention
    kernels, and all-reduce latency and bandwidth between two ranks: of the
@@ -1299,7 +1329,8 @@ PTRAINDEF pt_status pt_plot_write_svg(const char *path, const char *title, const
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || ((defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__))
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 #ifdef _OPENMP
@@ -1769,15 +1800,157 @@ PTRAINDEF void pt_arena_free(pt_arena *a) {
 /* >>kernels (implementation)                                                */
 /* ======================================================================== */
 
-PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
-                        const float *A, int lda, const float *B, int ldb, float beta,
-                        float *C, int ldc) {
-#ifndef PTRAIN_NO_BLAS
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                ldc);
+/* ---- GEMM ---------------------------------------------------------------
+   ptrain's own GEMM, in the BLIS manner: N is cut into NC-column panels and K
+   into KC-deep slabs; each KC x NC slab of op(B) is packed once, by all
+   threads together, into NR-column micro-panels (k-major, zero-padded), each
+   MC-row block of alpha*op(A) into MR-row micro-panels by the thread that
+   owns it, and an MR x NR tile of C lives in registers over the slab. The A
+   micro-panel (MR x KC) stays in L1 while the tile walks the B slab (L2).
+   Every element of C is summed by one thread, slab after slab in K order,
+   so results do not depend on the thread count. The kernels are compiled with
+   target attributes and chosen at run time from CPUID, so the header needs no
+   special flags; bf16 packs pairs of consecutive k (vdpbf16ps's operand). */
+#define PT__GEMM_MR 12
+#define PT__GEMM_NR 32
+#define PT__GEMM_KC 256 /* even: bf16 packs k in pairs */
+#define PT__GEMM_MC 96  /* multiple of MR */
+#define PT__GEMM_NC 768 /* multiple of NR; the packed slab, KC*NC*4 = 768 KiB, on the stack */
+
+#define PT__GEMM_AUTO 0
+#define PT__GEMM_PTRAIN 1
+#define PT__GEMM_BLAS 2
+#define PT__GEMM_PORTABLE 3
+#define PT__GEMM_PTRAIN_AUTO 4 /* ptrain, small products to BLAS */
+static int pt__gemm_impl; /* 0 until chosen; read and written atomically */
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define PT__GEMM_X86 1
+#define PT__TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+#define PT__TARGET_BF16 \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
+
+/* CPUID leaf 7 (sub-leaf 0: EBX bit 16 AVX-512F; sub-leaf 1: EAX bit 5
+   AVX512-BF16) and XCR0 (the OS saves the opmask and zmm state: bits 1,2,5,6,7).
+   Under valgrind, which cannot run AVX-512, CPUID reports none. */
+static int pt__cpu_avx512(int want_bf16) {
+    unsigned a, b, c, d, lo, hi;
+    __cpuid(0, a, b, c, d);
+    if (a < 7) return 0;
+    __cpuid(1, a, b, c, d);
+    if (!(c & (1u << 27))) return 0; /* OSXSAVE: xgetbv may run */
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    (void)hi;
+    if ((lo & 0xE6u) != 0xE6u) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!(b & (1u << 16))) return 0;
+    if (!want_bf16) return 1;
+    __cpuid_count(7, 1, a, b, c, d);
+    return (a >> 5) & 1u;
+}
 #else
-    /* Portable fallback: row i of C at a time, B streamed in its storage order. */
+static int pt__cpu_avx512(int want_bf16) {
+    (void)want_bf16;
+    return 0;
+}
+#endif
+
+/* AMD family 19h (Zen 3, Zen 4) runs a zmm FMA as two 256-bit halves: one
+   512-bit FMA a cycle, the rate of OpenBLAS's AVX2 kernel, which measured
+   slightly faster there (ptrain fp32 0.93-0.96x per core); Zen 5 (1Ah) and
+   Intel's AVX-512 cores run two full-width FMAs a cycle. */
+#ifndef PTRAIN_NO_BLAS
+static int pt__cpu_half_width_avx512(void) {
+#ifdef PT__GEMM_X86
+    unsigned a, b, c, d;
+    __cpuid(0, a, b, c, d);
+    if (!(b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u)) return 0; /* AuthenticAMD */
+    __cpuid(1, a, b, c, d);
+    return ((a >> 8) & 0xFu) + ((a >> 20) & 0xFFu) == 0x19u;
+#else
+    return 0;
+#endif
+}
+#endif
+
+static int pt__gemm_parse(const char *name) {
+    if (!name || !*name || !strcmp(name, "auto")) {
+#ifndef PTRAIN_NO_BLAS
+        return pt__cpu_avx512(0) && !pt__cpu_half_width_avx512() ? PT__GEMM_PTRAIN_AUTO
+                                                                 : PT__GEMM_BLAS;
+#else
+        return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN_AUTO : PT__GEMM_PORTABLE;
+#endif
+    }
+    if (!strcmp(name, "ptrain")) return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN_AUTO : -1;
+    if (!strcmp(name, "ptrain-all")) return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN : -1;
+#ifndef PTRAIN_NO_BLAS
+    if (!strcmp(name, "openblas") || !strcmp(name, "blas")) return PT__GEMM_BLAS;
+#endif
+    if (!strcmp(name, "portable")) return PT__GEMM_PORTABLE;
+    return -2;
+}
+
+PTRAINDEF pt_status pt_gemm_select(const char *name) {
+    int v;
+    if (!name || !*name) name = getenv("PTRAIN_GEMM");
+    v = pt__gemm_parse(name);
+    if (v == -1)
+        return pt__fail(PT_ERR_UNSUPPORTED, "GEMM '%s' needs a CPU with AVX-512F", name);
+    if (v < 0)
+        return pt__fail(PT_ERR_INVALID_ARG, "unknown GEMM '%s' (known: auto, ptrain, %sportable)",
+                        name,
+#ifndef PTRAIN_NO_BLAS
+                        "openblas, "
+#else
+                        ""
+#endif
+        );
+    __atomic_store_n(&pt__gemm_impl, v, __ATOMIC_RELAXED);
+    return PT_OK;
+}
+
+static int pt__gemm_current(void) {
+    int v = __atomic_load_n(&pt__gemm_impl, __ATOMIC_RELAXED);
+    if (v == PT__GEMM_AUTO) {
+        v = pt__gemm_parse(getenv("PTRAIN_GEMM"));
+        if (v < 0) v = pt__gemm_parse(NULL);
+        __atomic_store_n(&pt__gemm_impl, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+PTRAINDEF const char *pt_gemm_name(void) {
+    int v = pt__gemm_current();
+    if (v == PT__GEMM_PTRAIN || v == PT__GEMM_PTRAIN_AUTO) return "ptrain-avx512";
+    return v == PT__GEMM_BLAS ? "openblas" : "portable";
+}
+
+PTRAINDEF const char *pt_gemm_bf16_name(void) {
+    return pt__gemm_current() != PT__GEMM_PORTABLE && pt__cpu_avx512(1) ? "ptrain-avx512bf16"
+                                                                       : "portable";
+}
+
+/* fp32 -> bf16 bits, round to nearest even (NaN stays a quiet NaN). */
+static inline uint16_t pt__bf16_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline float pt__bf16_round(float x) {
+    uint32_t u = (uint32_t)pt__bf16_bits(x) << 16;
+    float y;
+    memcpy(&y, &u, 4);
+    return y;
+}
+
+/* Plain loops: row i of C at a time, B streamed in its storage order; bf16
+   rounds both operands first (the same numbers as the bf16 kernels). */
+static void pt__gemm_portable(int bf16, int ta, int tb, int M, int N, int K, float alpha,
+                              const float *A, int lda, const float *B, int ldb, float beta,
+                              float *C, int ldc) {
     int i;
     PT__OMP(omp parallel for schedule(static))
     for (i = 0; i < M; i++) {
@@ -1785,16 +1958,324 @@ PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alp
         int j, k;
         for (j = 0; j < N; j++) c[j] = beta == 0.0f ? 0.0f : beta * c[j];
         for (k = 0; k < K; k++) {
-            float a = alpha * (trans_a ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
-            if (!trans_b) {
+            float a = alpha * (ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
+            if (bf16) a = pt__bf16_round(a);
+            if (!tb) {
                 const float *b = B + (size_t)k * ldb;
-                for (j = 0; j < N; j++) c[j] += a * b[j];
+                if (bf16)
+                    for (j = 0; j < N; j++) c[j] += a * pt__bf16_round(b[j]);
+                else
+                    for (j = 0; j < N; j++) c[j] += a * b[j];
             } else {
-                for (j = 0; j < N; j++) c[j] += a * B[(size_t)j * ldb + k];
+                for (j = 0; j < N; j++) {
+                    float b = B[(size_t)j * ldb + k];
+                    c[j] += a * (bf16 ? pt__bf16_round(b) : b);
+                }
             }
         }
     }
+}
+
+#ifdef PT__GEMM_X86
+/* bf16 packing, vectorised (vcvtne2ps2bf16 rounds to nearest even like
+   pt__bf16_bits; denormal inputs count as zero, as they do in vdpbf16ps).
+   Pairs from two rows: dst[c] = (bf16(s*r0[c]), bf16(s*r1[c])) for c < n <= 32,
+   zero for n <= c < w; r1 NULL: zero partners. */
+PT__TARGET_BF16 static void pt__bf16_pack_pairs(uint32_t *dst, const float *r0, const float *r1,
+                                                int n, int w, float s) {
+    static const uint16_t inter[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    __m512i idx = _mm512_loadu_si512((const void *)inter);
+    __m512 vs = _mm512_set1_ps(s);
+    int c;
+    for (c = 0; c < w; c += 16) {
+        int m = n - c < 0 ? 0 : n - c > 16 ? 16 : n - c;
+        __mmask16 km = (__mmask16)((1u << m) - 1u), kw = (__mmask16)(w - c >= 16 ? 0xFFFFu : (1u << (w - c)) - 1u);
+        __m512 x0 = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(km, r0 + c));
+        __m512 x1 = r1 ? _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(km, r1 + c)) : _mm512_setzero_ps();
+        __m512i v = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
+        _mm512_mask_storeu_epi32(dst + c, kw, v);
+    }
+}
+
+/* Pairs along one row: dst[j*stride] = (bf16(s*x[2j]), bf16(s*x[2j+1])) for the
+   (n+1)/2 pairs of x[0..n), the odd one's partner zero. */
+PT__TARGET_BF16 static void pt__bf16_pack_row(uint32_t *dst, size_t stride, const float *x, int n,
+                                              float s) {
+    __m512 vs = _mm512_set1_ps(s);
+    __m512i vidx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                      _mm512_set1_epi32((int)stride));
+    int k;
+    for (k = 0; k < n; k += 32) {
+        int m0 = n - k > 16 ? 16 : n - k, m1 = n - k - 16 < 0 ? 0 : n - k - 16 > 16 ? 16 : n - k - 16;
+        int np = (n - k > 32 ? 32 : n - k + 1) / 2;
+        __m512 lo = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps((__mmask16)((1u << m0) - 1u), x + k));
+        __m512 hi = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps((__mmask16)((1u << m1) - 1u), x + k + 16));
+        __m512i v = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+        _mm512_mask_i32scatter_epi32((void *)(dst + (size_t)(k / 2) * stride),
+                                     (__mmask16)((1u << np) - 1u), vidx, v, 4);
+    }
+}
+
+/* Pack rows i0..i0+mc of alpha*op(A), k = p0..p0+kc, into MR-row micro-panels:
+   fp32 ap[panel][k][r]; bf16 (kp = kc rounded up to even) pairs ap[panel][k/2][r] =
+   (bf16(a[r][k]), bf16(a[r][k+1])) as one 32-bit word. Rows past mc and the odd
+   k's partner are zero. */
+static void pt__gemm_pack_a(void *dst, int bf16, int ta, const float *A, int lda, int i0,
+                            int mc, int p0, int kc, float alpha) {
+    const int MR = PT__GEMM_MR;
+    int ir, r, k, kp = (kc + 1) & ~1;
+    for (ir = 0; ir < mc; ir += MR) {
+        int mr = mc - ir < MR ? mc - ir : MR;
+        /* element (r, k) at A[r*rs + k*ks]; k outer so the writes are contiguous */
+        size_t rs = ta ? 1 : (size_t)lda, ks = ta ? (size_t)lda : 1;
+        const float *a = A + (ta ? (size_t)p0 * lda + i0 + ir : (size_t)(i0 + ir) * lda + p0);
+        if (!bf16) {
+            float *ap = (float *)dst + (size_t)ir * kc;
+            if (ta && mr == MR) /* fixed trip counts: the compiler vectorises these */
+                for (k = 0; k < kc; k++, ap += PT__GEMM_MR)
+                    for (r = 0; r < PT__GEMM_MR; r++) ap[r] = alpha * a[k * ks + r];
+            else
+                for (k = 0; k < kc; k++, ap += MR) {
+                    const float *ak = a + k * ks;
+                    for (r = 0; r < mr; r++) ap[r] = alpha * ak[r * rs];
+                    for (; r < MR; r++) ap[r] = 0.0f;
+                }
+        } else {
+            uint32_t *ap = (uint32_t *)dst + (size_t)ir * (kp / 2);
+            if (ta) /* rows of k: pairs of rows */
+                for (k = 0; k < kp; k += 2, ap += MR)
+                    pt__bf16_pack_pairs(ap, a + k * ks, k + 1 < kc ? a + (k + 1) * ks : NULL, mr,
+                                        MR, alpha);
+            else { /* rows of A: pairs along a row, 32-bit words MR apart */
+                for (r = 0; r < mr; r++) pt__bf16_pack_row(ap + r, (size_t)MR, a + r * rs, kc, alpha);
+                for (; r < MR; r++)
+                    for (k = 0; k < kp / 2; k++) ap[(size_t)k * MR + r] = 0;
+            }
+        }
+    }
+}
+
+/* Pack NR-column micro-panel q of op(B) (columns j0+q*NR.., k = p0..p0+kc):
+   fp32 bp[k][c]; bf16 pairs bp[k/2][c] = (bf16(b[k][c]), bf16(b[k+1][c])).
+   Columns past nc and the odd k's partner are zero. */
+static void pt__gemm_pack_b(void *dst, int bf16, int tb, const float *B, int ldb, int j0,
+                            int nc, int p0, int kc, int q) {
+    const int NR = PT__GEMM_NR;
+    int c, k, kp = (kc + 1) & ~1, jr = q * NR, nr = nc - jr < NR ? nc - jr : NR;
+    if (!bf16) {
+        float *bp = (float *)dst + (size_t)jr * kc;
+        if (!tb) {
+            for (k = 0; k < kc; k++) {
+                const float *b = B + (size_t)(p0 + k) * ldb + j0 + jr;
+                if (nr == NR) {
+                    for (c = 0; c < PT__GEMM_NR; c++) bp[(size_t)k * PT__GEMM_NR + c] = b[c];
+                } else {
+                    for (c = 0; c < nr; c++) bp[(size_t)k * NR + c] = b[c];
+                    for (; c < NR; c++) bp[(size_t)k * NR + c] = 0.0f;
+                }
+            }
+        } else {
+            for (c = 0; c < NR; c++) {
+                const float *b = B + (size_t)(j0 + jr + c) * ldb + p0;
+                if (c < nr)
+                    for (k = 0; k < kc; k++) bp[(size_t)k * NR + c] = b[k];
+                else
+                    for (k = 0; k < kc; k++) bp[(size_t)k * NR + c] = 0.0f;
+            }
+        }
+    } else {
+        uint32_t *bp = (uint32_t *)dst + (size_t)jr * (kp / 2);
+        const float *b = B + (tb ? (size_t)(j0 + jr) * ldb + p0 : (size_t)p0 * ldb + j0 + jr);
+        if (!tb) /* rows of k: pairs of rows */
+            for (k = 0; k < kp; k += 2, bp += NR)
+                pt__bf16_pack_pairs(bp, b + (size_t)k * ldb,
+                                    k + 1 < kc ? b + (size_t)(k + 1) * ldb : NULL, nr, NR, 1.0f);
+        else { /* rows of B^T: pairs along a row, 32-bit words NR apart */
+            for (c = 0; c < nr; c++) pt__bf16_pack_row(bp + c, (size_t)NR, b + (size_t)c * ldb, kc, 1.0f);
+            for (; c < NR; c++)
+                for (k = 0; k < kp / 2; k++) bp[(size_t)k * NR + c] = 0;
+        }
+    }
+}
+
+/* Write an MR x NR register tile to C (m rows, n columns valid): the first K
+   slab sets C = acc + beta*C (beta = 0: C is not read), later slabs add. */
+#define PT__GEMM_STORE(r)                                                                 \
+    if ((r) < m) {                                                                        \
+        float *cr = c + (size_t)(r) * ldc;                                                \
+        __m512 v0 = c##r##_0, v1 = c##r##_1;                                              \
+        if (!first) {                                                                     \
+            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(k0, cr));                        \
+            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(k1, cr + 16));                   \
+        } else if (beta != 0.0f) {                                                        \
+            v0 = _mm512_fmadd_ps(vbeta, _mm512_maskz_loadu_ps(k0, cr), v0);               \
+            v1 = _mm512_fmadd_ps(vbeta, _mm512_maskz_loadu_ps(k1, cr + 16), v1);          \
+        }                                                                                 \
+        _mm512_mask_storeu_ps(cr, k0, v0);                                                \
+        _mm512_mask_storeu_ps(cr + 16, k1, v1);                                           \
+    }
+#define PT__GEMM_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define PT__GEMM_DECL(r) __m512 c##r##_0 = _mm512_setzero_ps(), c##r##_1 = c##r##_0;
+
+#define PT__GEMM_TAIL                                                                     \
+    {                                                                                     \
+        __mmask16 k0 = (__mmask16)(n >= 16 ? 0xFFFFu : (1u << n) - 1u);                  \
+        __mmask16 k1 = (__mmask16)(n >= 32 ? 0xFFFFu : n <= 16 ? 0u : (1u << (n - 16)) - 1u); \
+        __m512 vbeta = _mm512_set1_ps(beta);                                              \
+        PT__GEMM_ROWS(PT__GEMM_STORE)                                                     \
+    }
+
+/* fp32 micro-kernel: C[0:m, 0:n] (+)= ap (MR x kc) @ bp (kc x NR). */
+PT__TARGET_AVX512 static void pt__gemm_kernel_f32(int kc, const float *ap, const float *bp,
+                                                  float *c, int ldc, int m, int n, int first,
+                                                  float beta) {
+    int k;
+    PT__GEMM_ROWS(PT__GEMM_DECL)
+    for (k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16), a;
+#define PT__GEMM_FMA(r)                           \
+    a = _mm512_set1_ps(ap[r]);                    \
+    c##r##_0 = _mm512_fmadd_ps(a, b0, c##r##_0); \
+    c##r##_1 = _mm512_fmadd_ps(a, b1, c##r##_1);
+        PT__GEMM_ROWS(PT__GEMM_FMA)
+#undef PT__GEMM_FMA
+        ap += PT__GEMM_MR;
+        bp += PT__GEMM_NR;
+    }
+    PT__GEMM_TAIL
+}
+
+/* bf16 micro-kernel: kp = kc/2 k-pairs, ap/bp packed as pairs of bf16. */
+PT__TARGET_BF16 static void pt__gemm_kernel_bf16(int kp, const uint32_t *ap, const uint32_t *bp,
+                                                 float *c, int ldc, int m, int n, int first,
+                                                 float beta) {
+    int k;
+    PT__GEMM_ROWS(PT__GEMM_DECL)
+    for (k = 0; k < kp; k++) {
+        __m512bh b0 = (__m512bh)_mm512_load_si512((const void *)bp);
+        __m512bh b1 = (__m512bh)_mm512_load_si512((const void *)(bp + 16));
+        __m512bh a;
+#define PT__GEMM_DOT(r)                                 \
+    a = (__m512bh)_mm512_set1_epi32((int)ap[r]);        \
+    c##r##_0 = _mm512_dpbf16_ps(c##r##_0, a, b0);       \
+    c##r##_1 = _mm512_dpbf16_ps(c##r##_1, a, b1);
+        PT__GEMM_ROWS(PT__GEMM_DOT)
+#undef PT__GEMM_DOT
+        ap += PT__GEMM_MR;
+        bp += PT__GEMM_NR;
+    }
+    PT__GEMM_TAIL
+}
+
+/* The blocked driver for both precisions. Work units are (MC-row block,
+   run of B micro-panels); a thread packs its A block once for consecutive
+   units of the same block. */
+static void pt__gemm_blocked(int bf16, int ta, int tb, int M, int N, int K, float alpha,
+                             const float *A, int lda, const float *B, int ldb, float beta,
+                             float *C, int ldc) {
+    static const int MR = PT__GEMM_MR, NR = PT__GEMM_NR, KC = PT__GEMM_KC, MC = PT__GEMM_MC,
+                     NC = PT__GEMM_NC;
+    __attribute__((aligned(64))) float bbuf[PT__GEMM_KC * PT__GEMM_NC];
+    int nth = 1, jc, pc;
+#ifdef _OPENMP
+    if (!omp_in_parallel()) nth = omp_get_max_threads();
 #endif
+    for (jc = 0; jc < N; jc += NC) {
+        int nc = N - jc < NC ? N - jc : NC, npan = (nc + NR - 1) / NR;
+        int nic = (M + MC - 1) / MC, nsplit = 1, units;
+        if (nic < 4 * nth) nsplit = (4 * nth + nic - 1) / nic;
+        if (nsplit > npan) nsplit = npan;
+        units = nic * nsplit;
+        for (pc = 0; pc < K; pc += KC) {
+            int kc = K - pc < KC ? K - pc : KC, kp = (kc + 1) / 2, first = pc == 0;
+            PT__OMP(omp parallel num_threads(nth) if (nth > 1))
+            {
+                __attribute__((aligned(64))) float abuf[PT__GEMM_MC * PT__GEMM_KC];
+                int q, u, packed = -1;
+                PT__OMP(omp for schedule(static))
+                for (q = 0; q < npan; q++) pt__gemm_pack_b(bbuf, bf16, tb, B, ldb, jc, nc, pc, kc, q);
+                PT__OMP(omp for schedule(static))
+                for (u = 0; u < units; u++) {
+                    int ic = u / nsplit * MC, s = u % nsplit, ir, mc = M - ic < MC ? M - ic : MC;
+                    int q0 = s * npan / nsplit, q1 = (s + 1) * npan / nsplit;
+                    if (packed != ic) pt__gemm_pack_a(abuf, bf16, ta, A, lda, ic, mc, pc, kc, alpha);
+                    packed = ic;
+                    for (ir = 0; ir < mc; ir += MR) {
+                        int m = mc - ir < MR ? mc - ir : MR;
+                        for (q = q0; q < q1; q++) {
+                            int n = nc - q * NR < NR ? nc - q * NR : NR;
+                            float *c = C + (size_t)(ic + ir) * ldc + jc + q * NR;
+                            if (bf16)
+                                pt__gemm_kernel_bf16(kp, (const uint32_t *)abuf + (size_t)ir * kp,
+                                                     (const uint32_t *)bbuf + (size_t)q * NR * kp,
+                                                     c, ldc, m, n, first, beta);
+                            else
+                                pt__gemm_kernel_f32(kc, abuf + (size_t)ir * kc,
+                                                    bbuf + (size_t)q * NR * kc, c, ldc, m, n,
+                                                    first, beta);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+#endif /* PT__GEMM_X86 */
+
+/* C = beta*C where the product is empty (K = 0 or alpha = 0). */
+static void pt__gemm_scale(int M, int N, float beta, float *C, int ldc) {
+    int i, j;
+    for (i = 0; i < M; i++)
+        for (j = 0; j < N; j++)
+            C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
+}
+
+PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                        const float *A, int lda, const float *B, int ldb, float beta,
+                        float *C, int ldc) {
+    int impl = pt__gemm_current();
+    if (M <= 0 || N <= 0) return;
+#ifdef PT__GEMM_X86
+    /* small products (attention's per-block GEMMs, a few rows of sampling)
+       spend more on packing than on arithmetic: measured twice as slow as
+       OpenBLAS on attention's 64-row blocks, so they go to BLAS where there is one */
+    if (impl == PT__GEMM_PTRAIN_AUTO) {
+        impl = PT__GEMM_PTRAIN;
+#ifndef PTRAIN_NO_BLAS
+        if (M < 128 || N < 128 || K < 128) impl = PT__GEMM_BLAS;
+#endif
+    }
+    if (impl == PT__GEMM_PTRAIN) {
+        if (K <= 0 || alpha == 0.0f) pt__gemm_scale(M, N, beta, C, ldc);
+        else pt__gemm_blocked(0, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+#endif
+#ifndef PTRAIN_NO_BLAS
+    if (impl == PT__GEMM_BLAS) {
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                    trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                    ldc);
+        return;
+    }
+#endif
+    (void)impl;
+    pt__gemm_portable(0, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+PTRAINDEF void pt_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                            const float *A, int lda, const float *B, int ldb, float beta,
+                            float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+#ifdef PT__GEMM_X86
+    if (pt__gemm_current() != PT__GEMM_PORTABLE && pt__cpu_avx512(1)) {
+        if (K <= 0 || alpha == 0.0f) pt__gemm_scale(M, N, beta, C, ldc);
+        else pt__gemm_blocked(1, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+#endif
+    pt__gemm_portable(1, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 #define PT__COLBLOCK 32 /* columns per task in column-reduction loops */
@@ -2399,6 +2880,91 @@ PTRAINDEF double pt_gemm_peak_gflops(int n, double seconds) {
             best = 2.0 * n * n * (double)n / dt / 1e9;
     } while (pt_time_now() - start < seconds);
     pt__free(a, NULL);
+    return best;
+}
+
+#ifdef PT__GEMM_X86
+#define PT__PROBE_CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define PT__PROBE_DECL(i) __m512 c##i = _mm512_set1_ps((float)(i));
+#define PT__PROBE_SUM(i) s = _mm512_add_ps(s, c##i);
+/* n rounds of 12 independent multiply-adds; returns a sum so nothing is dropped */
+PT__TARGET_AVX512 static float pt__probe_fma512(long n) {
+    __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f), s = _mm512_setzero_ps();
+    long i;
+    PT__PROBE_CHAINS(PT__PROBE_DECL)
+    for (i = 0; i < n; i++) {
+#define PT__PROBE_OP(i) c##i = _mm512_fmadd_ps(a, c##i, b);
+        PT__PROBE_CHAINS(PT__PROBE_OP)
+#undef PT__PROBE_OP
+    }
+    PT__PROBE_CHAINS(PT__PROBE_SUM)
+    return _mm512_reduce_add_ps(s);
+}
+PT__TARGET_BF16 static float pt__probe_bf16(long n) {
+    __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3a83);
+    __m512 s = _mm512_setzero_ps();
+    long i;
+    PT__PROBE_CHAINS(PT__PROBE_DECL)
+    for (i = 0; i < n; i++) {
+#define PT__PROBE_OP(i) c##i = _mm512_dpbf16_ps(c##i, a, b);
+        PT__PROBE_CHAINS(PT__PROBE_OP)
+#undef PT__PROBE_OP
+    }
+    PT__PROBE_CHAINS(PT__PROBE_SUM)
+    return _mm512_reduce_add_ps(s);
+}
+#undef PT__PROBE_DECL
+#undef PT__PROBE_SUM
+#define PT__PROBE_DECL(i) __m256 c##i = _mm256_set1_ps((float)(i));
+__attribute__((target("avx2,fma"))) static float pt__probe_fma256(long n) {
+    __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f), s = _mm256_setzero_ps();
+    float out[8];
+    long i;
+    PT__PROBE_CHAINS(PT__PROBE_DECL)
+    for (i = 0; i < n; i++) {
+#define PT__PROBE_OP(i) c##i = _mm256_fmadd_ps(a, c##i, b);
+        PT__PROBE_CHAINS(PT__PROBE_OP)
+#undef PT__PROBE_OP
+    }
+#define PT__PROBE_SUM(i) s = _mm256_add_ps(s, c##i);
+    PT__PROBE_CHAINS(PT__PROBE_SUM)
+    _mm256_storeu_ps(out, s);
+    return out[0] + out[7];
+}
+#undef PT__PROBE_DECL
+#undef PT__PROBE_SUM
+#undef PT__PROBE_CHAINS
+#endif
+
+PTRAINDEF double pt_instr_peak_gflops(int bf16, double seconds) {
+    double best = 0.0;
+#ifdef PT__GEMM_X86
+    const long n = 1 << 18;
+    /* FLOPs a round: 12 instructions x 16 lanes x 2 (x 2 again for bf16) */
+    double per = bf16 ? 768.0 : 384.0, start = pt_time_now(), sink = 0.0;
+    int kind = bf16 ? (pt__cpu_avx512(1) ? 2 : -1)
+                    : pt__cpu_avx512(0) ? 1 : __builtin_cpu_supports("fma") ? 0 : -1;
+    if (kind < 0) return 0.0;
+    if (kind == 0) per = 192.0; /* ymm: 8 lanes */
+    do {
+        double t0 = pt_time_now(), dt;
+        int nth = 1;
+        PT__OMP(omp parallel reduction(+ : sink))
+        {
+#ifdef _OPENMP
+            PT__OMP(omp single)
+            nth = omp_get_num_threads();
+#endif
+            sink += kind == 2 ? pt__probe_bf16(n) : kind == 1 ? pt__probe_fma512(n)
+                                                              : pt__probe_fma256(n);
+        }
+        dt = pt_time_now() - t0;
+        if (dt > 0 && per * n * nth / dt / 1e9 > best) best = per * n * nth / dt / 1e9;
+    } while (pt_time_now() - start < seconds);
+    if (sink == 12345.0) best += 0.0; /* keeps the results alive */
+#else
+    (void)bf16, (void)seconds;
+#endif
     return best;
 }
 

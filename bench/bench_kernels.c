@@ -19,6 +19,9 @@
 #include "../common/cli.h"
 
 #include <math.h>
+#ifdef PT_BENCH_DNNL /* build/bench_kernels_dnnl: a oneDNN sgemm column (Debian's libdnnl-dev) */
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 static int failures;
 static double peak_gflops, bandwidth_gbs;
@@ -105,6 +108,49 @@ static void k_xent_f(void *p) { ctx *c = (ctx *)p; pt_crossentropy_forward(c->b,
 static void k_xent_b(void *p) { ctx *c = (ctx *)p; pt_crossentropy_backward(c->dx, c->x, c->dlse, c->ids, c->N, c->V, 1.0f / c->N); }
 static void k_adamw(void *p) { ctx *c = (ctx *)p; pt_adamw_update(c->w, c->dw, c->m, c->v, c->n, &c->opt, 1e-4f, 10, 1); }
 
+typedef struct gemm_args {
+    int ta, tb, M, N, K, bf16; /* bf16 = 2: oneDNN's sgemm */
+    const float *A, *B;
+    float *C;
+} gemm_args;
+/* median of reps calls (after a warm-up) of wall seconds and of the process's
+   CPU seconds: on a shared machine flops / CPU seconds is the rate a core
+   sustains while it runs, which others' load does not change */
+static void time_gemm(kernel_fn fn, void *ctx, int reps, double *wall, double *cpu) {
+    double t[16], c[16];
+    int i;
+    if (reps > 16) reps = 16;
+    fn(ctx);
+    for (i = 0; i < reps; i++) {
+        struct timespec a, b;
+        double t0 = pt_time_now();
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
+        fn(ctx);
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
+        t[i] = pt_time_now() - t0;
+        c[i] = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    }
+    qsort(t, (size_t)reps, sizeof(double), cmp_double);
+    qsort(c, (size_t)reps, sizeof(double), cmp_double);
+    *wall = t[reps / 2], *cpu = c[reps / 2];
+}
+
+static void k_gemm(void *p) {
+    gemm_args *g = (gemm_args *)p;
+    int lda = g->ta ? g->M : g->K, ldb = g->tb ? g->K : g->N;
+#ifdef PT_BENCH_DNNL
+    if (g->bf16 == 2) {
+        dnnl_sgemm(g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->M, g->N, g->K, 1.0f, g->A, lda, g->B,
+                   ldb, 0.0f, g->C, g->N);
+        return;
+    }
+#endif
+    if (g->bf16)
+        pt_gemm_bf16(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, lda, g->B, ldb, 0.0f, g->C, g->N);
+    else
+        pt_sgemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, lda, g->B, ldb, 0.0f, g->C, g->N);
+}
+
 static double dot_col(const float *x, const float *w, int n, int IN, int OUT, int o) {
     double s = 0.0;
     int i;
@@ -129,7 +175,7 @@ int main(int argc, char **argv) {
     pt_rng r;
     ctx c;
     size_t N, C, V, n4;
-    double peak1;
+    double peak1, ipeak1[2], ipeak[2];
     int i;
 
     cli_passive_wait(argv);
@@ -146,6 +192,13 @@ int main(int argc, char **argv) {
     peak1 = pt_gemm_peak_gflops(2048, 1.0);
     pt_set_threads(threads);
     peak_gflops = pt_gemm_peak_gflops(2048, 1.0);
+    pt_set_threads(1);
+    ipeak1[0] = pt_instr_peak_gflops(0, 0.5), ipeak1[1] = pt_instr_peak_gflops(1, 0.5);
+    pt_set_threads(threads);
+    ipeak[0] = pt_instr_peak_gflops(0, 0.5), ipeak[1] = pt_instr_peak_gflops(1, 0.5);
+    printf("machine: instruction peak fp32 FMA %.1f GFLOP/s on 1 thread, %.1f on %d threads; "
+           "bf16 vdpbf16ps %.1f on 1 thread, %.1f on %d threads (0: not on this CPU)\n",
+           ipeak1[0], ipeak[0], pt_get_threads(), ipeak1[1], ipeak[1], pt_get_threads());
     memset(&c, 0, sizeof c);
     bandwidth_gbs = pt_mem_bandwidth_gbs((size_t)32 << 20, 9); /* 2 x 128 MiB: beyond caches */
     printf("machine: sgemm peak %.1f GFLOP/s on 1 thread, %.1f GFLOP/s on %d threads; memory "
@@ -175,6 +228,70 @@ int main(int argc, char **argv) {
         for (i = 0; i < c.N; i++) c.ids[i] = (int)(pt_rng_u64(&r) % V);
     }
 #define RUN(name) (!only || strstr(name, only))
+
+    if (RUN("gemm")) {
+        /* the model's GEMMs at these shapes, as its kernels call them (layout
+           of op(A) op(B), M x N x K), in OpenBLAS, ptrain fp32 and ptrain bf16 */
+        struct { char name[40]; int ta, tb, M, N, K; } g[15];
+        static const char *lay[4] = {"NN", "TN", "NT", "TT"};
+        static const int io[4][2] = {{1, 3}, {1, 1}, {1, 4}, {4, 1}};
+        int ng = 0, k, l;
+        int have_blas = pt_gemm_select("openblas") == PT_OK, have_pt = pt_gemm_select("ptrain-all") == PT_OK;
+        for (k = 0; k < 5; k++)
+            for (l = 0; l < 3; l++) { /* forward, d(input), d(weight) */
+                int IN = k < 4 ? io[k][0] * c.C : c.C, OUT = k < 4 ? io[k][1] * c.C : c.V;
+                const char *what = k == 4 ? "lm head" : k == 0 ? "c_attn" : k == 1 ? "attn.c_proj"
+                                           : k == 2 ? "c_fc" : "mlp.c_proj";
+                if (k < 4) { /* Conv1D: out = inp @ W, W [IN,OUT] */
+                    g[ng].ta = l == 2, g[ng].tb = l == 1;
+                    g[ng].M = l == 2 ? IN : c.N, g[ng].N = l == 1 ? IN : OUT;
+                    g[ng].K = l == 0 ? IN : l == 1 ? OUT : c.N;
+                } else { /* tied head: logits = x @ wte^T, wte [V,C] */
+                    g[ng].ta = l == 2, g[ng].tb = l == 0;
+                    g[ng].M = l == 2 ? OUT : c.N, g[ng].N = l == 0 ? OUT : IN;
+                    g[ng].K = l == 0 ? IN : l == 1 ? OUT : c.N;
+                }
+                snprintf(g[ng].name, sizeof g[ng].name, "%s %s", what,
+                         l == 0 ? "fwd" : l == 1 ? "dinp" : "dW");
+                ng++;
+            }
+        printf("GEMMs at %s shapes, median of %d calls, one run. Each column: GFLOP/s by the "
+               "wall clock / GFLOP per CPU-second of one core (%% of the 1-thread instruction "
+               "peak of its precision):\n", config, reps);
+        printf("  %-18s %-2s %5s %5s %5s  %-23s %-23s %-23s %s\n", "GEMM", "", "M", "N", "K",
+               "OpenBLAS fp32", "ptrain fp32", "ptrain bf16", "ptrain/OpenBLAS (CPU)");
+        for (k = 0; k < ng; k++) {
+            gemm_args ga;
+            double gf[3] = {0, 0, 0}, gc[3] = {0, 0, 0}, fl = 2.0 * g[k].M * g[k].N * (double)g[k].K;
+            double wall, cpu;
+            int j;
+            ga.ta = g[k].ta, ga.tb = g[k].tb, ga.M = g[k].M, ga.N = g[k].N, ga.K = g[k].K;
+            ga.A = c.x, ga.B = c.dy, ga.C = c.y, ga.bf16 = 0;
+            for (j = 0; j < 3; j++) {
+                if (j == 0 && !have_blas) continue;
+                if (j > 0 && !have_pt) continue;
+                pt_gemm_select(j == 0 ? "openblas" : "ptrain-all");
+                ga.bf16 = j == 2;
+                if (j == 2 && ipeak[1] <= 0) continue;
+                time_gemm(k_gemm, &ga, reps, &wall, &cpu);
+                gf[j] = fl / wall / 1e9, gc[j] = fl / cpu / 1e9;
+            }
+            printf("  %-18s %-2s %5d %5d %5d ", g[k].name, lay[g[k].ta + 2 * g[k].tb], g[k].M,
+                   g[k].N, g[k].K);
+            for (j = 0; j < 3; j++)
+                printf(" %5.1f / %5.1f (%5.1f%%)", gf[j], gc[j],
+                       ipeak1[j == 2] > 0 ? 100 * gc[j] / ipeak1[j == 2] : 0.0);
+            printf("  %.2fx", gc[0] > 0 ? gc[1] / gc[0] : 0.0);
+#ifdef PT_BENCH_DNNL
+            ga.bf16 = 2;
+            time_gemm(k_gemm, &ga, reps, &wall, &cpu);
+            printf("  oneDNN sgemm %5.1f / %5.1f (%5.1f%%)", fl / wall / 1e9, fl / cpu / 1e9,
+                   100 * fl / cpu / 1e9 / ipeak1[0]);
+#endif
+            printf("\n");
+        }
+        pt_gemm_select(NULL);
+    }
 
     if (RUN("embedding")) { /* reads a wte row and a wpe row, writes a row */
         k_encoder_f(&c);

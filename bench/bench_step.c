@@ -9,7 +9,12 @@
    (6*params*tokens + 12*layers*C*B*T^2 per step, over the sgemm peak measured
    now with the same threads, the best of a measurement before and one after
    the steps, since one 0.5 s measurement on a shared machine can come out
-   15% low) and the peak resident memory.
+   15% low) and the peak resident memory. MFU is reported twice: against the
+   fp32 instruction peak (pt_instr_peak_gflops: what the CPU's FMA units can
+   do, never above 100%) and against the measured sgemm.
+   --gemm ptrain,openblas times the same steps with each GEMM in turn (steps
+   interleaved, so a shared machine's load falls on all alike) and prints the
+   ratio of each to the first.
    Profile it with: perf record -g build/bench_step --config small --steps 20 */
 #define _DEFAULT_SOURCE
 #define PTRAIN_IMPLEMENTATION
@@ -25,7 +30,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    const char *config = "small";
+    const char *config = "small", *gemms = "";
     int batch = 8, seq = 128, steps = 5, threads = 0, json = 0, npos, s, i;
     const char *pos[1];
     cli_opt opts[] = {
@@ -34,7 +39,9 @@ int main(int argc, char **argv) {
         {"seq", CLI_INT, &seq, "T", 1, 1 << 20},
         {"steps", CLI_INT, &steps, "timed steps (after one warm-up step)", 1, 100000},
         {"threads", CLI_INT, &threads, "OpenMP/BLAS threads (0: all cores)", 0, 1024},
-        {"json", CLI_FLAG, &json, "print one JSON object", 0, 0},
+        {"json", CLI_FLAG, &json, "print one JSON object (a line for each GEMM)", 0, 0},
+        {"gemm", CLI_STR, &gemms, "comma-separated GEMMs to compare (ptrain, openblas, portable)",
+         0, 0},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
     pt_gpt_config cfg;
@@ -44,7 +51,9 @@ int main(int argc, char **argv) {
     pt_step_desc sd;
     pt_rng rng;
     int *inputs, *targets;
-    double *times, peak, flops, med, loss0, loss1;
+    double *times, peak, ipeak, flops, med, loss0, loss1, med0 = 0.0;
+    char names[8][16];
+    int ng = 0, g;
     struct rusage ru;
 
     cli_passive_wait(argv);
@@ -53,6 +62,20 @@ int main(int argc, char **argv) {
         return s == 1 ? 0 : 2;
     }
     pt_set_threads(threads);
+    { /* the GEMMs to compare; none named: the one running */
+        const char *p = gemms;
+        while (*p && ng < 8) {
+            size_t n = strcspn(p, ",");
+            snprintf(names[ng], sizeof names[ng], "%.*s", (int)n, p);
+            if (pt_gemm_select(names[ng]) != PT_OK) {
+                fprintf(stderr, "error: --gemm: %s\n", pt_last_error());
+                return 2;
+            }
+            ng++;
+            p += n + (p[n] == ',');
+        }
+        if (ng == 0) snprintf(names[ng++], sizeof names[0], "%s", "");
+    }
     if (pt_gpt_config_preset(config, &cfg) != PT_OK) {
         fprintf(stderr, "error: %s\n", pt_last_error());
         return 2;
@@ -69,9 +92,20 @@ int main(int argc, char **argv) {
     pt_gpt_init_weights(&gpt, 1);
     inputs = (int *)malloc(sizeof(int) * (size_t)batch * seq);
     targets = (int *)malloc(sizeof(int) * (size_t)batch * seq);
-    times = (double *)malloc(sizeof(double) * (size_t)steps);
+    times = (double *)malloc(sizeof(double) * (size_t)steps * (size_t)ng);
     if (!inputs || !targets || !times) return 2;
+    if (names[0][0]) pt_gemm_select(names[0]);
     peak = pt_gemm_peak_gflops(1024, 0.5);
+    { /* the larger of all threads' probe and threads x one thread's: a probe
+         that shared its cores with other processes can only come out low */
+        int nth = pt_get_threads();
+        double one;
+        ipeak = pt_instr_peak_gflops(0, 0.5);
+        pt_set_threads(1);
+        one = pt_instr_peak_gflops(0, 0.5);
+        pt_set_threads(nth);
+        ipeak = nth * one > ipeak ? nth * one : ipeak;
+    }
     pt_rng_seed(&rng, 7);
     for (i = 0; i < batch * seq; i++) {
         inputs[i] = (int)(pt_rng_u64(&rng) % (uint64_t)cfg.vocab_size);
@@ -98,35 +132,60 @@ int main(int argc, char **argv) {
                 log((double)cfg.vocab_size), loss1);
         return 1;
     }
-    for (i = 0; i < steps; i++) {
-        double t0 = pt_time_now();
+    for (g = 1; g < ng; g++) { /* a warm-up step with each other GEMM */
+        pt_gemm_select(names[g]);
         if (pt_gpt_step(&gpt, &sd, NULL) != PT_OK) {
             fprintf(stderr, "error: %s\n", pt_last_error());
             return 1;
         }
-        times[i] = pt_time_now() - t0;
     }
-    qsort(times, (size_t)steps, sizeof(double), cmp_double);
-    med = steps % 2 ? times[steps / 2] : 0.5 * (times[steps / 2 - 1] + times[steps / 2]);
+    for (i = 0; i < steps; i++)
+        for (g = 0; g < ng; g++) {
+            double t0;
+            if (names[g][0]) pt_gemm_select(names[g]);
+            t0 = pt_time_now();
+            if (pt_gpt_step(&gpt, &sd, NULL) != PT_OK) {
+                fprintf(stderr, "error: %s\n", pt_last_error());
+                return 1;
+            }
+            times[(size_t)g * steps + i] = pt_time_now() - t0;
+        }
+    if (names[0][0]) pt_gemm_select(names[0]);
     {
-        double after = pt_gemm_peak_gflops(1024, 0.5);
+        double after = pt_gemm_peak_gflops(1024, 0.5), iafter = pt_instr_peak_gflops(0, 0.5);
         peak = after > peak ? after : peak;
+        ipeak = iafter > ipeak ? iafter : ipeak;
     }
     flops = pt_gpt_flops_per_step(&cfg, batch, seq);
     getrusage(RUSAGE_SELF, &ru);
+    for (g = 0; g < ng; g++) {
+    double *t = times + (size_t)g * steps;
+    const char *gname;
+    if (names[g][0]) pt_gemm_select(names[g]);
+    gname = pt_gemm_name();
+    qsort(t, (size_t)steps, sizeof(double), cmp_double);
+    med = steps % 2 ? t[steps / 2] : 0.5 * (t[steps / 2 - 1] + t[steps / 2]);
+    if (g == 0) med0 = med;
     if (json) {
         printf("{\"config\": \"%s\", \"batch\": %d, \"seq\": %d, \"threads\": %d, "
                "\"params\": %zu, \"steps\": %d, \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, "
                "\"gflops_per_step\": %.4f, \"peak_gflops\": %.1f, \"mfu\": %.4f, "
-               "\"peak_rss_bytes\": %lld, \"loss_check\": [%.4f, %.4f]}\n",
+               "\"peak_rss_bytes\": %lld, \"loss_check\": [%.4f, %.4f], \"gemm\": \"%s\", "
+               "\"instr_peak_gflops\": %.1f, \"mfu_instr\": %.4f}\n",
                config, batch, seq, pt_get_threads(), gpt.num_params, steps, med * 1e3,
                batch * seq / med, flops / 1e9, peak, flops / med / (peak * 1e9),
-               (long long)ru.ru_maxrss * 1024, loss0, loss1);
+               (long long)ru.ru_maxrss * 1024, loss0, loss1, gname, ipeak,
+               ipeak > 0 ? flops / med / (ipeak * 1e9) : 0.0);
     } else {
-        printf("%-10s B=%-3d T=%-4d threads %d: %9.1f ms/step %9.0f tok/s  MFU %5.1f%% of %.0f "
-               "GFLOP/s  peak RSS %.0f MiB\n",
-               config, batch, seq, pt_get_threads(), med * 1e3, batch * seq / med,
+        printf("%-10s B=%-3d T=%-4d threads %d gemm %-13s: %9.1f ms/step %9.0f tok/s  MFU "
+               "%5.1f%% of the fp32 instruction peak %.0f GFLOP/s, %5.1f%% of sgemm's %.0f  "
+               "peak RSS %.0f MiB",
+               config, batch, seq, pt_get_threads(), gname, med * 1e3, batch * seq / med,
+               ipeak > 0 ? 100.0 * flops / med / (ipeak * 1e9) : 0.0, ipeak,
                100.0 * flops / med / (peak * 1e9), peak, ru.ru_maxrss / 1024.0);
+        if (ng > 1) printf("  %.2fx the first", med0 / med);
+        printf("\n");
+    }
     }
     free(inputs);
     free(targets);

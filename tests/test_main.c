@@ -149,6 +149,111 @@ static void test_sgemm(void) {
             }
 }
 
+/* ---- ptrain's GEMMs (fp32 and bf16) against a double product ------------
+   C = alpha op(A) op(B) + beta C for every layout (NN, NT, TN, TT), beta in
+   {0 over a NaN-filled C, 1, -0.5}, on odd shapes that cut the kernels'
+   blocks (MR = 12 rows, NR = 32 columns, KC = 256 deep, MC = 96, NC = 768)
+   anywhere, with padded leading dimensions whose padding must stay as it was.
+   The reference is the double-precision product of the operands as the GEMM
+   sees them: a = fl32(alpha*A) and, for bf16, a' = bf16(a), b' = bf16(B)
+   (round to nearest even), c = sum_k a'_k b'_k + beta C.
+   Error bound: bf16 products are exact in fp32 (8-bit x 8-bit significands),
+   fp32 products and every sum round once (vdpbf16ps: at most twice a k-pair),
+   so for any summation order the computed value is within
+     gamma_(K+2) * (sum_k |a_k b_k| + |beta C|),  gamma_n = n u / (1 - n u),
+   u = 2^-24 (the extra 2: alpha's rounding when it is applied to the sum
+   instead, and beta's term). No other tolerance. */
+static int gemm_check(const char *impl, int bf16, int ta, int tb, int M, int N, int K,
+                      float alpha, float beta) {
+    int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 5, i, j, k, bad = 0;
+    const double u = 0x1p-24, gam = (K + 2) * u / (1.0 - (K + 2) * u);
+    size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+    float *A = (float *)malloc((na + nb + 2 * nc) * sizeof(float)), *Bm = A + na, *C = Bm + nb,
+          *C0 = C + nc;
+    double worst = 0.0;
+    if (!A) {
+        FAIL("out of memory");
+        return 1;
+    }
+    for (j = 0; j < (int)(na + nb + nc); j++) A[j] = (float)(2.0 * urand() - 1.0);
+    memcpy(C0, C, nc * sizeof(float));
+    if (beta == 0.0f)
+        for (i = 0; i < M; i++)
+            for (j = 0; j < N; j++) C[(size_t)i * ldc + j] = NAN;
+    if (bf16)
+        pt_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, C, ldc);
+    else
+        pt_sgemm(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, C, ldc);
+    for (i = 0; i < M; i++)
+        for (j = 0; j < ldc; j++) {
+            double s = 0.0, mag = 0.0, got = C[(size_t)i * ldc + j], q;
+            if (j >= N) { /* padding untouched */
+                if (memcmp(&C[(size_t)i * ldc + j], &C0[(size_t)i * ldc + j], 4)) bad++;
+                continue;
+            }
+            for (k = 0; k < K; k++) {
+                float a = alpha * (ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
+                float b = tb ? Bm[(size_t)j * ldb + k] : Bm[(size_t)k * ldb + j];
+                double p = bf16 ? (double)pt__bf16_round(a) * pt__bf16_round(b) : (double)a * b;
+                s += p;
+                mag += fabs(p);
+            }
+            if (beta != 0.0f) {
+                s += (double)beta * C0[(size_t)i * ldc + j];
+                mag += fabs((double)beta * C0[(size_t)i * ldc + j]);
+            }
+            q = fabs(got - s) / (gam * mag + 1e-300);
+            if (!(q <= 1.0)) bad++;
+            if (!(q <= worst)) worst = q == q ? q : INFINITY;
+        }
+    if (bad || g_verbose)
+        printf("    %s %s ta=%d tb=%d %dx%dx%d alpha=%g beta=%g: %d bad, worst at %.3g of the "
+               "bound\n", impl, bf16 ? "bf16" : "fp32", ta, tb, M, N, K, (double)alpha,
+               (double)beta, bad, worst);
+    free(A);
+    return bad;
+}
+
+static void test_gemm_kernels(void) {
+    static const int shapes[][3] = {{1, 7, 17},    {7, 1, 63},     {17, 63, 1},   {63, 100, 7},
+                                    {100, 17, 257}, {130, 63, 100}, {13, 800, 5}, {24, 40, 300}};
+    static const float betas[3] = {0.0f, 1.0f, -0.5f};
+    static const char *impls[3] = {"ptrain-all", "openblas", "portable"};
+    int im, bf16, s, lay, bi;
+    for (im = 0; im < 3; im++) {
+        pt_status st = pt_gemm_select(impls[im]);
+        if (st != PT_OK) {
+            printf("    SKIP gemm '%s': %s\n", impls[im], pt_last_error());
+            continue;
+        }
+        for (bf16 = 0; bf16 < 2; bf16++) {
+            if (bf16 && im == 1) continue; /* bf16 has no BLAS path: same as ptrain */
+            for (s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
+                for (lay = 0; lay < 4; lay++)
+                    for (bi = 0; bi < 3; bi++) {
+                        int bad = gemm_check(impls[im], bf16, lay & 1, lay >> 1, shapes[s][0],
+                                             shapes[s][1], shapes[s][2], bi == 2 ? 0.75f : 1.0f,
+                                             betas[bi]);
+                        if (bad) FAIL("%s GEMM wrong (see above)", bf16 ? "bf16" : "fp32");
+                    }
+        }
+    }
+    /* an empty product scales C; an unknown name is an error naming it */
+    {
+        float c[2] = {2.0f, 3.0f};
+        pt_sgemm(0, 0, 1, 2, 0, 1.0f, c, 1, c, 1, 0.5f, c, 2);
+        CHECK(c[0] == 1.0f && c[1] == 1.5f);
+        pt_gemm_bf16(0, 0, 1, 2, 0, 1.0f, c, 1, c, 1, 0.0f, c, 2);
+        CHECK(c[0] == 0.0f && c[1] == 0.0f);
+    }
+    CHECK_ERR(pt_gemm_select("fastest"), PT_ERR_INVALID_ARG, "fastest");
+    /* round to nearest even, ties to even, NaN stays NaN */
+    CHECK(pt__bf16_round(1.0f + 0x1p-8f) == 1.0f && pt__bf16_round(1.0f + 3 * 0x1p-8f) == 1.0f + 0x1p-6f);
+    CHECK(pt__bf16_round(1.0f + 0x1p-8f + 0x1p-20f) == 1.0f + 0x1p-7f);
+    CHECK(isnan(pt__bf16_round(NAN)));
+    CHECK_ST(pt_gemm_select(NULL), PT_OK); /* back to the default (PTRAIN_GEMM or auto) */
+}
+
 /* out[n,c] = wte[ids[n],c] + wpe[n%T,c]; repeated ids must accumulate into dwte. */
 static void test_encoder(void) {
     enum { B = 2, T = 3, C = 4, V = 5 };
@@ -3087,6 +3192,7 @@ static const test_case tests[] = {
     {"fast_exp", test_fast_exp},
     {"writer_and_file_errors", test_writer_and_file_errors},
     {"kernel_sgemm", test_sgemm},
+    {"kernel_gemm_fp32_bf16", test_gemm_kernels},
     {"kernel_encoder", test_encoder},
     {"kernel_layernorm", test_layernorm},
     {"kernel_matmul", test_matmul},

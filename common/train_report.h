@@ -37,8 +37,8 @@ static void train_report_header(const run *o, const pt_comm *world, const pt_gpt
            gpt->mem.grads / 1048576.0, gpt->mem.optimizer / 1048576.0,
            gpt->mem.activations / 1048576.0, gpt->mem.slots, gpt->mem.slots > 1 ? "s" : "",
            gpt->mem.scratch / 1048576.0);
-    printf("threads %d%s; sgemm peak %.1f GFLOP/s (%s); %.2f GFLOP per step\n", pt_get_threads(),
-           world->size > 1 ? " per rank" : "", o->peak,
+    printf("threads %d%s; GEMM %s; sgemm peak %.1f GFLOP/s (%s); %.2f GFLOP per step\n",
+           pt_get_threads(), world->size > 1 ? " per rank" : "", pt_gemm_name(), o->peak,
            o->peak_given  ? "--peak-gflops"
            : o->nodes > 1 ? "1024^3, measured once per node, summed over the nodes"
                           : "1024^3, measured on this machine's cores",

@@ -218,7 +218,8 @@ PTRAINDEF void pt_encoder_forward(float *out, const int *inp, const float *wte,
 PTRAINDEF void pt_encoder_backward(float *dwte, float *dwpe, const float *dout,
                                    const int *inp, int B, int T, int C);
 
-/* y = (x - mean) * rstd * w + b, mean and biased var over C, rstd = 1/sqrt(var+eps) */
+/* y = (x - mean) * rstd * w + b, mean and biased var over C, rstd = 1/sqrt(var+eps)
+   (bias, and backward's dbias, may be NULL: none) */
 PTRAINDEF void pt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                                     const float *weight, const float *bias, int N, int C,
                                     float eps);
@@ -233,6 +234,53 @@ PTRAINDEF void pt_matmul_backward(float *dinp, float *dweight, float *dbias,
                                   const float *dout, const float *inp, const float *weight,
                                   int N, int IN, int OUT);
 
+/* nn.Linear layout: out[N,OUT] = inp[N,IN] @ w[OUT,IN]^T + bias[OUT] (bias may be NULL) */
+PTRAINDEF void pt_linear_forward(float *out, const float *inp, const float *weight,
+                                 const float *bias, int N, int IN, int OUT);
+/* dinp += dout @ W ; dW += dout^T @ inp ; dbias += sum_n dout (each may be NULL) */
+PTRAINDEF void pt_linear_backward(float *dinp, float *dweight, float *dbias,
+                                  const float *dout, const float *inp, const float *weight,
+                                  int N, int IN, int OUT);
+
+/* RMSNorm: y = x * rstd * w, rstd = 1/sqrt(mean_c(x^2) + eps) */
+PTRAINDEF void pt_rmsnorm_forward(float *out, float *rstd, const float *inp,
+                                  const float *weight, int N, int C, float eps);
+/* With g = dout*w: dx += rstd * (g - x * rstd^2 * mean_c(g*x)); dw += dout*x*rstd
+   (dinp or dweight may be NULL). */
+PTRAINDEF void pt_rmsnorm_backward(float *dinp, float *dweight, const float *dout,
+                                   const float *inp, const float *weight, const float *rstd,
+                                   int N, int C);
+
+/* Rotary position embedding as Hugging Face's LlamaForCausalLM (rotate_half).
+   Frequencies f_j = theta^(-2j/hd), j < hd/2; with LLaMA 3's scaling
+   (factor > 0; lo, hi its low/high_freq_factor, ctx its original context)
+   and wavelength w = 2pi/f: w > ctx/lo gives f/factor, w < ctx/hi keeps f,
+   between them (1-s) f/factor + s f with s = (ctx/w - lo)/(hi - lo).
+   Table cs (T*hd floats): cs[t*hd+j] = cos(t f_j), cs[t*hd+hd/2+j] = sin(t f_j),
+   computed in double. */
+typedef struct pt_rope_scaling {
+    float factor;        /* 0: no scaling */
+    float low_freq_factor, high_freq_factor;
+    int original_max_pos;
+} pt_rope_scaling;
+PTRAINDEF void pt_rope_table(float *cs, int T, int hd, float theta, const pt_rope_scaling *sc);
+/* In place on the first nh heads (hd lanes each) of every row n of x (row at
+   x + n*stride, position n % T), for j < hd/2 with c, s of that position:
+   (x_j, x_{j+hd/2}) <- (x_j c - x_{j+hd/2} s, x_{j+hd/2} c + x_j s). */
+PTRAINDEF void pt_rope_forward(float *x, const float *cs, int N, int T, int nh, int hd,
+                               int stride);
+/* The rotation's transpose, in place on the gradient:
+   (d_j, d_{j+hd/2}) <- (d_j c + d_{j+hd/2} s, d_{j+hd/2} c - d_j s). */
+PTRAINDEF void pt_rope_backward(float *dx, const float *cs, int N, int T, int nh, int hd,
+                                int stride);
+
+/* SwiGLU on h (N, 2F), each row [gate | up]: out[n,j] = silu(g) * u with
+   g = h[n,j], u = h[n,F+j], silu(g) = g sigmoid(g).
+   backward: dh[n,j] = dout u s (1 + g (1-s)), dh[n,F+j] = dout silu(g),
+   s = sigmoid(g); written (not accumulated). */
+PTRAINDEF void pt_swiglu_forward(float *out, const float *h, int N, int F);
+PTRAINDEF void pt_swiglu_backward(float *dh, const float *h, const float *dout, int N, int F);
+
 /* Causal multi-head attention on qkv[N,3C] laid out [q|k|v][head][hd]:
    p[b,h,t,u] = softmax_{u<=t}(q_t . k_u / sqrt(hd)) (0 for u > t),
    out[b,t,h*hd+i] = sum_u p[b,h,t,u] v_u[i].
@@ -240,14 +288,17 @@ PTRAINDEF void pt_matmul_backward(float *dinp, float *dweight, float *dbias,
    stores p: forward keeps lse[b,h,t] = log sum_u exp(score), and backward
    recomputes p from it, so saved memory is linear in T. Each of `slots`
    threads needs scratch of 2*PT_ATTN_QBLOCK*T floats
-   (pt_attention_scratch_floats); backward also reads the forward's out. */
+   (pt_attention_scratch_floats); backward also reads the forward's out.
+   Grouped-query attention: with NKV < NH key/value heads (NKV divides NH),
+   qkv is [N, C + 2*NKV*hd] laid out [q (NH heads)|k (NKV)|v (NKV)], C = NH*hd,
+   and query head h uses key/value head h / (NH/NKV); NKV = NH is the above. */
 #define PT_ATTN_QBLOCK 64
 PTRAINDEF size_t pt_attention_scratch_floats(int T, int slots);
 PTRAINDEF void pt_attention_forward(float *out, float *lse, const float *qkv, float *scratch,
-                                    int slots, int B, int T, int C, int NH);
+                                    int slots, int B, int T, int C, int NH, int NKV);
 PTRAINDEF void pt_attention_backward(float *dqkv, const float *dout, const float *out,
                                      const float *qkv, const float *lse, float *scratch,
-                                     int slots, int B, int T, int C, int NH);
+                                     int slots, int B, int T, int C, int NH, int NKV);
 /* Plain reference pair (what the fast one is tested against): stores the
    probabilities att (B,NH,T,T); backward needs scratch of B*NH*T floats. */
 PTRAINDEF void pt_attention_ref_forward(float *out, float *att, const float *qkv, int B, int T,
@@ -314,12 +365,32 @@ PTRAINDEF double pt_mem_bandwidth_gbs(size_t n, int reps);
 /* >>model                                                                   */
 /* ======================================================================== */
 
+/* The architecture's choices; zero is GPT-2's everywhere. arch picks the
+   tensor names and layouts: Hugging Face GPT-2's (Conv1D [in, out], fused
+   c_attn) or LlamaForCausalLM's (nn.Linear [out, in], q/k/v_proj,
+   gate/up/down_proj). */
+typedef enum pt_arch { PT_ARCH_GPT2 = 0, PT_ARCH_LLAMA } pt_arch;
+typedef enum pt_norm_kind { PT_NORM_LAYER = 0, PT_NORM_RMS } pt_norm_kind;
+typedef enum pt_pos_kind { PT_POS_LEARNED = 0, PT_POS_ROPE } pt_pos_kind;
+typedef enum pt_mlp_kind { PT_MLP_GELU = 0, PT_MLP_SWIGLU } pt_mlp_kind;
+
 typedef struct pt_gpt_config {
     int vocab_size, block_size, n_layer, n_head, n_embd;
-    float ln_eps; /* 0 means 1e-5 */
+    float ln_eps;       /* 0 means 1e-5 (LayerNorm's or RMSNorm's epsilon) */
+    pt_arch arch;       /* names and layouts (GPT-2's needs GELU and n_kv_head = n_head) */
+    pt_norm_kind norm;  /* LayerNorm | RMSNorm (no bias) */
+    pt_pos_kind pos;    /* learned wpe | rotary (LLaMA needs rotary) */
+    pt_mlp_kind mlp;    /* GELU | SwiGLU (gate and up projections; LLaMA only) */
+    int n_kv_head;      /* key/value heads, dividing n_head; 0 means n_head */
+    int ffn_hidden;     /* the MLP's hidden size; 0 means 4 n_embd */
+    int no_bias;        /* 1: no bias in any linear layer or norm */
+    int untied_head;    /* 1: a separate LM head (lm_head.weight) instead of wte */
+    float rope_theta;   /* 0 means 10000 */
+    pt_rope_scaling rope_scaling; /* LLaMA 3's frequency scaling (factor 0: none) */
 } pt_gpt_config;
 
-/* "tiny", "mini", "small", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1558m" */
+/* "tiny", "mini", "small", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1558m",
+   "llama-tiny", "llama2-7b", "llama2-13b", "llama3-8b", "llama2-70b" */
 PTRAINDEF pt_status pt_gpt_config_preset(const char *name, pt_gpt_config *out);
 PTRAINDEF const char *pt_gpt_preset_names(void);
 /* Checks every field; the message lists every failed check. */
@@ -339,7 +410,7 @@ typedef enum pt_shard { PT_SHARD_NONE = 0, PT_SHARD_ROWS, PT_SHARD_COLS, PT_SHAR
    same offset indexes params, grads, m and v. shape/offset/numel are this
    rank's part; full_* the whole tensor (equal without tensor parallelism). */
 typedef struct pt_param {
-    char name[48];
+    char name[64];
     int ndim;
     int64_t shape[2], full_shape[2];
     size_t offset, numel, full_offset, full_numel;
@@ -352,14 +423,22 @@ typedef struct pt_param {
 typedef struct pt_comm pt_comm; /* >>comm */
 typedef struct pt_grid pt_grid;
 
-/* Pointers of one block's parameters (or gradients) into the flat buffer. */
+/* Pointers of one block's parameters (or gradients) into the flat buffer.
+   GPT-2 names in the comments (F = ffn_hidden); a NULL bias is absent. For
+   LLaMA (nn.Linear [out, in]): qkv_w = q_proj, whose rows k_w (k_proj) and
+   v_w (v_proj) continue, so qkv_w is the fused [q|k|v] weight (likewise the
+   biases); fc_w = gate_proj continued by up_w (up_proj): the fused
+   [gate|up] weight; attn_proj_w = o_proj (C, C), fc_proj_w = down_proj (C, F).
+   With GELU, LLaMA's one MLP input projection is gate_proj. */
 typedef struct pt_block_params {
     float *ln1_w, *ln1_b;          /* (C) */
     float *qkv_w, *qkv_b;          /* (C,3C), (3C): attn.c_attn */
+    float *k_w, *v_w, *k_b, *v_b;  /* LLaMA: k_proj, v_proj (KV, C) and biases */
     float *attn_proj_w, *attn_proj_b; /* (C,C), (C): attn.c_proj */
     float *ln2_w, *ln2_b;          /* (C) */
-    float *fc_w, *fc_b;            /* (C,4C), (4C): mlp.c_fc */
-    float *fc_proj_w, *fc_proj_b;  /* (4C,C), (C): mlp.c_proj */
+    float *fc_w, *fc_b;            /* (C,F), (F): mlp.c_fc */
+    float *up_w, *up_b;            /* LLaMA SwiGLU: up_proj (F, C) and its bias */
+    float *fc_proj_w, *fc_proj_b;  /* (F,C), (C): mlp.c_proj */
 } pt_block_params;
 
 /* One block's saved activations for backward. */
@@ -389,9 +468,11 @@ typedef struct pt_block_scratch {
     float *dqkv;    /* (N,3C) */
     float *datty;   /* (N,C) */
     float *dfch;    /* (N,4C) */
-    float *gelu;    /* (N,4C) gelu(fch), recomputed for the layer at hand */
+    float *gelu;    /* (N,F) gelu(fch) or swiglu(fch), recomputed for the layer at hand */
     float *attn;    /* pt_attention_scratch_floats(T, attn_slots) */
     int attn_slots; /* threads that may use attn at once */
+    float *rope;    /* rotary positions: pt_rope_table of rope_T positions (T*hd) */
+    int rope_T;     /* positions in rope (0: not computed yet) */
 } pt_block_scratch;
 
 /* x (N,C) -> a->out (N,C). With a tensor-parallel group tp (NULL: none) of
@@ -522,6 +603,7 @@ typedef struct pt_gpt {
                                  pt_gpt_grad_of or pt_gpt_gather */
     float *m, *v;             /* AdamW moments (num_params; ZeRO: this rank's shard) */
     float *wte, *wpe, *lnf_w, *lnf_b; /* NULL where not held */
+    float *lm_head;           /* the LM head: wte when tied (NULL where not held) */
     pt_block_params *layers;  /* (place.n_layers) */
     float loss;               /* mean loss of the last step or forward, or -1 */
     int adam_t;               /* optimizer steps taken */
@@ -1804,8 +1886,13 @@ PTRAINDEF void pt_layernorm_forward(float *out, float *mean, float *rstd, const 
         for (c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
         v /= (float)C;
         s = 1.0f / sqrtf(v + eps);
-        PT__OMP(omp simd)
-        for (c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+        if (bias) {
+            PT__OMP(omp simd)
+            for (c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+        } else {
+            PT__OMP(omp simd)
+            for (c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c];
+        }
         mean[n] = m;
         rstd[n] = s;
     }
@@ -1845,10 +1932,10 @@ PTRAINDEF void pt_layernorm_backward(float *dinp, float *dweight, float *dbias,
             const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
             float m = mean[r], s = rstd[r];
             PT__OMP(omp simd)
-            for (c = c0; c < c1; c++) {
-                dweight[c] += d[c] * (x[c] - m) * s;
-                dbias[c] += d[c];
-            }
+            for (c = c0; c < c1; c++) dweight[c] += d[c] * (x[c] - m) * s;
+            if (!dbias) continue;
+            PT__OMP(omp simd)
+            for (c = c0; c < c1; c++) dbias[c] += d[c];
         }
     }
 }
@@ -1884,6 +1971,151 @@ PTRAINDEF void pt_matmul_backward(float *dinp, float *dweight, float *dbias,
     if (dinp) pt_sgemm(0, 1, N, IN, OUT, 1.0f, dout, OUT, weight, OUT, 1.0f, dinp, IN);
     if (dweight) pt_sgemm(1, 0, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dweight, OUT);
     if (dbias) pt__colsum_add(dbias, dout, N, OUT);
+}
+
+PTRAINDEF void pt_linear_forward(float *out, const float *inp, const float *weight,
+                                 const float *bias, int N, int IN, int OUT) {
+    int n;
+    if (bias) {
+        PT__OMP(omp parallel for schedule(static))
+        for (n = 0; n < N; n++) memcpy(out + (size_t)n * OUT, bias, sizeof(float) * OUT);
+    }
+    pt_sgemm(0, 1, N, OUT, IN, 1.0f, inp, IN, weight, IN, bias ? 1.0f : 0.0f, out, OUT);
+}
+
+PTRAINDEF void pt_linear_backward(float *dinp, float *dweight, float *dbias,
+                                  const float *dout, const float *inp, const float *weight,
+                                  int N, int IN, int OUT) {
+    if (dinp) pt_sgemm(0, 0, N, IN, OUT, 1.0f, dout, OUT, weight, IN, 1.0f, dinp, IN);
+    if (dweight) pt_sgemm(1, 0, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
+    if (dbias) pt__colsum_add(dbias, dout, N, OUT);
+}
+
+PTRAINDEF void pt_rmsnorm_forward(float *out, float *rstd, const float *inp,
+                                  const float *weight, int N, int C, float eps) {
+    int n;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *o = out + (size_t)n * C, ms = 0.0f, r;
+        int c;
+        PT__OMP(omp simd reduction(+:ms))
+        for (c = 0; c < C; c++) ms += x[c] * x[c];
+        r = 1.0f / sqrtf(ms / (float)C + eps);
+        PT__OMP(omp simd)
+        for (c = 0; c < C; c++) o[c] = x[c] * r * weight[c];
+        rstd[n] = r;
+    }
+}
+
+PTRAINDEF void pt_rmsnorm_backward(float *dinp, float *dweight, const float *dout,
+                                   const float *inp, const float *weight, const float *rstd,
+                                   int N, int C) {
+    int n, cb, nblocks = (C + PT__COLBLOCK - 1) / PT__COLBLOCK;
+    if (dinp) {
+        PT__OMP(omp parallel for schedule(static))
+        for (n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+            float *dx = dinp + (size_t)n * C, r = rstd[n], gx = 0.0f, k;
+            int c;
+            PT__OMP(omp simd reduction(+:gx))
+            for (c = 0; c < C; c++) gx += d[c] * weight[c] * x[c];
+            k = r * r * gx / (float)C;
+            PT__OMP(omp simd)
+            for (c = 0; c < C; c++) dx[c] += r * (d[c] * weight[c] - x[c] * k);
+        }
+    }
+    if (!dweight) return;
+    PT__OMP(omp parallel for schedule(static))
+    for (cb = 0; cb < nblocks; cb++) {
+        int c0 = cb * PT__COLBLOCK, c1 = c0 + PT__COLBLOCK < C ? c0 + PT__COLBLOCK : C, c, r;
+        for (r = 0; r < N; r++) {
+            const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
+            float s = rstd[r];
+            PT__OMP(omp simd)
+            for (c = c0; c < c1; c++) dweight[c] += d[c] * x[c] * s;
+        }
+    }
+}
+
+PTRAINDEF void pt_rope_table(float *cs, int T, int hd, float theta, const pt_rope_scaling *sc) {
+    const double pi = 3.14159265358979323846;
+    int h2 = hd / 2, t, j;
+    for (j = 0; j < h2; j++) {
+        double f = pow((double)theta, -2.0 * j / (double)hd);
+        if (sc && sc->factor > 0.0f) {
+            double w = 2.0 * pi / f, ctx = (double)sc->original_max_pos;
+            double lo = sc->low_freq_factor, hi = sc->high_freq_factor;
+            if (w > ctx / lo) {
+                f /= sc->factor;
+            } else if (!(w < ctx / hi)) { /* between: smooth */
+                double s = (ctx / w - lo) / (hi - lo);
+                f = (1.0 - s) * f / sc->factor + s * f;
+            }
+        }
+        for (t = 0; t < T; t++) {
+            cs[(size_t)t * hd + j] = (float)cos(t * f);
+            cs[(size_t)t * hd + h2 + j] = (float)sin(t * f);
+        }
+    }
+}
+
+/* dir = 1: the rotation by +angle (forward); -1: by -angle (its transpose). */
+static void pt__rope(float *x, const float *cs, int N, int T, int nh, int hd, int stride,
+                     float dir) {
+    int n, h2 = hd / 2;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        const float *c = cs + (size_t)(n % T) * hd, *s = c + h2;
+        int h, j;
+        for (h = 0; h < nh; h++) {
+            float *a = x + (size_t)n * stride + (size_t)h * hd, *b = a + h2;
+            PT__OMP(omp simd)
+            for (j = 0; j < h2; j++) {
+                float u = a[j], v = b[j], sn = dir * s[j];
+                a[j] = u * c[j] - v * sn;
+                b[j] = v * c[j] + u * sn;
+            }
+        }
+    }
+}
+
+PTRAINDEF void pt_rope_forward(float *x, const float *cs, int N, int T, int nh, int hd,
+                               int stride) {
+    pt__rope(x, cs, N, T, nh, hd, stride, 1.0f);
+}
+
+PTRAINDEF void pt_rope_backward(float *dx, const float *cs, int N, int T, int nh, int hd,
+                                int stride) {
+    pt__rope(dx, cs, N, T, nh, hd, stride, -1.0f);
+}
+
+PTRAINDEF void pt_swiglu_forward(float *out, const float *h, int N, int F) {
+    int n;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        const float *g = h + (size_t)n * 2 * F, *u = g + F;
+        float *o = out + (size_t)n * F;
+        int j;
+        PT__OMP(omp simd)
+        for (j = 0; j < F; j++) o[j] = g[j] / (1.0f + pt__expf(-g[j])) * u[j];
+    }
+}
+
+PTRAINDEF void pt_swiglu_backward(float *dh, const float *h, const float *dout, int N, int F) {
+    int n;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        const float *g = h + (size_t)n * 2 * F, *u = g + F, *d = dout + (size_t)n * F;
+        float *dg = dh + (size_t)n * 2 * F, *du = dg + F;
+        int j;
+        PT__OMP(omp simd)
+        for (j = 0; j < F; j++) {
+            float s = 1.0f / (1.0f + pt__expf(-g[j]));
+            du[j] = d[j] * g[j] * s;
+            dg[j] = d[j] * u[j] * s * (1.0f + g[j] * (1.0f - s));
+        }
+    }
 }
 
 PTRAINDEF void pt_attention_ref_forward(float *out, float *att, const float *qkv, int B, int T,
@@ -2011,9 +2243,9 @@ static void pt__attn_softmax(float *S, const float *lse_in, float *lse_out, int 
 /* Per block of queries [t0, t0+nq) of one (b, h): S = scale Q K^T over keys
    0..t0+nq-1, P = softmax, out = P V. Blocks are independent tasks. */
 PTRAINDEF void pt_attention_forward(float *out, float *lse, const float *qkv, float *scratch,
-                                    int slots, int B, int T, int C, int NH) {
-    int hd = C / NH, C3 = 3 * C, nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, task;
-    int ntasks = B * NH * nqb;
+                                    int slots, int B, int T, int C, int NH, int NKV) {
+    int hd = C / NH, Ckv = NKV * hd, C3 = C + 2 * Ckv, G = NH / NKV;
+    int nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, task, ntasks = B * NH * nqb;
     int nthr = pt__attn_threads(slots);
     float scale = 1.0f / sqrtf((float)hd);
     (void)nthr;
@@ -2023,54 +2255,60 @@ PTRAINDEF void pt_attention_forward(float *out, float *lse, const float *qkv, fl
         int b = bh / NH, h = bh % NH, t0 = qb * PT_ATTN_QBLOCK;
         int nq = T - t0 < PT_ATTN_QBLOCK ? T - t0 : PT_ATTN_QBLOCK, nk = t0 + nq;
         float *S = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * T;
-        const float *base = qkv + (size_t)b * T * C3 + h * hd;
-        pt_sgemm(0, 1, nq, nk, hd, scale, base + (size_t)t0 * C3, C3, base + C, C3, 0.0f, S, nk);
+        const float *q = qkv + (size_t)b * T * C3 + h * hd;
+        const float *k = qkv + (size_t)b * T * C3 + C + (h / G) * hd;
+        pt_sgemm(0, 1, nq, nk, hd, scale, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, nk);
         pt__attn_softmax(S, NULL, lse + (size_t)bh * T + t0, t0, nq, nk);
-        pt_sgemm(0, 0, nq, hd, nk, 1.0f, S, nk, base + 2 * C, C3, 0.0f,
+        pt_sgemm(0, 0, nq, hd, nk, 1.0f, S, nk, k + Ckv, C3, 0.0f,
                  out + ((size_t)b * T + t0) * C + h * hd, C);
     }
 }
 
 /* With P recomputed from lse, dP = dO V^T, D_t = dO_t . O_t and
    dS = P (dP - D) scale: dQ += dS K, dK += dS^T Q, dV += P^T dO.
-   One (b, h) per task, its query blocks in order (dK, dV accumulate). */
+   One (b, key/value head) per task: its query heads, each one's query blocks
+   in order (dK, dV accumulate, in a fixed order). */
 PTRAINDEF void pt_attention_backward(float *dqkv, const float *dout, const float *out,
                                      const float *qkv, const float *lse, float *scratch,
-                                     int slots, int B, int T, int C, int NH) {
-    int hd = C / NH, C3 = 3 * C, nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, bh;
+                                     int slots, int B, int T, int C, int NH, int NKV) {
+    int hd = C / NH, Ckv = NKV * hd, C3 = C + 2 * Ckv, G = NH / NKV;
+    int nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, bg;
     int nthr = pt__attn_threads(slots);
     float scale = 1.0f / sqrtf((float)hd);
     (void)nthr;
     PT__OMP(omp parallel for schedule(dynamic) num_threads(nthr))
-    for (bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH, qb;
+    for (bg = 0; bg < B * NKV; bg++) {
+        int b = bg / NKV, g = bg % NKV, h, qb;
         float *P = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * T;
         float *dS = P + (size_t)PT_ATTN_QBLOCK * T;
-        const float *base = qkv + (size_t)b * T * C3 + h * hd;
-        float *dbase = dqkv + (size_t)b * T * C3 + h * hd;
-        const float *dO = dout + (size_t)b * T * C + h * hd, *O = out + (size_t)b * T * C + h * hd;
-        for (qb = 0; qb < nqb; qb++) {
-            int t0 = qb * PT_ATTN_QBLOCK, i, u, j;
-            int nq = T - t0 < PT_ATTN_QBLOCK ? T - t0 : PT_ATTN_QBLOCK, nk = t0 + nq;
-            pt_sgemm(0, 1, nq, nk, hd, scale, base + (size_t)t0 * C3, C3, base + C, C3, 0.0f, P,
-                     nk);
-            pt__attn_softmax(P, lse + (size_t)bh * T + t0, NULL, t0, nq, nk);
-            pt_sgemm(0, 1, nq, nk, hd, 1.0f, dO + (size_t)t0 * C, C, base + 2 * C, C3, 0.0f, dS,
-                     nk);
-            for (i = 0; i < nq; i++) {
-                const float *o = O + (size_t)(t0 + i) * C, *d = dO + (size_t)(t0 + i) * C;
-                const float *p = P + (size_t)i * nk;
-                float *ds = dS + (size_t)i * nk, D = 0.0f;
-                for (j = 0; j < hd; j++) D += d[j] * o[j];
-                PT__OMP(omp simd)
-                for (u = 0; u < nk; u++) ds[u] = p[u] * (ds[u] - D) * scale;
+        const float *kb = qkv + (size_t)b * T * C3 + C + g * hd, *vb = kb + Ckv;
+        float *dkb = dqkv + (size_t)b * T * C3 + C + g * hd, *dvb = dkb + Ckv;
+        for (h = g * G; h < (g + 1) * G; h++) {
+            const float *qbase = qkv + (size_t)b * T * C3 + h * hd;
+            float *dqbase = dqkv + (size_t)b * T * C3 + h * hd;
+            const float *dO = dout + (size_t)b * T * C + h * hd, *O = out + (size_t)b * T * C + h * hd;
+            const float *L = lse + ((size_t)b * NH + h) * T;
+            for (qb = 0; qb < nqb; qb++) {
+                int t0 = qb * PT_ATTN_QBLOCK, i, u, j;
+                int nq = T - t0 < PT_ATTN_QBLOCK ? T - t0 : PT_ATTN_QBLOCK, nk = t0 + nq;
+                pt_sgemm(0, 1, nq, nk, hd, scale, qbase + (size_t)t0 * C3, C3, kb, C3, 0.0f, P,
+                         nk);
+                pt__attn_softmax(P, L + t0, NULL, t0, nq, nk);
+                pt_sgemm(0, 1, nq, nk, hd, 1.0f, dO + (size_t)t0 * C, C, vb, C3, 0.0f, dS, nk);
+                for (i = 0; i < nq; i++) {
+                    const float *o = O + (size_t)(t0 + i) * C, *d = dO + (size_t)(t0 + i) * C;
+                    const float *p = P + (size_t)i * nk;
+                    float *ds = dS + (size_t)i * nk, D = 0.0f;
+                    for (j = 0; j < hd; j++) D += d[j] * o[j];
+                    PT__OMP(omp simd)
+                    for (u = 0; u < nk; u++) ds[u] = p[u] * (ds[u] - D) * scale;
+                }
+                pt_sgemm(0, 0, nq, hd, nk, 1.0f, dS, nk, kb, C3, 1.0f, dqbase + (size_t)t0 * C3,
+                         C3);
+                pt_sgemm(1, 0, nk, hd, nq, 1.0f, dS, nk, qbase + (size_t)t0 * C3, C3, 1.0f, dkb,
+                         C3);
+                pt_sgemm(1, 0, nk, hd, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dvb, C3);
             }
-            pt_sgemm(0, 0, nq, hd, nk, 1.0f, dS, nk, base + C, C3, 1.0f, dbase + (size_t)t0 * C3,
-                     C3);
-            pt_sgemm(1, 0, nk, hd, nq, 1.0f, dS, nk, base + (size_t)t0 * C3, C3, 1.0f, dbase + C,
-                     C3);
-            pt_sgemm(1, 0, nk, hd, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dbase + 2 * C,
-                     C3);
         }
     }
 }
@@ -2301,19 +2539,31 @@ PTRAINDEF double pt_mem_bandwidth_gbs(size_t n, int reps) {
 /* >>model (implementation)                                                  */
 /* ======================================================================== */
 
-static const struct { const char *name; int V, block, L, NH, C; } pt__presets[] = {
-    {"tiny", 256, 128, 2, 4, 64},
-    {"mini", 256, 256, 4, 4, 128},
-    {"small", 8192, 512, 4, 4, 256},
-    {"gpt2-124m", 50257, 1024, 12, 12, 768},
-    {"gpt2-350m", 50257, 1024, 24, 16, 1024},
-    {"gpt2-774m", 50257, 1024, 36, 20, 1280},
-    {"gpt2-1558m", 50257, 1024, 48, 25, 1600},
+/* LLaMA presets: RMSNorm, rotary, SwiGLU, no biases, untied head (kv: key/value
+   heads, ffn: SwiGLU hidden size, theta: rotary base; eps the RMSNorm's). */
+static const struct {
+    const char *name;
+    int V, block, L, NH, C, kv, ffn;
+    float theta, eps;
+} pt__presets[] = {
+    {"tiny", 256, 128, 2, 4, 64, 0, 0, 0.0f, 1e-5f},
+    {"mini", 256, 256, 4, 4, 128, 0, 0, 0.0f, 1e-5f},
+    {"small", 8192, 512, 4, 4, 256, 0, 0, 0.0f, 1e-5f},
+    {"gpt2-124m", 50257, 1024, 12, 12, 768, 0, 0, 0.0f, 1e-5f},
+    {"gpt2-350m", 50257, 1024, 24, 16, 1024, 0, 0, 0.0f, 1e-5f},
+    {"gpt2-774m", 50257, 1024, 36, 20, 1280, 0, 0, 0.0f, 1e-5f},
+    {"gpt2-1558m", 50257, 1024, 48, 25, 1600, 0, 0, 0.0f, 1e-5f},
+    {"llama-tiny", 256, 128, 2, 4, 64, 2, 176, 10000.0f, 1e-5f},
+    {"llama2-7b", 32000, 4096, 32, 32, 4096, 32, 11008, 10000.0f, 1e-5f},
+    {"llama2-13b", 32000, 4096, 40, 40, 5120, 40, 13824, 10000.0f, 1e-5f},
+    {"llama3-8b", 128256, 8192, 32, 32, 4096, 8, 14336, 500000.0f, 1e-5f},
+    {"llama2-70b", 32000, 4096, 80, 64, 8192, 8, 28672, 10000.0f, 1e-5f},
 };
 #define PT__NPRESETS ((int)(sizeof pt__presets / sizeof pt__presets[0]))
 
 PTRAINDEF const char *pt_gpt_preset_names(void) {
-    return "tiny, mini, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m";
+    return "tiny, mini, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-tiny, "
+           "llama2-7b, llama2-13b, llama3-8b, llama2-70b";
 }
 
 PTRAINDEF pt_status pt_gpt_config_preset(const char *name, pt_gpt_config *out) {
@@ -2326,11 +2576,29 @@ PTRAINDEF pt_status pt_gpt_config_preset(const char *name, pt_gpt_config *out) {
             out->n_layer = pt__presets[i].L;
             out->n_head = pt__presets[i].NH;
             out->n_embd = pt__presets[i].C;
-            out->ln_eps = 1e-5f;
+            out->ln_eps = pt__presets[i].eps;
+            if (pt__presets[i].kv) {
+                out->arch = PT_ARCH_LLAMA;
+                out->norm = PT_NORM_RMS;
+                out->pos = PT_POS_ROPE;
+                out->mlp = PT_MLP_SWIGLU;
+                out->n_kv_head = pt__presets[i].kv;
+                out->ffn_hidden = pt__presets[i].ffn;
+                out->no_bias = 1;
+                out->untied_head = 1;
+                out->rope_theta = pt__presets[i].theta;
+            }
             return PT_OK;
         }
     return pt__fail(PT_ERR_CONFIG, "unknown model preset '%s' (known: %s)", name ? name : "(null)",
                     pt_gpt_preset_names());
+}
+
+/* The choices' defaults (zero means GPT-2's). */
+static int pt__kv_heads(const pt_gpt_config *c) { return c->n_kv_head > 0 ? c->n_kv_head : c->n_head; }
+static int pt__ffn(const pt_gpt_config *c) { return c->ffn_hidden > 0 ? c->ffn_hidden : 4 * c->n_embd; }
+static float pt__rope_theta(const pt_gpt_config *c) {
+    return c->rope_theta > 0.0f ? c->rope_theta : 10000.0f;
 }
 
 PTRAINDEF pt_status pt_gpt_config_validate(const pt_gpt_config *c) {
@@ -2349,6 +2617,46 @@ PTRAINDEF pt_status pt_gpt_config_validate(const pt_gpt_config *c) {
         pt__append_error(&bad, "n_embd=%d is not divisible by n_head=%d", c->n_embd, c->n_head);
     if (!(c->ln_eps >= 0.0f && c->ln_eps < 1.0f))
         pt__append_error(&bad, "ln_eps=%g must be in [0, 1) (0 means 1e-5)", (double)c->ln_eps);
+    if ((int)c->arch < 0 || c->arch > PT_ARCH_LLAMA)
+        pt__append_error(&bad, "arch=%d must be 0 (gpt2) or 1 (llama)", (int)c->arch);
+    if ((int)c->norm < 0 || c->norm > PT_NORM_RMS)
+        pt__append_error(&bad, "norm=%d must be 0 (layernorm) or 1 (rmsnorm)", (int)c->norm);
+    if ((int)c->pos < 0 || c->pos > PT_POS_ROPE)
+        pt__append_error(&bad, "pos=%d must be 0 (learned) or 1 (rope)", (int)c->pos);
+    if ((int)c->mlp < 0 || c->mlp > PT_MLP_SWIGLU)
+        pt__append_error(&bad, "mlp=%d must be 0 (gelu) or 1 (swiglu)", (int)c->mlp);
+    if (c->n_kv_head < 0 || (c->n_kv_head > 0 && c->n_head > 0 && c->n_head % c->n_kv_head))
+        pt__append_error(&bad, "n_kv_head=%d must divide n_head=%d (0 means n_head)",
+                         c->n_kv_head, c->n_head);
+    if (c->ffn_hidden < 0 || c->ffn_hidden > (1 << 20))
+        pt__append_error(&bad, "ffn_hidden=%d must be in [0, %d] (0 means 4 n_embd)",
+                         c->ffn_hidden, 1 << 20);
+    if (c->no_bias < 0 || c->no_bias > 1)
+        pt__append_error(&bad, "no_bias=%d must be 0 or 1", c->no_bias);
+    if (c->untied_head < 0 || c->untied_head > 1)
+        pt__append_error(&bad, "untied_head=%d must be 0 or 1", c->untied_head);
+    if (!(c->rope_theta >= 0.0f && c->rope_theta < 1e30f))
+        pt__append_error(&bad, "rope_theta=%g must be >= 0 (0 means 10000)", (double)c->rope_theta);
+    if (c->pos == PT_POS_ROPE && c->n_head > 0 && c->n_embd % c->n_head == 0 &&
+        (c->n_embd / c->n_head) % 2)
+        pt__append_error(&bad, "pos=rope needs an even head size (n_embd/n_head=%d)",
+                         c->n_embd / c->n_head);
+    if (c->rope_scaling.factor != 0.0f &&
+        !(c->rope_scaling.factor >= 1.0f && c->rope_scaling.original_max_pos > 0 &&
+          c->rope_scaling.low_freq_factor > 0.0f &&
+          c->rope_scaling.high_freq_factor > c->rope_scaling.low_freq_factor))
+        pt__append_error(&bad, "rope_scaling: factor=%g needs factor >= 1, original_max_pos=%d > 0 "
+                         "and high_freq_factor=%g > low_freq_factor=%g > 0",
+                         (double)c->rope_scaling.factor, c->rope_scaling.original_max_pos,
+                         (double)c->rope_scaling.high_freq_factor,
+                         (double)c->rope_scaling.low_freq_factor);
+    if (c->arch == PT_ARCH_GPT2 && c->mlp == PT_MLP_SWIGLU)
+        pt__append_error(&bad, "mlp=swiglu needs arch=llama (GPT-2's tensors have no up projection)");
+    if (c->arch == PT_ARCH_GPT2 && c->n_kv_head > 0 && c->n_kv_head != c->n_head)
+        pt__append_error(&bad, "n_kv_head=%d != n_head=%d needs arch=llama (GPT-2's fused c_attn "
+                         "has as many key/value heads as query heads)", c->n_kv_head, c->n_head);
+    if (c->arch == PT_ARCH_LLAMA && c->pos != PT_POS_ROPE)
+        pt__append_error(&bad, "arch=llama needs pos=rope (LLaMA has no position embedding)");
     return bad ? PT_ERR_CONFIG : PT_OK;
 }
 
@@ -2370,64 +2678,154 @@ typedef struct pt__spec {
     pt_shard shard;
     int init, layer;
     int vocab;    /* its rows are the vocabulary's (an embedding or a head) */
+    int role;     /* PT__R_* */
     size_t field;
 } pt__spec;
+enum { PT__R_WTE = 0, PT__R_WPE, PT__R_LAYER, PT__R_LNF_W, PT__R_LNF_B, PT__R_HEAD };
 
-/* GPT-2's layer, in Hugging Face's canonical order; pt_block_params keeps
-   its pointers in the same order. */
-static const struct {
-    const char *name;
-    int rows, cols; /* in units of n_embd (cols 0: 1-D) */
-    pt_shard shard;
-    int init;
+/* A layer's tensors, in canonical order, for the architecture's names and
+   layouts (Hugging Face's). GPT-2: Conv1D [in, out], q, k and v fused in
+   c_attn (tp: a block of each of their column groups). LLaMA: nn.Linear
+   [out, in]; q_proj, k_proj and v_proj follow one another (and their biases
+   likewise), so their rows are one fused [q|k|v] weight in the flat buffer
+   (qkv_w points at it; tp splits each by rows: a rank's heads stay fused),
+   and gate_proj, up_proj are one fused [gate|up] weight (fc_w). The
+   row-parallel o_proj and down_proj split by columns. Units: C = n_embd,
+   KV = n_kv_head * head size, F = ffn_hidden. */
+enum { PT__U_C = 1, PT__U_3C, PT__U_KV, PT__U_F };
+typedef struct pt__lspec {
+    const char *gpt2, *llama;  /* names (NULL: absent in that architecture) */
+    int rows, cols;            /* PT__U_* (cols 0: 1-D) of GPT-2; LLaMA's are swapped */
+    pt_shard shard2, shardl;   /* tensor parallelism in each layout */
+    int init, needs;           /* needs: PT__N_* that must hold */
     size_t field;
-} pt__gpt2_layer[] = {
-    {"ln_1.weight", 1, 0, PT_SHARD_NONE, PT__INIT_ONE, offsetof(pt_block_params, ln1_w)},
-    {"ln_1.bias", 1, 0, PT_SHARD_NONE, PT__INIT_ZERO, offsetof(pt_block_params, ln1_b)},
-    {"attn.c_attn.weight", 1, 3, PT_SHARD_QKV, PT__INIT_NORMAL, offsetof(pt_block_params, qkv_w)},
-    {"attn.c_attn.bias", 3, 0, PT_SHARD_QKV, PT__INIT_ZERO, offsetof(pt_block_params, qkv_b)},
-    {"attn.c_proj.weight", 1, 1, PT_SHARD_ROWS, PT__INIT_PROJ,
-     offsetof(pt_block_params, attn_proj_w)},
-    {"attn.c_proj.bias", 1, 0, PT_SHARD_NONE, PT__INIT_ZERO, offsetof(pt_block_params, attn_proj_b)},
-    {"ln_2.weight", 1, 0, PT_SHARD_NONE, PT__INIT_ONE, offsetof(pt_block_params, ln2_w)},
-    {"ln_2.bias", 1, 0, PT_SHARD_NONE, PT__INIT_ZERO, offsetof(pt_block_params, ln2_b)},
-    {"mlp.c_fc.weight", 1, 4, PT_SHARD_COLS, PT__INIT_NORMAL, offsetof(pt_block_params, fc_w)},
-    {"mlp.c_fc.bias", 4, 0, PT_SHARD_COLS, PT__INIT_ZERO, offsetof(pt_block_params, fc_b)},
-    {"mlp.c_proj.weight", 4, 1, PT_SHARD_ROWS, PT__INIT_PROJ, offsetof(pt_block_params, fc_proj_w)},
-    {"mlp.c_proj.bias", 1, 0, PT_SHARD_NONE, PT__INIT_ZERO, offsetof(pt_block_params, fc_proj_b)},
+} pt__lspec;
+enum { PT__N_ALL = 0, PT__N_BIAS, PT__N_NORM_BIAS, PT__N_GATE, PT__N_GATE_BIAS };
+#define PT__LF(f) offsetof(pt_block_params, f)
+static const pt__lspec pt__layer[] = {
+    {"ln_1.weight", "input_layernorm.weight", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
+     PT__INIT_ONE, PT__N_ALL, PT__LF(ln1_w)},
+    {"ln_1.bias", "input_layernorm.bias", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE, PT__INIT_ZERO,
+     PT__N_NORM_BIAS, PT__LF(ln1_b)},
+    {"attn.c_attn.weight", "self_attn.q_proj.weight", PT__U_C, PT__U_3C, PT_SHARD_QKV,
+     PT_SHARD_ROWS, PT__INIT_NORMAL, PT__N_ALL, PT__LF(qkv_w)},
+    {NULL, "self_attn.k_proj.weight", PT__U_C, PT__U_KV, PT_SHARD_NONE, PT_SHARD_ROWS,
+     PT__INIT_NORMAL, PT__N_ALL, PT__LF(k_w)},
+    {NULL, "self_attn.v_proj.weight", PT__U_C, PT__U_KV, PT_SHARD_NONE, PT_SHARD_ROWS,
+     PT__INIT_NORMAL, PT__N_ALL, PT__LF(v_w)},
+    {"attn.c_attn.bias", "self_attn.q_proj.bias", PT__U_3C, 0, PT_SHARD_QKV, PT_SHARD_COLS,
+     PT__INIT_ZERO, PT__N_BIAS, PT__LF(qkv_b)},
+    {NULL, "self_attn.k_proj.bias", PT__U_KV, 0, PT_SHARD_NONE, PT_SHARD_COLS, PT__INIT_ZERO,
+     PT__N_BIAS, PT__LF(k_b)},
+    {NULL, "self_attn.v_proj.bias", PT__U_KV, 0, PT_SHARD_NONE, PT_SHARD_COLS, PT__INIT_ZERO,
+     PT__N_BIAS, PT__LF(v_b)},
+    {"attn.c_proj.weight", "self_attn.o_proj.weight", PT__U_C, PT__U_C, PT_SHARD_ROWS,
+     PT_SHARD_COLS, PT__INIT_PROJ, PT__N_ALL, PT__LF(attn_proj_w)},
+    {"attn.c_proj.bias", "self_attn.o_proj.bias", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
+     PT__INIT_ZERO, PT__N_BIAS, PT__LF(attn_proj_b)},
+    {"ln_2.weight", "post_attention_layernorm.weight", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
+     PT__INIT_ONE, PT__N_ALL, PT__LF(ln2_w)},
+    {"ln_2.bias", "post_attention_layernorm.bias", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
+     PT__INIT_ZERO, PT__N_NORM_BIAS, PT__LF(ln2_b)},
+    {"mlp.c_fc.weight", "mlp.gate_proj.weight", PT__U_C, PT__U_F, PT_SHARD_COLS, PT_SHARD_ROWS,
+     PT__INIT_NORMAL, PT__N_ALL, PT__LF(fc_w)},
+    {NULL, "mlp.up_proj.weight", PT__U_C, PT__U_F, PT_SHARD_NONE, PT_SHARD_ROWS, PT__INIT_NORMAL,
+     PT__N_GATE, PT__LF(up_w)},
+    {"mlp.c_fc.bias", "mlp.gate_proj.bias", PT__U_F, 0, PT_SHARD_COLS, PT_SHARD_COLS,
+     PT__INIT_ZERO, PT__N_BIAS, PT__LF(fc_b)},
+    {NULL, "mlp.up_proj.bias", PT__U_F, 0, PT_SHARD_NONE, PT_SHARD_COLS, PT__INIT_ZERO,
+     PT__N_GATE_BIAS, PT__LF(up_b)},
+    {"mlp.c_proj.weight", "mlp.down_proj.weight", PT__U_F, PT__U_C, PT_SHARD_ROWS, PT_SHARD_COLS,
+     PT__INIT_PROJ, PT__N_ALL, PT__LF(fc_proj_w)},
+    {"mlp.c_proj.bias", "mlp.down_proj.bias", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
+     PT__INIT_ZERO, PT__N_BIAS, PT__LF(fc_proj_b)},
 };
-#define PT__GPT2_LAYER ((int)(sizeof pt__gpt2_layer / sizeof pt__gpt2_layer[0]))
+#undef PT__LF
+#define PT__NLAYER_SPECS ((int)(sizeof pt__layer / sizeof pt__layer[0]))
 
-/* The whole model's tensor k in canonical order -- wte, wpe, each layer's,
-   ln_f.weight, ln_f.bias -- into *s and its name into name (n bytes; name
-   may be NULL). Returns 0 past the last tensor. */
+static int64_t pt__unit(const pt_gpt_config *c, int u) {
+    int64_t C = c->n_embd, hd = c->n_head > 0 ? C / c->n_head : 0;
+    return u == PT__U_C ? C : u == PT__U_3C ? 3 * C : u == PT__U_KV ? pt__kv_heads(c) * hd
+         : u == PT__U_F ? pt__ffn(c) : 0;
+}
+
+/* Whether entry e of pt__layer exists in this configuration. */
+static int pt__layer_has(const pt_gpt_config *c, const pt__lspec *e) {
+    int llama = c->arch == PT_ARCH_LLAMA, bias = !c->no_bias, gate = c->mlp == PT_MLP_SWIGLU;
+    if (!(llama ? e->llama : e->gpt2)) return 0;
+    switch (e->needs) {
+    case PT__N_BIAS: return bias;
+    case PT__N_NORM_BIAS: return bias && c->norm == PT_NORM_LAYER;
+    case PT__N_GATE: return gate;
+    case PT__N_GATE_BIAS: return gate && bias;
+    default: return 1;
+    }
+}
+
+/* Tensors a layer has. */
+static int pt__layer_count(const pt_gpt_config *c) {
+    int j, n = 0;
+    for (j = 0; j < PT__NLAYER_SPECS; j++) n += pt__layer_has(c, &pt__layer[j]);
+    return n;
+}
+
+/* The whole model's tensor k in canonical order -- the embedding, the
+   position embedding (learned positions), each layer's, the final norm's
+   weight (and bias), the LM head (untied) -- into *s and its name into name
+   (n bytes; name may be NULL). Returns 0 past the last tensor. */
 static int pt__canon_spec(const pt_gpt_config *c, int k, pt__spec *s, char *name, size_t n) {
     int64_t C = c->n_embd;
-    int nl = PT__GPT2_LAYER * c->n_layer;
+    int llama = c->arch == PT_ARCH_LLAMA, per = pt__layer_count(c);
+    int wpe = c->pos == PT_POS_LEARNED, nl = per * c->n_layer, pre = 1 + wpe;
+    int lnf_b = c->norm == PT_NORM_LAYER && !c->no_bias, post = 1 + lnf_b + c->untied_head;
     const char *nm;
     memset(s, 0, sizeof *s);
-    if (k < 0 || k >= 4 + nl) return 0;
-    if (k < 2) { /* wte [V, C] (split by rows of the vocabulary), wpe [block, C] */
+    if (k < 0 || k >= pre + nl + post) return 0;
+    if (k < pre) { /* wte [V, C] (split by rows of the vocabulary), wpe [block, C] */
         s->rows = k ? c->block_size : c->vocab_size, s->cols = C;
         s->shard = k ? PT_SHARD_NONE : PT_SHARD_ROWS;
-        s->layer = k ? PT__AT_EMBED : PT__AT_TIED;
+        s->layer = k || c->untied_head ? PT__AT_EMBED : PT__AT_TIED;
         s->vocab = !k;
-        nm = k ? "wpe.weight" : "wte.weight";
-    } else if (k < 2 + nl) {
-        int j = (k - 2) % PT__GPT2_LAYER;
-        s->rows = pt__gpt2_layer[j].rows * C;
-        s->cols = pt__gpt2_layer[j].cols * C;
-        s->shard = pt__gpt2_layer[j].shard;
-        s->init = pt__gpt2_layer[j].init;
-        s->layer = (k - 2) / PT__GPT2_LAYER;
-        s->field = pt__gpt2_layer[j].field;
-        if (name) snprintf(name, n, "h.%d.%s", s->layer, pt__gpt2_layer[j].name);
+        s->role = k ? PT__R_WPE : PT__R_WTE;
+        nm = k ? "wpe.weight" : llama ? "model.embed_tokens.weight" : "wte.weight";
+    } else if (k < pre + nl) {
+        int j, i = (k - pre) % per;
+        const pt__lspec *e = NULL;
+        for (j = 0; j < PT__NLAYER_SPECS; j++)
+            if (pt__layer_has(c, &pt__layer[j]) && i-- == 0) {
+                e = &pt__layer[j];
+                break;
+            }
+        if (llama) { /* [out, in]: GPT-2's shape transposed, q alone where c_attn is 3C */
+            int out = e->cols ? e->cols : e->rows;
+            s->rows = pt__unit(c, out == PT__U_3C ? PT__U_C : out);
+            s->cols = e->cols ? pt__unit(c, e->rows) : 0;
+        } else {
+            s->rows = pt__unit(c, e->rows), s->cols = pt__unit(c, e->cols);
+        }
+        s->shard = llama ? e->shardl : e->shard2;
+        s->init = e->init;
+        s->layer = (k - pre) / per;
+        s->field = e->field;
+        s->role = PT__R_LAYER;
+        if (name) snprintf(name, n, llama ? "model.layers.%d.%s" : "h.%d.%s", s->layer,
+                           llama ? e->llama : e->gpt2);
         return 1;
-    } else { /* ln_f.weight, ln_f.bias */
+    } else if (k - pre - nl < 1 + lnf_b) { /* ln_f.weight, ln_f.bias */
+        int bias = k - pre - nl == 1;
         s->rows = C;
-        s->init = k == 2 + nl ? PT__INIT_ONE : PT__INIT_ZERO;
+        s->init = bias ? PT__INIT_ZERO : PT__INIT_ONE;
         s->layer = PT__AT_HEAD;
-        nm = k == 2 + nl ? "ln_f.weight" : "ln_f.bias";
+        s->role = bias ? PT__R_LNF_B : PT__R_LNF_W;
+        nm = llama ? (bias ? "model.norm.bias" : "model.norm.weight")
+                   : (bias ? "ln_f.bias" : "ln_f.weight");
+    } else { /* the untied head [V, C] */
+        s->rows = c->vocab_size, s->cols = C;
+        s->shard = PT_SHARD_ROWS;
+        s->layer = PT__AT_HEAD;
+        s->vocab = 1;
+        s->role = PT__R_HEAD;
+        nm = "lm_head.weight";
     }
     if (name) snprintf(name, n, "%s", nm);
     return 1;
@@ -2495,11 +2893,13 @@ struct pt_gpt_exec {
                                  add it to the shard */
     float *dwte, *dwpe, *dlnf_w, *dlnf_b; /* named views into grads (ZeRO 2: the bucket
                                              staging buffer) */
+    float *dhead;             /* the head's gradient: dwte when tied */
     pt_block_params *layer_grads;
     int *layer_id;            /* (n_layers) place.layer_id points here */
     int *chunk_start;         /* (chunks + 1) chunk c is local layers
                                  [chunk_start[c], chunk_start[c+1]) */
     int tab_wte, tab_wpe, tab_layers, tab_lnf; /* table indices (-1: not here) */
+    int tab_lnf_b, tab_head;  /* the final norm's bias, the untied head (-1: none) */
     int layer_tensors;        /* tensors a layer has in the table */
     pt_schedule sched;        /* the step's schedule (count NULL: none, inference) */
     int split;                /* it runs W apart from B (zero-bubble) */
@@ -2600,14 +3000,14 @@ static void pt__build_table(pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
     pt__spec s;
-    char name[48];
+    char name[64];
     int k, last = PT__AT_TIED;
     m->num_tensors = m->num_canon = 0;
     m->num_params = m->num_params_full = 0;
     x->num_buckets = 0;
     x->shard_total = 0;
-    x->tab_wte = x->tab_wpe = x->tab_layers = x->tab_lnf = -1;
-    x->layer_tensors = PT__GPT2_LAYER;
+    x->tab_wte = x->tab_wpe = x->tab_layers = x->tab_lnf = x->tab_lnf_b = x->tab_head = -1;
+    x->layer_tensors = pt__layer_count(&m->config);
     for (k = 0; pt__canon_spec(&m->config, k, &s, name, sizeof name); k++) {
         int here = s.layer >= 0             ? pt__holds_layer(pl, s.layer)
                    : s.layer == PT__AT_TIED ? pl->has_embed || pl->has_head
@@ -2621,10 +3021,12 @@ static void pt__build_table(pt_gpt *m) {
         if (vocab) pt__end_bucket(m, m->num_params); /* it starts a bucket */
         pt__add_param(m, &s, name, here);
         if (!here) continue;
-        if (s.layer == PT__AT_TIED) x->tab_wte = t;
-        if (s.layer == PT__AT_EMBED && x->tab_wpe < 0) x->tab_wpe = t;
+        if (s.role == PT__R_WTE) x->tab_wte = t;
+        if (s.role == PT__R_WPE) x->tab_wpe = t;
         if (s.layer >= 0 && x->tab_layers < 0) x->tab_layers = t;
-        if (s.layer == PT__AT_HEAD && x->tab_lnf < 0) x->tab_lnf = t;
+        if (s.role == PT__R_LNF_W) x->tab_lnf = t;
+        if (s.role == PT__R_LNF_B) x->tab_lnf_b = t;
+        if (s.role == PT__R_HEAD) x->tab_head = t;
         for (r = pt__vocab_rows(m); vocab && r < m->table[t].shape[0]; r += pt__vocab_rows(m))
             pt__end_bucket(m, m->table[t].offset + (size_t)r * (size_t)s.cols);
     }
@@ -2750,7 +3152,7 @@ PTRAINDEF pt_status pt_gpt_gather(const pt_gpt *m, pt_state_buf which, float *fu
    tensor at its place within its bucket, all buckets sharing one buffer
    (ZeRO 2 gradients: one bucket at a time). */
 static void pt__bind(const pt_gpt *m, float *base, int stage, float **wte, float **wpe,
-                     float **lnf_w, float **lnf_b, pt_block_params *layers) {
+                     float **lnf_w, float **lnf_b, float **head, pt_block_params *layers) {
     const pt_gpt_exec *x = m->exec;
     const pt_param *t = m->table;
     pt__spec s;
@@ -2767,43 +3169,50 @@ static void pt__bind(const pt_gpt *m, float *base, int stage, float **wte, float
             *(float **)((char *)&layers[l] + s.field) = PT__AT(i);
         }
     *lnf_w = PT__AT(x->tab_lnf);
-    *lnf_b = x->tab_lnf >= 0 ? PT__AT(x->tab_lnf + 1) : NULL;
+    *lnf_b = PT__AT(x->tab_lnf_b);
+    *head = m->config.untied_head ? PT__AT(x->tab_head) : *wte;
 #undef PT__AT
 }
 
 #define PT__F(a, n) ((float *)pt_arena_alloc((a), (size_t)(n) * sizeof(float)))
 
 /* A block's sizes on one tensor-parallel rank: N rows, C wide, Ca its
-   attention width (its heads), F its MLP columns, NH its heads. */
-typedef struct pt__dims { size_t B, T, N, C, Ca, F, NH; } pt__dims;
+   attention width (its NH query heads of hd lanes), Ckv its key/value width
+   (NKV heads), Q3 = Ca + 2 Ckv its q, k, v width, F its MLP columns, Fi the
+   MLP input projection's width (F, or 2F for SwiGLU's gate and up). */
+typedef struct pt__dims { size_t B, T, N, C, Ca, Ckv, Q3, F, Fi, NH, NKV, hd; } pt__dims;
 
 static pt__dims pt__block_dims(const pt_gpt_config *c, int B, int T, int tp) {
     pt__dims d;
     d.B = (size_t)B, d.T = (size_t)T, d.N = d.B * d.T, d.C = (size_t)c->n_embd;
-    d.Ca = d.C / (size_t)tp, d.F = 4 * d.C / (size_t)tp, d.NH = (size_t)c->n_head / (size_t)tp;
+    d.hd = d.C / (size_t)c->n_head;
+    d.NH = (size_t)c->n_head / (size_t)tp, d.NKV = (size_t)pt__kv_heads(c) / (size_t)tp;
+    d.Ca = d.NH * d.hd, d.Ckv = d.NKV * d.hd, d.Q3 = d.Ca + 2 * d.Ckv;
+    d.F = (size_t)pt__ffn(c) / (size_t)tp, d.Fi = c->mlp == PT_MLP_SWIGLU ? 2 * d.F : d.F;
     return d;
 }
 
 /* What a block's forward saves for backward (what = PT_RECOMPUTE_*: full
    keeps the output alone; selective all but the attention output; the
-   layer being recomputed keeps everything but the output). */
+   layer being recomputed keeps everything but the output). RMSNorm keeps
+   no mean. */
 static void pt__layout_block_acts(pt_block_acts *x, pt_arena *a, const pt__dims *d, int what,
-                                  int with_out) {
+                                  int with_out, int means) {
     size_t N = d->N;
     memset(x, 0, sizeof *x);
     if (with_out) x->out = PT__F(a, N * d->C);
     if (what == PT_RECOMPUTE_FULL) return;
     x->ln1 = PT__F(a, N * d->C);
-    x->ln1_mean = PT__F(a, N);
+    if (means) x->ln1_mean = PT__F(a, N);
     x->ln1_rstd = PT__F(a, N);
-    x->qkv = PT__F(a, N * 3 * d->Ca);
+    x->qkv = PT__F(a, N * d->Q3);
     x->lse = PT__F(a, d->B * d->NH * d->T);
     if (what != PT_RECOMPUTE_SELECTIVE) x->atty = PT__F(a, N * d->Ca);
     x->res2 = PT__F(a, N * d->C);
     x->ln2 = PT__F(a, N * d->C);
-    x->ln2_mean = PT__F(a, N);
+    if (means) x->ln2_mean = PT__F(a, N);
     x->ln2_rstd = PT__F(a, N);
-    x->fch = PT__F(a, N * d->F);
+    x->fch = PT__F(a, N * d->Fi);
 }
 
 /* A block's kept output gradients: dfch, dqkv and dln1 may be given (the
@@ -2815,24 +3224,26 @@ static void pt__layout_wgrad(pt_block_wgrad *w, pt_arena *a, const pt__dims *d, 
     w->dln2 = PT__F(a, N * d->C);
     w->dres2 = PT__F(a, N * d->C);
     w->dln1 = dln1 ? dln1 : PT__F(a, N * d->C);
-    w->dfch = dfch ? dfch : PT__F(a, N * d->F);
-    w->dqkv = dqkv ? dqkv : PT__F(a, N * 3 * d->Ca);
+    w->dfch = dfch ? dfch : PT__F(a, N * d->Fi);
+    w->dqkv = dqkv ? dqkv : PT__F(a, N * d->Q3);
 }
 
-/* A block's scratch: forward's (gelu, attention work), and with training
-   backward's input gradients and the fused backward's kept ones. */
+/* A block's scratch: forward's (activation, attention work, rotary table),
+   and with training backward's input gradients and the fused backward's
+   kept ones. */
 static void pt__layout_scratch(pt_block_scratch *s, pt_arena *a, const pt__dims *d,
-                               int training) {
+                               int training, int rope) {
     size_t N = d->N;
     memset(s, 0, sizeof *s);
     s->gelu = PT__F(a, N * d->F);
     s->attn_slots = pt_get_threads();
     s->attn = PT__F(a, pt_attention_scratch_floats((int)d->T, s->attn_slots));
+    if (rope) s->rope = PT__F(a, d->T * d->hd);
     if (!training) return;
     s->dln = PT__F(a, N * d->C);
-    s->dqkv = PT__F(a, N * 3 * d->Ca);
+    s->dqkv = PT__F(a, N * d->Q3);
     s->datty = PT__F(a, N * d->Ca);
-    s->dfch = PT__F(a, N * d->F);
+    s->dfch = PT__F(a, N * d->Fi);
     pt__layout_wgrad(&s->w, a, d, s->dfch, s->dqkv, s->dln);
 }
 
@@ -2845,18 +3256,28 @@ PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, p
     int k, i;
     ps[0] = p, ps[1] = g;
     for (i = 0; i < 2; i++) {
+        size_t total = 0;
+        float *base;
         if (!ps[i]) continue;
         memset(ps[i], 0, sizeof *ps[i]);
-        for (k = 0; pt__canon_spec(cfg, k, &sp, NULL, 0) && sp.layer <= 0; k++) {
-            int64_t n = sp.rows * (sp.cols ? sp.cols : 1);
-            if (sp.layer < 0) continue; /* the layers come after the embeddings */
-            if (sp.shard == PT_SHARD_ROWS || sp.shard == PT_SHARD_COLS || sp.shard == PT_SHARD_QKV)
-                n /= tp > 0 ? tp : 1;
-            *(float **)((char *)ps[i] + sp.field) = PT__F(a, n);
+        /* one allocation, the tensors one after another (as in the model's
+           buffer: LLaMA's q, k, v and gate, up weights are read fused) */
+        for (k = 0; k < 2; k++) {
+            int j;
+            size_t at = 0;
+            base = k ? PT__F(a, total) : NULL;
+            for (j = 0; pt__canon_spec(cfg, j, &sp, NULL, 0) && sp.layer <= 0; j++) {
+                int64_t n = sp.rows * (sp.cols ? sp.cols : 1);
+                if (sp.layer < 0) continue; /* the layers come after the embeddings */
+                if (sp.shard != PT_SHARD_NONE) n /= tp > 0 ? tp : 1;
+                if (k) *(float **)((char *)ps[i] + sp.field) = base ? base + at : NULL;
+                at += (size_t)n;
+            }
+            total = at;
         }
     }
-    if (acts) pt__layout_block_acts(acts, a, &d, PT_RECOMPUTE_NONE, 1);
-    if (s) pt__layout_scratch(s, a, &d, g != NULL);
+    if (acts) pt__layout_block_acts(acts, a, &d, PT_RECOMPUTE_NONE, 1, cfg->norm == PT_NORM_LAYER);
+    if (s) pt__layout_scratch(s, a, &d, g != NULL, cfg->pos == PT_POS_ROPE);
 }
 
 /* ---- building a model: checks, tables, buffers, communicators ------------ */
@@ -2910,6 +3331,13 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
     if (pl->tp < 1 || (cfg.n_head >= 1 && cfg.n_head % pl->tp != 0))
         pt__append_error(&bad, "tensor_parallel=%d does not divide n_head=%d", pl->tp,
                          cfg.n_head);
+    else if (cfg.n_kv_head >= 1 && cfg.n_kv_head % pl->tp != 0)
+        pt__append_error(&bad, "tensor_parallel=%d does not divide n_kv_head=%d (each rank holds "
+                         "whole key/value heads and the query heads that share them)", pl->tp,
+                         cfg.n_kv_head);
+    if (pl->tp >= 1 && cfg.ffn_hidden >= 1 && cfg.ffn_hidden % pl->tp != 0)
+        pt__append_error(&bad, "tensor_parallel=%d does not divide ffn_hidden=%d", pl->tp,
+                         cfg.ffn_hidden);
     if (d->zero < 0 || d->zero > 2) pt__append_error(&bad, "zero=%d must be 0, 1 or 2", d->zero);
     if (d->grad_accum < 0) pt__append_error(&bad, "grad_accum=%d must be >= 0", d->grad_accum);
     if (d->chunks < 0) pt__append_error(&bad, "chunks=%d must be >= 0", d->chunks);
@@ -3081,7 +3509,7 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     const pt_gpt_place *pl = &m->place;
     pt__dims d = pt__block_dims(&m->config, m->B, m->T, pl->tp);
     size_t N = d.N, C = d.C, V = (size_t)pl->vocab_local;
-    int l, k, most = 0, c;
+    int l, k, most = 0, c, ln = m->config.norm == PT_NORM_LAYER;
     for (c = 0; c < pl->chunks; c++)
         if (x->chunk_start[c + 1] - x->chunk_start[c] > most)
             most = x->chunk_start[c + 1] - x->chunk_start[c];
@@ -3090,7 +3518,8 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
         sl->micro = sl->chunk = -1;
         sl->x = PT__F(a, N * C);
         sl->acts = x->acts + (size_t)k * (size_t)most;
-        for (l = 0; l < most; l++) pt__layout_block_acts(&sl->acts[l], a, &d, pl->recompute, 1);
+        for (l = 0; l < most; l++)
+            pt__layout_block_acts(&sl->acts[l], a, &d, pl->recompute, 1, ln);
         sl->wg = x->slots[0].wg + (size_t)k * (size_t)most;
         for (l = 0; x->split && l < most; l++) pt__layout_wgrad(&sl->wg[l], a, &d, NULL, NULL, NULL);
         if (pl->has_head) {
@@ -3107,11 +3536,11 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     *act_bytes = a->used;
     memset(&x->racts, 0, sizeof x->racts); /* recomputation's one layer (not saved) */
     if (pl->recompute == PT_RECOMPUTE_FULL)
-        pt__layout_block_acts(&x->racts, a, &d, PT_RECOMPUTE_NONE, 0);
+        pt__layout_block_acts(&x->racts, a, &d, PT_RECOMPUTE_NONE, 0, ln);
     else if (pl->recompute == PT_RECOMPUTE_SELECTIVE)
         x->racts.atty = PT__F(a, N * d.Ca);
     x->ce_red = pl->tp > 1 ? PT__F(a, 3 * N) : NULL;
-    pt__layout_scratch(&x->scratch, a, &d, training);
+    pt__layout_scratch(&x->scratch, a, &d, training, m->config.pos == PT_POS_ROPE);
     x->dres = training ? PT__F(a, N * C) : NULL;
 }
 
@@ -3166,8 +3595,9 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     pt__layout_state(m, &x->param_arena, d->inference);
     memset(x->param_arena.base, 0, x->param_arena.used);
     pt__layout_acts(m, &x->act_arena, &act_bytes, !d->inference);
-    pt__bind(m, m->params, 0, &m->wte, &m->wpe, &m->lnf_w, &m->lnf_b, m->layers);
+    pt__bind(m, m->params, 0, &m->wte, &m->wpe, &m->lnf_w, &m->lnf_b, &m->lm_head, m->layers);
     pt__bind(m, m->grads, m->place.zero == 2, &x->dwte, &x->dwpe, &x->dlnf_w, &x->dlnf_b,
+             &x->dhead,
              x->layer_grads);
     return PT_OK;
 }
@@ -3229,86 +3659,143 @@ static pt_status pt__tp_sum(pt_comm *tp, float *buf, size_t n) {
     return tp && tp->size > 1 ? pt_comm_all_reduce(tp, buf, n, PT_REDUCE_SUM) : PT_OK;
 }
 
+/* The configuration's norm: LayerNorm (mean kept) or RMSNorm (b, mean unused). */
+static void pt__norm_forward(const pt_gpt_config *c, float *out, float *mean, float *rstd,
+                             const float *x, const float *w, const float *b, int N, int C) {
+    float eps = c->ln_eps > 0.0f ? c->ln_eps : 1e-5f;
+    if (c->norm == PT_NORM_RMS) pt_rmsnorm_forward(out, rstd, x, w, N, C, eps);
+    else pt_layernorm_forward(out, mean, rstd, x, w, b, N, C, eps);
+}
+
+static void pt__norm_backward(const pt_gpt_config *c, float *dx, float *dw, float *db,
+                              const float *dout, const float *x, const float *w,
+                              const float *mean, const float *rstd, int N, int C) {
+    if (c->norm == PT_NORM_RMS) pt_rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
+    else pt_layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
+}
+
+/* The architecture's linear layer: Conv1D [IN, OUT] (GPT-2) or nn.Linear [OUT, IN]. */
+static void pt__proj_forward(const pt_gpt_config *c, float *out, const float *inp,
+                             const float *w, const float *b, int N, int IN, int OUT) {
+    if (c->arch == PT_ARCH_LLAMA) pt_linear_forward(out, inp, w, b, N, IN, OUT);
+    else pt_matmul_forward(out, inp, w, b, N, IN, OUT);
+}
+
+static void pt__proj_backward(const pt_gpt_config *c, float *dinp, float *dw, float *db,
+                              const float *dout, const float *inp, const float *w, int N,
+                              int IN, int OUT) {
+    if (c->arch == PT_ARCH_LLAMA) pt_linear_backward(dinp, dw, db, dout, inp, w, N, IN, OUT);
+    else pt_matmul_backward(dinp, dw, db, dout, inp, w, N, IN, OUT);
+}
+
+/* The MLP's activation of fch (N, Fi) into out (N, F): gelu or swiglu. */
+static void pt__act_forward(const pt_gpt_config *c, float *out, const float *fch, size_t N,
+                            size_t F) {
+    if (c->mlp == PT_MLP_SWIGLU) pt_swiglu_forward(out, fch, (int)N, (int)F);
+    else pt_gelu_forward(out, fch, N * F);
+}
+
+/* The rotary table for T positions in s->rope (computed when T changes). */
+static const float *pt__rope_cs(const pt_gpt_config *c, pt_block_scratch *s, int T) {
+    if (s->rope_T != T) {
+        pt_rope_table(s->rope, T, c->n_embd / c->n_head, pt__rope_theta(c), &c->rope_scaling);
+        s->rope_T = T;
+    }
+    return s->rope;
+}
+
 PTRAINDEF pt_status pt_block_forward(const pt_gpt_config *cfg, int B, int T,
                                      const pt_block_params *p, const float *x, pt_block_acts *a,
                                      pt_block_scratch *s, pt_comm *tp) {
-    /* Ca, F: this rank's attention width and MLP columns; row-parallel
-       biases are added by tensor rank 0 only, so the sum counts them once */
+    /* this rank's heads and MLP columns (d); row-parallel biases are added
+       by tensor rank 0 only, so the sum counts them once */
     int k = tp ? tp->size : 1, lead = !tp || tp->rank == 0;
-    int C = cfg->n_embd, N = B * T, Ca = C / k, F = 4 * C / k;
-    float eps = cfg->ln_eps > 0.0f ? cfg->ln_eps : 1e-5f;
+    pt__dims d = pt__block_dims(cfg, B, T, k);
+    int C = cfg->n_embd, N = B * T, Ca = (int)d.Ca, Q3 = (int)d.Q3, F = (int)d.F, Fi = (int)d.Fi;
     pt_status st;
-    pt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, N, C, eps);
-    pt_matmul_forward(a->qkv, a->ln1, p->qkv_w, p->qkv_b, N, C, 3 * Ca);
-    pt_attention_forward(a->atty, a->lse, a->qkv, s->attn, s->attn_slots, B, T, Ca,
-                         cfg->n_head / k);
-    pt_matmul_forward(a->res2, a->atty, p->attn_proj_w, lead ? p->attn_proj_b : NULL, N, Ca, C);
+    pt__norm_forward(cfg, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, N, C);
+    pt__proj_forward(cfg, a->qkv, a->ln1, p->qkv_w, p->qkv_b, N, C, Q3);
+    if (cfg->pos == PT_POS_ROPE) /* q and k heads are adjacent: one pass over both */
+        pt_rope_forward(a->qkv, pt__rope_cs(cfg, s, T), N, T, (int)(d.NH + d.NKV), (int)d.hd, Q3);
+    pt_attention_forward(a->atty, a->lse, a->qkv, s->attn, s->attn_slots, B, T, Ca, (int)d.NH,
+                         (int)d.NKV);
+    pt__proj_forward(cfg, a->res2, a->atty, p->attn_proj_w, lead ? p->attn_proj_b : NULL, N, Ca,
+                     C);
     if ((st = pt__tp_sum(tp, a->res2, (size_t)N * C)) != PT_OK) return st;
     pt_residual_forward(a->res2, a->res2, x, (size_t)N * C);
-    pt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, N, C,
-                         eps);
-    pt_matmul_forward(a->fch, a->ln2, p->fc_w, p->fc_b, N, C, F);
-    pt_gelu_forward(s->gelu, a->fch, (size_t)N * F);
-    pt_matmul_forward(a->out, s->gelu, p->fc_proj_w, lead ? p->fc_proj_b : NULL, N, F, C);
+    pt__norm_forward(cfg, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, N, C);
+    pt__proj_forward(cfg, a->fch, a->ln2, p->fc_w, p->fc_b, N, C, Fi);
+    pt__act_forward(cfg, s->gelu, a->fch, (size_t)N, (size_t)F);
+    pt__proj_forward(cfg, a->out, s->gelu, p->fc_proj_w, lead ? p->fc_proj_b : NULL, N, F, C);
     if ((st = pt__tp_sum(tp, a->out, (size_t)N * C)) != PT_OK) return st;
     pt_residual_forward(a->out, a->out, a->res2, (size_t)N * C);
     return PT_OK;
 }
 
 /* B: the input's gradient, keeping in w what the weight gradients need.
-   MLP branch: out = res2 + fc_proj(gelu(fc(ln2(res2)))); then the attention
-   branch: res2 = x + attn_proj(attention(c_attn(ln1(x)))). */
+   MLP branch: out = res2 + fc_proj(act(fc(norm2(res2)))); then the attention
+   branch: res2 = x + attn_proj(attention(rope(qkv(norm1(x))))). */
 PTRAINDEF pt_status pt_block_backward_input(const pt_gpt_config *cfg, int B, int T,
                                             const pt_block_params *p, const float *x,
                                             const pt_block_acts *a, const float *dout, float *dx,
                                             pt_block_wgrad *w, pt_block_scratch *s, pt_comm *tp) {
-    size_t k = tp ? (size_t)tp->size : 1, C = (size_t)cfg->n_embd, N = (size_t)B * T;
-    size_t Ca = C / k, F = 4 * C / k;
+    pt__dims d = pt__block_dims(cfg, B, T, tp ? tp->size : 1);
+    size_t C = d.C, N = d.N, Ca = d.Ca, F = d.F, Fi = d.Fi, Q3 = d.Q3;
     int n = (int)N, c = (int)C, ca = (int)Ca, f = (int)F;
     pt_status st;
     if (w->dout != dout) memcpy(w->dout, dout, N * C * sizeof(float)); /* dx may alias dout */
-    memset(w->dfch, 0, N * F * sizeof(float));
-    pt_matmul_backward(w->dfch, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
-    pt_gelu_backward(w->dfch, a->fch, w->dfch, N * F);
+    if (cfg->mlp == PT_MLP_SWIGLU) { /* d act in the activation's scratch, then d [gate|up] */
+        memset(s->gelu, 0, N * F * sizeof(float));
+        pt__proj_backward(cfg, s->gelu, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
+        pt_swiglu_backward(w->dfch, a->fch, s->gelu, n, f);
+    } else {
+        memset(w->dfch, 0, N * F * sizeof(float));
+        pt__proj_backward(cfg, w->dfch, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
+        pt_gelu_backward(w->dfch, a->fch, w->dfch, N * F);
+    }
     memset(w->dln2, 0, N * C * sizeof(float));
-    pt_matmul_backward(w->dln2, NULL, NULL, w->dfch, NULL, p->fc_w, n, c, f);
+    pt__proj_backward(cfg, w->dln2, NULL, NULL, w->dfch, NULL, p->fc_w, n, c, (int)Fi);
     if ((st = pt__tp_sum(tp, w->dln2, N * C)) != PT_OK) return st;
     if (dx != w->dout) memcpy(dx, w->dout, N * C * sizeof(float)); /* dx now holds d res2 */
-    pt_layernorm_backward(dx, NULL, NULL, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
-                          n, c);
+    pt__norm_backward(cfg, dx, NULL, NULL, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
+                      n, c);
     memcpy(w->dres2, dx, N * C * sizeof(float));
     memset(s->datty, 0, N * Ca * sizeof(float));
-    pt_matmul_backward(s->datty, NULL, NULL, dx, NULL, p->attn_proj_w, n, ca, c);
-    memset(w->dqkv, 0, N * 3 * Ca * sizeof(float));
+    pt__proj_backward(cfg, s->datty, NULL, NULL, dx, NULL, p->attn_proj_w, n, ca, c);
+    memset(w->dqkv, 0, N * Q3 * sizeof(float));
     pt_attention_backward(w->dqkv, s->datty, a->atty, a->qkv, a->lse, s->attn, s->attn_slots, B,
-                          T, ca, cfg->n_head / (int)k);
+                          T, ca, (int)d.NH, (int)d.NKV);
+    if (cfg->pos == PT_POS_ROPE)
+        pt_rope_backward(w->dqkv, pt__rope_cs(cfg, s, T), n, T, (int)(d.NH + d.NKV), (int)d.hd,
+                         (int)Q3);
     memset(w->dln1, 0, N * C * sizeof(float));
-    pt_matmul_backward(w->dln1, NULL, NULL, w->dqkv, NULL, p->qkv_w, n, c, 3 * ca);
+    pt__proj_backward(cfg, w->dln1, NULL, NULL, w->dqkv, NULL, p->qkv_w, n, c, (int)Q3);
     if ((st = pt__tp_sum(tp, w->dln1, N * C)) != PT_OK) return st;
-    pt_layernorm_backward(dx, NULL, NULL, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd, n, c);
+    pt__norm_backward(cfg, dx, NULL, NULL, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd, n, c);
     return PT_OK;
 }
 
 /* W: every parameter gradient from the kept output gradients and the
-   activations (gelu(fch) recomputed). dout is whole on every tensor rank,
-   so the replicated bias and LayerNorm gradients agree without
+   activations (the MLP activation recomputed). dout is whole on every
+   tensor rank, so the replicated bias and norm gradients agree without
    communication. tp is the tensor-parallel group's size. */
 PTRAINDEF void pt_block_backward_weight(const pt_gpt_config *cfg, int B, int T,
                                         const pt_block_params *p, pt_block_params *g,
                                         const float *x, const pt_block_acts *a,
                                         const pt_block_wgrad *w, pt_block_scratch *s, int tp) {
-    size_t C = (size_t)cfg->n_embd, N = (size_t)B * T, Ca = C / (size_t)tp, F = 4 * C / (size_t)tp;
-    int n = (int)N, c = (int)C, ca = (int)Ca, f = (int)F;
-    pt_gelu_forward(s->gelu, a->fch, N * F); /* not saved by forward: 4NC floats a layer */
-    pt_matmul_backward(NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w, n, f, c);
-    pt_matmul_backward(NULL, g->fc_w, g->fc_b, w->dfch, a->ln2, p->fc_w, n, c, f);
-    pt_layernorm_backward(NULL, g->ln2_w, g->ln2_b, w->dln2, a->res2, p->ln2_w, a->ln2_mean,
-                          a->ln2_rstd, n, c);
-    pt_matmul_backward(NULL, g->attn_proj_w, g->attn_proj_b, w->dres2, a->atty, p->attn_proj_w,
-                       n, ca, c);
-    pt_matmul_backward(NULL, g->qkv_w, g->qkv_b, w->dqkv, a->ln1, p->qkv_w, n, c, 3 * ca);
-    pt_layernorm_backward(NULL, g->ln1_w, g->ln1_b, w->dln1, x, p->ln1_w, a->ln1_mean,
-                          a->ln1_rstd, n, c);
+    pt__dims d = pt__block_dims(cfg, B, T, tp);
+    int n = (int)d.N, c = (int)d.C, ca = (int)d.Ca, f = (int)d.F;
+    pt__act_forward(cfg, s->gelu, a->fch, d.N, d.F); /* not saved by forward: NF floats a layer */
+    pt__proj_backward(cfg, NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w, n, f,
+                      c);
+    pt__proj_backward(cfg, NULL, g->fc_w, g->fc_b, w->dfch, a->ln2, p->fc_w, n, c, (int)d.Fi);
+    pt__norm_backward(cfg, NULL, g->ln2_w, g->ln2_b, w->dln2, a->res2, p->ln2_w, a->ln2_mean,
+                      a->ln2_rstd, n, c);
+    pt__proj_backward(cfg, NULL, g->attn_proj_w, g->attn_proj_b, w->dres2, a->atty,
+                      p->attn_proj_w, n, ca, c);
+    pt__proj_backward(cfg, NULL, g->qkv_w, g->qkv_b, w->dqkv, a->ln1, p->qkv_w, n, c, (int)d.Q3);
+    pt__norm_backward(cfg, NULL, g->ln1_w, g->ln1_b, w->dln1, x, p->ln1_w, a->ln1_mean,
+                      a->ln1_rstd, n, c);
 }
 
 PTRAINDEF pt_status pt_block_backward(const pt_gpt_config *cfg, int B, int T,
@@ -3338,6 +3825,13 @@ PTRAINDEF pt_status pt_kv_cache_init(pt_kv_cache *c, const pt_gpt *m) {
     int pass;
     pt_status st;
     memset(c, 0, sizeof *c);
+    const pt_gpt_config *g = &m->config;
+    if (g->arch || g->norm || g->pos || g->mlp || g->no_bias || g->untied_head ||
+        pt__kv_heads(g) != g->n_head || pt__ffn(g) != 4 * g->n_embd)
+        return pt__fail(PT_ERR_UNSUPPORTED, "the KV cache runs GPT-2 blocks only (arch=%d norm=%d "
+                        "pos=%d mlp=%d n_kv_head=%d ffn_hidden=%d no_bias=%d untied_head=%d)",
+                        (int)g->arch, (int)g->norm, (int)g->pos, (int)g->mlp, g->n_kv_head,
+                        g->ffn_hidden, g->no_bias, g->untied_head);
     if (m->place.tp > 1 || m->place.pp > 1)
         return pt__fail(PT_ERR_UNSUPPORTED, "generation runs on one rank: load the gathered "
                         "weights (pt_gpt_gather, or a checkpoint) into a model without a grid");
@@ -5341,9 +5835,8 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
         in = a->out;
     }
     if (c != pl->chunks - 1 || !pl->has_head) return PT_OK;
-    pt_layernorm_forward(sl->lnf, sl->lnf_mean, sl->lnf_rstd, in, m->lnf_w, m->lnf_b, N, C,
-                         cfg->ln_eps);
-    pt_tied_head_forward(sl->logits, sl->lnf, m->wte, N, C, pl->vocab_local);
+    pt__norm_forward(cfg, sl->lnf, sl->lnf_mean, sl->lnf_rstd, in, m->lnf_w, m->lnf_b, N, C);
+    pt_tied_head_forward(sl->logits, sl->lnf, m->lm_head, N, C, pl->vocab_local);
     if (with_targets) {
         double sum = 0.0;
         int n;
@@ -5380,21 +5873,25 @@ static pt_status pt__zero2_bucket(pt_gpt *m, int b) {
     return PT_OK;
 }
 
-/* ZeRO 2: wte's gradient bucket by bucket: the head's part (dlogits^T lnf of
-   slot sl) or, with head = 0, the embedding's (and wpe's, in the last one). */
-static pt_status pt__zero2_wte(pt_gpt *m, const pt__slot *sl, int B, int T, int head) {
+/* ZeRO 2: a vocabulary tensor's gradient bucket by bucket: the head's part
+   (dlogits^T lnf of slot sl, into the head: wte when tied) or, with head = 0,
+   the embedding's (and wpe's, in the bucket of wte's last rows). */
+static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, int head) {
     pt_gpt_exec *x = m->exec;
     int C = m->config.n_embd, N = B * T, b, Vl = m->place.vocab_local;
-    const pt_param *wpe = &m->table[x->tab_wpe];
+    const pt_param *p = &m->table[head && x->tab_head >= 0 ? x->tab_head : x->tab_wte];
+    const pt_param *wpe = x->tab_wpe >= 0 ? &m->table[x->tab_wpe] : NULL;
     pt_status st = PT_OK;
-    for (b = 0; b <= wpe->bucket && st == PT_OK; b++) {
+    for (b = p->bucket; b < x->num_buckets && x->buckets[b].offset < p->offset + p->numel &&
+                        st == PT_OK; b++) {
         const pt__bucket *k = &x->buckets[b];
-        int r0 = (int)(k->offset / (size_t)C), r1 = (int)((k->offset + k->numel) / (size_t)C);
+        int r0 = (int)((k->offset - p->offset) / (size_t)C);
+        int r1 = (int)((k->offset + k->numel - p->offset) / (size_t)C);
         if (r1 > Vl) r1 = Vl;
         if (head)
             pt_sgemm(1, 0, r1 - r0, C, N, 1.0f, sl->logits + r0, Vl, sl->lnf, C, 1.0f, m->grads, C);
         else
-            pt__encoder_backward_part(m->grads, b == wpe->bucket ? m->grads + (wpe->offset -
+            pt__encoder_backward_part(m->grads, wpe && wpe->bucket == b ? m->grads + (wpe->offset -
                                       k->offset) : NULL, x->dres, sl->inputs,
                                       m->place.vocab_offset + r0, r1 - r0, B, T, C);
         st = pt__zero2_bucket(m, b);
@@ -5419,6 +5916,15 @@ static pt_status pt__dp_sync_grads(pt_gpt *m) {
     return st;
 }
 
+/* Selective recomputation: a layer's attention output again, from the
+   q, k, v its forward kept (after the rotary embedding). */
+static void pt__attention_again(pt_gpt *m, pt_block_acts *a, int B, int T) {
+    pt_gpt_exec *x = m->exec;
+    pt__dims d = pt__block_dims(&m->config, B, T, m->place.tp);
+    pt_attention_forward(a->atty, a->lse, a->qkv, x->scratch.attn, x->scratch.attn_slots, B, T,
+                         (int)d.Ca, (int)d.NH, (int)d.NKV);
+}
+
 /* Backward of this stage's chunk c for the micro-batch in slot sl,
    accumulating parameter gradients (dloss scales the mean loss's): from the
    loss if c holds the last virtual stage, else from x->dres (the output's
@@ -5437,14 +5943,14 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
         pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, pl->vocab_local,
                                pt__vocab_valid(m), pl->vocab_offset, dloss);
         memset(x->scratch.dln, 0, sizeof(float) * (size_t)N * C);
-        pt_tied_head_backward(x->scratch.dln, zero2 ? NULL : x->dwte, sl->logits, sl->lnf, m->wte,
-                              N, C, pl->vocab_local);
-        if (zero2 && (st = pt__zero2_wte(m, sl, B, T, 1)) != PT_OK) return st;
+        pt_tied_head_backward(x->scratch.dln, zero2 ? NULL : x->dhead, sl->logits, sl->lnf,
+                              m->lm_head, N, C, pl->vocab_local);
+        if (zero2 && (st = pt__zero2_vocab(m, sl, B, T, 1)) != PT_OK) return st;
         if ((st = pt__tp_sum(x->tp_comm, x->scratch.dln, (size_t)N * C)) != PT_OK) return st;
         memset(x->dres, 0, sizeof(float) * (size_t)N * C);
-        pt_layernorm_backward(x->dres, x->dlnf_w, x->dlnf_b, x->scratch.dln,
-                              last > first ? sl->acts[last - 1 - first].out : sl->x, m->lnf_w,
-                              sl->lnf_mean, sl->lnf_rstd, N, C);
+        pt__norm_backward(cfg, x->dres, x->dlnf_w, x->dlnf_b, x->scratch.dln,
+                          last > first ? sl->acts[last - 1 - first].out : sl->x, m->lnf_w,
+                          sl->lnf_mean, sl->lnf_rstd, N, C);
         if (zero2 && (st = pt__zero2_bucket(m, m->table[x->tab_lnf].bucket)) != PT_OK) return st;
     }
     for (l = last - 1; l >= first; l--) {
@@ -5457,8 +5963,7 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
             if (st != PT_OK) return st;
         } else if (pl->recompute == PT_RECOMPUTE_SELECTIVE) { /* the attention core again */
             a->atty = x->racts.atty;
-            pt_attention_forward(a->atty, a->lse, a->qkv, x->scratch.attn, x->scratch.attn_slots,
-                                 B, T, C / pl->tp, cfg->n_head / pl->tp);
+            pt__attention_again(m, a, B, T);
         }
         if (input_only) /* B alone: W comes later, from what sl->wg keeps */
             st = pt_block_backward_input(cfg, B, T, &m->layers[l], in, a, x->dres, x->dres,
@@ -5473,7 +5978,7 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
     }
     if (c != 0 || !pl->has_embed) return PT_OK;
     /* every rank holds the whole dres: its wte rows, and all of wpe */
-    if (zero2) return pt__zero2_wte(m, sl, B, T, 0);
+    if (zero2) return pt__zero2_vocab(m, sl, B, T, 0);
     pt__encoder_backward_part(x->dwte, x->dwpe, x->dres, sl->inputs, pl->vocab_offset,
                               pl->vocab_local, B, T, C);
     return PT_OK;
@@ -5490,8 +5995,7 @@ static void pt__chunk_weight(pt_gpt *m, pt__slot *sl, int c, int B, int T) {
         const float *in = l > first ? sl->acts[l - 1 - first].out : sl->x;
         if (m->place.recompute == PT_RECOMPUTE_SELECTIVE) {
             a->atty = x->racts.atty;
-            pt_attention_forward(a->atty, a->lse, a->qkv, x->scratch.attn, x->scratch.attn_slots,
-                                 B, T, cfg->n_embd / k, cfg->n_head / k);
+            pt__attention_again(m, a, B, T);
         }
         pt_block_backward_weight(cfg, B, T, &m->layers[l], &x->layer_grads[l], in, a,
                                  &sl->wg[l - first], &x->scratch, k);
@@ -5555,7 +6059,7 @@ static pt_status pt__step_sync(pt_gpt *m, float loss_sum) {
     const pt_gpt_place *pl = &m->place;
     float loss = pl->has_head ? loss_sum / (float)pl->micro : 0.0f;
     pt_status st = PT_OK;
-    if (x->tie_comm && x->tie_comm->size == 2 && x->dwte)
+    if (x->tie_comm && x->tie_comm->size == 2 && x->dwte && !m->config.untied_head)
         st = pt_comm_all_reduce(x->tie_comm, x->dwte, m->table[x->tab_wte].numel, PT_REDUCE_SUM);
     if (st == PT_OK && pl->zero < 2) st = pt__dp_sync_grads(m);
     if (st == PT_OK && pl->pp > 1) st = pt_comm_all_reduce(x->pp_comm, &loss, 1, PT_REDUCE_SUM);
@@ -6197,12 +6701,12 @@ static pt_status pt__calib_kernels(pt_hw *out) {
     if (!qkv) return pt__fail(PT_ERR_OOM, "calibration: attention buffers");
     dqkv = qkv + N * 3 * C, out_a = dqkv + N * 3 * C, lse = out_a + N * C, scr = lse + B * NH * T;
     for (i = 0; i < (int)(N * 3 * C); i++) qkv[i] = (float)(i % 17) * 0.01f;
-    pt_attention_forward(out_a, lse, qkv, scr, slots, B, T, C, NH);
+    pt_attention_forward(out_a, lse, qkv, scr, slots, B, T, C, NH, NH);
     ta = 1e30;
     for (r = 0; r < 5; r++) {
         t0 = pt_time_now();
-        pt_attention_forward(out_a, lse, qkv, scr, slots, B, T, C, NH);
-        pt_attention_backward(dqkv, out_a, out_a, qkv, lse, scr, slots, B, T, C, NH);
+        pt_attention_forward(out_a, lse, qkv, scr, slots, B, T, C, NH, NH);
+        pt_attention_backward(dqkv, out_a, out_a, qkv, lse, scr, slots, B, T, C, NH, NH);
         t0 = pt_time_now() - t0;
         ta = t0 < ta ? t0 : ta;
     }
@@ -7773,10 +8277,100 @@ PTRAINDEF pt_status pt_trace_write_svg(const pt_trace *t, const char *path) {
 
 static const char *pt__meta_names[] = {"n_layer", "n_head", "n_embd", "vocab_size", "block_size"};
 
+/* The architecture in a fixture's or checkpoint's metadata (none: GPT-2):
+   arch (gpt2 | llama), norm (layernorm | rmsnorm), mlp (gelu | swiglu),
+   rope (rotate_half: rotary positions), n_kv_head, ffn_hidden, rope_theta,
+   norm_eps, tie_embeddings (0/1), bias (0/1), and LLaMA 3's rope_scaling_factor,
+   rope_low_freq_factor, rope_high_freq_factor, rope_original_max_pos. LLaMA's
+   defaults are RMSNorm, rotary, SwiGLU, no bias and an untied head. */
+static pt_status pt__config_arch_meta(const pt_safetensors *st, pt_gpt_config *c) {
+    static const char *ints[] = {"n_kv_head", "ffn_hidden", "tie_embeddings", "bias",
+                                 "rope_original_max_pos"};
+    static const char *floats[] = {"rope_theta", "norm_eps", "rope_scaling_factor",
+                                   "rope_low_freq_factor", "rope_high_freq_factor"};
+    const char *arch = pt_st_meta_get(st, "arch"), *v;
+    int iv[5] = {0, 0, -1, -1, 0}, i;
+    double fv[5] = {0, 0, 0, 0, 0};
+    if (!arch || strcmp(arch, "gpt2") == 0) c->arch = PT_ARCH_GPT2;
+    else if (strcmp(arch, "llama") == 0) c->arch = PT_ARCH_LLAMA;
+    else return pt__fail(PT_ERR_FORMAT, "metadata arch='%s' is not gpt2 or llama", arch);
+    for (i = 0; i < 5; i++) {
+        if ((v = pt_st_meta_get(st, ints[i])) && !pt__parse_int(v, &iv[i]))
+            return pt__fail(PT_ERR_FORMAT, "metadata %s='%s' is not an integer", ints[i], v);
+        if ((v = pt_st_meta_get(st, floats[i])) && !pt__parse_float(v, &fv[i]))
+            return pt__fail(PT_ERR_FORMAT, "metadata %s='%s' is not a number", floats[i], v);
+    }
+    if (iv[2] > 1 || iv[3] > 1 || (iv[2] < 0 && pt_st_meta_get(st, ints[2])) ||
+        (iv[3] < 0 && pt_st_meta_get(st, ints[3])))
+        return pt__fail(PT_ERR_FORMAT, "metadata tie_embeddings='%s' and bias='%s' must be 0 or 1",
+                        pt_st_meta_get(st, ints[2]) ? pt_st_meta_get(st, ints[2]) : "(none)",
+                        pt_st_meta_get(st, ints[3]) ? pt_st_meta_get(st, ints[3]) : "(none)");
+    c->n_kv_head = iv[0];
+    c->ffn_hidden = iv[1];
+    c->untied_head = iv[2] < 0 ? c->arch == PT_ARCH_LLAMA : !iv[2];
+    c->no_bias = iv[3] < 0 ? c->arch == PT_ARCH_LLAMA : !iv[3];
+    c->rope_scaling.original_max_pos = iv[4];
+    c->rope_theta = (float)fv[0];
+    if (fv[1] > 0.0) c->ln_eps = (float)fv[1];
+    c->rope_scaling.factor = (float)fv[2];
+    c->rope_scaling.low_freq_factor = (float)fv[3];
+    c->rope_scaling.high_freq_factor = (float)fv[4];
+    c->norm = c->arch == PT_ARCH_LLAMA ? PT_NORM_RMS : PT_NORM_LAYER;
+    if ((v = pt_st_meta_get(st, "norm")) && strcmp(v, "rmsnorm") && strcmp(v, "layernorm"))
+        return pt__fail(PT_ERR_FORMAT, "metadata norm='%s' is not rmsnorm or layernorm", v);
+    if (v) c->norm = strcmp(v, "rmsnorm") == 0 ? PT_NORM_RMS : PT_NORM_LAYER;
+    c->mlp = c->arch == PT_ARCH_LLAMA ? PT_MLP_SWIGLU : PT_MLP_GELU;
+    if ((v = pt_st_meta_get(st, "mlp")) && strcmp(v, "swiglu") && strcmp(v, "gelu"))
+        return pt__fail(PT_ERR_FORMAT, "metadata mlp='%s' is not swiglu or gelu", v);
+    if (v) c->mlp = strcmp(v, "swiglu") == 0 ? PT_MLP_SWIGLU : PT_MLP_GELU;
+    c->pos = c->arch == PT_ARCH_LLAMA ? PT_POS_ROPE : PT_POS_LEARNED;
+    if ((v = pt_st_meta_get(st, "rope")) && strcmp(v, "rotate_half") && strcmp(v, "none"))
+        return pt__fail(PT_ERR_FORMAT, "metadata rope='%s' is not rotate_half (Hugging Face's "
+                        "pairing) or none", v);
+    if (v) c->pos = strcmp(v, "rotate_half") == 0 ? PT_POS_ROPE : PT_POS_LEARNED;
+    return PT_OK;
+}
+
+/* The keys pt__config_arch_meta reads, written when the architecture is
+   not GPT-2's (a GPT-2 checkpoint keeps its metadata as before). */
+static pt_status pt__config_arch_write(pt_st_writer *w, const pt_gpt_config *c) {
+    char val[64];
+    pt_status s = PT_OK;
+    if (!c->arch && !c->norm && !c->pos && !c->mlp && !c->n_kv_head && !c->ffn_hidden &&
+        !c->no_bias && !c->untied_head)
+        return PT_OK;
+#define PT__META_STR(key, x) if (s == PT_OK) s = pt_st_writer_meta(w, key, x);
+#define PT__META_FMT(key, fmt, x)                                              \
+    if (s == PT_OK) {                                                          \
+        snprintf(val, sizeof val, fmt, x);                                     \
+        s = pt_st_writer_meta(w, key, val);                                    \
+    }
+    PT__META_STR("arch", c->arch == PT_ARCH_LLAMA ? "llama" : "gpt2")
+    PT__META_STR("norm", c->norm == PT_NORM_RMS ? "rmsnorm" : "layernorm")
+    PT__META_STR("mlp", c->mlp == PT_MLP_SWIGLU ? "swiglu" : "gelu")
+    PT__META_STR("rope", c->pos == PT_POS_ROPE ? "rotate_half" : "none")
+    PT__META_FMT("n_kv_head", "%d", pt__kv_heads(c))
+    PT__META_FMT("ffn_hidden", "%d", pt__ffn(c))
+    PT__META_FMT("rope_theta", "%.9g", (double)pt__rope_theta(c))
+    PT__META_FMT("norm_eps", "%.9g", (double)(c->ln_eps > 0.0f ? c->ln_eps : 1e-5f))
+    PT__META_FMT("tie_embeddings", "%d", !c->untied_head)
+    PT__META_FMT("bias", "%d", !c->no_bias)
+    if (c->rope_scaling.factor > 0.0f) {
+        PT__META_FMT("rope_scaling_factor", "%.9g", (double)c->rope_scaling.factor)
+        PT__META_FMT("rope_low_freq_factor", "%.9g", (double)c->rope_scaling.low_freq_factor)
+        PT__META_FMT("rope_high_freq_factor", "%.9g", (double)c->rope_scaling.high_freq_factor)
+        PT__META_FMT("rope_original_max_pos", "%d", c->rope_scaling.original_max_pos)
+    }
+#undef PT__META_STR
+#undef PT__META_FMT
+    return s;
+}
+
 PTRAINDEF pt_status pt_gpt_config_from_st(const pt_safetensors *st, int n_head_hint,
                                           pt_gpt_config *out) {
     const char *fmt = pt_st_meta_get(st, "format");
     pt_gpt_config c;
+    pt_status st_;
     memset(&c, 0, sizeof c);
     if (fmt && (strcmp(fmt, "ptrain-checkpoint-v1") == 0 || strcmp(fmt, "ptrain-fixture-v1") == 0)) {
         int *fields[5];
@@ -7795,6 +8389,7 @@ PTRAINDEF pt_status pt_gpt_config_from_st(const pt_safetensors *st, int n_head_h
         if (eps && !pt__parse_float(eps, &e))
             return pt__fail(PT_ERR_FORMAT, "metadata ln_eps='%s' is not a number", eps);
         c.ln_eps = (float)e;
+        if ((st_ = pt__config_arch_meta(st, &c)) != PT_OK) return st_;
     } else { /* Hugging Face GPT-2: sizes from the shapes */
         const pt_st_tensor *wte = pt_st_find(st, "wte.weight"), *wpe = pt_st_find(st, "wpe.weight");
         char name[64];
@@ -8132,9 +8727,10 @@ PTRAINDEF pt_status pt_checkpoint_save(const char *path, const pt_gpt *m,
         snprintf(val, sizeof val, "%.9g", (double)m->config.ln_eps);
         s = pt_st_writer_meta(&w, "ln_eps", val);
     }
+    if (s == PT_OK) s = pt__config_arch_write(&w, &m->config);
     for (k = 0; k < 3; k++) { /* the whole model's tensors, whichever stage holds them */
         pt__spec sp;
-        char tname[48];
+        char tname[64];
         size_t at = 0;
         for (i = 0; s == PT_OK && pt__canon_spec(&m->config, i, &sp, tname, sizeof tname); i++) {
             int64_t shape[2];

@@ -89,7 +89,7 @@ static void fwd_matmul(void *p) {
 }
 static void fwd_attention(void *p) { /* the fast, blocked kernel */
     kargs *k = (kargs *)p;
-    pt_attention_forward(k->out, k->lse, k->x, k->scratch, k->slots, k->B, k->T, k->C, k->NH);
+    pt_attention_forward(k->out, k->lse, k->x, k->scratch, k->slots, k->B, k->T, k->C, k->NH, k->NH);
 }
 static void fwd_attention_ref(void *p) {
     kargs *k = (kargs *)p;
@@ -305,7 +305,7 @@ static void check_attention(int fast, int B, int T, int C, int NH) {
     fwd(&k);
     dqkv = frand(N * 3 * C, -1, 1), dqkv0 = fcopy(dqkv, N * 3 * C);
     if (fast)
-        pt_attention_backward(dqkv, R, k.out, k.x, k.lse, k.scratch, k.slots, B, T, C, NH);
+        pt_attention_backward(dqkv, R, k.out, k.x, k.lse, k.scratch, k.slots, B, T, C, NH, NH);
     else
         pt_attention_ref_backward(dqkv, TALLOC(float, B * NH * T), R, k.x, k.att, B, T, C, NH);
     snprintf(what, sizeof what, "%s dqkv", name);
@@ -2421,6 +2421,368 @@ static void test_hw_file(void) {
     rmdir(dir);
 }
 
+/* ======================================================================== */
+/* LLaMA-style blocks: RMSNorm, RoPE, SwiGLU, nn.Linear, grouped-query        */
+/* attention, and the model built from them                                  */
+/* ======================================================================== */
+
+typedef struct largs {
+    float *out, *x, *w, *b, *rstd, *cs, *lse, *scratch;
+    int N, C, T, B, NH, NKV, nh, hd, stride, IN, OUT, F, slots;
+    float eps;
+} largs;
+
+static void fwd_rmsnorm(void *p) {
+    largs *k = (largs *)p;
+    pt_rmsnorm_forward(k->out, k->rstd, k->x, k->w, k->N, k->C, k->eps);
+}
+static void fwd_rope(void *p) { /* out = rope(x), in place on a copy */
+    largs *k = (largs *)p;
+    memcpy(k->out, k->x, sizeof(float) * (size_t)k->N * k->stride);
+    pt_rope_forward(k->out, k->cs, k->N, k->T, k->nh, k->hd, k->stride);
+}
+static void fwd_swiglu(void *p) {
+    largs *k = (largs *)p;
+    pt_swiglu_forward(k->out, k->x, k->N, k->F);
+}
+static void fwd_linear(void *p) {
+    largs *k = (largs *)p;
+    pt_linear_forward(k->out, k->x, k->w, k->b, k->N, k->IN, k->OUT);
+}
+static void fwd_attention_gqa(void *p) {
+    largs *k = (largs *)p;
+    pt_attention_forward(k->out, k->lse, k->x, k->scratch, k->slots, k->B, k->T, k->C, k->NH,
+                         k->NKV);
+}
+
+/* y = x / sqrt(mean(x^2) + eps) * w in double; eps large enough to matter. */
+static void test_rmsnorm(void) {
+    enum { N = 4, C = 6 };
+    largs k;
+    float *R = frand(N * C, -1, 1), *dx, *dw, *dx0, *dw0;
+    double *ref = TALLOC(double, N * C);
+    int n, c;
+    ZERO(k);
+    k.N = N, k.C = C, k.eps = 1e-2f;
+    k.x = frand(N * C, -2, 2), k.w = frand(C, 0.5, 1.5);
+    k.out = TALLOC(float, N * C), k.rstd = TALLOC(float, N);
+    fwd_rmsnorm(&k);
+    for (n = 0; n < N; n++) {
+        double ms = 0.0;
+        for (c = 0; c < C; c++) ms += (double)k.x[n * C + c] * k.x[n * C + c];
+        for (c = 0; c < C; c++)
+            ref[n * C + c] = k.x[n * C + c] / sqrt(ms / C + (double)k.eps) * k.w[c];
+    }
+    CHECK_CLOSE("rmsnorm out", k.out, ref, N * C, 1e-6, 1e-5);
+    dx = frand(N * C, -1, 1), dw = frand(C, -1, 1);
+    dx0 = fcopy(dx, N * C), dw0 = fcopy(dw, C);
+    pt_rmsnorm_backward(dx, dw, R, k.x, k.w, k.rstd, N, C);
+    FD_CHECK("rmsnorm dinp", fwd_rmsnorm, &k, k.out, R, N * C, k.x, fdelta(dx, dx0, N * C), N * C);
+    FD_CHECK("rmsnorm dweight", fwd_rmsnorm, &k, k.out, R, N * C, k.w, fdelta(dw, dw0, C), C);
+}
+
+/* Hugging Face's rotate_half in double: f_j = theta^(-2j/hd) (LLaMA 3: scaled
+   as its _compute_llama3_parameters), out = u cos + rotate_half(u) sin, on
+   the first nh heads of each row only; backward against finite differences. */
+static double llama3_freq(double f, const pt_rope_scaling *sc) {
+    double pi = 3.141592653589793, w = 2 * pi / f, ctx = sc->original_max_pos;
+    double lo_w = ctx / sc->low_freq_factor, hi_w = ctx / sc->high_freq_factor, sm;
+    double scaled = w > lo_w ? f / sc->factor : f;
+    if (w < hi_w || w > lo_w) return scaled;
+    sm = (ctx / w - sc->low_freq_factor) / (sc->high_freq_factor - sc->low_freq_factor);
+    return (1 - sm) * scaled / sc->factor + sm * scaled;
+}
+static void check_rope(const pt_rope_scaling *sc, float theta, int T, int hd) {
+    enum { B = 2, NHALL = 3, NH = 2 };
+    int stride = NHALL * hd + 3, N = B * T, n, h, j, h2 = hd / 2;
+    largs k;
+    float *R = frand((size_t)N * stride, -1, 1), *dx;
+    double *ref = TALLOC(double, (size_t)N * stride);
+    char what[96];
+    ZERO(k);
+    k.N = N, k.T = T, k.nh = NH, k.hd = hd, k.stride = stride;
+    k.x = frand((size_t)N * stride, -1, 1), k.out = TALLOC(float, (size_t)N * stride);
+    k.cs = TALLOC(float, (size_t)T * hd);
+    pt_rope_table(k.cs, T, hd, theta, sc);
+    fwd_rope(&k);
+    for (n = 0; n < N; n++)
+        for (j = 0; j < stride; j++) ref[n * stride + j] = k.x[n * stride + j];
+    for (n = 0; n < N; n++)
+        for (h = 0; h < NH; h++)
+            for (j = 0; j < hd; j++) {
+                const float *u = k.x + n * stride + h * hd;
+                double f = pow(theta, -2.0 * (j % h2) / hd), t = n % T;
+                double rot = j < h2 ? -u[j + h2] : u[j - h2];
+                if (sc) f = llama3_freq(f, sc);
+                ref[n * stride + h * hd + j] = u[j] * cos(t * f) + rot * sin(t * f);
+            }
+    snprintf(what, sizeof what, "rope forward (theta %g%s)", (double)theta, sc ? ", llama3" : "");
+    CHECK_CLOSE(what, k.out, ref, (size_t)N * stride, 1e-6, 1e-5);
+    dx = fcopy(R, (size_t)N * stride);
+    pt_rope_backward(dx, k.cs, N, T, NH, hd, stride);
+    snprintf(what, sizeof what, "rope backward (theta %g%s)", (double)theta, sc ? ", llama3" : "");
+    FD_CHECK(what, fwd_rope, &k, k.out, R, (size_t)N * stride, k.x, dx, (size_t)N * stride);
+}
+static void test_rope(void) {
+    pt_rope_scaling sc;
+    check_rope(NULL, 10000.0f, 5, 8);
+    check_rope(NULL, 7.0f, 9, 6); /* small theta: fast rotations at every lane */
+    /* LLaMA 3.1's settings on a short context: wavelengths on all three sides */
+    sc.factor = 8.0f, sc.low_freq_factor = 1.0f, sc.high_freq_factor = 4.0f;
+    sc.original_max_pos = 64;
+    check_rope(&sc, 500000.0f, 7, 16);
+}
+
+/* silu(gate) * up in double; backward WRITES dh. */
+static void test_swiglu(void) {
+    enum { N = 3, F = 5 };
+    largs k;
+    float *R = frand(N * F, -1, 1), *dh = frand(N * 2 * F, 1e3, 2e3);
+    double *ref = TALLOC(double, N * F);
+    int n, j;
+    ZERO(k);
+    k.N = N, k.F = F, k.x = frand(N * 2 * F, -4, 4), k.out = TALLOC(float, N * F);
+    fwd_swiglu(&k);
+    for (n = 0; n < N; n++)
+        for (j = 0; j < F; j++) {
+            double g = k.x[n * 2 * F + j], u = k.x[n * 2 * F + F + j];
+            ref[n * F + j] = g / (1.0 + exp(-g)) * u;
+        }
+    CHECK_CLOSE("swiglu forward", k.out, ref, N * F, 1e-6, 1e-5);
+    pt_swiglu_backward(dh, k.x, R, N, F); /* dh held 1e3..2e3: it must be overwritten */
+    FD_CHECK("swiglu d[gate|up] (written)", fwd_swiglu, &k, k.out, R, N * F, k.x, dh, N * 2 * F);
+}
+
+/* nn.Linear layout out[N,OUT] = x[N,IN] @ w[OUT,IN]^T + b, with and without bias. */
+static void test_linear(void) {
+    enum { N = 4, IN = 5, OUT = 7 };
+    int with_bias;
+    for (with_bias = 1; with_bias >= 0; with_bias--) {
+        largs k;
+        float *R = frand(N * OUT, -1, 1), *dx, *dw, *db = NULL, *dx0, *dw0, *db0 = NULL;
+        double *ref = TALLOC(double, N * OUT);
+        int n, o, i;
+        ZERO(k);
+        k.N = N, k.IN = IN, k.OUT = OUT;
+        k.x = frand(N * IN, -1, 1), k.w = frand(OUT * IN, -1, 1);
+        k.b = with_bias ? frand(OUT, -1, 1) : NULL;
+        k.out = frand(N * OUT, -1, 1); /* garbage: forward must overwrite it */
+        fwd_linear(&k);
+        for (n = 0; n < N; n++)
+            for (o = 0; o < OUT; o++) {
+                double acc = with_bias ? k.b[o] : 0.0;
+                for (i = 0; i < IN; i++) acc += (double)k.x[n * IN + i] * k.w[o * IN + i];
+                ref[n * OUT + o] = acc;
+            }
+        CHECK_CLOSE(with_bias ? "linear forward" : "linear forward, no bias", k.out, ref,
+                    N * OUT, 1e-6, 1e-5);
+        dx = frand(N * IN, -1, 1), dw = frand(OUT * IN, -1, 1);
+        if (with_bias) db = frand(OUT, -1, 1), db0 = fcopy(db, OUT);
+        dx0 = fcopy(dx, N * IN), dw0 = fcopy(dw, OUT * IN);
+        pt_linear_backward(dx, dw, db, R, k.x, k.w, N, IN, OUT);
+        FD_CHECK("linear dinp", fwd_linear, &k, k.out, R, N * OUT, k.x, fdelta(dx, dx0, N * IN),
+                 N * IN);
+        FD_CHECK("linear dweight", fwd_linear, &k, k.out, R, N * OUT, k.w,
+                 fdelta(dw, dw0, OUT * IN), OUT * IN);
+        if (with_bias)
+            FD_CHECK("linear dbias", fwd_linear, &k, k.out, R, N * OUT, k.b, fdelta(db, db0, OUT),
+                     OUT);
+    }
+}
+
+/* Grouped-query attention on [q (NH)|k (NKV)|v (NKV)] against a naive double
+   reference in which query head h reads key/value head h / (NH/NKV), and
+   finite differences of dqkv (which accumulates, shared k/v heads included). */
+static void check_attention_gqa(int B, int T, int NH, int NKV, int hd) {
+    int C = NH * hd, C3 = C + 2 * NKV * hd, N = B * T, G = NH / NKV, b, h, t, u, i;
+    largs k;
+    float *R = frand((size_t)N * C, -1, 1), *dqkv, *dqkv0;
+    double *ref = TALLOC(double, (size_t)N * C), *sc = TALLOC(double, T);
+    char what[96];
+    ZERO(k);
+    k.B = B, k.T = T, k.C = C, k.NH = NH, k.NKV = NKV, k.slots = 2;
+    k.x = frand((size_t)N * C3, -1.5, 1.5), k.out = TALLOC(float, (size_t)N * C);
+    k.lse = TALLOC(float, B * NH * T);
+    k.scratch = frand(pt_attention_scratch_floats(T, k.slots), -1, 1);
+    fwd_attention_gqa(&k);
+    for (b = 0; b < B; b++)
+        for (h = 0; h < NH; h++)
+            for (t = 0; t < T; t++) {
+                const float *q = k.x + (size_t)(b * T + t) * C3 + h * hd;
+                double mx = -1e300, sum = 0.0;
+                for (u = 0; u <= t; u++) {
+                    const float *kk = k.x + (size_t)(b * T + u) * C3 + C + (h / G) * hd;
+                    sc[u] = 0.0;
+                    for (i = 0; i < hd; i++) sc[u] += (double)q[i] * kk[i];
+                    sc[u] /= sqrt((double)hd);
+                    if (sc[u] > mx) mx = sc[u];
+                }
+                for (u = 0; u <= t; u++) sum += exp(sc[u] - mx);
+                for (i = 0; i < hd; i++) {
+                    double o = 0.0;
+                    for (u = 0; u <= t; u++)
+                        o += exp(sc[u] - mx) / sum *
+                             k.x[(size_t)(b * T + u) * C3 + C + NKV * hd + (h / G) * hd + i];
+                    ref[(size_t)(b * T + t) * C + h * hd + i] = o;
+                }
+            }
+    snprintf(what, sizeof what, "attention NH=%d NKV=%d T=%d out", NH, NKV, T);
+    CHECK_CLOSE(what, k.out, ref, (size_t)N * C, 1e-6, 1e-5);
+    dqkv = frand((size_t)N * C3, -1, 1), dqkv0 = fcopy(dqkv, (size_t)N * C3);
+    pt_attention_backward(dqkv, R, k.out, k.x, k.lse, k.scratch, k.slots, B, T, C, NH, NKV);
+    snprintf(what, sizeof what, "attention NH=%d NKV=%d T=%d dqkv", NH, NKV, T);
+    fd_check_(__FILE__, __LINE__, what, fwd_attention_gqa, &k, k.out, R, (size_t)N * C, k.x,
+              fdelta(dqkv, dqkv0, (size_t)N * C3), NULL, (size_t)N * C3, 5e-3f, FD_ATOL, FD_RTOL);
+}
+static void test_attention_gqa(void) {
+    check_attention_gqa(2, 5, 4, 2, 4);                   /* groups of 2 */
+    check_attention_gqa(1, 6, 3, 1, 4);                   /* multi-query */
+    check_attention_gqa(1, PT_ATTN_QBLOCK + 3, 4, 2, 2); /* two query blocks */
+}
+
+/* LLaMA-style configurations of the one block: the whole model's gradients
+   against finite differences of the mean loss, as test_model_grad. */
+static pt_gpt_config cfg_llama(int V, int block, int L, int NH, int C, int kv, int ffn) {
+    pt_gpt_config c = cfg_make(V, block, L, NH, C);
+    c.arch = PT_ARCH_LLAMA, c.norm = PT_NORM_RMS, c.pos = PT_POS_ROPE, c.mlp = PT_MLP_SWIGLU;
+    c.n_kv_head = kv, c.ffn_hidden = ffn, c.no_bias = 1, c.untied_head = 1;
+    c.rope_theta = 100.0f; /* fast rotations, visible in a short sequence */
+    return c;
+}
+static void check_model_grad_cfg(const char *label, pt_gpt_config c) {
+    enum { B = 2, T = 5, N = B * T };
+    pt_gpt g;
+    gpt_run r;
+    float *grads, *R = TALLOC(float, N);
+    char what[160];
+    int i;
+    CHECK_ST(gpt_new(&g, c, B, T, 0), PT_OK);
+    if (!g.params) return;
+    gpt_randomize(&g, 11, 0.6f);
+    r.g = &g, r.B = B, r.T = T, r.losses = TALLOC(float, N);
+    r.inputs = rand_ids(N, c.vocab_size), r.targets = rand_ids(N, c.vocab_size);
+    for (i = 0; i < N; i++) R[i] = 1.0f / N;
+    CHECK_ST(pt_gpt_forward(&g, r.inputs, r.targets, B, T), PT_OK);
+    CHECK_ST(pt_gpt_backward(&g), PT_OK);
+    grads = fcopy(g.grads, g.num_params);
+    for (i = 0; i < g.num_tensors; i++) {
+        const pt_param *p = &g.table[i];
+        const float *gt = grads + p->offset;
+        double gmax = 0.0;
+        size_t k;
+        for (k = 0; k < p->numel; k++) gmax = fmax(gmax, fabs(gt[k]));
+        snprintf(what, sizeof what, "%s: %s", label, p->name);
+        /* atol 1e-5: the float per-token losses (~1.5e-7 each) over 2h = 1e-2
+           bound what a finite difference resolves (q and k gradients of 1e-6
+           are below it) */
+        fd_check_(__FILE__, __LINE__, what, fwd_gpt, &r, r.losses, R, N, g.params + p->offset,
+                  gt, NULL, p->numel, 5e-3f, 2e-4 * gmax + 1e-5, 1e-2);
+    }
+    pt_gpt_free(&g);
+}
+static void test_llama_model_grad(void) {
+    pt_gpt_config c = cfg_llama(11, 8, 2, 4, 8, 2, 12);
+    check_model_grad_cfg("llama (GQA, SwiGLU, RoPE, RMSNorm, untied)", c);
+    c.n_kv_head = 1, c.no_bias = 0, c.untied_head = 0, c.norm = PT_NORM_LAYER, c.mlp = PT_MLP_GELU;
+    check_model_grad_cfg("llama names (MQA, biases, LayerNorm, GELU, tied)", c);
+    c = cfg_make(11, 8, 1, 2, 8); /* GPT-2 names with LLaMA's choices */
+    c.norm = PT_NORM_RMS, c.pos = PT_POS_ROPE, c.no_bias = 1, c.untied_head = 1;
+    check_model_grad_cfg("gpt2 names (RMSNorm, RoPE, no bias, untied)", c);
+}
+
+/* Presets, Hugging Face's names and [out, in] shapes, parameter counts as
+   Meta published them, and validation messages naming field and value. */
+static void test_llama_config(void) {
+    static const struct { const char *name; int64_t params; } published[] = {
+        {"llama2-7b", 6738415616LL}, {"llama2-13b", 13015864320LL},
+        {"llama3-8b", 8030261248LL}, {"llama2-70b", 68976648192LL}};
+    pt_gpt_config c;
+    pt_gpt g;
+    const pt_param *p;
+    int i;
+    for (i = 0; i < 4; i++) {
+        CHECK_ST(pt_gpt_config_preset(published[i].name, &c), PT_OK);
+        CHECK_ST(pt_gpt_config_validate(&c), PT_OK);
+        if (pt_gpt_num_params(&c) != published[i].params)
+            FAIL("%s: %lld parameters, published %lld", published[i].name,
+                 (long long)pt_gpt_num_params(&c), (long long)published[i].params);
+    }
+    CHECK_ST(pt_gpt_config_preset("llama-tiny", &c), PT_OK);
+    CHECK_ST(gpt_new(&g, c, 1, 4, 1), PT_OK); /* meta: the table alone */
+    CHECK_EQ(g.num_tensors, 1 + 9 * c.n_layer + 2);
+    CHECK(strcmp(g.table[0].name, "model.embed_tokens.weight") == 0);
+    p = pt_gpt_find_param(&g, "model.layers.1.self_attn.k_proj.weight");
+    CHECK(p && p->full_shape[0] == 2 * 16 && p->full_shape[1] == 64);
+    p = pt_gpt_find_param(&g, "model.layers.0.mlp.down_proj.weight");
+    CHECK(p && p->full_shape[0] == 64 && p->full_shape[1] == 176 && p->decay);
+    p = pt_gpt_find_param(&g, "model.norm.weight");
+    CHECK(p && !p->decay);
+    CHECK(pt_gpt_find_param(&g, "lm_head.weight") != NULL);
+    CHECK(pt_gpt_find_param(&g, "wpe.weight") == NULL);
+    pt_gpt_free(&g);
+    c.n_kv_head = 3;
+    CHECK_ERR(pt_gpt_config_validate(&c), PT_ERR_CONFIG, "n_kv_head=3 must divide n_head=4");
+    c.n_kv_head = 2, c.arch = PT_ARCH_GPT2;
+    CHECK_ERR(pt_gpt_config_validate(&c), PT_ERR_CONFIG, "mlp=swiglu needs arch=llama");
+    CHECK_MSG("n_kv_head=2 != n_head=4");
+    c.arch = PT_ARCH_LLAMA, c.pos = PT_POS_LEARNED;
+    CHECK_ERR(pt_gpt_config_validate(&c), PT_ERR_CONFIG, "arch=llama needs pos=rope");
+    c.pos = PT_POS_ROPE, c.rope_scaling.factor = 8.0f;
+    CHECK_ERR(pt_gpt_config_validate(&c), PT_ERR_CONFIG, "rope_scaling: factor=8");
+    c.rope_scaling.factor = 0.0f, c.n_embd = 60, c.n_head = 4, c.n_kv_head = 4;
+    CHECK_ERR(pt_gpt_config_validate(&c), PT_ERR_CONFIG, "even head size (n_embd/n_head=15)");
+    { /* a layout that splits key/value heads: meta builds of the grid's sizes */
+        pt_grid grid;
+        pt_gpt_desc d;
+        ZERO(grid), ZERO(d);
+        CHECK_ST(pt_gpt_config_preset("llama3-8b", &d.config), PT_OK);
+        grid.tp = 16, grid.dp = 1, grid.pp = 1;
+        d.grid = &grid, d.batch = 1, d.seq = 16, d.meta = 1;
+        CHECK_ERR(pt_gpt_init(&g, &d), PT_ERR_CONFIG, "tensor_parallel=16 does not divide n_kv_head=8");
+        pt_gpt_free(&g);
+        grid.tp = 8, grid.pp = 4;
+        CHECK_ST(pt_gpt_init(&g, &d), PT_OK); /* 8 kv heads over 8 ranks: one each */
+        p = pt_gpt_find_param(&g, "model.layers.0.self_attn.k_proj.weight");
+        CHECK(p && p->shape[0] == 128 && p->shape[1] == 4096 && p->shard == PT_SHARD_ROWS);
+        p = pt_gpt_find_param(&g, "model.layers.0.mlp.down_proj.weight");
+        CHECK(p && p->shape[0] == 4096 && p->shape[1] == 14336 / 8 && p->shard == PT_SHARD_COLS);
+        pt_gpt_free(&g);
+    }
+}
+
+/* A LLaMA checkpoint keeps its architecture: config_from_file gives it back,
+   and a resumed model continues bit for bit (the one block, RoPE included). */
+static void test_llama_checkpoint(void) {
+    pt_gpt_config c = cfg_llama(13, 8, 2, 4, 16, 2, 24), back;
+    pt_gpt g, h;
+    pt_adamw_config opt = pt_adamw_default();
+    int *in = rand_ids(2 * 6, 13), *tg = rand_ids(2 * 6, 13);
+    const char *path = tmp_path("llama.ckpt");
+    c.rope_scaling.factor = 4.0f, c.rope_scaling.low_freq_factor = 1.0f;
+    c.rope_scaling.high_freq_factor = 2.0f, c.rope_scaling.original_max_pos = 6;
+    CHECK_ST(gpt_new(&g, c, 2, 6, 0), PT_OK);
+    CHECK_ST(gpt_new(&h, c, 2, 6, 0), PT_OK);
+    if (!g.params || !h.params) return;
+    pt_gpt_init_weights(&g, 3);
+    CHECK_ST(pt_gpt_forward(&g, in, tg, 2, 6), PT_OK);
+    CHECK_ST(pt_gpt_backward(&g), PT_OK);
+    CHECK_ST(pt_gpt_adamw_step(&g, &opt, 1e-2f), PT_OK);
+    CHECK_ST(pt_checkpoint_save(path, &g, NULL), PT_OK);
+    CHECK_ST(pt_gpt_config_from_file(path, 0, &back), PT_OK);
+    CHECK(back.arch == c.arch && back.norm == c.norm && back.pos == c.pos && back.mlp == c.mlp &&
+          back.n_kv_head == c.n_kv_head && back.ffn_hidden == c.ffn_hidden &&
+          back.no_bias == c.no_bias && back.untied_head == c.untied_head &&
+          back.rope_theta == c.rope_theta && back.rope_scaling.factor == c.rope_scaling.factor &&
+          back.rope_scaling.original_max_pos == c.rope_scaling.original_max_pos);
+    CHECK_ST(pt_checkpoint_load(path, &h, NULL), PT_OK);
+    CHECK_ST(pt_gpt_forward(&g, in, tg, 2, 6), PT_OK);
+    CHECK_ST(pt_gpt_forward(&h, in, tg, 2, 6), PT_OK);
+    CHECK(g.loss == h.loss);
+    pt_gpt_free(&g);
+    pt_gpt_free(&h);
+    remove(path);
+}
+
 static const test_case tests[] = {
     {"inference_model", test_inference_model},
     {"fast_exp", test_fast_exp},
@@ -2473,6 +2835,14 @@ static const test_case tests[] = {
     {"sim_errors", test_sim_errors},
     {"hw_comm", test_hw_comm},
     {"hw_file", test_hw_file},
+    {"kernel_rmsnorm", test_rmsnorm},
+    {"kernel_rope", test_rope},
+    {"kernel_swiglu", test_swiglu},
+    {"kernel_linear", test_linear},
+    {"kernel_attention_gqa", test_attention_gqa},
+    {"llama_model_grad", test_llama_model_grad},
+    {"llama_config", test_llama_config},
+    {"llama_checkpoint", test_llama_checkpoint},
 };
 
 int main(int argc, char **argv) {

@@ -626,11 +626,14 @@ PTRAINDEF void pt_gpt_init_weights(pt_gpt *m, uint64_t seed);
 PTRAINDEF pt_status pt_gpt_gather(const pt_gpt *m, pt_state_buf which, float *full);
 PTRAINDEF const pt_param *pt_gpt_find_param(const pt_gpt *m, const char *name);
 
-/* Generation with a KV cache: a token at position p costs O(p), not O(p^2). */
+/* Generation with a KV cache: a token at position p costs O(p), not O(p^2).
+   The cache holds the key/value heads only (n_kv_head of them), after the
+   rotary embedding. */
 typedef struct pt_kv_cache {
     int capacity, len;
-    float *k, *v;                         /* (L, capacity, C) each */
+    float *k, *v;                         /* (L, capacity, n_kv_head * head size) each */
     float *x, *ln, *qkv, *atty, *res, *fch, *fcg, *att, *logits, *work;
+    float *rope;                          /* (capacity, head size) rotary table, or NULL */
     pt_arena arena;
 } pt_kv_cache;
 
@@ -3819,19 +3822,13 @@ static pt_status pt__check_tokens(const int *tok, size_t n, int V, const char *w
 /* ---- generation ---------------------------------------------------------- */
 
 PTRAINDEF pt_status pt_kv_cache_init(pt_kv_cache *c, const pt_gpt *m) {
-    size_t L = (size_t)m->config.n_layer, C = (size_t)m->config.n_embd;
-    size_t cap = (size_t)m->config.block_size, V = (size_t)m->config.vocab_size;
-    size_t bytes = 0;
+    const pt_gpt_config *g = &m->config;
+    pt__dims d = pt__block_dims(g, 1, 1, 1);
+    size_t L = (size_t)g->n_layer, C = d.C, cap = (size_t)g->block_size;
+    size_t V = (size_t)g->vocab_size, bytes = 0;
     int pass;
     pt_status st;
     memset(c, 0, sizeof *c);
-    const pt_gpt_config *g = &m->config;
-    if (g->arch || g->norm || g->pos || g->mlp || g->no_bias || g->untied_head ||
-        pt__kv_heads(g) != g->n_head || pt__ffn(g) != 4 * g->n_embd)
-        return pt__fail(PT_ERR_UNSUPPORTED, "the KV cache runs GPT-2 blocks only (arch=%d norm=%d "
-                        "pos=%d mlp=%d n_kv_head=%d ffn_hidden=%d no_bias=%d untied_head=%d)",
-                        (int)g->arch, (int)g->norm, (int)g->pos, (int)g->mlp, g->n_kv_head,
-                        g->ffn_hidden, g->no_bias, g->untied_head);
     if (m->place.tp > 1 || m->place.pp > 1)
         return pt__fail(PT_ERR_UNSUPPORTED, "generation runs on one rank: load the gathered "
                         "weights (pt_gpt_gather, or a checkpoint) into a model without a grid");
@@ -3839,20 +3836,23 @@ PTRAINDEF pt_status pt_kv_cache_init(pt_kv_cache *c, const pt_gpt *m) {
         pt_arena *a = &c->arena;
         if (pass == 0) pt_arena_init_meta(a);
         else if ((st = pt_arena_init(a, bytes, m->alloc_ctx)) != PT_OK) return st;
-        c->k = PT__F(a, L * cap * C);
-        c->v = PT__F(a, L * cap * C);
+        c->k = PT__F(a, L * cap * d.Ckv);
+        c->v = PT__F(a, L * cap * d.Ckv);
         c->x = PT__F(a, C);
         c->ln = PT__F(a, C);
-        c->qkv = PT__F(a, 3 * C);
+        c->qkv = PT__F(a, d.Q3);
         c->atty = PT__F(a, C);
         c->res = PT__F(a, C);
-        c->fch = PT__F(a, 4 * C);
-        c->fcg = PT__F(a, 4 * C);
+        c->fch = PT__F(a, d.Fi);
+        c->fcg = PT__F(a, d.F);
         c->att = PT__F(a, cap);
         c->logits = PT__F(a, V);
         c->work = PT__F(a, V);
+        c->rope = g->pos == PT_POS_ROPE ? PT__F(a, cap * d.hd) : NULL;
         bytes = a->used;
     }
+    if (c->rope)
+        pt_rope_table(c->rope, (int)cap, (int)d.hd, pt__rope_theta(g), &g->rope_scaling);
     c->capacity = (int)cap;
     return PT_OK;
 }
@@ -3865,11 +3865,14 @@ PTRAINDEF void pt_kv_cache_free(pt_kv_cache *c) {
 PTRAINDEF void pt_kv_cache_reset(pt_kv_cache *c) { c->len = 0; }
 
 /* The block of pt_block_forward for one new row at position p = c->len, with
-   keys and values of rows 0..p taken from the cache. */
+   keys and values of rows 0..p taken from the cache (query head h reads
+   key/value head h / (n_head/n_kv_head)). */
 PTRAINDEF pt_status pt_gpt_decode(const pt_gpt *m, pt_kv_cache *c, int token,
                                   const float **logits) {
     const pt_gpt_config *g = &m->config;
-    int C = g->n_embd, NH = g->n_head, hd = C / NH, p = c->len, l, h, u, i;
+    pt__dims d = pt__block_dims(g, 1, 1, 1);
+    int C = g->n_embd, NH = (int)d.NH, hd = (int)d.hd, G = (int)(d.NH / d.NKV);
+    int Ckv = (int)d.Ckv, Q3 = (int)d.Q3, F = (int)d.F, p = c->len, l, h, u, i;
     float scale = 1.0f / sqrtf((float)hd), mean, rstd;
     if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
     if (token < 0 || token >= g->vocab_size)
@@ -3877,19 +3880,22 @@ PTRAINDEF pt_status pt_gpt_decode(const pt_gpt *m, pt_kv_cache *c, int token,
                         g->vocab_size);
     if (p >= c->capacity)
         return pt__fail(PT_ERR_RANGE, "KV cache is full (%d positions = block_size)", c->capacity);
-    for (i = 0; i < C; i++) c->x[i] = m->wte[(size_t)token * C + i] + m->wpe[(size_t)p * C + i];
+    for (i = 0; i < C; i++)
+        c->x[i] = m->wte[(size_t)token * C + i] + (m->wpe ? m->wpe[(size_t)p * C + i] : 0.0f);
     for (l = 0; l < g->n_layer; l++) {
         const pt_block_params *w = &m->layers[l];
-        float *K = c->k + (size_t)l * c->capacity * C, *Vc = c->v + (size_t)l * c->capacity * C;
-        pt_layernorm_forward(c->ln, &mean, &rstd, c->x, w->ln1_w, w->ln1_b, 1, C, g->ln_eps);
-        pt_matmul_forward(c->qkv, c->ln, w->qkv_w, w->qkv_b, 1, C, 3 * C);
-        memcpy(K + (size_t)p * C, c->qkv + C, sizeof(float) * C);
-        memcpy(Vc + (size_t)p * C, c->qkv + 2 * C, sizeof(float) * C);
+        float *K = c->k + (size_t)l * c->capacity * Ckv, *Vc = c->v + (size_t)l * c->capacity * Ckv;
+        pt__norm_forward(g, c->ln, &mean, &rstd, c->x, w->ln1_w, w->ln1_b, 1, C);
+        pt__proj_forward(g, c->qkv, c->ln, w->qkv_w, w->qkv_b, 1, C, Q3);
+        if (c->rope) /* the table's row p: one row of one position */
+            pt_rope_forward(c->qkv, c->rope + (size_t)p * hd, 1, 1, (int)(d.NH + d.NKV), hd, Q3);
+        memcpy(K + (size_t)p * Ckv, c->qkv + C, sizeof(float) * Ckv);
+        memcpy(Vc + (size_t)p * Ckv, c->qkv + C + Ckv, sizeof(float) * Ckv);
         for (h = 0; h < NH; h++) {
             const float *q = c->qkv + h * hd;
             float mx = -INFINITY, sum = 0.0f, *o = c->atty + h * hd;
             for (u = 0; u <= p; u++) {
-                const float *k = K + (size_t)u * C + h * hd;
+                const float *k = K + (size_t)u * Ckv + (h / G) * hd;
                 float s = 0.0f;
                 for (i = 0; i < hd; i++) s += q[i] * k[i];
                 c->att[u] = s * scale;
@@ -3901,21 +3907,21 @@ PTRAINDEF pt_status pt_gpt_decode(const pt_gpt *m, pt_kv_cache *c, int token,
             }
             for (i = 0; i < hd; i++) o[i] = 0.0f;
             for (u = 0; u <= p; u++) {
-                const float *v = Vc + (size_t)u * C + h * hd;
+                const float *v = Vc + (size_t)u * Ckv + (h / G) * hd;
                 float a = c->att[u] / sum;
                 for (i = 0; i < hd; i++) o[i] += a * v[i];
             }
         }
-        pt_matmul_forward(c->res, c->atty, w->attn_proj_w, w->attn_proj_b, 1, C, C);
+        pt__proj_forward(g, c->res, c->atty, w->attn_proj_w, w->attn_proj_b, 1, C, C);
         pt_residual_forward(c->res, c->res, c->x, (size_t)C);
-        pt_layernorm_forward(c->ln, &mean, &rstd, c->res, w->ln2_w, w->ln2_b, 1, C, g->ln_eps);
-        pt_matmul_forward(c->fch, c->ln, w->fc_w, w->fc_b, 1, C, 4 * C);
-        pt_gelu_forward(c->fcg, c->fch, (size_t)4 * C);
-        pt_matmul_forward(c->x, c->fcg, w->fc_proj_w, w->fc_proj_b, 1, 4 * C, C);
+        pt__norm_forward(g, c->ln, &mean, &rstd, c->res, w->ln2_w, w->ln2_b, 1, C);
+        pt__proj_forward(g, c->fch, c->ln, w->fc_w, w->fc_b, 1, C, (int)d.Fi);
+        pt__act_forward(g, c->fcg, c->fch, 1, (size_t)F);
+        pt__proj_forward(g, c->x, c->fcg, w->fc_proj_w, w->fc_proj_b, 1, F, C);
         pt_residual_forward(c->x, c->x, c->res, (size_t)C);
     }
-    pt_layernorm_forward(c->ln, &mean, &rstd, c->x, m->lnf_w, m->lnf_b, 1, C, g->ln_eps);
-    pt_tied_head_forward(c->logits, c->ln, m->wte, 1, C, g->vocab_size);
+    pt__norm_forward(g, c->ln, &mean, &rstd, c->x, m->lnf_w, m->lnf_b, 1, C);
+    pt_tied_head_forward(c->logits, c->ln, m->lm_head, 1, C, g->vocab_size);
     c->len++;
     if (logits) *logits = c->logits;
     return PT_OK;

@@ -2750,6 +2750,36 @@ static void test_llama_config(void) {
     }
 }
 
+/* KV-cache decoding with RoPE (LLaMA 3 scaling) and grouped-query attention
+   (the cache holds only the key/value heads) gives the full forward's logits. */
+static void test_llama_decode(void) {
+    enum { V = 17, BS = 8, T = 8 };
+    pt_gpt_config c = cfg_llama(V, BS, 2, 4, 16, 2, 24);
+    pt_gpt g;
+    pt_kv_cache kv;
+    const float *lg = NULL;
+    int *tok = rand_ids(T, V), t, i;
+    float *logits = TALLOC(float, T * V);
+    double mx = 0.0;
+    c.rope_scaling.factor = 4.0f, c.rope_scaling.low_freq_factor = 1.0f;
+    c.rope_scaling.high_freq_factor = 2.0f, c.rope_scaling.original_max_pos = 6;
+    CHECK_ST(gpt_new(&g, c, 1, T, 0), PT_OK);
+    if (!g.params) return;
+    gpt_randomize(&g, 4, 0.2f);
+    CHECK_ST(pt_gpt_forward(&g, tok, NULL, 1, T), PT_OK);
+    CHECK_ST(pt_gpt_gather_logits(&g, logits), PT_OK);
+    for (i = 0; i < T * V; i++) mx = fmax(mx, fabs(logits[i]));
+    CHECK_ST(pt_kv_cache_init(&kv, &g), PT_OK);
+    for (t = 0; t < T; t++) {
+        char what[64];
+        CHECK_ST(pt_gpt_decode(&g, &kv, tok[t], &lg), PT_OK);
+        snprintf(what, sizeof what, "llama decode logits at position %d", t);
+        if (lg) CHECK_CLOSE(what, lg, to_double(logits + t * V, V), V, 1e-4 * mx, 0);
+    }
+    pt_kv_cache_free(&kv);
+    pt_gpt_free(&g);
+}
+
 /* A LLaMA checkpoint keeps its architecture: config_from_file gives it back,
    and a resumed model continues bit for bit (the one block, RoPE included). */
 static void test_llama_checkpoint(void) {
@@ -2843,6 +2873,7 @@ static const test_case tests[] = {
     {"llama_model_grad", test_llama_model_grad},
     {"llama_config", test_llama_config},
     {"llama_checkpoint", test_llama_checkpoint},
+    {"llama_decode_matches_forward", test_llama_decode},
 };
 
 int main(int argc, char **argv) {

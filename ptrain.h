@@ -1039,6 +1039,9 @@ typedef struct pt_plan_desc {
     int recompute;        /* PT_RECOMPUTE_* */
     pt_exec_kind exec;    /* PT_EXEC_DEFAULT: the profile's */
     double train_tokens;  /* > 0: the result says how long these take */
+    pt_gpt_config arch;   /* the block's choices (arch, norm, pos, mlp, n_kv_head,
+                             ffn_hidden, no_bias, untied_head; its sizes are the
+                             fields above); zero: GPT-2 */
 } pt_plan_desc;
 
 typedef struct pt_plan_mem {
@@ -6813,15 +6816,20 @@ static void pt__layer_costs(pt__sim *S) {
     const pt_hw *hw = S->hw;
     double b = d->micro, s = d->seq, h = d->hidden, a = d->heads, t = d->tp, e = S->elem;
     double M = b * s, hd = h / a, ah = a / t, ht = h / t;
+    /* LLaMA's layer: q, and k, v of the key/value heads only (r = their share
+       of the heads); an MLP of ff columns, SwiGLU's gate and up (fi = 2 ff) */
+    double r = d->arch.n_kv_head > 0 ? d->arch.n_kv_head / a : 1.0;
+    double fft = (d->arch.ffn_hidden > 0 ? d->arch.ffn_hidden : 4.0 * h) / t;
+    double fit = d->arch.mlp == PT_MLP_SWIGLU ? 2.0 * fft : fft;
     pt__layer_cost *L = &S->layer;
     double g_qkv, g_proj, g_fc1, g_fc2, g_sc, g_ctx, f_lin, f_attn, ew_f, ew_b, ar;
     double attn_f, attn_b, kern;
     /* the four linear layers, M x K -> N, each rank with its 1/t */
-    g_qkv = pt_hw_gemm_seconds(hw, M, 3 * ht, h, 1, e);
+    g_qkv = pt_hw_gemm_seconds(hw, M, (1 + 2 * r) * ht, h, 1, e);
     g_proj = pt_hw_gemm_seconds(hw, M, h, ht, 1, e);
-    g_fc1 = pt_hw_gemm_seconds(hw, M, 4 * ht, h, 1, e);
-    g_fc2 = pt_hw_gemm_seconds(hw, M, h, 4 * ht, 1, e);
-    f_lin = 2.0 * M * h * (3 * ht + ht + 8 * ht);  /* 24 b s h^2 / t */
+    g_fc1 = pt_hw_gemm_seconds(hw, M, fit, h, 1, e);
+    g_fc2 = pt_hw_gemm_seconds(hw, M, h, fft, 1, e);
+    f_lin = 2.0 * M * h * ((1 + 2 * r) * ht + ht + fit + fft); /* GPT-2: 24 b s h^2 / t */
     f_attn = 4.0 * b * s * s * h / t;              /* scores and context */
     /* the attention core: batched GEMMs over b * a/t heads and a stored,
        masked softmax with dropout; or a fused kernel at attn_flops */
@@ -6839,7 +6847,7 @@ static void pt__layer_costs(pt__sim *S) {
     /* memory-bound kernels: LayerNorms (read, write M h), two bias + dropout +
        residual adds (read 2, write 1, a mask), bias + GELU over 4h/t (the fp32
        executor keeps no masks); backward moves about twice as much */
-    ew_f = e * (2 * M * h * 2 + 2 * 3 * M * h + 2 * M * 4 * ht + M * 3 * ht) +
+    ew_f = e * (2 * M * h * 2 + 2 * 3 * M * h + M * (fit + fft) + M * (1 + 2 * r) * ht) +
            (S->ptrain ? 0.0 : 2.0 * M * h);
     ew_b = 2.0 * ew_f;
     kern = (S->ptrain ? 10.0 : 12.0) * hw->kernel_s; /* launches besides the GEMMs' */
@@ -6860,9 +6868,14 @@ static void pt__layer_costs(pt__sim *S) {
        gradients (same GEMM shapes) apart for zero-bubble schedules */
     L->bw_s = (g_qkv + g_proj + g_fc1 + g_fc2) * S->share;
     L->bin_s = L->bw_s + attn_b + ew_b + L->tp_bwd_s;
-    /* Korthikanti et al. 2022, eq. (2) without sequence parallelism, in bytes */
-    L->act_bytes = s * b * h * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
-    L->act_sel_bytes = s * b * h * (10.0 + 24.0 / t);
+    /* Korthikanti et al. 2022, eq. (2) without sequence parallelism, in bytes;
+       its 24/t (q, k, v, the attention output, the MLP's two 4h inputs) as
+       (4 + 4r)/t + 2 (fi + ff)/(t h) for LLaMA's smaller k, v and its MLP */
+    {
+        double split = (4.0 + 4.0 * r) / t + 2.0 * (fit + fft) / h;
+        L->act_bytes = s * b * h * (10.0 + split + 5.0 * a * s / (h * t));
+        L->act_sel_bytes = s * b * h * (10.0 + split);
+    }
 }
 
 /* Seconds of one action on stage st; with stats, also its FLOPs and time. */
@@ -7021,6 +7034,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     memset(&g, 0, sizeof g);
     memset(&gd, 0, sizeof gd);
     g.tp = D->tp, g.dp = S->dp, g.pp = p, g.pp_rank = st;
+    gd.config = D->arch;
     gd.config.vocab_size = D->vocab, gd.config.block_size = D->seq;
     gd.config.n_layer = D->layers, gd.config.n_head = D->heads, gd.config.n_embd = D->hidden;
     gd.batch = D->micro, gd.seq = D->seq, gd.meta = 1, gd.grid = &g;
@@ -7070,7 +7084,14 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     S->opt_s[st] = S->dp_s[st] + (D->zero ? (double)m.exec->shard_total : pn) * (28.0 + e) /
                                      hw->mem_bw * S->share + hw->kernel_s * 4;
     /* ZeRO 3: a layer's weights gathered over dp before each use */
-    layer_p = 12.0 * h * h / t + 13.0 * h;
+    { /* a layer's parameters on one tensor rank: matrices split, vectors whole
+         (GPT-2: 12 h^2 / t + 13 h) */
+        pt__spec sp;
+        int k;
+        layer_p = 0.0;
+        for (k = 0; pt__canon_spec(&gd.config, k, &sp, NULL, 0); k++)
+            if (sp.layer == 0) layer_p += sp.cols ? (double)sp.rows * sp.cols / t : (double)sp.rows;
+    }
     S->zero3_s[st] = D->zero == 3 && S->dp > 1
                          ? pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, layer_p * e, S->dp, dpn)
                          : 0.0;

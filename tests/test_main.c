@@ -2780,6 +2780,38 @@ static void test_llama_decode(void) {
     pt_gpt_free(&g);
 }
 
+/* The simulator's LLaMA layer: model FLOPs in closed form (q, k, v of
+   n_kv_head heads, three MLP matrices of ffn_hidden), per-rank weights from
+   the meta build, and a layout that splits key/value heads refused. */
+static void test_llama_plan(void) {
+    pt_hw hw;
+    pt_plan_desc d;
+    pt_plan_result r;
+    pt_gpt_config c;
+    int k;
+    CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
+    for (k = 0; k < 2; k++) {
+        double B, s, l, h, V, ff, rk, mf;
+        CHECK_ST(pt_gpt_config_preset(k ? "llama2-70b" : "llama2-13b", &c), PT_OK);
+        memset(&d, 0, sizeof d);
+        d.arch = c, d.layers = c.n_layer, d.hidden = c.n_embd, d.heads = c.n_head;
+        d.seq = c.block_size, d.vocab = c.vocab_size;
+        d.tp = k ? 8 : 2, d.pp = k ? 4 : 1, d.gpus = 256, d.batch = 1024, d.micro = 1, d.zero = 1;
+        d.recompute = PT_RECOMPUTE_FULL;
+        CHECK_ST(pt_plan_simulate(&d, &hw, &r, NULL), PT_OK);
+        B = d.batch, s = d.seq, l = d.layers, h = d.hidden, V = d.vocab, ff = c.ffn_hidden;
+        rk = (double)c.n_kv_head / c.n_head;
+        mf = B * s * (l * (6 * h * (h * (2 + 2 * rk) + 3 * ff) + 12 * s * h) + 6 * h * V);
+        if (!(fabs(r.model_flops / mf - 1) < 1e-9))
+            FAIL("%s: model FLOPs %.6g, closed form %.6g", k ? "llama2-70b" : "llama2-13b",
+                 r.model_flops, mf);
+        CHECK(r.mem.params > 0 && r.tokens_per_s > 0);
+    }
+    d.tp = 16, d.pp = 1; /* 70B has 8 key/value heads */
+    CHECK_ERR(pt_plan_simulate(&d, &hw, &r, NULL), PT_ERR_CONFIG,
+              "tensor_parallel=16 does not divide n_kv_head=8");
+}
+
 /* A LLaMA checkpoint keeps its architecture: config_from_file gives it back,
    and a resumed model continues bit for bit (the one block, RoPE included). */
 static void test_llama_checkpoint(void) {
@@ -2874,6 +2906,7 @@ static const test_case tests[] = {
     {"llama_config", test_llama_config},
     {"llama_checkpoint", test_llama_checkpoint},
     {"llama_decode_matches_forward", test_llama_decode},
+    {"llama_plan", test_llama_plan},
 };
 
 int main(int argc, char **argv) {

@@ -1173,6 +1173,18 @@ PTRAINDEF pt_status pt_gpt_config_from_st(const pt_safetensors *st, int n_head_h
                                           pt_gpt_config *out);
 PTRAINDEF pt_status pt_gpt_config_from_file(const char *path, int n_head_hint,
                                             pt_gpt_config *out);
+/* A Hugging Face LLaMA config.json (text of len bytes): model_type "llama"
+   (if given), hidden_size, intermediate_size, num_attention_heads,
+   num_key_value_heads (absent: num_attention_heads), num_hidden_layers,
+   vocab_size, max_position_embeddings, rms_norm_eps, rope_theta,
+   tie_word_embeddings, attention_bias and mlp_bias (equal), hidden_act
+   "silu", rope_scaling (null, or rope_type "llama3" with factor,
+   low_freq_factor, high_freq_factor, original_max_position_embeddings).
+   The weights beside it (model.safetensors) load by their own names with
+   pt_gpt_load_weights. Every missing or inconsistent field is named with
+   its value. */
+PTRAINDEF pt_status pt_gpt_config_from_hf_json(const char *text, size_t len, pt_gpt_config *out);
+PTRAINDEF pt_status pt_gpt_config_from_hf_file(const char *path, pt_gpt_config *out);
 /* All tensors are checked before any is copied: on error m is unchanged. */
 PTRAINDEF pt_status pt_gpt_load_weights_st(pt_gpt *m, const pt_safetensors *st);
 PTRAINDEF pt_status pt_gpt_load_weights(pt_gpt *m, const char *path);
@@ -8457,6 +8469,155 @@ PTRAINDEF pt_status pt_gpt_config_from_file(const char *path, int n_head_hint,
     s = pt_gpt_config_from_st(&st, n_head_hint, out);
     pt_st_free(&st);
     return s == PT_OK ? s : pt__fail_path(s, path);
+}
+
+/* A JSON number into *out (within the double range). */
+static int pt__json_double(pt__json *j, double *out) {
+    char buf[64], *end;
+    const char *s;
+    size_t n;
+    pt__ws(j);
+    s = j->p;
+    if (!pt__json_number(j) || (n = (size_t)(j->p - s)) >= sizeof buf) return 0;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    *out = strtod(buf, &end);
+    return *end == 0 && *out == *out && *out > -1e300 && *out < 1e300;
+}
+
+/* A JSON true or false into *out. */
+static int pt__json_bool(pt__json *j, int *out) {
+    pt__ws(j);
+    if (pt__json_lit(j, "true")) return *out = 1, 1;
+    if (pt__json_lit(j, "false")) return *out = 0, 1;
+    return 0;
+}
+
+PTRAINDEF pt_status pt_gpt_config_from_hf_json(const char *text, size_t len, pt_gpt_config *out) {
+    /* the integer fields, their place in num[], and which are required */
+    static const char *ints[] = {"hidden_size", "intermediate_size", "num_attention_heads",
+                                 "num_key_value_heads", "num_hidden_layers", "vocab_size",
+                                 "max_position_embeddings"};
+    static const char *sc_keys[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                    "original_max_position_embeddings"};
+    double num[7] = {-1, -1, -1, -1, -1, -1, -1}, eps = 1e-6, theta = 10000.0, sc[4] = {0, 0, 0, 0};
+    int tie = 0, abias = 0, mbias = -1, have_sc = 0, first = 1, r, i, bad = 0;
+    const char *key, *err = NULL;
+    char *pool;
+    pt__json j;
+    pt_gpt_config c;
+    pt_clear_error();
+    if (!(pool = (char *)pt__malloc(len + 1, NULL)))
+        return pt__fail(PT_ERR_OOM, "cannot allocate %zu bytes to parse config.json", len + 1);
+    memset(&j, 0, sizeof j);
+    j.p = text, j.end = text + len, j.pool = pool, j.pool_cap = len + 1;
+    if (!pt__json_expect(&j, '{')) err = "not a JSON object";
+    while (!err && (r = pt__json_member(&j, &first, &key)) != 0) {
+        const char *v;
+        if (r < 0) {
+            err = "malformed JSON";
+            break;
+        }
+        for (i = 0; i < 7 && strcmp(key, ints[i]) != 0; i++) {
+        }
+        if (i < 7) {
+            if (!pt__json_double(&j, &num[i]) || num[i] != (double)(int64_t)num[i] || num[i] < 0)
+                pt__append_error(&bad, "config.json: %s is not a non-negative integer", ints[i]);
+        } else if (strcmp(key, "rms_norm_eps") == 0) {
+            if (!pt__json_double(&j, &eps)) err = "rms_norm_eps is not a number";
+        } else if (strcmp(key, "rope_theta") == 0) {
+            if (!pt__json_double(&j, &theta)) err = "rope_theta is not a number";
+        } else if (strcmp(key, "tie_word_embeddings") == 0) {
+            if (!pt__json_bool(&j, &tie)) err = "tie_word_embeddings is not true or false";
+        } else if (strcmp(key, "attention_bias") == 0) {
+            if (!pt__json_bool(&j, &abias)) err = "attention_bias is not true or false";
+        } else if (strcmp(key, "mlp_bias") == 0) {
+            if (!pt__json_bool(&j, &mbias)) err = "mlp_bias is not true or false";
+        } else if (strcmp(key, "model_type") == 0 || strcmp(key, "hidden_act") == 0) {
+            int act = key[0] == 'h';
+            if (!(v = pt__json_string(&j))) err = "model_type or hidden_act is not a string";
+            else if (strcmp(v, act ? "silu" : "llama") != 0)
+                pt__append_error(&bad, "config.json: %s='%s' is not supported (expected '%s')",
+                                 act ? "hidden_act" : "model_type", v, act ? "silu" : "llama");
+        } else if (strcmp(key, "rope_scaling") == 0) {
+            int f2 = 1;
+            const char *k2;
+            pt__ws(&j);
+            if (pt__json_lit(&j, "null")) continue;
+            if (!pt__json_expect(&j, '{')) {
+                err = "rope_scaling is not an object or null";
+                break;
+            }
+            have_sc = 1;
+            while (!err && (r = pt__json_member(&j, &f2, &k2)) != 0) {
+                int k;
+                if (r < 0) {
+                    err = "malformed JSON in rope_scaling";
+                    break;
+                }
+                for (k = 0; k < 4 && strcmp(k2, sc_keys[k]) != 0; k++) {
+                }
+                if (k < 4) {
+                    if (!pt__json_double(&j, &sc[k])) err = "a rope_scaling value is not a number";
+                } else if (strcmp(k2, "rope_type") == 0 || strcmp(k2, "type") == 0) {
+                    if (!(v = pt__json_string(&j))) err = "rope_scaling's rope_type is not a string";
+                    else if (strcmp(v, "llama3") != 0)
+                        pt__append_error(&bad, "config.json: rope_scaling rope_type='%s' is not "
+                                         "supported (only 'llama3')", v);
+                } else if (!pt__json_skip(&j)) {
+                    err = "malformed JSON in rope_scaling";
+                }
+            }
+        } else if (!pt__json_skip(&j)) {
+            err = "malformed JSON";
+        }
+    }
+    pt__free(pool, NULL);
+    if (err) return pt__fail(PT_ERR_FORMAT, "config.json: %s (at byte %zu)", err,
+                             (size_t)(j.p - text));
+    if (num[3] < 0) num[3] = num[2]; /* no num_key_value_heads: multi-head attention */
+    for (i = 0; i < 7; i++)
+        if (num[i] < 0) pt__append_error(&bad, "config.json: %s is missing", ints[i]);
+        else if (num[i] > (double)(1 << 30))
+            pt__append_error(&bad, "config.json: %s=%.0f is too large", ints[i], num[i]);
+    if (!bad && num[2] > 0 && (int64_t)num[0] % (int64_t)num[2])
+        pt__append_error(&bad, "config.json: hidden_size=%.0f is not divisible by "
+                         "num_attention_heads=%.0f", num[0], num[2]);
+    if (!bad && num[3] > 0 && (int64_t)num[2] % (int64_t)num[3])
+        pt__append_error(&bad, "config.json: num_key_value_heads=%.0f does not divide "
+                         "num_attention_heads=%.0f", num[3], num[2]);
+    if (mbias >= 0 && mbias != abias)
+        pt__append_error(&bad, "config.json: attention_bias=%d and mlp_bias=%d differ (ptrain "
+                         "has one bias switch)", abias, mbias);
+    if (have_sc && !(sc[0] > 0 && sc[3] > 0))
+        pt__append_error(&bad, "config.json: rope_scaling needs factor and "
+                         "original_max_position_embeddings");
+    if (bad) return PT_ERR_CONFIG;
+    memset(&c, 0, sizeof c);
+    c.arch = PT_ARCH_LLAMA, c.norm = PT_NORM_RMS, c.pos = PT_POS_ROPE, c.mlp = PT_MLP_SWIGLU;
+    c.n_embd = (int)num[0], c.ffn_hidden = (int)num[1], c.n_head = (int)num[2];
+    c.n_kv_head = (int)num[3], c.n_layer = (int)num[4], c.vocab_size = (int)num[5];
+    c.block_size = (int)num[6];
+    c.ln_eps = (float)eps, c.rope_theta = (float)theta;
+    c.no_bias = !abias, c.untied_head = !tie;
+    if (have_sc) {
+        c.rope_scaling.factor = (float)sc[0];
+        c.rope_scaling.low_freq_factor = (float)(sc[1] > 0 ? sc[1] : 1.0);
+        c.rope_scaling.high_freq_factor = (float)(sc[2] > 0 ? sc[2] : 4.0);
+        c.rope_scaling.original_max_pos = sc[3] < (double)(1 << 30) ? (int)sc[3] : 0;
+    }
+    *out = c;
+    return pt_gpt_config_validate(&c);
+}
+
+PTRAINDEF pt_status pt_gpt_config_from_hf_file(const char *path, pt_gpt_config *out) {
+    unsigned char *text;
+    size_t n;
+    pt_status s = pt__read_file(path, &text, &n, NULL);
+    if (s != PT_OK) return s;
+    s = pt_gpt_config_from_hf_json((const char *)text, n, out);
+    pt__free(text, NULL);
+    return s;
 }
 
 /* name as stored: exact, or with the "transformer." prefix */

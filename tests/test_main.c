@@ -2812,6 +2812,92 @@ static void test_llama_plan(void) {
               "tensor_parallel=16 does not divide n_kv_head=8");
 }
 
+/* Hugging Face's LLaMA config.json: Meta's published parameter counts from
+   their configs, a model.safetensors of the table's names loading back to the
+   same logits, and every bad field named with its value. */
+static void test_llama_hf_config(void) {
+    static const char *llama31_8b =
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, "
+        "\"bos_token_id\": 128000, \"hidden_act\": \"silu\", \"hidden_size\": 4096, "
+        "\"intermediate_size\": 14336, \"max_position_embeddings\": 131072, \"mlp_bias\": false, "
+        "\"model_type\": \"llama\", \"num_attention_heads\": 32, \"num_hidden_layers\": 32, "
+        "\"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"factor\": 8.0, "
+        "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+        "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}, "
+        "\"rope_theta\": 500000.0, \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", "
+        "\"vocab_size\": 128256}";
+    static const char *tiny =
+        "{\"model_type\": \"llama\", \"hidden_size\": 16, \"intermediate_size\": 24, "
+        "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 2, "
+        "\"vocab_size\": 13, \"max_position_embeddings\": 8, \"rms_norm_eps\": 1e-6, "
+        "\"rope_theta\": 100.0, \"rope_scaling\": null, \"tie_word_embeddings\": true}";
+    pt_gpt_config c;
+    pt_gpt g, h;
+    pt_st_writer w;
+    float *logits_g, *logits_h;
+    int *in = rand_ids(6, 13), i;
+    const char *path = tmp_path("model.safetensors");
+    CHECK_ST(pt_gpt_config_from_hf_json(llama31_8b, strlen(llama31_8b), &c), PT_OK);
+    CHECK(c.arch == PT_ARCH_LLAMA && c.n_kv_head == 8 && c.ffn_hidden == 14336 && c.untied_head &&
+          c.no_bias && c.rope_theta == 500000.0f && c.rope_scaling.factor == 8.0f &&
+          c.rope_scaling.original_max_pos == 8192 && c.block_size == 131072);
+    CHECK(pt_gpt_num_params(&c) == 8030261248LL);
+    /* weights by name: a model.safetensors of the table, into a model of config.json */
+    CHECK_ST(pt_gpt_config_from_hf_json(tiny, strlen(tiny), &c), PT_OK);
+    CHECK(!c.untied_head && c.ln_eps == 1e-6f && c.rope_scaling.factor == 0.0f);
+    CHECK_ST(gpt_new(&g, c, 1, 6, 0), PT_OK);
+    CHECK_ST(gpt_new(&h, c, 1, 6, 0), PT_OK);
+    if (!g.params || !h.params) return;
+    gpt_randomize(&g, 8, 0.2f);
+    ZERO(w);
+    pt_st_writer_init(&w);
+    for (i = 0; i < g.num_tensors; i++)
+        CHECK_ST(pt_st_writer_add(&w, g.table[i].name, PT_F32, g.table[i].ndim,
+                                  g.table[i].full_shape, g.params + g.table[i].offset), PT_OK);
+    CHECK_ST(pt_st_writer_save(&w, path), PT_OK);
+    pt_st_writer_free(&w);
+    CHECK_ST(pt_gpt_load_weights(&h, path), PT_OK);
+    logits_g = TALLOC(float, 6 * 13), logits_h = TALLOC(float, 6 * 13);
+    CHECK_ST(pt_gpt_forward(&g, in, NULL, 1, 6), PT_OK);
+    CHECK_ST(pt_gpt_gather_logits(&g, logits_g), PT_OK);
+    CHECK_ST(pt_gpt_forward(&h, in, NULL, 1, 6), PT_OK);
+    CHECK_ST(pt_gpt_gather_logits(&h, logits_h), PT_OK);
+    CHECK(memcmp(logits_g, logits_h, sizeof(float) * 6 * 13) == 0);
+    pt_gpt_free(&h);
+    c.ffn_hidden = 32; /* a config whose hidden size does not match the tensors */
+    CHECK_ST(gpt_new(&h, c, 1, 6, 0), PT_OK);
+    CHECK_ERR(pt_gpt_load_weights(&h, path), PT_ERR_SHAPE, "model.layers.0.mlp.gate_proj.weight");
+    pt_gpt_free(&h);
+    pt_gpt_free(&g);
+    remove(path);
+    /* bad fields, each named with its value */
+    {
+        static const struct { const char *json, *want; pt_status st; } bad[] = {
+            {"{\"hidden_size\": 16, \"num_attention_heads\": 4, \"num_hidden_layers\": 1, "
+             "\"vocab_size\": 8, \"max_position_embeddings\": 8}", "intermediate_size is missing",
+             PT_ERR_CONFIG},
+            {"{\"hidden_size\": 16, \"intermediate_size\": 8, \"num_attention_heads\": 4, "
+             "\"num_key_value_heads\": 3, \"num_hidden_layers\": 1, \"vocab_size\": 8, "
+             "\"max_position_embeddings\": 8}", "num_key_value_heads=3 does not divide "
+             "num_attention_heads=4", PT_ERR_CONFIG},
+            {"{\"hidden_size\": 18, \"intermediate_size\": 8, \"num_attention_heads\": 4, "
+             "\"num_hidden_layers\": 1, \"vocab_size\": 8, \"max_position_embeddings\": 8}",
+             "hidden_size=18 is not divisible by num_attention_heads=4", PT_ERR_CONFIG},
+            {"{\"model_type\": \"gpt2\", \"hidden_size\": 16}", "model_type='gpt2'", PT_ERR_CONFIG},
+            {"{\"hidden_size\": 16.5}", "hidden_size is not a non-negative integer", PT_ERR_CONFIG},
+            {"{\"hidden_size\": 16, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}}",
+             "rope_type='yarn'", PT_ERR_CONFIG},
+            {"{\"hidden_size\": 16, ", "config.json: malformed JSON", PT_ERR_FORMAT},
+            {"[1, 2]", "not a JSON object", PT_ERR_FORMAT},
+        };
+        int k;
+        for (k = 0; k < (int)(sizeof bad / sizeof bad[0]); k++) {
+            CHECK_ERR(pt_gpt_config_from_hf_json(bad[k].json, strlen(bad[k].json), &c), bad[k].st,
+                      bad[k].want);
+        }
+    }
+}
+
 /* A LLaMA checkpoint keeps its architecture: config_from_file gives it back,
    and a resumed model continues bit for bit (the one block, RoPE included). */
 static void test_llama_checkpoint(void) {
@@ -2907,6 +2993,7 @@ static const test_case tests[] = {
     {"llama_checkpoint", test_llama_checkpoint},
     {"llama_decode_matches_forward", test_llama_decode},
     {"llama_plan", test_llama_plan},
+    {"llama_hf_config", test_llama_hf_config},
 };
 
 int main(int argc, char **argv) {

@@ -2842,6 +2842,13 @@ static void test_llama_hf_config(void) {
           c.no_bias && c.rope_theta == 500000.0f && c.rope_scaling.factor == 8.0f &&
           c.rope_scaling.original_max_pos == 8192 && c.block_size == 131072);
     CHECK(pt_gpt_num_params(&c) == 8030261248LL);
+    { /* no num_key_value_heads: multi-head attention (LLaMA 1 and 2 7B) */
+        static const char *mha = "{\"hidden_size\": 32, \"intermediate_size\": 8, "
+            "\"num_attention_heads\": 4, \"num_hidden_layers\": 1, \"vocab_size\": 8, "
+            "\"max_position_embeddings\": 8}";
+        CHECK_ST(pt_gpt_config_from_hf_json(mha, strlen(mha), &c), PT_OK);
+        CHECK(c.n_kv_head == 4 && c.ln_eps == 1e-6f && c.rope_theta == 10000.0f);
+    }
     /* weights by name: a model.safetensors of the table, into a model of config.json */
     CHECK_ST(pt_gpt_config_from_hf_json(tiny, strlen(tiny), &c), PT_OK);
     CHECK(!c.untied_head && c.ln_eps == 1e-6f && c.rope_scaling.factor == 0.0f);

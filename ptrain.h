@@ -8521,8 +8521,13 @@ PTRAINDEF pt_status pt_gpt_config_from_hf_json(const char *text, size_t len, pt_
         for (i = 0; i < 7 && strcmp(key, ints[i]) != 0; i++) {
         }
         if (i < 7) {
-            if (!pt__json_double(&j, &num[i]) || num[i] != (double)(int64_t)num[i] || num[i] < 0)
-                pt__append_error(&bad, "config.json: %s is not a non-negative integer", ints[i]);
+            /* the range first: casting a double outside int64_t's is undefined */
+            if (!pt__json_double(&j, &num[i]) ||
+                !(num[i] >= 0 && num[i] <= 1e15 && num[i] == (double)(int64_t)num[i])) {
+                pt__append_error(&bad, "config.json: %s is not a non-negative integer below "
+                                 "1e15", ints[i]);
+                num[i] = 0; /* reported; keeps the checks below defined */
+            }
         } else if (strcmp(key, "rms_norm_eps") == 0) {
             if (!pt__json_double(&j, &eps)) err = "rms_norm_eps is not a number";
         } else if (strcmp(key, "rope_theta") == 0) {

@@ -45,8 +45,10 @@
    SECTIONS (search for the marker)
        >>basics     status codes, last error, RNG, threads, timing
        >>tensors    tensor views, arena, meta arena
-       >>kernels    forward/backward pairs, AdamW, clipping, LR schedule
-       >>model      GPT-2 config, tensor table, blocks, building a model, generation
+       >>kernels    forward/backward pairs (LayerNorm, RMSNorm, RoPE, GELU, SwiGLU,
+                    grouped-query attention, ...), AdamW, clipping, LR schedule
+       >>model      GPT-2 / LLaMA config, tensor table, the block, building a model,
+                    generation
        >>comm       communicators (self, threads, MPI), the tp x dp x pp grid
        >>schedule   pipeline schedules as data, their checker, text grid, timelines
        >>exec       the executor: one training step (pt_gpt_step) for every layout,

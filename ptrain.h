@@ -1187,6 +1187,12 @@ PTRAINDEF pt_status pt_gpt_config_from_file(const char *path, int n_head_hint,
    its value. */
 PTRAINDEF pt_status pt_gpt_config_from_hf_json(const char *text, size_t len, pt_gpt_config *out);
 PTRAINDEF pt_status pt_gpt_config_from_hf_file(const char *path, pt_gpt_config *out);
+/* Writes a LLaMA model (RMSNorm, rotary, SwiGLU: what LlamaForCausalLM
+   expresses) as Hugging Face lays it out: dir/config.json (the fields read
+   above) and dir/model.safetensors (float32 weights by their names). dir must
+   exist. Collective over the model's grid (the tensors are gathered whole;
+   world rank 0 writes). */
+PTRAINDEF pt_status pt_gpt_save_hf(const pt_gpt *m, const char *dir);
 /* All tensors are checked before any is copied: on error m is unchanged. */
 PTRAINDEF pt_status pt_gpt_load_weights_st(pt_gpt *m, const pt_safetensors *st);
 PTRAINDEF pt_status pt_gpt_load_weights(pt_gpt *m, const char *path);
@@ -8624,6 +8630,89 @@ PTRAINDEF pt_status pt_gpt_config_from_hf_file(const char *path, pt_gpt_config *
     if (s != PT_OK) return s;
     s = pt_gpt_config_from_hf_json((const char *)text, n, out);
     pt__free(text, NULL);
+    return s;
+}
+
+PTRAINDEF pt_status pt_gpt_save_hf(const pt_gpt *m, const char *dir) {
+    const pt_gpt_config *c = &m->config;
+    char path[1024], text[1536];
+    float *whole = NULL;
+    const float *params = m->params;
+    pt_status s = PT_OK;
+    int writer = !m->exec || !m->exec->grid || m->exec->grid->world->rank == 0, n;
+    if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (meta=1)");
+    if (c->arch != PT_ARCH_LLAMA || c->norm != PT_NORM_RMS || c->pos != PT_POS_ROPE ||
+        c->mlp != PT_MLP_SWIGLU)
+        return pt__fail(PT_ERR_UNSUPPORTED, "Hugging Face's LlamaForCausalLM needs arch=llama, "
+                        "norm=rmsnorm, pos=rope, mlp=swiglu (arch=%d norm=%d pos=%d mlp=%d); save "
+                        "a ptrain checkpoint instead", (int)c->arch, (int)c->norm, (int)c->pos,
+                        (int)c->mlp);
+    if (m->num_params != m->num_params_full || m->place.pp > 1) { /* split: gather whole */
+        whole = (float *)pt__malloc(m->num_params_full * sizeof(float), m->alloc_ctx);
+        if (!whole) s = pt__fail(PT_ERR_OOM, "cannot allocate %.1f MiB to gather the model",
+                                 (double)m->num_params_full * 4.0 / 1048576.0);
+        if (s == PT_OK) s = pt_gpt_gather(m, PT_BUF_PARAMS, whole);
+        params = whole;
+    }
+    if (s == PT_OK && writer) {
+        FILE *f;
+        n = snprintf(text, sizeof text,
+                     "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+                     "  \"hidden_act\": \"silu\",\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
+                     "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
+                     "  \"num_hidden_layers\": %d,\n  \"vocab_size\": %d,\n"
+                     "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n"
+                     "  \"rope_theta\": %.9g,\n  \"tie_word_embeddings\": %s,\n"
+                     "  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n  \"torch_dtype\": \"float32\",\n",
+                     c->n_embd, pt__ffn(c), c->n_head, pt__kv_heads(c), c->n_layer, c->vocab_size,
+                     c->block_size, (double)(c->ln_eps > 0.0f ? c->ln_eps : 1e-5f),
+                     (double)pt__rope_theta(c), c->untied_head ? "false" : "true",
+                     c->no_bias ? "false" : "true", c->no_bias ? "false" : "true");
+        if (c->rope_scaling.factor > 0.0f)
+            n += snprintf(text + n, sizeof text - (size_t)n,
+                          "  \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": %.9g, "
+                          "\"low_freq_factor\": %.9g, \"high_freq_factor\": %.9g, "
+                          "\"original_max_position_embeddings\": %d}\n}\n",
+                          (double)c->rope_scaling.factor, (double)c->rope_scaling.low_freq_factor,
+                          (double)c->rope_scaling.high_freq_factor, c->rope_scaling.original_max_pos);
+        else
+            n += snprintf(text + n, sizeof text - (size_t)n, "  \"rope_scaling\": null\n}\n");
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        if (!(f = fopen(path, "wb")) || fwrite(text, 1, (size_t)n, f) != (size_t)n) {
+            s = pt__fail(PT_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+            if (f) fclose(f);
+        } else if (fclose(f) != 0) {
+            s = pt__fail(PT_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+        }
+        if (s == PT_OK) { /* the whole model's tensors in canonical order */
+            pt_st_writer w;
+            pt__spec sp;
+            char tname[64];
+            size_t at = 0;
+            int i;
+            memset(&w, 0, sizeof w);
+            w.alloc_ctx = m->alloc_ctx;
+            pt_st_writer_init(&w);
+            s = pt_st_writer_meta(&w, "format", "pt");
+            for (i = 0; s == PT_OK && pt__canon_spec(c, i, &sp, tname, sizeof tname); i++) {
+                int64_t shape[2];
+                shape[0] = sp.rows, shape[1] = sp.cols;
+                s = pt_st_writer_add(&w, tname, PT_F32, sp.cols ? 2 : 1, shape, params + at);
+                at += (size_t)sp.rows * (size_t)(sp.cols ? sp.cols : 1);
+            }
+            snprintf(path, sizeof path, "%s/model.safetensors", dir);
+            if (s == PT_OK) s = pt_st_writer_save(&w, path);
+            pt_st_writer_free(&w);
+        }
+    }
+    pt__free(whole, m->alloc_ctx);
+    if (m->exec && m->exec->grid) { /* every rank returns the writer's verdict */
+        int all = 0;
+        pt_status cs = pt_comm_all_ok(m->exec->grid->world, s == PT_OK, &all);
+        if (cs != PT_OK) return cs;
+        if (s == PT_OK && !all)
+            return pt__fail(PT_ERR_IO, "%s: writing the model failed on another rank", dir);
+    }
     return s;
 }
 

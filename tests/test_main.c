@@ -2905,6 +2905,46 @@ static void test_llama_hf_config(void) {
     }
 }
 
+/* pt_gpt_save_hf writes config.json and model.safetensors that read back to
+   the same configuration and the same logits; GPT-2 blocks are refused. */
+static void test_llama_save_hf(void) {
+    pt_gpt_config c = cfg_llama(13, 8, 2, 4, 16, 2, 24), back;
+    pt_gpt g, h;
+    int *in = rand_ids(6, 13);
+    float *lg = TALLOC(float, 6 * 13), *lh = TALLOC(float, 6 * 13);
+    char dir[] = "/tmp/ptrain_llama_hf_XXXXXX", cfg_path[256], st_path[256];
+    c.rope_scaling.factor = 4.0f, c.rope_scaling.low_freq_factor = 1.0f;
+    c.rope_scaling.high_freq_factor = 2.0f, c.rope_scaling.original_max_pos = 6;
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+    snprintf(st_path, sizeof st_path, "%s/model.safetensors", dir);
+    CHECK_ST(gpt_new(&g, c, 1, 6, 0), PT_OK);
+    if (!g.params) return;
+    gpt_randomize(&g, 9, 0.2f);
+    CHECK_ST(pt_gpt_save_hf(&g, dir), PT_OK);
+    CHECK_ST(pt_gpt_config_from_hf_file(cfg_path, &back), PT_OK);
+    CHECK(back.n_kv_head == 2 && back.ffn_hidden == 24 && back.untied_head && back.no_bias &&
+          back.rope_theta == c.rope_theta && back.rope_scaling.factor == 4.0f &&
+          back.rope_scaling.high_freq_factor == 2.0f && back.rope_scaling.original_max_pos == 6 &&
+          back.block_size == 8 && back.ln_eps == 1e-5f);
+    back.ln_eps = c.ln_eps; /* 0 (default) in c, written as 1e-5 */
+    CHECK_ST(gpt_new(&h, back, 1, 6, 0), PT_OK);
+    CHECK_ST(pt_gpt_load_weights(&h, st_path), PT_OK);
+    CHECK_ST(pt_gpt_forward(&g, in, NULL, 1, 6), PT_OK);
+    CHECK_ST(pt_gpt_gather_logits(&g, lg), PT_OK);
+    CHECK_ST(pt_gpt_forward(&h, in, NULL, 1, 6), PT_OK);
+    CHECK_ST(pt_gpt_gather_logits(&h, lh), PT_OK);
+    CHECK(memcmp(lg, lh, sizeof(float) * 6 * 13) == 0);
+    pt_gpt_free(&h);
+    pt_gpt_free(&g);
+    CHECK_ST(gpt_new(&g, cfg_make(13, 8, 1, 2, 8), 1, 6, 0), PT_OK);
+    CHECK_ERR(pt_gpt_save_hf(&g, dir), PT_ERR_UNSUPPORTED, "arch=llama");
+    pt_gpt_free(&g);
+    remove(cfg_path);
+    remove(st_path);
+    rmdir(dir);
+}
+
 /* A LLaMA checkpoint keeps its architecture: config_from_file gives it back,
    and a resumed model continues bit for bit (the one block, RoPE included). */
 static void test_llama_checkpoint(void) {
@@ -3001,6 +3041,7 @@ static const test_case tests[] = {
     {"llama_decode_matches_forward", test_llama_decode},
     {"llama_plan", test_llama_plan},
     {"llama_hf_config", test_llama_hf_config},
+    {"llama_save_hf", test_llama_save_hf},
 };
 
 int main(int argc, char **argv) {

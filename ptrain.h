@@ -2312,7 +2312,8 @@ PTRAINDEF void pt_attention_backward(float *dqkv, const float *dout, const float
         for (h = g * G; h < (g + 1) * G; h++) {
             const float *qbase = qkv + (size_t)b * T * C3 + h * hd;
             float *dqbase = dqkv + (size_t)b * T * C3 + h * hd;
-            const float *dO = dout + (size_t)b * T * C + h * hd, *O = out + (size_t)b * T * C + h * hd;
+            const float *dO = dout + (size_t)b * T * C + h * hd;
+            const float *O = out + (size_t)b * T * C + h * hd;
             const float *L = lse + ((size_t)b * NH + h) * T;
             for (qb = 0; qb < nqb; qb++) {
                 int t0 = qb * PT_ATTN_QBLOCK, i, u, j;

@@ -1193,6 +1193,11 @@ PTRAINDEF pt_status pt_gpt_config_from_hf_file(const char *path, pt_gpt_config *
    exist. Collective over the model's grid (the tensors are gathered whole;
    world rank 0 writes). */
 PTRAINDEF pt_status pt_gpt_save_hf(const pt_gpt *m, const char *dir);
+/* Weights of a Hugging Face model directory: dir/model.safetensors, or the
+   shards that dir/model.safetensors.index.json's weight_map names (every
+   tensor of the model in exactly one of them). Checks every shard before
+   reading any. */
+PTRAINDEF pt_status pt_gpt_load_weights_hf(pt_gpt *m, const char *dir);
 /* All tensors are checked before any is copied: on error m is unchanged. */
 PTRAINDEF pt_status pt_gpt_load_weights_st(pt_gpt *m, const pt_safetensors *st);
 PTRAINDEF pt_status pt_gpt_load_weights(pt_gpt *m, const char *path);
@@ -8724,12 +8729,13 @@ static const char *pt__hf_name(const pt_safetensors *st, const char *name, char 
     return pt_st_find(st, buf) ? buf : name;
 }
 
-/* Checks (dst == NULL) or copies every model tensor stored as prefix+name. */
 /* Checks (dst NULL) or reads (into dst, laid out as m->table) every
    parameter under prefix. The file holds whole tensors: a tensor-parallel
-   rank reads each split one whole and keeps its part. */
-static pt_status pt__st_params(const pt_gpt *m, const pt_safetensors *st, const char *prefix,
-                               float *dst) {
+   rank reads each split one whole and keeps its part. With found (one flag
+   a table entry), st is one shard: the tensors it lacks are skipped, those
+   it has are flagged. */
+static pt_status pt__st_params_in(const pt_gpt *m, const pt_safetensors *st, const char *prefix,
+                                  float *dst, unsigned char *found) {
     char full[96], alt[112];
     float *whole = NULL;
     int i;
@@ -8740,6 +8746,13 @@ static pt_status pt__st_params(const pt_gpt *m, const pt_safetensors *st, const 
         const char *name;
         snprintf(full, sizeof full, "%s%s", prefix, p->name);
         name = *prefix ? full : pt__hf_name(st, full, alt, sizeof alt);
+        if (found) { /* a shard: the tensors it holds, each in one shard only */
+            if (!pt_st_find(st, name)) continue;
+            if (!dst && found[i])
+                s = pt__fail(PT_ERR_FORMAT, "tensor '%s' is in two shards", name);
+            found[i] = 1;
+            if (s != PT_OK) break;
+        }
         if (!dst) {
             s = pt__st_lookup(st, name, p->ndim, p->full_shape, &t);
             if (s == PT_OK && t->dtype != PT_F32 && t->dtype != PT_F16 && t->dtype != PT_BF16 &&
@@ -8768,6 +8781,11 @@ static pt_status pt__st_params(const pt_gpt *m, const pt_safetensors *st, const 
     return s;
 }
 
+static pt_status pt__st_params(const pt_gpt *m, const pt_safetensors *st, const char *prefix,
+                               float *dst) {
+    return pt__st_params_in(m, st, prefix, dst, NULL);
+}
+
 PTRAINDEF pt_status pt_gpt_load_weights_st(pt_gpt *m, const pt_safetensors *st) {
     pt_status s;
     if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
@@ -8783,6 +8801,81 @@ PTRAINDEF pt_status pt_gpt_load_weights(pt_gpt *m, const char *path) {
     s = pt_gpt_load_weights_st(m, &st);
     pt_st_free(&st);
     return s == PT_OK ? s : pt__fail_path(s, path);
+}
+
+PTRAINDEF pt_status pt_gpt_load_weights_hf(pt_gpt *m, const char *dir) {
+    char path[1024];
+    unsigned char *text = NULL, *found = NULL;
+    char *pool = NULL, **files = NULL;
+    size_t n = 0, nfiles = 0;
+    int pass, i, k;
+    pt_status s;
+    pt__json j;
+    if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (pt__read_file(path, &text, &n, m->alloc_ctx) != PT_OK) { /* one file */
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        return pt_gpt_load_weights(m, path);
+    }
+    /* the distinct shard names of weight_map, in their first order */
+    pool = (char *)pt__malloc(n + 1, m->alloc_ctx);
+    files = (char **)pt__malloc((n / 4 + 1) * sizeof(char *), m->alloc_ctx);
+    found = (unsigned char *)pt__malloc((size_t)m->num_tensors + 1, m->alloc_ctx);
+    s = pool && files && found ? PT_OK : pt__fail(PT_ERR_OOM, "cannot allocate to read '%s'", path);
+    if (s == PT_OK) {
+        int first = 1, r;
+        const char *key;
+        memset(&j, 0, sizeof j);
+        j.p = (const char *)text, j.end = (const char *)text + n, j.pool = pool, j.pool_cap = n + 1;
+        if (!pt__json_expect(&j, '{')) s = pt__fail(PT_ERR_FORMAT, "%s: not a JSON object", path);
+        while (s == PT_OK && (r = pt__json_member(&j, &first, &key)) != 0) {
+            int f2 = 1;
+            const char *k2, *v;
+            if (r < 0) s = pt__fail(PT_ERR_FORMAT, "%s: malformed JSON", path);
+            else if (strcmp(key, "weight_map") != 0) {
+                if (!pt__json_skip(&j)) s = pt__fail(PT_ERR_FORMAT, "%s: malformed JSON", path);
+            } else if (!pt__json_expect(&j, '{')) {
+                s = pt__fail(PT_ERR_FORMAT, "%s: weight_map is not an object", path);
+            } else {
+                while (s == PT_OK && (r = pt__json_member(&j, &f2, &k2)) != 0) {
+                    size_t q;
+                    if (r < 0 || !(v = pt__json_string(&j))) {
+                        s = pt__fail(PT_ERR_FORMAT, "%s: weight_map's values must be file names", path);
+                        break;
+                    }
+                    if (!*v || strchr(v, '/') || strcmp(v, "..") == 0)
+                        s = pt__fail(PT_ERR_FORMAT, "%s: shard '%s' is not a file name here", path, v);
+                    for (q = 0; q < nfiles && strcmp(files[q], v) != 0; q++) {
+                    }
+                    if (q == nfiles) files[nfiles++] = (char *)v;
+                }
+            }
+        }
+        if (s == PT_OK && nfiles == 0) s = pt__fail(PT_ERR_MISSING, "%s: no weight_map", path);
+    }
+    /* pass 0 checks every shard (and that every tensor is in one), pass 1 reads */
+    if (found) memset(found, 0, (size_t)m->num_tensors);
+    for (pass = 0; pass < 2 && s == PT_OK; pass++) {
+        for (k = 0; k < (int)nfiles && s == PT_OK; k++) {
+            pt_safetensors st;
+            memset(&st, 0, sizeof st);
+            st.alloc_ctx = m->alloc_ctx;
+            snprintf(path, sizeof path, "%s/%s", dir, files[k]);
+            if ((s = pt_st_load(&st, path)) != PT_OK) break;
+            s = pt__st_params_in(m, &st, "", pass ? m->params : NULL, found);
+            pt_st_free(&st);
+            if (s != PT_OK) s = pt__fail_path(s, path);
+        }
+        for (i = 0; pass == 0 && s == PT_OK && i < m->num_tensors; i++)
+            if (!found[i])
+                s = pt__fail(PT_ERR_MISSING, "%s: tensor '%s' is in no shard", dir,
+                             m->table[i].name);
+    }
+    pt__free(text, m->alloc_ctx);
+    pt__free(pool, m->alloc_ctx);
+    pt__free(files, m->alloc_ctx);
+    pt__free(found, m->alloc_ctx);
+    return s;
 }
 
 /* ---- token data ----------------------------------------------------------- */

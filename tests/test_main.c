@@ -2906,7 +2906,8 @@ static void test_llama_hf_config(void) {
 }
 
 /* pt_gpt_save_hf writes config.json and model.safetensors that read back to
-   the same configuration and the same logits; GPT-2 blocks are refused. */
+   the same configuration and the same logits, as do the shards of a
+   model.safetensors.index.json; GPT-2 blocks are refused. */
 static void test_llama_save_hf(void) {
     pt_gpt_config c = cfg_llama(13, 8, 2, 4, 16, 2, 24), back;
     pt_gpt g, h;
@@ -2935,6 +2936,49 @@ static void test_llama_save_hf(void) {
     CHECK_ST(pt_gpt_forward(&h, in, NULL, 1, 6), PT_OK);
     CHECK_ST(pt_gpt_gather_logits(&h, lh), PT_OK);
     CHECK(memcmp(lg, lh, sizeof(float) * 6 * 13) == 0);
+    { /* the sharded form: tensors alternately in two files, named by the index */
+        char shard[2][256], index[256], *json = TALLOC(char, 8192);
+        size_t len = (size_t)snprintf(json, 8192, "{\"metadata\": {\"total_size\": 1}, \"weight_map\": {");
+        int i, k, drop;
+        for (k = 0; k < 2; k++)
+            snprintf(shard[k], sizeof shard[k], "%s/model-0000%d-of-00002.safetensors", dir, k + 1);
+        snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+        for (drop = 0; drop < 3; drop++) { /* 0: whole; 1: one tensor in no shard; 2: in two */
+            FILE *f;
+            for (k = 0; k < 2; k++) {
+                pt_st_writer w;
+                ZERO(w);
+                pt_st_writer_init(&w);
+                for (i = 0; i < g.num_tensors; i++)
+                    if ((i % 2 == k || (drop == 2 && i == 3)) && !(drop == 1 && i == 4))
+                        CHECK_ST(pt_st_writer_add(&w, g.table[i].name, PT_F32, g.table[i].ndim,
+                                                  g.table[i].full_shape, g.params + g.table[i].offset),
+                                 PT_OK);
+                CHECK_ST(pt_st_writer_save(&w, shard[k]), PT_OK);
+                pt_st_writer_free(&w);
+            }
+            if (drop == 0) {
+                for (i = 0; i < g.num_tensors; i++)
+                    len += (size_t)snprintf(json + len, 8192 - len, "%s\"%s\": \"model-0000%d-of-00002.safetensors\"",
+                                            i ? ", " : "", g.table[i].name, i % 2 + 1);
+                len += (size_t)snprintf(json + len, 8192 - len, "}}");
+                CHECK((f = fopen(index, "wb")) != NULL);
+                if (f) fwrite(json, 1, len, f), fclose(f);
+            }
+            pt_gpt_init_weights(&h, 1);
+            if (drop == 0) {
+                CHECK_ST(pt_gpt_load_weights_hf(&h, dir), PT_OK);
+                CHECK_ST(pt_gpt_forward(&h, in, NULL, 1, 6), PT_OK);
+                CHECK_ST(pt_gpt_gather_logits(&h, lh), PT_OK);
+                CHECK(memcmp(lg, lh, sizeof(float) * 6 * 13) == 0);
+            } else {
+                CHECK_ERR(pt_gpt_load_weights_hf(&h, dir), drop == 1 ? PT_ERR_MISSING : PT_ERR_FORMAT,
+                          g.table[drop == 1 ? 4 : 3].name);
+                CHECK_MSG(drop == 1 ? "is in no shard" : "is in two shards");
+            }
+        }
+        remove(shard[0]), remove(shard[1]), remove(index);
+    }
     pt_gpt_free(&h);
     pt_gpt_free(&g);
     CHECK_ST(gpt_new(&g, cfg_make(13, 8, 1, 2, 8), 1, 6, 0), PT_OK);

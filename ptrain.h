@@ -8452,6 +8452,10 @@ PTRAINDEF pt_status pt_gpt_config_from_st(const pt_safetensors *st, int n_head_h
             wte = pt_st_find(st, "transformer.wte.weight");
             wpe = pt_st_find(st, "transformer.wpe.weight");
         }
+        if (!wte && pt_st_find(st, "model.embed_tokens.weight"))
+            return pt__fail(PT_ERR_MISSING, "a Hugging Face LLaMA file: its shapes do not give "
+                            "the heads; read the config.json beside it "
+                            "(pt_gpt_config_from_hf_file)");
         if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2 || wte->shape[1] != wpe->shape[1] ||
             wte->shape[0] > (1 << 24) || wpe->shape[0] > (1 << 20) || wte->shape[1] > (1 << 17))
             return pt__fail(PT_ERR_MISSING,

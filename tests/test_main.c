@@ -2931,6 +2931,7 @@ static void test_llama_save_hf(void) {
     back.ln_eps = c.ln_eps; /* 0 (default) in c, written as 1e-5 */
     CHECK_ST(gpt_new(&h, back, 1, 6, 0), PT_OK);
     CHECK_ST(pt_gpt_load_weights(&h, st_path), PT_OK);
+    CHECK_ERR(pt_gpt_config_from_file(st_path, 0, &back), PT_ERR_MISSING, "config.json");
     CHECK_ST(pt_gpt_forward(&g, in, NULL, 1, 6), PT_OK);
     CHECK_ST(pt_gpt_gather_logits(&g, lg), PT_OK);
     CHECK_ST(pt_gpt_forward(&h, in, NULL, 1, 6), PT_OK);

@@ -2990,6 +2990,59 @@ static void test_llama_save_hf(void) {
     rmdir(dir);
 }
 
+/* pt_gpt_save_hf from a tp 2 x pp 2 layout (threads): the gathered weights
+   equal the serial model's (every layout draws the serial init). */
+typedef struct hf_job {
+    pt_gpt_config c;
+    const char *dir;
+} hf_job;
+static pt_status save_hf_rank(pt_comm *world, void *arg) {
+    hf_job *j = (hf_job *)arg;
+    pt_grid grid;
+    pt_gpt g;
+    pt_gpt_desc d;
+    pt_status st;
+    if ((st = pt_grid_init(&grid, world, 2, 1, 2)) != PT_OK) return st;
+    ZERO(d);
+    d.config = j->c, d.batch = 1, d.seq = 4, d.grid = &grid;
+    if ((st = pt_gpt_init(&g, &d)) == PT_OK) {
+        pt_gpt_init_weights(&g, 21);
+        st = pt_gpt_save_hf(&g, j->dir);
+        pt_gpt_free(&g);
+    }
+    pt_grid_free(&grid);
+    return st == PT_OK ? st : pt_comm_fail(world, st);
+}
+static void test_llama_save_hf_parallel(void) {
+    char dir[] = "/tmp/ptrain_llama_tp_XXXXXX", path[256];
+    hf_job j;
+    pt_gpt g;
+    pt_safetensors st;
+    int i;
+    j.c = cfg_llama(13, 8, 2, 4, 16, 2, 24), j.dir = dir;
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK_ST(pt_comm_threads_run(4, save_hf_rank, &j), PT_OK);
+    CHECK_ST(gpt_new(&g, j.c, 1, 4, 0), PT_OK);
+    if (!g.params) return;
+    pt_gpt_init_weights(&g, 21);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    ZERO(st);
+    CHECK_ST(pt_st_load(&st, path), PT_OK);
+    for (i = 0; i < g.num_tensors; i++) {
+        const pt_param *p = &g.table[i];
+        float *buf = TALLOC(float, p->numel);
+        CHECK_ST(pt_st_read_f32(&st, p->name, buf, p->ndim, p->full_shape), PT_OK);
+        if (memcmp(buf, g.params + p->offset, p->numel * sizeof(float)) != 0)
+            FAIL("%s differs from the serial model's", p->name);
+    }
+    pt_st_free(&st);
+    pt_gpt_free(&g);
+    remove(path);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    remove(path);
+    rmdir(dir);
+}
+
 /* A LLaMA checkpoint keeps its architecture: config_from_file gives it back,
    and a resumed model continues bit for bit (the one block, RoPE included). */
 static void test_llama_checkpoint(void) {
@@ -3087,6 +3140,7 @@ static const test_case tests[] = {
     {"llama_plan", test_llama_plan},
     {"llama_hf_config", test_llama_hf_config},
     {"llama_save_hf", test_llama_save_hf},
+    {"llama_save_hf_parallel", test_llama_save_hf_parallel},
 };
 
 int main(int argc, char **argv) {

@@ -334,6 +334,8 @@ if [ -f "$f" ]; then
         mpi 8 build/fixture_check_mpi "$f" --tp 2 --dp 2 --pp 2 --microbatches 1
     step "llama fixture llama_tiny, tp 2, ZeRO 2, recompute full under ASan + UBSan" \
         build/fixture_check_asan "$f" --tp 2 --dp 2 --zero 2 --recompute full
+    step "llama fixture llama_tiny, tp 2 x dp 2, recompute selective under ThreadSanitizer" \
+        tsan build/fixture_check_tsan "$f" --tp 2 --dp 2 --recompute selective
     fails "fixture_check: tp not dividing the key/value heads" 2 \
         "tensor_parallel=4 does not divide n_kv_head=2" build/fixture_check "$f" --tp 4
 fi

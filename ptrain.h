@@ -47,8 +47,10 @@
    SECTIONS (search for the marker)
        >>basics     status codes, last error, RNG, threads, timing
        >>tensors    tensor views, arena, meta arena
-       >>kernels    GEMMs (fp32, bf16), forward/backward pairs, AdamW, clipping, LR schedule
-       >>model      GPT-2 config, tensor table, blocks, building a model, generation
+       >>kernels    GEMMs (fp32, bf16), forward/backward pairs (LayerNorm, RMSNorm, RoPE,
+                    GELU, SwiGLU, grouped-query attention, ...), AdamW, clipping, LR schedule
+       >>model      GPT-2 / LLaMA config, tensor table, the block, building a model,
+                    generation
        >>comm       communicators (self, threads, MPI), started (non-blocking) operations,
                     the tp x dp x pp grid
        >>schedule   pipeline schedules as data, their checker, text grid, timelines
@@ -244,7 +246,8 @@ PTRAINDEF void pt_encoder_forward(float *out, const int *inp, const float *wte,
 PTRAINDEF void pt_encoder_backward(float *dwte, float *dwpe, const float *dout,
                                    const int *inp, int B, int T, int C);
 
-/* y = (x - mean) * rstd * w + b, mean and biased var over C, rstd = 1/sqrt(var+eps) */
+/* y = (x - mean) * rstd * w + b, mean and biased var over C, rstd = 1/sqrt(var+eps)
+   (bias, and backward's dbias, may be NULL: none) */
 PTRAINDEF void pt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                                     const float *weight, const float *bias, int N, int C,
                                     float eps);
@@ -259,6 +262,53 @@ PTRAINDEF void pt_matmul_backward(float *dinp, float *dweight, float *dbias,
                                   const float *dout, const float *inp, const float *weight,
                                   int N, int IN, int OUT);
 
+/* nn.Linear layout: out[N,OUT] = inp[N,IN] @ w[OUT,IN]^T + bias[OUT] (bias may be NULL) */
+PTRAINDEF void pt_linear_forward(float *out, const float *inp, const float *weight,
+                                 const float *bias, int N, int IN, int OUT);
+/* dinp += dout @ W ; dW += dout^T @ inp ; dbias += sum_n dout (each may be NULL) */
+PTRAINDEF void pt_linear_backward(float *dinp, float *dweight, float *dbias,
+                                  const float *dout, const float *inp, const float *weight,
+                                  int N, int IN, int OUT);
+
+/* RMSNorm: y = x * rstd * w, rstd = 1/sqrt(mean_c(x^2) + eps) */
+PTRAINDEF void pt_rmsnorm_forward(float *out, float *rstd, const float *inp,
+                                  const float *weight, int N, int C, float eps);
+/* With g = dout*w: dx += rstd * (g - x * rstd^2 * mean_c(g*x)); dw += dout*x*rstd
+   (dinp or dweight may be NULL). */
+PTRAINDEF void pt_rmsnorm_backward(float *dinp, float *dweight, const float *dout,
+                                   const float *inp, const float *weight, const float *rstd,
+                                   int N, int C);
+
+/* Rotary position embedding as Hugging Face's LlamaForCausalLM (rotate_half).
+   Frequencies f_j = theta^(-2j/hd), j < hd/2; with LLaMA 3's scaling
+   (factor > 0; lo, hi its low/high_freq_factor, ctx its original context)
+   and wavelength w = 2pi/f: w > ctx/lo gives f/factor, w < ctx/hi keeps f,
+   between them (1-s) f/factor + s f with s = (ctx/w - lo)/(hi - lo).
+   Table cs (T*hd floats): cs[t*hd+j] = cos(t f_j), cs[t*hd+hd/2+j] = sin(t f_j),
+   computed in double. */
+typedef struct pt_rope_scaling {
+    float factor;        /* 0: no scaling */
+    float low_freq_factor, high_freq_factor;
+    int original_max_pos;
+} pt_rope_scaling;
+PTRAINDEF void pt_rope_table(float *cs, int T, int hd, float theta, const pt_rope_scaling *sc);
+/* In place on the first nh heads (hd lanes each) of every row n of x (row at
+   x + n*stride, position n % T), for j < hd/2 with c, s of that position:
+   (x_j, x_{j+hd/2}) <- (x_j c - x_{j+hd/2} s, x_{j+hd/2} c + x_j s). */
+PTRAINDEF void pt_rope_forward(float *x, const float *cs, int N, int T, int nh, int hd,
+                               int stride);
+/* The rotation's transpose, in place on the gradient:
+   (d_j, d_{j+hd/2}) <- (d_j c + d_{j+hd/2} s, d_{j+hd/2} c - d_j s). */
+PTRAINDEF void pt_rope_backward(float *dx, const float *cs, int N, int T, int nh, int hd,
+                                int stride);
+
+/* SwiGLU on h (N, 2F), each row [gate | up]: out[n,j] = silu(g) * u with
+   g = h[n,j], u = h[n,F+j], silu(g) = g sigmoid(g).
+   backward: dh[n,j] = dout u s (1 + g (1-s)), dh[n,F+j] = dout silu(g),
+   s = sigmoid(g); written (not accumulated). */
+PTRAINDEF void pt_swiglu_forward(float *out, const float *h, int N, int F);
+PTRAINDEF void pt_swiglu_backward(float *dh, const float *h, const float *dout, int N, int F);
+
 /* Causal multi-head attention on qkv[N,3C] laid out [q|k|v][head][hd]:
    p[b,h,t,u] = softmax_{u<=t}(q_t . k_u / sqrt(hd)) (0 for u > t),
    out[b,t,h*hd+i] = sum_u p[b,h,t,u] v_u[i].
@@ -266,14 +316,17 @@ PTRAINDEF void pt_matmul_backward(float *dinp, float *dweight, float *dbias,
    stores p: forward keeps lse[b,h,t] = log sum_u exp(score), and backward
    recomputes p from it, so saved memory is linear in T. Each of `slots`
    threads needs scratch of 2*PT_ATTN_QBLOCK*T floats
-   (pt_attention_scratch_floats); backward also reads the forward's out. */
+   (pt_attention_scratch_floats); backward also reads the forward's out.
+   Grouped-query attention: with NKV < NH key/value heads (NKV divides NH),
+   qkv is [N, C + 2*NKV*hd] laid out [q (NH heads)|k (NKV)|v (NKV)], C = NH*hd,
+   and query head h uses key/value head h / (NH/NKV); NKV = NH is the above. */
 #define PT_ATTN_QBLOCK 64
 PTRAINDEF size_t pt_attention_scratch_floats(int T, int slots);
 PTRAINDEF void pt_attention_forward(float *out, float *lse, const float *qkv, float *scratch,
-                                    int slots, int B, int T, int C, int NH);
+                                    int slots, int B, int T, int C, int NH, int NKV);
 PTRAINDEF void pt_attention_backward(float *dqkv, const float *dout, const float *out,
                                      const float *qkv, const float *lse, float *scratch,
-                                     int slots, int B, int T, int C, int NH);
+                                     int slots, int B, int T, int C, int NH, int NKV);
 /* Plain reference pair (what the fast one is tested against): stores the
    probabilities att (B,NH,T,T); backward needs scratch of B*NH*T floats. */
 PTRAINDEF void pt_attention_ref_forward(float *out, float *att, const float *qkv, int B, int T,
@@ -346,12 +399,32 @@ PTRAINDEF double pt_mem_bandwidth_gbs(size_t n, int reps);
 /* >>model                                                                   */
 /* ======================================================================== */
 
+/* The architecture's choices; zero is GPT-2's everywhere. arch picks the
+   tensor names and layouts: Hugging Face GPT-2's (Conv1D [in, out], fused
+   c_attn) or LlamaForCausalLM's (nn.Linear [out, in], q/k/v_proj,
+   gate/up/down_proj). */
+typedef enum pt_arch { PT_ARCH_GPT2 = 0, PT_ARCH_LLAMA } pt_arch;
+typedef enum pt_norm_kind { PT_NORM_LAYER = 0, PT_NORM_RMS } pt_norm_kind;
+typedef enum pt_pos_kind { PT_POS_LEARNED = 0, PT_POS_ROPE } pt_pos_kind;
+typedef enum pt_mlp_kind { PT_MLP_GELU = 0, PT_MLP_SWIGLU } pt_mlp_kind;
+
 typedef struct pt_gpt_config {
     int vocab_size, block_size, n_layer, n_head, n_embd;
-    float ln_eps; /* 0 means 1e-5 */
+    float ln_eps;       /* 0 means 1e-5 (LayerNorm's or RMSNorm's epsilon) */
+    pt_arch arch;       /* names and layouts (GPT-2's needs GELU and n_kv_head = n_head) */
+    pt_norm_kind norm;  /* LayerNorm | RMSNorm (no bias) */
+    pt_pos_kind pos;    /* learned wpe | rotary (LLaMA needs rotary) */
+    pt_mlp_kind mlp;    /* GELU | SwiGLU (gate and up projections; LLaMA only) */
+    int n_kv_head;      /* key/value heads, dividing n_head; 0 means n_head */
+    int ffn_hidden;     /* the MLP's hidden size; 0 means 4 n_embd */
+    int no_bias;        /* 1: no bias in any linear layer or norm */
+    int untied_head;    /* 1: a separate LM head (lm_head.weight) instead of wte */
+    float rope_theta;   /* 0 means 10000 */
+    pt_rope_scaling rope_scaling; /* LLaMA 3's frequency scaling (factor 0: none) */
 } pt_gpt_config;
 
-/* "tiny", "mini", "small", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1558m" */
+/* "tiny", "mini", "small", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1558m",
+   "llama-tiny", "llama2-7b", "llama2-13b", "llama3-8b", "llama2-70b" */
 PTRAINDEF pt_status pt_gpt_config_preset(const char *name, pt_gpt_config *out);
 PTRAINDEF const char *pt_gpt_preset_names(void);
 /* Checks every field; the message lists every failed check. */
@@ -371,7 +444,7 @@ typedef enum pt_shard { PT_SHARD_NONE = 0, PT_SHARD_ROWS, PT_SHARD_COLS, PT_SHAR
    same offset indexes params, grads, m and v. shape/offset/numel are this
    rank's part; full_* the whole tensor (equal without tensor parallelism). */
 typedef struct pt_param {
-    char name[48];
+    char name[64];
     int ndim;
     int64_t shape[2], full_shape[2];
     size_t offset, numel, full_offset, full_numel;
@@ -384,14 +457,22 @@ typedef struct pt_param {
 typedef struct pt_comm pt_comm; /* >>comm */
 typedef struct pt_grid pt_grid;
 
-/* Pointers of one block's parameters (or gradients) into the flat buffer. */
+/* Pointers of one block's parameters (or gradients) into the flat buffer.
+   GPT-2 names in the comments (F = ffn_hidden); a NULL bias is absent. For
+   LLaMA (nn.Linear [out, in]): qkv_w = q_proj, whose rows k_w (k_proj) and
+   v_w (v_proj) continue, so qkv_w is the fused [q|k|v] weight (likewise the
+   biases); fc_w = gate_proj continued by up_w (up_proj): the fused
+   [gate|up] weight; attn_proj_w = o_proj (C, C), fc_proj_w = down_proj (C, F).
+   With GELU, LLaMA's one MLP input projection is gate_proj. */
 typedef struct pt_block_params {
     float *ln1_w, *ln1_b;          /* (C) */
     float *qkv_w, *qkv_b;          /* (C,3C), (3C): attn.c_attn */
+    float *k_w, *v_w, *k_b, *v_b;  /* LLaMA: k_proj, v_proj (KV, C) and biases */
     float *attn_proj_w, *attn_proj_b; /* (C,C), (C): attn.c_proj */
     float *ln2_w, *ln2_b;          /* (C) */
-    float *fc_w, *fc_b;            /* (C,4C), (4C): mlp.c_fc */
-    float *fc_proj_w, *fc_proj_b;  /* (4C,C), (C): mlp.c_proj */
+    float *fc_w, *fc_b;            /* (C,F), (F): mlp.c_fc */
+    float *up_w, *up_b;            /* LLaMA SwiGLU: up_proj (F, C) and its bias */
+    float *fc_proj_w, *fc_proj_b;  /* (F,C), (C): mlp.c_proj */
 } pt_block_params;
 
 /* One block's saved activations for backward. */
@@ -421,9 +502,11 @@ typedef struct pt_block_scratch {
     float *dqkv;    /* (N,3C) */
     float *datty;   /* (N,C) */
     float *dfch;    /* (N,4C) */
-    float *gelu;    /* (N,4C) gelu(fch), recomputed for the layer at hand */
+    float *gelu;    /* (N,F) gelu(fch) or swiglu(fch), recomputed for the layer at hand */
     float *attn;    /* pt_attention_scratch_floats(T, attn_slots) */
     int attn_slots; /* threads that may use attn at once */
+    float *rope;    /* rotary positions: pt_rope_table of rope_T positions (T*hd) */
+    int rope_T;     /* positions in rope (0: not computed yet) */
 } pt_block_scratch;
 
 /* x (N,C) -> a->out (N,C). With a tensor-parallel group tp (NULL: none) of
@@ -567,6 +650,7 @@ typedef struct pt_gpt {
                                  pt_gpt_grad_of or pt_gpt_gather */
     float *m, *v;             /* AdamW moments (num_params; ZeRO: this rank's shard) */
     float *wte, *wpe, *lnf_w, *lnf_b; /* NULL where not held */
+    float *lm_head;           /* the LM head: wte when tied (NULL where not held) */
     pt_block_params *layers;  /* (place.n_layers) */
     float loss;               /* mean loss of the last step or forward, or -1 */
     int adam_t;               /* optimizer steps taken */
@@ -589,11 +673,14 @@ PTRAINDEF void pt_gpt_init_weights(pt_gpt *m, uint64_t seed);
 PTRAINDEF pt_status pt_gpt_gather(const pt_gpt *m, pt_state_buf which, float *full);
 PTRAINDEF const pt_param *pt_gpt_find_param(const pt_gpt *m, const char *name);
 
-/* Generation with a KV cache: a token at position p costs O(p), not O(p^2). */
+/* Generation with a KV cache: a token at position p costs O(p), not O(p^2).
+   The cache holds the key/value heads only (n_kv_head of them), after the
+   rotary embedding. */
 typedef struct pt_kv_cache {
     int capacity, len;
-    float *k, *v;                         /* (L, capacity, C) each */
+    float *k, *v;                         /* (L, capacity, n_kv_head * head size) each */
     float *x, *ln, *qkv, *atty, *res, *fch, *fcg, *att, *logits, *work;
+    float *rope;                          /* (capacity, head size) rotary table, or NULL */
     pt_arena arena;
 } pt_kv_cache;
 
@@ -1095,6 +1182,9 @@ typedef struct pt_plan_desc {
     int recompute;        /* PT_RECOMPUTE_* */
     pt_exec_kind exec;    /* PT_EXEC_DEFAULT: the profile's */
     double train_tokens;  /* > 0: the result says how long these take */
+    pt_gpt_config arch;   /* the block's choices (arch, norm, pos, mlp, n_kv_head,
+                             ffn_hidden, no_bias, untied_head; its sizes are the
+                             fields above); zero: GPT-2 */
 } pt_plan_desc;
 
 typedef struct pt_plan_mem {
@@ -1227,6 +1317,29 @@ PTRAINDEF pt_status pt_gpt_config_from_st(const pt_safetensors *st, int n_head_h
                                           pt_gpt_config *out);
 PTRAINDEF pt_status pt_gpt_config_from_file(const char *path, int n_head_hint,
                                             pt_gpt_config *out);
+/* A Hugging Face LLaMA config.json (text of len bytes): model_type "llama"
+   (if given), hidden_size, intermediate_size, num_attention_heads,
+   num_key_value_heads (absent: num_attention_heads), num_hidden_layers,
+   vocab_size, max_position_embeddings, rms_norm_eps, rope_theta,
+   tie_word_embeddings, attention_bias and mlp_bias (equal), hidden_act
+   "silu", rope_scaling (null, or rope_type "llama3" with factor,
+   low_freq_factor, high_freq_factor, original_max_position_embeddings).
+   The weights beside it (model.safetensors) load by their own names with
+   pt_gpt_load_weights. Every missing or inconsistent field is named with
+   its value. */
+PTRAINDEF pt_status pt_gpt_config_from_hf_json(const char *text, size_t len, pt_gpt_config *out);
+PTRAINDEF pt_status pt_gpt_config_from_hf_file(const char *path, pt_gpt_config *out);
+/* Writes a LLaMA model (RMSNorm, rotary, SwiGLU: what LlamaForCausalLM
+   expresses) as Hugging Face lays it out: dir/config.json (the fields read
+   above) and dir/model.safetensors (float32 weights by their names). dir must
+   exist. Collective over the model's grid (the tensors are gathered whole;
+   world rank 0 writes). */
+PTRAINDEF pt_status pt_gpt_save_hf(const pt_gpt *m, const char *dir);
+/* Weights of a Hugging Face model directory: dir/model.safetensors, or the
+   shards that dir/model.safetensors.index.json's weight_map names (every
+   tensor of the model in exactly one of them). Checks every shard before
+   reading any. */
+PTRAINDEF pt_status pt_gpt_load_weights_hf(pt_gpt *m, const char *dir);
 /* All tensors are checked before any is copied: on error m is unchanged. */
 PTRAINDEF pt_status pt_gpt_load_weights_st(pt_gpt *m, const pt_safetensors *st);
 PTRAINDEF pt_status pt_gpt_load_weights(pt_gpt *m, const char *path);
@@ -2410,8 +2523,13 @@ PTRAINDEF void pt_layernorm_forward(float *out, float *mean, float *rstd, const 
         for (c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
         v /= (float)C;
         s = 1.0f / sqrtf(v + eps);
-        PT__OMP(omp simd)
-        for (c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+        if (bias) {
+            PT__OMP(omp simd)
+            for (c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+        } else {
+            PT__OMP(omp simd)
+            for (c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c];
+        }
         mean[n] = m;
         rstd[n] = s;
     }
@@ -2451,10 +2569,10 @@ PTRAINDEF void pt_layernorm_backward(float *dinp, float *dweight, float *dbias,
             const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
             float m = mean[r], s = rstd[r];
             PT__OMP(omp simd)
-            for (c = c0; c < c1; c++) {
-                dweight[c] += d[c] * (x[c] - m) * s;
-                dbias[c] += d[c];
-            }
+            for (c = c0; c < c1; c++) dweight[c] += d[c] * (x[c] - m) * s;
+            if (!dbias) continue;
+            PT__OMP(omp simd)
+            for (c = c0; c < c1; c++) dbias[c] += d[c];
         }
     }
 }
@@ -2490,6 +2608,151 @@ PTRAINDEF void pt_matmul_backward(float *dinp, float *dweight, float *dbias,
     if (dinp) pt_sgemm(0, 1, N, IN, OUT, 1.0f, dout, OUT, weight, OUT, 1.0f, dinp, IN);
     if (dweight) pt_sgemm(1, 0, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dweight, OUT);
     if (dbias) pt__colsum_add(dbias, dout, N, OUT);
+}
+
+PTRAINDEF void pt_linear_forward(float *out, const float *inp, const float *weight,
+                                 const float *bias, int N, int IN, int OUT) {
+    int n;
+    if (bias) {
+        PT__OMP(omp parallel for schedule(static))
+        for (n = 0; n < N; n++) memcpy(out + (size_t)n * OUT, bias, sizeof(float) * OUT);
+    }
+    pt_sgemm(0, 1, N, OUT, IN, 1.0f, inp, IN, weight, IN, bias ? 1.0f : 0.0f, out, OUT);
+}
+
+PTRAINDEF void pt_linear_backward(float *dinp, float *dweight, float *dbias,
+                                  const float *dout, const float *inp, const float *weight,
+                                  int N, int IN, int OUT) {
+    if (dinp) pt_sgemm(0, 0, N, IN, OUT, 1.0f, dout, OUT, weight, IN, 1.0f, dinp, IN);
+    if (dweight) pt_sgemm(1, 0, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
+    if (dbias) pt__colsum_add(dbias, dout, N, OUT);
+}
+
+PTRAINDEF void pt_rmsnorm_forward(float *out, float *rstd, const float *inp,
+                                  const float *weight, int N, int C, float eps) {
+    int n;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *o = out + (size_t)n * C, ms = 0.0f, r;
+        int c;
+        PT__OMP(omp simd reduction(+:ms))
+        for (c = 0; c < C; c++) ms += x[c] * x[c];
+        r = 1.0f / sqrtf(ms / (float)C + eps);
+        PT__OMP(omp simd)
+        for (c = 0; c < C; c++) o[c] = x[c] * r * weight[c];
+        rstd[n] = r;
+    }
+}
+
+PTRAINDEF void pt_rmsnorm_backward(float *dinp, float *dweight, const float *dout,
+                                   const float *inp, const float *weight, const float *rstd,
+                                   int N, int C) {
+    int n, cb, nblocks = (C + PT__COLBLOCK - 1) / PT__COLBLOCK;
+    if (dinp) {
+        PT__OMP(omp parallel for schedule(static))
+        for (n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+            float *dx = dinp + (size_t)n * C, r = rstd[n], gx = 0.0f, k;
+            int c;
+            PT__OMP(omp simd reduction(+:gx))
+            for (c = 0; c < C; c++) gx += d[c] * weight[c] * x[c];
+            k = r * r * gx / (float)C;
+            PT__OMP(omp simd)
+            for (c = 0; c < C; c++) dx[c] += r * (d[c] * weight[c] - x[c] * k);
+        }
+    }
+    if (!dweight) return;
+    PT__OMP(omp parallel for schedule(static))
+    for (cb = 0; cb < nblocks; cb++) {
+        int c0 = cb * PT__COLBLOCK, c1 = c0 + PT__COLBLOCK < C ? c0 + PT__COLBLOCK : C, c, r;
+        for (r = 0; r < N; r++) {
+            const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
+            float s = rstd[r];
+            PT__OMP(omp simd)
+            for (c = c0; c < c1; c++) dweight[c] += d[c] * x[c] * s;
+        }
+    }
+}
+
+PTRAINDEF void pt_rope_table(float *cs, int T, int hd, float theta, const pt_rope_scaling *sc) {
+    const double pi = 3.14159265358979323846;
+    int h2 = hd / 2, t, j;
+    for (j = 0; j < h2; j++) {
+        double f = pow((double)theta, -2.0 * j / (double)hd);
+        if (sc && sc->factor > 0.0f) {
+            double w = 2.0 * pi / f, ctx = (double)sc->original_max_pos;
+            double lo = sc->low_freq_factor, hi = sc->high_freq_factor;
+            if (w > ctx / lo) {
+                f /= sc->factor;
+            } else if (!(w < ctx / hi)) { /* between: smooth */
+                double s = (ctx / w - lo) / (hi - lo);
+                f = (1.0 - s) * f / sc->factor + s * f;
+            }
+        }
+        for (t = 0; t < T; t++) {
+            cs[(size_t)t * hd + j] = (float)cos(t * f);
+            cs[(size_t)t * hd + h2 + j] = (float)sin(t * f);
+        }
+    }
+}
+
+/* dir = 1: the rotation by +angle (forward); -1: by -angle (its transpose). */
+static void pt__rope(float *x, const float *cs, int N, int T, int nh, int hd, int stride,
+                     float dir) {
+    int n, h2 = hd / 2;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        const float *c = cs + (size_t)(n % T) * hd, *s = c + h2;
+        int h, j;
+        for (h = 0; h < nh; h++) {
+            float *a = x + (size_t)n * stride + (size_t)h * hd, *b = a + h2;
+            PT__OMP(omp simd)
+            for (j = 0; j < h2; j++) {
+                float u = a[j], v = b[j], sn = dir * s[j];
+                a[j] = u * c[j] - v * sn;
+                b[j] = v * c[j] + u * sn;
+            }
+        }
+    }
+}
+
+PTRAINDEF void pt_rope_forward(float *x, const float *cs, int N, int T, int nh, int hd,
+                               int stride) {
+    pt__rope(x, cs, N, T, nh, hd, stride, 1.0f);
+}
+
+PTRAINDEF void pt_rope_backward(float *dx, const float *cs, int N, int T, int nh, int hd,
+                                int stride) {
+    pt__rope(dx, cs, N, T, nh, hd, stride, -1.0f);
+}
+
+PTRAINDEF void pt_swiglu_forward(float *out, const float *h, int N, int F) {
+    int n;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        const float *g = h + (size_t)n * 2 * F, *u = g + F;
+        float *o = out + (size_t)n * F;
+        int j;
+        PT__OMP(omp simd)
+        for (j = 0; j < F; j++) o[j] = g[j] / (1.0f + pt__expf(-g[j])) * u[j];
+    }
+}
+
+PTRAINDEF void pt_swiglu_backward(float *dh, const float *h, const float *dout, int N, int F) {
+    int n;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        const float *g = h + (size_t)n * 2 * F, *u = g + F, *d = dout + (size_t)n * F;
+        float *dg = dh + (size_t)n * 2 * F, *du = dg + F;
+        int j;
+        PT__OMP(omp simd)
+        for (j = 0; j < F; j++) {
+            float s = 1.0f / (1.0f + pt__expf(-g[j]));
+            du[j] = d[j] * g[j] * s;
+            dg[j] = d[j] * u[j] * s * (1.0f + g[j] * (1.0f - s));
+        }
+    }
 }
 
 PTRAINDEF void pt_attention_ref_forward(float *out, float *att, const float *qkv, int B, int T,
@@ -2617,9 +2880,9 @@ static void pt__attn_softmax(float *S, const float *lse_in, float *lse_out, int 
 /* Per block of queries [t0, t0+nq) of one (b, h): S = scale Q K^T over keys
    0..t0+nq-1, P = softmax, out = P V. Blocks are independent tasks. */
 PTRAINDEF void pt_attention_forward(float *out, float *lse, const float *qkv, float *scratch,
-                                    int slots, int B, int T, int C, int NH) {
-    int hd = C / NH, C3 = 3 * C, nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, task;
-    int ntasks = B * NH * nqb;
+                                    int slots, int B, int T, int C, int NH, int NKV) {
+    int hd = C / NH, Ckv = NKV * hd, C3 = C + 2 * Ckv, G = NH / NKV;
+    int nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, task, ntasks = B * NH * nqb;
     int nthr = pt__attn_threads(slots);
     float scale = 1.0f / sqrtf((float)hd);
     (void)nthr;
@@ -2629,54 +2892,61 @@ PTRAINDEF void pt_attention_forward(float *out, float *lse, const float *qkv, fl
         int b = bh / NH, h = bh % NH, t0 = qb * PT_ATTN_QBLOCK;
         int nq = T - t0 < PT_ATTN_QBLOCK ? T - t0 : PT_ATTN_QBLOCK, nk = t0 + nq;
         float *S = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * T;
-        const float *base = qkv + (size_t)b * T * C3 + h * hd;
-        pt_sgemm(0, 1, nq, nk, hd, scale, base + (size_t)t0 * C3, C3, base + C, C3, 0.0f, S, nk);
+        const float *q = qkv + (size_t)b * T * C3 + h * hd;
+        const float *k = qkv + (size_t)b * T * C3 + C + (h / G) * hd;
+        pt_sgemm(0, 1, nq, nk, hd, scale, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, nk);
         pt__attn_softmax(S, NULL, lse + (size_t)bh * T + t0, t0, nq, nk);
-        pt_sgemm(0, 0, nq, hd, nk, 1.0f, S, nk, base + 2 * C, C3, 0.0f,
+        pt_sgemm(0, 0, nq, hd, nk, 1.0f, S, nk, k + Ckv, C3, 0.0f,
                  out + ((size_t)b * T + t0) * C + h * hd, C);
     }
 }
 
 /* With P recomputed from lse, dP = dO V^T, D_t = dO_t . O_t and
    dS = P (dP - D) scale: dQ += dS K, dK += dS^T Q, dV += P^T dO.
-   One (b, h) per task, its query blocks in order (dK, dV accumulate). */
+   One (b, key/value head) per task: its query heads, each one's query blocks
+   in order (dK, dV accumulate, in a fixed order). */
 PTRAINDEF void pt_attention_backward(float *dqkv, const float *dout, const float *out,
                                      const float *qkv, const float *lse, float *scratch,
-                                     int slots, int B, int T, int C, int NH) {
-    int hd = C / NH, C3 = 3 * C, nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, bh;
+                                     int slots, int B, int T, int C, int NH, int NKV) {
+    int hd = C / NH, Ckv = NKV * hd, C3 = C + 2 * Ckv, G = NH / NKV;
+    int nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, bg;
     int nthr = pt__attn_threads(slots);
     float scale = 1.0f / sqrtf((float)hd);
     (void)nthr;
     PT__OMP(omp parallel for schedule(dynamic) num_threads(nthr))
-    for (bh = 0; bh < B * NH; bh++) {
-        int b = bh / NH, h = bh % NH, qb;
+    for (bg = 0; bg < B * NKV; bg++) {
+        int b = bg / NKV, g = bg % NKV, h, qb;
         float *P = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * T;
         float *dS = P + (size_t)PT_ATTN_QBLOCK * T;
-        const float *base = qkv + (size_t)b * T * C3 + h * hd;
-        float *dbase = dqkv + (size_t)b * T * C3 + h * hd;
-        const float *dO = dout + (size_t)b * T * C + h * hd, *O = out + (size_t)b * T * C + h * hd;
-        for (qb = 0; qb < nqb; qb++) {
-            int t0 = qb * PT_ATTN_QBLOCK, i, u, j;
-            int nq = T - t0 < PT_ATTN_QBLOCK ? T - t0 : PT_ATTN_QBLOCK, nk = t0 + nq;
-            pt_sgemm(0, 1, nq, nk, hd, scale, base + (size_t)t0 * C3, C3, base + C, C3, 0.0f, P,
-                     nk);
-            pt__attn_softmax(P, lse + (size_t)bh * T + t0, NULL, t0, nq, nk);
-            pt_sgemm(0, 1, nq, nk, hd, 1.0f, dO + (size_t)t0 * C, C, base + 2 * C, C3, 0.0f, dS,
-                     nk);
-            for (i = 0; i < nq; i++) {
-                const float *o = O + (size_t)(t0 + i) * C, *d = dO + (size_t)(t0 + i) * C;
-                const float *p = P + (size_t)i * nk;
-                float *ds = dS + (size_t)i * nk, D = 0.0f;
-                for (j = 0; j < hd; j++) D += d[j] * o[j];
-                PT__OMP(omp simd)
-                for (u = 0; u < nk; u++) ds[u] = p[u] * (ds[u] - D) * scale;
+        const float *kb = qkv + (size_t)b * T * C3 + C + g * hd, *vb = kb + Ckv;
+        float *dkb = dqkv + (size_t)b * T * C3 + C + g * hd, *dvb = dkb + Ckv;
+        for (h = g * G; h < (g + 1) * G; h++) {
+            const float *qbase = qkv + (size_t)b * T * C3 + h * hd;
+            float *dqbase = dqkv + (size_t)b * T * C3 + h * hd;
+            const float *dO = dout + (size_t)b * T * C + h * hd;
+            const float *O = out + (size_t)b * T * C + h * hd;
+            const float *L = lse + ((size_t)b * NH + h) * T;
+            for (qb = 0; qb < nqb; qb++) {
+                int t0 = qb * PT_ATTN_QBLOCK, i, u, j;
+                int nq = T - t0 < PT_ATTN_QBLOCK ? T - t0 : PT_ATTN_QBLOCK, nk = t0 + nq;
+                pt_sgemm(0, 1, nq, nk, hd, scale, qbase + (size_t)t0 * C3, C3, kb, C3, 0.0f, P,
+                         nk);
+                pt__attn_softmax(P, L + t0, NULL, t0, nq, nk);
+                pt_sgemm(0, 1, nq, nk, hd, 1.0f, dO + (size_t)t0 * C, C, vb, C3, 0.0f, dS, nk);
+                for (i = 0; i < nq; i++) {
+                    const float *o = O + (size_t)(t0 + i) * C, *d = dO + (size_t)(t0 + i) * C;
+                    const float *p = P + (size_t)i * nk;
+                    float *ds = dS + (size_t)i * nk, D = 0.0f;
+                    for (j = 0; j < hd; j++) D += d[j] * o[j];
+                    PT__OMP(omp simd)
+                    for (u = 0; u < nk; u++) ds[u] = p[u] * (ds[u] - D) * scale;
+                }
+                pt_sgemm(0, 0, nq, hd, nk, 1.0f, dS, nk, kb, C3, 1.0f, dqbase + (size_t)t0 * C3,
+                         C3);
+                pt_sgemm(1, 0, nk, hd, nq, 1.0f, dS, nk, qbase + (size_t)t0 * C3, C3, 1.0f, dkb,
+                         C3);
+                pt_sgemm(1, 0, nk, hd, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dvb, C3);
             }
-            pt_sgemm(0, 0, nq, hd, nk, 1.0f, dS, nk, base + C, C3, 1.0f, dbase + (size_t)t0 * C3,
-                     C3);
-            pt_sgemm(1, 0, nk, hd, nq, 1.0f, dS, nk, base + (size_t)t0 * C3, C3, 1.0f, dbase + C,
-                     C3);
-            pt_sgemm(1, 0, nk, hd, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dbase + 2 * C,
-                     C3);
         }
     }
 }
@@ -2992,19 +3262,31 @@ PTRAINDEF double pt_mem_bandwidth_gbs(size_t n, int reps) {
 /* >>model (implementation)                                                  */
 /* ======================================================================== */
 
-static const struct { const char *name; int V, block, L, NH, C; } pt__presets[] = {
-    {"tiny", 256, 128, 2, 4, 64},
-    {"mini", 256, 256, 4, 4, 128},
-    {"small", 8192, 512, 4, 4, 256},
-    {"gpt2-124m", 50257, 1024, 12, 12, 768},
-    {"gpt2-350m", 50257, 1024, 24, 16, 1024},
-    {"gpt2-774m", 50257, 1024, 36, 20, 1280},
-    {"gpt2-1558m", 50257, 1024, 48, 25, 1600},
+/* LLaMA presets: RMSNorm, rotary, SwiGLU, no biases, untied head (kv: key/value
+   heads, ffn: SwiGLU hidden size, theta: rotary base; eps the RMSNorm's). */
+static const struct {
+    const char *name;
+    int V, block, L, NH, C, kv, ffn;
+    float theta, eps;
+} pt__presets[] = {
+    {"tiny", 256, 128, 2, 4, 64, 0, 0, 0.0f, 1e-5f},
+    {"mini", 256, 256, 4, 4, 128, 0, 0, 0.0f, 1e-5f},
+    {"small", 8192, 512, 4, 4, 256, 0, 0, 0.0f, 1e-5f},
+    {"gpt2-124m", 50257, 1024, 12, 12, 768, 0, 0, 0.0f, 1e-5f},
+    {"gpt2-350m", 50257, 1024, 24, 16, 1024, 0, 0, 0.0f, 1e-5f},
+    {"gpt2-774m", 50257, 1024, 36, 20, 1280, 0, 0, 0.0f, 1e-5f},
+    {"gpt2-1558m", 50257, 1024, 48, 25, 1600, 0, 0, 0.0f, 1e-5f},
+    {"llama-tiny", 256, 128, 2, 4, 64, 2, 176, 10000.0f, 1e-5f},
+    {"llama2-7b", 32000, 4096, 32, 32, 4096, 32, 11008, 10000.0f, 1e-5f},
+    {"llama2-13b", 32000, 4096, 40, 40, 5120, 40, 13824, 10000.0f, 1e-5f},
+    {"llama3-8b", 128256, 8192, 32, 32, 4096, 8, 14336, 500000.0f, 1e-5f},
+    {"llama2-70b", 32000, 4096, 80, 64, 8192, 8, 28672, 10000.0f, 1e-5f},
 };
 #define PT__NPRESETS ((int)(sizeof pt__presets / sizeof pt__presets[0]))
 
 PTRAINDEF const char *pt_gpt_preset_names(void) {
-    return "tiny, mini, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m";
+    return "tiny, mini, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-tiny, "
+           "llama2-7b, llama2-13b, llama3-8b, llama2-70b";
 }
 
 PTRAINDEF pt_status pt_gpt_config_preset(const char *name, pt_gpt_config *out) {
@@ -3017,11 +3299,29 @@ PTRAINDEF pt_status pt_gpt_config_preset(const char *name, pt_gpt_config *out) {
             out->n_layer = pt__presets[i].L;
             out->n_head = pt__presets[i].NH;
             out->n_embd = pt__presets[i].C;
-            out->ln_eps = 1e-5f;
+            out->ln_eps = pt__presets[i].eps;
+            if (pt__presets[i].kv) {
+                out->arch = PT_ARCH_LLAMA;
+                out->norm = PT_NORM_RMS;
+                out->pos = PT_POS_ROPE;
+                out->mlp = PT_MLP_SWIGLU;
+                out->n_kv_head = pt__presets[i].kv;
+                out->ffn_hidden = pt__presets[i].ffn;
+                out->no_bias = 1;
+                out->untied_head = 1;
+                out->rope_theta = pt__presets[i].theta;
+            }
             return PT_OK;
         }
     return pt__fail(PT_ERR_CONFIG, "unknown model preset '%s' (known: %s)", name ? name : "(null)",
                     pt_gpt_preset_names());
+}
+
+/* The choices' defaults (zero means GPT-2's). */
+static int pt__kv_heads(const pt_gpt_config *c) { return c->n_kv_head > 0 ? c->n_kv_head : c->n_head; }
+static int pt__ffn(const pt_gpt_config *c) { return c->ffn_hidden > 0 ? c->ffn_hidden : 4 * c->n_embd; }
+static float pt__rope_theta(const pt_gpt_config *c) {
+    return c->rope_theta > 0.0f ? c->rope_theta : 10000.0f;
 }
 
 PTRAINDEF pt_status pt_gpt_config_validate(const pt_gpt_config *c) {
@@ -3040,6 +3340,46 @@ PTRAINDEF pt_status pt_gpt_config_validate(const pt_gpt_config *c) {
         pt__append_error(&bad, "n_embd=%d is not divisible by n_head=%d", c->n_embd, c->n_head);
     if (!(c->ln_eps >= 0.0f && c->ln_eps < 1.0f))
         pt__append_error(&bad, "ln_eps=%g must be in [0, 1) (0 means 1e-5)", (double)c->ln_eps);
+    if ((int)c->arch < 0 || c->arch > PT_ARCH_LLAMA)
+        pt__append_error(&bad, "arch=%d must be 0 (gpt2) or 1 (llama)", (int)c->arch);
+    if ((int)c->norm < 0 || c->norm > PT_NORM_RMS)
+        pt__append_error(&bad, "norm=%d must be 0 (layernorm) or 1 (rmsnorm)", (int)c->norm);
+    if ((int)c->pos < 0 || c->pos > PT_POS_ROPE)
+        pt__append_error(&bad, "pos=%d must be 0 (learned) or 1 (rope)", (int)c->pos);
+    if ((int)c->mlp < 0 || c->mlp > PT_MLP_SWIGLU)
+        pt__append_error(&bad, "mlp=%d must be 0 (gelu) or 1 (swiglu)", (int)c->mlp);
+    if (c->n_kv_head < 0 || (c->n_kv_head > 0 && c->n_head > 0 && c->n_head % c->n_kv_head))
+        pt__append_error(&bad, "n_kv_head=%d must divide n_head=%d (0 means n_head)",
+                         c->n_kv_head, c->n_head);
+    if (c->ffn_hidden < 0 || c->ffn_hidden > (1 << 20))
+        pt__append_error(&bad, "ffn_hidden=%d must be in [0, %d] (0 means 4 n_embd)",
+                         c->ffn_hidden, 1 << 20);
+    if (c->no_bias < 0 || c->no_bias > 1)
+        pt__append_error(&bad, "no_bias=%d must be 0 or 1", c->no_bias);
+    if (c->untied_head < 0 || c->untied_head > 1)
+        pt__append_error(&bad, "untied_head=%d must be 0 or 1", c->untied_head);
+    if (!(c->rope_theta >= 0.0f && c->rope_theta < 1e30f))
+        pt__append_error(&bad, "rope_theta=%g must be >= 0 (0 means 10000)", (double)c->rope_theta);
+    if (c->pos == PT_POS_ROPE && c->n_head > 0 && c->n_embd % c->n_head == 0 &&
+        (c->n_embd / c->n_head) % 2)
+        pt__append_error(&bad, "pos=rope needs an even head size (n_embd/n_head=%d)",
+                         c->n_embd / c->n_head);
+    if (c->rope_scaling.factor != 0.0f &&
+        !(c->rope_scaling.factor >= 1.0f && c->rope_scaling.original_max_pos > 0 &&
+          c->rope_scaling.low_freq_factor > 0.0f &&
+          c->rope_scaling.high_freq_factor > c->rope_scaling.low_freq_factor))
+        pt__append_error(&bad, "rope_scaling: factor=%g needs factor >= 1, original_max_pos=%d > 0 "
+                         "and high_freq_factor=%g > low_freq_factor=%g > 0",
+                         (double)c->rope_scaling.factor, c->rope_scaling.original_max_pos,
+                         (double)c->rope_scaling.high_freq_factor,
+                         (double)c->rope_scaling.low_freq_factor);
+    if (c->arch == PT_ARCH_GPT2 && c->mlp == PT_MLP_SWIGLU)
+        pt__append_error(&bad, "mlp=swiglu needs arch=llama (GPT-2's tensors have no up projection)");
+    if (c->arch == PT_ARCH_GPT2 && c->n_kv_head > 0 && c->n_kv_head != c->n_head)
+        pt__append_error(&bad, "n_kv_head=%d != n_head=%d needs arch=llama (GPT-2's fused c_attn "
+                         "has as many key/value heads as query heads)", c->n_kv_head, c->n_head);
+    if (c->arch == PT_ARCH_LLAMA && c->pos != PT_POS_ROPE)
+        pt__append_error(&bad, "arch=llama needs pos=rope (LLaMA has no position embedding)");
     return bad ? PT_ERR_CONFIG : PT_OK;
 }
 
@@ -3061,64 +3401,154 @@ typedef struct pt__spec {
     pt_shard shard;
     int init, layer;
     int vocab;    /* its rows are the vocabulary's (an embedding or a head) */
+    int role;     /* PT__R_* */
     size_t field;
 } pt__spec;
+enum { PT__R_WTE = 0, PT__R_WPE, PT__R_LAYER, PT__R_LNF_W, PT__R_LNF_B, PT__R_HEAD };
 
-/* GPT-2's layer, in Hugging Face's canonical order; pt_block_params keeps
-   its pointers in the same order. */
-static const struct {
-    const char *name;
-    int rows, cols; /* in units of n_embd (cols 0: 1-D) */
-    pt_shard shard;
-    int init;
+/* A layer's tensors, in canonical order, for the architecture's names and
+   layouts (Hugging Face's). GPT-2: Conv1D [in, out], q, k and v fused in
+   c_attn (tp: a block of each of their column groups). LLaMA: nn.Linear
+   [out, in]; q_proj, k_proj and v_proj follow one another (and their biases
+   likewise), so their rows are one fused [q|k|v] weight in the flat buffer
+   (qkv_w points at it; tp splits each by rows: a rank's heads stay fused),
+   and gate_proj, up_proj are one fused [gate|up] weight (fc_w). The
+   row-parallel o_proj and down_proj split by columns. Units: C = n_embd,
+   KV = n_kv_head * head size, F = ffn_hidden. */
+enum { PT__U_C = 1, PT__U_3C, PT__U_KV, PT__U_F };
+typedef struct pt__lspec {
+    const char *gpt2, *llama;  /* names (NULL: absent in that architecture) */
+    int rows, cols;            /* PT__U_* (cols 0: 1-D) of GPT-2; LLaMA's are swapped */
+    pt_shard shard2, shardl;   /* tensor parallelism in each layout */
+    int init, needs;           /* needs: PT__N_* that must hold */
     size_t field;
-} pt__gpt2_layer[] = {
-    {"ln_1.weight", 1, 0, PT_SHARD_NONE, PT__INIT_ONE, offsetof(pt_block_params, ln1_w)},
-    {"ln_1.bias", 1, 0, PT_SHARD_NONE, PT__INIT_ZERO, offsetof(pt_block_params, ln1_b)},
-    {"attn.c_attn.weight", 1, 3, PT_SHARD_QKV, PT__INIT_NORMAL, offsetof(pt_block_params, qkv_w)},
-    {"attn.c_attn.bias", 3, 0, PT_SHARD_QKV, PT__INIT_ZERO, offsetof(pt_block_params, qkv_b)},
-    {"attn.c_proj.weight", 1, 1, PT_SHARD_ROWS, PT__INIT_PROJ,
-     offsetof(pt_block_params, attn_proj_w)},
-    {"attn.c_proj.bias", 1, 0, PT_SHARD_NONE, PT__INIT_ZERO, offsetof(pt_block_params, attn_proj_b)},
-    {"ln_2.weight", 1, 0, PT_SHARD_NONE, PT__INIT_ONE, offsetof(pt_block_params, ln2_w)},
-    {"ln_2.bias", 1, 0, PT_SHARD_NONE, PT__INIT_ZERO, offsetof(pt_block_params, ln2_b)},
-    {"mlp.c_fc.weight", 1, 4, PT_SHARD_COLS, PT__INIT_NORMAL, offsetof(pt_block_params, fc_w)},
-    {"mlp.c_fc.bias", 4, 0, PT_SHARD_COLS, PT__INIT_ZERO, offsetof(pt_block_params, fc_b)},
-    {"mlp.c_proj.weight", 4, 1, PT_SHARD_ROWS, PT__INIT_PROJ, offsetof(pt_block_params, fc_proj_w)},
-    {"mlp.c_proj.bias", 1, 0, PT_SHARD_NONE, PT__INIT_ZERO, offsetof(pt_block_params, fc_proj_b)},
+} pt__lspec;
+enum { PT__N_ALL = 0, PT__N_BIAS, PT__N_NORM_BIAS, PT__N_GATE, PT__N_GATE_BIAS };
+#define PT__LF(f) offsetof(pt_block_params, f)
+static const pt__lspec pt__layer[] = {
+    {"ln_1.weight", "input_layernorm.weight", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
+     PT__INIT_ONE, PT__N_ALL, PT__LF(ln1_w)},
+    {"ln_1.bias", "input_layernorm.bias", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE, PT__INIT_ZERO,
+     PT__N_NORM_BIAS, PT__LF(ln1_b)},
+    {"attn.c_attn.weight", "self_attn.q_proj.weight", PT__U_C, PT__U_3C, PT_SHARD_QKV,
+     PT_SHARD_ROWS, PT__INIT_NORMAL, PT__N_ALL, PT__LF(qkv_w)},
+    {NULL, "self_attn.k_proj.weight", PT__U_C, PT__U_KV, PT_SHARD_NONE, PT_SHARD_ROWS,
+     PT__INIT_NORMAL, PT__N_ALL, PT__LF(k_w)},
+    {NULL, "self_attn.v_proj.weight", PT__U_C, PT__U_KV, PT_SHARD_NONE, PT_SHARD_ROWS,
+     PT__INIT_NORMAL, PT__N_ALL, PT__LF(v_w)},
+    {"attn.c_attn.bias", "self_attn.q_proj.bias", PT__U_3C, 0, PT_SHARD_QKV, PT_SHARD_COLS,
+     PT__INIT_ZERO, PT__N_BIAS, PT__LF(qkv_b)},
+    {NULL, "self_attn.k_proj.bias", PT__U_KV, 0, PT_SHARD_NONE, PT_SHARD_COLS, PT__INIT_ZERO,
+     PT__N_BIAS, PT__LF(k_b)},
+    {NULL, "self_attn.v_proj.bias", PT__U_KV, 0, PT_SHARD_NONE, PT_SHARD_COLS, PT__INIT_ZERO,
+     PT__N_BIAS, PT__LF(v_b)},
+    {"attn.c_proj.weight", "self_attn.o_proj.weight", PT__U_C, PT__U_C, PT_SHARD_ROWS,
+     PT_SHARD_COLS, PT__INIT_PROJ, PT__N_ALL, PT__LF(attn_proj_w)},
+    {"attn.c_proj.bias", "self_attn.o_proj.bias", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
+     PT__INIT_ZERO, PT__N_BIAS, PT__LF(attn_proj_b)},
+    {"ln_2.weight", "post_attention_layernorm.weight", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
+     PT__INIT_ONE, PT__N_ALL, PT__LF(ln2_w)},
+    {"ln_2.bias", "post_attention_layernorm.bias", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
+     PT__INIT_ZERO, PT__N_NORM_BIAS, PT__LF(ln2_b)},
+    {"mlp.c_fc.weight", "mlp.gate_proj.weight", PT__U_C, PT__U_F, PT_SHARD_COLS, PT_SHARD_ROWS,
+     PT__INIT_NORMAL, PT__N_ALL, PT__LF(fc_w)},
+    {NULL, "mlp.up_proj.weight", PT__U_C, PT__U_F, PT_SHARD_NONE, PT_SHARD_ROWS, PT__INIT_NORMAL,
+     PT__N_GATE, PT__LF(up_w)},
+    {"mlp.c_fc.bias", "mlp.gate_proj.bias", PT__U_F, 0, PT_SHARD_COLS, PT_SHARD_COLS,
+     PT__INIT_ZERO, PT__N_BIAS, PT__LF(fc_b)},
+    {NULL, "mlp.up_proj.bias", PT__U_F, 0, PT_SHARD_NONE, PT_SHARD_COLS, PT__INIT_ZERO,
+     PT__N_GATE_BIAS, PT__LF(up_b)},
+    {"mlp.c_proj.weight", "mlp.down_proj.weight", PT__U_F, PT__U_C, PT_SHARD_ROWS, PT_SHARD_COLS,
+     PT__INIT_PROJ, PT__N_ALL, PT__LF(fc_proj_w)},
+    {"mlp.c_proj.bias", "mlp.down_proj.bias", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
+     PT__INIT_ZERO, PT__N_BIAS, PT__LF(fc_proj_b)},
 };
-#define PT__GPT2_LAYER ((int)(sizeof pt__gpt2_layer / sizeof pt__gpt2_layer[0]))
+#undef PT__LF
+#define PT__NLAYER_SPECS ((int)(sizeof pt__layer / sizeof pt__layer[0]))
 
-/* The whole model's tensor k in canonical order -- wte, wpe, each layer's,
-   ln_f.weight, ln_f.bias -- into *s and its name into name (n bytes; name
-   may be NULL). Returns 0 past the last tensor. */
+static int64_t pt__unit(const pt_gpt_config *c, int u) {
+    int64_t C = c->n_embd, hd = c->n_head > 0 ? C / c->n_head : 0;
+    return u == PT__U_C ? C : u == PT__U_3C ? 3 * C : u == PT__U_KV ? pt__kv_heads(c) * hd
+         : u == PT__U_F ? pt__ffn(c) : 0;
+}
+
+/* Whether entry e of pt__layer exists in this configuration. */
+static int pt__layer_has(const pt_gpt_config *c, const pt__lspec *e) {
+    int llama = c->arch == PT_ARCH_LLAMA, bias = !c->no_bias, gate = c->mlp == PT_MLP_SWIGLU;
+    if (!(llama ? e->llama : e->gpt2)) return 0;
+    switch (e->needs) {
+    case PT__N_BIAS: return bias;
+    case PT__N_NORM_BIAS: return bias && c->norm == PT_NORM_LAYER;
+    case PT__N_GATE: return gate;
+    case PT__N_GATE_BIAS: return gate && bias;
+    default: return 1;
+    }
+}
+
+/* Tensors a layer has. */
+static int pt__layer_count(const pt_gpt_config *c) {
+    int j, n = 0;
+    for (j = 0; j < PT__NLAYER_SPECS; j++) n += pt__layer_has(c, &pt__layer[j]);
+    return n;
+}
+
+/* The whole model's tensor k in canonical order -- the embedding, the
+   position embedding (learned positions), each layer's, the final norm's
+   weight (and bias), the LM head (untied) -- into *s and its name into name
+   (n bytes; name may be NULL). Returns 0 past the last tensor. */
 static int pt__canon_spec(const pt_gpt_config *c, int k, pt__spec *s, char *name, size_t n) {
     int64_t C = c->n_embd;
-    int nl = PT__GPT2_LAYER * c->n_layer;
+    int llama = c->arch == PT_ARCH_LLAMA, per = pt__layer_count(c);
+    int wpe = c->pos == PT_POS_LEARNED, nl = per * c->n_layer, pre = 1 + wpe;
+    int lnf_b = c->norm == PT_NORM_LAYER && !c->no_bias, post = 1 + lnf_b + c->untied_head;
     const char *nm;
     memset(s, 0, sizeof *s);
-    if (k < 0 || k >= 4 + nl) return 0;
-    if (k < 2) { /* wte [V, C] (split by rows of the vocabulary), wpe [block, C] */
+    if (k < 0 || k >= pre + nl + post) return 0;
+    if (k < pre) { /* wte [V, C] (split by rows of the vocabulary), wpe [block, C] */
         s->rows = k ? c->block_size : c->vocab_size, s->cols = C;
         s->shard = k ? PT_SHARD_NONE : PT_SHARD_ROWS;
-        s->layer = k ? PT__AT_EMBED : PT__AT_TIED;
+        s->layer = k || c->untied_head ? PT__AT_EMBED : PT__AT_TIED;
         s->vocab = !k;
-        nm = k ? "wpe.weight" : "wte.weight";
-    } else if (k < 2 + nl) {
-        int j = (k - 2) % PT__GPT2_LAYER;
-        s->rows = pt__gpt2_layer[j].rows * C;
-        s->cols = pt__gpt2_layer[j].cols * C;
-        s->shard = pt__gpt2_layer[j].shard;
-        s->init = pt__gpt2_layer[j].init;
-        s->layer = (k - 2) / PT__GPT2_LAYER;
-        s->field = pt__gpt2_layer[j].field;
-        if (name) snprintf(name, n, "h.%d.%s", s->layer, pt__gpt2_layer[j].name);
+        s->role = k ? PT__R_WPE : PT__R_WTE;
+        nm = k ? "wpe.weight" : llama ? "model.embed_tokens.weight" : "wte.weight";
+    } else if (k < pre + nl) {
+        int j, i = (k - pre) % per;
+        const pt__lspec *e = NULL;
+        for (j = 0; j < PT__NLAYER_SPECS; j++)
+            if (pt__layer_has(c, &pt__layer[j]) && i-- == 0) {
+                e = &pt__layer[j];
+                break;
+            }
+        if (llama) { /* [out, in]: GPT-2's shape transposed, q alone where c_attn is 3C */
+            int out = e->cols ? e->cols : e->rows;
+            s->rows = pt__unit(c, out == PT__U_3C ? PT__U_C : out);
+            s->cols = e->cols ? pt__unit(c, e->rows) : 0;
+        } else {
+            s->rows = pt__unit(c, e->rows), s->cols = pt__unit(c, e->cols);
+        }
+        s->shard = llama ? e->shardl : e->shard2;
+        s->init = e->init;
+        s->layer = (k - pre) / per;
+        s->field = e->field;
+        s->role = PT__R_LAYER;
+        if (name) snprintf(name, n, llama ? "model.layers.%d.%s" : "h.%d.%s", s->layer,
+                           llama ? e->llama : e->gpt2);
         return 1;
-    } else { /* ln_f.weight, ln_f.bias */
+    } else if (k - pre - nl < 1 + lnf_b) { /* ln_f.weight, ln_f.bias */
+        int bias = k - pre - nl == 1;
         s->rows = C;
-        s->init = k == 2 + nl ? PT__INIT_ONE : PT__INIT_ZERO;
+        s->init = bias ? PT__INIT_ZERO : PT__INIT_ONE;
         s->layer = PT__AT_HEAD;
-        nm = k == 2 + nl ? "ln_f.weight" : "ln_f.bias";
+        s->role = bias ? PT__R_LNF_B : PT__R_LNF_W;
+        nm = llama ? (bias ? "model.norm.bias" : "model.norm.weight")
+                   : (bias ? "ln_f.bias" : "ln_f.weight");
+    } else { /* the untied head [V, C] */
+        s->rows = c->vocab_size, s->cols = C;
+        s->shard = PT_SHARD_ROWS;
+        s->layer = PT__AT_HEAD;
+        s->vocab = 1;
+        s->role = PT__R_HEAD;
+        nm = "lm_head.weight";
     }
     if (name) snprintf(name, n, "%s", nm);
     return 1;
@@ -3192,11 +3622,13 @@ struct pt_gpt_exec {
                                  add it to the shard */
     float *dwte, *dwpe, *dlnf_w, *dlnf_b; /* named views into grads (ZeRO 2: the bucket
                                              staging buffer) */
+    float *dhead;             /* the head's gradient: dwte when tied */
     pt_block_params *layer_grads;
     int *layer_id;            /* (n_layers) place.layer_id points here */
     int *chunk_start;         /* (chunks + 1) chunk c is local layers
                                  [chunk_start[c], chunk_start[c+1]) */
     int tab_wte, tab_wpe, tab_layers, tab_lnf; /* table indices (-1: not here) */
+    int tab_lnf_b, tab_head;  /* the final norm's bias, the untied head (-1: none) */
     int layer_tensors;        /* tensors a layer has in the table */
     pt_schedule sched;        /* the step's schedule (count NULL: none, inference) */
     int split;                /* it runs W apart from B (zero-bubble) */
@@ -3297,14 +3729,14 @@ static void pt__build_table(pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
     pt__spec s;
-    char name[48];
+    char name[64];
     int k, last = PT__AT_TIED;
     m->num_tensors = m->num_canon = 0;
     m->num_params = m->num_params_full = 0;
     x->num_buckets = 0;
     x->shard_total = 0;
-    x->tab_wte = x->tab_wpe = x->tab_layers = x->tab_lnf = -1;
-    x->layer_tensors = PT__GPT2_LAYER;
+    x->tab_wte = x->tab_wpe = x->tab_layers = x->tab_lnf = x->tab_lnf_b = x->tab_head = -1;
+    x->layer_tensors = pt__layer_count(&m->config);
     for (k = 0; pt__canon_spec(&m->config, k, &s, name, sizeof name); k++) {
         int here = s.layer >= 0             ? pt__holds_layer(pl, s.layer)
                    : s.layer == PT__AT_TIED ? pl->has_embed || pl->has_head
@@ -3318,10 +3750,12 @@ static void pt__build_table(pt_gpt *m) {
         if (vocab) pt__end_bucket(m, m->num_params); /* it starts a bucket */
         pt__add_param(m, &s, name, here);
         if (!here) continue;
-        if (s.layer == PT__AT_TIED) x->tab_wte = t;
-        if (s.layer == PT__AT_EMBED && x->tab_wpe < 0) x->tab_wpe = t;
+        if (s.role == PT__R_WTE) x->tab_wte = t;
+        if (s.role == PT__R_WPE) x->tab_wpe = t;
         if (s.layer >= 0 && x->tab_layers < 0) x->tab_layers = t;
-        if (s.layer == PT__AT_HEAD && x->tab_lnf < 0) x->tab_lnf = t;
+        if (s.role == PT__R_LNF_W) x->tab_lnf = t;
+        if (s.role == PT__R_LNF_B) x->tab_lnf_b = t;
+        if (s.role == PT__R_HEAD) x->tab_head = t;
         for (r = pt__vocab_rows(m); vocab && r < m->table[t].shape[0]; r += pt__vocab_rows(m))
             pt__end_bucket(m, m->table[t].offset + (size_t)r * (size_t)s.cols);
     }
@@ -3447,7 +3881,7 @@ PTRAINDEF pt_status pt_gpt_gather(const pt_gpt *m, pt_state_buf which, float *fu
    tensor at its place within its bucket, all buckets sharing one buffer
    (ZeRO 2 gradients: one bucket at a time). */
 static void pt__bind(const pt_gpt *m, float *base, int stage, float **wte, float **wpe,
-                     float **lnf_w, float **lnf_b, pt_block_params *layers) {
+                     float **lnf_w, float **lnf_b, float **head, pt_block_params *layers) {
     const pt_gpt_exec *x = m->exec;
     const pt_param *t = m->table;
     pt__spec s;
@@ -3464,43 +3898,50 @@ static void pt__bind(const pt_gpt *m, float *base, int stage, float **wte, float
             *(float **)((char *)&layers[l] + s.field) = PT__AT(i);
         }
     *lnf_w = PT__AT(x->tab_lnf);
-    *lnf_b = x->tab_lnf >= 0 ? PT__AT(x->tab_lnf + 1) : NULL;
+    *lnf_b = PT__AT(x->tab_lnf_b);
+    *head = m->config.untied_head ? PT__AT(x->tab_head) : *wte;
 #undef PT__AT
 }
 
 #define PT__F(a, n) ((float *)pt_arena_alloc((a), (size_t)(n) * sizeof(float)))
 
 /* A block's sizes on one tensor-parallel rank: N rows, C wide, Ca its
-   attention width (its heads), F its MLP columns, NH its heads. */
-typedef struct pt__dims { size_t B, T, N, C, Ca, F, NH; } pt__dims;
+   attention width (its NH query heads of hd lanes), Ckv its key/value width
+   (NKV heads), Q3 = Ca + 2 Ckv its q, k, v width, F its MLP columns, Fi the
+   MLP input projection's width (F, or 2F for SwiGLU's gate and up). */
+typedef struct pt__dims { size_t B, T, N, C, Ca, Ckv, Q3, F, Fi, NH, NKV, hd; } pt__dims;
 
 static pt__dims pt__block_dims(const pt_gpt_config *c, int B, int T, int tp) {
     pt__dims d;
     d.B = (size_t)B, d.T = (size_t)T, d.N = d.B * d.T, d.C = (size_t)c->n_embd;
-    d.Ca = d.C / (size_t)tp, d.F = 4 * d.C / (size_t)tp, d.NH = (size_t)c->n_head / (size_t)tp;
+    d.hd = d.C / (size_t)c->n_head;
+    d.NH = (size_t)c->n_head / (size_t)tp, d.NKV = (size_t)pt__kv_heads(c) / (size_t)tp;
+    d.Ca = d.NH * d.hd, d.Ckv = d.NKV * d.hd, d.Q3 = d.Ca + 2 * d.Ckv;
+    d.F = (size_t)pt__ffn(c) / (size_t)tp, d.Fi = c->mlp == PT_MLP_SWIGLU ? 2 * d.F : d.F;
     return d;
 }
 
 /* What a block's forward saves for backward (what = PT_RECOMPUTE_*: full
    keeps the output alone; selective all but the attention output; the
-   layer being recomputed keeps everything but the output). */
+   layer being recomputed keeps everything but the output). RMSNorm keeps
+   no mean. */
 static void pt__layout_block_acts(pt_block_acts *x, pt_arena *a, const pt__dims *d, int what,
-                                  int with_out) {
+                                  int with_out, int means) {
     size_t N = d->N;
     memset(x, 0, sizeof *x);
     if (with_out) x->out = PT__F(a, N * d->C);
     if (what == PT_RECOMPUTE_FULL) return;
     x->ln1 = PT__F(a, N * d->C);
-    x->ln1_mean = PT__F(a, N);
+    if (means) x->ln1_mean = PT__F(a, N);
     x->ln1_rstd = PT__F(a, N);
-    x->qkv = PT__F(a, N * 3 * d->Ca);
+    x->qkv = PT__F(a, N * d->Q3);
     x->lse = PT__F(a, d->B * d->NH * d->T);
     if (what != PT_RECOMPUTE_SELECTIVE) x->atty = PT__F(a, N * d->Ca);
     x->res2 = PT__F(a, N * d->C);
     x->ln2 = PT__F(a, N * d->C);
-    x->ln2_mean = PT__F(a, N);
+    if (means) x->ln2_mean = PT__F(a, N);
     x->ln2_rstd = PT__F(a, N);
-    x->fch = PT__F(a, N * d->F);
+    x->fch = PT__F(a, N * d->Fi);
 }
 
 /* A block's kept output gradients: dfch, dqkv and dln1 may be given (the
@@ -3512,24 +3953,26 @@ static void pt__layout_wgrad(pt_block_wgrad *w, pt_arena *a, const pt__dims *d, 
     w->dln2 = PT__F(a, N * d->C);
     w->dres2 = PT__F(a, N * d->C);
     w->dln1 = dln1 ? dln1 : PT__F(a, N * d->C);
-    w->dfch = dfch ? dfch : PT__F(a, N * d->F);
-    w->dqkv = dqkv ? dqkv : PT__F(a, N * 3 * d->Ca);
+    w->dfch = dfch ? dfch : PT__F(a, N * d->Fi);
+    w->dqkv = dqkv ? dqkv : PT__F(a, N * d->Q3);
 }
 
-/* A block's scratch: forward's (gelu, attention work), and with training
-   backward's input gradients and the fused backward's kept ones. */
+/* A block's scratch: forward's (activation, attention work, rotary table),
+   and with training backward's input gradients and the fused backward's
+   kept ones. */
 static void pt__layout_scratch(pt_block_scratch *s, pt_arena *a, const pt__dims *d,
-                               int training) {
+                               int training, int rope) {
     size_t N = d->N;
     memset(s, 0, sizeof *s);
     s->gelu = PT__F(a, N * d->F);
     s->attn_slots = pt_get_threads();
     s->attn = PT__F(a, pt_attention_scratch_floats((int)d->T, s->attn_slots));
+    if (rope) s->rope = PT__F(a, d->T * d->hd);
     if (!training) return;
     s->dln = PT__F(a, N * d->C);
-    s->dqkv = PT__F(a, N * 3 * d->Ca);
+    s->dqkv = PT__F(a, N * d->Q3);
     s->datty = PT__F(a, N * d->Ca);
-    s->dfch = PT__F(a, N * d->F);
+    s->dfch = PT__F(a, N * d->Fi);
     pt__layout_wgrad(&s->w, a, d, s->dfch, s->dqkv, s->dln);
 }
 
@@ -3542,18 +3985,28 @@ PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, p
     int k, i;
     ps[0] = p, ps[1] = g;
     for (i = 0; i < 2; i++) {
+        size_t total = 0;
+        float *base;
         if (!ps[i]) continue;
         memset(ps[i], 0, sizeof *ps[i]);
-        for (k = 0; pt__canon_spec(cfg, k, &sp, NULL, 0) && sp.layer <= 0; k++) {
-            int64_t n = sp.rows * (sp.cols ? sp.cols : 1);
-            if (sp.layer < 0) continue; /* the layers come after the embeddings */
-            if (sp.shard == PT_SHARD_ROWS || sp.shard == PT_SHARD_COLS || sp.shard == PT_SHARD_QKV)
-                n /= tp > 0 ? tp : 1;
-            *(float **)((char *)ps[i] + sp.field) = PT__F(a, n);
+        /* one allocation, the tensors one after another (as in the model's
+           buffer: LLaMA's q, k, v and gate, up weights are read fused) */
+        for (k = 0; k < 2; k++) {
+            int j;
+            size_t at = 0;
+            base = k ? PT__F(a, total) : NULL;
+            for (j = 0; pt__canon_spec(cfg, j, &sp, NULL, 0) && sp.layer <= 0; j++) {
+                int64_t n = sp.rows * (sp.cols ? sp.cols : 1);
+                if (sp.layer < 0) continue; /* the layers come after the embeddings */
+                if (sp.shard != PT_SHARD_NONE) n /= tp > 0 ? tp : 1;
+                if (k) *(float **)((char *)ps[i] + sp.field) = base ? base + at : NULL;
+                at += (size_t)n;
+            }
+            total = at;
         }
     }
-    if (acts) pt__layout_block_acts(acts, a, &d, PT_RECOMPUTE_NONE, 1);
-    if (s) pt__layout_scratch(s, a, &d, g != NULL);
+    if (acts) pt__layout_block_acts(acts, a, &d, PT_RECOMPUTE_NONE, 1, cfg->norm == PT_NORM_LAYER);
+    if (s) pt__layout_scratch(s, a, &d, g != NULL, cfg->pos == PT_POS_ROPE);
 }
 
 /* ---- building a model: checks, tables, buffers, communicators ------------ */
@@ -3642,6 +4095,13 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
     if (pl->tp < 1 || (cfg.n_head >= 1 && cfg.n_head % pl->tp != 0))
         pt__append_error(&bad, "tensor_parallel=%d does not divide n_head=%d", pl->tp,
                          cfg.n_head);
+    else if (cfg.n_kv_head >= 1 && cfg.n_kv_head % pl->tp != 0)
+        pt__append_error(&bad, "tensor_parallel=%d does not divide n_kv_head=%d (each rank holds "
+                         "whole key/value heads and the query heads that share them)", pl->tp,
+                         cfg.n_kv_head);
+    if (pl->tp >= 1 && cfg.ffn_hidden >= 1 && cfg.ffn_hidden % pl->tp != 0)
+        pt__append_error(&bad, "tensor_parallel=%d does not divide ffn_hidden=%d", pl->tp,
+                         cfg.ffn_hidden);
     if (d->zero < 0 || d->zero > 2) pt__append_error(&bad, "zero=%d must be 0, 1 or 2", d->zero);
     if (d->grad_accum < 0) pt__append_error(&bad, "grad_accum=%d must be >= 0", d->grad_accum);
     if (d->chunks < 0) pt__append_error(&bad, "chunks=%d must be >= 0", d->chunks);
@@ -3823,7 +4283,7 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     const pt_gpt_place *pl = &m->place;
     pt__dims d = pt__block_dims(&m->config, m->B, m->T, pl->tp);
     size_t N = d.N, C = d.C, V = (size_t)pl->vocab_local;
-    int l, k, most = 0, c;
+    int l, k, most = 0, c, ln = m->config.norm == PT_NORM_LAYER;
     for (c = 0; c < pl->chunks; c++)
         if (x->chunk_start[c + 1] - x->chunk_start[c] > most)
             most = x->chunk_start[c + 1] - x->chunk_start[c];
@@ -3832,7 +4292,8 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
         sl->micro = sl->chunk = -1;
         sl->x = PT__F(a, N * C);
         sl->acts = x->acts + (size_t)k * (size_t)most;
-        for (l = 0; l < most; l++) pt__layout_block_acts(&sl->acts[l], a, &d, pl->recompute, 1);
+        for (l = 0; l < most; l++)
+            pt__layout_block_acts(&sl->acts[l], a, &d, pl->recompute, 1, ln);
         sl->wg = x->slots[0].wg + (size_t)k * (size_t)most;
         for (l = 0; x->split && l < most; l++) pt__layout_wgrad(&sl->wg[l], a, &d, NULL, NULL, NULL);
         if (pl->has_head) {
@@ -3849,11 +4310,11 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     *act_bytes = a->used;
     memset(&x->racts, 0, sizeof x->racts); /* recomputation's one layer (not saved) */
     if (pl->recompute == PT_RECOMPUTE_FULL)
-        pt__layout_block_acts(&x->racts, a, &d, PT_RECOMPUTE_NONE, 0);
+        pt__layout_block_acts(&x->racts, a, &d, PT_RECOMPUTE_NONE, 0, ln);
     else if (pl->recompute == PT_RECOMPUTE_SELECTIVE)
         x->racts.atty = PT__F(a, N * d.Ca);
     x->ce_red = pl->tp > 1 ? PT__F(a, 3 * N) : NULL;
-    pt__layout_scratch(&x->scratch, a, &d, training);
+    pt__layout_scratch(&x->scratch, a, &d, training, m->config.pos == PT_POS_ROPE);
     x->dres = training ? PT__F(a, N * C) : NULL;
 }
 
@@ -3908,8 +4369,9 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     pt__layout_state(m, &x->param_arena, d->inference);
     memset(x->param_arena.base, 0, x->param_arena.used);
     pt__layout_acts(m, &x->act_arena, &act_bytes, !d->inference);
-    pt__bind(m, m->params, 0, &m->wte, &m->wpe, &m->lnf_w, &m->lnf_b, m->layers);
+    pt__bind(m, m->params, 0, &m->wte, &m->wpe, &m->lnf_w, &m->lnf_b, &m->lm_head, m->layers);
     pt__bind(m, m->grads, m->place.zero == 2, &x->dwte, &x->dwpe, &x->dlnf_w, &x->dlnf_b,
+             &x->dhead,
              x->layer_grads);
     return PT_OK;
 }
@@ -3971,86 +4433,143 @@ static pt_status pt__tp_sum(pt_comm *tp, float *buf, size_t n) {
     return tp && tp->size > 1 ? pt_comm_all_reduce(tp, buf, n, PT_REDUCE_SUM) : PT_OK;
 }
 
+/* The configuration's norm: LayerNorm (mean kept) or RMSNorm (b, mean unused). */
+static void pt__norm_forward(const pt_gpt_config *c, float *out, float *mean, float *rstd,
+                             const float *x, const float *w, const float *b, int N, int C) {
+    float eps = c->ln_eps > 0.0f ? c->ln_eps : 1e-5f;
+    if (c->norm == PT_NORM_RMS) pt_rmsnorm_forward(out, rstd, x, w, N, C, eps);
+    else pt_layernorm_forward(out, mean, rstd, x, w, b, N, C, eps);
+}
+
+static void pt__norm_backward(const pt_gpt_config *c, float *dx, float *dw, float *db,
+                              const float *dout, const float *x, const float *w,
+                              const float *mean, const float *rstd, int N, int C) {
+    if (c->norm == PT_NORM_RMS) pt_rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
+    else pt_layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
+}
+
+/* The architecture's linear layer: Conv1D [IN, OUT] (GPT-2) or nn.Linear [OUT, IN]. */
+static void pt__proj_forward(const pt_gpt_config *c, float *out, const float *inp,
+                             const float *w, const float *b, int N, int IN, int OUT) {
+    if (c->arch == PT_ARCH_LLAMA) pt_linear_forward(out, inp, w, b, N, IN, OUT);
+    else pt_matmul_forward(out, inp, w, b, N, IN, OUT);
+}
+
+static void pt__proj_backward(const pt_gpt_config *c, float *dinp, float *dw, float *db,
+                              const float *dout, const float *inp, const float *w, int N,
+                              int IN, int OUT) {
+    if (c->arch == PT_ARCH_LLAMA) pt_linear_backward(dinp, dw, db, dout, inp, w, N, IN, OUT);
+    else pt_matmul_backward(dinp, dw, db, dout, inp, w, N, IN, OUT);
+}
+
+/* The MLP's activation of fch (N, Fi) into out (N, F): gelu or swiglu. */
+static void pt__act_forward(const pt_gpt_config *c, float *out, const float *fch, size_t N,
+                            size_t F) {
+    if (c->mlp == PT_MLP_SWIGLU) pt_swiglu_forward(out, fch, (int)N, (int)F);
+    else pt_gelu_forward(out, fch, N * F);
+}
+
+/* The rotary table for T positions in s->rope (computed when T changes). */
+static const float *pt__rope_cs(const pt_gpt_config *c, pt_block_scratch *s, int T) {
+    if (s->rope_T != T) {
+        pt_rope_table(s->rope, T, c->n_embd / c->n_head, pt__rope_theta(c), &c->rope_scaling);
+        s->rope_T = T;
+    }
+    return s->rope;
+}
+
 PTRAINDEF pt_status pt_block_forward(const pt_gpt_config *cfg, int B, int T,
                                      const pt_block_params *p, const float *x, pt_block_acts *a,
                                      pt_block_scratch *s, pt_comm *tp) {
-    /* Ca, F: this rank's attention width and MLP columns; row-parallel
-       biases are added by tensor rank 0 only, so the sum counts them once */
+    /* this rank's heads and MLP columns (d); row-parallel biases are added
+       by tensor rank 0 only, so the sum counts them once */
     int k = tp ? tp->size : 1, lead = !tp || tp->rank == 0;
-    int C = cfg->n_embd, N = B * T, Ca = C / k, F = 4 * C / k;
-    float eps = cfg->ln_eps > 0.0f ? cfg->ln_eps : 1e-5f;
+    pt__dims d = pt__block_dims(cfg, B, T, k);
+    int C = cfg->n_embd, N = B * T, Ca = (int)d.Ca, Q3 = (int)d.Q3, F = (int)d.F, Fi = (int)d.Fi;
     pt_status st;
-    pt_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, N, C, eps);
-    pt_matmul_forward(a->qkv, a->ln1, p->qkv_w, p->qkv_b, N, C, 3 * Ca);
-    pt_attention_forward(a->atty, a->lse, a->qkv, s->attn, s->attn_slots, B, T, Ca,
-                         cfg->n_head / k);
-    pt_matmul_forward(a->res2, a->atty, p->attn_proj_w, lead ? p->attn_proj_b : NULL, N, Ca, C);
+    pt__norm_forward(cfg, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, N, C);
+    pt__proj_forward(cfg, a->qkv, a->ln1, p->qkv_w, p->qkv_b, N, C, Q3);
+    if (cfg->pos == PT_POS_ROPE) /* q and k heads are adjacent: one pass over both */
+        pt_rope_forward(a->qkv, pt__rope_cs(cfg, s, T), N, T, (int)(d.NH + d.NKV), (int)d.hd, Q3);
+    pt_attention_forward(a->atty, a->lse, a->qkv, s->attn, s->attn_slots, B, T, Ca, (int)d.NH,
+                         (int)d.NKV);
+    pt__proj_forward(cfg, a->res2, a->atty, p->attn_proj_w, lead ? p->attn_proj_b : NULL, N, Ca,
+                     C);
     if ((st = pt__tp_sum(tp, a->res2, (size_t)N * C)) != PT_OK) return st;
     pt_residual_forward(a->res2, a->res2, x, (size_t)N * C);
-    pt_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, N, C,
-                         eps);
-    pt_matmul_forward(a->fch, a->ln2, p->fc_w, p->fc_b, N, C, F);
-    pt_gelu_forward(s->gelu, a->fch, (size_t)N * F);
-    pt_matmul_forward(a->out, s->gelu, p->fc_proj_w, lead ? p->fc_proj_b : NULL, N, F, C);
+    pt__norm_forward(cfg, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, N, C);
+    pt__proj_forward(cfg, a->fch, a->ln2, p->fc_w, p->fc_b, N, C, Fi);
+    pt__act_forward(cfg, s->gelu, a->fch, (size_t)N, (size_t)F);
+    pt__proj_forward(cfg, a->out, s->gelu, p->fc_proj_w, lead ? p->fc_proj_b : NULL, N, F, C);
     if ((st = pt__tp_sum(tp, a->out, (size_t)N * C)) != PT_OK) return st;
     pt_residual_forward(a->out, a->out, a->res2, (size_t)N * C);
     return PT_OK;
 }
 
 /* B: the input's gradient, keeping in w what the weight gradients need.
-   MLP branch: out = res2 + fc_proj(gelu(fc(ln2(res2)))); then the attention
-   branch: res2 = x + attn_proj(attention(c_attn(ln1(x)))). */
+   MLP branch: out = res2 + fc_proj(act(fc(norm2(res2)))); then the attention
+   branch: res2 = x + attn_proj(attention(rope(qkv(norm1(x))))). */
 PTRAINDEF pt_status pt_block_backward_input(const pt_gpt_config *cfg, int B, int T,
                                             const pt_block_params *p, const float *x,
                                             const pt_block_acts *a, const float *dout, float *dx,
                                             pt_block_wgrad *w, pt_block_scratch *s, pt_comm *tp) {
-    size_t k = tp ? (size_t)tp->size : 1, C = (size_t)cfg->n_embd, N = (size_t)B * T;
-    size_t Ca = C / k, F = 4 * C / k;
+    pt__dims d = pt__block_dims(cfg, B, T, tp ? tp->size : 1);
+    size_t C = d.C, N = d.N, Ca = d.Ca, F = d.F, Fi = d.Fi, Q3 = d.Q3;
     int n = (int)N, c = (int)C, ca = (int)Ca, f = (int)F;
     pt_status st;
     if (w->dout != dout) memcpy(w->dout, dout, N * C * sizeof(float)); /* dx may alias dout */
-    memset(w->dfch, 0, N * F * sizeof(float));
-    pt_matmul_backward(w->dfch, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
-    pt_gelu_backward(w->dfch, a->fch, w->dfch, N * F);
+    if (cfg->mlp == PT_MLP_SWIGLU) { /* d act in the activation's scratch, then d [gate|up] */
+        memset(s->gelu, 0, N * F * sizeof(float));
+        pt__proj_backward(cfg, s->gelu, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
+        pt_swiglu_backward(w->dfch, a->fch, s->gelu, n, f);
+    } else {
+        memset(w->dfch, 0, N * F * sizeof(float));
+        pt__proj_backward(cfg, w->dfch, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
+        pt_gelu_backward(w->dfch, a->fch, w->dfch, N * F);
+    }
     memset(w->dln2, 0, N * C * sizeof(float));
-    pt_matmul_backward(w->dln2, NULL, NULL, w->dfch, NULL, p->fc_w, n, c, f);
+    pt__proj_backward(cfg, w->dln2, NULL, NULL, w->dfch, NULL, p->fc_w, n, c, (int)Fi);
     if ((st = pt__tp_sum(tp, w->dln2, N * C)) != PT_OK) return st;
     if (dx != w->dout) memcpy(dx, w->dout, N * C * sizeof(float)); /* dx now holds d res2 */
-    pt_layernorm_backward(dx, NULL, NULL, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
-                          n, c);
+    pt__norm_backward(cfg, dx, NULL, NULL, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
+                      n, c);
     memcpy(w->dres2, dx, N * C * sizeof(float));
     memset(s->datty, 0, N * Ca * sizeof(float));
-    pt_matmul_backward(s->datty, NULL, NULL, dx, NULL, p->attn_proj_w, n, ca, c);
-    memset(w->dqkv, 0, N * 3 * Ca * sizeof(float));
+    pt__proj_backward(cfg, s->datty, NULL, NULL, dx, NULL, p->attn_proj_w, n, ca, c);
+    memset(w->dqkv, 0, N * Q3 * sizeof(float));
     pt_attention_backward(w->dqkv, s->datty, a->atty, a->qkv, a->lse, s->attn, s->attn_slots, B,
-                          T, ca, cfg->n_head / (int)k);
+                          T, ca, (int)d.NH, (int)d.NKV);
+    if (cfg->pos == PT_POS_ROPE)
+        pt_rope_backward(w->dqkv, pt__rope_cs(cfg, s, T), n, T, (int)(d.NH + d.NKV), (int)d.hd,
+                         (int)Q3);
     memset(w->dln1, 0, N * C * sizeof(float));
-    pt_matmul_backward(w->dln1, NULL, NULL, w->dqkv, NULL, p->qkv_w, n, c, 3 * ca);
+    pt__proj_backward(cfg, w->dln1, NULL, NULL, w->dqkv, NULL, p->qkv_w, n, c, (int)Q3);
     if ((st = pt__tp_sum(tp, w->dln1, N * C)) != PT_OK) return st;
-    pt_layernorm_backward(dx, NULL, NULL, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd, n, c);
+    pt__norm_backward(cfg, dx, NULL, NULL, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd, n, c);
     return PT_OK;
 }
 
 /* W: every parameter gradient from the kept output gradients and the
-   activations (gelu(fch) recomputed). dout is whole on every tensor rank,
-   so the replicated bias and LayerNorm gradients agree without
+   activations (the MLP activation recomputed). dout is whole on every
+   tensor rank, so the replicated bias and norm gradients agree without
    communication. tp is the tensor-parallel group's size. */
 PTRAINDEF void pt_block_backward_weight(const pt_gpt_config *cfg, int B, int T,
                                         const pt_block_params *p, pt_block_params *g,
                                         const float *x, const pt_block_acts *a,
                                         const pt_block_wgrad *w, pt_block_scratch *s, int tp) {
-    size_t C = (size_t)cfg->n_embd, N = (size_t)B * T, Ca = C / (size_t)tp, F = 4 * C / (size_t)tp;
-    int n = (int)N, c = (int)C, ca = (int)Ca, f = (int)F;
-    pt_gelu_forward(s->gelu, a->fch, N * F); /* not saved by forward: 4NC floats a layer */
-    pt_matmul_backward(NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w, n, f, c);
-    pt_matmul_backward(NULL, g->fc_w, g->fc_b, w->dfch, a->ln2, p->fc_w, n, c, f);
-    pt_layernorm_backward(NULL, g->ln2_w, g->ln2_b, w->dln2, a->res2, p->ln2_w, a->ln2_mean,
-                          a->ln2_rstd, n, c);
-    pt_matmul_backward(NULL, g->attn_proj_w, g->attn_proj_b, w->dres2, a->atty, p->attn_proj_w,
-                       n, ca, c);
-    pt_matmul_backward(NULL, g->qkv_w, g->qkv_b, w->dqkv, a->ln1, p->qkv_w, n, c, 3 * ca);
-    pt_layernorm_backward(NULL, g->ln1_w, g->ln1_b, w->dln1, x, p->ln1_w, a->ln1_mean,
-                          a->ln1_rstd, n, c);
+    pt__dims d = pt__block_dims(cfg, B, T, tp);
+    int n = (int)d.N, c = (int)d.C, ca = (int)d.Ca, f = (int)d.F;
+    pt__act_forward(cfg, s->gelu, a->fch, d.N, d.F); /* not saved by forward: NF floats a layer */
+    pt__proj_backward(cfg, NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w, n, f,
+                      c);
+    pt__proj_backward(cfg, NULL, g->fc_w, g->fc_b, w->dfch, a->ln2, p->fc_w, n, c, (int)d.Fi);
+    pt__norm_backward(cfg, NULL, g->ln2_w, g->ln2_b, w->dln2, a->res2, p->ln2_w, a->ln2_mean,
+                      a->ln2_rstd, n, c);
+    pt__proj_backward(cfg, NULL, g->attn_proj_w, g->attn_proj_b, w->dres2, a->atty,
+                      p->attn_proj_w, n, ca, c);
+    pt__proj_backward(cfg, NULL, g->qkv_w, g->qkv_b, w->dqkv, a->ln1, p->qkv_w, n, c, (int)d.Q3);
+    pt__norm_backward(cfg, NULL, g->ln1_w, g->ln1_b, w->dln1, x, p->ln1_w, a->ln1_mean,
+                      a->ln1_rstd, n, c);
 }
 
 PTRAINDEF pt_status pt_block_backward(const pt_gpt_config *cfg, int B, int T,
@@ -4074,9 +4593,10 @@ static pt_status pt__check_tokens(const int *tok, size_t n, int V, const char *w
 /* ---- generation ---------------------------------------------------------- */
 
 PTRAINDEF pt_status pt_kv_cache_init(pt_kv_cache *c, const pt_gpt *m) {
-    size_t L = (size_t)m->config.n_layer, C = (size_t)m->config.n_embd;
-    size_t cap = (size_t)m->config.block_size, V = (size_t)m->config.vocab_size;
-    size_t bytes = 0;
+    const pt_gpt_config *g = &m->config;
+    pt__dims d = pt__block_dims(g, 1, 1, 1);
+    size_t L = (size_t)g->n_layer, C = d.C, cap = (size_t)g->block_size;
+    size_t V = (size_t)g->vocab_size, bytes = 0;
     int pass;
     pt_status st;
     memset(c, 0, sizeof *c);
@@ -4087,20 +4607,23 @@ PTRAINDEF pt_status pt_kv_cache_init(pt_kv_cache *c, const pt_gpt *m) {
         pt_arena *a = &c->arena;
         if (pass == 0) pt_arena_init_meta(a);
         else if ((st = pt_arena_init(a, bytes, m->alloc_ctx)) != PT_OK) return st;
-        c->k = PT__F(a, L * cap * C);
-        c->v = PT__F(a, L * cap * C);
+        c->k = PT__F(a, L * cap * d.Ckv);
+        c->v = PT__F(a, L * cap * d.Ckv);
         c->x = PT__F(a, C);
         c->ln = PT__F(a, C);
-        c->qkv = PT__F(a, 3 * C);
+        c->qkv = PT__F(a, d.Q3);
         c->atty = PT__F(a, C);
         c->res = PT__F(a, C);
-        c->fch = PT__F(a, 4 * C);
-        c->fcg = PT__F(a, 4 * C);
+        c->fch = PT__F(a, d.Fi);
+        c->fcg = PT__F(a, d.F);
         c->att = PT__F(a, cap);
         c->logits = PT__F(a, V);
         c->work = PT__F(a, V);
+        c->rope = g->pos == PT_POS_ROPE ? PT__F(a, cap * d.hd) : NULL;
         bytes = a->used;
     }
+    if (c->rope)
+        pt_rope_table(c->rope, (int)cap, (int)d.hd, pt__rope_theta(g), &g->rope_scaling);
     c->capacity = (int)cap;
     return PT_OK;
 }
@@ -4113,11 +4636,14 @@ PTRAINDEF void pt_kv_cache_free(pt_kv_cache *c) {
 PTRAINDEF void pt_kv_cache_reset(pt_kv_cache *c) { c->len = 0; }
 
 /* The block of pt_block_forward for one new row at position p = c->len, with
-   keys and values of rows 0..p taken from the cache. */
+   keys and values of rows 0..p taken from the cache (query head h reads
+   key/value head h / (n_head/n_kv_head)). */
 PTRAINDEF pt_status pt_gpt_decode(const pt_gpt *m, pt_kv_cache *c, int token,
                                   const float **logits) {
     const pt_gpt_config *g = &m->config;
-    int C = g->n_embd, NH = g->n_head, hd = C / NH, p = c->len, l, h, u, i;
+    pt__dims d = pt__block_dims(g, 1, 1, 1);
+    int C = g->n_embd, NH = (int)d.NH, hd = (int)d.hd, G = (int)(d.NH / d.NKV);
+    int Ckv = (int)d.Ckv, Q3 = (int)d.Q3, F = (int)d.F, p = c->len, l, h, u, i;
     float scale = 1.0f / sqrtf((float)hd), mean, rstd;
     if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
     if (token < 0 || token >= g->vocab_size)
@@ -4125,19 +4651,22 @@ PTRAINDEF pt_status pt_gpt_decode(const pt_gpt *m, pt_kv_cache *c, int token,
                         g->vocab_size);
     if (p >= c->capacity)
         return pt__fail(PT_ERR_RANGE, "KV cache is full (%d positions = block_size)", c->capacity);
-    for (i = 0; i < C; i++) c->x[i] = m->wte[(size_t)token * C + i] + m->wpe[(size_t)p * C + i];
+    for (i = 0; i < C; i++)
+        c->x[i] = m->wte[(size_t)token * C + i] + (m->wpe ? m->wpe[(size_t)p * C + i] : 0.0f);
     for (l = 0; l < g->n_layer; l++) {
         const pt_block_params *w = &m->layers[l];
-        float *K = c->k + (size_t)l * c->capacity * C, *Vc = c->v + (size_t)l * c->capacity * C;
-        pt_layernorm_forward(c->ln, &mean, &rstd, c->x, w->ln1_w, w->ln1_b, 1, C, g->ln_eps);
-        pt_matmul_forward(c->qkv, c->ln, w->qkv_w, w->qkv_b, 1, C, 3 * C);
-        memcpy(K + (size_t)p * C, c->qkv + C, sizeof(float) * C);
-        memcpy(Vc + (size_t)p * C, c->qkv + 2 * C, sizeof(float) * C);
+        float *K = c->k + (size_t)l * c->capacity * Ckv, *Vc = c->v + (size_t)l * c->capacity * Ckv;
+        pt__norm_forward(g, c->ln, &mean, &rstd, c->x, w->ln1_w, w->ln1_b, 1, C);
+        pt__proj_forward(g, c->qkv, c->ln, w->qkv_w, w->qkv_b, 1, C, Q3);
+        if (c->rope) /* the table's row p: one row of one position */
+            pt_rope_forward(c->qkv, c->rope + (size_t)p * hd, 1, 1, (int)(d.NH + d.NKV), hd, Q3);
+        memcpy(K + (size_t)p * Ckv, c->qkv + C, sizeof(float) * Ckv);
+        memcpy(Vc + (size_t)p * Ckv, c->qkv + C + Ckv, sizeof(float) * Ckv);
         for (h = 0; h < NH; h++) {
             const float *q = c->qkv + h * hd;
             float mx = -INFINITY, sum = 0.0f, *o = c->atty + h * hd;
             for (u = 0; u <= p; u++) {
-                const float *k = K + (size_t)u * C + h * hd;
+                const float *k = K + (size_t)u * Ckv + (h / G) * hd;
                 float s = 0.0f;
                 for (i = 0; i < hd; i++) s += q[i] * k[i];
                 c->att[u] = s * scale;
@@ -4149,21 +4678,21 @@ PTRAINDEF pt_status pt_gpt_decode(const pt_gpt *m, pt_kv_cache *c, int token,
             }
             for (i = 0; i < hd; i++) o[i] = 0.0f;
             for (u = 0; u <= p; u++) {
-                const float *v = Vc + (size_t)u * C + h * hd;
+                const float *v = Vc + (size_t)u * Ckv + (h / G) * hd;
                 float a = c->att[u] / sum;
                 for (i = 0; i < hd; i++) o[i] += a * v[i];
             }
         }
-        pt_matmul_forward(c->res, c->atty, w->attn_proj_w, w->attn_proj_b, 1, C, C);
+        pt__proj_forward(g, c->res, c->atty, w->attn_proj_w, w->attn_proj_b, 1, C, C);
         pt_residual_forward(c->res, c->res, c->x, (size_t)C);
-        pt_layernorm_forward(c->ln, &mean, &rstd, c->res, w->ln2_w, w->ln2_b, 1, C, g->ln_eps);
-        pt_matmul_forward(c->fch, c->ln, w->fc_w, w->fc_b, 1, C, 4 * C);
-        pt_gelu_forward(c->fcg, c->fch, (size_t)4 * C);
-        pt_matmul_forward(c->x, c->fcg, w->fc_proj_w, w->fc_proj_b, 1, 4 * C, C);
+        pt__norm_forward(g, c->ln, &mean, &rstd, c->res, w->ln2_w, w->ln2_b, 1, C);
+        pt__proj_forward(g, c->fch, c->ln, w->fc_w, w->fc_b, 1, C, (int)d.Fi);
+        pt__act_forward(g, c->fcg, c->fch, 1, (size_t)F);
+        pt__proj_forward(g, c->x, c->fcg, w->fc_proj_w, w->fc_proj_b, 1, F, C);
         pt_residual_forward(c->x, c->x, c->res, (size_t)C);
     }
-    pt_layernorm_forward(c->ln, &mean, &rstd, c->x, m->lnf_w, m->lnf_b, 1, C, g->ln_eps);
-    pt_tied_head_forward(c->logits, c->ln, m->wte, 1, C, g->vocab_size);
+    pt__norm_forward(g, c->ln, &mean, &rstd, c->x, m->lnf_w, m->lnf_b, 1, C);
+    pt_tied_head_forward(c->logits, c->ln, m->lm_head, 1, C, g->vocab_size);
     c->len++;
     if (logits) *logits = c->logits;
     return PT_OK;
@@ -6971,9 +7500,8 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
         in = a->out;
     }
     if (c != pl->chunks - 1 || !pl->has_head) return PT_OK;
-    pt_layernorm_forward(sl->lnf, sl->lnf_mean, sl->lnf_rstd, in, m->lnf_w, m->lnf_b, N, C,
-                         cfg->ln_eps);
-    pt_tied_head_forward(sl->logits, sl->lnf, m->wte, N, C, pl->vocab_local);
+    pt__norm_forward(cfg, sl->lnf, sl->lnf_mean, sl->lnf_rstd, in, m->lnf_w, m->lnf_b, N, C);
+    pt_tied_head_forward(sl->logits, sl->lnf, m->lm_head, N, C, pl->vocab_local);
     if (with_targets) {
         double sum = 0.0;
         int n;
@@ -7010,21 +7538,25 @@ static pt_status pt__zero2_bucket(pt_gpt *m, int b) {
     return PT_OK;
 }
 
-/* ZeRO 2: wte's gradient bucket by bucket: the head's part (dlogits^T lnf of
-   slot sl) or, with head = 0, the embedding's (and wpe's, in the last one). */
-static pt_status pt__zero2_wte(pt_gpt *m, const pt__slot *sl, int B, int T, int head) {
+/* ZeRO 2: a vocabulary tensor's gradient bucket by bucket: the head's part
+   (dlogits^T lnf of slot sl, into the head: wte when tied) or, with head = 0,
+   the embedding's (and wpe's, in the bucket of wte's last rows). */
+static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, int head) {
     pt_gpt_exec *x = m->exec;
     int C = m->config.n_embd, N = B * T, b, Vl = m->place.vocab_local;
-    const pt_param *wpe = &m->table[x->tab_wpe];
+    const pt_param *p = &m->table[head && x->tab_head >= 0 ? x->tab_head : x->tab_wte];
+    const pt_param *wpe = x->tab_wpe >= 0 ? &m->table[x->tab_wpe] : NULL;
     pt_status st = PT_OK;
-    for (b = 0; b <= wpe->bucket && st == PT_OK; b++) {
+    for (b = p->bucket; b < x->num_buckets && x->buckets[b].offset < p->offset + p->numel &&
+                        st == PT_OK; b++) {
         const pt__bucket *k = &x->buckets[b];
-        int r0 = (int)(k->offset / (size_t)C), r1 = (int)((k->offset + k->numel) / (size_t)C);
+        int r0 = (int)((k->offset - p->offset) / (size_t)C);
+        int r1 = (int)((k->offset + k->numel - p->offset) / (size_t)C);
         if (r1 > Vl) r1 = Vl;
         if (head)
             pt_sgemm(1, 0, r1 - r0, C, N, 1.0f, sl->logits + r0, Vl, sl->lnf, C, 1.0f, m->grads, C);
         else
-            pt__encoder_backward_part(m->grads, b == wpe->bucket ? m->grads + (wpe->offset -
+            pt__encoder_backward_part(m->grads, wpe && wpe->bucket == b ? m->grads + (wpe->offset -
                                       k->offset) : NULL, x->dres, sl->inputs,
                                       m->place.vocab_offset + r0, r1 - r0, B, T, C);
         st = pt__zero2_bucket(m, b);
@@ -7077,6 +7609,15 @@ static pt_status pt__dp_sync_grads(pt_gpt *m) {
     return st;
 }
 
+/* Selective recomputation: a layer's attention output again, from the
+   q, k, v its forward kept (after the rotary embedding). */
+static void pt__attention_again(pt_gpt *m, pt_block_acts *a, int B, int T) {
+    pt_gpt_exec *x = m->exec;
+    pt__dims d = pt__block_dims(&m->config, B, T, m->place.tp);
+    pt_attention_forward(a->atty, a->lse, a->qkv, x->scratch.attn, x->scratch.attn_slots, B, T,
+                         (int)d.Ca, (int)d.NH, (int)d.NKV);
+}
+
 /* Backward of this stage's chunk c for the micro-batch in slot sl,
    accumulating parameter gradients (dloss scales the mean loss's): from the
    loss if c holds the last virtual stage, else from x->dres (the output's
@@ -7095,14 +7636,14 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
         pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, pl->vocab_local,
                                pt__vocab_valid(m), pl->vocab_offset, dloss);
         memset(x->scratch.dln, 0, sizeof(float) * (size_t)N * C);
-        pt_tied_head_backward(x->scratch.dln, zero2 ? NULL : x->dwte, sl->logits, sl->lnf, m->wte,
-                              N, C, pl->vocab_local);
-        if (zero2 && (st = pt__zero2_wte(m, sl, B, T, 1)) != PT_OK) return st;
+        pt_tied_head_backward(x->scratch.dln, zero2 ? NULL : x->dhead, sl->logits, sl->lnf,
+                              m->lm_head, N, C, pl->vocab_local);
+        if (zero2 && (st = pt__zero2_vocab(m, sl, B, T, 1)) != PT_OK) return st;
         if ((st = pt__tp_sum(x->tp_comm, x->scratch.dln, (size_t)N * C)) != PT_OK) return st;
         memset(x->dres, 0, sizeof(float) * (size_t)N * C);
-        pt_layernorm_backward(x->dres, x->dlnf_w, x->dlnf_b, x->scratch.dln,
-                              last > first ? sl->acts[last - 1 - first].out : sl->x, m->lnf_w,
-                              sl->lnf_mean, sl->lnf_rstd, N, C);
+        pt__norm_backward(cfg, x->dres, x->dlnf_w, x->dlnf_b, x->scratch.dln,
+                          last > first ? sl->acts[last - 1 - first].out : sl->x, m->lnf_w,
+                          sl->lnf_mean, sl->lnf_rstd, N, C);
         if (zero2 && (st = pt__zero2_bucket(m, m->table[x->tab_lnf].bucket)) != PT_OK) return st;
     }
     for (l = last - 1; l >= first; l--) {
@@ -7115,8 +7656,7 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
             if (st != PT_OK) return st;
         } else if (pl->recompute == PT_RECOMPUTE_SELECTIVE) { /* the attention core again */
             a->atty = x->racts.atty;
-            pt_attention_forward(a->atty, a->lse, a->qkv, x->scratch.attn, x->scratch.attn_slots,
-                                 B, T, C / pl->tp, cfg->n_head / pl->tp);
+            pt__attention_again(m, a, B, T);
         }
         if (input_only) /* B alone: W comes later, from what sl->wg keeps */
             st = pt_block_backward_input(cfg, B, T, &m->layers[l], in, a, x->dres, x->dres,
@@ -7132,7 +7672,7 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
     }
     if (c != 0 || !pl->has_embed) return PT_OK;
     /* every rank holds the whole dres: its wte rows, and all of wpe */
-    if (zero2) return pt__zero2_wte(m, sl, B, T, 0);
+    if (zero2) return pt__zero2_vocab(m, sl, B, T, 0);
     pt__encoder_backward_part(x->dwte, x->dwpe, x->dres, sl->inputs, pl->vocab_offset,
                               pl->vocab_local, B, T, C);
     return PT_OK;
@@ -7150,8 +7690,7 @@ static pt_status pt__chunk_weight(pt_gpt *m, pt__slot *sl, int c, int B, int T) 
         const float *in = l > first ? sl->acts[l - 1 - first].out : sl->x;
         if (m->place.recompute == PT_RECOMPUTE_SELECTIVE) {
             a->atty = x->racts.atty;
-            pt_attention_forward(a->atty, a->lse, a->qkv, x->scratch.attn, x->scratch.attn_slots,
-                                 B, T, cfg->n_embd / k, cfg->n_head / k);
+            pt__attention_again(m, a, B, T);
         }
         pt_block_backward_weight(cfg, B, T, &m->layers[l], &x->layer_grads[l], in, a,
                                  &sl->wg[l - first], &x->scratch, k);
@@ -7217,7 +7756,7 @@ static pt_status pt__step_sync(pt_gpt *m, float loss_sum) {
     const pt_gpt_place *pl = &m->place;
     float loss = pl->has_head ? loss_sum / (float)pl->micro : 0.0f;
     pt_status st = PT_OK;
-    if (x->tie_comm && x->tie_comm->size == 2 && x->dwte)
+    if (x->tie_comm && x->tie_comm->size == 2 && x->dwte && !m->config.untied_head)
         st = pt_comm_all_reduce(x->tie_comm, x->dwte, m->table[x->tab_wte].numel, PT_REDUCE_SUM);
     if (st == PT_OK && pl->zero < 2) st = pt__dp_sync_grads(m);
     if (st == PT_OK && pl->pp > 1) st = pt_comm_all_reduce(x->pp_comm, &loss, 1, PT_REDUCE_SUM);
@@ -7894,12 +8433,12 @@ static pt_status pt__calib_kernels(pt_hw *out) {
     if (!qkv) return pt__fail(PT_ERR_OOM, "calibration: attention buffers");
     dqkv = qkv + N * 3 * C, out_a = dqkv + N * 3 * C, lse = out_a + N * C, scr = lse + B * NH * T;
     for (i = 0; i < (int)(N * 3 * C); i++) qkv[i] = (float)(i % 17) * 0.01f;
-    pt_attention_forward(out_a, lse, qkv, scr, slots, B, T, C, NH);
+    pt_attention_forward(out_a, lse, qkv, scr, slots, B, T, C, NH, NH);
     ta = 1e30;
     for (r = 0; r < 5; r++) {
         t0 = pt_time_now();
-        pt_attention_forward(out_a, lse, qkv, scr, slots, B, T, C, NH);
-        pt_attention_backward(dqkv, out_a, out_a, qkv, lse, scr, slots, B, T, C, NH);
+        pt_attention_forward(out_a, lse, qkv, scr, slots, B, T, C, NH, NH);
+        pt_attention_backward(dqkv, out_a, out_a, qkv, lse, scr, slots, B, T, C, NH, NH);
         t0 = pt_time_now() - t0;
         ta = t0 < ta ? t0 : ta;
     }
@@ -8002,15 +8541,20 @@ static void pt__layer_costs(pt__sim *S) {
     const pt_hw *hw = S->hw;
     double b = d->micro, s = d->seq, h = d->hidden, a = d->heads, t = d->tp, e = S->elem;
     double M = b * s, hd = h / a, ah = a / t, ht = h / t;
+    /* LLaMA's layer: q, and k, v of the key/value heads only (r = their share
+       of the heads); an MLP of ff columns, SwiGLU's gate and up (fi = 2 ff) */
+    double r = d->arch.n_kv_head > 0 ? d->arch.n_kv_head / a : 1.0;
+    double fft = (d->arch.ffn_hidden > 0 ? d->arch.ffn_hidden : 4.0 * h) / t;
+    double fit = d->arch.mlp == PT_MLP_SWIGLU ? 2.0 * fft : fft;
     pt__layer_cost *L = &S->layer;
     double g_qkv, g_proj, g_fc1, g_fc2, g_sc, g_ctx, f_lin, f_attn, ew_f, ew_b, ar;
     double attn_f, attn_b, kern;
     /* the four linear layers, M x K -> N, each rank with its 1/t */
-    g_qkv = pt_hw_gemm_seconds(hw, M, 3 * ht, h, 1, e);
+    g_qkv = pt_hw_gemm_seconds(hw, M, (1 + 2 * r) * ht, h, 1, e);
     g_proj = pt_hw_gemm_seconds(hw, M, h, ht, 1, e);
-    g_fc1 = pt_hw_gemm_seconds(hw, M, 4 * ht, h, 1, e);
-    g_fc2 = pt_hw_gemm_seconds(hw, M, h, 4 * ht, 1, e);
-    f_lin = 2.0 * M * h * (3 * ht + ht + 8 * ht);  /* 24 b s h^2 / t */
+    g_fc1 = pt_hw_gemm_seconds(hw, M, fit, h, 1, e);
+    g_fc2 = pt_hw_gemm_seconds(hw, M, h, fft, 1, e);
+    f_lin = 2.0 * M * h * ((1 + 2 * r) * ht + ht + fit + fft); /* GPT-2: 24 b s h^2 / t */
     f_attn = 4.0 * b * s * s * h / t;              /* scores and context */
     /* the attention core: batched GEMMs over b * a/t heads and a stored,
        masked softmax with dropout; or a fused kernel at attn_flops */
@@ -8028,7 +8572,7 @@ static void pt__layer_costs(pt__sim *S) {
     /* memory-bound kernels: LayerNorms (read, write M h), two bias + dropout +
        residual adds (read 2, write 1, a mask), bias + GELU over 4h/t (the fp32
        executor keeps no masks); backward moves about twice as much */
-    ew_f = e * (2 * M * h * 2 + 2 * 3 * M * h + 2 * M * 4 * ht + M * 3 * ht) +
+    ew_f = e * (2 * M * h * 2 + 2 * 3 * M * h + M * (fit + fft) + M * (1 + 2 * r) * ht) +
            (S->ptrain ? 0.0 : 2.0 * M * h);
     ew_b = 2.0 * ew_f;
     kern = (S->ptrain ? 10.0 : 12.0) * hw->kernel_s; /* launches besides the GEMMs' */
@@ -8049,9 +8593,14 @@ static void pt__layer_costs(pt__sim *S) {
        gradients (same GEMM shapes) apart for zero-bubble schedules */
     L->bw_s = (g_qkv + g_proj + g_fc1 + g_fc2) * S->share;
     L->bin_s = L->bw_s + attn_b + ew_b + L->tp_bwd_s;
-    /* Korthikanti et al. 2022, eq. (2) without sequence parallelism, in bytes */
-    L->act_bytes = s * b * h * (10.0 + 24.0 / t + 5.0 * a * s / (h * t));
-    L->act_sel_bytes = s * b * h * (10.0 + 24.0 / t);
+    /* Korthikanti et al. 2022, eq. (2) without sequence parallelism, in bytes;
+       its 24/t (q, k, v, the attention output, the MLP's two 4h inputs) as
+       (4 + 4r)/t + 2 (fi + ff)/(t h) for LLaMA's smaller k, v and its MLP */
+    {
+        double split = (4.0 + 4.0 * r) / t + 2.0 * (fit + fft) / h;
+        L->act_bytes = s * b * h * (10.0 + split + 5.0 * a * s / (h * t));
+        L->act_sel_bytes = s * b * h * (10.0 + split);
+    }
 }
 
 /* Seconds of one action on stage st; with stats, also its FLOPs and time. */
@@ -8212,6 +8761,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     memset(&g, 0, sizeof g);
     memset(&gd, 0, sizeof gd);
     g.tp = D->tp, g.dp = S->dp, g.pp = p, g.pp_rank = st;
+    gd.config = D->arch;
     gd.config.vocab_size = D->vocab, gd.config.block_size = D->seq;
     gd.config.n_layer = D->layers, gd.config.n_head = D->heads, gd.config.n_embd = D->hidden;
     gd.batch = D->micro, gd.seq = D->seq, gd.meta = 1, gd.grid = &g;
@@ -8262,7 +8812,14 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     S->opt_s[st] = S->dp_s[st] + (D->zero ? (double)m.exec->shard_total : pn) * (28.0 + e) /
                                      hw->mem_bw * S->share + hw->kernel_s * 4;
     /* ZeRO 3: a layer's weights gathered over dp before each use */
-    layer_p = 12.0 * h * h / t + 13.0 * h;
+    { /* a layer's parameters on one tensor rank: matrices split, vectors whole
+         (GPT-2: 12 h^2 / t + 13 h) */
+        pt__spec sp;
+        int k;
+        layer_p = 0.0;
+        for (k = 0; pt__canon_spec(&gd.config, k, &sp, NULL, 0); k++)
+            if (sp.layer == 0) layer_p += sp.cols ? (double)sp.rows * sp.cols / t : (double)sp.rows;
+    }
     S->zero3_s[st] = D->zero == 3 && S->dp > 1
                          ? pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, layer_p * e, S->dp, dpn)
                          : 0.0;
@@ -9539,10 +10096,100 @@ PTRAINDEF pt_status pt_plot_write_svg(const char *path, const char *title, const
 
 static const char *pt__meta_names[] = {"n_layer", "n_head", "n_embd", "vocab_size", "block_size"};
 
+/* The architecture in a fixture's or checkpoint's metadata (none: GPT-2):
+   arch (gpt2 | llama), norm (layernorm | rmsnorm), mlp (gelu | swiglu),
+   rope (rotate_half: rotary positions), n_kv_head, ffn_hidden, rope_theta,
+   norm_eps, tie_embeddings (0/1), bias (0/1), and LLaMA 3's rope_scaling_factor,
+   rope_low_freq_factor, rope_high_freq_factor, rope_original_max_pos. LLaMA's
+   defaults are RMSNorm, rotary, SwiGLU, no bias and an untied head. */
+static pt_status pt__config_arch_meta(const pt_safetensors *st, pt_gpt_config *c) {
+    static const char *ints[] = {"n_kv_head", "ffn_hidden", "tie_embeddings", "bias",
+                                 "rope_original_max_pos"};
+    static const char *floats[] = {"rope_theta", "norm_eps", "rope_scaling_factor",
+                                   "rope_low_freq_factor", "rope_high_freq_factor"};
+    const char *arch = pt_st_meta_get(st, "arch"), *v;
+    int iv[5] = {0, 0, -1, -1, 0}, i;
+    double fv[5] = {0, 0, 0, 0, 0};
+    if (!arch || strcmp(arch, "gpt2") == 0) c->arch = PT_ARCH_GPT2;
+    else if (strcmp(arch, "llama") == 0) c->arch = PT_ARCH_LLAMA;
+    else return pt__fail(PT_ERR_FORMAT, "metadata arch='%s' is not gpt2 or llama", arch);
+    for (i = 0; i < 5; i++) {
+        if ((v = pt_st_meta_get(st, ints[i])) && !pt__parse_int(v, &iv[i]))
+            return pt__fail(PT_ERR_FORMAT, "metadata %s='%s' is not an integer", ints[i], v);
+        if ((v = pt_st_meta_get(st, floats[i])) && !pt__parse_float(v, &fv[i]))
+            return pt__fail(PT_ERR_FORMAT, "metadata %s='%s' is not a number", floats[i], v);
+    }
+    if (iv[2] > 1 || iv[3] > 1 || (iv[2] < 0 && pt_st_meta_get(st, ints[2])) ||
+        (iv[3] < 0 && pt_st_meta_get(st, ints[3])))
+        return pt__fail(PT_ERR_FORMAT, "metadata tie_embeddings='%s' and bias='%s' must be 0 or 1",
+                        pt_st_meta_get(st, ints[2]) ? pt_st_meta_get(st, ints[2]) : "(none)",
+                        pt_st_meta_get(st, ints[3]) ? pt_st_meta_get(st, ints[3]) : "(none)");
+    c->n_kv_head = iv[0];
+    c->ffn_hidden = iv[1];
+    c->untied_head = iv[2] < 0 ? c->arch == PT_ARCH_LLAMA : !iv[2];
+    c->no_bias = iv[3] < 0 ? c->arch == PT_ARCH_LLAMA : !iv[3];
+    c->rope_scaling.original_max_pos = iv[4];
+    c->rope_theta = (float)fv[0];
+    if (fv[1] > 0.0) c->ln_eps = (float)fv[1];
+    c->rope_scaling.factor = (float)fv[2];
+    c->rope_scaling.low_freq_factor = (float)fv[3];
+    c->rope_scaling.high_freq_factor = (float)fv[4];
+    c->norm = c->arch == PT_ARCH_LLAMA ? PT_NORM_RMS : PT_NORM_LAYER;
+    if ((v = pt_st_meta_get(st, "norm")) && strcmp(v, "rmsnorm") && strcmp(v, "layernorm"))
+        return pt__fail(PT_ERR_FORMAT, "metadata norm='%s' is not rmsnorm or layernorm", v);
+    if (v) c->norm = strcmp(v, "rmsnorm") == 0 ? PT_NORM_RMS : PT_NORM_LAYER;
+    c->mlp = c->arch == PT_ARCH_LLAMA ? PT_MLP_SWIGLU : PT_MLP_GELU;
+    if ((v = pt_st_meta_get(st, "mlp")) && strcmp(v, "swiglu") && strcmp(v, "gelu"))
+        return pt__fail(PT_ERR_FORMAT, "metadata mlp='%s' is not swiglu or gelu", v);
+    if (v) c->mlp = strcmp(v, "swiglu") == 0 ? PT_MLP_SWIGLU : PT_MLP_GELU;
+    c->pos = c->arch == PT_ARCH_LLAMA ? PT_POS_ROPE : PT_POS_LEARNED;
+    if ((v = pt_st_meta_get(st, "rope")) && strcmp(v, "rotate_half") && strcmp(v, "none"))
+        return pt__fail(PT_ERR_FORMAT, "metadata rope='%s' is not rotate_half (Hugging Face's "
+                        "pairing) or none", v);
+    if (v) c->pos = strcmp(v, "rotate_half") == 0 ? PT_POS_ROPE : PT_POS_LEARNED;
+    return PT_OK;
+}
+
+/* The keys pt__config_arch_meta reads, written when the architecture is
+   not GPT-2's (a GPT-2 checkpoint keeps its metadata as before). */
+static pt_status pt__config_arch_write(pt_st_writer *w, const pt_gpt_config *c) {
+    char val[64];
+    pt_status s = PT_OK;
+    if (!c->arch && !c->norm && !c->pos && !c->mlp && !c->n_kv_head && !c->ffn_hidden &&
+        !c->no_bias && !c->untied_head)
+        return PT_OK;
+#define PT__META_STR(key, x) if (s == PT_OK) s = pt_st_writer_meta(w, key, x);
+#define PT__META_FMT(key, fmt, x)                                              \
+    if (s == PT_OK) {                                                          \
+        snprintf(val, sizeof val, fmt, x);                                     \
+        s = pt_st_writer_meta(w, key, val);                                    \
+    }
+    PT__META_STR("arch", c->arch == PT_ARCH_LLAMA ? "llama" : "gpt2")
+    PT__META_STR("norm", c->norm == PT_NORM_RMS ? "rmsnorm" : "layernorm")
+    PT__META_STR("mlp", c->mlp == PT_MLP_SWIGLU ? "swiglu" : "gelu")
+    PT__META_STR("rope", c->pos == PT_POS_ROPE ? "rotate_half" : "none")
+    PT__META_FMT("n_kv_head", "%d", pt__kv_heads(c))
+    PT__META_FMT("ffn_hidden", "%d", pt__ffn(c))
+    PT__META_FMT("rope_theta", "%.9g", (double)pt__rope_theta(c))
+    PT__META_FMT("norm_eps", "%.9g", (double)(c->ln_eps > 0.0f ? c->ln_eps : 1e-5f))
+    PT__META_FMT("tie_embeddings", "%d", !c->untied_head)
+    PT__META_FMT("bias", "%d", !c->no_bias)
+    if (c->rope_scaling.factor > 0.0f) {
+        PT__META_FMT("rope_scaling_factor", "%.9g", (double)c->rope_scaling.factor)
+        PT__META_FMT("rope_low_freq_factor", "%.9g", (double)c->rope_scaling.low_freq_factor)
+        PT__META_FMT("rope_high_freq_factor", "%.9g", (double)c->rope_scaling.high_freq_factor)
+        PT__META_FMT("rope_original_max_pos", "%d", c->rope_scaling.original_max_pos)
+    }
+#undef PT__META_STR
+#undef PT__META_FMT
+    return s;
+}
+
 PTRAINDEF pt_status pt_gpt_config_from_st(const pt_safetensors *st, int n_head_hint,
                                           pt_gpt_config *out) {
     const char *fmt = pt_st_meta_get(st, "format");
     pt_gpt_config c;
+    pt_status st_;
     memset(&c, 0, sizeof c);
     if (fmt && (strcmp(fmt, "ptrain-checkpoint-v1") == 0 || strcmp(fmt, "ptrain-fixture-v1") == 0)) {
         int *fields[5];
@@ -9561,6 +10208,7 @@ PTRAINDEF pt_status pt_gpt_config_from_st(const pt_safetensors *st, int n_head_h
         if (eps && !pt__parse_float(eps, &e))
             return pt__fail(PT_ERR_FORMAT, "metadata ln_eps='%s' is not a number", eps);
         c.ln_eps = (float)e;
+        if ((st_ = pt__config_arch_meta(st, &c)) != PT_OK) return st_;
     } else { /* Hugging Face GPT-2: sizes from the shapes */
         const pt_st_tensor *wte = pt_st_find(st, "wte.weight"), *wpe = pt_st_find(st, "wpe.weight");
         char name[64];
@@ -9570,6 +10218,10 @@ PTRAINDEF pt_status pt_gpt_config_from_st(const pt_safetensors *st, int n_head_h
             wte = pt_st_find(st, "transformer.wte.weight");
             wpe = pt_st_find(st, "transformer.wpe.weight");
         }
+        if (!wte && pt_st_find(st, "model.embed_tokens.weight"))
+            return pt__fail(PT_ERR_MISSING, "a Hugging Face LLaMA file: its shapes do not give "
+                            "the heads; read the config.json beside it "
+                            "(pt_gpt_config_from_hf_file)");
         if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2 || wte->shape[1] != wpe->shape[1] ||
             wte->shape[0] > (1 << 24) || wpe->shape[0] > (1 << 20) || wte->shape[1] > (1 << 17))
             return pt__fail(PT_ERR_MISSING,
@@ -9603,6 +10255,243 @@ PTRAINDEF pt_status pt_gpt_config_from_file(const char *path, int n_head_hint,
     return s == PT_OK ? s : pt__fail_path(s, path);
 }
 
+/* A JSON number into *out (within the double range). */
+static int pt__json_double(pt__json *j, double *out) {
+    char buf[64], *end;
+    const char *s;
+    size_t n;
+    pt__ws(j);
+    s = j->p;
+    if (!pt__json_number(j) || (n = (size_t)(j->p - s)) >= sizeof buf) return 0;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    *out = strtod(buf, &end);
+    return *end == 0 && *out == *out && *out > -1e300 && *out < 1e300;
+}
+
+/* A JSON true or false into *out. */
+static int pt__json_bool(pt__json *j, int *out) {
+    pt__ws(j);
+    if (pt__json_lit(j, "true")) return *out = 1, 1;
+    if (pt__json_lit(j, "false")) return *out = 0, 1;
+    return 0;
+}
+
+PTRAINDEF pt_status pt_gpt_config_from_hf_json(const char *text, size_t len, pt_gpt_config *out) {
+    /* the integer fields, their place in num[], and which are required */
+    static const char *ints[] = {"hidden_size", "intermediate_size", "num_attention_heads",
+                                 "num_key_value_heads", "num_hidden_layers", "vocab_size",
+                                 "max_position_embeddings"};
+    static const char *sc_keys[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                    "original_max_position_embeddings"};
+    double num[7] = {-1, -1, -1, -1, -1, -1, -1}, eps = 1e-6, theta = 10000.0, sc[4] = {0, 0, 0, 0};
+    int tie = 0, abias = 0, mbias = -1, have_sc = 0, first = 1, r, i, bad = 0;
+    const char *key, *err = NULL;
+    char *pool;
+    pt__json j;
+    pt_gpt_config c;
+    pt_clear_error();
+    if (!(pool = (char *)pt__malloc(len + 1, NULL)))
+        return pt__fail(PT_ERR_OOM, "cannot allocate %zu bytes to parse config.json", len + 1);
+    memset(&j, 0, sizeof j);
+    j.p = text, j.end = text + len, j.pool = pool, j.pool_cap = len + 1;
+    if (!pt__json_expect(&j, '{')) err = "not a JSON object";
+    while (!err && (r = pt__json_member(&j, &first, &key)) != 0) {
+        const char *v;
+        if (r < 0) {
+            err = "malformed JSON";
+            break;
+        }
+        for (i = 0; i < 7 && strcmp(key, ints[i]) != 0; i++) {
+        }
+        if (i < 7) {
+            /* the range first: casting a double outside int64_t's is undefined */
+            if (!pt__json_double(&j, &num[i]) ||
+                !(num[i] >= 0 && num[i] <= 1e15 && num[i] == (double)(int64_t)num[i])) {
+                pt__append_error(&bad, "config.json: %s is not a non-negative integer below "
+                                 "1e15", ints[i]);
+                num[i] = 0; /* reported; keeps the checks below defined */
+            }
+        } else if (strcmp(key, "rms_norm_eps") == 0) {
+            if (!pt__json_double(&j, &eps)) err = "rms_norm_eps is not a number";
+        } else if (strcmp(key, "rope_theta") == 0) {
+            if (!pt__json_double(&j, &theta)) err = "rope_theta is not a number";
+        } else if (strcmp(key, "tie_word_embeddings") == 0) {
+            if (!pt__json_bool(&j, &tie)) err = "tie_word_embeddings is not true or false";
+        } else if (strcmp(key, "attention_bias") == 0) {
+            if (!pt__json_bool(&j, &abias)) err = "attention_bias is not true or false";
+        } else if (strcmp(key, "mlp_bias") == 0) {
+            if (!pt__json_bool(&j, &mbias)) err = "mlp_bias is not true or false";
+        } else if (strcmp(key, "model_type") == 0 || strcmp(key, "hidden_act") == 0) {
+            int act = key[0] == 'h';
+            if (!(v = pt__json_string(&j))) err = "model_type or hidden_act is not a string";
+            else if (strcmp(v, act ? "silu" : "llama") != 0)
+                pt__append_error(&bad, "config.json: %s='%s' is not supported (expected '%s')",
+                                 act ? "hidden_act" : "model_type", v, act ? "silu" : "llama");
+        } else if (strcmp(key, "rope_scaling") == 0) {
+            int f2 = 1;
+            const char *k2;
+            pt__ws(&j);
+            if (pt__json_lit(&j, "null")) continue;
+            if (!pt__json_expect(&j, '{')) {
+                err = "rope_scaling is not an object or null";
+                break;
+            }
+            have_sc = 1;
+            while (!err && (r = pt__json_member(&j, &f2, &k2)) != 0) {
+                int k;
+                if (r < 0) {
+                    err = "malformed JSON in rope_scaling";
+                    break;
+                }
+                for (k = 0; k < 4 && strcmp(k2, sc_keys[k]) != 0; k++) {
+                }
+                if (k < 4) {
+                    if (!pt__json_double(&j, &sc[k])) err = "a rope_scaling value is not a number";
+                } else if (strcmp(k2, "rope_type") == 0 || strcmp(k2, "type") == 0) {
+                    if (!(v = pt__json_string(&j))) err = "rope_scaling's rope_type is not a string";
+                    else if (strcmp(v, "llama3") != 0)
+                        pt__append_error(&bad, "config.json: rope_scaling rope_type='%s' is not "
+                                         "supported (only 'llama3')", v);
+                } else if (!pt__json_skip(&j)) {
+                    err = "malformed JSON in rope_scaling";
+                }
+            }
+        } else if (!pt__json_skip(&j)) {
+            err = "malformed JSON";
+        }
+    }
+    pt__free(pool, NULL);
+    if (err) return pt__fail(PT_ERR_FORMAT, "config.json: %s (at byte %zu)", err,
+                             (size_t)(j.p - text));
+    if (num[3] < 0) num[3] = num[2]; /* no num_key_value_heads: multi-head attention */
+    for (i = 0; i < 7; i++)
+        if (num[i] < 0) pt__append_error(&bad, "config.json: %s is missing", ints[i]);
+        else if (num[i] > (double)(1 << 30))
+            pt__append_error(&bad, "config.json: %s=%.0f is too large", ints[i], num[i]);
+    if (!bad && num[2] > 0 && (int64_t)num[0] % (int64_t)num[2])
+        pt__append_error(&bad, "config.json: hidden_size=%.0f is not divisible by "
+                         "num_attention_heads=%.0f", num[0], num[2]);
+    if (!bad && num[3] > 0 && (int64_t)num[2] % (int64_t)num[3])
+        pt__append_error(&bad, "config.json: num_key_value_heads=%.0f does not divide "
+                         "num_attention_heads=%.0f", num[3], num[2]);
+    if (mbias >= 0 && mbias != abias)
+        pt__append_error(&bad, "config.json: attention_bias=%d and mlp_bias=%d differ (ptrain "
+                         "has one bias switch)", abias, mbias);
+    if (have_sc && !(sc[0] > 0 && sc[3] > 0))
+        pt__append_error(&bad, "config.json: rope_scaling needs factor and "
+                         "original_max_position_embeddings");
+    if (bad) return PT_ERR_CONFIG;
+    memset(&c, 0, sizeof c);
+    c.arch = PT_ARCH_LLAMA, c.norm = PT_NORM_RMS, c.pos = PT_POS_ROPE, c.mlp = PT_MLP_SWIGLU;
+    c.n_embd = (int)num[0], c.ffn_hidden = (int)num[1], c.n_head = (int)num[2];
+    c.n_kv_head = (int)num[3], c.n_layer = (int)num[4], c.vocab_size = (int)num[5];
+    c.block_size = (int)num[6];
+    c.ln_eps = (float)eps, c.rope_theta = (float)theta;
+    c.no_bias = !abias, c.untied_head = !tie;
+    if (have_sc) {
+        c.rope_scaling.factor = (float)sc[0];
+        c.rope_scaling.low_freq_factor = (float)(sc[1] > 0 ? sc[1] : 1.0);
+        c.rope_scaling.high_freq_factor = (float)(sc[2] > 0 ? sc[2] : 4.0);
+        c.rope_scaling.original_max_pos = sc[3] < (double)(1 << 30) ? (int)sc[3] : 0;
+    }
+    *out = c;
+    return pt_gpt_config_validate(&c);
+}
+
+PTRAINDEF pt_status pt_gpt_config_from_hf_file(const char *path, pt_gpt_config *out) {
+    unsigned char *text;
+    size_t n;
+    pt_status s = pt__read_file(path, &text, &n, NULL);
+    if (s != PT_OK) return s;
+    s = pt_gpt_config_from_hf_json((const char *)text, n, out);
+    pt__free(text, NULL);
+    return s;
+}
+
+PTRAINDEF pt_status pt_gpt_save_hf(const pt_gpt *m, const char *dir) {
+    const pt_gpt_config *c = &m->config;
+    char path[1024], text[1536];
+    float *whole = NULL;
+    const float *params = m->params;
+    pt_status s = PT_OK;
+    int writer = !m->exec || !m->exec->grid || m->exec->grid->world->rank == 0, n;
+    if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (meta=1)");
+    if (c->arch != PT_ARCH_LLAMA || c->norm != PT_NORM_RMS || c->pos != PT_POS_ROPE ||
+        c->mlp != PT_MLP_SWIGLU)
+        return pt__fail(PT_ERR_UNSUPPORTED, "Hugging Face's LlamaForCausalLM needs arch=llama, "
+                        "norm=rmsnorm, pos=rope, mlp=swiglu (arch=%d norm=%d pos=%d mlp=%d); save "
+                        "a ptrain checkpoint instead", (int)c->arch, (int)c->norm, (int)c->pos,
+                        (int)c->mlp);
+    if (m->num_params != m->num_params_full || m->place.pp > 1) { /* split: gather whole */
+        whole = (float *)pt__malloc(m->num_params_full * sizeof(float), m->alloc_ctx);
+        if (!whole) s = pt__fail(PT_ERR_OOM, "cannot allocate %.1f MiB to gather the model",
+                                 (double)m->num_params_full * 4.0 / 1048576.0);
+        if (s == PT_OK) s = pt_gpt_gather(m, PT_BUF_PARAMS, whole);
+        params = whole;
+    }
+    if (s == PT_OK && writer) {
+        FILE *f;
+        n = snprintf(text, sizeof text,
+                     "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+                     "  \"hidden_act\": \"silu\",\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
+                     "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
+                     "  \"num_hidden_layers\": %d,\n  \"vocab_size\": %d,\n"
+                     "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n"
+                     "  \"rope_theta\": %.9g,\n  \"tie_word_embeddings\": %s,\n"
+                     "  \"attention_bias\": %s,\n  \"mlp_bias\": %s,\n  \"torch_dtype\": \"float32\",\n",
+                     c->n_embd, pt__ffn(c), c->n_head, pt__kv_heads(c), c->n_layer, c->vocab_size,
+                     c->block_size, (double)(c->ln_eps > 0.0f ? c->ln_eps : 1e-5f),
+                     (double)pt__rope_theta(c), c->untied_head ? "false" : "true",
+                     c->no_bias ? "false" : "true", c->no_bias ? "false" : "true");
+        if (c->rope_scaling.factor > 0.0f)
+            n += snprintf(text + n, sizeof text - (size_t)n,
+                          "  \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": %.9g, "
+                          "\"low_freq_factor\": %.9g, \"high_freq_factor\": %.9g, "
+                          "\"original_max_position_embeddings\": %d}\n}\n",
+                          (double)c->rope_scaling.factor, (double)c->rope_scaling.low_freq_factor,
+                          (double)c->rope_scaling.high_freq_factor, c->rope_scaling.original_max_pos);
+        else
+            n += snprintf(text + n, sizeof text - (size_t)n, "  \"rope_scaling\": null\n}\n");
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        if (!(f = fopen(path, "wb")) || fwrite(text, 1, (size_t)n, f) != (size_t)n) {
+            s = pt__fail(PT_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+            if (f) fclose(f);
+        } else if (fclose(f) != 0) {
+            s = pt__fail(PT_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+        }
+        if (s == PT_OK) { /* the whole model's tensors in canonical order */
+            pt_st_writer w;
+            pt__spec sp;
+            char tname[64];
+            size_t at = 0;
+            int i;
+            memset(&w, 0, sizeof w);
+            w.alloc_ctx = m->alloc_ctx;
+            pt_st_writer_init(&w);
+            s = pt_st_writer_meta(&w, "format", "pt");
+            for (i = 0; s == PT_OK && pt__canon_spec(c, i, &sp, tname, sizeof tname); i++) {
+                int64_t shape[2];
+                shape[0] = sp.rows, shape[1] = sp.cols;
+                s = pt_st_writer_add(&w, tname, PT_F32, sp.cols ? 2 : 1, shape, params + at);
+                at += (size_t)sp.rows * (size_t)(sp.cols ? sp.cols : 1);
+            }
+            snprintf(path, sizeof path, "%s/model.safetensors", dir);
+            if (s == PT_OK) s = pt_st_writer_save(&w, path);
+            pt_st_writer_free(&w);
+        }
+    }
+    pt__free(whole, m->alloc_ctx);
+    if (m->exec && m->exec->grid) { /* every rank returns the writer's verdict */
+        int all = 0;
+        pt_status cs = pt_comm_all_ok(m->exec->grid->world, s == PT_OK, &all);
+        if (cs != PT_OK) return cs;
+        if (s == PT_OK && !all)
+            return pt__fail(PT_ERR_IO, "%s: writing the model failed on another rank", dir);
+    }
+    return s;
+}
+
 /* name as stored: exact, or with the "transformer." prefix */
 static const char *pt__hf_name(const pt_safetensors *st, const char *name, char *buf, size_t n) {
     if (pt_st_find(st, name)) return name;
@@ -9610,12 +10499,13 @@ static const char *pt__hf_name(const pt_safetensors *st, const char *name, char 
     return pt_st_find(st, buf) ? buf : name;
 }
 
-/* Checks (dst == NULL) or copies every model tensor stored as prefix+name. */
 /* Checks (dst NULL) or reads (into dst, laid out as m->table) every
    parameter under prefix. The file holds whole tensors: a tensor-parallel
-   rank reads each split one whole and keeps its part. */
-static pt_status pt__st_params(const pt_gpt *m, const pt_safetensors *st, const char *prefix,
-                               float *dst) {
+   rank reads each split one whole and keeps its part. With found (one flag
+   a table entry), st is one shard: the tensors it lacks are skipped, those
+   it has are flagged. */
+static pt_status pt__st_params_in(const pt_gpt *m, const pt_safetensors *st, const char *prefix,
+                                  float *dst, unsigned char *found) {
     char full[96], alt[112];
     float *whole = NULL;
     int i;
@@ -9626,6 +10516,13 @@ static pt_status pt__st_params(const pt_gpt *m, const pt_safetensors *st, const 
         const char *name;
         snprintf(full, sizeof full, "%s%s", prefix, p->name);
         name = *prefix ? full : pt__hf_name(st, full, alt, sizeof alt);
+        if (found) { /* a shard: the tensors it holds, each in one shard only */
+            if (!pt_st_find(st, name)) continue;
+            if (!dst && found[i])
+                s = pt__fail(PT_ERR_FORMAT, "tensor '%s' is in two shards", name);
+            found[i] = 1;
+            if (s != PT_OK) break;
+        }
         if (!dst) {
             s = pt__st_lookup(st, name, p->ndim, p->full_shape, &t);
             if (s == PT_OK && t->dtype != PT_F32 && t->dtype != PT_F16 && t->dtype != PT_BF16 &&
@@ -9654,6 +10551,11 @@ static pt_status pt__st_params(const pt_gpt *m, const pt_safetensors *st, const 
     return s;
 }
 
+static pt_status pt__st_params(const pt_gpt *m, const pt_safetensors *st, const char *prefix,
+                               float *dst) {
+    return pt__st_params_in(m, st, prefix, dst, NULL);
+}
+
 PTRAINDEF pt_status pt_gpt_load_weights_st(pt_gpt *m, const pt_safetensors *st) {
     pt_status s;
     if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
@@ -9669,6 +10571,81 @@ PTRAINDEF pt_status pt_gpt_load_weights(pt_gpt *m, const char *path) {
     s = pt_gpt_load_weights_st(m, &st);
     pt_st_free(&st);
     return s == PT_OK ? s : pt__fail_path(s, path);
+}
+
+PTRAINDEF pt_status pt_gpt_load_weights_hf(pt_gpt *m, const char *dir) {
+    char path[1024];
+    unsigned char *text = NULL, *found = NULL;
+    char *pool = NULL, **files = NULL;
+    size_t n = 0, nfiles = 0;
+    int pass, i, k;
+    pt_status s;
+    pt__json j;
+    if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (pt__read_file(path, &text, &n, m->alloc_ctx) != PT_OK) { /* one file */
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        return pt_gpt_load_weights(m, path);
+    }
+    /* the distinct shard names of weight_map, in their first order */
+    pool = (char *)pt__malloc(n + 1, m->alloc_ctx);
+    files = (char **)pt__malloc((n / 4 + 1) * sizeof(char *), m->alloc_ctx);
+    found = (unsigned char *)pt__malloc((size_t)m->num_tensors + 1, m->alloc_ctx);
+    s = pool && files && found ? PT_OK : pt__fail(PT_ERR_OOM, "cannot allocate to read '%s'", path);
+    if (s == PT_OK) {
+        int first = 1, r;
+        const char *key;
+        memset(&j, 0, sizeof j);
+        j.p = (const char *)text, j.end = (const char *)text + n, j.pool = pool, j.pool_cap = n + 1;
+        if (!pt__json_expect(&j, '{')) s = pt__fail(PT_ERR_FORMAT, "%s: not a JSON object", path);
+        while (s == PT_OK && (r = pt__json_member(&j, &first, &key)) != 0) {
+            int f2 = 1;
+            const char *k2, *v;
+            if (r < 0) s = pt__fail(PT_ERR_FORMAT, "%s: malformed JSON", path);
+            else if (strcmp(key, "weight_map") != 0) {
+                if (!pt__json_skip(&j)) s = pt__fail(PT_ERR_FORMAT, "%s: malformed JSON", path);
+            } else if (!pt__json_expect(&j, '{')) {
+                s = pt__fail(PT_ERR_FORMAT, "%s: weight_map is not an object", path);
+            } else {
+                while (s == PT_OK && (r = pt__json_member(&j, &f2, &k2)) != 0) {
+                    size_t q;
+                    if (r < 0 || !(v = pt__json_string(&j))) {
+                        s = pt__fail(PT_ERR_FORMAT, "%s: weight_map's values must be file names", path);
+                        break;
+                    }
+                    if (!*v || strchr(v, '/') || strcmp(v, "..") == 0)
+                        s = pt__fail(PT_ERR_FORMAT, "%s: shard '%s' is not a file name here", path, v);
+                    for (q = 0; q < nfiles && strcmp(files[q], v) != 0; q++) {
+                    }
+                    if (q == nfiles) files[nfiles++] = (char *)v;
+                }
+            }
+        }
+        if (s == PT_OK && nfiles == 0) s = pt__fail(PT_ERR_MISSING, "%s: no weight_map", path);
+    }
+    /* pass 0 checks every shard (and that every tensor is in one), pass 1 reads */
+    if (found) memset(found, 0, (size_t)m->num_tensors);
+    for (pass = 0; pass < 2 && s == PT_OK; pass++) {
+        for (k = 0; k < (int)nfiles && s == PT_OK; k++) {
+            pt_safetensors st;
+            memset(&st, 0, sizeof st);
+            st.alloc_ctx = m->alloc_ctx;
+            snprintf(path, sizeof path, "%s/%s", dir, files[k]);
+            if ((s = pt_st_load(&st, path)) != PT_OK) break;
+            s = pt__st_params_in(m, &st, "", pass ? m->params : NULL, found);
+            pt_st_free(&st);
+            if (s != PT_OK) s = pt__fail_path(s, path);
+        }
+        for (i = 0; pass == 0 && s == PT_OK && i < m->num_tensors; i++)
+            if (!found[i])
+                s = pt__fail(PT_ERR_MISSING, "%s: tensor '%s' is in no shard", dir,
+                             m->table[i].name);
+    }
+    pt__free(text, m->alloc_ctx);
+    pt__free(pool, m->alloc_ctx);
+    pt__free(files, m->alloc_ctx);
+    pt__free(found, m->alloc_ctx);
+    return s;
 }
 
 /* ---- token data ----------------------------------------------------------- */
@@ -9898,9 +10875,10 @@ PTRAINDEF pt_status pt_checkpoint_save(const char *path, const pt_gpt *m,
         snprintf(val, sizeof val, "%.9g", (double)m->config.ln_eps);
         s = pt_st_writer_meta(&w, "ln_eps", val);
     }
+    if (s == PT_OK) s = pt__config_arch_write(&w, &m->config);
     for (k = 0; k < 3; k++) { /* the whole model's tensors, whichever stage holds them */
         pt__spec sp;
-        char tname[48];
+        char tname[64];
         size_t at = 0;
         for (i = 0; s == PT_OK && pt__canon_spec(&m->config, i, &sp, tname, sizeof tname); i++) {
             int64_t shape[2];

@@ -96,8 +96,8 @@ static void k_ln_f(void *p) { ctx *c = (ctx *)p; pt_layernorm_forward(c->y, c->m
 static void k_ln_b(void *p) { ctx *c = (ctx *)p; pt_layernorm_backward(c->dx, c->dw, c->db, c->dy, c->x, c->w, c->mean, c->rstd, c->N, c->C); }
 static void k_mm_f(void *p) { ctx *c = (ctx *)p; pt_matmul_forward(c->y, c->x, c->w, c->b, c->N, c->IN, c->OUT); }
 static void k_mm_b(void *p) { ctx *c = (ctx *)p; pt_matmul_backward(c->dx, c->dw, c->db, c->dy, c->x, c->w, c->N, c->IN, c->OUT); }
-static void k_att_f(void *p) { ctx *c = (ctx *)p; pt_attention_forward(c->y, c->lse, c->qkv, c->scratch, c->slots, c->B, c->T, c->C, c->NH); }
-static void k_att_b(void *p) { ctx *c = (ctx *)p; pt_attention_backward(c->dqkv, c->dy, c->y, c->qkv, c->lse, c->scratch, c->slots, c->B, c->T, c->C, c->NH); }
+static void k_att_f(void *p) { ctx *c = (ctx *)p; pt_attention_forward(c->y, c->lse, c->qkv, c->scratch, c->slots, c->B, c->T, c->C, c->NH, c->NH); }
+static void k_att_b(void *p) { ctx *c = (ctx *)p; pt_attention_backward(c->dqkv, c->dy, c->y, c->qkv, c->lse, c->scratch, c->slots, c->B, c->T, c->C, c->NH, c->NH); }
 static void k_gelu_f(void *p) { ctx *c = (ctx *)p; pt_gelu_forward(c->y, c->x, c->n); }
 static void k_gelu_b(void *p) { ctx *c = (ctx *)p; pt_gelu_backward(c->dx, c->x, c->dy, c->n); }
 static void k_res_f(void *p) { ctx *c = (ctx *)p; pt_residual_forward(c->y, c->x, c->w, c->n); }
@@ -156,6 +156,87 @@ static double dot_col(const float *x, const float *w, int n, int IN, int OUT, in
     int i;
     for (i = 0; i < IN; i++) s += (double)x[(size_t)n * IN + i] * w[(size_t)i * OUT + o];
     return s;
+}
+
+/* ---- LLaMA's kernels: RMSNorm, RoPE, SwiGLU, grouped-query attention ------- */
+#define LRUN(name) (!only || strstr(name, only))
+
+typedef struct lctx {
+    int N, T, B, C, NH, NKV, hd, F, Q3, slots;
+    float *x, *y, *dx, *dy, *w, *dw, *rstd, *cs, *h, *dh, *qkv, *dqkv, *out, *lse, *scratch;
+} lctx;
+
+static void k_rms_f(void *p) { lctx *c = (lctx *)p; pt_rmsnorm_forward(c->y, c->rstd, c->x, c->w, c->N, c->C, 1e-5f); }
+static void k_rms_b(void *p) { lctx *c = (lctx *)p; pt_rmsnorm_backward(c->dx, c->dw, c->dy, c->x, c->w, c->rstd, c->N, c->C); }
+static void k_rope_f(void *p) { lctx *c = (lctx *)p; pt_rope_forward(c->qkv, c->cs, c->N, c->T, c->NH + c->NKV, c->hd, c->Q3); }
+static void k_rope_b(void *p) { lctx *c = (lctx *)p; pt_rope_backward(c->dqkv, c->cs, c->N, c->T, c->NH + c->NKV, c->hd, c->Q3); }
+static void k_swiglu_f(void *p) { lctx *c = (lctx *)p; pt_swiglu_forward(c->y, c->h, c->N, c->F); }
+static void k_swiglu_b(void *p) { lctx *c = (lctx *)p; pt_swiglu_backward(c->dh, c->h, c->dy, c->N, c->F); }
+static void k_gqa_f(void *p) { lctx *c = (lctx *)p; pt_attention_forward(c->out, c->lse, c->qkv, c->scratch, c->slots, c->B, c->T, c->C, c->NH, c->NKV); }
+static void k_gqa_b(void *p) { lctx *c = (lctx *)p; pt_attention_backward(c->dqkv, c->dy, c->out, c->qkv, c->lse, c->scratch, c->slots, c->B, c->T, c->C, c->NH, c->NKV); }
+
+/* The LLaMA kernels at cfg's width and heads: its n_kv_head and ffn_hidden
+   for a LLaMA preset, else LLaMA's choice for that width (a third of the
+   heads for keys/values when they divide, SwiGLU 8C/3 rounded up to 64):
+   gpt2-124m gives the issue's 768 wide, 12 heads, 4 key/value heads, 2048. */
+static void bench_llama(const pt_gpt_config *cfg, int B, int T, int reps, const char *only,
+                        pt_rng *r) {
+    lctx c;
+    size_t N, C, F, Q3;
+    int i;
+    memset(&c, 0, sizeof c);
+    c.B = B, c.T = T, c.N = B * T, c.C = cfg->n_embd, c.NH = cfg->n_head, c.hd = c.C / c.NH;
+    c.NKV = cfg->n_kv_head > 0 ? cfg->n_kv_head : c.NH % 3 == 0 ? c.NH / 3 : c.NH;
+    c.F = cfg->mlp == PT_MLP_SWIGLU ? cfg->ffn_hidden : (8 * c.C / 3 + 63) / 64 * 64;
+    c.Q3 = c.C + 2 * c.NKV * c.hd, c.slots = pt_get_threads();
+    N = (size_t)c.N, C = (size_t)c.C, F = (size_t)c.F, Q3 = (size_t)c.Q3;
+    printf("LLaMA kernels: %d key/value heads of %d, SwiGLU hidden %d\n", c.NKV, c.NH, c.F);
+    if (LRUN("rmsnorm")) {
+        double ms = 0.0;
+        c.x = buffer(N * C, r, -1, 1), c.y = buffer(N * C, r, 0, 0), c.dy = buffer(N * C, r, -1, 1);
+        c.dx = buffer(N * C, r, 0, 0), c.w = buffer(C, r, 1, 1), c.dw = buffer(C, r, 0, 0);
+        c.rstd = buffer(N, r, 0, 0);
+        k_rms_f(&c);
+        for (i = 0; i < c.C; i++) ms += (double)c.x[7 * C + i] * c.x[7 * C + i];
+        check("rmsnorm y[7,3]", c.y[7 * C + 3], c.x[7 * C + 3] / sqrt(ms / C + 1e-5), 1e-5);
+        report("rmsnorm forward", time_it(k_rms_f, &c, reps), 0, 8.0 * N * C);
+        report("rmsnorm backward", time_it(k_rms_b, &c, reps), 0, 16.0 * N * C);
+        free(c.x), free(c.y), free(c.dy), free(c.dx), free(c.w), free(c.dw), free(c.rstd);
+    }
+    if (LRUN("rope")) { /* in place on the q and k heads of each [q|k|v] row */
+        double f = pow(10000.0, -2.0 * 5 / c.hd), a, b;
+        c.qkv = buffer(N * Q3, r, -1, 1), c.dqkv = buffer(N * Q3, r, -1, 1);
+        c.cs = buffer((size_t)T * c.hd, r, 0, 0);
+        pt_rope_table(c.cs, T, c.hd, 10000.0f, NULL);
+        a = c.qkv[9 * Q3 + 5], b = c.qkv[9 * Q3 + 5 + c.hd / 2];
+        k_rope_f(&c);
+        check("rope q[9,5]", c.qkv[9 * Q3 + 5], a * cos(9 % T * f) - b * sin(9 % T * f), 1e-5);
+        report("rope forward (q, k in place)", time_it(k_rope_f, &c, reps), 0,
+               8.0 * N * (size_t)(c.NH + c.NKV) * c.hd);
+        report("rope backward (in place)", time_it(k_rope_b, &c, reps), 0,
+               8.0 * N * (size_t)(c.NH + c.NKV) * c.hd);
+        free(c.qkv), free(c.dqkv), free(c.cs);
+    }
+    if (LRUN("swiglu")) {
+        double g;
+        c.h = buffer(N * 2 * F, r, -3, 3), c.dh = buffer(N * 2 * F, r, 0, 0);
+        c.y = buffer(N * F, r, 0, 0), c.dy = buffer(N * F, r, -1, 1);
+        k_swiglu_f(&c);
+        g = c.h[3 * 2 * F + 7];
+        check("swiglu y[3,7]", c.y[3 * F + 7], g / (1.0 + exp(-g)) * c.h[3 * 2 * F + F + 7], 1e-5);
+        report("swiglu forward", time_it(k_swiglu_f, &c, reps), 0, 12.0 * N * F);
+        report("swiglu backward", time_it(k_swiglu_b, &c, reps), 0, 20.0 * N * F);
+        free(c.h), free(c.dh), free(c.y), free(c.dy);
+    }
+    if (LRUN("gqa attention")) { /* dense FLOPs as the attention lines above */
+        c.qkv = buffer(N * Q3, r, -1, 1), c.dqkv = buffer(N * Q3, r, 0, 0);
+        c.out = buffer(N * C, r, 0, 0), c.dy = buffer(N * C, r, -1, 1);
+        c.lse = buffer((size_t)B * c.NH * T, r, 0, 0);
+        c.scratch = buffer(pt_attention_scratch_floats(T, c.slots), r, 0, 0);
+        report("gqa attention forward", time_it(k_gqa_f, &c, reps), 4.0 * N * T * C, 0);
+        report("gqa attention backward", time_it(k_gqa_b, &c, reps), 8.0 * N * T * C, 0);
+        free(c.qkv), free(c.dqkv), free(c.out), free(c.dy), free(c.lse), free(c.scratch);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -375,6 +456,7 @@ int main(int argc, char **argv) {
         report("softmax cross-entropy fwd", time_it(k_xent_f, &c, reps), 0, 4.0 * N * V);
         report("softmax cross-entropy bwd", time_it(k_xent_b, &c, reps), 0, 8.0 * N * V);
     }
+    bench_llama(&cfg, batch, seq, reps, only, &r);
     if (RUN("adamw")) {
         int64_t P = pt_gpt_num_params(&cfg);
         double p0, g, m1, v1;

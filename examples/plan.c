@@ -99,7 +99,8 @@ static const char *si(double x, char *buf) {
 static void print_human(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_result *r) {
     const double G = 1073741824.0;
     char b1[32], b2[32], b3[32];
-    pt_gpt_config cfg = {d->vocab, d->seq, d->layers, d->heads, d->hidden, 0.0f};
+    pt_gpt_config cfg = {.vocab_size = d->vocab, .block_size = d->seq, .n_layer = d->layers,
+                         .n_head = d->heads, .n_embd = d->hidden};
     double params = (double)pt_gpt_num_params(&cfg);
     printf("model   %s parameters: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d\n",
            params >= 1e9 ? (snprintf(b1, 32, "%.1fB", params / 1e9), b1)

@@ -347,6 +347,38 @@ static void hardware(const char *tmp) {
     for (i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) put("hw", bad[i][0], bad[i][1], strlen(bad[i][1]));
 }
 
+/* Hugging Face LLaMA config.json texts: a LLaMA 3.1 config, a LLaMA 2
+   one without num_key_value_heads, and near-valid ones that stop at one
+   check each. */
+static void hf_configs(void) {
+    static const char *texts[] = {
+        ("{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, \"hidden_act\": "
+        "\"silu\", \"hidden_size\": 64, \"intermediate_size\": 176, \"max_position_embeddings\": "
+        "128, \"mlp_bias\": false, \"model_type\": \"llama\", \"num_attention_heads\": 4, "
+        "\"num_hidden_layers\": 2, \"num_key_value_heads\": 2, \"rms_norm_eps\": 1e-05, "
+        "\"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+        "\"original_max_position_embeddings\": 64, \"rope_type\": \"llama3\"}, \"rope_theta\": "
+        "500000.0, \"tie_word_embeddings\": false, \"vocab_size\": 256}"),
+        ("{\"hidden_size\": 32, \"intermediate_size\": 88, \"num_attention_heads\": 4, "
+        "\"num_hidden_layers\": 1, \"vocab_size\": 32, \"max_position_embeddings\": 16, "
+        "\"rope_scaling\": null, \"tie_word_embeddings\": true}"),
+        ("{\"hidden_size\": 32, \"intermediate_size\": 88, \"num_attention_heads\": 4, "
+        "\"num_key_value_heads\": 3, \"num_hidden_layers\": 1, \"vocab_size\": 32, "
+        "\"max_position_embeddings\": 16}"),
+        ("{\"hidden_size\": 30, \"intermediate_size\": 88, \"num_attention_heads\": 4, "
+        "\"num_hidden_layers\": 1, \"vocab_size\": 32, \"max_position_embeddings\": 16}"),
+        "{\"hidden_size\": 32, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}}",
+        "{\"hidden_size\": 32, \"attention_bias\": true, \"mlp_bias\": false}",
+        "{\"model_type\": \"gpt2\", \"hidden_size\": 1e309}",
+    };
+    char name[32];
+    int i;
+    for (i = 0; i < (int)(sizeof texts / sizeof texts[0]); i++) {
+        snprintf(name, sizeof name, "config%d.json", i);
+        put("hf_config", name, texts[i], strlen(texts[i]));
+    }
+}
+
 int main(int argc, char **argv) {
     char tmp[1024];
     if (argc != 2) {
@@ -364,6 +396,7 @@ int main(int argc, char **argv) {
     arguments();
     plan_arguments();
     hardware(tmp);
+    hf_configs();
     remove(tmp);
     return failed;
 }

@@ -1,5 +1,6 @@
 /* fixture.h -- reads a ptrain-fixture-v1 file (../shared/fixtures/README.md):
-   its settings, model shape and batch, every value checked. Used by
+   its settings, model shape (GPT-2, or LLaMA as its section 7) and batch,
+   every value checked. Used by
    tests/fixture_check.c and fuzz/fixture.c. Include after ptrain.h. */
 #ifndef PTRAIN_FIXTURE_H
 #define PTRAIN_FIXTURE_H
@@ -68,8 +69,19 @@ static int *read_batch(const pt_safetensors *st, const char *name, int B, int T)
    message. */
 static int fixture_read(const pt_safetensors *st, fixture *j) {
     double B, T, steps, b1, b2, eps, wd;
+    const char *arch = pt_st_meta_get(st, "arch");
+    /* GPT-2 (no arch key): tanh GELU and a tied head; LLaMA (section 7): the
+       architecture's keys, which pt_gpt_config_from_st reads */
+    int llama = arch && strcmp(arch, "llama") == 0;
+    if (arch && !llama) {
+        fprintf(stderr, "error: fixture metadata arch='%s' is not supported (expected 'llama' "
+                "or none)\n", arch);
+        return 0;
+    }
     if (!meta_is(st, "format", "ptrain-fixture-v1") || !meta_is(st, "decay", "dim>=2") ||
-        !meta_is(st, "gelu", "tanh") || !meta_is(st, "tied_lm_head", "true") ||
+        (!llama && (!meta_is(st, "gelu", "tanh") || !meta_is(st, "tied_lm_head", "true"))) ||
+        (llama && (!meta_is(st, "norm", "rmsnorm") || !meta_is(st, "mlp", "swiglu") ||
+                   !meta_is(st, "rope", "rotate_half"))) ||
         !meta_double(st, "B", &B) || !meta_double(st, "T", &T) ||
         !meta_double(st, "steps", &steps) || !meta_double(st, "lr", &j->lr) ||
         !meta_double(st, "beta1", &b1) || !meta_double(st, "beta2", &b2) ||

@@ -226,7 +226,7 @@ int main(int argc, char **argv) {
     const char *schedule = NULL, *recompute = "none";
     const char *pos[1] = {NULL};
     cli_opt opts[] = {
-        {"tp", CLI_INT, &tp, "tensor-parallel ranks (divides n_head)", 1, 1024},
+        {"tp", CLI_INT, &tp, "tensor-parallel ranks (divides n_head and n_kv_head)", 1, 1024},
         {"dp", CLI_INT, &dp, "data-parallel ranks (divides the fixture's batch B)", 1, 1024},
         {"zero", CLI_INT, &zero, "ZeRO stage: 0, 1 (shard AdamW state) or 2 (and gradients)", 0, 2},
         {"pp", CLI_INT, &pp, "pipeline stages (at most n_layer)", 1, 1024},
@@ -289,9 +289,10 @@ int main(int argc, char **argv) {
     j.recompute = cli_recompute(recompute);
     if (j.recompute < 0) goto out;
     if (world.rank == 0)
-        printf("%s: V=%d C=%d n_head=%d n_layer=%d block=%d B=%d T=%d steps=%d lr=%g wd=%g; "
-               "tp=%d dp=%d zero=%d pp=%d %s m=%d v=%d\n",
-               pos[0], j.f.cfg.vocab_size, j.f.cfg.n_embd, j.f.cfg.n_head, j.f.cfg.n_layer,
+        printf("%s: V=%d C=%d n_head=%d n_kv_head=%d n_layer=%d block=%d B=%d T=%d steps=%d "
+               "lr=%g wd=%g; tp=%d dp=%d zero=%d pp=%d %s m=%d v=%d\n",
+               pos[0], j.f.cfg.vocab_size, j.f.cfg.n_embd, j.f.cfg.n_head,
+               j.f.cfg.n_kv_head ? j.f.cfg.n_kv_head : j.f.cfg.n_head, j.f.cfg.n_layer,
                j.f.cfg.block_size, j.f.B, j.f.T, j.f.steps, j.f.lr, (double)j.f.opt.weight_decay, tp, dp,
                zero, pp, schedule ? schedule : "(default)", micro,
                chunks ? chunks : j.schedule == PT_SCHED_ZB_V ? 2 : 1);

@@ -1,7 +1,8 @@
 # fixture_runs.sh -- sourced by layouts_check.sh and pipeline_check.sh with
 # prog and file set: launch (thread ranks, or mpirun for *_mpi programs),
 # try (one layout, counted in runs and bad), and the fixture's shape in nh
-# (heads), L (layers) and B (batch), read from fixture_check's first line.
+# (heads), kv (key/value heads), L (layers) and B (batch), read from
+# fixture_check's first line.
 mpi=""
 case "$prog" in
 *_mpi) # Open MPI as root, more ranks than cores (../shared/ENVIRONMENT.md)
@@ -31,4 +32,6 @@ head=$(launch 1 $prog "$file" 2>&1 | head -n 1)
 nh=$(echo "$head" | sed -n 's/.* n_head=\([0-9]*\) .*/\1/p')
 L=$(echo "$head" | sed -n 's/.* n_layer=\([0-9]*\) .*/\1/p')
 B=$(echo "$head" | sed -n 's/.* B=\([0-9]*\) .*/\1/p')
+kv=$(echo "$head" | sed -n 's/.* n_kv_head=\([0-9]*\) .*/\1/p')
+kv=${kv:-$nh} # tensor parallelism divides the key/value heads (n_head without GQA)
 [ -n "$nh" ] && [ -n "$L" ] && [ -n "$B" ] || { echo "cannot read the fixture's shape: $head"; exit 1; }

@@ -1,6 +1,6 @@
 #!/bin/sh
 # layouts_check.sh PROG FILE [MAX]: runs fixture FILE in every tensor x data x
-# ZeRO layout with up to MAX ranks (default 16; tp dividing n_head, dp
+# ZeRO layout with up to MAX ranks (default 16; tp dividing n_kv_head, dp
 # dividing the batch B): on thread ranks (PROG = build/fixture_check), or on
 # MPI processes under mpirun (PROG = build/fixture_check_mpi). Passes if
 # every layout passes; prints one line per failing layout and the count run.
@@ -8,7 +8,7 @@ prog=$1 file=$2 max=${3:-16}
 . "$(dirname "$0")/fixture_runs.sh"
 tp=1
 while [ "$tp" -le "$nh" ]; do
-    if [ $((nh % tp)) -eq 0 ]; then
+    if [ $((kv % tp)) -eq 0 ]; then
         dp=1
         while [ "$dp" -le "$B" ]; do
             if [ $((B % dp)) -eq 0 ] && [ $((tp * dp)) -le "$max" ]; then

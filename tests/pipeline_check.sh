@@ -32,7 +32,7 @@ while [ "$p" -le "$L" ] && [ "$p" -le 4 ]; do
         try "$p" --pp "$p" --schedule interleaved --chunks 2 --microbatches "$B" --recompute full
     fi
     # composed with tensor and data parallelism
-    if [ $((nh % 2)) -eq 0 ]; then try $((2 * p)) --tp 2 --pp "$p" --schedule 1f1b --microbatches 1; fi
+    if [ $((kv % 2)) -eq 0 ]; then try $((2 * p)) --tp 2 --pp "$p" --schedule 1f1b --microbatches 1; fi
     if [ $((B % 2)) -eq 0 ]; then
         try $((2 * p)) --dp 2 --zero 1 --pp "$p" --schedule zb-h1 --microbatches $((B / 2))
     fi

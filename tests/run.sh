@@ -455,6 +455,47 @@ step "train: every option takes effect or is refused, naming the combination (th
 printf 'not a checkpoint' >"$tmp/bad.safetensors"
 fails "sample: malformed model file" 1 "safetensors" build/sample "$tmp/bad.safetensors"
 
+# LLaMA-style fixtures (../shared/fixtures/README.md section 7; in a llama/ subfolder so the
+# GPT-2 loops above do not see them): serially, with recomputation, every tp x dp x ZeRO and
+# pipeline layout on threads; the layouts of up to 4 MPI ranks (two of them), under ASan +
+# UBSan, and llama-tiny training with its KV-cache samples
+for f in ../shared/fixtures/llama/*.safetensors tests/fixtures/llama/*.safetensors; do
+    [ -f "$f" ] || continue
+    step "llama fixture $(basename "$f")" build/fixture_check "$f"
+    for rc in selective full; do
+        step "llama fixture $(basename "$f") with --recompute $rc" \
+            build/fixture_check "$f" --recompute "$rc"
+    done
+    step "llama fixture $(basename "$f"): every tp x dp x zero layout (threads)" \
+        sh tests/layouts_check.sh build/fixture_check "$f"
+    tail -n 1 "$tmp/out" | sed 's/^/      /'
+    step "llama fixture $(basename "$f"): pipeline layouts (threads)" \
+        sh tests/pipeline_check.sh build/fixture_check "$f"
+    tail -n 1 "$tmp/out" | sed 's/^/      /'
+done
+for f in ../shared/fixtures/llama/llama_tiny.safetensors tests/fixtures/llama/llama_mha_bias.safetensors; do
+    [ -f "$f" ] || continue
+    step "llama fixture $(basename "$f"): every layout of up to 4 MPI ranks" \
+        sh tests/layouts_check.sh build/fixture_check_mpi "$f" 4
+    tail -n 1 "$tmp/out" | sed 's/^/      /'
+done
+f=../shared/fixtures/llama/llama_tiny.safetensors
+if [ -f "$f" ]; then
+    step "llama fixture llama_tiny, tp 2 x dp 2 x pp 2, 1f1b, 8 MPI ranks" \
+        mpi 8 build/fixture_check_mpi "$f" --tp 2 --dp 2 --pp 2 --microbatches 1
+    step "llama fixture llama_tiny, tp 2, ZeRO 2, recompute full under ASan + UBSan" \
+        build/fixture_check_asan "$f" --tp 2 --dp 2 --zero 2 --recompute full
+    step "llama fixture llama_tiny, tp 2 x dp 2, recompute selective under ThreadSanitizer" \
+        tsan build/fixture_check_tsan "$f" --tp 2 --dp 2 --recompute selective
+    fails "fixture_check: tp not dividing the key/value heads" 2 \
+        "tensor_parallel=4 does not divide n_kv_head=2" build/fixture_check "$f" --tp 4
+fi
+step "train: llama-tiny's validation loss falls, and it samples through the KV cache" \
+    sh -c "build/train --preset llama-tiny --steps 120 --batch 8 --seq 64 --eval-every 60 \
+        --log-every 60 --sample-tokens 64 >$tmp/llama.log 2>&1 &&
+        awk '/^step/ { if (l0 == \"\") l0 = \$5; if (\$8 != \"-\") v = \$8 }
+             END { exit !(v != \"\" && v < l0 - 2) }' $tmp/llama.log"
+
 echo
 echo "$pass passed, $fail failed, $skipped skipped"
 [ "$fail" -eq 0 ]

@@ -91,7 +91,7 @@ static void fwd_matmul(void *p) {
 }
 static void fwd_attention(void *p) { /* the fast, blocked kernel */
     kargs *k = (kargs *)p;
-    pt_attention_forward(k->out, k->lse, k->x, k->scratch, k->slots, k->B, k->T, k->C, k->NH);
+    pt_attention_forward(k->out, k->lse, k->x, k->scratch, k->slots, k->B, k->T, k->C, k->NH, k->NH);
 }
 static void fwd_attention_ref(void *p) {
     kargs *k = (kargs *)p;
@@ -412,7 +412,7 @@ static void check_attention(int fast, int B, int T, int C, int NH) {
     fwd(&k);
     dqkv = frand(N * 3 * C, -1, 1), dqkv0 = fcopy(dqkv, N * 3 * C);
     if (fast)
-        pt_attention_backward(dqkv, R, k.out, k.x, k.lse, k.scratch, k.slots, B, T, C, NH);
+        pt_attention_backward(dqkv, R, k.out, k.x, k.lse, k.scratch, k.slots, B, T, C, NH, NH);
     else
         pt_attention_ref_backward(dqkv, TALLOC(float, B * NH * T), R, k.x, k.att, B, T, C, NH);
     snprintf(what, sizeof what, "%s dqkv", name);
@@ -3187,6 +3187,661 @@ static void test_hw_file(void) {
     rmdir(dir);
 }
 
+/* ======================================================================== */
+/* LLaMA-style blocks: RMSNorm, RoPE, SwiGLU, nn.Linear, grouped-query        */
+/* attention, and the model built from them                                  */
+/* ======================================================================== */
+
+typedef struct largs {
+    float *out, *x, *w, *b, *rstd, *cs, *lse, *scratch;
+    int N, C, T, B, NH, NKV, nh, hd, stride, IN, OUT, F, slots;
+    float eps;
+} largs;
+
+static void fwd_rmsnorm(void *p) {
+    largs *k = (largs *)p;
+    pt_rmsnorm_forward(k->out, k->rstd, k->x, k->w, k->N, k->C, k->eps);
+}
+static void fwd_rope(void *p) { /* out = rope(x), in place on a copy */
+    largs *k = (largs *)p;
+    memcpy(k->out, k->x, sizeof(float) * (size_t)k->N * k->stride);
+    pt_rope_forward(k->out, k->cs, k->N, k->T, k->nh, k->hd, k->stride);
+}
+static void fwd_swiglu(void *p) {
+    largs *k = (largs *)p;
+    pt_swiglu_forward(k->out, k->x, k->N, k->F);
+}
+static void fwd_linear(void *p) {
+    largs *k = (largs *)p;
+    pt_linear_forward(k->out, k->x, k->w, k->b, k->N, k->IN, k->OUT);
+}
+static void fwd_attention_gqa(void *p) {
+    largs *k = (largs *)p;
+    pt_attention_forward(k->out, k->lse, k->x, k->scratch, k->slots, k->B, k->T, k->C, k->NH,
+                         k->NKV);
+}
+
+/* y = x / sqrt(mean(x^2) + eps) * w in double; eps large enough to matter. */
+static void test_rmsnorm(void) {
+    enum { N = 4, C = 6 };
+    largs k;
+    float *R = frand(N * C, -1, 1), *dx, *dw, *dx0, *dw0;
+    double *ref = TALLOC(double, N * C);
+    int n, c;
+    ZERO(k);
+    k.N = N, k.C = C, k.eps = 1e-2f;
+    k.x = frand(N * C, -2, 2), k.w = frand(C, 0.5, 1.5);
+    k.out = TALLOC(float, N * C), k.rstd = TALLOC(float, N);
+    fwd_rmsnorm(&k);
+    for (n = 0; n < N; n++) {
+        double ms = 0.0;
+        for (c = 0; c < C; c++) ms += (double)k.x[n * C + c] * k.x[n * C + c];
+        for (c = 0; c < C; c++)
+            ref[n * C + c] = k.x[n * C + c] / sqrt(ms / C + (double)k.eps) * k.w[c];
+    }
+    CHECK_CLOSE("rmsnorm out", k.out, ref, N * C, 1e-6, 1e-5);
+    dx = frand(N * C, -1, 1), dw = frand(C, -1, 1);
+    dx0 = fcopy(dx, N * C), dw0 = fcopy(dw, C);
+    pt_rmsnorm_backward(dx, dw, R, k.x, k.w, k.rstd, N, C);
+    FD_CHECK("rmsnorm dinp", fwd_rmsnorm, &k, k.out, R, N * C, k.x, fdelta(dx, dx0, N * C), N * C);
+    FD_CHECK("rmsnorm dweight", fwd_rmsnorm, &k, k.out, R, N * C, k.w, fdelta(dw, dw0, C), C);
+}
+
+/* Hugging Face's rotate_half in double: f_j = theta^(-2j/hd) (LLaMA 3: scaled
+   as its _compute_llama3_parameters), out = u cos + rotate_half(u) sin, on
+   the first nh heads of each row only; backward against finite differences. */
+static double llama3_freq(double f, const pt_rope_scaling *sc) {
+    double pi = 3.141592653589793, w = 2 * pi / f, ctx = sc->original_max_pos;
+    double lo_w = ctx / sc->low_freq_factor, hi_w = ctx / sc->high_freq_factor, sm;
+    double scaled = w > lo_w ? f / sc->factor : f;
+    if (w < hi_w || w > lo_w) return scaled;
+    sm = (ctx / w - sc->low_freq_factor) / (sc->high_freq_factor - sc->low_freq_factor);
+    return (1 - sm) * scaled / sc->factor + sm * scaled;
+}
+static void check_rope(const pt_rope_scaling *sc, float theta, int T, int hd) {
+    enum { B = 2, NHALL = 3, NH = 2 };
+    int stride = NHALL * hd + 3, N = B * T, n, h, j, h2 = hd / 2;
+    largs k;
+    float *R = frand((size_t)N * stride, -1, 1), *dx;
+    double *ref = TALLOC(double, (size_t)N * stride);
+    char what[96];
+    ZERO(k);
+    k.N = N, k.T = T, k.nh = NH, k.hd = hd, k.stride = stride;
+    k.x = frand((size_t)N * stride, -1, 1), k.out = TALLOC(float, (size_t)N * stride);
+    k.cs = TALLOC(float, (size_t)T * hd);
+    pt_rope_table(k.cs, T, hd, theta, sc);
+    fwd_rope(&k);
+    for (n = 0; n < N; n++)
+        for (j = 0; j < stride; j++) ref[n * stride + j] = k.x[n * stride + j];
+    for (n = 0; n < N; n++)
+        for (h = 0; h < NH; h++)
+            for (j = 0; j < hd; j++) {
+                const float *u = k.x + n * stride + h * hd;
+                double f = pow(theta, -2.0 * (j % h2) / hd), t = n % T;
+                double rot = j < h2 ? -u[j + h2] : u[j - h2];
+                if (sc) f = llama3_freq(f, sc);
+                ref[n * stride + h * hd + j] = u[j] * cos(t * f) + rot * sin(t * f);
+            }
+    snprintf(what, sizeof what, "rope forward (theta %g%s)", (double)theta, sc ? ", llama3" : "");
+    CHECK_CLOSE(what, k.out, ref, (size_t)N * stride, 1e-6, 1e-5);
+    dx = fcopy(R, (size_t)N * stride);
+    pt_rope_backward(dx, k.cs, N, T, NH, hd, stride);
+    snprintf(what, sizeof what, "rope backward (theta %g%s)", (double)theta, sc ? ", llama3" : "");
+    FD_CHECK(what, fwd_rope, &k, k.out, R, (size_t)N * stride, k.x, dx, (size_t)N * stride);
+}
+static void test_rope(void) {
+    pt_rope_scaling sc;
+    check_rope(NULL, 10000.0f, 5, 8);
+    check_rope(NULL, 7.0f, 9, 6); /* small theta: fast rotations at every lane */
+    /* LLaMA 3.1's settings on a short context: wavelengths on all three sides */
+    sc.factor = 8.0f, sc.low_freq_factor = 1.0f, sc.high_freq_factor = 4.0f;
+    sc.original_max_pos = 64;
+    check_rope(&sc, 500000.0f, 7, 16);
+}
+
+/* silu(gate) * up in double; backward WRITES dh. */
+static void test_swiglu(void) {
+    enum { N = 3, F = 5 };
+    largs k;
+    float *R = frand(N * F, -1, 1), *dh = frand(N * 2 * F, 1e3, 2e3);
+    double *ref = TALLOC(double, N * F);
+    int n, j;
+    ZERO(k);
+    k.N = N, k.F = F, k.x = frand(N * 2 * F, -4, 4), k.out = TALLOC(float, N * F);
+    fwd_swiglu(&k);
+    for (n = 0; n < N; n++)
+        for (j = 0; j < F; j++) {
+            double g = k.x[n * 2 * F + j], u = k.x[n * 2 * F + F + j];
+            ref[n * F + j] = g / (1.0 + exp(-g)) * u;
+        }
+    CHECK_CLOSE("swiglu forward", k.out, ref, N * F, 1e-6, 1e-5);
+    pt_swiglu_backward(dh, k.x, R, N, F); /* dh held 1e3..2e3: it must be overwritten */
+    FD_CHECK("swiglu d[gate|up] (written)", fwd_swiglu, &k, k.out, R, N * F, k.x, dh, N * 2 * F);
+}
+
+/* nn.Linear layout out[N,OUT] = x[N,IN] @ w[OUT,IN]^T + b, with and without bias. */
+static void test_linear(void) {
+    enum { N = 4, IN = 5, OUT = 7 };
+    int with_bias;
+    for (with_bias = 1; with_bias >= 0; with_bias--) {
+        largs k;
+        float *R = frand(N * OUT, -1, 1), *dx, *dw, *db = NULL, *dx0, *dw0, *db0 = NULL;
+        double *ref = TALLOC(double, N * OUT);
+        int n, o, i;
+        ZERO(k);
+        k.N = N, k.IN = IN, k.OUT = OUT;
+        k.x = frand(N * IN, -1, 1), k.w = frand(OUT * IN, -1, 1);
+        k.b = with_bias ? frand(OUT, -1, 1) : NULL;
+        k.out = frand(N * OUT, -1, 1); /* garbage: forward must overwrite it */
+        fwd_linear(&k);
+        for (n = 0; n < N; n++)
+            for (o = 0; o < OUT; o++) {
+                double acc = with_bias ? k.b[o] : 0.0;
+                for (i = 0; i < IN; i++) acc += (double)k.x[n * IN + i] * k.w[o * IN + i];
+                ref[n * OUT + o] = acc;
+            }
+        CHECK_CLOSE(with_bias ? "linear forward" : "linear forward, no bias", k.out, ref,
+                    N * OUT, 1e-6, 1e-5);
+        dx = frand(N * IN, -1, 1), dw = frand(OUT * IN, -1, 1);
+        if (with_bias) db = frand(OUT, -1, 1), db0 = fcopy(db, OUT);
+        dx0 = fcopy(dx, N * IN), dw0 = fcopy(dw, OUT * IN);
+        pt_linear_backward(dx, dw, db, R, k.x, k.w, N, IN, OUT);
+        FD_CHECK("linear dinp", fwd_linear, &k, k.out, R, N * OUT, k.x, fdelta(dx, dx0, N * IN),
+                 N * IN);
+        FD_CHECK("linear dweight", fwd_linear, &k, k.out, R, N * OUT, k.w,
+                 fdelta(dw, dw0, OUT * IN), OUT * IN);
+        if (with_bias)
+            FD_CHECK("linear dbias", fwd_linear, &k, k.out, R, N * OUT, k.b, fdelta(db, db0, OUT),
+                     OUT);
+    }
+}
+
+/* Grouped-query attention on [q (NH)|k (NKV)|v (NKV)] against a naive double
+   reference in which query head h reads key/value head h / (NH/NKV), and
+   finite differences of dqkv (which accumulates, shared k/v heads included). */
+static void check_attention_gqa(int B, int T, int NH, int NKV, int hd) {
+    int C = NH * hd, C3 = C + 2 * NKV * hd, N = B * T, G = NH / NKV, b, h, t, u, i;
+    largs k;
+    float *R = frand((size_t)N * C, -1, 1), *dqkv, *dqkv0;
+    double *ref = TALLOC(double, (size_t)N * C), *sc = TALLOC(double, T);
+    char what[96];
+    ZERO(k);
+    k.B = B, k.T = T, k.C = C, k.NH = NH, k.NKV = NKV, k.slots = 2;
+    k.x = frand((size_t)N * C3, -1.5, 1.5), k.out = TALLOC(float, (size_t)N * C);
+    k.lse = TALLOC(float, B * NH * T);
+    k.scratch = frand(pt_attention_scratch_floats(T, k.slots), -1, 1);
+    fwd_attention_gqa(&k);
+    for (b = 0; b < B; b++)
+        for (h = 0; h < NH; h++)
+            for (t = 0; t < T; t++) {
+                const float *q = k.x + (size_t)(b * T + t) * C3 + h * hd;
+                double mx = -1e300, sum = 0.0;
+                for (u = 0; u <= t; u++) {
+                    const float *kk = k.x + (size_t)(b * T + u) * C3 + C + (h / G) * hd;
+                    sc[u] = 0.0;
+                    for (i = 0; i < hd; i++) sc[u] += (double)q[i] * kk[i];
+                    sc[u] /= sqrt((double)hd);
+                    if (sc[u] > mx) mx = sc[u];
+                }
+                for (u = 0; u <= t; u++) sum += exp(sc[u] - mx);
+                for (i = 0; i < hd; i++) {
+                    double o = 0.0;
+                    for (u = 0; u <= t; u++)
+                        o += exp(sc[u] - mx) / sum *
+                             k.x[(size_t)(b * T + u) * C3 + C + NKV * hd + (h / G) * hd + i];
+                    ref[(size_t)(b * T + t) * C + h * hd + i] = o;
+                }
+            }
+    snprintf(what, sizeof what, "attention NH=%d NKV=%d T=%d out", NH, NKV, T);
+    CHECK_CLOSE(what, k.out, ref, (size_t)N * C, 1e-6, 1e-5);
+    dqkv = frand((size_t)N * C3, -1, 1), dqkv0 = fcopy(dqkv, (size_t)N * C3);
+    pt_attention_backward(dqkv, R, k.out, k.x, k.lse, k.scratch, k.slots, B, T, C, NH, NKV);
+    snprintf(what, sizeof what, "attention NH=%d NKV=%d T=%d dqkv", NH, NKV, T);
+    fd_check_(__FILE__, __LINE__, what, fwd_attention_gqa, &k, k.out, R, (size_t)N * C, k.x,
+              fdelta(dqkv, dqkv0, (size_t)N * C3), NULL, (size_t)N * C3, 5e-3f, FD_ATOL, FD_RTOL);
+}
+static void test_attention_gqa(void) {
+    check_attention_gqa(2, 5, 4, 2, 4);                   /* groups of 2 */
+    check_attention_gqa(1, 6, 3, 1, 4);                   /* multi-query */
+    check_attention_gqa(1, PT_ATTN_QBLOCK + 3, 4, 2, 2); /* two query blocks */
+}
+
+/* LLaMA-style configurations of the one block: the whole model's gradients
+   against finite differences of the mean loss, as test_model_grad. */
+static pt_gpt_config cfg_llama(int V, int block, int L, int NH, int C, int kv, int ffn) {
+    pt_gpt_config c = cfg_make(V, block, L, NH, C);
+    c.arch = PT_ARCH_LLAMA, c.norm = PT_NORM_RMS, c.pos = PT_POS_ROPE, c.mlp = PT_MLP_SWIGLU;
+    c.n_kv_head = kv, c.ffn_hidden = ffn, c.no_bias = 1, c.untied_head = 1;
+    c.rope_theta = 100.0f; /* fast rotations, visible in a short sequence */
+    return c;
+}
+static void check_model_grad_cfg(const char *label, pt_gpt_config c) {
+    enum { B = 2, T = 5, N = B * T };
+    pt_gpt g;
+    gpt_run r;
+    float *grads, *R = TALLOC(float, N);
+    char what[160];
+    int i;
+    CHECK_ST(gpt_new(&g, c, B, T, 0), PT_OK);
+    if (!g.params) return;
+    gpt_randomize(&g, 11, 0.6f);
+    r.g = &g, r.B = B, r.T = T, r.losses = TALLOC(float, N);
+    r.inputs = rand_ids(N, c.vocab_size), r.targets = rand_ids(N, c.vocab_size);
+    for (i = 0; i < N; i++) R[i] = 1.0f / N;
+    CHECK_ST(pt_gpt_forward(&g, r.inputs, r.targets, B, T), PT_OK);
+    CHECK_ST(pt_gpt_backward(&g), PT_OK);
+    grads = fcopy(g.grads, g.num_params);
+    for (i = 0; i < g.num_tensors; i++) {
+        const pt_param *p = &g.table[i];
+        const float *gt = grads + p->offset;
+        double gmax = 0.0;
+        size_t k;
+        for (k = 0; k < p->numel; k++) gmax = fmax(gmax, fabs(gt[k]));
+        snprintf(what, sizeof what, "%s: %s", label, p->name);
+        /* atol 1e-5: the float per-token losses (~1.5e-7 each) over 2h = 1e-2
+           bound what a finite difference resolves (q and k gradients of 1e-6
+           are below it) */
+        fd_check_(__FILE__, __LINE__, what, fwd_gpt, &r, r.losses, R, N, g.params + p->offset,
+                  gt, NULL, p->numel, 5e-3f, 2e-4 * gmax + 1e-5, 1e-2);
+    }
+    pt_gpt_free(&g);
+}
+static void test_llama_model_grad(void) {
+    pt_gpt_config c = cfg_llama(11, 8, 2, 4, 8, 2, 12);
+    check_model_grad_cfg("llama (GQA, SwiGLU, RoPE, RMSNorm, untied)", c);
+    c.n_kv_head = 1, c.no_bias = 0, c.untied_head = 0, c.norm = PT_NORM_LAYER, c.mlp = PT_MLP_GELU;
+    check_model_grad_cfg("llama names (MQA, biases, LayerNorm, GELU, tied)", c);
+    c = cfg_make(11, 8, 1, 2, 8); /* GPT-2 names with LLaMA's choices */
+    c.norm = PT_NORM_RMS, c.pos = PT_POS_ROPE, c.no_bias = 1, c.untied_head = 1;
+    check_model_grad_cfg("gpt2 names (RMSNorm, RoPE, no bias, untied)", c);
+}
+
+/* Presets, Hugging Face's names and [out, in] shapes, parameter counts as
+   Meta published them, and validation messages naming field and value. */
+static void test_llama_config(void) {
+    static const struct { const char *name; int64_t params; } published[] = {
+        {"llama2-7b", 6738415616LL}, {"llama2-13b", 13015864320LL},
+        {"llama3-8b", 8030261248LL}, {"llama2-70b", 68976648192LL}};
+    pt_gpt_config c;
+    pt_gpt g;
+    const pt_param *p;
+    int i;
+    for (i = 0; i < 4; i++) {
+        CHECK_ST(pt_gpt_config_preset(published[i].name, &c), PT_OK);
+        CHECK_ST(pt_gpt_config_validate(&c), PT_OK);
+        if (pt_gpt_num_params(&c) != published[i].params)
+            FAIL("%s: %lld parameters, published %lld", published[i].name,
+                 (long long)pt_gpt_num_params(&c), (long long)published[i].params);
+    }
+    CHECK_ST(pt_gpt_config_preset("llama-tiny", &c), PT_OK);
+    CHECK_ST(gpt_new(&g, c, 1, 4, 1), PT_OK); /* meta: the table alone */
+    CHECK_EQ(g.num_tensors, 1 + 9 * c.n_layer + 2);
+    CHECK(strcmp(g.table[0].name, "model.embed_tokens.weight") == 0);
+    p = pt_gpt_find_param(&g, "model.layers.1.self_attn.k_proj.weight");
+    CHECK(p && p->full_shape[0] == 2 * 16 && p->full_shape[1] == 64);
+    p = pt_gpt_find_param(&g, "model.layers.0.mlp.down_proj.weight");
+    CHECK(p && p->full_shape[0] == 64 && p->full_shape[1] == 176 && p->decay);
+    p = pt_gpt_find_param(&g, "model.norm.weight");
+    CHECK(p && !p->decay);
+    CHECK(pt_gpt_find_param(&g, "lm_head.weight") != NULL);
+    CHECK(pt_gpt_find_param(&g, "wpe.weight") == NULL);
+    pt_gpt_free(&g);
+    c.n_kv_head = 3;
+    CHECK_ERR(pt_gpt_config_validate(&c), PT_ERR_CONFIG, "n_kv_head=3 must divide n_head=4");
+    c.n_kv_head = 2, c.arch = PT_ARCH_GPT2;
+    CHECK_ERR(pt_gpt_config_validate(&c), PT_ERR_CONFIG, "mlp=swiglu needs arch=llama");
+    CHECK_MSG("n_kv_head=2 != n_head=4");
+    c.arch = PT_ARCH_LLAMA, c.pos = PT_POS_LEARNED;
+    CHECK_ERR(pt_gpt_config_validate(&c), PT_ERR_CONFIG, "arch=llama needs pos=rope");
+    c.pos = PT_POS_ROPE, c.rope_scaling.factor = 8.0f;
+    CHECK_ERR(pt_gpt_config_validate(&c), PT_ERR_CONFIG, "rope_scaling: factor=8");
+    c.rope_scaling.factor = 0.0f, c.n_embd = 60, c.n_head = 4, c.n_kv_head = 4;
+    CHECK_ERR(pt_gpt_config_validate(&c), PT_ERR_CONFIG, "even head size (n_embd/n_head=15)");
+    { /* a layout that splits key/value heads: meta builds of the grid's sizes */
+        pt_grid grid;
+        pt_gpt_desc d;
+        ZERO(grid), ZERO(d);
+        CHECK_ST(pt_gpt_config_preset("llama3-8b", &d.config), PT_OK);
+        grid.tp = 16, grid.dp = 1, grid.pp = 1;
+        d.grid = &grid, d.batch = 1, d.seq = 16, d.meta = 1;
+        CHECK_ERR(pt_gpt_init(&g, &d), PT_ERR_CONFIG, "tensor_parallel=16 does not divide n_kv_head=8");
+        pt_gpt_free(&g);
+        grid.tp = 8, grid.pp = 4;
+        CHECK_ST(pt_gpt_init(&g, &d), PT_OK); /* 8 kv heads over 8 ranks: one each */
+        p = pt_gpt_find_param(&g, "model.layers.0.self_attn.k_proj.weight");
+        CHECK(p && p->shape[0] == 128 && p->shape[1] == 4096 && p->shard == PT_SHARD_ROWS);
+        p = pt_gpt_find_param(&g, "model.layers.0.mlp.down_proj.weight");
+        CHECK(p && p->shape[0] == 4096 && p->shape[1] == 14336 / 8 && p->shard == PT_SHARD_COLS);
+        pt_gpt_free(&g);
+    }
+}
+
+/* KV-cache decoding with RoPE (LLaMA 3 scaling) and grouped-query attention
+   (the cache holds only the key/value heads) gives the full forward's logits. */
+static void test_llama_decode(void) {
+    enum { V = 17, BS = 8, T = 8 };
+    pt_gpt_config c = cfg_llama(V, BS, 2, 4, 16, 2, 24);
+    pt_gpt g;
+    pt_kv_cache kv;
+    const float *lg = NULL;
+    int *tok = rand_ids(T, V), t, i;
+    float *logits = TALLOC(float, T * V);
+    double mx = 0.0;
+    c.rope_scaling.factor = 4.0f, c.rope_scaling.low_freq_factor = 1.0f;
+    c.rope_scaling.high_freq_factor = 2.0f, c.rope_scaling.original_max_pos = 6;
+    CHECK_ST(gpt_new(&g, c, 1, T, 0), PT_OK);
+    if (!g.params) return;
+    gpt_randomize(&g, 4, 0.2f);
+    CHECK_ST(pt_gpt_forward(&g, tok, NULL, 1, T), PT_OK);
+    CHECK_ST(pt_gpt_gather_logits(&g, logits), PT_OK);
+    for (i = 0; i < T * V; i++) mx = fmax(mx, fabs(logits[i]));
+    CHECK_ST(pt_kv_cache_init(&kv, &g), PT_OK);
+    for (t = 0; t < T; t++) {
+        char what[64];
+        CHECK_ST(pt_gpt_decode(&g, &kv, tok[t], &lg), PT_OK);
+        snprintf(what, sizeof what, "llama decode logits at position %d", t);
+        if (lg) CHECK_CLOSE(what, lg, to_double(logits + t * V, V), V, 1e-4 * mx, 0);
+    }
+    pt_kv_cache_free(&kv);
+    pt_gpt_free(&g);
+}
+
+/* The simulator's LLaMA layer: model FLOPs in closed form (q, k, v of
+   n_kv_head heads, three MLP matrices of ffn_hidden), per-rank weights from
+   the meta build, and a layout that splits key/value heads refused. */
+static void test_llama_plan(void) {
+    pt_hw hw;
+    pt_plan_desc d;
+    pt_plan_result r;
+    pt_gpt_config c;
+    int k;
+    CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
+    for (k = 0; k < 2; k++) {
+        double B, s, l, h, V, ff, rk, mf;
+        CHECK_ST(pt_gpt_config_preset(k ? "llama2-70b" : "llama2-13b", &c), PT_OK);
+        memset(&d, 0, sizeof d);
+        d.arch = c, d.layers = c.n_layer, d.hidden = c.n_embd, d.heads = c.n_head;
+        d.seq = c.block_size, d.vocab = c.vocab_size;
+        d.tp = k ? 8 : 2, d.pp = k ? 4 : 1, d.gpus = 256, d.batch = 1024, d.micro = 1, d.zero = 1;
+        d.recompute = PT_RECOMPUTE_FULL;
+        CHECK_ST(pt_plan_simulate(&d, &hw, &r, NULL), PT_OK);
+        B = d.batch, s = d.seq, l = d.layers, h = d.hidden, V = d.vocab, ff = c.ffn_hidden;
+        rk = (double)c.n_kv_head / c.n_head;
+        mf = B * s * (l * (6 * h * (h * (2 + 2 * rk) + 3 * ff) + 12 * s * h) + 6 * h * V);
+        if (!(fabs(r.model_flops / mf - 1) < 1e-9))
+            FAIL("%s: model FLOPs %.6g, closed form %.6g", k ? "llama2-70b" : "llama2-13b",
+                 r.model_flops, mf);
+        CHECK(r.mem.params > 0 && r.tokens_per_s > 0);
+    }
+    d.tp = 16, d.pp = 1; /* 70B has 8 key/value heads */
+    CHECK_ERR(pt_plan_simulate(&d, &hw, &r, NULL), PT_ERR_CONFIG,
+              "tensor_parallel=16 does not divide n_kv_head=8");
+}
+
+/* Hugging Face's LLaMA config.json: Meta's published parameter counts from
+   their configs, a model.safetensors of the table's names loading back to the
+   same logits, and every bad field named with its value. */
+static void test_llama_hf_config(void) {
+    static const char *llama31_8b =
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, "
+        "\"bos_token_id\": 128000, \"hidden_act\": \"silu\", \"hidden_size\": 4096, "
+        "\"intermediate_size\": 14336, \"max_position_embeddings\": 131072, \"mlp_bias\": false, "
+        "\"model_type\": \"llama\", \"num_attention_heads\": 32, \"num_hidden_layers\": 32, "
+        "\"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"factor\": 8.0, "
+        "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+        "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}, "
+        "\"rope_theta\": 500000.0, \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", "
+        "\"vocab_size\": 128256}";
+    static const char *tiny =
+        "{\"model_type\": \"llama\", \"hidden_size\": 16, \"intermediate_size\": 24, "
+        "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 2, "
+        "\"vocab_size\": 13, \"max_position_embeddings\": 8, \"rms_norm_eps\": 1e-6, "
+        "\"rope_theta\": 100.0, \"rope_scaling\": null, \"tie_word_embeddings\": true}";
+    pt_gpt_config c;
+    pt_gpt g, h;
+    pt_st_writer w;
+    float *logits_g, *logits_h;
+    int *in = rand_ids(6, 13), i;
+    const char *path = tmp_path("model.safetensors");
+    CHECK_ST(pt_gpt_config_from_hf_json(llama31_8b, strlen(llama31_8b), &c), PT_OK);
+    CHECK(c.arch == PT_ARCH_LLAMA && c.n_kv_head == 8 && c.ffn_hidden == 14336 && c.untied_head &&
+          c.no_bias && c.rope_theta == 500000.0f && c.rope_scaling.factor == 8.0f &&
+          c.rope_scaling.original_max_pos == 8192 && c.block_size == 131072);
+    CHECK(pt_gpt_num_params(&c) == 8030261248LL);
+    { /* no num_key_value_heads: multi-head attention (LLaMA 1 and 2 7B) */
+        static const char *mha = "{\"hidden_size\": 32, \"intermediate_size\": 8, "
+            "\"num_attention_heads\": 4, \"num_hidden_layers\": 1, \"vocab_size\": 8, "
+            "\"max_position_embeddings\": 8}";
+        CHECK_ST(pt_gpt_config_from_hf_json(mha, strlen(mha), &c), PT_OK);
+        CHECK(c.n_kv_head == 4 && c.ln_eps == 1e-6f && c.rope_theta == 10000.0f);
+    }
+    /* weights by name: a model.safetensors of the table, into a model of config.json */
+    CHECK_ST(pt_gpt_config_from_hf_json(tiny, strlen(tiny), &c), PT_OK);
+    CHECK(!c.untied_head && c.ln_eps == 1e-6f && c.rope_scaling.factor == 0.0f);
+    CHECK_ST(gpt_new(&g, c, 1, 6, 0), PT_OK);
+    CHECK_ST(gpt_new(&h, c, 1, 6, 0), PT_OK);
+    if (!g.params || !h.params) return;
+    gpt_randomize(&g, 8, 0.2f);
+    ZERO(w);
+    pt_st_writer_init(&w);
+    for (i = 0; i < g.num_tensors; i++)
+        CHECK_ST(pt_st_writer_add(&w, g.table[i].name, PT_F32, g.table[i].ndim,
+                                  g.table[i].full_shape, g.params + g.table[i].offset), PT_OK);
+    CHECK_ST(pt_st_writer_save(&w, path), PT_OK);
+    pt_st_writer_free(&w);
+    CHECK_ST(pt_gpt_load_weights(&h, path), PT_OK);
+    logits_g = TALLOC(float, 6 * 13), logits_h = TALLOC(float, 6 * 13);
+    CHECK_ST(pt_gpt_forward(&g, in, NULL, 1, 6), PT_OK);
+    CHECK_ST(pt_gpt_gather_logits(&g, logits_g), PT_OK);
+    CHECK_ST(pt_gpt_forward(&h, in, NULL, 1, 6), PT_OK);
+    CHECK_ST(pt_gpt_gather_logits(&h, logits_h), PT_OK);
+    CHECK(memcmp(logits_g, logits_h, sizeof(float) * 6 * 13) == 0);
+    pt_gpt_free(&h);
+    c.ffn_hidden = 32; /* a config whose hidden size does not match the tensors */
+    CHECK_ST(gpt_new(&h, c, 1, 6, 0), PT_OK);
+    CHECK_ERR(pt_gpt_load_weights(&h, path), PT_ERR_SHAPE, "model.layers.0.mlp.gate_proj.weight");
+    pt_gpt_free(&h);
+    pt_gpt_free(&g);
+    remove(path);
+    /* bad fields, each named with its value */
+    {
+        static const struct { const char *json, *want; pt_status st; } bad[] = {
+            {"{\"hidden_size\": 16, \"num_attention_heads\": 4, \"num_hidden_layers\": 1, "
+             "\"vocab_size\": 8, \"max_position_embeddings\": 8}", "intermediate_size is missing",
+             PT_ERR_CONFIG},
+            {"{\"hidden_size\": 16, \"intermediate_size\": 8, \"num_attention_heads\": 4, "
+             "\"num_key_value_heads\": 3, \"num_hidden_layers\": 1, \"vocab_size\": 8, "
+             "\"max_position_embeddings\": 8}", "num_key_value_heads=3 does not divide "
+             "num_attention_heads=4", PT_ERR_CONFIG},
+            {"{\"hidden_size\": 18, \"intermediate_size\": 8, \"num_attention_heads\": 4, "
+             "\"num_hidden_layers\": 1, \"vocab_size\": 8, \"max_position_embeddings\": 8}",
+             "hidden_size=18 is not divisible by num_attention_heads=4", PT_ERR_CONFIG},
+            {"{\"model_type\": \"gpt2\", \"hidden_size\": 16}", "model_type='gpt2'", PT_ERR_CONFIG},
+            {"{\"hidden_size\": 16.5}", "hidden_size is not a non-negative integer", PT_ERR_CONFIG},
+            {"{\"hidden_size\": 16, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}}",
+             "rope_type='yarn'", PT_ERR_CONFIG},
+            {"{\"hidden_size\": 16, ", "config.json: malformed JSON", PT_ERR_FORMAT},
+            {"[1, 2]", "not a JSON object", PT_ERR_FORMAT},
+        };
+        int k;
+        for (k = 0; k < (int)(sizeof bad / sizeof bad[0]); k++) {
+            CHECK_ERR(pt_gpt_config_from_hf_json(bad[k].json, strlen(bad[k].json), &c), bad[k].st,
+                      bad[k].want);
+        }
+    }
+}
+
+/* pt_gpt_save_hf writes config.json and model.safetensors that read back to
+   the same configuration and the same logits, as do the shards of a
+   model.safetensors.index.json; GPT-2 blocks are refused. */
+static void test_llama_save_hf(void) {
+    pt_gpt_config c = cfg_llama(13, 8, 2, 4, 16, 2, 24), back;
+    pt_gpt g, h;
+    int *in = rand_ids(6, 13);
+    float *lg = TALLOC(float, 6 * 13), *lh = TALLOC(float, 6 * 13);
+    char dir[] = "/tmp/ptrain_llama_hf_XXXXXX", cfg_path[256], st_path[256];
+    c.rope_scaling.factor = 4.0f, c.rope_scaling.low_freq_factor = 1.0f;
+    c.rope_scaling.high_freq_factor = 2.0f, c.rope_scaling.original_max_pos = 6;
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+    snprintf(st_path, sizeof st_path, "%s/model.safetensors", dir);
+    CHECK_ST(gpt_new(&g, c, 1, 6, 0), PT_OK);
+    if (!g.params) return;
+    gpt_randomize(&g, 9, 0.2f);
+    CHECK_ST(pt_gpt_save_hf(&g, dir), PT_OK);
+    CHECK_ST(pt_gpt_config_from_hf_file(cfg_path, &back), PT_OK);
+    CHECK(back.n_kv_head == 2 && back.ffn_hidden == 24 && back.untied_head && back.no_bias &&
+          back.rope_theta == c.rope_theta && back.rope_scaling.factor == 4.0f &&
+          back.rope_scaling.high_freq_factor == 2.0f && back.rope_scaling.original_max_pos == 6 &&
+          back.block_size == 8 && back.ln_eps == 1e-5f);
+    back.ln_eps = c.ln_eps; /* 0 (default) in c, written as 1e-5 */
+    CHECK_ST(gpt_new(&h, back, 1, 6, 0), PT_OK);
+    CHECK_ST(pt_gpt_load_weights(&h, st_path), PT_OK);
+    CHECK_ERR(pt_gpt_config_from_file(st_path, 0, &back), PT_ERR_MISSING, "config.json");
+    CHECK_ST(pt_gpt_forward(&g, in, NULL, 1, 6), PT_OK);
+    CHECK_ST(pt_gpt_gather_logits(&g, lg), PT_OK);
+    CHECK_ST(pt_gpt_forward(&h, in, NULL, 1, 6), PT_OK);
+    CHECK_ST(pt_gpt_gather_logits(&h, lh), PT_OK);
+    CHECK(memcmp(lg, lh, sizeof(float) * 6 * 13) == 0);
+    { /* the sharded form: tensors alternately in two files, named by the index */
+        char shard[2][256], index[256], *json = TALLOC(char, 8192);
+        size_t len = (size_t)snprintf(json, 8192, "{\"metadata\": {\"total_size\": 1}, \"weight_map\": {");
+        int i, k, drop;
+        for (k = 0; k < 2; k++)
+            snprintf(shard[k], sizeof shard[k], "%s/model-0000%d-of-00002.safetensors", dir, k + 1);
+        snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+        for (drop = 0; drop < 3; drop++) { /* 0: whole; 1: one tensor in no shard; 2: in two */
+            FILE *f;
+            for (k = 0; k < 2; k++) {
+                pt_st_writer w;
+                ZERO(w);
+                pt_st_writer_init(&w);
+                for (i = 0; i < g.num_tensors; i++)
+                    if ((i % 2 == k || (drop == 2 && i == 3)) && !(drop == 1 && i == 4))
+                        CHECK_ST(pt_st_writer_add(&w, g.table[i].name, PT_F32, g.table[i].ndim,
+                                                  g.table[i].full_shape, g.params + g.table[i].offset),
+                                 PT_OK);
+                CHECK_ST(pt_st_writer_save(&w, shard[k]), PT_OK);
+                pt_st_writer_free(&w);
+            }
+            if (drop == 0) {
+                for (i = 0; i < g.num_tensors; i++)
+                    len += (size_t)snprintf(json + len, 8192 - len, "%s\"%s\": \"model-0000%d-of-00002.safetensors\"",
+                                            i ? ", " : "", g.table[i].name, i % 2 + 1);
+                len += (size_t)snprintf(json + len, 8192 - len, "}}");
+                CHECK((f = fopen(index, "wb")) != NULL);
+                if (f) fwrite(json, 1, len, f), fclose(f);
+            }
+            pt_gpt_init_weights(&h, 1);
+            if (drop == 0) {
+                CHECK_ST(pt_gpt_load_weights_hf(&h, dir), PT_OK);
+                CHECK_ST(pt_gpt_forward(&h, in, NULL, 1, 6), PT_OK);
+                CHECK_ST(pt_gpt_gather_logits(&h, lh), PT_OK);
+                CHECK(memcmp(lg, lh, sizeof(float) * 6 * 13) == 0);
+            } else {
+                CHECK_ERR(pt_gpt_load_weights_hf(&h, dir), drop == 1 ? PT_ERR_MISSING : PT_ERR_FORMAT,
+                          g.table[drop == 1 ? 4 : 3].name);
+                CHECK_MSG(drop == 1 ? "is in no shard" : "is in two shards");
+            }
+        }
+        remove(shard[0]), remove(shard[1]), remove(index);
+    }
+    pt_gpt_free(&h);
+    pt_gpt_free(&g);
+    CHECK_ST(gpt_new(&g, cfg_make(13, 8, 1, 2, 8), 1, 6, 0), PT_OK);
+    CHECK_ERR(pt_gpt_save_hf(&g, dir), PT_ERR_UNSUPPORTED, "arch=llama");
+    pt_gpt_free(&g);
+    remove(cfg_path);
+    remove(st_path);
+    rmdir(dir);
+}
+
+/* pt_gpt_save_hf from a tp 2 x pp 2 layout (threads): the gathered weights
+   equal the serial model's (every layout draws the serial init). */
+typedef struct hf_job {
+    pt_gpt_config c;
+    const char *dir;
+} hf_job;
+static pt_status save_hf_rank(pt_comm *world, void *arg) {
+    hf_job *j = (hf_job *)arg;
+    pt_grid grid;
+    pt_gpt g;
+    pt_gpt_desc d;
+    pt_status st;
+    if ((st = pt_grid_init(&grid, world, 2, 1, 2)) != PT_OK) return st;
+    ZERO(d);
+    d.config = j->c, d.batch = 1, d.seq = 4, d.grid = &grid;
+    if ((st = pt_gpt_init(&g, &d)) == PT_OK) {
+        pt_gpt_init_weights(&g, 21);
+        st = pt_gpt_save_hf(&g, j->dir);
+        pt_gpt_free(&g);
+    }
+    pt_grid_free(&grid);
+    return st == PT_OK ? st : pt_comm_fail(world, st);
+}
+static void test_llama_save_hf_parallel(void) {
+    char dir[] = "/tmp/ptrain_llama_tp_XXXXXX", path[256];
+    hf_job j;
+    pt_gpt g;
+    pt_safetensors st;
+    int i;
+    j.c = cfg_llama(13, 8, 2, 4, 16, 2, 24), j.dir = dir;
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK_ST(pt_comm_threads_run(4, save_hf_rank, &j), PT_OK);
+    CHECK_ST(gpt_new(&g, j.c, 1, 4, 0), PT_OK);
+    if (!g.params) return;
+    pt_gpt_init_weights(&g, 21);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    ZERO(st);
+    CHECK_ST(pt_st_load(&st, path), PT_OK);
+    for (i = 0; i < g.num_tensors; i++) {
+        const pt_param *p = &g.table[i];
+        float *buf = TALLOC(float, p->numel);
+        CHECK_ST(pt_st_read_f32(&st, p->name, buf, p->ndim, p->full_shape), PT_OK);
+        if (memcmp(buf, g.params + p->offset, p->numel * sizeof(float)) != 0)
+            FAIL("%s differs from the serial model's", p->name);
+    }
+    pt_st_free(&st);
+    pt_gpt_free(&g);
+    remove(path);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    remove(path);
+    rmdir(dir);
+}
+
+/* A LLaMA checkpoint keeps its architecture: config_from_file gives it back,
+   and a resumed model continues bit for bit (the one block, RoPE included). */
+static void test_llama_checkpoint(void) {
+    pt_gpt_config c = cfg_llama(13, 8, 2, 4, 16, 2, 24), back;
+    pt_gpt g, h;
+    pt_adamw_config opt = pt_adamw_default();
+    int *in = rand_ids(2 * 6, 13), *tg = rand_ids(2 * 6, 13);
+    const char *path = tmp_path("llama.ckpt");
+    c.rope_scaling.factor = 4.0f, c.rope_scaling.low_freq_factor = 1.0f;
+    c.rope_scaling.high_freq_factor = 2.0f, c.rope_scaling.original_max_pos = 6;
+    CHECK_ST(gpt_new(&g, c, 2, 6, 0), PT_OK);
+    CHECK_ST(gpt_new(&h, c, 2, 6, 0), PT_OK);
+    if (!g.params || !h.params) return;
+    pt_gpt_init_weights(&g, 3);
+    CHECK_ST(pt_gpt_forward(&g, in, tg, 2, 6), PT_OK);
+    CHECK_ST(pt_gpt_backward(&g), PT_OK);
+    CHECK_ST(pt_gpt_adamw_step(&g, &opt, 1e-2f), PT_OK);
+    CHECK_ST(pt_checkpoint_save(path, &g, NULL), PT_OK);
+    CHECK_ST(pt_gpt_config_from_file(path, 0, &back), PT_OK);
+    CHECK(back.arch == c.arch && back.norm == c.norm && back.pos == c.pos && back.mlp == c.mlp &&
+          back.n_kv_head == c.n_kv_head && back.ffn_hidden == c.ffn_hidden &&
+          back.no_bias == c.no_bias && back.untied_head == c.untied_head &&
+          back.rope_theta == c.rope_theta && back.rope_scaling.factor == c.rope_scaling.factor &&
+          back.rope_scaling.original_max_pos == c.rope_scaling.original_max_pos);
+    CHECK_ST(pt_checkpoint_load(path, &h, NULL), PT_OK);
+    CHECK_ST(pt_gpt_forward(&g, in, tg, 2, 6), PT_OK);
+    CHECK_ST(pt_gpt_forward(&h, in, tg, 2, 6), PT_OK);
+    CHECK(g.loss == h.loss);
+    pt_gpt_free(&g);
+    pt_gpt_free(&h);
+    remove(path);
+}
+
 static const test_case tests[] = {
     {"inference_model", test_inference_model},
     {"fast_exp", test_fast_exp},
@@ -3248,6 +3903,19 @@ static const test_case tests[] = {
     {"sim_errors", test_sim_errors},
     {"hw_comm", test_hw_comm},
     {"hw_file", test_hw_file},
+    {"kernel_rmsnorm", test_rmsnorm},
+    {"kernel_rope", test_rope},
+    {"kernel_swiglu", test_swiglu},
+    {"kernel_linear", test_linear},
+    {"kernel_attention_gqa", test_attention_gqa},
+    {"llama_model_grad", test_llama_model_grad},
+    {"llama_config", test_llama_config},
+    {"llama_checkpoint", test_llama_checkpoint},
+    {"llama_decode_matches_forward", test_llama_decode},
+    {"llama_plan", test_llama_plan},
+    {"llama_hf_config", test_llama_hf_config},
+    {"llama_save_hf", test_llama_save_hf},
+    {"llama_save_hf_parallel", test_llama_save_hf_parallel},
 };
 
 int main(int argc, char **argv) {

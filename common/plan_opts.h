@@ -15,15 +15,28 @@ typedef struct plan_preset {
     int layers, hidden, heads, tp, pp, gpus, batch, micro, chunks;
     const char *hw;
     double published; /* TFLOP/s per GPU the paper reports (0: none) */
+    int zero;
+    const char *model; /* a pt_gpt_config_preset whose block and sizes (layers, hidden,
+                          heads, sequence, vocabulary) the plan takes; NULL: GPT-2's block */
 } plan_preset;
 
 static const plan_preset presets[] = {
-    {"megatron-1.7b", 24, 2304, 24, 1, 1, 32, 512, 16, 1, "a100-80g", 137},
-    {"megatron-145.6b", 80, 12288, 96, 8, 8, 1536, 2304, 2, 2, "a100-80g", 148},
-    {"megatron-1t", 128, 25600, 160, 8, 64, 3072, 3072, 1, 1, "a100-80g", 163},
-    {"gpt-22b", 48, 6144, 48, 8, 1, 64, 512, 1, 1, "a100-80g", 0},
-    {"gpt-175b", 96, 12288, 96, 8, 16, 1024, 1536, 1, 1, "a100-80g", 0},
-    {"gpt-1t", 128, 25600, 160, 8, 64, 3072, 3072, 1, 1, "a100-80g", 163},
+    {"megatron-1.7b", 24, 2304, 24, 1, 1, 32, 512, 16, 1, "a100-80g", 137, 0, NULL},
+    {"megatron-145.6b", 80, 12288, 96, 8, 8, 1536, 2304, 2, 2, "a100-80g", 148, 0, NULL},
+    {"megatron-1t", 128, 25600, 160, 8, 64, 3072, 3072, 1, 1, "a100-80g", 163, 0, NULL},
+    {"gpt-22b", 48, 6144, 48, 8, 1, 64, 512, 1, 1, "a100-80g", 0, 0, NULL},
+    {"gpt-175b", 96, 12288, 96, 8, 16, 1024, 1536, 1, 1, "a100-80g", 0, 0, NULL},
+    {"gpt-1t", 128, 25600, 160, 8, 64, 3072, 3072, 1, 1, "a100-80g", 163, 0, NULL},
+    /* LLaMA: the sizes are the model preset's (sequence 4096; LLaMA 3 8192). The
+       llama2-13b rows are Megatron-LLaMA's published layout (tp 2, pp 1, its
+       overlapped distributed optimizer = ZeRO 1) on 256 and 512 A100s; the global
+       batch of 1024 sequences (4M tokens, LLaMA 2's) and micro-batch 1 are assumed,
+       not published with it. The others are layouts that fit, not published runs. */
+    {"llama2-7b", 0, 0, 0, 8, 1, 64, 1024, 1, 1, "a100-80g", 0, 1, "llama2-7b"},
+    {"llama2-13b-256", 0, 0, 0, 2, 1, 256, 1024, 1, 1, "a100-80g", 0, 1, "llama2-13b"},
+    {"llama2-13b-512", 0, 0, 0, 2, 1, 512, 1024, 1, 1, "a100-80g", 0, 1, "llama2-13b"},
+    {"llama3-8b", 0, 0, 0, 8, 1, 64, 512, 1, 1, "a100-80g", 0, 1, "llama3-8b"},
+    {"llama2-70b", 0, 0, 0, 8, 8, 512, 1024, 1, 1, "a100-80g", 0, 1, "llama2-70b"},
 };
 
 static const char *hw_file_default = "build/hw-local.txt";
@@ -45,7 +58,8 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
     int npos, s, i, np = (int)(sizeof presets / sizeof *presets);
     cli_opt opts[] = {
         {"preset", CLI_STR, &preset, "megatron-1.7b, megatron-145.6b, megatron-1t, gpt-22b, "
-                                     "gpt-175b, gpt-1t (flags after it override)", 0, 0},
+         "gpt-175b, gpt-1t, llama2-7b, llama2-13b-256, llama2-13b-512 (Megatron-LLaMA's "
+         "layout), llama3-8b, llama2-70b (flags after it override)", 0, 0},
         {"layers", CLI_INT, &d->layers, "transformer layers", 1, 100000},
         {"hidden", CLI_INT, &d->hidden, "hidden size", 1, 1 << 20},
         {"heads", CLI_INT, &d->heads, "attention heads", 1, 1 << 16},
@@ -91,7 +105,16 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
             const plan_preset *q = &presets[i];
             d->layers = q->layers, d->hidden = q->hidden, d->heads = q->heads, d->tp = q->tp;
             d->pp = q->pp, d->gpus = q->gpus, d->batch = q->batch, d->micro = q->micro;
-            d->chunks = q->chunks, p->hw_name = q->hw;
+            d->chunks = q->chunks, p->hw_name = q->hw, d->zero = q->zero;
+            if (q->model) {
+                pt_gpt_config c;
+                if (pt_gpt_config_preset(q->model, &c) != PT_OK) {
+                    fprintf(stderr, "error: %s\n", pt_last_error());
+                    return 2;
+                }
+                d->arch = c, d->layers = c.n_layer, d->hidden = c.n_embd, d->heads = c.n_head;
+                d->seq = c.block_size, d->vocab = c.vocab_size;
+            }
             break;
         }
     if (preset && i == np) {

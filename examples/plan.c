@@ -99,21 +99,24 @@ static const char *si(double x, char *buf) {
 static void print_human(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_result *r) {
     const double G = 1073741824.0;
     char b1[32], b2[32], b3[32];
-    pt_gpt_config cfg = {.vocab_size = d->vocab, .block_size = d->seq, .n_layer = d->layers,
-                         .n_head = d->heads, .n_embd = d->hidden};
-    double params = (double)pt_gpt_num_params(&cfg);
+    pt_gpt_config cfg = d->arch; /* the block's choices (zero: GPT-2's), the plan's sizes */
+    double params;
+    cfg.vocab_size = d->vocab, cfg.block_size = d->seq, cfg.n_layer = d->layers;
+    cfg.n_head = d->heads, cfg.n_embd = d->hidden;
+    params = (double)pt_gpt_num_params(&cfg);
     printf("model   %s parameters: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d\n",
            params >= 1e9 ? (snprintf(b1, 32, "%.1fB", params / 1e9), b1)
                           : (snprintf(b1, 32, "%.1fM", params / 1e6), b1), d->layers, d->hidden, d->heads, d->seq, d->vocab);
     printf("layout  %d x %s: tp %d x pp %d x dp %d; batch %d = %d micro-batches of %d a "
-           "pipeline; %s (%d chunks a stage), ZeRO %d, recompute %s\n",
+           "pipeline; %s (%d chunk%s a stage), ZeRO %d, recompute %s\n",
            d->gpus, hw->name, d->tp, d->pp, r->dp, d->batch, r->micro_batches, d->micro,
-           pt_schedule_kind_name(r->schedule), r->chunks, d->zero,
+           pt_schedule_kind_name(r->schedule), r->chunks, r->chunks > 1 ? "s" : "", d->zero,
            rc_name(d->recompute));
     printf("step    %.3f s: %sFLOP/s per GPU (%.1f%% of %sFLOP/s peak), model %sFLOP/s; "
-           "%.0f tokens/s\n",
+           "%.0f tokens/s (%.0f per GPU)\n",
            r->step_time, si(r->tflops_per_gpu * 1e12, b1), r->percent_of_peak,
-           si(hw->peak_flops, b2), si(r->model_tflops_per_gpu * 1e12, b3), r->tokens_per_s);
+           si(hw->peak_flops, b2), si(r->model_tflops_per_gpu * 1e12, b3), r->tokens_per_s,
+           r->tokens_per_s / d->gpus);
     printf("time    busiest rank: compute %.3f s, tp comm %.3f s, pp comm %.3f s, dp comm %.3f s, "
            "optimizer %.3f s; bubble %.1f%%\n",
            r->compute_s, r->tp_comm_s, r->pp_comm_s, r->dp_comm_s, r->optimizer_s,

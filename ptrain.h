@@ -53,7 +53,7 @@
                     evaluation, the serial forward/backward, gradients, AdamW
        >>sim        hardware profiles, cost model, simulated steps, strategy search
        >>text       byte-level BPE tokenizers (GPT-2 files, tokenizer.json), text <-> ids,
-                    token files from text
+                    token files from text, BPE training
        >>io         safetensors, token data, loaders, checkpoints
 
    ALLOCATION. Objects filled by an init function (pt_tokens, pt_loader,
@@ -1113,6 +1113,31 @@ PTRAINDEF pt_status pt_tokens_from_text(struct pt_tokens *t, const pt_tokenizer 
    the same 256-int header). stamp: NULL, or 7 ints for header[3..9]. Atomic. */
 PTRAINDEF pt_status pt_tokens_write_llmc(const char *path, const int *ids, size_t n,
                                          const int32_t *stamp);
+
+/* BPE training: learns merges from text as GPT-2 did. The text is cut into
+   pieces by the pre-tokenizer (on all cores, over chunks as in
+   pt_tokenizer_encode_parallel) and each distinct piece counted; then,
+   repeatedly, the most frequent adjacent pair of tokens over all pieces
+   becomes a new token (ties: the smaller pair of ids), until the vocabulary
+   has vocab_size tokens or no pair occurs min_frequency times. Ids: 0..255
+   the bytes in byte order, then the merges in order, then the specials.
+   Deterministic: the same text and desc give the same tokenizer whatever the
+   thread count. */
+typedef struct pt_bpe_train_desc {
+    int vocab_size;                /* 0: 4096 (bytes + merges + specials) */
+    pt_pretok pretok;              /* 0: GPT2 */
+    int min_frequency;             /* 0: 2 */
+    int threads;                   /* 0: all cores */
+    const char *const *special;    /* NULL: {"<|endoftext|>"} */
+    int n_special;
+    void (*progress)(int merges, int total, void *ctx); /* every 1000 merges, if set */
+    void *progress_ctx;
+} pt_bpe_train_desc;
+PTRAINDEF pt_status pt_bpe_train(pt_tokenizer *tk, const void *text, size_t n,
+                                 const pt_bpe_train_desc *desc);
+/* Writes tk as a Hugging Face tokenizer.json (merges as "a b" strings),
+   which pt_tokenizer_load and Hugging Face tokenizers read back. */
+PTRAINDEF pt_status pt_tokenizer_save(const pt_tokenizer *tk, const char *path);
 
 /* ======================================================================== */
 /* >>io                                                                      */
@@ -8272,6 +8297,573 @@ PTRAINDEF pt_status pt_tokenizer_load(pt_tokenizer *tk, const char *path) {
     pt__free(a, ctx);
     pt__free(c, ctx);
     pt__free(p2, ctx);
+    return st;
+}
+
+/* ---- BPE training ---------------------------------------------------------- */
+
+/* distinct pieces and their counts: open addressing over a byte arena */
+typedef struct pt__wslot { uint64_t h, off, count; uint32_t len, used; } pt__wslot;
+typedef struct pt__wmap {
+    pt__wslot *slot;
+    size_t mask, n;
+    unsigned char *bytes;
+    size_t nb, cap_b;
+    void *ctx;
+} pt__wmap;
+
+static int pt__wmap_init(pt__wmap *m, size_t cap, void *ctx) {
+    memset(m, 0, sizeof *m);
+    m->ctx = ctx;
+    m->mask = cap - 1;
+    m->slot = (pt__wslot *)pt__malloc(cap * sizeof(pt__wslot), ctx);
+    if (!m->slot) return 0;
+    memset(m->slot, 0, cap * sizeof(pt__wslot));
+    return 1;
+}
+
+static void pt__wmap_free(pt__wmap *m) {
+    pt__free(m->slot, m->ctx);
+    pt__free(m->bytes, m->ctx);
+    m->slot = NULL;
+    m->bytes = NULL;
+}
+
+/* Adds count to piece p (hash h); 0 when out of memory. */
+static int pt__wmap_add(pt__wmap *m, const unsigned char *p, size_t len, uint64_t h, uint64_t count) {
+    size_t i;
+    if (2 * (m->n + 1) > m->mask + 1) { /* grow to keep the load under 1/2 */
+        pt__wmap g;
+        size_t k;
+        if (!pt__wmap_init(&g, 2 * (m->mask + 1), m->ctx)) return 0;
+        for (k = 0; k <= m->mask; k++)
+            if (m->slot[k].used) {
+                size_t j = m->slot[k].h & g.mask;
+                while (g.slot[j].used) j = (j + 1) & g.mask;
+                g.slot[j] = m->slot[k];
+            }
+        pt__free(m->slot, m->ctx);
+        m->slot = g.slot;
+        m->mask = g.mask;
+    }
+    for (i = h & m->mask; m->slot[i].used; i = (i + 1) & m->mask)
+        if (m->slot[i].h == h && m->slot[i].len == len && memcmp(m->bytes + m->slot[i].off, p, len) == 0) {
+            m->slot[i].count += count;
+            return 1;
+        }
+    if (m->nb + len > m->cap_b) {
+        size_t cap = 2 * m->cap_b + len + 4096;
+        unsigned char *b = (unsigned char *)pt__malloc(cap, m->ctx);
+        if (!b) return 0;
+        if (m->nb) memcpy(b, m->bytes, m->nb);
+        pt__free(m->bytes, m->ctx);
+        m->bytes = b;
+        m->cap_b = cap;
+    }
+    memcpy(m->bytes + m->nb, p, len);
+    m->slot[i].h = h;
+    m->slot[i].off = m->nb;
+    m->slot[i].len = (uint32_t)len;
+    m->slot[i].count = count;
+    m->slot[i].used = 1;
+    m->nb += len;
+    m->n++;
+    return 1;
+}
+
+/* pairs of adjacent tokens: count, and the words that (may) hold them */
+typedef struct pt__pairs {
+    uint64_t *key;   /* per pair */
+    int64_t *count;
+    int **words;
+    int *n_words, *cap_words, *stamp;
+    uint32_t *slot;  /* key hash -> pair index + 1 */
+    size_t n, cap, mask;
+    void *ctx;
+} pt__pairs;
+
+/* The index of pair key, created when missing; -1 when out of memory. */
+static long pt__pair_get(pt__pairs *p, uint64_t key) {
+    size_t i;
+    uint32_t v;
+    if (2 * (p->n + 1) > p->mask + 1) {
+        size_t cap = 2 * (p->mask + 1), k;
+        uint32_t *s = (uint32_t *)pt__malloc(cap * 4, p->ctx);
+        if (!s) return -1;
+        memset(s, 0, cap * 4);
+        for (k = 0; k < p->n; k++) {
+            size_t j = pt__hash_pair(p->key[k]) & (cap - 1);
+            while (s[j]) j = (j + 1) & (cap - 1);
+            s[j] = (uint32_t)k + 1;
+        }
+        pt__free(p->slot, p->ctx);
+        p->slot = s;
+        p->mask = cap - 1;
+    }
+    for (i = pt__hash_pair(key) & p->mask; (v = p->slot[i]) != 0; i = (i + 1) & p->mask)
+        if (p->key[v - 1] == key) return (long)v - 1;
+    if (p->n == p->cap) {
+        int c = (int)p->cap;
+        int c1 = c, c2 = c, c3 = c, c4 = c, c5 = c, need = (int)p->n + 1;
+        if (p->cap > 0x3FFFFFFF ||
+            !pt__grow((void **)&p->key, &c, need, sizeof(uint64_t), p->ctx) ||
+            !pt__grow((void **)&p->count, &c1, need, sizeof(int64_t), p->ctx) ||
+            !pt__grow((void **)&p->words, &c2, need, sizeof(int *), p->ctx) ||
+            !pt__grow((void **)&p->n_words, &c3, need, sizeof(int), p->ctx) ||
+            !pt__grow((void **)&p->cap_words, &c4, need, sizeof(int), p->ctx) ||
+            !pt__grow((void **)&p->stamp, &c5, need, sizeof(int), p->ctx))
+            return -1;
+        p->cap = (size_t)c;
+    }
+    p->key[p->n] = key;
+    p->count[p->n] = 0;
+    p->words[p->n] = NULL;
+    p->n_words[p->n] = p->cap_words[p->n] = 0;
+    p->stamp[p->n] = -1;
+    p->slot[i] = (uint32_t)p->n + 1;
+    return (long)p->n++;
+}
+
+/* count += delta for pair key; with w >= 0 also lists word w under it. */
+static long pt__pair_add(pt__pairs *p, uint64_t key, int64_t delta, int w) {
+    long k = pt__pair_get(p, key);
+    if (k < 0) return -1;
+    p->count[k] += delta;
+    if (w >= 0 && (p->n_words[k] == 0 || p->words[k][p->n_words[k] - 1] != w)) {
+        if (!pt__grow((void **)&p->words[k], &p->cap_words[k], p->n_words[k] + 1, sizeof(int), p->ctx))
+            return -1;
+        p->words[k][p->n_words[k]++] = w;
+    }
+    return k;
+}
+
+/* max-heap of (count, pair): the larger count first, then the smaller key */
+typedef struct pt__pq { int64_t count; uint64_t key; } pt__pq;
+static int pt__pq_before(const pt__pq *a, const pt__pq *b) {
+    return a->count > b->count || (a->count == b->count && a->key < b->key);
+}
+static int pt__pq_push(pt__pq **h, int *n, int *cap, pt__pq e, void *ctx) {
+    int i;
+    if (!pt__grow((void **)h, cap, *n + 1, sizeof(pt__pq), ctx)) return 0;
+    for (i = (*n)++; i > 0 && pt__pq_before(&e, &(*h)[(i - 1) / 2]); i = (i - 1) / 2) (*h)[i] = (*h)[(i - 1) / 2];
+    (*h)[i] = e;
+    return 1;
+}
+static pt__pq pt__pq_pop(pt__pq *h, int *n) {
+    pt__pq top = h[0], e = h[--*n];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && pt__pq_before(&h[c + 1], &h[c])) c++;
+        if (!pt__pq_before(&h[c], &e)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = e;
+    return top;
+}
+
+/* Appends the byte-level spelling of b[0..n) to out (room for 2n). */
+static size_t pt__bytelevel_encode(const unsigned char *b, size_t n, char *out) {
+    size_t i, o = 0;
+    for (i = 0; i < n; i++) {
+        int c = b[i], k = 0, x, cp;
+        if ((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF)) cp = c;
+        else {
+            for (x = 0; x < c; x++)
+                k += !((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF));
+            cp = 0x100 + k;
+        }
+        if (cp < 0x80) out[o++] = (char)cp;
+        else {
+            out[o++] = (char)(0xC0 | (cp >> 6));
+            out[o++] = (char)(0x80 | (cp & 0x3F));
+        }
+    }
+    return o;
+}
+
+PTRAINDEF pt_status pt_bpe_train(pt_tokenizer *tk, const void *text, size_t n,
+                                 const pt_bpe_train_desc *desc) {
+    static const char *const eot[] = {"<|endoftext|>"};
+    const unsigned char *s = (const unsigned char *)text;
+    void *ctx = tk->alloc_ctx;
+    int vocab = desc && desc->vocab_size ? desc->vocab_size : 4096;
+    int minf = desc && desc->min_frequency ? desc->min_frequency : 2;
+    int threads = desc ? desc->threads : 0;
+    pt_pretok pat = desc && desc->pretok ? desc->pretok : PT_PRETOK_GPT2;
+    const char *const *special = desc && desc->special ? desc->special : eot;
+    int n_special = desc && desc->special ? desc->n_special : 1;
+    int n_merges_max, n_threads = 1, t, n_merges = 0, n_heap = 0, cap_heap = 0;
+    int n_touched = 0, cap_touched = 0;
+    long *touched = NULL;
+    size_t n_chunks = 0, c, i, n_words = 0, n_sym = 0;
+    size_t *cut = NULL;
+    pt__wmap *maps = NULL, *all;
+    int *sym = NULL, *wlen = NULL;
+    size_t *woff = NULL;
+    int64_t *wcount = NULL;
+    uint64_t *merges = NULL;      /* (a << 32 | b) in order */
+    uint32_t *tok_len = NULL;     /* bytes of each token */
+    pt__pairs P;
+    pt__pq *heap = NULL;
+    pt_status st = PT_OK;
+    memset(&P, 0, sizeof P);
+    P.ctx = ctx;
+    if (n_special < 0 || vocab < 256 + n_special || vocab > PT__MAX_VOCAB || minf < 1 ||
+        (pat != PT_PRETOK_GPT2 && pat != PT_PRETOK_CL100K))
+        return pt__fail(PT_ERR_CONFIG, "pt_bpe_train: vocab_size=%d must hold the 256 bytes and %d "
+                        "specials (and at most %d), min_frequency=%d >= 1, a known pretok (%d)",
+                        vocab, n_special, PT__MAX_VOCAB, minf, (int)pat);
+    n_merges_max = vocab - 256 - n_special;
+#ifdef _OPENMP
+    n_threads = threads > 0 ? threads : omp_get_num_procs();
+#else
+    (void)threads;
+#endif
+    /* 1. count the distinct pieces, on threads over chunks */
+    cut = (size_t *)pt__malloc((n >> 20) * sizeof(size_t) + 3 * sizeof(size_t), ctx);
+    maps = (pt__wmap *)pt__malloc((size_t)n_threads * sizeof(pt__wmap), ctx);
+    if (!cut || !maps) {
+        st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+        goto done;
+    }
+    memset(maps, 0, (size_t)n_threads * sizeof(pt__wmap));
+    cut[n_chunks++] = 0;
+    for (c = (size_t)1 << 20; c < n;) {
+        size_t k = c;
+        while (k < n && !pt__safe_cut(s, n, k)) k++;
+        if (k >= n) break;
+        cut[n_chunks++] = k;
+        c = k + ((size_t)1 << 20);
+    }
+    cut[n_chunks] = n;
+    for (t = 0; t < n_threads; t++)
+        if (!pt__wmap_init(&maps[t], 1 << 12, ctx)) st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+    if (st != PT_OK) goto done;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads)
+#endif
+    for (c = 0; c < n_chunks; c++) {
+        int me = 0;
+        size_t j, k;
+#ifdef _OPENMP
+        me = omp_get_thread_num();
+#endif
+        for (j = cut[c]; j < cut[c + 1]; j = k) {
+            k = pt__piece_end(pat, s, cut[c + 1], j);
+            if (!pt__wmap_add(&maps[me], s + j, k - j, pt__hash_bytes(s + j, k - j), 1)) {
+#ifdef _OPENMP
+#pragma omp critical(pt__bpe_train_err)
+#endif
+                st = PT_ERR_OOM;
+                break;
+            }
+        }
+    }
+    if (st != PT_OK) {
+        st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory counting pieces");
+        goto done;
+    }
+    all = &maps[0];
+    for (t = 1; t < n_threads; t++) {
+        for (i = 0; i <= maps[t].mask && st == PT_OK; i++) {
+            const pt__wslot *w = &maps[t].slot[i];
+            if (w->used && !pt__wmap_add(all, maps[t].bytes + w->off, w->len, w->h, w->count))
+                st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory merging counts");
+        }
+        pt__wmap_free(&maps[t]);
+        if (st != PT_OK) goto done;
+    }
+    /* 2. the words as symbols (bytes); their order depends on the threads, the
+       merges do not (counts and ties on pair ids decide) */
+    for (i = 0; i <= all->mask; i++)
+        if (all->slot[i].used && all->slot[i].len > 1) n_words++, n_sym += all->slot[i].len;
+    sym = (int *)pt__malloc(n_sym * sizeof(int) + 4, ctx);
+    woff = (size_t *)pt__malloc(n_words * sizeof(size_t) + 8, ctx);
+    wlen = (int *)pt__malloc(n_words * sizeof(int) + 4, ctx);
+    wcount = (int64_t *)pt__malloc(n_words * sizeof(int64_t) + 8, ctx);
+    merges = (uint64_t *)pt__malloc(((size_t)n_merges_max + 1) * sizeof(uint64_t), ctx);
+    tok_len = (uint32_t *)pt__malloc(((size_t)vocab + 1) * sizeof(uint32_t), ctx);
+    P.mask = 1023;
+    P.slot = (uint32_t *)pt__malloc((P.mask + 1) * 4, ctx);
+    if (!sym || !woff || !wlen || !wcount || !merges || !tok_len || !P.slot) {
+        st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory for %zu distinct pieces", n_words);
+        goto done;
+    }
+    memset(P.slot, 0, (P.mask + 1) * 4);
+    for (t = 0; t < 256; t++) tok_len[t] = 1;
+    {
+        size_t w = 0, o = 0;
+        for (i = 0; i <= all->mask; i++) {
+            const pt__wslot *x = &all->slot[i];
+            uint32_t k;
+            if (!x->used || x->len < 2) continue;
+            woff[w] = o;
+            wlen[w] = (int)x->len;
+            wcount[w] = (int64_t)x->count;
+            for (k = 0; k < x->len; k++) sym[o + k] = all->bytes[x->off + k];
+            for (k = 0; k + 1 < x->len && st == PT_OK; k++)
+                if (pt__pair_add(&P, (uint64_t)sym[o + k] << 32 | (uint32_t)sym[o + k + 1], wcount[w], (int)w) < 0)
+                    st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory counting pairs");
+            o += x->len;
+            w++;
+        }
+    }
+    pt__wmap_free(all);
+    if (st != PT_OK) goto done;
+    for (i = 0; i < P.n; i++)
+        if (!pt__pq_push(&heap, &n_heap, &cap_heap, (pt__pq){P.count[i], P.key[i]}, ctx)) {
+            st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+            goto done;
+        }
+    /* 3. merge the most frequent pair until the vocabulary is full */
+    while (n_merges < n_merges_max && n_heap > 0) {
+        pt__pq e = pt__pq_pop(heap, &n_heap);
+        long k = pt__pair_get(&P, e.key);
+        int a = (int)(e.key >> 32), b = (int)(uint32_t)e.key, z = 256 + n_merges, q;
+        int *wl, nwl;
+        if (k < 0) continue;
+        if (P.count[k] != e.count) { /* counts only fall: push the pair again with its own */
+            if (P.count[k] > 0 &&
+                !pt__pq_push(&heap, &n_heap, &cap_heap, (pt__pq){P.count[k], e.key}, ctx)) {
+                st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+                goto done;
+            }
+            continue;
+        }
+        if (e.count < minf) break;
+        merges[n_merges++] = e.key;
+        tok_len[z] = tok_len[a] + tok_len[b];
+        wl = P.words[k];
+        nwl = P.n_words[k];
+        P.words[k] = NULL;
+        P.n_words[k] = P.cap_words[k] = 0;
+        for (q = 0; q < nwl && st == PT_OK; q++) {
+            int w = wl[q], L = wlen[w], x, y, found = 0;
+            int *ws = sym + woff[w];
+            for (x = 0; x + 1 < L; x++)
+                if (ws[x] == a && ws[x + 1] == b) found = 1;
+            if (!found) continue;
+            for (x = 0; x + 1 < L; x++) /* the word's pairs out ... */
+                pt__pair_add(&P, (uint64_t)ws[x] << 32 | (uint32_t)ws[x + 1], -wcount[w], -1);
+            for (x = 0, y = 0; x < L; y++) { /* ... a b -> z, left to right ... */
+                if (x + 1 < L && ws[x] == a && ws[x + 1] == b) ws[y] = z, x += 2;
+                else ws[y] = ws[x++];
+            }
+            wlen[w] = L = y;
+            for (x = 0; x + 1 < L && st == PT_OK; x++) { /* ... and back in */
+                int fresh = ws[x] == z || ws[x + 1] == z;
+                long pk = pt__pair_add(&P, (uint64_t)ws[x] << 32 | (uint32_t)ws[x + 1], wcount[w],
+                                       fresh ? w : -1);
+                if (pk < 0) st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory counting pairs");
+                else if (fresh && P.stamp[pk] != z) {
+                    P.stamp[pk] = z;
+                    if (!pt__grow((void **)&touched, &cap_touched, n_touched + 1, sizeof(long), ctx))
+                        st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+                    else touched[n_touched++] = pk;
+                }
+            }
+        }
+        pt__free(wl, ctx);
+        if (st != PT_OK) goto done;
+        /* the new pairs into the heap, once each with their count */
+        for (q = 0; q < n_touched; q++) {
+            long pk = touched[q];
+            if (P.count[pk] > 0 &&
+                !pt__pq_push(&heap, &n_heap, &cap_heap, (pt__pq){P.count[pk], P.key[pk]}, ctx)) {
+                st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+                goto done;
+            }
+        }
+        n_touched = 0;
+        if (desc && desc->progress && n_merges % 1000 == 0) desc->progress(n_merges, n_merges_max, desc->progress_ctx);
+    }
+    if (desc && desc->progress) desc->progress(n_merges, n_merges_max, desc->progress_ctx);
+    /* 4. the tokenizer: byte-level strings through the loader's own checks */
+    {
+        pt__tkbuild B;
+        size_t total = 0, o = 0;
+        unsigned char *tb = NULL, *bytes;
+        char *str = NULL;
+        uint32_t *toff = NULL;
+        int id;
+        memset(&B, 0, sizeof B);
+        B.ctx = ctx;
+        B.pretok = pat;
+        for (id = 0; id < 256 + n_merges; id++) total += tok_len[id];
+        toff = (uint32_t *)pt__malloc(((size_t)256 + (size_t)n_merges + 1) * 4, ctx);
+        tb = (unsigned char *)pt__malloc(total + 1, ctx);
+        str = (char *)pt__malloc(2 * total + 1, ctx);
+        if (!toff || !tb || !str) st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+        for (id = 0; st == PT_OK && id < 256 + n_merges; id++) {
+            toff[id] = (uint32_t)o;
+            if (id < 256) tb[o] = (unsigned char)id;
+            else {
+                int a = (int)(merges[id - 256] >> 32), b = (int)(uint32_t)merges[id - 256];
+                memcpy(tb + o, tb + toff[a], tok_len[a]);
+                memcpy(tb + o + tok_len[a], tb + toff[b], tok_len[b]);
+            }
+            o += tok_len[id];
+        }
+        if (st == PT_OK) toff[256 + n_merges] = (uint32_t)o;
+        bytes = tb;
+        for (id = 0, o = 0; st == PT_OK && id < 256 + n_merges; id++) {
+            size_t l = pt__bytelevel_encode(bytes + toff[id], tok_len[id], str + o);
+            if (!pt__tk_push(&B.vocab, &B.n_vocab, &B.cap_vocab, str + o, l, id, ctx))
+                st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+            o += l;
+        }
+        for (id = 0; st == PT_OK && id < n_merges; id++) {
+            int a = (int)(merges[id] >> 32), b = (int)(uint32_t)merges[id];
+            if (!pt__tk_push(&B.merges, &B.n_merges, &B.cap_merges, B.vocab[a].s, B.vocab[a].n, 0, ctx) ||
+                !pt__tk_push(&B.merges, &B.n_merges, &B.cap_merges, B.vocab[b].s, B.vocab[b].n, 0, ctx))
+                st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+        }
+        B.n_merges /= 2;
+        for (t = 0; st == PT_OK && t < n_special; t++)
+            if (!special[t] || !*special[t] ||
+                !pt__tk_push(&B.added, &B.n_added, &B.cap_added, special[t], strlen(special[t]),
+                             256 + n_merges + t, ctx))
+                st = pt__fail(PT_ERR_CONFIG, "pt_bpe_train: special[%d] is empty or NULL", t);
+        if (st == PT_OK) st = pt__tk_build(tk, &B);
+        pt__tkbuild_free(&B);
+        pt__free(toff, ctx);
+        pt__free(tb, ctx);
+        pt__free(str, ctx);
+    }
+done:
+    if (maps)
+        for (t = 0; t < n_threads; t++) pt__wmap_free(&maps[t]);
+    pt__free(maps, ctx);
+    pt__free(cut, ctx);
+    pt__free(sym, ctx);
+    pt__free(woff, ctx);
+    pt__free(wlen, ctx);
+    pt__free(wcount, ctx);
+    pt__free(merges, ctx);
+    pt__free(tok_len, ctx);
+    pt__free(heap, ctx);
+    pt__free(touched, ctx);
+    for (i = 0; i < P.n; i++) pt__free(P.words[i], ctx);
+    pt__free(P.key, ctx);
+    pt__free(P.count, ctx);
+    pt__free(P.words, ctx);
+    pt__free(P.n_words, ctx);
+    pt__free(P.cap_words, ctx);
+    pt__free(P.stamp, ctx);
+    pt__free(P.slot, ctx);
+    return st;
+}
+
+/* JSON string of raw bytes (special tokens): escapes quote, backslash and controls */
+static size_t pt__json_raw(char *o, const unsigned char *b, size_t n) {
+    size_t i, k = 0;
+    o[k++] = '"';
+    for (i = 0; i < n; i++) {
+        if (b[i] == '"' || b[i] == '\\') o[k++] = '\\', o[k++] = (char)b[i];
+        else if (b[i] < 0x20) k += (size_t)sprintf(o + k, "\\u%04x", b[i]);
+        else o[k++] = (char)b[i];
+    }
+    o[k++] = '"';
+    return k;
+}
+
+/* A token's byte-level spelling in JSON; open, close: with the quotes */
+static size_t pt__json_bytelevel(char *o, const unsigned char *b, size_t n, int open, int close) {
+    char tmp[8];
+    size_t i, k = 0;
+    if (open) o[k++] = '"';
+    for (i = 0; i < n; i++) {
+        size_t l = pt__bytelevel_encode(b + i, 1, tmp);
+        if (l == 1 && (tmp[0] == '"' || tmp[0] == '\\')) o[k++] = '\\';
+        memcpy(o + k, tmp, l);
+        k += l;
+    }
+    if (close) o[k++] = '"';
+    return k;
+}
+
+PTRAINDEF pt_status pt_tokenizer_save(const pt_tokenizer *tk, const char *path) {
+    size_t cap = 4096, k = 0, i, plen = strlen(path);
+    uint64_t *order;
+    char *o, *tmp;
+    const void *parts[1];
+    size_t lens[1];
+    pt_status st;
+    int id, first;
+    if (!tk->tok_off) return pt__fail(PT_ERR_INVALID_ARG, "pt_tokenizer_save: the tokenizer is empty");
+    for (id = 0; id < tk->n_vocab; id++) cap += 6 * (size_t)(tk->tok_off[id + 1] - tk->tok_off[id]) + 200;
+    cap += (size_t)tk->n_merges * 16;
+    order = (uint64_t *)pt__malloc(((size_t)tk->n_merges + 1) * sizeof(uint64_t), tk->alloc_ctx);
+    o = (char *)pt__malloc(cap, tk->alloc_ctx);
+    tmp = (char *)pt__malloc(plen + 5, tk->alloc_ctx);
+    if (!order || !o || !tmp) {
+        pt__free(order, tk->alloc_ctx);
+        pt__free(o, tk->alloc_ctx);
+        pt__free(tmp, tk->alloc_ctx);
+        return pt__fail(PT_ERR_OOM, "pt_tokenizer_save: cannot allocate %zu bytes", cap);
+    }
+    for (i = 0; i <= tk->merge_mask; i++)
+        if (tk->merge_hash[2 * i] != UINT64_MAX) {
+            uint32_t rank = (uint32_t)(tk->merge_hash[2 * i + 1] >> 32);
+            if (rank < (uint32_t)tk->n_merges) order[rank] = tk->merge_hash[2 * i];
+        }
+    k += (size_t)sprintf(o + k, "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[");
+    for (id = 0, first = 1; id < tk->n_vocab; id++)
+        if (tk->tok_kind[id] == 2) {
+            k += (size_t)sprintf(o + k, "%s{\"id\":%d,\"content\":", first ? "" : ",", id);
+            k += pt__json_raw(o + k, tk->tok_bytes + tk->tok_off[id], tk->tok_off[id + 1] - tk->tok_off[id]);
+            k += (size_t)sprintf(o + k, ",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,"
+                                 "\"normalized\":false,\"special\":true}");
+            first = 0;
+        }
+    k += (size_t)sprintf(o + k, "],\"normalizer\":null,\"pre_tokenizer\":");
+    if (tk->pretok == PT_PRETOK_GPT2)
+        k += (size_t)sprintf(o + k, "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
+                             "\"trim_offsets\":true,\"use_regex\":true}");
+    else {
+        const char *p = pt__pat_cl100k[0];
+        k += (size_t)sprintf(o + k, "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
+                             "\"pattern\":{\"Regex\":\"");
+        for (; *p; p++) {
+            if (*p == '\\' || *p == '"') o[k++] = '\\';
+            o[k++] = *p;
+        }
+        k += (size_t)sprintf(o + k, "\"},\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\","
+                             "\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":false}]}");
+    }
+    k += (size_t)sprintf(o + k, ",\"post_processor\":null,\"decoder\":{\"type\":\"ByteLevel\","
+                         "\"add_prefix_space\":true,\"trim_offsets\":true,\"use_regex\":true},"
+                         "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,"
+                         "\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,\"fuse_unk\":false,"
+                         "\"byte_fallback\":false,\"ignore_merges\":%s,\"vocab\":{",
+                         tk->ignore_merges ? "true" : "false");
+    for (id = 0, first = 1; id < tk->n_vocab; id++)
+        if (tk->tok_kind[id] == 1) {
+            if (!first) o[k++] = ',';
+            k += pt__json_bytelevel(o + k, tk->tok_bytes + tk->tok_off[id],
+                                    tk->tok_off[id + 1] - tk->tok_off[id], 1, 1);
+            k += (size_t)sprintf(o + k, ":%d", id);
+            first = 0;
+        }
+    k += (size_t)sprintf(o + k, "},\"merges\":[");
+    for (i = 0; i < (size_t)tk->n_merges; i++) {
+        int a = (int)(order[i] >> 32), b = (int)(uint32_t)order[i];
+        if (i) o[k++] = ',';
+        k += pt__json_bytelevel(o + k, tk->tok_bytes + tk->tok_off[a], tk->tok_off[a + 1] - tk->tok_off[a], 1, 0);
+        o[k++] = ' ';
+        k += pt__json_bytelevel(o + k, tk->tok_bytes + tk->tok_off[b], tk->tok_off[b + 1] - tk->tok_off[b], 0, 1);
+    }
+    k += (size_t)sprintf(o + k, "]}}\n");
+    snprintf(tmp, plen + 5, "%s.tmp", path);
+    parts[0] = o;
+    lens[0] = k;
+    st = pt__write_atomic(path, tmp, parts, lens, 1);
+    pt__free(order, tk->alloc_ctx);
+    pt__free(o, tk->alloc_ctx);
+    pt__free(tmp, tk->alloc_ctx);
     return st;
 }
 

@@ -2783,6 +2783,110 @@ static void test_text_errors(void) {
     CHECK_ERR(pt_tokenizer_load(&tk, "/nonexistent-dir"), PT_ERR_IO, "encoder.json");
 }
 
+/* BPE training against a naive trainer written here (words of letters with
+   single spaces, so GPT-2's pieces are " word"); the same tokenizer on 1 and
+   2 threads; saved, loaded back, the same; decode(encode(x)) == x. */
+static void test_text_bpe_train(void) {
+    enum { NW = 120, NM = 100, MAXL = 24 };
+    static const char *const syl[] = {"th", "e", "an", "in", "er", "re", "on", "st", "a", "qu", "x", "ing"};
+    char words[NW][MAXL], path[64];
+    int *wsym = TALLOC(int, NW * 2 * MAXL), wl[2 * NW], wc[2 * NW], nwords = 0;
+    size_t cap = 400000, n = 0, i, m, k;
+    char *text = TALLOC(char, cap + MAXL);
+    pt_tokenizer a, b, c;
+    pt_bpe_train_desc d;
+    int w, r, j, x;
+    for (w = 0; w < NW; w++) {
+        words[w][0] = 0;
+        for (j = 1 + irand(3); j > 0; j--) strcat(words[w], syl[irand(12)]);
+    }
+    while (n < cap) {
+        const char *s = words[irand(NW)];
+        if (n) text[n++] = ' ';
+        memcpy(text + n, s, strlen(s));
+        n += strlen(s);
+    }
+    /* the naive trainer: distinct pieces, then NM times the most frequent pair
+       (ties: the smaller ids) merged everywhere */
+    memset(wc, 0, sizeof wc);
+    for (i = 0; i < n; i = k) {
+        char piece[MAXL + 2];
+        for (k = i + 1; k < n && text[k] != ' '; k++) continue;
+        memcpy(piece, text + i, k - i);
+        piece[k - i] = 0;
+        for (x = 0; x < nwords; x++) {
+            int q = 0;
+            if (wl[x] != (int)(k - i)) continue;
+            while (q < wl[x] && wsym[x * 2 * MAXL + q] == (unsigned char)piece[q]) q++;
+            if (q == wl[x]) break;
+        }
+        if (x == nwords) {
+            int q;
+            for (q = 0; q < (int)(k - i); q++) wsym[x * 2 * MAXL + q] = (unsigned char)piece[q];
+            wl[x] = (int)(k - i);
+            nwords++;
+        }
+        wc[x]++;
+    }
+    ZERO(d);
+    d.vocab_size = 256 + NM + 1;
+    d.threads = 1;
+    ZERO(a);
+    ZERO(b);
+    ZERO(c);
+    CHECK_ST(pt_bpe_train(&a, text, n, &d), PT_OK);
+    d.threads = 2;
+    CHECK_ST(pt_bpe_train(&b, text, n, &d), PT_OK);
+    if (!a.tok_off || !b.tok_off) return;
+    CHECK_EQ(a.n_merges, NM);
+    CHECK(a.fingerprint == b.fingerprint);
+    for (r = 0; r < NM; r++) {
+        int64_t best = 0;
+        int ba = -1, bb = -1;
+        for (x = 0; x < nwords; x++) /* pair counts, naively */
+            for (j = 0; j + 1 < wl[x]; j++) {
+                int p = wsym[x * 2 * MAXL + j], q = wsym[x * 2 * MAXL + j + 1], y, z;
+                int64_t cnt = 0;
+                for (y = 0; y < nwords; y++)
+                    for (z = 0; z + 1 < wl[y]; z++)
+                        if (wsym[y * 2 * MAXL + z] == p && wsym[y * 2 * MAXL + z + 1] == q) cnt += wc[y];
+                if (cnt > best || (cnt == best && (p < ba || (p == ba && q < bb)))) best = cnt, ba = p, bb = q;
+            }
+        if (best < 2) break;
+        if (((int)(pt__merge_of(&a, ba, bb) >> 32)) != r) {
+            FAIL("merge %d: the naive trainer merges (%d, %d) (count %lld), pt_bpe_train ranks it %d", r, ba,
+                 bb, (long long)best, (int)(pt__merge_of(&a, ba, bb) >> 32));
+            break;
+        }
+        for (x = 0; x < nwords; x++) { /* apply it */
+            int *s = wsym + x * 2 * MAXL, y = 0;
+            for (j = 0; j < wl[x];) {
+                if (j + 1 < wl[x] && s[j] == ba && s[j + 1] == bb) s[y++] = 256 + r, j += 2;
+                else s[y++] = s[j++];
+            }
+            wl[x] = y;
+        }
+    }
+    /* saved and loaded back: the same tokenizer */
+    snprintf(path, sizeof path, "/tmp/ptrain_bpe_%ld.json", (long)getpid());
+    CHECK_ST(pt_tokenizer_save(&a, path), PT_OK);
+    CHECK_ST(pt_tokenizer_load(&c, path), PT_OK);
+    CHECK(c.fingerprint == a.fingerprint);
+    remove(path);
+    {
+        unsigned char *y = TALLOC(unsigned char, 5000), *z = TALLOC(unsigned char, 5000);
+        int *ids = TALLOC(int, 5000);
+        for (i = 0; i < 5000; i++) y[i] = (unsigned char)(i % 3 ? text[i] : irand(256));
+        CHECK_ST(pt_tokenizer_encode(&c, y, 5000, 0, ids, &k), PT_OK);
+        CHECK_ST(pt_tokenizer_decode(&c, ids, k, z, 5000, &m), PT_OK);
+        CHECK(m == 5000 && memcmp(y, z, 5000) == 0);
+        CHECK(k < 5000);
+    }
+    pt_tokenizer_free(&a);
+    pt_tokenizer_free(&b);
+    pt_tokenizer_free(&c);
+}
+
 static const test_case tests[] = {
     {"inference_model", test_inference_model},
     {"fast_exp", test_fast_exp},
@@ -2842,6 +2946,7 @@ static const test_case tests[] = {
     {"text_parallel", test_text_parallel},
     {"text_utf8_stream", test_text_utf8_stream},
     {"text_errors", test_text_errors},
+    {"text_bpe_train", test_text_bpe_train},
 };
 
 int main(int argc, char **argv) {

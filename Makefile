@@ -38,7 +38,8 @@ COMM_SRC = tests/comm_check.c ptrain.h
 # libFuzzer (clang) for FUZZ_TIME seconds; `make test` replays the seed
 # corpus and fuzz/crashes/<name>/ through the same harnesses built by $(CC)
 # with ASan + UBSan and a main of their own (fuzz/fuzz.h).
-FUZZERS = safetensors checkpoint tokens fixture train_cli plan_cli
+FUZZERS = safetensors checkpoint tokens fixture train_cli plan_cli tokenizer_json tokenizer_gpt2 \
+          text_roundtrip
 FUZZ_TIME = 60
 FUZZ_SRC = fuzz/fuzz.h $(HDR) tests/fixture.h
 FUZZ_FLAGS = -std=c11 -O1 -g -fno-omit-frame-pointer $(WARN) -DPTRAIN_NO_BLAS -pthread \

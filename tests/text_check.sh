@@ -72,6 +72,19 @@ check "special tokens: <|endoftext|> is 50256 only with --allow-special" sh -c \
     "$T --tokenizer build/tok/gpt2.json --print-ids --allow-special tests/ref/text/specials.txt | grep -qw 50256 &&
      ! $T --tokenizer build/tok/gpt2.json --print-ids tests/ref/text/specials.txt | grep -qw 50256"
 
+# BPE training: the same file on 1 and 2 threads, loads back, encodes and decodes; sample prints text
+check "bpe_train: the same tokenizer.json on 1 and 2 threads; it loads and round-trips" sh -c \
+    "build/bpe_train --vocab-size 500 --threads 1 --output $tmp/b1.json $tmp/big.txt &&
+     build/bpe_train --vocab-size 500 --threads 2 --output $tmp/b2.json $tmp/big.txt --check tests/ref/text/prose.txt \
+         --compare build/tok/gpt2 | grep 'tokens per byte' && cmp $tmp/b1.json $tmp/b2.json &&
+     $T --tokenizer $tmp/b1.json --output $tmp/b.bin tests/ref/text/code.txt &&
+     $T --tokenizer $tmp/b1.json --decode $tmp/b.bin | cmp - tests/ref/text/code.txt"
+check "sample --tokenizer --prompt prints text" sh -c \
+    "build/sample tests/fixtures/gpt2_wide_vocab.safetensors --tokenizer $tmp/b1.json --prompt 'The river' \
+         --tokens 4 2>/dev/null | grep -q '^The river'"
+refuse "sample: a tokenizer bigger than the model's vocabulary" "not this model's tokenizer" \
+    build/sample tests/fixtures/gpt2_wide_vocab.safetensors --tokenizer build/tok/gpt2 --prompt x --tokens 2
+
 # malformed files: exit 1 and a message naming the file and the problem
 head -c 100000 build/tok/gpt2.json >"$tmp/trunc.json"
 refuse "truncated tokenizer.json" "$tmp/trunc.json: .*at byte" $T --tokenizer "$tmp/trunc.json" --info

@@ -25,7 +25,7 @@ HDR = ptrain.h $(wildcard common/*.h) tests/fixture.h
 EXAMPLES = train sample hello_layer quickstart tensor_parallel pipeline plan plan_1t sim_vs_real \
            tokenize bpe_train
 BINS = $(addprefix build/,$(EXAMPLES)) build/fixture_check build/tests build/bench_step \
-       build/bench_kernels build/bench_parallel build/bench_pipeline build/comm_check
+       build/bench_kernels build/bench_parallel build/bench_pipeline build/comm_check build/bench_text
 # the same programs with ranks as MPI processes (-DPTRAIN_MPI, Open MPI's mpicc)
 MPI_BINS = build/fixture_check_mpi build/train_mpi build/bench_parallel_mpi build/comm_check_mpi \
            build/plan_mpi

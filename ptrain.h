@@ -7355,10 +7355,11 @@ static uint64_t pt__heap_pop(uint64_t *h, size_t *n) {
 
 /* The same for any length, O(m log m): a heap of (rank << 32 | left position)
    over a linked list; an entry whose pair has changed since is skipped.
-   work: 2m uint64 + 2m int. */
+   The heap holds at most 3m entries: m-1 pairs, then two per merge.
+   work: 3m uint64 + 2m int. */
 static size_t pt__bpe_long(const pt_tokenizer *tk, int *ids, size_t m, void *work) {
     uint64_t *heap = (uint64_t *)work;
-    int *next = (int *)(heap + m), *prev = next + m;
+    int *next = (int *)(heap + 3 * m), *prev = next + m;
     size_t nh = 0, i, out;
     for (i = 0; i < m; i++) {
         next[i] = i + 1 < m ? (int)i + 1 : -1;
@@ -7411,13 +7412,45 @@ static size_t pt__encode_piece(const pt_tokenizer *tk, const unsigned char *p, s
     for (i = 0; i < len; i++) ids[i] = tk->byte_id[p[i]];
     if (len <= PT__BPE_SHORT) return pt__bpe_short(tk, ids, len);
     if (*work_cap < len) {
-        void *w = pt__malloc(len * (2 * sizeof(uint64_t) + 2 * sizeof(int)), tk->alloc_ctx);
+        void *w = pt__malloc(len * (3 * sizeof(uint64_t) + 2 * sizeof(int)), tk->alloc_ctx);
         if (!w) return 0;
         pt__free(*work, tk->alloc_ctx);
         *work = w;
         *work_cap = len;
     }
     return pt__bpe_long(tk, ids, len, *work);
+}
+
+/* A per-call memo of short pieces: text repeats its words, and a hit skips
+   the BPE. Direct-mapped; a slot holds the piece's bytes, so a hit is exact. */
+#define PT__MEMO_SLOTS 8192
+#define PT__MEMO_BYTES 24
+#define PT__MEMO_IDS 6
+typedef struct pt__memo {
+    uint32_t len, n;
+    int ids[PT__MEMO_IDS];
+    unsigned char bytes[PT__MEMO_BYTES];
+} pt__memo;
+
+static size_t pt__encode_memo(const pt_tokenizer *tk, const unsigned char *p, size_t len, int *ids,
+                              void **work, size_t *work_cap, pt__memo *memo) {
+    pt__memo *m;
+    size_t got;
+    if (!memo || len > PT__MEMO_BYTES || len < 2)
+        return pt__encode_piece(tk, p, len, ids, work, work_cap);
+    m = &memo[pt__hash_bytes(p, len) & (PT__MEMO_SLOTS - 1)];
+    if (m->len == len && memcmp(m->bytes, p, len) == 0) {
+        memcpy(ids, m->ids, m->n * sizeof(int));
+        return m->n;
+    }
+    got = pt__encode_piece(tk, p, len, ids, work, work_cap);
+    if (got && got <= PT__MEMO_IDS) {
+        m->len = (uint32_t)len;
+        m->n = (uint32_t)got;
+        memcpy(m->ids, ids, got * sizeof(int));
+        memcpy(m->bytes, p, len);
+    }
+    return got;
 }
 
 /* The special token starting at s[i], longest first: its id or -1. */
@@ -7436,7 +7469,10 @@ PTRAINDEF pt_status pt_tokenizer_encode(const pt_tokenizer *tk, const void *text
     const unsigned char *s = (const unsigned char *)text;
     size_t i = 0, out = 0, work_cap = 0;
     void *work = NULL;
+    pt__memo *memo = NULL;
     *n_ids = 0;
+    if (n >= 4096 && (memo = (pt__memo *)pt__malloc(PT__MEMO_SLOTS * sizeof(pt__memo), tk->alloc_ctx)))
+        memset(memo, 0, PT__MEMO_SLOTS * sizeof(pt__memo)); /* len 0: empty */
     while (i < n) {
         size_t end = n, j, k;
         /* ordinary text runs up to the next allowed special token */
@@ -7458,9 +7494,10 @@ PTRAINDEF pt_status pt_tokenizer_encode(const pt_tokenizer *tk, const void *text
         for (j = i; j < end; j = k) {
             size_t got;
             k = pt__piece_end(tk->pretok, s, end, j);
-            got = pt__encode_piece(tk, s + j, k - j, ids + out, &work, &work_cap);
+            got = pt__encode_memo(tk, s + j, k - j, ids + out, &work, &work_cap, memo);
             if (!got) {
                 pt__free(work, tk->alloc_ctx);
+                pt__free(memo, tk->alloc_ctx);
                 return pt__fail(PT_ERR_OOM, "cannot allocate BPE work space for a piece of %zu bytes",
                                 k - j);
             }
@@ -7474,6 +7511,7 @@ PTRAINDEF pt_status pt_tokenizer_encode(const pt_tokenizer *tk, const void *text
         }
     }
     pt__free(work, tk->alloc_ctx);
+    pt__free(memo, tk->alloc_ctx);
     *n_ids = out;
     return PT_OK;
 }
@@ -7722,6 +7760,10 @@ static pt_status pt__tk_build(pt_tokenizer *tk, pt__tkbuild *b) {
         total += b->added[i].n;
     }
     if (b->n_vocab == 0) return pt__fail(PT_ERR_FORMAT, "the vocabulary is empty");
+    /* holes are allowed (cl100k has some), a vocabulary mostly of holes is not */
+    if ((size_t)n > 2 * ((size_t)b->n_vocab + (size_t)b->n_added) + 1024)
+        return pt__fail(PT_ERR_FORMAT, "ids run up to %d but only %d tokens are given", n - 1,
+                        b->n_vocab + b->n_added);
     tk->n_vocab = n;
     tk->tok_off = (uint32_t *)pt__malloc(((size_t)n + 1) * 4, ctx);
     tk->tok_kind = (unsigned char *)pt__malloc((size_t)n, ctx);

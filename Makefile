@@ -185,6 +185,11 @@ install:
 clean:
 	rm -rf build
 
+# the tokenizer and BPE trainer against tiktoken, js-tiktoken, gpt-3-encoder and spm_train
+.PHONY: bench-text
+bench-text: build/bench_text build/bpe_train build/tokenize | deps-text
+	@sh bench/text.sh
+
 # ptrain against PyTorch float32 on the same training steps (bench/compare.sh);
 # installs Debian's python3-torch first if /usr/bin/python3 lacks torch.
 .PHONY: bench-torch

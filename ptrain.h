@@ -7579,7 +7579,7 @@ PTRAINDEF pt_status pt_tokenizer_encode_parallel(const pt_tokenizer *tk, const v
         pt_status cs = pt_tokenizer_encode(tk, s + cut[c], cut[c + 1] - cut[c], allow_special,
                                            ids + cut[c], &got[c]);
 #ifdef _OPENMP
-#pragma omp critical(pt__encode_progress)
+#pragma omp critical
 #endif
         {
             if (cs != PT_OK && st == PT_OK) st = cs;
@@ -8484,8 +8484,11 @@ typedef struct pt__pq { int64_t count; uint64_t key; } pt__pq;
 static int pt__pq_before(const pt__pq *a, const pt__pq *b) {
     return a->count > b->count || (a->count == b->count && a->key < b->key);
 }
-static int pt__pq_push(pt__pq **h, int *n, int *cap, pt__pq e, void *ctx) {
+static int pt__pq_push(pt__pq **h, int *n, int *cap, int64_t count, uint64_t key, void *ctx) {
+    pt__pq e;
     int i;
+    e.count = count;
+    e.key = key;
     if (!pt__grow((void **)h, cap, *n + 1, sizeof(pt__pq), ctx)) return 0;
     for (i = (*n)++; i > 0 && pt__pq_before(&e, &(*h)[(i - 1) / 2]); i = (i - 1) / 2) (*h)[i] = (*h)[(i - 1) / 2];
     (*h)[i] = e;
@@ -8597,7 +8600,7 @@ PTRAINDEF pt_status pt_bpe_train(pt_tokenizer *tk, const void *text, size_t n,
             k = pt__piece_end(pat, s, cut[c + 1], j);
             if (!pt__wmap_add(&maps[me], s + j, k - j, pt__hash_bytes(s + j, k - j), 1)) {
 #ifdef _OPENMP
-#pragma omp critical(pt__bpe_train_err)
+#pragma omp critical
 #endif
                 st = PT_ERR_OOM;
                 break;
@@ -8656,7 +8659,7 @@ PTRAINDEF pt_status pt_bpe_train(pt_tokenizer *tk, const void *text, size_t n,
     pt__wmap_free(all);
     if (st != PT_OK) goto done;
     for (i = 0; i < P.n; i++)
-        if (!pt__pq_push(&heap, &n_heap, &cap_heap, (pt__pq){P.count[i], P.key[i]}, ctx)) {
+        if (!pt__pq_push(&heap, &n_heap, &cap_heap, P.count[i], P.key[i], ctx)) {
             st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
             goto done;
         }
@@ -8669,7 +8672,7 @@ PTRAINDEF pt_status pt_bpe_train(pt_tokenizer *tk, const void *text, size_t n,
         if (k < 0) continue;
         if (P.count[k] != e.count) { /* counts only fall: push the pair again with its own */
             if (P.count[k] > 0 &&
-                !pt__pq_push(&heap, &n_heap, &cap_heap, (pt__pq){P.count[k], e.key}, ctx)) {
+                !pt__pq_push(&heap, &n_heap, &cap_heap, P.count[k], e.key, ctx)) {
                 st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
                 goto done;
             }
@@ -8714,7 +8717,7 @@ PTRAINDEF pt_status pt_bpe_train(pt_tokenizer *tk, const void *text, size_t n,
         for (q = 0; q < n_touched; q++) {
             long pk = touched[q];
             if (P.count[pk] > 0 &&
-                !pt__pq_push(&heap, &n_heap, &cap_heap, (pt__pq){P.count[pk], P.key[pk]}, ctx)) {
+                !pt__pq_push(&heap, &n_heap, &cap_heap, P.count[pk], P.key[pk], ctx)) {
                 st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
                 goto done;
             }

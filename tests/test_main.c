@@ -2909,6 +2909,52 @@ static void test_text_bpe_train(void) {
     pt_tokenizer_free(&c);
 }
 
+/* a text file as pt_tokens through the cache: written, read back, and
+   refused (rewritten) when the text changes */
+static void test_text_tokens_cache(void) {
+    pt_tokenizer tk;
+    pt_tokens t;
+    char txt[64], bin[64];
+    int ids[64];
+    size_t n, i;
+    FILE *f;
+    const char *a = "the thing in the ring", *b = "another thing";
+    if (!tk_load(&tk, 0, 0)) {
+        FAIL("loading: %s", pt_last_error());
+        return;
+    }
+    snprintf(txt, sizeof txt, "/tmp/ptrain_txt_%ld.txt", (long)getpid());
+    snprintf(bin, sizeof bin, "/tmp/ptrain_txt_%ld.bin", (long)getpid());
+    remove(bin);
+    for (i = 0; i < 3; i++) {
+        const char *s = i == 0 ? a : b; /* fresh, stale (another text), cached */
+        ZERO(t);
+        if ((f = fopen(txt, "wb"))) {
+            fputs(s, f);
+            fclose(f);
+        }
+        CHECK_ST(pt_tokens_from_text(&t, &tk, txt, bin, 1), PT_OK);
+        CHECK_ST(pt_tokenizer_encode(&tk, s, strlen(s), 0, ids, &n), PT_OK);
+        CHECK_EQ(t.n, n);
+        CHECK_EQ(t.vocab_size, tk.n_vocab);
+        for (size_t k = 0; k < n && k < t.n; k++) CHECK_EQ(t.data[k], ids[k]);
+        pt_tokens_free(&t);
+        if (i == 0 && (f = fopen(bin, "r+b"))) { /* mark the cache: a read must see the mark */
+            fseek(f, 1024, SEEK_SET);
+            fputc(7, f);
+            fputc(0, f);
+            fclose(f);
+            ZERO(t);
+            CHECK_ST(pt_tokens_from_text(&t, &tk, txt, bin, 1), PT_OK);
+            CHECK(t.n > 0 && t.data[0] == 7); /* read from the cache */
+            pt_tokens_free(&t);
+        }
+    }
+    remove(txt);
+    remove(bin);
+    pt_tokenizer_free(&tk);
+}
+
 static const test_case tests[] = {
     {"inference_model", test_inference_model},
     {"fast_exp", test_fast_exp},
@@ -2969,6 +3015,7 @@ static const test_case tests[] = {
     {"text_utf8_stream", test_text_utf8_stream},
     {"text_errors", test_text_errors},
     {"text_bpe_train", test_text_bpe_train},
+    {"text_tokens_cache", test_text_tokens_cache},
 };
 
 int main(int argc, char **argv) {

@@ -22,9 +22,10 @@ SANFLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
 LDLIBS = $(BLAS) -lm
 HDR = ptrain.h $(wildcard common/*.h) tests/fixture.h
 
-EXAMPLES = train sample hello_layer quickstart tensor_parallel pipeline plan plan_1t sim_vs_real
+EXAMPLES = train sample hello_layer quickstart tensor_parallel pipeline plan plan_1t sim_vs_real \
+           tokenize bpe_train
 BINS = $(addprefix build/,$(EXAMPLES)) build/fixture_check build/tests build/bench_step \
-       build/bench_kernels build/bench_parallel build/bench_pipeline build/comm_check
+       build/bench_kernels build/bench_parallel build/bench_pipeline build/comm_check build/bench_text
 # the same programs with ranks as MPI processes (-DPTRAIN_MPI, Open MPI's mpicc)
 MPI_BINS = build/fixture_check_mpi build/train_mpi build/bench_parallel_mpi build/comm_check_mpi \
            build/plan_mpi build/bench_overlap_mpi
@@ -37,7 +38,8 @@ COMM_SRC = tests/comm_check.c ptrain.h
 # libFuzzer (clang) for FUZZ_TIME seconds; `make test` replays the seed
 # corpus and fuzz/crashes/<name>/ through the same harnesses built by $(CC)
 # with ASan + UBSan and a main of their own (fuzz/fuzz.h).
-FUZZERS = safetensors checkpoint tokens fixture train_cli plan_cli hw hf_config
+FUZZERS = safetensors checkpoint tokens fixture train_cli plan_cli hw hf_config tokenizer_json \
+          tokenizer_gpt2 text_roundtrip
 FUZZ_TIME = 60
 FUZZ_SRC = fuzz/fuzz.h $(HDR) tests/fixture.h
 FUZZ_FLAGS = -std=c11 -O1 -g -fno-omit-frame-pointer $(WARN) -DPTRAIN_NO_BLAS -pthread \
@@ -57,7 +59,7 @@ CHECK_BINS = build/tests_asan build/fixture_check_asan build/tests_noblas build/
              build/comm_check_mpi_asan build/fixture_check_tsan build/train_tsan build/tests_vg \
              build/fixture_check_vg $(FAULT_BINS) $(FUZZ_REPLAY)
 
-.PHONY: all run test bench fuzz install clean deps deps-test deps-mpi deps-fuzz
+.PHONY: all run test bench fuzz install clean deps deps-test deps-mpi deps-fuzz deps-text tokref
 
 all: $(BINS) $(MPI_BINS)
 
@@ -74,6 +76,13 @@ deps-test: | deps
 
 deps-fuzz: | deps
 	@CLANG="$(CLANG)" sh scripts/deps.sh fuzz
+
+deps-text: | deps
+	@sh scripts/deps.sh text
+
+# the reference tokenizers from npm and the vocabularies made from them (build/tok/)
+tokref: | deps-text
+	@sh scripts/tokenizer_ref.sh
 
 build:
 	@mkdir -p build
@@ -183,6 +192,11 @@ install:
 
 clean:
 	rm -rf build
+
+# the tokenizer and BPE trainer against tiktoken, js-tiktoken, gpt-3-encoder and spm_train
+.PHONY: bench-text
+bench-text: build/bench_text build/bpe_train build/tokenize | deps-text
+	@sh bench/text.sh
 
 # ptrain against PyTorch float32 on the same training steps (bench/compare.sh);
 # installs Debian's python3-torch first if /usr/bin/python3 lacks torch.

@@ -57,6 +57,8 @@
        >>exec       the executor: one training step (pt_gpt_step) for every layout,
                     evaluation, the serial forward/backward, gradients, AdamW
        >>sim        hardware profiles, cost model, simulated steps, strategy search
+       >>text       byte-level BPE tokenizers (GPT-2 files, tokenizer.json), text <-> ids,
+                    token files from text, BPE training
        >>io         safetensors, token data, loaders, checkpoints, line charts (SVG)
 
    ALLOCATION. Objects filled by an init function (pt_tokens, pt_loader,
@@ -1240,6 +1242,136 @@ PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_des
 
 
 /* ======================================================================== */
+/* >>text                                                                    */
+/* ======================================================================== */
+
+/* Byte-level BPE, as GPT-2, GPT-NeoX, LLaMA 3 and tiktoken's cl100k use it.
+   A pre-tokenizer splits the text into pieces; each piece starts as one token
+   per byte and the adjacent pair with the lowest merge rank is merged (the
+   leftmost on a tie) until no pair has a merge. With ignore_merges a piece
+   that is itself a token becomes that token first (tiktoken, LLaMA 3).
+   FILES. GPT-2's encoder.json (byte-level string -> id) + vocab.bpe (one
+   merge "a b" a line), or a Hugging Face tokenizer.json with a BPE model over
+   byte-level strings (GPT-2's bytes_to_unicode alphabet), merges as "a b"
+   strings or ["a", "b"] arrays, added tokens, and a ByteLevel pre-tokenizer
+   or a Split of one of the two patterns below; no normalizer.
+   PIECES. The two split patterns, matched by hand (no regex engine) with
+   Unicode classes from a table generated from the Unicode data
+   (scripts/gen_unicode.py): \p{L} letters, \p{N} numbers, \s White_Space.
+     GPT2   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+     CL100K (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+            ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+   (cl100k, LLaMA 3)
+   A byte that does not start a valid UTF-8 character (strict: no overlong
+   forms, surrogates or code points above U+10FFFF) is one character of the
+   class "other", as U+FFFD would be; encoding and decoding are exact on any
+   bytes: decode(encode(x)) == x.
+   SPECIAL TOKENS (added tokens, "<|endoftext|>") are matched in the text only
+   when the caller allows them, as tiktoken's encode(allowed_special=...);
+   otherwise their text is encoded as ordinary text (encode_ordinary).
+   A loaded tokenizer is read-only: encode and decode may run on many threads. */
+typedef enum pt_pretok {
+    PT_PRETOK_DEFAULT = 0, /* in a desc: the file's own */
+    PT_PRETOK_GPT2,
+    PT_PRETOK_CL100K
+} pt_pretok;
+
+typedef struct pt_tokenizer {
+    int n_vocab;        /* ids are 0 .. n_vocab-1 (some may be unused: cl100k has holes) */
+    int n_merges;
+    int n_special;
+    pt_pretok pretok;
+    int ignore_merges;  /* a piece that is a token is that token */
+    int eot;            /* id of "<|endoftext|>", -1 when there is none */
+    uint64_t fingerprint; /* hash of vocabulary, merges, specials and pattern */
+    /* tables (private) */
+    uint32_t *tok_off;  /* token i is tok_bytes[tok_off[i] .. tok_off[i+1]) */
+    unsigned char *tok_bytes;
+    unsigned char *tok_kind; /* 0 unused id, 1 vocabulary, 2 special */
+    int byte_id[256];
+    uint32_t *vocab_hash;    /* bytes -> id+1, open addressing */
+    uint32_t vocab_mask;
+    uint64_t *merge_hash;    /* pairs: key (a << 32 | b), value (rank << 32 | merged id) */
+    uint32_t merge_mask;
+    int *special;            /* special ids, longest first */
+    void *alloc_ctx;
+} pt_tokenizer;
+
+/* path: a tokenizer.json, or a directory holding encoder.json and vocab.bpe. */
+PTRAINDEF pt_status pt_tokenizer_load(pt_tokenizer *tk, const char *path);
+PTRAINDEF pt_status pt_tokenizer_parse_hf(pt_tokenizer *tk, const void *json, size_t n);
+PTRAINDEF pt_status pt_tokenizer_parse_gpt2(pt_tokenizer *tk, const void *encoder_json, size_t n_enc,
+                                            const void *vocab_bpe, size_t n_bpe);
+PTRAINDEF void pt_tokenizer_free(pt_tokenizer *tk);
+PTRAINDEF size_t pt_tokenizer_memory(const pt_tokenizer *tk); /* bytes held */
+/* Token id's bytes, NULL (and *len 0) for an id that is not a token. */
+PTRAINDEF const unsigned char *pt_tokenizer_bytes(const pt_tokenizer *tk, int id, size_t *len);
+PTRAINDEF int pt_tokenizer_find(const pt_tokenizer *tk, const void *bytes, size_t len); /* id or -1 */
+/* text -> ids; ids needs room for n (every token holds at least one byte). */
+PTRAINDEF pt_status pt_tokenizer_encode(const pt_tokenizer *tk, const void *text, size_t n,
+                                        int allow_special, int *ids, size_t *n_ids);
+/* The same on threads (0: all cores; 1: the whole text at once), over
+   chunks of about 1 MB cut where the pieces are the same as the whole
+   text's; progress(done, total, ctx), if given, is called as chunks finish
+   (one call at a time). */
+PTRAINDEF pt_status pt_tokenizer_encode_parallel(const pt_tokenizer *tk, const void *text, size_t n,
+                                                 int allow_special, int threads, int *ids,
+                                                 size_t *n_ids,
+                                                 void (*progress)(size_t done, size_t total, void *ctx),
+                                                 void *progress_ctx);
+/* ids -> bytes. With out NULL only *n_out (the bytes needed) is computed;
+   an id that is not a token is PT_ERR_RANGE. */
+PTRAINDEF pt_status pt_tokenizer_decode(const pt_tokenizer *tk, const int *ids, size_t n, void *out,
+                                        size_t cap, size_t *n_out);
+
+/* Streaming output: tokens may split a UTF-8 character; put() passes on the
+   bytes up to the last complete character and holds an incomplete tail (at
+   most 3 bytes) for the next call; bytes that can never complete a character
+   pass through as they are. out needs room for n + 3 bytes. */
+typedef struct pt_utf8_stream { unsigned char held[4]; int n_held; } pt_utf8_stream;
+PTRAINDEF size_t pt_utf8_stream_put(pt_utf8_stream *s, const void *bytes, size_t n, char *out);
+PTRAINDEF size_t pt_utf8_stream_flush(pt_utf8_stream *s, char *out);
+
+/* A text file as tokens (pt_tokens of >>io, vocab_size = tk->n_vocab <= 65536),
+   through a cache: an llm.c token file at cache_path (NULL: none) whose header
+   also records the tokenizer's fingerprint and the text's size and hash
+   (header ints 3..9, which llm.c leaves zero). A cache that matches is read;
+   one that does not (another text, another tokenizer) is refused and
+   rewritten. threads as in pt_tokenizer_encode_parallel. */
+struct pt_tokens;
+PTRAINDEF pt_status pt_tokens_from_text(struct pt_tokens *t, const pt_tokenizer *tk,
+                                        const char *text_path, const char *cache_path, int threads);
+/* llm.c token file of ids: version 1 (uint16 tokens) when every id < 65536;
+   else version 2 (ptrain's variant for bigger vocabularies: uint32 tokens,
+   the same 256-int header). stamp: NULL, or 7 ints for header[3..9]. Atomic. */
+PTRAINDEF pt_status pt_tokens_write_llmc(const char *path, const int *ids, size_t n,
+                                         const int32_t *stamp);
+
+/* BPE training: learns merges from text as GPT-2 did. The text is cut into
+   pieces by the pre-tokenizer (on all cores, over chunks as in
+   pt_tokenizer_encode_parallel) and each distinct piece counted; then,
+   repeatedly, the most frequent adjacent pair of tokens over all pieces
+   becomes a new token (ties: the smaller pair of ids), until the vocabulary
+   has vocab_size tokens or no pair occurs min_frequency times. Ids: 0..255
+   the bytes in byte order, then the merges in order, then the specials.
+   Deterministic: the same text and desc give the same tokenizer whatever the
+   thread count. */
+typedef struct pt_bpe_train_desc {
+    int vocab_size;                /* 0: 4096 (bytes + merges + specials) */
+    pt_pretok pretok;              /* 0: GPT2 */
+    int min_frequency;             /* 0: 2 */
+    int threads;                   /* 0: all cores */
+    const char *const *special;    /* NULL: {"<|endoftext|>"} */
+    int n_special;
+    void (*progress)(int merges, int total, void *ctx); /* every 1000 merges, if set */
+    void *progress_ctx;
+} pt_bpe_train_desc;
+PTRAINDEF pt_status pt_bpe_train(pt_tokenizer *tk, const void *text, size_t n,
+                                 const pt_bpe_train_desc *desc);
+/* Writes tk as a Hugging Face tokenizer.json (merges as "a b" strings),
+   which pt_tokenizer_load and Hugging Face tokenizers read back. */
+PTRAINDEF pt_status pt_tokenizer_save(const pt_tokenizer *tk, const char *path);
+
+/* ======================================================================== */
 /* >>io                                                                      */
 /* ======================================================================== */
 
@@ -1737,6 +1869,14 @@ static int pt__json_lit(pt__json *j, const char *lit) {
 }
 
 /* Non-negative integer (shape, offsets); rejects signs, fractions, exponents. */
+/* A JSON true or false into *out. */
+static int pt__json_bool(pt__json *j, int *out) {
+    pt__ws(j);
+    if (pt__json_lit(j, "true")) return *out = 1, 1;
+    if (pt__json_lit(j, "false")) return *out = 0, 1;
+    return 0;
+}
+
 static int pt__json_u64(pt__json *j, uint64_t *out) {
     uint64_t v = 0;
     const char *s;
@@ -9039,6 +9179,2111 @@ PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_des
 }
 
 /* ======================================================================== */
+/* >>text (implementation)                                                   */
+/* ======================================================================== */
+
+static pt_status pt__read_file(const char *path, unsigned char **out, size_t *size, void *ctx);
+static pt_status pt__write_atomic(const char *path, const char *tmp, const void *const *parts,
+                                  const size_t *lens, int n);
+
+/* BEGIN pt__uclass: generated by scripts/gen_unicode.py from Unicode 15.0.0
+   (UnicodeData.txt, PropList.txt); do not edit. 1562 runs, each start << 2 | class */
+static const uint32_t pt__uclass[1562] = {
+    0x0000000, 0x0000027, 0x0000038, 0x0000083, 0x0000084, 0x00000c2, 0x00000e8, 0x0000105,
+    0x000016c, 0x0000185, 0x00001ec, 0x0000217, 0x0000218, 0x0000283, 0x0000284, 0x00002a9,
+    0x00002ac, 0x00002ca, 0x00002d0, 0x00002d5, 0x00002d8, 0x00002e6, 0x00002e9, 0x00002ec,
+    0x00002f2, 0x00002fc, 0x0000301, 0x000035c, 0x0000361, 0x00003dc, 0x00003e1, 0x0000b08,
+    0x0000b19, 0x0000b48, 0x0000b81, 0x0000b94, 0x0000bb1, 0x0000bb4, 0x0000bb9, 0x0000bbc,
+    0x0000dc1, 0x0000dd4, 0x0000dd9, 0x0000de0, 0x0000de9, 0x0000df8, 0x0000dfd, 0x0000e00,
+    0x0000e19, 0x0000e1c, 0x0000e21, 0x0000e2c, 0x0000e31, 0x0000e34, 0x0000e39, 0x0000e88,
+    0x0000e8d, 0x0000fd8, 0x0000fdd, 0x0001208, 0x0001229, 0x00014c0, 0x00014c5, 0x000155c,
+    0x0001565, 0x0001568, 0x0001581, 0x0001624, 0x0001741, 0x00017ac, 0x00017bd, 0x00017cc,
+    0x0001881, 0x000192c, 0x0001982, 0x00019a8, 0x00019b9, 0x00019c0, 0x00019c5, 0x0001b50,
+    0x0001b55, 0x0001b58, 0x0001b95, 0x0001b9c, 0x0001bb9, 0x0001bc2, 0x0001be9, 0x0001bf4,
+    0x0001bfd, 0x0001c00, 0x0001c41, 0x0001c44, 0x0001c49, 0x0001cc0, 0x0001d35, 0x0001e98,
+    0x0001ec5, 0x0001ec8, 0x0001f02, 0x0001f29, 0x0001fac, 0x0001fd1, 0x0001fd8, 0x0001fe9,
+    0x0001fec, 0x0002001, 0x0002058, 0x0002069, 0x000206c, 0x0002091, 0x0002094, 0x00020a1,
+    0x00020a4, 0x0002101, 0x0002164, 0x0002181, 0x00021ac, 0x00021c1, 0x0002220, 0x0002225,
+    0x000223c, 0x0002281, 0x0002328, 0x0002411, 0x00024e8, 0x00024f5, 0x00024f8, 0x0002541,
+    0x0002544, 0x0002561, 0x0002588, 0x000259a, 0x00025c0, 0x00025c5, 0x0002604, 0x0002615,
+    0x0002634, 0x000263d, 0x0002644, 0x000264d, 0x00026a4, 0x00026a9, 0x00026c4, 0x00026c9,
+    0x00026cc, 0x00026d9, 0x00026e8, 0x00026f5, 0x00026f8, 0x0002739, 0x000273c, 0x0002771,
+    0x0002778, 0x000277d, 0x0002788, 0x000279a, 0x00027c1, 0x00027c8, 0x00027d2, 0x00027e8,
+    0x00027f1, 0x00027f4, 0x0002815, 0x000282c, 0x000283d, 0x0002844, 0x000284d, 0x00028a4,
+    0x00028a9, 0x00028c4, 0x00028c9, 0x00028d0, 0x00028d5, 0x00028dc, 0x00028e1, 0x00028e8,
+    0x0002965, 0x0002974, 0x0002979, 0x000297c, 0x000299a, 0x00029c0, 0x00029c9, 0x00029d4,
+    0x0002a15, 0x0002a38, 0x0002a3d, 0x0002a48, 0x0002a4d, 0x0002aa4, 0x0002aa9, 0x0002ac4,
+    0x0002ac9, 0x0002ad0, 0x0002ad5, 0x0002ae8, 0x0002af5, 0x0002af8, 0x0002b41, 0x0002b44,
+    0x0002b81, 0x0002b88, 0x0002b9a, 0x0002bc0, 0x0002be5, 0x0002be8, 0x0002c15, 0x0002c34,
+    0x0002c3d, 0x0002c44, 0x0002c4d, 0x0002ca4, 0x0002ca9, 0x0002cc4, 0x0002cc9, 0x0002cd0,
+    0x0002cd5, 0x0002ce8, 0x0002cf5, 0x0002cf8, 0x0002d71, 0x0002d78, 0x0002d7d, 0x0002d88,
+    0x0002d9a, 0x0002dc0, 0x0002dc5, 0x0002dca, 0x0002de0, 0x0002e0d, 0x0002e10, 0x0002e15,
+    0x0002e2c, 0x0002e39, 0x0002e44, 0x0002e49, 0x0002e58, 0x0002e65, 0x0002e6c, 0x0002e71,
+    0x0002e74, 0x0002e79, 0x0002e80, 0x0002e8d, 0x0002e94, 0x0002ea1, 0x0002eac, 0x0002eb9,
+    0x0002ee8, 0x0002f41, 0x0002f44, 0x0002f9a, 0x0002fcc, 0x0003015, 0x0003034, 0x0003039,
+    0x0003044, 0x0003049, 0x00030a4, 0x00030a9, 0x00030e8, 0x00030f5, 0x00030f8, 0x0003161,
+    0x000316c, 0x0003175, 0x0003178, 0x0003181, 0x0003188, 0x000319a, 0x00031c0, 0x00031e2,
+    0x00031fc, 0x0003201, 0x0003204, 0x0003215, 0x0003234, 0x0003239, 0x0003244, 0x0003249,
+    0x00032a4, 0x00032a9, 0x00032d0, 0x00032d5, 0x00032e8, 0x00032f5, 0x00032f8, 0x0003375,
+    0x000337c, 0x0003381, 0x0003388, 0x000339a, 0x00033c0, 0x00033c5, 0x00033cc, 0x0003411,
+    0x0003434, 0x0003439, 0x0003444, 0x0003449, 0x00034ec, 0x00034f5, 0x00034f8, 0x0003539,
+    0x000353c, 0x0003551, 0x000355c, 0x0003562, 0x000357d, 0x0003588, 0x000359a, 0x00035e4,
+    0x00035e9, 0x0003600, 0x0003615, 0x000365c, 0x0003669, 0x00036c8, 0x00036cd, 0x00036f0,
+    0x00036f5, 0x00036f8, 0x0003701, 0x000371c, 0x000379a, 0x00037c0, 0x0003805, 0x00038c4,
+    0x00038c9, 0x00038d0, 0x0003901, 0x000391c, 0x0003942, 0x0003968, 0x0003a05, 0x0003a0c,
+    0x0003a11, 0x0003a14, 0x0003a19, 0x0003a2c, 0x0003a31, 0x0003a90, 0x0003a95, 0x0003a98,
+    0x0003a9d, 0x0003ac4, 0x0003ac9, 0x0003ad0, 0x0003af5, 0x0003af8, 0x0003b01, 0x0003b14,
+    0x0003b19, 0x0003b1c, 0x0003b42, 0x0003b68, 0x0003b71, 0x0003b80, 0x0003c01, 0x0003c04,
+    0x0003c82, 0x0003cd0, 0x0003d01, 0x0003d20, 0x0003d25, 0x0003db4, 0x0003e21, 0x0003e34,
+    0x0004001, 0x00040ac, 0x00040fd, 0x0004102, 0x0004128, 0x0004141, 0x0004158, 0x0004169,
+    0x0004178, 0x0004185, 0x0004188, 0x0004195, 0x000419c, 0x00041b9, 0x00041c4, 0x00041d5,
+    0x0004208, 0x0004239, 0x000423c, 0x0004242, 0x0004268, 0x0004281, 0x0004318, 0x000431d,
+    0x0004320, 0x0004335, 0x0004338, 0x0004341, 0x00043ec, 0x00043f1, 0x0004924, 0x0004929,
+    0x0004938, 0x0004941, 0x000495c, 0x0004961, 0x0004964, 0x0004969, 0x0004978, 0x0004981,
+    0x0004a24, 0x0004a29, 0x0004a38, 0x0004a41, 0x0004ac4, 0x0004ac9, 0x0004ad8, 0x0004ae1,
+    0x0004afc, 0x0004b01, 0x0004b04, 0x0004b09, 0x0004b18, 0x0004b21, 0x0004b5c, 0x0004b61,
+    0x0004c44, 0x0004c49, 0x0004c58, 0x0004c61, 0x0004d6c, 0x0004da6, 0x0004df4, 0x0004e01,
+    0x0004e40, 0x0004e81, 0x0004fd8, 0x0004fe1, 0x0004ff8, 0x0005005, 0x00059b4, 0x00059bd,
+    0x0005a03, 0x0005a05, 0x0005a6c, 0x0005a81, 0x0005bac, 0x0005bba, 0x0005bc5, 0x0005be4,
+    0x0005c01, 0x0005c48, 0x0005c7d, 0x0005cc8, 0x0005d01, 0x0005d48, 0x0005d81, 0x0005db4,
+    0x0005db9, 0x0005dc4, 0x0005e01, 0x0005ed0, 0x0005f5d, 0x0005f60, 0x0005f71, 0x0005f74,
+    0x0005f82, 0x0005fa8, 0x0005fc2, 0x0005fe8, 0x0006042, 0x0006068, 0x0006081, 0x00061e4,
+    0x0006201, 0x0006214, 0x000621d, 0x00062a4, 0x00062a9, 0x00062ac, 0x00062c1, 0x00063d8,
+    0x0006401, 0x000647c, 0x000651a, 0x0006541, 0x00065b8, 0x00065c1, 0x00065d4, 0x0006601,
+    0x00066b0, 0x00066c1, 0x0006728, 0x0006742, 0x000676c, 0x0006801, 0x000685c, 0x0006881,
+    0x0006954, 0x0006a02, 0x0006a28, 0x0006a42, 0x0006a68, 0x0006a9d, 0x0006aa0, 0x0006c15,
+    0x0006cd0, 0x0006d15, 0x0006d34, 0x0006d42, 0x0006d68, 0x0006e0d, 0x0006e84, 0x0006eb9,
+    0x0006ec2, 0x0006ee9, 0x0006f98, 0x0007001, 0x0007090, 0x0007102, 0x0007128, 0x0007135,
+    0x0007142, 0x0007169, 0x00071f8, 0x0007201, 0x0007224, 0x0007241, 0x00072ec, 0x00072f5,
+    0x0007300, 0x00073a5, 0x00073b4, 0x00073b9, 0x00073d0, 0x00073d5, 0x00073dc, 0x00073e9,
+    0x00073ec, 0x0007401, 0x0007700, 0x0007801, 0x0007c58, 0x0007c61, 0x0007c78, 0x0007c81,
+    0x0007d18, 0x0007d21, 0x0007d38, 0x0007d41, 0x0007d60, 0x0007d65, 0x0007d68, 0x0007d6d,
+    0x0007d70, 0x0007d75, 0x0007d78, 0x0007d7d, 0x0007df8, 0x0007e01, 0x0007ed4, 0x0007ed9,
+    0x0007ef4, 0x0007ef9, 0x0007efc, 0x0007f09, 0x0007f14, 0x0007f19, 0x0007f34, 0x0007f41,
+    0x0007f50, 0x0007f59, 0x0007f70, 0x0007f81, 0x0007fb4, 0x0007fc9, 0x0007fd4, 0x0007fd9,
+    0x0007ff4, 0x0008003, 0x000802c, 0x00080a3, 0x00080a8, 0x00080bf, 0x00080c0, 0x000817f,
+    0x0008180, 0x00081c2, 0x00081c5, 0x00081c8, 0x00081d2, 0x00081e8, 0x00081fd, 0x0008202,
+    0x0008228, 0x0008241, 0x0008274, 0x0008409, 0x000840c, 0x000841d, 0x0008420, 0x0008429,
+    0x0008450, 0x0008455, 0x0008458, 0x0008465, 0x0008478, 0x0008491, 0x0008494, 0x0008499,
+    0x000849c, 0x00084a1, 0x00084a4, 0x00084a9, 0x00084b8, 0x00084bd, 0x00084e8, 0x00084f1,
+    0x0008500, 0x0008515, 0x0008528, 0x0008539, 0x000853c, 0x0008542, 0x000860d, 0x0008616,
+    0x0008628, 0x0009182, 0x0009270, 0x00093aa, 0x0009400, 0x0009dda, 0x0009e50, 0x000b001,
+    0x000b394, 0x000b3ad, 0x000b3bc, 0x000b3c9, 0x000b3d0, 0x000b3f6, 0x000b3f8, 0x000b401,
+    0x000b498, 0x000b49d, 0x000b4a0, 0x000b4b5, 0x000b4b8, 0x000b4c1, 0x000b5a0, 0x000b5bd,
+    0x000b5c0, 0x000b601, 0x000b65c, 0x000b681, 0x000b69c, 0x000b6a1, 0x000b6bc, 0x000b6c1,
+    0x000b6dc, 0x000b6e1, 0x000b6fc, 0x000b701, 0x000b71c, 0x000b721, 0x000b73c, 0x000b741,
+    0x000b75c, 0x000b761, 0x000b77c, 0x000b8bd, 0x000b8c0, 0x000c003, 0x000c004, 0x000c015,
+    0x000c01e, 0x000c020, 0x000c086, 0x000c0a8, 0x000c0c5, 0x000c0d8, 0x000c0e2, 0x000c0ed,
+    0x000c0f4, 0x000c105, 0x000c25c, 0x000c275, 0x000c280, 0x000c285, 0x000c3ec, 0x000c3f1,
+    0x000c400, 0x000c415, 0x000c4c0, 0x000c4c5, 0x000c63c, 0x000c64a, 0x000c658, 0x000c681,
+    0x000c700, 0x000c7c1, 0x000c800, 0x000c882, 0x000c8a8, 0x000c922, 0x000c940, 0x000c946,
+    0x000c980, 0x000ca02, 0x000ca28, 0x000cac6, 0x000cb00, 0x000d001, 0x0013700, 0x0013801,
+    0x0029234, 0x0029341, 0x00293f8, 0x0029401, 0x0029834, 0x0029841, 0x0029882, 0x00298a9,
+    0x00298b0, 0x0029901, 0x00299bc, 0x00299fd, 0x0029a78, 0x0029a81, 0x0029b9a, 0x0029bc0,
+    0x0029c5d, 0x0029c80, 0x0029c89, 0x0029e24, 0x0029e2d, 0x0029f2c, 0x0029f41, 0x0029f48,
+    0x0029f4d, 0x0029f50, 0x0029f55, 0x0029f68, 0x0029fc9, 0x002a008, 0x002a00d, 0x002a018,
+    0x002a01d, 0x002a02c, 0x002a031, 0x002a08c, 0x002a0c2, 0x002a0d8, 0x002a101, 0x002a1d0,
+    0x002a209, 0x002a2d0, 0x002a342, 0x002a368, 0x002a3c9, 0x002a3e0, 0x002a3ed, 0x002a3f0,
+    0x002a3f5, 0x002a3fc, 0x002a402, 0x002a429, 0x002a498, 0x002a4c1, 0x002a51c, 0x002a581,
+    0x002a5f4, 0x002a611, 0x002a6cc, 0x002a73d, 0x002a742, 0x002a768, 0x002a781, 0x002a794,
+    0x002a799, 0x002a7c2, 0x002a7e9, 0x002a7fc, 0x002a801, 0x002a8a4, 0x002a901, 0x002a90c,
+    0x002a911, 0x002a930, 0x002a942, 0x002a968, 0x002a981, 0x002a9dc, 0x002a9e9, 0x002a9ec,
+    0x002a9f9, 0x002aac0, 0x002aac5, 0x002aac8, 0x002aad5, 0x002aadc, 0x002aae5, 0x002aaf8,
+    0x002ab01, 0x002ab04, 0x002ab09, 0x002ab0c, 0x002ab6d, 0x002ab78, 0x002ab81, 0x002abac,
+    0x002abc9, 0x002abd4, 0x002ac05, 0x002ac1c, 0x002ac25, 0x002ac3c, 0x002ac45, 0x002ac5c,
+    0x002ac81, 0x002ac9c, 0x002aca1, 0x002acbc, 0x002acc1, 0x002ad6c, 0x002ad71, 0x002ada8,
+    0x002adc1, 0x002af8c, 0x002afc2, 0x002afe8, 0x002b001, 0x0035e90, 0x0035ec1, 0x0035f1c,
+    0x0035f2d, 0x0035ff0, 0x003e401, 0x003e9b8, 0x003e9c1, 0x003eb68, 0x003ec01, 0x003ec1c,
+    0x003ec4d, 0x003ec60, 0x003ec75, 0x003ec78, 0x003ec7d, 0x003eca4, 0x003eca9, 0x003ecdc,
+    0x003ece1, 0x003ecf4, 0x003ecf9, 0x003ecfc, 0x003ed01, 0x003ed08, 0x003ed0d, 0x003ed14,
+    0x003ed19, 0x003eec8, 0x003ef4d, 0x003f4f8, 0x003f541, 0x003f640, 0x003f649, 0x003f720,
+    0x003f7c1, 0x003f7f0, 0x003f9c1, 0x003f9d4, 0x003f9d9, 0x003fbf4, 0x003fc42, 0x003fc68,
+    0x003fc85, 0x003fcec, 0x003fd05, 0x003fd6c, 0x003fd99, 0x003fefc, 0x003ff09, 0x003ff20,
+    0x003ff29, 0x003ff40, 0x003ff49, 0x003ff60, 0x003ff69, 0x003ff74, 0x0040001, 0x0040030,
+    0x0040035, 0x004009c, 0x00400a1, 0x00400ec, 0x00400f1, 0x00400f8, 0x00400fd, 0x0040138,
+    0x0040141, 0x0040178, 0x0040201, 0x00403ec, 0x004041e, 0x00404d0, 0x0040502, 0x00405e4,
+    0x004062a, 0x0040630, 0x0040a01, 0x0040a74, 0x0040a81, 0x0040b44, 0x0040b86, 0x0040bf0,
+    0x0040c01, 0x0040c82, 0x0040c90, 0x0040cb5, 0x0040d06, 0x0040d09, 0x0040d2a, 0x0040d2c,
+    0x0040d41, 0x0040dd8, 0x0040e01, 0x0040e78, 0x0040e81, 0x0040f10, 0x0040f21, 0x0040f40,
+    0x0040f46, 0x0040f58, 0x0041001, 0x0041278, 0x0041282, 0x00412a8, 0x00412c1, 0x0041350,
+    0x0041361, 0x00413f0, 0x0041401, 0x00414a0, 0x00414c1, 0x0041590, 0x00415c1, 0x00415ec,
+    0x00415f1, 0x004162c, 0x0041631, 0x004164c, 0x0041651, 0x0041658, 0x004165d, 0x0041688,
+    0x004168d, 0x00416c8, 0x00416cd, 0x00416e8, 0x00416ed, 0x00416f4, 0x0041801, 0x0041cdc,
+    0x0041d01, 0x0041d58, 0x0041d81, 0x0041da0, 0x0041e01, 0x0041e18, 0x0041e1d, 0x0041ec4,
+    0x0041ec9, 0x0041eec, 0x0042001, 0x0042018, 0x0042021, 0x0042024, 0x0042029, 0x00420d8,
+    0x00420dd, 0x00420e4, 0x00420f1, 0x00420f4, 0x00420fd, 0x0042158, 0x0042162, 0x0042181,
+    0x00421dc, 0x00421e6, 0x0042201, 0x004227c, 0x004229e, 0x00422c0, 0x0042381, 0x00423cc,
+    0x00423d1, 0x00423d8, 0x00423ee, 0x0042401, 0x004245a, 0x0042470, 0x0042481, 0x00424e8,
+    0x0042601, 0x00426e0, 0x00426f2, 0x00426f9, 0x0042702, 0x0042740, 0x004274a, 0x0042801,
+    0x0042804, 0x0042841, 0x0042850, 0x0042855, 0x0042860, 0x0042865, 0x00428d8, 0x0042902,
+    0x0042924, 0x0042981, 0x00429f6, 0x00429fc, 0x0042a01, 0x0042a76, 0x0042a80, 0x0042b01,
+    0x0042b20, 0x0042b25, 0x0042b94, 0x0042bae, 0x0042bc0, 0x0042c01, 0x0042cd8, 0x0042d01,
+    0x0042d58, 0x0042d62, 0x0042d81, 0x0042dcc, 0x0042de2, 0x0042e01, 0x0042e48, 0x0042ea6,
+    0x0042ec0, 0x0043001, 0x0043124, 0x0043201, 0x00432cc, 0x0043301, 0x00433cc, 0x00433ea,
+    0x0043401, 0x0043490, 0x00434c2, 0x00434e8, 0x0043982, 0x00439fc, 0x0043a01, 0x0043aa8,
+    0x0043ac1, 0x0043ac8, 0x0043c01, 0x0043c76, 0x0043c9d, 0x0043ca0, 0x0043cc1, 0x0043d18,
+    0x0043d46, 0x0043d54, 0x0043dc1, 0x0043e08, 0x0043ec1, 0x0043f16, 0x0043f30, 0x0043f81,
+    0x0043fdc, 0x004400d, 0x00440e0, 0x004414a, 0x00441c0, 0x00441c5, 0x00441cc, 0x00441d5,
+    0x00441d8, 0x004420d, 0x00442c0, 0x0044341, 0x00443a4, 0x00443c2, 0x00443e8, 0x004440d,
+    0x004449c, 0x00444da, 0x0044500, 0x0044511, 0x0044514, 0x004451d, 0x0044520, 0x0044541,
+    0x00445cc, 0x00445d9, 0x00445dc, 0x004460d, 0x00446cc, 0x0044705, 0x0044714, 0x0044742,
+    0x0044769, 0x004476c, 0x0044771, 0x0044774, 0x0044786, 0x00447d4, 0x0044801, 0x0044848,
+    0x004484d, 0x00448b0, 0x00448fd, 0x0044904, 0x0044a01, 0x0044a1c, 0x0044a21, 0x0044a24,
+    0x0044a29, 0x0044a38, 0x0044a3d, 0x0044a78, 0x0044a7d, 0x0044aa4, 0x0044ac1, 0x0044b7c,
+    0x0044bc2, 0x0044be8, 0x0044c15, 0x0044c34, 0x0044c3d, 0x0044c44, 0x0044c4d, 0x0044ca4,
+    0x0044ca9, 0x0044cc4, 0x0044cc9, 0x0044cd0, 0x0044cd5, 0x0044ce8, 0x0044cf5, 0x0044cf8,
+    0x0044d41, 0x0044d44, 0x0044d75, 0x0044d88, 0x0045001, 0x00450d4, 0x004511d, 0x004512c,
+    0x0045142, 0x0045168, 0x004517d, 0x0045188, 0x0045201, 0x00452c0, 0x0045311, 0x0045318,
+    0x004531d, 0x0045320, 0x0045342, 0x0045368, 0x0045601, 0x00456bc, 0x0045761, 0x0045770,
+    0x0045801, 0x00458c0, 0x0045911, 0x0045914, 0x0045942, 0x0045968, 0x0045a01, 0x0045aac,
+    0x0045ae1, 0x0045ae4, 0x0045b02, 0x0045b28, 0x0045c01, 0x0045c6c, 0x0045cc2, 0x0045cf0,
+    0x0045d01, 0x0045d1c, 0x0046001, 0x00460b0, 0x0046281, 0x0046382, 0x00463cc, 0x00463fd,
+    0x004641c, 0x0046425, 0x0046428, 0x0046431, 0x0046450, 0x0046455, 0x004645c, 0x0046461,
+    0x00464c0, 0x00464fd, 0x0046500, 0x0046505, 0x0046508, 0x0046542, 0x0046568, 0x0046681,
+    0x00466a0, 0x00466a9, 0x0046744, 0x0046785, 0x0046788, 0x004678d, 0x0046790, 0x0046801,
+    0x0046804, 0x004682d, 0x00468cc, 0x00468e9, 0x00468ec, 0x0046941, 0x0046944, 0x0046971,
+    0x0046a28, 0x0046a75, 0x0046a78, 0x0046ac1, 0x0046be4, 0x0047001, 0x0047024, 0x0047029,
+    0x00470bc, 0x0047101, 0x0047104, 0x0047142, 0x00471b4, 0x00471c9, 0x0047240, 0x0047401,
+    0x004741c, 0x0047421, 0x0047428, 0x004742d, 0x00474c4, 0x0047519, 0x004751c, 0x0047542,
+    0x0047568, 0x0047581, 0x0047598, 0x004759d, 0x00475a4, 0x00475a9, 0x0047628, 0x0047661,
+    0x0047664, 0x0047682, 0x00476a8, 0x0047b81, 0x0047bcc, 0x0047c09, 0x0047c0c, 0x0047c11,
+    0x0047c44, 0x0047c49, 0x0047cd0, 0x0047d42, 0x0047d68, 0x0047ec1, 0x0047ec4, 0x0047f02,
+    0x0047f54, 0x0048001, 0x0048e68, 0x0049002, 0x00491bc, 0x0049201, 0x0049510, 0x004be41,
+    0x004bfc4, 0x004c001, 0x004d0c0, 0x004d105, 0x004d11c, 0x0051001, 0x005191c, 0x005a001,
+    0x005a8e4, 0x005a901, 0x005a97c, 0x005a982, 0x005a9a8, 0x005a9c1, 0x005aafc, 0x005ab02,
+    0x005ab28, 0x005ab41, 0x005abb8, 0x005ac01, 0x005acc0, 0x005ad01, 0x005ad10, 0x005ad42,
+    0x005ad68, 0x005ad6e, 0x005ad88, 0x005ad8d, 0x005ade0, 0x005adf5, 0x005ae40, 0x005b901,
+    0x005ba02, 0x005ba5c, 0x005bc01, 0x005bd2c, 0x005bd41, 0x005bd44, 0x005be4d, 0x005be80,
+    0x005bf81, 0x005bf88, 0x005bf8d, 0x005bf90, 0x005c001, 0x0061fe0, 0x0062001, 0x0063358,
+    0x0063401, 0x0063424, 0x006bfc1, 0x006bfd0, 0x006bfd5, 0x006bff0, 0x006bff5, 0x006bffc,
+    0x006c001, 0x006c48c, 0x006c4c9, 0x006c4cc, 0x006c541, 0x006c54c, 0x006c555, 0x006c558,
+    0x006c591, 0x006c5a0, 0x006c5c1, 0x006cbf0, 0x006f001, 0x006f1ac, 0x006f1c1, 0x006f1f4,
+    0x006f201, 0x006f224, 0x006f241, 0x006f268, 0x0074b02, 0x0074b50, 0x0074b82, 0x0074bd0,
+    0x0074d82, 0x0074de4, 0x0075001, 0x0075154, 0x0075159, 0x0075274, 0x0075279, 0x0075280,
+    0x0075289, 0x007528c, 0x0075295, 0x007529c, 0x00752a5, 0x00752b4, 0x00752b9, 0x00752e8,
+    0x00752ed, 0x00752f0, 0x00752f5, 0x0075310, 0x0075315, 0x0075418, 0x007541d, 0x007542c,
+    0x0075435, 0x0075454, 0x0075459, 0x0075474, 0x0075479, 0x00754e8, 0x00754ed, 0x00754fc,
+    0x0075501, 0x0075514, 0x0075519, 0x007551c, 0x0075529, 0x0075544, 0x0075549, 0x0075a98,
+    0x0075aa1, 0x0075b04, 0x0075b09, 0x0075b6c, 0x0075b71, 0x0075bec, 0x0075bf1, 0x0075c54,
+    0x0075c59, 0x0075cd4, 0x0075cd9, 0x0075d3c, 0x0075d41, 0x0075dbc, 0x0075dc1, 0x0075e24,
+    0x0075e29, 0x0075ea4, 0x0075ea9, 0x0075f0c, 0x0075f11, 0x0075f30, 0x0075f3a, 0x0076000,
+    0x0077c01, 0x0077c7c, 0x0077c95, 0x0077cac, 0x00780c1, 0x00781b8, 0x0078401, 0x00784b4,
+    0x00784dd, 0x00784f8, 0x0078502, 0x0078528, 0x0078539, 0x007853c, 0x0078a41, 0x0078ab8,
+    0x0078b01, 0x0078bb0, 0x0078bc2, 0x0078be8, 0x0079341, 0x00793b0, 0x00793c2, 0x00793e8,
+    0x0079f81, 0x0079f9c, 0x0079fa1, 0x0079fb0, 0x0079fb5, 0x0079fbc, 0x0079fc1, 0x0079ffc,
+    0x007a001, 0x007a314, 0x007a31e, 0x007a340, 0x007a401, 0x007a510, 0x007a52d, 0x007a530,
+    0x007a542, 0x007a568, 0x007b1c6, 0x007b2b0, 0x007b2b6, 0x007b2c0, 0x007b2c6, 0x007b2d4,
+    0x007b406, 0x007b4b8, 0x007b4be, 0x007b4f8, 0x007b801, 0x007b810, 0x007b815, 0x007b880,
+    0x007b885, 0x007b88c, 0x007b891, 0x007b894, 0x007b89d, 0x007b8a0, 0x007b8a5, 0x007b8cc,
+    0x007b8d1, 0x007b8e0, 0x007b8e5, 0x007b8e8, 0x007b8ed, 0x007b8f0, 0x007b909, 0x007b90c,
+    0x007b91d, 0x007b920, 0x007b925, 0x007b928, 0x007b92d, 0x007b930, 0x007b935, 0x007b940,
+    0x007b945, 0x007b94c, 0x007b951, 0x007b954, 0x007b95d, 0x007b960, 0x007b965, 0x007b968,
+    0x007b96d, 0x007b970, 0x007b975, 0x007b978, 0x007b97d, 0x007b980, 0x007b985, 0x007b98c,
+    0x007b991, 0x007b994, 0x007b99d, 0x007b9ac, 0x007b9b1, 0x007b9cc, 0x007b9d1, 0x007b9e0,
+    0x007b9e5, 0x007b9f4, 0x007b9f9, 0x007b9fc, 0x007ba01, 0x007ba28, 0x007ba2d, 0x007ba70,
+    0x007ba85, 0x007ba90, 0x007ba95, 0x007baa8, 0x007baad, 0x007baf0, 0x007c402, 0x007c434,
+    0x007efc2, 0x007efe8, 0x0080001, 0x00a9b80, 0x00a9c01, 0x00adce8, 0x00add01, 0x00ae078,
+    0x00ae081, 0x00b3a88, 0x00b3ac1, 0x00baf84, 0x00be001, 0x00be878, 0x00c0001, 0x00c4d2c,
+    0x00c4d41, 0x00c8ec0,
+};
+/* END pt__uclass */
+
+enum { PT__C_OTHER = 0, PT__C_LETTER = 1, PT__C_NUMBER = 2, PT__C_SPACE = 3 };
+
+static int pt__uclass_of(uint32_t cp) {
+    size_t lo = 0, hi = sizeof pt__uclass / sizeof pt__uclass[0];
+    while (hi - lo > 1) { /* last run starting at or before cp */
+        size_t mid = (lo + hi) / 2;
+        if ((pt__uclass[mid] >> 2) <= cp) lo = mid;
+        else hi = mid;
+    }
+    return (int)(pt__uclass[lo] & 3);
+}
+
+/* Length of the strict UTF-8 character at s[0..n) (n >= 1), 0 when s[0]
+   does not start one; *cp gets the code point. */
+static int pt__utf8_len(const unsigned char *s, size_t n, uint32_t *cp) {
+    unsigned c = s[0];
+    if (c < 0x80) { *cp = c; return 1; }
+    if (c >= 0xC2 && c <= 0xDF) {
+        if (n < 2 || (s[1] & 0xC0) != 0x80) return 0;
+        *cp = ((c & 0x1Fu) << 6) | (s[1] & 0x3Fu);
+        return 2;
+    }
+    if (c >= 0xE0 && c <= 0xEF) {
+        unsigned lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+        if (n < 3 || s[1] < lo || s[1] > hi || (s[2] & 0xC0) != 0x80) return 0;
+        *cp = ((c & 0x0Fu) << 12) | ((s[1] & 0x3Fu) << 6) | (s[2] & 0x3Fu);
+        return 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        unsigned lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+        if (n < 4 || s[1] < lo || s[1] > hi || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
+            return 0;
+        *cp = ((c & 0x07u) << 18) | ((s[1] & 0x3Fu) << 12) | ((s[2] & 0x3Fu) << 6) | (s[3] & 0x3Fu);
+        return 4;
+    }
+    return 0;
+}
+
+/* Class and byte length of the character at s[i] (an invalid byte: other, 1). */
+static int pt__char_class(const unsigned char *s, size_t n, size_t i, int *len) {
+    unsigned c = s[i];
+    uint32_t cp;
+    if (c < 0x80) {
+        *len = 1;
+        if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return PT__C_LETTER;
+        if (c >= '0' && c <= '9') return PT__C_NUMBER;
+        if (c == ' ' || (c >= 9 && c <= 13)) return PT__C_SPACE;
+        return PT__C_OTHER;
+    }
+    if (!(*len = pt__utf8_len(s + i, n - i, &cp))) {
+        *len = 1;
+        return PT__C_OTHER;
+    }
+    return pt__uclass_of(cp);
+}
+
+/* End of the run of characters of class cls starting at i. */
+static size_t pt__run(const unsigned char *s, size_t n, size_t i, int cls) {
+    int len;
+    while (i < n && pt__char_class(s, n, i, &len) == cls) i += (size_t)len;
+    return i;
+}
+
+static int pt__is_nl(unsigned char c) { return c == '\r' || c == '\n'; }
+
+/* 's 't 're 've 'm 'll 'd at s[i] (s[i] == '\''): its length, or 0;
+   fold: ASCII case-insensitive (cl100k). */
+static size_t pt__contraction(const unsigned char *s, size_t n, size_t i, int fold) {
+    unsigned a = i + 1 < n ? s[i + 1] : 0, b = i + 2 < n ? s[i + 2] : 0;
+    if (fold) {
+        if (a >= 'A' && a <= 'Z') a |= 0x20;
+        if (b >= 'A' && b <= 'Z') b |= 0x20;
+    }
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+    return 0;
+}
+
+/* The whitespace alternatives shared by both patterns, at a whitespace
+   character: \s+(?!\S) then \s+. */
+static size_t pt__space_piece(const unsigned char *s, size_t n, size_t i) {
+    size_t j = pt__run(s, n, i, PT__C_SPACE), last = j;
+    int len;
+    if (j == n) return j;
+    /* followed by a non-space: give back the last whitespace character */
+    for (last = i; last < j;) {
+        size_t nx;
+        pt__char_class(s, n, last, &len);
+        nx = last + (size_t)len;
+        if (nx == j) break;
+        last = nx;
+    }
+    return last > i ? last : j;
+}
+
+/* End of the piece of text s[0..n) that starts at i (i < n). */
+static size_t pt__piece_end(pt_pretok pat, const unsigned char *s, size_t n, size_t i) {
+    int len, len2, c = pt__char_class(s, n, i, &len), c2;
+    size_t nx = i + (size_t)len;
+    if (s[i] == '\'') {
+        size_t k = pt__contraction(s, n, i, pat == PT_PRETOK_CL100K);
+        if (k) return i + k;
+    }
+    c2 = nx < n ? pt__char_class(s, n, nx, &len2) : -1;
+    if (pat == PT_PRETOK_GPT2) {
+        if (c == PT__C_LETTER || c == PT__C_NUMBER) return pt__run(s, n, i, c);
+        if (s[i] == ' ' && (c2 == PT__C_LETTER || c2 == PT__C_NUMBER || c2 == PT__C_OTHER))
+            return pt__run(s, n, nx, c2);
+        if (c == PT__C_OTHER) return pt__run(s, n, i, PT__C_OTHER);
+        return pt__space_piece(s, n, i);
+    }
+    /* CL100K */
+    if (c == PT__C_LETTER) return pt__run(s, n, i, PT__C_LETTER);
+    if (c2 == PT__C_LETTER && c != PT__C_NUMBER && !pt__is_nl(s[i]))
+        return pt__run(s, n, nx, PT__C_LETTER);
+    if (c == PT__C_NUMBER) {
+        size_t j = i;
+        int k;
+        for (k = 0; k < 3 && j < n && pt__char_class(s, n, j, &len) == PT__C_NUMBER; k++)
+            j += (size_t)len;
+        return j;
+    }
+    if (c == PT__C_OTHER || (s[i] == ' ' && c2 == PT__C_OTHER)) {
+        size_t j = pt__run(s, n, c == PT__C_OTHER ? i : nx, PT__C_OTHER);
+        while (j < n && pt__is_nl(s[j])) j++;
+        return j;
+    }
+    { /* whitespace: \s*[\r\n]+ ends after the run's last newline */
+        size_t j = pt__run(s, n, i, PT__C_SPACE), k, nl = 0;
+        for (k = i; k < j; k++)
+            if (pt__is_nl(s[k])) nl = k + 1;
+        if (nl) return nl;
+    }
+    return pt__space_piece(s, n, i);
+}
+
+/* ---- hashing ------------------------------------------------------------- */
+
+static uint64_t pt__hash_bytes(const void *p, size_t n) { /* FNV-1a, then mixed */
+    const unsigned char *b = (const unsigned char *)p;
+    uint64_t h = 0xcbf29ce484222325ull;
+    size_t i;
+    for (i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    return h ^ (h >> 32);
+}
+
+static uint64_t pt__hash_pair(uint64_t key) {
+    key *= 0x9E3779B97F4A7C15ull;
+    return key ^ (key >> 31);
+}
+
+PTRAINDEF const unsigned char *pt_tokenizer_bytes(const pt_tokenizer *tk, int id, size_t *len) {
+    if (id < 0 || id >= tk->n_vocab || !tk->tok_kind[id]) {
+        *len = 0;
+        return NULL;
+    }
+    *len = tk->tok_off[id + 1] - tk->tok_off[id];
+    return tk->tok_bytes + tk->tok_off[id];
+}
+
+PTRAINDEF int pt_tokenizer_find(const pt_tokenizer *tk, const void *bytes, size_t len) {
+    uint32_t h = (uint32_t)pt__hash_bytes(bytes, len) & tk->vocab_mask, v;
+    while ((v = tk->vocab_hash[h]) != 0) {
+        int id = (int)v - 1;
+        if (tk->tok_off[id + 1] - tk->tok_off[id] == len &&
+            memcmp(tk->tok_bytes + tk->tok_off[id], bytes, len) == 0)
+            return id;
+        h = (h + 1) & tk->vocab_mask;
+    }
+    return -1;
+}
+
+/* The merge of pair (a, b): rank << 32 | merged id, or UINT64_MAX. */
+static uint64_t pt__merge_of(const pt_tokenizer *tk, int a, int b) {
+    uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+    uint32_t h = (uint32_t)pt__hash_pair(key) & tk->merge_mask;
+    for (;;) {
+        uint64_t k = tk->merge_hash[2 * (size_t)h];
+        if (k == key) return tk->merge_hash[2 * (size_t)h + 1];
+        if (k == UINT64_MAX) return UINT64_MAX;
+        h = (h + 1) & tk->merge_mask;
+    }
+}
+
+/* ---- BPE on one piece ---------------------------------------------------- */
+
+#define PT__BPE_SHORT 64
+
+/* Merges ids[0..m) in place (m <= PT__BPE_SHORT): the lowest rank first, the
+   leftmost on a tie; returns the new count. */
+static size_t pt__bpe_short(const pt_tokenizer *tk, int *ids, size_t m) {
+    uint64_t mg[PT__BPE_SHORT];
+    size_t i;
+    for (i = 0; i + 1 < m; i++) mg[i] = pt__merge_of(tk, ids[i], ids[i + 1]);
+    while (m > 1) {
+        size_t best = 0;
+        for (i = 1; i + 1 < m; i++)
+            if ((mg[i] >> 32) < (mg[best] >> 32)) best = i;
+        if (mg[best] == UINT64_MAX) break;
+        ids[best] = (int)(uint32_t)mg[best];
+        memmove(ids + best + 1, ids + best + 2, (m - best - 2) * sizeof(int));
+        if (best + 3 <= m) memmove(mg + best + 1, mg + best + 2, (m - best - 3) * sizeof(uint64_t));
+        m--;
+        if (best > 0) mg[best - 1] = pt__merge_of(tk, ids[best - 1], ids[best]);
+        if (best + 1 < m) mg[best] = pt__merge_of(tk, ids[best], ids[best + 1]);
+    }
+    return m;
+}
+
+static void pt__heap_push(uint64_t *h, size_t *n, uint64_t v) {
+    size_t i = (*n)++;
+    while (i > 0 && h[(i - 1) / 2] > v) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = v;
+}
+
+static uint64_t pt__heap_pop(uint64_t *h, size_t *n) {
+    uint64_t top = h[0], v = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && h[c + 1] < h[c]) c++;
+        if (h[c] >= v) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = v;
+    return top;
+}
+
+/* The same for any length, O(m log m): a heap of (rank << 32 | left position)
+   over a linked list; an entry whose pair has changed since is skipped.
+   The heap holds at most 3m entries: m-1 pairs, then two per merge.
+   work: 3m uint64 + 2m int. */
+static size_t pt__bpe_long(const pt_tokenizer *tk, int *ids, size_t m, void *work) {
+    uint64_t *heap = (uint64_t *)work;
+    int *next = (int *)(heap + 3 * m), *prev = next + m;
+    size_t nh = 0, i, out;
+    for (i = 0; i < m; i++) {
+        next[i] = i + 1 < m ? (int)i + 1 : -1;
+        prev[i] = (int)i - 1;
+    }
+    for (i = 0; i + 1 < m; i++) {
+        uint64_t g = pt__merge_of(tk, ids[i], ids[i + 1]);
+        if (g != UINT64_MAX) pt__heap_push(heap, &nh, (g >> 32) << 32 | i);
+    }
+    while (nh) {
+        uint64_t e = pt__heap_pop(heap, &nh), g;
+        int p = (int)(uint32_t)e, q = next[p];
+        if (ids[p] < 0 || q < 0) continue;
+        g = pt__merge_of(tk, ids[p], ids[q]);
+        if (g == UINT64_MAX || (g >> 32) != (e >> 32)) continue; /* stale */
+        ids[p] = (int)(uint32_t)g;
+        ids[q] = -1;
+        next[p] = next[q];
+        if (next[q] >= 0) prev[next[q]] = p;
+        if (prev[p] >= 0) {
+            g = pt__merge_of(tk, ids[prev[p]], ids[p]);
+            if (g != UINT64_MAX) pt__heap_push(heap, &nh, (g >> 32) << 32 | (uint32_t)prev[p]);
+        }
+        if (next[p] >= 0) {
+            g = pt__merge_of(tk, ids[p], ids[next[p]]);
+            if (g != UINT64_MAX) pt__heap_push(heap, &nh, (g >> 32) << 32 | (uint32_t)p);
+        }
+    }
+    for (i = 0, out = 0; i < m; i++)
+        if (ids[i] >= 0) ids[out++] = ids[i];
+    return out;
+}
+
+/* Encodes one piece into ids (room for len); returns the count, or 0 when
+   the long path's work space cannot be allocated. */
+static size_t pt__encode_piece(const pt_tokenizer *tk, const unsigned char *p, size_t len, int *ids,
+                               void **work, size_t *work_cap) {
+    size_t i;
+    if (len == 1) {
+        ids[0] = tk->byte_id[p[0]];
+        return 1;
+    }
+    if (tk->ignore_merges) {
+        int id = pt_tokenizer_find(tk, p, len);
+        if (id >= 0 && tk->tok_kind[id] == 1) {
+            ids[0] = id;
+            return 1;
+        }
+    }
+    for (i = 0; i < len; i++) ids[i] = tk->byte_id[p[i]];
+    if (len <= PT__BPE_SHORT) return pt__bpe_short(tk, ids, len);
+    if (*work_cap < len) {
+        void *w = pt__malloc(len * (3 * sizeof(uint64_t) + 2 * sizeof(int)), tk->alloc_ctx);
+        if (!w) return 0;
+        pt__free(*work, tk->alloc_ctx);
+        *work = w;
+        *work_cap = len;
+    }
+    return pt__bpe_long(tk, ids, len, *work);
+}
+
+/* A per-call memo of short pieces: text repeats its words, and a hit skips
+   the BPE. Direct-mapped; a slot holds the piece's bytes, so a hit is exact. */
+#define PT__MEMO_SLOTS 8192
+#define PT__MEMO_BYTES 24
+#define PT__MEMO_IDS 6
+typedef struct pt__memo {
+    uint32_t len, n;
+    int ids[PT__MEMO_IDS];
+    unsigned char bytes[PT__MEMO_BYTES];
+} pt__memo;
+
+static size_t pt__encode_memo(const pt_tokenizer *tk, const unsigned char *p, size_t len, int *ids,
+                              void **work, size_t *work_cap, pt__memo *memo) {
+    pt__memo *m;
+    size_t got;
+    if (!memo || len > PT__MEMO_BYTES || len < 2)
+        return pt__encode_piece(tk, p, len, ids, work, work_cap);
+    m = &memo[pt__hash_bytes(p, len) & (PT__MEMO_SLOTS - 1)];
+    if (m->len == len && memcmp(m->bytes, p, len) == 0) {
+        memcpy(ids, m->ids, m->n * sizeof(int));
+        return m->n;
+    }
+    got = pt__encode_piece(tk, p, len, ids, work, work_cap);
+    if (got && got <= PT__MEMO_IDS) {
+        m->len = (uint32_t)len;
+        m->n = (uint32_t)got;
+        memcpy(m->ids, ids, got * sizeof(int));
+        memcpy(m->bytes, p, len);
+    }
+    return got;
+}
+
+/* The special token starting at s[i], longest first: its id or -1. */
+static int pt__special_at(const pt_tokenizer *tk, const unsigned char *s, size_t n, size_t i) {
+    int k;
+    for (k = 0; k < tk->n_special; k++) {
+        int id = tk->special[k];
+        size_t len = tk->tok_off[id + 1] - tk->tok_off[id];
+        if (len <= n - i && memcmp(s + i, tk->tok_bytes + tk->tok_off[id], len) == 0) return id;
+    }
+    return -1;
+}
+
+PTRAINDEF pt_status pt_tokenizer_encode(const pt_tokenizer *tk, const void *text, size_t n,
+                                        int allow_special, int *ids, size_t *n_ids) {
+    const unsigned char *s = (const unsigned char *)text;
+    size_t i = 0, out = 0, work_cap = 0;
+    void *work = NULL;
+    pt__memo *memo = NULL;
+    *n_ids = 0;
+    if (n >= 4096 && (memo = (pt__memo *)pt__malloc(PT__MEMO_SLOTS * sizeof(pt__memo), tk->alloc_ctx)))
+        memset(memo, 0, PT__MEMO_SLOTS * sizeof(pt__memo)); /* len 0: empty */
+    while (i < n) {
+        size_t end = n, j, k;
+        /* ordinary text runs up to the next allowed special token */
+        if (allow_special && tk->n_special) {
+            for (j = i; j < n; j++) {
+                int sp;
+                if (s[j] != tk->tok_bytes[tk->tok_off[tk->special[0]]]) {
+                    int any = 0, q;
+                    for (q = 1; q < tk->n_special && !any; q++)
+                        any = s[j] == tk->tok_bytes[tk->tok_off[tk->special[q]]];
+                    if (!any) continue;
+                }
+                if ((sp = pt__special_at(tk, s, n, j)) >= 0) {
+                    end = j;
+                    break;
+                }
+            }
+        }
+        for (j = i; j < end; j = k) {
+            size_t got;
+            k = pt__piece_end(tk->pretok, s, end, j);
+            got = pt__encode_memo(tk, s + j, k - j, ids + out, &work, &work_cap, memo);
+            if (!got) {
+                pt__free(work, tk->alloc_ctx);
+                pt__free(memo, tk->alloc_ctx);
+                return pt__fail(PT_ERR_OOM, "cannot allocate BPE work space for a piece of %zu bytes",
+                                k - j);
+            }
+            out += got;
+        }
+        i = end;
+        if (i < n) { /* at an allowed special token */
+            int sp = pt__special_at(tk, s, n, i);
+            ids[out++] = sp;
+            i += tk->tok_off[sp + 1] - tk->tok_off[sp];
+        }
+    }
+    pt__free(work, tk->alloc_ctx);
+    pt__free(memo, tk->alloc_ctx);
+    *n_ids = out;
+    return PT_OK;
+}
+
+/* A cut at i (0 < i < n) where encoding s[0..i) and s[i..n) apart gives the
+   whole text's tokens: a piece boundary that no piece's match looks across.
+   "x\nA" (x printable ASCII, A an ASCII letter): the newline is a piece of
+   its own or ends x's, the letter starts one, in both patterns; and
+   "a B" (ASCII letters): the word ends, " B" starts. */
+static int pt__safe_cut(const unsigned char *s, size_t n, size_t i) {
+    unsigned a, b, c;
+    if (i < 2 || i + 1 >= n) return 0;
+    a = s[i - 2], b = s[i - 1], c = s[i];
+    if (b == '\n' && a > 0x20 && a < 0x7F && ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')) return 1;
+    if (c == ' ' && ((b | 0x20) >= 'a' && (b | 0x20) <= 'z') &&
+        ((s[i + 1] | 0x20) >= 'a' && (s[i + 1] | 0x20) <= 'z'))
+        return 1;
+    return 0;
+}
+
+PTRAINDEF pt_status pt_tokenizer_encode_parallel(const pt_tokenizer *tk, const void *text, size_t n,
+                                                 int allow_special, int threads, int *ids,
+                                                 size_t *n_ids,
+                                                 void (*progress)(size_t done, size_t total, void *ctx),
+                                                 void *progress_ctx) {
+    const unsigned char *s = (const unsigned char *)text;
+    const size_t chunk = (size_t)1 << 20;
+    size_t n_chunks = 0, cap = 0, c, out = 0, done = 0;
+    size_t *cut = NULL, *got = NULL;
+    int k, bad = 0;
+    pt_status st = PT_OK;
+    *n_ids = 0;
+    /* a special token with a newline or a space could straddle a cut */
+    for (k = 0; k < tk->n_special; k++) {
+        size_t len;
+        const unsigned char *b = pt_tokenizer_bytes(tk, tk->special[k], &len);
+        if (memchr(b, '\n', len) || memchr(b, ' ', len)) bad = 1;
+    }
+    if (bad || threads == 1 || n < 2 * chunk) {
+        st = pt_tokenizer_encode(tk, text, n, allow_special, ids, n_ids);
+        if (st == PT_OK && progress) progress(n, n, progress_ctx);
+        return st;
+    }
+    cap = n / chunk + 2;
+    cut = (size_t *)pt__malloc(cap * sizeof(size_t), tk->alloc_ctx);
+    got = (size_t *)pt__malloc(cap * sizeof(size_t), tk->alloc_ctx);
+    if (!cut || !got) {
+        pt__free(cut, tk->alloc_ctx);
+        pt__free(got, tk->alloc_ctx);
+        return pt__fail(PT_ERR_OOM, "cannot allocate %zu chunk offsets", cap);
+    }
+    cut[n_chunks++] = 0;
+    for (c = chunk; c < n;) {
+        size_t i = c;
+        while (i < n && !pt__safe_cut(s, n, i)) i++;
+        if (i >= n) break;
+        cut[n_chunks++] = i;
+        c = i + chunk;
+    }
+    cut[n_chunks] = n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads > 0 ? threads : omp_get_num_procs())
+#endif
+    for (c = 0; c < n_chunks; c++) {
+        pt_status cs = pt_tokenizer_encode(tk, s + cut[c], cut[c + 1] - cut[c], allow_special,
+                                           ids + cut[c], &got[c]);
+#ifdef _OPENMP
+#pragma omp critical
+#endif
+        {
+            if (cs != PT_OK && st == PT_OK) st = cs;
+            done += cut[c + 1] - cut[c];
+            if (progress) progress(done, n, progress_ctx);
+        }
+    }
+    (void)threads;
+    if (st == PT_OK)
+        for (c = 0; c < n_chunks; c++) {
+            memmove(ids + out, ids + cut[c], got[c] * sizeof(int));
+            out += got[c];
+        }
+    pt__free(cut, tk->alloc_ctx);
+    pt__free(got, tk->alloc_ctx);
+    *n_ids = out;
+    return st;
+}
+
+PTRAINDEF pt_status pt_tokenizer_decode(const pt_tokenizer *tk, const int *ids, size_t n, void *out,
+                                        size_t cap, size_t *n_out) {
+    size_t i, len, total = 0;
+    *n_out = 0;
+    for (i = 0; i < n; i++) {
+        const unsigned char *b = pt_tokenizer_bytes(tk, ids[i], &len);
+        if (!b)
+            return pt__fail(PT_ERR_RANGE, "ids[%zu] = %d is not a token of this tokenizer "
+                            "(vocabulary of %d)", i, ids[i], tk->n_vocab);
+        if (out) {
+            if (total + len > cap)
+                return pt__fail(PT_ERR_RANGE, "decoding needs more than the %zu bytes given", cap);
+            memcpy((unsigned char *)out + total, b, len);
+        }
+        total += len;
+    }
+    *n_out = total;
+    return PT_OK;
+}
+
+/* Bytes a character starting with lead byte c needs (0: c cannot start one),
+   and the range of its second byte. */
+static int pt__utf8_need(unsigned c, unsigned *lo, unsigned *hi) {
+    *lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+    *hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    return c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+         : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+}
+
+PTRAINDEF size_t pt_utf8_stream_put(pt_utf8_stream *s, const void *bytes, size_t n, char *out) {
+    size_t total = (size_t)s->n_held + n, keep = 0, k;
+    int back;
+    memcpy(out, s->held, (size_t)s->n_held);
+    memcpy(out + s->n_held, bytes, n);
+    /* hold back a lead byte and continuation bytes that can still complete */
+    for (back = 1; back <= 3 && (size_t)back <= total; back++) {
+        const unsigned char *t = (const unsigned char *)out + total - back;
+        unsigned lo, hi;
+        int need = pt__utf8_need(t[0], &lo, &hi), q, ok;
+        if ((t[0] & 0xC0) == 0x80) continue; /* a continuation byte: look further back */
+        ok = need > back;
+        for (q = 1; ok && q < back; q++)
+            ok = q == 1 ? t[q] >= lo && t[q] <= hi : (t[q] & 0xC0) == 0x80;
+        if (ok) keep = (size_t)back;
+        break;
+    }
+    k = total - keep;
+    memcpy(s->held, out + k, keep);
+    s->n_held = (int)keep;
+    return k;
+}
+
+PTRAINDEF size_t pt_utf8_stream_flush(pt_utf8_stream *s, char *out) {
+    size_t k = (size_t)s->n_held;
+    memcpy(out, s->held, k);
+    s->n_held = 0;
+    return k;
+}
+
+/* ---- loading ------------------------------------------------------------- */
+
+/* GPT-2's bytes_to_unicode, inverted: the byte a code point of a byte-level
+   string stands for, or -1. Printable bytes (! .. ~, ¡ .. ¬, ® .. ÿ) are
+   themselves; the other 68 are U+0100 .. U+0143 in byte order. */
+static int pt__bytelevel_byte(uint32_t cp) {
+    if ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) || (cp >= 0xAE && cp <= 0xFF))
+        return (int)cp;
+    if (cp >= 0x100 && cp < 0x100 + 68) {
+        int k = (int)cp - 0x100;
+        return k <= 0x20 ? k : k - 33 < 34 ? 0x7F + (k - 33) : 0xAD;
+    }
+    return -1;
+}
+
+/* Decodes the byte-level string s[0..n) into out (room for n); the byte
+   count, or -1 when it holds a character that is not byte-level. */
+static long pt__bytelevel_decode(const char *s, size_t n, unsigned char *out) {
+    size_t i = 0, o = 0;
+    while (i < n) {
+        uint32_t cp;
+        int len = pt__utf8_len((const unsigned char *)s + i, n - i, &cp), b;
+        if (!len || (b = pt__bytelevel_byte(cp)) < 0) return -1;
+        out[o++] = (unsigned char)b;
+        i += (size_t)len;
+    }
+    return (long)o;
+}
+
+typedef struct pt__tkstr { const char *s; uint32_t n; int id; } pt__tkstr;
+
+typedef struct pt__tkbuild {
+    pt__tkstr *vocab, *added, *merges; /* merges: pairs (2i, 2i+1) */
+    int n_vocab, cap_vocab, n_added, cap_added, n_merges, cap_merges;
+    pt_pretok pretok;
+    int ignore_merges;
+    void *ctx;
+} pt__tkbuild;
+
+static int pt__tk_push(pt__tkstr **arr, int *n, int *cap, const char *s, size_t len, int id, void *ctx) {
+    if (len > 0xFFFFFFFFu || !pt__grow((void **)arr, cap, *n + 1, sizeof(pt__tkstr), ctx)) return 0;
+    (*arr)[*n].s = s;
+    (*arr)[*n].n = (uint32_t)len;
+    (*arr)[*n].id = id;
+    (*n)++;
+    return 1;
+}
+
+static void pt__tkbuild_free(pt__tkbuild *b) {
+    pt__free(b->vocab, b->ctx);
+    pt__free(b->added, b->ctx);
+    pt__free(b->merges, b->ctx);
+}
+
+PTRAINDEF void pt_tokenizer_free(pt_tokenizer *tk) {
+    void *ctx = tk->alloc_ctx;
+    pt__free(tk->tok_off, ctx);
+    pt__free(tk->tok_bytes, ctx);
+    pt__free(tk->tok_kind, ctx);
+    pt__free(tk->vocab_hash, ctx);
+    pt__free(tk->merge_hash, ctx);
+    pt__free(tk->special, ctx);
+    memset(tk, 0, sizeof *tk);
+    tk->alloc_ctx = ctx;
+}
+
+PTRAINDEF size_t pt_tokenizer_memory(const pt_tokenizer *tk) {
+    size_t n = (size_t)tk->n_vocab;
+    if (!tk->tok_off) return 0;
+    return (n + 1) * 4 + tk->tok_off[n] + n + ((size_t)tk->vocab_mask + 1) * 4 +
+           ((size_t)tk->merge_mask + 1) * 16 + (size_t)tk->n_special * sizeof(int);
+}
+
+#define PT__MAX_VOCAB (1 << 24)
+
+static uint32_t pt__pow2_above(size_t n) {
+    uint32_t p = 16;
+    while (p < 2 * n) p <<= 1;
+    return p;
+}
+
+/* Builds the tables from the collected strings; tk is cleared first. */
+static pt_status pt__tk_build(pt_tokenizer *tk, pt__tkbuild *b) {
+    void *ctx = tk->alloc_ctx;
+    size_t total = 0, maxm = 0, o;
+    long *len = NULL;
+    unsigned char *tmp = NULL, *scratch = NULL;
+    int i, n = 0;
+    uint64_t fp = 0x9E3779B97F4A7C15ull;
+    pt_status st = PT_OK;
+    pt_tokenizer_free(tk);
+    tk->alloc_ctx = ctx;
+    tk->eot = -1;
+    for (i = 0; i < b->n_vocab; i++) {
+        if (b->vocab[i].id + 1 > n) n = b->vocab[i].id + 1;
+        total += b->vocab[i].n;
+    }
+    for (i = 0; i < b->n_added; i++) {
+        if (b->added[i].id + 1 > n) n = b->added[i].id + 1;
+        total += b->added[i].n;
+    }
+    if (b->n_vocab == 0) return pt__fail(PT_ERR_FORMAT, "the vocabulary is empty");
+    /* holes are allowed (cl100k has some), a vocabulary mostly of holes is not */
+    if ((size_t)n > 2 * ((size_t)b->n_vocab + (size_t)b->n_added) + 1024)
+        return pt__fail(PT_ERR_FORMAT, "ids run up to %d but only %d tokens are given", n - 1,
+                        b->n_vocab + b->n_added);
+    tk->n_vocab = n;
+    tk->tok_off = (uint32_t *)pt__malloc(((size_t)n + 1) * 4, ctx);
+    tk->tok_kind = (unsigned char *)pt__malloc((size_t)n, ctx);
+    len = (long *)pt__malloc((size_t)n * sizeof(long), ctx);
+    tmp = (unsigned char *)pt__malloc(total + 1, ctx);
+    tk->tok_bytes = (unsigned char *)pt__malloc(total + 1, ctx);
+    tk->vocab_mask = pt__pow2_above((size_t)n) - 1;
+    tk->vocab_hash = (uint32_t *)pt__malloc(((size_t)tk->vocab_mask + 1) * 4, ctx);
+    if (!tk->tok_off || !tk->tok_kind || !len || !tmp || !tk->tok_bytes || !tk->vocab_hash) {
+        st = pt__fail(PT_ERR_OOM, "cannot allocate a vocabulary of %d tokens", n);
+        goto done;
+    }
+    if (total + 1 > 0xFFFFFFFFu) {
+        st = pt__fail(PT_ERR_FORMAT, "the vocabulary's tokens hold %zu bytes, more than 4 GB", total);
+        goto done;
+    }
+    memset(tk->tok_kind, 0, (size_t)n);
+    memset(tk->vocab_hash, 0, ((size_t)tk->vocab_mask + 1) * 4);
+    /* each token's bytes into tmp at tok_off[id] (provisional), its length in len[id] */
+    for (o = 0, i = 0; i < b->n_vocab + b->n_added; i++) {
+        int added = i >= b->n_vocab;
+        const pt__tkstr *e = added ? &b->added[i - b->n_vocab] : &b->vocab[i];
+        long l;
+        if (added) {
+            l = (long)e->n;
+            memcpy(tmp + o, e->s, e->n);
+        } else if ((l = pt__bytelevel_decode(e->s, e->n, tmp + o)) < 0) {
+            st = pt__fail(PT_ERR_FORMAT, "vocabulary token %d \"%.*s\" is not a byte-level string "
+                          "(GPT-2's bytes_to_unicode alphabet)", e->id, (int)(e->n < 40 ? e->n : 40), e->s);
+            goto done;
+        }
+        if (l == 0) {
+            st = pt__fail(PT_ERR_FORMAT, "token %d is empty", e->id);
+            goto done;
+        }
+        if (tk->tok_kind[e->id]) {
+            /* an added token may repeat its vocabulary entry (Hugging Face GPT-2) */
+            if (!added || tk->tok_kind[e->id] != 1 || len[e->id] != l ||
+                memcmp(tmp + tk->tok_off[e->id], tmp + o, (size_t)l) != 0) {
+                st = pt__fail(PT_ERR_FORMAT, "id %d is given to two different tokens", e->id);
+                goto done;
+            }
+            tk->tok_kind[e->id] = 2;
+            continue;
+        }
+        tk->tok_kind[e->id] = (unsigned char)(added ? 2 : 1);
+        tk->tok_off[e->id] = (uint32_t)o;
+        len[e->id] = l;
+        o += (size_t)l;
+    }
+    /* in id order */
+    for (o = 0, i = 0; i < n; i++) {
+        size_t at = o;
+        if (tk->tok_kind[i]) {
+            memcpy(tk->tok_bytes + o, tmp + tk->tok_off[i], (size_t)len[i]);
+            o += (size_t)len[i];
+        }
+        tk->tok_off[i] = (uint32_t)at;
+    }
+    tk->tok_off[n] = (uint32_t)o;
+    /* the hash: vocabulary tokens first, so a special never hides one */
+    for (int pass = 1; pass <= 2; pass++)
+        for (i = 0; i < n; i++) {
+            size_t l = tk->tok_off[i + 1] - tk->tok_off[i];
+            uint32_t h;
+            int other;
+            if (tk->tok_kind[i] != pass) continue;
+            if ((other = pt_tokenizer_find(tk, tk->tok_bytes + tk->tok_off[i], l)) >= 0) {
+                if (pass == 1) {
+                    st = pt__fail(PT_ERR_FORMAT, "vocabulary tokens %d and %d are the same bytes",
+                                  other, i);
+                    goto done;
+                }
+                continue;
+            }
+            h = (uint32_t)pt__hash_bytes(tk->tok_bytes + tk->tok_off[i], l) & tk->vocab_mask;
+            while (tk->vocab_hash[h]) h = (h + 1) & tk->vocab_mask;
+            tk->vocab_hash[h] = (uint32_t)i + 1;
+        }
+    for (i = 0; i < 256; i++) {
+        unsigned char c = (unsigned char)i;
+        int id = pt_tokenizer_find(tk, &c, 1);
+        if (id < 0 || tk->tok_kind[id] != 1) {
+            st = pt__fail(PT_ERR_FORMAT, "the vocabulary has no token for byte 0x%02X", i);
+            goto done;
+        }
+        tk->byte_id[i] = id;
+    }
+    /* merges: rank = position in the list */
+    tk->n_merges = b->n_merges;
+    tk->merge_mask = pt__pow2_above((size_t)b->n_merges) - 1;
+    tk->merge_hash = (uint64_t *)pt__malloc(((size_t)tk->merge_mask + 1) * 16, ctx);
+    for (i = 0; i < 2 * b->n_merges; i++)
+        if (b->merges[i].n > maxm) maxm = b->merges[i].n;
+    scratch = (unsigned char *)pt__malloc(2 * maxm + 1, ctx);
+    if (!tk->merge_hash || !scratch) {
+        st = pt__fail(PT_ERR_OOM, "cannot allocate %d merges", b->n_merges);
+        goto done;
+    }
+    memset(tk->merge_hash, 0xFF, ((size_t)tk->merge_mask + 1) * 16);
+    for (i = 0; i < b->n_merges; i++) {
+        const pt__tkstr *x = &b->merges[2 * i], *y = &b->merges[2 * i + 1];
+        long la = pt__bytelevel_decode(x->s, x->n, scratch), lb;
+        int a, c, r;
+        uint64_t key;
+        uint32_t h;
+        lb = la < 0 ? -1 : pt__bytelevel_decode(y->s, y->n, scratch + la);
+        if (la <= 0 || lb <= 0) {
+            st = pt__fail(PT_ERR_FORMAT, "merges[%d] \"%.*s %.*s\": not two byte-level strings", i,
+                          (int)(x->n < 40 ? x->n : 40), x->s, (int)(y->n < 40 ? y->n : 40), y->s);
+            goto done;
+        }
+        a = pt_tokenizer_find(tk, scratch, (size_t)la);
+        c = pt_tokenizer_find(tk, scratch + la, (size_t)lb);
+        r = pt_tokenizer_find(tk, scratch, (size_t)(la + lb));
+        if (a < 0 || c < 0 || r < 0 || tk->tok_kind[r] != 1) {
+            st = pt__fail(PT_ERR_FORMAT, "merges[%d] \"%.*s %.*s\": %s is not in the vocabulary", i,
+                          (int)(x->n < 40 ? x->n : 40), x->s, (int)(y->n < 40 ? y->n : 40), y->s,
+                          a < 0 ? "the first token" : c < 0 ? "the second token" : "the merged token");
+            goto done;
+        }
+        key = (uint64_t)(uint32_t)a << 32 | (uint32_t)c;
+        h = (uint32_t)pt__hash_pair(key) & tk->merge_mask;
+        while (tk->merge_hash[2 * (size_t)h] != UINT64_MAX) {
+            if (tk->merge_hash[2 * (size_t)h] == key) {
+                st = pt__fail(PT_ERR_FORMAT, "merges[%d] \"%.*s %.*s\" repeats merges[%d]", i,
+                              (int)(x->n < 40 ? x->n : 40), x->s, (int)(y->n < 40 ? y->n : 40), y->s,
+                              (int)(tk->merge_hash[2 * (size_t)h + 1] >> 32));
+                goto done;
+            }
+            h = (h + 1) & tk->merge_mask;
+        }
+        tk->merge_hash[2 * (size_t)h] = key;
+        tk->merge_hash[2 * (size_t)h + 1] = (uint64_t)i << 32 | (uint32_t)r;
+        fp = (fp ^ key) * 0x100000001b3ull;
+    }
+    /* specials, longest first */
+    for (i = 0; i < n; i++) tk->n_special += tk->tok_kind[i] == 2;
+    tk->special = (int *)pt__malloc((size_t)tk->n_special * sizeof(int) + 1, ctx);
+    if (!tk->special) {
+        st = pt__fail(PT_ERR_OOM, "cannot allocate %d special tokens", tk->n_special);
+        goto done;
+    }
+    for (o = 0, i = 0; i < n; i++)
+        if (tk->tok_kind[i] == 2) {
+            size_t k = o++, li = tk->tok_off[i + 1] - tk->tok_off[i];
+            while (k > 0 && tk->tok_off[tk->special[k - 1] + 1] - tk->tok_off[tk->special[k - 1]] < li) {
+                tk->special[k] = tk->special[k - 1];
+                k--;
+            }
+            tk->special[k] = i;
+            if (li == 13 && memcmp(tk->tok_bytes + tk->tok_off[i], "<|endoftext|>", 13) == 0) tk->eot = i;
+        }
+    tk->pretok = b->pretok;
+    tk->ignore_merges = b->ignore_merges;
+    fp ^= pt__hash_bytes(tk->tok_bytes, tk->tok_off[n]);
+    fp ^= pt__hash_bytes(tk->tok_off, ((size_t)n + 1) * 4) * 3;
+    fp ^= pt__hash_bytes(tk->tok_kind, (size_t)n) * 5;
+    tk->fingerprint = fp ^ ((uint64_t)tk->pretok << 8 | (uint64_t)tk->ignore_merges) * 7;
+done:
+    pt__free(len, ctx);
+    pt__free(tmp, ctx);
+    pt__free(scratch, ctx);
+    if (st != PT_OK) pt_tokenizer_free(tk);
+    return st;
+}
+
+static pt_status pt__tk_syntax(const char *what, const pt__json *j, const char *base) {
+    return pt__fail(PT_ERR_FORMAT, "%s at byte %zu", what, (size_t)(j->p - base));
+}
+
+static int pt__json_null(pt__json *j) {
+    pt__ws(j);
+    return pt__json_lit(j, "null");
+}
+
+static int pt__json_id(pt__json *j, int *id) {
+    uint64_t v;
+    if (!pt__json_u64(j, &v) || v >= PT__MAX_VOCAB) return 0;
+    *id = (int)v;
+    return 1;
+}
+
+PTRAINDEF pt_status pt_tokenizer_parse_gpt2(pt_tokenizer *tk, const void *encoder_json, size_t n_enc,
+                                            const void *vocab_bpe, size_t n_bpe) {
+    pt__tkbuild b;
+    pt__json j;
+    const char *key, *base = (const char *)encoder_json, *s = (const char *)vocab_bpe;
+    const char *end = s + n_bpe;
+    int first = 1, r, line = 0;
+    pt_status st;
+    memset(&b, 0, sizeof b);
+    b.ctx = tk->alloc_ctx;
+    memset(&j, 0, sizeof j);
+    j.p = base;
+    j.end = base + n_enc;
+    j.pool_cap = n_enc + 1;
+    if (!(j.pool = (char *)pt__malloc(j.pool_cap, b.ctx)))
+        return pt__fail(PT_ERR_OOM, "cannot allocate %zu bytes for encoder.json", n_enc);
+    if (!pt__json_expect(&j, '{')) {
+        st = pt__tk_syntax("encoder.json: not a JSON object", &j, base);
+        goto done;
+    }
+    while ((r = pt__json_member(&j, &first, &key)) == 1) {
+        int id;
+        if (!pt__json_id(&j, &id)) {
+            st = pt__fail(PT_ERR_FORMAT, "encoder.json: the id of \"%.40s\" is not an integer "
+                          "in [0, %d)", key, PT__MAX_VOCAB);
+            goto done;
+        }
+        if (!pt__tk_push(&b.vocab, &b.n_vocab, &b.cap_vocab, key, strlen(key), id, b.ctx) ||
+            (strcmp(key, "<|endoftext|>") == 0 &&
+             !pt__tk_push(&b.added, &b.n_added, &b.cap_added, key, strlen(key), id, b.ctx))) {
+            st = pt__fail(PT_ERR_OOM, "out of memory reading encoder.json");
+            goto done;
+        }
+    }
+    if (r < 0) {
+        st = pt__tk_syntax("encoder.json: malformed JSON object", &j, base);
+        goto done;
+    }
+    /* vocab.bpe: "#version: ..." then one merge "a b" a line */
+    while (s < end) {
+        const char *nl = (const char *)memchr(s, '\n', (size_t)(end - s)), *sp;
+        const char *e = nl ? nl : end, *le = e;
+        line++;
+        if (le > s && le[-1] == '\r') le--;
+        if (le > s && !(line == 1 && le - s >= 8 && memcmp(s, "#version", 8) == 0)) {
+            sp = (const char *)memchr(s, ' ', (size_t)(le - s));
+            if (!sp || sp == s || sp + 1 == le || memchr(sp + 1, ' ', (size_t)(le - sp - 1))) {
+                st = pt__fail(PT_ERR_FORMAT, "vocab.bpe line %d \"%.*s\" is not two tokens separated "
+                              "by one space", line, (int)(le - s < 40 ? le - s : 40), s);
+                goto done;
+            }
+            if (!pt__tk_push(&b.merges, &b.n_merges, &b.cap_merges, s, (size_t)(sp - s), 0, b.ctx) ||
+                !pt__tk_push(&b.merges, &b.n_merges, &b.cap_merges, sp + 1, (size_t)(le - sp - 1), 0,
+                             b.ctx)) {
+                st = pt__fail(PT_ERR_OOM, "out of memory reading vocab.bpe");
+                goto done;
+            }
+        }
+        s = e + 1;
+    }
+    b.n_merges /= 2;
+    b.pretok = PT_PRETOK_GPT2;
+    st = pt__tk_build(tk, &b);
+done:
+    pt__free(j.pool, b.ctx);
+    pt__tkbuild_free(&b);
+    return st;
+}
+
+/* The split patterns we match by hand, as files spell them. */
+static const char *const pt__pat_gpt2[] = {
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+", NULL};
+static const char *const pt__pat_cl100k[] = {
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
+    "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    "('s|'S|'t|'T|'re|'rE|'Re|'RE|'ve|'vE|'Ve|'VE|'m|'M|'ll|'lL|'Ll|'LL|'d|'D)|[^\\r\\n\\p{L}\\p{N}]?"
+    "\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    NULL};
+
+typedef struct pt__pretok_info {
+    int bytelevel, use_regex, prefix_space, n_split;
+    const char *regex, *unknown;
+} pt__pretok_info;
+
+/* One pre_tokenizer object (a Sequence recurses); 0 on a syntax error. */
+static int pt__tk_pretok(pt__json *j, pt__pretok_info *pi) {
+    const char *key, *type = "", *behavior = "Isolated";
+    int first = 1, r, use_regex = 1, prefix = 0, invert = 0;
+    const char *regex = NULL;
+    if (!pt__json_expect(j, '{') || ++j->depth > 16) return 0;
+    while ((r = pt__json_member(j, &first, &key)) == 1) {
+        if (strcmp(key, "type") == 0) {
+            if (!(type = pt__json_string(j))) return 0;
+        } else if (strcmp(key, "pretokenizers") == 0) {
+            int f2 = 1;
+            if (!pt__json_expect(j, '[')) return 0;
+            for (;;) {
+                pt__ws(j);
+                if (j->p < j->end && *j->p == ']') {
+                    j->p++;
+                    break;
+                }
+                if (!f2 && !pt__json_expect(j, ',')) return 0;
+                f2 = 0;
+                if (!pt__tk_pretok(j, pi)) return 0;
+            }
+        } else if (strcmp(key, "pattern") == 0) {
+            int f3 = 1;
+            const char *k3;
+            if (!pt__json_expect(j, '{')) return 0;
+            while ((r = pt__json_member(j, &f3, &k3)) == 1) {
+                const char *v = pt__json_string(j);
+                if (!v) return 0;
+                if (strcmp(k3, "Regex") == 0) regex = v;
+                else pi->unknown = "a Split by a String (only a Regex is supported)";
+            }
+            if (r < 0) return 0;
+        } else if (strcmp(key, "use_regex") == 0) {
+            if (!pt__json_bool(j, &use_regex)) return 0;
+        } else if (strcmp(key, "add_prefix_space") == 0) {
+            if (!pt__json_bool(j, &prefix)) return 0;
+        } else if (strcmp(key, "invert") == 0) {
+            if (!pt__json_bool(j, &invert)) return 0;
+        } else if (strcmp(key, "behavior") == 0) {
+            if (!(behavior = pt__json_string(j))) return 0;
+        } else if (!pt__json_skip(j)) {
+            return 0;
+        }
+    }
+    if (r < 0) return 0;
+    j->depth--;
+    if (strcmp(type, "ByteLevel") == 0) {
+        pi->bytelevel++;
+        pi->use_regex = use_regex;
+        pi->prefix_space |= prefix;
+    } else if (strcmp(type, "Split") == 0) {
+        pi->n_split++;
+        pi->regex = regex;
+        if (invert || strcmp(behavior, "Isolated") != 0)
+            pi->unknown = "a Split that is inverted or not Isolated";
+    } else if (strcmp(type, "Sequence") != 0) {
+        pi->unknown = "a pre-tokenizer other than ByteLevel, Split and Sequence";
+    }
+    return 1;
+}
+
+static int pt__pat_in(const char *pat, const char *const *list) {
+    for (; *list; list++)
+        if (strcmp(pat, *list) == 0) return 1;
+    return 0;
+}
+
+/* The "model" object: BPE with vocab and merges. */
+static pt_status pt__tk_model(pt__json *j, pt__tkbuild *b, const char *base) {
+    const char *key;
+    int first = 1, r;
+    if (!pt__json_expect(j, '{')) return pt__tk_syntax("\"model\" is not an object", j, base);
+    while ((r = pt__json_member(j, &first, &key)) == 1) {
+        if (strcmp(key, "type") == 0) {
+            const char *t = pt__json_string(j);
+            if (!t) return pt__tk_syntax("model.type is not a string", j, base);
+            if (strcmp(t, "BPE") != 0)
+                return pt__fail(PT_ERR_UNSUPPORTED, "model.type is \"%.40s\"; only BPE is supported", t);
+        } else if (strcmp(key, "vocab") == 0) {
+            int f2 = 1;
+            const char *k2;
+            if (!pt__json_expect(j, '{')) return pt__tk_syntax("model.vocab is not an object", j, base);
+            while ((r = pt__json_member(j, &f2, &k2)) == 1) {
+                int id;
+                if (!pt__json_id(j, &id))
+                    return pt__fail(PT_ERR_FORMAT, "model.vocab: the id of \"%.40s\" is not an integer "
+                                    "in [0, %d)", k2, PT__MAX_VOCAB);
+                if (!pt__tk_push(&b->vocab, &b->n_vocab, &b->cap_vocab, k2, strlen(k2), id, b->ctx))
+                    return pt__fail(PT_ERR_OOM, "out of memory reading model.vocab");
+            }
+            if (r < 0) return pt__tk_syntax("model.vocab: malformed object", j, base);
+        } else if (strcmp(key, "merges") == 0) {
+            int f2 = 1, k = 0;
+            if (!pt__json_expect(j, '[')) return pt__tk_syntax("model.merges is not an array", j, base);
+            for (;; k++) {
+                const char *a, *c;
+                size_t la, lc;
+                pt__ws(j);
+                if (j->p < j->end && *j->p == ']') {
+                    j->p++;
+                    break;
+                }
+                if (!f2 && !pt__json_expect(j, ','))
+                    return pt__tk_syntax("model.merges: expected ','", j, base);
+                f2 = 0;
+                pt__ws(j);
+                if (j->p < j->end && *j->p == '[') { /* ["a", "b"] */
+                    j->p++;
+                    if (!(a = pt__json_string(j)) || !pt__json_expect(j, ',') ||
+                        !(c = pt__json_string(j)) || !pt__json_expect(j, ']'))
+                        return pt__fail(PT_ERR_FORMAT, "model.merges[%d] is not an array of two strings", k);
+                    la = strlen(a);
+                    lc = strlen(c);
+                } else { /* "a b" */
+                    const char *sp;
+                    if (!(a = pt__json_string(j)))
+                        return pt__fail(PT_ERR_FORMAT, "model.merges[%d] is neither a string nor an array", k);
+                    sp = strchr(a, ' ');
+                    if (!sp || sp == a || !sp[1] || strchr(sp + 1, ' '))
+                        return pt__fail(PT_ERR_FORMAT, "model.merges[%d] \"%.40s\" is not two tokens "
+                                        "separated by one space", k, a);
+                    la = (size_t)(sp - a);
+                    c = sp + 1;
+                    lc = strlen(c);
+                }
+                if (!pt__tk_push(&b->merges, &b->n_merges, &b->cap_merges, a, la, 0, b->ctx) ||
+                    !pt__tk_push(&b->merges, &b->n_merges, &b->cap_merges, c, lc, 0, b->ctx))
+                    return pt__fail(PT_ERR_OOM, "out of memory reading model.merges");
+            }
+        } else if (strcmp(key, "ignore_merges") == 0) {
+            if (!pt__json_bool(j, &b->ignore_merges))
+                return pt__tk_syntax("model.ignore_merges is not a boolean", j, base);
+        } else if (strcmp(key, "byte_fallback") == 0) {
+            int v;
+            if (!pt__json_bool(j, &v)) return pt__tk_syntax("model.byte_fallback is not a boolean", j, base);
+            if (v) return pt__fail(PT_ERR_UNSUPPORTED, "model.byte_fallback is true (a SentencePiece-style "
+                                   "BPE); only byte-level BPE is supported");
+        } else if (strcmp(key, "continuing_subword_prefix") == 0 || strcmp(key, "end_of_word_suffix") == 0 ||
+                   strcmp(key, "dropout") == 0) {
+            const char *v;
+            pt__ws(j);
+            if (!pt__json_null(j) && (!(v = pt__json_string(j)) || *v))
+                return pt__fail(PT_ERR_UNSUPPORTED, "model.%s is set; only null or \"\" is supported", key);
+        } else if (!pt__json_skip(j)) {
+            return pt__tk_syntax("malformed JSON value in \"model\"", j, base);
+        }
+    }
+    if (r < 0) return pt__tk_syntax("\"model\": malformed object", j, base);
+    b->n_merges /= 2;
+    return PT_OK;
+}
+
+PTRAINDEF pt_status pt_tokenizer_parse_hf(pt_tokenizer *tk, const void *json, size_t n) {
+    pt__tkbuild b;
+    pt__json j;
+    pt__pretok_info pi;
+    const char *key, *base = (const char *)json;
+    int first = 1, r, have_model = 0, have_pre = 0;
+    pt_status st = PT_OK;
+    memset(&b, 0, sizeof b);
+    memset(&pi, 0, sizeof pi);
+    b.ctx = tk->alloc_ctx;
+    memset(&j, 0, sizeof j);
+    j.p = base;
+    j.end = base + n;
+    j.pool_cap = n + 1;
+    if (!(j.pool = (char *)pt__malloc(j.pool_cap, b.ctx)))
+        return pt__fail(PT_ERR_OOM, "cannot allocate %zu bytes for a tokenizer.json", n);
+    if (!pt__json_expect(&j, '{')) {
+        st = pt__tk_syntax("not a JSON object", &j, base);
+        goto done;
+    }
+    while (st == PT_OK && (r = pt__json_member(&j, &first, &key)) == 1) {
+        if (strcmp(key, "model") == 0) {
+            have_model = 1;
+            st = pt__tk_model(&j, &b, base);
+        } else if (strcmp(key, "added_tokens") == 0) {
+            int f2 = 1, k = 0;
+            if (!pt__json_expect(&j, '[')) {
+                st = pt__tk_syntax("added_tokens is not an array", &j, base);
+                break;
+            }
+            for (;; k++) {
+                int f3 = 1, id = -1;
+                const char *k3, *content = NULL;
+                pt__ws(&j);
+                if (j.p < j.end && *j.p == ']') {
+                    j.p++;
+                    break;
+                }
+                if ((!f2 && !pt__json_expect(&j, ',')) || !pt__json_expect(&j, '{')) {
+                    st = pt__fail(PT_ERR_FORMAT, "added_tokens[%d] is not an object", k);
+                    break;
+                }
+                f2 = 0;
+                while ((r = pt__json_member(&j, &f3, &k3)) == 1) {
+                    int ok = strcmp(k3, "id") == 0        ? pt__json_id(&j, &id)
+                             : strcmp(k3, "content") == 0 ? (content = pt__json_string(&j)) != NULL
+                                                          : pt__json_skip(&j);
+                    if (!ok) {
+                        r = -1;
+                        break;
+                    }
+                }
+                if (r < 0 || id < 0 || !content || !*content) {
+                    st = pt__fail(PT_ERR_FORMAT, "added_tokens[%d] needs an integer \"id\" in [0, %d) and "
+                                  "a non-empty string \"content\"", k, PT__MAX_VOCAB);
+                    break;
+                }
+                if (!pt__tk_push(&b.added, &b.n_added, &b.cap_added, content, strlen(content), id, b.ctx))
+                    st = pt__fail(PT_ERR_OOM, "out of memory reading added_tokens");
+                if (st != PT_OK) break;
+            }
+        } else if (strcmp(key, "normalizer") == 0) {
+            if (!pt__json_null(&j))
+                st = pt__fail(PT_ERR_UNSUPPORTED, "the normalizer is not null; byte-level BPE without a "
+                              "normalizer is supported");
+        } else if (strcmp(key, "pre_tokenizer") == 0) {
+            have_pre = 1;
+            if (pt__json_null(&j)) have_pre = 0;
+            else if (!pt__tk_pretok(&j, &pi)) st = pt__tk_syntax("malformed pre_tokenizer", &j, base);
+        } else if (!pt__json_skip(&j)) {
+            st = pt__tk_syntax("malformed JSON value", &j, base);
+        }
+    }
+    if (st != PT_OK) goto done;
+    if (r < 0) {
+        st = pt__tk_syntax("malformed JSON object", &j, base);
+        goto done;
+    }
+    if (!have_model) {
+        st = pt__fail(PT_ERR_MISSING, "no \"model\"");
+        goto done;
+    }
+    if (!have_pre || pi.unknown || pi.bytelevel != 1 || pi.n_split > 1 || pi.prefix_space) {
+        st = pt__fail(PT_ERR_UNSUPPORTED, "pre_tokenizer: %s; supported: ByteLevel (GPT-2's pattern), "
+                      "or a Split by GPT-2's or cl100k's pattern and ByteLevel without a regex, "
+                      "no prefix space",
+                      !have_pre ? "none" : pi.unknown ? pi.unknown : pi.prefix_space ? "add_prefix_space"
+                      : pi.bytelevel != 1 ? "no single ByteLevel" : "more than one Split");
+        goto done;
+    }
+    if (pi.n_split == 0) {
+        if (!pi.use_regex) {
+            st = pt__fail(PT_ERR_UNSUPPORTED, "pre_tokenizer: ByteLevel without a regex and no Split");
+            goto done;
+        }
+        b.pretok = PT_PRETOK_GPT2;
+    } else if (pi.use_regex) {
+        st = pt__fail(PT_ERR_UNSUPPORTED, "pre_tokenizer: a Split followed by ByteLevel with use_regex");
+        goto done;
+    } else if (pi.regex && pt__pat_in(pi.regex, pt__pat_gpt2)) {
+        b.pretok = PT_PRETOK_GPT2;
+    } else if (pi.regex && pt__pat_in(pi.regex, pt__pat_cl100k)) {
+        b.pretok = PT_PRETOK_CL100K;
+    } else {
+        st = pt__fail(PT_ERR_UNSUPPORTED, "pre_tokenizer: the split pattern \"%.120s\" is neither "
+                      "GPT-2's nor cl100k's", pi.regex ? pi.regex : "(none)");
+        goto done;
+    }
+    st = pt__tk_build(tk, &b);
+done:
+    pt__free(j.pool, b.ctx);
+    pt__tkbuild_free(&b);
+    return st;
+}
+
+PTRAINDEF pt_status pt_tokenizer_load(pt_tokenizer *tk, const char *path) {
+    unsigned char *a = NULL, *c = NULL;
+    size_t na = 0, nc = 0, plen = strlen(path);
+    char *p2 = NULL;
+    pt_status st;
+    void *ctx = tk->alloc_ctx;
+    memset(tk, 0, sizeof *tk);
+    tk->alloc_ctx = ctx;
+    if (plen >= 5 && strcmp(path + plen - 5, ".json") == 0) {
+        if ((st = pt__read_file(path, &a, &na, ctx)) != PT_OK) return st;
+        st = pt_tokenizer_parse_hf(tk, a, na);
+        pt__free(a, ctx);
+        return st == PT_OK ? st : pt__fail_path(st, path);
+    }
+    /* a directory: encoder.json + vocab.bpe */
+    if (!(p2 = (char *)pt__malloc(plen + 16, ctx))) return pt__fail(PT_ERR_OOM, "out of memory");
+    snprintf(p2, plen + 16, "%s/encoder.json", path);
+    if ((st = pt__read_file(p2, &a, &na, ctx)) == PT_OK) {
+        snprintf(p2, plen + 16, "%s/vocab.bpe", path);
+        if ((st = pt__read_file(p2, &c, &nc, ctx)) == PT_OK) {
+            st = pt_tokenizer_parse_gpt2(tk, a, na, c, nc);
+            if (st != PT_OK) pt__fail_path(st, path);
+        }
+    }
+    if (st == PT_ERR_IO) {
+        char msg[sizeof pt__err];
+        snprintf(msg, sizeof msg, "%s", pt__err);
+        pt__fail(st, "%s: neither a tokenizer.json nor a directory with encoder.json and vocab.bpe (%s)",
+                 path, msg);
+    }
+    pt__free(a, ctx);
+    pt__free(c, ctx);
+    pt__free(p2, ctx);
+    return st;
+}
+
+/* ---- BPE training ---------------------------------------------------------- */
+
+/* distinct pieces and their counts: open addressing over a byte arena */
+typedef struct pt__wslot { uint64_t h, off, count; uint32_t len, used; } pt__wslot;
+typedef struct pt__wmap {
+    pt__wslot *slot;
+    size_t mask, n;
+    unsigned char *bytes;
+    size_t nb, cap_b;
+    void *ctx;
+} pt__wmap;
+
+static int pt__wmap_init(pt__wmap *m, size_t cap, void *ctx) {
+    memset(m, 0, sizeof *m);
+    m->ctx = ctx;
+    m->mask = cap - 1;
+    m->slot = (pt__wslot *)pt__malloc(cap * sizeof(pt__wslot), ctx);
+    if (!m->slot) return 0;
+    memset(m->slot, 0, cap * sizeof(pt__wslot));
+    return 1;
+}
+
+static void pt__wmap_free(pt__wmap *m) {
+    pt__free(m->slot, m->ctx);
+    pt__free(m->bytes, m->ctx);
+    m->slot = NULL;
+    m->bytes = NULL;
+}
+
+/* Adds count to piece p (hash h); 0 when out of memory. */
+static int pt__wmap_add(pt__wmap *m, const unsigned char *p, size_t len, uint64_t h, uint64_t count) {
+    size_t i;
+    if (2 * (m->n + 1) > m->mask + 1) { /* grow to keep the load under 1/2 */
+        pt__wmap g;
+        size_t k;
+        if (!pt__wmap_init(&g, 2 * (m->mask + 1), m->ctx)) return 0;
+        for (k = 0; k <= m->mask; k++)
+            if (m->slot[k].used) {
+                size_t j = m->slot[k].h & g.mask;
+                while (g.slot[j].used) j = (j + 1) & g.mask;
+                g.slot[j] = m->slot[k];
+            }
+        pt__free(m->slot, m->ctx);
+        m->slot = g.slot;
+        m->mask = g.mask;
+    }
+    for (i = h & m->mask; m->slot[i].used; i = (i + 1) & m->mask)
+        if (m->slot[i].h == h && m->slot[i].len == len && memcmp(m->bytes + m->slot[i].off, p, len) == 0) {
+            m->slot[i].count += count;
+            return 1;
+        }
+    if (m->nb + len > m->cap_b) {
+        size_t cap = 2 * m->cap_b + len + 4096;
+        unsigned char *b = (unsigned char *)pt__malloc(cap, m->ctx);
+        if (!b) return 0;
+        if (m->nb) memcpy(b, m->bytes, m->nb);
+        pt__free(m->bytes, m->ctx);
+        m->bytes = b;
+        m->cap_b = cap;
+    }
+    memcpy(m->bytes + m->nb, p, len);
+    m->slot[i].h = h;
+    m->slot[i].off = m->nb;
+    m->slot[i].len = (uint32_t)len;
+    m->slot[i].count = count;
+    m->slot[i].used = 1;
+    m->nb += len;
+    m->n++;
+    return 1;
+}
+
+/* pairs of adjacent tokens: count, and the words that (may) hold them */
+typedef struct pt__pairs {
+    uint64_t *key;   /* per pair */
+    int64_t *count;
+    int **words;
+    int *n_words, *cap_words, *stamp;
+    uint32_t *slot;  /* key hash -> pair index + 1 */
+    size_t n, cap, mask;
+    void *ctx;
+} pt__pairs;
+
+/* The index of pair key, created when missing; -1 when out of memory. */
+static long pt__pair_get(pt__pairs *p, uint64_t key) {
+    size_t i;
+    uint32_t v;
+    if (2 * (p->n + 1) > p->mask + 1) {
+        size_t cap = 2 * (p->mask + 1), k;
+        uint32_t *s = (uint32_t *)pt__malloc(cap * 4, p->ctx);
+        if (!s) return -1;
+        memset(s, 0, cap * 4);
+        for (k = 0; k < p->n; k++) {
+            size_t j = pt__hash_pair(p->key[k]) & (cap - 1);
+            while (s[j]) j = (j + 1) & (cap - 1);
+            s[j] = (uint32_t)k + 1;
+        }
+        pt__free(p->slot, p->ctx);
+        p->slot = s;
+        p->mask = cap - 1;
+    }
+    for (i = pt__hash_pair(key) & p->mask; (v = p->slot[i]) != 0; i = (i + 1) & p->mask)
+        if (p->key[v - 1] == key) return (long)v - 1;
+    if (p->n == p->cap) {
+        int c = (int)p->cap;
+        int c1 = c, c2 = c, c3 = c, c4 = c, c5 = c, need = (int)p->n + 1;
+        if (p->cap > 0x3FFFFFFF ||
+            !pt__grow((void **)&p->key, &c, need, sizeof(uint64_t), p->ctx) ||
+            !pt__grow((void **)&p->count, &c1, need, sizeof(int64_t), p->ctx) ||
+            !pt__grow((void **)&p->words, &c2, need, sizeof(int *), p->ctx) ||
+            !pt__grow((void **)&p->n_words, &c3, need, sizeof(int), p->ctx) ||
+            !pt__grow((void **)&p->cap_words, &c4, need, sizeof(int), p->ctx) ||
+            !pt__grow((void **)&p->stamp, &c5, need, sizeof(int), p->ctx))
+            return -1;
+        p->cap = (size_t)c;
+    }
+    p->key[p->n] = key;
+    p->count[p->n] = 0;
+    p->words[p->n] = NULL;
+    p->n_words[p->n] = p->cap_words[p->n] = 0;
+    p->stamp[p->n] = -1;
+    p->slot[i] = (uint32_t)p->n + 1;
+    return (long)p->n++;
+}
+
+/* count += delta for pair key; with w >= 0 also lists word w under it. */
+static long pt__pair_add(pt__pairs *p, uint64_t key, int64_t delta, int w) {
+    long k = pt__pair_get(p, key);
+    if (k < 0) return -1;
+    p->count[k] += delta;
+    if (w >= 0 && (p->n_words[k] == 0 || p->words[k][p->n_words[k] - 1] != w)) {
+        if (!pt__grow((void **)&p->words[k], &p->cap_words[k], p->n_words[k] + 1, sizeof(int), p->ctx))
+            return -1;
+        p->words[k][p->n_words[k]++] = w;
+    }
+    return k;
+}
+
+/* max-heap of (count, pair): the larger count first, then the smaller key */
+typedef struct pt__pq { int64_t count; uint64_t key; } pt__pq;
+static int pt__pq_before(const pt__pq *a, const pt__pq *b) {
+    return a->count > b->count || (a->count == b->count && a->key < b->key);
+}
+static int pt__pq_push(pt__pq **h, int *n, int *cap, int64_t count, uint64_t key, void *ctx) {
+    pt__pq e;
+    int i;
+    e.count = count;
+    e.key = key;
+    if (!pt__grow((void **)h, cap, *n + 1, sizeof(pt__pq), ctx)) return 0;
+    for (i = (*n)++; i > 0 && pt__pq_before(&e, &(*h)[(i - 1) / 2]); i = (i - 1) / 2) (*h)[i] = (*h)[(i - 1) / 2];
+    (*h)[i] = e;
+    return 1;
+}
+static pt__pq pt__pq_pop(pt__pq *h, int *n) {
+    pt__pq top = h[0], e = h[--*n];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && pt__pq_before(&h[c + 1], &h[c])) c++;
+        if (!pt__pq_before(&h[c], &e)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = e;
+    return top;
+}
+
+/* Appends the byte-level spelling of b[0..n) to out (room for 2n). */
+static size_t pt__bytelevel_encode(const unsigned char *b, size_t n, char *out) {
+    size_t i, o = 0;
+    for (i = 0; i < n; i++) {
+        int c = b[i], k = 0, x, cp;
+        if ((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF)) cp = c;
+        else {
+            for (x = 0; x < c; x++)
+                k += !((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF));
+            cp = 0x100 + k;
+        }
+        if (cp < 0x80) out[o++] = (char)cp;
+        else {
+            out[o++] = (char)(0xC0 | (cp >> 6));
+            out[o++] = (char)(0x80 | (cp & 0x3F));
+        }
+    }
+    return o;
+}
+
+PTRAINDEF pt_status pt_bpe_train(pt_tokenizer *tk, const void *text, size_t n,
+                                 const pt_bpe_train_desc *desc) {
+    static const char *const eot[] = {"<|endoftext|>"};
+    const unsigned char *s = (const unsigned char *)text;
+    void *ctx = tk->alloc_ctx;
+    int vocab = desc && desc->vocab_size ? desc->vocab_size : 4096;
+    int minf = desc && desc->min_frequency ? desc->min_frequency : 2;
+    int threads = desc ? desc->threads : 0;
+    pt_pretok pat = desc && desc->pretok ? desc->pretok : PT_PRETOK_GPT2;
+    const char *const *special = desc && desc->special ? desc->special : eot;
+    int n_special = desc && desc->special ? desc->n_special : 1;
+    int n_merges_max, n_threads = 1, t, n_merges = 0, n_heap = 0, cap_heap = 0;
+    int n_touched = 0, cap_touched = 0;
+    long *touched = NULL;
+    size_t n_chunks = 0, c, i, n_words = 0, n_sym = 0;
+    size_t *cut = NULL;
+    pt__wmap *maps = NULL, *all;
+    int *sym = NULL, *wlen = NULL;
+    size_t *woff = NULL;
+    int64_t *wcount = NULL;
+    uint64_t *merges = NULL;      /* (a << 32 | b) in order */
+    uint32_t *tok_len = NULL;     /* bytes of each token */
+    pt__pairs P;
+    pt__pq *heap = NULL;
+    pt_status st = PT_OK;
+    memset(&P, 0, sizeof P);
+    P.ctx = ctx;
+    if (n_special < 0 || vocab < 256 + n_special || vocab > PT__MAX_VOCAB || minf < 1 ||
+        (pat != PT_PRETOK_GPT2 && pat != PT_PRETOK_CL100K))
+        return pt__fail(PT_ERR_CONFIG, "pt_bpe_train: vocab_size=%d must hold the 256 bytes and %d "
+                        "specials (and at most %d), min_frequency=%d >= 1, a known pretok (%d)",
+                        vocab, n_special, PT__MAX_VOCAB, minf, (int)pat);
+    n_merges_max = vocab - 256 - n_special;
+#ifdef _OPENMP
+    n_threads = threads > 0 ? threads : omp_get_num_procs();
+#else
+    (void)threads;
+#endif
+    /* 1. count the distinct pieces, on threads over chunks */
+    cut = (size_t *)pt__malloc((n >> 20) * sizeof(size_t) + 3 * sizeof(size_t), ctx);
+    maps = (pt__wmap *)pt__malloc((size_t)n_threads * sizeof(pt__wmap), ctx);
+    if (!cut || !maps) {
+        st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+        goto done;
+    }
+    memset(maps, 0, (size_t)n_threads * sizeof(pt__wmap));
+    cut[n_chunks++] = 0;
+    for (c = (size_t)1 << 20; c < n;) {
+        size_t k = c;
+        while (k < n && !pt__safe_cut(s, n, k)) k++;
+        if (k >= n) break;
+        cut[n_chunks++] = k;
+        c = k + ((size_t)1 << 20);
+    }
+    cut[n_chunks] = n;
+    for (t = 0; t < n_threads; t++)
+        if (!pt__wmap_init(&maps[t], 1 << 12, ctx)) st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+    if (st != PT_OK) goto done;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(n_threads)
+#endif
+    for (c = 0; c < n_chunks; c++) {
+        int me = 0;
+        size_t j, k;
+#ifdef _OPENMP
+        me = omp_get_thread_num();
+#endif
+        for (j = cut[c]; j < cut[c + 1]; j = k) {
+            k = pt__piece_end(pat, s, cut[c + 1], j);
+            if (!pt__wmap_add(&maps[me], s + j, k - j, pt__hash_bytes(s + j, k - j), 1)) {
+#ifdef _OPENMP
+#pragma omp critical
+#endif
+                st = PT_ERR_OOM;
+                break;
+            }
+        }
+    }
+    if (st != PT_OK) {
+        st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory counting pieces");
+        goto done;
+    }
+    all = &maps[0];
+    for (t = 1; t < n_threads; t++) {
+        for (i = 0; i <= maps[t].mask && st == PT_OK; i++) {
+            const pt__wslot *w = &maps[t].slot[i];
+            if (w->used && !pt__wmap_add(all, maps[t].bytes + w->off, w->len, w->h, w->count))
+                st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory merging counts");
+        }
+        pt__wmap_free(&maps[t]);
+        if (st != PT_OK) goto done;
+    }
+    /* 2. the words as symbols (bytes); their order depends on the threads, the
+       merges do not (counts and ties on pair ids decide) */
+    for (i = 0; i <= all->mask; i++)
+        if (all->slot[i].used && all->slot[i].len > 1) n_words++, n_sym += all->slot[i].len;
+    sym = (int *)pt__malloc(n_sym * sizeof(int) + 4, ctx);
+    woff = (size_t *)pt__malloc(n_words * sizeof(size_t) + 8, ctx);
+    wlen = (int *)pt__malloc(n_words * sizeof(int) + 4, ctx);
+    wcount = (int64_t *)pt__malloc(n_words * sizeof(int64_t) + 8, ctx);
+    merges = (uint64_t *)pt__malloc(((size_t)n_merges_max + 1) * sizeof(uint64_t), ctx);
+    tok_len = (uint32_t *)pt__malloc(((size_t)vocab + 1) * sizeof(uint32_t), ctx);
+    P.mask = 1023;
+    P.slot = (uint32_t *)pt__malloc((P.mask + 1) * 4, ctx);
+    if (!sym || !woff || !wlen || !wcount || !merges || !tok_len || !P.slot) {
+        st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory for %zu distinct pieces", n_words);
+        goto done;
+    }
+    memset(P.slot, 0, (P.mask + 1) * 4);
+    for (t = 0; t < 256; t++) tok_len[t] = 1;
+    {
+        size_t w = 0, o = 0;
+        for (i = 0; i <= all->mask; i++) {
+            const pt__wslot *x = &all->slot[i];
+            uint32_t k;
+            if (!x->used || x->len < 2) continue;
+            woff[w] = o;
+            wlen[w] = (int)x->len;
+            wcount[w] = (int64_t)x->count;
+            for (k = 0; k < x->len; k++) sym[o + k] = all->bytes[x->off + k];
+            for (k = 0; k + 1 < x->len && st == PT_OK; k++)
+                if (pt__pair_add(&P, (uint64_t)sym[o + k] << 32 | (uint32_t)sym[o + k + 1], wcount[w], (int)w) < 0)
+                    st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory counting pairs");
+            o += x->len;
+            w++;
+        }
+    }
+    pt__wmap_free(all);
+    if (st != PT_OK) goto done;
+    for (i = 0; i < P.n; i++)
+        if (!pt__pq_push(&heap, &n_heap, &cap_heap, P.count[i], P.key[i], ctx)) {
+            st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+            goto done;
+        }
+    /* 3. merge the most frequent pair until the vocabulary is full */
+    while (n_merges < n_merges_max && n_heap > 0) {
+        pt__pq e = pt__pq_pop(heap, &n_heap);
+        long k = pt__pair_get(&P, e.key);
+        int a = (int)(e.key >> 32), b = (int)(uint32_t)e.key, z = 256 + n_merges, q;
+        int *wl, nwl;
+        if (k < 0) continue;
+        if (P.count[k] != e.count) { /* counts only fall: push the pair again with its own */
+            if (P.count[k] > 0 &&
+                !pt__pq_push(&heap, &n_heap, &cap_heap, P.count[k], e.key, ctx)) {
+                st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+                goto done;
+            }
+            continue;
+        }
+        if (e.count < minf) break;
+        merges[n_merges++] = e.key;
+        tok_len[z] = tok_len[a] + tok_len[b];
+        wl = P.words[k];
+        nwl = P.n_words[k];
+        P.words[k] = NULL;
+        P.n_words[k] = P.cap_words[k] = 0;
+        for (q = 0; q < nwl && st == PT_OK; q++) {
+            int w = wl[q], L = wlen[w], x, y, found = 0;
+            int *ws = sym + woff[w];
+            for (x = 0; x + 1 < L; x++)
+                if (ws[x] == a && ws[x + 1] == b) found = 1;
+            if (!found) continue;
+            for (x = 0; x + 1 < L; x++) /* the word's pairs out ... */
+                pt__pair_add(&P, (uint64_t)ws[x] << 32 | (uint32_t)ws[x + 1], -wcount[w], -1);
+            for (x = 0, y = 0; x < L; y++) { /* ... a b -> z, left to right ... */
+                if (x + 1 < L && ws[x] == a && ws[x + 1] == b) ws[y] = z, x += 2;
+                else ws[y] = ws[x++];
+            }
+            wlen[w] = L = y;
+            for (x = 0; x + 1 < L && st == PT_OK; x++) { /* ... and back in */
+                int fresh = ws[x] == z || ws[x + 1] == z;
+                long pk = pt__pair_add(&P, (uint64_t)ws[x] << 32 | (uint32_t)ws[x + 1], wcount[w],
+                                       fresh ? w : -1);
+                if (pk < 0) st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory counting pairs");
+                else if (fresh && P.stamp[pk] != z) {
+                    P.stamp[pk] = z;
+                    if (!pt__grow((void **)&touched, &cap_touched, n_touched + 1, sizeof(long), ctx))
+                        st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+                    else touched[n_touched++] = pk;
+                }
+            }
+        }
+        pt__free(wl, ctx);
+        if (st != PT_OK) goto done;
+        /* the new pairs into the heap, once each with their count */
+        for (q = 0; q < n_touched; q++) {
+            long pk = touched[q];
+            if (P.count[pk] > 0 &&
+                !pt__pq_push(&heap, &n_heap, &cap_heap, P.count[pk], P.key[pk], ctx)) {
+                st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+                goto done;
+            }
+        }
+        n_touched = 0;
+        if (desc && desc->progress && n_merges % 1000 == 0) desc->progress(n_merges, n_merges_max, desc->progress_ctx);
+    }
+    if (desc && desc->progress) desc->progress(n_merges, n_merges_max, desc->progress_ctx);
+    /* 4. the tokenizer: byte-level strings through the loader's own checks */
+    {
+        pt__tkbuild B;
+        size_t total = 0, o = 0;
+        unsigned char *tb = NULL, *bytes;
+        char *str = NULL;
+        uint32_t *toff = NULL;
+        int id;
+        memset(&B, 0, sizeof B);
+        B.ctx = ctx;
+        B.pretok = pat;
+        for (id = 0; id < 256 + n_merges; id++) total += tok_len[id];
+        toff = (uint32_t *)pt__malloc(((size_t)256 + (size_t)n_merges + 1) * 4, ctx);
+        tb = (unsigned char *)pt__malloc(total + 1, ctx);
+        str = (char *)pt__malloc(2 * total + 1, ctx);
+        if (!toff || !tb || !str) st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+        for (id = 0; st == PT_OK && id < 256 + n_merges; id++) {
+            toff[id] = (uint32_t)o;
+            if (id < 256) tb[o] = (unsigned char)id;
+            else {
+                int a = (int)(merges[id - 256] >> 32), b = (int)(uint32_t)merges[id - 256];
+                memcpy(tb + o, tb + toff[a], tok_len[a]);
+                memcpy(tb + o + tok_len[a], tb + toff[b], tok_len[b]);
+            }
+            o += tok_len[id];
+        }
+        if (st == PT_OK) toff[256 + n_merges] = (uint32_t)o;
+        bytes = tb;
+        for (id = 0, o = 0; st == PT_OK && id < 256 + n_merges; id++) {
+            size_t l = pt__bytelevel_encode(bytes + toff[id], tok_len[id], str + o);
+            if (!pt__tk_push(&B.vocab, &B.n_vocab, &B.cap_vocab, str + o, l, id, ctx))
+                st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+            o += l;
+        }
+        for (id = 0; st == PT_OK && id < n_merges; id++) {
+            int a = (int)(merges[id] >> 32), b = (int)(uint32_t)merges[id];
+            if (!pt__tk_push(&B.merges, &B.n_merges, &B.cap_merges, B.vocab[a].s, B.vocab[a].n, 0, ctx) ||
+                !pt__tk_push(&B.merges, &B.n_merges, &B.cap_merges, B.vocab[b].s, B.vocab[b].n, 0, ctx))
+                st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+        }
+        B.n_merges /= 2;
+        for (t = 0; st == PT_OK && t < n_special; t++)
+            if (!special[t] || !*special[t] ||
+                !pt__tk_push(&B.added, &B.n_added, &B.cap_added, special[t], strlen(special[t]),
+                             256 + n_merges + t, ctx))
+                st = pt__fail(PT_ERR_CONFIG, "pt_bpe_train: special[%d] is empty or NULL", t);
+        if (st == PT_OK) st = pt__tk_build(tk, &B);
+        pt__tkbuild_free(&B);
+        pt__free(toff, ctx);
+        pt__free(tb, ctx);
+        pt__free(str, ctx);
+    }
+done:
+    if (maps)
+        for (t = 0; t < n_threads; t++) pt__wmap_free(&maps[t]);
+    pt__free(maps, ctx);
+    pt__free(cut, ctx);
+    pt__free(sym, ctx);
+    pt__free(woff, ctx);
+    pt__free(wlen, ctx);
+    pt__free(wcount, ctx);
+    pt__free(merges, ctx);
+    pt__free(tok_len, ctx);
+    pt__free(heap, ctx);
+    pt__free(touched, ctx);
+    for (i = 0; i < P.n; i++) pt__free(P.words[i], ctx);
+    pt__free(P.key, ctx);
+    pt__free(P.count, ctx);
+    pt__free(P.words, ctx);
+    pt__free(P.n_words, ctx);
+    pt__free(P.cap_words, ctx);
+    pt__free(P.stamp, ctx);
+    pt__free(P.slot, ctx);
+    return st;
+}
+
+/* JSON string of raw bytes (special tokens): escapes quote, backslash and controls */
+static size_t pt__json_raw(char *o, const unsigned char *b, size_t n) {
+    size_t i, k = 0;
+    o[k++] = '"';
+    for (i = 0; i < n; i++) {
+        if (b[i] == '"' || b[i] == '\\') o[k++] = '\\', o[k++] = (char)b[i];
+        else if (b[i] < 0x20) k += (size_t)sprintf(o + k, "\\u%04x", b[i]);
+        else o[k++] = (char)b[i];
+    }
+    o[k++] = '"';
+    return k;
+}
+
+/* A token's byte-level spelling in JSON; open, close: with the quotes */
+static size_t pt__json_bytelevel(char *o, const unsigned char *b, size_t n, int open, int close) {
+    char tmp[8];
+    size_t i, k = 0;
+    if (open) o[k++] = '"';
+    for (i = 0; i < n; i++) {
+        size_t l = pt__bytelevel_encode(b + i, 1, tmp);
+        if (l == 1 && (tmp[0] == '"' || tmp[0] == '\\')) o[k++] = '\\';
+        memcpy(o + k, tmp, l);
+        k += l;
+    }
+    if (close) o[k++] = '"';
+    return k;
+}
+
+PTRAINDEF pt_status pt_tokenizer_save(const pt_tokenizer *tk, const char *path) {
+    size_t cap = 4096, k = 0, i, plen = strlen(path);
+    uint64_t *order;
+    char *o, *tmp;
+    const void *parts[1];
+    size_t lens[1];
+    pt_status st;
+    int id, first;
+    if (!tk->tok_off) return pt__fail(PT_ERR_INVALID_ARG, "pt_tokenizer_save: the tokenizer is empty");
+    for (id = 0; id < tk->n_vocab; id++) cap += 6 * (size_t)(tk->tok_off[id + 1] - tk->tok_off[id]) + 200;
+    cap += (size_t)tk->n_merges * 16;
+    order = (uint64_t *)pt__malloc(((size_t)tk->n_merges + 1) * sizeof(uint64_t), tk->alloc_ctx);
+    o = (char *)pt__malloc(cap, tk->alloc_ctx);
+    tmp = (char *)pt__malloc(plen + 5, tk->alloc_ctx);
+    if (!order || !o || !tmp) {
+        pt__free(order, tk->alloc_ctx);
+        pt__free(o, tk->alloc_ctx);
+        pt__free(tmp, tk->alloc_ctx);
+        return pt__fail(PT_ERR_OOM, "pt_tokenizer_save: cannot allocate %zu bytes", cap);
+    }
+    for (i = 0; i <= tk->merge_mask; i++)
+        if (tk->merge_hash[2 * i] != UINT64_MAX) {
+            uint32_t rank = (uint32_t)(tk->merge_hash[2 * i + 1] >> 32);
+            if (rank < (uint32_t)tk->n_merges) order[rank] = tk->merge_hash[2 * i];
+        }
+    k += (size_t)sprintf(o + k, "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[");
+    for (id = 0, first = 1; id < tk->n_vocab; id++)
+        if (tk->tok_kind[id] == 2) {
+            k += (size_t)sprintf(o + k, "%s{\"id\":%d,\"content\":", first ? "" : ",", id);
+            k += pt__json_raw(o + k, tk->tok_bytes + tk->tok_off[id], tk->tok_off[id + 1] - tk->tok_off[id]);
+            k += (size_t)sprintf(o + k, ",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,"
+                                 "\"normalized\":false,\"special\":true}");
+            first = 0;
+        }
+    k += (size_t)sprintf(o + k, "],\"normalizer\":null,\"pre_tokenizer\":");
+    if (tk->pretok == PT_PRETOK_GPT2)
+        k += (size_t)sprintf(o + k, "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
+                             "\"trim_offsets\":true,\"use_regex\":true}");
+    else {
+        const char *p = pt__pat_cl100k[0];
+        k += (size_t)sprintf(o + k, "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
+                             "\"pattern\":{\"Regex\":\"");
+        for (; *p; p++) {
+            if (*p == '\\' || *p == '"') o[k++] = '\\';
+            o[k++] = *p;
+        }
+        k += (size_t)sprintf(o + k, "\"},\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\","
+                             "\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":false}]}");
+    }
+    k += (size_t)sprintf(o + k, ",\"post_processor\":null,\"decoder\":{\"type\":\"ByteLevel\","
+                         "\"add_prefix_space\":true,\"trim_offsets\":true,\"use_regex\":true},"
+                         "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,"
+                         "\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,\"fuse_unk\":false,"
+                         "\"byte_fallback\":false,\"ignore_merges\":%s,\"vocab\":{",
+                         tk->ignore_merges ? "true" : "false");
+    for (id = 0, first = 1; id < tk->n_vocab; id++)
+        if (tk->tok_kind[id] == 1) {
+            if (!first) o[k++] = ',';
+            k += pt__json_bytelevel(o + k, tk->tok_bytes + tk->tok_off[id],
+                                    tk->tok_off[id + 1] - tk->tok_off[id], 1, 1);
+            k += (size_t)sprintf(o + k, ":%d", id);
+            first = 0;
+        }
+    k += (size_t)sprintf(o + k, "},\"merges\":[");
+    for (i = 0; i < (size_t)tk->n_merges; i++) {
+        int a = (int)(order[i] >> 32), b = (int)(uint32_t)order[i];
+        if (i) o[k++] = ',';
+        k += pt__json_bytelevel(o + k, tk->tok_bytes + tk->tok_off[a], tk->tok_off[a + 1] - tk->tok_off[a], 1, 0);
+        o[k++] = ' ';
+        k += pt__json_bytelevel(o + k, tk->tok_bytes + tk->tok_off[b], tk->tok_off[b + 1] - tk->tok_off[b], 0, 1);
+    }
+    k += (size_t)sprintf(o + k, "]}}\n");
+    snprintf(tmp, plen + 5, "%s.tmp", path);
+    parts[0] = o;
+    lens[0] = k;
+    st = pt__write_atomic(path, tmp, parts, lens, 1);
+    pt__free(order, tk->alloc_ctx);
+    pt__free(o, tk->alloc_ctx);
+    pt__free(tmp, tk->alloc_ctx);
+    return st;
+}
+
+/* ---- token files --------------------------------------------------------- */
+
+PTRAINDEF pt_status pt_tokens_write_llmc(const char *path, const int *ids, size_t n,
+                                         const int32_t *stamp) {
+    int32_t h[256];
+    size_t i, plen = strlen(path), width = 2;
+    void *body;
+    char *tmp;
+    const void *parts[2];
+    size_t lens[2];
+    pt_status st;
+    if (n > 0x7FFFFFFF)
+        return pt__fail(PT_ERR_RANGE, "%s: %zu tokens; a token file holds at most 2^31-1", path, n);
+    for (i = 0; i < n; i++) {
+        if (ids[i] < 0) return pt__fail(PT_ERR_RANGE, "ids[%zu] = %d is negative", i, ids[i]);
+        if (ids[i] > 0xFFFF) width = 4;
+    }
+    memset(h, 0, sizeof h);
+    h[0] = PT_TOKENS_MAGIC;
+    h[1] = width == 2 ? 1 : 2;
+    h[2] = (int32_t)n;
+    if (stamp) memcpy(h + 3, stamp, 7 * sizeof(int32_t));
+    body = pt__malloc(n * width + 1, NULL);
+    tmp = (char *)pt__malloc(plen + 5, NULL);
+    if (!body || !tmp) {
+        pt__free(body, NULL);
+        pt__free(tmp, NULL);
+        return pt__fail(PT_ERR_OOM, "cannot allocate %zu tokens", n);
+    }
+    for (i = 0; i < n; i++) { /* little-endian on disk */
+        unsigned char *o = (unsigned char *)body + i * width;
+        uint32_t v = (uint32_t)ids[i];
+        o[0] = (unsigned char)v;
+        o[1] = (unsigned char)(v >> 8);
+        if (width == 4) {
+            o[2] = (unsigned char)(v >> 16);
+            o[3] = (unsigned char)(v >> 24);
+        }
+    }
+    snprintf(tmp, plen + 5, "%s.tmp", path);
+    parts[0] = h;
+    lens[0] = sizeof h;
+    parts[1] = body;
+    lens[1] = n * width;
+    st = pt__write_atomic(path, tmp, parts, lens, 2);
+    pt__free(body, NULL);
+    pt__free(tmp, NULL);
+    return st;
+}
+
+/* The cache stamp: 't','x' marker, fingerprint, text size and hash. */
+static void pt__text_stamp(int32_t st[7], const pt_tokenizer *tk, const void *text, size_t n) {
+    uint64_t h = pt__hash_bytes(text, n);
+    st[0] = 0x7478; /* "tx" */
+    st[1] = (int32_t)(uint32_t)tk->fingerprint;
+    st[2] = (int32_t)(uint32_t)(tk->fingerprint >> 32);
+    st[3] = (int32_t)(uint32_t)n;
+    st[4] = (int32_t)(uint32_t)((uint64_t)n >> 32);
+    st[5] = (int32_t)(uint32_t)h;
+    st[6] = (int32_t)(uint32_t)(h >> 32);
+}
+
+PTRAINDEF pt_status pt_tokens_from_text(struct pt_tokens *t, const pt_tokenizer *tk,
+                                        const char *text_path, const char *cache_path, int threads) {
+    unsigned char *text = NULL, *cache = NULL;
+    size_t n = 0, nc = 0, n_ids = 0, i;
+    int32_t stamp[7];
+    int *ids = NULL;
+    pt_status st;
+    void *ctx = t->alloc_ctx;
+    memset(t, 0, sizeof *t);
+    t->alloc_ctx = ctx;
+    if (tk->n_vocab > 65536)
+        return pt__fail(PT_ERR_UNSUPPORTED, "a vocabulary of %d tokens does not fit pt_tokens' uint16",
+                        tk->n_vocab);
+    if ((st = pt__read_file(text_path, &text, &n, ctx)) != PT_OK) return st;
+    pt__text_stamp(stamp, tk, text, n);
+    if (cache_path && pt__read_file(cache_path, &cache, &nc, ctx) == PT_OK) {
+        int32_t h[10];
+        if (nc >= sizeof h) memcpy(h, cache, sizeof h);
+        if (nc >= 1024 && h[1] == 1 && memcmp(h + 3, stamp, sizeof stamp) == 0 &&
+            pt_tokens_parse_llmc(t, cache, nc) == PT_OK) {
+            t->vocab_size = tk->n_vocab;
+            pt__free(cache, ctx);
+            pt__free(text, ctx);
+            return pt_tokens_check(t, tk->n_vocab);
+        }
+        pt__free(cache, ctx); /* stale: another text or tokenizer */
+    }
+    ids = (int *)pt__malloc((n + 1) * sizeof(int), ctx);
+    if (!ids) {
+        pt__free(text, ctx);
+        return pt__fail(PT_ERR_OOM, "cannot allocate the ids of %zu bytes of text", n);
+    }
+    st = pt_tokenizer_encode_parallel(tk, text, n, 0, threads, ids, &n_ids, NULL, NULL);
+    pt__free(text, ctx);
+    if (st == PT_OK && cache_path) st = pt_tokens_write_llmc(cache_path, ids, n_ids, stamp);
+    if (st == PT_OK && !(t->data = (uint16_t *)pt__malloc(n_ids * 2 + 2, ctx)))
+        st = pt__fail(PT_ERR_OOM, "cannot allocate %zu tokens", n_ids);
+    if (st == PT_OK) {
+        for (i = 0; i < n_ids; i++) t->data[i] = (uint16_t)ids[i];
+        t->n = n_ids;
+        t->vocab_size = tk->n_vocab;
+    }
+    pt__free(ids, ctx);
+    return st == PT_OK ? st : pt__fail_path(st, text_path);
+}
+
+/* ======================================================================== */
 /* >>io (implementation)                                                     */
 /* ======================================================================== */
 
@@ -10267,14 +12512,6 @@ static int pt__json_double(pt__json *j, double *out) {
     buf[n] = 0;
     *out = strtod(buf, &end);
     return *end == 0 && *out == *out && *out > -1e300 && *out < 1e300;
-}
-
-/* A JSON true or false into *out. */
-static int pt__json_bool(pt__json *j, int *out) {
-    pt__ws(j);
-    if (pt__json_lit(j, "true")) return *out = 1, 1;
-    if (pt__json_lit(j, "false")) return *out = 0, 1;
-    return 0;
 }
 
 PTRAINDEF pt_status pt_gpt_config_from_hf_json(const char *text, size_t len, pt_gpt_config *out) {

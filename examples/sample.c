@@ -5,10 +5,13 @@
      build/sample model.safetensors --prompt "the cat " --tokens 200
      build/sample gpt2.safetensors --prompt-ids 464,2068,7586 --top-k 40
 
+     build/sample gpt2.safetensors --tokenizer gpt2/ --prompt "The cat"
+
    MODEL is a ptrain checkpoint (build/train --checkpoint) or a Hugging Face
    GPT-2 model.safetensors. Byte-level models (vocab_size 256) read and write
-   text; any other vocabulary needs a tokenizer, which ptrain does not have:
-   give the prompt as token ids and read the output as token ids. */
+   text; any other vocabulary reads and writes text through --tokenizer (a
+   tokenizer.json or a directory with GPT-2's encoder.json + vocab.bpe), or
+   takes the prompt as token ids and prints token ids. */
 #define _POSIX_C_SOURCE 200809L /* setenv, execv (cli_passive_wait) */
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
@@ -42,13 +45,15 @@ static int parse_ids(const char *arg, int V, int *ids) {
 }
 
 int main(int argc, char **argv) {
-    const char *prompt_text = NULL, *prompt_ids = NULL, *pos[1] = {NULL};
+    const char *prompt_text = NULL, *prompt_ids = NULL, *tok_path = NULL, *pos[1] = {NULL};
     int n_new = 256, top_k = 40, n_head = 0, threads = 0, npos, s, n_prompt = 0, i, rc = 1;
     float temperature = 0.8f;
     uint64_t seed = 1337;
     cli_opt opts[] = {
         {"prompt", CLI_STR, &prompt_text,
-         "prompt text, byte-level models only (default: \"\\n\")", 0, 0},
+         "prompt text: byte-level models, or with --tokenizer (default: \"\\n\")", 0, 0},
+        {"tokenizer", CLI_STR, &tok_path,
+         "tokenizer.json or a GPT-2 directory (encoder.json + vocab.bpe): text in and out", 0, 0},
         {"prompt-ids", CLI_STR, &prompt_ids, "prompt as comma-separated token ids: 464,2068,7586",
          0, 0},
         {"tokens", CLI_INT, &n_new, "tokens to generate", 0, 1 << 24},
@@ -65,19 +70,22 @@ int main(int argc, char **argv) {
         "Generates text from a ptrain checkpoint or a Hugging Face GPT-2 safetensors file.\n"
         "Byte-level models (vocab_size 256): --prompt TEXT, and the output is text\n"
         "(bytes other than printable ASCII, newline and tab print as '?').\n"
-        "Other vocabularies (GPT-2: 50257): ptrain has no tokenizer, so give the prompt\n"
-        "as --prompt-ids (e.g. 50256 is GPT-2's <|endoftext|>); the output is token ids.\n"
+        "Other vocabularies (GPT-2: 50257): --tokenizer PATH --prompt TEXT prints text;\n"
+        "without a tokenizer give --prompt-ids (e.g. 50256 is GPT-2's <|endoftext|>) and\n"
+        "the output is token ids.\n"
         "The model summary and the speed go to stderr, the generated text to stdout.";
     pt_gpt_config cfg;
     pt_gpt_desc desc;
     pt_gpt gpt;
     pt_kv_cache cache;
     pt_sample_desc sd;
+    pt_tokenizer tk;
     int *prompt = NULL, *out = NULL;
     double t0, dt;
 
     memset(&gpt, 0, sizeof gpt);
     memset(&cache, 0, sizeof cache);
+    memset(&tk, 0, sizeof tk);
     cli_passive_wait(argv);
     if ((s = cli_parse(argc, argv, opts, nopts, pos, 1, &npos)) != 0) {
         if (s == 1) cli_usage(stdout, usage, opts, nopts);
@@ -98,12 +106,26 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: give --prompt or --prompt-ids, not both\n");
         goto done;
     }
-    if (!prompt_ids && cfg.vocab_size != 256) {
-        fprintf(stderr, "error: vocab_size=%d is not byte-level (256) and ptrain has no tokenizer "
-                        "for it: give the prompt as --prompt-ids (see --help)\n", cfg.vocab_size);
+    if (tok_path) {
+        if (pt_tokenizer_load(&tk, tok_path) != PT_OK) goto fail;
+        if (tk.n_vocab > cfg.vocab_size) {
+            fprintf(stderr, "error: the tokenizer %s has %d ids but the model's vocab_size is %d: "
+                            "not this model's tokenizer\n", tok_path, tk.n_vocab, cfg.vocab_size);
+            goto done;
+        }
+    }
+    if (!prompt_ids && !tok_path && cfg.vocab_size != 256) {
+        fprintf(stderr, "error: vocab_size=%d is not byte-level (256): give --tokenizer PATH for "
+                        "text, or the prompt as --prompt-ids (see --help)\n", cfg.vocab_size);
         goto done;
     }
-    if (prompt_ids) {
+    if (tok_path && !prompt_ids) { /* text through the tokenizer; special tokens allowed */
+        const char *p = prompt_text ? prompt_text : "\n";
+        size_t np = 0;
+        if (!(prompt = (int *)malloc(sizeof(int) * (strlen(p) + 1)))) goto oom;
+        if (pt_tokenizer_encode(&tk, p, strlen(p), 1, prompt, &np) != PT_OK) goto fail;
+        n_prompt = (int)np;
+    } else if (prompt_ids) {
         if (!(prompt = (int *)malloc(sizeof(int) * (strlen(prompt_ids) + 1)))) goto oom;
         if ((n_prompt = parse_ids(prompt_ids, cfg.vocab_size, prompt)) < 0) goto done;
     } else {
@@ -142,7 +164,16 @@ int main(int argc, char **argv) {
     dt = pt_time_now() - t0;
 
     fprintf(stderr, "---\n");
-    if (cfg.vocab_size == 256) {
+    if (tok_path) { /* ids the tokenizer lacks (a padded vocabulary) print as [id N] */
+        for (i = 0; i < n_prompt + n_new; i++) {
+            int id = i < n_prompt ? prompt[i] : out[i - n_prompt];
+            size_t len;
+            const unsigned char *b = pt_tokenizer_bytes(&tk, id, &len);
+            if (b) fwrite(b, 1, len, stdout);
+            else printf("[id %d]", id);
+        }
+        putchar('\n');
+    } else if (cfg.vocab_size == 256) {
         cli_print_bytes(prompt, n_prompt);
         cli_print_bytes(out, n_new);
         putchar('\n');
@@ -167,5 +198,6 @@ done:
     free(out);
     pt_kv_cache_free(&cache);
     pt_gpt_free(&gpt);
+    pt_tokenizer_free(&tk);
     return rc;
 }

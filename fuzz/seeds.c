@@ -379,6 +379,81 @@ static void hf_configs(void) {
     }
 }
 
+/* tokenizers: a small trained one as tokenizer.json (both patterns) and as
+   GPT-2's two files (encoder.json NUL vocab.bpe), near-valid variants, and
+   texts for the round trip */
+static void tokenizers(const char *tmp) {
+    static const char *const text =
+        "the quick brown fox's 12345 jumps over the lazy dog; THE DOG'LL sleep.\n\n  caf\xc3\xa9 "
+        "\xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80 <|endoftext|>    int main(void) { return 0; }\r\n";
+    static const char *const texts[] = {
+        "\x00Hello world's  end\n", "\x01x = 12345;\n\n\tfoo(bar)\r\n", "\x02" "a<|endoftext|>b",
+        "\x03\xff\xfe\xc3\x28 \xe2\x82 caf\xc3\xa9 \xf0\x9f\x98", "\x01    \n\n   x   "};
+    static const char arrays[] =
+        "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[[\"a\",\"b\"]]},"
+        "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"use_regex\":true},\"added_tokens\":[{\"id\":3,"
+        "\"content\":\"<|x|>\"}]}";
+    pt_tokenizer tk;
+    pt_bpe_train_desc d;
+    int k, id;
+    size_t i;
+    for (k = 0; k < 2; k++) {
+        size_t n = 0;
+        unsigned char *b;
+        memset(&tk, 0, sizeof tk);
+        memset(&d, 0, sizeof d);
+        d.vocab_size = 320;
+        d.pretok = k ? PT_PRETOK_CL100K : PT_PRETOK_GPT2;
+        if (pt_bpe_train(&tk, text, strlen(text), &d) != PT_OK || pt_tokenizer_save(&tk, tmp) != PT_OK) {
+            fprintf(stderr, "seeds: %s\n", pt_last_error());
+            failed = 1;
+            return;
+        }
+        b = slurp(tmp, &n);
+        if (b) {
+            put("tokenizer_json", k ? "cl100k.json" : "gpt2.json", b, n);
+            put("tokenizer_json", k ? "cl100k_truncated.json" : "gpt2_truncated.json", b, n / 2);
+        }
+        free(b);
+        if (k == 0) { /* encoder.json NUL vocab.bpe */
+            size_t cap = 64 * (size_t)tk.n_vocab + 64, o = 0;
+            char *g = (char *)malloc(cap);
+            if (!g) return;
+            o += (size_t)sprintf(g, "{");
+            for (id = 0; id < tk.n_vocab; id++) {
+                size_t len;
+                const unsigned char *t = pt_tokenizer_bytes(&tk, id, &len);
+                o += pt__json_bytelevel(g + o, t, len, 1, 1);
+                o += (size_t)sprintf(g + o, ": %d%s", id, id + 1 < tk.n_vocab ? ", " : "}");
+            }
+            g[o++] = 0;
+            o += (size_t)sprintf(g + o, "#version: 0.2\n");
+            for (i = 0; i <= tk.merge_mask; i++) /* rank order does not matter for a seed */
+                if (tk.merge_hash[2 * i] != UINT64_MAX) {
+                    size_t la, lb;
+                    const unsigned char *a = pt_tokenizer_bytes(&tk, (int)(tk.merge_hash[2 * i] >> 32), &la);
+                    const unsigned char *c = pt_tokenizer_bytes(&tk, (int)(uint32_t)tk.merge_hash[2 * i], &lb);
+                    o += pt__bytelevel_encode(a, la, g + o);
+                    g[o++] = ' ';
+                    o += pt__bytelevel_encode(c, lb, g + o);
+                    g[o++] = '\n';
+                }
+            put("tokenizer_gpt2", "gpt2", g, o);
+            put("tokenizer_gpt2", "gpt2_truncated", g, o - 7);
+            free(g);
+        }
+        pt_tokenizer_free(&tk);
+    }
+    put("tokenizer_json", "arrays.json", arrays, sizeof arrays - 1);
+    put("tokenizer_gpt2", "tiny", "{\"a\": 0}\0#version: 0.2\na a\n", 27);
+    for (i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "text%zu", i);
+        put("text_roundtrip", name, texts[i], i == 0 ? 20 : strlen(texts[i]));
+    }
+    remove(tmp);
+}
+
 int main(int argc, char **argv) {
     char tmp[1024];
     if (argc != 2) {
@@ -397,6 +472,9 @@ int main(int argc, char **argv) {
     plan_arguments();
     hardware(tmp);
     hf_configs();
+    remove(tmp);
+    snprintf(tmp, sizeof tmp, "%s/.tmp.json", out_dir);
+    tokenizers(tmp);
     remove(tmp);
     return failed;
 }

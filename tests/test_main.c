@@ -3842,6 +3842,540 @@ static void test_llama_checkpoint(void) {
     remove(path);
 }
 
+/* ---- text: byte-level BPE tokenizers (>>text) ------------------------------ */
+
+/* Appends byte b as its byte-level character (GPT-2's bytes_to_unicode),
+   JSON-escaped. */
+static size_t tk_put_byte(char *o, int b) {
+    int keep = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    int k = 0, x, cp;
+    for (x = 0; x < b; x++)
+        k += !((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF));
+    cp = keep ? b : 256 + k;
+    if (cp == '"' || cp == '\\') return (size_t)sprintf(o, "\\%c", cp);
+    if (cp < 0x80) return (size_t)sprintf(o, "%c", cp);
+    o[0] = (char)(0xC0 | (cp >> 6));
+    o[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+}
+
+/* A tokenizer.json: the 256 bytes (id = byte), then merges of the ASCII
+   strings in merges[] ("a|b" each; the merged token gets the next id),
+   special "<|endoftext|>" last; pattern 0 GPT-2 (ByteLevel), 1 cl100k (Split). */
+static char *tk_json(const char *const *merges, int n_merges, int pattern, int array_merges) {
+    char *j = TALLOC(char, 65536), *o = j;
+    int b, i, id = 256;
+    o += sprintf(o, "{\"version\":\"1.0\",\"added_tokens\":[{\"id\":%d,\"content\":\"<|endoftext|>\","
+                 "\"special\":true}],\"normalizer\":null,", 256 + n_merges);
+    if (pattern == 0)
+        o += sprintf(o, "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
+                     "\"use_regex\":true},");
+    else
+        o += sprintf(o, "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
+                     "\"pattern\":{\"Regex\":\"%s\"},\"behavior\":\"Isolated\",\"invert\":false},"
+                     "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]},",
+                     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| "
+                     "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+");
+    o += sprintf(o, "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"vocab\":{");
+    for (b = 0; b < 256; b++) {
+        *o++ = '"';
+        o += tk_put_byte(o, b);
+        o += sprintf(o, "\":%d,", b);
+    }
+    for (i = 0; i < n_merges; i++) {
+        const char *m = merges[i];
+        *o++ = '"';
+        for (; *m; m++)
+            if (*m != '|') o += tk_put_byte(o, (unsigned char)*m);
+        o += sprintf(o, "\":%d,", id++);
+    }
+    o[-1] = '}';
+    o += sprintf(o, ",\"merges\":[");
+    for (i = 0; i < n_merges; i++) {
+        const char *m = merges[i];
+        o += sprintf(o, i ? "," : "");
+        *o++ = array_merges ? '[' : '"';
+        *o++ = array_merges ? '"' : 0;
+        if (!array_merges) o--;
+        for (; *m; m++) {
+            if (*m == '|') o += sprintf(o, array_merges ? "\",\"" : " ");
+            else o += tk_put_byte(o, (unsigned char)*m);
+        }
+        o += sprintf(o, array_merges ? "\"]" : "\"");
+    }
+    sprintf(o, "]}}");
+    return j;
+}
+
+static const char *const tk_merges[] = {"t|h", "th|e", "i|n", "e|r", "a|n", "in|g", " |t", " t|h",
+                                        " th|e", "o|n", "r|e", "a|a", "aa|aa", "\xc3|\xa9"};
+#define TK_NM ((int)(sizeof tk_merges / sizeof tk_merges[0]))
+
+static int tk_load(pt_tokenizer *tk, int pattern, int array_merges) {
+    const char *j = tk_json(tk_merges, TK_NM, pattern, array_merges);
+    ZERO(*tk);
+    return pt_tokenizer_parse_hf(tk, j, strlen(j)) == PT_OK;
+}
+
+/* pieces of s under pattern pat, joined by '|' */
+static void tk_pieces(pt_pretok pat, const char *s, char *out) {
+    size_t n = strlen(s), i = 0, k;
+    while (i < n) {
+        k = pt__piece_end(pat, (const unsigned char *)s, n, i);
+        if (i) *out++ = '|';
+        memcpy(out, s + i, k - i);
+        out += k - i;
+        i = k;
+    }
+    *out = 0;
+}
+
+static void test_text_pieces(void) {
+    char out[256];
+    static const struct { pt_pretok pat; const char *in, *want; } cases[] = {
+        {PT_PRETOK_GPT2, "Hello world's  end\n", "Hello| world|'s| | end|\n"},
+        {PT_PRETOK_GPT2, "a  b\n\nc", "a| | b|\n|\n|c"},
+        {PT_PRETOK_GPT2, "x   ", "x|   "},
+        {PT_PRETOK_GPT2, "12345 ab12 ?!x 'S", "12345| ab|12| ?!|x| '|S"},
+        {PT_PRETOK_GPT2, "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87", "caf\xc3\xa9| \xe4\xb8\xad\xe6\x96\x87"},
+        {PT_PRETOK_CL100K, "Hello world'S  end\n", "Hello| world|'S| | end|\n"},
+        {PT_PRETOK_CL100K, "12345 (foo);\n\n  bar", "123|45| (|foo|);\n\n| | bar"},
+        {PT_PRETOK_CL100K, "a \n\n  b", "a| \n\n| | b"},
+        {PT_PRETOK_CL100K, "x\t\ty", "x|\t|\ty"},
+        {PT_PRETOK_CL100K, " \xe2\x82\xac" "5", " \xe2\x82\xac|5"},
+        {PT_PRETOK_GPT2, "a\xff\xfe b", "a|\xff\xfe| b"}, /* invalid bytes: "other" */
+        {PT_PRETOK_GPT2, "\xe3\x80\x80x", "\xe3\x80\x80|x"},   /* U+3000 is whitespace */
+        {PT_PRETOK_CL100K, "WE'LLx it'REally", "WE|'LL|x| it|'RE|ally"}, /* (?i:...) */
+        {PT_PRETOK_GPT2, "WE'LLx it'REally", "WE|'|LLx| it|'|REally"},
+    };
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tk_pieces(cases[i].pat, cases[i].in, out);
+        if (strcmp(out, cases[i].want) != 0)
+            FAIL("case %zu: pieces \"%s\", expected \"%s\"", i, out, cases[i].want);
+    }
+}
+
+static void test_text_unicode_classes(void) {
+    uint32_t cp;
+    int len;
+    /* the ASCII fast path agrees with the generated table */
+    for (cp = 0; cp < 128; cp++) {
+        unsigned char c = (unsigned char)cp;
+        if (pt__char_class(&c, 1, 0, &len) != pt__uclass_of(cp)) FAIL("ASCII %u: fast path != table", cp);
+    }
+    CHECK_EQ(pt__uclass_of(0xE9), PT__C_LETTER);   /* é */
+    CHECK_EQ(pt__uclass_of(0x4E2D), PT__C_LETTER); /* 中 */
+    CHECK_EQ(pt__uclass_of(0x0663), PT__C_NUMBER); /* Arabic-Indic three */
+    CHECK_EQ(pt__uclass_of(0x00BD), PT__C_NUMBER); /* ½ */
+    CHECK_EQ(pt__uclass_of(0x3000), PT__C_SPACE);
+    CHECK_EQ(pt__uclass_of(0x0085), PT__C_SPACE);
+    CHECK_EQ(pt__uclass_of(0x0301), PT__C_OTHER);  /* a combining mark is not a letter */
+    CHECK_EQ(pt__uclass_of(0x1F600), PT__C_OTHER); /* emoji */
+    CHECK_EQ(pt__uclass_of(0x10FFFF), PT__C_OTHER);
+    /* strict UTF-8 */
+    CHECK_EQ(pt__utf8_len((const unsigned char *)"\xc0\xaf", 2, &cp), 0);         /* overlong */
+    CHECK_EQ(pt__utf8_len((const unsigned char *)"\xed\xa0\x80", 3, &cp), 0);     /* surrogate */
+    CHECK_EQ(pt__utf8_len((const unsigned char *)"\xf4\x90\x80\x80", 4, &cp), 0); /* > U+10FFFF */
+    CHECK_EQ(pt__utf8_len((const unsigned char *)"\xf0\x9f\x98\x80", 4, &cp), 4);
+    CHECK_EQ(cp, 0x1F600);
+}
+
+static void test_text_encode(void) {
+    pt_tokenizer tk;
+    int ids[64], k;
+    size_t n;
+    const int th = 256, the_ = 256 + 1, ing = 256 + 5;
+    for (k = 0; k < 2; k++) {
+        if (!tk_load(&tk, k, k)) {
+            FAIL("loading the test tokenizer (pattern %d): %s", k, pt_last_error());
+            continue;
+        }
+        CHECK_EQ(tk.n_vocab, 256 + TK_NM + 1);
+        CHECK_EQ(tk.eot, 256 + TK_NM);
+        CHECK_ST(pt_tokenizer_encode(&tk, "the thing", 9, 0, ids, &n), PT_OK);
+        /* "the" -> th, the; " thing": (t h) first takes the t from " t", then in, ing */
+        CHECK_EQ(n, 4);
+        CHECK_EQ(ids[0], the_);
+        CHECK_EQ(ids[1], ' ');
+        CHECK_EQ(ids[2], th);
+        CHECK_EQ(ids[3], ing);
+        CHECK_ST(pt_tokenizer_encode(&tk, " then", 5, 0, ids, &n), PT_OK);
+        CHECK_EQ(n, 3); /* " th" never forms: th takes the t first */
+        /* "aaaaa": (a a) leftmost first, then (aa aa): aaaa + a */
+        CHECK_ST(pt_tokenizer_encode(&tk, "aaaaa", 5, 0, ids, &n), PT_OK);
+        CHECK_EQ(n, 2);
+        CHECK_EQ(ids[0], 256 + 12);
+        CHECK_EQ(ids[1], 'a');
+        /* special tokens only when allowed */
+        CHECK_ST(pt_tokenizer_encode(&tk, "a<|endoftext|>b", 15, 1, ids, &n), PT_OK);
+        CHECK_EQ(n, 3);
+        CHECK_EQ(ids[1], tk.eot);
+        CHECK_ST(pt_tokenizer_encode(&tk, "a<|endoftext|>b", 15, 0, ids, &n), PT_OK);
+        CHECK(n > 3);
+        for (size_t i = 0; i < n; i++) CHECK(ids[i] != tk.eot);
+        CHECK(pt_tokenizer_memory(&tk) > 0);
+        pt_tokenizer_free(&tk);
+    }
+}
+
+/* decode(encode(x)) == x for random bytes, ASCII-heavy text and long runs
+   (the heap path); the heap path equals the short one */
+static void test_text_roundtrip(void) {
+    pt_tokenizer tk;
+    size_t cap = 20000, n, m, i, len;
+    unsigned char *x = TALLOC(unsigned char, cap), *y = TALLOC(unsigned char, cap);
+    int *ids = TALLOC(int, cap), *a = TALLOC(int, 64), *b = TALLOC(int, 64);
+    void *work = TALLOC(char, 64 * 32);
+    int k, trial;
+    static const char alpha[] = "aaaathe ing\n\n  \t'sre\xc3\xa9\xe4\xb8\xad" "0123";
+    for (k = 0; k < 2; k++) {
+        if (!tk_load(&tk, k, 0)) {
+            FAIL("loading: %s", pt_last_error());
+            continue;
+        }
+        for (trial = 0; trial < 200; trial++) {
+            len = (size_t)irand(trial < 190 ? 300 : (int)cap);
+            for (i = 0; i < len; i++)
+                x[i] = trial % 3 == 0 ? (unsigned char)irand(256)
+                       : trial % 3 == 1 ? (unsigned char)alpha[irand((int)sizeof alpha - 1)]
+                                        : (unsigned char)"a "[irand(8) == 0];
+            CHECK_ST(pt_tokenizer_encode(&tk, x, len, trial & 1, ids, &n), PT_OK);
+            CHECK_ST(pt_tokenizer_decode(&tk, ids, n, y, cap, &m), PT_OK);
+            if (m != len || memcmp(x, y, len) != 0) FAIL("trial %d: decode(encode(x)) != x (%zu bytes)", trial, len);
+        }
+        /* a long piece (one run of letters) goes through the heap */
+        memset(x, 'a', 5000);
+        CHECK_ST(pt_tokenizer_encode(&tk, x, 5000, 0, ids, &n), PT_OK);
+        CHECK_EQ(n, 1250);
+        for (trial = 0; trial < 300; trial++) {
+            size_t na, nb;
+            len = 2 + (size_t)irand(63);
+            for (i = 0; i < len; i++) a[i] = b[i] = tk.byte_id[(unsigned char)"aathe"[irand(5)]];
+            na = pt__bpe_short(&tk, a, len);
+            nb = pt__bpe_long(&tk, b, len, work);
+            if (na != nb || memcmp(a, b, na * sizeof(int)) != 0) FAIL("trial %d: heap BPE != scan BPE", trial);
+        }
+        /* the heap path on long pieces against a naive BPE written here, with
+           exactly the work space it asks for (ASan sees any overrun) */
+        for (trial = 0; trial < 40; trial++) {
+            size_t L = 65 + (size_t)irand(400), q, nr;
+            int *r = TALLOC(int, L), *h = TALLOC(int, L);
+            void *w = talloc(L * (3 * sizeof(uint64_t) + 2 * sizeof(int)));
+            for (q = 0; q < L; q++) r[q] = h[q] = tk.byte_id[(unsigned char)"aaaathe"[irand(7)]];
+            for (nr = L;;) { /* the lowest rank, leftmost, merged; again */
+                size_t best = 0, k2;
+                uint64_t bm = UINT64_MAX;
+                for (k2 = 0; k2 + 1 < nr; k2++) {
+                    uint64_t g = pt__merge_of(&tk, r[k2], r[k2 + 1]);
+                    if (g != UINT64_MAX && (bm == UINT64_MAX || (g >> 32) < (bm >> 32))) bm = g, best = k2;
+                }
+                if (bm == UINT64_MAX) break;
+                r[best] = (int)(uint32_t)bm;
+                memmove(r + best + 1, r + best + 2, (nr - best - 2) * sizeof(int));
+                nr--;
+            }
+            q = pt__bpe_long(&tk, h, L, w);
+            if (q != nr || memcmp(h, r, nr * sizeof(int)) != 0) FAIL("trial %d: heap BPE != naive BPE (%zu bytes)", trial, L);
+        }
+        pt_tokenizer_free(&tk);
+    }
+}
+
+/* Where pt__safe_cut allows a cut, the pieces of the two parts are the
+   whole text's; and the parallel encoder equals the serial one. */
+static void test_text_parallel(void) {
+    pt_tokenizer tk;
+    size_t n = 3u << 20, i, n1, n2, k, m;
+    char *x = TALLOC(char, n);
+    int *a = TALLOC(int, n), *b = TALLOC(int, n);
+    unsigned char *bound = TALLOC(unsigned char, 4096);
+    static const char *const words[] = {"the", "Thing", " ", "\n", "aaaa", "in", "12", ";", "  ", "\xc3\xa9",
+                                        "'s", "\r\n", "x", "\t", "'LL", "(", "\xe3\x80\x80", "7"};
+    const int nw = (int)(sizeof words / sizeof words[0]);
+    int pat, trial, cuts = 0;
+    for (pat = PT_PRETOK_GPT2; pat <= PT_PRETOK_CL100K; pat++)
+        for (trial = 0; trial < 20; trial++) {
+            const unsigned char *u = (const unsigned char *)x;
+            for (i = 0, m = 0; m < 200; m++) { /* ~200 words */
+                const char *w = words[irand(nw)];
+                memcpy(x + i, w, strlen(w));
+                i += strlen(w);
+            }
+            n1 = i;
+            memset(bound, 0, n1 + 1);
+            for (i = 0; i < n1; i = k) bound[i] = 1, k = pt__piece_end((pt_pretok)pat, u, n1, i);
+            for (i = 1; i < n1; i++) {
+                if (!pt__safe_cut(u, n1, i)) continue;
+                cuts++;
+                if (!bound[i]) FAIL("pattern %d: a cut at %zu is inside a piece", pat, i);
+                for (k = 0; k < i; k = m) { /* the prefix alone: the same pieces */
+                    m = pt__piece_end((pt_pretok)pat, u, i, k);
+                    if (!bound[k] || (m < i && !bound[m])) {
+                        FAIL("pattern %d: the text cut at %zu has another piece at %zu", pat, i, k);
+                        break;
+                    }
+                }
+            }
+        }
+    CHECK(cuts > 100);
+    /* "x \nA": alone, " \n" would be one piece; in the whole text " " and "\n" */
+    CHECK(!pt__safe_cut((const unsigned char *)"x \nAb", 5, 3));
+    CHECK(pt__safe_cut((const unsigned char *)"x;\nAb", 5, 3));
+    if (!tk_load(&tk, 1, 0)) {
+        FAIL("loading: %s", pt_last_error());
+        return;
+    }
+    for (i = 0; i < n;) {
+        const char *w = words[irand(nw)];
+        size_t l = strlen(w);
+        if (i + l > n) break;
+        memcpy(x + i, w, l);
+        i += l;
+    }
+    n = i;
+    CHECK_ST(pt_tokenizer_encode(&tk, x, n, 0, a, &n1), PT_OK);
+    CHECK_ST(pt_tokenizer_encode_parallel(&tk, x, n, 0, 2, b, &n2, NULL, NULL), PT_OK);
+    CHECK_EQ(n1, n2);
+    if (n1 == n2 && memcmp(a, b, n1 * sizeof(int)) != 0) FAIL("parallel encoding differs from serial");
+    pt_tokenizer_free(&tk);
+}
+
+static void test_text_utf8_stream(void) {
+    pt_utf8_stream s;
+    char out[16];
+    size_t k;
+    ZERO(s);
+    k = pt_utf8_stream_put(&s, "a\xf0\x9f", 3, out); /* half an emoji */
+    CHECK_EQ(k, 1);
+    k = pt_utf8_stream_put(&s, "\x98", 1, out);
+    CHECK_EQ(k, 0);
+    k = pt_utf8_stream_put(&s, "\x80!", 2, out);
+    CHECK_EQ(k, 5);
+    CHECK(memcmp(out, "\xf0\x9f\x98\x80!", 5) == 0);
+    k = pt_utf8_stream_put(&s, "\xff\xc3", 2, out); /* 0xff never completes; 0xc3 may */
+    CHECK_EQ(k, 1);
+    CHECK_EQ(pt_utf8_stream_flush(&s, out), 1);
+    k = pt_utf8_stream_put(&s, "\xe0\x80", 2, out); /* E0 80 is overlong: pass it on */
+    CHECK_EQ(k, 2);
+}
+
+static void test_text_errors(void) {
+    pt_tokenizer tk;
+    const char *j = tk_json(tk_merges, TK_NM, 0, 0);
+    char *bad = TALLOC(char, 70000);
+    size_t n = strlen(j);
+    int ids[4] = {0, 1, 999999, 2};
+    size_t m;
+    ZERO(tk);
+    /* truncated */
+    CHECK_ST(pt_tokenizer_parse_hf(&tk, j, n / 2), PT_ERR_FORMAT);
+    CHECK_ERR(pt_tokenizer_parse_hf(&tk, j, n - 2), PT_ERR_FORMAT, "at byte");
+    /* a merge whose token is missing */
+    {
+        static const char *const mm[] = {"t|h", "x|yz"};
+        const char *b2 = tk_json(mm, 1, 0, 0);
+        strcpy(bad, b2);
+        char *p = strstr(bad, "\"merges\":[");
+        sprintf(p, "\"merges\":[\"t h\",\"q z\"]}}");
+        CHECK_ERR(pt_tokenizer_parse_hf(&tk, bad, strlen(bad)), PT_ERR_FORMAT, "merges[1] \"q z\"");
+        /* duplicated */
+        sprintf(p, "\"merges\":[\"t h\",\"t h\"]}}");
+        CHECK_ERR(pt_tokenizer_parse_hf(&tk, bad, strlen(bad)), PT_ERR_FORMAT, "repeats merges[0]");
+        /* one string with no space */
+        sprintf(p, "\"merges\":[\"th\"]}}");
+        CHECK_ERR(pt_tokenizer_parse_hf(&tk, bad, strlen(bad)), PT_ERR_FORMAT, "one space");
+        /* wrong type */
+        sprintf(p, "\"merges\":[7]}}");
+        CHECK_ERR(pt_tokenizer_parse_hf(&tk, bad, strlen(bad)), PT_ERR_FORMAT, "merges[0]");
+    }
+    /* a vocabulary string that is not byte-level (U+4E2D stands for no byte) */
+    {
+        const char *p = strstr(j, "\"vocab\":{") + 9;
+        snprintf(bad, 70000, "%.*s\"\\u4e2d\":300,%s", (int)(p - j), j, p);
+        CHECK_ERR(pt_tokenizer_parse_hf(&tk, bad, strlen(bad)), PT_ERR_FORMAT, "not a byte-level string");
+    }
+    /* an id that is not an integer */
+    {
+        const char *p = strstr(j, "\":0,") + 2;
+        snprintf(bad, 70000, "%.*s\"0\"%s", (int)(p - j), j, p + 1);
+        CHECK_ERR(pt_tokenizer_parse_hf(&tk, bad, strlen(bad)), PT_ERR_FORMAT, "is not an integer");
+    }
+    /* unsupported pre-tokenizer and normalizer */
+    strcpy(bad, j);
+    memcpy(strstr(bad, "\"add_prefix_space\":false"), "\"add_prefix_space\":true ", 24);
+    CHECK_ERR(pt_tokenizer_parse_hf(&tk, bad, strlen(bad)), PT_ERR_UNSUPPORTED, "add_prefix_space");
+    strcpy(bad, j);
+    memcpy(strstr(bad, "\"normalizer\":null"), "\"normalizer\":{ }", 16);
+    CHECK_ERR(pt_tokenizer_parse_hf(&tk, bad, strlen(bad)), PT_ERR_UNSUPPORTED, "normalizer");
+    /* GPT-2 two-file format: a bad vocab.bpe line */
+    {
+        const char *enc = "{\"a\": 0, \"b\": 1}";
+        CHECK_ERR(pt_tokenizer_parse_gpt2(&tk, enc, strlen(enc), "#version: 0.2\na b c\n", 20),
+                  PT_ERR_FORMAT, "vocab.bpe line 2");
+        CHECK_ERR(pt_tokenizer_parse_gpt2(&tk, enc, strlen(enc), "a b\n", 4), PT_ERR_FORMAT,
+                  "no token for byte 0x00");
+        CHECK_ERR(pt_tokenizer_parse_gpt2(&tk, "[1]", 3, "", 0), PT_ERR_FORMAT, "encoder.json");
+    }
+    /* decode: an id out of range */
+    CHECK(tk_load(&tk, 0, 0));
+    CHECK_ERR(pt_tokenizer_decode(&tk, ids, 4, NULL, 0, &m), PT_ERR_RANGE, "ids[2] = 999999");
+    pt_tokenizer_free(&tk);
+    /* a file that does not exist names its path */
+    CHECK_ERR(pt_tokenizer_load(&tk, "/nonexistent/tokenizer.json"), PT_ERR_IO, "/nonexistent/tokenizer.json");
+    CHECK_ERR(pt_tokenizer_load(&tk, "/nonexistent-dir"), PT_ERR_IO, "encoder.json");
+}
+
+/* BPE training against a naive trainer written here (words of letters with
+   single spaces, so GPT-2's pieces are " word"); the same tokenizer on 1 and
+   2 threads; saved, loaded back, the same; decode(encode(x)) == x. */
+static void test_text_bpe_train(void) {
+    enum { NW = 120, NM = 100, MAXL = 24 };
+    static const char *const syl[] = {"th", "e", "an", "in", "er", "re", "on", "st", "a", "qu", "x", "ing"};
+    char words[NW][MAXL], path[64];
+    int *wsym = TALLOC(int, NW * 2 * MAXL), wl[2 * NW], wc[2 * NW], nwords = 0;
+    size_t cap = 400000, n = 0, i, m, k;
+    char *text = TALLOC(char, cap + MAXL);
+    pt_tokenizer a, b, c;
+    pt_bpe_train_desc d;
+    int w, r, j, x;
+    for (w = 0; w < NW; w++) {
+        words[w][0] = 0;
+        for (j = 1 + irand(3); j > 0; j--) strcat(words[w], syl[irand(12)]);
+    }
+    while (n < cap) {
+        const char *s = words[irand(NW)];
+        if (n) text[n++] = ' ';
+        memcpy(text + n, s, strlen(s));
+        n += strlen(s);
+    }
+    /* the naive trainer: distinct pieces, then NM times the most frequent pair
+       (ties: the smaller ids) merged everywhere */
+    memset(wc, 0, sizeof wc);
+    for (i = 0; i < n; i = k) {
+        char piece[MAXL + 2];
+        for (k = i + 1; k < n && text[k] != ' '; k++) continue;
+        memcpy(piece, text + i, k - i);
+        piece[k - i] = 0;
+        for (x = 0; x < nwords; x++) {
+            int q = 0;
+            if (wl[x] != (int)(k - i)) continue;
+            while (q < wl[x] && wsym[x * 2 * MAXL + q] == (unsigned char)piece[q]) q++;
+            if (q == wl[x]) break;
+        }
+        if (x == nwords) {
+            int q;
+            for (q = 0; q < (int)(k - i); q++) wsym[x * 2 * MAXL + q] = (unsigned char)piece[q];
+            wl[x] = (int)(k - i);
+            nwords++;
+        }
+        wc[x]++;
+    }
+    ZERO(d);
+    d.vocab_size = 256 + NM + 1;
+    d.threads = 1;
+    ZERO(a);
+    ZERO(b);
+    ZERO(c);
+    CHECK_ST(pt_bpe_train(&a, text, n, &d), PT_OK);
+    d.threads = 2;
+    CHECK_ST(pt_bpe_train(&b, text, n, &d), PT_OK);
+    if (!a.tok_off || !b.tok_off) return;
+    CHECK_EQ(a.n_merges, NM);
+    CHECK(a.fingerprint == b.fingerprint);
+    for (r = 0; r < NM; r++) {
+        int64_t best = 0;
+        int ba = -1, bb = -1;
+        for (x = 0; x < nwords; x++) /* pair counts, naively */
+            for (j = 0; j + 1 < wl[x]; j++) {
+                int p = wsym[x * 2 * MAXL + j], q = wsym[x * 2 * MAXL + j + 1], y, z;
+                int64_t cnt = 0;
+                for (y = 0; y < nwords; y++)
+                    for (z = 0; z + 1 < wl[y]; z++)
+                        if (wsym[y * 2 * MAXL + z] == p && wsym[y * 2 * MAXL + z + 1] == q) cnt += wc[y];
+                if (cnt > best || (cnt == best && (p < ba || (p == ba && q < bb)))) best = cnt, ba = p, bb = q;
+            }
+        if (best < 2) break;
+        if (((int)(pt__merge_of(&a, ba, bb) >> 32)) != r) {
+            FAIL("merge %d: the naive trainer merges (%d, %d) (count %lld), pt_bpe_train ranks it %d", r, ba,
+                 bb, (long long)best, (int)(pt__merge_of(&a, ba, bb) >> 32));
+            break;
+        }
+        for (x = 0; x < nwords; x++) { /* apply it */
+            int *s = wsym + x * 2 * MAXL, y = 0;
+            for (j = 0; j < wl[x];) {
+                if (j + 1 < wl[x] && s[j] == ba && s[j + 1] == bb) s[y++] = 256 + r, j += 2;
+                else s[y++] = s[j++];
+            }
+            wl[x] = y;
+        }
+    }
+    /* saved and loaded back: the same tokenizer */
+    snprintf(path, sizeof path, "/tmp/ptrain_bpe_%ld.json", (long)getpid());
+    CHECK_ST(pt_tokenizer_save(&a, path), PT_OK);
+    CHECK_ST(pt_tokenizer_load(&c, path), PT_OK);
+    CHECK(c.fingerprint == a.fingerprint);
+    remove(path);
+    {
+        unsigned char *y = TALLOC(unsigned char, 5000), *z = TALLOC(unsigned char, 5000);
+        int *ids = TALLOC(int, 5000);
+        for (i = 0; i < 5000; i++) y[i] = (unsigned char)(i % 3 ? text[i] : irand(256));
+        CHECK_ST(pt_tokenizer_encode(&c, y, 5000, 0, ids, &k), PT_OK);
+        CHECK_ST(pt_tokenizer_decode(&c, ids, k, z, 5000, &m), PT_OK);
+        CHECK(m == 5000 && memcmp(y, z, 5000) == 0);
+        CHECK(k < 5000);
+    }
+    pt_tokenizer_free(&a);
+    pt_tokenizer_free(&b);
+    pt_tokenizer_free(&c);
+}
+
+/* a text file as pt_tokens through the cache: written, read back, and
+   refused (rewritten) when the text changes */
+static void test_text_tokens_cache(void) {
+    pt_tokenizer tk;
+    pt_tokens t;
+    char txt[64], bin[64];
+    int ids[64];
+    size_t n, i;
+    FILE *f;
+    const char *a = "the thing in the ring", *b = "another thing";
+    if (!tk_load(&tk, 0, 0)) {
+        FAIL("loading: %s", pt_last_error());
+        return;
+    }
+    snprintf(txt, sizeof txt, "/tmp/ptrain_txt_%ld.txt", (long)getpid());
+    snprintf(bin, sizeof bin, "/tmp/ptrain_txt_%ld.bin", (long)getpid());
+    remove(bin);
+    for (i = 0; i < 3; i++) {
+        const char *s = i == 0 ? a : b; /* fresh, stale (another text), cached */
+        ZERO(t);
+        if ((f = fopen(txt, "wb"))) {
+            fputs(s, f);
+            fclose(f);
+        }
+        CHECK_ST(pt_tokens_from_text(&t, &tk, txt, bin, 1), PT_OK);
+        CHECK_ST(pt_tokenizer_encode(&tk, s, strlen(s), 0, ids, &n), PT_OK);
+        CHECK_EQ(t.n, n);
+        CHECK_EQ(t.vocab_size, tk.n_vocab);
+        for (size_t k = 0; k < n && k < t.n; k++) CHECK_EQ(t.data[k], ids[k]);
+        pt_tokens_free(&t);
+        if (i == 0 && (f = fopen(bin, "r+b"))) { /* mark the cache: a read must see the mark */
+            fseek(f, 1024, SEEK_SET);
+            fputc(7, f);
+            fputc(0, f);
+            fclose(f);
+            ZERO(t);
+            CHECK_ST(pt_tokens_from_text(&t, &tk, txt, bin, 1), PT_OK);
+            CHECK(t.n > 0 && t.data[0] == 7); /* read from the cache */
+            pt_tokens_free(&t);
+        }
+    }
+    remove(txt);
+    remove(bin);
+    pt_tokenizer_free(&tk);
+}
+
 static const test_case tests[] = {
     {"inference_model", test_inference_model},
     {"fast_exp", test_fast_exp},
@@ -3916,6 +4450,15 @@ static const test_case tests[] = {
     {"llama_hf_config", test_llama_hf_config},
     {"llama_save_hf", test_llama_save_hf},
     {"llama_save_hf_parallel", test_llama_save_hf_parallel},
+    {"text_pieces", test_text_pieces},
+    {"text_unicode_classes", test_text_unicode_classes},
+    {"text_encode", test_text_encode},
+    {"text_roundtrip", test_text_roundtrip},
+    {"text_parallel", test_text_parallel},
+    {"text_utf8_stream", test_text_utf8_stream},
+    {"text_errors", test_text_errors},
+    {"text_bpe_train", test_text_bpe_train},
+    {"text_tokens_cache", test_text_tokens_cache},
 };
 
 int main(int argc, char **argv) {

@@ -3297,6 +3297,15 @@ PTRAINDEF double pt_gemm_peak_gflops(int n, double seconds) {
 #define PT__PROBE_CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 #define PT__PROBE_DECL(i) __m512 c##i = _mm512_set1_ps((float)(i));
 #define PT__PROBE_SUM(i) s = _mm512_add_ps(s, c##i);
+/* the lanes' sum, through memory: gcc 12's _mm512_reduce_add_ps reads an
+   undefined register that g++ -Werror=uninitialized refuses */
+PT__TARGET_AVX512 static float pt__lanes_sum512(__m512 s) {
+    float v[16], t = 0.0f;
+    int i;
+    _mm512_storeu_ps(v, s);
+    for (i = 0; i < 16; i++) t += v[i];
+    return t;
+}
 /* n rounds of 12 independent multiply-adds; returns a sum so nothing is dropped */
 PT__TARGET_AVX512 static float pt__probe_fma512(long n) {
     __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f), s = _mm512_setzero_ps();
@@ -3308,7 +3317,7 @@ PT__TARGET_AVX512 static float pt__probe_fma512(long n) {
 #undef PT__PROBE_OP
     }
     PT__PROBE_CHAINS(PT__PROBE_SUM)
-    return _mm512_reduce_add_ps(s);
+    return pt__lanes_sum512(s);
 }
 PT__TARGET_BF16 static float pt__probe_bf16(long n) {
     __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3a83);
@@ -3321,7 +3330,7 @@ PT__TARGET_BF16 static float pt__probe_bf16(long n) {
 #undef PT__PROBE_OP
     }
     PT__PROBE_CHAINS(PT__PROBE_SUM)
-    return _mm512_reduce_add_ps(s);
+    return pt__lanes_sum512(s);
 }
 #undef PT__PROBE_DECL
 #undef PT__PROBE_SUM

@@ -2731,41 +2731,51 @@ static void pt__colsum_add(float *dbias, const float *dout, int N, int OUT) {
     }
 }
 
-PTRAINDEF void pt_matmul_forward(float *out, const float *inp, const float *weight,
-                                 const float *bias, int N, int IN, int OUT) {
+/* The dense layer both weight layouts share: out = inp @ W + bias with W
+   (IN, OUT) as GPT-2's Conv1D stores it, or W^T with W (OUT, IN) as
+   nn.Linear stores it (wt = 1). Backward: dinp += dout @ W^T (of the
+   (IN, OUT) view), dW += inp^T @ dout (transposed for nn.Linear),
+   dbias += sum_n dout. */
+static void pt__dense_forward(float *out, const float *inp, const float *weight,
+                              const float *bias, int N, int IN, int OUT, int wt) {
     int n;
     if (bias) {
         PT__OMP(omp parallel for schedule(static))
         for (n = 0; n < N; n++) memcpy(out + (size_t)n * OUT, bias, sizeof(float) * OUT);
     }
-    pt_sgemm(0, 0, N, OUT, IN, 1.0f, inp, IN, weight, OUT, bias ? 1.0f : 0.0f, out, OUT);
+    pt_sgemm(0, wt, N, OUT, IN, 1.0f, inp, IN, weight, wt ? IN : OUT, bias ? 1.0f : 0.0f, out,
+             OUT);
 }
 
-/* dinp += dout @ W^T ; dW += inp^T @ dout ; dbias += sum_n dout */
+static void pt__dense_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, int N, int IN, int OUT,
+                               int wt) {
+    if (dinp) pt_sgemm(0, !wt, N, IN, OUT, 1.0f, dout, OUT, weight, wt ? IN : OUT, 1.0f, dinp, IN);
+    if (dweight && wt) pt_sgemm(1, 0, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
+    if (dweight && !wt) pt_sgemm(1, 0, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dweight, OUT);
+    if (dbias) pt__colsum_add(dbias, dout, N, OUT);
+}
+
+PTRAINDEF void pt_matmul_forward(float *out, const float *inp, const float *weight,
+                                 const float *bias, int N, int IN, int OUT) {
+    pt__dense_forward(out, inp, weight, bias, N, IN, OUT, 0);
+}
+
 PTRAINDEF void pt_matmul_backward(float *dinp, float *dweight, float *dbias,
                                   const float *dout, const float *inp, const float *weight,
                                   int N, int IN, int OUT) {
-    if (dinp) pt_sgemm(0, 1, N, IN, OUT, 1.0f, dout, OUT, weight, OUT, 1.0f, dinp, IN);
-    if (dweight) pt_sgemm(1, 0, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dweight, OUT);
-    if (dbias) pt__colsum_add(dbias, dout, N, OUT);
+    pt__dense_backward(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT, 0);
 }
 
 PTRAINDEF void pt_linear_forward(float *out, const float *inp, const float *weight,
                                  const float *bias, int N, int IN, int OUT) {
-    int n;
-    if (bias) {
-        PT__OMP(omp parallel for schedule(static))
-        for (n = 0; n < N; n++) memcpy(out + (size_t)n * OUT, bias, sizeof(float) * OUT);
-    }
-    pt_sgemm(0, 1, N, OUT, IN, 1.0f, inp, IN, weight, IN, bias ? 1.0f : 0.0f, out, OUT);
+    pt__dense_forward(out, inp, weight, bias, N, IN, OUT, 1);
 }
 
 PTRAINDEF void pt_linear_backward(float *dinp, float *dweight, float *dbias,
                                   const float *dout, const float *inp, const float *weight,
                                   int N, int IN, int OUT) {
-    if (dinp) pt_sgemm(0, 0, N, IN, OUT, 1.0f, dout, OUT, weight, IN, 1.0f, dinp, IN);
-    if (dweight) pt_sgemm(1, 0, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
-    if (dbias) pt__colsum_add(dbias, dout, N, OUT);
+    pt__dense_backward(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT, 1);
 }
 
 PTRAINDEF void pt_rmsnorm_forward(float *out, float *rstd, const float *inp,

@@ -44,11 +44,6 @@ static void check(const char *what, double got, double want, double tol) {
     }
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 typedef void (*kernel_fn)(void *ctx);
 
 /* median seconds of reps calls (after one warm-up call); *best gets the fastest */
@@ -62,7 +57,7 @@ static double time_best(kernel_fn fn, void *ctx, int reps, double *best) {
         fn(ctx);
         t[i] = pt_time_now() - t0;
     }
-    qsort(t, (size_t)reps, sizeof(double), cmp_double);
+    qsort(t, (size_t)reps, sizeof(double), cli_cmp_double);
     if (best) *best = t[0];
     return t[reps / 2];
 }
@@ -130,8 +125,8 @@ static void time_gemm(kernel_fn fn, void *ctx, int reps, double *wall, double *c
         t[i] = pt_time_now() - t0;
         c[i] = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
     }
-    qsort(t, (size_t)reps, sizeof(double), cmp_double);
-    qsort(c, (size_t)reps, sizeof(double), cmp_double);
+    qsort(t, (size_t)reps, sizeof(double), cli_cmp_double);
+    qsort(c, (size_t)reps, sizeof(double), cli_cmp_double);
     *wall = t[reps / 2], *cpu = c[reps / 2];
 }
 

@@ -27,6 +27,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
+#include "../common/cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,15 +64,6 @@ static void compute(long units) {
     for (i = 0; i < units; i++) pt_sgemm(0, 0, GEMM, GEMM, GEMM, 1.0f, g_a, GEMM, g_b, GEMM, 0.5f, g_c, GEMM);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void fill(float *x, size_t n, int rank, int rep) {
     size_t i;
@@ -148,8 +140,8 @@ static int step_bench(pt_comm *w, const char *preset, int B, int T, int steps, i
     else
         bad = memcmp(p0, p1, m[0].num_params_full * sizeof(float)) != 0;
     if (w->rank == 0) {
-        double on = median(t[0], steps), off = median(t[1], steps);
-        double eon = median(e[0], steps), eoff = median(e[1], steps);
+        double on = cli_median(t[0], steps), off = cli_median(t[1], steps);
+        double eon = cli_median(e[0], steps), eoff = cli_median(e[1], steps);
         printf("%s (%.1fM parameters), dp %d, ZeRO %d, B=%d T=%d per rank, median of %d steps%s%s\n",
                preset, (double)m[0].num_params_full / 1e6, w->size, zero, B, T, steps,
                g_progress_us > 0 ? ", a progress thread" : "",
@@ -256,7 +248,7 @@ int main(int argc, char **argv) {
         compute(200);
         tp[r] = (pt_time_now() - t0) / 200;
     }
-    c = median(tc, 3), p = median(tp, 3);
+    c = cli_median(tc, 3), p = cli_median(tp, 3);
     cal = (float)(c / p);
     pt_comm_broadcast(&w, &cal, 1, 0);
     units = (long)cal > 1 ? (long)cal : 1;
@@ -277,7 +269,7 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    c = median(tc, reps), p = median(tp, reps), none = median(tn, reps), test = median(tt, reps);
+    c = cli_median(tc, reps), p = cli_median(tp, reps), none = cli_median(tn, reps), test = cli_median(tt, reps);
     if (w.rank == 0) {
         printf("all-reduce of %.1f MiB over %d ranks, compute %ld x sgemm %d^3 in %d slices, "
                "median of %d\n",

@@ -29,15 +29,6 @@ typedef struct opts {
     int layers, batch, seq, steps, tp, dp, zero, memory;
 } opts;
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Seconds spent inside the grid's communicators so far. */
 static double comm_seconds(const pt_grid *g) {
@@ -163,7 +154,7 @@ static pt_status rank_main(pt_comm *world, void *arg) {
         t[s] = (pt_time_now() - t[s]) * 1e3;
         c[s] = (comm_seconds(&grid) - c0) * 1e3;
     }
-    if ((st = report(world, "block", median(t, o->steps), median(c, o->steps),
+    if ((st = report(world, "block", cli_median(t, o->steps), cli_median(c, o->steps),
                      (comm_bytes(&grid) - bytes0) / 1e6)) != PT_OK)
         goto out;
 
@@ -177,7 +168,7 @@ static pt_status rank_main(pt_comm *world, void *arg) {
         t[s] = (pt_time_now() - t[s]) * 1e3;
         c[s] = (comm_seconds(&grid) - c0) * 1e3;
     }
-    st = report(world, "step", median(t, o->steps), median(c, o->steps),
+    st = report(world, "step", cli_median(t, o->steps), cli_median(c, o->steps),
                 (comm_bytes(&grid) - bytes0) / 1e6);
 out:
     if (st != PT_OK && st != PT_ERR_COMM) st = pt_comm_fail(world, st);

@@ -24,11 +24,6 @@
 #include <math.h>
 #include <sys/resource.h>
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv) {
     const char *config = "small", *gemms = "";
     int batch = 8, seq = 128, steps = 5, threads = 0, json = 0, npos, s, i;
@@ -163,8 +158,7 @@ int main(int argc, char **argv) {
     const char *gname;
     if (names[g][0]) pt_gemm_select(names[g]);
     gname = pt_gemm_name();
-    qsort(t, (size_t)steps, sizeof(double), cmp_double);
-    med = steps % 2 ? t[steps / 2] : 0.5 * (t[steps / 2 - 1] + t[steps / 2]);
+    med = cli_median(t, steps);
     if (g == 0) med0 = med;
     if (json) {
         printf("{\"config\": \"%s\", \"batch\": %d, \"seq\": %d, \"threads\": %d, "

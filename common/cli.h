@@ -33,7 +33,7 @@ typedef struct cli_opt {
    loads, before main, so the programs re-execute themselves once with
    OMP_WAIT_POLICY=passive. An OMP_WAIT_POLICY or GOMP_SPINCOUNT already set
    is respected. Needs _POSIX_C_SOURCE >= 200112L for setenv and execv. */
-static void cli_passive_wait(char **argv) {
+static inline void cli_passive_wait(char **argv) {
 #if defined(__linux__)
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
     if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
@@ -104,7 +104,7 @@ static inline int cli_schedule(const char *name) {
     return (int)k;
 }
 
-static void cli_usage(FILE *f, const char *usage, const cli_opt *o, int n) {
+static inline void cli_usage(FILE *f, const char *usage, const cli_opt *o, int n) {
     int i;
     fprintf(f, "%s\n\noptions:\n", usage);
     for (i = 0; i < n; i++) {
@@ -126,7 +126,7 @@ static void cli_usage(FILE *f, const char *usage, const cli_opt *o, int n) {
     fprintf(f, "  %-24s %s\n", "--help", "show this help");
 }
 
-static int cli_value(const cli_opt *o, const char *v) {
+static inline int cli_value(const cli_opt *o, const char *v) {
     char *end;
     double d;
     errno = 0;
@@ -163,7 +163,7 @@ bad:
 
 /* Returns 0 on success, 1 if --help was given, -1 on error (message printed).
    Arguments not starting with "--" are collected into pos (at most max_pos). */
-static int cli_parse(int argc, char **argv, const cli_opt *o, int n, const char **pos, int max_pos,
+static inline int cli_parse(int argc, char **argv, const cli_opt *o, int n, const char **pos, int max_pos,
                      int *npos) {
     int i, k;
     *npos = 0;
@@ -233,6 +233,16 @@ static inline int cli_random_batch(int n, int vocab, uint64_t seed, int **x, int
         (*x)[i] = (int)(pt_rng_u64(&rng) % (uint64_t)vocab),
         (*y)[i] = (int)(pt_rng_u64(&rng) % (uint64_t)vocab);
     return 1;
+}
+
+/* qsort's order of doubles, and the median of v's n values (v is sorted) */
+static inline int cli_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static inline double cli_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cli_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* Byte-level tokens as text: printable ASCII, newline and tab as they are,

@@ -232,9 +232,10 @@ PTRAINDEF void pt_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float
    than it saves, on openblas where there is one), "ptrain-all" (the kernels
    for every product), "openblas" (cblas_sgemm; not in -DPTRAIN_NO_BLAS
    builds), "portable" (plain C loops), "auto" (ptrain where the CPU runs
-   AVX-512 at full width, else openblas: AMD Zen 3/4 split a 512-bit FMA in
-   two, and there OpenBLAS's AVX2 kernel is as fast; without BLAS, ptrain on
-   any AVX-512F CPU, else portable). NULL or "" takes the name from the
+   AVX-512 at full width and OpenBLAS runs its AVX2 kernel, else openblas:
+   AMD Zen 3/4 split a 512-bit FMA in two, and OpenBLAS's own AVX-512 kernels
+   (Intel, OPENBLAS_CORETYPE unset) are as fast as ptrain's; without BLAS,
+   ptrain on any AVX-512F CPU, else portable). NULL or "" takes the name from the
    environment variable PTRAIN_GEMM (unset: auto). Until the first call, the
    first GEMM does the same, ignoring an unknown name. Not thread-safe against
    GEMMs running at the time. "portable" also makes pt_gemm_bf16 portable. */
@@ -2108,20 +2109,30 @@ static int pt__cpu_avx512(int want_bf16) {
 }
 #endif
 
-/* AMD family 19h (Zen 3, Zen 4) runs a zmm FMA as two 256-bit halves: one
-   512-bit FMA a cycle, the rate of OpenBLAS's AVX2 kernel, which measured
-   slightly faster there (ptrain fp32 0.93-0.96x per core); Zen 5 (1Ah) and
-   Intel's AVX-512 cores run two full-width FMAs a cycle. */
+/* ptrain's fp32 kernels pay only where they have something to win: AMD family
+   19h (Zen 3, Zen 4) runs a zmm FMA as two 256-bit halves, the rate of
+   OpenBLAS's AVX2 kernel (ptrain 0.93-0.96x per core there), and where
+   OpenBLAS runs an AVX-512 kernel of its own (SkylakeX, Cooperlake,
+   SapphireRapids: Intel with OPENBLAS_CORETYPE unset) it measured faster
+   (ptrain 0.83-1.00x on a Xeon with AMX). Left: full-width AVX-512 cores
+   (Zen 5, Intel) with OpenBLAS held to its AVX2 kernel, e.g. by
+   OPENBLAS_CORETYPE=Haswell, where ptrain's kernels run up to twice as fast. */
 #ifndef PTRAIN_NO_BLAS
-static int pt__cpu_half_width_avx512(void) {
+static int pt__blas_fp32_wins(void) {
 #ifdef PT__GEMM_X86
     unsigned a, b, c, d;
+    const char *core = openblas_get_corename();
+    char low[32] = {0};
+    for (int i = 0; core && core[i] && i < 31; i++)
+        low[i] = core[i] >= 'A' && core[i] <= 'Z' ? (char)(core[i] + 32) : core[i];
+    if (strstr(low, "skylakex") || strstr(low, "cooperlake") || strstr(low, "sapphire"))
+        return 1;
     __cpuid(0, a, b, c, d);
     if (!(b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u)) return 0; /* AuthenticAMD */
     __cpuid(1, a, b, c, d);
     return ((a >> 8) & 0xFu) + ((a >> 20) & 0xFFu) == 0x19u;
 #else
-    return 0;
+    return 1;
 #endif
 }
 #endif
@@ -2129,7 +2140,7 @@ static int pt__cpu_half_width_avx512(void) {
 static int pt__gemm_parse(const char *name) {
     if (!name || !*name || !strcmp(name, "auto")) {
 #ifndef PTRAIN_NO_BLAS
-        return pt__cpu_avx512(0) && !pt__cpu_half_width_avx512() ? PT__GEMM_PTRAIN_AUTO
+        return pt__cpu_avx512(0) && !pt__blas_fp32_wins() ? PT__GEMM_PTRAIN_AUTO
                                                                  : PT__GEMM_BLAS;
 #else
         return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN_AUTO : PT__GEMM_PORTABLE;
@@ -8470,23 +8481,32 @@ PTRAINDEF pt_status pt_hw_load(const char *path, pt_hw *out) {
 #undef PT__HW_FIELDS
 #undef PT__HW_CORE_FIELDS
 
-static double pt__gemm_rate(int M, int N, int K, int reps) { /* FLOP/s, best of reps */
-    float *a = (float *)pt__malloc(sizeof(float) * ((size_t)M * K + (size_t)K * N +
-                                                    (size_t)M * N), NULL);
-    double best = 0.0;
+static int pt__cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* FLOP/s of C = A B as a step runs it: once, after other kernels have moved
+   other data through the caches; the median of reps calls (at most 63) */
+static double pt__gemm_rate(int M, int N, int K, int reps) {
+    size_t i, n = (size_t)M * K + (size_t)K * N + (size_t)M * N, flush = (size_t)1 << 21;
+    float *a = (float *)pt__malloc(sizeof(float) * (n + 2 * flush), NULL);
+    double dt[63];
     int r;
-    size_t i, n = (size_t)M * K + (size_t)K * N + (size_t)M * N;
     if (!a) return 0.0;
-    for (i = 0; i < n; i++) a[i] = (float)(i % 13) * 0.01f;
-    for (r = 0; r <= reps; r++) {
-        double t0 = pt_time_now(), dt;
+    if (reps > 63) reps = 63;
+    for (i = 0; i < n + 2 * flush; i++) a[i] = (float)(i % 13) * 0.01f;
+    for (r = -1; r < reps; r++) { /* r = -1 warms up */
+        double t0;
+        pt_residual_forward(a + n, a + n, a + n + flush, flush);
+        t0 = pt_time_now();
         pt_sgemm(0, 0, M, N, K, 1.0f, a, K, a + (size_t)M * K, N, 0.0f,
                  a + (size_t)M * K + (size_t)K * N, N);
-        dt = pt_time_now() - t0;
-        if (r > 0 && dt > 0 && 2.0 * M * N * (double)K / dt > best) best = 2.0 * M * N * (double)K / dt;
+        if (r >= 0) dt[r] = pt_time_now() - t0;
     }
     pt__free(a, NULL);
-    return best;
+    qsort(dt, (size_t)reps, sizeof(double), pt__cmp_dbl);
+    return dt[reps / 2] > 0 ? 2.0 * M * N * (double)K / dt[reps / 2] : 0.0;
 }
 
 typedef struct pt__calib_comm { double lat, bw; } pt__calib_comm;
@@ -8518,6 +8538,16 @@ static pt_status pt__calib_comm_rank(pt_comm *w, void *arg) { /* ranks 0 and 1 o
 
 static pt_status pt__calib_kernels(pt_hw *out);
 
+/* Ranks of one thread share the machine's caches and memory with each other:
+   every core's rank times the kernels at once; rank 0's rates are the profile's */
+static pt_status pt__calib_core_rank(pt_comm *w, void *arg) {
+    pt_hw mine;
+    pt_status st = pt__calib_kernels(&mine);
+    if (st != PT_OK) return pt_comm_fail(w, st);
+    if (w->rank == 0) *(pt_hw *)arg = mine;
+    return pt_comm_barrier(w);
+}
+
 PTRAINDEF pt_status pt_hw_calibrate(pt_hw *out, pt_comm *world) {
     pt__calib_comm cc = {0, 0};
     pt_status st = PT_OK;
@@ -8525,10 +8555,10 @@ PTRAINDEF pt_status pt_hw_calibrate(pt_hw *out, pt_comm *world) {
     memset(out, 0, sizeof *out);
     if (!world || world->size < 2) {
         if ((st = pt__calib_kernels(out)) != PT_OK) return st;
-        if (out->cores > 1) { /* and as a rank of one thread */
+        if (out->cores > 1) { /* and as a rank of one thread, beside one on every core */
             pt_hw one;
-            pt_set_threads(1);
-            st = pt__calib_kernels(&one);
+            memset(&one, 0, sizeof one);
+            st = pt_comm_threads_run(out->cores, pt__calib_core_rank, &one);
             pt_set_threads(threads);
             if (st != PT_OK) return st;
             out->core_flops = one.peak_flops, out->core_gemm_eff = one.gemm_eff;

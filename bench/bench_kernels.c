@@ -289,6 +289,7 @@ int main(int argc, char **argv) {
     /* buffers big enough for every kernel below */
     {
         size_t big = N * V > n4 ? N * V : n4, wmax = V * C > 4 * C * C ? V * C : 4 * C * C;
+        if (wmax < N * C) wmax = N * C; /* the residual's second operand and gradient */
         c.x = buffer(big, &r, -1, 1), c.y = buffer(big, &r, 0, 0), c.dy = buffer(big, &r, -1, 1);
         c.dx = buffer(big, &r, 0, 0);
         c.w = buffer(wmax, &r, -0.05f, 0.05f), c.dw = buffer(wmax, &r, 0, 0);

@@ -267,6 +267,11 @@ step "plan: LLaMA-13B on 256 A100s (tp 2, ZeRO 1): LLaMA's parameters, tokens/s 
 step "example: plan_1t (1T on Selene and Frontier, search, trace)" sh -c \
     "build/plan_1t --trace $tmp/1t.json >$tmp/1t.txt && grep -q 'Search result 1' $tmp/1t.txt &&
      python3 -m json.tool $tmp/1t.json >/dev/null && grep -q '<svg' $tmp/1t.json.svg"
+# bench_kernels checks each kernel's result beside its timing; at mini's shapes the
+# activations (N x C) outgrow the weight buffers, which once overran the heap
+step "bench_kernels: every kernel's result check at mini's shapes (B=8, T=128)" sh -c \
+    "build/bench_kernels --config mini --batch 8 --seq 128 --reps 1 >$tmp/bk.txt 2>&1 &&
+     grep -q '^all result checks passed' $tmp/bk.txt"
 # sim_vs_real: a pipeline layout of README.md's table on its model (4 layers, C=256, 4 heads,
 # T=128, V=1024, batch 8), trained here and simulated with a profile calibrated in the same
 # run: the prediction must be within the README's band (20%); a timing is noisy, so a

@@ -247,6 +247,17 @@ static inline double cli_median(double *v, int n) {
 
 /* Byte-level tokens as text: printable ASCII, newline and tab as they are,
    anything else as '?'. */
+/* ids as the tokenizer's bytes; ids it lacks (a padded vocabulary) as [id N] */
+static inline void cli_print_text(const pt_tokenizer *tk, const int *ids, int n) {
+    int i;
+    for (i = 0; i < n; i++) {
+        size_t len;
+        const unsigned char *b = pt_tokenizer_bytes(tk, ids[i], &len);
+        if (b) fwrite(b, 1, len, stdout);
+        else printf("[id %d]", ids[i]);
+    }
+}
+
 static inline void cli_print_bytes(const int *tok, int n) {
     int i;
     for (i = 0; i < n; i++) {

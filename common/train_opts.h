@@ -7,7 +7,7 @@
 
 /* Everything a rank needs to train: the options and the data (read-only). */
 typedef struct run {
-    const char *data_path, *ckpt_out, *resume, *trace_path, *init_from, *val_path;
+    const char *data_path, *ckpt_out, *resume, *trace_path, *init_from, *val_path, *tok_path;
     int steps, batch, seq, warmup, eval_every, eval_batches, ckpt_every, sample_tokens, top_k,
         log_every, stop_after, tp, dp, pp, zero, accum, chunks, recompute, trace_step, keep,
         max_bad, force, eval_only, eval_batches_given;
@@ -23,6 +23,7 @@ typedef struct run {
     uint64_t seed;
     pt_gpt_config cfg;
     const pt_tokens *tok, *val_tok; /* val_tok: --val-data's (NULL: a share of tok) */
+    const pt_tokenizer *tk;         /* --tokenizer's: the sample as text (NULL: none) */
     double peak;    /* sgemm GFLOP/s of the machines the run uses (MFU's denominator) */
     int peak_given; /* --peak-gflops */
     int nodes;      /* MPI: the nodes the ranks run on */
@@ -52,6 +53,10 @@ static int train_combinations(int argc, char **argv, const run *o, const char *s
     size_t i;
 #define TRAIN_GIVEN(name) cli_given(argc, argv, name)
 #define TRAIN_REFUSE(...) return fprintf(stderr, "error: " __VA_ARGS__), fprintf(stderr, "\n"), 2
+    if (o->tok_path && !o->data_path && !o->val_path)
+        TRAIN_REFUSE("--tokenizer reads --data and --val-data as text: give one of them");
+    if (o->tok_path && TRAIN_GIVEN("data-format"))
+        TRAIN_REFUSE("--data-format with --tokenizer: the tokenizer reads the files as text");
     if (TRAIN_GIVEN("data-format") && !o->data_path && !o->val_path)
         TRAIN_REFUSE("--data-format says how --data and --val-data are read: give one of them");
     if (o->val_path && TRAIN_GIVEN("val-fraction"))
@@ -113,6 +118,9 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         {"data", CLI_STR, &o->data_path, "training data file (default: the embedded task)", 0, 0},
         {"val-data", CLI_STR, &o->val_path, "validation data file (e.g. llm.c's *_val.bin beside "
          "*_train.bin; read like --data): all of --data trains", 0, 0},
+        {"tokenizer", CLI_STR, &o->tok_path,
+         "tokenizer.json or a GPT-2 directory (encoder.json + vocab.bpe): --data and --val-data "
+         "are text, tokenized once into FILE.tokens.bin; the sample prints as text", 0, 0},
         {"data-format", CLI_STR, &data_format,
          "auto (.bin = llm.c tokens, else raw bytes) | bytes | llmc", 0, 0},
         {"preset", CLI_STR, &a->preset,

@@ -164,14 +164,9 @@ int main(int argc, char **argv) {
     dt = pt_time_now() - t0;
 
     fprintf(stderr, "---\n");
-    if (tok_path) { /* ids the tokenizer lacks (a padded vocabulary) print as [id N] */
-        for (i = 0; i < n_prompt + n_new; i++) {
-            int id = i < n_prompt ? prompt[i] : out[i - n_prompt];
-            size_t len;
-            const unsigned char *b = pt_tokenizer_bytes(&tk, id, &len);
-            if (b) fwrite(b, 1, len, stdout);
-            else printf("[id %d]", id);
-        }
+    if (tok_path) {
+        cli_print_text(&tk, prompt, n_prompt);
+        cli_print_text(&tk, out, n_new);
         putchar('\n');
     } else if (cfg.vocab_size == 256) {
         cli_print_bytes(prompt, n_prompt);

@@ -97,6 +97,12 @@ static pt_status sample_and_score(run *o, pt_comm *world, pt_gpt *gpt, pt_rng *r
     if ((st = pt_kv_cache_init(&cache, sampler)) != PT_OK) goto done;
     if (o->sample_tokens > 0) {
         int prompt = '\n', i;
+        if (o->tk) { /* the tokenizer's newline, as the byte models' */
+            size_t np = 0;
+            int ids[4];
+            if (pt_tokenizer_encode(o->tk, "\n", 1, 0, ids, &np) == PT_OK && np == 1)
+                prompt = ids[0];
+        }
         pt_sample_desc sd;
         sd.temperature = o->temperature, sd.top_k = o->top_k, sd.seed = pt_rng_u64(rng);
         if (!(out = (int *)malloc(sizeof(int) * (size_t)o->sample_tokens))) {
@@ -106,7 +112,12 @@ static pt_status sample_and_score(run *o, pt_comm *world, pt_gpt *gpt, pt_rng *r
         if ((st = pt_gpt_generate(sampler, &cache, &prompt, 1, out, o->sample_tokens, &sd)) !=
             PT_OK)
             goto done;
-        if (o->cfg.vocab_size == 256) {
+        if (o->tk) {
+            printf("\n--- sample (temperature %g, top-k %d) ---\n", (double)o->temperature,
+                   o->top_k);
+            cli_print_text(o->tk, out, o->sample_tokens);
+            printf("\n---\n");
+        } else if (o->cfg.vocab_size == 256) {
             printf("\n--- sample (temperature %g, top-k %d) ---\n", (double)o->temperature,
                    o->top_k);
             cli_print_bytes(out, o->sample_tokens);
@@ -414,10 +425,31 @@ static pt_status train_threads_and_peak(pt_comm *world, run *o, const train_args
     return st;
 }
 
+/* --data or --val-data through --tokenizer: the text tokenized once into
+   PATH.tokens.bin, which later runs read (a cache of another text or
+   tokenizer is rewritten). World rank 0 makes it; under MPI the others read it. */
+static pt_status load_text(pt_comm *world, const pt_tokenizer *tk, const char *path,
+                           pt_tokens *t) {
+    char cache[4096];
+    pt_status st = PT_OK;
+    int ok = 1;
+    if (snprintf(cache, sizeof cache, "%s.tokens.bin", path) >= (int)sizeof cache)
+        return pt_error(PT_ERR_INVALID_ARG, "the path %s is too long", path);
+    if (world->rank == 0) ok = (st = pt_tokens_from_text(t, tk, path, cache, 0)) == PT_OK;
+    if (world->size > 1) {
+        pt_status sh = cli_world_share(world, &ok);
+        if (sh != PT_OK) return sh;
+        if (!ok) return world->rank == 0 ? st : pt_error(PT_ERR_IO, "rank 0 could not read %s", path);
+        if (world->rank != 0) st = pt_tokens_from_text(t, tk, path, cache, 0);
+    }
+    return st;
+}
+
 int main(int argc, char **argv) {
     run o;
     train_args a;
     pt_tokens tok, val_tok;
+    pt_tokenizer tk;
     char *corpus = NULL;
     pt_comm world;
     pt_status st = PT_OK;
@@ -426,6 +458,7 @@ int main(int argc, char **argv) {
 
     memset(&tok, 0, sizeof tok);
     memset(&val_tok, 0, sizeof val_tok);
+    memset(&tk, 0, sizeof tk);
     if (!cli_world_begin(&world, &argc, &argv)) return 2;
     mpi = world.kind == PT_COMM_MPI;
     if ((rc = train_options(argc, argv, &o, &a, world.rank == 0)) >= 0) goto out;
@@ -469,9 +502,17 @@ int main(int argc, char **argv) {
         }
     }
 
+    if (o.tok_path) {
+        if ((st = pt_tokenizer_load(&tk, o.tok_path)) != PT_OK) goto fail;
+        if (world.rank == 0)
+            printf("tokenizer: %s, %d ids\n", o.tok_path, tk.n_vocab);
+        o.tk = &tk;
+    }
     /* data: every rank needs all of it (each process loads it under MPI) */
     if (o.data_path) {
-        if ((st = pt_tokens_load(&tok, o.data_path, a.fmt)) != PT_OK) goto fail;
+        if ((st = o.tk ? load_text(&world, &tk, o.data_path, &tok)
+                       : pt_tokens_load(&tok, o.data_path, a.fmt)) != PT_OK)
+            goto fail;
         if (world.rank == 0)
             printf("data: %s, %zu tokens, vocabulary %d\n", o.data_path, tok.n, tok.vocab_size);
     } else {
@@ -488,7 +529,9 @@ int main(int argc, char **argv) {
     }
 
     if (o.val_path) {
-        if ((st = pt_tokens_load(&val_tok, o.val_path, a.fmt)) != PT_OK) goto fail;
+        if ((st = o.tk ? load_text(&world, &tk, o.val_path, &val_tok)
+                       : pt_tokens_load(&val_tok, o.val_path, a.fmt)) != PT_OK)
+            goto fail;
         if (world.rank == 0)
             printf("validation data: %s, %zu tokens\n", o.val_path, val_tok.n);
         o.val_tok = &val_tok;
@@ -496,6 +539,14 @@ int main(int argc, char **argv) {
 
     /* model: from the checkpoint when resuming, --init-from's file, else preset + overrides */
     if ((st = train_config(&o, &a, tok.vocab_size)) != PT_OK) goto fail;
+    if (o.tk && tk.n_vocab > o.cfg.vocab_size) {
+        if (world.rank == 0)
+            fprintf(stderr, "error: the tokenizer %s has %d ids but the model's vocab_size is %d: "
+                            "not this model's tokenizer\n", o.tok_path, tk.n_vocab,
+                    o.cfg.vocab_size);
+        rc = 2;
+        goto out;
+    }
     if ((st = pt_tokens_check(&tok, o.cfg.vocab_size)) != PT_OK) goto fail;
     if (o.val_tok && (st = pt_tokens_check(&val_tok, o.cfg.vocab_size)) != PT_OK) {
         fprintf(stderr, "error: --val-data %s: %s\n", o.val_path, pt_last_error());
@@ -539,6 +590,7 @@ out:
     free(corpus);
     pt_tokens_free(&tok);
     pt_tokens_free(&val_tok);
+    pt_tokenizer_free(&tk);
     cli_world_end(&world);
     return rc;
 }

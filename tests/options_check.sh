@@ -91,6 +91,8 @@ refused "overlap zero" 2 "overlap with --zero 2: ZeRO 2 reduce-scatters" $t --dp
 refused "eval-only steps" 2 "steps with --eval-only: nothing is trained" --eval-only --init-from "$dir/f.safetensors" --steps 3
 refused "eval-only data" 2 "data with --eval-only --val-data" --eval-only --init-from "$dir/f.safetensors" --val-data "$dir/val.txt" --data "$dir/val.txt"
 refused "checkpoint-every" 2 "checkpoint-every needs --checkpoint" $t --checkpoint-every 1
+refused "tokenizer" 2 "tokenizer reads --data and --val-data as text" $t --tokenizer "$dir/tok.json"
+refused "tokenizer data-format" 2 "data-format with --tokenizer" $t --tokenizer "$dir/tok.json" --data "$dir/val.txt" --data-format bytes
 refused "force" 2 "force needs --checkpoint" $t --force
 refused "force resume" 2 "force with --resume" $t --force --checkpoint "$dir/f.safetensors" --resume "$dir/f.safetensors"
 refused "force keep" 2 "force with --keep" $t --force --keep 2 --checkpoint "$dir/g.safetensors"

@@ -469,6 +469,9 @@ step "train: every option takes effect or is refused, naming the combination (th
 # cl100k as tokenizer.json, made from npm packages), token files, the parallel encoder, memory,
 # malformed tokenizer files (tests/text_check.sh; exit 77 = no node/npm: counted apart)
 step "text: tokenizers equal tiktoken, token files, bad files" sh tests/text_check.sh
+# train --tokenizer: text in (cached as FILE.tokens.bin, the same tokens a token-file run
+# trains on), text out, and its bad paths (tests/text_train_check.sh)
+step "train --tokenizer: text in and out, the cache, bad paths" sh tests/text_train_check.sh
 
 printf 'not a checkpoint' >"$tmp/bad.safetensors"
 fails "sample: malformed model file" 1 "safetensors" build/sample "$tmp/bad.safetensors"

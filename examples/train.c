@@ -425,6 +425,16 @@ static pt_status train_threads_and_peak(pt_comm *world, run *o, const train_args
     return st;
 }
 
+static int read_head(const char *path, unsigned char *h) { /* the first 40 bytes */
+    FILE *f = fopen(path, "rb");
+    int n = 0;
+    if (f) {
+        n = (int)fread(h, 1, 40, f);
+        fclose(f);
+    }
+    return n;
+}
+
 /* --data or --val-data through --tokenizer: the text tokenized once into
    PATH.tokens.bin, which later runs read (a cache of another text or
    tokenizer is rewritten). World rank 0 makes it; under MPI the others read it. */
@@ -435,7 +445,18 @@ static pt_status load_text(pt_comm *world, const pt_tokenizer *tk, const char *p
     int ok = 1;
     if (snprintf(cache, sizeof cache, "%s.tokens.bin", path) >= (int)sizeof cache)
         return pt_error(PT_ERR_INVALID_ARG, "the path %s is too long", path);
-    if (world->rank == 0) ok = (st = pt_tokens_from_text(t, tk, path, cache, 0)) == PT_OK;
+    if (world->rank == 0) { /* say which: the header holds the text's and tokenizer's hashes */
+        unsigned char before[40], after[40];
+        int nb = read_head(cache, before), na;
+        ok = (st = pt_tokens_from_text(t, tk, path, cache, 0)) == PT_OK;
+        na = ok ? read_head(cache, after) : 0;
+        if (ok && nb < 40)
+            printf("tokenized %s into %s\n", path, cache);
+        else if (ok && (na != nb || memcmp(before, after, 40) != 0))
+            printf("%s was of another text or tokenizer: tokenized %s anew\n", cache, path);
+        else if (ok)
+            printf("tokens of %s read from %s\n", path, cache);
+    }
     if (world->size > 1) {
         pt_status sh = cli_world_share(world, &ok);
         if (sh != PT_OK) return sh;

@@ -31,7 +31,8 @@ build/train $run --tokenizer "$dir/tok.json" --data "$dir/corpus.txt" --val-data
 rc=$?
 check "train --tokenizer: exits 0 (exit $rc)" [ "$rc" -eq 0 ]
 check "the text is tokenized into FILE.tokens.bin beside it, for --data and --val-data" \
-    [ -s "$dir/corpus.txt.tokens.bin" -a -s "$dir/val.txt.tokens.bin" ]
+    sh -c "[ -s '$dir/corpus.txt.tokens.bin' -a -s '$dir/val.txt.tokens.bin' ] &&
+           grep -q '^tokenized $dir/corpus.txt into $dir/corpus.txt.tokens.bin' '$dir/a.log'"
 check "the model's vocabulary is the tokenizer's (400)" has 'vocabulary 400' "$dir/a.log"
 # the sample: text of the corpus's tokens, not token ids
 sed -n '/^--- sample (temperature/,/^---$/p' "$dir/a.log" | sed '1d;$d' >"$dir/sample.txt"
@@ -68,14 +69,14 @@ build/train $run --tokenizer "$dir/tok.json" --data "$dir/corpus.txt" --val-data
     --sample-tokens 0 >"$dir/c.log" 2>&1
 losses "$dir/c.log" | head -n 2 >"$dir/c.loss"
 check "a second run: the same cache, the same first losses" \
-    sh -c "cmp -s '$dir/cache.before' '$dir/corpus.txt.tokens.bin' &&
+    sh -c "grep -q '^tokens of $dir/corpus.txt read from' '$dir/c.log' && cmp -s '$dir/cache.before' '$dir/corpus.txt.tokens.bin' &&
            [ -s '$dir/c.loss' ] && head -n 2 '$dir/a.loss' | cmp -s - '$dir/c.loss'"
 printf '\nOne more paragraph at the end changes the text.\n' >>"$dir/corpus.txt"
 build/train $run --tokenizer "$dir/tok.json" --data "$dir/corpus.txt" --sample-tokens 0 \
     >"$dir/d.log" 2>&1
 rc=$?
 check "another text: the cache is rewritten (exit $rc)" \
-    sh -c "[ $rc -eq 0 ] && ! cmp -s '$dir/cache.before' '$dir/corpus.txt.tokens.bin'"
+    sh -c "[ $rc -eq 0 ] && grep -q 'was of another text or tokenizer: tokenized' '$dir/d.log' && ! cmp -s '$dir/cache.before' '$dir/corpus.txt.tokens.bin'"
 
 # bad paths
 build/train $run --tokenizer "$dir/none.json" --data "$dir/corpus.txt" >"$dir/e.log" 2>&1

@@ -427,13 +427,16 @@ typedef struct pt_gpt_config {
 } pt_gpt_config;
 
 /* "tiny", "mini", "small", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1558m",
-   "llama-tiny", "llama2-7b", "llama2-13b", "llama3-8b", "llama2-70b" */
+   "llama-tiny", "llama-124m", "llama2-7b", "llama2-13b", "llama3-8b", "llama2-70b" */
 PTRAINDEF pt_status pt_gpt_config_preset(const char *name, pt_gpt_config *out);
 PTRAINDEF const char *pt_gpt_preset_names(void);
 /* Checks every field; the message lists every failed check. */
 PTRAINDEF pt_status pt_gpt_config_validate(const pt_gpt_config *cfg);
 PTRAINDEF int64_t pt_gpt_num_params(const pt_gpt_config *cfg);
-/* Training FLOPs of one step: 6 * params * B*T + 12 * n_layer * C * B * T^2. */
+/* Training FLOPs of one step: 6 * P * B*T + 12 * n_layer * C * B * T^2, P the
+   parameters that multiply (every one but the lookup tables: the learned
+   positions, and the token embedding where the head is a tensor of its own;
+   a tied wte is the head's product and counts). */
 PTRAINDEF double pt_gpt_flops_per_step(const pt_gpt_config *cfg, int B, int T);
 
 /* How a tensor-parallel rank holds its part of a tensor (Megatron-LM):
@@ -3447,6 +3450,7 @@ static const struct {
     {"gpt2-774m", 50257, 1024, 36, 20, 1280, 0, 0, 0.0f, 1e-5f},
     {"gpt2-1558m", 50257, 1024, 48, 25, 1600, 0, 0, 0.0f, 1e-5f},
     {"llama-tiny", 256, 128, 2, 4, 64, 2, 176, 10000.0f, 1e-5f},
+    {"llama-124m", 32000, 1024, 12, 12, 768, 4, 2048, 10000.0f, 1e-5f}, /* GPT-2 124M's scale */
     {"llama2-7b", 32000, 4096, 32, 32, 4096, 32, 11008, 10000.0f, 1e-5f},
     {"llama2-13b", 32000, 4096, 40, 40, 5120, 40, 13824, 10000.0f, 1e-5f},
     {"llama3-8b", 128256, 8192, 32, 32, 4096, 8, 14336, 500000.0f, 1e-5f},
@@ -3456,7 +3460,7 @@ static const struct {
 
 PTRAINDEF const char *pt_gpt_preset_names(void) {
     return "tiny, mini, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-tiny, "
-           "llama2-7b, llama2-13b, llama3-8b, llama2-70b";
+           "llama-124m, llama2-7b, llama2-13b, llama3-8b, llama2-70b";
 }
 
 PTRAINDEF pt_status pt_gpt_config_preset(const char *name, pt_gpt_config *out) {
@@ -3738,8 +3742,10 @@ PTRAINDEF int64_t pt_gpt_num_params(const pt_gpt_config *c) {
 }
 
 PTRAINDEF double pt_gpt_flops_per_step(const pt_gpt_config *c, int B, int T) {
-    double tokens = (double)B * T;
-    return 6.0 * (double)pt_gpt_num_params(c) * tokens +
+    double tokens = (double)B * T, P = (double)pt_gpt_num_params(c);
+    if (c->pos == PT_POS_LEARNED) P -= (double)c->block_size * c->n_embd;
+    if (c->untied_head) P -= (double)c->vocab_size * c->n_embd;
+    return 6.0 * P * tokens +
            12.0 * c->n_layer * (double)c->n_embd * B * (double)T * T;
 }
 

@@ -16,7 +16,8 @@ trap 'rm -rf "$out"' EXIT
 # config B T steps
 CONFIGS="small 8 128 5
 gpt2-124m 4 64 3
-gpt2-124m 8 256 2"
+gpt2-124m 8 256 2
+llama-124m 8 256 2"
 
 # summary FILE: losses at init and after one step (far apart between the two
 # programs would mean the models differ), parameter count and sgemm peak

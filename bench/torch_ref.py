@@ -5,7 +5,9 @@
                                         --seq T --steps N --threads K [--json]
 
 The model is ptrain's (/work/shared/fixtures/README.md section 3): pre-LN GPT-2,
-tanh GELU, causal attention, LM head tied to wte, mean cross-entropy; then
+tanh GELU, causal attention, LM head tied to wte, mean cross-entropy (or, for the
+llama-* presets, LLaMA's: RMSNorm, rotary q and k, grouped key/value heads,
+SwiGLU, an untied head, as Hugging Face's LlamaForCausalLM); then
 torch.optim.AdamW (lr 1e-3, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on 2-D
 tensors only, no clipping), i.e. bench_step's pt_adamw_default() and lr. It is
 written the ordinary fast PyTorch way (nn.Linear, F.layer_norm, masked softmax
@@ -40,6 +42,11 @@ PRESETS = {
     "gpt2-350m": (50257, 1024, 24, 16, 1024),
     "gpt2-774m": (50257, 1024, 36, 20, 1280),
     "gpt2-1558m": (50257, 1024, 48, 25, 1600),
+}
+# LLaMA presets: name -> (V, block, L, NH, C, key/value heads, SwiGLU hidden, rotary base)
+LLAMA_PRESETS = {
+    "llama-tiny": (256, 128, 2, 4, 64, 2, 176, 10000.0),
+    "llama-124m": (32000, 1024, 12, 12, 768, 4, 2048, 10000.0),
 }
 LN_EPS = 1e-5
 
@@ -99,6 +106,85 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
 
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * w (torch 1.13 has no nn.RMSNorm)."""
+
+    def __init__(self, C):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(C))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + LN_EPS) * self.weight
+
+
+def rotate(x, cos, sin):
+    """Hugging Face LLaMA's rotary embedding: pairs (i, i + hd/2) rotated by t * theta^(-2i/hd)."""
+    h = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
+
+
+class LlamaBlock(nn.Module):
+    """x + o(attn(rope(q), rope(k), v) of RMSNorm(x)), then x + down(silu(gate) * up)."""
+
+    def __init__(self, C, NH, KV, F):
+        super().__init__()
+        self.NH, self.KV, hd = NH, KV, C // NH
+        self.input_layernorm = RMSNorm(C)
+        self.q_proj = nn.Linear(C, C, bias=False)
+        self.k_proj = nn.Linear(C, KV * hd, bias=False)
+        self.v_proj = nn.Linear(C, KV * hd, bias=False)
+        self.o_proj = nn.Linear(C, C, bias=False)
+        self.post_attention_layernorm = RMSNorm(C)
+        self.gate_proj = nn.Linear(C, F, bias=False)
+        self.up_proj = nn.Linear(C, F, bias=False)
+        self.down_proj = nn.Linear(F, C, bias=False)
+
+    def forward(self, x, mask, cos, sin):
+        B, T, C = x.shape
+        hd = C // self.NH
+        h = self.input_layernorm(x)
+        q = self.q_proj(h).view(B, T, self.NH, hd).transpose(1, 2)
+        k = self.k_proj(h).view(B, T, self.KV, hd).transpose(1, 2)
+        v = self.v_proj(h).view(B, T, self.KV, hd).transpose(1, 2)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        k = k.repeat_interleave(self.NH // self.KV, dim=1)  # each key/value head serves a group
+        v = v.repeat_interleave(self.NH // self.KV, dim=1)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        att = F.softmax(att.masked_fill(mask[:T, :T], float("-inf")), dim=-1)
+        x = x + self.o_proj((att @ v).transpose(1, 2).reshape(B, T, C))
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, V, block, L, NH, C, KV, Fh, theta):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(V, C)
+        self.layers = nn.ModuleList([LlamaBlock(C, NH, KV, Fh) for _ in range(L)])
+        self.norm = RMSNorm(C)
+        self.lm_head = nn.Linear(C, V, bias=False)  # untied
+        self.register_buffer("mask", torch.triu(torch.ones(block, block, dtype=torch.bool), 1))
+        hd = C // NH
+        inv = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+        ang = torch.outer(torch.arange(block, dtype=torch.float64), inv)
+        ang = torch.cat((ang, ang), dim=-1)
+        self.register_buffer("cos", ang.cos().float())
+        self.register_buffer("sin", ang.sin().float())
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * L) if name.endswith(("o_proj.weight", "down_proj.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
+
+    def forward(self, inputs, targets):
+        T = inputs.shape[1]
+        x = self.embed_tokens(inputs)
+        cos, sin = self.cos[:T], self.sin[:T]
+        for blk in self.layers:
+            x = blk(x, self.mask, cos, sin)
+        logits = self.lm_head(self.norm(x))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
 def mm_peak_gflops(n=1024, seconds=0.5):
     """Best single torch.mm rate on n x n float32 matrices, as pt_gemm_peak_gflops."""
     a = torch.arange(n * n, dtype=torch.float32).remainder(7).mul(0.01).view(n, n)
@@ -117,7 +203,7 @@ def mm_peak_gflops(n=1024, seconds=0.5):
 
 def main():
     ap = argparse.ArgumentParser(description="PyTorch float32 twin of build/bench_step")
-    ap.add_argument("--config", default="small", choices=sorted(PRESETS))
+    ap.add_argument("--config", default="small", choices=sorted(PRESETS) + sorted(LLAMA_PRESETS))
     ap.add_argument("--batch", type=int, default=8, help="B")
     ap.add_argument("--seq", type=int, default=128, help="T")
     ap.add_argument("--steps", type=int, default=5, help="timed steps (after one warm-up step)")
@@ -133,11 +219,17 @@ def main():
     torch.set_num_threads(threads)
     torch.manual_seed(7)
 
-    V, block, L, NH, C = PRESETS[args.config]
-    block = max(block, T)  # as bench_step: the position table covers T
-    model = GPT(V, block, L, NH, C)
-    params = sum(p.numel() for p in model.parameters())  # wte counted once (tied)
-    expect = V * C + block * C + L * (12 * C * C + 13 * C) + 2 * C  # pt_gpt_num_params
+    if args.config in LLAMA_PRESETS:
+        V, block, L, NH, C, KV, Fh, theta = LLAMA_PRESETS[args.config]
+        block = max(block, T)
+        model = Llama(V, block, L, NH, C, KV, Fh, theta)
+        expect = 2 * V * C + L * (2 * C * C + 2 * C * KV * (C // NH) + 3 * C * Fh + 2 * C) + C
+    else:
+        V, block, L, NH, C = PRESETS[args.config]
+        block = max(block, T)  # as bench_step: the position table covers T
+        model = GPT(V, block, L, NH, C)
+        expect = V * C + block * C + L * (12 * C * C + 13 * C) + 2 * C  # pt_gpt_num_params
+    params = sum(p.numel() for p in model.parameters())  # wte counted once where tied
     if params != expect:
         sys.exit(f"error: {params} parameters, ptrain has {expect}")
     # decoupled weight decay on 2-D tensors only, as ptrain (p->decay = ndim >= 2)
@@ -172,7 +264,10 @@ def main():
     times.sort()
     med = times[steps // 2] if steps % 2 else 0.5 * (times[steps // 2 - 1] + times[steps // 2])
     peak = mm_peak_gflops(1024, 0.5)
-    flops = 6.0 * params * B * T + 12.0 * L * C * B * T * T  # pt_gpt_flops_per_step
+    # pt_gpt_flops_per_step: 6 x the parameters that multiply (not the lookup tables: wpe,
+    # and LLaMA's untied embed_tokens), plus attention's scores and context
+    lookup = V * C if args.config in LLAMA_PRESETS else block * C
+    flops = 6.0 * (params - lookup) * B * T + 12.0 * L * C * B * T * T
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # ru_maxrss is KiB
     if args.json:
         print(json.dumps({

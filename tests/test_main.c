@@ -1139,6 +1139,17 @@ static void test_config_validation(void) {
     CHECK_EQ(pt_gpt_num_params(&c), 124439808); /* published GPT-2 small count */
     CHECK_EQ(c.n_layer, 12);
     CHECK_EQ(c.n_embd, 768);
+    /* model FLOPs: 6 x the multiplying parameters (not wpe, 1024 x 768: a lookup; the tied
+       wte is the head) per token, plus 12 L C T per token of attention */
+    CHECK(fabs(pt_gpt_flops_per_step(&c, 8, 256) -
+               (6.0 * (124439808.0 - 1024 * 768) * 2048 + 12.0 * 12 * 768 * 2048 * 256)) < 1.0);
+    CHECK_ST(pt_gpt_config_preset("llama-124m", &c), PT_OK); /* untied: embed_tokens a lookup */
+    CHECK_EQ(pt_gpt_num_params(&c), 2LL * 32000 * 768 +
+                                        12LL * (2 * 768 * 768 + 2 * 768 * 256 + 3 * 768 * 2048 +
+                                                2 * 768) + 768);
+    CHECK(fabs(pt_gpt_flops_per_step(&c, 8, 256) -
+               (6.0 * (double)(pt_gpt_num_params(&c) - 32000 * 768) * 2048 +
+                12.0 * 12 * 768 * 2048 * 256)) < 1.0);
     {
         const char *names[] = {"tiny", "mini", "small", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1558m"};
         int i;

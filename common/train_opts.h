@@ -24,8 +24,11 @@ typedef struct run {
     pt_gpt_config cfg;
     const pt_tokens *tok, *val_tok; /* val_tok: --val-data's (NULL: a share of tok) */
     const pt_tokenizer *tk;         /* --tokenizer's: the sample as text (NULL: none) */
-    double peak;    /* sgemm GFLOP/s of the machines the run uses (MFU's denominator) */
-    int peak_given; /* --peak-gflops */
+    double peak;      /* MFU's denominator, GFLOP/s of the machines the run uses: their
+                         fp32 instruction peak (or sgemm's where there is no probe) */
+    double gemm_peak; /* their measured sgemm GFLOP/s (0 with --peak-gflops) */
+    int peak_given;   /* --peak-gflops */
+    int peak_instr;   /* peak is the instruction peak */
     int nodes;      /* MPI: the nodes the ranks run on */
     int rc;      /* set by world rank 0 */
 } run;
@@ -195,8 +198,9 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
          1e6},
         {"temperature", CLI_FLOAT, &o->temperature, "sampling temperature (0: greedy)", 0, 100},
         {"top-k", CLI_INT, &o->top_k, "sample among the k most likely tokens (0: all)", 0, 1 << 24},
-        {"peak-gflops", CLI_FLOAT, &a->peak, "the sgemm GFLOP/s of all the run's machines for MFU "
-         "(0: measure one node's cores, 0.5 s, once per node)", 0, 1e9},
+        {"peak-gflops", CLI_FLOAT, &a->peak, "the fp32 peak GFLOP/s of all the run's machines for "
+         "MFU (0: measure one node's FMA instruction peak and sgemm, 0.5 s, once per node)", 0,
+         1e9},
 #ifdef PTRAIN_TEST_HOOKS
         {"debug-nan-step", CLI_INT, &o->nan_step, "testing: plant a NaN in a gradient at this step "
          "(0: never)", 0, 1e9},
@@ -217,7 +221,7 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         "usage: train [options]\n"
         "Trains a GPT-2 style model with AdamW (warm-up + cosine learning rate) and prints\n"
         "step, train loss, validation loss, tokens/s, model FLOP utilisation against this\n"
-        "machine's measured GEMM peak, elapsed time and ETA. Without --data it trains on an\n"
+        "machine's measured fp32 instruction peak, elapsed time and ETA. Without --data it trains on an\n"
         "embedded generated task (additions and simple sentences) and reports what it learned.\n"
         "--tp/--dp/--pp run the ranks as threads (build/train) or MPI processes\n"
         "(build/train_mpi under mpirun, with -np equal to tp x dp x pp).";

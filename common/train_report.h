@@ -37,12 +37,17 @@ static void train_report_header(const run *o, const pt_comm *world, const pt_gpt
            gpt->mem.grads / 1048576.0, gpt->mem.optimizer / 1048576.0,
            gpt->mem.activations / 1048576.0, gpt->mem.slots, gpt->mem.slots > 1 ? "s" : "",
            gpt->mem.scratch / 1048576.0);
-    printf("threads %d%s; GEMM %s; sgemm peak %.1f GFLOP/s (%s); %.2f GFLOP per step\n",
-           pt_get_threads(), world->size > 1 ? " per rank" : "", pt_gemm_name(), o->peak,
-           o->peak_given  ? "--peak-gflops"
-           : o->nodes > 1 ? "1024^3, measured once per node, summed over the nodes"
-                          : "1024^3, measured on this machine's cores",
-           flops_step / 1e9);
+    if (o->peak_given)
+        printf("threads %d%s; GEMM %s; fp32 peak %.1f GFLOP/s (--peak-gflops); %.2f GFLOP per "
+               "step\n", pt_get_threads(), world->size > 1 ? " per rank" : "", pt_gemm_name(),
+               o->peak, flops_step / 1e9);
+    else
+        printf("threads %d%s; GEMM %s; fp32 peak %.1f GFLOP/s (%s, measured %s), sgemm 1024^3 "
+               "%.1f (%.0f%% of it); %.2f GFLOP per step\n",
+               pt_get_threads(), world->size > 1 ? " per rank" : "", pt_gemm_name(), o->peak,
+               o->peak_instr ? "FMA instructions" : "sgemm: no instruction probe here",
+               o->nodes > 1 ? "once per node, summed over the nodes" : "on this machine's cores",
+               o->gemm_peak, 100.0 * o->gemm_peak / o->peak, flops_step / 1e9);
     printf("validation: %zu tokens (%s), every %d steps on %d batches; unigram entropy "
            "%.3f nats/token (the loss of a model that only counts tokens)\n",
            val_tokens, o->val_path ? o->val_path : "held out", o->eval_every, o->eval_batches,

@@ -384,14 +384,16 @@ static int env_int(const char *name, int fallback) {
 /* This process's threads and the peak MFU is measured against. Threads:
    --threads, else OMP_NUM_THREADS, else the node's cores shared by the
    node's MPI ranks (a single process: all of them; thread ranks split them
-   in pt_comm_threads_run). The peak: --peak-gflops, else the sgemm GFLOP/s
-   of one node's cores, measured once per node (by its first rank, while the
-   node's other ranks sleep rather than compete) and summed over the nodes.
+   in pt_comm_threads_run). The peak: --peak-gflops, else the fp32 FMA
+   instruction peak of one node's cores (the ceiling of any GEMM), with the
+   sgemm GFLOP/s beside it, measured once per node (by its first rank, while
+   the node's other ranks sleep rather than compete) and summed over the
+   nodes. Where the CPU has no probe (not x86), the sgemm rate is the peak.
    Collective over world. */
 static pt_status train_threads_and_peak(pt_comm *world, run *o, const train_args *a) {
     int mpi = world->kind == PT_COMM_MPI, cores = pt_get_threads();
     int local_size = 1, local_rank = 0, threads;
-    float peak = 0.0f;
+    float peak[2] = {0.0f, 0.0f}; /* instruction peak, sgemm */
     pt_status st = PT_OK;
 #ifdef _OPENMP
     cores = omp_get_num_procs();
@@ -407,19 +409,20 @@ static pt_status train_threads_and_peak(pt_comm *world, run *o, const train_args
     o->nodes = world->size / local_size > 0 ? world->size / local_size : 1;
     if ((o->peak_given = a->peak > 0.0f)) {
         o->peak = (double)a->peak;
-    } else if (!mpi) { /* thread ranks share the whole machine; one rank has its threads */
-        pt_set_threads(o->tp * o->dp * o->pp > 1 ? 0 : threads);
-        o->peak = pt_gemm_peak_gflops(1024, 0.5);
     } else {
-        if (local_rank == 0) {
-            pt_set_threads(0);
-            peak = (float)pt_gemm_peak_gflops(1024, 0.5);
+        if (!mpi || local_rank == 0) { /* thread ranks share the whole machine; one rank has
+                                          its threads */
+            pt_set_threads(mpi || o->tp * o->dp * o->pp > 1 ? 0 : threads);
+            peak[0] = (float)pt_instr_peak_gflops(0, 0.25);
+            peak[1] = (float)pt_gemm_peak_gflops(1024, 0.25);
         } else { /* 0.5 s of measuring and a warm-up: waiting in MPI would spin */
             struct timespec ts = {0, 700000000L};
             nanosleep(&ts, NULL);
         }
-        st = pt_comm_all_reduce(world, &peak, 1, PT_REDUCE_SUM);
-        o->peak = (double)peak;
+        if (mpi) st = pt_comm_all_reduce(world, peak, 2, PT_REDUCE_SUM);
+        o->gemm_peak = (double)peak[1];
+        o->peak = peak[0] > 0.0f ? (double)peak[0] : (double)peak[1];
+        o->peak_instr = peak[0] > 0.0f;
     }
     pt_set_threads(threads);
     return st;

@@ -43,7 +43,7 @@ effect "val-fraction eval-every eval-batches" "$dir/a.log" \
     "^validation: 419430 tokens (held out), every 2 steps on 3 batches"
 effect "log-every" "$dir/a.log" "^step     2/4 | loss [0-9.]* | val [0-9]"
 effect "threads" "$dir/a.log" "^threads 1;"
-effect "peak-gflops" "$dir/a.log" "sgemm peak 100.0 GFLOP/s (--peak-gflops)"
+effect "peak-gflops" "$dir/a.log" "fp32 peak 100.0 GFLOP/s (--peak-gflops)"
 effect "grad-accum schedule recompute" "$dir/a.log" "schedule gpipe, 1 chunk per stage, 2 micro-batches of 3 rows per rank and step, recompute full"
 effect "stop-after" "$dir/a.log" "^stopped after step 3 of 4"
 ls "$dir" >"$dir/ls.log"

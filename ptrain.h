@@ -1143,6 +1143,8 @@ typedef struct pt_hw {
     /* this machine: the rates of a rank with one thread, which ranks run at
        when there are as many ranks as cores or more (0: scale the above) */
     double core_flops, core_gemm_eff, core_gemm_dim, core_attn_flops, core_mem_bw, core_kernel_s;
+    double instr_flops;  /* this machine: its cores' fp32 FMA instruction peak, the ceiling of
+                            any GEMM, for MFU (0: not measured) */
 } pt_hw;
 
 /* "a100-80g", "h100-80g", "mi250x" (sources beside each in the code). */
@@ -1154,7 +1156,8 @@ PTRAINDEF pt_status pt_hw_save(const pt_hw *hw, const char *path);
 PTRAINDEF pt_status pt_hw_load(const char *path, pt_hw *out);
 /* This machine as a profile ("local", exec ptrain): pt_sgemm GFLOP/s
    over sizes 64..2048 (peak_flops the 2048^3 rate, gemm_dim fitted to the
-   smaller ones), memory bandwidth (y += s*x), the rate of ptrain's attention
+   smaller ones), the fp32 FMA instruction peak (instr_flops, what MFU is
+   measured against), memory bandwidth (y += s*x), the rate of ptrain's attention
    kernels, and all-reduce latency and bandwidth between two ranks: of the
    threads backend when world is NULL, else of world (an MPI world of two
    or more processes; collective, rank 0 times the kernels alone, with
@@ -8358,12 +8361,12 @@ static const pt_hw pt__hw_presets[] = {
        (300 GB/s a direction, NCCL all-reduce ~230 GB/s bus bandwidth); 8 HDR
        InfiniBand 200 Gb/s adapters a node, one a GPU (25 GB/s). */
     {"a100-80g", 312e12, 0.75, 48.0, 0.0, 1.75e12, 85899345920.0, 4e-6, 8, 230e9, 8e-6, 22e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0},
     /* NVIDIA H100 SXM5 80GB in a DGX H100: 989 TFLOP/s dense bf16, HBM3 3.35 TB/s;
        NVLink 4 (450 GB/s a direction, ~360 GB/s all-reduce bus bandwidth); 8
        ConnectX-7 400 Gb/s adapters a node (50 GB/s a GPU). */
     {"h100-80g", 989e12, 0.70, 48.0, 0.0, 2.9e12, 85899345920.0, 3e-6, 8, 360e9, 8e-6, 45e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0},
     /* AMD MI250X on Frontier, one graphics compute die (GCD) a device: 191.5
        TFLOP/s fp16 (the issue's and AMD's figure), HBM2e 1.6 TB/s and 64 GB a
        GCD; 8 GCDs a node joined by Infinity Fabric (50-200 GB/s between pairs:
@@ -8371,7 +8374,7 @@ static const pt_hw pt__hw_presets[] = {
        Slingshot-11 NICs of 25 GB/s a node (12.5 GB/s a GCD). rocBLAS reaches
        about half of the fp16 peak on large GEMMs, a smaller share than cuBLAS. */
     {"mi250x", 191.5e12, 0.55, 64.0, 0.0, 1.3e12, 68719476736.0, 6e-6, 8, 50e9, 10e-6, 11.5e9, 15e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0},
 };
 
 PTRAINDEF const char *pt_hw_preset_names(void) { return "a100-80g, h100-80g, mi250x"; }
@@ -8393,7 +8396,7 @@ PTRAINDEF pt_status pt_hw_preset(const char *name, pt_hw *out) {
     X(intra_bw) X(intra_lat) X(inter_bw) X(inter_lat)
 #define PT__HW_CORE_FIELDS(X) /* optional */                                                  \
     X(core_flops) X(core_gemm_eff) X(core_gemm_dim) X(core_attn_flops) X(core_mem_bw)          \
-    X(core_kernel_s)
+    X(core_kernel_s) X(instr_flops)
 
 PTRAINDEF pt_status pt_hw_save(const pt_hw *hw, const char *path) {
     char buf[2048];
@@ -8561,6 +8564,7 @@ PTRAINDEF pt_status pt_hw_calibrate(pt_hw *out, pt_comm *world) {
     memset(out, 0, sizeof *out);
     if (!world || world->size < 2) {
         if ((st = pt__calib_kernels(out)) != PT_OK) return st;
+        out->instr_flops = pt_instr_peak_gflops(0, 0.25) * 1e9;
         if (out->cores > 1) { /* and as a rank of one thread, beside one on every core */
             pt_hw one;
             memset(&one, 0, sizeof one);
@@ -8578,6 +8582,7 @@ PTRAINDEF pt_status pt_hw_calibrate(pt_hw *out, pt_comm *world) {
             pt_set_threads((int)sysconf(_SC_NPROCESSORS_ONLN));
 #endif
             st = pt__calib_kernels(out);
+            out->instr_flops = pt_instr_peak_gflops(0, 0.25) * 1e9;
             pt_set_threads(threads);
             if (st != PT_OK) return pt_comm_fail(world, st);
         }

@@ -117,6 +117,10 @@ static void print_human(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_re
            r->step_time, si(r->tflops_per_gpu * 1e12, b1), r->percent_of_peak,
            si(hw->peak_flops, b2), si(r->model_tflops_per_gpu * 1e12, b3), r->tokens_per_s,
            r->tokens_per_s / d->gpus);
+    if (hw->instr_flops > 0 && d->gpus <= hw->per_node) /* a local profile: MFU of the machine */
+        printf("MFU     %.1f%% of this machine's fp32 instruction peak (%sFLOP/s, all its cores)\n",
+               100.0 * r->model_tflops_per_gpu * 1e12 * d->gpus / hw->instr_flops,
+               si(hw->instr_flops, b1));
     printf("time    busiest rank: compute %.3f s, tp comm %.3f s, pp comm %.3f s, dp comm %.3f s, "
            "optimizer %.3f s; bubble %.1f%%\n",
            r->compute_s, r->tp_comm_s, r->pp_comm_s, r->dp_comm_s, r->optimizer_s,
@@ -167,10 +171,12 @@ int main(int argc, char **argv) {
         s = world.rank;
         cli_world_end(&world);
         if (s != 0) return 0;
-        printf("this machine: sgemm %.1f GFLOP/s (2048^3; tiling halves a dimension of %.0f), "
+        printf("this machine: fp32 instruction peak %.1f GFLOP/s (FMA), sgemm %.1f GFLOP/s "
+               "(2048^3; tiling halves a dimension of %.0f), "
                "memory %.1f GB/s, attention %.1f GFLOP/s, %s all-reduce %.1f us + %.2f GB/s; "
                "%d cores -> %s\n",
-               hw.peak_flops / 1e9, hw.gemm_dim, hw.mem_bw / 1e9, hw.attn_flops / 1e9,
+               hw.instr_flops / 1e9, hw.peak_flops / 1e9, hw.gemm_dim, hw.mem_bw / 1e9,
+               hw.attn_flops / 1e9,
                strcmp(hw.name, "local-mpi") == 0 ? "MPI" : "threads", hw.intra_lat * 1e6,
                hw.intra_bw / 1e9, hw.cores, hw_file);
         if (hw.core_flops > 0)

@@ -101,9 +101,10 @@ assert len(d) == 3 and t == sorted(t) and max(x['tp'] for x in d) <= 8" "$tmp/s"
     { echo "FAIL --search --json: not the 3 best, fastest first"; bad=1; }
 
 # this machine: calibrate, plan with it; a broken profile is an error
-expect 0 "this machine: sgemm" --calibrate --hw-file "$tmp/hw.txt"
-expect 0 "step" --hw local --hw-file "$tmp/hw.txt" --layers 2 --hidden 64 --heads 4 --seq 32 \
-    --vocab 256 --gpus 2 --tp 2 --batch 4 --microbatch 4 --recompute none
+expect 0 "this machine: fp32 instruction peak [0-9.]* GFLOP/s (FMA), sgemm" --calibrate --hw-file "$tmp/hw.txt"
+expect 0 "^MFU     [0-9.]*% of this machine's fp32 instruction peak" --hw local --hw-file "$tmp/hw.txt" \
+    --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 256 --gpus 2 --tp 2 --batch 4 --microbatch 4 \
+    --recompute none
 printf 'name = local\npeak_flops = lots\n' >"$tmp/bad.txt"
 expect 2 "bad.txt:2: peak_flops = 'lots' is not a number" --hw local --hw-file "$tmp/bad.txt"
 exit $bad

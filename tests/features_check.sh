@@ -8,15 +8,7 @@
 #   --init-from (a Hugging Face GPT-2 file or a ptrain checkpoint: its
 #   weights, a fresh AdamW, in any layout).
 set -u
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-bad=0
-check() {
-    what=$1
-    shift
-    if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; bad=1; fi
-}
-has() { grep -q -- "$1" "$2"; }
+. tests/check.sh
 tiny="--preset tiny --batch 4 --seq 32 --sample-tokens 0 --peak-gflops 100"
 # the loss of an eval line
 loss() { sed -n 's/^eval: .*: loss \([0-9.]*\) nats\/token, perplexity \([0-9.]*\).*/\1 \2/p' "$1"; }

@@ -7,21 +7,13 @@
 # (every rank agrees to skip, though only the ranks holding the tensor see
 # the NaN) and on MPI ranks.
 set -u
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-bad=0
+. tests/check.sh
 common="--preset tiny --batch 4 --seq 32 --steps 20 --warmup 5 --eval-every 100 --log-every 1
         --sample-tokens 0 --seed 5 --peak-gflops 100"
 data() { # the tensor bytes of a safetensors file: weights and AdamW moments
     hl=$(od -An -tu8 -N8 "$1" | tr -d ' ')
     tail -c +$((hl + 9)) "$1" | cksum
 }
-check() { # check WHAT CONDITION...
-    what=$1
-    shift
-    if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; bad=1; fi
-}
-has() { grep -q -- "$1" "$2"; }
 quiet() { "$@" >/dev/null 2>&1; }
 
 # one skipped step: the state after it is the state before it, and training goes on

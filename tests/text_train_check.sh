@@ -8,15 +8,7 @@
 #   a tokenizer larger than the model's vocabulary, --tokenizer without text,
 #   and --tokenizer with --data-format are refused.
 set -u
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-bad=0
-check() {
-    what=$1
-    shift
-    if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; bad=1; fi
-}
-has() { grep -q -- "$1" "$2"; }
+. tests/check.sh
 losses() { sed -n 's/^step *\([0-9]*\)\/.* loss \([0-9.]*\).*/\1 \2/p' "$1"; }
 run="--preset tiny --batch 4 --seq 32 --steps 12 --log-every 4 --eval-every 6 --peak-gflops 100"
 

@@ -1343,7 +1343,14 @@ PTRAINDEF size_t pt_utf8_stream_flush(pt_utf8_stream *s, char *out);
    also records the tokenizer's fingerprint and the text's size and hash
    (header ints 3..9, which llm.c leaves zero). A cache that matches is read;
    one that does not (another text, another tokenizer) is refused and
-   rewritten. threads as in pt_tokenizer_encode_parallel. */
+   rewritten; t->cache says which happened. threads as in
+   pt_tokenizer_encode_parallel. */
+typedef enum pt_text_cache {
+    PT_CACHE_NONE = 0, /* no cache_path (or not from a text) */
+    PT_CACHE_MADE,     /* tokenized; there was no cache, now there is */
+    PT_CACHE_READ,     /* the cache matched: read, nothing tokenized */
+    PT_CACHE_REMADE    /* the cache was of another text or tokenizer: tokenized, rewritten */
+} pt_text_cache;
 struct pt_tokens;
 PTRAINDEF pt_status pt_tokens_from_text(struct pt_tokens *t, const pt_tokenizer *tk,
                                         const char *text_path, const char *cache_path, int threads);
@@ -1491,6 +1498,7 @@ typedef struct pt_tokens {
     size_t n;
     int vocab_size;  /* 256 for bytes, 50257 for llm.c GPT-2 files */
     void *alloc_ctx;
+    pt_text_cache cache; /* pt_tokens_from_text: what it did with its cache file */
 } pt_tokens;
 
 typedef enum pt_tokens_format {
@@ -11301,6 +11309,7 @@ PTRAINDEF pt_status pt_tokens_from_text(struct pt_tokens *t, const pt_tokenizer 
                                         const char *text_path, const char *cache_path, int threads) {
     unsigned char *text = NULL, *cache = NULL;
     size_t n = 0, nc = 0, n_ids = 0, i;
+    pt_text_cache done = cache_path ? PT_CACHE_MADE : PT_CACHE_NONE;
     int32_t stamp[7];
     int *ids = NULL;
     pt_status st;
@@ -11318,11 +11327,13 @@ PTRAINDEF pt_status pt_tokens_from_text(struct pt_tokens *t, const pt_tokenizer 
         if (nc >= 1024 && h[1] == 1 && memcmp(h + 3, stamp, sizeof stamp) == 0 &&
             pt_tokens_parse_llmc(t, cache, nc) == PT_OK) {
             t->vocab_size = tk->n_vocab;
+            t->cache = PT_CACHE_READ;
             pt__free(cache, ctx);
             pt__free(text, ctx);
             return pt_tokens_check(t, tk->n_vocab);
         }
         pt__free(cache, ctx); /* stale: another text or tokenizer */
+        done = PT_CACHE_REMADE;
     }
     ids = (int *)pt__malloc((n + 1) * sizeof(int), ctx);
     if (!ids) {
@@ -11338,6 +11349,7 @@ PTRAINDEF pt_status pt_tokens_from_text(struct pt_tokens *t, const pt_tokenizer 
         for (i = 0; i < n_ids; i++) t->data[i] = (uint16_t)ids[i];
         t->n = n_ids;
         t->vocab_size = tk->n_vocab;
+        t->cache = done;
     }
     pt__free(ids, ctx);
     return st == PT_OK ? st : pt__fail_path(st, text_path);

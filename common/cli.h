@@ -245,8 +245,6 @@ static inline double cli_median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Byte-level tokens as text: printable ASCII, newline and tab as they are,
-   anything else as '?'. */
 /* ids as the tokenizer's bytes; ids it lacks (a padded vocabulary) as [id N] */
 static inline void cli_print_text(const pt_tokenizer *tk, const int *ids, int n) {
     int i;
@@ -258,6 +256,8 @@ static inline void cli_print_text(const pt_tokenizer *tk, const int *ids, int n)
     }
 }
 
+/* Byte-level tokens as text: printable ASCII, newline and tab as they are,
+   anything else as '?'. */
 static inline void cli_print_bytes(const int *tok, int n) {
     int i;
     for (i = 0; i < n; i++) {

@@ -96,14 +96,12 @@ static pt_status sample_and_score(run *o, pt_comm *world, pt_gpt *gpt, pt_rng *r
     }
     if ((st = pt_kv_cache_init(&cache, sampler)) != PT_OK) goto done;
     if (o->sample_tokens > 0) {
-        int prompt = '\n', i;
-        if (o->tk) { /* the tokenizer's newline, as the byte models' */
-            size_t np = 0;
-            int ids[4];
-            if (pt_tokenizer_encode(o->tk, "\n", 1, 0, ids, &np) == PT_OK && np == 1)
-                prompt = ids[0];
-        }
+        int prompt = '\n', i, nl;
+        size_t np = 0;
         pt_sample_desc sd;
+        /* the tokenizer's newline starts the sample, as the byte models' */
+        if (o->tk && pt_tokenizer_encode(o->tk, "\n", 1, 0, &nl, &np) == PT_OK && np == 1)
+            prompt = nl;
         sd.temperature = o->temperature, sd.top_k = o->top_k, sd.seed = pt_rng_u64(rng);
         if (!(out = (int *)malloc(sizeof(int) * (size_t)o->sample_tokens))) {
             st = pt_error(PT_ERR_OOM, "out of memory for the sample");
@@ -428,16 +426,6 @@ static pt_status train_threads_and_peak(pt_comm *world, run *o, const train_args
     return st;
 }
 
-static int read_head(const char *path, unsigned char *h) { /* the first 40 bytes */
-    FILE *f = fopen(path, "rb");
-    int n = 0;
-    if (f) {
-        n = (int)fread(h, 1, 40, f);
-        fclose(f);
-    }
-    return n;
-}
-
 /* --data or --val-data through --tokenizer: the text tokenized once into
    PATH.tokens.bin, which later runs read (a cache of another text or
    tokenizer is rewritten). World rank 0 makes it; under MPI the others read it. */
@@ -448,17 +436,14 @@ static pt_status load_text(pt_comm *world, const pt_tokenizer *tk, const char *p
     int ok = 1;
     if (snprintf(cache, sizeof cache, "%s.tokens.bin", path) >= (int)sizeof cache)
         return pt_error(PT_ERR_INVALID_ARG, "the path %s is too long", path);
-    if (world->rank == 0) { /* say which: the header holds the text's and tokenizer's hashes */
-        unsigned char before[40], after[40];
-        int nb = read_head(cache, before), na;
+    if (world->rank == 0) {
         ok = (st = pt_tokens_from_text(t, tk, path, cache, 0)) == PT_OK;
-        na = ok ? read_head(cache, after) : 0;
-        if (ok && nb < 40)
-            printf("tokenized %s into %s\n", path, cache);
-        else if (ok && (na != nb || memcmp(before, after, 40) != 0))
+        if (ok && t->cache == PT_CACHE_READ)
+            printf("tokens of %s read from %s\n", path, cache);
+        else if (ok && t->cache == PT_CACHE_REMADE)
             printf("%s was of another text or tokenizer: tokenized %s anew\n", cache, path);
         else if (ok)
-            printf("tokens of %s read from %s\n", path, cache);
+            printf("tokenized %s into %s\n", path, cache);
     }
     if (world->size > 1) {
         pt_status sh = cli_world_share(world, &ok);

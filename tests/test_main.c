@@ -4366,6 +4366,7 @@ static void test_text_tokens_cache(void) {
             fclose(f);
         }
         CHECK_ST(pt_tokens_from_text(&t, &tk, txt, bin, 1), PT_OK);
+        CHECK_EQ((int)t.cache, i == 0 ? PT_CACHE_MADE : i == 1 ? PT_CACHE_REMADE : PT_CACHE_READ);
         CHECK_ST(pt_tokenizer_encode(&tk, s, strlen(s), 0, ids, &n), PT_OK);
         CHECK_EQ(t.n, n);
         CHECK_EQ(t.vocab_size, tk.n_vocab);
@@ -4379,6 +4380,7 @@ static void test_text_tokens_cache(void) {
             ZERO(t);
             CHECK_ST(pt_tokens_from_text(&t, &tk, txt, bin, 1), PT_OK);
             CHECK(t.n > 0 && t.data[0] == 7); /* read from the cache */
+            CHECK_EQ((int)t.cache, PT_CACHE_READ);
             pt_tokens_free(&t);
         }
     }

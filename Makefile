@@ -23,7 +23,7 @@ LDLIBS = $(BLAS) -lm
 HDR = ptrain.h $(wildcard common/*.h) tests/fixture.h
 
 EXAMPLES = train sample hello_layer quickstart tensor_parallel pipeline plan plan_1t sim_vs_real \
-           tokenize bpe_train
+           tokenize bpe_train curves
 BINS = $(addprefix build/,$(EXAMPLES)) build/fixture_check build/tests build/bench_step \
        build/bench_kernels build/bench_parallel build/bench_pipeline build/comm_check build/bench_text
 # the same programs with ranks as MPI processes (-DPTRAIN_MPI, Open MPI's mpicc)
@@ -198,7 +198,13 @@ clean:
 bench-text: build/bench_text build/bpe_train build/tokenize | deps-text
 	@sh bench/text.sh
 
-# ptrain against PyTorch float32 on the same training steps (bench/compare.sh);
+# make run's task trained in fp32 and in bf16 over the same tokens: final validation losses
+# and both loss curves in one picture, build/precision/loss.svg (bench/precision.sh)
+.PHONY: bench-precision
+bench-precision: build/train build/curves
+	@sh bench/precision.sh
+
+# ptrain against PyTorch, fp32 and bf16 autocast, on the same training steps (bench/compare.sh);
 # installs Debian's python3-torch first if /usr/bin/python3 lacks torch.
 .PHONY: bench-torch
 bench-torch:

@@ -243,6 +243,20 @@ PTRAINDEF pt_status pt_gemm_select(const char *name);
 PTRAINDEF const char *pt_gemm_name(void);      /* "ptrain-avx512", "openblas", "portable" */
 PTRAINDEF const char *pt_gemm_bf16_name(void); /* "ptrain-avx512bf16" or "portable" */
 
+/* The arithmetic of the model's GEMMs (dense layers, attention, the LM head):
+   fp32 (pt_sgemm), or bf16 mixed precision (pt_gemm_bf16: operands rounded to
+   bfloat16, products summed in fp32). Everything else stays fp32 either way:
+   master weights, gradients and their reductions, AdamW, the norms' and
+   softmax's statistics, the loss. Zero is the default, fp32. */
+typedef enum pt_precision { PT_PRECISION_DEFAULT = 0, PT_PRECISION_FP32, PT_PRECISION_BF16 } pt_precision;
+PTRAINDEF const char *pt_precision_name(pt_precision p); /* "fp32", "bf16" */
+PTRAINDEF pt_status pt_precision_parse(const char *name, pt_precision *out);
+/* The precision of the kernels' GEMMs below (pt_matmul_*, pt_linear_*,
+   pt_attention_*, pt_tied_head_*) on the calling thread, until set again;
+   returns the previous one. A pt_gpt runs its calls at its desc's precision
+   and restores the caller's after. */
+PTRAINDEF pt_precision pt_set_gemm_precision(pt_precision p);
+
 /* out[n,c] = wte[inp[n],c] + wpe[n % T, c] */
 PTRAINDEF void pt_encoder_forward(float *out, const int *inp, const float *wte,
                                   const float *wpe, int B, int T, int C);
@@ -605,6 +619,9 @@ typedef struct pt_gpt_desc {
                         keeps no attention output (recomputed from q, k, v in
                         backward); PT_RECOMPUTE_FULL keeps only each layer's
                         output and reruns the layer's forward in backward */
+    pt_precision precision; /* the GEMMs' arithmetic (pt_precision; 0: fp32). bf16:
+                        every model call runs its GEMMs as pt_gemm_bf16; weights,
+                        gradients, AdamW and all communication stay fp32 */
     void *alloc_ctx; /* passed to PTRAIN_MALLOC/PTRAIN_FREE */
 } pt_gpt_desc;
 
@@ -660,6 +677,7 @@ typedef struct pt_gpt {
     pt_block_params *layers;  /* (place.n_layers) */
     float loss;               /* mean loss of the last step or forward, or -1 */
     int adam_t;               /* optimizer steps taken */
+    pt_precision precision;   /* the GEMMs' (desc.precision; never DEFAULT) */
     pt_gpt_mem mem;
     pt_gpt_exec *exec;
     void *alloc_ctx;
@@ -2756,6 +2774,41 @@ static void pt__colsum_add(float *dbias, const float *dout, int N, int OUT) {
     }
 }
 
+static const char *pt__precision_names[3] = {"default", "fp32", "bf16"};
+
+PTRAINDEF const char *pt_precision_name(pt_precision p) {
+    return p == PT_PRECISION_DEFAULT ? "fp32"
+           : (int)p > 0 && (int)p < 3 ? pt__precision_names[p] : "(unknown)";
+}
+
+PTRAINDEF pt_status pt_precision_parse(const char *name, pt_precision *out) {
+    int k;
+    for (k = 1; k < 3; k++)
+        if (name && strcmp(name, pt__precision_names[k]) == 0) {
+            *out = (pt_precision)k;
+            return PT_OK;
+        }
+    return pt__fail(PT_ERR_CONFIG, "unknown precision '%s' (known: fp32, bf16)",
+                    name ? name : "(null)");
+}
+
+/* 1: the calling thread's model GEMMs run in bf16. Kernels read it on the
+   caller's thread and hand it to their OpenMP tasks. */
+static PT__THREAD_LOCAL int pt__gemm_bf16_on;
+
+PTRAINDEF pt_precision pt_set_gemm_precision(pt_precision p) {
+    pt_precision old = pt__gemm_bf16_on ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
+    pt__gemm_bf16_on = p == PT_PRECISION_BF16;
+    return old;
+}
+
+/* A model GEMM at the given precision (cblas arguments). */
+static void pt__mm(int bf16, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                   int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (bf16) pt_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else pt_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 /* The dense layer both weight layouts share: out = inp @ W + bias with W
    (IN, OUT) as GPT-2's Conv1D stores it, or W^T with W (OUT, IN) as
    nn.Linear stores it (wt = 1). Backward: dinp += dout @ W^T (of the
@@ -2768,16 +2821,17 @@ static void pt__dense_forward(float *out, const float *inp, const float *weight,
         PT__OMP(omp parallel for schedule(static))
         for (n = 0; n < N; n++) memcpy(out + (size_t)n * OUT, bias, sizeof(float) * OUT);
     }
-    pt_sgemm(0, wt, N, OUT, IN, 1.0f, inp, IN, weight, wt ? IN : OUT, bias ? 1.0f : 0.0f, out,
-             OUT);
+    pt__mm(pt__gemm_bf16_on, 0, wt, N, OUT, IN, 1.0f, inp, IN, weight, wt ? IN : OUT,
+           bias ? 1.0f : 0.0f, out, OUT);
 }
 
 static void pt__dense_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, int N, int IN, int OUT,
                                int wt) {
-    if (dinp) pt_sgemm(0, !wt, N, IN, OUT, 1.0f, dout, OUT, weight, wt ? IN : OUT, 1.0f, dinp, IN);
-    if (dweight && wt) pt_sgemm(1, 0, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
-    if (dweight && !wt) pt_sgemm(1, 0, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dweight, OUT);
+    int h = pt__gemm_bf16_on;
+    if (dinp) pt__mm(h, 0, !wt, N, IN, OUT, 1.0f, dout, OUT, weight, wt ? IN : OUT, 1.0f, dinp, IN);
+    if (dweight && wt) pt__mm(h, 1, 0, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
+    if (dweight && !wt) pt__mm(h, 1, 0, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dweight, OUT);
     if (dbias) pt__colsum_add(dbias, dout, N, OUT);
 }
 
@@ -3060,6 +3114,7 @@ PTRAINDEF void pt_attention_forward(float *out, float *lse, const float *qkv, fl
     int nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, task, ntasks = B * NH * nqb;
     int nthr = pt__attn_threads(slots);
     float scale = 1.0f / sqrtf((float)hd);
+    int h16 = pt__gemm_bf16_on;
     (void)nthr;
     PT__OMP(omp parallel for schedule(dynamic) num_threads(nthr))
     for (task = 0; task < ntasks; task++) {
@@ -3069,9 +3124,9 @@ PTRAINDEF void pt_attention_forward(float *out, float *lse, const float *qkv, fl
         float *S = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * T;
         const float *q = qkv + (size_t)b * T * C3 + h * hd;
         const float *k = qkv + (size_t)b * T * C3 + C + (h / G) * hd;
-        pt_sgemm(0, 1, nq, nk, hd, scale, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, nk);
+        pt__mm(h16, 0, 1, nq, nk, hd, scale, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, nk);
         pt__attn_softmax(S, NULL, lse + (size_t)bh * T + t0, t0, nq, nk);
-        pt_sgemm(0, 0, nq, hd, nk, 1.0f, S, nk, k + Ckv, C3, 0.0f,
+        pt__mm(h16, 0, 0, nq, hd, nk, 1.0f, S, nk, k + Ckv, C3, 0.0f,
                  out + ((size_t)b * T + t0) * C + h * hd, C);
     }
 }
@@ -3087,6 +3142,7 @@ PTRAINDEF void pt_attention_backward(float *dqkv, const float *dout, const float
     int nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, bg;
     int nthr = pt__attn_threads(slots);
     float scale = 1.0f / sqrtf((float)hd);
+    int h16 = pt__gemm_bf16_on;
     (void)nthr;
     PT__OMP(omp parallel for schedule(dynamic) num_threads(nthr))
     for (bg = 0; bg < B * NKV; bg++) {
@@ -3104,10 +3160,10 @@ PTRAINDEF void pt_attention_backward(float *dqkv, const float *dout, const float
             for (qb = 0; qb < nqb; qb++) {
                 int t0 = qb * PT_ATTN_QBLOCK, i, u, j;
                 int nq = T - t0 < PT_ATTN_QBLOCK ? T - t0 : PT_ATTN_QBLOCK, nk = t0 + nq;
-                pt_sgemm(0, 1, nq, nk, hd, scale, qbase + (size_t)t0 * C3, C3, kb, C3, 0.0f, P,
+                pt__mm(h16, 0, 1, nq, nk, hd, scale, qbase + (size_t)t0 * C3, C3, kb, C3, 0.0f, P,
                          nk);
                 pt__attn_softmax(P, L + t0, NULL, t0, nq, nk);
-                pt_sgemm(0, 1, nq, nk, hd, 1.0f, dO + (size_t)t0 * C, C, vb, C3, 0.0f, dS, nk);
+                pt__mm(h16, 0, 1, nq, nk, hd, 1.0f, dO + (size_t)t0 * C, C, vb, C3, 0.0f, dS, nk);
                 for (i = 0; i < nq; i++) {
                     const float *o = O + (size_t)(t0 + i) * C, *d = dO + (size_t)(t0 + i) * C;
                     const float *p = P + (size_t)i * nk;
@@ -3116,11 +3172,11 @@ PTRAINDEF void pt_attention_backward(float *dqkv, const float *dout, const float
                     PT__OMP(omp simd)
                     for (u = 0; u < nk; u++) ds[u] = p[u] * (ds[u] - D) * scale;
                 }
-                pt_sgemm(0, 0, nq, hd, nk, 1.0f, dS, nk, kb, C3, 1.0f, dqbase + (size_t)t0 * C3,
+                pt__mm(h16, 0, 0, nq, hd, nk, 1.0f, dS, nk, kb, C3, 1.0f, dqbase + (size_t)t0 * C3,
                          C3);
-                pt_sgemm(1, 0, nk, hd, nq, 1.0f, dS, nk, qbase + (size_t)t0 * C3, C3, 1.0f, dkb,
+                pt__mm(h16, 1, 0, nk, hd, nq, 1.0f, dS, nk, qbase + (size_t)t0 * C3, C3, 1.0f, dkb,
                          C3);
-                pt_sgemm(1, 0, nk, hd, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dvb, C3);
+                pt__mm(h16, 1, 0, nk, hd, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dvb, C3);
             }
         }
     }
@@ -3167,14 +3223,15 @@ PTRAINDEF void pt_residual_backward(float *da, float *db, const float *dout, siz
 
 PTRAINDEF void pt_tied_head_forward(float *logits, const float *x, const float *wte, int N,
                                     int C, int V) {
-    pt_sgemm(0, 1, N, V, C, 1.0f, x, C, wte, C, 0.0f, logits, V);
+    pt__mm(pt__gemm_bf16_on, 0, 1, N, V, C, 1.0f, x, C, wte, C, 0.0f, logits, V);
 }
 
 /* dx += dlogits @ wte ; dwte += dlogits^T @ x */
 PTRAINDEF void pt_tied_head_backward(float *dx, float *dwte, const float *dlogits,
                                      const float *x, const float *wte, int N, int C, int V) {
-    if (dx) pt_sgemm(0, 0, N, C, V, 1.0f, dlogits, V, wte, C, 1.0f, dx, C);
-    if (dwte) pt_sgemm(1, 0, V, C, N, 1.0f, dlogits, V, x, C, 1.0f, dwte, C);
+    int h = pt__gemm_bf16_on;
+    if (dx) pt__mm(h, 0, 0, N, C, V, 1.0f, dlogits, V, wte, C, 1.0f, dx, C);
+    if (dwte) pt__mm(h, 1, 0, V, C, N, 1.0f, dlogits, V, x, C, 1.0f, dwte, C);
 }
 
 /* lse = mx + log sum_v exp(l_v - mx), summed in double */
@@ -4290,6 +4347,10 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
         pt__append_error(&bad, "tensor_parallel=%d does not divide ffn_hidden=%d", pl->tp,
                          cfg.ffn_hidden);
     if (d->zero < 0 || d->zero > 2) pt__append_error(&bad, "zero=%d must be 0, 1 or 2", d->zero);
+    if ((int)d->precision < 0 || d->precision > PT_PRECISION_BF16)
+        pt__append_error(&bad, "precision=%d must be 0 (fp32), PT_PRECISION_FP32 or "
+                         "PT_PRECISION_BF16", (int)d->precision);
+    m->precision = d->precision == PT_PRECISION_BF16 ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
     if (d->grad_accum < 0) pt__append_error(&bad, "grad_accum=%d must be >= 0", d->grad_accum);
     if (d->chunks < 0) pt__append_error(&bad, "chunks=%d must be >= 0", d->chunks);
     if (d->recompute < 0 || d->recompute > PT_RECOMPUTE_FULL)
@@ -7741,7 +7802,8 @@ static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, in
         int r1 = (int)((k->offset + k->numel - p->offset) / (size_t)C);
         if (r1 > Vl) r1 = Vl;
         if (head)
-            pt_sgemm(1, 0, r1 - r0, C, N, 1.0f, sl->logits + r0, Vl, sl->lnf, C, 1.0f, m->grads, C);
+            pt__mm(pt__gemm_bf16_on, 1, 0, r1 - r0, C, N, 1.0f, sl->logits + r0, Vl, sl->lnf, C,
+                   1.0f, m->grads, C);
         else
             pt__encoder_backward_part(m->grads, wpe && wpe->bucket == b ? m->grads + (wpe->offset -
                                       k->offset) : NULL, x->dres, sl->inputs,
@@ -7965,7 +8027,7 @@ static pt_status pt__step_update(pt_gpt *m, const pt_step_desc *d, pt_step_resul
     return bad ? PT_OK : pt_gpt_adamw_step(m, d->adamw, d->lr);
 }
 
-PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *res) {
+static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *res) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
     const pt_schedule *s = &x->sched;
@@ -8085,7 +8147,7 @@ no_slot:
                     s->list[stage][k].micro, s->list[stage][k].chunk);
 }
 
-PTRAINDEF pt_status pt_gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
+static pt_status pt__gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
     int p = pl->pp, V = p * pl->chunks, i, c, b;
@@ -8131,8 +8193,8 @@ PTRAINDEF pt_status pt_gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
 
 /* ---- the serial building blocks --------------------------------------------- */
 
-PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targets, int B,
-                                   int T) {
+static pt_status pt__gpt_forward(pt_gpt *m, const int *inputs, const int *targets, int B,
+                                int T) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_config *c = &m->config;
     pt__slot *sl;
@@ -8166,7 +8228,7 @@ PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targ
     return PT_OK;
 }
 
-PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) {
+static pt_status pt__gpt_backward(pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     int accum = m->place.micro;
     pt_status st;
@@ -8187,6 +8249,32 @@ PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) {
     if (++x->micro_done == accum && m->place.zero < 2) return pt__dp_sync_grads(m);
     return PT_OK;
 }
+
+/* The public calls run the GEMMs at the model's precision on this thread and
+   give the caller's back. */
+#define PT__AT_PRECISION(m, call)                                                   \
+    do {                                                                            \
+        pt_precision old_ = pt_set_gemm_precision((m)->precision);                 \
+        pt_status st_ = (call);                                                     \
+        pt_set_gemm_precision(old_);                                                \
+        return st_;                                                                 \
+    } while (0)
+
+PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *res) {
+    PT__AT_PRECISION(m, pt__gpt_step(m, d, res));
+}
+
+PTRAINDEF pt_status pt_gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
+    PT__AT_PRECISION(m, pt__gpt_eval(m, d, loss));
+}
+
+PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targets, int B,
+                                   int T) {
+    PT__AT_PRECISION(m, pt__gpt_forward(m, inputs, targets, B, T));
+}
+
+PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) { PT__AT_PRECISION(m, pt__gpt_backward(m)); }
+#undef PT__AT_PRECISION
 
 PTRAINDEF pt_status pt_gpt_gather_logits(const pt_gpt *m, float *out) {
     const pt_gpt_exec *x = m->exec;

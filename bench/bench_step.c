@@ -14,7 +14,9 @@
    do, never above 100%) and against the measured sgemm.
    --gemm ptrain,openblas times the same steps with each GEMM in turn (steps
    interleaved, so a shared machine's load falls on all alike) and prints the
-   ratio of each to the first.
+   ratio of each to the first; --precision fp32,bf16 does the same for the
+   GEMMs' arithmetic (every GEMM with every precision), each MFU against the
+   instruction peak of its precision.
    Profile it with: perf record -g build/bench_step --config small --steps 20 */
 #define _DEFAULT_SOURCE
 #define PTRAIN_IMPLEMENTATION
@@ -25,7 +27,7 @@
 #include <sys/resource.h>
 
 int main(int argc, char **argv) {
-    const char *config = "small", *gemms = "";
+    const char *config = "small", *gemms = "", *precs = "fp32";
     int batch = 8, seq = 128, steps = 5, threads = 0, json = 0, npos, s, i;
     const char *pos[1];
     cli_opt opts[] = {
@@ -37,6 +39,7 @@ int main(int argc, char **argv) {
         {"json", CLI_FLAG, &json, "print one JSON object (a line for each GEMM)", 0, 0},
         {"gemm", CLI_STR, &gemms, "comma-separated GEMMs to compare (ptrain, openblas, portable)",
          0, 0},
+        {"precision", CLI_STR, &precs, "comma-separated precisions to compare (fp32, bf16)", 0, 0},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
     pt_gpt_config cfg;
@@ -46,9 +49,10 @@ int main(int argc, char **argv) {
     pt_step_desc sd;
     pt_rng rng;
     int *inputs, *targets;
-    double *times, peak, ipeak, flops, med, loss0, loss1, med0 = 0.0;
+    double *times, peak, ipeak[3] = {0, 0, 0}, flops, med, loss0, loss1, med0 = 0.0;
     char names[8][16];
-    int ng = 0, g;
+    pt_precision prec[8];
+    int ng = 0, g, np = 0;
     struct rusage ru;
 
     cli_passive_wait(argv);
@@ -71,6 +75,30 @@ int main(int argc, char **argv) {
         }
         if (ng == 0) snprintf(names[ng++], sizeof names[0], "%s", "");
     }
+    { /* every GEMM at every precision: variant g = GEMM g / np, precision g % np */
+        const char *p = precs;
+        pt_precision list[2];
+        char one[16];
+        int k;
+        while (*p && np < 2) {
+            size_t n = strcspn(p, ",");
+            snprintf(one, sizeof one, "%.*s", (int)n, p);
+            if (pt_precision_parse(one, &list[np]) != PT_OK) {
+                fprintf(stderr, "error: --precision: %s\n", pt_last_error());
+                return 2;
+            }
+            np++;
+            p += n + (p[n] == ',');
+        }
+        if (np == 0) list[np++] = PT_PRECISION_FP32;
+        for (g = ng - 1; g >= 0; g--)
+            for (k = np - 1; k >= 0; k--) {
+                if (g * np + k >= 8) continue;
+                snprintf(names[g * np + k], sizeof names[0], "%s", names[g]);
+                prec[g * np + k] = list[k];
+            }
+        ng = ng * np > 8 ? 8 : ng * np;
+    }
     if (pt_gpt_config_preset(config, &cfg) != PT_OK) {
         fprintf(stderr, "error: %s\n", pt_last_error());
         return 2;
@@ -80,6 +108,7 @@ int main(int argc, char **argv) {
     d.config = cfg;
     d.batch = batch;
     d.seq = seq;
+    d.precision = prec[0];
     if (pt_gpt_init(&gpt, &d) != PT_OK) {
         fprintf(stderr, "error: %s\n", pt_last_error());
         return 2;
@@ -95,11 +124,15 @@ int main(int argc, char **argv) {
          that shared its cores with other processes can only come out low */
         int nth = pt_get_threads();
         double one;
-        ipeak = pt_instr_peak_gflops(0, 0.5);
-        pt_set_threads(1);
-        one = pt_instr_peak_gflops(0, 0.5);
-        pt_set_threads(nth);
-        ipeak = nth * one > ipeak ? nth * one : ipeak;
+        for (g = 0; g < ng; g++) {
+            int b = prec[g] == PT_PRECISION_BF16;
+            if (ipeak[1 + b] > 0) continue;
+            ipeak[1 + b] = pt_instr_peak_gflops(b, 0.5);
+            pt_set_threads(1);
+            one = pt_instr_peak_gflops(b, 0.5);
+            pt_set_threads(nth);
+            ipeak[1 + b] = nth * one > ipeak[1 + b] ? nth * one : ipeak[1 + b];
+        }
     }
     pt_rng_seed(&rng, 7);
     for (i = 0; i < batch * seq; i++) {
@@ -127,8 +160,9 @@ int main(int argc, char **argv) {
                 log((double)cfg.vocab_size), loss1);
         return 1;
     }
-    for (g = 1; g < ng; g++) { /* a warm-up step with each other GEMM */
-        pt_gemm_select(names[g]);
+    for (g = 1; g < ng; g++) { /* a warm-up step with each other variant */
+        if (names[g][0]) pt_gemm_select(names[g]);
+        gpt.precision = prec[g];
         if (pt_gpt_step(&gpt, &sd, NULL) != PT_OK) {
             fprintf(stderr, "error: %s\n", pt_last_error());
             return 1;
@@ -138,6 +172,7 @@ int main(int argc, char **argv) {
         for (g = 0; g < ng; g++) {
             double t0;
             if (names[g][0]) pt_gemm_select(names[g]);
+            gpt.precision = prec[g];
             t0 = pt_time_now();
             if (pt_gpt_step(&gpt, &sd, NULL) != PT_OK) {
                 fprintf(stderr, "error: %s\n", pt_last_error());
@@ -147,17 +182,23 @@ int main(int argc, char **argv) {
         }
     if (names[0][0]) pt_gemm_select(names[0]);
     {
-        double after = pt_gemm_peak_gflops(1024, 0.5), iafter = pt_instr_peak_gflops(0, 0.5);
+        double after = pt_gemm_peak_gflops(1024, 0.5);
+        int b;
         peak = after > peak ? after : peak;
-        ipeak = iafter > ipeak ? iafter : ipeak;
+        for (b = 0; b < 2; b++)
+            if (ipeak[1 + b] > 0) {
+                double iafter = pt_instr_peak_gflops(b, 0.5);
+                ipeak[1 + b] = iafter > ipeak[1 + b] ? iafter : ipeak[1 + b];
+            }
     }
     flops = pt_gpt_flops_per_step(&cfg, batch, seq);
     getrusage(RUSAGE_SELF, &ru);
     for (g = 0; g < ng; g++) {
     double *t = times + (size_t)g * steps;
-    const char *gname;
+    const char *gname, *pname = pt_precision_name(prec[g]);
+    double ip = ipeak[1 + (prec[g] == PT_PRECISION_BF16)];
     if (names[g][0]) pt_gemm_select(names[g]);
-    gname = pt_gemm_name();
+    gname = prec[g] == PT_PRECISION_BF16 ? pt_gemm_bf16_name() : pt_gemm_name();
     med = cli_median(t, steps);
     if (g == 0) med0 = med;
     if (json) {
@@ -165,17 +206,17 @@ int main(int argc, char **argv) {
                "\"params\": %zu, \"steps\": %d, \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, "
                "\"gflops_per_step\": %.4f, \"peak_gflops\": %.1f, \"mfu\": %.4f, "
                "\"peak_rss_bytes\": %lld, \"loss_check\": [%.4f, %.4f], \"gemm\": \"%s\", "
-               "\"instr_peak_gflops\": %.1f, \"mfu_instr\": %.4f}\n",
+               "\"precision\": \"%s\", \"instr_peak_gflops\": %.1f, \"mfu_instr\": %.4f}\n",
                config, batch, seq, pt_get_threads(), gpt.num_params, steps, med * 1e3,
                batch * seq / med, flops / 1e9, peak, flops / med / (peak * 1e9),
-               (long long)ru.ru_maxrss * 1024, loss0, loss1, gname, ipeak,
-               ipeak > 0 ? flops / med / (ipeak * 1e9) : 0.0);
+               (long long)ru.ru_maxrss * 1024, loss0, loss1, gname, pname, ip,
+               ip > 0 ? flops / med / (ip * 1e9) : 0.0);
     } else {
-        printf("%-10s B=%-3d T=%-4d threads %d gemm %-13s: %9.1f ms/step %9.0f tok/s  MFU "
-               "%5.1f%% of the fp32 instruction peak %.0f GFLOP/s, %5.1f%% of sgemm's %.0f  "
+        printf("%-10s B=%-3d T=%-4d threads %d %s gemm %-17s: %9.1f ms/step %9.0f tok/s  MFU "
+               "%5.1f%% of the %s instruction peak %.0f GFLOP/s, %5.1f%% of sgemm's %.0f  "
                "peak RSS %.0f MiB",
-               config, batch, seq, pt_get_threads(), gname, med * 1e3, batch * seq / med,
-               ipeak > 0 ? 100.0 * flops / med / (ipeak * 1e9) : 0.0, ipeak,
+               config, batch, seq, pt_get_threads(), pname, gname, med * 1e3, batch * seq / med,
+               ip > 0 ? 100.0 * flops / med / (ip * 1e9) : 0.0, pname, ip,
                100.0 * flops / med / (peak * 1e9), peak, ru.ru_maxrss / 1024.0);
         if (ng > 1) printf("  %.2fx the first", med0 / med);
         printf("\n");

@@ -1,11 +1,13 @@
 #!/bin/sh
-# ptrain against PyTorch float32 on the same training step. Run it with
+# ptrain against PyTorch on the same training step, in fp32 and in bf16 (ptrain
+# --precision bf16 against PyTorch's bf16 autocast). Run it with
 #   make bench-torch
 # (or `sh bench/compare.sh` once build/bench_step is built and python3-torch installed).
-# For each configuration it runs build/bench_step, then bench/torch_ref.py (the
-# same model, AdamW, B, T and threads), one right after the other so both see
-# the same machine load, and prints one table at the end. ratio columns are
-# ptrain / torch: speed > 1 means ptrain is faster, RSS < 1 means it uses less.
+# For each configuration it runs build/bench_step (fp32 and bf16 steps interleaved
+# in one process), then bench/torch_ref.py in fp32 and in bf16, one right after the
+# other so all see the same machine load, and prints one table at the end. Ratio
+# columns are time over time: > 1 means the first named is slower, so
+# "torch/ptrain" > 1 means ptrain is faster.
 set -e
 cd "$(dirname "$0")/.."
 PY=${PY:-/usr/bin/python3}  # Debian's python3 has torch; a pyenv python3 may not
@@ -27,19 +29,24 @@ print("loss %s, params %d," % (r["loss_check"], r["params"]),
       "peak %.0f GFLOP/s" % r["peak_gflops"])' "$1"
 }
 
-echo "ptrain vs PyTorch $("$PY" -c 'import torch; print(torch.__version__)') float32," \
+echo "ptrain vs PyTorch $("$PY" -c 'import torch; print(torch.__version__)'), fp32 and bf16," \
      "$THREADS threads, forward + backward + AdamW, median ms/step"
 i=0  # numbers the result files, so the table keeps the run order
 echo "$CONFIGS" | while read -r cfg b t n; do
     i=$((i + 1))
     args="--config $cfg --batch $b --seq $t --steps $n --threads $THREADS --json"
     # shellcheck disable=SC2086 # $args is split into words on purpose
-    build/bench_step $args >"$out/$i.ptrain"
-    # shellcheck disable=SC2086
-    "$PY" bench/torch_ref.py $args >"$out/$i.torch"
+    build/bench_step $args --precision fp32,bf16 >"$out/$i.ptrain"
+    head -n 1 "$out/$i.ptrain" >"$out/$i.ptrain_fp32"
+    tail -n 1 "$out/$i.ptrain" >"$out/$i.ptrain_bf16"
+    for p in fp32 bf16; do
+        # shellcheck disable=SC2086
+        "$PY" bench/torch_ref.py $args --precision $p >"$out/$i.torch_$p"
+    done
     echo "$cfg B=$b T=$t"
-    echo "  ptrain: $(summary "$out/$i.ptrain")"
-    echo "  torch:  $(summary "$out/$i.torch")"
+    for f in ptrain_fp32 ptrain_bf16 torch_fp32 torch_bf16; do
+        echo "  $f: $(summary "$out/$i.$f")"
+    done
 done
 
 echo
@@ -50,18 +57,28 @@ def load(path):
     with open(path) as f:
         return json.load(f)
 
-head = ("config", "B", "T", "ptrain ms/step", "torch ms/step", "ptrain tok/s", "torch tok/s",
-        "speed ratio", "ptrain MFU", "torch MFU", "ptrain RSS MiB", "torch RSS MiB", "RSS ratio")
+def mib(r):
+    return r["peak_rss_bytes"] / 2**20
+
+head = ("config", "B", "T", "ptrain fp32", "ptrain bf16", "torch fp32", "torch bf16",
+        "fp32 torch/ptrain", "bf16 torch/ptrain", "ptrain fp32/bf16", "ptrain bf16 MFU",
+        "torch RSS fp32, bf16")
 rows = []
-for p in sorted(glob.glob(os.path.join(sys.argv[1], "*.ptrain"))):
-    a, b = load(p), load(p[: -len(".ptrain")] + ".torch")
-    mib_a, mib_b = a["peak_rss_bytes"] / 2**20, b["peak_rss_bytes"] / 2**20
-    rows.append((a["config"], a["batch"], a["seq"],
-                 f"{a['ms_per_step']:.1f}", f"{b['ms_per_step']:.1f}",
-                 f"{a['tokens_per_s']:.0f}", f"{b['tokens_per_s']:.0f}",
-                 f"{a['tokens_per_s'] / b['tokens_per_s']:.2f}x",
-                 f"{100 * a['mfu']:.1f}%", f"{100 * b['mfu']:.1f}%",
-                 f"{mib_a:.0f}", f"{mib_b:.0f}", f"{mib_a / mib_b:.2f}x"))
+for p in sorted(glob.glob(os.path.join(sys.argv[1], "*.ptrain_fp32"))):
+    stem = p[: -len(".ptrain_fp32")]
+    pf, pb = load(p), load(stem + ".ptrain_bf16")
+    tf, tb = load(stem + ".torch_fp32"), load(stem + ".torch_bf16")
+    rows.append((pf["config"], pf["batch"], pf["seq"],
+                 f"{pf['ms_per_step']:.1f}", f"{pb['ms_per_step']:.1f}",
+                 f"{tf['ms_per_step']:.1f}", f"{tb['ms_per_step']:.1f}",
+                 f"{tf['ms_per_step'] / pf['ms_per_step']:.2f}x",
+                 f"{tb['ms_per_step'] / pb['ms_per_step']:.2f}x",
+                 f"{pf['ms_per_step'] / pb['ms_per_step']:.2f}x",
+                 f"{100 * pb['mfu_instr']:.1f}% of {pb['instr_peak_gflops']:.0f}",
+                 f"{mib(tf):.0f}, {mib(tb):.0f} MiB"))
+print("median ms/step; ptrain's fp32 and bf16 steps ran in one process (one peak RSS:",
+      ", ".join(f"{r[0]} {mib(load(p)):.0f} MiB" for r, p in
+                zip(rows, sorted(glob.glob(os.path.join(sys.argv[1], "*.ptrain_fp32"))))) + ")")
 width = [max(len(str(r[k])) for r in rows + [head]) for k in range(len(head))]
 for r in [head] + rows:
     print("  ".join(str(v).ljust(w) if k == 0 else str(v).rjust(w)

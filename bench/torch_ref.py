@@ -202,13 +202,16 @@ def mm_peak_gflops(n=1024, seconds=0.5):
 
 
 def main():
-    ap = argparse.ArgumentParser(description="PyTorch float32 twin of build/bench_step")
+    ap = argparse.ArgumentParser(description="PyTorch twin of build/bench_step")
     ap.add_argument("--config", default="small", choices=sorted(PRESETS) + sorted(LLAMA_PRESETS))
     ap.add_argument("--batch", type=int, default=8, help="B")
     ap.add_argument("--seq", type=int, default=128, help="T")
     ap.add_argument("--steps", type=int, default=5, help="timed steps (after one warm-up step)")
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads (0: all cores)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
+                    help="bf16: forward (and so backward) under torch.autocast(bfloat16), "
+                         "fp32 weights and AdamW")
     args = ap.parse_args()
     B, T, steps = args.batch, args.seq, args.steps
     if B < 1 or T < 1 or steps < 1:
@@ -241,17 +244,20 @@ def main():
     inputs = torch.randint(0, V, (B, T))
     targets = torch.randint(0, V, (B, T))
 
+    bf16 = args.precision == "bf16"
+
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = model(inputs, targets)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(inputs, targets)
         loss.backward()
         opt.step()
         return loss.item()
 
     # check: loss at init near ln V; one step on the batch lowers it (also the warm-up)
     loss0 = step()
-    with torch.no_grad():
-        loss1 = model(inputs, targets).item()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss1 = model(inputs, targets).float().item()
     if not (abs(loss0 - math.log(V)) < 0.5 and loss1 < loss0):
         sys.exit(f"error: result check failed: loss {loss0:.4f} (ln V = {math.log(V):.4f}), "
                  f"then {loss1:.4f}")
@@ -276,9 +282,10 @@ def main():
             "tokens_per_s": round(B * T / med, 1), "gflops_per_step": round(flops / 1e9, 4),
             "peak_gflops": round(peak, 1), "mfu": round(flops / med / (peak * 1e9), 4),
             "peak_rss_bytes": rss, "loss_check": [round(loss0, 4), round(loss1, 4)],
-            "torch": torch.__version__}))
+            "precision": args.precision, "torch": torch.__version__}))
     else:
-        print(f"{args.config:<10} B={B:<3d} T={T:<4d} threads {torch.get_num_threads()}: "
+        print(f"{args.config:<10} B={B:<3d} T={T:<4d} threads {torch.get_num_threads()} "
+              f"{args.precision}: "
               f"{med * 1e3:9.1f} ms/step {B * T / med:9.0f} tok/s  "
               f"MFU {100 * flops / med / (peak * 1e9):5.1f}% of {peak:.0f} GFLOP/s  "
               f"peak RSS {rss / 1048576:.0f} MiB (torch {torch.__version__})")

@@ -9,7 +9,7 @@
 #include <string.h>
 
 /* seconds as "1h02m" or "3m07s" */
-static void progress_time(char *buf, size_t n, double s) {
+static inline void progress_time(char *buf, size_t n, double s) {
     if (s < 0 || s != s) s = 0;
     if (s >= 3600) snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
     else snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
@@ -17,7 +17,7 @@ static void progress_time(char *buf, size_t n, double s) {
 
 /* The timed step's actions of every rank, to rank 0, written as Chrome trace
    JSON at path and as an SVG picture at path.svg. Collective over world. */
-static pt_status progress_write_trace(pt_trace *t, pt_comm *world, const char *path, int step) {
+static inline pt_status progress_write_trace(pt_trace *t, pt_comm *world, const char *path, int step) {
     pt_status st = pt_trace_gather(t, world);
     char svg[4096];
     if (st != PT_OK || world->rank != 0) return st;
@@ -45,7 +45,7 @@ typedef struct progress_history {
 } progress_history;
 
 /* The file names from the checkpoint's (NULL: no history is kept). */
-static void progress_history_init(progress_history *h, const char *ckpt) {
+static inline void progress_history_init(progress_history *h, const char *ckpt) {
     size_t len = ckpt ? strlen(ckpt) : 0;
     memset(h, 0, sizeof *h);
     if (!ckpt) return;
@@ -54,7 +54,7 @@ static void progress_history_init(progress_history *h, const char *ckpt) {
     snprintf(h->svg, sizeof h->svg, "%.*s.loss.svg", (int)len, ckpt);
 }
 
-static int progress_history_add(progress_history *h, long long step, long long tokens,
+static inline int progress_history_add(progress_history *h, long long step, long long tokens,
                                 double train, double val) {
     if (!h->csv[0]) return 1;
     if (h->n == h->cap) {
@@ -70,7 +70,7 @@ static int progress_history_add(progress_history *h, long long step, long long t
 }
 
 /* The rows of an earlier CSV up to step `upto` (a resume's start). */
-static void progress_history_load(progress_history *h, long long upto) {
+static inline void progress_history_load(progress_history *h, long long upto) {
     FILE *f = h->csv[0] ? fopen(h->csv, "r") : NULL;
     char line[256];
     if (!f) return;
@@ -87,7 +87,7 @@ static void progress_history_load(progress_history *h, long long upto) {
 }
 
 /* The CSV and the SVG of train and validation loss against tokens seen. */
-static pt_status progress_history_write(const progress_history *h) {
+static inline pt_status progress_history_write(const progress_history *h) {
     FILE *f;
     double *xt, *tr, *xv, *va;
     int i, nt = 0, nv = 0;
@@ -122,7 +122,7 @@ static pt_status progress_history_write(const progress_history *h) {
     return st;
 }
 
-static void progress_history_free(progress_history *h) {
+static inline void progress_history_free(progress_history *h) {
     free(h->rows);
     h->rows = NULL;
     h->n = h->cap = 0;

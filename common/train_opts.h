@@ -13,6 +13,7 @@ typedef struct run {
         max_bad, force, eval_only, eval_batches_given;
     pt_schedule_kind schedule;
     pt_overlap overlap; /* the dp gradient reduction behind backward (on) or after it */
+    pt_precision precision; /* the GEMMs' arithmetic */
 #ifdef PTRAIN_TEST_HOOKS
     /* fault injection for the tests (builds with -DPTRAIN_TEST_HOOKS only) */
     const char *nan_tensor;
@@ -25,7 +26,8 @@ typedef struct run {
     const pt_tokens *tok, *val_tok; /* val_tok: --val-data's (NULL: a share of tok) */
     const pt_tokenizer *tk;         /* --tokenizer's: the sample as text (NULL: none) */
     double peak;      /* MFU's denominator, GFLOP/s of the machines the run uses: their
-                         fp32 instruction peak (or sgemm's where there is no probe) */
+                         instruction peak at the run's precision (or sgemm's where there
+                         is no probe) */
     double gemm_peak; /* their measured sgemm GFLOP/s (0 with --peak-gflops) */
     int peak_given;   /* --peak-gflops */
     int peak_instr;   /* peak is the instruction peak */
@@ -115,6 +117,7 @@ static int train_combinations(int argc, char **argv, const run *o, const char *s
    an error message. usage: print the usage (world rank 0 does). */
 static int train_options(int argc, char **argv, run *o, train_args *a, int usage) {
     const char *data_format = "auto", *recompute = "none", *schedule = NULL, *overlap = "on";
+    const char *precision = "fp32";
     int npos, s;
     const char *pos[1];
     cli_opt opts[] = {
@@ -191,6 +194,9 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
          "2 for zb-v, else 1; interleaved takes 2 or more)", 0, 64},
         {"recompute", CLI_STR, &recompute, "activation recomputation: none, selective, full", 0,
          0},
+        {"precision", CLI_STR, &precision, "fp32 | bf16: the GEMMs' arithmetic (bf16: operands "
+         "rounded to bfloat16, sums in fp32; weights, gradients, AdamW and communication stay "
+         "fp32)", 0, 0},
         {"trace", CLI_STR, &o->trace_path, "write step --trace-step's timeline (every rank's "
          "actions) here as Chrome trace JSON, and at FILE.svg", 0, 0},
         {"trace-step", CLI_INT, &o->trace_step, "the step --trace records", 1, 1e9},
@@ -198,8 +204,9 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
          1e6},
         {"temperature", CLI_FLOAT, &o->temperature, "sampling temperature (0: greedy)", 0, 100},
         {"top-k", CLI_INT, &o->top_k, "sample among the k most likely tokens (0: all)", 0, 1 << 24},
-        {"peak-gflops", CLI_FLOAT, &a->peak, "the fp32 peak GFLOP/s of all the run's machines for "
-         "MFU (0: measure one node's FMA instruction peak and sgemm, 0.5 s, once per node)", 0,
+        {"peak-gflops", CLI_FLOAT, &a->peak, "the peak GFLOP/s at --precision of all the run's "
+         "machines for MFU (0: measure one node's instruction peak at that precision and sgemm, "
+         "0.5 s, once per node)", 0,
          1e9},
 #ifdef PTRAIN_TEST_HOOKS
         {"debug-nan-step", CLI_INT, &o->nan_step, "testing: plant a NaN in a gradient at this step "
@@ -251,6 +258,10 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
     o->eval_batches_given = cli_given(argc, argv, "eval-batches");
     a->preset_given = cli_given(argc, argv, "preset");
     if ((o->recompute = cli_recompute(recompute)) < 0) return 2;
+    if (pt_precision_parse(precision, &o->precision) != PT_OK) {
+        fprintf(stderr, "error: --precision: %s\n", pt_last_error());
+        return 2;
+    }
     if (strcmp(overlap, "on") == 0) o->overlap = PT_OVERLAP_ON;
     else if (strcmp(overlap, "off") == 0) o->overlap = PT_OVERLAP_OFF;
     else {

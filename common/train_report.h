@@ -37,15 +37,23 @@ static void train_report_header(const run *o, const pt_comm *world, const pt_gpt
            gpt->mem.grads / 1048576.0, gpt->mem.optimizer / 1048576.0,
            gpt->mem.activations / 1048576.0, gpt->mem.slots, gpt->mem.slots > 1 ? "s" : "",
            gpt->mem.scratch / 1048576.0);
+    const char *prec = pt_precision_name(o->precision);
+    int bf16 = o->precision == PT_PRECISION_BF16;
+    const char *gemm = bf16 ? pt_gemm_bf16_name() : pt_gemm_name();
+    if (bf16 && strcmp(gemm, "portable") == 0)
+        printf("precision bf16 on plain C loops (no AVX512-BF16 or AMX here, or "
+               "PTRAIN_GEMM=portable): the same numbers, slowly\n");
     if (o->peak_given)
-        printf("threads %d%s; GEMM %s; fp32 peak %.1f GFLOP/s (--peak-gflops); %.2f GFLOP per "
-               "step\n", pt_get_threads(), world->size > 1 ? " per rank" : "", pt_gemm_name(),
+        printf("threads %d%s; GEMM %s; %s peak %.1f GFLOP/s (--peak-gflops); %.2f GFLOP per "
+               "step\n", pt_get_threads(), world->size > 1 ? " per rank" : "", gemm, prec,
                o->peak, flops_step / 1e9);
     else
-        printf("threads %d%s; GEMM %s; fp32 peak %.1f GFLOP/s (%s, measured %s), sgemm 1024^3 "
+        printf("threads %d%s; GEMM %s; %s peak %.1f GFLOP/s (%s, measured %s), sgemm 1024^3 "
                "%.1f (%.0f%% of it); %.2f GFLOP per step\n",
-               pt_get_threads(), world->size > 1 ? " per rank" : "", pt_gemm_name(), o->peak,
-               o->peak_instr ? "FMA instructions" : "sgemm: no instruction probe here",
+               pt_get_threads(), world->size > 1 ? " per rank" : "", gemm, prec, o->peak,
+               !o->peak_instr ? "sgemm: no instruction probe here"
+               : bf16         ? "bf16 dot-product instructions"
+                              : "FMA instructions",
                o->nodes > 1 ? "once per node, summed over the nodes" : "on this machine's cores",
                o->gemm_peak, 100.0 * o->gemm_peak / o->peak, flops_step / 1e9);
     printf("validation: %zu tokens (%s), every %d steps on %d batches; unigram entropy "

@@ -186,6 +186,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     desc.schedule = o->schedule;
     desc.chunks = o->chunks;
     desc.recompute = o->recompute;
+    desc.precision = o->precision;
     if ((st = pt_gpt_init(&gpt, &desc)) != PT_OK) goto fail;
     pt_gpt_init_weights(&gpt, o->seed);
     if (o->init_from) {
@@ -382,8 +383,9 @@ static int env_int(const char *name, int fallback) {
 /* This process's threads and the peak MFU is measured against. Threads:
    --threads, else OMP_NUM_THREADS, else the node's cores shared by the
    node's MPI ranks (a single process: all of them; thread ranks split them
-   in pt_comm_threads_run). The peak: --peak-gflops, else the fp32 FMA
-   instruction peak of one node's cores (the ceiling of any GEMM), with the
+   in pt_comm_threads_run). The peak: --peak-gflops, else the instruction
+   peak of one node's cores at the run's precision (fp32: FMA; bf16: the
+   bf16 dot-product instructions; the ceiling of any GEMM), with the
    sgemm GFLOP/s beside it, measured once per node (by its first rank, while
    the node's other ranks sleep rather than compete) and summed over the
    nodes. Where the CPU has no probe (not x86), the sgemm rate is the peak.
@@ -411,7 +413,7 @@ static pt_status train_threads_and_peak(pt_comm *world, run *o, const train_args
         if (!mpi || local_rank == 0) { /* thread ranks share the whole machine; one rank has
                                           its threads */
             pt_set_threads(mpi || o->tp * o->dp * o->pp > 1 ? 0 : threads);
-            peak[0] = (float)pt_instr_peak_gflops(0, 0.25);
+            peak[0] = (float)pt_instr_peak_gflops(o->precision == PT_PRECISION_BF16, 0.25);
             peak[1] = (float)pt_gemm_peak_gflops(1024, 0.25);
         } else { /* 0.5 s of measuring and a warm-up: waiting in MPI would spin */
             struct timespec ts = {0, 700000000L};

@@ -51,8 +51,9 @@ static void compare_elem(check *c, const char *what, const float *a, const float
     report(c, what, worst, tol_at, ratio, print);
 }
 
-/* per tensor: max|a-r| <= 2e-5 * max|r| (if max|r| == 0: |a| <= 1e-12) */
-static void compare_grad(check *c, const char *what, const float *a, const float *r, size_t n) {
+/* per tensor: max|a-r| <= rel * max|r| (if max|r| == 0: |a| <= 1e-12) */
+static void compare_grad(check *c, const char *what, const float *a, const float *r, size_t n,
+                         double rel) {
     double maxr = 0.0, worst = 0.0, tol;
     size_t i;
     for (i = 0; i < n; i++) {
@@ -60,8 +61,68 @@ static void compare_grad(check *c, const char *what, const float *a, const float
         if (fabs((double)r[i]) > maxr) maxr = fabs((double)r[i]);
         if (!(e <= worst)) worst = e != e ? INFINITY : e;
     }
-    tol = maxr > 0.0 ? 2e-5 * maxr : 1e-12;
+    tol = maxr > 0.0 ? rel * maxr : 1e-12;
     report(c, what, worst, tol, worst / tol, 0);
+}
+
+/* Tolerances. fp32: the fixtures' README, section 5. bf16 (every GEMM's
+   operands rounded to bfloat16, unit roundoff u = 2^-8, sums in fp32), derived
+   from the rounding, not from runs:
+   - One GEMM output y = sum_k a_k b_k becomes sum_k a_k b_k (1 + t_k) with
+     t_k = da_k + db_k the operands' relative rounding errors, each uniform on
+     [-u, u] (variance u^2/3), independent: var(y error) = (2u^2/3) sum_k (a_k b_k)^2,
+     i.e. a relative error of sd u sqrt(2/3) against the output's scale for
+     terms of either sign, whatever the reduction length K.
+   - Errors of G GEMMs in series add in quadrature: sd s(G) = u sqrt(2G/3).
+     Forward to the logits: G_f = 6L + 1 (per block: the q/k/v projection,
+     Q K^T, P V, the output projection, the MLP's two; then the head).
+     A gradient: forward, back down through at most as many, and its own:
+     G_b = 2 G_f + 1.
+   - Checked at z = 6 standard deviations of the tensor's scale max|r| (the
+     largest of up to 10^8 normal deviates stays under 6 sd): logits
+     elementwise within z s(G_f) max|logits|; gradients per tensor within
+     z s(G_b) max|r|, the form of the fp32 check.
+   - The loss is a mean of -log softmax: per token |d loss| <= ||p - onehot||_1
+     max|d logit| <= 2 max|d logit|, and the tokens share the rounded weights
+     (no averaging out): within 2 z s(G_f) max|logits|. Later steps: the same,
+     assuming the runs' weights drift less than that moves the loss (here
+     lr * steps <= 1e-2).
+   - Final weights: both runs take AdamW steps, each at most
+     lr |m^/sqrt(v^)| <= lr A_t per element, with (Cauchy-Schwarz over the past
+     gradients) A_t = (1-b1) sqrt(sum_j<t b1^2j) / (1 - b1^t) *
+     sqrt(1 - b2^t) / sqrt((1 - b2) b2^(t-1)); so |a - r| <= 2 lr sum_t A_t,
+     the bound the optimizer allows, not a sharp one (the logits, loss and
+     gradients are). */
+typedef struct tolerances {
+    double logits_rel, loss_rel, grad_rel; /* bf16: times max|logits|, and per tensor */
+    double final_abs;
+} tolerances;
+
+static tolerances bf16_tolerances(const fixture *f) {
+    const double u = 0x1p-8, z = 6.0;
+    double gf = 6.0 * f->cfg.n_layer + 1.0, gb = 2.0 * gf + 1.0, sum = 0.0;
+    double b1 = f->opt.beta1, b2 = f->opt.beta2;
+    tolerances t;
+    int s, j;
+    t.logits_rel = z * u * sqrt(2.0 * gf / 3.0);
+    t.loss_rel = 2.0 * t.logits_rel;
+    t.grad_rel = z * u * sqrt(2.0 * gb / 3.0);
+    for (s = 1; s <= f->steps; s++) {
+        double geo = 0.0;
+        for (j = 0; j < s; j++) geo += pow(b1, 2.0 * j);
+        sum += (1.0 - b1) * sqrt(geo) / (1.0 - pow(b1, s)) * sqrt(1.0 - pow(b2, s)) /
+               sqrt((1.0 - b2) * pow(b2, s - 1));
+    }
+    t.final_abs = 2.0 * f->lr * sum;
+    return t;
+}
+
+static double max_abs(const float *x, size_t n) {
+    double m = 0.0;
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (fabs((double)x[i]) > m) m = fabs((double)x[i]);
+    return m;
 }
 
 /* What every rank needs: the fixture (read-only), its settings, the layout. */
@@ -70,6 +131,7 @@ typedef struct job {
     fixture f;
     int tp, dp, pp, zero, micro, chunks, recompute, verbose;
     pt_schedule_kind schedule;
+    pt_precision precision;
     int failed; /* checks failed over all ranks (set by world rank 0) */
 } job;
 
@@ -93,6 +155,11 @@ static pt_status run_rank(pt_comm *world, void *arg) {
     float *ref = NULL, *mine = NULL, *losses = NULL, total;
     char label[128];
     pt_status status = PT_OK;
+    int bf16 = j->precision == PT_PRECISION_BF16;
+    tolerances tb = bf16_tolerances(&j->f);
+    /* fp32 (README section 5) or bf16 (above, scaled once the logits are read) */
+    double lg_atol = 5e-6, lg_rtol = 1e-5, ls_atol = 1e-5, ls_rtol = 5e-6, gr_rel = 2e-5;
+    double fin_abs = bf16 ? tb.final_abs : 2.5e-4;
     memset(&gpt, 0, sizeof gpt);
     memset(&whole, 0, sizeof whole);
     c.verbose = lead && j->verbose;
@@ -108,6 +175,7 @@ static pt_status run_rank(pt_comm *world, void *arg) {
     desc.schedule = j->schedule;
     desc.chunks = j->chunks;
     desc.recompute = j->recompute;
+    desc.precision = j->precision;
     if ((status = pt_gpt_init(&gpt, &desc)) != PT_OK ||
         (status = pt_gpt_load_weights_st(&gpt, j->f.st)) != PT_OK)
         goto out;
@@ -134,6 +202,11 @@ static pt_status run_rank(pt_comm *world, void *arg) {
         if (s == 0 && ((status = pt_st_read_f32(j->f.st, "fixture.logits", ref, 3, lshape)) != PT_OK ||
                        (status = pt_st_read_f32(j->f.st, "fixture.loss", &loss_ref, 1, one)) != PT_OK))
             goto out;
+        if (s == 0 && bf16) {
+            double scale = max_abs(ref, (size_t)j->f.B * j->f.T * V);
+            lg_atol = tb.logits_rel * scale, lg_rtol = 0.0;
+            ls_atol = tb.loss_rel * scale, ls_rtol = 0.0, gr_rel = tb.grad_rel;
+        }
         /* the whole step through this rank's schedule; the head's ranks get the logits */
         memset(&sd, 0, sizeof sd);
         sd.inputs = j->f.inputs + rows0, sd.targets = j->f.targets + rows0, sd.B = Bl, sd.T = j->f.T;
@@ -141,10 +214,10 @@ static pt_status run_rank(pt_comm *world, void *arg) {
         if ((status = pt_gpt_step(&gpt, &sd, NULL)) != PT_OK) goto out;
         losses[s] = gpt.loss;
         if (sd.logits)
-            compare_elem(&c, "logits", mine, ref + rows0 * V, N * V, 5e-6, 1e-5, lead);
+            compare_elem(&c, "logits", mine, ref + rows0 * V, N * V, lg_atol, lg_rtol, lead);
         if (s == 0) {
             int fails_before;
-            compare_elem(&c, "loss", &losses[0], &loss_ref, 1, 1e-5, 5e-6, lead);
+            compare_elem(&c, "loss", &losses[0], &loss_ref, 1, ls_atol, ls_rtol, lead);
             if ((status = pt_gpt_gather(&gpt, PT_BUF_GRADS, mine)) != PT_OK) goto out;
             fails_before = c.failed;
             for (i = 0; i < whole.num_tensors; i++) { /* every tensor, whichever stage has it */
@@ -153,11 +226,11 @@ static pt_status run_rank(pt_comm *world, void *arg) {
                 if ((status = pt_st_read_f32(j->f.st, label, ref, p->ndim, p->full_shape)) != PT_OK)
                     goto out;
                 snprintf(label, sizeof label, "grad %s", p->name);
-                compare_grad(&c, label, mine + p->full_offset, ref, p->full_numel);
+                compare_grad(&c, label, mine + p->full_offset, ref, p->full_numel, gr_rel);
             }
             if (lead)
-                printf("  %-40s %d tensors  %s\n", "grads (per tensor, 2e-5 * max|ref|)",
-                       whole.num_tensors, c.failed == fails_before ? "PASS" : "FAIL");
+                printf("  grads (per tensor, %.3g * max|ref|)%*s %d tensors  %s\n", gr_rel,
+                       bf16 ? 8 : 7, "", whole.num_tensors, c.failed == fails_before ? "PASS" : "FAIL");
         }
         if ((status = pt_gpt_adamw_step(&gpt, &j->f.opt, (float)j->f.lr)) != PT_OK) goto out;
     }
@@ -167,7 +240,8 @@ static pt_status run_rank(pt_comm *world, void *arg) {
         const char *worst_name = whole.table[0].name;
         int fails_before;
         if ((status = pt_st_read_f32(j->f.st, "fixture.losses", ref, 1, ns)) != PT_OK) goto out;
-        compare_elem(&c, "losses (every step)", losses, ref, (size_t)j->f.steps, 1e-5, 5e-6, lead);
+        compare_elem(&c, "losses (every step)", losses, ref, (size_t)j->f.steps, ls_atol, ls_rtol,
+                     lead);
         fails_before = c.failed;
         if ((status = pt_gpt_gather(&gpt, PT_BUF_PARAMS, mine)) != PT_OK) goto out;
         for (i = 0; i < whole.num_tensors; i++) {
@@ -184,11 +258,11 @@ static pt_status run_rank(pt_comm *world, void *arg) {
                 }
             }
             snprintf(label, sizeof label, "final %s", p->name);
-            compare_elem(&c, label, mine + p->full_offset, ref, p->full_numel, 2.5e-4, 0.0, 0);
+            compare_elem(&c, label, mine + p->full_offset, ref, p->full_numel, fin_abs, 0.0, 0);
         }
         if (lead)
             printf("  %-40s max_err %.3e  tol %.3e  %s (worst: %s)\n", "final params", worst,
-                   2.5e-4, c.failed == fails_before ? "PASS" : "FAIL", worst_name);
+                   fin_abs, c.failed == fails_before ? "PASS" : "FAIL", worst_name);
     }
     if (lead)
         printf("  per-rank memory (zero=%d): params %.2f MiB, grads %.2f MiB, AdamW %.2f MiB, "
@@ -223,7 +297,7 @@ out:
 
 int main(int argc, char **argv) {
     int threads = 0, verbose = 0, npos = 0, s, tp = 1, dp = 1, pp = 1, zero = 0, micro = 1, chunks = 0;
-    const char *schedule = NULL, *recompute = "none";
+    const char *schedule = NULL, *recompute = "none", *precision = "fp32";
     const char *pos[1] = {NULL};
     cli_opt opts[] = {
         {"tp", CLI_INT, &tp, "tensor-parallel ranks (divides n_head and n_kv_head)", 1, 1024},
@@ -237,6 +311,7 @@ int main(int argc, char **argv) {
          "else 1)", 0, 64},
         {"recompute", CLI_STR, &recompute, "activation recomputation: none, selective, full", 0,
          0},
+        {"precision", CLI_STR, &precision, "the GEMMs' arithmetic: fp32 or bf16", 0, 0},
         {"threads", CLI_INT, &threads, "OpenMP/BLAS threads (0: all cores; one rank only)", 0,
          1024},
         {"verbose", CLI_FLAG, &verbose, "print every tensor's line", 0, 0},
@@ -287,15 +362,20 @@ int main(int argc, char **argv) {
     j.schedule = (pt_schedule_kind)s;
     j.verbose = verbose;
     j.recompute = cli_recompute(recompute);
+    if (pt_precision_parse(precision, &j.precision) != PT_OK) {
+        fprintf(stderr, "error: %s\n", pt_last_error());
+        goto out;
+    }
     if (j.recompute < 0) goto out;
     if (world.rank == 0)
         printf("%s: V=%d C=%d n_head=%d n_kv_head=%d n_layer=%d block=%d B=%d T=%d steps=%d "
-               "lr=%g wd=%g; tp=%d dp=%d zero=%d pp=%d %s m=%d v=%d\n",
+               "lr=%g wd=%g; tp=%d dp=%d zero=%d pp=%d %s m=%d v=%d %s\n",
                pos[0], j.f.cfg.vocab_size, j.f.cfg.n_embd, j.f.cfg.n_head,
                j.f.cfg.n_kv_head ? j.f.cfg.n_kv_head : j.f.cfg.n_head, j.f.cfg.n_layer,
                j.f.cfg.block_size, j.f.B, j.f.T, j.f.steps, j.f.lr, (double)j.f.opt.weight_decay, tp, dp,
                zero, pp, schedule ? schedule : "(default)", micro,
-               chunks ? chunks : j.schedule == PT_SCHED_ZB_V ? 2 : 1);
+               chunks ? chunks : j.schedule == PT_SCHED_ZB_V ? 2 : 1,
+               pt_precision_name(j.precision));
     status = cli_world_run(&world, tp * dp * pp, run_rank, &j);
     if (status == PT_OK) status = cli_world_share(&world, &j.failed);
     if (status != PT_OK) {

@@ -2,7 +2,8 @@
 # prog and file set: launch (thread ranks, or mpirun for *_mpi programs),
 # try (one layout, counted in runs and bad), and the fixture's shape in nh
 # (heads), kv (key/value heads), L (layers) and B (batch), read from
-# fixture_check's first line.
+# fixture_check's first line. FIXTURE_ARGS (e.g. "--precision bf16") goes to
+# every run.
 mpi=""
 case "$prog" in
 *_mpi) # Open MPI as root, more ranks than cores (../shared/ENVIRONMENT.md)
@@ -22,13 +23,13 @@ try() { # try NRANKS ARGS...: fixture_check on NRANKS ranks with ARGS, at most m
     shift
     [ "$n" -le "$max" ] || return 0
     runs=$((runs + 1))
-    if ! out=$(launch "$n" $prog "$file" "$@" 2>&1); then
+    if ! out=$(launch "$n" $prog "$file" $FIXTURE_ARGS "$@" 2>&1); then
         bad=$((bad + 1))
         echo "FAIL $*"
         echo "$out" | grep -E "FAIL|error" | head -n 5
     fi
 }
-head=$(launch 1 $prog "$file" 2>&1 | head -n 1)
+head=$(launch 1 $prog "$file" $FIXTURE_ARGS 2>&1 | head -n 1)
 nh=$(echo "$head" | sed -n 's/.* n_head=\([0-9]*\) .*/\1/p')
 L=$(echo "$head" | sed -n 's/.* n_layer=\([0-9]*\) .*/\1/p')
 B=$(echo "$head" | sed -n 's/.* B=\([0-9]*\) .*/\1/p')

@@ -63,10 +63,11 @@ effect "sample-tokens temperature top-k" "$dir/b.log" "^--- sample (temperature 
 # C: every kind of parallelism at once, and a trace
 build/train --layers 4 --heads 4 --embd 32 --tp 2 --dp 2 --pp 2 --chunks 2 --schedule interleaved \
     --zero 1 --overlap off --batch 8 --seq 16 --steps 2 --trace "$dir/t.json" --trace-step 1 $q \
-    >"$dir/c.log" 2>&1
+    --precision bf16 >"$dir/c.log" 2>&1
 effect "tp dp pp zero chunks" "$dir/c.log" "^layout: tp 2 x dp 2 x pp 2 = 8 ranks (threads), ZeRO 1, schedule interleaved, 2 chunks per stage"
 effect "overlap" "$dir/c.log" "recompute none; dp gradients reduced after backward$"
 effect "trace trace-step" "$dir/c.log" "^trace of step 1: $dir/t.json"
+effect "precision" "$dir/c.log" "; GEMM [a-z0-9-]*; bf16 peak 100.0 GFLOP/s (--peak-gflops)"
 
 # D: the model from a file
 build/train --resume "$dir/a-step00000003.safetensors" --steps 4 --seq 16 --batch 6 $q \
@@ -86,6 +87,8 @@ refused "data-format" 2 "data-format says how --data and --val-data are read" $t
 refused "val-fraction val-data" 2 "val-fraction with --val-data" $t --val-data "$dir/val.txt" --val-fraction 0.2
 refused "resume init-from" 2 "resume with --init-from" --resume "$dir/f.safetensors" --init-from "$dir/f.safetensors"
 refused "eval-only" 2 "eval-only needs a model" --eval-only
+refused "precision" 2 "error: --precision: unknown precision 'fp16' (known: fp32, bf16)" $t \
+    --precision fp16
 refused "overlap" 2 "overlap with one data-parallel rank: there is no gradient reduction" $t --overlap on
 refused "overlap zero" 2 "overlap with --zero 2: ZeRO 2 reduce-scatters" $t --dp 2 --zero 2 --overlap off
 refused "eval-only steps" 2 "steps with --eval-only: nothing is trained" --eval-only --init-from "$dir/f.safetensors" --steps 3

@@ -462,6 +462,19 @@ step "sim_vs_real: ... the file is unchanged" grep -qx precious "$tmp/precious.t
 # the loss history (CSV + SVG), --val-data, --eval-only and --init-from
 step "train: loss CSV/SVG, --val-data, --eval-only and --init-from (HF file, checkpoint) in several layouts" \
     sh tests/features_check.sh
+# build/curves: two loss histories in one picture, the last validation losses compared
+printf 'step,tokens,train_loss,val_loss\n1,64,5.5,\n2,128,4.0,3.000000\n' >"$tmp/c1.loss.csv"
+printf 'step,tokens,train_loss,val_loss\n1,64,5.4,\n2,128,4.1,3.090000\n' >"$tmp/c2.loss.csv"
+step "curves: two runs in one SVG, the second's final validation loss +3.00% of the first's" \
+    sh -c "build/curves --out $tmp/c.svg a=$tmp/c1.loss.csv b=$tmp/c2.loss.csv >$tmp/c.txt &&
+        grep -q '^b  *final validation loss 3.0900 (+3.00% vs a)' $tmp/c.txt &&
+        grep -q '>a validation<' $tmp/c.svg && grep -q '>b train<' $tmp/c.svg"
+fails "curves: --max-diff 2 fails a run 3% away" 1 "(+3.00% vs a)" \
+    build/curves --out "$tmp/c.svg" --max-diff 2 a="$tmp/c1.loss.csv" b="$tmp/c2.loss.csv"
+fails "curves: a history that is not there" 2 "cannot read $tmp/none.csv" \
+    build/curves --out "$tmp/c.svg" a="$tmp/none.csv"
+fails "curves: an argument that is not NAME=FILE" 2 "is not NAME=FILE.loss.csv" \
+    build/curves --out "$tmp/c.svg" "$tmp/c1.loss.csv"
 # every option of build/train takes effect or is refused by name (walks its option table)
 step "train: every option takes effect or is refused, naming the combination (the whole table)" \
     sh tests/options_check.sh
@@ -511,6 +524,38 @@ if [ -f "$f" ]; then
     fails "fixture_check: tp not dividing the key/value heads" 2 \
         "tensor_parallel=4 does not divide n_kv_head=2" build/fixture_check "$f" --tp 4
 fi
+# bf16 mixed precision (the GEMMs' operands rounded to bfloat16): every fixture serially,
+# the tensor x data x ZeRO and pipeline layouts of a GPT-2 and a LLaMA fixture on threads, a
+# tp x dp x pp layout on MPI, ASan + UBSan; bf16 tolerances derived in tests/fixture_check.c
+for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors \
+    tests/fixtures/llama/*.safetensors ../shared/fixtures/llama/*.safetensors; do
+    [ -f "$f" ] || continue
+    step "fixture $(basename "$f") in bf16" build/fixture_check "$f" --precision bf16
+done
+for f in tests/fixtures/gpt2_heads8.safetensors tests/fixtures/llama/llama_mqa_tied.safetensors; do
+    step "fixture $(basename "$f") in bf16: every tp x dp x zero layout (threads)" \
+        env FIXTURE_ARGS="--precision bf16" sh tests/layouts_check.sh build/fixture_check "$f"
+    tail -n 1 "$tmp/out" | sed 's/^/      /'
+    step "fixture $(basename "$f") in bf16: pipeline layouts (threads)" \
+        env FIXTURE_ARGS="--precision bf16" sh tests/pipeline_check.sh build/fixture_check "$f"
+    tail -n 1 "$tmp/out" | sed 's/^/      /'
+done
+step "fixture heads8 in bf16, tp 2 x dp 2 x pp 2, ZeRO 1, zb-h1, 8 MPI ranks" \
+    mpi 8 build/fixture_check_mpi tests/fixtures/gpt2_heads8.safetensors --precision bf16 \
+    --tp 2 --dp 2 --pp 2 --zero 1 --schedule zb-h1 --microbatches 2
+step "fixture heads8 in bf16, tp 2 x dp 2, ZeRO 2, recompute full under ASan + UBSan" \
+    build/fixture_check_asan tests/fixtures/gpt2_heads8.safetensors --precision bf16 --tp 2 \
+    --dp 2 --zero 2 --recompute full
+fails "fixture_check: unknown precision" 2 "unknown precision 'fp16' (known: fp32, bf16)" \
+    build/fixture_check tests/fixtures/gpt2_heads8.safetensors --precision fp16
+step "train --precision bf16: the validation loss falls; the header names precision and GEMM" \
+    sh -c "build/train --preset tiny --precision bf16 --steps 120 --batch 8 --seq 64 \
+        --eval-every 60 --log-every 60 --sample-tokens 0 >$tmp/bf16.log 2>&1 &&
+        grep -Eq '^threads .*; GEMM (ptrain-[a-z0-9]*|portable); bf16 peak ' $tmp/bf16.log &&
+        awk '/^step/ { if (l0 == \"\") l0 = \$5; if (\$8 != \"-\") v = \$8 }
+             END { exit !(v != \"\" && v < l0 - 2) }' $tmp/bf16.log"
+fails "train: unknown precision" 2 "unknown precision 'fp8' (known: fp32, bf16)" \
+    build/train --precision fp8
 step "train: llama-tiny's validation loss falls, and it samples through the KV cache" \
     sh -c "build/train --preset llama-tiny --steps 120 --batch 8 --seq 64 --eval-every 60 \
         --log-every 60 --sample-tokens 64 >$tmp/llama.log 2>&1 &&

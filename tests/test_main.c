@@ -254,6 +254,80 @@ static void test_gemm_kernels(void) {
     CHECK_ST(pt_gemm_select(NULL), PT_OK); /* back to the default (PTRAIN_GEMM or auto) */
 }
 
+/* The model kernels' GEMM precision: names, the thread's setting (attention
+   hands it to its OpenMP tasks), a bf16 dense layer equal to the double
+   product of the rounded operands within gemm_check's bound, and a pt_gpt
+   at bf16 that runs its own precision and gives the caller's back. */
+static void test_precision(void) {
+    enum { N = 5, IN = 37, OUT = 9, B = 2, T = 8, NH = 2, HD = 8 };
+    pt_precision p = PT_PRECISION_DEFAULT;
+    float *x = frand(N * IN, -1, 1), *w = frand(OUT * IN, -1, 1), y[N * OUT], yf[N * OUT];
+    int n, o, i, bad = 0;
+    CHECK_ST(pt_precision_parse("bf16", &p), PT_OK);
+    CHECK(p == PT_PRECISION_BF16);
+    CHECK_ST(pt_precision_parse("fp32", &p), PT_OK);
+    CHECK(p == PT_PRECISION_FP32);
+    CHECK_ERR(pt_precision_parse("fp16", &p), PT_ERR_CONFIG, "unknown precision 'fp16'");
+    CHECK(!strcmp(pt_precision_name(PT_PRECISION_DEFAULT), "fp32"));
+    CHECK(!strcmp(pt_precision_name(PT_PRECISION_BF16), "bf16"));
+    CHECK(pt_set_gemm_precision(PT_PRECISION_BF16) == PT_PRECISION_FP32); /* fp32 by default */
+    pt_linear_forward(y, x, w, NULL, N, IN, OUT);
+    CHECK(pt_set_gemm_precision(PT_PRECISION_DEFAULT) == PT_PRECISION_BF16);
+    pt_linear_forward(yf, x, w, NULL, N, IN, OUT);
+    for (n = 0; n < N; n++)
+        for (o = 0; o < OUT; o++) {
+            double s = 0.0, mag = 0.0, u = 0x1p-24;
+            for (i = 0; i < IN; i++) {
+                double t = (double)pt__bf16_round(x[n * IN + i]) * pt__bf16_round(w[o * IN + i]);
+                s += t, mag += fabs(t);
+            }
+            if (!(fabs(y[n * OUT + o] - s) <= (IN + 2) * u * mag)) bad++;
+        }
+    CHECK(bad == 0);
+    CHECK(memcmp(y, yf, sizeof y) != 0); /* the fp32 product is another one */
+    { /* attention: its tasks on other OpenMP threads see the caller's bf16 */
+        int C = NH * HD, C3 = 3 * C, slots = 2;
+        float *qkv = frand((size_t)B * T * C3, -2, 2), *out = TALLOC(float, B * T * C);
+        float *out16 = TALLOC(float, B * T * C), *lse = TALLOC(float, B * NH * T);
+        float *scr = TALLOC(float, pt_attention_scratch_floats(T, slots));
+        double worst = 0.0;
+        pt_attention_forward(out, lse, qkv, scr, slots, B, T, C, NH, NH);
+        pt_set_gemm_precision(PT_PRECISION_BF16);
+        pt_attention_forward(out16, lse, qkv, scr, slots, B, T, C, NH, NH);
+        pt_set_gemm_precision(PT_PRECISION_FP32);
+        for (i = 0; i < B * T * C; i++)
+            if (fabs((double)out16[i] - out[i]) > worst) worst = fabs((double)out16[i] - out[i]);
+        CHECK(worst > 0.0 && worst < 0.1); /* rounded scores and values: bf16's few digits */
+    }
+    { /* a bf16 model: desc checked, its calls at bf16, the caller's setting kept */
+        pt_gpt g, g16;
+        pt_gpt_desc d;
+        int in[B * T], tg[B * T];
+        float l32;
+        for (i = 0; i < B * T; i++) in[i] = i % 11, tg[i] = (i * 7) % 11;
+        ZERO(d);
+        d.config = cfg_make(11, T, 2, NH, NH * HD), d.batch = B, d.seq = T;
+        d.precision = (pt_precision)7;
+        CHECK_ERR(pt_gpt_init(&g, &d), PT_ERR_CONFIG, "precision=7");
+        d.precision = PT_PRECISION_DEFAULT;
+        CHECK_ST(pt_gpt_init(&g, &d), PT_OK);
+        CHECK(g.precision == PT_PRECISION_FP32);
+        d.precision = PT_PRECISION_BF16;
+        CHECK_ST(pt_gpt_init(&g16, &d), PT_OK);
+        pt_gpt_init_weights(&g, 3);
+        pt_gpt_init_weights(&g16, 3);
+        CHECK_ST(pt_gpt_forward(&g, in, tg, B, T), PT_OK);
+        l32 = g.loss;
+        CHECK_ST(pt_gpt_forward(&g16, in, tg, B, T), PT_OK);
+        CHECK(g16.loss != l32 && fabsf(g16.loss - l32) < 1e-2f);
+        CHECK(pt_set_gemm_precision(PT_PRECISION_FP32) == PT_PRECISION_FP32);
+        CHECK_ST(pt_gpt_backward(&g16), PT_OK);
+        CHECK(pt_set_gemm_precision(PT_PRECISION_FP32) == PT_PRECISION_FP32);
+        pt_gpt_free(&g);
+        pt_gpt_free(&g16);
+    }
+}
+
 /* out[n,c] = wte[ids[n],c] + wpe[n%T,c]; repeated ids must accumulate into dwte. */
 static void test_encoder(void) {
     enum { B = 2, T = 3, C = 4, V = 5 };
@@ -4395,6 +4469,7 @@ static const test_case tests[] = {
     {"writer_and_file_errors", test_writer_and_file_errors},
     {"kernel_sgemm", test_sgemm},
     {"kernel_gemm_fp32_bf16", test_gemm_kernels},
+    {"kernel_gemm_precision", test_precision},
     {"kernel_encoder", test_encoder},
     {"kernel_layernorm", test_layernorm},
     {"kernel_matmul", test_matmul},

@@ -130,6 +130,11 @@ static void time_gemm(kernel_fn fn, void *ctx, int reps, double *wall, double *c
     *wall = t[reps / 2], *cpu = c[reps / 2];
 }
 
+/* the bf16 instruction peak of one kernel's instruction (0: not on this CPU) */
+static double bf16_peak(const char *kernel) {
+    return pt_gemm_bf16_select(kernel) == PT_OK ? pt_instr_peak_gflops(1, 0.5) : 0.0;
+}
+
 static void k_gemm(void *p) {
     gemm_args *g = (gemm_args *)p;
     int lda = g->ta ? g->M : g->K, ldb = g->tb ? g->K : g->N;
@@ -251,7 +256,7 @@ int main(int argc, char **argv) {
     pt_rng r;
     ctx c;
     size_t N, C, V, n4;
-    double peak1, ipeak1[2], ipeak[2];
+    double peak1, ipeak1[3], ipeak[3]; /* fp32 FMA, bf16 AMX, bf16 vdpbf16ps */
     int i;
 
     cli_passive_wait(argv);
@@ -269,12 +274,17 @@ int main(int argc, char **argv) {
     pt_set_threads(threads);
     peak_gflops = pt_gemm_peak_gflops(2048, 1.0);
     pt_set_threads(1);
-    ipeak1[0] = pt_instr_peak_gflops(0, 0.5), ipeak1[1] = pt_instr_peak_gflops(1, 0.5);
+    ipeak1[0] = pt_instr_peak_gflops(0, 0.5);
+    ipeak1[1] = bf16_peak("amx"), ipeak1[2] = bf16_peak("avx512bf16");
     pt_set_threads(threads);
-    ipeak[0] = pt_instr_peak_gflops(0, 0.5), ipeak[1] = pt_instr_peak_gflops(1, 0.5);
+    ipeak[0] = pt_instr_peak_gflops(0, 0.5);
+    ipeak[1] = bf16_peak("amx"), ipeak[2] = bf16_peak("avx512bf16");
+    pt_gemm_bf16_select(NULL);
     printf("machine: instruction peak fp32 FMA %.1f GFLOP/s on 1 thread, %.1f on %d threads; "
-           "bf16 vdpbf16ps %.1f on 1 thread, %.1f on %d threads (0: not on this CPU)\n",
-           ipeak1[0], ipeak[0], pt_get_threads(), ipeak1[1], ipeak[1], pt_get_threads());
+           "bf16 AMX TDPBF16PS %.1f on 1 thread, %.1f on %d threads; bf16 vdpbf16ps %.1f on 1 "
+           "thread, %.1f on %d threads (0: not on this CPU)\n",
+           ipeak1[0], ipeak[0], pt_get_threads(), ipeak1[1], ipeak[1], pt_get_threads(), ipeak1[2],
+           ipeak[2], pt_get_threads());
     memset(&c, 0, sizeof c);
     bandwidth_gbs = pt_mem_bandwidth_gbs((size_t)32 << 20, 9); /* 2 x 128 MiB: beyond caches */
     printf("machine: sgemm peak %.1f GFLOP/s on 1 thread, %.1f GFLOP/s on %d threads; memory "
@@ -308,7 +318,8 @@ int main(int argc, char **argv) {
 
     if (RUN("gemm")) {
         /* the model's GEMMs at these shapes, as its kernels call them (layout
-           of op(A) op(B), M x N x K), in OpenBLAS, ptrain fp32 and ptrain bf16 */
+           of op(A) op(B), M x N x K), in OpenBLAS, ptrain fp32, ptrain bf16 on
+           AMX and on vdpbf16ps */
         struct { char name[40]; int ta, tb, M, N, K; } g[15];
         static const char *lay[4] = {"NN", "TN", "NT", "TT"};
         static const int io[4][2] = {{1, 3}, {1, 1}, {1, 4}, {4, 1}};
@@ -335,29 +346,30 @@ int main(int argc, char **argv) {
         printf("GEMMs at %s shapes, median of %d calls, one run. Each column: GFLOP/s by the "
                "wall clock / GFLOP per CPU-second of one core (%% of the 1-thread instruction "
                "peak of its precision):\n", config, reps);
-        printf("  %-18s %-2s %5s %5s %5s  %-23s %-23s %-23s %s\n", "GEMM", "", "M", "N", "K",
-               "OpenBLAS fp32", "ptrain fp32", "ptrain bf16", "ptrain/OpenBLAS (CPU)");
+        printf("  %-18s %-2s %5s %5s %5s  %-23s %-23s %-25s %-23s %s\n", "GEMM", "", "M", "N", "K",
+               "OpenBLAS fp32", "ptrain fp32", "ptrain bf16 AMX", "ptrain bf16 vdpbf16ps",
+               "ptrain/OpenBLAS (CPU)");
         for (k = 0; k < ng; k++) {
             gemm_args ga;
-            double gf[3] = {0, 0, 0}, gc[3] = {0, 0, 0}, fl = 2.0 * g[k].M * g[k].N * (double)g[k].K;
+            double gf[4] = {0, 0, 0, 0}, gc[4] = {0, 0, 0, 0}, fl = 2.0 * g[k].M * g[k].N * (double)g[k].K;
             double wall, cpu;
             int j;
             ga.ta = g[k].ta, ga.tb = g[k].tb, ga.M = g[k].M, ga.N = g[k].N, ga.K = g[k].K;
             ga.A = c.x, ga.B = c.dy, ga.C = c.y, ga.bf16 = 0;
-            for (j = 0; j < 3; j++) {
+            for (j = 0; j < 4; j++) { /* OpenBLAS, ptrain fp32, AMX, vdpbf16ps */
                 if (j == 0 && !have_blas) continue;
-                if (j > 0 && !have_pt) continue;
+                if (j == 1 && !have_pt) continue;
+                if (j >= 2 && pt_gemm_bf16_select(j == 2 ? "amx" : "avx512bf16") != PT_OK) continue;
                 pt_gemm_select(j == 0 ? "openblas" : "ptrain-all");
-                ga.bf16 = j == 2;
-                if (j == 2 && ipeak[1] <= 0) continue;
+                ga.bf16 = j >= 2;
                 time_gemm(k_gemm, &ga, reps, &wall, &cpu);
                 gf[j] = fl / wall / 1e9, gc[j] = fl / cpu / 1e9;
             }
             printf("  %-18s %-2s %5d %5d %5d ", g[k].name, lay[g[k].ta + 2 * g[k].tb], g[k].M,
                    g[k].N, g[k].K);
-            for (j = 0; j < 3; j++)
-                printf(" %5.1f / %5.1f (%5.1f%%)", gf[j], gc[j],
-                       ipeak1[j == 2] > 0 ? 100 * gc[j] / ipeak1[j == 2] : 0.0);
+            for (j = 0; j < 4; j++)
+                printf(j == 2 ? " %6.1f / %6.1f (%5.1f%%)" : " %5.1f / %5.1f (%5.1f%%)", gf[j], gc[j],
+                       ipeak1[j < 2 ? 0 : j - 1] > 0 ? 100 * gc[j] / ipeak1[j < 2 ? 0 : j - 1] : 0.0);
             printf("  %.2fx", gc[0] > 0 ? gc[1] / gc[0] : 0.0);
 #ifdef PT_BENCH_DNNL
             ga.bf16 = 2;
@@ -368,6 +380,7 @@ int main(int argc, char **argv) {
             printf("\n");
         }
         pt_gemm_select(NULL);
+        pt_gemm_bf16_select(NULL);
     }
 
     if (RUN("embedding")) { /* reads a wte row and a wpe row, writes a row */

@@ -46,6 +46,7 @@ typedef struct plan_args {
     pt_plan_desc d;
     const char *hw_name, *hw_file, *trace_path;
     int json, search, calibrate, stages, top;
+    pt_precision precision; /* --precision: the local profile's GEMMs (0: not given, fp32) */
 } plan_args;
 
 /* The command line into p (a --preset first, so that flags override it
@@ -53,7 +54,7 @@ typedef struct plan_args {
    --help, 2 after an error message. usage: print the usage. */
 static int plan_options(int argc, char **argv, plan_args *p, int usage) {
     pt_plan_desc *d = &p->d;
-    const char *preset = NULL, *rc = "full", *sched = NULL, *pos[1];
+    const char *preset = NULL, *rc = "full", *sched = NULL, *prec = NULL, *pos[1];
     float tokens = 0;
     int npos, s, i, np = (int)(sizeof presets / sizeof *presets);
     cli_opt opts[] = {
@@ -90,6 +91,8 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
                                            "an SVG beside it)", 0, 0},
         {"calibrate", CLI_FLAG, &p->calibrate, "measure this machine into --hw-file and exit", 0,
          0},
+        {"precision", CLI_STR, &prec, "fp32 | bf16: the GEMMs' precision this machine's profile "
+         "(--hw local, --calibrate) is measured at (default fp32)", 0, 0},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
     memset(p, 0, sizeof *p);
@@ -126,6 +129,15 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         return s == 1 ? 0 : 2;
     }
     if ((d->recompute = cli_recompute(rc)) < 0) return 2;
+    if (prec && pt_precision_parse(prec, &p->precision) != PT_OK) {
+        fprintf(stderr, "error: --precision: %s\n", pt_last_error());
+        return 2;
+    }
+    if (prec && !p->calibrate && (!p->hw_name || strcmp(p->hw_name, "local") != 0)) {
+        fprintf(stderr, "error: --precision is the local profile's (--hw local or --calibrate); "
+                "a preset's rates are at its own training precision\n");
+        return 2;
+    }
     if ((s = cli_schedule(sched)) < 0) return 2;
     d->schedule = (pt_schedule_kind)s;
     d->train_tokens = tokens;

@@ -24,14 +24,22 @@
 
 
 /* --hw NAME: a preset, or "local" from the calibration file (measured first
-   when there is none). */
-static int load_hw(const char *name, const char *file, pt_hw *hw) {
+   at --precision when there is none; one at another precision is refused). */
+static int load_hw(const char *name, const char *file, pt_precision prec, pt_hw *hw) {
     if (strcmp(name, "local") != 0) return pt_hw_preset(name, hw) == PT_OK;
-    if (pt_hw_load(file, hw) == PT_OK) return 1;
+    if (pt_hw_load(file, hw) == PT_OK) {
+        if (prec == PT_PRECISION_DEFAULT ||
+            (hw->precision == PT_PRECISION_BF16) == (prec == PT_PRECISION_BF16))
+            return 1;
+        pt_error(PT_ERR_CONFIG, "%s was measured at %s, not --precision %s: name another "
+                 "--hw-file (calibrated when missing)", file, pt_precision_name(hw->precision),
+                 pt_precision_name(prec));
+        return 0;
+    }
     if (access(file, F_OK) == 0) return 0; /* there, but broken: say so */
     fprintf(stderr, "plan: no profile of this machine in %s (%s); calibrating (a few s)\n",
             file, pt_last_error());
-    if (pt_hw_calibrate(hw, NULL) != PT_OK) return 0;
+    if (pt_hw_calibrate(hw, NULL, prec) != PT_OK) return 0;
     if (pt_hw_save(hw, file) != PT_OK)
         fprintf(stderr, "plan: could not save the profile: %s\n", pt_last_error());
     return 1;
@@ -118,8 +126,9 @@ static void print_human(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_re
            si(hw->peak_flops, b2), si(r->model_tflops_per_gpu * 1e12, b3), r->tokens_per_s,
            r->tokens_per_s / d->gpus);
     if (hw->instr_flops > 0 && d->gpus <= hw->per_node) /* a local profile: MFU of the machine */
-        printf("MFU     %.1f%% of this machine's fp32 instruction peak (%sFLOP/s, all its cores)\n",
+        printf("MFU     %.1f%% of this machine's %s instruction peak (%sFLOP/s, all its cores)\n",
                100.0 * r->model_tflops_per_gpu * 1e12 * d->gpus / hw->instr_flops,
+               pt_precision_name(hw->precision),
                si(hw->instr_flops, b1));
     printf("time    busiest rank: compute %.3f s, tp comm %.3f s, pp comm %.3f s, dp comm %.3f s, "
            "optimizer %.3f s; bubble %.1f%%\n",
@@ -162,7 +171,7 @@ int main(int argc, char **argv) {
         if (!cli_world_begin(&world, &argc, &argv)) return 1;
         mpi = world.size > 1;
         if (mpi && hw_file == hw_file_default) hw_file = "build/hw-local-mpi.txt";
-        if (pt_hw_calibrate(&hw, mpi ? &world : NULL) != PT_OK ||
+        if (pt_hw_calibrate(&hw, mpi ? &world : NULL, pa.precision) != PT_OK ||
             (world.rank == 0 && pt_hw_save(&hw, hw_file) != PT_OK)) {
             fprintf(stderr, "error: %s\n", pt_last_error());
             cli_world_end(&world);
@@ -171,21 +180,23 @@ int main(int argc, char **argv) {
         s = world.rank;
         cli_world_end(&world);
         if (s != 0) return 0;
-        printf("this machine: fp32 instruction peak %.1f GFLOP/s (FMA), sgemm %.1f GFLOP/s "
+        printf("this machine: %s instruction peak %.1f GFLOP/s (%s), GEMM %.1f GFLOP/s "
                "(2048^3; tiling halves a dimension of %.0f), "
                "memory %.1f GB/s, attention %.1f GFLOP/s, %s all-reduce %.1f us + %.2f GB/s; "
                "%d cores -> %s\n",
-               hw.instr_flops / 1e9, hw.peak_flops / 1e9, hw.gemm_dim, hw.mem_bw / 1e9,
+               pt_precision_name(hw.precision), hw.instr_flops / 1e9,
+               hw.precision == PT_PRECISION_BF16 ? "bf16 dot products" : "FMA",
+               hw.peak_flops / 1e9, hw.gemm_dim, hw.mem_bw / 1e9,
                hw.attn_flops / 1e9,
                strcmp(hw.name, "local-mpi") == 0 ? "MPI" : "threads", hw.intra_lat * 1e6,
                hw.intra_bw / 1e9, hw.cores, hw_file);
         if (hw.core_flops > 0)
-            printf("one thread:   sgemm %.1f GFLOP/s, memory %.1f GB/s, attention %.1f GFLOP/s, "
+            printf("one thread:   GEMM %.1f GFLOP/s, memory %.1f GB/s, attention %.1f GFLOP/s, "
                    "a small kernel %.1f us\n", hw.core_flops / 1e9, hw.core_mem_bw / 1e9,
                    hw.core_attn_flops / 1e9, hw.core_kernel_s * 1e6);
         return 0;
     }
-    if (!load_hw(pa.hw_name ? pa.hw_name : "a100-80g", hw_file, &hw)) {
+    if (!load_hw(pa.hw_name ? pa.hw_name : "a100-80g", hw_file, pa.precision, &hw)) {
         fprintf(stderr, "error: %s\n", pt_last_error());
         return 2;
     }

@@ -3,7 +3,7 @@
      build/sim_vs_real [--tp 1] [--dp 1] [--pp 2] [--schedule 1f1b] [--micro 1]
                        [--chunks 1] [--recompute none] [--layers 4] [--embd 256]
                        [--heads 4] [--seq 128] [--vocab 1024] [--batch 8]
-                       [--steps 4] [--hw-file build/hw-local.txt]
+                       [--steps 4] [--hw-file build/hw-local.txt] [--precision fp32]
      build/sim_vs_real --all        every layout of the table below (make bench)
 
    It trains a GPT for --steps steps on tp x dp x pp thread ranks and takes
@@ -13,7 +13,8 @@
    machine's calibrated profile, measured first when the file is missing)
    and prints both and their ratio. With more ranks than cores the ranks
    share the cores; the simulator charges that as each rank getting
-   cores/ranks of the machine. */
+   cores/ranks of the machine. --precision bf16 trains with bf16 GEMMs and
+   simulates with a profile measured at bf16 (build/hw-local-bf16.txt). */
 #define _POSIX_C_SOURCE 200809L /* setenv, execv (cli.h), access */
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
@@ -27,6 +28,7 @@ typedef struct layout {
 typedef struct run {
     const layout *l;
     int layers, embd, heads, seq, vocab, batch, steps;
+    pt_precision precision;
     double seconds; /* median step, rank 0 */
 } run;
 
@@ -53,7 +55,7 @@ static pt_status rank_main(pt_comm *world, void *arg) {
     d.config.n_layer = r->layers, d.config.n_embd = r->embd, d.config.n_head = r->heads;
     d.config.vocab_size = r->vocab, d.config.block_size = r->seq;
     d.batch = l->micro, d.seq = r->seq, d.grid = &grid, d.grad_accum = m;
-    d.chunks = l->chunks, d.recompute = l->recompute;
+    d.chunks = l->chunks, d.recompute = l->recompute, d.precision = r->precision;
     if ((st = pt_schedule_kind_parse(l->schedule, &d.schedule)) != PT_OK ||
         (st = pt_gpt_init(&gpt, &d)) != PT_OK)
         goto out;
@@ -121,7 +123,7 @@ int main(int argc, char **argv) {
         {2, 1, 2, 2, 1, 0, "1f1b"},        {1, 2, 2, 1, 1, 0, "1f1b"},
         {1, 1, 2, 1, 1, 0, "zb-h2"},       {1, 1, 2, 1, 2, 0, "zb-v"},
     };
-    const char *hw_file = "build/hw-local.txt", *pos[1], *rc = "none";
+    const char *hw_file = NULL, *pos[1], *rc = "none", *prec = "fp32";
     layout one = {1, 1, 2, 1, 1, 0, "1f1b"};
     run r;
     int npos, s, i, nl = (int)(sizeof layouts / sizeof *layouts), within = 0, all = 0;
@@ -144,7 +146,10 @@ int main(int argc, char **argv) {
         {"vocab", CLI_INT, &r.vocab, "vocabulary", 2, 1 << 20},
         {"batch", CLI_INT, &r.batch, "sequences a step, over all dp ranks", 1, 4096},
         {"steps", CLI_INT, &r.steps, "timed steps (median)", 1, 32},
-        {"hw-file", CLI_STR, &hw_file, "this machine's profile (calibrated when missing)", 0, 0},
+        {"hw-file", CLI_STR, &hw_file, "this machine's profile (calibrated when missing; "
+         "default build/hw-local.txt, build/hw-local-bf16.txt for bf16)", 0, 0},
+        {"precision", CLI_STR, &prec, "fp32 | bf16: the GEMMs' precision, real and simulated", 0,
+         0},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
     r.layers = 4, r.embd = 256, r.heads = 4, r.seq = 128, r.vocab = 1024, r.batch = 8, r.steps = 4;
@@ -154,6 +159,12 @@ int main(int argc, char **argv) {
         return s == 1 ? 0 : 2;
     }
     if ((one.recompute = cli_recompute(rc)) < 0) return 2;
+    if (pt_precision_parse(prec, &r.precision) != PT_OK) {
+        fprintf(stderr, "error: --precision: %s\n", pt_last_error());
+        return 2;
+    }
+    if (!hw_file)
+        hw_file = r.precision == PT_PRECISION_BF16 ? "build/hw-local-bf16.txt" : "build/hw-local.txt";
     if (strcmp(one.schedule, "zb-v") == 0 && one.chunks == 1) one.chunks = 2; /* its V */
     for (i = 0; i < (all ? nl : 1); i++) { /* every layout must divide the batch */
         const layout *l = all ? &layouts[i] : &one;
@@ -178,15 +189,21 @@ int main(int argc, char **argv) {
             }
         }
         printf("calibrating this machine into %s\n", hw_file);
-        if (pt_hw_calibrate(&hw, NULL) != PT_OK || pt_hw_save(&hw, hw_file) != PT_OK) {
+        if (pt_hw_calibrate(&hw, NULL, r.precision) != PT_OK || pt_hw_save(&hw, hw_file) != PT_OK) {
             fprintf(stderr, "error: %s\n", pt_last_error());
             return 1;
         }
     }
-    printf("model: %d layers, C=%d, %d heads, T=%d, V=%d, batch %d; profile: sgemm %.1f GFLOP/s, "
-           "%.1f GB/s, %d cores\n",
-           r.layers, r.embd, r.heads, r.seq, r.vocab, r.batch, hw.peak_flops / 1e9,
-           hw.mem_bw / 1e9, hw.cores);
+    if ((hw.precision == PT_PRECISION_BF16) != (r.precision == PT_PRECISION_BF16)) {
+        fprintf(stderr, "error: %s was measured at %s, not --precision %s: name another "
+                "--hw-file (calibrated when missing)\n", hw_file, pt_precision_name(hw.precision),
+                pt_precision_name(r.precision));
+        return 2;
+    }
+    printf("model: %d layers, C=%d, %d heads, T=%d, V=%d, batch %d, %s GEMMs; profile: GEMM "
+           "%.1f GFLOP/s, %.1f GB/s, %d cores\n",
+           r.layers, r.embd, r.heads, r.seq, r.vocab, r.batch, pt_precision_name(r.precision),
+           hw.peak_flops / 1e9, hw.mem_bw / 1e9, hw.cores);
     printf("  tp dp pp  mb  v  schedule     recompute   real ms   simulated ms   sim/real\n");
     for (i = 0; i < (all ? nl : 1); i++) {
         r.l = all ? &layouts[i] : &one;

@@ -101,10 +101,26 @@ assert len(d) == 3 and t == sorted(t) and max(x['tp'] for x in d) <= 8" "$tmp/s"
     { echo "FAIL --search --json: not the 3 best, fastest first"; bad=1; }
 
 # this machine: calibrate, plan with it; a broken profile is an error
-expect 0 "this machine: fp32 instruction peak [0-9.]* GFLOP/s (FMA), sgemm" --calibrate --hw-file "$tmp/hw.txt"
+expect 0 "this machine: fp32 instruction peak [0-9.]* GFLOP/s (FMA), GEMM" --calibrate --hw-file "$tmp/hw.txt"
 expect 0 "^MFU     [0-9.]*% of this machine's fp32 instruction peak" --hw local --hw-file "$tmp/hw.txt" \
     --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 256 --gpus 2 --tp 2 --batch 4 --microbatch 4 \
     --recompute none
+# a bf16 profile: its GEMMs, attention and instruction peak at bf16, said in the file and the MFU
+expect 0 "this machine: bf16 instruction peak [0-9.]* GFLOP/s (bf16 dot products), GEMM" \
+    --calibrate --precision bf16 --hw-file "$tmp/hw16.txt"
+grep -qx "precision = bf16" "$tmp/hw16.txt" || { echo "FAIL the bf16 profile does not say so"; bad=1; }
+expect 0 "^MFU     [0-9.]*% of this machine's bf16 instruction peak" --hw local --hw-file \
+    "$tmp/hw16.txt" --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 256 --gpus 1 --batch 4 \
+    --microbatch 4 --recompute none
+expect 2 "hw.txt was measured at fp32, not --precision bf16" --hw local --precision bf16 \
+    --hw-file "$tmp/hw.txt" --layers 2 --hidden 64 --heads 4 --gpus 1 --batch 4 --microbatch 4
+expect 0 "^MFU     [0-9.]*% of this machine's fp32 instruction peak" --hw local --precision fp32 \
+    --hw-file "$tmp/hw.txt" --layers 2 --hidden 64 --heads 4 --seq 32 --vocab 256 --gpus 1 \
+    --batch 4 --microbatch 4 --recompute none
+expect 2 "--precision is the local profile's" --precision bf16 --layers 2 --hidden 64 --heads 4
+expect 2 "unknown precision 'fp8'" --precision fp8 --calibrate --hw-file "$tmp/hw8.txt"
+printf 'name = local\nprecision = fp16\n' >"$tmp/bad16.txt"
+expect 2 "bad16.txt:2: precision 'fp16' is not fp32 or bf16" --hw local --hw-file "$tmp/bad16.txt"
 printf 'name = local\npeak_flops = lots\n' >"$tmp/bad.txt"
 expect 2 "bad.txt:2: peak_flops = 'lots' is not a number" --hw local --hw-file "$tmp/bad.txt"
 exit $bad

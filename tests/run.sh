@@ -297,6 +297,14 @@ sim_band() {
 }
 step "example: sim_vs_real (zb-h1, 2 stages, measured and simulated within 20%)" sim_band
 tail -n 1 "$tmp/out" | sed 's/^/      /'
+step "sim_vs_real --precision bf16: trained with bf16 GEMMs, simulated on a bf16 profile" \
+    sh -c "build/sim_vs_real --precision bf16 --pp 2 --schedule zb-h1 --steps 2 \
+        --hw-file $tmp/hw16.txt >$tmp/svr16 2>&1 && grep -q 'bf16 GEMMs; profile' $tmp/svr16 &&
+        grep -qx 'precision = bf16' $tmp/hw16.txt && grep -q '^[01] of 1 within 20%' $tmp/svr16"
+build/plan --calibrate --hw-file "$tmp/hw32.txt" >/dev/null 2>&1
+fails "sim_vs_real: a profile measured at another precision" 2 \
+    "hw32.txt was measured at fp32, not --precision bf16" \
+    build/sim_vs_real --precision bf16 --hw-file "$tmp/hw32.txt"
 fails "sim_vs_real: batch not divisible" 2 "not divisible by dp x micro" \
     build/sim_vs_real --dp 3 --batch 8
 step "quick start in ptrain.h equals examples/quickstart.c" sh tests/snippet_check.sh

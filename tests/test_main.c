@@ -152,13 +152,18 @@ static void test_sgemm(void) {
 /* ---- ptrain's GEMMs (fp32 and bf16) against a double product ------------
    C = alpha op(A) op(B) + beta C for every layout (NN, NT, TN, TT), beta in
    {0 over a NaN-filled C, 1, -0.5}, on odd shapes that cut the kernels'
-   blocks (MR = 12 rows, NR = 32 columns, KC = 256 deep, MC = 96, NC = 768)
-   anywhere, with padded leading dimensions whose padding must stay as it was.
+   blocks (MR = 12 rows, NR = 32 columns, KC = 256 deep, MC = 96, NC = 768;
+   AMX: 32x32 tiles, k blocks of 32, KC = 512, MC = 128, NC <= 1024 with A
+   shared beyond) anywhere,
+   with padded leading dimensions whose padding must stay as it was; bf16 on
+   every kernel this CPU has (amx, avx512bf16, portable), the rest SKIP.
    The reference is the double-precision product of the operands as the GEMM
    sees them: a = fl32(alpha*A) and, for bf16, a' = bf16(a), b' = bf16(B)
    (round to nearest even), c = sum_k a'_k b'_k + beta C.
    Error bound: bf16 products are exact in fp32 (8-bit x 8-bit significands),
-   fp32 products and every sum round once (vdpbf16ps: at most twice a k-pair),
+   fp32 products and every sum round once (vdpbf16ps and AMX's TDPBF16PS: at
+   most twice a k-pair; both flush denormals, which these operands and sums
+   almost surely never are: uniform in [-1, 1]),
    so for any summation order the computed value is within
      gamma_(K+2) * (sum_k |a_k b_k| + |beta C|),  gamma_n = n u / (1 - n u),
    u = 2^-24 (the extra 2: alpha's rounding when it is applied to the sum
@@ -217,30 +222,79 @@ static int gemm_check(const char *impl, int bf16, int ta, int tb, int M, int N, 
 static void test_gemm_kernels(void) {
     static const int shapes[][3] = {{1, 7, 17},    {7, 1, 63},     {17, 63, 1},   {63, 100, 7},
                                     {100, 17, 257}, {130, 63, 100}, {13, 800, 5}, {24, 40, 300}};
+    /* bf16 also on shapes that cut the AMX blocking (32x32 tiles, k blocks of
+       32, KC = 512, MC = 128, NC <= 1024), one beta a layout on the largest */
+    static const int cuts[][3] = {{33, 47, 65}, {150, 1601, 33}, {300, 257, 513}};
     static const float betas[3] = {0.0f, 1.0f, -0.5f};
     static const char *impls[3] = {"ptrain-all", "openblas", "portable"};
-    int im, bf16, s, lay, bi;
+    static const char *bf16_impls[3] = {"amx", "avx512bf16", "portable"};
+    int im, s, lay, bi;
     for (im = 0; im < 3; im++) {
         pt_status st = pt_gemm_select(impls[im]);
         if (st != PT_OK) {
             printf("    SKIP gemm '%s': %s\n", impls[im], pt_last_error());
             continue;
         }
-        for (bf16 = 0; bf16 < 2; bf16++) {
-            if (bf16 && im == 1) continue; /* bf16 has no BLAS path: same as ptrain */
-            for (s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
-                for (lay = 0; lay < 4; lay++)
-                    for (bi = 0; bi < 3; bi++) {
-                        int bad = gemm_check(impls[im], bf16, lay & 1, lay >> 1, shapes[s][0],
-                                             shapes[s][1], shapes[s][2], bi == 2 ? 0.75f : 1.0f,
-                                             betas[bi]);
-                        if (bad) FAIL("%s GEMM wrong (see above)", bf16 ? "bf16" : "fp32");
-                    }
+        for (s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
+            for (lay = 0; lay < 4; lay++)
+                for (bi = 0; bi < 3; bi++)
+                    if (gemm_check(impls[im], 0, lay & 1, lay >> 1, shapes[s][0], shapes[s][1],
+                                   shapes[s][2], bi == 2 ? 0.75f : 1.0f, betas[bi]))
+                        FAIL("fp32 GEMM wrong (see above)");
+    }
+    CHECK_ST(pt_gemm_select(NULL), PT_OK);
+    for (im = 0; im < 3; im++) {
+        pt_status st = pt_gemm_bf16_select(bf16_impls[im]);
+        int ns = (int)(sizeof shapes / sizeof shapes[0]), nc = (int)(sizeof cuts / sizeof cuts[0]);
+        if (st != PT_OK) {
+            printf("    SKIP bf16 gemm '%s': %s\n", bf16_impls[im], pt_last_error());
+            continue;
+        }
+        CHECK(strcmp(pt_gemm_bf16_name(), im == 0 ? "ptrain-amx" : im == 1 ? "ptrain-avx512bf16"
+                                                                          : "portable") == 0);
+        if (im == 2) nc = 0; /* the plain loops have no blocks to cut (and valgrind runs them) */
+        for (s = 0; s < ns + nc; s++) {
+            const int *sh = s < ns ? shapes[s] : cuts[s - ns];
+            for (lay = 0; lay < 4; lay++)
+                for (bi = 0; bi < 3; bi++) {
+                    if (s == ns + nc - 1 && bi != lay % 3) continue;
+                    if (gemm_check(bf16_impls[im], 1, lay & 1, lay >> 1, sh[0], sh[1], sh[2],
+                                   bi == 2 ? 0.75f : 1.0f, betas[bi]))
+                        FAIL("bf16 GEMM '%s' wrong (see above)", bf16_impls[im]);
+                }
         }
     }
+    /* bf16 results do not depend on the thread count: each element is one
+       thread's sum in K order (bit for bit, 1 thread against all) */
+    for (im = 0; im < 2; im++) {
+        enum { M = 300, N = 257, K = 513 };
+        float *A = frand((size_t)M * K, -1, 1), *Bm = frand((size_t)K * N, -1, 1);
+        float *C1 = frand((size_t)M * N, -1, 1), *C2 = frand((size_t)M * N, -1, 1);
+        int nth = pt_get_threads();
+        if (pt_gemm_bf16_select(bf16_impls[im]) != PT_OK) continue;
+        pt_set_threads(1);
+        pt_gemm_bf16(0, 1, M, N, K, 1.0f, A, K, Bm, K, 0.0f, C1, N);
+        pt_set_threads(nth);
+        pt_gemm_bf16(0, 1, M, N, K, 1.0f, A, K, Bm, K, 0.0f, C2, N);
+        if (memcmp(C1, C2, sizeof(float) * M * N))
+            FAIL("bf16 GEMM '%s' differs between 1 and %d threads", bf16_impls[im], nth);
+    }
+    /* the names: auto is the best the CPU has; unknown is an error naming it */
+    CHECK_ST(pt_gemm_bf16_select("auto"), PT_OK);
+    {
+        int amx = pt_gemm_bf16_select("amx") == PT_OK, avx = pt_gemm_bf16_select("avx512bf16") == PT_OK;
+        pt_gemm_bf16_select("auto");
+        CHECK(strcmp(pt_gemm_bf16_name(), amx ? "ptrain-amx" : avx ? "ptrain-avx512bf16" : "portable") == 0);
+        pt_gemm_select("portable"); /* a portable fp32 GEMM makes auto bf16 portable too */
+        CHECK(strcmp(pt_gemm_bf16_name(), "portable") == 0);
+        pt_gemm_select(NULL);
+    }
+    CHECK_ERR(pt_gemm_bf16_select("fastest"), PT_ERR_INVALID_ARG, "fastest");
+    CHECK_ST(pt_gemm_bf16_select(NULL), PT_OK);
     /* an empty product scales C; an unknown name is an error naming it */
     {
         float c[2] = {2.0f, 3.0f};
+        pt_gemm_select("portable"); /* ldb = 1 < N: ptrain's check, not cblas's */
         pt_sgemm(0, 0, 1, 2, 0, 1.0f, c, 1, c, 1, 0.5f, c, 2);
         CHECK(c[0] == 1.0f && c[1] == 1.5f);
         pt_gemm_bf16(0, 0, 1, 2, 0, 1.0f, c, 1, c, 1, 0.0f, c, 2);

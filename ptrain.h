@@ -1281,7 +1281,8 @@ typedef struct pt_plan_result {
 PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_plan_result *r,
                                      pt_trace *trace);
 
-/* Strategy search: every (tp, pp, chunks, micro-batch, ZeRO, recompute) for
+/* Strategy search: every (tp, pp, chunks, micro-batch, ZeRO, recompute,
+   schedule: 1F1B or interleaved, ZB-H1, ZB-H2, ZB-V) for
    d's model, gpus and batch (d's own tp, pp, ... ignored) that divides and
    fits, simulated; the best n (by throughput) into best[] and their descs
    into best_desc[]. why[] (may be NULL) counts the losers: [0] does not
@@ -9770,6 +9771,9 @@ PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_
 PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_desc *best_desc,
                              pt_plan_result *best, int n, int why[3]) {
     static const int micros[] = {1, 2, 4, 8, 16, 32}, chunk_opts[] = {1, 2, 4};
+    /* schedules beside 1F1B (interleaved when chunks > 1): the zero-bubble ones */
+    static const pt_schedule_kind zbs[4] = {PT_SCHED_DEFAULT, PT_SCHED_ZB_H1, PT_SCHED_ZB_H2,
+                                            PT_SCHED_ZB_V};
     int tp, pp, mi, ci, z, rc, zb, found = 0, w[2] = {0, 0};
     char first_oom[256] = "";
     for (tp = 1; tp <= hw->per_node && tp <= d->heads; tp *= 2) /* tensor parallelism in a node */
@@ -9778,7 +9782,7 @@ PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_des
                 for (ci = 0; ci < 3; ci++)
                     for (z = 0; z <= 3; z++)
                         for (rc = 0; rc <= PT_RECOMPUTE_FULL; rc++)
-                            for (zb = 0; zb <= 1; zb++) {
+                            for (zb = 0; zb < 4; zb++) {
                                 pt_plan_desc c = *d;
                                 pt_plan_result r;
                                 pt_status st;
@@ -9787,16 +9791,22 @@ PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_des
                                 dp = d->gpus / (tp * pp);
                                 c.tp = tp, c.pp = pp, c.micro = micros[mi];
                                 c.chunks = chunk_opts[ci], c.zero = z, c.recompute = rc;
-                                c.schedule = c.chunks > 1 ? PT_SCHED_INTERLEAVED
-                                             : zb         ? PT_SCHED_ZB_H1
-                                                          : PT_SCHED_1F1B;
-                                /* combinations that are not layouts at all */
-                                if ((c.chunks > 1 && (pp == 1 || zb)) || (zb && pp == 1) ||
-                                    (zb && rc == PT_RECOMPUTE_FULL) || (z > 1 && pp > 1) ||
-                                    (z > 0 && dp == 1) || pp * c.chunks > d->layers)
+                                c.schedule = zb              ? zbs[zb]
+                                             : c.chunks > 1 ? PT_SCHED_INTERLEAVED
+                                                            : PT_SCHED_1F1B;
+                                /* combinations that are not layouts at all (ZB-V: its V
+                                   of two chunks; the zero-bubble ones keep activations
+                                   for W, so no full recomputation) */
+                                if ((c.chunks > 1 && pp == 1) ||
+                                    (c.chunks > 1 && zb && zbs[zb] != PT_SCHED_ZB_V) ||
+                                    (zbs[zb] == PT_SCHED_ZB_V && c.chunks != 2) ||
+                                    (zb && pp == 1) || (zb && rc == PT_RECOMPUTE_FULL) ||
+                                    (z > 1 && pp > 1) || (z > 0 && dp == 1) ||
+                                    pp * c.chunks > d->layers)
                                     continue;
                                 if (d->batch % (dp * c.micro) ||
-                                    (c.chunks > 1 && (d->batch / (dp * c.micro)) % pp)) {
+                                    (c.schedule == PT_SCHED_INTERLEAVED &&
+                                     (d->batch / (dp * c.micro)) % pp)) {
                                     w[0]++;
                                     continue;
                                 }

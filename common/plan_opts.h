@@ -84,8 +84,8 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         {"json", CLI_FLAG, &p->json, "one JSON object instead of the table", 0, 0},
         {"stages", CLI_FLAG, &p->stages, "also print every pipeline stage's ranks, memory, time "
                                          "and bytes", 0, 0},
-        {"search", CLI_FLAG, &p->search, "search tp, pp, chunks, micro-batch, ZeRO, recompute",
-         0, 0},
+        {"search", CLI_FLAG, &p->search, "search tp, pp, chunks, micro-batch, ZeRO, recompute "
+         "and schedule (1f1b or interleaved, zb-h1, zb-h2, zb-v)", 0, 0},
         {"top", CLI_INT, &p->top, "layouts --search prints", 1, 100},
         {"trace", CLI_STR, &p->trace_path, "write the simulated step as Chrome trace JSON (and "
                                            "an SVG beside it)", 0, 0},

@@ -100,6 +100,11 @@ $plan --layers 48 --hidden 6144 --heads 48 --gpus 64 --batch 128 --search --top 
 assert len(d) == 3 and t == sorted(t) and max(x['tp'] for x in d) <= 8" "$tmp/s" ||
     { echo "FAIL --search --json: not the 3 best, fastest first"; bad=1; }
 
+# the search weighs the zero-bubble schedules too: for 175B on 1024 A100s zb-v's V leads
+$plan --preset gpt-175b --search --top 3 --json >"$tmp/z" &&
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1]))
+assert d[0]['schedule'] == 'zb-v' and d[0]['chunks'] == 2, d[0]" "$tmp/z" ||
+    { echo "FAIL --search: 175B's best layout is not zb-v with its two chunks"; bad=1; }
 # this machine: calibrate, plan with it; a broken profile is an error
 expect 0 "this machine: fp32 instruction peak [0-9.]* GFLOP/s (FMA), GEMM" --calibrate --hw-file "$tmp/hw.txt"
 expect 0 "^MFU     [0-9.]*% of this machine's fp32 instruction peak" --hw local --hw-file "$tmp/hw.txt" \

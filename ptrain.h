@@ -3210,11 +3210,10 @@ static void pt__colsum_add(float *dbias, const float *dout, int N, int OUT) {
     }
 }
 
-static const char *pt__precision_names[3] = {"default", "fp32", "bf16"};
+static const char *pt__precision_names[3] = {"fp32", "fp32", "bf16"}; /* 0 is fp32 */
 
 PTRAINDEF const char *pt_precision_name(pt_precision p) {
-    return p == PT_PRECISION_DEFAULT ? "fp32"
-           : (int)p > 0 && (int)p < 3 ? pt__precision_names[p] : "(unknown)";
+    return (int)p >= 0 && (int)p < 3 ? pt__precision_names[p] : "(unknown)";
 }
 
 PTRAINDEF pt_status pt_precision_parse(const char *name, pt_precision *out) {
@@ -9174,21 +9173,18 @@ PTRAINDEF pt_status pt_hw_calibrate(pt_hw *out, pt_comm *world, pt_precision pre
     return PT_OK;
 }
 
-static pt_status pt__calib_kernels(pt_hw *out, pt_precision precision) {
+static pt_status pt__calib_kernels_here(pt_hw *out) {
     /* squares, and the skinny shapes of a layer's GEMMs (one dimension small) */
     static const int shapes[10][3] = {{64, 64, 64},       {128, 128, 128},   {256, 256, 256},
                                       {512, 512, 512},    {1024, 1024, 1024}, {1024, 1024, 128},
                                       {1024, 1024, 256},  {256, 1024, 1024}, {1024, 256, 1024},
                                       {1024, 3072, 256}};
-    pt_precision caller = pt_set_gemm_precision(precision); /* the GEMMs and attention */
     double big = pt__gemm_rate(2048, 2048, 2048, 8), best_g = 32, best_err = 1e30, g;
     int B = 4, T = 256, C = 256, NH = 4, slots = pt_get_threads(), i, r;
     size_t N = (size_t)B * T;
     float *qkv, *out_a, *lse, *scr, *dqkv;
     double rates[10], t0, ta;
-    pt_set_gemm_precision(caller);
     if (big <= 0) return pt__fail(PT_ERR_OOM, "calibration: cannot time sgemm");
-    pt_set_gemm_precision(precision);
     for (i = 0; i < 10; i++) {
         const int *q = shapes[i];
         rates[i] = pt__gemm_rate(q[0], q[1], q[2], (int)(2e9 / (2.0 * q[0] * q[1] * q[2])) + 2);
@@ -9211,10 +9207,7 @@ static pt_status pt__calib_kernels(pt_hw *out, pt_precision precision) {
     /* ptrain's attention: forward and backward of one layer's core */
     qkv = (float *)pt__malloc(sizeof(float) * (N * 3 * C * 2 + N * C + B * NH * T +
                                                pt_attention_scratch_floats(T, slots)), NULL);
-    if (!qkv) {
-        pt_set_gemm_precision(caller);
-        return pt__fail(PT_ERR_OOM, "calibration: attention buffers");
-    }
+    if (!qkv) return pt__fail(PT_ERR_OOM, "calibration: attention buffers");
     dqkv = qkv + N * 3 * C, out_a = dqkv + N * 3 * C, lse = out_a + N * C, scr = lse + B * NH * T;
     for (i = 0; i < (int)(N * 3 * C); i++) qkv[i] = (float)(i % 17) * 0.01f;
     pt_attention_forward(out_a, lse, qkv, scr, slots, B, T, C, NH, NH);
@@ -9227,7 +9220,6 @@ static pt_status pt__calib_kernels(pt_hw *out, pt_precision precision) {
         ta = t0 < ta ? t0 : ta;
     }
     pt__free(qkv, NULL);
-    pt_set_gemm_precision(caller);
     /* the simulator charges 4 B T^2 C / attn_flops forward and 2.5 times that backward */
     out->attn_flops = 3.5 * 4.0 * B * (double)T * T * C / ta;
     { /* a kernel's fixed cost: a small elementwise pass (its threads' fork and join) */
@@ -9254,8 +9246,16 @@ static pt_status pt__calib_kernels(pt_hw *out, pt_precision precision) {
     out->mem_bytes = 16e9;
 #endif
     out->exec = PT_EXEC_PTRAIN;
-    out->precision = precision == PT_PRECISION_BF16 ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
     return PT_OK;
+}
+
+/* The kernels' rates with this thread's GEMMs (and attention's) at precision. */
+static pt_status pt__calib_kernels(pt_hw *out, pt_precision precision) {
+    pt_precision caller = pt_set_gemm_precision(precision);
+    pt_status st = pt__calib_kernels_here(out);
+    pt_set_gemm_precision(caller);
+    out->precision = precision == PT_PRECISION_BF16 ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
+    return st;
 }
 
 /* Tiling: a dimension d is used at d / (d + gemm_dim); the result is bounded

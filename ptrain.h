@@ -599,8 +599,8 @@ typedef enum pt_schedule_kind {
                              no idle slot inside a stage's run once m >= 2p - 1 */
     PT_SCHED_CHIMERA,     /* Chimera (Li & Hoefler 2021): two pipelines in opposite directions;
                              stage s holds stage s of replica 0 (chunk 0) and stage p-1-s of
-                             replica 1 (chunk 1); even p, m a multiple of p. Built and
-                             checked in unit time; pt_gpt and the simulator refuse it */
+                             replica 1 (chunk 1), a block of L/p layers each; even p, m a
+                             multiple of p; the two copies' gradients summed (REDUCE) */
     PT_SCHED_2BW,         /* PipeDream-2BW (Narayanan et al. 2021): 1F1B without a flush, a new
                              weight version every p micro-batches (m a multiple of p), batch t
                              computed at version t-1, two versions alive per stage. Built and
@@ -655,8 +655,9 @@ typedef struct pt_gpt_place {
     int recompute;            /* PT_RECOMPUTE_* */
     int n_layers;             /* transformer layers held here, chunk after chunk */
     const int *layer_id;      /* (n_layers) their index in the whole model */
-    int has_embed, has_head;  /* the embeddings (first stage); the final norm and
-                                 the head (last stage; tied wte is on both) */
+    int has_embed, has_head;  /* the embeddings (the stage holding the first block); the
+                                 final norm and the head (the last block's; tied wte is on
+                                 both; Chimera: stages 0 and p-1 hold both) */
     int vocab_local, vocab_offset; /* wte rows here: [offset, offset + local) of the
                                       vocabulary padded to a multiple of tp */
 } pt_gpt_place;
@@ -1074,7 +1075,10 @@ typedef struct pt_step_desc {
     float clip;               /* with adamw: clip the gradient norm to this (0: no clip) */
     float *logits;            /* optional (ranks holding the head): (B*T, vocab_size),
                                  the whole vocabulary, gathered over tp */
-    float *losses;            /* optional (ranks holding the head): (B*T) each token's loss */
+    float *losses;            /* optional (ranks holding the head): (B*T) each token's loss
+                                 (Chimera: its stages 0 and p-1 both hold a head; each
+                                 computes half the micro-batches and they swap them: pass
+                                 these on both or on neither) */
     struct pt_trace *trace;   /* optional: every action's measured start and time,
                                  track = world rank (pt_trace_gather collects them) */
     /* optional: called on every rank when the step's gradients are ready,
@@ -4320,7 +4324,8 @@ struct pt_gpt_exec {
     pt_grid *grid;            /* NULL: one rank */
     pt_comm *tp_comm, *dp_comm, *pp_comm; /* the groups (NULL when of size 1) */
     pt_comm *tie_comm;        /* first and last stage of this tp, dp place: the two
-                                 copies of wte (NULL unless pp > 1 and one of them) */
+                                 copies of wte (NULL unless pp > 1 and one of them);
+                                 Chimera: stages s and p-1-s (the same blocks) */
     int num_buckets;
     pt__bucket *buckets;
     pt_comm_req *ov_req;      /* (buckets) overlap: each bucket's started reduction
@@ -4338,8 +4343,11 @@ struct pt_gpt_exec {
     float *dhead;             /* the head's gradient: dwte when tied */
     pt_block_params *layer_grads;
     int *layer_id;            /* (n_layers) place.layer_id points here */
-    int *chunk_start;         /* (chunks + 1) chunk c is local layers
-                                 [chunk_start[c], chunk_start[c+1]) */
+    int *chunk_lo, *chunk_hi; /* (chunks) chunk c is local layers [chunk_lo[c], chunk_hi[c])
+                                 (local layers ascend by global index; Chimera's chunk 1
+                                 may come first) */
+    int embed_chunk, head_chunk; /* the chunk holding the first block (embeddings) and
+                                    the last (final norm, head); -1: none here */
     int tab_wte, tab_wpe, tab_layers, tab_lnf; /* table indices (-1: not here) */
     int tab_lnf_b, tab_head;  /* the final norm's bias, the untied head (-1: none) */
     int layer_tensors;        /* tensors a layer has in the table */
@@ -4426,6 +4434,18 @@ static void pt__end_bucket(pt_gpt *m, size_t end) {
     x->shard_total += b->shard;
     if (end == m->num_params) m->num_params = b->offset + b->numel;
     x->num_buckets++;
+}
+
+/* Whether table tensor i counts here when the stages' tensors are put
+   together (the gradient norm, a gathered model): one of its pipeline copies
+   does. wte's copy on the first stage; with Chimera, replica 0's (chunk 0's
+   block, the embeddings on stage 0, the final norm and head on stage p-1). */
+static int pt__counts_here(const pt_gpt *m, int i) {
+    const pt_gpt_exec *x = m->exec;
+    int l = x->tab_layers >= 0 && i >= x->tab_layers ? (i - x->tab_layers) / x->layer_tensors : -1;
+    if (m->place.schedule != PT_SCHED_CHIMERA) return i != x->tab_wte || m->place.has_embed;
+    if (l >= 0 && l < m->place.n_layers) return l >= x->chunk_lo[0] && l < x->chunk_hi[0];
+    return i == x->tab_wte || i == x->tab_wpe ? x->embed_chunk == 0 : x->head_chunk == 0;
 }
 
 static int pt__holds_layer(const pt_gpt_place *pl, int l) {
@@ -4569,7 +4589,7 @@ PTRAINDEF pt_status pt_gpt_gather(const pt_gpt *m, pt_state_buf which, float *fu
         int64_t frows = p->ndim > 1 ? p->full_shape[0] : 1;
         int64_t fcols = p->ndim > 1 ? p->full_shape[1] : p->full_shape[0], r, c;
         float *dst = full + p->full_offset;
-        if (i == x->tab_wte && !pl->has_embed) continue; /* the first stage gives wte */
+        if (!pt__counts_here(m, i)) continue; /* the first stage gives wte */
         if (p->shard == PT_SHARD_NONE) {
             memcpy(dst, local + p->offset, p->numel * sizeof(float));
             continue;
@@ -4735,14 +4755,25 @@ static int pt__sched_chunks(pt_schedule_kind kind, int chunks) {
     return chunks > 0 ? chunks : kind == PT_SCHED_ZB_V || kind == PT_SCHED_CHIMERA ? 2 : 1;
 }
 
-/* The virtual stage of chunk c on stage s of p: c*p + s (Megatron-LM's
-   interleaving), or the V of ZB-V: chunk 0 is s, chunk 1 is 2p-1-s, so the
-   last stage turns the micro-batch round and stage 0 holds both ends. */
+/* The virtual stage of chunk c on stage s of p, which is also the block of
+   layers it holds: c*p + s (Megatron-LM's interleaving), the V of ZB-V
+   (chunk 0 is s, chunk 1 is 2p-1-s, so the last stage turns the micro-batch
+   round and stage 0 holds both ends), or Chimera's replica stage (chunk 0 is
+   s of replica 0, chunk 1 is p-1-s of replica 1: p blocks, each on two
+   stages). */
 static int pt__sched_vstage(pt_schedule_kind kind, int p, int s, int c) {
+    if (kind == PT_SCHED_CHIMERA) return c == 0 ? s : p - 1 - s;
     return kind == PT_SCHED_ZB_V ? (c == 0 ? s : 2 * p - 1 - s) : c * p + s;
 }
 
-/* The stage holding virtual stage vs (the inverse of pt__sched_vstage). */
+/* Blocks of layers the model is cut into: p x v virtual stages (Chimera: p,
+   its two replicas each run through all of them). */
+static int pt__sched_blocks(pt_schedule_kind kind, int p, int v) {
+    return kind == PT_SCHED_CHIMERA ? p : p * v;
+}
+
+/* The stage holding virtual stage vs (the inverse of pt__sched_vstage; not
+   for Chimera, whose block vs is on two stages: see pt__sched_at). */
 static int pt__sched_owner(pt_schedule_kind kind, int p, int vs) {
     return kind == PT_SCHED_ZB_V ? (vs < p ? vs : 2 * p - 1 - vs) : vs % p;
 }
@@ -4763,22 +4794,39 @@ static int pt__chimera_replica(int p, int k) {
     return (k / (p / 2)) % 2;
 }
 
-/* Layers of the whole model to this stage's chunks: virtual stage k (of
-   V = pp x chunks; chunk c of stage s is k = c*pp + s, or ZB-V's V, see
-   pt__sched_vstage) gets floor(L/V) layers, one more for the first L mod V
-   virtual stages. */
+/* The chunk of this stage holding block k of the model's layers (see
+   pt__sched_vstage), or -1. */
+static int pt__chunk_with(const pt_gpt_place *pl, int k) {
+    int c;
+    for (c = 0; c < pl->chunks; c++)
+        if (pt__sched_vstage(pl->schedule, pl->pp, pl->pp_rank, c) == k) return c;
+    return -1;
+}
+
+/* Layers of the whole model to this stage's chunks: block k (of V =
+   pt__sched_blocks; chunk c of stage s holds k = pt__sched_vstage) gets
+   floor(L/V) layers, one more for the first L mod V blocks. Local layers
+   ascend by global index, so two stages holding the same blocks (Chimera)
+   lay out their tensors alike. */
 static void pt__assign_layers(pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     pt_gpt_place *pl = &m->place;
-    int L = m->config.n_layer, V = pl->pp * pl->chunks, c, n = 0;
+    int L = m->config.n_layer, V = pt__sched_blocks(pl->schedule, pl->pp, pl->chunks), c, j, n = 0;
+#define PT__BLOCK_FIRST(k) ((k) * (L / V) + ((k) < L % V ? (k) : L % V))
     for (c = 0; c < pl->chunks; c++) {
-        int k = pt__sched_vstage(pl->schedule, pl->pp, pl->pp_rank, c);
-        int first = k * (L / V) + (k < L % V ? k : L % V);
-        int count = L / V + (k < L % V), l;
-        x->chunk_start[c] = n;
-        for (l = 0; l < count; l++) x->layer_id[n++] = first + l;
+        int k = pt__sched_vstage(pl->schedule, pl->pp, pl->pp_rank, c), l, at = 0;
+        int count = L / V + (k < L % V);
+        for (j = 0; j < pl->chunks; j++) { /* the layers of the chunks below it */
+            int kj = pt__sched_vstage(pl->schedule, pl->pp, pl->pp_rank, j);
+            if (kj < k) at += L / V + (kj < L % V);
+        }
+        x->chunk_lo[c] = at, x->chunk_hi[c] = at + count;
+        for (l = 0; l < count; l++) x->layer_id[at + l] = PT__BLOCK_FIRST(k) + l;
+        n += count;
     }
-    x->chunk_start[pl->chunks] = n;
+#undef PT__BLOCK_FIRST
+    x->embed_chunk = pt__chunk_with(pl, 0);
+    x->head_chunk = pt__chunk_with(pl, V - 1);
     pl->n_layers = n;
     pl->layer_id = x->layer_id;
 }
@@ -4832,18 +4880,18 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
         pt__append_error(&bad, "zero=%d needs training state (inference=1 given)", d->zero);
     if (g && !g->world && !d->meta)
         pt__append_error(&bad, "the grid has no communicators (only meta builds may)");
-    if (pl->schedule == PT_SCHED_CHIMERA)
-        pt__append_error(&bad, "schedule chimera is built and checked as data only: neither "
-                         "pt_gpt nor the simulator builds its second replica of the weights");
     if (pl->schedule == PT_SCHED_2BW)
         pt__append_error(&bad, "schedule 2bw is built and checked as data only: neither pt_gpt "
                          "nor the simulator keeps its second weight version");
     if (pl->pp > 1 && d->zero == 2)
         pt__append_error(&bad, "zero=2 with pipeline stages (pp=%d) is not supported: its "
                          "gradients would be reduced once per micro-batch; use zero <= 1", pl->pp);
-    if (pl->pp * pl->chunks > cfg.n_layer)
-        pt__append_error(&bad, "pipeline: pp=%d x chunks=%d virtual stages > n_layer=%d (each "
-                         "needs a layer)", pl->pp, pl->chunks, cfg.n_layer);
+    if (pt__sched_blocks(pl->schedule, pl->pp, pl->chunks) > cfg.n_layer)
+        pt__append_error(&bad, pl->schedule == PT_SCHED_CHIMERA
+                                   ? "pipeline: chimera's pp=%d blocks (chunks=%d: each stage "
+                                     "holds two of them) > n_layer=%d (each needs a layer)"
+                                   : "pipeline: pp=%d x chunks=%d virtual stages > n_layer=%d "
+                                     "(each needs a layer)", pl->pp, pl->chunks, cfg.n_layer);
     if (pl->pp > 1 && !d->meta && (int64_t)pl->micro * pl->pp * pl->chunks * 2 > 32767)
         pt__append_error(&bad, "pipeline: %d micro-batches x %d virtual stages exceed the "
                          "message tags (16383)", pl->micro, pl->pp * pl->chunks);
@@ -4859,9 +4907,10 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
     m->config = cfg;
     m->B = d->batch;
     m->T = d->seq;
-    pl->has_embed = pl->pp_rank == 0;
-    /* the stage holding the last virtual stage (ZB-V: the first stage) */
-    pl->has_head = pl->pp_rank == pt__sched_owner(pl->schedule, pl->pp, pl->pp * pl->chunks - 1);
+    /* the stages holding the first and the last block (ZB-V: the first stage
+       both; Chimera: the first and the last stage both, one of each replica) */
+    pl->has_embed = pt__chunk_with(pl, 0) >= 0;
+    pl->has_head = pt__chunk_with(pl, pt__sched_blocks(pl->schedule, pl->pp, pl->chunks) - 1) >= 0;
     /* the vocabulary padded to a multiple of tp, as Megatron-LM pads GPT-2's */
     pl->vocab_local = (cfg.vocab_size + pl->tp - 1) / pl->tp;
     pl->vocab_offset = pl->tp_rank * pl->vocab_local;
@@ -4911,7 +4960,7 @@ static pt_status pt__gpt_tables(pt_gpt *m, int nslots) {
     nbook = sizeof(pt_gpt_exec) + sizeof(pt_param) * ntensors + sizeof(pt_block_params) * 2 * L +
             sizeof(pt_block_acts) * L * S + sizeof(pt__bucket) * nbuckets +
             sizeof(pt_comm_req) * nbuckets + sizeof(pt__slot) * S +
-            sizeof(pt_block_wgrad) * L * S + sizeof(int) * (L + 2 * (size_t)m->place.chunks + 1);
+            sizeof(pt_block_wgrad) * L * S + sizeof(int) * (L + 3 * (size_t)m->place.chunks);
     book = (unsigned char *)pt__malloc(nbook, m->alloc_ctx);
     if (!book) return pt__fail(PT_ERR_OOM, "cannot allocate the model's tables");
     memset(book, 0, nbook);
@@ -4925,15 +4974,17 @@ static pt_status pt__gpt_tables(pt_gpt *m, int nslots) {
     x->slots = (pt__slot *)(x->ov_req + nbuckets);
     x->slots[0].wg = (pt_block_wgrad *)(x->slots + S); /* see pt__layout_acts */
     x->layer_id = (int *)(x->slots[0].wg + L * S);
-    x->chunk_start = x->layer_id + L;
-    x->ov_done = x->chunk_start + m->place.chunks + 1;
+    x->chunk_lo = x->layer_id + L;
+    x->chunk_hi = x->chunk_lo + m->place.chunks;
+    x->ov_done = x->chunk_hi + m->place.chunks;
     x->nslots = nslots;
     return PT_OK;
 }
 
-/* The grid's groups, and (pipeline) the pair of ranks holding wte's two
-   copies: every world rank joins the split, the first and last stage of one
-   tp, dp place get a group of 2. */
+/* The grid's groups, and (pipeline) the pair of ranks holding copies of the
+   same tensors (tie_comm): every world rank joins the split; the first and
+   last stage of one tp, dp place get a group of 2 for wte's two copies, or
+   with Chimera stages s and p-1-s, which hold the same two blocks. */
 static pt_status pt__gpt_comms(pt_gpt *m, const pt_gpt_desc *d) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
@@ -4949,8 +5000,14 @@ static pt_status pt__gpt_comms(pt_gpt *m, const pt_gpt_desc *d) {
     if (pl->pp == 1) return PT_OK;
     if (!(tie = (pt_comm *)pt__malloc(sizeof(pt_comm), m->alloc_ctx)))
         return pt__fail(PT_ERR_OOM, "cannot allocate a communicator");
-    st = pt_comm_split(g->world, tied ? g->tp_rank + g->tp * g->dp_rank
-                                      : g->tp * g->dp + g->world->rank, pl->pp_rank, tie);
+    if (pl->schedule == PT_SCHED_CHIMERA) {
+        int pair = pl->pp_rank < pl->pp - 1 - pl->pp_rank ? pl->pp_rank : pl->pp - 1 - pl->pp_rank;
+        st = pt_comm_split(g->world, g->tp_rank + g->tp * (g->dp_rank + g->dp * pair),
+                           pl->pp_rank, tie);
+    } else {
+        st = pt_comm_split(g->world, tied ? g->tp_rank + g->tp * g->dp_rank
+                                          : g->tp * g->dp + g->world->rank, pl->pp_rank, tie);
+    }
     if (st != PT_OK) {
         pt__free(tie, m->alloc_ctx);
         return st;
@@ -5002,8 +5059,7 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     size_t N = d.N, C = d.C, V = (size_t)pl->vocab_local;
     int l, k, most = 0, c, ln = m->config.norm == PT_NORM_LAYER;
     for (c = 0; c < pl->chunks; c++)
-        if (x->chunk_start[c + 1] - x->chunk_start[c] > most)
-            most = x->chunk_start[c + 1] - x->chunk_start[c];
+        if (x->chunk_hi[c] - x->chunk_lo[c] > most) most = x->chunk_hi[c] - x->chunk_lo[c];
     for (k = 0; k < x->nslots; k++) {
         pt__slot *sl = &x->slots[k];
         sl->micro = sl->chunk = -1;
@@ -7361,10 +7417,9 @@ PTRAINDEF pt_status pt_schedule_kind_parse(const char *name, pt_schedule_kind *o
    the "virtual stage" of chunk c on stage s is its replica's stage (s, or
    p-1-s for chunk 1), which is also the block of layers it holds. */
 static int pt__sched_nv(const pt_schedule *s) {
-    return s->kind == PT_SCHED_CHIMERA ? s->stages : s->stages * s->chunks;
+    return pt__sched_blocks(s->kind, s->stages, s->chunks);
 }
 static int pt__sched_vs(const pt_schedule *s, int stage, int chunk) {
-    if (s->kind == PT_SCHED_CHIMERA) return chunk == 0 ? stage : s->stages - 1 - stage;
     return pt__sched_vstage(s->kind, s->stages, stage, chunk);
 }
 static int pt__sched_at(const pt_schedule *s, int micro, int vs) {
@@ -7493,9 +7548,13 @@ static pt_status pt__sched_greedy(pt_schedule *s) {
    half-unit (micro-batch k mod p/2), a B before an F, then the lowest k, so
    the two replicas' micro-batches interleave as in the paper's basic unit.
    For m = p this is the paper's count of D - 2 bubbles a worker (in slots
-   of F = B; here B is two slots: 2(p-2) idle slots, unit-tested). Then each
-   stage all-reduces its gradients with the stage holding the same layers
-   in the other replica (stage p-1-s). */
+   of F = B; here B is two slots: 2(p-2) idle slots, unit-tested). Past one
+   unit (m > p) nothing holds a replica back, so the units overlap: fewer
+   idle slots than 1F1B's, at up to 2p micro-batches' activations on a stage
+   (admitting only p/2 of a replica at once keeps p but idles more than 1F1B:
+   measured p = 4, 8 at m = 32). Then each stage all-reduces its gradients
+   with the stage holding the same layers in the other replica (stage
+   p-1-s). */
 static pt_status pt__sched_chimera(pt_schedule *s) {
     int p = s->stages, m = s->micro, h = p / 2, t, w, r, left = 2 * m;
     size_t nkeys = (size_t)m * p;
@@ -8194,15 +8253,15 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
     int C = cfg->n_embd, V = cfg->vocab_size, N = B * T, l;
     const float *in = sl->x;
     pt_status st;
-    if (c == 0 && pl->has_embed) {
+    if (c == x->embed_chunk) {
         /* vocabulary-parallel embedding: each rank looks up its rows, the sum
            over the group is the whole lookup (tensor rank 0 adds wpe) */
         pt__encoder_forward_part(sl->x, sl->inputs, m->wte, pl->tp_rank == 0 ? m->wpe : NULL,
                                  pl->vocab_offset, pl->vocab_local, B, T, C);
         if ((st = pt__tp_sum(x->tp_comm, sl->x, (size_t)N * C)) != PT_OK) return st;
     }
-    for (l = x->chunk_start[c]; l < x->chunk_start[c + 1]; l++) {
-        pt_block_acts *a = &sl->acts[l - x->chunk_start[c]], *use = a;
+    for (l = x->chunk_lo[c]; l < x->chunk_hi[c]; l++) {
+        pt_block_acts *a = &sl->acts[l - x->chunk_lo[c]], *use = a;
         if (pl->recompute == PT_RECOMPUTE_FULL) { /* everything but the output is dropped */
             x->racts.out = a->out;
             use = &x->racts;
@@ -8213,7 +8272,7 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
         if (st != PT_OK) return st;
         in = a->out;
     }
-    if (c != pl->chunks - 1 || !pl->has_head) return PT_OK;
+    if (c != x->head_chunk) return PT_OK;
     pt__norm_forward(cfg, sl->lnf, sl->lnf_mean, sl->lnf_rstd, in, m->lnf_w, m->lnf_b, N, C);
     pt_tied_head_forward(sl->logits, sl->lnf, m->lm_head, N, C, pl->vocab_local);
     if (with_targets) {
@@ -8344,10 +8403,10 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
     const pt_gpt_config *cfg = &m->config;
-    int N = B * T, C = cfg->n_embd, l, first = x->chunk_start[c], last = x->chunk_start[c + 1];
+    int N = B * T, C = cfg->n_embd, l, first = x->chunk_lo[c], last = x->chunk_hi[c];
     int zero2 = pl->zero == 2;
     pt_status st;
-    if (c == pl->chunks - 1 && pl->has_head) { /* the logits become dlogits in place */
+    if (c == x->head_chunk) { /* the logits become dlogits in place */
         pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, pl->vocab_local,
                                pt__vocab_valid(m), pl->vocab_offset, dloss);
         memset(x->scratch.dln, 0, sizeof(float) * (size_t)N * C);
@@ -8385,7 +8444,7 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
                                                    .bucket)) != PT_OK)
             return st;
     }
-    if (c != 0 || !pl->has_embed) return PT_OK;
+    if (c != x->embed_chunk) return PT_OK;
     /* every rank holds the whole dres: its wte rows, and all of wpe */
     if (zero2) return pt__zero2_vocab(m, sl, B, T, 0);
     pt__encoder_backward_part(x->dwte, x->dwpe, x->dres, sl->inputs, pl->vocab_offset,
@@ -8398,7 +8457,7 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
 static pt_status pt__chunk_weight(pt_gpt *m, pt__slot *sl, int c, int B, int T) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_config *cfg = &m->config;
-    int l, first = x->chunk_start[c], last = x->chunk_start[c + 1], k = m->place.tp;
+    int l, first = x->chunk_lo[c], last = x->chunk_hi[c], k = m->place.tp;
     pt_status st = PT_OK;
     for (l = first; l < last && st == PT_OK; l++) {
         pt_block_acts *a = &sl->acts[l - first];
@@ -8464,16 +8523,21 @@ static pt_status pt__step_batch(const pt_gpt *m, const pt_step_desc *d) {
 }
 
 /* OPT's first half: the two copies of wte (first and last stage) get the
-   sum of their gradients, the dp group averages them, and every rank gets
-   the loss (the last stage's mean over micro-batches, then over dp). */
+   sum of their gradients (Chimera's REDUCE summed every tensor with the other
+   replica already), the dp group averages them, and every rank gets the loss
+   (the head stages' sums over their micro-batches over the step's count,
+   summed over the stages, then averaged over dp). */
 static pt_status pt__step_sync(pt_gpt *m, float loss_sum) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
     float loss = pl->has_head ? loss_sum / (float)pl->micro : 0.0f;
     pt_status st = PT_OK;
-    if (x->tie_comm && x->tie_comm->size == 2 && x->dwte && !m->config.untied_head)
+    if (x->tie_comm && x->tie_comm->size == 2 && x->dwte && !m->config.untied_head &&
+        pl->schedule != PT_SCHED_CHIMERA)
         st = pt_comm_all_reduce(x->tie_comm, x->dwte, m->table[x->tab_wte].numel, PT_REDUCE_SUM);
     if (st == PT_OK && pl->zero < 2) st = pt__dp_sync_grads(m);
+    if (st == PT_OK && pl->zero && pl->schedule == PT_SCHED_CHIMERA) /* 1/dp of REDUCE's bytes */
+        st = pt_comm_all_reduce(x->tie_comm, x->gshard, x->shard_total, PT_REDUCE_SUM);
     if (st == PT_OK && pl->pp > 1) st = pt_comm_all_reduce(x->pp_comm, &loss, 1, PT_REDUCE_SUM);
     if (st == PT_OK && pl->dp > 1) st = pt_comm_all_reduce(x->dp_comm, &loss, 1, PT_REDUCE_AVG);
     m->loss = loss;
@@ -8497,7 +8561,8 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
     const pt_schedule *s = &x->sched;
-    int stage = pl->pp_rank, b, k, C = m->config.n_embd, V = pl->pp * pl->chunks, track = 0;
+    int stage = pl->pp_rank, b, k, C = m->config.n_embd, V = pt__sched_nv(s), track = 0;
+    int swap = pl->schedule == PT_SCHED_CHIMERA && pl->has_head; /* stages 0 and p-1 */
     size_t N, NV;
     float loss_sum = 0.0f, loss = 0.0f, dloss;
     double t0 = 0.0;
@@ -8517,13 +8582,19 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
     if ((unsigned)d->overlap > PT_OVERLAP_OFF)
         return pt__fail(PT_ERR_INVALID_ARG, "step: overlap=%d is not PT_OVERLAP_DEFAULT, _ON or _OFF",
                         (int)d->overlap);
-    x->ov_on = d->overlap != PT_OVERLAP_OFF && pl->dp > 1 && pl->zero < 2;
+    /* (Chimera's replicas sum their gradients before the dp reduction: no overlap) */
+    x->ov_on = d->overlap != PT_OVERLAP_OFF && pl->dp > 1 && pl->zero < 2 &&
+               pl->schedule != PT_SCHED_CHIMERA;
     x->ov_last = 0;
     memset(x->ov_req, 0, (size_t)x->num_buckets * sizeof *x->ov_req);
     memset(x->ov_done, 0, (size_t)pl->chunks * sizeof *x->ov_done);
     pt__zero_grad(m);
     for (k = 0; k < x->nslots; k++) x->slots[k].micro = x->slots[k].chunk = -1;
     x->slots_used = m->mem.slots_peak = 0;
+    if (swap) { /* each head computes its replica's rows, the other's stay 0 */
+        if (d->logits) memset(d->logits, 0, NV * (size_t)pl->micro * sizeof(float));
+        if (d->losses) memset(d->losses, 0, N * (size_t)pl->micro * sizeof(float));
+    }
     if (d->trace) { /* a common time origin for every rank's events */
         pt_comm *world = x->grid ? x->grid->world : NULL;
         if (world && (st = pt_comm_barrier(world)) != PT_OK) return st;
@@ -8533,16 +8604,15 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
     for (k = 0; k < s->count[stage] && st == PT_OK; k++) {
         const pt_action *a = &s->list[stage][k];
         /* a message's tag names its micro-batch and the virtual stage that made it */
-        int i = a->micro, c = a->chunk, vs = pt__sched_vstage(pl->schedule, pl->pp, stage, c);
+        int i = a->micro, c = a->chunk, vs = c >= 0 ? pt__sched_vs(s, stage, c) : 0;
         /* ZB-V's turn: the virtual stage before this one is here too (backward
            needs nothing: the checker holds the turn's two B's together, so the
            gradient passes in x->dres) */
-        int local_in = a->kind == PT_ACT_F && vs > 0 &&
-                       pt__sched_owner(pl->schedule, pl->pp, vs - 1) == stage;
+        int local_in = a->kind == PT_ACT_F && vs > 0 && pt__sched_at(s, i, vs - 1) == stage;
 
         int from = a->kind == PT_ACT_RECV_ACT ? vs - 1 : a->kind == PT_ACT_RECV_GRAD ? vs + 1 : vs;
         int tag = (i * V + from) * 2 + (a->kind == PT_ACT_SEND_GRAD || a->kind == PT_ACT_RECV_GRAD);
-        int head = c == pl->chunks - 1 && pl->has_head;
+        int head = c >= 0 && c == x->head_chunk;
         double ta = d->trace ? pt_time_now() : 0.0;
         pt__slot *sl = NULL;
         switch (a->kind) {
@@ -8555,10 +8625,10 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
             memcpy(sl->inputs, d->inputs + (size_t)i * N, N * sizeof(int));
             memcpy(sl->targets, d->targets + (size_t)i * N, N * sizeof(int));
             if (local_in) { /* the input is this stage's previous chunk's output */
-                int pc = pt__sched_chunk_of(pl->schedule, pl->pp, vs - 1);
+                int pc = pt__sched_chunk_at(s, i, vs - 1);
                 pt__slot *prev = pt__slot_of(m, i, pc, 0);
                 if (!prev) goto no_slot;
-                memcpy(sl->x, prev->acts[x->chunk_start[pc + 1] - x->chunk_start[pc] - 1].out,
+                memcpy(sl->x, prev->acts[x->chunk_hi[pc] - x->chunk_lo[pc] - 1].out,
                        N * (size_t)C * sizeof(float));
             }
             st = pt__chunk_forward(m, sl, c, b, d->T, 1, &loss);
@@ -8570,8 +8640,7 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
             break;
         case PT_ACT_SEND_ACT:
             if (!(sl = pt__slot_of(m, i, c, 0))) goto no_slot;
-            st = pt_comm_send(x->pp_comm,
-                              sl->acts[x->chunk_start[c + 1] - x->chunk_start[c] - 1].out,
+            st = pt_comm_send(x->pp_comm, sl->acts[x->chunk_hi[c] - x->chunk_lo[c] - 1].out,
                               N * (size_t)C, a->peer, tag);
             break;
         case PT_ACT_RECV_GRAD:
@@ -8592,6 +8661,12 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
             st = pt__chunk_weight(m, sl, c, b, d->T);
             pt__slot_release(m, sl);
             break;
+        case PT_ACT_REDUCE: /* Chimera: the stage holding these layers in the other
+                               replica adds its gradients (both get the same sums); under
+                               ZeRO 1 only its dp shard, after the dp reduce-scatter (OPT) */
+            if (!pl->zero)
+                st = pt_comm_all_reduce(x->tie_comm, m->grads, m->num_params, PT_REDUCE_SUM);
+            break;
         case PT_ACT_OPT: /* the gradients synced; the optimizer, if asked for */
             if ((st = pt__step_sync(m, loss_sum)) != PT_OK) break;
             if (d->on_grads) d->on_grads(m, d->on_grads_ctx);
@@ -8603,6 +8678,10 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
         if (d->trace && st == PT_OK)
             st = pt_trace_add(d->trace, track, a->kind, i, c, ta - t0, pt_time_now() - ta);
     }
+    if (swap && d->logits && st == PT_OK) /* x + 0 = x: the sum is a copy */
+        st = pt_comm_all_reduce(x->tie_comm, d->logits, NV * (size_t)pl->micro, PT_REDUCE_SUM);
+    if (swap && d->losses && st == PT_OK)
+        st = pt_comm_all_reduce(x->tie_comm, d->losses, N * (size_t)pl->micro, PT_REDUCE_SUM);
     x->micro_done = pl->micro; /* the gradients are whole: adamw_step may run */
     x->ov_on = 0;
     res->loss = m->loss;
@@ -8616,11 +8695,14 @@ no_slot:
 static pt_status pt__gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
-    int p = pl->pp, V = p * pl->chunks, i, c, b;
+    int p = pl->pp, V = pt__sched_blocks(pl->schedule, p, pl->chunks), i, c, b;
     size_t N, C = (size_t)m->config.n_embd;
     float sum = 0.0f, one = 0.0f;
     pt__slot *sl = &x->slots[0];
+    pt_schedule path; /* a micro-batch's path needs the kind and the sizes alone */
     pt_status st;
+    memset(&path, 0, sizeof path);
+    path.kind = pl->schedule, path.stages = p, path.chunks = pl->chunks;
     if ((st = pt__step_batch(m, d)) != PT_OK) return st;
     b = d->B / pl->micro;
     N = (size_t)b * (size_t)d->T;
@@ -8628,16 +8710,19 @@ static pt_status pt__gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
     /* virtual stage k waits only for k-1: in this order nothing cycles */
     for (i = 0; i < pl->micro && st == PT_OK; i++)
         for (c = 0; c < pl->chunks && st == PT_OK; c++) {
-            int vs = pt__sched_vstage(pl->schedule, p, pl->pp_rank, c);
-            int prev = vs > 0 ? pt__sched_owner(pl->schedule, p, vs - 1) : -1;
-            int next = vs < V - 1 ? pt__sched_owner(pl->schedule, p, vs + 1) : -1;
+            int vs = pt__sched_vs(&path, pl->pp_rank, c), pc;
+            int prev = vs > 0 ? pt__sched_at(&path, i, vs - 1) : -1;
+            int next = vs < V - 1 ? pt__sched_at(&path, i, vs + 1) : -1;
+            if (pt__sched_chunk_at(&path, i, vs) != c) continue; /* Chimera: the other replica's */
             memcpy(sl->inputs, d->inputs + (size_t)i * N, N * sizeof(int));
             memcpy(sl->targets, d->targets + (size_t)i * N, N * sizeof(int));
-            if (prev == pl->pp_rank) /* ZB-V's turn: the previous chunk's output, still here */
-                memcpy(sl->x, sl->acts[x->chunk_start[c] - x->chunk_start[c - 1] - 1].out,
+            if (prev == pl->pp_rank) { /* ZB-V's turn: the previous chunk's output, still here */
+                pc = pt__sched_chunk_at(&path, i, vs - 1);
+                memcpy(sl->x, sl->acts[x->chunk_hi[pc] - x->chunk_lo[pc] - 1].out,
                        N * C * sizeof(float));
-            else if (vs > 0)
+            } else if (vs > 0) {
                 st = pt_comm_recv(x->pp_comm, sl->x, N * C, prev, (i * V + vs - 1) * 2);
+            }
             if (st == PT_OK) st = pt__chunk_forward(m, sl, c, b, d->T, 1, &one);
             if (st == PT_OK && vs == V - 1) {
                 sum += one;
@@ -8647,8 +8732,7 @@ static pt_status pt__gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
                                            d->logits + (size_t)i * N * (size_t)m->config.vocab_size);
             }
             if (st == PT_OK && vs < V - 1 && next != pl->pp_rank)
-                st = pt_comm_send(x->pp_comm,
-                                  sl->acts[x->chunk_start[c + 1] - x->chunk_start[c] - 1].out,
+                st = pt_comm_send(x->pp_comm, sl->acts[x->chunk_hi[c] - x->chunk_lo[c] - 1].out,
                                   N * C, next, (i * V + vs) * 2);
         }
     *loss = pl->has_head ? sum / (float)pl->micro : 0.0f;
@@ -8839,8 +8923,8 @@ PTRAINDEF pt_status pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm, float *norm
     if (pl->tp == 1 && !pl->zero && pl->pp == 1) {
         norm = pt_norm2(m->grads, m->num_params);
     } else { /* sum of squares of what this rank owns: split tensors' parts and
-                its dp shard; tensors replicated over tp count on tp rank 0, wte
-                on the first pipeline stage only */
+                its dp shard; tensors replicated over tp count on tp rank 0, those
+                on two pipeline stages on one (pt__counts_here) */
         double part = 0.0;
         float sq;
         int b, i;
@@ -8851,7 +8935,7 @@ PTRAINDEF pt_status pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm, float *norm
                 size_t len;
                 double v;
                 if (p->shard == PT_SHARD_NONE && pl->tp_rank != 0) continue;
-                if (i == x->tab_wte && !pl->has_embed) continue;
+                if (!pt__counts_here(m, i)) continue;
                 if (!pt__grad_span(m, b, i, &src, &len)) continue;
                 v = pt_norm2(src, len);
                 part += v * v;
@@ -9315,6 +9399,7 @@ typedef struct pt__sim {
     double emb_fwd_s, emb_bwd_s, emb_tp_s;
     double p2p_s, p2p_bytes;
     double *opt_s, *dp_s;   /* (p) the OPT action: gradient sync + optimizer */
+    double *pair_s;         /* (p) Chimera's REDUCE: the gradients summed with stage p-1-s */
     double *zero3_s;        /* (p) ZeRO 3: gathering one chunk's layers */
     double *busy, *flops, *hwflops, *tp_s, *pp_s; /* (p) */
     pt_plan_stage *stage;   /* (p) the result's */
@@ -9432,6 +9517,9 @@ static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) 
     case PT_ACT_OPT:
         t = S->opt_s[st];
         break;
+    case PT_ACT_REDUCE:
+        t = S->pair_s[st];
+        break;
     default:
         break;
     }
@@ -9445,7 +9533,7 @@ static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) 
                                      (last ? ar : 0.0);
         if (a->kind == PT_ACT_SEND_ACT || a->kind == PT_ACT_SEND_GRAD)
             S->stage[st].pp_bytes += S->p2p_bytes;
-        if (a->kind != PT_ACT_OPT) S->busy[st] += t;
+        if (a->kind != PT_ACT_OPT && a->kind != PT_ACT_REDUCE) S->busy[st] += t;
     }
     return t;
 }
@@ -9473,8 +9561,8 @@ static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) 
         mem->activations = (double)(m->mem.activations + m->mem.scratch);
     } else {
         for (c = 0; c < m->place.chunks; c++)
-            if (m->exec->chunk_start[c + 1] - m->exec->chunk_start[c] > most)
-                most = m->exec->chunk_start[c + 1] - m->exec->chunk_start[c];
+            if (m->exec->chunk_hi[c] - m->exec->chunk_lo[c] > most)
+                most = m->exec->chunk_hi[c] - m->exec->chunk_lo[c];
         per = d->recompute == PT_RECOMPUTE_FULL        ? 2.0 * s * b * h
               : d->recompute == PT_RECOMPUTE_SELECTIVE ? S->layer.act_sel_bytes
                                                        : S->layer.act_bytes;
@@ -9526,7 +9614,7 @@ static pt_status pt__plan_check(pt__sim *S, pt_plan_desc *D, const pt_hw *hw) {
                          hw->per_node);
     if (bad) return PT_ERR_CONFIG;
     S->m = D->batch / (S->dp * D->micro);
-    S->V = D->pp * D->chunks;
+    S->V = pt__sched_blocks(D->schedule, D->pp, D->chunks);
     return PT_OK;
 }
 
@@ -9560,7 +9648,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     if (st == 0) S->split = m.exec->split;
     for (c = 0; c < D->chunks; c++)
         S->chunk_layers[pt__sched_vstage(D->schedule, p, st, c)] =
-            m.exec->chunk_start[c + 1] - m.exec->chunk_start[c];
+            m.exec->chunk_hi[c] - m.exec->chunk_lo[c];
     pt__sim_memory(S, &m, &mem);
     r->stage[st].mem = mem;
     r->stage[st].layers = m.place.n_layers;
@@ -9595,6 +9683,17 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
         S->dp_s[st] += pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, Vl * h * e, 2,
                                           D->tp * S->dp * (p - 1) < hw->per_node ? 2 : 1);
     r->stage[st].dp_bytes = S->dp > 1 && D->zero < 3 ? (D->zero ? 2.0 : 1.0) * pn * e : 0.0;
+    if (D->schedule == PT_SCHED_CHIMERA) { /* the replicas' all-reduce with stage p-1-s,
+                                              (p-1-2s) x tp x dp world ranks away: every
+                                              gradient (REDUCE), or with ZeRO this rank's
+                                              dp shard after the reduce-scatter (in OPT) */
+        int gap = (p - 1 - 2 * st < 0 ? 2 * st + 1 - p : p - 1 - 2 * st) * D->tp * S->dp;
+        double bytes = (D->zero ? (double)m.exec->shard_total : pn) * e;
+        double t = pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, bytes, 2, gap < hw->per_node ? 2 : 1);
+        if (D->zero) S->dp_s[st] += t;
+        else S->pair_s[st] = t;
+        r->stage[st].dp_bytes += bytes;
+    }
     S->opt_s[st] = S->dp_s[st] + (D->zero ? (double)m.exec->shard_total : pn) * (28.0 + e) /
                                      hw->mem_bw * S->share + hw->kernel_s * 4;
     /* ZeRO 3: a layer's weights gathered over dp before each use */
@@ -9654,13 +9753,15 @@ static void pt__plan_summary(const pt__sim *S, double span, pt_plan_result *r) {
         r->stage[st].hw_flops = S->hwflops[st];
         busy += S->busy[st];
         r->hw_flops += S->hwflops[st], r->model_flops += S->flops[st];
-        if (S->busy[st] + S->opt_s[st] > worst) worst = S->busy[st] + S->opt_s[st], w = st;
+        if (S->busy[st] + S->opt_s[st] + S->pair_s[st] > worst)
+            worst = S->busy[st] + S->opt_s[st] + S->pair_s[st], w = st;
     }
     /* a stage's FLOPs are one of its tp ranks' times tp, over dp replicas */
     r->hw_flops *= (double)D->tp * S->dp;
     r->model_flops *= (double)D->tp * S->dp;
     r->bubble_fraction = span > 0 ? 1.0 - busy / (p * span) : 0.0;
-    r->tp_comm_s = S->tp_s[w], r->pp_comm_s = S->pp_s[w], r->dp_comm_s = S->dp_s[w];
+    /* dp communication: the dp reduction, and Chimera's replica all-reduce */
+    r->tp_comm_s = S->tp_s[w], r->pp_comm_s = S->pp_s[w], r->dp_comm_s = S->dp_s[w] + S->pair_s[w];
     r->optimizer_s = S->opt_s[w] - S->dp_s[w];
     r->comm_exposed = r->tp_comm_s + r->pp_comm_s + r->dp_comm_s;
     r->compute_s = S->busy[w] - r->tp_comm_s - r->pp_comm_s;
@@ -9701,15 +9802,15 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
     r->schedule = D.schedule;
     r->chunks = D.chunks;
     S.chunk_layers = (int *)pt__malloc(sizeof(int) * (size_t)S.V, NULL);
-    S.opt_s = (double *)pt__malloc(sizeof(double) * (size_t)p * 8, NULL);
+    S.opt_s = (double *)pt__malloc(sizeof(double) * (size_t)p * 9, NULL);
     if (!S.chunk_layers || !S.opt_s) {
         pt__free(S.chunk_layers, NULL), pt__free(S.opt_s, NULL);
         return pt__fail(PT_ERR_OOM, "cannot allocate the simulator's state");
     }
     memset(S.chunk_layers, 0, sizeof(int) * (size_t)S.V);
-    memset(S.opt_s, 0, sizeof(double) * (size_t)p * 8);
+    memset(S.opt_s, 0, sizeof(double) * (size_t)p * 9);
     S.dp_s = S.opt_s + p, S.zero3_s = S.dp_s + p, S.busy = S.zero3_s + p, S.flops = S.busy + p;
-    S.hwflops = S.flops + p, S.tp_s = S.hwflops + p, S.pp_s = S.tp_s + p;
+    S.hwflops = S.flops + p, S.tp_s = S.hwflops + p, S.pp_s = S.tp_s + p, S.pair_s = S.pp_s + p;
     S.stage = r->stage;
     pt__layer_costs(&S);
     if ((err = pt_schedule_build(&sch, D.schedule, p, D.chunks, S.m)) == PT_OK)
@@ -9771,9 +9872,11 @@ PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_
 PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_desc *best_desc,
                              pt_plan_result *best, int n, int why[3]) {
     static const int micros[] = {1, 2, 4, 8, 16, 32}, chunk_opts[] = {1, 2, 4};
-    /* schedules beside 1F1B (interleaved when chunks > 1): the zero-bubble ones */
-    static const pt_schedule_kind zbs[4] = {PT_SCHED_DEFAULT, PT_SCHED_ZB_H1, PT_SCHED_ZB_H2,
-                                            PT_SCHED_ZB_V};
+    /* schedules beside 1F1B (interleaved when chunks > 1): the zero-bubble ones
+       and Chimera (PipeDream-2BW is asynchronous: it changes the training, so
+       the search does not pick it for a user) */
+    static const pt_schedule_kind zbs[5] = {PT_SCHED_DEFAULT, PT_SCHED_ZB_H1, PT_SCHED_ZB_H2,
+                                            PT_SCHED_ZB_V, PT_SCHED_CHIMERA};
     int tp, pp, mi, ci, z, rc, zb, found = 0, w[2] = {0, 0};
     char first_oom[256] = "";
     for (tp = 1; tp <= hw->per_node && tp <= d->heads; tp *= 2) /* tensor parallelism in a node */
@@ -9782,7 +9885,7 @@ PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_des
                 for (ci = 0; ci < 3; ci++)
                     for (z = 0; z <= 3; z++)
                         for (rc = 0; rc <= PT_RECOMPUTE_FULL; rc++)
-                            for (zb = 0; zb < 4; zb++) {
+                            for (zb = 0; zb < 5; zb++) {
                                 pt_plan_desc c = *d;
                                 pt_plan_result r;
                                 pt_status st;
@@ -9795,17 +9898,23 @@ PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_des
                                              : c.chunks > 1 ? PT_SCHED_INTERLEAVED
                                                             : PT_SCHED_1F1B;
                                 /* combinations that are not layouts at all (ZB-V: its V
-                                   of two chunks; the zero-bubble ones keep activations
-                                   for W, so no full recomputation) */
+                                   of two chunks, Chimera: two replicas' blocks over an
+                                   even pp; the zero-bubble ones keep activations for W,
+                                   so no full recomputation) */
                                 if ((c.chunks > 1 && pp == 1) ||
-                                    (c.chunks > 1 && zb && zbs[zb] != PT_SCHED_ZB_V) ||
-                                    (zbs[zb] == PT_SCHED_ZB_V && c.chunks != 2) ||
-                                    (zb && pp == 1) || (zb && rc == PT_RECOMPUTE_FULL) ||
+                                    (c.chunks > 1 && zb && zbs[zb] != PT_SCHED_ZB_V &&
+                                     zbs[zb] != PT_SCHED_CHIMERA) ||
+                                    ((zbs[zb] == PT_SCHED_ZB_V || zbs[zb] == PT_SCHED_CHIMERA) &&
+                                     c.chunks != 2) ||
+                                    (zbs[zb] == PT_SCHED_CHIMERA && pp % 2) ||
+                                    (zb && pp == 1) ||
+                                    (pt__sched_splits(zbs[zb]) && rc == PT_RECOMPUTE_FULL) ||
                                     (z > 1 && pp > 1) || (z > 0 && dp == 1) ||
-                                    pp * c.chunks > d->layers)
+                                    pt__sched_blocks(c.schedule, pp, c.chunks) > d->layers)
                                     continue;
                                 if (d->batch % (dp * c.micro) ||
-                                    (c.schedule == PT_SCHED_INTERLEAVED &&
+                                    ((c.schedule == PT_SCHED_INTERLEAVED ||
+                                      c.schedule == PT_SCHED_CHIMERA) &&
                                      (d->batch / (dp * c.micro)) % pp)) {
                                     w[0]++;
                                     continue;

@@ -128,10 +128,10 @@ int main(int argc, char **argv) {
     const char *pos[1];
     cli_opt table[] = {
         {"stages", CLI_INT, &o.stages, "pipeline stages (thread ranks)", 2, 64},
-        {"schedule", CLI_STR, &o.schedule, "gpipe, 1f1b, interleaved, zb-h1, zb-h2 or zb-v",
+        {"schedule", CLI_STR, &o.schedule, "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v or chimera",
          0, 0},
         {"microbatches", CLI_INT, &o.micro, "micro-batches per step (of one sequence each)", 1, 1024},
-        {"chunks", CLI_INT, &o.chunks, "chunks per stage (interleaved)", 1, 16},
+        {"chunks", CLI_INT, &o.chunks, "chunks per stage (interleaved; zb-v, chimera: 2)", 1, 16},
         {"layers", CLI_INT, &o.layers, "blocks in the model", 1, 256},
         {"embd", CLI_INT, &o.embd, "width C", 16, 4096},
         {"vocab", CLI_INT, &o.vocab, "vocabulary (small keeps the stages balanced)", 2, 1 << 20},
@@ -155,7 +155,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", pt_last_error());
         return 2;
     }
-    if ((kind == PT_SCHED_INTERLEAVED || kind == PT_SCHED_ZB_V) && o.chunks < 2) o.chunks = 2;
+    if ((kind == PT_SCHED_INTERLEAVED || kind == PT_SCHED_ZB_V || kind == PT_SCHED_CHIMERA) &&
+        o.chunks < 2)
+        o.chunks = 2;
     st = pt_comm_threads_run(o.stages, stage_main, &o);
     if (st != PT_OK) {
         fprintf(stderr, "error: %s\n", pt_last_error());
@@ -169,8 +171,9 @@ int main(int argc, char **argv) {
                         : (double)(p - 1) / (m + p - 1);
         pt_schedule sch = {0};
         pt_schedule_report rep;
-        /* zb-h2, zb-v: the checker's unit-time run, (p-1)/(3vm+p-1) once m >= 2p-1 */
-        if ((kind == PT_SCHED_ZB_H2 || kind == PT_SCHED_ZB_V) &&
+        /* zb-h2, zb-v: the checker's unit-time run, (p-1)/(3vm+p-1) once m >= 2p-1;
+           chimera: its unit-time run too (2(p-2) idle slots a stage at m = p) */
+        if ((kind == PT_SCHED_ZB_H2 || kind == PT_SCHED_ZB_V || kind == PT_SCHED_CHIMERA) &&
             pt_schedule_build(&sch, kind, p, v, m) == PT_OK && pt_schedule_check(&sch, &rep) == PT_OK)
             theory = rep.bubble;
         pt_schedule_free(&sch);

@@ -122,6 +122,7 @@ int main(int argc, char **argv) {
         {1, 1, 2, 1, 1, 1, "1f1b"},        {1, 1, 4, 1, 1, 0, "1f1b"},
         {2, 1, 2, 2, 1, 0, "1f1b"},        {1, 2, 2, 1, 1, 0, "1f1b"},
         {1, 1, 2, 1, 1, 0, "zb-h2"},       {1, 1, 2, 1, 2, 0, "zb-v"},
+        {1, 1, 2, 1, 2, 0, "chimera"},     {1, 1, 4, 1, 2, 0, "chimera"},
     };
     const char *hw_file = NULL, *pos[1], *rc = "none", *prec = "fp32";
     layout one = {1, 1, 2, 1, 1, 0, "1f1b"};
@@ -133,10 +134,10 @@ int main(int argc, char **argv) {
         {"tp", CLI_INT, &one.tp, "tensor-parallel ranks", 1, 8},
         {"dp", CLI_INT, &one.dp, "data-parallel ranks", 1, 8},
         {"pp", CLI_INT, &one.pp, "pipeline stages", 1, 8},
-        {"schedule", CLI_STR, &one.schedule, "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v",
+        {"schedule", CLI_STR, &one.schedule, "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, chimera",
          0, 0},
         {"micro", CLI_INT, &one.micro, "micro-batch (sequences)", 1, 4096},
-        {"chunks", CLI_INT, &one.chunks, "chunks a stage (interleaved; zb-v: 2)", 1, 8},
+        {"chunks", CLI_INT, &one.chunks, "chunks a stage (interleaved; zb-v, chimera: 2)", 1, 8},
         {"recompute", CLI_STR, &rc, "none, selective or full", 0, 0},
         {"all", CLI_FLAG, &all, "every layout of the built-in table", 0, 0},
         {"layers", CLI_INT, &r.layers, "blocks", 1, 64},
@@ -165,7 +166,9 @@ int main(int argc, char **argv) {
     }
     if (!hw_file)
         hw_file = r.precision == PT_PRECISION_BF16 ? "build/hw-local-bf16.txt" : "build/hw-local.txt";
-    if (strcmp(one.schedule, "zb-v") == 0 && one.chunks == 1) one.chunks = 2; /* its V */
+    if ((strcmp(one.schedule, "zb-v") == 0 || strcmp(one.schedule, "chimera") == 0) &&
+        one.chunks == 1)
+        one.chunks = 2; /* its V, its two replicas */
     for (i = 0; i < (all ? nl : 1); i++) { /* every layout must divide the batch */
         const layout *l = all ? &layouts[i] : &one;
         if (r.batch % (l->dp * l->micro)) {

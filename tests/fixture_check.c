@@ -374,7 +374,7 @@ int main(int argc, char **argv) {
                j.f.cfg.n_kv_head ? j.f.cfg.n_kv_head : j.f.cfg.n_head, j.f.cfg.n_layer,
                j.f.cfg.block_size, j.f.B, j.f.T, j.f.steps, j.f.lr, (double)j.f.opt.weight_decay, tp, dp,
                zero, pp, schedule ? schedule : "(default)", micro,
-               chunks ? chunks : j.schedule == PT_SCHED_ZB_V ? 2 : 1,
+               chunks ? chunks : j.schedule == PT_SCHED_ZB_V || j.schedule == PT_SCHED_CHIMERA ? 2 : 1,
                pt_precision_name(j.precision));
     status = cli_world_run(&world, tp * dp * pp, run_rank, &j);
     if (status == PT_OK) status = cli_world_share(&world, &j.failed);

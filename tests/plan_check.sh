@@ -87,6 +87,20 @@ expect 0 "tflops_per_gpu" --preset megatron-1t --zero 1 --json
 expect 0 "tp 8 x pp 1 x dp 16" --layers 96 --hidden 12288 --heads 96 --tp 8 --gpus 128 \
     --batch 256 --microbatch 2 --zero 3
 
+# Chimera: refused on an odd pp; two replicas' blocks a stage; with ZeRO 1 (the replica
+# all-reduce on dp shards) faster than 1F1B at m = p on bench/chimera.sh's 1.3B layout
+expect 1 "chimera needs an even number of stages" --schedule chimera --pp 3 --gpus 24 \
+    --batch 48 --microbatch 1
+chim="--layers 24 --hidden 2048 --heads 16 --seq 1024 --vocab 50257 --pp 4 --gpus 32 --batch 32 \
+--microbatch 1 --zero 1 --recompute none"
+expect 0 "chimera (2 chunks a stage)" $chim --schedule chimera
+$plan $chim --schedule chimera --json >"$tmp/c" && $plan $chim --schedule 1f1b --json >"$tmp/o1" &&
+    python3 -c "import json,sys; c=json.load(open(sys.argv[1])); o=json.load(open(sys.argv[2]))
+assert c['tokens_per_s'] > 1.1 * o['tokens_per_s'], (c['tokens_per_s'], o['tokens_per_s'])
+assert c['memory']['params'] > 1.4 * o['memory']['params']" "$tmp/c" "$tmp/o1" &&
+    echo "ok   chimera at m = p, ZeRO 1: above 1.1x 1F1B's tokens/s, two replicas' weights" ||
+    { echo "FAIL chimera against 1F1B (simulated)"; bad=1; }
+
 # the simulated step as a picture: Chrome trace JSON and SVG
 expect 0 "trace" --preset megatron-145.6b --batch 768 --trace "$tmp/t.json"
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert len(d['traceEvents']) > 100" \

@@ -189,6 +189,37 @@ for f in tests/fixtures/gpt2_deep.safetensors tests/fixtures/gpt2_heads8.safeten
 done
 step "fixture deep, tp 2 x pp 2, zb-v under ThreadSanitizer" \
     tsan build/fixture_check_tsan tests/fixtures/gpt2_deep.safetensors --tp 2 --pp 2 --schedule zb-v
+# Chimera (two replicas of the pipeline in opposite directions): every fixture it fits on
+# thread ranks, two on MPI, tp x dp x pp on 8 MPI ranks, ThreadSanitizer, bf16, and refusals
+for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors \
+    tests/fixtures/llama/*.safetensors ../shared/fixtures/llama/*.safetensors; do
+    [ -f "$f" ] || continue
+    # no even pp <= n_layer with a micro-batch count that fits: nothing to run
+    PROBE=1 sh tests/pipeline_chimera_check.sh build/fixture_check "$f" >/dev/null 2>&1
+    [ $? -eq 77 ] && continue
+    step "fixture $(basename "$f"): chimera pipeline layouts (threads)" \
+        sh tests/pipeline_chimera_check.sh build/fixture_check "$f"
+    tail -n 1 "$tmp/out" | sed 's/^/      /'
+done
+for f in ../shared/fixtures/gpt2_small_shapes.safetensors tests/fixtures/llama/llama_mha_bias.safetensors; do
+    [ -f "$f" ] || f=tests/fixtures/gpt2_heads8.safetensors
+    step "fixture $(basename "$f"): chimera pipeline layouts of up to 4 MPI ranks" \
+        sh tests/pipeline_chimera_check.sh build/fixture_check_mpi "$f" 4
+    tail -n 1 "$tmp/out" | sed 's/^/      /'
+done
+step "fixture heads8, tp 2 x dp 2 x pp 2, ZeRO 1, chimera, 8 MPI ranks" \
+    mpi 8 build/fixture_check_mpi tests/fixtures/gpt2_heads8.safetensors --tp 2 --dp 2 --pp 2 \
+    --zero 1 --schedule chimera --microbatches 2
+step "fixture heads8, dp 2 x pp 2, chimera under ThreadSanitizer" \
+    tsan build/fixture_check_tsan tests/fixtures/gpt2_heads8.safetensors --dp 2 --pp 2 \
+    --schedule chimera --microbatches 2
+step "fixture heads8 in bf16, tp 2 x pp 2, chimera" \
+    build/fixture_check tests/fixtures/gpt2_heads8.safetensors --precision bf16 --tp 2 --pp 2 \
+    --schedule chimera --microbatches 4
+fails "fixture_check: chimera needs an even number of stages" 2 "chimera needs an even number of stages" \
+    build/fixture_check tests/fixtures/gpt2_heads8.safetensors --pp 3 --schedule chimera --microbatches 4
+fails "fixture_check: chimera needs micro-batches a multiple of the stages" 2 "chimera needs" \
+    build/fixture_check tests/fixtures/gpt2_heads8.safetensors --pp 2 --schedule chimera --microbatches 1
 for kind in zb-h2 zb-v chimera 2bw; do
     step "example: pipeline --schedule $kind (grid, checker, Chrome trace, SVG)" \
         build/pipeline --schedule "$kind" --stages 4 --microbatches 8 \

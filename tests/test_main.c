@@ -2835,6 +2835,51 @@ static void test_schedule_chimera(void) {
         }
 }
 
+/* Chimera's two replicas in memory: stage s of p holds blocks s and p-1-s
+   of the layers (the embeddings with block 0, the final norm with block
+   p-1), so a middle stage keeps twice 1F1B's weights, gradients and AdamW
+   state, counted by hand here; the simulator's stage memory (ptrain's
+   executor) is that meta build's, exactly. */
+static void test_chimera_memory(void) {
+    enum { V = 50, BS = 16, L = 8, NH = 2, C = 24, P = 4 };
+    pt_gpt_config c = cfg_make(V, BS, L, NH, C);
+    int64_t layer = (params_by_hand(&c) - (int64_t)V * C - (int64_t)BS * C - 2 * C) / L;
+    pt_hw hw;
+    pt_plan_desc d;
+    pt_plan_result r;
+    int st;
+    CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
+    memset(&d, 0, sizeof d);
+    d.arch = c, d.layers = L, d.hidden = C, d.heads = NH, d.seq = BS, d.vocab = V;
+    d.tp = 1, d.pp = P, d.gpus = P, d.batch = 8, d.micro = 1, d.exec = PT_EXEC_PTRAIN;
+    d.schedule = PT_SCHED_CHIMERA;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &r, NULL), PT_OK);
+    for (st = 0; st < P && !g_fail; st++) {
+        pt_grid g;
+        pt_gpt m;
+        pt_gpt_desc gd;
+        int64_t want = 4 * layer; /* two blocks of L/p = 2 layers */
+        memset(&g, 0, sizeof g), memset(&gd, 0, sizeof gd);
+        g.tp = g.dp = 1, g.pp = P, g.pp_rank = st;
+        gd.config = c, gd.batch = 1, gd.seq = BS, gd.meta = 1, gd.grid = &g, gd.grad_accum = 8;
+        gd.schedule = PT_SCHED_CHIMERA;
+        CHECK_ST(pt_gpt_init(&m, &gd), PT_OK);
+        if (g_fail) return;
+        if (st == 0 || st == P - 1) want += (int64_t)V * C + (int64_t)BS * C + 2 * C;
+        CHECK_EQ(m.place.n_layers, 4);
+        CHECK_EQ((int64_t)m.num_params, want);
+        CHECK_EQ(m.mem.params, (size_t)want * 4);
+        CHECK_EQ(m.mem.grads, (size_t)want * 4);
+        CHECK_EQ(m.mem.optimizer, (size_t)want * 8);
+        CHECK_EQ(m.place.has_embed, st == 0 || st == P - 1);
+        CHECK_EQ(m.place.has_head, st == 0 || st == P - 1);
+        CHECK(r.stage[st].mem.params == (double)m.mem.params);
+        CHECK(r.stage[st].mem.activations == (double)(m.mem.activations + m.mem.scratch));
+        CHECK_EQ(r.stage[st].layers, 4);
+        pt_gpt_free(&m);
+    }
+}
+
 /* Chimera's constraints, its replicas and its gradient all-reduce, refused
    broken in words. */
 static void test_schedule_chimera_rejects(void) {
@@ -4571,6 +4616,7 @@ static const test_case tests[] = {
     {"schedule_zb_more_rejects", test_schedule_zb_more_rejects},
     {"schedule_chimera", test_schedule_chimera},
     {"schedule_chimera_rejects", test_schedule_chimera_rejects},
+    {"chimera_memory", test_chimera_memory},
     {"schedule_2bw", test_schedule_2bw},
     {"schedule_2bw_rejects", test_schedule_2bw_rejects},
     {"sim_flops_closed_form", test_sim_flops_closed_form},

@@ -10,7 +10,7 @@
    portable C matmul instead of cblas_sgemm. On CPUs with AVX-512 ptrain runs its
    own GEMM kernels (chosen at run time; PTRAIN_GEMM=openblas|ptrain|portable in
    the environment or pt_gemm_select picks one), and for bf16 Intel AMX tiles
-   where the CPU has them (PTRAIN_GEMM_BF16=amx|avx512bf16|portable or
+   where the CPU has them (PTRAIN_GEMM_BF16=amx|avx512bf16|sgemm|portable or
    pt_gemm_bf16_select).
 
    QUICK START (examples/quickstart.c compiles this very text)
@@ -248,15 +248,18 @@ PTRAINDEF pt_status pt_gemm_select(const char *name);
 PTRAINDEF const char *pt_gemm_name(void); /* "ptrain-avx512", "openblas", "portable" */
 /* Which kernel pt_gemm_bf16 runs, by name: "amx" (Intel AMX TDPBF16PS tiles;
    needs AMX-BF16 and AMX-TILE, enabled by the OS, and AVX512-BF16), "avx512bf16"
-   (vdpbf16ps kernels; needs AVX512-BF16), "portable" (plain C loops), "auto"
-   (the first of those the CPU has, checked at each call; portable while
-   pt_gemm_select's GEMM is portable). NULL or "" takes the name from the
+   (vdpbf16ps kernels; needs AVX512-BF16), "sgemm" (both operands rounded to
+   bf16 into a scratch copy, then pt_sgemm: a product of two bf16 values is
+   exact in fp32, so the same arithmetic at the fp32 GEMM's rate, for CPUs
+   without a bf16 instruction), "portable" (plain C loops), "auto" (the first
+   of those the CPU has, checked at each call; portable while pt_gemm_select's
+   GEMM is portable). NULL or "" takes the name from the
    environment variable PTRAIN_GEMM_BF16 (unset: auto). An unknown name is
    PT_ERR_INVALID_ARG, a kernel the CPU lacks PT_ERR_UNSUPPORTED naming the
    feature. Until the first call, the first bf16 GEMM does the same, ignoring
    a name it cannot use. Not thread-safe against GEMMs running at the time. */
 PTRAINDEF pt_status pt_gemm_bf16_select(const char *name);
-/* "ptrain-amx", "ptrain-avx512bf16" or "portable" */
+/* "ptrain-amx", "ptrain-avx512bf16", "sgemm" or "portable" */
 PTRAINDEF const char *pt_gemm_bf16_name(void);
 
 /* The arithmetic of the model's GEMMs (dense layers, attention, the LM head):
@@ -424,8 +427,10 @@ PTRAINDEF double pt_gemm_peak_gflops(int n, double seconds);
    bf16, the best bf16 instruction usable here: Intel AMX TDPBF16PS (4
    independent accumulator tiles, 16x16x32 multiply-adds each) where AMX is,
    unless pt_gemm_bf16_select chose "avx512bf16", else 12 chains of vdpbf16ps
-   (2 products an fp32 lane); best of runs for `seconds`. 0 where the CPU
-   lacks the instruction. */
+   (2 products an fp32 lane); best of runs for `seconds`. On a CPU without a
+   bf16 instruction, bf16 GEMMs run as fp32 products (pt_gemm_bf16's
+   "sgemm"), so their peak is the fp32 one. 0 where the CPU lacks the
+   instruction (no FMA). */
 PTRAINDEF double pt_instr_peak_gflops(int bf16, double seconds);
 /* Measured memory bandwidth in GB/s: y += s*x over two buffers of n floats
    (12 bytes an element: read x and y, write y), fastest of `reps` runs. */
@@ -603,8 +608,9 @@ typedef enum pt_schedule_kind {
                              multiple of p; the two copies' gradients summed (REDUCE) */
     PT_SCHED_2BW,         /* PipeDream-2BW (Narayanan et al. 2021): 1F1B without a flush, a new
                              weight version every p micro-batches (m a multiple of p), batch t
-                             computed at version t-1, two versions alive per stage. Built and
-                             checked in unit time; pt_gpt and the simulator refuse it */
+                             computed at version t-1, two versions alive per stage; a step
+                             starts from one version and runs its updates (needs
+                             pt_step_desc.adamw) */
     PT_SCHED_COUNT
 } pt_schedule_kind;
 
@@ -2295,6 +2301,7 @@ PTRAINDEF const char *pt_gemm_name(void) {
 #define PT__BF16_AMX 2
 #define PT__BF16_AVX512 3
 #define PT__BF16_PORTABLE 4
+#define PT__BF16_SGEMM 5
 static int pt__gemm_bf16_impl; /* 0 until chosen; read and written atomically */
 
 static int pt__gemm_bf16_parse(const char *name) {
@@ -2302,6 +2309,7 @@ static int pt__gemm_bf16_parse(const char *name) {
     if (!strcmp(name, "amx")) return pt__cpu_amx() ? PT__BF16_AMX : -1;
     if (!strcmp(name, "avx512bf16")) return pt__cpu_avx512(1) ? PT__BF16_AVX512 : -1;
     if (!strcmp(name, "portable")) return PT__BF16_PORTABLE;
+    if (!strcmp(name, "sgemm")) return PT__BF16_SGEMM;
     return -2;
 }
 
@@ -2315,7 +2323,8 @@ PTRAINDEF pt_status pt_gemm_bf16_select(const char *name) {
                                              : "AVX512-BF16");
     if (v < 0)
         return pt__fail(PT_ERR_INVALID_ARG,
-                        "unknown bf16 GEMM '%s' (known: auto, amx, avx512bf16, portable)", name);
+                        "unknown bf16 GEMM '%s' (known: auto, amx, avx512bf16, sgemm, portable)",
+                        name);
     __atomic_store_n(&pt__gemm_bf16_impl, v, __ATOMIC_RELAXED);
     return PT_OK;
 }
@@ -2331,13 +2340,16 @@ static int pt__gemm_bf16_current(void) {
         v = pt__gemm_current() == PT__GEMM_PORTABLE ? PT__BF16_PORTABLE
             : pt__cpu_amx()                         ? PT__BF16_AMX
             : pt__cpu_avx512(1)                     ? PT__BF16_AVX512
-                                                    : PT__BF16_PORTABLE;
+                                                    : PT__BF16_SGEMM;
     return v;
 }
 
 PTRAINDEF const char *pt_gemm_bf16_name(void) {
     int v = pt__gemm_bf16_current();
-    return v == PT__BF16_AMX ? "ptrain-amx" : v == PT__BF16_AVX512 ? "ptrain-avx512bf16" : "portable";
+    return v == PT__BF16_AMX      ? "ptrain-amx"
+           : v == PT__BF16_AVX512 ? "ptrain-avx512bf16"
+           : v == PT__BF16_SGEMM  ? "sgemm"
+                                  : "portable";
 }
 
 /* fp32 -> bf16 bits, round to nearest even (NaN stays a quiet NaN). */
@@ -2991,13 +3003,39 @@ PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alp
     pt__gemm_portable(0, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+/* dst[r][c] = bf16(s * src[r*ld + c]), r < rows, c < cols, packed */
+static void pt__bf16_round_copy(float *dst, const float *src, int ld, int rows, int cols, float s) {
+    int r;
+    PT__OMP(omp parallel for schedule(static))
+    for (r = 0; r < rows; r++) {
+        int c;
+        for (c = 0; c < cols; c++)
+            dst[(size_t)r * cols + c] = pt__bf16_round(s * src[(size_t)r * ld + c]);
+    }
+}
+
+/* pt_gemm_bf16's "sgemm": the rounded operands (alpha folded into A before
+   rounding, as the kernels pack it) through pt_sgemm; 0 if the scratch copy
+   cannot be allocated (the caller runs the loops) */
+static int pt__gemm_bf16_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                               int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    int ra = ta ? K : M, ca = ta ? M : K, rb = tb ? N : K, cb = tb ? K : N;
+    float *a = (float *)pt__malloc(sizeof(float) * ((size_t)ra * ca + (size_t)rb * cb), NULL);
+    if (!a) return 0;
+    pt__bf16_round_copy(a, A, lda, ra, ca, alpha);
+    pt__bf16_round_copy(a + (size_t)ra * ca, B, ldb, rb, cb, 1.0f);
+    pt_sgemm(ta, tb, M, N, K, 1.0f, a, ca, a + (size_t)ra * ca, cb, beta, C, ldc);
+    pt__free(a, NULL);
+    return 1;
+}
+
 PTRAINDEF void pt_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha,
                             const float *A, int lda, const float *B, int ldb, float beta,
                             float *C, int ldc) {
-    int impl = 0;
+    int impl;
     if (M <= 0 || N <= 0) return;
-#ifdef PT__GEMM_X86
     impl = pt__gemm_bf16_current();
+#ifdef PT__GEMM_X86
     if (impl != PT__BF16_PORTABLE && (K <= 0 || alpha == 0.0f)) {
         pt__gemm_scale(M, N, beta, C, ldc);
         return;
@@ -3005,12 +3043,14 @@ PTRAINDEF void pt_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float
     if (impl == PT__BF16_AMX &&
         pt__gemm_amx(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
         return;
-    if (impl != PT__BF16_PORTABLE) {
+    if (impl == PT__BF16_AVX512 || impl == PT__BF16_AMX) {
         pt__gemm_blocked(1, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
 #endif
-    (void)impl;
+    if (impl == PT__BF16_SGEMM &&
+        pt__gemm_bf16_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+        return;
     pt__gemm_portable(1, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -3921,10 +3961,11 @@ PTRAINDEF double pt_instr_peak_gflops(int bf16, double seconds) {
     long rounds = n;
     /* FLOPs a round: 12 instructions x 16 lanes x 2 (x 2 again for bf16) */
     double per = bf16 ? 768.0 : 384.0, start = pt_time_now(), sink = 0.0;
-    int kind = bf16 ? (pt__gemm_bf16_current() == PT__BF16_AVX512 || !pt__cpu_amx()
-                           ? (pt__cpu_avx512(1) ? 2 : -1)
-                           : 3)
-                    : pt__cpu_avx512(0) ? 1 : __builtin_cpu_supports("fma") ? 0 : -1;
+    int kind = bf16 && (pt__cpu_amx() || pt__cpu_avx512(1))
+                   ? (pt__gemm_bf16_current() == PT__BF16_AVX512 || !pt__cpu_amx() ? 2 : 3)
+               : pt__cpu_avx512(0)             ? 1
+               : __builtin_cpu_supports("fma") ? 0
+                                               : -1;
     if (kind < 0) return 0.0;
     if (kind == 0) per = 192.0; /* ymm: 8 lanes */
     if (kind == 3) per = 4 * 16384.0, rounds = n / 16; /* 4 tile products a round */
@@ -4364,6 +4405,15 @@ struct pt_gpt_exec {
     int cur_B, cur_T;         /* shape of the last forward */
     int micro_done;           /* backwards of the step so far (pt_gpt_backward) */
     int has_targets;          /* the last forward had targets (pt_gpt_backward may run) */
+    /* PipeDream-2BW: the weights before the last update in the step (version
+       ver - 1), bound like m's; F and B of an action one version behind swap
+       them in (pt__swap_weights) */
+    float *wprev;
+    float *pv_wte, *pv_wpe, *pv_lnf_w, *pv_lnf_b, *pv_head;
+    pt_block_params *pv_layers;
+    int ver;                  /* weight versions the running step has made (its OPTs) */
+    int pv_on;                /* the previous version is swapped into m's pointers */
+    int in_opt;               /* the step's OPT runs pt_gpt_adamw_step */
     pt_arena param_arena, act_arena;
 };
 
@@ -4880,9 +4930,6 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
         pt__append_error(&bad, "zero=%d needs training state (inference=1 given)", d->zero);
     if (g && !g->world && !d->meta)
         pt__append_error(&bad, "the grid has no communicators (only meta builds may)");
-    if (pl->schedule == PT_SCHED_2BW)
-        pt__append_error(&bad, "schedule 2bw is built and checked as data only: neither pt_gpt "
-                         "nor the simulator keeps its second weight version");
     if (pl->pp > 1 && d->zero == 2)
         pt__append_error(&bad, "zero=2 with pipeline stages (pp=%d) is not supported: its "
                          "gradients would be reduced once per micro-batch; use zero <= 1", pl->pp);
@@ -4957,7 +5004,7 @@ static pt_status pt__gpt_tables(pt_gpt *m, int nslots) {
     for (k = 0; pt__canon_spec(&m->config, k, &s, NULL, 0); k++) {
     }
     ntensors = (size_t)k;
-    nbook = sizeof(pt_gpt_exec) + sizeof(pt_param) * ntensors + sizeof(pt_block_params) * 2 * L +
+    nbook = sizeof(pt_gpt_exec) + sizeof(pt_param) * ntensors + sizeof(pt_block_params) * 3 * L +
             sizeof(pt_block_acts) * L * S + sizeof(pt__bucket) * nbuckets +
             sizeof(pt_comm_req) * nbuckets + sizeof(pt__slot) * S +
             sizeof(pt_block_wgrad) * L * S + sizeof(int) * (L + 3 * (size_t)m->place.chunks);
@@ -4968,7 +5015,8 @@ static pt_status pt__gpt_tables(pt_gpt *m, int nslots) {
     m->table = (pt_param *)(x + 1);
     m->layers = (pt_block_params *)(m->table + ntensors);
     x->layer_grads = m->layers + L;
-    x->acts = (pt_block_acts *)(x->layer_grads + L);
+    x->pv_layers = x->layer_grads + L;
+    x->acts = (pt_block_acts *)(x->pv_layers + L);
     x->buckets = (pt__bucket *)(x->acts + L * S);
     x->ov_req = (pt_comm_req *)(x->buckets + nbuckets);
     x->slots = (pt__slot *)(x->ov_req + nbuckets);
@@ -5036,11 +5084,13 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
         if (x->buckets[b].shard > most_shard) most_shard = x->buckets[b].shard;
     moments = zero ? x->shard_total : P;
     grads = (zero == 2 ? most : P) + (zero ? x->shard_total : 0) + (zero == 2 ? most_shard : 0);
-    m->mem.params = P * sizeof(float);
+    /* 2BW keeps a second version of the weights */
+    m->mem.params = (!inference && m->place.schedule == PT_SCHED_2BW ? 2 : 1) * P * sizeof(float);
     m->mem.grads = inference ? 0 : grads * sizeof(float);
     m->mem.optimizer = inference ? 0 : 2 * moments * sizeof(float);
     m->params = PT__F(a, P);
     if (inference) return;
+    if (m->place.schedule == PT_SCHED_2BW) x->wprev = PT__F(a, P);
     m->m = PT__F(a, moments);
     m->v = PT__F(a, moments);
     m->grads = PT__F(a, zero == 2 ? most : P); /* zero 2: the stage of one bucket */
@@ -5143,6 +5193,8 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     memset(x->param_arena.base, 0, x->param_arena.used);
     pt__layout_acts(m, &x->act_arena, &act_bytes, !d->inference);
     pt__bind(m, m->params, 0, &m->wte, &m->wpe, &m->lnf_w, &m->lnf_b, &m->lm_head, m->layers);
+    pt__bind(m, x->wprev, 0, &x->pv_wte, &x->pv_wpe, &x->pv_lnf_w, &x->pv_lnf_b, &x->pv_head,
+             x->pv_layers);
     pt__bind(m, m->grads, m->place.zero == 2, &x->dwte, &x->dwpe, &x->dlnf_w, &x->dlnf_b,
              &x->dhead,
              x->layer_grads);
@@ -7766,6 +7818,10 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
        micro-batches in flight on it */
     int NV = tbw ? m / p + 2 : 1, *latest, *fver, *vflight;
     size_t nkeys = (size_t)m * V, i;
+    /* 2BW with costs (the simulator): when each stage reached the OPT making each
+       version; the executor's update agrees across the stages (the clipping
+       norm, the guard, wte's two copies), so every stage waits for the last */
+    double *obar = NULL;
     /* per (micro, virtual stage): times F, B, W were done (-1 not yet); messages */
     double *fd = (double *)pt__malloc(sizeof(double) * (nkeys * 7 + 5 * (size_t)p), s->alloc_ctx);
     double *bd = fd + nkeys;
@@ -7787,6 +7843,13 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
         return pt__fail(PT_ERR_OOM, "cannot allocate the schedule checker's state");
     }
     memset(latest, 0, sizeof(int) * ((size_t)p + nkeys + (size_t)p * NV));
+    if (tbw && costs) {
+        if (!(obar = (double *)pt__malloc(sizeof(double) * (size_t)p * NV, s->alloc_ctx))) {
+            err = pt__fail(PT_ERR_OOM, "cannot allocate the schedule checker's state");
+            goto done;
+        }
+        for (i = 0; i < (size_t)p * NV; i++) obar[i] = -1.0;
+    }
     memset(pc, 0, sizeof(int) * (size_t)p * 3);
     memset(red, 0, sizeof(int) * (size_t)p);
     for (st = 0; st < p; st++) lastb[st] = -1;
@@ -7940,6 +8003,14 @@ static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, do
                     red[st] = 2;
                     break;
                 case PT_ACT_OPT:
+                    if (obar && a->version >= 0 && a->version < NV) {
+                        int q;
+                        if (obar[st * NV + a->version] < 0) obar[st * NV + a->version] = at;
+                        for (q = 0; q < p; q++)
+                            if (obar[q * NV + a->version] < 0) goto blocked;
+                        for (q = 0; q < p; q++)
+                            if (obar[q * NV + a->version] > at) at = obar[q * NV + a->version];
+                    }
                     if (costs) cost = costs->cost(costs->ctx, st, a);
                     if (tbw) { /* a new weight version from one batch's gradients */
                         int t = a->version - 1;
@@ -8034,6 +8105,7 @@ done:
     pt__free(fd, s->alloc_ctx);
     pt__free(pc, s->alloc_ctx);
     pt__free(latest, s->alloc_ctx);
+    pt__free(obar, s->alloc_ctx);
     return err;
 }
 
@@ -8475,6 +8547,24 @@ static pt_status pt__chunk_weight(pt_gpt *m, pt__slot *sl, int c, int B, int T) 
 
 /* ---- the step ---------------------------------------------------------------- */
 
+/* PipeDream-2BW: m's named weights and layers <-> the previous version's
+   (twice restores them). */
+static void pt__swap_weights(pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    pt_block_params *l = m->layers;
+    float *t;
+#define PT__SWAP(a, b) (t = (a), (a) = (b), (b) = t)
+    PT__SWAP(m->wte, x->pv_wte);
+    PT__SWAP(m->wpe, x->pv_wpe);
+    PT__SWAP(m->lnf_w, x->pv_lnf_w);
+    PT__SWAP(m->lnf_b, x->pv_lnf_b);
+    PT__SWAP(m->lm_head, x->pv_head);
+#undef PT__SWAP
+    m->layers = x->pv_layers;
+    x->pv_layers = l;
+    x->pv_on = !x->pv_on;
+}
+
 static void pt__zero_grad(pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     memset(m->grads, 0,
@@ -8527,7 +8617,7 @@ static pt_status pt__step_batch(const pt_gpt *m, const pt_step_desc *d) {
    replica already), the dp group averages them, and every rank gets the loss
    (the head stages' sums over their micro-batches over the step's count,
    summed over the stages, then averaged over dp). */
-static pt_status pt__step_sync(pt_gpt *m, float loss_sum) {
+static pt_status pt__step_sync(pt_gpt *m, float loss_sum, int last) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
     float loss = pl->has_head ? loss_sum / (float)pl->micro : 0.0f;
@@ -8538,6 +8628,7 @@ static pt_status pt__step_sync(pt_gpt *m, float loss_sum) {
     if (st == PT_OK && pl->zero < 2) st = pt__dp_sync_grads(m);
     if (st == PT_OK && pl->zero && pl->schedule == PT_SCHED_CHIMERA) /* 1/dp of REDUCE's bytes */
         st = pt_comm_all_reduce(x->tie_comm, x->gshard, x->shard_total, PT_REDUCE_SUM);
+    if (!last) return st; /* 2BW's updates inside the step: the loss comes at its end */
     if (st == PT_OK && pl->pp > 1) st = pt_comm_all_reduce(x->pp_comm, &loss, 1, PT_REDUCE_SUM);
     if (st == PT_OK && pl->dp > 1) st = pt_comm_all_reduce(x->dp_comm, &loss, 1, PT_REDUCE_AVG);
     m->loss = loss;
@@ -8545,16 +8636,21 @@ static pt_status pt__step_sync(pt_gpt *m, float loss_sum) {
 }
 
 /* OPT's second half, with an optimizer: clipping, the guard every rank
-   agrees on, and AdamW unless the step is skipped. */
+   agrees on, and AdamW unless the update is skipped (2BW: several a step;
+   the last norm, any skip). */
 static pt_status pt__step_update(pt_gpt *m, const pt_step_desc *d, pt_step_result *r) {
     int bad = 0;
     pt_status st;
     if ((st = pt_gpt_clip_grad_norm(m, d->clip, &r->grad_norm)) != PT_OK) return st;
-    if ((st = pt_gpt_check_step(m, m->loss, r->grad_norm, &bad, r->bad_tensor,
+    if ((st = pt_gpt_check_step(m, m->loss, r->grad_norm, &bad, r->skipped ? NULL : r->bad_tensor,
                                 sizeof r->bad_tensor)) != PT_OK)
         return st;
-    r->skipped = bad;
-    return bad ? PT_OK : pt_gpt_adamw_step(m, d->adamw, d->lr);
+    r->skipped |= bad;
+    if (bad) return PT_OK;
+    m->exec->in_opt = 1;
+    st = pt_gpt_adamw_step(m, d->adamw, d->lr);
+    m->exec->in_opt = 0;
+    return st;
 }
 
 static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *res) {
@@ -8563,6 +8659,7 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
     const pt_schedule *s = &x->sched;
     int stage = pl->pp_rank, b, k, C = m->config.n_embd, V = pt__sched_nv(s), track = 0;
     int swap = pl->schedule == PT_SCHED_CHIMERA && pl->has_head; /* stages 0 and p-1 */
+    int tbw = pl->schedule == PT_SCHED_2BW;
     size_t N, NV;
     float loss_sum = 0.0f, loss = 0.0f, dloss;
     double t0 = 0.0;
@@ -8576,15 +8673,21 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
     b = d->B / pl->micro;
     N = (size_t)b * (size_t)d->T;
     NV = N * (size_t)m->config.vocab_size;
-    dloss = 1.0f / ((float)N * pl->micro);
+    /* the mean loss of the micro-batches one update sees: the step's (2BW: its p) */
+    dloss = 1.0f / ((float)N * (pl->schedule == PT_SCHED_2BW ? pl->pp : pl->micro));
     x->cur_B = b, x->cur_T = d->T;
     x->has_targets = 0;
     if ((unsigned)d->overlap > PT_OVERLAP_OFF)
         return pt__fail(PT_ERR_INVALID_ARG, "step: overlap=%d is not PT_OVERLAP_DEFAULT, _ON or _OFF",
                         (int)d->overlap);
-    /* (Chimera's replicas sum their gradients before the dp reduction: no overlap) */
+    if (tbw && !d->adamw)
+        return pt__fail(PT_ERR_INVALID_ARG, "schedule 2bw updates the weights inside the step "
+                        "(every %d micro-batches): pt_step_desc.adamw must be set", pl->pp);
+    /* (Chimera's replicas sum their gradients before the dp reduction, 2BW reduces
+       at each of its updates: no overlap) */
     x->ov_on = d->overlap != PT_OVERLAP_OFF && pl->dp > 1 && pl->zero < 2 &&
-               pl->schedule != PT_SCHED_CHIMERA;
+               pl->schedule != PT_SCHED_CHIMERA && !tbw;
+    x->ver = 0; /* a step starts from one version (the pipeline is flushed between steps) */
     x->ov_last = 0;
     memset(x->ov_req, 0, (size_t)x->num_buckets * sizeof *x->ov_req);
     memset(x->ov_done, 0, (size_t)pl->chunks * sizeof *x->ov_done);
@@ -8614,7 +8717,14 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
         int tag = (i * V + from) * 2 + (a->kind == PT_ACT_SEND_GRAD || a->kind == PT_ACT_RECV_GRAD);
         int head = c >= 0 && c == x->head_chunk;
         double ta = d->trace ? pt_time_now() : 0.0;
+        /* 2BW: F and B run at their batch's version, the newest or the one before */
+        int old = tbw && (a->kind == PT_ACT_F || a->kind == PT_ACT_B) && a->version != x->ver;
         pt__slot *sl = NULL;
+        if (old && a->version != x->ver - 1)
+            return pt__fail(PT_ERR_INVALID_ARG, "pipeline stage %d: micro-batch %d needs weight "
+                            "version %d, but the stage holds %d and %d", stage, i, a->version,
+                            x->ver - 1, x->ver);
+        if (old) pt__swap_weights(m);
         switch (a->kind) {
         case PT_ACT_RECV_ACT:
             if (!(sl = pt__slot_of(m, i, c, 1))) goto no_slot;
@@ -8667,14 +8777,21 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
             if (!pl->zero)
                 st = pt_comm_all_reduce(x->tie_comm, m->grads, m->num_params, PT_REDUCE_SUM);
             break;
-        case PT_ACT_OPT: /* the gradients synced; the optimizer, if asked for */
-            if ((st = pt__step_sync(m, loss_sum)) != PT_OK) break;
+        case PT_ACT_OPT: /* the gradients synced; the optimizer, if asked for (2BW: the
+                            update of each p micro-batches, mid-list but the last) */
+            if (tbw) { /* version ver + 1 = W(ver) - lr grad f(W(ver - 1)): W(ver) stays */
+                memcpy(x->wprev, m->params, m->num_params * sizeof(float));
+                x->ver++;
+            }
+            if ((st = pt__step_sync(m, loss_sum, k == s->count[stage] - 1)) != PT_OK) break;
             if (d->on_grads) d->on_grads(m, d->on_grads_ctx);
             if (d->adamw) st = pt__step_update(m, d, res);
+            if (st == PT_OK && k < s->count[stage] - 1) pt__zero_grad(m);
             break;
         default:
             break;
         }
+        if (old) pt__swap_weights(m);
         if (d->trace && st == PT_OK)
             st = pt_trace_add(d->trace, track, a->kind, i, c, ta - t0, pt_time_now() - ta);
     }
@@ -8687,6 +8804,7 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
     res->loss = m->loss;
     return st;
 no_slot:
+    if (x->pv_on) pt__swap_weights(m);
     return pt__fail(PT_ERR_INVALID_ARG, "pipeline stage %d: no activation slot for micro-batch "
                     "%d chunk %d (the schedule and the slots disagree)", stage,
                     s->list[stage][k].micro, s->list[stage][k].chunk);
@@ -8959,6 +9077,9 @@ PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, flo
     int i, b;
     if (!m->m)
         return pt__fail(PT_ERR_INVALID_ARG, "model was built for inference: no optimizer state");
+    if (pl->schedule == PT_SCHED_2BW && !x->in_opt)
+        return pt__fail(PT_ERR_INVALID_ARG, "schedule 2bw updates the weights inside pt_gpt_step "
+                        "(pt_step_desc.adamw), not through pt_gpt_adamw_step");
     if (x->micro_done > 0 && x->micro_done < pl->micro)
         return pt__fail(PT_ERR_INVALID_ARG, "adamw_step needs the gradients of all %d "
                         "micro-batches of the step (backward ran %d times)", pl->micro,
@@ -9553,6 +9674,7 @@ static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) 
     int c;
     memset(mem, 0, sizeof *mem);
     mem->params = d->zero == 3 ? (sh + 2.0 * big) * wb : P * wb;
+    if (d->schedule == PT_SCHED_2BW) mem->params += P * wb; /* its second version */
     mem->grads = d->zero >= 2 ? (sh + big) * gb : P * gb;
     mem->optimizer = (d->zero >= 1 ? sh : P) * ob;
     if (S->ptrain) { /* this header's executor: exactly what pt_gpt_init lays out */
@@ -9872,11 +9994,11 @@ PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_
 PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_desc *best_desc,
                              pt_plan_result *best, int n, int why[3]) {
     static const int micros[] = {1, 2, 4, 8, 16, 32}, chunk_opts[] = {1, 2, 4};
-    /* schedules beside 1F1B (interleaved when chunks > 1): the zero-bubble ones
-       and Chimera (PipeDream-2BW is asynchronous: it changes the training, so
-       the search does not pick it for a user) */
-    static const pt_schedule_kind zbs[5] = {PT_SCHED_DEFAULT, PT_SCHED_ZB_H1, PT_SCHED_ZB_H2,
-                                            PT_SCHED_ZB_V, PT_SCHED_CHIMERA};
+    /* schedules beside 1F1B (interleaved when chunks > 1): the zero-bubble ones,
+       Chimera, and PipeDream-2BW (asynchronous: it trains by another rule, so
+       whoever prints a search marks it) */
+    static const pt_schedule_kind zbs[6] = {PT_SCHED_DEFAULT, PT_SCHED_ZB_H1, PT_SCHED_ZB_H2,
+                                            PT_SCHED_ZB_V, PT_SCHED_CHIMERA, PT_SCHED_2BW};
     int tp, pp, mi, ci, z, rc, zb, found = 0, w[2] = {0, 0};
     char first_oom[256] = "";
     for (tp = 1; tp <= hw->per_node && tp <= d->heads; tp *= 2) /* tensor parallelism in a node */
@@ -9885,7 +10007,7 @@ PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_des
                 for (ci = 0; ci < 3; ci++)
                     for (z = 0; z <= 3; z++)
                         for (rc = 0; rc <= PT_RECOMPUTE_FULL; rc++)
-                            for (zb = 0; zb < 5; zb++) {
+                            for (zb = 0; zb < 6; zb++) {
                                 pt_plan_desc c = *d;
                                 pt_plan_result r;
                                 pt_status st;
@@ -9914,7 +10036,8 @@ PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_des
                                     continue;
                                 if (d->batch % (dp * c.micro) ||
                                     ((c.schedule == PT_SCHED_INTERLEAVED ||
-                                      c.schedule == PT_SCHED_CHIMERA) &&
+                                      c.schedule == PT_SCHED_CHIMERA ||
+                                      c.schedule == PT_SCHED_2BW) &&
                                      (d->batch / (dp * c.micro)) % pp)) {
                                     w[0]++;
                                     continue;

@@ -128,7 +128,7 @@ int main(int argc, char **argv) {
     const char *pos[1];
     cli_opt table[] = {
         {"stages", CLI_INT, &o.stages, "pipeline stages (thread ranks)", 2, 64},
-        {"schedule", CLI_STR, &o.schedule, "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v or chimera",
+        {"schedule", CLI_STR, &o.schedule, "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, chimera or 2bw",
          0, 0},
         {"microbatches", CLI_INT, &o.micro, "micro-batches per step (of one sequence each)", 1, 1024},
         {"chunks", CLI_INT, &o.chunks, "chunks per stage (interleaved; zb-v, chimera: 2)", 1, 16},
@@ -172,8 +172,11 @@ int main(int argc, char **argv) {
         pt_schedule sch = {0};
         pt_schedule_report rep;
         /* zb-h2, zb-v: the checker's unit-time run, (p-1)/(3vm+p-1) once m >= 2p-1;
-           chimera: its unit-time run too (2(p-2) idle slots a stage at m = p) */
-        if ((kind == PT_SCHED_ZB_H2 || kind == PT_SCHED_ZB_V || kind == PT_SCHED_CHIMERA) &&
+           chimera: its unit-time run too (2(p-2) idle slots a stage at m = p); 2bw:
+           its unit-time run, whose updates do not wait for each other (the executor's
+           do: they agree on the clipping norm and the guard) */
+        if ((kind == PT_SCHED_ZB_H2 || kind == PT_SCHED_ZB_V || kind == PT_SCHED_CHIMERA ||
+             kind == PT_SCHED_2BW) &&
             pt_schedule_build(&sch, kind, p, v, m) == PT_OK && pt_schedule_check(&sch, &rep) == PT_OK)
             theory = rep.bubble;
         pt_schedule_free(&sch);

@@ -12,10 +12,10 @@ for p in 2 4; do
     note=""
     [ "$p" -gt "$cores" ] && note=" ($p stages on $cores cores: they time-share)"
     echo "-- $p stages$note"
-    for s in gpipe 1f1b interleaved zb-h1 zb-h2 zb-v chimera; do
+    for s in gpipe 1f1b interleaved zb-h1 zb-h2 zb-v chimera 2bw; do
         for m in 1 2 4 8 16; do
-            # interleaved and chimera take micro-batches in multiples of the stages
-            { [ "$s" = interleaved ] || [ "$s" = chimera ]; } && [ $((m % p)) -ne 0 ] && continue
+            # interleaved, chimera and 2bw take micro-batches in multiples of the stages
+            case $s in interleaved | chimera | 2bw) [ $((m % p)) -ne 0 ] && continue ;; esac
             build/bench_pipeline --stages "$p" --schedule "$s" --microbatches "$m"
         done
     done

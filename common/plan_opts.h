@@ -73,8 +73,8 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         {"microbatch", CLI_INT, &d->micro, "micro-batch (sequences)", 1, 1 << 16},
         {"chunks", CLI_INT, &d->chunks, "layer chunks a stage (0: the schedule's own, 2 for "
          "zb-v and chimera, else 1; interleaved takes 2 or more)", 0, 64},
-        {"schedule", CLI_STR, &sched, "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, chimera "
-         "(default: 1f1b, interleaved with --chunks)", 0, 0},
+        {"schedule", CLI_STR, &sched, "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, chimera, "
+         "2bw (default: 1f1b, interleaved with --chunks)", 0, 0},
         {"zero", CLI_INT, &d->zero, "ZeRO stage 0..3", 0, 3},
         {"recompute", CLI_STR, &rc, "none, selective or full", 0, 0},
         {"hw", CLI_STR, &p->hw_name, "a100-80g, h100-80g, mi250x or local (default: preset's, "
@@ -85,7 +85,8 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         {"stages", CLI_FLAG, &p->stages, "also print every pipeline stage's ranks, memory, time "
                                          "and bytes", 0, 0},
         {"search", CLI_FLAG, &p->search, "search tp, pp, chunks, micro-batch, ZeRO, recompute "
-         "and schedule (1f1b or interleaved, zb-h1, zb-h2, zb-v, chimera)", 0, 0},
+         "and schedule (1f1b or interleaved, zb-h1, zb-h2, zb-v, chimera, 2bw: marked "
+         "asynchronous)", 0, 0},
         {"top", CLI_INT, &p->top, "layouts --search prints", 1, 100},
         {"trace", CLI_STR, &p->trace_path, "write the simulated step as Chrome trace JSON (and "
                                            "an SVG beside it)", 0, 0},

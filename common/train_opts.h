@@ -185,13 +185,13 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
          "so every stage has work)", 0, 1 << 20},
         {"pp", CLI_INT, &o->pp, "pipeline stages (at most the layers)", 1, 1024},
         {"schedule", CLI_STR, &schedule, "the step's schedule: gpipe, 1f1b, interleaved, zb-h1, "
-         "zb-h2, zb-v "
+         "zb-h2, zb-v, chimera, 2bw (asynchronous: an update every pp micro-batches) "
          "(default: 1f1b, interleaved with --chunks)", 0, 0},
         {"overlap", CLI_STR, &overlap, "on | off: reduce each layer's data-parallel gradient "
          "bucket while backward goes on (ZeRO 0, 1), or all after backward; the same bits "
          "either way", 0, 0},
         {"chunks", CLI_INT, &o->chunks, "layer chunks per pipeline stage (0: the schedule's own, "
-         "2 for zb-v, else 1; interleaved takes 2 or more)", 0, 64},
+         "2 for zb-v and chimera, else 1; interleaved takes 2 or more)", 0, 64},
         {"recompute", CLI_STR, &recompute, "activation recomputation: none, selective, full", 0,
          0},
         {"precision", CLI_STR, &precision, "fp32 | bf16: the GEMMs' arithmetic (bf16: operands "

@@ -41,8 +41,11 @@ static void train_report_header(const run *o, const pt_comm *world, const pt_gpt
     int bf16 = o->precision == PT_PRECISION_BF16;
     const char *gemm = bf16 ? pt_gemm_bf16_name() : pt_gemm_name();
     if (bf16 && strcmp(gemm, "portable") == 0)
-        printf("precision bf16 on plain C loops (no AVX512-BF16 or AMX here, or "
-               "PTRAIN_GEMM=portable): the same numbers, slowly\n");
+        printf("precision bf16 on plain C loops (PTRAIN_GEMM=portable or "
+               "PTRAIN_GEMM_BF16=portable): the same numbers, slowly\n");
+    else if (bf16 && strcmp(gemm, "sgemm") == 0)
+        printf("precision bf16 on the fp32 GEMM (no AVX512-BF16 or AMX here): operands rounded "
+               "to bf16, their exact products summed in fp32, at the fp32 rate\n");
     if (o->peak_given)
         printf("threads %d%s; GEMM %s; %s peak %.1f GFLOP/s (--peak-gflops); %.2f GFLOP per "
                "step\n", pt_get_threads(), world->size > 1 ? " per rank" : "", gemm, prec,
@@ -52,8 +55,8 @@ static void train_report_header(const run *o, const pt_comm *world, const pt_gpt
                "%.1f (%.0f%% of it); %.2f GFLOP per step\n",
                pt_get_threads(), world->size > 1 ? " per rank" : "", gemm, prec, o->peak,
                !o->peak_instr ? "sgemm: no instruction probe here"
-               : bf16         ? "bf16 dot-product instructions"
-                              : "FMA instructions",
+               : bf16 && strncmp(gemm, "ptrain", 6) == 0 ? "bf16 dot-product instructions"
+                                                          : "FMA instructions",
                o->nodes > 1 ? "once per node, summed over the nodes" : "on this machine's cores",
                o->gemm_peak, 100.0 * o->gemm_peak / o->peak, flops_step / 1e9);
     printf("validation: %zu tokens (%s), every %d steps on %d batches; unigram entropy "

@@ -120,6 +120,10 @@ static void print_human(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_re
            d->gpus, hw->name, d->tp, d->pp, r->dp, d->batch, r->micro_batches, d->micro,
            pt_schedule_kind_name(r->schedule), r->chunks, r->chunks > 1 ? "s" : "", d->zero,
            rc_name(d->recompute));
+    if (r->schedule == PT_SCHED_2BW)
+        printf("note    2bw is asynchronous: %d weight updates a step, each from the gradient "
+               "of %d micro-batches at the weights one update older (two versions held)\n",
+               r->micro_batches / d->pp, d->pp);
     printf("step    %.3f s: %sFLOP/s per GPU (%.1f%% of %sFLOP/s peak), model %sFLOP/s; "
            "%.0f tokens/s (%.0f per GPU)\n",
            r->step_time, si(r->tflops_per_gpu * 1e12, b1), r->percent_of_peak,
@@ -130,6 +134,9 @@ static void print_human(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_re
                100.0 * r->model_tflops_per_gpu * 1e12 * d->gpus / hw->instr_flops,
                pt_precision_name(hw->precision),
                si(hw->instr_flops, b1));
+    else if (hw->exec == PT_EXEC_PTRAIN && d->gpus <= hw->per_node) /* probed, none found */
+        printf("MFU     none: this CPU has no %s instruction to probe a peak of (the profile's "
+               "GEMMs ran on the portable path)\n", pt_precision_name(hw->precision));
     printf("time    busiest rank: compute %.3f s, tp comm %.3f s, pp comm %.3f s, dp comm %.3f s, "
            "optimizer %.3f s; bubble %.1f%%\n",
            r->compute_s, r->tp_comm_s, r->pp_comm_s, r->dp_comm_s, r->optimizer_s,
@@ -145,9 +152,13 @@ static void print_human(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_re
 
 /* One search result's line, and what it gives up against the best. */
 static void print_row(int i, const pt_plan_desc *d, const pt_plan_result *r) {
+    /* 2bw* : asynchronous (batch t computed at the weights before t - 1's update) */
+    char name[16];
+    snprintf(name, sizeof name, "%s%s", pt_schedule_kind_name(r->schedule),
+             r->schedule == PT_SCHED_2BW ? "*" : "");
     printf("%2d  tp %-2d pp %-3d dp %-4d v %d  mb %-2d  %-11s ZeRO %d  %-9s  %7.1f  %5.1f%%  %6.3f s"
            "  %4.1f%%  %5.1f%%  %6.1f GiB\n",
-           i, d->tp, d->pp, r->dp, r->chunks, d->micro, pt_schedule_kind_name(r->schedule),
+           i, d->tp, d->pp, r->dp, r->chunks, d->micro, name,
            d->zero, rc_name(d->recompute), r->tflops_per_gpu, r->percent_of_peak, r->step_time,
            100.0 * r->bubble_fraction, 100.0 * r->comm_exposed / r->step_time,
            r->mem.total / 1073741824.0);
@@ -180,12 +191,20 @@ int main(int argc, char **argv) {
         s = world.rank;
         cli_world_end(&world);
         if (s != 0) return 0;
-        printf("this machine: %s instruction peak %.1f GFLOP/s (%s), GEMM %.1f GFLOP/s "
+        if (hw.instr_flops > 0)
+            printf("this machine: %s instruction peak %.1f GFLOP/s (%s), ",
+                   pt_precision_name(hw.precision), hw.instr_flops / 1e9,
+                   hw.precision != PT_PRECISION_BF16          ? "FMA"
+                   : strncmp(pt_gemm_bf16_name(), "ptrain", 6) ? "FMA: bf16 runs on the fp32 GEMM here"
+                                                              : "bf16 dot products");
+        else
+            printf("this machine: %s instruction peak none (no %s instruction on this CPU), ",
+                   pt_precision_name(hw.precision),
+                   hw.precision == PT_PRECISION_BF16 ? "bf16 dot-product" : "FMA");
+        printf("GEMM %.1f GFLOP/s "
                "(2048^3; tiling halves a dimension of %.0f), "
                "memory %.1f GB/s, attention %.1f GFLOP/s, %s all-reduce %.1f us + %.2f GB/s; "
                "%d cores -> %s\n",
-               pt_precision_name(hw.precision), hw.instr_flops / 1e9,
-               hw.precision == PT_PRECISION_BF16 ? "bf16 dot products" : "FMA",
                hw.peak_flops / 1e9, hw.gemm_dim, hw.mem_bw / 1e9,
                hw.attn_flops / 1e9,
                strcmp(hw.name, "local-mpi") == 0 ? "MPI" : "threads", hw.intra_lat * 1e6,
@@ -224,6 +243,12 @@ int main(int argc, char **argv) {
         printf(" #  layout                          schedule    ZeRO  recompute  TFLOP/s  "
                "%%peak   step     bubble comm   memory\n");
         for (i = 0; i < n && i < top; i++) print_row(i + 1, &best_d[i], &best[i]);
+        for (i = 0; i < n && i < top; i++)
+            if (best[i].schedule == PT_SCHED_2BW) {
+                printf("2bw* is asynchronous (PipeDream-2BW): each batch's gradient comes from the "
+                       "weights one update older, so it trains by another rule than the others\n");
+                break;
+            }
         printf("%d layouts fit; the others lose: %d do not divide the model or batch, %d run out "
                "of memory, %d are slower:", n, why[0], why[1], why[2]);
         for (i = 1; i < n && i < top; i++) {

@@ -123,6 +123,7 @@ int main(int argc, char **argv) {
         {2, 1, 2, 2, 1, 0, "1f1b"},        {1, 2, 2, 1, 1, 0, "1f1b"},
         {1, 1, 2, 1, 1, 0, "zb-h2"},       {1, 1, 2, 1, 2, 0, "zb-v"},
         {1, 1, 2, 1, 2, 0, "chimera"},     {1, 1, 4, 1, 2, 0, "chimera"},
+        {1, 1, 2, 1, 1, 0, "2bw"},
     };
     const char *hw_file = NULL, *pos[1], *rc = "none", *prec = "fp32";
     layout one = {1, 1, 2, 1, 1, 0, "1f1b"};
@@ -134,7 +135,7 @@ int main(int argc, char **argv) {
         {"tp", CLI_INT, &one.tp, "tensor-parallel ranks", 1, 8},
         {"dp", CLI_INT, &one.dp, "data-parallel ranks", 1, 8},
         {"pp", CLI_INT, &one.pp, "pipeline stages", 1, 8},
-        {"schedule", CLI_STR, &one.schedule, "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, chimera",
+        {"schedule", CLI_STR, &one.schedule, "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, chimera, 2bw",
          0, 0},
         {"micro", CLI_INT, &one.micro, "micro-batch (sequences)", 1, 4096},
         {"chunks", CLI_INT, &one.chunks, "chunks a stage (interleaved; zb-v, chimera: 2)", 1, 8},

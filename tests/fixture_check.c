@@ -10,7 +10,11 @@
    Logits, gradients and final weights are gathered to their whole Hugging
    Face layout and checked with the same tolerances as a serial run.
    Prints one line per quantity (worst error, tolerance, PASS/FAIL) and exits
-   0 only if all pass; 1 on a mismatch, 2 if the file or layout cannot be used. */
+   0 only if all pass; 1 on a mismatch, 2 if the file or layout cannot be used.
+
+   --schedule 2bw (PipeDream-2BW, asynchronous by design) is checked against
+   a serial run of its own update rule instead of the fixture's synchronous
+   steps (reference_2bw below): the same losses and final weights. */
 #define _POSIX_C_SOURCE 200809L /* setenv, execv (cli_passive_wait) */
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
@@ -133,7 +137,59 @@ typedef struct job {
     pt_schedule_kind schedule;
     pt_precision precision;
     int failed; /* checks failed over all ranks (set by world rank 0) */
+    float *ref_losses, *ref_final; /* 2bw: the serial run of its rule (steps; whole model) */
+    float *sync_final;             /* 2bw: the same run without staleness (a control) */
 } job;
+
+/* PipeDream-2BW's rule, serially, on the fixture's data as the layout splits
+   it: each dp rank's B/dp rows are m micro-batches; batch k of a step is
+   micro-batches kp..kp+p-1 of every dp rank, its gradient their mean; the
+   step starts from one version V0 (the pipeline flushes between steps) and
+   batch k runs at version max(k-1, 0) with V(k+1) = AdamW(V(k), grad f_k).
+   stale = 0 runs every batch at the newest version (synchronous, a control).
+   Losses: each step's mean over its micro-batches. */
+static int reference_2bw(const job *j, int stale, float *losses, float *final) {
+    pt_gpt g;
+    pt_gpt_desc d;
+    int p = j->pp, m = j->micro, Bl = j->f.B / j->dp, b = Bl / m, s, k, r, i, ok = 0;
+    size_t P;
+    float *cur = NULL, *prev = NULL;
+    memset(&d, 0, sizeof d);
+    d.config = j->f.cfg, d.batch = b, d.seq = j->f.T, d.grad_accum = p * j->dp;
+    d.precision = j->precision; /* bf16 rounds the same operands in every layout */
+    if (pt_gpt_init(&g, &d) != PT_OK || pt_gpt_load_weights_st(&g, j->f.st) != PT_OK) goto out;
+    P = g.num_params;
+    if (!(cur = (float *)malloc(P * sizeof(float))) || !(prev = (float *)malloc(P * sizeof(float))))
+        goto out;
+    for (s = 0; s < j->f.steps; s++) {
+        double sum = 0.0;
+        memcpy(cur, g.params, P * sizeof(float));
+        memcpy(prev, cur, P * sizeof(float));
+        for (k = 0; k < m / p; k++) {
+            memcpy(g.params, k == 0 || !stale ? cur : prev, P * sizeof(float));
+            for (r = 0; r < j->dp; r++)
+                for (i = k * p; i < (k + 1) * p; i++) {
+                    size_t at = ((size_t)r * Bl + (size_t)i * b) * (size_t)j->f.T;
+                    if (pt_gpt_forward(&g, j->f.inputs + at, j->f.targets + at, b, j->f.T) != PT_OK ||
+                        pt_gpt_backward(&g) != PT_OK)
+                        goto out;
+                    sum += g.loss;
+                }
+            memcpy(g.params, cur, P * sizeof(float));
+            if (pt_gpt_adamw_step(&g, &j->f.opt, (float)j->f.lr) != PT_OK) goto out;
+            memcpy(prev, cur, P * sizeof(float));
+            memcpy(cur, g.params, P * sizeof(float));
+        }
+        losses[s] = (float)(sum / ((double)m * j->dp));
+    }
+    ok = pt_gpt_gather(&g, PT_BUF_PARAMS, final) == PT_OK;
+out:
+    if (!ok) fprintf(stderr, "error: the 2bw reference: %s\n", pt_last_error());
+    free(cur);
+    free(prev);
+    pt_gpt_free(&g);
+    return ok;
+}
 
 #define RANK_FAIL(st)                                                                      \
     do {                                                                                   \
@@ -179,6 +235,48 @@ static pt_status run_rank(pt_comm *world, void *arg) {
     if ((status = pt_gpt_init(&gpt, &desc)) != PT_OK ||
         (status = pt_gpt_load_weights_st(&gpt, j->f.st)) != PT_OK)
         goto out;
+    if (j->schedule == PT_SCHED_2BW) { /* against its rule's serial run */
+        size_t n = gpt.num_params_full;
+        float *fin = (float *)malloc(n * sizeof(float));
+        losses = (float *)malloc((size_t)j->f.steps * sizeof(float));
+        if (!fin || !losses) {
+            free(fin);
+            RANK_FAIL(pt_comm_fail(world, PT_ERR_OOM));
+        }
+        for (s = 0; s < j->f.steps && status == PT_OK; s++) {
+            pt_step_desc sd;
+            memset(&sd, 0, sizeof sd);
+            sd.inputs = j->f.inputs + (size_t)grid.dp_rank * N;
+            sd.targets = j->f.targets + (size_t)grid.dp_rank * N, sd.B = Bl, sd.T = j->f.T;
+            sd.adamw = &j->f.opt, sd.lr = (float)j->f.lr;
+            if ((status = pt_gpt_step(&gpt, &sd, NULL)) == PT_OK) losses[s] = gpt.loss;
+        }
+        if (status == PT_OK) status = pt_gpt_gather(&gpt, PT_BUF_PARAMS, fin);
+        if (status != PT_OK) {
+            free(fin);
+            goto out;
+        }
+        compare_elem(&c, "2bw losses (every step) vs its rule, serial", losses, j->ref_losses,
+                     (size_t)j->f.steps, ls_atol, ls_rtol, lead);
+        compare_elem(&c, "2bw final params vs its rule, serial", fin, j->ref_final, n, fin_abs,
+                     0.0, lead);
+        if (lead) { /* how far staleness moves the weights: the check can see it */
+            double far = 0.0;
+            size_t q;
+            for (q = 0; q < n; q++)
+                if (fabs((double)j->sync_final[q] - j->ref_final[q]) > far)
+                    far = fabs((double)j->sync_final[q] - j->ref_final[q]);
+            printf("  (the synchronous rule's final params differ from 2bw's by up to %.3e)\n",
+                   far);
+        }
+        { /* two weight versions a stage: twice the parameters' bytes */
+            float have = (float)gpt.mem.params, want = (float)(2 * gpt.num_params * sizeof(float));
+            compare_elem(&c, "2bw weight versions' bytes (2 x params)", &have, &want, 1, 0.5, 0.0,
+                         lead);
+        }
+        free(fin);
+        goto tally;
+    }
     { /* the whole model's table (a meta model: no memory) names every tensor */
         pt_gpt_desc wd;
         memset(&wd, 0, sizeof wd);
@@ -276,7 +374,7 @@ static pt_status run_rank(pt_comm *world, void *arg) {
                  gpt.mem.slots);
         compare_elem(&c, what, &used, &want, 1, 0.5, 0.0, lead || grid.tp_rank + grid.dp_rank == 0);
     }
-    /* every rank's failures count */
+tally: /* every rank's failures count */
     total = (float)c.failed;
     if ((status = pt_comm_all_reduce(world, &total, 1, PT_REDUCE_SUM)) != PT_OK) goto out;
     if (lead) {
@@ -305,7 +403,7 @@ int main(int argc, char **argv) {
         {"zero", CLI_INT, &zero, "ZeRO stage: 0, 1 (shard AdamW state) or 2 (and gradients)", 0, 2},
         {"pp", CLI_INT, &pp, "pipeline stages (at most n_layer)", 1, 1024},
         {"schedule", CLI_STR, &schedule, "the step's schedule: gpipe, 1f1b, interleaved, zb-h1, "
-         "zb-h2, zb-v (default: 1f1b, interleaved with --chunks)", 0, 0},
+         "zb-h2, zb-v, chimera, 2bw (default: 1f1b, interleaved with --chunks)", 0, 0},
         {"microbatches", CLI_INT, &micro, "micro-batches per step (divides B/dp)", 1, 4096},
         {"chunks", CLI_INT, &chunks, "layer chunks per stage (0: the schedule's, 2 for zb-v, "
          "else 1)", 0, 64},
@@ -376,6 +474,27 @@ int main(int argc, char **argv) {
                zero, pp, schedule ? schedule : "(default)", micro,
                chunks ? chunks : j.schedule == PT_SCHED_ZB_V || j.schedule == PT_SCHED_CHIMERA ? 2 : 1,
                pt_precision_name(j.precision));
+    if (j.schedule == PT_SCHED_2BW) {
+        size_t n = 0;
+        pt_gpt whole;
+        pt_gpt_desc wd;
+        memset(&wd, 0, sizeof wd);
+        wd.config = j.f.cfg, wd.batch = 1, wd.seq = 1, wd.meta = 1;
+        if (pt_gpt_init(&whole, &wd) == PT_OK) n = whole.num_params_full;
+        pt_gpt_free(&whole);
+        j.ref_losses = (float *)malloc((size_t)j.f.steps * 2 * sizeof(float));
+        j.ref_final = (float *)malloc((n ? n : 1) * sizeof(float));
+        j.sync_final = (float *)malloc((n ? n : 1) * sizeof(float));
+        if (micro % pp) {
+            fprintf(stderr, "error: 2bw makes a weight version every pp=%d micro-batches: "
+                    "microbatches=%d must be a multiple of it\n", pp, micro);
+            goto out;
+        }
+        if (!n || !j.ref_losses || !j.ref_final || !j.sync_final ||
+            !reference_2bw(&j, 1, j.ref_losses, j.ref_final) ||
+            !reference_2bw(&j, 0, j.ref_losses + j.f.steps, j.sync_final))
+            goto out;
+    }
     status = cli_world_run(&world, tp * dp * pp, run_rank, &j);
     if (status == PT_OK) status = cli_world_share(&world, &j.failed);
     if (status != PT_OK) {
@@ -384,6 +503,9 @@ int main(int argc, char **argv) {
     }
     rc = j.failed ? 1 : 0;
 out:
+    free(j.ref_losses);
+    free(j.ref_final);
+    free(j.sync_final);
     fixture_free(&j.f);
     pt_st_free(&st);
     cli_world_end(&world);

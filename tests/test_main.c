@@ -156,7 +156,7 @@ static void test_sgemm(void) {
    AMX: 32x32 tiles, k blocks of 32, KC = 512, MC = 128, NC <= 1024 with A
    shared beyond) anywhere,
    with padded leading dimensions whose padding must stay as it was; bf16 on
-   every kernel this CPU has (amx, avx512bf16, portable), the rest SKIP.
+   every kernel this CPU has (amx, avx512bf16, sgemm, portable), the rest SKIP.
    The reference is the double-precision product of the operands as the GEMM
    sees them: a = fl32(alpha*A) and, for bf16, a' = bf16(a), b' = bf16(B)
    (round to nearest even), c = sum_k a'_k b'_k + beta C.
@@ -227,7 +227,7 @@ static void test_gemm_kernels(void) {
     static const int cuts[][3] = {{33, 47, 65}, {150, 1601, 33}, {300, 257, 513}};
     static const float betas[3] = {0.0f, 1.0f, -0.5f};
     static const char *impls[3] = {"ptrain-all", "openblas", "portable"};
-    static const char *bf16_impls[3] = {"amx", "avx512bf16", "portable"};
+    static const char *bf16_impls[4] = {"amx", "avx512bf16", "sgemm", "portable"};
     int im, s, lay, bi;
     for (im = 0; im < 3; im++) {
         pt_status st = pt_gemm_select(impls[im]);
@@ -243,16 +243,17 @@ static void test_gemm_kernels(void) {
                         FAIL("fp32 GEMM wrong (see above)");
     }
     CHECK_ST(pt_gemm_select(NULL), PT_OK);
-    for (im = 0; im < 3; im++) {
+    for (im = 0; im < 4; im++) {
         pt_status st = pt_gemm_bf16_select(bf16_impls[im]);
         int ns = (int)(sizeof shapes / sizeof shapes[0]), nc = (int)(sizeof cuts / sizeof cuts[0]);
         if (st != PT_OK) {
             printf("    SKIP bf16 gemm '%s': %s\n", bf16_impls[im], pt_last_error());
             continue;
         }
-        CHECK(strcmp(pt_gemm_bf16_name(), im == 0 ? "ptrain-amx" : im == 1 ? "ptrain-avx512bf16"
-                                                                          : "portable") == 0);
-        if (im == 2) nc = 0; /* the plain loops have no blocks to cut (and valgrind runs them) */
+        CHECK(strcmp(pt_gemm_bf16_name(), im == 0   ? "ptrain-amx"
+                                          : im == 1 ? "ptrain-avx512bf16"
+                                                    : bf16_impls[im]) == 0);
+        if (im >= 2) nc = 0; /* no blocks of their own to cut (and valgrind runs them) */
         for (s = 0; s < ns + nc; s++) {
             const int *sh = s < ns ? shapes[s] : cuts[s - ns];
             for (lay = 0; lay < 4; lay++)
@@ -284,7 +285,10 @@ static void test_gemm_kernels(void) {
     {
         int amx = pt_gemm_bf16_select("amx") == PT_OK, avx = pt_gemm_bf16_select("avx512bf16") == PT_OK;
         pt_gemm_bf16_select("auto");
-        CHECK(strcmp(pt_gemm_bf16_name(), amx ? "ptrain-amx" : avx ? "ptrain-avx512bf16" : "portable") == 0);
+        CHECK(strcmp(pt_gemm_bf16_name(), amx   ? "ptrain-amx"
+                                          : avx ? "ptrain-avx512bf16"
+                                          : strcmp(pt_gemm_name(), "portable") ? "sgemm"
+                                                                               : "portable") == 0);
         pt_gemm_select("portable"); /* a portable fp32 GEMM makes auto bf16 portable too */
         CHECK(strcmp(pt_gemm_bf16_name(), "portable") == 0);
         pt_gemm_select(NULL);
@@ -2839,7 +2843,7 @@ static void test_schedule_chimera(void) {
    of the layers (the embeddings with block 0, the final norm with block
    p-1), so a middle stage keeps twice 1F1B's weights, gradients and AdamW
    state, counted by hand here; the simulator's stage memory (ptrain's
-   executor) is that meta build's, exactly. */
+   executor) is that meta build's, exactly. Then 2BW's two weight versions. */
 static void test_chimera_memory(void) {
     enum { V = 50, BS = 16, L = 8, NH = 2, C = 24, P = 4 };
     pt_gpt_config c = cfg_make(V, BS, L, NH, C);
@@ -2876,6 +2880,29 @@ static void test_chimera_memory(void) {
         CHECK(r.stage[st].mem.params == (double)m.mem.params);
         CHECK(r.stage[st].mem.activations == (double)(m.mem.activations + m.mem.scratch));
         CHECK_EQ(r.stage[st].layers, 4);
+        pt_gpt_free(&m);
+    }
+    /* PipeDream-2BW: two versions of a stage's weights (and nothing else twice) */
+    d.schedule = PT_SCHED_2BW;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &r, NULL), PT_OK);
+    for (st = 0; st < P && !g_fail; st++) {
+        pt_grid g;
+        pt_gpt m;
+        pt_gpt_desc gd;
+        int64_t want = 2 * layer; /* one block of L/p = 2 layers */
+        memset(&g, 0, sizeof g), memset(&gd, 0, sizeof gd);
+        g.tp = g.dp = 1, g.pp = P, g.pp_rank = st;
+        gd.config = c, gd.batch = 1, gd.seq = BS, gd.meta = 1, gd.grid = &g, gd.grad_accum = 8;
+        gd.schedule = PT_SCHED_2BW;
+        CHECK_ST(pt_gpt_init(&m, &gd), PT_OK);
+        if (g_fail) return;
+        if (st == 0) want += (int64_t)V * C + (int64_t)BS * C;
+        if (st == P - 1) want += (int64_t)V * C + 2 * C; /* wte's copy for the tied head */
+        CHECK_EQ((int64_t)m.num_params, want);
+        CHECK_EQ(m.mem.params, (size_t)want * 8);
+        CHECK_EQ(m.mem.grads, (size_t)want * 4);
+        CHECK_EQ(m.mem.optimizer, (size_t)want * 8);
+        CHECK(r.stage[st].mem.params == (double)m.mem.params);
         pt_gpt_free(&m);
     }
 }

@@ -206,6 +206,12 @@ bench-text: build/bench_text build/bpe_train build/tokenize | deps-text
 bench-precision: build/train build/curves
 	@sh bench/precision.sh
 
+# make run's task on 2 stages by 1F1B and by PipeDream-2BW over the same tokens and updates, at
+# two learning rates: final validation losses and the curves, build/twobw/loss.svg (bench/twobw.sh)
+.PHONY: bench-2bw
+bench-2bw: build/train build/curves
+	@sh bench/twobw.sh
+
 # ptrain against PyTorch, fp32 and bf16 autocast, on the same training steps (bench/compare.sh);
 # installs Debian's python3-torch first if /usr/bin/python3 lacks torch.
 .PHONY: bench-torch

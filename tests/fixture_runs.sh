@@ -1,9 +1,10 @@
-# fixture_runs.sh -- sourced by layouts_check.sh and pipeline_check.sh with
-# prog and file set: launch (thread ranks, or mpirun for *_mpi programs),
-# try (one layout, counted in runs and bad), and the fixture's shape in nh
-# (heads), kv (key/value heads), L (layers) and B (batch), read from
-# fixture_check's first line. FIXTURE_ARGS (e.g. "--precision bf16") goes to
-# every run.
+# fixture_runs.sh -- sourced by layouts_check.sh and the pipeline_*_check.sh
+# scripts with prog and file set: launch (thread ranks, or mpirun for *_mpi
+# programs), try (one layout, counted in runs and bad; with PROBE=1 only
+# counted), finish (the count line and the exit status: 77 where nothing
+# fits, a skip and never a pass), and the fixture's shape in nh (heads), kv
+# (key/value heads), L (layers) and B (batch), read from fixture_check's
+# first line. FIXTURE_ARGS (e.g. "--precision bf16") goes to every run.
 mpi=""
 case "$prog" in
 *_mpi) # Open MPI as root, more ranks than cores (../shared/ENVIRONMENT.md)
@@ -28,6 +29,13 @@ try() { # try NRANKS ARGS...: fixture_check on NRANKS ranks with ARGS, at most m
         echo "FAIL $*"
         echo "$out" | grep -E "FAIL|error" | head -n 5
     fi
+}
+if [ -n "$PROBE" ]; then try() { runs=$((runs + 1)); }; fi
+finish() { # finish WHAT: e.g. "pipeline layouts"
+    echo "$runs $1 of $(basename "$file") (n_layer=$L, n_head=$nh, B=$B), $bad failed"
+    [ "$runs" -gt 0 ] || { echo "SKIP: no $1 fit $(basename "$file")"; exit 77; }
+    [ -z "$PROBE" ] || exit 0
+    [ "$bad" -eq 0 ]
 }
 head=$(launch 1 $prog "$file" $FIXTURE_ARGS 2>&1 | head -n 1)
 nh=$(echo "$head" | sed -n 's/.* n_head=\([0-9]*\) .*/\1/p')

@@ -21,6 +21,4 @@ while [ "$tp" -le "$nh" ]; do
     fi
     tp=$((tp + 1))
 done
-echo "$runs layouts of $(basename "$file") (n_head=$nh, B=$B), $bad failed"
-[ "$runs" -gt 0 ] || { echo "SKIP: no layouts fit $(basename "$file")"; exit 77; }
-[ "$bad" -eq 0 ]
+finish "layouts"

@@ -38,6 +38,4 @@ while [ "$p" -le "$L" ] && [ "$p" -le 4 ]; do
     fi
     p=$((p + 1))
 done
-echo "$runs pipeline layouts of $(basename "$file") (n_layer=$L, n_head=$nh, B=$B), $bad failed"
-[ "$runs" -gt 0 ] || { echo "SKIP: no pipeline layouts fit $(basename "$file")"; exit 77; }
-[ "$bad" -eq 0 ]
+finish "pipeline layouts"

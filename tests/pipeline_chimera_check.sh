@@ -11,7 +11,6 @@
 # With PROBE=1 it only counts the layouts that fit (exit 77: none).
 prog=$1 file=$2 max=${3:-8}
 . "$(dirname "$0")/fixture_runs.sh"
-if [ -n "$PROBE" ]; then try() { runs=$((runs + 1)); }; fi
 p=2
 while [ "$p" -le "$L" ] && [ "$p" -le 4 ]; do
     m=$p
@@ -39,7 +38,4 @@ while [ "$p" -le "$L" ] && [ "$p" -le 4 ]; do
     last=""
     p=$((p + 2))
 done
-echo "$runs chimera pipeline layouts of $(basename "$file") (n_layer=$L, n_head=$nh, B=$B), $bad failed"
-[ "$runs" -gt 0 ] || { echo "SKIP: no chimera layout fits $(basename "$file")"; exit 77; }
-[ -z "$PROBE" ] || exit 0
-[ "$bad" -eq 0 ]
+finish "chimera pipeline layouts"

@@ -34,5 +34,4 @@ while [ "$p" -le "$L" ] && [ "$p" -le 4 ]; do
     fi
     p=$((p + 1))
 done
-echo "$runs zero-bubble pipeline layouts of $(basename "$file") (n_layer=$L, n_head=$nh, B=$B), $bad failed"
-[ "$bad" -eq 0 ]
+finish "zero-bubble pipeline layouts"

@@ -175,9 +175,11 @@ for f in ../shared/fixtures/gpt2_small_shapes.safetensors; do
         sh tests/pipeline_check.sh build/fixture_check_mpi "$f" 4
     tail -n 1 "$tmp/out" | sed 's/^/      /'
 done
-# zero-bubble schedules zb-h2 and zb-v: every fixture on thread ranks, two on MPI
+# zero-bubble schedules zb-h2 and zb-v: every fixture they fit on thread ranks, two on MPI
 for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors; do
     [ -f "$f" ] || continue
+    PROBE=1 sh tests/pipeline_zb_check.sh build/fixture_check "$f" >/dev/null 2>&1
+    [ $? -eq 77 ] && continue
     step "fixture $(basename "$f"): zb-h2 and zb-v pipeline layouts (threads)" \
         sh tests/pipeline_zb_check.sh build/fixture_check "$f"
     tail -n 1 "$tmp/out" | sed 's/^/      /'
@@ -189,41 +191,31 @@ for f in tests/fixtures/gpt2_deep.safetensors tests/fixtures/gpt2_heads8.safeten
 done
 step "fixture deep, tp 2 x pp 2, zb-v under ThreadSanitizer" \
     tsan build/fixture_check_tsan tests/fixtures/gpt2_deep.safetensors --tp 2 --pp 2 --schedule zb-v
-# Chimera (two replicas of the pipeline in opposite directions): every fixture it fits on
-# thread ranks, two on MPI, tp x dp x pp on 8 MPI ranks, ThreadSanitizer, bf16, and refusals
-for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors \
-    tests/fixtures/llama/*.safetensors ../shared/fixtures/llama/*.safetensors; do
-    [ -f "$f" ] || continue
-    # no even pp <= n_layer with a micro-batch count that fits: nothing to run
-    PROBE=1 sh tests/pipeline_chimera_check.sh build/fixture_check "$f" >/dev/null 2>&1
-    [ $? -eq 77 ] && continue
-    step "fixture $(basename "$f"): chimera pipeline layouts (threads)" \
-        sh tests/pipeline_chimera_check.sh build/fixture_check "$f"
-    tail -n 1 "$tmp/out" | sed 's/^/      /'
-done
-for f in ../shared/fixtures/gpt2_small_shapes.safetensors tests/fixtures/llama/llama_mha_bias.safetensors; do
-    [ -f "$f" ] || f=tests/fixtures/gpt2_heads8.safetensors
-    step "fixture $(basename "$f"): chimera pipeline layouts of up to 4 MPI ranks" \
-        sh tests/pipeline_chimera_check.sh build/fixture_check_mpi "$f" 4
-    tail -n 1 "$tmp/out" | sed 's/^/      /'
-done
-# PipeDream-2BW (asynchronous: against a serial run of its own rule): every fixture it fits
-# on thread ranks, two on MPI, ThreadSanitizer
-for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors \
-    tests/fixtures/llama/*.safetensors ../shared/fixtures/llama/*.safetensors; do
-    [ -f "$f" ] || continue
-    PROBE=1 sh tests/pipeline_2bw_check.sh build/fixture_check "$f" >/dev/null 2>&1
-    [ $? -eq 77 ] && continue
-    step "fixture $(basename "$f"): 2bw pipeline layouts against its rule (threads)" \
-        sh tests/pipeline_2bw_check.sh build/fixture_check "$f"
-    tail -n 1 "$tmp/out" | sed 's/^/      /'
-done
-for f in ../shared/fixtures/gpt2_small_shapes.safetensors tests/fixtures/llama/llama_mha_bias.safetensors; do
-    [ -f "$f" ] || f=tests/fixtures/gpt2_heads8.safetensors
-    step "fixture $(basename "$f"): 2bw pipeline layouts of up to 4 MPI ranks" \
-        sh tests/pipeline_2bw_check.sh build/fixture_check_mpi "$f" 4
-    tail -n 1 "$tmp/out" | sed 's/^/      /'
-done
+# family CHECK WHAT: a pipeline_*_check.sh over every fixture it fits on thread ranks
+# (PROBE: none fits, nothing to run) and over two fixtures on up to 4 MPI ranks
+family() {
+    check=tests/pipeline_$1_check.sh what=$2
+    for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors \
+        tests/fixtures/llama/*.safetensors ../shared/fixtures/llama/*.safetensors; do
+        [ -f "$f" ] || continue
+        PROBE=1 sh "$check" build/fixture_check "$f" >/dev/null 2>&1
+        [ $? -eq 77 ] && continue
+        step "fixture $(basename "$f"): $what (threads)" sh "$check" build/fixture_check "$f"
+        tail -n 1 "$tmp/out" | sed 's/^/      /'
+    done
+    for f in ../shared/fixtures/gpt2_small_shapes.safetensors \
+        tests/fixtures/llama/llama_mha_bias.safetensors; do
+        [ -f "$f" ] || f=tests/fixtures/gpt2_heads8.safetensors
+        step "fixture $(basename "$f"): $what, up to 4 MPI ranks" \
+            sh "$check" build/fixture_check_mpi "$f" 4
+        tail -n 1 "$tmp/out" | sed 's/^/      /'
+    done
+}
+# Chimera (two replicas of the pipeline in opposite directions); below: tp x dp x pp on 8
+# MPI ranks, ThreadSanitizer, bf16, refusals
+family chimera "chimera pipeline layouts"
+# PipeDream-2BW (asynchronous: against a serial run of its own rule)
+family 2bw "2bw pipeline layouts against its rule"
 step "fixture heads8, tp 2 x pp 2, 2bw (4 micro-batches: 2 updates a step) under ThreadSanitizer" \
     tsan build/fixture_check_tsan tests/fixtures/gpt2_heads8.safetensors --tp 2 --pp 2 \
     --schedule 2bw --microbatches 4

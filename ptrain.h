@@ -3056,15 +3056,29 @@ PTRAINDEF void pt_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float
 
 #define PT__COLBLOCK 32 /* columns per task in column-reduction loops */
 
+/* A float's order as a signed integer: x < y iff ford(x) < ford(y), NaN aside
+   (the same map takes the integer back to the float's bits). */
+static inline int32_t pt__ford(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (int32_t)(u ^ ((uint32_t)((int32_t)u >> 31) & 0x7FFFFFFFu));
+}
+
 /* e^x in float, within 2 ulp, written so loops over it vectorise:
    x = n ln2 + r with |r| <= ln2/2 (ln2 split in two for exactness),
    e^r by its degree-7 Taylor-like minimax polynomial, 2^n by exponent bits.
    Inputs below -87.3 give 0 (never a subnormal), -inf too; NaN stays NaN. */
 static inline float pt__expf(float x0) {
     float t, n, r, p, scale, x;
-    uint32_t bits;
-    x = x0 > 88.7f ? 88.7f : x0;
-    x = x < -87.3f ? -87.3f : x;
+    uint32_t bits, u0, keep, nan;
+    /* clamp to [-87.3, 88.7], and the selects below, on integers as masks: gcc
+       if-converts no float select (nor one it can turn into a branch around the
+       arithmetic) without AVX-512's masks, and the loop would not vectorise */
+    int32_t lo = pt__ford(-87.3f), hi = pt__ford(88.7f), k0 = pt__ford(x0), k;
+    k = k0 > hi ? hi : k0;
+    k = k < lo ? lo : k;
+    bits = (uint32_t)k ^ ((uint32_t)(k >> 31) & 0x7FFFFFFFu); /* ford's inverse */
+    memcpy(&x, &bits, 4);
     t = x * 1.44269504f + 12582912.0f; /* 1.5*2^23: round x/ln2 to an integer */
     n = t - 12582912.0f;
     r = x - n * 0.693359375f + n * 2.12194440e-4f;
@@ -3078,7 +3092,15 @@ static inline float pt__expf(float x0) {
     memcpy(&bits, &t, 4);
     bits = (bits - 0x4B400000u + 127u) << 23; /* (n + 127) as the exponent */
     memcpy(&scale, &bits, 4);
-    return x0 < -87.3f ? 0.0f : p * scale;
+    p *= scale;
+    /* 0 below -87.3 (never a subnormal); NaN stays a (quiet) NaN */
+    memcpy(&u0, &x0, 4);
+    memcpy(&bits, &p, 4);
+    keep = 0u - (uint32_t)(k0 >= lo);
+    nan = 0u - (uint32_t)((u0 & 0x7FFFFFFFu) > 0x7F800000u);
+    bits = (bits & keep & ~nan) | ((u0 | 0x00400000u) & nan);
+    memcpy(&p, &bits, 4);
+    return p;
 }
 
 /* max_i x_i (n >= 1) over 16 lanes of elementwise selects, which gcc and

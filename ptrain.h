@@ -3067,7 +3067,8 @@ static inline int32_t pt__ford(float x) {
 /* e^x in float, within 2 ulp, written so loops over it vectorise:
    x = n ln2 + r with |r| <= ln2/2 (ln2 split in two for exactness),
    e^r by its degree-7 Taylor-like minimax polynomial, 2^n by exponent bits.
-   Inputs below -87.3 give 0 (never a subnormal), -inf too; NaN stays NaN. */
+   Inputs below -87.3 give 0 (never a subnormal), -inf too; from 127.5 ln2
+   (about 88.38; e^x itself overflows at 88.72) +inf; NaN stays NaN. */
 static inline float pt__expf(float x0) {
     float t, n, r, p, scale, x;
     uint32_t bits, u0, keep, nan;

@@ -2424,6 +2424,11 @@ static void test_fast_exp(void) {
     CHECK(pt__expf(-100.0f) == 0.0f);
     CHECK(pt__expf(-INFINITY) == 0.0f);
     CHECK(isnan(pt__expf(NAN)));
+    CHECK(isnan(pt__expf(-NAN)));
+    CHECK(pt__expf(-0.0f) == 1.0f);
+    CHECK(pt__expf(88.3f) > 2.1e38f && isfinite(pt__expf(88.3f)));
+    CHECK(isinf(pt__expf(88.4f)) && isinf(pt__expf(1e30f)) && isinf(pt__expf(INFINITY)));
+    CHECK(pt__expf(-87.29f) > 0.0f && pt__expf(-87.31f) == 0.0f);
     CHECK(pt__sum_exp((const float[]){0.0f, -1.0f, -2.0f}, 3, 0.0f) > 1.5032 &&
           pt__sum_exp((const float[]){0.0f, -1.0f, -2.0f}, 3, 0.0f) < 1.5033); /* 1 + e^-1 + e^-2 */
 }

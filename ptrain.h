@@ -3982,16 +3982,18 @@ PTRAINDEF double pt_instr_peak_gflops(int bf16, double seconds) {
 #ifdef PT__GEMM_X86
     const long n = 1 << 18;
     long rounds = n;
-    /* FLOPs a round: 12 instructions x 16 lanes x 2 (x 2 again for bf16) */
-    double per = bf16 ? 768.0 : 384.0, start = pt_time_now(), sink = 0.0;
+    double per, start = pt_time_now(), sink = 0.0;
+    /* 3 AMX, 2 vdpbf16ps, 1 zmm FMA, 0 ymm FMA (bf16 without a bf16 instruction too) */
     int kind = bf16 && (pt__cpu_amx() || pt__cpu_avx512(1))
                    ? (pt__gemm_bf16_current() == PT__BF16_AVX512 || !pt__cpu_amx() ? 2 : 3)
                : pt__cpu_avx512(0)             ? 1
                : __builtin_cpu_supports("fma") ? 0
                                                : -1;
     if (kind < 0) return 0.0;
-    if (kind == 0) per = 192.0; /* ymm: 8 lanes */
-    if (kind == 3) per = 4 * 16384.0, rounds = n / 16; /* 4 tile products a round */
+    /* FLOPs a round: 12 instructions x 16 lanes x 2 (ymm: 8 lanes; vdpbf16ps: x 2
+       again); AMX: 4 tile products of 16x16x32 multiply-adds */
+    per = kind == 3 ? 4 * 16384.0 : kind == 2 ? 768.0 : kind == 1 ? 384.0 : 192.0;
+    if (kind == 3) rounds = n / 16;
     do {
         double t0 = pt_time_now(), dt;
         int nth = 1;

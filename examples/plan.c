@@ -135,8 +135,8 @@ static void print_human(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_re
                pt_precision_name(hw->precision),
                si(hw->instr_flops, b1));
     else if (hw->exec == PT_EXEC_PTRAIN && d->gpus <= hw->per_node) /* probed, none found */
-        printf("MFU     none: this CPU has no %s instruction to probe a peak of (the profile's "
-               "GEMMs ran on the portable path)\n", pt_precision_name(hw->precision));
+        printf("MFU     none: the profile has no instruction peak (no FMA on this CPU, or "
+               "not an x86-64 build)\n");
     printf("time    busiest rank: compute %.3f s, tp comm %.3f s, pp comm %.3f s, dp comm %.3f s, "
            "optimizer %.3f s; bubble %.1f%%\n",
            r->compute_s, r->tp_comm_s, r->pp_comm_s, r->dp_comm_s, r->optimizer_s,
@@ -198,9 +198,8 @@ int main(int argc, char **argv) {
                    : strncmp(pt_gemm_bf16_name(), "ptrain", 6) ? "FMA: bf16 runs on the fp32 GEMM here"
                                                               : "bf16 dot products");
         else
-            printf("this machine: %s instruction peak none (no %s instruction on this CPU), ",
-                   pt_precision_name(hw.precision),
-                   hw.precision == PT_PRECISION_BF16 ? "bf16 dot-product" : "FMA");
+            printf("this machine: %s instruction peak none (no FMA on this CPU, or not an "
+                   "x86-64 build), ", pt_precision_name(hw.precision));
         printf("GEMM %.1f GFLOP/s "
                "(2048^3; tiling halves a dimension of %.0f), "
                "memory %.1f GB/s, attention %.1f GFLOP/s, %s all-reduce %.1f us + %.2f GB/s; "

@@ -1064,9 +1064,12 @@ typedef enum pt_overlap {
     PT_OVERLAP_ON,  /* ZeRO 0 and 1: each layer's bucket is started (all-reduce, or
                        reduce-scatter into the shard) as soon as the step's last
                        backward of the layer (or its W) finished it, in backward's
-                       order, tested between layers and waited at the optimizer
-                       step; the results are the same bits as OFF's */
-    PT_OVERLAP_OFF  /* every bucket after backward, one after another */
+                       order, and waited at the optimizer step. ZeRO 1 and 2: each
+                       bucket's parameter all-gather after the update runs on behind
+                       the next forward, which waits for a layer's just before using
+                       it. Tested every 0.2 ms from the GEMMs (what moves MPI on);
+                       the results are the same bits as OFF's */
+    PT_OVERLAP_OFF  /* every bucket after backward, every gather in the update */
 } pt_overlap;       /* (ZeRO 2 reduce-scatters each bucket inside backward either way) */
 
 typedef struct pt_step_desc {
@@ -1108,6 +1111,11 @@ typedef struct pt_step_result {
    desc->adamw clipping, the numerical guard (pt_gpt_check_step) and AdamW.
    Collective over the grid. res may be NULL; loss is also in m->loss. */
 PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *desc, pt_step_result *res);
+/* Waits for the parameter all-gathers an overlapped ZeRO update left under
+   way (PT_OVERLAP_ON), so that m->params is whole: the next forward, and
+   every ptrain call that reads or writes the parameters, does it itself;
+   call it before reading m->params yourself. */
+PTRAINDEF pt_status pt_gpt_sync_params(pt_gpt *m);
 /* The mean loss of a batch, forward only (desc: inputs, targets, B, T,
    logits, losses): each micro-batch through the virtual stages in order, one
    activation slot at a time. Every rank gets the loss in *loss. */
@@ -2962,6 +2970,35 @@ static int pt__gemm_amx(int ta, int tb, int M, int N, int K, float alpha, const 
 }
 #endif /* PT__GEMM_X86 */
 
+/* Progress while computing: started MPI operations move only inside MPI
+   calls, and a layer is too coarse a slice (bench/overlap.sh: a test every
+   ~4 ms hides 2/3 of an all-reduce, every ~1 ms 3/4). So the executor sets
+   this thread's poller, and every GEMM entry calls it at most once per
+   PT__POLL_S (on the setting thread only: OpenMP's workers have their own,
+   empty, copy). With slice set (a model with a dp group), pt_sgemm also
+   computes C in runs of rows of about PT__SLICE_FLOP each, polling between
+   them: a run of rows gives other bits than the whole GEMM (BLAS's edge
+   tiles), so the slicing depends on the layout alone, never on whether
+   anything is under way. */
+#define PT__POLL_S 2e-4
+#define PT__SLICE_FLOP 6.4e7
+typedef struct pt__poller {
+    void (*fn)(void *arg);
+    void *arg;
+    double next; /* pt_time_now() before which it is not called again */
+    int slice;
+} pt__poller;
+static PT__THREAD_LOCAL pt__poller pt__poll;
+
+static void pt__poll_now(void) {
+    double t;
+    if (!pt__poll.fn) return;
+    t = pt_time_now();
+    if (t < pt__poll.next) return;
+    pt__poll.next = t + PT__POLL_S;
+    pt__poll.fn(pt__poll.arg);
+}
+
 /* C = beta*C where the product is empty (K = 0 or alpha = 0). */
 static void pt__gemm_scale(int M, int N, float beta, float *C, int ldc) {
     int i, j;
@@ -2970,11 +3007,10 @@ static void pt__gemm_scale(int M, int N, float beta, float *C, int ldc) {
             C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
 }
 
-PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
-                        const float *A, int lda, const float *B, int ldb, float beta,
-                        float *C, int ldc) {
+static void pt__sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                      int ldc) {
     int impl = pt__gemm_current();
-    if (M <= 0 || N <= 0) return;
 #ifdef PT__GEMM_X86
     /* small products (attention's per-block GEMMs, a few rows of sampling)
        spend more on packing than on arithmetic: measured twice as slow as
@@ -3001,6 +3037,26 @@ PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alp
 #endif
     (void)impl;
     pt__gemm_portable(0, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                        const float *A, int lda, const float *B, int ldb, float beta,
+                        float *C, int ldc) {
+    double flop = 2.0 * (double)M * (double)N * (double)K;
+    int r, rows;
+    if (M <= 0 || N <= 0) return;
+    pt__poll_now();
+    if (!pt__poll.slice || flop < 2.0 * PT__SLICE_FLOP) {
+        pt__sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    rows = ((int)((double)M * PT__SLICE_FLOP / flop) + 63) / 64 * 64; /* >= 64: 2M rows flop */
+    for (r = 0; r < M; r += rows) {
+        if (r) pt__poll_now();
+        pt__sgemm(trans_a, trans_b, M - r < rows ? M - r : rows, N, K, alpha,
+                  trans_a ? A + r : A + (size_t)r * lda, lda, B, ldb, beta, C + (size_t)r * ldc,
+                  ldc);
+    }
 }
 
 /* dst[r][c] = bf16(s * src[r*ld + c]), r < rows, c < cols, packed */
@@ -3034,6 +3090,7 @@ PTRAINDEF void pt_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float
                             float *C, int ldc) {
     int impl;
     if (M <= 0 || N <= 0) return;
+    pt__poll_now();
     impl = pt__gemm_bf16_current();
 #ifdef PT__GEMM_X86
     if (impl != PT__BF16_PORTABLE && (K <= 0 || alpha == 0.0f)) {
@@ -4400,6 +4457,17 @@ struct pt_gpt_exec {
                                  each chunk so far */
     int ov_on, ov_last;       /* overlap runs in this step; the running backward is its
                                  chunk's last */
+    pt_comm_req *ag_req;      /* (buckets) ZeRO with overlap: each bucket's parameter
+                                 all-gather after the last update, waited for by the
+                                 next forward before the layer is used, or by whatever
+                                 reads the parameters first (pt__ag_settle) */
+    pt_comm *ag_comm;         /* ZeRO, dp > 1: a group of its own for those gathers, whose
+                                 starts depend on timing (collectives on one group must
+                                 start in the same order on every rank) */
+    int ag_on;                /* updates leave their all-gathers under way */
+    int ag_next, ag_end;      /* buckets [ag_next, ag_end) are updated, their gathers
+                                 not yet started (one runs at a time: see pt__ag_pump) */
+    pt_status poll_st;        /* the first error a poll (pt__ov_poll) met */
     size_t shard_total;       /* this rank's elements over all buckets (ZeRO) */
     float *gshard;            /* (shard_total) averaged gradients of its shard (ZeRO 1, 2) */
     float *rs_tmp;            /* (largest shard) where ZeRO 2 reduce-scatters a bucket, to
@@ -4441,6 +4509,59 @@ struct pt_gpt_exec {
     int in_opt;               /* the step's OPT runs pt_gpt_adamw_step */
     pt_arena param_arena, act_arena;
 };
+
+/* Under MPI a started operation moves on only inside MPI calls: while the
+   executor computes, the GEMMs call this (pt__poll_now) to test each dp
+   reduction and parameter gather under way. The first error is kept for
+   the executor to return. */
+static pt_status pt__ag_start(const pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    const pt__bucket *k = &x->buckets[x->ag_next];
+    float *own = m->params + k->offset + (size_t)m->place.dp_rank * k->shard;
+    return pt_comm_all_gather_start(x->ag_comm, own, m->params + k->offset, k->shard,
+                                    &x->ag_req[x->ag_next++]);
+}
+
+/* The updated buckets' gathers start one at a time, in the forward's order
+   (the tensor table's): started together they would share the links and the
+   first the forward needs would land about last. */
+static pt_status pt__ag_pump(const pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    int done = 1;
+    pt_status st = PT_OK;
+    if (x->ag_next > 0 && x->ag_req[x->ag_next - 1].comm)
+        st = pt_comm_test(&x->ag_req[x->ag_next - 1], &done);
+    if (st == PT_OK && done && x->ag_next < x->ag_end) st = pt__ag_start(m);
+    return st;
+}
+
+static void pt__ov_poll(void *arg) {
+    pt_gpt_exec *x = ((pt_gpt *)arg)->exec;
+    pt_status st;
+    int j, done;
+    for (j = 0; j < x->num_buckets; j++)
+        if (x->ov_req[j].comm && (st = pt_comm_test(&x->ov_req[j], &done)) != PT_OK && !x->poll_st)
+            x->poll_st = st;
+    if ((st = pt__ag_pump((pt_gpt *)arg)) != PT_OK && !x->poll_st) x->poll_st = st;
+}
+
+/* Waits for the parameter all-gathers of the buckets that hold any of the
+   table tensors [i, i + n) (i < 0: none), starting those not yet started;
+   pt__ag_settle: of all of them. */
+static pt_status pt__ag_need(const pt_gpt *m, int i, int n) {
+    pt_gpt_exec *x = m->exec;
+    pt_status st = x ? x->poll_st : PT_OK;
+    int b;
+    for (b = 0; x && i >= 0 && b < x->num_buckets && st == PT_OK; b++) {
+        const pt__bucket *k = &x->buckets[b];
+        if (k->first >= i + n || i >= k->first + k->count) continue;
+        while (st == PT_OK && x->ag_next <= b && x->ag_next < x->ag_end) st = pt__ag_start(m);
+        if (st == PT_OK && x->ag_req[b].comm) st = pt_comm_wait(&x->ag_req[b]);
+    }
+    return st;
+}
+
+static pt_status pt__ag_settle(const pt_gpt *m) { return pt__ag_need(m, 0, 1 << 30); }
 
 /* Adds the whole model's next tensor (spec s, name) to the table if this
    rank holds it (here), as its part: ROWS keeps rows/tp of them (a
@@ -4642,10 +4763,11 @@ PTRAINDEF pt_status pt_gpt_gather(const pt_gpt *m, pt_state_buf which, float *fu
     float *parts, *tmp = NULL;
     const float *local;
     int i, k;
-    pt_status st = PT_OK;
+    pt_status st;
     if (!m->params || (which != PT_BUF_PARAMS && !m->m))
         return pt__fail(PT_ERR_INVALID_ARG, "model has no %s", m->params ? "training state"
                                                                           : "memory (meta=1)");
+    if ((st = pt__ag_settle(m)) != PT_OK) return st;
     for (i = 0; i < m->num_tensors; i++)
         if (m->table[i].shard != PT_SHARD_NONE && m->table[i].numel > most)
             most = m->table[i].numel;
@@ -5031,7 +5153,7 @@ static pt_status pt__gpt_tables(pt_gpt *m, int nslots) {
     ntensors = (size_t)k;
     nbook = sizeof(pt_gpt_exec) + sizeof(pt_param) * ntensors + sizeof(pt_block_params) * 3 * L +
             sizeof(pt_block_acts) * L * S + sizeof(pt__bucket) * nbuckets +
-            sizeof(pt_comm_req) * nbuckets + sizeof(pt__slot) * S +
+            sizeof(pt_comm_req) * 2 * nbuckets + sizeof(pt__slot) * S +
             sizeof(pt_block_wgrad) * L * S + sizeof(int) * (L + 3 * (size_t)m->place.chunks);
     book = (unsigned char *)pt__malloc(nbook, m->alloc_ctx);
     if (!book) return pt__fail(PT_ERR_OOM, "cannot allocate the model's tables");
@@ -5044,7 +5166,8 @@ static pt_status pt__gpt_tables(pt_gpt *m, int nslots) {
     x->acts = (pt_block_acts *)(x->pv_layers + L);
     x->buckets = (pt__bucket *)(x->acts + L * S);
     x->ov_req = (pt_comm_req *)(x->buckets + nbuckets);
-    x->slots = (pt__slot *)(x->ov_req + nbuckets);
+    x->ag_req = x->ov_req + nbuckets;
+    x->slots = (pt__slot *)(x->ag_req + nbuckets);
     x->slots[0].wg = (pt_block_wgrad *)(x->slots + S); /* see pt__layout_acts */
     x->layer_id = (int *)(x->slots[0].wg + L * S);
     x->chunk_lo = x->layer_id + L;
@@ -5070,6 +5193,15 @@ static pt_status pt__gpt_comms(pt_gpt *m, const pt_gpt_desc *d) {
     x->tp_comm = pl->tp > 1 ? &d->grid->tp_comm : NULL;
     x->dp_comm = pl->dp > 1 ? &d->grid->dp_comm : NULL;
     x->pp_comm = pl->pp > 1 ? &d->grid->pp_comm : NULL;
+    if (pl->zero && pl->dp > 1) { /* the overlapped gathers' own copy of the dp group */
+        if (!(x->ag_comm = (pt_comm *)pt__malloc(sizeof(pt_comm), m->alloc_ctx)))
+            return pt__fail(PT_ERR_OOM, "cannot allocate a communicator");
+        if ((st = pt_comm_split(x->dp_comm, 0, g->dp_rank, x->ag_comm)) != PT_OK) {
+            pt__free(x->ag_comm, m->alloc_ctx);
+            x->ag_comm = NULL;
+            return st;
+        }
+    }
     if (pl->pp == 1) return PT_OK;
     if (!(tie = (pt_comm *)pt__malloc(sizeof(pt_comm), m->alloc_ctx)))
         return pt__fail(PT_ERR_OOM, "cannot allocate a communicator");
@@ -5229,7 +5361,12 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
 PTRAINDEF void pt_gpt_free(pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     if (x) {
+        pt__ag_settle(m); /* nothing may still write into the parameters */
         pt_schedule_free(&x->sched);
+        if (x->ag_comm) {
+            pt_comm_free(x->ag_comm);
+            pt__free(x->ag_comm, m->alloc_ctx);
+        }
         if (x->tie_comm) {
             pt_comm_free(x->tie_comm);
             pt__free(x->tie_comm, m->alloc_ctx);
@@ -5247,6 +5384,7 @@ PTRAINDEF void pt_gpt_init_weights(pt_gpt *m, uint64_t seed) {
     pt__spec s;
     int i = 0, k;
     if (!m->params) return;
+    pt__ag_settle(m); /* (an error stays with the requests' communicator) */
     pt_rng_seed(&rng, seed);
     /* the whole model's tensors in canonical order, drawn in sequence: the
        ones held here keep their values (their part under tp), the others'
@@ -5495,7 +5633,9 @@ PTRAINDEF pt_status pt_gpt_decode(const pt_gpt *m, pt_kv_cache *c, int token,
     int C = g->n_embd, NH = (int)d.NH, hd = (int)d.hd, G = (int)(d.NH / d.NKV);
     int Ckv = (int)d.Ckv, Q3 = (int)d.Q3, F = (int)d.F, p = c->len, l, h, u, i;
     float scale = 1.0f / sqrtf((float)hd), mean, rstd;
+    pt_status st;
     if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
+    if ((st = pt__ag_settle(m)) != PT_OK) return st;
     if (token < 0 || token >= g->vocab_size)
         return pt__fail(PT_ERR_RANGE, "token %d is outside the vocabulary [0, %d)", token,
                         g->vocab_size);
@@ -8353,6 +8493,9 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
     if (c == x->embed_chunk) {
         /* vocabulary-parallel embedding: each rank looks up its rows, the sum
            over the group is the whole lookup (tensor rank 0 adds wpe) */
+        if ((st = pt__ag_need(m, x->tab_wte, 1)) != PT_OK ||
+            (st = pt__ag_need(m, x->tab_wpe, 1)) != PT_OK)
+            return st;
         pt__encoder_forward_part(sl->x, sl->inputs, m->wte, pl->tp_rank == 0 ? m->wpe : NULL,
                                  pl->vocab_offset, pl->vocab_local, B, T, C);
         if ((st = pt__tp_sum(x->tp_comm, sl->x, (size_t)N * C)) != PT_OK) return st;
@@ -8365,11 +8508,17 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
         } else if (pl->recompute == PT_RECOMPUTE_SELECTIVE) {
             a->atty = x->racts.atty; /* the attention output is dropped */
         }
+        if ((st = pt__ag_need(m, x->tab_layers + x->layer_tensors * l, x->layer_tensors)) != PT_OK)
+            return st;
         st = pt_block_forward(cfg, B, T, &m->layers[l], in, use, &x->scratch, x->tp_comm);
         if (st != PT_OK) return st;
         in = a->out;
     }
     if (c != x->head_chunk) return PT_OK;
+    if ((st = pt__ag_need(m, x->tab_lnf, 1)) != PT_OK ||
+        (st = pt__ag_need(m, x->tab_lnf_b, 1)) != PT_OK ||
+        (st = pt__ag_need(m, x->tab_head >= 0 ? x->tab_head : x->tab_wte, 1)) != PT_OK)
+        return st;
     pt__norm_forward(cfg, sl->lnf, sl->lnf_mean, sl->lnf_rstd, in, m->lnf_w, m->lnf_b, N, C);
     pt_tied_head_forward(sl->logits, sl->lnf, m->lm_head, N, C, pl->vocab_local);
     if (with_targets) {
@@ -8457,7 +8606,7 @@ static pt_status pt__ov_layer(pt_gpt *m, int l) {
                                       &x->ov_req[b]);
     for (j = 0; j < x->num_buckets && st == PT_OK; j++)
         if (x->ov_req[j].comm) st = pt_comm_test(&x->ov_req[j], &done);
-    return st;
+    return st != PT_OK ? st : x->poll_st;
 }
 
 /* After a step's last micro-batch: every bucket averaged over the dp group,
@@ -8466,7 +8615,7 @@ static pt_status pt__ov_layer(pt_gpt *m, int l) {
 static pt_status pt__dp_sync_grads(pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     int b;
-    pt_status st = PT_OK;
+    pt_status st = x->poll_st;
     for (b = 0; b < x->num_buckets && st == PT_OK; b++) {
         const pt__bucket *k = &x->buckets[b];
         if (x->ov_on && x->ov_req[b].op != PT_COMM_OP_NONE)
@@ -8712,6 +8861,12 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
        at each of its updates: no overlap) */
     x->ov_on = d->overlap != PT_OVERLAP_OFF && pl->dp > 1 && pl->zero < 2 &&
                pl->schedule != PT_SCHED_CHIMERA && !tbw;
+    /* the last update's gathers under way: kept for this forward, or all now */
+    x->poll_st = PT_OK;
+    if (!(x->ag_on = x->ov_on || (d->overlap != PT_OVERLAP_OFF && pl->dp > 1 && pl->zero == 2 &&
+                                  !tbw && pl->schedule != PT_SCHED_CHIMERA)) &&
+        (st = pt__ag_settle(m)) != PT_OK)
+        return st;
     x->ver = 0; /* a step starts from one version (the pipeline is flushed between steps) */
     x->ov_last = 0;
     memset(x->ov_req, 0, (size_t)x->num_buckets * sizeof *x->ov_req);
@@ -8945,10 +9100,17 @@ static pt_status pt__gpt_backward(pt_gpt *m) {
 
 /* The public calls run the GEMMs at the model's precision on this thread and
    give the caller's back. */
+/* A call at the model's GEMM precision, with this thread's GEMMs polling its
+   communication under way (pt__ov_poll). */
 #define PT__AT_PRECISION(m, call)                                                   \
     do {                                                                            \
         pt_precision old_ = pt_set_gemm_precision((m)->precision);                 \
-        pt_status st_ = (call);                                                     \
+        pt__poller poll_ = pt__poll;                                                \
+        pt_status st_;                                                              \
+        pt__poll.fn = pt__ov_poll, pt__poll.arg = (m), pt__poll.next = 0.0;         \
+        pt__poll.slice = (m)->place.dp > 1;                                         \
+        st_ = (call);                                                               \
+        pt__poll = poll_;                                                           \
         pt_set_gemm_precision(old_);                                                \
         return st_;                                                                 \
     } while (0)
@@ -8968,6 +9130,8 @@ PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targ
 
 PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) { PT__AT_PRECISION(m, pt__gpt_backward(m)); }
 #undef PT__AT_PRECISION
+
+PTRAINDEF pt_status pt_gpt_sync_params(pt_gpt *m) { return pt__ag_settle(m); }
 
 PTRAINDEF pt_status pt_gpt_gather_logits(const pt_gpt *m, float *out) {
     const pt_gpt_exec *x = m->exec;
@@ -9099,6 +9263,7 @@ PTRAINDEF pt_status pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm, float *norm
 PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, float lr) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
+    pt_status st;
     int i, b;
     if (!m->m)
         return pt__fail(PT_ERR_INVALID_ARG, "model was built for inference: no optimizer state");
@@ -9109,6 +9274,8 @@ PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, flo
         return pt__fail(PT_ERR_INVALID_ARG, "adamw_step needs the gradients of all %d "
                         "micro-batches of the step (backward ran %d times)", pl->micro,
                         x->micro_done);
+    if ((st = pt__ag_settle(m)) != PT_OK) return st;
+    x->ag_next = x->ag_end = 0;
     m->adam_t++;
     if (!pl->zero) {
         for (i = 0; i < m->num_tensors; i++) {
@@ -9118,11 +9285,12 @@ PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, flo
         }
         return PT_OK;
     }
-    /* ZeRO: update this rank's shard of each bucket, then gather the bucket */
+    /* ZeRO: update this rank's shard of each bucket, then gather the bucket
+       (in place: this rank's shard is already there); with overlap, the
+       gathers run on behind the next forward, in its order (pt__ag_need) */
     for (b = 0; b < x->num_buckets; b++) {
         const pt__bucket *k = &x->buckets[b];
         size_t own = k->offset + (size_t)pl->dp_rank * k->shard, lo, hi;
-        pt_status st;
         for (i = k->first; i < k->first + k->count; i++) {
             size_t at;
             if (!pt__shard_span(m, b, i, &lo, &hi)) continue;
@@ -9131,8 +9299,13 @@ PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, flo
                             lr, m->adam_t, m->table[i].decay);
         }
         if (pl->dp == 1) continue;
-        st = pt_comm_all_gather(x->dp_comm, m->params + own, m->params + k->offset, k->shard);
-        if (st != PT_OK) return st; /* in place: this rank's shard is already there */
+        if (x->ag_on) {
+            x->ag_end = b + 1;
+            st = pt__ag_pump(m);
+        } else {
+            st = pt_comm_all_gather(x->dp_comm, m->params + own, m->params + k->offset, k->shard);
+        }
+        if (st != PT_OK) return st;
     }
     return PT_OK;
 }
@@ -13570,6 +13743,7 @@ PTRAINDEF pt_status pt_gpt_save_hf(const pt_gpt *m, const char *dir) {
     pt_status s = PT_OK;
     int writer = !m->exec || !m->exec->grid || m->exec->grid->world->rank == 0, n;
     if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (meta=1)");
+    if ((s = pt__ag_settle(m)) != PT_OK) return s;
     if (c->arch != PT_ARCH_LLAMA || c->norm != PT_NORM_RMS || c->pos != PT_POS_ROPE ||
         c->mlp != PT_MLP_SWIGLU)
         return pt__fail(PT_ERR_UNSUPPORTED, "Hugging Face's LlamaForCausalLM needs arch=llama, "
@@ -13712,7 +13886,7 @@ static pt_status pt__st_params(const pt_gpt *m, const pt_safetensors *st, const 
 PTRAINDEF pt_status pt_gpt_load_weights_st(pt_gpt *m, const pt_safetensors *st) {
     pt_status s;
     if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
-    if ((s = pt__st_params(m, st, "", NULL)) != PT_OK) return s;
+    if ((s = pt__ag_settle(m)) != PT_OK || (s = pt__st_params(m, st, "", NULL)) != PT_OK) return s;
     return pt__st_params(m, st, "", m->params);
 }
 
@@ -14088,6 +14262,7 @@ PTRAINDEF pt_status pt_checkpoint_load(const char *path, pt_gpt *m, pt_train_sta
     if (!m->params || !m->m)
         return pt__fail(PT_ERR_INVALID_ARG, "model has no %s",
                         m->params ? "optimizer state (built for inference)" : "memory (meta=1)");
+    if ((s = pt__ag_settle(m)) != PT_OK) return s;
     st.alloc_ctx = m->alloc_ctx;
     if ((s = pt_st_load(&st, path)) != PT_OK) return s;
     fmt = pt_st_meta_get(&st, "format");

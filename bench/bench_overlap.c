@@ -15,12 +15,16 @@
    did; max(comm, compute) is the best a variant can do. The check first: the
    started all-reduce gives the blocking one's bits.
 
-     mpirun -n N build/bench_overlap_mpi --step [--preset small] [--batch 8] [--seq 128]
-                                         [--steps 6] [--zero 0]
-   Training steps with data parallelism over the N ranks, alternating
-   pt_step_desc.overlap on and off (after one warm-up step each): median step
-   time and the time inside the dp group's communicator (what the step was
-   exposed to), and the check that both give the same parameters, bit for bit.
+     mpirun -n N build/bench_overlap_mpi --step [--preset small] [--layers L] [--vocab V]
+                                         [--batch 8] [--seq 128] [--steps 6] [--zero 0]
+   Training steps with data parallelism over the N ranks, pt_step_desc.overlap
+   on and off, and each rank's batch alone on a model without a dp group (the
+   compute), in turn (--layers, --vocab change the preset's): median step
+   times; exposed communication = step - compute;
+   the time inside the dp group's communicator; the limit max(compute, off's
+   communication); the check that on and off give the same parameters, bit
+   for bit. A line starting "row" repeats the figures for bench/overlap.sh's
+   table.
    --progress-us U (an experiment, not the library's way): MPI starts with
    MPI_THREAD_MULTIPLE and a thread of this program calls MPI_Iprobe (which
    runs Open MPI's progress engine) every U microseconds for the whole run. */
@@ -89,48 +93,65 @@ static double overlapped(pt_comm *w, float *x, size_t n, long units, int slices,
 }
 
 /* --step: see the top. */
-static int step_bench(pt_comm *w, const char *preset, int B, int T, int steps, int zero) {
-    pt_grid g;
-    pt_gpt m[2];
+static int step_bench(pt_comm *w, const char *preset, int layers, int vocab, int B, int T,
+                      int steps, int zero) {
+    pt_grid g, g1;
+    pt_comm self;
+    pt_gpt m[3];
     pt_gpt_desc d;
     pt_step_desc sd;
     pt_adamw_config opt = pt_adamw_default();
-    double t[2][64], e[2][64], t0, c0;
+    double t[3][64], e[3][64], t0, c0;
     int *in = (int *)malloc((size_t)B * T * sizeof(int)), *tg = (int *)malloc((size_t)B * T * sizeof(int));
     int k, i, v, bad = 0;
     float *p0, *p1;
     pt_status st;
     memset(&d, 0, sizeof d);
+    pt_comm_self(&self);
     if (!in || !tg || pt_gpt_config_preset(preset, &d.config) != PT_OK ||
-        pt_grid_init(&g, w, 1, w->size, 1) != PT_OK) {
+        pt_grid_init(&g, w, 1, w->size, 1) != PT_OK || pt_grid_init(&g1, &self, 1, 1, 1) != PT_OK) {
         fprintf(stderr, "bench_overlap: %s\n", in && tg ? pt_last_error() : "out of memory");
         return 1;
     }
-    d.batch = B, d.seq = T, d.grid = &g, d.zero = zero;
-    for (v = 0; v < 2; v++) {
+    if (layers) d.config.n_layer = layers;
+    if (vocab) d.config.vocab_size = vocab;
+    d.batch = B, d.seq = T, d.zero = zero;
+    for (v = 0; v < 3; v++) { /* 0: overlap on, 1: off, 2: this rank's batch alone (dp 1) */
+        d.grid = v < 2 ? &g : &g1;
         if ((st = pt_gpt_init(&m[v], &d)) != PT_OK) {
             fprintf(stderr, "bench_overlap: %s\n", pt_last_error());
             return 1;
         }
         pt_gpt_init_weights(&m[v], 1);
     }
-    for (k = 0; k <= steps; k++)
-        for (v = 0; v < 2; v++) { /* v = 0: overlap on, 1: off; the same batches */
+    /* rounds of two steps of each variant in turn, the second timed (it
+       starts, as in a run, with the first's update's gathers under way; its
+       own are waited for after it), so that a machine's drift reaches all
+       three alike */
+    for (k = 0; k < 2 * (steps + 1); k++)
+        for (v = 0; v < 3; v++) {
+            pt_comm *dp = v < 2 ? &g.dp_comm : &g1.dp_comm;
+            int timed = k % 2 && k > 1;
             for (i = 0; i < B * T; i++) {
                 in[i] = (int)((unsigned)(i * 31 + g.dp_rank * 101 + k * 7) % (unsigned)d.config.vocab_size);
                 tg[i] = (int)((unsigned)(i * 17 + g.dp_rank * 13 + k * 5 + 1) % (unsigned)d.config.vocab_size);
             }
             memset(&sd, 0, sizeof sd);
             sd.inputs = in, sd.targets = tg, sd.B = B, sd.T = T, sd.adamw = &opt, sd.lr = 1e-3f;
-            sd.overlap = v ? PT_OVERLAP_OFF : PT_OVERLAP_ON;
+            sd.overlap = v == 1 ? PT_OVERLAP_OFF : PT_OVERLAP_ON;
             pt_comm_barrier(w);
-            c0 = g.dp_comm.seconds;
+            c0 = dp->seconds;
             t0 = pt_time_now();
             if ((st = pt_gpt_step(&m[v], &sd, NULL)) != PT_OK) {
                 fprintf(stderr, "rank %d: %s\n", w->rank, pt_last_error());
                 return 1;
             }
-            if (k) t[v][k - 1] = pt_time_now() - t0, e[v][k - 1] = g.dp_comm.seconds - c0;
+            pt_comm_barrier(w); /* the slower rank's time, as a dp step takes it */
+            if (timed) t[v][k / 2 - 1] = pt_time_now() - t0, e[v][k / 2 - 1] = dp->seconds - c0;
+            if (k % 2 && (st = pt_gpt_sync_params(&m[v])) != PT_OK) {
+                fprintf(stderr, "rank %d: %s\n", w->rank, pt_last_error());
+                return 1;
+            }
         }
     p0 = (float *)malloc(m[0].num_params_full * sizeof(float));
     p1 = (float *)malloc(m[0].num_params_full * sizeof(float));
@@ -141,21 +162,29 @@ static int step_bench(pt_comm *w, const char *preset, int B, int T, int steps, i
         bad = memcmp(p0, p1, m[0].num_params_full * sizeof(float)) != 0;
     if (w->rank == 0) {
         double on = cli_median(t[0], steps), off = cli_median(t[1], steps);
+        double alone = cli_median(t[2], steps);
         double eon = cli_median(e[0], steps), eoff = cli_median(e[1], steps);
-        printf("%s (%.1fM parameters), dp %d, ZeRO %d, B=%d T=%d per rank, median of %d steps%s%s\n",
-               preset, (double)m[0].num_params_full / 1e6, w->size, zero, B, T, steps,
-               g_progress_us > 0 ? ", a progress thread" : "",
+        double lim = alone > eoff ? alone : eoff;
+        printf("%s (%d layers, vocabulary %d: %.1fM parameters), dp %d, ZeRO %d, B=%d T=%d per "
+               "rank, median of %d steps%s%s\n",
+               preset, d.config.n_layer, d.config.vocab_size, (double)m[0].num_params_full / 1e6,
+               w->size, zero, B, T, steps, g_progress_us > 0 ? ", a progress thread" : "",
                bad ? ": PARAMETERS DIFFER" : " (the same parameters, bit for bit)");
-        printf("  overlap off: step %7.1f ms, exposed dp communication %7.1f ms\n", off * 1e3,
-               eoff * 1e3);
-        printf("  overlap on:  step %7.1f ms, exposed dp communication %7.1f ms (%.2f of off's)\n",
-               on * 1e3, eon * 1e3, eoff > 0 ? eon / eoff : 0.0);
-        printf("  compute (off's step minus its communication) %.1f ms; step on/off %.2f\n",
-               (off - eoff) * 1e3, on / off);
+        printf("  compute: step %7.1f ms (each rank its batch alone, no dp group)\n", alone * 1e3);
+        printf("  overlap off: step %7.1f ms, exposed %7.1f ms (step - compute); in dp calls "
+               "%7.1f ms\n", off * 1e3, (off - alone) * 1e3, eoff * 1e3);
+        printf("  overlap on:  step %7.1f ms, exposed %7.1f ms (%.2f of off's); in dp calls "
+               "%7.1f ms\n", on * 1e3, (on - alone) * 1e3,
+               off > alone ? (on - alone) / (off - alone) : 0.0, eon * 1e3);
+        printf("  limit max(compute, off's dp calls) %.1f ms: on/limit %.2f, off/limit %.2f\n",
+               lim * 1e3, on / lim, off / lim);
+        printf("row %s z%d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f\n", preset, zero, alone * 1e3,
+               eoff * 1e3, off * 1e3, on * 1e3, lim * 1e3,
+               off > alone ? (on - alone) / (off - alone) : 0.0);
     }
     free(p0), free(p1), free(in), free(tg);
-    pt_gpt_free(&m[0]);
-    pt_gpt_free(&m[1]);
+    for (v = 0; v < 3; v++) pt_gpt_free(&m[v]);
+    pt_grid_free(&g1);
     pt_grid_free(&g);
     return bad;
 }
@@ -163,7 +192,7 @@ static int step_bench(pt_comm *w, const char *preset, int B, int T, int steps, i
 int main(int argc, char **argv) {
     pt_comm w;
     const char *preset = "small";
-    int step = 0, B = 8, T = 128, steps = 6, zero = 0;
+    int step = 0, B = 8, T = 128, steps = 6, zero = 0, layers = 0, vocab = 0;
     double mb = 16, tc[64], tp[64], tn[64], tt[64], t0, c, p, none, test;
     int reps = 5, slices = 200, r, i;
     long units;
@@ -177,6 +206,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--slices") && i + 1 < argc) slices = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--step")) step = 1;
         else if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[++i];
+        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--vocab") && i + 1 < argc) vocab = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seq") && i + 1 < argc) T = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
@@ -184,15 +215,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--progress-us") && i + 1 < argc) g_progress_us = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: mpirun -n N %s [--mb MiB] [--reps N] [--slices N]\n"
-                            "       mpirun -n N %s --step [--preset S] [--batch B] [--seq T] "
+                            "       mpirun -n N %s --step [--preset S] [--layers L] [--vocab V] [--batch B] [--seq T] "
                             "[--steps N] [--zero Z]\n", argv[0], argv[0]);
             return 2;
         }
     }
     if (!(mb > 0 && mb <= 4096) || reps < 1 || reps > 64 || slices < 1 || B < 1 || T < 1 ||
-        steps < 1 || steps > 64 || zero < 0 || zero > 2) {
+        steps < 1 || steps > 64 || zero < 0 || zero > 2 || layers < 0 || vocab < 0) {
         fprintf(stderr, "bench_overlap: --mb in (0, 4096], --reps and --steps in [1, 64], "
-                        "--slices, --batch, --seq >= 1, --zero 0..2\n");
+                        "--slices, --batch, --seq >= 1, --zero 0..2, --layers, --vocab >= 0\n");
         return 2;
     }
     if (g_progress_us > 0) {
@@ -211,7 +242,7 @@ int main(int argc, char **argv) {
     if (step) {
         pthread_t th;
         if (g_progress_us > 0 && pthread_create(&th, NULL, progress_main, NULL)) return 1;
-        r = step_bench(&w, preset, B, T, steps, zero);
+        r = step_bench(&w, preset, layers, vocab, B, T, steps, zero);
         if (g_progress_us > 0) {
             __atomic_store_n(&g_progress_stop, 1, __ATOMIC_RELEASE);
             pthread_join(th, NULL);

@@ -735,9 +735,11 @@ typedef struct ov_layout {
     pt_schedule_kind schedule;
 } ov_layout;
 
-/* Two AdamW steps of a 4-layer tiny GPT in layout L; the whole model's
+/* Three AdamW steps of a 4-layer tiny GPT in layout L; the whole model's
    parameters after them into full (num_params_full floats, malloc'd), and
-   the second step's loss. Each dp rank trains on rows of its own. */
+   the last step's loss (its forward ran on the parameters the previous
+   update's overlapped gathers brought). Each dp rank trains on rows of its
+   own. */
 static pt_status ov_train(pt_comm *world, const ov_layout *L, pt_overlap ov, float **full,
                           float *loss) {
     enum { B = 2, T = 16 };
@@ -762,7 +764,7 @@ static pt_status ov_train(pt_comm *world, const ov_layout *L, pt_overlap ov, flo
         return st;
     }
     pt_gpt_init_weights(&gpt, 7);
-    for (step = 0; step < 2 && st == PT_OK; step++) {
+    for (step = 0; step < 3 && st == PT_OK; step++) {
         for (i = 0; i < L->micro * B * T; i++) {
             in[i] = (int)((unsigned)(i * 31 + g.dp_rank * 101 + step * 7) % 256u);
             tg[i] = (int)((unsigned)(i * 17 + g.dp_rank * 13 + step * 5 + 1) % 256u);
@@ -783,23 +785,25 @@ static pt_status ov_train(pt_comm *world, const ov_layout *L, pt_overlap ov, flo
 }
 
 /* Overlap on and off give the same bits in every layout of this world's size:
-   dp with ZeRO 0 and 1, tp x dp, dp x pp with 1F1B, zero-bubble (W apart)
-   and interleaved chunks (--small, for ThreadSanitizer: dp 2 ZeRO 0, and
+   dp with ZeRO 0, 1 and 2, tp x dp, dp x pp with 1F1B, zero-bubble (W apart)
+   and interleaved chunks (--small, for ThreadSanitizer: dp 2 ZeRO 1, and
    zero-bubble dp 2 x pp 2 with ZeRO 1). */
 static void ck_overlap(pt_comm *c) {
     static const ov_layout two[] = {{1, 2, 1, 0, 1, 1, PT_SCHED_DEFAULT},
-                                    {1, 2, 1, 1, 2, 1, PT_SCHED_DEFAULT}};
+                                    {1, 2, 1, 1, 2, 1, PT_SCHED_DEFAULT},
+                                    {1, 2, 1, 2, 1, 1, PT_SCHED_DEFAULT}};
     static const ov_layout four[] = {{2, 2, 1, 1, 1, 1, PT_SCHED_DEFAULT},
                                      {1, 2, 2, 0, 2, 1, PT_SCHED_1F1B},
                                      {1, 2, 2, 1, 2, 1, PT_SCHED_ZB_H1},
                                      {1, 2, 2, 0, 2, 2, PT_SCHED_INTERLEAVED},
-                                     {1, 4, 1, 1, 2, 1, PT_SCHED_DEFAULT}};
+                                     {1, 4, 1, 1, 2, 1, PT_SCHED_DEFAULT},
+                                     {2, 2, 1, 2, 1, 1, PT_SCHED_DEFAULT}};
     const ov_layout *L = c->size == 2 ? two : four;
-    int n = c->size == 2 ? 2 : 4 + 1, k;
+    int n = c->size == 2 ? 3 : 6, k;
     float *on, *off, l_on = 0.0f, l_off = 0.0f;
     if (c->size != 2 && c->size != 4) return;
     for (k = 0; k < n; k++) {
-        if (g_cap != (size_t)-1 && k != (c->size == 2 ? 0 : 2)) continue; /* --small: one */
+        if (g_cap != (size_t)-1 && k != (c->size == 2 ? 1 : 2)) continue; /* --small: one */
         on = off = NULL;
         CHECK_ST(ov_train(c, &L[k], PT_OVERLAP_DEFAULT, &on, &l_on), PT_OK);
         CHECK_ST(ov_train(c, &L[k], PT_OVERLAP_OFF, &off, &l_off), PT_OK);

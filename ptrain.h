@@ -647,6 +647,13 @@ typedef struct pt_gpt_desc {
     pt_precision precision; /* the GEMMs' arithmetic (pt_precision; 0: fp32). bf16:
                         every model call runs its GEMMs as pt_gemm_bf16; weights,
                         gradients, AdamW and all communication stay fp32 */
+    size_t bucket_bytes; /* data parallelism: the gradient buckets (each reduced, and
+                        under ZeRO gathered, as one collective): consecutive layers of
+                        a chunk are grouped until a bucket holds at least this many
+                        bytes of this rank's parameters, and wte goes in runs of rows
+                        of about this size. 0: a layer a bucket (wte in runs of a
+                        layer's size). At most the model's bytes; ZeRO 2 keeps a layer
+                        a bucket */
     void *alloc_ctx; /* passed to PTRAIN_MALLOC/PTRAIN_FREE */
 } pt_gpt_desc;
 
@@ -666,6 +673,7 @@ typedef struct pt_gpt_place {
                                  both; Chimera: stages 0 and p-1 hold both) */
     int vocab_local, vocab_offset; /* wte rows here: [offset, offset + local) of the
                                       vocabulary padded to a multiple of tp */
+    size_t bucket_bytes;      /* pt_gpt_desc's (0: a layer a bucket) */
 } pt_gpt_place;
 
 /* Bytes on this rank, and the activation slots of its schedule. */
@@ -4597,11 +4605,23 @@ static void pt__add_param(pt_gpt *m, const pt__spec *s, const char *name, int he
     m->num_params_full += p->full_numel;
 }
 
-/* Rows of a vocabulary tensor per bucket: about one layer's parameters, a
-   multiple of dp (so a bucket that ends inside it needs no padding). */
+/* Rows of a vocabulary tensor per bucket: about place.bucket_bytes (0: one
+   layer's parameters), a multiple of dp (so a bucket that ends inside it
+   needs no padding). */
 static int pt__vocab_rows(const pt_gpt *m) {
-    int rows = 12 * m->config.n_embd / m->place.tp, dp = m->place.dp;
-    return rows < dp ? dp : rows - rows % dp;
+    size_t bytes = m->place.bucket_bytes, C = (size_t)m->config.n_embd;
+    int64_t rows = bytes ? (int64_t)((bytes + 4 * C - 1) / (4 * C)) : 12 * (int64_t)C / m->place.tp;
+    int dp = m->place.dp;
+    if (rows > m->place.vocab_local) rows = m->place.vocab_local;
+    return rows < dp ? dp : (int)(rows - rows % dp);
+}
+
+/* The chunk holding local layer li (-1: none). */
+static int pt__chunk_of(const pt_gpt *m, int li) {
+    int c;
+    for (c = 0; c < m->place.chunks; c++)
+        if (li >= m->exec->chunk_lo[c] && li < m->exec->chunk_hi[c]) return c;
+    return -1;
 }
 
 /* Closes a bucket from the end of the last one to flat offset end: inside a
@@ -4659,7 +4679,7 @@ static void pt__build_table(pt_gpt *m) {
     const pt_gpt_place *pl = &m->place;
     pt__spec s;
     char name[64];
-    int k, last = PT__AT_TIED;
+    int k, last = PT__AT_TIED, local = -1; /* local: the last layer added, here */
     m->num_tensors = m->num_canon = 0;
     m->num_params = m->num_params_full = 0;
     x->num_buckets = 0;
@@ -4673,8 +4693,16 @@ static void pt__build_table(pt_gpt *m) {
                                              : pl->has_head;
         int vocab = here && s.vocab, t = m->num_tensors;
         int64_t r;
-        if (s.layer != last && (last >= 0 || s.layer >= 0)) /* a layer begins or ends */
-            pt__end_bucket(m, m->num_params);
+        if (s.layer != last && (last >= 0 || s.layer >= 0)) { /* a layer begins or ends */
+            /* (bucket_bytes: layers of one chunk share a bucket until it holds that) */
+            size_t open = x->num_buckets ? x->buckets[x->num_buckets - 1].offset +
+                                               x->buckets[x->num_buckets - 1].numel : 0;
+            int join = pl->bucket_bytes && last >= 0 && s.layer >= 0 && here && local >= 0 &&
+                       pt__chunk_of(m, local) == pt__chunk_of(m, local + 1) &&
+                       (m->num_params - open) * sizeof(float) < pl->bucket_bytes;
+            if (!join) pt__end_bucket(m, m->num_params);
+        }
+        if (here && s.layer >= 0 && s.layer != last) local++;
         last = s.layer;
         if (vocab) pt__end_bucket(m, m->num_params); /* it starts a bucket */
         pt__add_param(m, &s, name, here);
@@ -5061,6 +5089,14 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
         pt__append_error(&bad, "tensor_parallel=%d does not divide ffn_hidden=%d", pl->tp,
                          cfg.ffn_hidden);
     if (d->zero < 0 || d->zero > 2) pt__append_error(&bad, "zero=%d must be 0, 1 or 2", d->zero);
+    pl->bucket_bytes = d->bucket_bytes;
+    if (!bad && d->bucket_bytes > (uint64_t)pt_gpt_num_params(&cfg) * sizeof(float))
+        pt__append_error(&bad, "bucket_bytes=%zu is more than the model's %.0f bytes of "
+                         "parameters", d->bucket_bytes,
+                         (double)pt_gpt_num_params(&cfg) * (double)sizeof(float));
+    if (d->bucket_bytes && d->zero == 2)
+        pt__append_error(&bad, "bucket_bytes=%zu with zero=2: ZeRO 2 holds one layer's "
+                         "gradients at a time, so its buckets are a layer each", d->bucket_bytes);
     if ((int)d->precision < 0 || d->precision > PT_PRECISION_BF16)
         pt__append_error(&bad, "precision=%d must be 0 (fp32), PT_PRECISION_FP32 or "
                          "PT_PRECISION_BF16", (int)d->precision);
@@ -8584,18 +8620,22 @@ static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, in
     return st;
 }
 
-/* Overlap (pt_overlap): layer l's gradients are final in this step; its
-   bucket (a layer is a bucket of its own) starts its dp reduction, and the
-   buckets under way get a test, which is what moves them on under MPI. */
-static pt_status pt__ov_layer(pt_gpt *m, int l) {
+/* Overlap (pt_overlap): layer l's gradients are final in this step; if its
+   bucket holds whole layers of which l is the last to finish (the lowest in
+   backward, the highest when W runs apart: ascending), the bucket starts
+   its dp reduction, and the buckets under way get a test. */
+static pt_status pt__ov_layer(pt_gpt *m, int l, int ascending) {
     pt_gpt_exec *x = m->exec;
-    int b = m->table[x->tab_layers + x->layer_tensors * l].bucket;
+    int b = m->table[x->tab_layers + x->layer_tensors * l].bucket, lf, n;
     const pt__bucket *k = &x->buckets[b];
     pt_status st;
     int j, done;
     if (!x->ov_on || !x->ov_last) return PT_OK;
-    if (k->first != x->tab_layers + x->layer_tensors * l || k->count != x->layer_tensors)
-        return PT_OK; /* not the layer's alone: reduced after backward */
+    lf = (k->first - x->tab_layers) / x->layer_tensors, n = k->count / x->layer_tensors;
+    if (k->first < x->tab_layers || (k->first - x->tab_layers) % x->layer_tensors ||
+        k->count % x->layer_tensors || lf + n > m->place.n_layers)
+        return PT_OK; /* not whole layers: reduced after backward */
+    if (l != (ascending ? lf + n - 1 : lf)) return PT_OK; /* the others come later */
     if (m->place.zero == 1)
         st = pt_comm_reduce_scatter_start(x->dp_comm, m->grads + k->offset,
                                           x->gshard + k->shard_offset,
@@ -8684,7 +8724,7 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
         else
             st = pt_block_backward(cfg, B, T, &m->layers[l], &x->layer_grads[l], in, a, x->dres,
                                    x->dres, &x->scratch, x->tp_comm);
-        if (st == PT_OK && !input_only) st = pt__ov_layer(m, l);
+        if (st == PT_OK && !input_only) st = pt__ov_layer(m, l, 0);
         if (st != PT_OK) return st;
         if (zero2 && (st = pt__zero2_bucket(m, m->table[x->tab_layers + x->layer_tensors * l]
                                                    .bucket)) != PT_OK)
@@ -8714,7 +8754,7 @@ static pt_status pt__chunk_weight(pt_gpt *m, pt__slot *sl, int c, int B, int T) 
         }
         pt_block_backward_weight(cfg, B, T, &m->layers[l], &x->layer_grads[l], in, a,
                                  &sl->wg[l - first], &x->scratch, k);
-        st = pt__ov_layer(m, l);
+        st = pt__ov_layer(m, l, 1);
     }
     return st;
 }

@@ -16,7 +16,8 @@
    started all-reduce gives the blocking one's bits.
 
      mpirun -n N build/bench_overlap_mpi --step [--preset small] [--layers L] [--vocab V]
-                                         [--batch 8] [--seq 128] [--steps 6] [--zero 0]
+                                         [--bucket-mb X] [--batch 8] [--seq 128] [--steps 6]
+                                         [--zero 0]
    Training steps with data parallelism over the N ranks, pt_step_desc.overlap
    on and off, and each rank's batch alone on a model without a dp group (the
    compute), in turn (--layers, --vocab change the preset's): median step
@@ -94,7 +95,7 @@ static double overlapped(pt_comm *w, float *x, size_t n, long units, int slices,
 
 /* --step: see the top. */
 static int step_bench(pt_comm *w, const char *preset, int layers, int vocab, int B, int T,
-                      int steps, int zero) {
+                      int steps, int zero, double bucket_mb) {
     pt_grid g, g1;
     pt_comm self;
     pt_gpt m[3];
@@ -116,6 +117,7 @@ static int step_bench(pt_comm *w, const char *preset, int layers, int vocab, int
     if (layers) d.config.n_layer = layers;
     if (vocab) d.config.vocab_size = vocab;
     d.batch = B, d.seq = T, d.zero = zero;
+    d.bucket_bytes = (size_t)(bucket_mb * 1048576.0);
     for (v = 0; v < 3; v++) { /* 0: overlap on, 1: off, 2: this rank's batch alone (dp 1) */
         d.grid = v < 2 ? &g : &g1;
         if ((st = pt_gpt_init(&m[v], &d)) != PT_OK) {
@@ -165,10 +167,13 @@ static int step_bench(pt_comm *w, const char *preset, int layers, int vocab, int
         double alone = cli_median(t[2], steps);
         double eon = cli_median(e[0], steps), eoff = cli_median(e[1], steps);
         double lim = alone > eoff ? alone : eoff;
-        printf("%s (%d layers, vocabulary %d: %.1fM parameters), dp %d, ZeRO %d, B=%d T=%d per "
-               "rank, median of %d steps%s%s\n",
+        char bk[64];
+        if (bucket_mb > 0) snprintf(bk, sizeof bk, "buckets >= %g MiB", bucket_mb);
+        else snprintf(bk, sizeof bk, "a layer a bucket");
+        printf("%s (%d layers, vocabulary %d: %.1fM parameters), dp %d, ZeRO %d, %s, B=%d T=%d "
+               "per rank, median of %d steps%s%s\n",
                preset, d.config.n_layer, d.config.vocab_size, (double)m[0].num_params_full / 1e6,
-               w->size, zero, B, T, steps, g_progress_us > 0 ? ", a progress thread" : "",
+               w->size, zero, bk, B, T, steps, g_progress_us > 0 ? ", a progress thread" : "",
                bad ? ": PARAMETERS DIFFER" : " (the same parameters, bit for bit)");
         printf("  compute: step %7.1f ms (each rank its batch alone, no dp group)\n", alone * 1e3);
         printf("  overlap off: step %7.1f ms, exposed %7.1f ms (step - compute); in dp calls "
@@ -193,6 +198,7 @@ int main(int argc, char **argv) {
     pt_comm w;
     const char *preset = "small";
     int step = 0, B = 8, T = 128, steps = 6, zero = 0, layers = 0, vocab = 0;
+    double bucket_mb = 0;
     double mb = 16, tc[64], tp[64], tn[64], tt[64], t0, c, p, none, test;
     int reps = 5, slices = 200, r, i;
     long units;
@@ -207,6 +213,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--step")) step = 1;
         else if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[++i];
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--bucket-mb") && i + 1 < argc) bucket_mb = atof(argv[++i]);
         else if (!strcmp(argv[i], "--vocab") && i + 1 < argc) vocab = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seq") && i + 1 < argc) T = atoi(argv[++i]);
@@ -215,15 +222,16 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--progress-us") && i + 1 < argc) g_progress_us = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: mpirun -n N %s [--mb MiB] [--reps N] [--slices N]\n"
-                            "       mpirun -n N %s --step [--preset S] [--layers L] [--vocab V] [--batch B] [--seq T] "
+                            "       mpirun -n N %s --step [--preset S] [--layers L] [--vocab V] [--bucket-mb X] [--batch B] [--seq T] "
                             "[--steps N] [--zero Z]\n", argv[0], argv[0]);
             return 2;
         }
     }
     if (!(mb > 0 && mb <= 4096) || reps < 1 || reps > 64 || slices < 1 || B < 1 || T < 1 ||
-        steps < 1 || steps > 64 || zero < 0 || zero > 2 || layers < 0 || vocab < 0) {
+        steps < 1 || steps > 64 || zero < 0 || zero > 2 || layers < 0 || vocab < 0 ||
+        bucket_mb < 0) {
         fprintf(stderr, "bench_overlap: --mb in (0, 4096], --reps and --steps in [1, 64], "
-                        "--slices, --batch, --seq >= 1, --zero 0..2, --layers, --vocab >= 0\n");
+                        "--slices, --batch, --seq >= 1, --zero 0..2, --layers, --vocab, --bucket-mb >= 0\n");
         return 2;
     }
     if (g_progress_us > 0) {
@@ -242,7 +250,7 @@ int main(int argc, char **argv) {
     if (step) {
         pthread_t th;
         if (g_progress_us > 0 && pthread_create(&th, NULL, progress_main, NULL)) return 1;
-        r = step_bench(&w, preset, layers, vocab, B, T, steps, zero);
+        r = step_bench(&w, preset, layers, vocab, B, T, steps, zero, bucket_mb);
         if (g_progress_us > 0) {
             __atomic_store_n(&g_progress_stop, 1, __ATOMIC_RELEASE);
             pthread_join(th, NULL);

@@ -13,6 +13,8 @@ typedef struct run {
         max_bad, force, eval_only, eval_batches_given;
     pt_schedule_kind schedule;
     pt_overlap overlap; /* the dp gradient reduction behind backward (on) or after it */
+    float bucket_mb;    /* --bucket-mb: dp gradient buckets of at least this many MiB
+                           (0: a layer each) */
     pt_precision precision; /* the GEMMs' arithmetic */
 #ifdef PTRAIN_TEST_HOOKS
     /* fault injection for the tests (builds with -DPTRAIN_TEST_HOOKS only) */
@@ -91,10 +93,18 @@ static int train_combinations(int argc, char **argv, const run *o, const char *s
     if (TRAIN_GIVEN("stop-after") && o->stop_after >= o->steps)
         TRAIN_REFUSE("--stop-after %d is not before --steps %d: the run ends there anyway",
                      o->stop_after, o->steps);
-    if (TRAIN_GIVEN("overlap") && (o->dp == 1 || o->zero == 2))
-        TRAIN_REFUSE("--overlap with %s: %s", o->dp == 1 ? "one data-parallel rank" : "--zero 2",
-                     o->dp == 1 ? "there is no gradient reduction to overlap"
-                                : "ZeRO 2 reduce-scatters each bucket inside backward either way");
+    if (TRAIN_GIVEN("overlap") && o->dp == 1)
+        TRAIN_REFUSE("--overlap with one data-parallel rank: there is no gradient reduction "
+                     "to overlap");
+    if (TRAIN_GIVEN("bucket-mb") && o->dp == 1)
+        TRAIN_REFUSE("--bucket-mb with one data-parallel rank: there are no gradient buckets "
+                     "to reduce");
+    if (TRAIN_GIVEN("bucket-mb") && !(o->bucket_mb > 0.0f))
+        TRAIN_REFUSE("--bucket-mb %g must be more than 0 (a bucket holds at least a layer; "
+                     "leave it out for a layer a bucket)", (double)o->bucket_mb);
+    if (TRAIN_GIVEN("bucket-mb") && o->zero == 2)
+        TRAIN_REFUSE("--bucket-mb with --zero 2: ZeRO 2 holds one layer's gradients at a "
+                     "time, so its buckets are a layer each");
     if (TRAIN_GIVEN("trace-step") && !o->trace_path)
         TRAIN_REFUSE("--trace-step needs --trace (the file it writes)");
     if (o->trace_path && o->trace_step > o->steps)
@@ -187,9 +197,12 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         {"schedule", CLI_STR, &schedule, "the step's schedule: gpipe, 1f1b, interleaved, zb-h1, "
          "zb-h2, zb-v, chimera, 2bw (asynchronous: an update every pp micro-batches) "
          "(default: 1f1b, interleaved with --chunks)", 0, 0},
-        {"overlap", CLI_STR, &overlap, "on | off: reduce each layer's data-parallel gradient "
-         "bucket while backward goes on (ZeRO 0, 1), or all after backward; the same bits "
-         "either way", 0, 0},
+        {"overlap", CLI_STR, &overlap, "on | off: reduce each data-parallel gradient bucket "
+         "while backward goes on (ZeRO 0, 1) and gather the updated parameters (ZeRO 1, 2) "
+         "while the next forward runs, or all in their turn; the same bits either way", 0, 0},
+        {"bucket-mb", CLI_FLOAT, &o->bucket_mb, "data-parallel gradient buckets: layers are "
+         "grouped until a bucket holds this many MiB (like Megatron's --reduce-bucket-size; "
+         "default: a layer a bucket)", 0, 0},
         {"chunks", CLI_INT, &o->chunks, "layer chunks per pipeline stage (0: the schedule's own, "
          "2 for zb-v and chimera, else 1; interleaved takes 2 or more)", 0, 64},
         {"recompute", CLI_STR, &recompute, "activation recomputation: none, selective, full", 0,

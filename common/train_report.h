@@ -27,10 +27,17 @@ static void train_report_header(const run *o, const pt_comm *world, const pt_gpt
            pt_schedule_kind_name(gpt->place.schedule), gpt->place.chunks,
            gpt->place.chunks > 1 ? "s" : "",
            o->accum, o->accum > 1 ? "es" : "", micro_rows, train_recompute_name(o->recompute),
-           o->dp == 1      ? ""
-           : o->zero == 2  ? "; dp gradients reduce-scattered inside backward"
-           : o->overlap == PT_OVERLAP_OFF ? "; dp gradients reduced after backward"
-                                          : "; dp gradients reduced while backward runs");
+           o->dp == 1 ? ""
+           : o->overlap == PT_OVERLAP_OFF
+               ? (o->zero == 2 ? "; dp gradients reduce-scattered inside backward"
+                               : "; dp gradients reduced after backward")
+           : o->zero == 2 ? "; dp gradients reduce-scattered inside backward, parameters "
+                            "gathered behind the next forward"
+           : o->zero == 1 ? "; dp gradients reduced while backward runs, parameters gathered "
+                            "behind the next forward"
+                          : "; dp gradients reduced while backward runs");
+    if (o->dp > 1 && o->bucket_mb > 0.0f)
+        printf("dp gradient buckets: at least %g MiB (--bucket-mb)\n", (double)o->bucket_mb);
     printf("memory%s: params %.1f MiB, grads %.1f MiB, AdamW %.1f MiB, activations %.1f MiB "
            "(%d slot%s), scratch %.1f MiB\n",
            world->size > 1 ? " per rank" : "", gpt->mem.params / 1048576.0,

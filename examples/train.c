@@ -187,6 +187,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     desc.chunks = o->chunks;
     desc.recompute = o->recompute;
     desc.precision = o->precision;
+    desc.bucket_bytes = (size_t)((double)o->bucket_mb * 1048576.0);
     if ((st = pt_gpt_init(&gpt, &desc)) != PT_OK) goto fail;
     pt_gpt_init_weights(&gpt, o->seed);
     if (o->init_from) {
@@ -550,6 +551,14 @@ int main(int argc, char **argv) {
 
     /* model: from the checkpoint when resuming, --init-from's file, else preset + overrides */
     if ((st = train_config(&o, &a, tok.vocab_size)) != PT_OK) goto fail;
+    if ((double)o.bucket_mb * 1048576.0 > 4.0 * (double)pt_gpt_num_params(&o.cfg)) {
+        if (world.rank == 0)
+            fprintf(stderr, "error: --bucket-mb %g is more than the model's %.2f MiB of "
+                            "parameters\n", (double)o.bucket_mb,
+                    4.0 * (double)pt_gpt_num_params(&o.cfg) / 1048576.0);
+        rc = 2;
+        goto out;
+    }
     if (o.tk && tk.n_vocab > o.cfg.vocab_size) {
         if (world.rank == 0)
             fprintf(stderr, "error: the tokenizer %s has %d ids but the model's vocab_size is %d: "

@@ -733,6 +733,7 @@ static void ck_started_counters(pt_comm *c) {
 typedef struct ov_layout {
     int tp, dp, pp, zero, micro, chunks;
     pt_schedule_kind schedule;
+    size_t bucket; /* pt_gpt_desc.bucket_bytes */
 } ov_layout;
 
 /* Three AdamW steps of a 4-layer tiny GPT in layout L; the whole model's
@@ -758,7 +759,7 @@ static pt_status ov_train(pt_comm *world, const ov_layout *L, pt_overlap ov, flo
     pt_gpt_config_preset("tiny", &d.config);
     d.config.n_layer = 4;
     d.batch = B, d.seq = T, d.grid = &g, d.zero = L->zero, d.grad_accum = L->micro;
-    d.schedule = L->schedule, d.chunks = L->chunks;
+    d.schedule = L->schedule, d.chunks = L->chunks, d.bucket_bytes = L->bucket;
     if ((st = pt_gpt_init(&gpt, &d)) != PT_OK) {
         pt_grid_free(&g);
         return st;
@@ -786,20 +787,29 @@ static pt_status ov_train(pt_comm *world, const ov_layout *L, pt_overlap ov, flo
 
 /* Overlap on and off give the same bits in every layout of this world's size:
    dp with ZeRO 0, 1 and 2, tp x dp, dp x pp with 1F1B, zero-bubble (W apart)
-   and interleaved chunks (--small, for ThreadSanitizer: dp 2 ZeRO 1, and
+   and interleaved chunks, and with buckets of two layers (a layer is ~200 KB
+   here; with dp 2 and ZeRO 0 the buckets change no sum, so those also give
+   the bits of a layer a bucket; ZeRO's shards follow the buckets, and so do
+   the gradient norm's partial sums) (--small, for ThreadSanitizer: dp 2 ZeRO 1, and
    zero-bubble dp 2 x pp 2 with ZeRO 1). */
 static void ck_overlap(pt_comm *c) {
-    static const ov_layout two[] = {{1, 2, 1, 0, 1, 1, PT_SCHED_DEFAULT},
-                                    {1, 2, 1, 1, 2, 1, PT_SCHED_DEFAULT},
-                                    {1, 2, 1, 2, 1, 1, PT_SCHED_DEFAULT}};
-    static const ov_layout four[] = {{2, 2, 1, 1, 1, 1, PT_SCHED_DEFAULT},
-                                     {1, 2, 2, 0, 2, 1, PT_SCHED_1F1B},
-                                     {1, 2, 2, 1, 2, 1, PT_SCHED_ZB_H1},
-                                     {1, 2, 2, 0, 2, 2, PT_SCHED_INTERLEAVED},
-                                     {1, 4, 1, 1, 2, 1, PT_SCHED_DEFAULT},
-                                     {2, 2, 1, 2, 1, 1, PT_SCHED_DEFAULT}};
+    enum { TWO = 300000 };
+    static const ov_layout two[] = {{1, 2, 1, 0, 1, 1, PT_SCHED_DEFAULT, 0},
+                                    {1, 2, 1, 1, 2, 1, PT_SCHED_DEFAULT, 0},
+                                    {1, 2, 1, 2, 1, 1, PT_SCHED_DEFAULT, 0},
+                                    {1, 2, 1, 0, 1, 1, PT_SCHED_DEFAULT, TWO},
+                                    {1, 2, 1, 1, 2, 1, PT_SCHED_DEFAULT, TWO}};
+    static const ov_layout four[] = {{2, 2, 1, 1, 1, 1, PT_SCHED_DEFAULT, 0},
+                                     {1, 2, 2, 0, 2, 1, PT_SCHED_1F1B, 0},
+                                     {1, 2, 2, 1, 2, 1, PT_SCHED_ZB_H1, 0},
+                                     {1, 2, 2, 0, 2, 2, PT_SCHED_INTERLEAVED, 0},
+                                     {1, 4, 1, 1, 2, 1, PT_SCHED_DEFAULT, 0},
+                                     {2, 2, 1, 2, 1, 1, PT_SCHED_DEFAULT, 0},
+                                     {1, 2, 2, 0, 2, 1, PT_SCHED_ZB_H1, TWO},
+                                     {1, 2, 2, 0, 2, 2, PT_SCHED_INTERLEAVED, TWO},
+                                     {1, 2, 2, 1, 2, 1, PT_SCHED_1F1B, TWO}};
     const ov_layout *L = c->size == 2 ? two : four;
-    int n = c->size == 2 ? 3 : 6, k;
+    int n = c->size == 2 ? 5 : 9, k;
     float *on, *off, l_on = 0.0f, l_off = 0.0f;
     if (c->size != 2 && c->size != 4) return;
     for (k = 0; k < n; k++) {
@@ -828,6 +838,20 @@ static void ck_overlap(pt_comm *c) {
                     failf(__LINE__, "layout %d (tp %d dp %d pp %d zero %d): parameter %zu = %.9g "
                           "with overlap, %.9g without", k, L[k].tp, L[k].dp, L[k].pp, L[k].zero,
                           i, i < np ? (double)on[i] : 0.0, i < np ? (double)off[i] : 0.0);
+                if (L[k].bucket && L[k].dp == 2 && !L[k].zero) { /* against a layer a bucket */
+                    ov_layout one = L[k];
+                    float *ref = NULL, l_ref = 0.0f;
+                    one.bucket = 0;
+                    CHECK_ST(ov_train(c, &one, PT_OVERLAP_DEFAULT, &ref, &l_ref), PT_OK);
+                    for (i = 0; ref && i < np && on[i] == ref[i]; i++) {
+                    }
+                    if (!ref || i < np)
+                        failf(__LINE__, "layout %d: parameter %zu = %.9g with buckets of %zu "
+                              "bytes, %.9g with a layer a bucket", k, i,
+                              i < np ? (double)on[i] : 0.0, L[k].bucket,
+                              ref && i < np ? (double)ref[i] : 0.0);
+                    free(ref);
+                }
             }
         }
         free(on);
@@ -835,6 +859,16 @@ static void ck_overlap(pt_comm *c) {
     }
     CHECK_ERR(ov_train(c, &L[0], (pt_overlap)3, &on, &l_on), PT_ERR_INVALID_ARG, "overlap=3");
     free(on);
+    {
+        ov_layout big = L[0], z2 = L[0];
+        big.bucket = (size_t)1 << 30, z2.zero = 2, z2.bucket = TWO;
+        CHECK_ERR(ov_train(c, &big, PT_OVERLAP_DEFAULT, &on, &l_on), PT_ERR_CONFIG,
+                  "bucket_bytes=1073741824 is more than the model's");
+        free(on);
+        CHECK_ERR(ov_train(c, &z2, PT_OVERLAP_DEFAULT, &on, &l_on), PT_ERR_CONFIG,
+                  "bucket_bytes=300000 with zero=2");
+        free(on);
+    }
 }
 
 /* ======================================================================== */

@@ -62,10 +62,11 @@ effect "sample-tokens temperature top-k" "$dir/b.log" "^--- sample (temperature 
 
 # C: every kind of parallelism at once, and a trace
 build/train --layers 4 --heads 4 --embd 32 --tp 2 --dp 2 --pp 2 --chunks 2 --schedule interleaved \
-    --zero 1 --overlap off --batch 8 --seq 16 --steps 2 --trace "$dir/t.json" --trace-step 1 $q \
-    --precision bf16 >"$dir/c.log" 2>&1
+    --zero 1 --overlap off --bucket-mb 0.05 --batch 8 --seq 16 --steps 2 --trace "$dir/t.json" \
+    --trace-step 1 $q --precision bf16 >"$dir/c.log" 2>&1
 effect "tp dp pp zero chunks" "$dir/c.log" "^layout: tp 2 x dp 2 x pp 2 = 8 ranks (threads), ZeRO 1, schedule interleaved, 2 chunks per stage"
 effect "overlap" "$dir/c.log" "recompute none; dp gradients reduced after backward$"
+effect "bucket-mb" "$dir/c.log" "^dp gradient buckets: at least 0.05 MiB (--bucket-mb)$"
 effect "trace trace-step" "$dir/c.log" "^trace of step 1: $dir/t.json"
 effect "precision" "$dir/c.log" "; GEMM [a-z0-9-]*; bf16 peak 100.0 GFLOP/s (--peak-gflops)"
 
@@ -90,7 +91,11 @@ refused "eval-only" 2 "eval-only needs a model" --eval-only
 refused "precision" 2 "error: --precision: unknown precision 'fp16' (known: fp32, bf16)" $t \
     --precision fp16
 refused "overlap" 2 "overlap with one data-parallel rank: there is no gradient reduction" $t --overlap on
-refused "overlap zero" 2 "overlap with --zero 2: ZeRO 2 reduce-scatters" $t --dp 2 --zero 2 --overlap off
+refused "bucket-mb" 2 "bucket-mb with one data-parallel rank" $t --bucket-mb 1
+refused "bucket-mb 0" 2 "bucket-mb 0 must be more than 0" $t --dp 2 --bucket-mb 0
+refused "bucket-mb -1" 2 "bucket-mb -1 must be more than 0" $t --dp 2 --bucket-mb -1
+refused "bucket-mb zero" 2 "bucket-mb with --zero 2: ZeRO 2 holds one layer" $t --dp 2 --zero 2 --bucket-mb 1
+refused "bucket-mb model" 2 "bucket-mb 64 is more than the model's 0.4" $t --dp 2 --bucket-mb 64
 refused "eval-only steps" 2 "steps with --eval-only: nothing is trained" --eval-only --init-from "$dir/f.safetensors" --steps 3
 refused "eval-only data" 2 "data with --eval-only --val-data" --eval-only --init-from "$dir/f.safetensors" --val-data "$dir/val.txt" --data "$dir/val.txt"
 refused "checkpoint-every" 2 "checkpoint-every needs --checkpoint" $t --checkpoint-every 1

@@ -88,8 +88,9 @@
    state (zero=1) and gradients (zero=2), pipeline stages hold runs of layers.
    One call trains a step in any layout: pt_gpt_step runs this rank's part of
    the step's schedule (one stage without a pipeline, where micro-batches are
-   gradient accumulation), syncs the gradients (each layer's bucket started as
-   backward finishes it: pt_step_desc.overlap) and steps AdamW. Checkpoints,
+   gradient accumulation), syncs the gradients (each bucket started as
+   backward finishes it: pt_step_desc.overlap) and steps AdamW (ZeRO: each
+   bucket's parameter gather runs on behind the next forward). Checkpoints,
    pt_gpt_gather and weight loading always use the whole Hugging Face layout.
 */
 #ifndef PTRAIN_H

@@ -1,32 +1,52 @@
 #!/bin/sh
-# Progress of a started all-reduce while computing, across 2 hosts (network
-# namespaces, Open MPI over TCP only: tests/hosts.sh) at several link rates:
-# without MPI calls while computing, with pt_comm_test between compute slices,
-# and each again with Open MPI's TCP progress thread (btl_tcp_progress_thread).
-# One line per variant: exposed communication as a share of the blocking
-# all-reduce's time (1: nothing hidden, 0: all hidden). Then training steps
-# (dp 2) with pt_step_desc.overlap on and off at the same rates, with the time
-# each was exposed to the dp communication. See bench/bench_overlap.c.
+# Communication behind computation across 2 "hosts" (network namespaces, Open MPI
+# over TCP only, tbf-shaped links: tests/hosts.sh). See bench/bench_overlap.c.
+#
+# 1. Training steps (dp 2, one rank a host, 16 layers of 256, vocabulary 2048:
+#    13.3M parameters, 53 MB of gradients) with pt_step_desc.overlap on and
+#    off, and each rank's batch alone (the compute), at link rates from well
+#    below to well above the one where the dp communication takes about as
+#    long as the compute (~700 Mbit/s here): a table of step times beside the
+#    limit max(compute, communication), and the exposed communication (step -
+#    compute) with overlap as a share of the exposed communication without.
+# 2. How a started all-reduce progresses while a rank computes: without MPI
+#    calls, and with pt_comm_test between slices of compute.
+#
+#   RATES="250mbit 1gbit" ZEROS="1" sh bench/overlap.sh
 set -e
-mb=${MB:-16}
-for rate in ${RATES:-250mbit 1gbit 4gbit}; do
-    for thread in 0 1; do
-        echo "-- 2 hosts, $rate links, btl_tcp_progress_thread $thread"
-        sh tests/hosts.sh --hosts 2 --rate "$rate" --timeout 300 -- \
-            --mca btl_tcp_progress_thread "$thread" build/bench_overlap_mpi --mb "$mb" --reps 5 ||
-            { rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"; }
+rates=${RATES:-250mbit 500mbit 700mbit 1gbit 2gbit 4gbit}
+model="--preset small --layers 16 --vocab 2048 --batch 8 --seq 128 --steps ${STEPS:-4}"
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+run() { # run RATE ARGS...: one bench across 2 hosts; 77 (no namespaces) ends the script
+    r=$1
+    shift
+    sh tests/hosts.sh --hosts 2 --rate "$r" --timeout 900 -- "$@" || {
+        rc=$?
+        [ "$rc" -eq 77 ] && exit 0
+        exit "$rc"
+    }
+}
+for zero in ${ZEROS:-1 0}; do
+    for rate in $rates; do
+        echo "-- 2 hosts, $rate links, ZeRO $zero"
+        run "$rate" build/bench_overlap_mpi --step $model --zero "$zero" | tee -a "$out"
     done
 done
-# training steps (small preset, dp 2 across the 2 hosts): overlap on against off
-for rate in ${RATES:-250mbit 1gbit 4gbit}; do
-    echo "-- 2 hosts, $rate links: training steps, overlap on and off"
-    sh tests/hosts.sh --hosts 2 --rate "$rate" --timeout 300 -- \
-        build/bench_overlap_mpi --step --preset small --batch 8 --seq 128 --steps 4 ||
-        { rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"; }
+echo
+echo "| ZeRO | link | compute ms | off's dp calls ms | step off ms | step on ms | limit ms | on / limit | exposed on / off |"
+echo "|---|---|---|---|---|---|---|---|---|"
+set -- $rates
+i=0
+grep '^row ' "$out" | while IFS='|' read -r name comp comm off on lim ratio; do
+    n=$(echo "$rates" | wc -w)
+    idx=$((i % n + 1))
+    eval "rate=\${$idx}"
+    zero=$(echo "$name" | sed 's/.* z//')
+    echo "| $zero | $rate |$comp|$comm|$off|$on|$lim| $(awk -v a="$on" -v b="$lim" 'BEGIN { printf "%.2f", a / b }') |$ratio |"
+    i=$((i + 1))
 done
-# the same at 1 Gbit/s with a progress thread (an experiment of the bench, not the library's
-# way: MPI_THREAD_MULTIPLE and MPI_Iprobe every 200 us)
-echo "-- 2 hosts, 1gbit links: training steps, overlap on and off, a progress thread"
-sh tests/hosts.sh --hosts 2 --rate 1gbit --timeout 300 -- \
-    build/bench_overlap_mpi --step --preset small --batch 8 --seq 128 --steps 4 --progress-us 200 ||
-    { rc=$?; [ "$rc" -eq 77 ] && exit 0; exit "$rc"; }
+echo
+# started all-reduce and compute, 16 MiB at 1 Gbit/s
+echo "-- 2 hosts, 1gbit links: a started all-reduce while computing"
+run 1gbit build/bench_overlap_mpi --mb 16 --reps 5

@@ -3,7 +3,8 @@
 # namespaces joined by veth pairs through a bridge, on Open MPI's TCP
 # transport only (no shared memory between hosts), each link shaped by tc tbf.
 #
-#   tests/hosts.sh [--hosts N] [--slots K] [--rate RATE] [--timeout S] -- PROG ARGS...
+#   tests/hosts.sh [--hosts N] [--slots K] [--rate RATE] [--timeout S]
+#                  [--kill-host I:GLOB] -- PROG ARGS...
 #
 # N hosts (default 2) with K ranks each (default 1): ranks 0..K-1 on host 0, K..2K-1 on
 # host 1, ... (so a tp group of K consecutive ranks stays inside a host). RATE is tc's
@@ -13,12 +14,16 @@
 # a "switch" namespace of its own, addresses 10.213.0.1.. on the hosts' eth0 only, so
 # nothing is configured outside them. Everything is torn down on exit, also after a
 # failure, a timeout or ^C; namespaces left by a run that was killed are removed first.
+# --kill-host I:GLOB: once a file matching GLOB exists, every process of host I (its
+# ranks and its Open MPI daemon) is killed (a host that dies), and a line on stderr
+# says when: "hosts.sh: host I killed; mpirun ended S s later".
 # Exit status: the program's (mpirun's); 124 on timeout; 77 with a line starting
 # "SKIP" where the kernel (or the lack of privileges) refuses network namespaces.
 set -u
-hosts=2 slots=1 rate=1gbit limit=60
+hosts=2 slots=1 rate=1gbit limit=60 kill=
 usage() {
-    echo "usage: $0 [--hosts N] [--slots K] [--rate RATE] [--timeout S] -- PROG ARGS..." >&2
+    echo "usage: $0 [--hosts N] [--slots K] [--rate RATE] [--timeout S] [--kill-host I:GLOB]" \
+        "-- PROG ARGS..." >&2
     exit 2
 }
 while [ $# -gt 0 ]; do
@@ -27,6 +32,7 @@ while [ $# -gt 0 ]; do
     --slots) slots=${2:-}; shift 2 || usage ;;
     --rate) rate=${2:-}; shift 2 || usage ;;
     --timeout) limit=${2:-}; shift 2 || usage ;;
+    --kill-host) kill=${2:-}; shift 2 || usage ;;
     --) shift; break ;;
     *) usage ;;
     esac
@@ -34,6 +40,9 @@ done
 [ $# -ge 1 ] || usage
 case $hosts$slots in *[!0-9]*|'') usage ;; esac
 [ "$hosts" -ge 1 ] && [ "$hosts" -le 200 ] && [ "$slots" -ge 1 ] || usage
+victim=${kill%%:*} glob=${kill#*:}
+case $victim in *[!0-9]*) usage ;; esac
+[ -z "$kill" ] || { [ -n "$victim" ] && [ "$victim" -lt "$hosts" ] && [ -n "$glob" ]; } || usage
 # the rate in bit/s, for tbf's bucket: 4 ms at the rate (one timer tick at HZ=250), at
 # least 64 KB (more than one 64 KB TCP segment burst)
 bps=$(echo "$rate" | awk '/^[0-9.]+(bit|kbit|mbit|gbit)$/ {
@@ -107,8 +116,27 @@ done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+if [ -n "$kill" ]; then
+    ( # shellcheck disable=SC2086
+        until ls $glob >/dev/null 2>&1; do sleep 0.1; done
+        for p in $(ip netns pids "$pre-h$victim"); do kill -9 "$p" 2>/dev/null; done
+        date +%s.%N >"$dir/killed"
+    ) &
+    watcher=$!
+fi
 ip netns exec "$pre-h0" timeout "$limit" mpirun --allow-run-as-root --oversubscribe \
     --bind-to none --hostfile "$dir/hostfile" -n $((hosts * slots)) \
     --mca plm_rsh_agent "$dir/agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
     "$@"
+rc=$?
+if [ -n "$kill" ]; then
+    kill "$watcher" 2>/dev/null
+    if [ -s "$dir/killed" ]; then
+        echo "hosts.sh: host $victim killed; mpirun ended $(awk -v a="$(cat "$dir/killed")" \
+            -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s later" >&2
+    else
+        echo "hosts.sh: host $victim was not killed (no file matched $glob)" >&2
+    fi
+fi
+exit "$rc"

@@ -408,7 +408,8 @@ hosts_train() { # hosts_train HOSTS SLOTS TRAIN-ARGS...: the serial losses, on H
 }
 tests/hosts.sh --hosts 1 -- true >"$tmp/hosts.skip" 2>&1
 if [ $? -eq 77 ]; then
-    for h in "2 hosts (dp 2)" "4 hosts (tp 2 x dp 2 x pp 2)" "no namespace left behind"; do
+    for h in "2 hosts (dp 2)" "4 hosts (tp 2 x dp 2 x pp 2)" "2 hosts, one of which dies" \
+        "no namespace left behind"; do
         skip "train_mpi across $h" "$(cat "$tmp/hosts.skip")"
     done
 else
@@ -418,6 +419,8 @@ else
         hosts_train 2 1 --dp 2
     step "train_mpi across 4 hosts of 2 ranks (tp 2 in a host x dp 2 x pp 2): the serial losses" \
         hosts_train 4 2 --tp 2 --dp 2 --pp 2 --grad-accum 2 --zero 1
+    step "train_mpi across 2 hosts, one killed mid-run: a non-zero status within 30 s naming it; the checkpoint before resumes" \
+        sh tests/host_death_check.sh
     step "hosts.sh left no namespace behind" sh -c "! ip netns list | grep -q '^pt-'"
 fi
 step "train: --pp 2 --trace writes the measured step as Chrome trace JSON and SVG" sh -c \

@@ -884,7 +884,8 @@ PTRAINDEF pt_status pt_comm_barrier(pt_comm *c);
    do any block, each block once, in rank order), so a collective finishes
    as soon as every rank started it and one of them waits. Under MPI,
    Open MPI progresses the request only inside MPI calls: call pt_comm_test
-   now and then while computing (bench/overlap.sh measures the difference).
+   now and then while computing, as the executor does from its GEMMs
+   (bench/overlap.sh measures the difference).
    Threads: at most 64 collectives outstanding per communicator and rank. */
 PTRAINDEF pt_status pt_comm_all_reduce_start(pt_comm *c, float *buf, size_t n, pt_reduce_op op,
                                              pt_comm_req *req);
@@ -2984,18 +2985,18 @@ static int pt__gemm_amx(int ta, int tb, int M, int N, int K, float alpha, const 
    ~4 ms hides 2/3 of an all-reduce, every ~1 ms 3/4). So the executor sets
    this thread's poller, and every GEMM entry calls it at most once per
    PT__POLL_S (on the setting thread only: OpenMP's workers have their own,
-   empty, copy). With slice set (a model with a dp group), pt_sgemm also
-   computes C in runs of rows of about PT__SLICE_FLOP each, polling between
-   them: a run of rows gives other bits than the whole GEMM (BLAS's edge
-   tiles), so the slicing depends on the layout alone, never on whether
-   anything is under way. */
+   empty, copy). With slice set (PT__SLICE_FLOP for a model with a dp
+   group), pt_sgemm computes C in runs of rows of about that many FLOP (at
+   least 64 rows), polling between them: a run of rows gives other bits than
+   the whole GEMM (BLAS's edge tiles), so the slicing depends on the layout
+   alone, never on whether anything is under way. */
 #define PT__POLL_S 2e-4
 #define PT__SLICE_FLOP 6.4e7
 typedef struct pt__poller {
     void (*fn)(void *arg);
     void *arg;
-    double next; /* pt_time_now() before which it is not called again */
-    int slice;
+    double next;  /* pt_time_now() before which it is not called again */
+    double slice; /* FLOP a run of rows (0: whole GEMMs) */
 } pt__poller;
 static PT__THREAD_LOCAL pt__poller pt__poll;
 
@@ -3055,11 +3056,12 @@ PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alp
     int r, rows;
     if (M <= 0 || N <= 0) return;
     pt__poll_now();
-    if (!pt__poll.slice || flop < 2.0 * PT__SLICE_FLOP) {
+    if (!(pt__poll.slice > 0.0) || flop < 2.0 * pt__poll.slice) {
         pt__sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    rows = ((int)((double)M * PT__SLICE_FLOP / flop) + 63) / 64 * 64; /* >= 64: 2M rows flop */
+    rows = ((int)((double)M * pt__poll.slice / flop) + 63) / 64 * 64;
+    if (rows < 64) rows = 64;
     for (r = 0; r < M; r += rows) {
         if (r) pt__poll_now();
         pt__sgemm(trans_a, trans_b, M - r < rows ? M - r : rows, N, K, alpha,
@@ -4523,6 +4525,15 @@ struct pt_gpt_exec {
    executor computes, the GEMMs call this (pt__poll_now) to test each dp
    reduction and parameter gather under way. The first error is kept for
    the executor to return. */
+/* The gathers' group counts into the dp group's time, bytes and calls (it
+   is a copy of it): what a step was exposed to stays in one place. */
+static void pt__ag_fold(pt_gpt_exec *x) {
+    if (!x->ag_comm || !x->dp_comm) return;
+    x->dp_comm->seconds += x->ag_comm->seconds, x->dp_comm->bytes += x->ag_comm->bytes;
+    x->dp_comm->calls += x->ag_comm->calls;
+    x->ag_comm->seconds = 0.0, x->ag_comm->bytes = x->ag_comm->calls = 0;
+}
+
 static pt_status pt__ag_start(const pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     const pt__bucket *k = &x->buckets[x->ag_next];
@@ -4552,6 +4563,7 @@ static void pt__ov_poll(void *arg) {
         if (x->ov_req[j].comm && (st = pt_comm_test(&x->ov_req[j], &done)) != PT_OK && !x->poll_st)
             x->poll_st = st;
     if ((st = pt__ag_pump((pt_gpt *)arg)) != PT_OK && !x->poll_st) x->poll_st = st;
+    pt__ag_fold(x);
 }
 
 /* Waits for the parameter all-gathers of the buckets that hold any of the
@@ -4567,6 +4579,7 @@ static pt_status pt__ag_need(const pt_gpt *m, int i, int n) {
         while (st == PT_OK && x->ag_next <= b && x->ag_next < x->ag_end) st = pt__ag_start(m);
         if (st == PT_OK && x->ag_req[b].comm) st = pt_comm_wait(&x->ag_req[b]);
     }
+    if (x) pt__ag_fold(x);
     return st;
 }
 
@@ -9149,7 +9162,7 @@ static pt_status pt__gpt_backward(pt_gpt *m) {
         pt__poller poll_ = pt__poll;                                                \
         pt_status st_;                                                              \
         pt__poll.fn = pt__ov_poll, pt__poll.arg = (m), pt__poll.next = 0.0;         \
-        pt__poll.slice = (m)->place.dp > 1;                                         \
+        pt__poll.slice = (m)->place.dp > 1 ? PT__SLICE_FLOP : 0.0;                   \
         st_ = (call);                                                               \
         pt__poll = poll_;                                                           \
         pt_set_gemm_precision(old_);                                                \
@@ -9343,6 +9356,7 @@ PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, flo
         if (x->ag_on) {
             x->ag_end = b + 1;
             st = pt__ag_pump(m);
+            pt__ag_fold(x);
         } else {
             st = pt_comm_all_gather(x->dp_comm, m->params + own, m->params + k->offset, k->shard);
         }

@@ -4,6 +4,7 @@
 
      build/bench_parallel --tp 2 --dp 2 [--config gpt2-124m] [--layers 2]
                           [--batch 8] [--seq 64] [--steps 3] [--zero 0]
+                          [--overlap on|off] [--bucket-mb X]
      mpirun -np 4 build/bench_parallel_mpi --tp 2 --dp 2 ...
 
    Two measurements, each the median of --steps after a checked warm-up:
@@ -25,8 +26,9 @@
 #include <math.h>
 
 typedef struct opts {
-    const char *config;
+    const char *config, *overlap;
     int layers, batch, seq, steps, tp, dp, zero, memory;
+    float bucket_mb;
 } opts;
 
 
@@ -88,6 +90,7 @@ static pt_status rank_main(pt_comm *world, void *arg) {
     d.seq = o->seq;
     d.grid = &grid;
     d.zero = o->zero;
+    d.bucket_bytes = (size_t)((double)o->bucket_mb * 1048576.0);
     N = Bl * o->seq;
     d.meta = o->memory;
     if ((st = pt_gpt_init(&gpt, &d)) != PT_OK) goto out;
@@ -121,6 +124,7 @@ static pt_status rank_main(pt_comm *world, void *arg) {
     memset(&sd, 0, sizeof sd);
     sd.inputs = inputs + (size_t)grid.dp_rank * N, sd.targets = targets + (size_t)grid.dp_rank * N;
     sd.B = Bl, sd.T = o->seq, sd.adamw = &opt, sd.lr = 1e-3f;
+    sd.overlap = strcmp(o->overlap, "off") == 0 ? PT_OVERLAP_OFF : PT_OVERLAP_ON;
     pt_rng_seed(&rng, 7); /* the same batch on every rank; each takes its rows */
     for (i = 0; i < o->batch * o->seq; i++) {
         inputs[i] = (int)(pt_rng_u64(&rng) % (uint64_t)cfg.vocab_size);
@@ -193,6 +197,10 @@ int main(int argc, char **argv) {
         {"tp", CLI_INT, &o.tp, "tensor-parallel ranks", 1, 1024},
         {"dp", CLI_INT, &o.dp, "data-parallel ranks", 1, 1024},
         {"zero", CLI_INT, &o.zero, "ZeRO stage", 0, 2},
+        {"overlap", CLI_STR, &o.overlap, "on | off: the dp communication behind compute or after "
+         "it", 0, 0},
+        {"bucket-mb", CLI_FLOAT, &o.bucket_mb, "dp gradient buckets of at least this many MiB "
+         "(default: a layer each)", 0, 0},
         {"memory", CLI_FLAG, &o.memory, "only print the per-rank memory (nothing allocated)", 0,
          0},
     };
@@ -203,7 +211,7 @@ int main(int argc, char **argv) {
     if (!cli_world_begin(&world, &argc, &argv)) return 2;
     memset(&o, 0, sizeof o);
     o.config = "gpt2-124m", o.layers = 2, o.batch = 8, o.seq = 64, o.steps = 3;
-    o.tp = 1, o.dp = 1;
+    o.tp = 1, o.dp = 1, o.overlap = "on";
     if ((s = cli_parse(argc, argv, table, nopts, pos, 0, &npos)) != 0) {
         cli_usage(s == 1 ? stdout : stderr, "usage: bench_parallel [options]", table, nopts);
         rc = s == 1 ? 0 : 2;
@@ -213,15 +221,23 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", pt_last_error());
         goto done;
     }
+    if (strcmp(o.overlap, "on") != 0 && strcmp(o.overlap, "off") != 0) {
+        fprintf(stderr, "error: --overlap '%s' is not on or off\n", o.overlap);
+        goto done;
+    }
+    if (cli_given(argc, argv, "bucket-mb") && !(o.bucket_mb > 0.0f)) {
+        fprintf(stderr, "error: --bucket-mb %g must be more than 0\n", (double)o.bucket_mb);
+        goto done;
+    }
     if (o.batch % o.dp || cfg.n_head % o.tp) {
         fprintf(stderr, "error: dp=%d must divide --batch %d and tp=%d must divide n_head=%d\n",
                 o.dp, o.batch, o.tp, cfg.n_head);
         goto done;
     }
     if (world.rank == 0)
-        printf("%s, %d layers, B=%d T=%d, tp %d x dp %d, ZeRO %d, %s ranks\n", o.config,
-               o.layers ? o.layers : cfg.n_layer, o.batch, o.seq, o.tp, o.dp, o.zero,
-               world.kind == PT_COMM_MPI ? "MPI" : "thread");
+        printf("%s, %d layers, B=%d T=%d, tp %d x dp %d, ZeRO %d, overlap %s, %s ranks\n",
+               o.config, o.layers ? o.layers : cfg.n_layer, o.batch, o.seq, o.tp, o.dp, o.zero,
+               o.overlap, world.kind == PT_COMM_MPI ? "MPI" : "thread");
     st = cli_world_run(&world, o.tp * o.dp, rank_main, &o);
     if (st != PT_OK) fprintf(stderr, "error: %s\n", pt_last_error());
     rc = st == PT_OK ? 0 : 1;

@@ -116,12 +116,21 @@ static void fwd_xent(void *p) {
 
 /* C = alpha op(A) op(B) + beta C against a triple loop, all four transpose
    combinations, non-square, leading dimensions with padding (which must stay
-   untouched). With beta = 0, C is not read (NaN there must not propagate). */
+   untouched). With beta = 0, C is not read (NaN there must not propagate).
+   The third size runs in runs of rows, as with a dp group (pt__poller.slice:
+   here 100 FLOP, below one row's 360, so runs of at least 64 rows: 64, 64,
+   22), polling between them. */
+static int g_polls;
+static void count_poll(void *arg) {
+    (void)arg;
+    g_polls++;
+}
 static void test_sgemm(void) {
-    const int sizes[2][3] = {{5, 7, 3}, {33, 17, 40}}; /* M, N, K */
+    const int sizes[3][3] = {{5, 7, 3}, {33, 17, 40}, {150, 9, 20}}; /* M, N, K */
     const float alpha = 0.7f, beta = -0.3f;
     int sz, ta, tb, i, j, kk;
-    for (sz = 0; sz < 2; sz++)
+    pt__poller saved = pt__poll;
+    for (sz = 0; sz < 3; sz++)
         for (ta = 0; ta < 2; ta++)
             for (tb = 0; tb < 2; tb++) {
                 int M = sizes[sz][0], N = sizes[sz][1], K = sizes[sz][2], pass;
@@ -141,10 +150,17 @@ static void test_sgemm(void) {
                             ref[i * ldc + j] = alpha * s + (pass ? 0.0 : beta * (double)C[i * ldc + j]);
                             if (pass) C[i * ldc + j] = NAN;
                         }
+                    if (sz == 2) {
+                        pt__poll.fn = count_poll, pt__poll.slice = 100.0;
+                        g_polls = 0;
+                    }
+                    pt__poll.next = 0.0;
                     pt_sgemm(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, be, C, ldc);
-                    snprintf(what, sizeof what, "sgemm %dx%dx%d ta=%d tb=%d beta=%g", M, N, K, ta,
-                             tb, (double)be);
+                    pt__poll = saved;
+                    snprintf(what, sizeof what, "sgemm %dx%dx%d ta=%d tb=%d beta=%g%s", M, N, K,
+                             ta, tb, (double)be, sz == 2 ? " in runs of rows" : "");
                     CHECK_CLOSE(what, C, ref, (size_t)M * ldc, 1e-6, 1e-5);
+                    if (sz == 2 && g_polls < 1) CHECK(!"pt_sgemm in runs of rows polled");
                 }
             }
 }

@@ -4521,10 +4521,6 @@ struct pt_gpt_exec {
     pt_arena param_arena, act_arena;
 };
 
-/* Under MPI a started operation moves on only inside MPI calls: while the
-   executor computes, the GEMMs call this (pt__poll_now) to test each dp
-   reduction and parameter gather under way. The first error is kept for
-   the executor to return. */
 /* The gathers' group counts into the dp group's time, bytes and calls (it
    is a copy of it): what a step was exposed to stays in one place. */
 static void pt__ag_fold(pt_gpt_exec *x) {
@@ -4555,6 +4551,10 @@ static pt_status pt__ag_pump(const pt_gpt *m) {
     return st;
 }
 
+/* Under MPI a started operation moves on only inside MPI calls: while the
+   executor computes, the GEMMs call this (pt__poll_now) to test each dp
+   reduction and parameter gather under way. The first error is kept for
+   the executor to return. */
 static void pt__ov_poll(void *arg) {
     pt_gpt_exec *x = ((pt_gpt *)arg)->exec;
     pt_status st;
@@ -8643,7 +8643,6 @@ static pt_status pt__ov_layer(pt_gpt *m, int l, int ascending) {
     int b = m->table[x->tab_layers + x->layer_tensors * l].bucket, lf, n;
     const pt__bucket *k = &x->buckets[b];
     pt_status st;
-    int j, done;
     if (!x->ov_on || !x->ov_last) return PT_OK;
     lf = (k->first - x->tab_layers) / x->layer_tensors, n = k->count / x->layer_tensors;
     if (k->first < x->tab_layers || (k->first - x->tab_layers) % x->layer_tensors ||
@@ -8658,8 +8657,7 @@ static pt_status pt__ov_layer(pt_gpt *m, int l, int ascending) {
     else
         st = pt_comm_all_reduce_start(x->dp_comm, m->grads + k->offset, k->numel, PT_REDUCE_AVG,
                                       &x->ov_req[b]);
-    for (j = 0; j < x->num_buckets && st == PT_OK; j++)
-        if (x->ov_req[j].comm) st = pt_comm_test(&x->ov_req[j], &done);
+    if (st == PT_OK) pt__ov_poll(m);
     return st != PT_OK ? st : x->poll_st;
 }
 
@@ -8913,14 +8911,12 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
                         "(every %d micro-batches): pt_step_desc.adamw must be set", pl->pp);
     /* (Chimera's replicas sum their gradients before the dp reduction, 2BW reduces
        at each of its updates: no overlap) */
-    x->ov_on = d->overlap != PT_OVERLAP_OFF && pl->dp > 1 && pl->zero < 2 &&
-               pl->schedule != PT_SCHED_CHIMERA && !tbw;
+    x->ag_on = d->overlap != PT_OVERLAP_OFF && pl->dp > 1 && pl->schedule != PT_SCHED_CHIMERA &&
+               !tbw;
+    x->ov_on = x->ag_on && pl->zero < 2; /* (ZeRO 2 reduces inside backward either way) */
     /* the last update's gathers under way: kept for this forward, or all now */
     x->poll_st = PT_OK;
-    if (!(x->ag_on = x->ov_on || (d->overlap != PT_OVERLAP_OFF && pl->dp > 1 && pl->zero == 2 &&
-                                  !tbw && pl->schedule != PT_SCHED_CHIMERA)) &&
-        (st = pt__ag_settle(m)) != PT_OK)
-        return st;
+    if (!x->ag_on && (st = pt__ag_settle(m)) != PT_OK) return st;
     x->ver = 0; /* a step starts from one version (the pipeline is flushed between steps) */
     x->ov_last = 0;
     memset(x->ov_req, 0, (size_t)x->num_buckets * sizeof *x->ov_req);

@@ -2154,9 +2154,9 @@ PTRAINDEF void pt_arena_free(pt_arena *a) {
    special flags; bf16 packs pairs of consecutive k (vdpbf16ps's operand). */
 #define PT__GEMM_MR 12
 #define PT__GEMM_NR 32
-#define PT__GEMM_KC 256 /* even: bf16 packs k in pairs */
-#define PT__GEMM_MC 96  /* multiple of MR */
-#define PT__GEMM_NC 768 /* multiple of NR; the packed slab, KC*NC*4 = 768 KiB, on the stack */
+#define PT__GEMM_KC 384  /* fp32 k a slab at most (bf16: twice) */
+#define PT__GEMM_MC 4092 /* rows of A packed at once (L3), a multiple of MR */
+#define PT__GEMM_NC 512  /* columns of a B slab, KC*NC*4 = 768 KiB (L2), a multiple of NR */
 
 #define PT__GEMM_AUTO 0
 #define PT__GEMM_PTRAIN 1
@@ -2416,125 +2416,286 @@ static void pt__gemm_portable(int bf16, int ta, int tb, int M, int N, int K, flo
 }
 
 #ifdef PT__GEMM_X86
-/* bf16 packing, vectorised (vcvtne2ps2bf16 rounds to nearest even like
-   pt__bf16_bits; denormal inputs count as zero, as they do in vdpbf16ps).
-   Pairs from two rows: dst[c] = (bf16(s*r0[c]), bf16(s*r1[c])) for c < n <= 32,
+/* 16 x 16 32-bit words transposed in registers: word i of v[j] becomes word j
+   of v[i]. Pairs, 4-row groups, then 128-bit lanes, written out step by step
+   (inlined, the array stays in registers; the zero-masking forms because
+   g++ warns on the plain ones' undefined operand). */
+#define PT__TR_UNPACK(d, s, a, b, w, m)                                            \
+    d[a] = _mm512_maskz_unpacklo_epi##w(m, s[a], s[b]);                           \
+    d[b] = _mm512_maskz_unpackhi_epi##w(m, s[a], s[b]);
+#define PT__TR_LANES(j)                                                            \
+    {                                                                              \
+        __m512i e0 = _mm512_maskz_shuffle_i32x4(all16, t[j], t[4 + j], 0x88);      \
+        __m512i o0 = _mm512_maskz_shuffle_i32x4(all16, t[j], t[4 + j], 0xdd);      \
+        __m512i e1 = _mm512_maskz_shuffle_i32x4(all16, t[8 + j], t[12 + j], 0x88); \
+        __m512i o1 = _mm512_maskz_shuffle_i32x4(all16, t[8 + j], t[12 + j], 0xdd); \
+        v[j] = _mm512_maskz_shuffle_i32x4(all16, e0, e1, 0x88);                    \
+        v[j + 8] = _mm512_maskz_shuffle_i32x4(all16, e0, e1, 0xdd);                \
+        v[j + 4] = _mm512_maskz_shuffle_i32x4(all16, o0, o1, 0x88);                \
+        v[j + 12] = _mm512_maskz_shuffle_i32x4(all16, o0, o1, 0xdd);               \
+    }
+PT__TARGET_AVX512 static inline __attribute__((always_inline)) void pt__tr16(__m512i *v) {
+    const __mmask16 all16 = 0xFFFF;
+    const __mmask8 all8 = 0xFF;
+    __m512i t[16], u[16];
+    /* u[j], u[j+1]: interleaved words of rows j, j+1 */
+    PT__TR_UNPACK(u, v, 0, 1, 32, all16) PT__TR_UNPACK(u, v, 2, 3, 32, all16)
+    PT__TR_UNPACK(u, v, 4, 5, 32, all16) PT__TR_UNPACK(u, v, 6, 7, 32, all16)
+    PT__TR_UNPACK(u, v, 8, 9, 32, all16) PT__TR_UNPACK(u, v, 10, 11, 32, all16)
+    PT__TR_UNPACK(u, v, 12, 13, 32, all16) PT__TR_UNPACK(u, v, 14, 15, 32, all16)
+    /* t[j+c]: lane L holds rows j..j+3 of column 4L+c (pairs of words from u[j], u[j+2]) */
+    t[0] = _mm512_maskz_unpacklo_epi64(all8, u[0], u[2]);
+    t[1] = _mm512_maskz_unpackhi_epi64(all8, u[0], u[2]);
+    t[2] = _mm512_maskz_unpacklo_epi64(all8, u[1], u[3]);
+    t[3] = _mm512_maskz_unpackhi_epi64(all8, u[1], u[3]);
+    t[4] = _mm512_maskz_unpacklo_epi64(all8, u[4], u[6]);
+    t[5] = _mm512_maskz_unpackhi_epi64(all8, u[4], u[6]);
+    t[6] = _mm512_maskz_unpacklo_epi64(all8, u[5], u[7]);
+    t[7] = _mm512_maskz_unpackhi_epi64(all8, u[5], u[7]);
+    t[8] = _mm512_maskz_unpacklo_epi64(all8, u[8], u[10]);
+    t[9] = _mm512_maskz_unpackhi_epi64(all8, u[8], u[10]);
+    t[10] = _mm512_maskz_unpacklo_epi64(all8, u[9], u[11]);
+    t[11] = _mm512_maskz_unpackhi_epi64(all8, u[9], u[11]);
+    t[12] = _mm512_maskz_unpacklo_epi64(all8, u[12], u[14]);
+    t[13] = _mm512_maskz_unpackhi_epi64(all8, u[12], u[14]);
+    t[14] = _mm512_maskz_unpacklo_epi64(all8, u[13], u[15]);
+    t[15] = _mm512_maskz_unpackhi_epi64(all8, u[13], u[15]);
+    /* column 4L + j: lane L of t[j], t[4+j], t[8+j], t[12+j] */
+    PT__TR_LANES(0) PT__TR_LANES(1) PT__TR_LANES(2) PT__TR_LANES(3)
+}
+#undef PT__TR_UNPACK
+#undef PT__TR_LANES
+
+static inline __mmask16 pt__mask16(int n) { /* the first n of 16 lanes, n clipped to 0..16 */
+    return (__mmask16)(n >= 16 ? 0xFFFFu : n <= 0 ? 0u : (1u << n) - 1u);
+}
+
+/* 48 consecutive rows' words (w0: rows 0-15, w1: 16-31, w2: 32-47) into the
+   4 MR = 12-row micro-panels they make, panel q at dst + q*pstride words;
+   only the panels that hold some of the first `rows` rows are written. */
+PT__TARGET_AVX512 static inline void pt__put_panels48(uint32_t *dst, size_t pstride, int rows,
+                                                      __m512i w0, __m512i w1, __m512i w2) {
+    const __mmask16 m12 = 0x0FFF, all = 0xFFFF;
+    _mm512_mask_storeu_epi32(dst, m12, w0);
+    if (rows > 12)
+        _mm512_mask_storeu_epi32(dst + pstride, m12, _mm512_maskz_alignr_epi32(all, w1, w0, 12));
+    if (rows > 24)
+        _mm512_mask_storeu_epi32(dst + 2 * pstride, m12, _mm512_maskz_alignr_epi32(all, w2, w1, 8));
+    if (rows > 36)
+        _mm512_mask_storeu_epi32(dst + 3 * pstride, m12, _mm512_maskz_alignr_epi32(all, w2, w2, 4));
+}
+
+/* bf16 pairs from 32 floats: word w = (bf16(s*x[2w]), bf16(s*x[2w+1])), w < 16,
+   x[n..32) read as zero (vcvtne2ps2bf16: round to nearest even like
+   pt__bf16_bits, denormals to zero as vdpbf16ps reads them). */
+PT__TARGET_BF16 static inline __m512i pt__bf16_pairs32(const float *x, int n, __m512 vs) {
+    __m512 lo = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(pt__mask16(n), x));
+    __m512 hi = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(pt__mask16(n - 16), x + 16));
+    return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+/* Word i = (bf16(x0[i]), bf16(x1[i])), i < 16: two rows' values as pairs. */
+PT__TARGET_BF16 static inline __m512i pt__bf16_zip(__m512 x0, __m512 x1) {
+    static const uint16_t inter[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    return _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)inter),
+                                    (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
+}
+
+/* Pairs from two rows: dst[c] = (bf16(s*r0[c]), bf16(s*r1[c])) for c < n <= 32,
    zero for n <= c < w; r1 NULL: zero partners. */
 PT__TARGET_BF16 static void pt__bf16_pack_pairs(uint32_t *dst, const float *r0, const float *r1,
                                                 int n, int w, float s) {
-    static const uint16_t inter[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
-                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    __m512i idx = _mm512_loadu_si512((const void *)inter);
     __m512 vs = _mm512_set1_ps(s);
     int c;
     for (c = 0; c < w; c += 16) {
-        int m = n - c < 0 ? 0 : n - c > 16 ? 16 : n - c;
-        __mmask16 km = (__mmask16)((1u << m) - 1u), kw = (__mmask16)(w - c >= 16 ? 0xFFFFu : (1u << (w - c)) - 1u);
+        __mmask16 km = pt__mask16(n - c);
         __m512 x0 = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(km, r0 + c));
         __m512 x1 = r1 ? _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(km, r1 + c)) : _mm512_setzero_ps();
-        __m512i v = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
-        _mm512_mask_storeu_epi32(dst + c, kw, v);
+        _mm512_mask_storeu_epi32(dst + c, pt__mask16(w - c), pt__bf16_zip(x0, x1));
     }
 }
 
-/* Pairs along one row: dst[j*stride] = (bf16(s*x[2j]), bf16(s*x[2j+1])) for the
-   (n+1)/2 pairs of x[0..n), the odd one's partner zero. */
-PT__TARGET_BF16 static void pt__bf16_pack_row(uint32_t *dst, size_t stride, const float *x, int n,
-                                              float s) {
-    __m512 vs = _mm512_set1_ps(s);
-    __m512i vidx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                      _mm512_set1_epi32((int)stride));
-    int k;
-    for (k = 0; k < n; k += 32) {
-        int m0 = n - k > 16 ? 16 : n - k, m1 = n - k - 16 < 0 ? 0 : n - k - 16 > 16 ? 16 : n - k - 16;
-        int np = (n - k > 32 ? 32 : n - k + 1) / 2;
-        __m512 lo = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps((__mmask16)((1u << m0) - 1u), x + k));
-        __m512 hi = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps((__mmask16)((1u << m1) - 1u), x + k + 16));
-        __m512i v = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-        _mm512_mask_i32scatter_epi32((void *)(dst + (size_t)(k / 2) * stride),
-                                     (__mmask16)((1u << np) - 1u), vidx, v, 4);
-    }
-}
-
-/* Pack rows i0..i0+mc of alpha*op(A), k = p0..p0+kc, into MR-row micro-panels:
-   fp32 ap[panel][k][r]; bf16 (kp = kc rounded up to even) pairs ap[panel][k/2][r] =
-   (bf16(a[r][k]), bf16(a[r][k+1])) as one 32-bit word. Rows past mc and the odd
-   k's partner are zero. */
-static void pt__gemm_pack_a(void *dst, int bf16, int ta, const float *A, int lda, int i0,
-                            int mc, int p0, int kc, float alpha) {
+/* Packing. alpha*op(A), rows i0..i0+mc and k = p0..p0+kc, goes into MR-row
+   micro-panels, panel p at ap + p*MR*kc floats: fp32 ap[k][r]; bf16 (kp =
+   (kc+1)/2) ap[k/2][r] = (bf16(a[r][k]), bf16(a[r][k+1])) as one 32-bit word.
+   op(B), columns j0..j0+nc, into NR-column micro-panels at bp + p*NR*kc:
+   fp32 bp[k][c]; bf16 bp[k/2][c] pairs likewise. Rows and columns past the
+   edge and the odd k's partner are zero. Where the source runs along k
+   (A not transposed, B transposed) 16 x 16 blocks go through pt__tr16.
+   A panel's rows are stored 16 words at a time, 4 past the MR = 12 the
+   next k overwrites: the buffer has 16 words of slack at its end. */
+PT__TARGET_AVX512 static void pt__pack_a_f32(float *ap, int ta, const float *A, int lda, int i0,
+                                             int mc, int p0, int kc, float alpha) {
     const int MR = PT__GEMM_MR;
-    int ir, r, k, kp = (kc + 1) & ~1;
-    for (ir = 0; ir < mc; ir += MR) {
-        int mr = mc - ir < MR ? mc - ir : MR;
-        /* element (r, k) at A[r*rs + k*ks]; k outer so the writes are contiguous */
-        size_t rs = ta ? 1 : (size_t)lda, ks = ta ? (size_t)lda : 1;
-        const float *a = A + (ta ? (size_t)p0 * lda + i0 + ir : (size_t)(i0 + ir) * lda + p0);
-        if (!bf16) {
-            float *ap = (float *)dst + (size_t)ir * kc;
-            if (ta && mr == MR) /* fixed trip counts: the compiler vectorises these */
-                for (k = 0; k < kc; k++, ap += PT__GEMM_MR)
-                    for (r = 0; r < PT__GEMM_MR; r++) ap[r] = alpha * a[k * ks + r];
-            else
-                for (k = 0; k < kc; k++, ap += MR) {
-                    const float *ak = a + k * ks;
-                    for (r = 0; r < mr; r++) ap[r] = alpha * ak[r * rs];
-                    for (; r < MR; r++) ap[r] = 0.0f;
+    __m512 va = _mm512_set1_ps(alpha);
+    int ir, r, k, j;
+    if (ta) { /* row k of op(A)^T holds the rows side by side: along it 48 at a time, 4 panels */
+        for (k = 0; k < kc; k++)
+            for (ir = 0; ir < mc; ir += 48) {
+                const float *a = A + (size_t)(p0 + k) * lda + i0 + ir;
+                __m512i w[3];
+                for (j = 0; j < 3; j++) {
+                    __mmask16 km = pt__mask16(mc - ir - 16 * j);
+                    if (k + 2 < kc)
+                        _mm_prefetch((const char *)(a + 2 * (size_t)lda + 16 * j), _MM_HINT_T0);
+                    w[j] = _mm512_castps_si512(_mm512_mul_ps(va, _mm512_maskz_loadu_ps(km, a + 16 * j)));
                 }
-        } else {
-            uint32_t *ap = (uint32_t *)dst + (size_t)ir * (kp / 2);
-            if (ta) /* rows of k: pairs of rows */
-                for (k = 0; k < kp; k += 2, ap += MR)
-                    pt__bf16_pack_pairs(ap, a + k * ks, k + 1 < kc ? a + (k + 1) * ks : NULL, mr,
-                                        MR, alpha);
-            else { /* rows of A: pairs along a row, 32-bit words MR apart */
-                for (r = 0; r < mr; r++) pt__bf16_pack_row(ap + r, (size_t)MR, a + r * rs, kc, alpha);
-                for (; r < MR; r++)
-                    for (k = 0; k < kp / 2; k++) ap[(size_t)k * MR + r] = 0;
+                pt__put_panels48((uint32_t *)ap + (size_t)ir * kc + (size_t)k * MR,
+                                 (size_t)MR * kc, mc - ir, w[0], w[1], w[2]);
+            }
+        return;
+    }
+    for (ir = 0; ir < mc; ir += MR, ap += (size_t)MR * kc) {
+        int mr = mc - ir < MR ? mc - ir : MR;
+        {
+            for (k = 0; k < kc; k += 16) {
+                __m512i v[16];
+                __mmask16 kk = pt__mask16(kc - k);
+                for (r = 0; r < 16; r++) {
+                    const float *a = A + (size_t)(i0 + ir + r) * lda + p0 + k;
+                    if (r >= mr) {
+                        v[r] = _mm512_setzero_si512();
+                        continue;
+                    }
+                    if (k + 48 < kc) _mm_prefetch((const char *)(a + 32), _MM_HINT_T0);
+                    v[r] = _mm512_castps_si512(_mm512_mul_ps(va, _mm512_maskz_loadu_ps(kk, a)));
+                }
+                pt__tr16(v);
+                for (j = 0; j < 16 && k + j < kc; j++)
+                    _mm512_mask_storeu_epi32((void *)(ap + (size_t)(k + j) * MR), 0x0FFF, v[j]);
             }
         }
     }
 }
 
-/* Pack NR-column micro-panel q of op(B) (columns j0+q*NR.., k = p0..p0+kc):
-   fp32 bp[k][c]; bf16 pairs bp[k/2][c] = (bf16(b[k][c]), bf16(b[k+1][c])).
-   Columns past nc and the odd k's partner are zero. */
-static void pt__gemm_pack_b(void *dst, int bf16, int tb, const float *B, int ldb, int j0,
-                            int nc, int p0, int kc, int q) {
-    const int NR = PT__GEMM_NR;
-    int c, k, kp = (kc + 1) & ~1, jr = q * NR, nr = nc - jr < NR ? nc - jr : NR;
-    if (!bf16) {
-        float *bp = (float *)dst + (size_t)jr * kc;
-        if (!tb) {
-            for (k = 0; k < kc; k++) {
-                const float *b = B + (size_t)(p0 + k) * ldb + j0 + jr;
-                if (nr == NR) {
-                    for (c = 0; c < PT__GEMM_NR; c++) bp[(size_t)k * PT__GEMM_NR + c] = b[c];
-                } else {
-                    for (c = 0; c < nr; c++) bp[(size_t)k * NR + c] = b[c];
-                    for (; c < NR; c++) bp[(size_t)k * NR + c] = 0.0f;
+PT__TARGET_BF16 static void pt__pack_a_bf16(uint32_t *ap, int ta, const float *A, int lda, int i0,
+                                            int mc, int p0, int kc, float alpha) {
+    const int MR = PT__GEMM_MR;
+    int ir, r, k, j, kp = (kc + 1) / 2;
+    __m512 va = _mm512_set1_ps(alpha);
+    if (ta) { /* rows k and k+1 of op(A)^T, interleaved: 48 rows at a time, 4 panels */
+        for (k = 0; k < kc; k += 2)
+            for (ir = 0; ir < mc; ir += 48) {
+                const float *a0 = A + (size_t)(p0 + k) * lda + i0 + ir, *a1 = a0 + lda;
+                __m512i w[3];
+                for (j = 0; j < 3; j++) {
+                    __mmask16 km = pt__mask16(mc - ir - 16 * j);
+                    __m512 x0, x1 = _mm512_setzero_ps();
+                    if (k + 3 < kc) { /* the next pair's rows, ahead of need */
+                        _mm_prefetch((const char *)(a0 + 2 * (size_t)lda + 16 * j), _MM_HINT_T0);
+                        _mm_prefetch((const char *)(a1 + 2 * (size_t)lda + 16 * j), _MM_HINT_T0);
+                    }
+                    x0 = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(km, a0 + 16 * j));
+                    if (k + 1 < kc) x1 = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(km, a1 + 16 * j));
+                    w[j] = pt__bf16_zip(x0, x1);
                 }
+                pt__put_panels48(ap + (size_t)ir * kp + (size_t)(k / 2) * MR, (size_t)MR * kp,
+                                 mc - ir, w[0], w[1], w[2]);
             }
-        } else {
-            for (c = 0; c < NR; c++) {
-                const float *b = B + (size_t)(j0 + jr + c) * ldb + p0;
-                if (c < nr)
-                    for (k = 0; k < kc; k++) bp[(size_t)k * NR + c] = b[k];
-                else
-                    for (k = 0; k < kc; k++) bp[(size_t)k * NR + c] = 0.0f;
+        return;
+    }
+    for (ir = 0; ir < mc; ir += MR, ap += (size_t)MR * kp) {
+        int mr = mc - ir < MR ? mc - ir : MR;
+        { /* 32 k of 16 rows: 16 pairs each, transposed */
+            for (k = 0; k < kc; k += 32) {
+                __m512i v[16];
+                for (r = 0; r < 16; r++) {
+                    const float *a = A + (size_t)(i0 + ir + r) * lda + p0 + k;
+                    if (r >= mr) {
+                        v[r] = _mm512_setzero_si512();
+                        continue;
+                    }
+                    if (k + 96 < kc) {
+                        _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
+                        _mm_prefetch((const char *)(a + 80), _MM_HINT_T0);
+                    }
+                    v[r] = pt__bf16_pairs32(a, kc - k, va);
+                }
+                pt__tr16(v);
+                for (j = 0; j < 16 && k / 2 + j < kp; j++)
+                    _mm512_storeu_si512((void *)(ap + (size_t)(k / 2 + j) * MR), v[j]);
             }
         }
-    } else {
-        uint32_t *bp = (uint32_t *)dst + (size_t)jr * (kp / 2);
-        const float *b = B + (tb ? (size_t)(j0 + jr) * ldb + p0 : (size_t)p0 * ldb + j0 + jr);
-        if (!tb) /* rows of k: pairs of rows */
-            for (k = 0; k < kp; k += 2, bp += NR)
-                pt__bf16_pack_pairs(bp, b + (size_t)k * ldb,
-                                    k + 1 < kc ? b + (size_t)(k + 1) * ldb : NULL, nr, NR, 1.0f);
-        else { /* rows of B^T: pairs along a row, 32-bit words NR apart */
-            for (c = 0; c < nr; c++) pt__bf16_pack_row(bp + c, (size_t)NR, b + (size_t)c * ldb, kc, 1.0f);
-            for (; c < NR; c++)
-                for (k = 0; k < kp / 2; k++) bp[(size_t)k * NR + c] = 0;
+    }
+}
+
+PT__TARGET_AVX512 static void pt__pack_b_f32(float *bp, int tb, const float *B, int ldb, int j0,
+                                             int nc, int p0, int kc) {
+    const int NR = PT__GEMM_NR;
+    int jr, c, c0, k, j;
+    if (!tb) { /* along the rows (all panels at once) */
+        for (k = 0; k < kc; k++) {
+            const float *b = B + (size_t)(p0 + k) * ldb + j0;
+            for (jr = 0; jr < nc; jr += NR) {
+                float *d = bp + (size_t)jr * kc + (size_t)k * NR;
+                __mmask16 m0 = pt__mask16(nc - jr), m1 = pt__mask16(nc - jr - 16);
+                _mm512_store_ps(d, _mm512_maskz_loadu_ps(m0, b + jr));
+                _mm512_store_ps(d + 16, _mm512_maskz_loadu_ps(m1, b + jr + 16));
+            }
         }
+        return;
+    }
+    for (jr = 0; jr < nc; jr += NR, bp += (size_t)NR * kc) {
+        int nr = nc - jr < NR ? nc - jr : NR;
+        /* rows of B^T run along k: 16 columns x 16 k transposed */
+            for (c0 = 0; c0 < NR; c0 += 16)
+                for (k = 0; k < kc; k += 16) {
+                    __m512i v[16];
+                    __mmask16 kk = pt__mask16(kc - k);
+                    for (c = 0; c < 16; c++) {
+                        const float *b = B + (size_t)(j0 + jr + c0 + c) * ldb + p0 + k;
+                        if (c0 + c >= nr) {
+                            v[c] = _mm512_setzero_si512();
+                            continue;
+                        }
+                        if (k + 48 < kc) _mm_prefetch((const char *)(b + 32), _MM_HINT_T0);
+                        v[c] = _mm512_castps_si512(_mm512_maskz_loadu_ps(kk, b));
+                    }
+                    pt__tr16(v);
+                    for (j = 0; j < 16 && k + j < kc; j++)
+                        _mm512_store_si512((void *)(bp + (size_t)(k + j) * NR + c0), v[j]);
+                }
+    }
+}
+
+PT__TARGET_BF16 static void pt__pack_b_bf16(uint32_t *bp, int tb, const float *B, int ldb, int j0,
+                                            int nc, int p0, int kc) {
+    const int NR = PT__GEMM_NR;
+    int jr, c, c0, k, j, kp = (kc + 1) / 2;
+    __m512 one = _mm512_set1_ps(1.0f);
+    if (!tb) { /* rows k and k+1, interleaved, along the rows (all panels at once) */
+        for (k = 0; k < kc; k += 2) {
+            const float *b = B + (size_t)(p0 + k) * ldb + j0;
+            for (jr = 0; jr < nc; jr += NR)
+                pt__bf16_pack_pairs(bp + (size_t)jr * kp + (size_t)(k / 2) * NR, b + jr,
+                                    k + 1 < kc ? b + ldb + jr : NULL, nc - jr < NR ? nc - jr : NR,
+                                    NR, 1.0f);
+        }
+        return;
+    }
+    for (jr = 0; jr < nc; jr += NR, bp += (size_t)NR * kp) {
+        int nr = nc - jr < NR ? nc - jr : NR;
+        /* rows of B^T: 16 columns' 16 pairs transposed */
+            for (c0 = 0; c0 < NR; c0 += 16)
+                for (k = 0; k < kc; k += 32) {
+                    __m512i v[16];
+                    for (c = 0; c < 16; c++) {
+                        const float *b = B + (size_t)(j0 + jr + c0 + c) * ldb + p0 + k;
+                        if (c0 + c >= nr) {
+                            v[c] = _mm512_setzero_si512();
+                            continue;
+                        }
+                        if (k + 96 < kc) {
+                            _mm_prefetch((const char *)(b + 64), _MM_HINT_T0);
+                            _mm_prefetch((const char *)(b + 80), _MM_HINT_T0);
+                        }
+                        v[c] = pt__bf16_pairs32(b, kc - k, one);
+                    }
+                    pt__tr16(v);
+                    for (j = 0; j < 16 && k / 2 + j < kp; j++)
+                        _mm512_store_si512((void *)(bp + (size_t)(k / 2 + j) * NR + c0), v[j]);
+                }
     }
 }
 
@@ -2554,6 +2715,13 @@ static void pt__gemm_pack_b(void *dst, int bf16, int tb, const float *B, int ldb
         _mm512_mask_storeu_ps(cr, k0, v0);                                                \
         _mm512_mask_storeu_ps(cr + 16, k1, v1);                                           \
     }
+/* C's lines of the tile fetched (for writing) a few dozen k before the end:
+   missed, the tile's loads and stores stall the kernel at its end */
+#define PT__GEMM_PF(r)                                                                    \
+    if ((r) < m) {                                                                        \
+        __builtin_prefetch(c + (size_t)(r) * ldc, 1, 3);                                  \
+        __builtin_prefetch(c + (size_t)(r) * ldc + 16, 1, 3);                             \
+    }
 #define PT__GEMM_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 #define PT__GEMM_DECL(r) __m512 c##r##_0 = _mm512_setzero_ps(), c##r##_1 = c##r##_0;
 
@@ -2569,9 +2737,12 @@ static void pt__gemm_pack_b(void *dst, int bf16, int tb, const float *B, int ldb
 PT__TARGET_AVX512 static void pt__gemm_kernel_f32(int kc, const float *ap, const float *bp,
                                                   float *c, int ldc, int m, int n, int first,
                                                   float beta) {
-    int k;
+    int k, pass, steps;
     PT__GEMM_ROWS(PT__GEMM_DECL)
-    for (k = 0; k < kc; k++) {
+    for (pass = 0; pass < 2; pass++) {
+    steps = pass ? (kc < 48 ? kc : 48) : (kc > 48 ? kc - 48 : 0);
+    if (pass) { PT__GEMM_ROWS(PT__GEMM_PF) }
+    for (k = 0; k < steps; k++) {
         __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16), a;
 #define PT__GEMM_FMA(r)                           \
     a = _mm512_set1_ps(ap[r]);                    \
@@ -2582,6 +2753,7 @@ PT__TARGET_AVX512 static void pt__gemm_kernel_f32(int kc, const float *ap, const
         ap += PT__GEMM_MR;
         bp += PT__GEMM_NR;
     }
+    }
     PT__GEMM_TAIL
 }
 
@@ -2589,9 +2761,12 @@ PT__TARGET_AVX512 static void pt__gemm_kernel_f32(int kc, const float *ap, const
 PT__TARGET_BF16 static void pt__gemm_kernel_bf16(int kp, const uint32_t *ap, const uint32_t *bp,
                                                  float *c, int ldc, int m, int n, int first,
                                                  float beta) {
-    int k;
+    int k, pass, steps;
     PT__GEMM_ROWS(PT__GEMM_DECL)
-    for (k = 0; k < kp; k++) {
+    for (pass = 0; pass < 2; pass++) {
+    steps = pass ? (kp < 24 ? kp : 24) : (kp > 24 ? kp - 24 : 0);
+    if (pass) { PT__GEMM_ROWS(PT__GEMM_PF) }
+    for (k = 0; k < steps; k++) {
         __m512bh b0 = (__m512bh)_mm512_load_si512((const void *)bp);
         __m512bh b1 = (__m512bh)_mm512_load_si512((const void *)(bp + 16));
         __m512bh a;
@@ -2604,59 +2779,146 @@ PT__TARGET_BF16 static void pt__gemm_kernel_bf16(int kp, const uint32_t *ap, con
         ap += PT__GEMM_MR;
         bp += PT__GEMM_NR;
     }
+    }
     PT__GEMM_TAIL
 }
 
-/* The blocked driver for both precisions. Work units are (MC-row block,
-   run of B micro-panels); a thread packs its A block once for consecutive
-   units of the same block. */
-static void pt__gemm_blocked(int bf16, int ta, int tb, int M, int N, int K, float alpha,
-                             const float *A, int lda, const float *B, int ldb, float beta,
-                             float *C, int ldc) {
-    static const int MR = PT__GEMM_MR, NR = PT__GEMM_NR, KC = PT__GEMM_KC, MC = PT__GEMM_MC,
-                     NC = PT__GEMM_NC;
-    __attribute__((aligned(64))) float bbuf[PT__GEMM_KC * PT__GEMM_NC];
-    int nth = 1, jc, pc;
-#ifdef _OPENMP
-    if (!omp_in_parallel()) nth = omp_get_max_threads();
+/* The calling thread's GEMM workspace of at least `bytes`, 64-byte aligned:
+   grown on the heap when a product needs more, kept for the next one, freed
+   when the thread ends (a pthread key's destructor; the main thread's lives
+   to the end of the process). NULL if it cannot grow. */
+static PT__THREAD_LOCAL unsigned char *pt__gemm_ws_raw, *pt__gemm_ws;
+static PT__THREAD_LOCAL size_t pt__gemm_ws_bytes;
+#ifdef PT__HAVE_PTHREADS
+static pthread_key_t pt__gemm_ws_key;
+static pthread_once_t pt__gemm_ws_once = PTHREAD_ONCE_INIT;
+static void pt__gemm_ws_free(void *p) { pt__free(p, NULL); }
+static void pt__gemm_ws_key_make(void) {
+    (void)pthread_key_create(&pt__gemm_ws_key, pt__gemm_ws_free);
+}
 #endif
-    for (jc = 0; jc < N; jc += NC) {
-        int nc = N - jc < NC ? N - jc : NC, npan = (nc + NR - 1) / NR;
-        int nic = (M + MC - 1) / MC, nsplit = 1, units;
-        if (nic < 4 * nth) nsplit = (4 * nth + nic - 1) / nic;
-        if (nsplit > npan) nsplit = npan;
-        units = nic * nsplit;
-        for (pc = 0; pc < K; pc += KC) {
-            int kc = K - pc < KC ? K - pc : KC, kp = (kc + 1) / 2, first = pc == 0;
-            PT__OMP(omp parallel num_threads(nth) if (nth > 1))
-            {
-                __attribute__((aligned(64))) float abuf[PT__GEMM_MC * PT__GEMM_KC];
-                int q, u, packed = -1;
-                PT__OMP(omp for schedule(static))
-                for (q = 0; q < npan; q++) pt__gemm_pack_b(bbuf, bf16, tb, B, ldb, jc, nc, pc, kc, q);
-                PT__OMP(omp for schedule(static))
-                for (u = 0; u < units; u++) {
-                    int ic = u / nsplit * MC, s = u % nsplit, ir, mc = M - ic < MC ? M - ic : MC;
-                    int q0 = s * npan / nsplit, q1 = (s + 1) * npan / nsplit;
-                    if (packed != ic) pt__gemm_pack_a(abuf, bf16, ta, A, lda, ic, mc, pc, kc, alpha);
-                    packed = ic;
-                    for (ir = 0; ir < mc; ir += MR) {
-                        int m = mc - ir < MR ? mc - ir : MR;
-                        for (q = q0; q < q1; q++) {
-                            int n = nc - q * NR < NR ? nc - q * NR : NR;
-                            float *c = C + (size_t)(ic + ir) * ldc + jc + q * NR;
-                            if (bf16)
-                                pt__gemm_kernel_bf16(kp, (const uint32_t *)abuf + (size_t)ir * kp,
-                                                     (const uint32_t *)bbuf + (size_t)q * NR * kp,
-                                                     c, ldc, m, n, first, beta);
-                            else
-                                pt__gemm_kernel_f32(kc, abuf + (size_t)ir * kc,
-                                                    bbuf + (size_t)q * NR * kc, c, ldc, m, n,
-                                                    first, beta);
-                        }
+static unsigned char *pt__gemm_workspace(size_t bytes) {
+    if (pt__gemm_ws_bytes >= bytes) return pt__gemm_ws;
+    pt__free(pt__gemm_ws_raw, NULL);
+    pt__gemm_ws = NULL, pt__gemm_ws_bytes = 0;
+    pt__gemm_ws_raw = (unsigned char *)pt__malloc(bytes + 64, NULL);
+#ifdef PT__HAVE_PTHREADS
+    (void)pthread_once(&pt__gemm_ws_once, pt__gemm_ws_key_make);
+    (void)pthread_setspecific(pt__gemm_ws_key, pt__gemm_ws_raw);
+#endif
+    if (!pt__gemm_ws_raw) return NULL;
+    pt__gemm_ws = pt__gemm_ws_raw + (64 - (uintptr_t)pt__gemm_ws_raw % 64) % 64;
+    pt__gemm_ws_bytes = bytes;
+    return pt__gemm_ws;
+}
+
+/* K slabs: the fewest of at most KC (fp32) or 2 KC (bf16: the same bytes) k
+   each, equal but for the last, a multiple of 32 deep (whole packing blocks).
+   They depend on K alone, so every element of C sums the same products in
+   the same order whatever the partition. */
+static int pt__gemm_kstep(int bf16, int K) {
+    int kmax = bf16 ? 2 * PT__GEMM_KC : PT__GEMM_KC, ns = (K + kmax - 1) / kmax;
+    return ((K + ns - 1) / ns + 31) & ~31;
+}
+
+/* One thread's rectangle of C, rows m0..m1 and columns n0..n1, in the BLIS
+   loop order: for each MC-row chunk and K slab, the chunk's A micro-panels
+   packed once (ap, L3); for each NC-column panel, its B slab packed once (bp,
+   KC x NC: L2); then every MR x NR tile of the panel, the A micro-panel (L1)
+   walking the slab's micro-panels. */
+static void pt__gemm_rect(int bf16, int ta, int tb, int K, float alpha, const float *A, int lda,
+                          const float *B, int ldb, float beta, float *C, int ldc, int m0, int m1,
+                          int n0, int n1, float *ap, float *bp) {
+    const int MR = PT__GEMM_MR, NR = PT__GEMM_NR;
+    int ks = pt__gemm_kstep(bf16, K), ic, pc, jc, ir, q;
+    for (ic = m0; ic < m1; ic += PT__GEMM_MC) {
+        int mc = m1 - ic < PT__GEMM_MC ? m1 - ic : PT__GEMM_MC;
+        for (pc = 0; pc < K; pc += ks) {
+            int kc = K - pc < ks ? K - pc : ks, kw = bf16 ? (kc + 1) / 2 : kc, first = pc == 0;
+            if (bf16) pt__pack_a_bf16((uint32_t *)ap, ta, A, lda, ic, mc, pc, kc, alpha);
+            else pt__pack_a_f32(ap, ta, A, lda, ic, mc, pc, kc, alpha);
+            for (jc = n0; jc < n1; jc += PT__GEMM_NC) {
+                int nc = n1 - jc < PT__GEMM_NC ? n1 - jc : PT__GEMM_NC, npan = (nc + NR - 1) / NR;
+                if (bf16) pt__pack_b_bf16((uint32_t *)bp, tb, B, ldb, jc, nc, pc, kc);
+                else pt__pack_b_f32(bp, tb, B, ldb, jc, nc, pc, kc);
+                for (ir = 0; ir < mc; ir += MR) {
+                    int m = mc - ir < MR ? mc - ir : MR;
+                    const float *a = ap + (size_t)ir * kw;
+                    for (q = 0; q < npan; q++) {
+                        int n = nc - q * NR < NR ? nc - q * NR : NR;
+                        float *c = C + (size_t)(ic + ir) * ldc + jc + q * NR;
+                        if (bf16)
+                            pt__gemm_kernel_bf16(kw, (const uint32_t *)a,
+                                                 (const uint32_t *)bp + (size_t)q * NR * kw, c,
+                                                 ldc, m, n, first, beta);
+                        else
+                            pt__gemm_kernel_f32(kw, a, bp + (size_t)q * NR * kw, c, ldc, m, n,
+                                                first, beta);
                     }
                 }
             }
+        }
+    }
+}
+
+/* The blocked driver for both precisions: C cut into one rectangle a thread,
+   a grid of tm x tn over MR-row and NR-column units, each packed with the
+   thread's own workspace and no barrier. A thread packs its rows of A once
+   and its columns of B once an MC chunk, so the grid is the one that packs
+   least (rows split where M is the larger). A thread whose workspace cannot
+   grow runs the plain loops. */
+static void pt__gemm_blocked(int bf16, int ta, int tb, int M, int N, int K, float alpha,
+                            const float *A, int lda, const float *B, int ldb, float beta,
+                            float *C, int ldc) {
+    const int MR = PT__GEMM_MR, NR = PT__GEMM_NR;
+    int nth = 1, tn, tm, ks = pt__gemm_kstep(bf16, K);
+    int mu = (M + MR - 1) / MR, nu = (N + NR - 1) / NR;
+#ifdef _OPENMP
+    if (!omp_in_parallel()) nth = omp_get_max_threads();
+#endif
+    if ((double)M * N * K < 4e6 * nth) /* at least 4e6 multiply-adds a thread */
+        nth = (int)((double)M * N * K / 4e6) + 1;
+    if (nth > mu * nu) nth = mu * nu;
+    { /* the grid that packs least a thread: K x (its rows, once; its columns, once a chunk) */
+        double best = 1e300;
+        int g;
+        for (tn = 1, g = 1; g <= nth; g++) {
+            double rows = (double)((mu + nth / g - 1) / (nth / g)) * MR, cost;
+            if (nth % g || g > nu || nth / g > mu) continue;
+            cost = rows + (double)((nu + g - 1) / g) * NR * ceil(rows / PT__GEMM_MC);
+            if (cost <= best) best = cost, tn = g;
+        }
+    }
+    tm = nth / tn;
+    PT__OMP(omp parallel num_threads(nth) if (nth > 1))
+    {
+        int t = 0, ti, tj, m0, m1, n0, n1, mc;
+        size_t abytes, bbytes;
+        unsigned char *ws;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+#endif
+        ti = t / tn, tj = t % tn;
+        m0 = (int)((long long)mu * ti / tm) * MR, m1 = (int)((long long)mu * (ti + 1) / tm) * MR;
+        n0 = (int)((long long)nu * tj / tn) * NR, n1 = (int)((long long)nu * (tj + 1) / tn) * NR;
+        if (m1 > M) m1 = M;
+        if (n1 > N) n1 = N;
+        mc = m1 - m0 < PT__GEMM_MC ? m1 - m0 : PT__GEMM_MC;
+        /* A: panels of MR rows x kstep (4-byte words either way), + 16 words of slack */
+        abytes = ((size_t)(mc + MR - 1) / MR * MR * (bf16 ? ks / 2 : ks) + 16) * 4;
+        abytes = (abytes + 63) & ~(size_t)63;
+        bbytes = (size_t)(n1 - n0 < PT__GEMM_NC ? (n1 - n0 + NR - 1) / NR * NR : PT__GEMM_NC) *
+                 (bf16 ? ks / 2 : ks) * 4;
+        if (m0 < m1 && n0 < n1) {
+            ws = pt__gemm_workspace(abytes + bbytes);
+            if (ws)
+                pt__gemm_rect(bf16, ta, tb, K, alpha, A, lda, B, ldb, beta, C, ldc, m0, m1, n0,
+                              n1, (float *)ws, (float *)(ws + abytes));
+            else
+                pt__gemm_portable(bf16, ta, tb, m1 - m0, n1 - n0, K, alpha,
+                                  ta ? A + m0 : A + (size_t)m0 * lda, lda,
+                                  tb ? B + (size_t)n0 * ldb : B + n0, ldb, beta,
+                                  C + (size_t)m0 * ldc + n0, ldc);
         }
     }
 }
@@ -2703,34 +2965,11 @@ PT__TARGET_AMX static void pt__amx_config(void) {
 PT__TARGET_AMX static void pt__amx_release(void) { _tile_release(); }
 
 /* Transpose 16 rows of 16 32-bit words: word i of v[j] goes to word j of row
-   i, rows `stride` words apart from dst (64-byte aligned). Pairs, 4-row
-   groups, then 128-bit lanes; the zero-masking forms because g++ warns on the
-   plain ones' undefined operand. */
+   i, rows `stride` words apart from dst (64-byte aligned). */
 PT__TARGET_AMX static void pt__amx_transpose16(__m512i *v, uint32_t *dst, size_t stride) {
-    const __mmask16 all16 = 0xFFFF;
-    const __mmask8 all8 = 0xFF;
-    __m512i t[16];
     int j;
-    for (j = 0; j < 16; j += 2) {
-        t[j] = _mm512_maskz_unpacklo_epi32(all16, v[j], v[j + 1]);
-        t[j + 1] = _mm512_maskz_unpackhi_epi32(all16, v[j], v[j + 1]);
-    }
-    for (j = 0; j < 16; j += 4) { /* v[j+c]: lane L holds rows j..j+3 of column 4L+c */
-        v[j] = _mm512_maskz_unpacklo_epi64(all8, t[j], t[j + 2]);
-        v[j + 1] = _mm512_maskz_unpackhi_epi64(all8, t[j], t[j + 2]);
-        v[j + 2] = _mm512_maskz_unpacklo_epi64(all8, t[j + 1], t[j + 3]);
-        v[j + 3] = _mm512_maskz_unpackhi_epi64(all8, t[j + 1], t[j + 3]);
-    }
-    for (j = 0; j < 4; j++) { /* column 4L + j: lane L of v[j], v[4+j], v[8+j], v[12+j] */
-        __m512i e0 = _mm512_maskz_shuffle_i32x4(all16, v[j], v[4 + j], 0x88);
-        __m512i o0 = _mm512_maskz_shuffle_i32x4(all16, v[j], v[4 + j], 0xdd);
-        __m512i e1 = _mm512_maskz_shuffle_i32x4(all16, v[8 + j], v[12 + j], 0x88);
-        __m512i o1 = _mm512_maskz_shuffle_i32x4(all16, v[8 + j], v[12 + j], 0xdd);
-        _mm512_store_si512((void *)(dst + j * stride), _mm512_maskz_shuffle_i32x4(all16, e0, e1, 0x88));
-        _mm512_store_si512((void *)(dst + (j + 8) * stride), _mm512_maskz_shuffle_i32x4(all16, e0, e1, 0xdd));
-        _mm512_store_si512((void *)(dst + (j + 4) * stride), _mm512_maskz_shuffle_i32x4(all16, o0, o1, 0x88));
-        _mm512_store_si512((void *)(dst + (j + 12) * stride), _mm512_maskz_shuffle_i32x4(all16, o0, o1, 0xdd));
-    }
+    pt__tr16(v);
+    for (j = 0; j < 16; j++) _mm512_store_si512((void *)(dst + j * stride), v[j]);
 }
 
 /* Pack rows i0..i0+mc of alpha*op(A), k = p0..p0+kc, as A tiles: 16-row block
@@ -2745,22 +2984,11 @@ PT__TARGET_AMX static void pt__amx_pack_a(uint16_t *ap, int ta, const float *A, 
         for (r = 0; r < mpad; r++) {
             uint16_t *dst = ap + (size_t)(r / 16) * nkb * 512 + (r % 16) * 32;
             const float *a = r < mc ? A + (size_t)(i0 + r) * lda + p0 : NULL;
-            for (kb = 0; kb < nkb; kb++, dst += 512) {
-                int n = kc - kb * 32, m0 = n > 16 ? 16 : n, m1 = n > 32 ? 16 : n > 16 ? n - 16 : 0;
-                __m512 lo, hi;
-                if (!a) {
-                    _mm512_store_si512((void *)dst, _mm512_setzero_si512());
-                    continue;
-                }
-                lo = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps((__mmask16)((1u << m0) - 1u), a + kb * 32));
-                hi = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps((__mmask16)((1u << m1) - 1u), a + kb * 32 + 16));
-                _mm512_store_si512((void *)dst, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-            }
+            for (kb = 0; kb < nkb; kb++, dst += 512)
+                _mm512_store_si512((void *)dst, a ? pt__bf16_pairs32(a + kb * 32, kc - kb * 32, vs)
+                                                  : _mm512_setzero_si512());
         }
     } else { /* rows of op(A)^T run along i: pairs of k rows, then a 16x16 transpose of pairs */
-        static const uint16_t inter[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
-                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-        __m512i idx = _mm512_loadu_si512((const void *)inter);
         for (r = 0; r < mpad; r += 16) {
             int m = mc - r < 0 ? 0 : mc - r > 16 ? 16 : mc - r;
             __mmask16 km = (__mmask16)((1u << m) - 1u);
@@ -2775,7 +3003,7 @@ PT__TARGET_AMX static void pt__amx_pack_a(uint16_t *ap, int ta, const float *A, 
                         x0 = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(km, A + (size_t)(p0 + k) * lda + i0 + r));
                     if (k + 1 < kc && m > 0)
                         x1 = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(km, A + (size_t)(p0 + k + 1) * lda + i0 + r));
-                    v[j] = _mm512_permutexvar_epi16(idx, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
+                    v[j] = pt__bf16_zip(x0, x1);
                 }
                 pt__amx_transpose16(v, (uint32_t *)dst, 16);
             }
@@ -2792,26 +3020,20 @@ PT__TARGET_AMX static void pt__amx_pack_b(uint32_t *bp, int tb, const float *B, 
     const int NR = PT__GEMM_NR;
     int kp = (kc + 1) & ~1, nr = nc - q * NR < NR ? nc - q * NR : NR, c0, c, kb;
     uint32_t *dst = bp + (size_t)q * NR * (kpad / 2);
+    __m512 one = _mm512_set1_ps(1.0f);
     if (!tb) {
-        pt__gemm_pack_b(dst, 1, 0, B, ldb, jc + q * NR, nc - q * NR, pc, kc, 0);
+        pt__pack_b_bf16(dst, 0, B, ldb, jc + q * NR, nr, pc, kc);
         memset(dst + (size_t)NR * (kp / 2), 0, (size_t)NR * (kpad - kp) / 2 * sizeof(uint32_t));
         return;
     }
     for (c0 = 0; c0 < NR; c0 += 16)
         for (kb = 0; kb < kpad / 32; kb++) {
             __m512i v[16]; /* v[c] word j = (b[k][c], b[k+1][c]), k = kb*32 + 2j */
-            int n = kc - kb * 32, m0 = n > 16 ? 16 : n, m1 = n > 32 ? 16 : n > 16 ? n - 16 : 0;
-            for (c = 0; c < 16; c++) {
-                const float *b;
-                if (c0 + c >= nr) {
-                    v[c] = _mm512_setzero_si512();
-                    continue;
-                }
-                b = B + (size_t)(jc + q * NR + c0 + c) * ldb + pc + kb * 32;
-                v[c] = (__m512i)_mm512_cvtne2ps_pbh(
-                    _mm512_maskz_loadu_ps((__mmask16)((1u << m1) - 1u), b + 16),
-                    _mm512_maskz_loadu_ps((__mmask16)((1u << m0) - 1u), b));
-            }
+            for (c = 0; c < 16; c++)
+                v[c] = c0 + c >= nr ? _mm512_setzero_si512()
+                                    : pt__bf16_pairs32(B + (size_t)(jc + q * NR + c0 + c) * ldb +
+                                                           pc + kb * 32,
+                                                       kc - kb * 32, one);
             pt__amx_transpose16(v, dst + (size_t)kb * 16 * NR + c0, (size_t)NR);
         }
 }
@@ -2883,38 +3105,13 @@ PT__TARGET_AMX static void pt__gemm_kernel_amx(int nkb, const uint16_t *ap, cons
     }
 }
 
-/* The calling thread's packing workspace of at least `bytes`: grown on the
-   heap when a product needs more, kept for the next one, freed when the
-   thread ends (a pthread key's destructor; the main thread's lives to the
-   end of the process). NULL if it cannot grow. */
-static PT__THREAD_LOCAL unsigned char *pt__amx_ws;
-static PT__THREAD_LOCAL size_t pt__amx_ws_bytes;
-#ifdef PT__HAVE_PTHREADS
-static pthread_key_t pt__amx_ws_key;
-static pthread_once_t pt__amx_ws_once = PTHREAD_ONCE_INIT;
-static void pt__amx_ws_free(void *p) { pt__free(p, NULL); }
-static void pt__amx_ws_key_make(void) { (void)pthread_key_create(&pt__amx_ws_key, pt__amx_ws_free); }
-#endif
-static unsigned char *pt__amx_workspace(size_t bytes) {
-    if (pt__amx_ws_bytes >= bytes) return pt__amx_ws;
-    pt__free(pt__amx_ws, NULL);
-    pt__amx_ws_bytes = 0;
-    pt__amx_ws = (unsigned char *)pt__malloc(bytes, NULL);
-    if (pt__amx_ws) pt__amx_ws_bytes = bytes;
-#ifdef PT__HAVE_PTHREADS
-    (void)pthread_once(&pt__amx_ws_once, pt__amx_ws_key_make);
-    (void)pthread_setspecific(pt__amx_ws_key, pt__amx_ws);
-#endif
-    return pt__amx_ws;
-}
-
 /* The AMX driver: pt__gemm_blocked's loops in one OpenMP region, K slabs
    outermost, N cut into equal panels of at most NC columns (the B slab, 1
    MiB at most, stays in L2: measured 1.6x faster than 1.5 MiB). Where N has
    more than one panel and the M x KC bf16 slab of A fits AMX_ASHARE bytes,
    A is packed once a slab, by all threads, and shared: else each thread
    packs its block again for each panel. Buffers: the calling thread's
-   workspace (pt__amx_workspace; 0 if it cannot grow: the caller runs
+   workspace (pt__gemm_workspace; 0 if it cannot grow: the caller runs
    another kernel). */
 
 static int pt__gemm_amx(int ta, int tb, int M, int N, int K, float alpha, const float *A,
@@ -2930,7 +3127,7 @@ static int pt__gemm_amx(int ta, int tb, int M, int N, int K, float alpha, const 
 #endif
     share = njc > 1 && (size_t)mpad * kcmax * 2 <= PT__AMX_ASHARE;
     ahalves = share ? (size_t)mpad * kcmax : (size_t)nth * MC * kcmax;
-    if (!(raw = pt__amx_workspace(bwords * 4 + ahalves * 2 + 64))) return 0;
+    if (!(raw = pt__gemm_workspace(bwords * 4 + ahalves * 2 + 64))) return 0;
     bbuf = (uint32_t *)(raw + (64 - (uintptr_t)raw % 64) % 64); /* 64-byte aligned, as are the A blocks */
     PT__OMP(omp parallel num_threads(nth) if (nth > 1))
     {

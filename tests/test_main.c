@@ -168,9 +168,11 @@ static void test_sgemm(void) {
 /* ---- ptrain's GEMMs (fp32 and bf16) against a double product ------------
    C = alpha op(A) op(B) + beta C for every layout (NN, NT, TN, TT), beta in
    {0 over a NaN-filled C, 1, -0.5}, on odd shapes that cut the kernels'
-   blocks (MR = 12 rows, NR = 32 columns, KC = 256 deep, MC = 96, NC = 768;
-   AMX: 32x32 tiles, k blocks of 32, KC = 512, MC = 128, NC <= 1024 with A
-   shared beyond) anywhere,
+   blocks (MR = 12 rows, NR = 32 columns, packing blocks of 16 k (fp32) and
+   32 (bf16), K slabs of at most 384 k (fp32) or 768 (bf16), MC = 4092 rows,
+   NC = 512 columns, the threads' grid split by columns or by rows; AMX:
+   32x32 tiles, k blocks of 32, KC = 512, MC = 128, NC <= 1024 with A shared
+   beyond) anywhere,
    with padded leading dimensions whose padding must stay as it was; bf16 on
    every kernel this CPU has (amx, avx512bf16, sgemm, portable), the rest SKIP.
    The reference is the double-precision product of the operands as the GEMM
@@ -238,9 +240,14 @@ static int gemm_check(const char *impl, int bf16, int ta, int tb, int M, int N, 
 static void test_gemm_kernels(void) {
     static const int shapes[][3] = {{1, 7, 17},    {7, 1, 63},     {17, 63, 1},   {63, 100, 7},
                                     {100, 17, 257}, {130, 63, 100}, {13, 800, 5}, {24, 40, 300}};
-    /* bf16 also on shapes that cut the AMX blocking (32x32 tiles, k blocks of
-       32, KC = 512, MC = 128, NC <= 1024), one beta a layout on the largest */
-    static const int cuts[][3] = {{33, 47, 65}, {150, 1601, 33}, {300, 257, 513}};
+    /* ptrain's kernels also on shapes that cut the larger blocks: K slabs
+       (513: two fp32 slabs; 1000: three fp32, two bf16), NC and a column
+       split between threads (1601), MC and a row split (4100 rows, 40
+       columns), the AMX blocking (32x32 tiles, k blocks of 32, KC = 512, MC
+       = 128, NC <= 1024); one beta a layout on the last three */
+    static const int cuts[][3] = {{33, 47, 65},    {150, 1601, 33}, {45, 70, 1000},
+                                  {300, 257, 513}, {4100, 40, 40}};
+    enum { NCUT = sizeof cuts / sizeof cuts[0] };
     static const float betas[3] = {0.0f, 1.0f, -0.5f};
     static const char *impls[3] = {"ptrain-all", "openblas", "portable"};
     static const char *bf16_impls[4] = {"amx", "avx512bf16", "sgemm", "portable"};
@@ -251,17 +258,24 @@ static void test_gemm_kernels(void) {
             printf("    SKIP gemm '%s': %s\n", impls[im], pt_last_error());
             continue;
         }
-        for (s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
+        for (s = 0; s < (int)(sizeof shapes / sizeof shapes[0]) + (im == 0 ? NCUT : 0); s++) {
+            const int *sh = s < (int)(sizeof shapes / sizeof shapes[0])
+                                ? shapes[s]
+                                : cuts[s - (int)(sizeof shapes / sizeof shapes[0])];
             for (lay = 0; lay < 4; lay++)
-                for (bi = 0; bi < 3; bi++)
-                    if (gemm_check(impls[im], 0, lay & 1, lay >> 1, shapes[s][0], shapes[s][1],
-                                   shapes[s][2], bi == 2 ? 0.75f : 1.0f, betas[bi]))
-                        FAIL("fp32 GEMM wrong (see above)");
+                for (bi = 0; bi < 3; bi++) {
+                    if (s >= (int)(sizeof shapes / sizeof shapes[0]) + NCUT - 3 && bi != lay % 3)
+                        continue;
+                    if (gemm_check(impls[im], 0, lay & 1, lay >> 1, sh[0], sh[1], sh[2],
+                                   bi == 2 ? 0.75f : 1.0f, betas[bi]))
+                        FAIL("fp32 GEMM '%s' wrong (see above)", impls[im]);
+                }
+        }
     }
     CHECK_ST(pt_gemm_select(NULL), PT_OK);
     for (im = 0; im < 4; im++) {
         pt_status st = pt_gemm_bf16_select(bf16_impls[im]);
-        int ns = (int)(sizeof shapes / sizeof shapes[0]), nc = (int)(sizeof cuts / sizeof cuts[0]);
+        int ns = (int)(sizeof shapes / sizeof shapes[0]), nc = NCUT;
         if (st != PT_OK) {
             printf("    SKIP bf16 gemm '%s': %s\n", bf16_impls[im], pt_last_error());
             continue;
@@ -274,28 +288,35 @@ static void test_gemm_kernels(void) {
             const int *sh = s < ns ? shapes[s] : cuts[s - ns];
             for (lay = 0; lay < 4; lay++)
                 for (bi = 0; bi < 3; bi++) {
-                    if (s == ns + nc - 1 && bi != lay % 3) continue;
+                    if (s >= ns + nc - 3 && bi != lay % 3) continue;
                     if (gemm_check(bf16_impls[im], 1, lay & 1, lay >> 1, sh[0], sh[1], sh[2],
                                    bi == 2 ? 0.75f : 1.0f, betas[bi]))
                         FAIL("bf16 GEMM '%s' wrong (see above)", bf16_impls[im]);
                 }
         }
     }
-    /* bf16 results do not depend on the thread count: each element is one
-       thread's sum in K order (bit for bit, 1 thread against all) */
-    for (im = 0; im < 2; im++) {
-        enum { M = 300, N = 257, K = 513 };
-        float *A = frand((size_t)M * K, -1, 1), *Bm = frand((size_t)K * N, -1, 1);
-        float *C1 = frand((size_t)M * N, -1, 1), *C2 = frand((size_t)M * N, -1, 1);
-        int nth = pt_get_threads();
-        if (pt_gemm_bf16_select(bf16_impls[im]) != PT_OK) continue;
-        pt_set_threads(1);
-        pt_gemm_bf16(0, 1, M, N, K, 1.0f, A, K, Bm, K, 0.0f, C1, N);
-        pt_set_threads(nth);
-        pt_gemm_bf16(0, 1, M, N, K, 1.0f, A, K, Bm, K, 0.0f, C2, N);
-        if (memcmp(C1, C2, sizeof(float) * M * N))
-            FAIL("bf16 GEMM '%s' differs between 1 and %d threads", bf16_impls[im], nth);
-    }
+    /* ptrain's results do not depend on the thread count: each element is
+       one thread's sum in K order (bit for bit, 1 thread against all; the
+       second shape splits the rows between threads, the first the columns) */
+    for (im = -1; im < 2; im++)
+        for (s = 0; s < 2; s++) {
+            int M = s ? 4100 : 300, N = s ? 40 : 257, K = s ? 100 : 1000;
+            float *A = frand((size_t)M * K, -1, 1), *Bm = frand((size_t)K * N, -1, 1);
+            float *C1 = frand((size_t)M * N, -1, 1), *C2 = frand((size_t)M * N, -1, 1);
+            int nth = pt_get_threads(), t;
+            if (im < 0 ? pt_gemm_select("ptrain-all") != PT_OK
+                       : pt_gemm_bf16_select(bf16_impls[im]) != PT_OK)
+                continue;
+            for (t = 0; t < 2; t++) {
+                pt_set_threads(t ? nth : 1);
+                if (im < 0) pt_sgemm(0, 1, M, N, K, 1.0f, A, K, Bm, K, 0.0f, t ? C2 : C1, N);
+                else pt_gemm_bf16(0, 1, M, N, K, 1.0f, A, K, Bm, K, 0.0f, t ? C2 : C1, N);
+            }
+            if (memcmp(C1, C2, sizeof(float) * M * N))
+                FAIL("%s GEMM '%s' differs between 1 and %d threads", im < 0 ? "fp32" : "bf16",
+                     im < 0 ? "ptrain-all" : bf16_impls[im], nth);
+            pt_gemm_select(NULL);
+        }
     /* the names: auto is the best the CPU has; unknown is an error naming it */
     CHECK_ST(pt_gemm_bf16_select("auto"), PT_OK);
     {

@@ -159,7 +159,7 @@ build/bench_overlap_mpi: bench/bench_overlap.c $(HDR) | build deps-mpi
 build/bench_%: bench/bench_%.c $(HDR) | build deps
 	$(CC) $(REQ) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
 
-# bench_kernels with a oneDNN sgemm column beside ptrain's and OpenBLAS's GEMMs;
+# bench_kernels with oneDNN's sgemm and bf16 matmul columns beside ptrain's and OpenBLAS's GEMMs;
 # needs Debian's libdnnl-dev, so it is built only when asked for (nothing else links oneDNN)
 build/bench_kernels_dnnl: bench/bench_kernels.c $(HDR) | build deps
 	$(CC) $(REQ) $(CFLAGS) -DPT_BENCH_DNNL $< -o $@ $(LDFLAGS) $(LDLIBS) -ldnnl
@@ -224,3 +224,9 @@ bench-torch:
 	    { echo "ptrain: installing failed; run: sudo apt-get install python3-torch"; exit 1; }; }
 	@$(MAKE) --no-print-directory build/bench_step
 	@sh bench/compare.sh
+
+# every GEMM shape of gpt2-124m in OpenBLAS, ptrain, oneDNN and torch.mm, fp32 and bf16, in one
+# run (bench/gemm.sh); installs Debian's libdnnl-dev and python3-torch first if missing.
+.PHONY: bench-gemm
+bench-gemm:
+	@sh bench/gemm.sh

@@ -233,9 +233,7 @@ PTRAINDEF void pt_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float
                             float *C, int ldc);
 /* Which fp32 GEMM pt_sgemm runs, by name: "ptrain" (ptrain's AVX-512 kernels:
    packing and cache blocking in the BLIS manner, OpenMP over blocks; needs a
-   CPU with AVX-512F; products with a side under 128, where packing costs more
-   than it saves, on openblas where there is one), "ptrain-all" (the kernels
-   for every product), "openblas" (cblas_sgemm; not in -DPTRAIN_NO_BLAS
+   CPU with AVX-512F), "openblas" (cblas_sgemm; not in -DPTRAIN_NO_BLAS
    builds), "portable" (plain C loops), "auto" (ptrain where the CPU runs
    AVX-512 at full width and OpenBLAS runs its AVX2 kernel, else openblas:
    AMD Zen 3/4 split a 512-bit FMA in two, and OpenBLAS's own AVX-512 kernels
@@ -423,11 +421,11 @@ PTRAINDEF float pt_lr_at(const pt_lr_schedule *s, int step);
    current thread count, best of repeated runs for at least `seconds`. */
 PTRAINDEF double pt_gemm_peak_gflops(int n, double seconds);
 /* Measured instruction peak in GFLOP/s on the current thread count (the
-   ceiling of any GEMM): each thread runs 12 independent chains of fp32 fused
-   multiply-adds (vfmadd231ps on zmm; ymm on CPUs without AVX-512F) or, for
+   ceiling of any GEMM): each thread runs 24 independent chains of fp32 fused
+   multiply-adds (vfmadd231ps on zmm; 12 on ymm on CPUs without AVX-512F) or, for
    bf16, the best bf16 instruction usable here: Intel AMX TDPBF16PS (4
    independent accumulator tiles, 16x16x32 multiply-adds each) where AMX is,
-   unless pt_gemm_bf16_select chose "avx512bf16", else 12 chains of vdpbf16ps
+   unless pt_gemm_bf16_select chose "avx512bf16", else 24 chains of vdpbf16ps
    (2 products an fp32 lane); best of runs for `seconds`. On a CPU without a
    bf16 instruction, bf16 GEMMs run as fp32 products (pt_gemm_bf16's
    "sgemm"), so their peak is the fp32 one. 0 where the CPU lacks the
@@ -520,7 +518,11 @@ typedef struct pt_block_params {
     float *fc_proj_w, *fc_proj_b;  /* (F,C), (C): mlp.c_proj */
 } pt_block_params;
 
-/* One block's saved activations for backward. */
+/* One block's saved activations for backward. With bf16 storage (the
+   *_16 set: a model at bf16 precision), ln1, qkv, ln2 and fch are kept as
+   bfloat16 bits and their float pointers are one layer's scratch: forward
+   rounds each in place as it stores it (every reader sees the kept values),
+   backward widens what it reads. */
 typedef struct pt_block_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
     float *qkv;                       /* (N,3C) */
@@ -530,6 +532,7 @@ typedef struct pt_block_acts {
     float *ln2, *ln2_mean, *ln2_rstd; /* (N,C), (N), (N) */
     float *fch;                       /* (N,4C) c_fc output; gelu(fch) is recomputed */
     float *out;                       /* (N,C) block output */
+    uint16_t *ln1_16, *qkv_16, *ln2_16, *fch_16; /* bf16 storage (NULL: the floats keep) */
 } pt_block_acts;
 
 /* The gradients of a block's matmul and LayerNorm outputs that its weight
@@ -552,6 +555,7 @@ typedef struct pt_block_scratch {
     int attn_slots; /* threads that may use attn at once */
     float *rope;    /* rotary positions: pt_rope_table of rope_T positions (T*hd) */
     int rope_T;     /* positions in rope (0: not computed yet) */
+    float *ln1, *qkv, *ln2, *fch; /* bf16 storage: the layer at hand's, widened (else NULL) */
 } pt_block_scratch;
 
 /* x (N,C) -> a->out (N,C). With a tensor-parallel group tp (NULL: none) of
@@ -646,8 +650,11 @@ typedef struct pt_gpt_desc {
                         backward); PT_RECOMPUTE_FULL keeps only each layer's
                         output and reruns the layer's forward in backward */
     pt_precision precision; /* the GEMMs' arithmetic (pt_precision; 0: fp32). bf16:
-                        every model call runs its GEMMs as pt_gemm_bf16; weights,
-                        gradients, AdamW and all communication stay fp32 */
+                        every model call runs its GEMMs as pt_gemm_bf16 (weights
+                        rounded as the GEMMs pack them); a layer keeps ln1, qkv, ln2
+                        and fch in bf16 (without full recomputation); master
+                        weights, gradients, AdamW, norm/softmax/loss statistics
+                        and all communication stay fp32 */
     size_t bucket_bytes; /* data parallelism: the gradient buckets (each reduced, and
                         under ZeRO gathered, as one collective): consecutive layers of
                         a chunk are grouped until a bucket holds at least this many
@@ -1185,9 +1192,9 @@ typedef enum pt_exec_kind {
                             master weights and Adam state (2+2+12 bytes a parameter), fused
                             kernels, dropout, the softmax stored unless a fused attention
                             rate is given; activations as Korthikanti et al. 2022 count them */
-    PT_EXEC_PTRAIN       /* this header's executor: fp32 weights, activations and messages (GEMMs
-                            at the profile's precision), ptrain's kernels and
-                            activation slots (as pt_gpt_init lays them out) */
+    PT_EXEC_PTRAIN       /* this header's executor: fp32 weights and messages (GEMMs at the
+                            profile's precision), ptrain's kernels and activation
+                            slots (as pt_gpt_init lays them out at that precision) */
 } pt_exec_kind;
 
 /* A device, its node and its links. */
@@ -2162,7 +2169,6 @@ PTRAINDEF void pt_arena_free(pt_arena *a) {
 #define PT__GEMM_PTRAIN 1
 #define PT__GEMM_BLAS 2
 #define PT__GEMM_PORTABLE 3
-#define PT__GEMM_PTRAIN_AUTO 4 /* ptrain, small products to BLAS */
 static int pt__gemm_impl; /* 0 until chosen; read and written atomically */
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
@@ -2173,8 +2179,11 @@ static int pt__gemm_impl; /* 0 until chosen; read and written atomically */
 
 /* CPUID leaf 7 (sub-leaf 0: EBX bit 16 AVX-512F; sub-leaf 1: EAX bit 5
    AVX512-BF16) and XCR0 (the OS saves the opmask and zmm state: bits 1,2,5,6,7).
-   Under valgrind, which cannot run AVX-512, CPUID reports none. */
-static int pt__cpu_avx512(int want_bf16) {
+   Under valgrind, which cannot run AVX-512, CPUID reports none. Asked once:
+   CPUID traps to the hypervisor in a VM (measured: 6% of a bf16 step when
+   every GEMM asked). */
+static int pt__avx512_state; /* 0 not asked yet, else 1 + (AVX-512F) + 2 (AVX512-BF16); atomic */
+static int pt__avx512_probe(void) {
     unsigned a, b, c, d, lo, hi;
     __cpuid(0, a, b, c, d);
     if (a < 7) return 0;
@@ -2185,9 +2194,16 @@ static int pt__cpu_avx512(int want_bf16) {
     if ((lo & 0xE6u) != 0xE6u) return 0;
     __cpuid_count(7, 0, a, b, c, d);
     if (!(b & (1u << 16))) return 0;
-    if (!want_bf16) return 1;
     __cpuid_count(7, 1, a, b, c, d);
-    return (a >> 5) & 1u;
+    return 1 + (int)((a >> 5) & 1u) * 2;
+}
+static int pt__cpu_avx512(int want_bf16) {
+    int s = __atomic_load_n(&pt__avx512_state, __ATOMIC_ACQUIRE);
+    if (s == 0) {
+        s = 1 + pt__avx512_probe();
+        __atomic_store_n(&pt__avx512_state, s, __ATOMIC_RELEASE);
+    }
+    return want_bf16 ? (s - 1) >> 1 & 1 : (s - 1) & 1;
 }
 
 /* AMX, for the bf16 GEMM: CPUID leaf 7 sub-leaf 0 EDX bits 22 (AMX-BF16) and 24
@@ -2263,14 +2279,12 @@ static int pt__blas_fp32_wins(void) {
 static int pt__gemm_parse(const char *name) {
     if (!name || !*name || !strcmp(name, "auto")) {
 #ifndef PTRAIN_NO_BLAS
-        return pt__cpu_avx512(0) && !pt__blas_fp32_wins() ? PT__GEMM_PTRAIN_AUTO
-                                                                 : PT__GEMM_BLAS;
+        return pt__cpu_avx512(0) && !pt__blas_fp32_wins() ? PT__GEMM_PTRAIN : PT__GEMM_BLAS;
 #else
-        return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN_AUTO : PT__GEMM_PORTABLE;
+        return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN : PT__GEMM_PORTABLE;
 #endif
     }
-    if (!strcmp(name, "ptrain")) return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN_AUTO : -1;
-    if (!strcmp(name, "ptrain-all")) return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN : -1;
+    if (!strcmp(name, "ptrain")) return pt__cpu_avx512(0) ? PT__GEMM_PTRAIN : -1;
 #ifndef PTRAIN_NO_BLAS
     if (!strcmp(name, "openblas") || !strcmp(name, "blas")) return PT__GEMM_BLAS;
 #endif
@@ -2309,7 +2323,7 @@ static int pt__gemm_current(void) {
 
 PTRAINDEF const char *pt_gemm_name(void) {
     int v = pt__gemm_current();
-    if (v == PT__GEMM_PTRAIN || v == PT__GEMM_PTRAIN_AUTO) return "ptrain-avx512";
+    if (v == PT__GEMM_PTRAIN) return "ptrain-avx512";
     return v == PT__GEMM_BLAS ? "openblas" : "portable";
 }
 
@@ -2383,6 +2397,27 @@ static inline float pt__bf16_round(float x) {
     float y;
     memcpy(&y, &u, 4);
     return y;
+}
+
+/* bf16 storage of an activation: dst = the bf16 bits of x (round to nearest
+   even, as the GEMMs round their operands), and x rounded in place, so the
+   readers of x now see what dst keeps. */
+static void pt__bf16_keep(uint16_t *dst, float *x, size_t n) {
+    ptrdiff_t i;
+    PT__OMP(omp parallel for simd schedule(static))
+    for (i = 0; i < (ptrdiff_t)n; i++) {
+        uint32_t u = (uint32_t)(dst[i] = pt__bf16_bits(x[i])) << 16;
+        memcpy(&x[i], &u, 4);
+    }
+}
+
+static void pt__bf16_widen(float *dst, const uint16_t *src, size_t n) {
+    ptrdiff_t i;
+    PT__OMP(omp parallel for simd schedule(static))
+    for (i = 0; i < (ptrdiff_t)n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, 4);
+    }
 }
 
 /* Plain loops: row i of C at a time, B streamed in its storage order; bf16
@@ -3219,15 +3254,9 @@ static void pt__sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha
                       int ldc) {
     int impl = pt__gemm_current();
 #ifdef PT__GEMM_X86
-    /* small products (attention's per-block GEMMs, a few rows of sampling)
-       spend more on packing than on arithmetic: measured twice as slow as
-       OpenBLAS on attention's 64-row blocks, so they go to BLAS where there is one */
-    if (impl == PT__GEMM_PTRAIN_AUTO) {
-        impl = PT__GEMM_PTRAIN;
-#ifndef PTRAIN_NO_BLAS
-        if (M < 128 || N < 128 || K < 128) impl = PT__GEMM_BLAS;
-#endif
-    }
+    /* every shape: small ones too (attention's 64-row blocks 1.4x OpenBLAS's
+       AVX2 kernel on one thread, 1.4-12x on two; a row of decoding 0.8-1.3x
+       on one, 1-14x on two; measured on a Zen 5) */
     if (impl == PT__GEMM_PTRAIN) {
         if (K <= 0 || alpha == 0.0f) pt__gemm_scale(M, N, beta, C, ldc);
         else pt__gemm_blocked(0, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -3562,6 +3591,21 @@ PTRAINDEF pt_status pt_precision_parse(const char *name, pt_precision *out) {
 /* 1: the calling thread's model GEMMs run in bf16. Kernels read it on the
    caller's thread and hand it to their OpenMP tasks. */
 static PT__THREAD_LOCAL int pt__gemm_bf16_on;
+
+/* An activation that bf16 precision rounds (q, k, v and fch, read by
+   non-GEMM kernels; ln1 and ln2, GEMM operands only, alike): kept as bf16
+   bits in keep where the layout stores it so, else rounded in place; fp32
+   leaves it. Every layout (recomputed or not) computes the same numbers. */
+static void pt__bf16_act(uint16_t *keep, float *x, size_t n) {
+    ptrdiff_t i;
+    if (keep) {
+        pt__bf16_keep(keep, x, n);
+        return;
+    }
+    if (!pt__gemm_bf16_on) return;
+    PT__OMP(omp parallel for simd schedule(static))
+    for (i = 0; i < (ptrdiff_t)n; i++) x[i] = pt__bf16_round(x[i]);
+}
 
 PTRAINDEF pt_precision pt_set_gemm_precision(pt_precision p) {
     pt_precision old = pt__gemm_bf16_on ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
@@ -4153,7 +4197,12 @@ PTRAINDEF double pt_gemm_peak_gflops(int n, double seconds) {
 }
 
 #ifdef PT__GEMM_X86
+/* independent accumulator chains: 12 (ymm, 16 registers), 24 (zmm): enough to
+   cover latency x throughput on every core seen (vdpbf16ps on Zen 5: 12 chains
+   ran 3% below the GEMM kernel's 24) */
 #define PT__PROBE_CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define PT__PROBE_CHAINS24(X) PT__PROBE_CHAINS(X) X(12) X(13) X(14) X(15) X(16) X(17) X(18) \
+    X(19) X(20) X(21) X(22) X(23)
 #define PT__PROBE_DECL(i) __m512 c##i = _mm512_set1_ps((float)(i));
 #define PT__PROBE_SUM(i) s = _mm512_add_ps(s, c##i);
 /* the lanes' sum, through memory: gcc 12's _mm512_reduce_add_ps reads an
@@ -4165,30 +4214,30 @@ PT__TARGET_AVX512 static float pt__lanes_sum512(__m512 s) {
     for (i = 0; i < 16; i++) t += v[i];
     return t;
 }
-/* n rounds of 12 independent multiply-adds; returns a sum so nothing is dropped */
+/* n rounds of 24 independent multiply-adds; returns a sum so nothing is dropped */
 PT__TARGET_AVX512 static float pt__probe_fma512(long n) {
     __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f), s = _mm512_setzero_ps();
     long i;
-    PT__PROBE_CHAINS(PT__PROBE_DECL)
+    PT__PROBE_CHAINS24(PT__PROBE_DECL)
     for (i = 0; i < n; i++) {
 #define PT__PROBE_OP(i) c##i = _mm512_fmadd_ps(a, c##i, b);
-        PT__PROBE_CHAINS(PT__PROBE_OP)
+        PT__PROBE_CHAINS24(PT__PROBE_OP)
 #undef PT__PROBE_OP
     }
-    PT__PROBE_CHAINS(PT__PROBE_SUM)
+    PT__PROBE_CHAINS24(PT__PROBE_SUM)
     return pt__lanes_sum512(s);
 }
 PT__TARGET_BF16 static float pt__probe_bf16(long n) {
     __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3a83);
     __m512 s = _mm512_setzero_ps();
     long i;
-    PT__PROBE_CHAINS(PT__PROBE_DECL)
+    PT__PROBE_CHAINS24(PT__PROBE_DECL)
     for (i = 0; i < n; i++) {
 #define PT__PROBE_OP(i) c##i = _mm512_dpbf16_ps(c##i, a, b);
-        PT__PROBE_CHAINS(PT__PROBE_OP)
+        PT__PROBE_CHAINS24(PT__PROBE_OP)
 #undef PT__PROBE_OP
     }
-    PT__PROBE_CHAINS(PT__PROBE_SUM)
+    PT__PROBE_CHAINS24(PT__PROBE_SUM)
     return pt__lanes_sum512(s);
 }
 /* n rounds of 4 independent TDPBF16PS (C tiles 0-3 += A tiles 4-5 @ B tiles
@@ -4240,6 +4289,7 @@ __attribute__((target("avx2,fma"))) static float pt__probe_fma256(long n) {
 #undef PT__PROBE_DECL
 #undef PT__PROBE_SUM
 #undef PT__PROBE_CHAINS
+#undef PT__PROBE_CHAINS24
 #endif
 
 PTRAINDEF double pt_instr_peak_gflops(int bf16, double seconds) {
@@ -4255,9 +4305,9 @@ PTRAINDEF double pt_instr_peak_gflops(int bf16, double seconds) {
                : __builtin_cpu_supports("fma") ? 0
                                                : -1;
     if (kind < 0) return 0.0;
-    /* FLOPs a round: 12 instructions x 16 lanes x 2 (ymm: 8 lanes; vdpbf16ps: x 2
-       again); AMX: 4 tile products of 16x16x32 multiply-adds */
-    per = kind == 3 ? 4 * 16384.0 : kind == 2 ? 768.0 : kind == 1 ? 384.0 : 192.0;
+    /* FLOPs a round: 24 instructions x 16 lanes x 2 (vdpbf16ps: x 2 again; ymm:
+       12 x 8 lanes x 2); AMX: 4 tile products of 16x16x32 multiply-adds */
+    per = kind == 3 ? 4 * 16384.0 : kind == 2 ? 1536.0 : kind == 1 ? 768.0 : 192.0;
     if (kind == 3) rounds = n / 16;
     do {
         double t0 = pt_time_now(), dt;
@@ -5093,24 +5143,31 @@ static pt__dims pt__block_dims(const pt_gpt_config *c, int B, int T, int tp) {
 /* What a block's forward saves for backward (what = PT_RECOMPUTE_*: full
    keeps the output alone; selective all but the attention output; the
    layer being recomputed keeps everything but the output). RMSNorm keeps
-   no mean. */
+   no mean. bf16: ln1, qkv, ln2 and fch kept as bf16 (the caller points
+   their floats at the scratch's). */
 static void pt__layout_block_acts(pt_block_acts *x, pt_arena *a, const pt__dims *d, int what,
-                                  int with_out, int means) {
+                                  int with_out, int means, int bf16) {
     size_t N = d->N;
+#define PT__H(n) ((uint16_t *)pt_arena_alloc(a, (size_t)(n) * sizeof(uint16_t)))
     memset(x, 0, sizeof *x);
     if (with_out) x->out = PT__F(a, N * d->C);
     if (what == PT_RECOMPUTE_FULL) return;
-    x->ln1 = PT__F(a, N * d->C);
+    if (bf16) x->ln1_16 = PT__H(N * d->C);
+    else x->ln1 = PT__F(a, N * d->C);
     if (means) x->ln1_mean = PT__F(a, N);
     x->ln1_rstd = PT__F(a, N);
-    x->qkv = PT__F(a, N * d->Q3);
+    if (bf16) x->qkv_16 = PT__H(N * d->Q3);
+    else x->qkv = PT__F(a, N * d->Q3);
     x->lse = PT__F(a, d->B * d->NH * d->T);
     if (what != PT_RECOMPUTE_SELECTIVE) x->atty = PT__F(a, N * d->Ca);
     x->res2 = PT__F(a, N * d->C);
-    x->ln2 = PT__F(a, N * d->C);
+    if (bf16) x->ln2_16 = PT__H(N * d->C);
+    else x->ln2 = PT__F(a, N * d->C);
     if (means) x->ln2_mean = PT__F(a, N);
     x->ln2_rstd = PT__F(a, N);
-    x->fch = PT__F(a, N * d->Fi);
+    if (bf16) x->fch_16 = PT__H(N * d->Fi);
+    else x->fch = PT__F(a, N * d->Fi);
+#undef PT__H
 }
 
 /* A block's kept output gradients: dfch, dqkv and dln1 may be given (the
@@ -5130,9 +5187,15 @@ static void pt__layout_wgrad(pt_block_wgrad *w, pt_arena *a, const pt__dims *d, 
    and with training backward's input gradients and the fused backward's
    kept ones. */
 static void pt__layout_scratch(pt_block_scratch *s, pt_arena *a, const pt__dims *d,
-                               int training, int rope) {
+                               int training, int rope, int bf16) {
     size_t N = d->N;
     memset(s, 0, sizeof *s);
+    if (bf16) { /* the layer at hand's activations that the slots keep as bf16 */
+        s->ln1 = PT__F(a, N * d->C);
+        s->qkv = PT__F(a, N * d->Q3);
+        s->ln2 = PT__F(a, N * d->C);
+        s->fch = PT__F(a, N * d->Fi);
+    }
     s->gelu = PT__F(a, N * d->F);
     s->attn_slots = pt_get_threads();
     s->attn = PT__F(a, pt_attention_scratch_floats((int)d->T, s->attn_slots));
@@ -5174,8 +5237,9 @@ PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, p
             total = at;
         }
     }
-    if (acts) pt__layout_block_acts(acts, a, &d, PT_RECOMPUTE_NONE, 1, cfg->norm == PT_NORM_LAYER);
-    if (s) pt__layout_scratch(s, a, &d, g != NULL, cfg->pos == PT_POS_ROPE);
+    if (acts)
+        pt__layout_block_acts(acts, a, &d, PT_RECOMPUTE_NONE, 1, cfg->norm == PT_NORM_LAYER, 0);
+    if (s) pt__layout_scratch(s, a, &d, g != NULL, cfg->pos == PT_POS_ROPE, 0);
 }
 
 /* ---- building a model: checks, tables, buffers, communicators ------------ */
@@ -5512,6 +5576,7 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     pt__dims d = pt__block_dims(&m->config, m->B, m->T, pl->tp);
     size_t N = d.N, C = d.C, V = (size_t)pl->vocab_local;
     int l, k, most = 0, c, ln = m->config.norm == PT_NORM_LAYER;
+    int bf16 = m->precision == PT_PRECISION_BF16 && pl->recompute != PT_RECOMPUTE_FULL;
     for (c = 0; c < pl->chunks; c++)
         if (x->chunk_hi[c] - x->chunk_lo[c] > most) most = x->chunk_hi[c] - x->chunk_lo[c];
     for (k = 0; k < x->nslots; k++) {
@@ -5520,7 +5585,7 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
         sl->x = PT__F(a, N * C);
         sl->acts = x->acts + (size_t)k * (size_t)most;
         for (l = 0; l < most; l++)
-            pt__layout_block_acts(&sl->acts[l], a, &d, pl->recompute, 1, ln);
+            pt__layout_block_acts(&sl->acts[l], a, &d, pl->recompute, 1, ln, bf16);
         sl->wg = x->slots[0].wg + (size_t)k * (size_t)most;
         for (l = 0; x->split && l < most; l++) pt__layout_wgrad(&sl->wg[l], a, &d, NULL, NULL, NULL);
         if (pl->has_head) {
@@ -5537,12 +5602,18 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     *act_bytes = a->used;
     memset(&x->racts, 0, sizeof x->racts); /* recomputation's one layer (not saved) */
     if (pl->recompute == PT_RECOMPUTE_FULL)
-        pt__layout_block_acts(&x->racts, a, &d, PT_RECOMPUTE_NONE, 0, ln);
+        pt__layout_block_acts(&x->racts, a, &d, PT_RECOMPUTE_NONE, 0, ln, 0);
     else if (pl->recompute == PT_RECOMPUTE_SELECTIVE)
         x->racts.atty = PT__F(a, N * d.Ca);
     x->ce_red = pl->tp > 1 ? PT__F(a, 3 * N) : NULL;
-    pt__layout_scratch(&x->scratch, a, &d, training, m->config.pos == PT_POS_ROPE);
+    pt__layout_scratch(&x->scratch, a, &d, training, m->config.pos == PT_POS_ROPE, bf16);
     x->dres = training ? PT__F(a, N * C) : NULL;
+    for (k = 0; bf16 && k < x->nslots; k++) /* bf16 storage: the floats are the scratch's */
+        for (l = 0; l < most; l++) {
+            pt_block_acts *b = &x->slots[k].acts[l];
+            b->ln1 = x->scratch.ln1, b->qkv = x->scratch.qkv;
+            b->ln2 = x->scratch.ln2, b->fch = x->scratch.fch;
+        }
 }
 
 PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
@@ -5723,9 +5794,11 @@ PTRAINDEF pt_status pt_block_forward(const pt_gpt_config *cfg, int B, int T,
     int C = cfg->n_embd, N = B * T, Ca = (int)d.Ca, Q3 = (int)d.Q3, F = (int)d.F, Fi = (int)d.Fi;
     pt_status st;
     pt__norm_forward(cfg, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, N, C);
+    pt__bf16_act(a->ln1_16, a->ln1, (size_t)N * C);
     pt__proj_forward(cfg, a->qkv, a->ln1, p->qkv_w, p->qkv_b, N, C, Q3);
     if (cfg->pos == PT_POS_ROPE) /* q and k heads are adjacent: one pass over both */
         pt_rope_forward(a->qkv, pt__rope_cs(cfg, s, T), N, T, (int)(d.NH + d.NKV), (int)d.hd, Q3);
+    pt__bf16_act(a->qkv_16, a->qkv, (size_t)N * Q3);
     pt_attention_forward(a->atty, a->lse, a->qkv, s->attn, s->attn_slots, B, T, Ca, (int)d.NH,
                          (int)d.NKV);
     pt__proj_forward(cfg, a->res2, a->atty, p->attn_proj_w, lead ? p->attn_proj_b : NULL, N, Ca,
@@ -5733,7 +5806,9 @@ PTRAINDEF pt_status pt_block_forward(const pt_gpt_config *cfg, int B, int T,
     if ((st = pt__tp_sum(tp, a->res2, (size_t)N * C)) != PT_OK) return st;
     pt_residual_forward(a->res2, a->res2, x, (size_t)N * C);
     pt__norm_forward(cfg, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, N, C);
+    pt__bf16_act(a->ln2_16, a->ln2, (size_t)N * C);
     pt__proj_forward(cfg, a->fch, a->ln2, p->fc_w, p->fc_b, N, C, Fi);
+    pt__bf16_act(a->fch_16, a->fch, (size_t)N * Fi);
     pt__act_forward(cfg, s->gelu, a->fch, (size_t)N, (size_t)F);
     pt__proj_forward(cfg, a->out, s->gelu, p->fc_proj_w, lead ? p->fc_proj_b : NULL, N, F, C);
     if ((st = pt__tp_sum(tp, a->out, (size_t)N * C)) != PT_OK) return st;
@@ -5753,6 +5828,7 @@ PTRAINDEF pt_status pt_block_backward_input(const pt_gpt_config *cfg, int B, int
     int n = (int)N, c = (int)C, ca = (int)Ca, f = (int)F;
     pt_status st;
     if (w->dout != dout) memcpy(w->dout, dout, N * C * sizeof(float)); /* dx may alias dout */
+    if (a->fch_16) pt__bf16_widen(a->fch, a->fch_16, N * Fi);
     if (cfg->mlp == PT_MLP_SWIGLU) { /* d act in the activation's scratch, then d [gate|up] */
         memset(s->gelu, 0, N * F * sizeof(float));
         pt__proj_backward(cfg, s->gelu, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
@@ -5772,6 +5848,7 @@ PTRAINDEF pt_status pt_block_backward_input(const pt_gpt_config *cfg, int B, int
     memset(s->datty, 0, N * Ca * sizeof(float));
     pt__proj_backward(cfg, s->datty, NULL, NULL, dx, NULL, p->attn_proj_w, n, ca, c);
     memset(w->dqkv, 0, N * Q3 * sizeof(float));
+    if (a->qkv_16) pt__bf16_widen(a->qkv, a->qkv_16, N * Q3);
     pt_attention_backward(w->dqkv, s->datty, a->atty, a->qkv, a->lse, s->attn, s->attn_slots, B,
                           T, ca, (int)d.NH, (int)d.NKV);
     if (cfg->pos == PT_POS_ROPE)
@@ -5794,6 +5871,9 @@ PTRAINDEF void pt_block_backward_weight(const pt_gpt_config *cfg, int B, int T,
                                         const pt_block_wgrad *w, pt_block_scratch *s, int tp) {
     pt__dims d = pt__block_dims(cfg, B, T, tp);
     int n = (int)d.N, c = (int)d.C, ca = (int)d.Ca, f = (int)d.F;
+    if (a->fch_16) pt__bf16_widen(a->fch, a->fch_16, d.N * d.Fi);
+    if (a->ln2_16) pt__bf16_widen(a->ln2, a->ln2_16, d.N * d.C);
+    if (a->ln1_16) pt__bf16_widen(a->ln1, a->ln1_16, d.N * d.C);
     pt__act_forward(cfg, s->gelu, a->fch, d.N, d.F); /* not saved by forward: NF floats a layer */
     pt__proj_backward(cfg, NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w, n, f,
                       c);
@@ -8883,6 +8963,7 @@ static pt_status pt__dp_sync_grads(pt_gpt *m) {
 static void pt__attention_again(pt_gpt *m, pt_block_acts *a, int B, int T) {
     pt_gpt_exec *x = m->exec;
     pt__dims d = pt__block_dims(&m->config, B, T, m->place.tp);
+    if (a->qkv_16) pt__bf16_widen(a->qkv, a->qkv_16, d.N * d.Q3);
     pt_attention_forward(a->atty, a->lse, a->qkv, x->scratch.attn, x->scratch.attn_slots, B, T,
                          (int)d.Ca, (int)d.NH, (int)d.NKV);
 }
@@ -10211,6 +10292,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     gd.grad_accum = S->m;
     gd.schedule = D->schedule;
     gd.chunks = D->chunks, gd.recompute = D->recompute;
+    gd.precision = S->ptrain ? hw->precision : PT_PRECISION_DEFAULT; /* its activations' layout */
     gd.schedule_report = rep;
     if ((err = pt_gpt_init(&m, &gd)) != PT_OK) return err;
     if (st == 0) S->split = m.exec->split;

@@ -2,24 +2,32 @@
    against this machine's measured peaks.
 
      build/bench_kernels [--config gpt2-124m] [--batch 8] [--seq 256] [--threads 0]
+                         [--torch /usr/bin/python3]
 
    Measures first: the cblas_sgemm peak on 1 thread and on all threads
-   (2048^3), and the memory bandwidth (a parallel update y += s*x on 2 x 128
-   MiB, fastest of 9: two reads and one write per element, all real traffic,
-   where a triad's store would also read its line first, uncounted). Then for
-   each kernel: a spot check of its result against a plain
-   double computation, then the median time of a few calls, reported as
-   GFLOP/s against the sgemm peak (matmuls, attention; attention FLOPs counted
-   dense, 4*B*T^2*C forward, as in MFU) or GB/s against the bandwidth
-   (everything else: the bytes each call must read and write at least).
+   (2048^3), the fp32 and bf16 instruction peaks, and the memory bandwidth (a
+   parallel update y += s*x on 2 x 128 MiB, fastest of 9: two reads and one
+   write per element, all real traffic, where a triad's store would also read
+   its line first, uncounted). Then for each kernel: a spot check of its result
+   against a plain double computation, then the median time of a few calls,
+   reported as GFLOP/s against the sgemm peak (matmuls, attention; attention
+   FLOPs counted dense, 4*B*T^2*C forward, as in MFU) or GB/s against the
+   bandwidth (everything else: the bytes each call must read and write at least).
+   The GEMMs come first: one table of the model's GEMM shapes, a column a
+   library and precision, all measured in one run: OpenBLAS and ptrain in fp32,
+   ptrain in bf16, oneDNN's sgemm and bf16 matmul in build/bench_kernels_dnnl
+   (-DPT_BENCH_DNNL, links -ldnnl), torch.mm in fp32 and bf16 with --torch
+   PYTHON (one process running bench/torch_mm.py, from the repository's root).
    Profile one kernel with: perf record -g build/bench_kernels --only attention */
-#define _POSIX_C_SOURCE 200809L /* setenv, execv (cli_passive_wait) */
+#define _POSIX_C_SOURCE 200809L /* setenv, execv (cli_passive_wait); fork, pipe, dprintf (--torch) */
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
 #include "../common/cli.h"
 
 #include <math.h>
-#ifdef PT_BENCH_DNNL /* build/bench_kernels_dnnl: a oneDNN sgemm column (Debian's libdnnl-dev) */
+#include <sys/wait.h>
+#include <unistd.h>
+#ifdef PT_BENCH_DNNL /* build/bench_kernels_dnnl: oneDNN's columns (Debian's libdnnl-dev) */
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
@@ -104,31 +112,16 @@ static void k_xent_b(void *p) { ctx *c = (ctx *)p; pt_crossentropy_backward(c->d
 static void k_adamw(void *p) { ctx *c = (ctx *)p; pt_adamw_update(c->w, c->dw, c->m, c->v, c->n, &c->opt, 1e-4f, 10, 1); }
 
 typedef struct gemm_args {
-    int ta, tb, M, N, K, bf16; /* bf16 = 2: oneDNN's sgemm */
+    int ta, tb, M, N, K, bf16, dnnl; /* bf16: pt_gemm_bf16 (or oneDNN's bf16 matmul); dnnl: oneDNN's */
     const float *A, *B;
     float *C;
+#ifdef PT_BENCH_DNNL
+    dnnl_stream_t stream;
+    dnnl_primitive_t matmul; /* the bf16 matmul of this shape, and its operands */
+    dnnl_memory_t mem[3];
+    dnnl_exec_arg_t args[3];
+#endif
 } gemm_args;
-/* median of reps calls (after a warm-up) of wall seconds and of the process's
-   CPU seconds: on a shared machine flops / CPU seconds is the rate a core
-   sustains while it runs, which others' load does not change */
-static void time_gemm(kernel_fn fn, void *ctx, int reps, double *wall, double *cpu) {
-    double t[16], c[16];
-    int i;
-    if (reps > 16) reps = 16;
-    fn(ctx);
-    for (i = 0; i < reps; i++) {
-        struct timespec a, b;
-        double t0 = pt_time_now();
-        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
-        fn(ctx);
-        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
-        t[i] = pt_time_now() - t0;
-        c[i] = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
-    }
-    qsort(t, (size_t)reps, sizeof(double), cli_cmp_double);
-    qsort(c, (size_t)reps, sizeof(double), cli_cmp_double);
-    *wall = t[reps / 2], *cpu = c[reps / 2];
-}
 
 /* the bf16 instruction peak of one kernel's instruction (0: not on this CPU) */
 static double bf16_peak(const char *kernel) {
@@ -139,7 +132,12 @@ static void k_gemm(void *p) {
     gemm_args *g = (gemm_args *)p;
     int lda = g->ta ? g->M : g->K, ldb = g->tb ? g->K : g->N;
 #ifdef PT_BENCH_DNNL
-    if (g->bf16 == 2) {
+    if (g->dnnl && g->bf16) {
+        dnnl_primitive_execute(g->matmul, g->stream, 3, g->args);
+        dnnl_stream_wait(g->stream);
+        return;
+    }
+    if (g->dnnl) {
         dnnl_sgemm(g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->M, g->N, g->K, 1.0f, g->A, lda, g->B,
                    ldb, 0.0f, g->C, g->N);
         return;
@@ -149,6 +147,73 @@ static void k_gemm(void *p) {
         pt_gemm_bf16(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, lda, g->B, ldb, 0.0f, g->C, g->N);
     else
         pt_sgemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, lda, g->B, ldb, 0.0f, g->C, g->N);
+}
+
+#ifdef PT_BENCH_DNNL
+/* oneDNN's bf16 matmul of g's product into dst (fp32, row-major), created once
+   for k_gemm's timed calls: src op(A) and weights op(B) in bf16, A and B
+   rounded once into a16 and b16 (to nearest even, as pt_gemm_bf16 rounds
+   them); the transposes are strides on the memory descriptors, so it runs the
+   same product as the other columns. 0 if oneDNN refuses it. */
+static int dnnl_bf16_matmul(gemm_args *g, dnnl_engine_t engine, uint16_t *a16, uint16_t *b16,
+                            float *dst) {
+    dnnl_dims_t ad = {g->M, g->K}, bd = {g->K, g->N}, cd = {g->M, g->N};
+    dnnl_dims_t as = {g->ta ? 1 : g->K, g->ta ? g->M : 1}, bs = {g->tb ? 1 : g->N, g->tb ? g->K : 1};
+    dnnl_dims_t cs = {g->N, 1};
+    dnnl_memory_desc_t amd, bmd, cmd;
+    dnnl_matmul_desc_t desc;
+    dnnl_primitive_desc_t pd;
+    size_t i;
+    int ok;
+    for (i = 0; i < (size_t)g->M * g->K; i++) a16[i] = pt__bf16_bits(g->A[i]);
+    for (i = 0; i < (size_t)g->K * g->N; i++) b16[i] = pt__bf16_bits(g->B[i]);
+    if (dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_bf16, bs) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs) != dnnl_success ||
+        dnnl_matmul_desc_init(&desc, &amd, &bmd, NULL, &cmd) != dnnl_success ||
+        dnnl_primitive_desc_create(&pd, &desc, NULL, engine, NULL) != dnnl_success)
+        return 0;
+    ok = dnnl_primitive_create(&g->matmul, pd) == dnnl_success;
+    dnnl_primitive_desc_destroy(pd);
+    if (!ok || dnnl_memory_create(&g->mem[0], &amd, engine, a16) != dnnl_success ||
+        dnnl_memory_create(&g->mem[1], &bmd, engine, b16) != dnnl_success ||
+        dnnl_memory_create(&g->mem[2], &cmd, engine, dst) != dnnl_success)
+        return 0;
+    g->args[0].arg = DNNL_ARG_SRC, g->args[1].arg = DNNL_ARG_WEIGHTS, g->args[2].arg = DNNL_ARG_DST;
+    for (i = 0; i < 3; i++) g->args[i].memory = g->mem[i];
+    return 1;
+}
+#endif
+
+/* --torch PYTHON: starts PYTHON bench/torch_mm.py with its stdin and stdout as
+   pipes: bench_kernels writes it one shape a line (ta tb M N K reps threads),
+   it answers one line (torch.mm's fp32 and bf16 GFLOP/s); its first line
+   names torch's version, into version. Says so and exits if it does not. */
+static pid_t torch_start(const char *python, FILE **to, FILE **from, char *version, int len) {
+    int in[2], out[2];
+    pid_t pid;
+    if (pipe(in) != 0 || pipe(out) != 0 || (pid = fork()) < 0) {
+        fprintf(stderr, "error: --torch: %s\n", strerror(errno));
+        exit(2);
+    }
+    if (pid == 0) {
+        dup2(in[0], 0), dup2(out[1], 1);
+        close(in[0]), close(in[1]), close(out[0]), close(out[1]);
+        execlp(python, python, "bench/torch_mm.py", (char *)NULL);
+        dprintf(1, "cannot run %s: %s\n", python, strerror(errno));
+        _exit(127);
+    }
+    close(in[0]), close(out[1]);
+    *to = fdopen(in[1], "w"), *from = fdopen(out[0], "r");
+    version[0] = 0;
+    if (!*to || !*from || !fgets(version, len, *from) || strncmp(version, "torch ", 6) != 0) {
+        version[strcspn(version, "\n")] = 0;
+        fprintf(stderr, "error: --torch: %s bench/torch_mm.py did not start (%s)\n", python,
+                *version ? version : "no answer");
+        exit(2);
+    }
+    version[strcspn(version, "\n")] = 0;
+    return pid;
 }
 
 static double dot_col(const float *x, const float *w, int n, int IN, int OUT, int o) {
@@ -240,7 +305,7 @@ static void bench_llama(const pt_gpt_config *cfg, int B, int T, int reps, const 
 }
 
 int main(int argc, char **argv) {
-    const char *config = "gpt2-124m", *only = NULL;
+    const char *config = "gpt2-124m", *only = NULL, *torch = NULL;
     int batch = 8, seq = 256, threads = 0, npos, s, reps = 5;
     const char *pos[1];
     cli_opt opts[] = {
@@ -250,6 +315,7 @@ int main(int argc, char **argv) {
         {"threads", CLI_INT, &threads, "OpenMP/BLAS threads (0: all cores)", 0, 1024},
         {"reps", CLI_INT, &reps, "timed calls per kernel (median)", 1, 16},
         {"only", CLI_STR, &only, "run only kernels whose name contains this", 0, 0},
+        {"torch", CLI_STR, &torch, "python with torch: torch.mm columns (bench/torch_mm.py)", 0, 0},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
     pt_gpt_config cfg;
@@ -257,6 +323,9 @@ int main(int argc, char **argv) {
     ctx c;
     size_t N, C, V, n4;
     double peak1, ipeak1[3], ipeak[3]; /* fp32 FMA, bf16 AMX, bf16 vdpbf16ps */
+    char torch_version[128];
+    FILE *torch_to = NULL, *torch_from = NULL;
+    pid_t torch_pid = 0;
     int i;
 
     cli_passive_wait(argv);
@@ -268,6 +337,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", pt_last_error());
         return 2;
     }
+    if (torch && *torch) /* before anything is measured: it waits for shapes meanwhile */
+        torch_pid = torch_start(torch, &torch_to, &torch_from, torch_version, (int)sizeof torch_version);
     pt_rng_seed(&r, 1);
     pt_set_threads(1);
     peak1 = pt_gemm_peak_gflops(2048, 1.0);
@@ -318,13 +389,41 @@ int main(int argc, char **argv) {
 
     if (RUN("gemm")) {
         /* the model's GEMMs at these shapes, as its kernels call them (layout
-           of op(A) op(B), M x N x K), in OpenBLAS, ptrain fp32, ptrain bf16 on
-           AMX and on vdpbf16ps */
+           of op(A) op(B), M x N x K), in each library and precision: GFLOP/s
+           by the wall clock on all the run's threads, and the share of the
+           instruction peak of its precision on as many threads */
         struct { char name[40]; int ta, tb, M, N, K; } g[15];
         static const char *lay[4] = {"NN", "TN", "NT", "TT"};
         static const int io[4][2] = {{1, 3}, {1, 1}, {1, 4}, {4, 1}};
-        int ng = 0, k, l;
-        int have_blas = pt_gemm_select("openblas") == PT_OK, have_pt = pt_gemm_select("ptrain-all") == PT_OK;
+        /* the columns, fp32 then bf16; those run by pt_sgemm and pt_gemm_bf16
+           select their kernel (NULL: the default, auto unless PTRAIN_GEMM_BF16) */
+        enum { BLAS, PT, DNNL, TORCH, PT16, AMX, DNNL16, TORCH16, NCOL };
+        static const struct { const char *head, *kernel; int bf16, ptrain; } col[NCOL] = {
+            {"OpenBLAS fp32", "openblas", 0, 0}, {"ptrain fp32", "ptrain", 0, 1},
+            {"oneDNN fp32", NULL, 0, 0}, {"torch fp32", NULL, 0, 0},
+            {"ptrain bf16", NULL, 1, 1}, {"ptrain AMX", "amx", 1, 1},
+            {"oneDNN bf16", NULL, 1, 0}, {"torch bf16", NULL, 1, 0}};
+        /* the bf16 peak: AMX's where the CPU has it, else vdpbf16ps's; without
+           either, bf16 GEMMs run as fp32 products at the fp32 peak */
+        double peak[2] = {ipeak[0], ipeak[1] > 0 ? ipeak[1] : ipeak[2] > 0 ? ipeak[2] : ipeak[0]};
+        double gf[15][NCOL], pc[15][NCOL], v[15], med;
+        int on[NCOL] = {0}, ng = 0, k, l, j, m;
+#ifdef PT_BENCH_DNNL
+        dnnl_engine_t engine;
+        dnnl_stream_t stream;
+        pt_rng pick; /* the elements checked */
+        pt_rng_seed(&pick, 2);
+        if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success ||
+            dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
+            fprintf(stderr, "error: oneDNN: no CPU engine\n");
+            return 2;
+        }
+        on[DNNL] = on[DNNL16] = 1;
+#endif
+        on[BLAS] = pt_gemm_select("openblas") == PT_OK, on[PT] = pt_gemm_select("ptrain") == PT_OK;
+        on[PT16] = pt_gemm_bf16_select(NULL) == PT_OK, on[AMX] = pt_gemm_bf16_select("amx") == PT_OK;
+        on[TORCH] = on[TORCH16] = torch_pid > 0;
+        pt_gemm_bf16_select(NULL);
         for (k = 0; k < 5; k++)
             for (l = 0; l < 3; l++) { /* forward, d(input), d(weight) */
                 int IN = k < 4 ? io[k][0] * c.C : c.C, OUT = k < 4 ? io[k][1] * c.C : c.V;
@@ -343,42 +442,105 @@ int main(int argc, char **argv) {
                          l == 0 ? "fwd" : l == 1 ? "dinp" : "dW");
                 ng++;
             }
-        printf("GEMMs at %s shapes, median of %d calls, one run. Each column: GFLOP/s by the "
-               "wall clock / GFLOP per CPU-second of one core (%% of the 1-thread instruction "
-               "peak of its precision):\n", config, reps);
-        printf("  %-18s %-2s %5s %5s %5s  %-23s %-23s %-25s %-23s %s\n", "GEMM", "", "M", "N", "K",
-               "OpenBLAS fp32", "ptrain fp32", "ptrain bf16 AMX", "ptrain bf16 vdpbf16ps",
-               "ptrain/OpenBLAS (CPU)");
+        printf("GEMMs at %s shapes on %d threads, median of %d calls, every column in one run: "
+               "GFLOP/s by the wall clock (%% of the\n%d-thread instruction peak of its precision: "
+               "fp32 %.1f, bf16 %.1f GFLOP/s); ptrain bf16 is %s%s%s\n", config, pt_get_threads(),
+               reps, pt_get_threads(), peak[0], peak[1], pt_gemm_bf16_name(),
+               torch_pid ? "; torch.mm: " : "", torch_pid ? torch_version : "");
+        printf("  %-16s %-2s %5s %5s %5s |", "GEMM", "", "M", "N", "K");
+        for (j = 0; j < NCOL; j++)
+            if (on[j]) printf("%s %13s", j == PT16 ? " |" : "", col[j].head);
+        printf("\n");
         for (k = 0; k < ng; k++) {
             gemm_args ga;
-            double gf[4] = {0, 0, 0, 0}, gc[4] = {0, 0, 0, 0}, fl = 2.0 * g[k].M * g[k].N * (double)g[k].K;
-            double wall, cpu;
-            int j;
-            ga.ta = g[k].ta, ga.tb = g[k].tb, ga.M = g[k].M, ga.N = g[k].N, ga.K = g[k].K;
-            ga.A = c.x, ga.B = c.dy, ga.C = c.y, ga.bf16 = 0;
-            for (j = 0; j < 4; j++) { /* OpenBLAS, ptrain fp32, AMX, vdpbf16ps */
-                if (j == 0 && !have_blas) continue;
-                if (j == 1 && !have_pt) continue;
-                if (j >= 2 && pt_gemm_bf16_select(j == 2 ? "amx" : "avx512bf16") != PT_OK) continue;
-                pt_gemm_select(j == 0 ? "openblas" : "ptrain-all");
-                ga.bf16 = j >= 2;
-                time_gemm(k_gemm, &ga, reps, &wall, &cpu);
-                gf[j] = fl / wall / 1e9, gc[j] = fl / cpu / 1e9;
-            }
-            printf("  %-18s %-2s %5d %5d %5d ", g[k].name, lay[g[k].ta + 2 * g[k].tb], g[k].M,
-                   g[k].N, g[k].K);
-            for (j = 0; j < 4; j++)
-                printf(j == 2 ? " %6.1f / %6.1f (%5.1f%%)" : " %5.1f / %5.1f (%5.1f%%)", gf[j], gc[j],
-                       ipeak1[j < 2 ? 0 : j - 1] > 0 ? 100 * gc[j] / ipeak1[j < 2 ? 0 : j - 1] : 0.0);
-            printf("  %.2fx", gc[0] > 0 ? gc[1] / gc[0] : 0.0);
+            double fl = 2.0 * g[k].M * g[k].N * (double)g[k].K;
 #ifdef PT_BENCH_DNNL
-            ga.bf16 = 2;
-            time_gemm(k_gemm, &ga, reps, &wall, &cpu);
-            printf("  oneDNN sgemm %5.1f / %5.1f (%5.1f%%)", fl / wall / 1e9, fl / cpu / 1e9,
-                   100 * fl / cpu / 1e9 / ipeak1[0]);
+            uint16_t *a16 = (uint16_t *)malloc((size_t)g[k].M * g[k].K * sizeof(uint16_t));
+            uint16_t *b16 = (uint16_t *)malloc((size_t)g[k].K * g[k].N * sizeof(uint16_t));
 #endif
+            memset(&ga, 0, sizeof ga);
+            ga.ta = g[k].ta, ga.tb = g[k].tb, ga.M = g[k].M, ga.N = g[k].N, ga.K = g[k].K;
+            ga.A = c.x, ga.B = c.dy, ga.C = c.y;
+#ifdef PT_BENCH_DNNL
+            ga.stream = stream;
+            if (!a16 || !b16 || !dnnl_bf16_matmul(&ga, engine, a16, b16, c.dx)) {
+                fprintf(stderr, "error: oneDNN: no bf16 matmul for %s\n", g[k].name);
+                return 2;
+            }
+#endif
+            for (j = 0; j < NCOL; j++) { /* each column but torch's, one after another */
+                if (!on[j] || j == TORCH || j == TORCH16) continue;
+                ga.bf16 = col[j].bf16, ga.dnnl = j == DNNL || j == DNNL16;
+                if (!ga.dnnl && ga.bf16) pt_gemm_bf16_select(col[j].kernel);
+                else if (!ga.dnnl) pt_gemm_select(col[j].kernel);
+                gf[k][j] = fl / time_it(k_gemm, &ga, reps) / 1e9;
+            }
+            if (torch_pid) { /* then torch.mm's fp32 and bf16, in bench/torch_mm.py */
+                char line[128];
+                fprintf(torch_to, "%d %d %d %d %d %d %d\n", ga.ta, ga.tb, ga.M, ga.N, ga.K, reps,
+                        pt_get_threads());
+                fflush(torch_to);
+                if (!fgets(line, sizeof line, torch_from) ||
+                    sscanf(line, "%lf %lf", &gf[k][TORCH], &gf[k][TORCH16]) != 2) {
+                    fprintf(stderr, "error: --torch: bench/torch_mm.py gave no answer for %s\n",
+                            g[k].name);
+                    return 2;
+                }
+            }
+#ifdef PT_BENCH_DNNL
+            /* oneDNN's bf16 result (c.dx) against pt_gemm_bf16's (c.y, from the
+               ptrain bf16 columns before it), at 5 sampled elements. Both sum
+               the same K products of the same bf16 operands, each exact in
+               fp32, with fp32 additions in different orders: each sum is within
+               g*sum|a_k b_k| of the exact one, g = K*u/(1 - K*u) (u = 2^-24,
+               fp32's unit roundoff; no denormals at these values), so the two
+               differ by at most 2*g*sum|a_k b_k| */
+            for (m = 0; m < 5; m++) {
+                int i0 = (int)(pt_rng_u64(&pick) % (uint64_t)ga.M);
+                int j0 = (int)(pt_rng_u64(&pick) % (uint64_t)ga.N);
+                double sab = 0.0, ku = ga.K * 0x1p-24;
+                char what[96];
+                for (l = 0; l < ga.K; l++)
+                    sab += fabs((double)pt__bf16_round(ga.A[ga.ta ? (size_t)l * ga.M + i0 : (size_t)i0 * ga.K + l]) *
+                                pt__bf16_round(ga.B[ga.tb ? (size_t)j0 * ga.K + l : (size_t)l * ga.N + j0]));
+                snprintf(what, sizeof what, "oneDNN bf16 %.39s [%d,%d] (diff / sum|ab|)", g[k].name, i0, j0);
+                check(what, ((double)c.dx[(size_t)i0 * ga.N + j0] - c.y[(size_t)i0 * ga.N + j0]) / sab,
+                      0.0, 2.0 * ku / (1.0 - ku));
+            }
+            dnnl_primitive_destroy(ga.matmul);
+            for (m = 0; m < 3; m++) dnnl_memory_destroy(ga.mem[m]);
+            free(a16), free(b16);
+#endif
+            printf("  %-16s %-2s %5d %5d %5d |", g[k].name, lay[g[k].ta + 2 * g[k].tb], g[k].M,
+                   g[k].N, g[k].K);
+            for (j = 0; j < NCOL; j++) {
+                if (!on[j]) continue;
+                pc[k][j] = peak[col[j].bf16] > 0 ? 100 * gf[k][j] / peak[col[j].bf16] : 0.0;
+                printf("%s %6.0f (%3.0f%%)", j == PT16 ? " |" : "", gf[k][j], pc[k][j]);
+            }
             printf("\n");
         }
+        /* each column over the shapes; ptrain's speed over each other library's
+           in its precision, shape by shape */
+        printf("Over the %d GEMMs, %% of peak min / median; ptrain's GFLOP/s over another's, "
+               "min / median:\n", ng);
+        for (j = 0; j < NCOL; j++) {
+            if (!on[j]) continue;
+            for (k = 0; k < ng; k++) v[k] = pc[k][j];
+            med = cli_median(v, ng); /* sorts v */
+            printf("  %-13s %3.0f%% / %3.0f%%", col[j].head, v[0], med);
+            for (m = 0; m < NCOL; m++) {
+                if (!col[j].ptrain || !on[m] || col[m].ptrain || col[m].bf16 != col[j].bf16) continue;
+                for (k = 0; k < ng; k++) v[k] = gf[k][j] / gf[k][m];
+                med = cli_median(v, ng);
+                printf("   vs %s %4.2fx / %4.2fx", col[m].head, v[0], med);
+            }
+            printf("\n");
+        }
+#ifdef PT_BENCH_DNNL
+        dnnl_stream_destroy(stream);
+        dnnl_engine_destroy(engine);
+#endif
         pt_gemm_select(NULL);
         pt_gemm_bf16_select(NULL);
     }
@@ -482,6 +644,14 @@ int main(int argc, char **argv) {
         check("adamw param[42]",
               c.w[42], p0 * (1 - 1e-4 * 0.1) - (1e-4 / (1 - pow(0.9, 10))) * m1 / (sqrt(v1) / sqrt(1 - pow(0.95, 10)) + 1e-8), 1e-5);
         report("AdamW update (all params)", time_it(k_adamw, &c, reps), 0, 28.0 * c.n);
+    }
+    if (torch_pid) { /* torch_mm.py ends at the end of its input */
+        int status;
+        fclose(torch_to), fclose(torch_from);
+        if (waitpid(torch_pid, &status, 0) != torch_pid || !WIFEXITED(status) || WEXITSTATUS(status)) {
+            printf("CHECK FAILED bench/torch_mm.py did not end cleanly\n");
+            failures++;
+        }
     }
     printf("%s\n", failures ? "SOME CHECKS FAILED: the timings above are not trustworthy" : "all result checks passed");
     return failures ? 1 : 0;

@@ -249,7 +249,7 @@ static void test_gemm_kernels(void) {
                                   {300, 257, 513}, {4100, 40, 40}};
     enum { NCUT = sizeof cuts / sizeof cuts[0] };
     static const float betas[3] = {0.0f, 1.0f, -0.5f};
-    static const char *impls[3] = {"ptrain-all", "openblas", "portable"};
+    static const char *impls[3] = {"ptrain", "openblas", "portable"};
     static const char *bf16_impls[4] = {"amx", "avx512bf16", "sgemm", "portable"};
     int im, s, lay, bi;
     for (im = 0; im < 3; im++) {
@@ -304,7 +304,7 @@ static void test_gemm_kernels(void) {
             float *A = frand((size_t)M * K, -1, 1), *Bm = frand((size_t)K * N, -1, 1);
             float *C1 = frand((size_t)M * N, -1, 1), *C2 = frand((size_t)M * N, -1, 1);
             int nth = pt_get_threads(), t;
-            if (im < 0 ? pt_gemm_select("ptrain-all") != PT_OK
+            if (im < 0 ? pt_gemm_select("ptrain") != PT_OK
                        : pt_gemm_bf16_select(bf16_impls[im]) != PT_OK)
                 continue;
             for (t = 0; t < 2; t++) {
@@ -314,7 +314,7 @@ static void test_gemm_kernels(void) {
             }
             if (memcmp(C1, C2, sizeof(float) * M * N))
                 FAIL("%s GEMM '%s' differs between 1 and %d threads", im < 0 ? "fp32" : "bf16",
-                     im < 0 ? "ptrain-all" : bf16_impls[im], nth);
+                     im < 0 ? "ptrain" : bf16_impls[im], nth);
             pt_gemm_select(NULL);
         }
     /* the names: auto is the best the CPU has; unknown is an error naming it */
@@ -418,6 +418,29 @@ static void test_precision(void) {
         CHECK(pt_set_gemm_precision(PT_PRECISION_FP32) == PT_PRECISION_FP32);
         CHECK_ST(pt_gpt_backward(&g16), PT_OK);
         CHECK(pt_set_gemm_precision(PT_PRECISION_FP32) == PT_PRECISION_FP32);
+        { /* bf16 rounds q, k, v and fch whether a layer keeps them in bf16 (no
+             recomputation: ln1, qkv, ln2, fch as bf16), recomputes the
+             attention from them (selective) or keeps nothing (full): the
+             same loss and gradients bit for bit, so backward read each
+             layer's own; and the kept bf16 halves those four: at least
+             L x N (2C + 3C + 4C) x 2 bytes fewer than fp32's (64-byte blocks) */
+            int k;
+            size_t n4 = (size_t)2 * B * T * (9 * NH * HD) * 2;
+            for (k = 1; k < 3; k++) {
+                pt_gpt r;
+                d.recompute = k == 1 ? PT_RECOMPUTE_SELECTIVE : PT_RECOMPUTE_FULL;
+                CHECK_ST(pt_gpt_init(&r, &d), PT_OK);
+                pt_gpt_init_weights(&r, 3);
+                CHECK_ST(pt_gpt_forward(&r, in, tg, B, T), PT_OK);
+                CHECK_ST(pt_gpt_backward(&r), PT_OK);
+                if (r.loss != g16.loss || memcmp(r.grads, g16.grads, r.num_params * sizeof(float)))
+                    FAIL("bf16 with %s recomputation: another loss or gradients than without",
+                         k == 1 ? "selective" : "full");
+                pt_gpt_free(&r);
+            }
+            d.recompute = 0;
+            CHECK(g16.mem.activations + n4 <= g.mem.activations);
+        }
         pt_gpt_free(&g);
         pt_gpt_free(&g16);
     }

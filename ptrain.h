@@ -2401,12 +2401,14 @@ static inline float pt__bf16_round(float x) {
 
 /* bf16 storage of an activation: dst = the bf16 bits of x (round to nearest
    even, as the GEMMs round their operands), and x rounded in place, so the
-   readers of x now see what dst keeps. */
+   readers of x now see what dst keeps (dst NULL: x rounded alone). */
 static void pt__bf16_keep(uint16_t *dst, float *x, size_t n) {
     ptrdiff_t i;
     PT__OMP(omp parallel for simd schedule(static))
     for (i = 0; i < (ptrdiff_t)n; i++) {
-        uint32_t u = (uint32_t)(dst[i] = pt__bf16_bits(x[i])) << 16;
+        uint16_t h = pt__bf16_bits(x[i]);
+        uint32_t u = (uint32_t)h << 16;
+        if (dst) dst[i] = h;
         memcpy(&x[i], &u, 4);
     }
 }
@@ -3597,14 +3599,8 @@ static PT__THREAD_LOCAL int pt__gemm_bf16_on;
    bits in keep where the layout stores it so, else rounded in place; fp32
    leaves it. Every layout (recomputed or not) computes the same numbers. */
 static void pt__bf16_act(uint16_t *keep, float *x, size_t n) {
-    ptrdiff_t i;
-    if (keep) {
-        pt__bf16_keep(keep, x, n);
-        return;
-    }
-    if (!pt__gemm_bf16_on) return;
-    PT__OMP(omp parallel for simd schedule(static))
-    for (i = 0; i < (ptrdiff_t)n; i++) x[i] = pt__bf16_round(x[i]);
+    if (keep) pt__bf16_keep(keep, x, n);
+    else if (pt__gemm_bf16_on) pt__bf16_keep(NULL, x, n);
 }
 
 PTRAINDEF pt_precision pt_set_gemm_precision(pt_precision p) {

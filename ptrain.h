@@ -417,8 +417,10 @@ typedef struct pt_lr_schedule {
 } pt_lr_schedule;
 PTRAINDEF float pt_lr_at(const pt_lr_schedule *s, int step);
 
-/* Measured pt_sgemm GFLOP/s (the GEMM selected) on n x n x n with the
-   current thread count, best of repeated runs for at least `seconds`. */
+/* Measured GFLOP/s of the GEMM this thread's model precision runs
+   (pt_set_gemm_precision: pt_sgemm, the GEMM selected, or pt_gemm_bf16) on
+   n x n x n with the current thread count, best of repeated runs for at
+   least `seconds`. */
 PTRAINDEF double pt_gemm_peak_gflops(int n, double seconds);
 /* Measured instruction peak in GFLOP/s on the current thread count (the
    ceiling of any GEMM): each thread runs 24 independent chains of fp32 fused
@@ -4179,11 +4181,11 @@ PTRAINDEF double pt_gemm_peak_gflops(int n, double seconds) {
         a[i] = (float)(i % 7) * 0.01f;
         b[i] = (float)(i % 5) * 0.01f;
     }
-    pt_sgemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n); /* warm-up */
+    pt__mm(pt__gemm_bf16_on, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n); /* warm-up */
     start = pt_time_now();
     do {
         double t0 = pt_time_now(), dt;
-        pt_sgemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        pt__mm(pt__gemm_bf16_on, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
         dt = pt_time_now() - t0;
         if (dt > 0 && 2.0 * n * n * (double)n / dt / 1e9 > best)
             best = 2.0 * n * n * (double)n / dt / 1e9;

@@ -6,12 +6,14 @@
    Checks the result first (the loss at initialisation is near ln V and falls
    when the same batch is trained on), then times N steps after one warm-up
    step and reports the median ms/step, tokens/s, model FLOP utilisation
-   (6*params*tokens + 12*layers*C*B*T^2 per step, over the sgemm peak measured
-   now with the same threads, the best of a measurement before and one after
-   the steps, since one 0.5 s measurement on a shared machine can come out
-   15% low) and the peak resident memory. MFU is reported twice: against the
-   fp32 instruction peak (pt_instr_peak_gflops: what the CPU's FMA units can
-   do, never above 100%) and against the measured sgemm.
+   (6*params*tokens + 12*layers*C*B*T^2 per step) and the peak resident
+   memory. MFU is reported twice: against the instruction peak of the
+   variant's precision (pt_instr_peak_gflops: what the CPU's FMA or bf16
+   dot-product units can do, never above 100%) and against the variant's own
+   GEMM at 1024^3, measured now with the same threads (pt_gemm_peak_gflops at
+   its precision; the best of a measurement before and one after the steps,
+   since one 0.5 s measurement on a shared machine can come out 15% low; a
+   step above it says the probe ran slow rather than print over 100%).
    --gemm ptrain,openblas times the same steps with each GEMM in turn (steps
    interleaved, so a shared machine's load falls on all alike) and prints the
    ratio of each to the first; --precision fp32,bf16 does the same for the
@@ -25,6 +27,16 @@
 
 #include <math.h>
 #include <sys/resource.h>
+
+/* GFLOP/s of GEMM `name` (empty: the one running) at precision p, 1024^3 */
+static double gemm_peak(const char *name, pt_precision p) {
+    pt_precision was = pt_set_gemm_precision(p);
+    double r;
+    if (name[0]) pt_gemm_select(name);
+    r = pt_gemm_peak_gflops(1024, 0.5);
+    pt_set_gemm_precision(was);
+    return r;
+}
 
 int main(int argc, char **argv) {
     const char *config = "small", *gemms = "", *precs = "fp32";
@@ -49,7 +61,7 @@ int main(int argc, char **argv) {
     pt_step_desc sd;
     pt_rng rng;
     int *inputs, *targets;
-    double *times, peak, ipeak[3] = {0, 0, 0}, flops, med, loss0[8], loss1[8], med0 = 0.0;
+    double *times, peak[8], ipeak[3] = {0, 0, 0}, flops, med, loss0[8], loss1[8], med0 = 0.0;
     char names[8][16];
     pt_precision prec[8];
     int ng = 0, g, np = 0;
@@ -94,7 +106,8 @@ int main(int argc, char **argv) {
         for (g = ng - 1; g >= 0; g--)
             for (k = np - 1; k >= 0; k--) {
                 if (g * np + k >= 8) continue;
-                snprintf(names[g * np + k], sizeof names[0], "%s", names[g]);
+                if (g * np + k != g) /* (snprintf onto its own source emptied it: the default GEMM ran) */
+                    memcpy(names[g * np + k], names[g], sizeof names[0]);
                 prec[g * np + k] = list[k];
             }
         ng = ng * np > 8 ? 8 : ng * np;
@@ -117,8 +130,8 @@ int main(int argc, char **argv) {
     targets = (int *)malloc(sizeof(int) * (size_t)batch * seq);
     times = (double *)malloc(sizeof(double) * (size_t)steps * (size_t)ng);
     if (!inputs || !targets || !times) return 2;
-    if (names[0][0]) pt_gemm_select(names[0]);
-    peak = pt_gemm_peak_gflops(1024, 0.5);
+    for (g = 0; g < ng; g++) /* each variant's GEMM at its precision */
+        peak[g] = gemm_peak(names[g], prec[g]);
     { /* the larger of all threads' probe and threads x one thread's: a probe
          that shared its cores with other processes can only come out low */
         int nth = pt_get_threads();
@@ -177,11 +190,12 @@ int main(int argc, char **argv) {
             }
             times[(size_t)g * steps + i] = pt_time_now() - t0;
         }
-    if (names[0][0]) pt_gemm_select(names[0]);
     {
-        double after = pt_gemm_peak_gflops(1024, 0.5);
         int b;
-        peak = after > peak ? after : peak;
+        for (g = 0; g < ng; g++) {
+            double after = gemm_peak(names[g], prec[g]);
+            peak[g] = after > peak[g] ? after : peak[g];
+        }
         for (b = 0; b < 2; b++)
             if (ipeak[1 + b] > 0) {
                 double iafter = pt_instr_peak_gflops(b, 0.5);
@@ -205,16 +219,20 @@ int main(int argc, char **argv) {
                "\"peak_rss_bytes\": %lld, \"loss_check\": [%.4f, %.4f], \"gemm\": \"%s\", "
                "\"precision\": \"%s\", \"instr_peak_gflops\": %.1f, \"mfu_instr\": %.4f}\n",
                config, batch, seq, pt_get_threads(), gpt.num_params, steps, med * 1e3,
-               batch * seq / med, flops / 1e9, peak, flops / med / (peak * 1e9),
+               batch * seq / med, flops / 1e9, peak[g], flops / med / (peak[g] * 1e9),
                (long long)ru.ru_maxrss * 1024, loss0[g], loss1[g], gname, pname, ip,
                ip > 0 ? flops / med / (ip * 1e9) : 0.0);
     } else {
+        double mg = 100.0 * flops / med / (peak[g] * 1e9);
+        char of_gemm[64];
+        if (mg <= 100.0) snprintf(of_gemm, sizeof of_gemm, "%5.1f%%", mg);
+        else snprintf(of_gemm, sizeof of_gemm, "n/a (probe slow)");
         printf("%-10s B=%-3d T=%-4d threads %d %s gemm %-17s: %9.1f ms/step %9.0f tok/s  MFU "
-               "%5.1f%% of the %s instruction peak %.0f GFLOP/s, %5.1f%% of sgemm's %.0f  "
-               "peak RSS %.0f MiB",
+               "%5.1f%% of the %s instruction peak %.0f GFLOP/s, %s of its GEMM's %.0f at "
+               "1024^3  peak RSS %.0f MiB",
                config, batch, seq, pt_get_threads(), pname, gname, med * 1e3, batch * seq / med,
-               ip > 0 ? 100.0 * flops / med / (ip * 1e9) : 0.0, pname, ip,
-               100.0 * flops / med / (peak * 1e9), peak, ru.ru_maxrss / 1024.0);
+               ip > 0 ? 100.0 * flops / med / (ip * 1e9) : 0.0, pname, ip, of_gemm, peak[g],
+               ru.ru_maxrss / 1024.0);
         if (ng > 1) printf("  %.2fx the first", med0 / med);
         printf("\n");
     }

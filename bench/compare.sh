@@ -3,9 +3,10 @@
 # --precision bf16 against PyTorch's bf16 autocast). Run it with
 #   make bench-torch
 # (or `sh bench/compare.sh` once build/bench_step is built and python3-torch installed).
-# For each configuration it runs build/bench_step (fp32 and bf16 steps interleaved
-# in one process), then bench/torch_ref.py in fp32 and in bf16, one right after the
-# other so all see the same machine load, and prints one table at the end. Ratio
+# For each configuration it runs build/bench_step in fp32 and in bf16 (a process
+# each, so each has its own peak RSS), then bench/torch_ref.py in fp32 and in bf16,
+# one right after the other so all see the same machine load, and prints one table
+# at the end. Ratio
 # columns are time over time: > 1 means the first named is slower, so
 # "torch/ptrain" > 1 means ptrain is faster.
 set -e
@@ -36,9 +37,10 @@ echo "$CONFIGS" | while read -r cfg b t n; do
     i=$((i + 1))
     args="--config $cfg --batch $b --seq $t --steps $n --threads $THREADS --json"
     # shellcheck disable=SC2086 # $args is split into words on purpose
-    build/bench_step $args --precision fp32,bf16 >"$out/$i.ptrain"
-    head -n 1 "$out/$i.ptrain" >"$out/$i.ptrain_fp32"
-    tail -n 1 "$out/$i.ptrain" >"$out/$i.ptrain_bf16"
+    for p in fp32 bf16; do
+        # shellcheck disable=SC2086
+        build/bench_step $args --precision $p >"$out/$i.ptrain_$p"
+    done
     for p in fp32 bf16; do
         # shellcheck disable=SC2086
         "$PY" bench/torch_ref.py $args --precision $p >"$out/$i.torch_$p"
@@ -62,7 +64,7 @@ def mib(r):
 
 head = ("config", "B", "T", "ptrain fp32", "ptrain bf16", "torch fp32", "torch bf16",
         "fp32 torch/ptrain", "bf16 torch/ptrain", "ptrain fp32/bf16", "ptrain bf16 MFU",
-        "torch RSS fp32, bf16")
+        "ptrain RSS fp32, bf16", "torch RSS fp32, bf16")
 rows = []
 for p in sorted(glob.glob(os.path.join(sys.argv[1], "*.ptrain_fp32"))):
     stem = p[: -len(".ptrain_fp32")]
@@ -75,10 +77,8 @@ for p in sorted(glob.glob(os.path.join(sys.argv[1], "*.ptrain_fp32"))):
                  f"{tb['ms_per_step'] / pb['ms_per_step']:.2f}x",
                  f"{pf['ms_per_step'] / pb['ms_per_step']:.2f}x",
                  f"{100 * pb['mfu_instr']:.1f}% of {pb['instr_peak_gflops']:.0f}",
-                 f"{mib(tf):.0f}, {mib(tb):.0f} MiB"))
-print("median ms/step; ptrain's fp32 and bf16 steps ran in one process (one peak RSS:",
-      ", ".join(f"{r[0]} {mib(load(p)):.0f} MiB" for r, p in
-                zip(rows, sorted(glob.glob(os.path.join(sys.argv[1], "*.ptrain_fp32"))))) + ")")
+                 f"{mib(pf):.0f}, {mib(pb):.0f} MiB", f"{mib(tf):.0f}, {mib(tb):.0f} MiB"))
+print("median ms/step; peak RSS of each run (a process each)")
 width = [max(len(str(r[k])) for r in rows + [head]) for k in range(len(head))]
 for r in [head] + rows:
     print("  ".join(str(v).ljust(w) if k == 0 else str(v).rjust(w)

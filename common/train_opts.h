@@ -30,7 +30,7 @@ typedef struct run {
     double peak;      /* MFU's denominator, GFLOP/s of the machines the run uses: their
                          instruction peak at the run's precision (or sgemm's where there
                          is no probe) */
-    double gemm_peak; /* their measured sgemm GFLOP/s (0 with --peak-gflops) */
+    double gemm_peak; /* their measured GFLOP/s of the run's GEMM, 1024^3 (0 with --peak-gflops) */
     int peak_given;   /* --peak-gflops */
     int peak_instr;   /* peak is the instruction peak */
     int nodes;      /* MPI: the nodes the ranks run on */

@@ -58,8 +58,8 @@ static void train_report_header(const run *o, const pt_comm *world, const pt_gpt
                "step\n", pt_get_threads(), world->size > 1 ? " per rank" : "", gemm, prec,
                o->peak, flops_step / 1e9);
     else
-        printf("threads %d%s; GEMM %s; %s peak %.1f GFLOP/s (%s, measured %s), sgemm 1024^3 "
-               "%.1f (%.0f%% of it); %.2f GFLOP per step\n",
+        printf("threads %d%s; GEMM %s; %s peak %.1f GFLOP/s (%s, measured %s), the GEMM at "
+               "1024^3 %.1f (%.0f%% of it); %.2f GFLOP per step\n",
                pt_get_threads(), world->size > 1 ? " per rank" : "", gemm, prec, o->peak,
                !o->peak_instr ? "sgemm: no instruction probe here"
                : bf16 && strncmp(gemm, "ptrain", 6) == 0 ? "bf16 dot-product instructions"

@@ -2386,19 +2386,22 @@ PTRAINDEF const char *pt_gemm_bf16_name(void) {
                                   : "portable";
 }
 
+/* A float's bits. Loops over pt__bf16_* pun through it, not memcpy: clang
+   vectorises no simd loop with a memcpy in it on baseline x86-64. */
+typedef union pt__f32u { float f; uint32_t u; } pt__f32u;
+
 /* fp32 -> bf16 bits, round to nearest even (NaN stays a quiet NaN). */
 static inline uint16_t pt__bf16_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    pt__f32u v;
+    v.f = x;
+    uint32_t even = (v.u + 0x7FFFu + ((v.u >> 16) & 1u)) >> 16, nan = (v.u >> 16) | 0x40u;
+    return (uint16_t)((v.u & 0x7FFFFFFFu) > 0x7F800000u ? nan : even);
 }
 
 static inline float pt__bf16_round(float x) {
-    uint32_t u = (uint32_t)pt__bf16_bits(x) << 16;
-    float y;
-    memcpy(&y, &u, 4);
-    return y;
+    pt__f32u v;
+    v.u = (uint32_t)pt__bf16_bits(x) << 16;
+    return v.f;
 }
 
 /* bf16 storage of an activation: dst = the bf16 bits of x (round to nearest
@@ -2408,10 +2411,11 @@ static void pt__bf16_keep(uint16_t *dst, float *x, size_t n) {
     ptrdiff_t i;
     PT__OMP(omp parallel for simd schedule(static))
     for (i = 0; i < (ptrdiff_t)n; i++) {
+        pt__f32u v;
         uint16_t h = pt__bf16_bits(x[i]);
-        uint32_t u = (uint32_t)h << 16;
         if (dst) dst[i] = h;
-        memcpy(&x[i], &u, 4);
+        v.u = (uint32_t)h << 16;
+        x[i] = v.f;
     }
 }
 
@@ -2419,8 +2423,9 @@ static void pt__bf16_widen(float *dst, const uint16_t *src, size_t n) {
     ptrdiff_t i;
     PT__OMP(omp parallel for simd schedule(static))
     for (i = 0; i < (ptrdiff_t)n; i++) {
-        uint32_t u = (uint32_t)src[i] << 16;
-        memcpy(&dst[i], &u, 4);
+        pt__f32u v;
+        v.u = (uint32_t)src[i] << 16;
+        dst[i] = v.f;
     }
 }
 
@@ -2555,21 +2560,58 @@ PT__TARGET_BF16 static void pt__bf16_pack_pairs(uint32_t *dst, const float *r0, 
     }
 }
 
+/* 16 rows of a source that runs along k, transposed for a micro-panel: row
+   r at src + r*ld (rows past `rows` read as zero), `left` k still to come
+   in the slab. fp32: 16 k of each, times s, v[j] = k j of the 16 rows;
+   bf16: 32 k as 16 pairs, v[j] = pair j. Each row prefetched 2 blocks on. */
+PT__TARGET_AVX512 static inline void pt__rows16_f32(__m512i *v, const float *src, size_t ld,
+                                                    int rows, int left, __m512 s) {
+    __mmask16 kk = pt__mask16(left);
+    int r;
+    for (r = 0; r < 16; r++) {
+        const float *a = src + (size_t)r * ld;
+        if (r >= rows) {
+            v[r] = _mm512_setzero_si512();
+            continue;
+        }
+        if (left > 48) _mm_prefetch((const char *)(a + 32), _MM_HINT_T0);
+        v[r] = _mm512_castps_si512(_mm512_mul_ps(s, _mm512_maskz_loadu_ps(kk, a)));
+    }
+    pt__tr16(v);
+}
+
+PT__TARGET_BF16 static inline void pt__rows16_bf16(__m512i *v, const float *src, size_t ld,
+                                                   int rows, int left, __m512 s) {
+    int r;
+    for (r = 0; r < 16; r++) {
+        const float *a = src + (size_t)r * ld;
+        if (r >= rows) {
+            v[r] = _mm512_setzero_si512();
+            continue;
+        }
+        if (left > 96) {
+            _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
+            _mm_prefetch((const char *)(a + 80), _MM_HINT_T0);
+        }
+        v[r] = pt__bf16_pairs32(a, left, s);
+    }
+    pt__tr16(v);
+}
+
 /* Packing. alpha*op(A), rows i0..i0+mc and k = p0..p0+kc, goes into MR-row
    micro-panels, panel p at ap + p*MR*kc floats: fp32 ap[k][r]; bf16 (kp =
    (kc+1)/2) ap[k/2][r] = (bf16(a[r][k]), bf16(a[r][k+1])) as one 32-bit word.
    op(B), columns j0..j0+nc, into NR-column micro-panels at bp + p*NR*kc:
    fp32 bp[k][c]; bf16 bp[k/2][c] pairs likewise. Rows and columns past the
-   edge and the odd k's partner are zero. Where the source runs along k
-   (A not transposed, B transposed) 16 x 16 blocks go through pt__tr16.
-   A panel's rows are stored 16 words at a time, 4 past the MR = 12 the
-   next k overwrites: the buffer has 16 words of slack at its end. */
+   edge and the odd k's partner are zero. Where the source runs along k (A
+   not transposed, B transposed), 16 rows at a time go through pt__tr16;
+   else along each row (k) of the source, every panel at once. */
 PT__TARGET_AVX512 static void pt__pack_a_f32(float *ap, int ta, const float *A, int lda, int i0,
                                              int mc, int p0, int kc, float alpha) {
     const int MR = PT__GEMM_MR;
     __m512 va = _mm512_set1_ps(alpha);
-    int ir, r, k, j;
-    if (ta) { /* row k of op(A)^T holds the rows side by side: along it 48 at a time, 4 panels */
+    int ir, k, j;
+    if (ta) /* row k of op(A)^T holds the rows side by side: 48 at a time, 4 panels */
         for (k = 0; k < kc; k++)
             for (ir = 0; ir < mc; ir += 48) {
                 const float *a = A + (size_t)(p0 + k) * lda + i0 + ir;
@@ -2578,42 +2620,29 @@ PT__TARGET_AVX512 static void pt__pack_a_f32(float *ap, int ta, const float *A, 
                     __mmask16 km = pt__mask16(mc - ir - 16 * j);
                     if (k + 2 < kc)
                         _mm_prefetch((const char *)(a + 2 * (size_t)lda + 16 * j), _MM_HINT_T0);
-                    w[j] = _mm512_castps_si512(_mm512_mul_ps(va, _mm512_maskz_loadu_ps(km, a + 16 * j)));
+                    w[j] = _mm512_castps_si512(
+                        _mm512_mul_ps(va, _mm512_maskz_loadu_ps(km, a + 16 * j)));
                 }
                 pt__put_panels48((uint32_t *)ap + (size_t)ir * kc + (size_t)k * MR,
                                  (size_t)MR * kc, mc - ir, w[0], w[1], w[2]);
             }
-        return;
-    }
-    for (ir = 0; ir < mc; ir += MR, ap += (size_t)MR * kc) {
-        int mr = mc - ir < MR ? mc - ir : MR;
-        {
+    else
+        for (ir = 0; ir < mc; ir += MR, ap += (size_t)MR * kc)
             for (k = 0; k < kc; k += 16) {
                 __m512i v[16];
-                __mmask16 kk = pt__mask16(kc - k);
-                for (r = 0; r < 16; r++) {
-                    const float *a = A + (size_t)(i0 + ir + r) * lda + p0 + k;
-                    if (r >= mr) {
-                        v[r] = _mm512_setzero_si512();
-                        continue;
-                    }
-                    if (k + 48 < kc) _mm_prefetch((const char *)(a + 32), _MM_HINT_T0);
-                    v[r] = _mm512_castps_si512(_mm512_mul_ps(va, _mm512_maskz_loadu_ps(kk, a)));
-                }
-                pt__tr16(v);
+                pt__rows16_f32(v, A + (size_t)(i0 + ir) * lda + p0 + k, (size_t)lda,
+                               mc - ir < MR ? mc - ir : MR, kc - k, va);
                 for (j = 0; j < 16 && k + j < kc; j++)
                     _mm512_mask_storeu_epi32((void *)(ap + (size_t)(k + j) * MR), 0x0FFF, v[j]);
             }
-        }
-    }
 }
 
 PT__TARGET_BF16 static void pt__pack_a_bf16(uint32_t *ap, int ta, const float *A, int lda, int i0,
                                             int mc, int p0, int kc, float alpha) {
     const int MR = PT__GEMM_MR;
-    int ir, r, k, j, kp = (kc + 1) / 2;
+    int ir, k, j, kp = (kc + 1) / 2;
     __m512 va = _mm512_set1_ps(alpha);
-    if (ta) { /* rows k and k+1 of op(A)^T, interleaved: 48 rows at a time, 4 panels */
+    if (ta) /* rows k and k+1 of op(A)^T, interleaved: 48 rows at a time, 4 panels */
         for (k = 0; k < kc; k += 2)
             for (ir = 0; ir < mc; ir += 48) {
                 const float *a0 = A + (size_t)(p0 + k) * lda + i0 + ir, *a1 = a0 + lda;
@@ -2632,38 +2661,23 @@ PT__TARGET_BF16 static void pt__pack_a_bf16(uint32_t *ap, int ta, const float *A
                 pt__put_panels48(ap + (size_t)ir * kp + (size_t)(k / 2) * MR, (size_t)MR * kp,
                                  mc - ir, w[0], w[1], w[2]);
             }
-        return;
-    }
-    for (ir = 0; ir < mc; ir += MR, ap += (size_t)MR * kp) {
-        int mr = mc - ir < MR ? mc - ir : MR;
-        { /* 32 k of 16 rows: 16 pairs each, transposed */
+    else /* 32 k of 16 rows: 16 pairs each, transposed */
+        for (ir = 0; ir < mc; ir += MR, ap += (size_t)MR * kp)
             for (k = 0; k < kc; k += 32) {
                 __m512i v[16];
-                for (r = 0; r < 16; r++) {
-                    const float *a = A + (size_t)(i0 + ir + r) * lda + p0 + k;
-                    if (r >= mr) {
-                        v[r] = _mm512_setzero_si512();
-                        continue;
-                    }
-                    if (k + 96 < kc) {
-                        _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
-                        _mm_prefetch((const char *)(a + 80), _MM_HINT_T0);
-                    }
-                    v[r] = pt__bf16_pairs32(a, kc - k, va);
-                }
-                pt__tr16(v);
+                pt__rows16_bf16(v, A + (size_t)(i0 + ir) * lda + p0 + k, (size_t)lda,
+                                mc - ir < MR ? mc - ir : MR, kc - k, va);
                 for (j = 0; j < 16 && k / 2 + j < kp; j++)
-                    _mm512_storeu_si512((void *)(ap + (size_t)(k / 2 + j) * MR), v[j]);
+                    _mm512_mask_storeu_epi32((void *)(ap + (size_t)(k / 2 + j) * MR), 0x0FFF, v[j]);
             }
-        }
-    }
 }
 
 PT__TARGET_AVX512 static void pt__pack_b_f32(float *bp, int tb, const float *B, int ldb, int j0,
                                              int nc, int p0, int kc) {
     const int NR = PT__GEMM_NR;
-    int jr, c, c0, k, j;
-    if (!tb) { /* along the rows (all panels at once) */
+    __m512 one = _mm512_set1_ps(1.0f);
+    int jr, c0, k, j;
+    if (!tb) /* along row k of B, every panel at once */
         for (k = 0; k < kc; k++) {
             const float *b = B + (size_t)(p0 + k) * ldb + j0;
             for (jr = 0; jr < nc; jr += NR) {
@@ -2673,37 +2687,24 @@ PT__TARGET_AVX512 static void pt__pack_b_f32(float *bp, int tb, const float *B, 
                 _mm512_store_ps(d + 16, _mm512_maskz_loadu_ps(m1, b + jr + 16));
             }
         }
-        return;
-    }
-    for (jr = 0; jr < nc; jr += NR, bp += (size_t)NR * kc) {
-        int nr = nc - jr < NR ? nc - jr : NR;
-        /* rows of B^T run along k: 16 columns x 16 k transposed */
+    else /* rows of B^T run along k: 16 columns x 16 k transposed */
+        for (jr = 0; jr < nc; jr += NR, bp += (size_t)NR * kc)
             for (c0 = 0; c0 < NR; c0 += 16)
                 for (k = 0; k < kc; k += 16) {
                     __m512i v[16];
-                    __mmask16 kk = pt__mask16(kc - k);
-                    for (c = 0; c < 16; c++) {
-                        const float *b = B + (size_t)(j0 + jr + c0 + c) * ldb + p0 + k;
-                        if (c0 + c >= nr) {
-                            v[c] = _mm512_setzero_si512();
-                            continue;
-                        }
-                        if (k + 48 < kc) _mm_prefetch((const char *)(b + 32), _MM_HINT_T0);
-                        v[c] = _mm512_castps_si512(_mm512_maskz_loadu_ps(kk, b));
-                    }
-                    pt__tr16(v);
+                    pt__rows16_f32(v, B + (size_t)(j0 + jr + c0) * ldb + p0 + k, (size_t)ldb,
+                                   nc - jr - c0, kc - k, one);
                     for (j = 0; j < 16 && k + j < kc; j++)
                         _mm512_store_si512((void *)(bp + (size_t)(k + j) * NR + c0), v[j]);
                 }
-    }
 }
 
 PT__TARGET_BF16 static void pt__pack_b_bf16(uint32_t *bp, int tb, const float *B, int ldb, int j0,
                                             int nc, int p0, int kc) {
     const int NR = PT__GEMM_NR;
-    int jr, c, c0, k, j, kp = (kc + 1) / 2;
+    int jr, c0, k, j, kp = (kc + 1) / 2;
     __m512 one = _mm512_set1_ps(1.0f);
-    if (!tb) { /* rows k and k+1, interleaved, along the rows (all panels at once) */
+    if (!tb) /* rows k and k+1 of B, interleaved, every panel at once */
         for (k = 0; k < kc; k += 2) {
             const float *b = B + (size_t)(p0 + k) * ldb + j0;
             for (jr = 0; jr < nc; jr += NR)
@@ -2711,31 +2712,16 @@ PT__TARGET_BF16 static void pt__pack_b_bf16(uint32_t *bp, int tb, const float *B
                                     k + 1 < kc ? b + ldb + jr : NULL, nc - jr < NR ? nc - jr : NR,
                                     NR, 1.0f);
         }
-        return;
-    }
-    for (jr = 0; jr < nc; jr += NR, bp += (size_t)NR * kp) {
-        int nr = nc - jr < NR ? nc - jr : NR;
-        /* rows of B^T: 16 columns' 16 pairs transposed */
+    else /* rows of B^T: 16 columns' 16 pairs transposed */
+        for (jr = 0; jr < nc; jr += NR, bp += (size_t)NR * kp)
             for (c0 = 0; c0 < NR; c0 += 16)
                 for (k = 0; k < kc; k += 32) {
                     __m512i v[16];
-                    for (c = 0; c < 16; c++) {
-                        const float *b = B + (size_t)(j0 + jr + c0 + c) * ldb + p0 + k;
-                        if (c0 + c >= nr) {
-                            v[c] = _mm512_setzero_si512();
-                            continue;
-                        }
-                        if (k + 96 < kc) {
-                            _mm_prefetch((const char *)(b + 64), _MM_HINT_T0);
-                            _mm_prefetch((const char *)(b + 80), _MM_HINT_T0);
-                        }
-                        v[c] = pt__bf16_pairs32(b, kc - k, one);
-                    }
-                    pt__tr16(v);
+                    pt__rows16_bf16(v, B + (size_t)(j0 + jr + c0) * ldb + p0 + k, (size_t)ldb,
+                                    nc - jr - c0, kc - k, one);
                     for (j = 0; j < 16 && k / 2 + j < kp; j++)
                         _mm512_store_si512((void *)(bp + (size_t)(k / 2 + j) * NR + c0), v[j]);
                 }
-    }
 }
 
 /* Write an MR x NR register tile to C (m rows, n columns valid): the first K
@@ -2943,8 +2929,8 @@ static void pt__gemm_blocked(int bf16, int ta, int tb, int M, int N, int K, floa
         if (m1 > M) m1 = M;
         if (n1 > N) n1 = N;
         mc = m1 - m0 < PT__GEMM_MC ? m1 - m0 : PT__GEMM_MC;
-        /* A: panels of MR rows x kstep (4-byte words either way), + 16 words of slack */
-        abytes = ((size_t)(mc + MR - 1) / MR * MR * (bf16 ? ks / 2 : ks) + 16) * 4;
+        /* A: panels of MR rows x kstep (4-byte words either way) */
+        abytes = (size_t)(mc + MR - 1) / MR * MR * (bf16 ? ks / 2 : ks) * 4;
         abytes = (abytes + 63) & ~(size_t)63;
         bbytes = (size_t)(n1 - n0 < PT__GEMM_NC ? (n1 - n0 + NR - 1) / NR * NR : PT__GEMM_NC) *
                  (bf16 ? ks / 2 : ks) * 4;

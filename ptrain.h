@@ -233,7 +233,8 @@ PTRAINDEF void pt_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float
                             float *C, int ldc);
 /* Which fp32 GEMM pt_sgemm runs, by name: "ptrain" (ptrain's AVX-512 kernels:
    packing and cache blocking in the BLIS manner, OpenMP over blocks; needs a
-   CPU with AVX-512F), "openblas" (cblas_sgemm; not in -DPTRAIN_NO_BLAS
+   CPU with AVX-512F; a single row goes to openblas where there is one),
+   "openblas" (cblas_sgemm; not in -DPTRAIN_NO_BLAS
    builds), "portable" (plain C loops), "auto" (ptrain where the CPU runs
    AVX-512 at full width and OpenBLAS runs its AVX2 kernel, else openblas:
    AMD Zen 3/4 split a 512-bit FMA in two, and OpenBLAS's own AVX-512 kernels
@@ -3244,9 +3245,14 @@ static void pt__sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha
                       int ldc) {
     int impl = pt__gemm_current();
 #ifdef PT__GEMM_X86
-    /* every shape: small ones too (attention's 64-row blocks 1.4x OpenBLAS's
-       AVX2 kernel on one thread, 1.4-12x on two; a row of decoding 0.8-1.3x
-       on one, 1-14x on two; measured on a Zen 5) */
+    /* small shapes too (attention's 64-query blocks 1.5-1.7x OpenBLAS's AVX2
+       kernel on one thread, 2.3-3.6x on two; 2 to 32 rows mostly 1.1-3.8x),
+       but a single row (decoding) to OpenBLAS where there is one: packing B
+       for one row costs what the product does (0.4-0.9x; bench_kernels
+       --only "small gemm" on a Zen 5) */
+#ifndef PTRAIN_NO_BLAS
+    if (impl == PT__GEMM_PTRAIN && M == 1) impl = PT__GEMM_BLAS;
+#endif
     if (impl == PT__GEMM_PTRAIN) {
         if (K <= 0 || alpha == 0.0f) pt__gemm_scale(M, N, beta, C, ldc);
         else pt__gemm_blocked(0, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

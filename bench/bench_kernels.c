@@ -216,6 +216,14 @@ static pid_t torch_start(const char *python, FILE **to, FILE **from, char *versi
     return pid;
 }
 
+/* k_gemm n times: small products timed in runs of about a millisecond */
+typedef struct gemm_run { gemm_args *g; int n; } gemm_run;
+static void k_gemm_run(void *p) {
+    gemm_run *r = (gemm_run *)p;
+    int i;
+    for (i = 0; i < r->n; i++) k_gemm(r->g);
+}
+
 static double dot_col(const float *x, const float *w, int n, int IN, int OUT, int o) {
     double s = 0.0;
     int i;
@@ -543,6 +551,52 @@ int main(int argc, char **argv) {
 #endif
         pt_gemm_select(NULL);
         pt_gemm_bf16_select(NULL);
+    }
+
+    if (RUN("small gemm")) {
+        /* the model's small and skinny products: attention's 64-query blocks
+           (hd = C / heads deep), a row of decoding, 32 rows (B*T < 64); in
+           OpenBLAS and ptrain, fp32 and bf16, on 1 thread and on the run's:
+           what pt_sgemm's choice of GEMM for small shapes rests on */
+        int C = c.C, hd = c.C / c.NH, T = seq, nth = pt_get_threads(), k, t;
+        struct { const char *name; int ta, tb, M, N, K; } sg[] = {
+            {"attn scores QK^T", 0, 1, 64, T, hd}, {"attn P V", 0, 0, 64, hd, T},
+            {"attn dK dS^T Q", 1, 0, T, hd, 64},   {"decode c_attn", 0, 0, 1, 3 * C, C},
+            {"decode c_fc", 0, 0, 1, 4 * C, C},     {"decode mlp.c_proj", 0, 0, 1, C, 4 * C},
+            {"decode lm head", 0, 1, 1, c.V, C},    {"32 rows c_fc", 0, 0, 32, 4 * C, C},
+            {"32 rows lm head", 0, 1, 32, c.V, C}};
+        printf("Small and skinny GEMMs at %s shapes, GFLOP/s (median of %d runs of ~1 ms): "
+               "OpenBLAS fp32, ptrain fp32, ptrain bf16\n", config, reps);
+        printf("  %-18s %-2s %5s %5s %5s | %-34s | %s\n", "GEMM", "", "M", "N", "K", "1 thread",
+               "all threads");
+        for (k = 0; k < (int)(sizeof sg / sizeof sg[0]); k++) {
+            gemm_args ga;
+            gemm_run run;
+            double fl = 2.0 * sg[k].M * sg[k].N * (double)sg[k].K;
+            memset(&ga, 0, sizeof ga);
+            ga.ta = sg[k].ta, ga.tb = sg[k].tb, ga.M = sg[k].M, ga.N = sg[k].N, ga.K = sg[k].K;
+            ga.A = c.x, ga.B = c.dy, ga.C = c.y;
+            run.g = &ga, run.n = (int)(2e8 / fl) + 1; /* ~1 ms at 200 GFLOP/s */
+            printf("  %-18s %c%c %5d %5d %5d |", sg[k].name, ga.ta ? 'T' : 'N', ga.tb ? 'T' : 'N',
+                   ga.M, ga.N, ga.K);
+            for (t = 0; t < 2; t++) {
+                double r[3];
+                int j;
+                pt_set_threads(t ? nth : 1);
+                for (j = 0; j < 3; j++) { /* OpenBLAS, ptrain fp32, ptrain bf16 */
+                    r[j] = 0.0;
+                    ga.bf16 = j == 2;
+                    if (j < 2 && pt_gemm_select(j ? "ptrain" : "openblas") != PT_OK) continue;
+                    if (j == 2) pt_gemm_select(NULL), pt_gemm_bf16_select(NULL);
+                    r[j] = fl * run.n / time_it(k_gemm_run, &run, reps) / 1e9;
+                }
+                printf(" %6.1f %6.1f %6.1f %5.2fx%s", r[0], r[1], r[2], r[0] > 0 ? r[1] / r[0] : 0.0,
+                       t ? "\n" : " |");
+            }
+        }
+        printf("  (each group: OpenBLAS fp32, ptrain fp32, ptrain bf16, ptrain fp32 / OpenBLAS)\n");
+        pt_set_threads(nth);
+        pt_gemm_select(NULL);
     }
 
     if (RUN("embedding")) { /* reads a wte row and a wpe row, writes a row */

@@ -2152,16 +2152,17 @@ PTRAINDEF void pt_arena_free(pt_arena *a) {
 /* ======================================================================== */
 
 /* ---- GEMM ---------------------------------------------------------------
-   ptrain's own GEMM, in the BLIS manner: N is cut into NC-column panels and K
-   into KC-deep slabs; each KC x NC slab of op(B) is packed once, by all
-   threads together, into NR-column micro-panels (k-major, zero-padded), each
-   MC-row block of alpha*op(A) into MR-row micro-panels by the thread that
-   owns it, and an MR x NR tile of C lives in registers over the slab. The A
-   micro-panel (MR x KC) stays in L1 while the tile walks the B slab (L2).
-   Every element of C is summed by one thread, slab after slab in K order,
-   so results do not depend on the thread count. The kernels are compiled with
-   target attributes and chosen at run time from CPUID, so the header needs no
-   special flags; bf16 packs pairs of consecutive k (vdpbf16ps's operand). */
+   ptrain's own GEMM, in the BLIS manner: C is cut into one rectangle a
+   thread (pt__gemm_blocked); in its rectangle a thread packs, for each chunk
+   of up to MC rows and K slab of up to KC k (2 KC in bf16: the same bytes),
+   alpha*op(A) into MR-row micro-panels (L3), then each NC-column slab of
+   op(B) into NR-column micro-panels (L2; k-major, zero-padded), and an MR x
+   NR tile of C lives in registers over the slab while the A micro-panel
+   (L1) walks the B slab. Every element of C is summed by one thread, slab
+   after slab in K order, so results do not depend on the thread count. The
+   kernels are compiled with target attributes and chosen at run time from
+   CPUID, so the header needs no special flags; bf16 packs pairs of
+   consecutive k (vdpbf16ps's operand). */
 #define PT__GEMM_MR 12
 #define PT__GEMM_NR 32
 #define PT__GEMM_KC 384  /* fp32 k a slab at most (bf16: twice) */

@@ -559,6 +559,7 @@ typedef struct pt_block_scratch {
     float *rope;    /* rotary positions: pt_rope_table of rope_T positions (T*hd) */
     int rope_T;     /* positions in rope (0: not computed yet) */
     float *ln1, *qkv, *ln2, *fch; /* bf16 storage: the layer at hand's, widened (else NULL) */
+    const uint16_t *held[4]; /* whose kept bf16 ln1, qkv, ln2, fch those hold now (NULL: none) */
 } pt_block_scratch;
 
 /* x (N,C) -> a->out (N,C). With a tensor-parallel group tp (NULL: none) of
@@ -2395,8 +2396,9 @@ typedef union pt__f32u { float f; uint32_t u; } pt__f32u;
 /* fp32 -> bf16 bits, round to nearest even (NaN stays a quiet NaN). */
 static inline uint16_t pt__bf16_bits(float x) {
     pt__f32u v;
+    uint32_t even, nan;
     v.f = x;
-    uint32_t even = (v.u + 0x7FFFu + ((v.u >> 16) & 1u)) >> 16, nan = (v.u >> 16) | 0x40u;
+    even = (v.u + 0x7FFFu + ((v.u >> 16) & 1u)) >> 16, nan = (v.u >> 16) | 0x40u;
     return (uint16_t)((v.u & 0x7FFFFFFFu) > 0x7F800000u ? nan : even);
 }
 
@@ -2565,40 +2567,34 @@ PT__TARGET_BF16 static void pt__bf16_pack_pairs(uint32_t *dst, const float *r0, 
 /* 16 rows of a source that runs along k, transposed for a micro-panel: row
    r at src + r*ld (rows past `rows` read as zero), `left` k still to come
    in the slab. fp32: 16 k of each, times s, v[j] = k j of the 16 rows;
-   bf16: 32 k as 16 pairs, v[j] = pair j. Each row prefetched 2 blocks on. */
+   bf16: 32 k as 16 pairs, v[j] = pair j. Each row's next blocks are
+   prefetched `ahead` floats on. One loop for both, LOAD the row's words
+   (two functions: bf16's needs its target, fp32's must run without it). */
+#define PT__ROWS16(ahead, LOAD)                                                       \
+    int r;                                                                            \
+    for (r = 0; r < 16; r++) {                                                        \
+        const float *a = src + (size_t)r * ld;                                        \
+        if (r >= rows) {                                                              \
+            v[r] = _mm512_setzero_si512();                                            \
+            continue;                                                                 \
+        }                                                                             \
+        if (left > 3 * (ahead) / 2) {                                                 \
+            _mm_prefetch((const char *)(a + (ahead)), _MM_HINT_T0);                   \
+            _mm_prefetch((const char *)(a + (ahead) + 16), _MM_HINT_T0);              \
+        }                                                                             \
+        v[r] = LOAD;                                                                  \
+    }                                                                                 \
+    pt__tr16(v);
 PT__TARGET_AVX512 static inline void pt__rows16_f32(__m512i *v, const float *src, size_t ld,
                                                     int rows, int left, __m512 s) {
     __mmask16 kk = pt__mask16(left);
-    int r;
-    for (r = 0; r < 16; r++) {
-        const float *a = src + (size_t)r * ld;
-        if (r >= rows) {
-            v[r] = _mm512_setzero_si512();
-            continue;
-        }
-        if (left > 48) _mm_prefetch((const char *)(a + 32), _MM_HINT_T0);
-        v[r] = _mm512_castps_si512(_mm512_mul_ps(s, _mm512_maskz_loadu_ps(kk, a)));
-    }
-    pt__tr16(v);
+    PT__ROWS16(32, _mm512_castps_si512(_mm512_mul_ps(s, _mm512_maskz_loadu_ps(kk, a))))
 }
-
 PT__TARGET_BF16 static inline void pt__rows16_bf16(__m512i *v, const float *src, size_t ld,
                                                    int rows, int left, __m512 s) {
-    int r;
-    for (r = 0; r < 16; r++) {
-        const float *a = src + (size_t)r * ld;
-        if (r >= rows) {
-            v[r] = _mm512_setzero_si512();
-            continue;
-        }
-        if (left > 96) {
-            _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
-            _mm_prefetch((const char *)(a + 80), _MM_HINT_T0);
-        }
-        v[r] = pt__bf16_pairs32(a, left, s);
-    }
-    pt__tr16(v);
+    PT__ROWS16(64, pt__bf16_pairs32(a, left, s))
 }
+#undef PT__ROWS16
 
 /* Packing. alpha*op(A), rows i0..i0+mc and k = p0..p0+kc, goes into MR-row
    micro-panels, panel p at ap + p*MR*kc floats: fp32 ap[k][r]; bf16 (kp =
@@ -2766,20 +2762,20 @@ PT__TARGET_AVX512 static void pt__gemm_kernel_f32(int kc, const float *ap, const
                                                   float beta) {
     int k, pass, steps;
     PT__GEMM_ROWS(PT__GEMM_DECL)
-    for (pass = 0; pass < 2; pass++) {
-    steps = pass ? (kc < 48 ? kc : 48) : (kc > 48 ? kc - 48 : 0);
-    if (pass) { PT__GEMM_ROWS(PT__GEMM_PF) }
-    for (k = 0; k < steps; k++) {
-        __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16), a;
+    for (pass = 0; pass < 2; pass++) { /* then C's lines prefetched, 48 steps from the end */
+        steps = pass ? (kc < 48 ? kc : 48) : (kc > 48 ? kc - 48 : 0);
+        if (pass) { PT__GEMM_ROWS(PT__GEMM_PF) }
+        for (k = 0; k < steps; k++) {
+            __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16), a;
 #define PT__GEMM_FMA(r)                           \
     a = _mm512_set1_ps(ap[r]);                    \
     c##r##_0 = _mm512_fmadd_ps(a, b0, c##r##_0); \
     c##r##_1 = _mm512_fmadd_ps(a, b1, c##r##_1);
-        PT__GEMM_ROWS(PT__GEMM_FMA)
+            PT__GEMM_ROWS(PT__GEMM_FMA)
 #undef PT__GEMM_FMA
-        ap += PT__GEMM_MR;
-        bp += PT__GEMM_NR;
-    }
+            ap += PT__GEMM_MR;
+            bp += PT__GEMM_NR;
+        }
     }
     PT__GEMM_TAIL
 }
@@ -2790,22 +2786,22 @@ PT__TARGET_BF16 static void pt__gemm_kernel_bf16(int kp, const uint32_t *ap, con
                                                  float beta) {
     int k, pass, steps;
     PT__GEMM_ROWS(PT__GEMM_DECL)
-    for (pass = 0; pass < 2; pass++) {
-    steps = pass ? (kp < 24 ? kp : 24) : (kp > 24 ? kp - 24 : 0);
-    if (pass) { PT__GEMM_ROWS(PT__GEMM_PF) }
-    for (k = 0; k < steps; k++) {
-        __m512bh b0 = (__m512bh)_mm512_load_si512((const void *)bp);
-        __m512bh b1 = (__m512bh)_mm512_load_si512((const void *)(bp + 16));
-        __m512bh a;
+    for (pass = 0; pass < 2; pass++) { /* then C's lines prefetched, 24 steps from the end */
+        steps = pass ? (kp < 24 ? kp : 24) : (kp > 24 ? kp - 24 : 0);
+        if (pass) { PT__GEMM_ROWS(PT__GEMM_PF) }
+        for (k = 0; k < steps; k++) {
+            __m512bh b0 = (__m512bh)_mm512_load_si512((const void *)bp);
+            __m512bh b1 = (__m512bh)_mm512_load_si512((const void *)(bp + 16));
+            __m512bh a;
 #define PT__GEMM_DOT(r)                                 \
     a = (__m512bh)_mm512_set1_epi32((int)ap[r]);        \
     c##r##_0 = _mm512_dpbf16_ps(c##r##_0, a, b0);       \
     c##r##_1 = _mm512_dpbf16_ps(c##r##_1, a, b1);
-        PT__GEMM_ROWS(PT__GEMM_DOT)
+            PT__GEMM_ROWS(PT__GEMM_DOT)
 #undef PT__GEMM_DOT
-        ap += PT__GEMM_MR;
-        bp += PT__GEMM_NR;
-    }
+            ap += PT__GEMM_MR;
+            bp += PT__GEMM_NR;
+        }
     }
     PT__GEMM_TAIL
 }
@@ -3154,8 +3150,8 @@ static int pt__gemm_amx(int ta, int tb, int M, int N, int K, float alpha, const 
 #endif
     share = njc > 1 && (size_t)mpad * kcmax * 2 <= PT__AMX_ASHARE;
     ahalves = share ? (size_t)mpad * kcmax : (size_t)nth * MC * kcmax;
-    if (!(raw = pt__gemm_workspace(bwords * 4 + ahalves * 2 + 64))) return 0;
-    bbuf = (uint32_t *)(raw + (64 - (uintptr_t)raw % 64) % 64); /* 64-byte aligned, as are the A blocks */
+    if (!(raw = pt__gemm_workspace(bwords * 4 + ahalves * 2))) return 0;
+    bbuf = (uint32_t *)raw; /* 64-byte aligned, as are the A blocks */
     PT__OMP(omp parallel num_threads(nth) if (nth > 1))
     {
         uint16_t *abuf = (uint16_t *)(bbuf + bwords); /* the shared slab, or this thread's block */
@@ -3591,11 +3587,21 @@ static PT__THREAD_LOCAL int pt__gemm_bf16_on;
 
 /* An activation that bf16 precision rounds (q, k, v and fch, read by
    non-GEMM kernels; ln1 and ln2, GEMM operands only, alike): kept as bf16
-   bits in keep where the layout stores it so, else rounded in place; fp32
-   leaves it. Every layout (recomputed or not) computes the same numbers. */
-static void pt__bf16_act(uint16_t *keep, float *x, size_t n) {
-    if (keep) pt__bf16_keep(keep, x, n);
-    else if (pt__gemm_bf16_on) pt__bf16_keep(NULL, x, n);
+   bits in keep where the layout stores it so (x, the scratch, now holds
+   keep's values: *held = keep), else rounded in place; fp32 leaves it.
+   Every layout (recomputed or not) computes the same numbers. */
+static void pt__bf16_act(uint16_t *keep, float *x, size_t n, const uint16_t **held) {
+    if (keep || pt__gemm_bf16_on) pt__bf16_keep(keep, x, n);
+    if (keep) *held = keep;
+}
+
+/* Backward's read of a kept activation: the scratch x gets the n values of
+   src unless it holds them already (the layer forward ran last, or the
+   input gradient's pass before the weights'); no src: x is the layer's own. */
+static void pt__bf16_load(float *x, const uint16_t *src, size_t n, const uint16_t **held) {
+    if (!src || *held == src) return;
+    pt__bf16_widen(x, src, n);
+    *held = src;
 }
 
 PTRAINDEF pt_precision pt_set_gemm_precision(pt_precision p) {
@@ -5784,12 +5790,14 @@ PTRAINDEF pt_status pt_block_forward(const pt_gpt_config *cfg, int B, int T,
     pt__dims d = pt__block_dims(cfg, B, T, k);
     int C = cfg->n_embd, N = B * T, Ca = (int)d.Ca, Q3 = (int)d.Q3, F = (int)d.F, Fi = (int)d.Fi;
     pt_status st;
+    if (a->ln1_16) /* the scratch is written before it is kept: it holds no one's until then */
+        memset((void *)s->held, 0, sizeof s->held);
     pt__norm_forward(cfg, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, N, C);
-    pt__bf16_act(a->ln1_16, a->ln1, (size_t)N * C);
+    pt__bf16_act(a->ln1_16, a->ln1, (size_t)N * C, &s->held[0]);
     pt__proj_forward(cfg, a->qkv, a->ln1, p->qkv_w, p->qkv_b, N, C, Q3);
     if (cfg->pos == PT_POS_ROPE) /* q and k heads are adjacent: one pass over both */
         pt_rope_forward(a->qkv, pt__rope_cs(cfg, s, T), N, T, (int)(d.NH + d.NKV), (int)d.hd, Q3);
-    pt__bf16_act(a->qkv_16, a->qkv, (size_t)N * Q3);
+    pt__bf16_act(a->qkv_16, a->qkv, (size_t)N * Q3, &s->held[1]);
     pt_attention_forward(a->atty, a->lse, a->qkv, s->attn, s->attn_slots, B, T, Ca, (int)d.NH,
                          (int)d.NKV);
     pt__proj_forward(cfg, a->res2, a->atty, p->attn_proj_w, lead ? p->attn_proj_b : NULL, N, Ca,
@@ -5797,9 +5805,9 @@ PTRAINDEF pt_status pt_block_forward(const pt_gpt_config *cfg, int B, int T,
     if ((st = pt__tp_sum(tp, a->res2, (size_t)N * C)) != PT_OK) return st;
     pt_residual_forward(a->res2, a->res2, x, (size_t)N * C);
     pt__norm_forward(cfg, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, N, C);
-    pt__bf16_act(a->ln2_16, a->ln2, (size_t)N * C);
+    pt__bf16_act(a->ln2_16, a->ln2, (size_t)N * C, &s->held[2]);
     pt__proj_forward(cfg, a->fch, a->ln2, p->fc_w, p->fc_b, N, C, Fi);
-    pt__bf16_act(a->fch_16, a->fch, (size_t)N * Fi);
+    pt__bf16_act(a->fch_16, a->fch, (size_t)N * Fi, &s->held[3]);
     pt__act_forward(cfg, s->gelu, a->fch, (size_t)N, (size_t)F);
     pt__proj_forward(cfg, a->out, s->gelu, p->fc_proj_w, lead ? p->fc_proj_b : NULL, N, F, C);
     if ((st = pt__tp_sum(tp, a->out, (size_t)N * C)) != PT_OK) return st;
@@ -5819,7 +5827,7 @@ PTRAINDEF pt_status pt_block_backward_input(const pt_gpt_config *cfg, int B, int
     int n = (int)N, c = (int)C, ca = (int)Ca, f = (int)F;
     pt_status st;
     if (w->dout != dout) memcpy(w->dout, dout, N * C * sizeof(float)); /* dx may alias dout */
-    if (a->fch_16) pt__bf16_widen(a->fch, a->fch_16, N * Fi);
+    pt__bf16_load(a->fch, a->fch_16, N * Fi, &s->held[3]);
     if (cfg->mlp == PT_MLP_SWIGLU) { /* d act in the activation's scratch, then d [gate|up] */
         memset(s->gelu, 0, N * F * sizeof(float));
         pt__proj_backward(cfg, s->gelu, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
@@ -5839,7 +5847,7 @@ PTRAINDEF pt_status pt_block_backward_input(const pt_gpt_config *cfg, int B, int
     memset(s->datty, 0, N * Ca * sizeof(float));
     pt__proj_backward(cfg, s->datty, NULL, NULL, dx, NULL, p->attn_proj_w, n, ca, c);
     memset(w->dqkv, 0, N * Q3 * sizeof(float));
-    if (a->qkv_16) pt__bf16_widen(a->qkv, a->qkv_16, N * Q3);
+    pt__bf16_load(a->qkv, a->qkv_16, N * Q3, &s->held[1]);
     pt_attention_backward(w->dqkv, s->datty, a->atty, a->qkv, a->lse, s->attn, s->attn_slots, B,
                           T, ca, (int)d.NH, (int)d.NKV);
     if (cfg->pos == PT_POS_ROPE)
@@ -5862,9 +5870,9 @@ PTRAINDEF void pt_block_backward_weight(const pt_gpt_config *cfg, int B, int T,
                                         const pt_block_wgrad *w, pt_block_scratch *s, int tp) {
     pt__dims d = pt__block_dims(cfg, B, T, tp);
     int n = (int)d.N, c = (int)d.C, ca = (int)d.Ca, f = (int)d.F;
-    if (a->fch_16) pt__bf16_widen(a->fch, a->fch_16, d.N * d.Fi);
-    if (a->ln2_16) pt__bf16_widen(a->ln2, a->ln2_16, d.N * d.C);
-    if (a->ln1_16) pt__bf16_widen(a->ln1, a->ln1_16, d.N * d.C);
+    pt__bf16_load(a->fch, a->fch_16, d.N * d.Fi, &s->held[3]);
+    pt__bf16_load(a->ln2, a->ln2_16, d.N * d.C, &s->held[2]);
+    pt__bf16_load(a->ln1, a->ln1_16, d.N * d.C, &s->held[0]);
     pt__act_forward(cfg, s->gelu, a->fch, d.N, d.F); /* not saved by forward: NF floats a layer */
     pt__proj_backward(cfg, NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w, n, f,
                       c);
@@ -8954,7 +8962,7 @@ static pt_status pt__dp_sync_grads(pt_gpt *m) {
 static void pt__attention_again(pt_gpt *m, pt_block_acts *a, int B, int T) {
     pt_gpt_exec *x = m->exec;
     pt__dims d = pt__block_dims(&m->config, B, T, m->place.tp);
-    if (a->qkv_16) pt__bf16_widen(a->qkv, a->qkv_16, d.N * d.Q3);
+    pt__bf16_load(a->qkv, a->qkv_16, d.N * d.Q3, &x->scratch.held[1]);
     pt_attention_forward(a->atty, a->lse, a->qkv, x->scratch.attn, x->scratch.attn_slots, B, T,
                          (int)d.Ca, (int)d.NH, (int)d.NKV);
 }

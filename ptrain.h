@@ -3242,11 +3242,11 @@ static void pt__sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha
                       int ldc) {
     int impl = pt__gemm_current();
 #ifdef PT__GEMM_X86
-    /* small shapes too (attention's 64-query blocks 1.5-1.7x OpenBLAS's AVX2
-       kernel on one thread, 2.3-3.6x on two; 2 to 32 rows mostly 1.1-3.8x),
-       but a single row (decoding) to OpenBLAS where there is one: packing B
-       for one row costs what the product does (0.4-0.9x; bench_kernels
-       --only "small gemm" on a Zen 5) */
+    /* small shapes too (attention's 64-query blocks 1.5-1.8x OpenBLAS's AVX2
+       kernel on one thread, 2-6x on two; 32 rows 1.4x), but a single row
+       (decoding) to OpenBLAS where there is one: packing B for one row costs
+       what the product does (0.4-1.1x, mostly below; bench_kernels --only
+       "small gemm" on a Zen 5) */
 #ifndef PTRAIN_NO_BLAS
     if (impl == PT__GEMM_PTRAIN && M == 1) impl = PT__GEMM_BLAS;
 #endif

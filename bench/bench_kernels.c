@@ -113,6 +113,7 @@ static void k_adamw(void *p) { ctx *c = (ctx *)p; pt_adamw_update(c->w, c->dw, c
 
 typedef struct gemm_args {
     int ta, tb, M, N, K, bf16, dnnl; /* bf16: pt_gemm_bf16 (or oneDNN's bf16 matmul); dnnl: oneDNN's */
+    int kernel; /* fp32: ptrain's blocked kernel itself, whatever pt_sgemm would choose */
     const float *A, *B;
     float *C;
 #ifdef PT_BENCH_DNNL
@@ -140,6 +141,13 @@ static void k_gemm(void *p) {
     if (g->dnnl) {
         dnnl_sgemm(g->ta ? 'T' : 'N', g->tb ? 'T' : 'N', g->M, g->N, g->K, 1.0f, g->A, lda, g->B,
                    ldb, 0.0f, g->C, g->N);
+        return;
+    }
+#endif
+#ifdef PT__GEMM_X86
+    if (g->kernel) {
+        pt__gemm_blocked(0, g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, lda, g->B, ldb, 0.0f, g->C,
+                         g->N);
         return;
     }
 #endif
@@ -556,8 +564,10 @@ int main(int argc, char **argv) {
     if (RUN("small gemm")) {
         /* the model's small and skinny products: attention's 64-query blocks
            (hd = C / heads deep), a row of decoding, 32 rows (B*T < 64); in
-           OpenBLAS and ptrain, fp32 and bf16, on 1 thread and on the run's:
-           what pt_sgemm's choice of GEMM for small shapes rests on */
+           OpenBLAS and ptrain's kernels (fp32: the blocked kernel itself,
+           where pt_sgemm sends a single row to OpenBLAS), fp32 and bf16, on 1
+           thread and on the run's: what pt_sgemm's choice for small shapes
+           rests on */
         int C = c.C, hd = c.C / c.NH, T = seq, nth = pt_get_threads(), k, t;
         struct { const char *name; int ta, tb, M, N, K; } sg[] = {
             {"attn scores QK^T", 0, 1, 64, T, hd}, {"attn P V", 0, 0, 64, hd, T},
@@ -566,7 +576,7 @@ int main(int argc, char **argv) {
             {"decode lm head", 0, 1, 1, c.V, C},    {"32 rows c_fc", 0, 0, 32, 4 * C, C},
             {"32 rows lm head", 0, 1, 32, c.V, C}};
         printf("Small and skinny GEMMs at %s shapes, GFLOP/s (median of %d runs of ~1 ms): "
-               "OpenBLAS fp32, ptrain fp32, ptrain bf16\n", config, reps);
+               "OpenBLAS fp32, ptrain's fp32 kernel, ptrain bf16\n", config, reps);
         printf("  %-18s %-2s %5s %5s %5s | %-34s | %s\n", "GEMM", "", "M", "N", "K", "1 thread",
                "all threads");
         for (k = 0; k < (int)(sizeof sg / sizeof sg[0]); k++) {
@@ -583,9 +593,9 @@ int main(int argc, char **argv) {
                 double r[3];
                 int j;
                 pt_set_threads(t ? nth : 1);
-                for (j = 0; j < 3; j++) { /* OpenBLAS, ptrain fp32, ptrain bf16 */
+                for (j = 0; j < 3; j++) { /* OpenBLAS, ptrain's fp32 kernel, ptrain bf16 */
                     r[j] = 0.0;
-                    ga.bf16 = j == 2;
+                    ga.bf16 = j == 2, ga.kernel = j == 1;
                     if (j < 2 && pt_gemm_select(j ? "ptrain" : "openblas") != PT_OK) continue;
                     if (j == 2) pt_gemm_select(NULL), pt_gemm_bf16_select(NULL);
                     r[j] = fl * run.n / time_it(k_gemm_run, &run, reps) / 1e9;
@@ -594,7 +604,8 @@ int main(int argc, char **argv) {
                        t ? "\n" : " |");
             }
         }
-        printf("  (each group: OpenBLAS fp32, ptrain fp32, ptrain bf16, ptrain fp32 / OpenBLAS)\n");
+        printf("  (each group: OpenBLAS fp32, ptrain's fp32 kernel, ptrain bf16, ptrain fp32 / "
+               "OpenBLAS)\n");
         pt_set_threads(nth);
         pt_gemm_select(NULL);
     }

@@ -1046,6 +1046,16 @@ typedef struct pt_trace {
     void *alloc_ctx;
 } pt_trace;
 
+/* Events beside the schedule's actions (kind >= PT_ACT_COUNT): communication
+   that runs while the rank computes, drawn in a lane of its own under each
+   track; micro is the gradient bucket. Real runs record a started operation
+   from its start to the test or wait that found it done (pt_step_desc.trace:
+   a gather the previous step's update started has a start before 0). */
+enum {
+    PT_TRACE_DP_REDUCE = PT_ACT_COUNT, /* a bucket's gradients over the dp group */
+    PT_TRACE_DP_GATHER,                /* a bucket's updated parameters (ZeRO) */
+    PT_TRACE_KIND_COUNT
+};
 PTRAINDEF pt_status pt_trace_add(pt_trace *t, int track, int kind, int micro, int chunk,
                                  double start, double dur);
 PTRAINDEF void pt_trace_free(pt_trace *t);
@@ -1088,9 +1098,12 @@ typedef enum pt_overlap {
                        order, and waited at the optimizer step. ZeRO 1 and 2: each
                        bucket's parameter all-gather after the update runs on behind
                        the next forward, which waits for a layer's just before using
-                       it. Tested every 0.2 ms from the GEMMs (what moves MPI on);
-                       the results are the same bits as OFF's */
-    PT_OVERLAP_OFF  /* every bucket after backward, every gather in the update */
+                       it. Pipelines: each stage's next activation and gradient
+                       receives posted ahead, its sends started. Tested every 2 ms
+                       from the GEMMs (what moves MPI on); the results are the same
+                       bits as OFF's */
+    PT_OVERLAP_OFF  /* every bucket after backward, every gather in the update, every
+                       pipeline message when its action comes */
 } pt_overlap;       /* (ZeRO 2 reduce-scatters each bucket inside backward either way) */
 
 typedef struct pt_step_desc {
@@ -1225,6 +1238,11 @@ typedef struct pt_hw {
                             MFU (0: not measured) */
     pt_precision precision; /* this machine: the GEMMs' precision its rates were measured at
                             (pt_gpt_desc.precision; 0: fp32) */
+    double comm_cpu;     /* this machine: core seconds a collective costs the rank's compute
+                            per byte it passes ((k-1)/k of the buffer for a reduce-scatter or
+                            all-gather, twice for an all-reduce) when it runs behind the
+                            compute: TCP in the kernel, MPI's progress calls (0: none, as with
+                            RDMA; pt_hw_calibrate_links measures it) */
 } pt_hw;
 
 /* "a100-80g", "h100-80g", "mi250x" (sources beside each in the code). */
@@ -1244,6 +1262,12 @@ PTRAINDEF pt_status pt_hw_load(const char *path, pt_hw *out);
    else of world (an MPI world of two or more processes; collective, rank 0
    times the kernels alone, with every core). Takes a few seconds. */
 PTRAINDEF pt_status pt_hw_calibrate(pt_hw *out, pt_comm *world, pt_precision precision);
+/* The links alone: world's all-reduce latency and bandwidth (two or more
+   ranks; collective) into hw's intra_ and inter_ fields, and what a started
+   all-reduce costs a rank that computes meanwhile (comm_cpu), its other
+   fields kept: a profile's kernels on another network. Rank 0's figures, on
+   every rank. Takes a few seconds. */
+PTRAINDEF pt_status pt_hw_calibrate_links(pt_hw *hw, pt_comm *world);
 /* Seconds of batch GEMMs (M x K) x (K x N) on the device, elem bytes an element. */
 PTRAINDEF double pt_hw_gemm_seconds(const pt_hw *hw, double M, double N, double K, double batch,
                                     double elem);
@@ -1275,6 +1299,15 @@ typedef struct pt_plan_desc {
     pt_gpt_config arch;   /* the block's choices (arch, norm, pos, mlp, n_kv_head,
                              ffn_hidden, no_bias, untied_head; its sizes are the
                              fields above); zero: GPT-2 */
+    pt_overlap overlap;   /* the dp communication behind computation, as the executor
+                             runs it (pt_step_desc.overlap): each gradient bucket reduced
+                             once the step's last backward finished it, ZeRO's parameter
+                             gathers behind the next forward. Default: on for
+                             PT_EXEC_PTRAIN (the executor's default), off for
+                             PT_EXEC_MEGATRON (Megatron-LM 2021 reduced after backward) */
+    size_t bucket_bytes;  /* the gradient buckets (pt_gpt_desc.bucket_bytes; 0: a layer
+                             each); the messages are these sizes at the executor's
+                             element size */
 } pt_plan_desc;
 
 typedef struct pt_plan_mem {
@@ -1301,7 +1334,10 @@ typedef struct pt_plan_result {
     double tflops_per_gpu, model_tflops_per_gpu, percent_of_peak;
     double bubble_fraction;    /* of the pipeline's time, stages idle */
     double comm_exposed;       /* seconds a step the busiest rank spends communicating */
-    double compute_s, tp_comm_s, pp_comm_s, dp_comm_s, optimizer_s; /* that rank's step */
+    double compute_s, tp_comm_s, pp_comm_s, dp_comm_s, optimizer_s; /* that rank's step
+                                  (dp_comm_s: what the step waits for) */
+    double dp_hidden_s;        /* that rank's dp communication behind computation */
+    int dp_buckets;            /* the gradient buckets it reduces (1: the whole buffer) */
     double tokens_per_s, train_seconds;
     pt_plan_mem mem;           /* the rank needing most memory */
     int mem_rank, dp, micro_batches; /* its world rank; dp; micro-batches per pipeline */
@@ -3209,9 +3245,13 @@ static int pt__gemm_amx(int ta, int tb, int M, int N, int K, float alpha, const 
    group), pt_sgemm computes C in runs of rows of about that many FLOP (at
    least 64 rows), polling between them: a run of rows gives other bits than
    the whole GEMM (BLAS's edge tiles), so the slicing depends on the layout
-   alone, never on whether anything is under way. */
-#define PT__POLL_S 2e-4
-#define PT__SLICE_FLOP 6.4e7
+   alone, never on whether anything is under way. A poll costs: over TCP
+   every 0.2 ms (runs of 64 MFLOP) left 0.34 of the communication exposed at
+   2 Gbit/s across two namespace hosts, every 2 ms (500 MFLOP, ~1-2 ms of
+   this Zen 5's cores) 0.25 (bench/overlap.sh, 2026-11-26); the kernel's
+   socket buffers keep the link busy between polls. */
+#define PT__POLL_S 2e-3
+#define PT__SLICE_FLOP 5e8
 typedef struct pt__poller {
     void (*fn)(void *arg);
     void *arg;
@@ -4723,6 +4763,19 @@ struct pt_gpt_exec {
     int ag_next, ag_end;      /* buckets [ag_next, ag_end) are updated, their gathers
                                  not yet started (one runs at a time: see pt__ag_pump) */
     pt_status poll_st;        /* the first error a poll (pt__ov_poll) met */
+    struct pt_trace *trace;   /* pt_step_desc.trace while a step runs, else NULL: each dp
+                                 transfer goes in when it is found done */
+    double trace_t0;          /* its time origin (pt_time_now's) */
+    int trace_track;
+    double *ov_t, *ag_t;      /* (buckets) when each bucket's reduction, gather began */
+    /* pipeline messages with overlap (pp > 1): the next activation [0] and the
+       next gradient [1] this stage receives are posted ahead of their actions,
+       into buffers of their own (copied out when the action comes), and sends
+       start and are waited for before their buffer changes */
+    float *pp_rbuf;           /* (2, N, C) */
+    pt_comm_req pp_rreq[2], pp_sreq[2];
+    int pp_rnext[2];          /* the list index each posted receive is for (-1: none) */
+    int pp_on;
     size_t shard_total;       /* this rank's elements over all buckets (ZeRO) */
     float *gshard;            /* (shard_total) averaged gradients of its shard (ZeRO 1, 2) */
     float *rs_tmp;            /* (largest shard) where ZeRO 2 reduce-scatters a bucket, to
@@ -4765,6 +4818,15 @@ struct pt_gpt_exec {
     pt_arena param_arena, act_arena;
 };
 
+/* Bucket b's dp transfer (PT_TRACE_DP_*), begun at t (pt_time_now's) and
+   found done now, into the running step's trace. */
+static void pt__trace_dp(pt_gpt_exec *x, int kind, int b, double t) {
+    pt_status st;
+    if (!x->trace) return;
+    st = pt_trace_add(x->trace, x->trace_track, kind, b, -1, t - x->trace_t0, pt_time_now() - t);
+    if (st != PT_OK && !x->poll_st) x->poll_st = st;
+}
+
 /* The gathers' group counts into the dp group's time, bytes and calls (it
    is a copy of it): what a step was exposed to stays in one place. */
 static void pt__ag_fold(pt_gpt_exec *x) {
@@ -4778,6 +4840,7 @@ static pt_status pt__ag_start(const pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     const pt__bucket *k = &x->buckets[x->ag_next];
     float *own = m->params + k->offset + (size_t)m->place.dp_rank * k->shard;
+    x->ag_t[x->ag_next] = pt_time_now();
     return pt_comm_all_gather_start(x->ag_comm, own, m->params + k->offset, k->shard,
                                     &x->ag_req[x->ag_next++]);
 }
@@ -4789,8 +4852,9 @@ static pt_status pt__ag_pump(const pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     int done = 1;
     pt_status st = PT_OK;
-    if (x->ag_next > 0 && x->ag_req[x->ag_next - 1].comm)
-        st = pt_comm_test(&x->ag_req[x->ag_next - 1], &done);
+    if (x->ag_next > 0 && x->ag_req[x->ag_next - 1].comm &&
+        (st = pt_comm_test(&x->ag_req[x->ag_next - 1], &done)) == PT_OK && done)
+        pt__trace_dp(x, PT_TRACE_DP_GATHER, x->ag_next - 1, x->ag_t[x->ag_next - 1]);
     if (st == PT_OK && done && x->ag_next < x->ag_end) st = pt__ag_start(m);
     return st;
 }
@@ -4803,9 +4867,15 @@ static void pt__ov_poll(void *arg) {
     pt_gpt_exec *x = ((pt_gpt *)arg)->exec;
     pt_status st;
     int j, done;
-    for (j = 0; j < x->num_buckets; j++)
-        if (x->ov_req[j].comm && (st = pt_comm_test(&x->ov_req[j], &done)) != PT_OK && !x->poll_st)
-            x->poll_st = st;
+    for (j = 0; j < x->num_buckets; j++) {
+        if (!x->ov_req[j].comm) continue;
+        if ((st = pt_comm_test(&x->ov_req[j], &done)) != PT_OK && !x->poll_st) x->poll_st = st;
+        if (st == PT_OK && done) pt__trace_dp(x, PT_TRACE_DP_REDUCE, j, x->ov_t[j]);
+    }
+    for (j = 0; j < 4; j++) { /* the pipeline's messages */
+        pt_comm_req *q = j < 2 ? &x->pp_rreq[j] : &x->pp_sreq[j - 2];
+        if (q->comm && (st = pt_comm_test(q, &done)) != PT_OK && !x->poll_st) x->poll_st = st;
+    }
     if ((st = pt__ag_pump((pt_gpt *)arg)) != PT_OK && !x->poll_st) x->poll_st = st;
     pt__ag_fold(x);
 }
@@ -4821,7 +4891,8 @@ static pt_status pt__ag_need(const pt_gpt *m, int i, int n) {
         const pt__bucket *k = &x->buckets[b];
         if (k->first >= i + n || i >= k->first + k->count) continue;
         while (st == PT_OK && x->ag_next <= b && x->ag_next < x->ag_end) st = pt__ag_start(m);
-        if (st == PT_OK && x->ag_req[b].comm) st = pt_comm_wait(&x->ag_req[b]);
+        if (st == PT_OK && x->ag_req[b].comm && (st = pt_comm_wait(&x->ag_req[b])) == PT_OK)
+            pt__trace_dp(x, PT_TRACE_DP_GATHER, b, x->ag_t[b]);
     }
     if (x) pt__ag_fold(x);
     return st;
@@ -5461,7 +5532,7 @@ static pt_status pt__gpt_tables(pt_gpt *m, int nslots) {
     ntensors = (size_t)k;
     nbook = sizeof(pt_gpt_exec) + sizeof(pt_param) * ntensors + sizeof(pt_block_params) * 3 * L +
             sizeof(pt_block_acts) * L * S + sizeof(pt__bucket) * nbuckets +
-            sizeof(pt_comm_req) * 2 * nbuckets + sizeof(pt__slot) * S +
+            (sizeof(pt_comm_req) + sizeof(double)) * 2 * nbuckets + sizeof(pt__slot) * S +
             sizeof(pt_block_wgrad) * L * S + sizeof(int) * (L + 3 * (size_t)m->place.chunks);
     book = (unsigned char *)pt__malloc(nbook, m->alloc_ctx);
     if (!book) return pt__fail(PT_ERR_OOM, "cannot allocate the model's tables");
@@ -5475,7 +5546,9 @@ static pt_status pt__gpt_tables(pt_gpt *m, int nslots) {
     x->buckets = (pt__bucket *)(x->acts + L * S);
     x->ov_req = (pt_comm_req *)(x->buckets + nbuckets);
     x->ag_req = x->ov_req + nbuckets;
-    x->slots = (pt__slot *)(x->ag_req + nbuckets);
+    x->ov_t = (double *)(x->ag_req + nbuckets);
+    x->ag_t = x->ov_t + nbuckets;
+    x->slots = (pt__slot *)(x->ag_t + nbuckets);
     x->slots[0].wg = (pt_block_wgrad *)(x->slots + S); /* see pt__layout_acts */
     x->layer_id = (int *)(x->slots[0].wg + L * S);
     x->chunk_lo = x->layer_id + L;
@@ -5605,6 +5678,7 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     x->ce_red = pl->tp > 1 ? PT__F(a, 3 * N) : NULL;
     pt__layout_scratch(&x->scratch, a, &d, training, m->config.pos == PT_POS_ROPE, bf16);
     x->dres = training ? PT__F(a, N * C) : NULL;
+    x->pp_rbuf = training && pl->pp > 1 ? PT__F(a, 2 * N * C) : NULL;
     for (k = 0; bf16 && k < x->nslots; k++) /* bf16 storage: the floats are the scratch's */
         for (l = 0; l < most; l++) {
             pt_block_acts *b = &x->slots[k].acts[l];
@@ -8876,8 +8950,10 @@ static pt_status pt__zero2_bucket(pt_gpt *m, int b) {
     const pt__bucket *k = &x->buckets[b];
     float *dst = x->gshard + k->shard_offset;
     size_t i;
+    double t = pt_time_now();
     pt_status st = pt__dp_reduce_scatter(m, m->grads, x->rs_tmp, k->numel);
     if (st != PT_OK) return st;
+    if (m->place.dp > 1) pt__trace_dp(x, PT_TRACE_DP_REDUCE, b, t);
     for (i = 0; i < k->shard; i++) dst[i] += x->rs_tmp[i];
     memset(m->grads, 0, k->numel * sizeof(float));
     return PT_OK;
@@ -8910,6 +8986,18 @@ static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, in
     return st;
 }
 
+/* Whether bucket b holds whole local layers, [*lf, *lf + *n), and nothing
+   else (the overlap starts only those inside backward). */
+static int pt__bucket_layers(const pt_gpt *m, int b, int *lf, int *n) {
+    const pt_gpt_exec *x = m->exec;
+    const pt__bucket *k = &x->buckets[b];
+    if (x->tab_layers < 0 || k->first < x->tab_layers ||
+        (k->first - x->tab_layers) % x->layer_tensors || k->count % x->layer_tensors)
+        return 0;
+    *lf = (k->first - x->tab_layers) / x->layer_tensors, *n = k->count / x->layer_tensors;
+    return *n > 0 && *lf + *n <= m->place.n_layers;
+}
+
 /* Overlap (pt_overlap): layer l's gradients are final in this step; if its
    bucket holds whole layers of which l is the last to finish (the lowest in
    backward, the highest when W runs apart: ascending), the bucket starts
@@ -8920,11 +9008,9 @@ static pt_status pt__ov_layer(pt_gpt *m, int l, int ascending) {
     const pt__bucket *k = &x->buckets[b];
     pt_status st;
     if (!x->ov_on || !x->ov_last) return PT_OK;
-    lf = (k->first - x->tab_layers) / x->layer_tensors, n = k->count / x->layer_tensors;
-    if (k->first < x->tab_layers || (k->first - x->tab_layers) % x->layer_tensors ||
-        k->count % x->layer_tensors || lf + n > m->place.n_layers)
-        return PT_OK; /* not whole layers: reduced after backward */
+    if (!pt__bucket_layers(m, b, &lf, &n)) return PT_OK; /* reduced after backward */
     if (l != (ascending ? lf + n - 1 : lf)) return PT_OK; /* the others come later */
+    x->ov_t[b] = pt_time_now();
     if (m->place.zero == 1)
         st = pt_comm_reduce_scatter_start(x->dp_comm, m->grads + k->offset,
                                           x->gshard + k->shard_offset,
@@ -8946,13 +9032,20 @@ static pt_status pt__dp_sync_grads(pt_gpt *m) {
     pt_status st = x->poll_st;
     for (b = 0; b < x->num_buckets && st == PT_OK; b++) {
         const pt__bucket *k = &x->buckets[b];
-        if (x->ov_on && x->ov_req[b].op != PT_COMM_OP_NONE)
+        double t = pt_time_now();
+        if (x->ov_on && x->ov_req[b].op != PT_COMM_OP_NONE) {
+            if (!x->ov_req[b].comm) continue; /* a poll found it done */
             st = pt_comm_wait(&x->ov_req[b]);
-        else if (m->place.zero == 1)
+            t = x->ov_t[b];
+        } else if (m->place.zero == 1) {
             st = pt__dp_reduce_scatter(m, m->grads + k->offset, x->gshard + k->shard_offset,
                                        k->numel);
-        else if (m->place.zero == 0 && m->place.dp > 1)
+        } else if (m->place.zero == 0 && m->place.dp > 1) {
             st = pt_comm_all_reduce(x->dp_comm, m->grads + k->offset, k->numel, PT_REDUCE_AVG);
+        } else {
+            continue;
+        }
+        if (st == PT_OK && m->place.dp > 1) pt__trace_dp(x, PT_TRACE_DP_REDUCE, b, t);
     }
     return st;
 }
@@ -9076,6 +9169,61 @@ static void pt__zero_grad(pt_gpt *m) {
     x->micro_done = 0;
 }
 
+/* A pipeline message's tag: its micro-batch, the virtual stage that made it
+   and its direction. */
+static int pt__pp_tag(const pt_schedule *s, int micro, int from, int grad) {
+    return (micro * pt__sched_nv(s) + from) * 2 + grad;
+}
+
+/* pp_on: posts the receive of kind j (0: activation, 1: gradient) of the
+   first such action after list index k into its buffer, n floats. */
+static pt_status pt__pp_post(pt_gpt *m, int j, int k, size_t n) {
+    pt_gpt_exec *x = m->exec;
+    const pt_schedule *s = &x->sched;
+    int stage = m->place.pp_rank, want = j ? PT_ACT_RECV_GRAD : PT_ACT_RECV_ACT, vs;
+    const pt_action *a;
+    for (k++; k < s->count[stage] && s->list[stage][k].kind != want; k++) {
+    }
+    x->pp_rnext[j] = k < s->count[stage] ? k : -1;
+    if (x->pp_rnext[j] < 0) return PT_OK;
+    a = &s->list[stage][k];
+    vs = pt__sched_vs(s, stage, a->chunk);
+    return pt_comm_recv_start(x->pp_comm, x->pp_rbuf + (size_t)j * n, n, a->peer,
+                              pt__pp_tag(s, a->micro, j ? vs + 1 : vs - 1, j), &x->pp_rreq[j]);
+}
+
+/* The receive of list index k, kind j, into dst (n floats): the posted one,
+   copied out, and the next posted; without pp_on, received now. */
+static pt_status pt__pp_recv(pt_gpt *m, int j, int k, float *dst, size_t n, int peer, int tag) {
+    pt_gpt_exec *x = m->exec;
+    pt_status st;
+    if (!x->pp_on || x->pp_rnext[j] != k) return pt_comm_recv(x->pp_comm, dst, n, peer, tag);
+    if ((st = pt_comm_wait(&x->pp_rreq[j])) != PT_OK) return st;
+    if (x->poll_st) return x->poll_st; /* (a poll may have found it done, and failed) */
+    memcpy(dst, x->pp_rbuf + (size_t)j * n, n * sizeof(float));
+    return pt__pp_post(m, j, k, n);
+}
+
+/* A send of kind j from buf: started (waited for before buf changes:
+   pt__pp_settle), or now without pp_on. */
+static pt_status pt__pp_send(pt_gpt *m, int j, const float *buf, size_t n, int peer, int tag) {
+    pt_gpt_exec *x = m->exec;
+    pt_status st;
+    if (!x->pp_on) return pt_comm_send(x->pp_comm, buf, n, peer, tag);
+    if ((st = pt_comm_wait(&x->pp_sreq[j])) != PT_OK) return st;
+    return pt_comm_send_start(x->pp_comm, buf, n, peer, tag, &x->pp_sreq[j]);
+}
+
+/* Waits for the started send of kind j (0: activations, 1: gradients; -1:
+   both) before its buffer is written or freed. */
+static pt_status pt__pp_settle(pt_gpt *m, int j) {
+    pt_gpt_exec *x = m->exec;
+    pt_status st = PT_OK;
+    if (j != 1) st = pt_comm_wait(&x->pp_sreq[0]);
+    if (j != 0 && st == PT_OK) st = pt_comm_wait(&x->pp_sreq[1]);
+    return st;
+}
+
 /* The slot holding (micro, chunk), taking a free one if it has none. */
 static pt__slot *pt__slot_of(pt_gpt *m, int micro, int chunk, int take) {
     pt_gpt_exec *x = m->exec;
@@ -9160,7 +9308,7 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
     const pt_schedule *s = &x->sched;
-    int stage = pl->pp_rank, b, k, C = m->config.n_embd, V = pt__sched_nv(s), track = 0;
+    int stage = pl->pp_rank, b, k, C = m->config.n_embd, track = 0;
     int swap = pl->schedule == PT_SCHED_CHIMERA && pl->has_head; /* stages 0 and p-1 */
     int tbw = pl->schedule == PT_SCHED_2BW;
     size_t N, NV;
@@ -9211,6 +9359,12 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
         track = world ? world->rank : 0;
         t0 = pt_time_now();
     }
+    x->trace = d->trace, x->trace_t0 = t0, x->trace_track = track;
+    /* pipeline messages: each stage's first activation and gradient receives posted now */
+    x->pp_on = pl->pp > 1 && d->overlap != PT_OVERLAP_OFF;
+    if (x->pp_on && ((st = pt__pp_post(m, 0, -1, N * (size_t)C)) != PT_OK ||
+                     (st = pt__pp_post(m, 1, -1, N * (size_t)C)) != PT_OK))
+        return st;
     for (k = 0; k < s->count[stage] && st == PT_OK; k++) {
         const pt_action *a = &s->list[stage][k];
         /* a message's tag names its micro-batch and the virtual stage that made it */
@@ -9221,7 +9375,7 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
         int local_in = a->kind == PT_ACT_F && vs > 0 && pt__sched_at(s, i, vs - 1) == stage;
 
         int from = a->kind == PT_ACT_RECV_ACT ? vs - 1 : a->kind == PT_ACT_RECV_GRAD ? vs + 1 : vs;
-        int tag = (i * V + from) * 2 + (a->kind == PT_ACT_SEND_GRAD || a->kind == PT_ACT_RECV_GRAD);
+        int tag = pt__pp_tag(s, i, from, a->kind == PT_ACT_SEND_GRAD || a->kind == PT_ACT_RECV_GRAD);
         int head = c >= 0 && c == x->head_chunk;
         double ta = d->trace ? pt_time_now() : 0.0;
         /* 2BW: F and B run at their batch's version, the newest or the one before */
@@ -9235,7 +9389,7 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
         switch (a->kind) {
         case PT_ACT_RECV_ACT:
             if (!(sl = pt__slot_of(m, i, c, 1))) goto no_slot;
-            st = pt_comm_recv(x->pp_comm, sl->x, N * (size_t)C, a->peer, tag);
+            st = pt__pp_recv(m, 0, k, sl->x, N * (size_t)C, a->peer, tag);
             break;
         case PT_ACT_F:
             if (!(sl = pt__slot_of(m, i, c, 1))) goto no_slot;
@@ -9257,23 +9411,26 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
             break;
         case PT_ACT_SEND_ACT:
             if (!(sl = pt__slot_of(m, i, c, 0))) goto no_slot;
-            st = pt_comm_send(x->pp_comm, sl->acts[x->chunk_hi[c] - x->chunk_lo[c] - 1].out,
-                              N * (size_t)C, a->peer, tag);
+            st = pt__pp_send(m, 0, sl->acts[x->chunk_hi[c] - x->chunk_lo[c] - 1].out,
+                             N * (size_t)C, a->peer, tag);
             break;
-        case PT_ACT_RECV_GRAD:
-            st = pt_comm_recv(x->pp_comm, x->dres, N * (size_t)C, a->peer, tag);
+        case PT_ACT_RECV_GRAD: /* (into dres: the gradient sent from it has gone) */
+            if ((st = pt__pp_settle(m, 1)) == PT_OK)
+                st = pt__pp_recv(m, 1, k, x->dres, N * (size_t)C, a->peer, tag);
             break;
-        case PT_ACT_B:
+        case PT_ACT_B: /* (it writes dres; its slot, freed, may be the sent activation's) */
             if (!(sl = pt__slot_of(m, i, c, 0))) goto no_slot;
+            if ((st = pt__pp_settle(m, x->split ? 1 : -1)) != PT_OK) break;
             if (!x->split) x->ov_last = ++x->ov_done[c] == pl->micro;
             st = pt__chunk_backward(m, sl, c, b, d->T, dloss, x->split);
             if (!x->split) pt__slot_release(m, sl);
             break;
         case PT_ACT_SEND_GRAD:
-            st = pt_comm_send(x->pp_comm, x->dres, N * (size_t)C, a->peer, tag);
+            st = pt__pp_send(m, 1, x->dres, N * (size_t)C, a->peer, tag);
             break;
         case PT_ACT_W: /* the weight gradients, then the activations are free */
             if (!(sl = pt__slot_of(m, i, c, 0))) goto no_slot;
+            if ((st = pt__pp_settle(m, 0)) != PT_OK) break;
             x->ov_last = ++x->ov_done[c] == pl->micro;
             st = pt__chunk_weight(m, sl, c, b, d->T);
             pt__slot_release(m, sl);
@@ -9286,6 +9443,7 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
             break;
         case PT_ACT_OPT: /* the gradients synced; the optimizer, if asked for (2BW: the
                             update of each p micro-batches, mid-list but the last) */
+            if ((st = pt__pp_settle(m, -1)) != PT_OK) break; /* the messages out */
             if (tbw) { /* version ver + 1 = W(ver) - lr grad f(W(ver - 1)): W(ver) stays */
                 memcpy(x->wprev, m->params, m->num_params * sizeof(float));
                 x->ver++;
@@ -9442,8 +9600,15 @@ static pt_status pt__gpt_backward(pt_gpt *m) {
         return st_;                                                                 \
     } while (0)
 
+/* (the step's trace is the caller's: a transfer found done later goes in none) */
+static pt_status pt__gpt_step_traced(pt_gpt *m, const pt_step_desc *d, pt_step_result *res) {
+    pt_status st = pt__gpt_step(m, d, res);
+    if (m->exec) m->exec->trace = NULL;
+    return st;
+}
+
 PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *res) {
-    PT__AT_PRECISION(m, pt__gpt_step(m, d, res));
+    PT__AT_PRECISION(m, pt__gpt_step_traced(m, d, res));
 }
 
 PTRAINDEF pt_status pt_gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
@@ -9631,7 +9796,9 @@ PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, flo
             st = pt__ag_pump(m);
             pt__ag_fold(x);
         } else {
+            double t = pt_time_now();
             st = pt_comm_all_gather(x->dp_comm, m->params + own, m->params + k->offset, k->shard);
+            if (st == PT_OK) pt__trace_dp(x, PT_TRACE_DP_GATHER, b, t);
         }
         if (st != PT_OK) return st;
     }
@@ -9654,12 +9821,12 @@ static const pt_hw pt__hw_presets[] = {
        (300 GB/s a direction, NCCL all-reduce ~230 GB/s bus bandwidth); 8 HDR
        InfiniBand 200 Gb/s adapters a node, one a GPU (25 GB/s). */
     {"a100-80g", 312e12, 0.75, 48.0, 0.0, 1.75e12, 85899345920.0, 4e-6, 8, 230e9, 8e-6, 22e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0},
     /* NVIDIA H100 SXM5 80GB in a DGX H100: 989 TFLOP/s dense bf16, HBM3 3.35 TB/s;
        NVLink 4 (450 GB/s a direction, ~360 GB/s all-reduce bus bandwidth); 8
        ConnectX-7 400 Gb/s adapters a node (50 GB/s a GPU). */
     {"h100-80g", 989e12, 0.70, 48.0, 0.0, 2.9e12, 85899345920.0, 3e-6, 8, 360e9, 8e-6, 45e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0},
     /* AMD MI250X on Frontier, one graphics compute die (GCD) a device: 191.5
        TFLOP/s fp16 (the issue's and AMD's figure), HBM2e 1.6 TB/s and 64 GB a
        GCD; 8 GCDs a node joined by Infinity Fabric (50-200 GB/s between pairs:
@@ -9667,7 +9834,7 @@ static const pt_hw pt__hw_presets[] = {
        Slingshot-11 NICs of 25 GB/s a node (12.5 GB/s a GCD). rocBLAS reaches
        about half of the fp16 peak on large GEMMs, a smaller share than cuBLAS. */
     {"mi250x", 191.5e12, 0.55, 64.0, 0.0, 1.3e12, 68719476736.0, 6e-6, 8, 50e9, 10e-6, 11.5e9, 15e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0},
 };
 
 PTRAINDEF const char *pt_hw_preset_names(void) { return "a100-80g, h100-80g, mi250x"; }
@@ -9689,7 +9856,7 @@ PTRAINDEF pt_status pt_hw_preset(const char *name, pt_hw *out) {
     X(intra_bw) X(intra_lat) X(inter_bw) X(inter_lat)
 #define PT__HW_CORE_FIELDS(X) /* optional */                                                  \
     X(core_flops) X(core_gemm_eff) X(core_gemm_dim) X(core_attn_flops) X(core_mem_bw)          \
-    X(core_kernel_s) X(instr_flops)
+    X(core_kernel_s) X(instr_flops) X(comm_cpu)
 
 PTRAINDEF pt_status pt_hw_save(const pt_hw *hw, const char *path) {
     char buf[2048];
@@ -9894,13 +10061,74 @@ PTRAINDEF pt_status pt_hw_calibrate(pt_hw *out, pt_comm *world, pt_precision pre
             pt_set_threads(threads);
             if (st != PT_OK) return pt_comm_fail(world, st);
         }
-        if ((st = pt_comm_barrier(world)) != PT_OK ||
-            (st = pt__calib_comm_rank(world, &cc)) != PT_OK)
-            return st;
+        if ((st = pt_comm_barrier(world)) != PT_OK) return st;
         snprintf(out->name, sizeof out->name, "local-mpi");
+        return pt_hw_calibrate_links(out, world);
     }
     out->intra_lat = out->inter_lat = cc.lat;
     out->intra_bw = out->inter_bw = cc.bw;
+    return PT_OK;
+}
+
+/* Seconds of reps GEMMs of 256^3 (a, b, c: 256 x 256), with req tested
+   about every PT__POLL_S as the executor's polls do (NULL: none). */
+static double pt__calib_busy(const float *a, const float *b, float *c, int reps, int every,
+                             pt_comm_req *req, pt_status *st) {
+    double t0 = pt_time_now();
+    int i, done = 0;
+    for (i = 0; i < reps; i++) {
+        pt_sgemm(0, 0, 256, 256, 256, 1.0f, a, 256, b, 256, 0.0f, c, 256);
+        if (req && !done && *st == PT_OK && i % every == every - 1) *st = pt_comm_test(req, &done);
+    }
+    return pt_time_now() - t0;
+}
+
+PTRAINDEF pt_status pt_hw_calibrate_links(pt_hw *hw, pt_comm *world) {
+    pt__calib_comm cc = {0, 0};
+    size_t n = (size_t)1 << 22;
+    float v[3], *buf, *a;
+    double one, ar, alone[3], with[3], vol;
+    int reps, every, r, k = world ? world->size : 0;
+    pt_comm_req q;
+    pt_status st;
+    if (k < 2)
+        return pt__fail(PT_ERR_INVALID_ARG, "calibrating links: a world of 2 or more ranks, not %d",
+                        k);
+    if ((st = pt__calib_comm_rank(world, &cc)) != PT_OK) return st;
+    /* the cores' share: GEMMs lasting about twice an all-reduce of n floats,
+       alone and beside one started (rank 0's count on every rank) */
+    buf = (float *)pt__malloc((n + 3 * 65536) * sizeof(float), NULL);
+    if (!buf) return pt_comm_fail(world, pt__fail(PT_ERR_OOM, "calibration buffer"));
+    a = buf + n;
+    for (r = 0; r < 3 * 65536; r++) a[r] = (float)(r % 13) * 0.01f;
+    memset(buf, 0, n * sizeof(float));
+    one = pt__calib_busy(a, a + 65536, a + 2 * 65536, 16, 1, NULL, &st) / 16;
+    vol = 2.0 * (k - 1) / k * (double)n * sizeof(float);
+    ar = 2.0 * (k - 1) * cc.lat + vol / cc.bw;
+    v[0] = (float)(2.0 * (ar > 0.05 ? ar : 0.05) / one), v[1] = (float)(PT__POLL_S / one);
+    if ((st = pt_comm_broadcast(world, v, 2, 0)) != PT_OK) {
+        pt__free(buf, NULL);
+        return st;
+    }
+    reps = (int)v[0] > 1 ? (int)v[0] : 1, every = (int)v[1] > 1 ? (int)v[1] : 1;
+    for (r = 0; r < 3 && st == PT_OK; r++) {
+        if ((st = pt_comm_barrier(world)) != PT_OK) break;
+        alone[r] = pt__calib_busy(a, a + 65536, a + 2 * 65536, reps, every, NULL, &st);
+        if ((st = pt_comm_barrier(world)) != PT_OK ||
+            (st = pt_comm_all_reduce_start(world, buf, n, PT_REDUCE_SUM, &q)) != PT_OK)
+            break;
+        with[r] = pt__calib_busy(a, a + 65536, a + 2 * 65536, reps, every, &q, &st);
+        if (st == PT_OK) st = pt_comm_wait(&q);
+    }
+    pt__free(buf, NULL);
+    if (st != PT_OK) return st;
+    qsort(alone, 3, sizeof(double), pt__cmp_dbl), qsort(with, 3, sizeof(double), pt__cmp_dbl);
+    v[0] = (float)cc.lat, v[1] = (float)cc.bw;
+    v[2] = (float)(with[1] > alone[1] ? (with[1] - alone[1]) / vol : 0.0);
+    if ((st = pt_comm_broadcast(world, v, 3, 0)) != PT_OK) return st;
+    hw->intra_lat = hw->inter_lat = v[0];
+    hw->intra_bw = hw->inter_bw = v[1];
+    hw->comm_cpu = v[2];
     return PT_OK;
 }
 
@@ -10033,6 +10261,15 @@ typedef struct pt__layer_cost {
     double tp_bytes;                /* one all-reduce's buffer (0 without tp) */
 } pt__layer_cost;
 
+/* A gradient bucket of a simulated rank: its dp reduction's and parameter
+   gather's seconds, and the local layers it holds whole (lf < 0: none; the
+   vocabulary's runs, the final norm: reduced after backward). */
+typedef struct pt__sim_bucket {
+    double red_s, gat_s;
+    double red_v, gat_v; /* the bytes each passes through a rank (pt_hw.comm_cpu's) */
+    int lf, n;
+} pt__sim_bucket;
+
 typedef struct pt__sim {
     const pt_plan_desc *d;
     const pt_hw *hw;
@@ -10052,6 +10289,20 @@ typedef struct pt__sim {
     pt_plan_stage *stage;   /* (p) the result's */
     const double *scale;    /* (PT_ACT_COUNT) or NULL: each action kind's time times this
                                (the tests' seam: a cost that does not move the step is a bug) */
+    /* overlap (pt_plan_desc.overlap): each stage's buckets as its meta build
+       lays them out, and what the timeline makes of them */
+    int overlap, ov_reduce; /* gathers behind the forward; reductions behind backward too */
+    pt__sim_bucket **bk;    /* (p) buckets in the table's (forward) order */
+    int *nbk;               /* (p) */
+    int **lbk;              /* (p) local layer -> the whole-layer bucket holding it */
+    int *clo, *chi;         /* (p * chunks) each chunk's local layers [lo, hi) */
+    int *first_f;           /* (p * chunks) the micro-batch of the chunk's first forward */
+    double *fwait;          /* (p * chunks) that forward's waits for the gathers */
+    double *opt_c, *opt_x;  /* (p) OPT's optimizer alone; its communication no overlap hides
+                               (wte's two copies, Chimera's pair) */
+    double *dp_x, *dp_h;    /* (p) dp communication waited for, and run behind compute */
+    double *slow;           /* (p) its compute stretched by what those transfers cost the
+                               cores (pt_hw.comm_cpu): F, B, W times this */
 } pt__sim;
 
 static void pt__layer_costs(pt__sim *S) {
@@ -10131,6 +10382,8 @@ static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) 
     switch (a->kind) {
     case PT_ACT_F:
         t = nl * L->fwd_s + (first ? S->emb_fwd_s : 0.0) + (last ? S->head_fwd_s : 0.0);
+        if (S->overlap && a->micro == S->first_f[st * S->d->chunks + a->chunk])
+            t += S->fwait[st * S->d->chunks + a->chunk]; /* the gathers it waits for */
         fl = hf = nl * L->fwd_flops + (last ? S->head_fwd_flops : 0.0);
         tp = nl * L->tp_fwd_s + (first ? S->emb_tp_s : 0.0);
         z3 = S->zero3_s[st] * nl; /* ZeRO 3 gathers the layers while computing */
@@ -10169,6 +10422,11 @@ static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) 
         break;
     default:
         break;
+    }
+    if (S->overlap && (a->kind == PT_ACT_F || a->kind == PT_ACT_B || a->kind == PT_ACT_W)) {
+        double w = a->kind == PT_ACT_F && a->micro == S->first_f[st * S->d->chunks + a->chunk]
+                       ? S->fwait[st * S->d->chunks + a->chunk] : 0.0;
+        t = (t - w) * S->slow[st] + w; /* (the transfers' cost to the cores; not to waiting) */
     }
     if (S->scale) t *= S->scale[a->kind], pp *= S->scale[a->kind];
     if (stats) {
@@ -10246,6 +10504,15 @@ static pt_status pt__plan_check(pt__sim *S, pt_plan_desc *D, const pt_hw *hw) {
         pt__append_error(&bad, "batch=%d is not divisible by dp x micro-batch = %d x %d",
                          D->batch, S->dp, D->micro);
     if (D->zero < 0 || D->zero > 3) pt__append_error(&bad, "zero=%d must be 0..3", D->zero);
+    if ((unsigned)D->overlap > PT_OVERLAP_OFF)
+        pt__append_error(&bad, "overlap=%d is not PT_OVERLAP_DEFAULT, _ON or _OFF", (int)D->overlap);
+    if (D->bucket_bytes && D->zero >= 2)
+        pt__append_error(&bad, "bucket_bytes=%zu with zero=%d: ZeRO 2 and 3 keep one layer's "
+                         "gradients at a time, so their buckets are a layer each",
+                         D->bucket_bytes, D->zero);
+    if (D->bucket_bytes && !bad && D->gpus == D->tp * D->pp)
+        pt__append_error(&bad, "bucket_bytes=%zu without data parallelism (gpus=%d = tp x pp): "
+                         "there are no gradient buckets to reduce", D->bucket_bytes, D->gpus);
     if (D->zero == 3 && D->pp > 1)
         pt__append_error(&bad, "zero=3 with pipeline stages (pp=%d): ZeRO 3 shards the layers "
                          "over data parallelism instead; use pp=1", D->pp);
@@ -10288,6 +10555,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     gd.config.n_layer = D->layers, gd.config.n_head = D->heads, gd.config.n_embd = D->hidden;
     gd.batch = D->micro, gd.seq = D->seq, gd.meta = 1, gd.grid = &g;
     gd.zero = D->zero > 2 ? 2 : D->zero; /* ZeRO 3's shards are ZeRO 2's */
+    gd.bucket_bytes = D->bucket_bytes;
     gd.grad_accum = S->m;
     gd.schedule = D->schedule;
     gd.chunks = D->chunks, gd.recompute = D->recompute;
@@ -10322,15 +10590,51 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
         S->emb_bwd_s = M * h * (e + 4.0) / hw->mem_bw * S->share;
     }
     /* after the last backward: the gradients over the dp group, wte's two
-       copies summed (first and last stage), the optimizer on this rank's part */
-    if (S->dp > 1 && D->zero == 0)
-        S->dp_s[st] = pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, pn * e, S->dp, dpn);
-    else if (S->dp > 1 && D->zero < 3)
-        S->dp_s[st] = pt_hw_comm_seconds(hw, PT_COLL_REDUCE_SCATTER, pn * e, S->dp, dpn) +
-                      pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, pn * e, S->dp, dpn);
+       copies summed (first and last stage), the optimizer on this rank's part.
+       ptrain's executor, and any overlap, go bucket by bucket (the meta
+       build's); Megatron-LM reduced its one gradient buffer whole. */
+    if (S->dp > 1 && D->zero < 3 && (S->ptrain || S->overlap)) {
+        int b, lf, n;
+        S->nbk[st] = m.exec->num_buckets;
+        S->bk[st] = (pt__sim_bucket *)pt__malloc(sizeof(pt__sim_bucket) * (size_t)S->nbk[st], NULL);
+        S->lbk[st] = (int *)pt__malloc(sizeof(int) * (size_t)(m.place.n_layers + 1), NULL);
+        if (!S->bk[st] || !S->lbk[st]) {
+            pt_gpt_free(&m);
+            return pt__fail(PT_ERR_OOM, "cannot allocate the simulated buckets");
+        }
+        for (b = 0; b <= m.place.n_layers; b++) S->lbk[st][b] = 0;
+        for (b = 0; b < S->nbk[st]; b++) {
+            pt__sim_bucket *k = &S->bk[st][b];
+            double bytes = (double)m.exec->buckets[b].numel * e;
+            k->red_s = pt_hw_comm_seconds(hw, D->zero ? PT_COLL_REDUCE_SCATTER : PT_COLL_ALL_REDUCE,
+                                          bytes, S->dp, dpn);
+            k->gat_s = D->zero ? pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, bytes, S->dp, dpn) : 0.0;
+            k->gat_v = D->zero ? (S->dp - 1.0) / S->dp * bytes : 0.0;
+            k->red_v = (D->zero ? 1.0 : 2.0) * (S->dp - 1.0) / S->dp * bytes;
+            k->lf = -1, k->n = 0;
+            if (pt__bucket_layers(&m, b, &lf, &n))
+                for (k->lf = lf, k->n = n; n > 0; n--) S->lbk[st][lf + n - 1] = b;
+            S->dp_s[st] += k->red_s + k->gat_s;
+        }
+        for (c = 0; c < D->chunks; c++)
+            S->clo[st * D->chunks + c] = m.exec->chunk_lo[c], S->chi[st * D->chunks + c] = m.exec->chunk_hi[c];
+    } else if (S->dp > 1 && D->zero < 3) { /* one bucket: the whole buffer */
+        pt__sim_bucket *k = S->bk[st] = (pt__sim_bucket *)pt__malloc(sizeof *k, NULL);
+        if (!k) {
+            pt_gpt_free(&m);
+            return pt__fail(PT_ERR_OOM, "cannot allocate the simulated buckets");
+        }
+        S->nbk[st] = 1;
+        k->red_s = pt_hw_comm_seconds(hw, D->zero ? PT_COLL_REDUCE_SCATTER : PT_COLL_ALL_REDUCE,
+                                      pn * e, S->dp, dpn);
+        k->gat_s = D->zero ? pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, pn * e, S->dp, dpn) : 0.0;
+        k->red_v = k->gat_v = 0.0; /* (no overlap) */
+        k->lf = -1, k->n = 0;
+        S->dp_s[st] = k->red_s + k->gat_s;
+    }
     if (p > 1 && m.place.has_embed != m.place.has_head) /* ZB-V: both on stage 0, one copy */
-        S->dp_s[st] += pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, Vl * h * e, 2,
-                                          D->tp * S->dp * (p - 1) < hw->per_node ? 2 : 1);
+        S->opt_x[st] += pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, Vl * h * e, 2,
+                                           D->tp * S->dp * (p - 1) < hw->per_node ? 2 : 1);
     r->stage[st].dp_bytes = S->dp > 1 && D->zero < 3 ? (D->zero ? 2.0 : 1.0) * pn * e : 0.0;
     if (D->schedule == PT_SCHED_CHIMERA) { /* the replicas' all-reduce with stage p-1-s,
                                               (p-1-2s) x tp x dp world ranks away: every
@@ -10339,12 +10643,15 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
         int gap = (p - 1 - 2 * st < 0 ? 2 * st + 1 - p : p - 1 - 2 * st) * D->tp * S->dp;
         double bytes = (D->zero ? (double)m.exec->shard_total : pn) * e;
         double t = pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, bytes, 2, gap < hw->per_node ? 2 : 1);
-        if (D->zero) S->dp_s[st] += t;
+        if (D->zero) S->opt_x[st] += t;
         else S->pair_s[st] = t;
         r->stage[st].dp_bytes += bytes;
     }
-    S->opt_s[st] = S->dp_s[st] + (D->zero ? (double)m.exec->shard_total : pn) * (28.0 + e) /
-                                     hw->mem_bw * S->share + hw->kernel_s * 4;
+    S->dp_s[st] += S->opt_x[st];
+    S->opt_c[st] = (D->zero ? (double)m.exec->shard_total : pn) * (28.0 + e) / hw->mem_bw *
+                       S->share + hw->kernel_s * 4;
+    S->opt_s[st] = S->dp_s[st] + S->opt_c[st];
+    S->dp_x[st] = S->dp_s[st];
     /* ZeRO 3: a layer's weights gathered over dp before each use */
     { /* a layer's parameters on one tensor rank: matrices split, vectors whole
          (GPT-2: 12 h^2 / t + 13 h) */
@@ -10361,13 +10668,145 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     return PT_OK;
 }
 
-/* The step: every stage's list with the modeled costs; each stage's end
-   and the last optimizer start (*span) into r; the actions into trace. */
+/* Overlap on stage st, from its actions' starts (at) in the last run: the
+   gathers the last update left run one at a time in the forward's order
+   from the step's start, and the first forward of each chunk waits for a
+   layer's before computing it; the step's last backward (W when split) of a
+   layer finishes it, a bucket of whole layers starts its reduction when its
+   last layer is done, and the link takes the buckets in turn; after
+   backward the other buckets (the vocabulary's runs, the final norm) and
+   ZeRO 2's are reduced, then OPT updates. Sets the chunks' waits and OPT's
+   time; returns how much they moved. With trace, adds the bucket
+   transfers to it. */
+static double pt__sim_overlap(pt__sim *S, const pt_schedule *sch, int st, const double *at,
+                              pt_trace *trace) {
+    const pt_plan_desc *D = S->d;
+    const pt__layer_cost *L = &S->layer;
+    const pt__sim_bucket *bk = S->bk[st];
+    int nb = S->nbk[st], v = D->chunks, k, b, c, l, rc = D->recompute, emb_b = 0;
+    int cnt = sch->count[st];
+    double tl = 0.0, moved = 0.0, ub, t, opt_at = at[cnt - 1], wait_sum = 0.0, after = 0.0;
+    double *g_end, *ready, *done;
+    for (c = 0, l = 0; c < v; c++) l = l > S->chi[st * v + c] ? l : S->chi[st * v + c];
+    g_end = (double *)pt__malloc(sizeof(double) * (size_t)(2 * nb + l + 1), NULL);
+    if (!g_end) return 0.0;
+    ready = g_end + nb, done = ready + nb;
+    /* the gathers: one at a time in the table's order */
+    for (b = 0; b < nb; b++) {
+        if (trace && bk[b].gat_s > 0)
+            pt_trace_add(trace, st, PT_TRACE_DP_GATHER, b, -1, tl, bk[b].gat_s);
+        g_end[b] = tl += bk[b].gat_s;
+        ready[b] = -1.0;
+    }
+    while (emb_b < nb && bk[emb_b].lf < 0) emb_b++; /* those before the first layer */
+    /* per layer: F; B (its input and weight halves unless split, and what
+       recomputation redoes); W */
+    ub = (S->split ? L->bin_s : L->bin_s + L->bw_s) +
+         (rc == PT_RECOMPUTE_FULL ? L->fwd_s : rc == PT_RECOMPUTE_SELECTIVE ? L->attn_fwd_s : 0.0);
+    for (k = 0; k < cnt; k++) {
+        const pt_action *a = &sch->list[st][k];
+        int vs = a->chunk >= 0 ? pt__sched_vstage(D->schedule, D->pp, st, a->chunk) : -1;
+        int lo, hi, last = vs == S->V - 1, fin;
+        if (a->chunk < 0) continue;
+        c = a->chunk, lo = S->clo[st * v + c], hi = S->chi[st * v + c];
+        if (a->kind == PT_ACT_F && a->micro == S->first_f[st * v + c]) {
+            double nominal = (hi - lo) * L->fwd_s + (vs == 0 ? S->emb_fwd_s : 0.0) +
+                             (last ? S->head_fwd_s : 0.0), w;
+            t = at[k];
+            if (vs == 0) {
+                for (b = 0; b < emb_b; b++) t = t > g_end[b] ? t : g_end[b];
+                t += S->emb_fwd_s;
+            }
+            for (l = lo; l < hi; l++) {
+                double g = g_end[S->lbk[st][l]];
+                t = (t > g ? t : g) + L->fwd_s;
+            }
+            if (last) t = (t > g_end[nb - 1] ? t : g_end[nb - 1]) + S->head_fwd_s;
+            w = t - at[k] - nominal;
+            w = w > 0.0 ? w : 0.0;
+            moved += fabs(w - S->fwait[st * v + c]);
+            S->fwait[st * v + c] = w;
+            wait_sum += w;
+        }
+        /* the step's last backward of each layer: B (the descending layers after
+           the head), or W (ascending) when split */
+        fin = 0;
+        if (a->kind == PT_ACT_B && !S->split) {
+            t = at[k] + (last ? S->head_bin_s + S->head_bw_s : 0.0);
+            for (l = hi - 1; l >= lo; l--) done[l] = t += ub;
+            fin = 1;
+        } else if (a->kind == PT_ACT_W) {
+            t = at[k];
+            for (l = lo; l < hi; l++) done[l] = t += L->bw_s;
+            fin = 1;
+        }
+        for (b = 0; fin && b < nb; b++) /* later actions of a chunk overwrite earlier ones */
+            if (bk[b].lf >= lo && bk[b].lf < hi) {
+                double r = 0.0;
+                for (l = bk[b].lf; l < bk[b].lf + bk[b].n; l++) r = r > done[l] ? r : done[l];
+                ready[b] = r;
+            }
+    }
+    /* the reductions: whole-layer buckets as they become ready, on the link
+       after the gathers; then the rest after backward */
+    for (;;) {
+        int next = -1;
+        for (b = 0; S->ov_reduce && b < nb; b++)
+            if (bk[b].lf >= 0 && ready[b] >= 0.0 && (next < 0 || ready[b] < ready[next])) next = b;
+        if (next < 0) break;
+        t = tl > ready[next] ? tl : ready[next];
+        if (trace) pt_trace_add(trace, st, PT_TRACE_DP_REDUCE, next, -1, t, bk[next].red_s);
+        tl = t + bk[next].red_s;
+        ready[next] = -2.0; /* on its way */
+    }
+    t = tl > opt_at ? tl : opt_at;
+    for (b = 0; b < nb; b++)
+        if (ready[b] != -2.0) {
+            if (trace) pt_trace_add(trace, st, PT_TRACE_DP_REDUCE, b, -1, t, bk[b].red_s);
+            t += bk[b].red_s;
+        }
+    after = t - opt_at + S->opt_x[st];
+    moved += fabs(after + S->opt_c[st] - S->opt_s[st]);
+    S->opt_s[st] = after + S->opt_c[st];
+    S->dp_x[st] = after + wait_sum;
+    S->dp_h[st] = S->dp_s[st] - S->dp_x[st] > 0.0 ? S->dp_s[st] - S->dp_x[st] : 0.0;
+    if (S->hw->comm_cpu > 0 && S->dp_s[st] > 0) { /* the hidden share of the bytes, on the cores */
+        double vol = 0.0, busy = S->busy[st] - wait_sum, f;
+        for (b = 0; b < nb; b++) vol += (S->ov_reduce ? bk[b].red_v : 0.0) + bk[b].gat_v;
+        f = busy > 0 ? 1.0 + S->hw->comm_cpu * vol * S->dp_h[st] / S->dp_s[st] / (busy / S->slow[st])
+                     : 1.0;
+        moved += fabs(f - S->slow[st]) * busy;
+        S->slow[st] = f;
+    }
+    pt__free(g_end, NULL);
+    return moved;
+}
+
+/* Without overlap, the trace's bucket transfers inside OPT: the reductions,
+   then the updates' gathers. */
+static void pt__sim_dp_trace(const pt__sim *S, int st, double opt_at, pt_trace *trace) {
+    double t = opt_at;
+    int b;
+    for (b = 0; b < S->nbk[st]; b++) {
+        pt_trace_add(trace, st, PT_TRACE_DP_REDUCE, b, -1, t, S->bk[st][b].red_s);
+        t += S->bk[st][b].red_s;
+    }
+    for (b = 0; b < S->nbk[st]; b++)
+        if (S->bk[st][b].gat_s > 0) {
+            pt_trace_add(trace, st, PT_TRACE_DP_GATHER, b, -1, t, S->bk[st][b].gat_s);
+            t += S->bk[st][b].gat_s;
+        }
+}
+
+/* The step: every stage's list with the modeled costs (with overlap, run
+   again until the waits it adds settle); each stage's end and the last
+   optimizer start (*span) into r; the actions into trace, OPT as its
+   update alone, the dp transfers in their lane. */
 static pt_status pt__plan_timeline(pt__sim *S, const pt_schedule *sch, pt_plan_result *r,
                                    pt_trace *trace, double *span) {
-    int p = S->d->pp, st, k, i;
+    int p = S->d->pp, st, k, i, it;
     size_t total = 0;
-    double *start, *clock;
+    double *start, *clock, moved;
     pt__sched_costs costs;
     pt_status err;
     costs.cost = pt__sim_cost_cb, costs.ctx = S;
@@ -10375,16 +10814,31 @@ static pt_status pt__plan_timeline(pt__sim *S, const pt_schedule *sch, pt_plan_r
     start = (double *)pt__malloc(sizeof(double) * (total + (size_t)p), NULL);
     if (!start) return pt__fail(PT_ERR_OOM, "cannot allocate the simulated timeline");
     clock = start + total;
-    err = pt__sched_run(sch, NULL, start, &costs, clock);
+    for (it = 0;; it++) {
+        for (st = 0; st < p; st++) { /* each run counts its actions afresh */
+            S->busy[st] = S->flops[st] = S->hwflops[st] = S->tp_s[st] = S->pp_s[st] = 0.0;
+            S->stage[st].tp_bytes = S->stage[st].pp_bytes = 0.0;
+        }
+        err = pt__sched_run(sch, NULL, start, &costs, clock);
+        if (err != PT_OK || !S->overlap || it == 8) break;
+        for (st = 0, i = 0, moved = 0.0; st < p; i += sch->count[st], st++)
+            if (S->nbk[st]) moved += pt__sim_overlap(S, sch, st, start + i, NULL);
+        if (moved <= 1e-9 * (clock[0] + 1e-9) && it > 0) break;
+    }
     for (st = 0, i = 0; err == PT_OK && st < p; st++) {
         double opt_at = start[i + sch->count[st] - 1];
         *span = opt_at > *span ? opt_at : *span;
         r->step_time = clock[st] > r->step_time ? clock[st] : r->step_time;
         for (k = 0; trace && err == PT_OK && k < sch->count[st]; k++) {
             const pt_action *a = &sch->list[st][k];
-            double dur = pt__sim_action(S, st, a, 0);
-            if (dur > 0)
-                err = pt_trace_add(trace, st, a->kind, a->micro, a->chunk, start[i + k], dur);
+            double dur = pt__sim_action(S, st, a, 0), at = start[i + k];
+            if (a->kind == PT_ACT_OPT && dur > S->opt_c[st]) /* the update alone */
+                at += dur - S->opt_c[st], dur = S->opt_c[st];
+            if (dur > 0) err = pt_trace_add(trace, st, a->kind, a->micro, a->chunk, at, dur);
+        }
+        if (trace && err == PT_OK && S->dp > 1) {
+            if (S->overlap && S->nbk[st]) pt__sim_overlap(S, sch, st, start + i, trace);
+            else pt__sim_dp_trace(S, st, start[i + sch->count[st] - 1], trace);
         }
         i += sch->count[st];
     }
@@ -10410,10 +10864,17 @@ static void pt__plan_summary(const pt__sim *S, double span, pt_plan_result *r) {
     r->model_flops *= (double)D->tp * S->dp;
     r->bubble_fraction = span > 0 ? 1.0 - busy / (p * span) : 0.0;
     /* dp communication: the dp reduction, and Chimera's replica all-reduce */
-    r->tp_comm_s = S->tp_s[w], r->pp_comm_s = S->pp_s[w], r->dp_comm_s = S->dp_s[w] + S->pair_s[w];
-    r->optimizer_s = S->opt_s[w] - S->dp_s[w];
+    r->tp_comm_s = S->tp_s[w], r->pp_comm_s = S->pp_s[w], r->dp_comm_s = S->dp_x[w] + S->pair_s[w];
+    r->dp_hidden_s = S->dp_h[w], r->dp_buckets = S->nbk[w];
+    r->optimizer_s = S->opt_c[w];
     r->comm_exposed = r->tp_comm_s + r->pp_comm_s + r->dp_comm_s;
-    r->compute_s = S->busy[w] - r->tp_comm_s - r->pp_comm_s;
+    r->compute_s = S->busy[w] - r->tp_comm_s - r->pp_comm_s; /* (busy holds the gathers' waits) */
+    if (S->overlap) {
+        double wsum = 0.0;
+        int c;
+        for (c = 0; c < D->chunks; c++) wsum += S->fwait[w * D->chunks + c];
+        r->compute_s -= wsum;
+    }
     r->tflops_per_gpu = r->hw_flops / (r->step_time * D->gpus) / 1e12;
     r->model_tflops_per_gpu = r->model_flops / (r->step_time * D->gpus) / 1e12;
     r->percent_of_peak = 100.0 * r->tflops_per_gpu * 1e12 / S->hw->peak_flops;
@@ -10450,21 +10911,44 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
     r->micro_batches = S.m;
     r->schedule = D.schedule;
     r->chunks = D.chunks;
+    /* overlap as the executor runs it: with a dp group, not Chimera's or 2BW's
+       (they reduce at their own points), not ZeRO 3 (it gathers every use) */
+    S.overlap = (D.overlap == PT_OVERLAP_ON || (D.overlap == PT_OVERLAP_DEFAULT && S.ptrain)) &&
+                S.dp > 1 && D.zero < 3 && D.schedule != PT_SCHED_CHIMERA &&
+                D.schedule != PT_SCHED_2BW;
+    S.ov_reduce = S.overlap && D.zero < 2; /* (ZeRO 2 reduces inside backward either way) */
     S.chunk_layers = (int *)pt__malloc(sizeof(int) * (size_t)S.V, NULL);
-    S.opt_s = (double *)pt__malloc(sizeof(double) * (size_t)p * 9, NULL);
-    if (!S.chunk_layers || !S.opt_s) {
+    S.opt_s = (double *)pt__malloc(sizeof(double) * (size_t)p * (15 + D.chunks), NULL);
+    S.bk = (pt__sim_bucket **)pt__malloc(sizeof(void *) * (size_t)p * 2, NULL);
+    S.nbk = (int *)pt__malloc(sizeof(int) * (size_t)p * (1 + 3 * D.chunks), NULL);
+    if (!S.chunk_layers || !S.opt_s || !S.bk || !S.nbk) {
         pt__free(S.chunk_layers, NULL), pt__free(S.opt_s, NULL);
+        pt__free(S.bk, NULL), pt__free(S.nbk, NULL);
         return pt__fail(PT_ERR_OOM, "cannot allocate the simulator's state");
     }
     memset(S.chunk_layers, 0, sizeof(int) * (size_t)S.V);
-    memset(S.opt_s, 0, sizeof(double) * (size_t)p * 9);
+    memset(S.opt_s, 0, sizeof(double) * (size_t)p * (15 + D.chunks));
+    memset(S.bk, 0, sizeof(void *) * (size_t)p * 2);
+    memset(S.nbk, 0, sizeof(int) * (size_t)p * (1 + 3 * D.chunks));
     S.dp_s = S.opt_s + p, S.zero3_s = S.dp_s + p, S.busy = S.zero3_s + p, S.flops = S.busy + p;
     S.hwflops = S.flops + p, S.tp_s = S.hwflops + p, S.pp_s = S.tp_s + p, S.pair_s = S.pp_s + p;
+    S.opt_c = S.pair_s + p, S.opt_x = S.opt_c + p, S.dp_x = S.opt_x + p, S.dp_h = S.dp_x + p;
+    S.fwait = S.dp_h + p, S.slow = S.fwait + p * D.chunks;
+    for (st = 0; st < p; st++) S.slow[st] = 1.0;
+    S.lbk = (int **)(S.bk + p);
+    S.clo = S.nbk + p, S.chi = S.clo + p * D.chunks, S.first_f = S.chi + p * D.chunks;
     S.stage = r->stage;
     pt__layer_costs(&S);
     if ((err = pt_schedule_build(&sch, D.schedule, p, D.chunks, S.m)) == PT_OK)
         err = pt_schedule_check(&sch, &rep);
     for (st = 0; st < p && err == PT_OK; st++) err = pt__plan_stage(&S, st, &rep, r);
+    for (st = 0; st < p && err == PT_OK; st++) { /* each chunk's first forward */
+        int k, c;
+        for (c = 0; c < D.chunks; c++) S.first_f[st * D.chunks + c] = -1;
+        for (k = sch.count[st] - 1; k >= 0; k--)
+            if (sch.list[st][k].kind == PT_ACT_F)
+                S.first_f[st * D.chunks + sch.list[st][k].chunk] = sch.list[st][k].micro;
+    }
     if (err == PT_OK && r->mem.total + r->mem.transient > hw->mem_bytes) /* no step for a plan
                                                                           that cannot run */
         err = pt__fail(PT_ERR_OOM, "out of memory on rank %d: needs %.1f GiB (weights %.1f, "
@@ -10487,8 +10971,11 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
     if (err == PT_OK) err = pt__plan_timeline(&S, &sch, r, trace, &span);
     if (err == PT_OK) pt__plan_summary(&S, span, r);
     pt_schedule_free(&sch);
+    for (st = 0; st < p; st++) pt__free(S.bk[st], NULL), pt__free(S.lbk[st], NULL);
     pt__free(S.chunk_layers, NULL);
     pt__free(S.opt_s, NULL);
+    pt__free(S.bk, NULL);
+    pt__free(S.nbk, NULL);
     return err;
 }
 
@@ -13584,75 +14071,105 @@ static pt_status pt__text_save(pt__text *b, const char *path) {
     return s;
 }
 
-static const char *pt__trace_cat[PT_ACT_COUNT] = {
+static const char *pt__trace_cat[PT_TRACE_KIND_COUNT] = {
     "forward", "backward", "weight gradient", "communication", "communication",
-    "communication", "communication", "optimizer", "communication"};
+    "communication", "communication", "optimizer", "communication", "dp reduction",
+    "parameter gather"};
 
-/* "F3", "B0b": the action's letter, micro-batch and (with chunks) chunk */
+static const char *pt__trace_cat_of(const pt_trace_event *e) {
+    return e->kind >= 0 && e->kind < PT_TRACE_KIND_COUNT ? pt__trace_cat[e->kind] : "other";
+}
+
+/* "F3", "B0b": the action's letter, micro-batch and (with chunks) chunk;
+   "D3", "G3": bucket 3's dp reduction and parameter gather */
 static void pt__trace_label(char *buf, size_t n, const pt_trace_event *e, int chunks) {
-    static const char letter[PT_ACT_COUNT] = {'F', 'B', 'W', 's', 'r', 's', 'r', 'O', 'R'};
-    char c = e->kind >= 0 && e->kind < PT_ACT_COUNT ? letter[e->kind] : '?';
+    static const char letter[PT_TRACE_KIND_COUNT] = {'F', 'B', 'W', 's', 'r', 's', 'r', 'O', 'R',
+                                                     'D', 'G'};
+    char c = e->kind >= 0 && e->kind < PT_TRACE_KIND_COUNT ? letter[e->kind] : '?';
     if (e->micro < 0) snprintf(buf, n, "%c", c);
-    else if (chunks) snprintf(buf, n, "%c%d%c", c, e->micro, 'a' + (e->chunk > 0 ? e->chunk % 26 : 0));
+    else if (chunks && e->kind < PT_ACT_COUNT)
+        snprintf(buf, n, "%c%d%c", c, e->micro, 'a' + (e->chunk > 0 ? e->chunk % 26 : 0));
     else snprintf(buf, n, "%c%d", c, e->micro);
 }
 
 static int pt__trace_chunked(const pt_trace *t) {
     int i;
     for (i = 0; i < t->count; i++)
-        if (t->events[i].chunk > 0) return 1;
+        if (t->events[i].chunk > 0 && t->events[i].kind < PT_ACT_COUNT) return 1;
     return 0;
+}
+
+/* Whether any event is communication behind computation (a lane of its
+   own), and the earliest start (a gather the last step started: before 0)
+   or 0: the writers' time origin. */
+static int pt__trace_lanes(const pt_trace *t, double *origin) {
+    int i, lanes = 0;
+    *origin = 0.0;
+    for (i = 0; i < t->count; i++) {
+        if (t->events[i].kind >= PT_ACT_COUNT) lanes = 1;
+        if (t->events[i].start < *origin) *origin = t->events[i].start;
+    }
+    return lanes;
 }
 
 PTRAINDEF pt_status pt_trace_write_chrome(const pt_trace *t, const char *path) {
     pt__text b;
-    int i, chunks = pt__trace_chunked(t);
+    int i, chunks = pt__trace_chunked(t), lanes;
+    double origin;
     char label[32];
+    const char *tn = t->track_name ? t->track_name : "rank";
     memset(&b, 0, sizeof b);
     b.ctx = t->alloc_ctx;
+    lanes = pt__trace_lanes(t, &origin);
     pt__textf(&b, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"title\": \"");
     pt__text_escaped(&b, t->title ? t->title : "ptrain", 0);
     pt__textf(&b, "\"}, \"traceEvents\": [\n  {\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, "
                   "\"tid\": 0, \"args\": {\"name\": \"");
     pt__text_escaped(&b, t->title ? t->title : "ptrain", 0);
     pt__textf(&b, "\"}}");
-    for (i = 0; i < t->ntracks; i++)
+    /* a thread per track, and its communication lane the thread ntracks + track */
+    for (i = 0; i < t->ntracks * (lanes + 1); i++)
         pt__textf(&b, ",\n  {\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, "
-                      "\"args\": {\"name\": \"%s %d\"}},\n  {\"name\": \"thread_sort_index\", "
+                      "\"args\": {\"name\": \"%s %d%s\"}},\n  {\"name\": \"thread_sort_index\", "
                       "\"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"sort_index\": %d}}",
-                  i, t->track_name ? t->track_name : "rank", i, i, i);
+                  i, tn, i % t->ntracks, i >= t->ntracks ? " comm" : "", i,
+                  lanes ? 2 * (i % t->ntracks) + (i >= t->ntracks) : i);
     for (i = 0; i < t->count; i++) {
         const pt_trace_event *e = &t->events[i];
         pt__trace_label(label, sizeof label, e, chunks);
         pt__textf(&b, ",\n  {\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, "
-                      "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"micro\": %d, "
+                      "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"%s\": %d, "
                       "\"chunk\": %d}}",
-                  label, e->kind >= 0 && e->kind < PT_ACT_COUNT ? pt__trace_cat[e->kind] : "other",
-                  e->track, e->start * 1e6, e->dur * 1e6, e->micro, e->chunk);
+                  label, pt__trace_cat_of(e), e->track + (e->kind >= PT_ACT_COUNT ? t->ntracks : 0),
+                  (e->start - origin) * 1e6, e->dur * 1e6,
+                  e->kind >= PT_ACT_COUNT ? "bucket" : "micro", e->micro, e->chunk);
     }
     pt__textf(&b, "\n]}\n");
     return pt__text_save(&b, path);
 }
 
 PTRAINDEF pt_status pt_trace_write_svg(const pt_trace *t, const char *path) {
-    static const char *fill[PT_ACT_COUNT] = {"#4e79a7", "#59a14f", "#f28e2b", "#b07aa1",
-                                             "#b07aa1", "#b07aa1", "#b07aa1", "#e15759",
-                                             "#b07aa1"};
-    static const char *legend[6] = {"forward", "backward", "weight gradient", "communication",
-                                    "optimizer", "idle"};
-    static const char *legend_fill[6] = {"#4e79a7", "#59a14f", "#f28e2b", "#b07aa1", "#e15759",
-                                         "#e6e6e6"};
+    static const char *fill[PT_TRACE_KIND_COUNT] = {"#4e79a7", "#59a14f", "#f28e2b", "#b07aa1",
+                                                    "#b07aa1", "#b07aa1", "#b07aa1", "#e15759",
+                                                    "#b07aa1", "#9c755f", "#76b7b2"};
+    static const char *legend[8] = {"forward", "backward", "weight gradient", "communication",
+                                    "optimizer", "idle", "dp reduction", "parameter gather"};
+    static const char *legend_fill[8] = {"#4e79a7", "#59a14f", "#f28e2b", "#b07aa1", "#e15759",
+                                         "#e6e6e6", "#9c755f", "#76b7b2"};
     const double left = 90.0, plot = 1000.0, row = 26.0, gap = 6.0, top = 44.0;
-    double end = 0.0, scale, width = left + plot + 20.0, height;
-    int i, chunks = pt__trace_chunked(t);
+    double end = 0.0, scale, width = left + plot + 20.0, height, origin, lane, pitch;
+    int i, chunks = pt__trace_chunked(t), lanes = pt__trace_lanes(t, &origin);
     pt__text b;
     char label[32];
     memset(&b, 0, sizeof b);
     b.ctx = t->alloc_ctx;
+    lane = lanes ? row * 0.6 : 0.0; /* each track's communication, under it */
+    pitch = row + lane + gap;
     for (i = 0; i < t->count; i++)
         if (t->events[i].start + t->events[i].dur > end) end = t->events[i].start + t->events[i].dur;
+    end -= origin;
     scale = end > 0.0 ? plot / end : 1.0;
-    height = top + t->ntracks * (row + gap) + 70.0;
+    height = top + t->ntracks * pitch + 70.0 + (lanes ? 20.0 : 0.0);
     pt__textf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
                   "font-family=\"sans-serif\" font-size=\"11\">\n"
                   "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" y=\"22\" "
@@ -13660,36 +14177,43 @@ PTRAINDEF pt_status pt_trace_write_svg(const pt_trace *t, const char *path) {
     pt__text_escaped(&b, t->title ? t->title : "ptrain", 1);
     pt__textf(&b, "</text>\n");
     for (i = 0; i < t->ntracks; i++) { /* each row idle (grey) until work covers it */
-        double y = top + i * (row + gap);
+        double y = top + i * pitch;
         pt__textf(&b, "<text x=\"8\" y=\"%.1f\">%s %d</text>\n<rect x=\"%.1f\" y=\"%.1f\" "
                       "width=\"%.1f\" height=\"%.1f\" fill=\"#e6e6e6\"/>\n",
                   y + row * 0.65, t->track_name ? t->track_name : "rank", i, left, y, plot, row);
+        if (lanes)
+            pt__textf(&b, "<text x=\"20\" y=\"%.1f\" font-size=\"9\">comm</text>\n<rect "
+                          "x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f4f4f4\"/>\n",
+                      y + row + lane * 0.75, left, y + row, plot, lane);
     }
     for (i = 0; i < t->count; i++) {
         const pt_trace_event *e = &t->events[i];
-        double x = left + e->start * scale, w = e->dur * scale, y = top + e->track * (row + gap);
+        int comm = e->kind >= PT_ACT_COUNT;
+        double x = left + (e->start - origin) * scale, w = e->dur * scale;
+        double y = top + e->track * pitch + (comm ? row : 0.0), h = comm ? lane : row;
         if (w <= 0.0) continue;
         pt__trace_label(label, sizeof label, e, chunks);
         /* odd chunks lighter, as Megatron-LM draws interleaving */
         pt__textf(&b, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" "
                       "fill-opacity=\"%s\" stroke=\"white\" stroke-width=\"0.5\"><title>%s "
                       "(%s, %.3f ms)</title></rect>\n",
-                  x, y, w, row, e->kind >= 0 && e->kind < PT_ACT_COUNT ? fill[e->kind] : "#999",
-                  e->chunk > 0 && e->chunk % 2 ? "0.6" : "1", label, e->kind >= 0 && e->kind < PT_ACT_COUNT ? pt__trace_cat[e->kind] : "other",
+                  x, y, w, h, e->kind >= 0 && e->kind < PT_TRACE_KIND_COUNT ? fill[e->kind] : "#999",
+                  !comm && e->chunk > 0 && e->chunk % 2 ? "0.6" : "1", label, pt__trace_cat_of(e),
                   e->dur * 1e3);
         if (w >= 7.0 * (double)strlen(label))
-            pt__textf(&b, "<text x=\"%.2f\" y=\"%.1f\" fill=\"white\" text-anchor=\"middle\">%s"
-                          "</text>\n", x + w / 2, y + row * 0.65, label);
+            pt__textf(&b, "<text x=\"%.2f\" y=\"%.1f\" fill=\"white\" text-anchor=\"middle\"%s>%s"
+                          "</text>\n", x + w / 2, y + h * 0.65, comm ? " font-size=\"9\"" : "", label);
     }
     { /* time axis and legend */
-        double y = top + t->ntracks * (row + gap) + 4.0;
+        double y = top + t->ntracks * pitch + 4.0;
         for (i = 0; i <= 4; i++)
             pt__textf(&b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.3g ms</text>\n",
-                      left + plot * i / 4.0, y + 12.0, end * 1e3 * i / 4.0);
-        for (i = 0; i < 6; i++)
+                      left + plot * i / 4.0, y + 12.0, (origin + end * i / 4.0) * 1e3);
+        for (i = 0; i < (lanes ? 8 : 6); i++)
             pt__textf(&b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>"
-                          "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", left + i * 150.0, y + 30.0,
-                      legend_fill[i], left + i * 150.0 + 16.0, y + 40.0, legend[i]);
+                          "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", left + (i % 6) * 150.0,
+                      y + 30.0 + (i / 6) * 20.0, legend_fill[i], left + (i % 6) * 150.0 + 16.0,
+                      y + 40.0 + (i / 6) * 20.0, legend[i]);
     }
     pt__textf(&b, "</svg>\n");
     return pt__text_save(&b, path);

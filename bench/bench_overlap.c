@@ -26,6 +26,11 @@
    communication); the check that on and off give the same parameters, bit
    for bit. A line starting "row" repeats the figures for bench/overlap.sh's
    table.
+   --hw-file F: this machine's profile (build/plan --calibrate; threads, so it has
+   the rates of a rank of one thread beside another): the simulator predicts
+   the on and off steps from it and the link as an all-reduce over the world
+   measures it (pt_hw_calibrate_links), and the lines say by how
+   much they miss the measured steps.
    --progress-us U (an experiment, not the library's way): MPI starts with
    MPI_THREAD_MULTIPLE and a thread of this program calls MPI_Iprobe (which
    runs Open MPI's progress engine) every U microseconds for the whole run. */
@@ -94,15 +99,35 @@ static double overlapped(pt_comm *w, float *x, size_t n, long units, int slices,
 }
 
 /* --step: see the top. */
+/* The simulator's step for the run's layout on hw, overlap on or off. */
+static double sim_step(const pt_gpt_config *cfg, const pt_hw *hw, int ranks, int B, int T,
+                       int zero, size_t bucket_bytes, pt_overlap ov) {
+    pt_plan_desc pd;
+    pt_plan_result r;
+    memset(&pd, 0, sizeof pd);
+    pd.arch = *cfg;
+    pd.layers = cfg->n_layer, pd.hidden = cfg->n_embd, pd.heads = cfg->n_head;
+    pd.seq = T, pd.vocab = cfg->vocab_size;
+    pd.tp = pd.pp = 1, pd.gpus = ranks, pd.batch = B * ranks, pd.micro = B, pd.zero = zero;
+    pd.recompute = PT_RECOMPUTE_NONE, pd.exec = PT_EXEC_PTRAIN;
+    pd.overlap = ov, pd.bucket_bytes = bucket_bytes;
+    if (pt_plan_simulate(&pd, hw, &r, NULL) != PT_OK) {
+        fprintf(stderr, "bench_overlap: simulating: %s\n", pt_last_error());
+        return 0.0;
+    }
+    return r.step_time;
+}
+
 static int step_bench(pt_comm *w, const char *preset, int layers, int vocab, int B, int T,
-                      int steps, int zero, double bucket_mb) {
+                      int steps, int zero, double bucket_mb, const char *hw_file) {
     pt_grid g, g1;
     pt_comm self;
     pt_gpt m[3];
     pt_gpt_desc d;
     pt_step_desc sd;
     pt_adamw_config opt = pt_adamw_default();
-    double t[3][64], e[3][64], t0, c0;
+    double t[3][64], e[3][64], t0, c0, s_on = 0.0, s_off = 0.0;
+    pt_hw hw;
     int *in = (int *)malloc((size_t)B * T * sizeof(int)), *tg = (int *)malloc((size_t)B * T * sizeof(int));
     int k, i, v, bad = 0;
     float *p0, *p1;
@@ -118,6 +143,15 @@ static int step_bench(pt_comm *w, const char *preset, int layers, int vocab, int
     if (vocab) d.config.vocab_size = vocab;
     d.batch = B, d.seq = T, d.zero = zero;
     d.bucket_bytes = (size_t)(bucket_mb * 1048576.0);
+    if (hw_file) { /* the machine's profile, and the link as the world's all-reduce finds it */
+        if (pt_hw_load(hw_file, &hw) != PT_OK || pt_hw_calibrate_links(&hw, w) != PT_OK) {
+            fprintf(stderr, "bench_overlap: %s\n", pt_last_error());
+            return 1;
+        }
+        s_on = sim_step(&d.config, &hw, w->size, B, T, zero, d.bucket_bytes, PT_OVERLAP_ON);
+        s_off = sim_step(&d.config, &hw, w->size, B, T, zero, d.bucket_bytes, PT_OVERLAP_OFF);
+        if (!(s_on > 0 && s_off > 0)) return 1;
+    }
     for (v = 0; v < 3; v++) { /* 0: overlap on, 1: off, 2: this rank's batch alone (dp 1) */
         d.grid = v < 2 ? &g : &g1;
         if ((st = pt_gpt_init(&m[v], &d)) != PT_OK) {
@@ -183,9 +217,16 @@ static int step_bench(pt_comm *w, const char *preset, int layers, int vocab, int
                off > alone ? (on - alone) / (off - alone) : 0.0, eon * 1e3);
         printf("  limit max(compute, off's dp calls) %.1f ms: on/limit %.2f, off/limit %.2f\n",
                lim * 1e3, on / lim, off / lim);
-        printf("row %s z%d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f\n", preset, zero, alone * 1e3,
+        if (hw_file)
+            printf("  simulated (link %.0f Mbit/s, %.0f us and %.2f core ns a byte as an all-reduce "
+                   "measures it): off %.1f ms (%.2f of measured), on %.1f ms (%.2f)\n",
+                   hw.intra_bw * 8e-6, hw.intra_lat * 1e6, hw.comm_cpu * 1e9, s_off * 1e3,
+                   s_off / off, s_on * 1e3, s_on / on);
+        printf("row %s z%d | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f", preset, zero, alone * 1e3,
                eoff * 1e3, off * 1e3, on * 1e3, lim * 1e3,
                off > alone ? (on - alone) / (off - alone) : 0.0);
+        if (hw_file) printf(" | %.1f | %.2f | %.1f | %.2f", s_off * 1e3, s_off / off, s_on * 1e3, s_on / on);
+        printf("\n");
     }
     free(p0), free(p1), free(in), free(tg);
     for (v = 0; v < 3; v++) pt_gpt_free(&m[v]);
@@ -196,7 +237,7 @@ static int step_bench(pt_comm *w, const char *preset, int layers, int vocab, int
 
 int main(int argc, char **argv) {
     pt_comm w;
-    const char *preset = "small";
+    const char *preset = "small", *hw_file = NULL;
     int step = 0, B = 8, T = 128, steps = 6, zero = 0, layers = 0, vocab = 0;
     double bucket_mb = 0;
     double mb = 16, tc[64], tp[64], tn[64], tt[64], t0, c, p, none, test;
@@ -220,10 +261,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--zero") && i + 1 < argc) zero = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--progress-us") && i + 1 < argc) g_progress_us = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--hw-file") && i + 1 < argc) hw_file = argv[++i];
         else {
             fprintf(stderr, "usage: mpirun -n N %s [--mb MiB] [--reps N] [--slices N]\n"
                             "       mpirun -n N %s --step [--preset S] [--layers L] [--vocab V] [--bucket-mb X] [--batch B] [--seq T] "
-                            "[--steps N] [--zero Z]\n", argv[0], argv[0]);
+                            "[--steps N] [--zero Z] [--hw-file F]\n", argv[0], argv[0]);
             return 2;
         }
     }
@@ -250,7 +292,7 @@ int main(int argc, char **argv) {
     if (step) {
         pthread_t th;
         if (g_progress_us > 0 && pthread_create(&th, NULL, progress_main, NULL)) return 1;
-        r = step_bench(&w, preset, layers, vocab, B, T, steps, zero, bucket_mb);
+        r = step_bench(&w, preset, layers, vocab, B, T, steps, zero, bucket_mb, hw_file);
         if (g_progress_us > 0) {
             __atomic_store_n(&g_progress_stop, 1, __ATOMIC_RELEASE);
             pthread_join(th, NULL);

@@ -6,15 +6,20 @@
 #    13.3M parameters, 53 MB of gradients) with pt_step_desc.overlap on and
 #    off, and each rank's batch alone (the compute), at link rates from well
 #    below to well above the one where the dp communication takes about as
-#    long as the compute (~700 Mbit/s here): a table of step times beside the
-#    limit max(compute, communication), and the exposed communication (step -
-#    compute) with overlap as a share of the exposed communication without.
+#    long as the compute (~2 Gbit/s on the Zen 5 of 2026-11-26): a table of
+#    step times beside the limit max(compute, communication), the exposed
+#    communication (step - compute) with overlap as a share of the exposed
+#    communication without, and the simulator's prediction of both steps
+#    (this machine's profile, build/hw-local.txt, with the link as an
+#    all-reduce across the hosts measures it).
 # 2. How a started all-reduce progresses while a rank computes: without MPI
 #    calls, and with pt_comm_test between slices of compute.
 #
 #   RATES="250mbit 1gbit" ZEROS="1" sh bench/overlap.sh
 set -e
-rates=${RATES:-250mbit 500mbit 700mbit 1gbit 2gbit 4gbit}
+rates=${RATES:-500mbit 1gbit 2gbit 3gbit 4gbit 8gbit}
+hw=${HW_FILE:-build/hw-local.txt}
+[ -f "$hw" ] || build/plan --calibrate --hw-file "$hw" # (threads: a rank of one core's rates)
 model="--preset small --layers 16 --vocab 2048 --batch 8 --seq 128 --steps ${STEPS:-4}"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -30,20 +35,20 @@ run() { # run RATE ARGS...: one bench across 2 hosts; 77 (no namespaces) ends th
 for zero in ${ZEROS:-1 0}; do
     for rate in $rates; do
         echo "-- 2 hosts, $rate links, ZeRO $zero"
-        run "$rate" build/bench_overlap_mpi --step $model --zero "$zero" | tee -a "$out"
+        run "$rate" build/bench_overlap_mpi --step $model --zero "$zero" --hw-file "$hw" | tee -a "$out"
     done
 done
 echo
-echo "| ZeRO | link | compute ms | off's dp calls ms | step off ms | step on ms | limit ms | on / limit | exposed on / off |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| ZeRO | link | compute ms | off's dp calls ms | step off ms | step on ms | limit ms | on / limit | exposed on / off | simulated off ms (/ measured) | simulated on ms (/ measured) |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 set -- $rates
 i=0
-grep '^row ' "$out" | while IFS='|' read -r name comp comm off on lim ratio; do
+grep '^row ' "$out" | while IFS='|' read -r name comp comm off on lim ratio soff qoff son qon; do
     n=$(echo "$rates" | wc -w)
     idx=$((i % n + 1))
     eval "rate=\${$idx}"
     zero=$(echo "$name" | sed 's/.* z//')
-    echo "| $zero | $rate |$comp|$comm|$off|$on|$lim| $(awk -v a="$on" -v b="$lim" 'BEGIN { printf "%.2f", a / b }') |$ratio |"
+    echo "| $zero | $rate |$comp|$comm|$off|$on|$lim| $(awk -v a="$on" -v b="$lim" 'BEGIN { printf "%.2f", a / b }') |$ratio |$soff($(echo $qoff)) |$son($(echo $qon)) |"
     i=$((i + 1))
 done
 echo

@@ -18,25 +18,34 @@ typedef struct plan_preset {
     int zero;
     const char *model; /* a pt_gpt_config_preset whose block and sizes (layers, hidden,
                           heads, sequence, vocabulary) the plan takes; NULL: GPT-2's block */
+    int seq;           /* the run's sequence when not the model's (0: the model's) */
+    const char *recompute; /* NULL: full */
+    const char *overlap;   /* NULL: the executor's default */
+    double bucket_mb;      /* gradient buckets, MiB of fp32 (0: a layer each) */
+    double inter_gbps;     /* a device's network Gbit/s across nodes (0: the profile's) */
 } plan_preset;
 
 static const plan_preset presets[] = {
-    {"megatron-1.7b", 24, 2304, 24, 1, 1, 32, 512, 16, 1, "a100-80g", 137, 0, NULL},
-    {"megatron-145.6b", 80, 12288, 96, 8, 8, 1536, 2304, 2, 2, "a100-80g", 148, 0, NULL},
-    {"megatron-1t", 128, 25600, 160, 8, 64, 3072, 3072, 1, 1, "a100-80g", 163, 0, NULL},
-    {"gpt-22b", 48, 6144, 48, 8, 1, 64, 512, 1, 1, "a100-80g", 0, 0, NULL},
-    {"gpt-175b", 96, 12288, 96, 8, 16, 1024, 1536, 1, 1, "a100-80g", 0, 0, NULL},
-    {"gpt-1t", 128, 25600, 160, 8, 64, 3072, 3072, 1, 1, "a100-80g", 163, 0, NULL},
+    {"megatron-1.7b", 24, 2304, 24, 1, 1, 32, 512, 16, 1, "a100-80g", 137, 0, NULL, 0, NULL, NULL, 0, 0},
+    {"megatron-145.6b", 80, 12288, 96, 8, 8, 1536, 2304, 2, 2, "a100-80g", 148, 0, NULL, 0, NULL, NULL, 0, 0},
+    {"megatron-1t", 128, 25600, 160, 8, 64, 3072, 3072, 1, 1, "a100-80g", 163, 0, NULL, 0, NULL, NULL, 0, 0},
+    {"gpt-22b", 48, 6144, 48, 8, 1, 64, 512, 1, 1, "a100-80g", 0, 0, NULL, 0, NULL, NULL, 0, 0},
+    {"gpt-175b", 96, 12288, 96, 8, 16, 1024, 1536, 1, 1, "a100-80g", 0, 0, NULL, 0, NULL, NULL, 0, 0},
+    {"gpt-1t", 128, 25600, 160, 8, 64, 3072, 3072, 1, 1, "a100-80g", 163, 0, NULL, 0, NULL, NULL, 0, 0},
     /* LLaMA: the sizes are the model preset's (sequence 4096; LLaMA 3 8192). The
-       llama2-13b rows are Megatron-LLaMA's published layout (tp 2, pp 1, its
-       overlapped distributed optimizer = ZeRO 1) on 256 and 512 A100s; the global
-       batch of 1024 sequences (4M tokens, LLaMA 2's) and micro-batch 1 are assumed,
-       not published with it. The others are layouts that fit, not published runs. */
-    {"llama2-7b", 0, 0, 0, 8, 1, 64, 1024, 1, 1, "a100-80g", 0, 1, "llama2-7b"},
-    {"llama2-13b-256", 0, 0, 0, 2, 1, 256, 1024, 1, 1, "a100-80g", 0, 1, "llama2-13b"},
-    {"llama2-13b-512", 0, 0, 0, 2, 1, 512, 1024, 1, 1, "a100-80g", 0, 1, "llama2-13b"},
-    {"llama3-8b", 0, 0, 0, 8, 1, 64, 512, 1, 1, "a100-80g", 0, 1, "llama3-8b"},
-    {"llama2-70b", 0, 0, 0, 8, 8, 512, 1024, 1, 1, "a100-80g", 0, 1, "llama2-70b"},
+       llama-13b rows are Megatron-LLaMA's LLaMA-13B runs on 256 and 512 A100s
+       (its README's table and examples/LLaMA/LLaMA_13_slurm.sh: tp 2, pp 1,
+       sequence 2048, global batch 2048, micro-batch 4, selective recomputation,
+       --reduce-bucket-size 4e8 elements, the overlapped distributed optimizer =
+       ZeRO 1 with overlap; 8 A100s and 4 x 200 Gbit/s a node = 100 Gbit/s a GPU).
+       The others are layouts that fit, not published runs. */
+    {"llama2-7b", 0, 0, 0, 8, 1, 64, 1024, 1, 1, "a100-80g", 0, 1, "llama2-7b", 0, NULL, NULL, 0, 0},
+    {"llama-13b-256", 0, 0, 0, 2, 1, 256, 2048, 4, 1, "a100-80g", 0, 1, "llama2-13b", 2048,
+     "selective", "on", 4e8 * 4 / 1048576.0, 100},
+    {"llama-13b-512", 0, 0, 0, 2, 1, 512, 2048, 4, 1, "a100-80g", 0, 1, "llama2-13b", 2048,
+     "selective", "on", 4e8 * 4 / 1048576.0, 100},
+    {"llama3-8b", 0, 0, 0, 8, 1, 64, 512, 1, 1, "a100-80g", 0, 1, "llama3-8b", 0, NULL, NULL, 0, 0},
+    {"llama2-70b", 0, 0, 0, 8, 8, 512, 1024, 1, 1, "a100-80g", 0, 1, "llama2-70b", 0, NULL, NULL, 0, 0},
 };
 
 static const char *hw_file_default = "build/hw-local.txt";
@@ -47,6 +56,7 @@ typedef struct plan_args {
     const char *hw_name, *hw_file, *trace_path;
     int json, search, calibrate, stages, top;
     pt_precision precision; /* --precision: the local profile's GEMMs (0: not given, fp32) */
+    double inter_gbps;      /* --inter-gbps (0: the profile's) */
 } plan_args;
 
 /* The command line into p (a --preset first, so that flags override it
@@ -54,13 +64,13 @@ typedef struct plan_args {
    --help, 2 after an error message. usage: print the usage. */
 static int plan_options(int argc, char **argv, plan_args *p, int usage) {
     pt_plan_desc *d = &p->d;
-    const char *preset = NULL, *rc = "full", *sched = NULL, *prec = NULL, *pos[1];
-    float tokens = 0;
+    const char *preset = NULL, *rc = "full", *sched = NULL, *prec = NULL, *pos[1], *ov = NULL;
+    float tokens = 0, bucket_mb = 0, inter = 0;
     int npos, s, i, np = (int)(sizeof presets / sizeof *presets);
     cli_opt opts[] = {
         {"preset", CLI_STR, &preset, "megatron-1.7b, megatron-145.6b, megatron-1t, gpt-22b, "
-         "gpt-175b, gpt-1t, llama2-7b, llama2-13b-256, llama2-13b-512 (Megatron-LLaMA's "
-         "layout), llama3-8b, llama2-70b (flags after it override)", 0, 0},
+         "gpt-175b, gpt-1t, llama2-7b, llama-13b-256, llama-13b-512 (Megatron-LLaMA's "
+         "LLaMA-13B runs), llama3-8b, llama2-70b (flags after it override)", 0, 0},
         {"layers", CLI_INT, &d->layers, "transformer layers", 1, 100000},
         {"hidden", CLI_INT, &d->hidden, "hidden size", 1, 1 << 20},
         {"heads", CLI_INT, &d->heads, "attention heads", 1, 1 << 16},
@@ -94,6 +104,13 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
          0},
         {"precision", CLI_STR, &prec, "fp32 | bf16: the GEMMs' precision this machine's profile "
          "(--hw local, --calibrate) is measured at (default fp32)", 0, 0},
+        {"overlap", CLI_STR, &ov, "on | off: dp gradient buckets reduced behind backward, ZeRO's "
+         "parameter gathers behind the next forward (default: on for --hw local, ptrain's "
+         "executor; off for the GPU profiles, Megatron-LM's)", 0, 0},
+        {"bucket-mb", CLI_FLOAT, &bucket_mb, "dp gradient buckets: layers grouped until a bucket "
+         "holds this many MiB of fp32 gradients (default: a layer a bucket)", 0, 0},
+        {"inter-gbps", CLI_FLOAT, &inter, "a device's network bandwidth across nodes in Gbit/s "
+         "(the node's adapters over its devices; default: the profile's)", 0, 0},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
     memset(p, 0, sizeof *p);
@@ -110,6 +127,9 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
             d->layers = q->layers, d->hidden = q->hidden, d->heads = q->heads, d->tp = q->tp;
             d->pp = q->pp, d->gpus = q->gpus, d->batch = q->batch, d->micro = q->micro;
             d->chunks = q->chunks, p->hw_name = q->hw, d->zero = q->zero;
+            if (q->recompute) rc = q->recompute;
+            if (q->overlap) ov = q->overlap;
+            bucket_mb = (float)q->bucket_mb, inter = (float)q->inter_gbps;
             if (q->model) {
                 pt_gpt_config c;
                 if (pt_gpt_config_preset(q->model, &c) != PT_OK) {
@@ -117,7 +137,7 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
                     return 2;
                 }
                 d->arch = c, d->layers = c.n_layer, d->hidden = c.n_embd, d->heads = c.n_head;
-                d->seq = c.block_size, d->vocab = c.vocab_size;
+                d->seq = q->seq ? q->seq : c.block_size, d->vocab = c.vocab_size;
             }
             break;
         }
@@ -140,6 +160,21 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         return 2;
     }
     if ((s = cli_schedule(sched)) < 0) return 2;
+    if (ov && strcmp(ov, "on") == 0) d->overlap = PT_OVERLAP_ON;
+    else if (ov && strcmp(ov, "off") == 0) d->overlap = PT_OVERLAP_OFF;
+    else if (ov) {
+        fprintf(stderr, "error: --overlap '%s' is not on or off\n", ov);
+        return 2;
+    }
+    if (!(bucket_mb >= 0.0f) || !(inter >= 0.0f) || (cli_given(argc, argv, "bucket-mb") && !(bucket_mb > 0.0f)) ||
+        (cli_given(argc, argv, "inter-gbps") && !(inter > 0.0f))) {
+        fprintf(stderr, "error: --%s %g must be more than 0\n",
+                !(bucket_mb > 0.0f) && cli_given(argc, argv, "bucket-mb") ? "bucket-mb" : "inter-gbps",
+                !(bucket_mb > 0.0f) && cli_given(argc, argv, "bucket-mb") ? (double)bucket_mb : (double)inter);
+        return 2;
+    }
+    d->bucket_bytes = (size_t)((double)bucket_mb * 1048576.0);
+    p->inter_gbps = inter;
     d->schedule = (pt_schedule_kind)s;
     d->train_tokens = tokens;
     return -1;

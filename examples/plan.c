@@ -64,8 +64,9 @@ static void print_json(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_res
            r->tflops_per_gpu, r->model_tflops_per_gpu, r->percent_of_peak, r->step_time,
            r->bubble_fraction, r->comm_exposed);
     printf(" \"compute_s\": %.6g, \"tp_comm_s\": %.6g, \"pp_comm_s\": %.6g, \"dp_comm_s\": %.6g, "
-           "\"optimizer_s\": %.6g, \"tokens_per_s\": %.6g, \"train_seconds\": %.6g,\n",
-           r->compute_s, r->tp_comm_s, r->pp_comm_s, r->dp_comm_s, r->optimizer_s,
+           "\"dp_hidden_s\": %.6g, \"optimizer_s\": %.6g, \"tokens_per_s\": %.6g, "
+           "\"train_seconds\": %.6g,\n",
+           r->compute_s, r->tp_comm_s, r->pp_comm_s, r->dp_comm_s, r->dp_hidden_s, r->optimizer_s,
            r->tokens_per_s, r->train_seconds);
     printf(" \"memory_per_gpu_bytes\": %.0f, \"memory_rank\": %d, \"memory\": {\"params\": %.0f, "
            "\"grads\": %.0f, \"optimizer\": %.0f, \"activations\": %.0f}, "
@@ -141,6 +142,10 @@ static void print_human(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_re
            "optimizer %.3f s; bubble %.1f%%\n",
            r->compute_s, r->tp_comm_s, r->pp_comm_s, r->dp_comm_s, r->optimizer_s,
            100.0 * r->bubble_fraction);
+    if (r->dp_buckets > 0)
+        printf("dp      %d gradient bucket%s: %.3f s of communication behind compute, %.3f s "
+               "waited for\n", r->dp_buckets, r->dp_buckets > 1 ? "s" : "", r->dp_hidden_s,
+               r->dp_comm_s);
     printf("memory  rank %d: %.2f GiB of %.0f GiB (weights %.2f, gradients %.2f, optimizer %.2f, "
            "activations %.2f)\n",
            r->mem_rank, r->mem.total / G, hw->mem_bytes / G, r->mem.params / G, r->mem.grads / G,
@@ -218,6 +223,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", pt_last_error());
         return 2;
     }
+    if (pa.inter_gbps > 0) hw.inter_bw = pa.inter_gbps * 1e9 / 8.0;
 
     if (search) {
         pt_plan_desc best_d[100];

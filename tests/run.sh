@@ -301,11 +301,12 @@ fails "pipeline: interleaved with m not divisible by p" 1 "divisible by stages" 
 fails "pipeline: unknown schedule" 1 "unknown schedule '2f2b'" build/pipeline --schedule 2f2b
 step "plan: Megatron-LM Table 1 within 5%, 1T memory within 1% of the closed form, errors, trace, search, local profile" \
     sh tests/plan_check.sh build/plan
-# LLaMA-13B as Megatron-LLaMA lays it out: the model preset's sizes and block (13.0B
-# parameters, not GPT-2's 12.8B for the same width), per-GPU throughput and days
+# LLaMA-13B as Megatron-LLaMA ran it: the model preset's sizes and block (13.0B
+# parameters, not GPT-2's 12.8B for the same width) at its sequence of 2048, per-GPU
+# throughput and days
 step "plan: LLaMA-13B on 256 A100s (tp 2, ZeRO 1): LLaMA's parameters, tokens/s per GPU, days" \
-    sh -c "build/plan --preset llama2-13b-256 --tokens 1e12 >$tmp/llama13b.txt &&
-           grep -q '^model   13.0B parameters: 40 layers, hidden 5120, 40 heads, sequence 4096, vocabulary 32000' $tmp/llama13b.txt &&
+    sh -c "build/plan --preset llama-13b-256 --tokens 1e12 >$tmp/llama13b.txt &&
+           grep -q '^model   13.0B parameters: 40 layers, hidden 5120, 40 heads, sequence 2048, vocabulary 32000' $tmp/llama13b.txt &&
            grep -q 'tp 2 x pp 1 x dp 128; .* ZeRO 1' $tmp/llama13b.txt &&
            grep -q 'tokens/s ([0-9]* per GPU)' $tmp/llama13b.txt &&
            grep -q '^train   1e+12 tokens in [0-9.]* days' $tmp/llama13b.txt"

@@ -3412,6 +3412,114 @@ static void test_sim_cost_paths(void) {
     CHECK(r2.step_time > 1.5 * r1.step_time);
 }
 
+/* Overlap in the simulator (pt_plan_desc.overlap), one stage, dp 2: with
+   free links on and off take the same time; on a link whose transfers take
+   about the compute's time, on is faster than off but not faster than the
+   compute nor the link (its transfers run one at a time); the trace's dp
+   transfers never overlap on a rank, add up to the modeled communication,
+   some reductions start inside backward, and the forward ends after the
+   gathers it waits for (ZeRO 1); ptrain's executor overlaps by default, a GPU
+   profile's does not; larger buckets make fewer; bad values are refused. */
+static void test_sim_overlap(void) {
+    pt_hw hw, fast, slow;
+    pt_plan_desc d;
+    pt_plan_result on, off, r;
+    pt_trace tr;
+    int zero, i;
+    CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
+    memset(&d, 0, sizeof d);
+    d.layers = 8, d.hidden = 1024, d.heads = 16, d.seq = 512, d.vocab = 8192;
+    d.tp = 1, d.pp = 1, d.gpus = 2, d.batch = 8, d.micro = 4; /* m = 1 */
+    d.exec = PT_EXEC_PTRAIN; /* (bucket by bucket either way; Megatron-LM's off: whole) */
+    fast = hw;
+    fast.intra_bw = fast.inter_bw = 1e30, fast.intra_lat = fast.inter_lat = 0.0;
+    for (zero = 0; zero <= 1; zero++) {
+        double comm, compute, b_end = 0.0, f_end = 0.0, g0_end = -1.0, last = -1.0, sum = 0.0;
+        int inside = 0, order = 1;
+        d.zero = zero;
+        d.overlap = PT_OVERLAP_ON;
+        CHECK(pt_plan_simulate(&d, &fast, &on, NULL) == PT_OK);
+        d.overlap = PT_OVERLAP_OFF;
+        CHECK(pt_plan_simulate(&d, &fast, &off, NULL) == PT_OK);
+        CHECK(fabs(on.step_time - off.step_time) < 1e-9 * off.step_time);
+        /* a link at which the dp transfers take as long as the compute */
+        CHECK(pt_plan_simulate(&d, &hw, &off, NULL) == PT_OK);
+        slow = hw;
+        slow.intra_bw = slow.inter_bw = hw.intra_bw * off.dp_comm_s / off.compute_s;
+        CHECK(pt_plan_simulate(&d, &slow, &off, NULL) == PT_OK);
+        comm = off.dp_comm_s, compute = off.compute_s;
+        d.overlap = PT_OVERLAP_ON;
+        memset(&tr, 0, sizeof tr);
+        CHECK(pt_plan_simulate(&d, &slow, &on, &tr) == PT_OK);
+        if (!(on.step_time < 0.85 * off.step_time && on.step_time >= comm * (1 - 1e-9) &&
+              on.step_time >= compute * (1 - 1e-9)))
+            FAIL("ZeRO %d: overlap on %.6g s, off %.6g s, compute %.6g s, link %.6g s", zero,
+                 on.step_time, off.step_time, compute, comm);
+        CHECK(on.dp_buckets > 8 && fabs(on.dp_comm_s + on.dp_hidden_s - comm) < 1e-9 * comm);
+        for (i = 0; i < tr.count; i++) {
+            const pt_trace_event *e = &tr.events[i];
+            if (e->kind == PT_ACT_B && e->start + e->dur > b_end) b_end = e->start + e->dur;
+            if (e->kind == PT_ACT_F && f_end == 0.0) f_end = e->start + e->dur;
+        }
+        for (i = 0; i < tr.count; i++) { /* (added in the link's order) */
+            const pt_trace_event *e = &tr.events[i];
+            if (e->kind < PT_ACT_COUNT) continue;
+            if (e->start < last - 1e-12) order = 0;
+            last = e->start + e->dur, sum += e->dur;
+            if (e->kind == PT_TRACE_DP_REDUCE && e->start < b_end) inside++;
+            if (e->kind == PT_TRACE_DP_GATHER && e->start + e->dur > g0_end) g0_end = e->start + e->dur;
+        }
+        if (!(order && fabs(sum - comm) < 1e-9 * comm && inside > 0))
+            FAIL("ZeRO %d trace: transfers in turn %d, their sum %.9g s of %.9g, %d reductions "
+                 "inside backward", zero, order, sum, comm, inside);
+        if (zero == 1 && !(g0_end > 0 && f_end >= g0_end)) /* (its head waits for the last) */
+            FAIL("the forward ends at %.6g s, before the last gather's end %.6g s", f_end, g0_end);
+        pt_trace_free(&tr);
+        /* the default: the executor's */
+        d.overlap = PT_OVERLAP_DEFAULT;
+        CHECK(pt_plan_simulate(&d, &slow, &r, NULL) == PT_OK && r.dp_hidden_s > 0.0);
+        d.exec = PT_EXEC_DEFAULT; /* the profile's: Megatron-LM */
+        CHECK(pt_plan_simulate(&d, &slow, &r, NULL) == PT_OK && r.dp_hidden_s == 0.0 &&
+              r.dp_buckets == 1);
+        d.exec = PT_EXEC_PTRAIN;
+    }
+    /* a transfer behind the compute costs the cores (comm_cpu): the overlapped step
+       grows by about that cost, the one without overlap (its transfers wait) does not */
+    {
+        pt_hw busy_cores = slow;
+        pt_plan_result r0, r1, f0, f1;
+        double vol = 0.0;
+        d.overlap = PT_OVERLAP_ON;
+        CHECK(pt_plan_simulate(&d, &slow, &r0, NULL) == PT_OK);
+        busy_cores.comm_cpu = 0.2 * r0.compute_s / (2.0 * r0.stage[0].dp_bytes);
+        CHECK(pt_plan_simulate(&d, &busy_cores, &r1, NULL) == PT_OK);
+        d.overlap = PT_OVERLAP_OFF;
+        CHECK(pt_plan_simulate(&d, &slow, &f0, NULL) == PT_OK);
+        CHECK(pt_plan_simulate(&d, &busy_cores, &f1, NULL) == PT_OK);
+        vol = busy_cores.comm_cpu * r0.stage[0].dp_bytes; /* ZeRO 1: (k-1)/k of 2 passes */
+        if (!(r1.step_time > r0.step_time + 0.05 * vol && r1.step_time < r0.step_time + 2.0 * vol &&
+              f1.step_time == f0.step_time))
+            FAIL("comm_cpu: overlapped step %.6g -> %.6g s (the cost %.6g s), without %.6g -> "
+                 "%.6g s", r0.step_time, r1.step_time, vol, f0.step_time, f1.step_time);
+    }
+    /* buckets of at least 3 layers' bytes */
+    d.overlap = PT_OVERLAP_ON;
+    d.bucket_bytes = (size_t)3 * 12 * 1024 * 1024 * 4;
+    CHECK(pt_plan_simulate(&d, &slow, &r, NULL) == PT_OK && r.dp_buckets < on.dp_buckets - 4);
+    d.zero = 2;
+    CHECK(pt_plan_simulate(&d, &slow, &r, NULL) == PT_ERR_CONFIG &&
+          strstr(pt_last_error(), "bucket_bytes=") && strstr(pt_last_error(), "zero=2"));
+    d.zero = 1, d.bucket_bytes = (size_t)1 << 40;
+    CHECK(pt_plan_simulate(&d, &slow, &r, NULL) != PT_OK &&
+          strstr(pt_last_error(), "more than the model"));
+    d.bucket_bytes = 1 << 20, d.gpus = 1, d.batch = 4;
+    CHECK(pt_plan_simulate(&d, &slow, &r, NULL) == PT_ERR_CONFIG &&
+          strstr(pt_last_error(), "without data parallelism"));
+    d.bucket_bytes = 0, d.overlap = (pt_overlap)7;
+    CHECK(pt_plan_simulate(&d, &slow, &r, NULL) == PT_ERR_CONFIG &&
+          strstr(pt_last_error(), "overlap=7"));
+}
+
 /* Impossible plans say why; one that does not fit names the rank and bytes. */
 static void test_sim_errors(void) {
     pt_hw hw;
@@ -4739,6 +4847,7 @@ static const test_case tests[] = {
     {"sim_flops_closed_form", test_sim_flops_closed_form},
     {"sim_mechanisms", test_sim_mechanisms},
     {"sim_cost_paths", test_sim_cost_paths},
+    {"sim_overlap", test_sim_overlap},
     {"sim_errors", test_sim_errors},
     {"hw_comm", test_hw_comm},
     {"hw_file", test_hw_file},

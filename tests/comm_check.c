@@ -787,8 +787,9 @@ static pt_status ov_train(pt_comm *world, const ov_layout *L, pt_overlap ov, flo
 
 /* Overlap on and off give the same bits in every layout of this world's size:
    dp with ZeRO 0, 1 and 2, tp x dp, dp x pp with 1F1B, zero-bubble (W apart),
-   interleaved chunks and ZB-V, pp 4 with GPipe (on: the pipeline's receives
-   posted ahead, its sends started), and with buckets of two layers (a layer is ~200 KB
+   interleaved chunks, ZB-V, Chimera (ZeRO 1) and 2BW, pp 4 with GPipe and
+   ZB-H2 (on: the pipeline's receives posted ahead, its sends started), and
+   with buckets of two layers (a layer is ~200 KB
    here; with dp 2 and ZeRO 0 the buckets change no sum, so those also give
    the bits of a layer a bucket; ZeRO's shards follow the buckets, and so do
    the gradient norm's partial sums) (--small, for ThreadSanitizer: dp 2 ZeRO 1, and
@@ -810,9 +811,12 @@ static void ck_overlap(pt_comm *c) {
                                      {1, 2, 2, 0, 2, 2, PT_SCHED_INTERLEAVED, TWO},
                                      {1, 2, 2, 1, 2, 1, PT_SCHED_1F1B, TWO},
                                      {1, 2, 2, 0, 2, 2, PT_SCHED_ZB_V, 0},
-                                     {1, 1, 4, 0, 4, 1, PT_SCHED_GPIPE, 0}};
+                                     {1, 1, 4, 0, 4, 1, PT_SCHED_GPIPE, 0},
+                                     {1, 1, 4, 0, 8, 1, PT_SCHED_ZB_H2, 0},
+                                     {1, 2, 2, 1, 2, 2, PT_SCHED_CHIMERA, 0},
+                                     {1, 2, 2, 0, 2, 1, PT_SCHED_2BW, 0}};
     const ov_layout *L = c->size == 2 ? two : four;
-    int n = c->size == 2 ? 5 : 11, k;
+    int n = c->size == 2 ? 5 : 14, k;
     float *on, *off, l_on = 0.0f, l_off = 0.0f;
     if (c->size != 2 && c->size != 4) return;
     for (k = 0; k < n; k++) {

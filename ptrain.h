@@ -1242,7 +1242,8 @@ typedef struct pt_hw {
                             per byte it passes ((k-1)/k of the buffer for a reduce-scatter or
                             all-gather, twice for an all-reduce) when it runs behind the
                             compute: TCP in the kernel, MPI's progress calls (0: none, as with
-                            RDMA; pt_hw_calibrate_links measures it) */
+                            RDMA; pt_hw_calibrate_links measures it; thread ranks: all of
+                            the link's time, 1 / intra_bw) */
 } pt_hw;
 
 /* "a100-80g", "h100-80g", "mi250x" (sources beside each in the code). */
@@ -10067,6 +10068,9 @@ PTRAINDEF pt_status pt_hw_calibrate(pt_hw *out, pt_comm *world, pt_precision pre
     }
     out->intra_lat = out->inter_lat = cc.lat;
     out->intra_bw = out->inter_bw = cc.bw;
+    /* thread ranks move nothing in the background: a test or wait performs the
+       reduction on the rank's own core, so what overlaps costs the compute it all */
+    out->comm_cpu = cc.bw > 0 ? 1.0 / cc.bw : 0.0;
     return PT_OK;
 }
 

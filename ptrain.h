@@ -90,7 +90,9 @@
    the step's schedule (one stage without a pipeline, where micro-batches are
    gradient accumulation), syncs the gradients (each bucket started as
    backward finishes it: pt_step_desc.overlap) and steps AdamW (ZeRO: each
-   bucket's parameter gather runs on behind the next forward). Checkpoints,
+   bucket's parameter gather runs on behind the next forward; pipelines post
+   their receives ahead). The simulator (>>sim) models the same overlap, and
+   traces draw the dp transfers in a lane under each rank. Checkpoints,
    pt_gpt_gather and weight loading always use the whole Hugging Face layout.
 */
 #ifndef PTRAIN_H

@@ -17,7 +17,8 @@
 # --kill-host I:GLOB: once a file matching GLOB exists, every process of host I (its
 # ranks and its Open MPI daemon) is killed (a host that dies), and a line on stderr
 # says when: "hosts.sh: host I killed; mpirun ended S s later".
-# Exit status: the program's (mpirun's); 124 on timeout; 77 with a line starting
+# Exit status: the program's (mpirun's); 124 on timeout (137 when mpirun, stuck on a host it
+# cannot reach, ignores the TERM and is killed 10 s later); 77 with a line starting
 # "SKIP" where the kernel (or the lack of privileges) refuses network namespaces.
 set -u
 hosts=2 slots=1 rate=1gbit limit=60 kill=
@@ -124,7 +125,7 @@ if [ -n "$kill" ]; then
     ) &
     watcher=$!
 fi
-ip netns exec "$pre-h0" timeout "$limit" mpirun --allow-run-as-root --oversubscribe \
+ip netns exec "$pre-h0" timeout -k 10 "$limit" mpirun --allow-run-as-root --oversubscribe \
     --bind-to none --hostfile "$dir/hostfile" -n $((hosts * slots)) \
     --mca plm_rsh_agent "$dir/agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \

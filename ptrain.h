@@ -3251,7 +3251,7 @@ static int pt__gemm_amx(int ta, int tb, int M, int N, int K, float alpha, const 
    alone, never on whether anything is under way. A poll costs: over TCP
    every 0.2 ms (runs of 64 MFLOP) left 0.34 of the communication exposed at
    2 Gbit/s across two namespace hosts, every 2 ms (500 MFLOP, ~1-2 ms of
-   this Zen 5's cores) 0.25 (bench/overlap.sh, 2026-11-26); the kernel's
+   this Zen 5's cores) 0.20-0.25 (bench/overlap.sh's row, 2026-11-26); the kernel's
    socket buffers keep the link busy between polls. */
 #define PT__POLL_S 2e-3
 #define PT__SLICE_FLOP 5e8
@@ -10378,16 +10378,38 @@ static void pt__layer_costs(pt__sim *S) {
     }
 }
 
+/* F, B and W of virtual stage vs as its layers run them, in seconds: what
+   comes before the layers (F: the embedding; B: the head), each layer (B:
+   both halves unless split, and what recomputation redoes), what comes after. */
+static void pt__sim_parts(const pt__sim *S, int kind, int vs, double *pre, double *per,
+                          double *post) {
+    const pt__layer_cost *L = &S->layer;
+    int first = vs == 0, last = vs == S->V - 1, rc = S->d->recompute;
+    *pre = *per = *post = 0.0;
+    if (kind == PT_ACT_F) {
+        *pre = first ? S->emb_fwd_s : 0.0, *per = L->fwd_s, *post = last ? S->head_fwd_s : 0.0;
+    } else if (kind == PT_ACT_B) {
+        *pre = last ? S->head_bin_s + S->head_bw_s : 0.0;
+        *per = (S->split ? L->bin_s : L->bin_s + L->bw_s) +
+               (rc == PT_RECOMPUTE_FULL ? L->fwd_s : rc == PT_RECOMPUTE_SELECTIVE ? L->attn_fwd_s
+                                                                                 : 0.0);
+        *post = first ? S->emb_bwd_s : 0.0;
+    } else if (kind == PT_ACT_W) {
+        *per = L->bw_s;
+    }
+}
+
 /* Seconds of one action on stage st; with stats, also its FLOPs and time. */
 static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) {
     const pt__layer_cost *L = &S->layer;
     int p = S->d->pp, vs = a->chunk >= 0 ? pt__sched_vstage(S->d->schedule, p, st, a->chunk) : -1;
     int nl = vs >= 0 ? S->chunk_layers[vs] : 0;
     int first = vs == 0, last = vs == S->V - 1, rc = S->d->recompute;
-    double t = 0.0, fl = 0.0, hf = 0.0, tp = 0.0, pp = 0.0, z3;
+    double t = 0.0, fl = 0.0, hf = 0.0, tp = 0.0, pp = 0.0, z3, pre, per, post;
+    pt__sim_parts(S, a->kind, vs, &pre, &per, &post);
     switch (a->kind) {
     case PT_ACT_F:
-        t = nl * L->fwd_s + (first ? S->emb_fwd_s : 0.0) + (last ? S->head_fwd_s : 0.0);
+        t = pre + nl * per + post;
         if (S->overlap && a->micro == S->first_f[st * S->d->chunks + a->chunk])
             t += S->fwait[st * S->d->chunks + a->chunk]; /* the gathers it waits for */
         fl = hf = nl * L->fwd_flops + (last ? S->head_fwd_flops : 0.0);
@@ -10396,15 +10418,14 @@ static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) 
         t = t > z3 ? t : z3;
         break;
     case PT_ACT_B:
-        t = nl * (S->split ? L->bin_s : L->bin_s + L->bw_s) + (first ? S->emb_bwd_s : 0.0) +
-            (last ? S->head_bin_s + S->head_bw_s : 0.0);
+        t = pre + nl * per + post; /* (recomputation's forward included) */
         fl = nl * (S->split ? L->bwd_flops / 2 : L->bwd_flops) + (last ? S->head_bwd_flops : 0.0);
         hf = fl;
         tp = nl * L->tp_bwd_s + (last ? S->head_tp_s : 0.0);
         if (rc == PT_RECOMPUTE_FULL) { /* the layer's forward again */
-            t += nl * L->fwd_s, hf += nl * L->fwd_flops, tp += nl * L->tp_fwd_s;
+            hf += nl * L->fwd_flops, tp += nl * L->tp_fwd_s;
         } else if (rc == PT_RECOMPUTE_SELECTIVE) {
-            t += nl * L->attn_fwd_s, hf += nl * L->attn_fwd_flops;
+            hf += nl * L->attn_fwd_flops;
         }
         /* gather again and reduce-scatter the gradients; recomputation's forward
            gathers once more (DeepSpeed releases a layer's weights after each
@@ -10413,7 +10434,7 @@ static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) 
         t = t > z3 ? t : z3;
         break;
     case PT_ACT_W:
-        t = nl * L->bw_s;
+        t = nl * per;
         fl = hf = nl * L->bwd_flops / 2;
         break;
     case PT_ACT_SEND_ACT:
@@ -10598,10 +10619,10 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     /* after the last backward: the gradients over the dp group, wte's two
        copies summed (first and last stage), the optimizer on this rank's part.
        ptrain's executor, and any overlap, go bucket by bucket (the meta
-       build's); Megatron-LM reduced its one gradient buffer whole. */
-    if (S->dp > 1 && D->zero < 3 && (S->ptrain || S->overlap)) {
-        int b, lf, n;
-        S->nbk[st] = m.exec->num_buckets;
+       build's); Megatron-LM reduced its one gradient buffer whole (one bucket). */
+    if (S->dp > 1 && D->zero < 3) {
+        int whole = !S->ptrain && !S->overlap, b, lf, n;
+        S->nbk[st] = whole ? 1 : m.exec->num_buckets;
         S->bk[st] = (pt__sim_bucket *)pt__malloc(sizeof(pt__sim_bucket) * (size_t)S->nbk[st], NULL);
         S->lbk[st] = (int *)pt__malloc(sizeof(int) * (size_t)(m.place.n_layers + 1), NULL);
         if (!S->bk[st] || !S->lbk[st]) {
@@ -10611,32 +10632,19 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
         for (b = 0; b <= m.place.n_layers; b++) S->lbk[st][b] = 0;
         for (b = 0; b < S->nbk[st]; b++) {
             pt__sim_bucket *k = &S->bk[st][b];
-            double bytes = (double)m.exec->buckets[b].numel * e;
+            double bytes = whole ? pn * e : (double)m.exec->buckets[b].numel * e;
             k->red_s = pt_hw_comm_seconds(hw, D->zero ? PT_COLL_REDUCE_SCATTER : PT_COLL_ALL_REDUCE,
                                           bytes, S->dp, dpn);
             k->gat_s = D->zero ? pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, bytes, S->dp, dpn) : 0.0;
             k->gat_v = D->zero ? (S->dp - 1.0) / S->dp * bytes : 0.0;
             k->red_v = (D->zero ? 1.0 : 2.0) * (S->dp - 1.0) / S->dp * bytes;
             k->lf = -1, k->n = 0;
-            if (pt__bucket_layers(&m, b, &lf, &n))
+            if (!whole && pt__bucket_layers(&m, b, &lf, &n))
                 for (k->lf = lf, k->n = n; n > 0; n--) S->lbk[st][lf + n - 1] = b;
             S->dp_s[st] += k->red_s + k->gat_s;
         }
         for (c = 0; c < D->chunks; c++)
             S->clo[st * D->chunks + c] = m.exec->chunk_lo[c], S->chi[st * D->chunks + c] = m.exec->chunk_hi[c];
-    } else if (S->dp > 1 && D->zero < 3) { /* one bucket: the whole buffer */
-        pt__sim_bucket *k = S->bk[st] = (pt__sim_bucket *)pt__malloc(sizeof *k, NULL);
-        if (!k) {
-            pt_gpt_free(&m);
-            return pt__fail(PT_ERR_OOM, "cannot allocate the simulated buckets");
-        }
-        S->nbk[st] = 1;
-        k->red_s = pt_hw_comm_seconds(hw, D->zero ? PT_COLL_REDUCE_SCATTER : PT_COLL_ALL_REDUCE,
-                                      pn * e, S->dp, dpn);
-        k->gat_s = D->zero ? pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, pn * e, S->dp, dpn) : 0.0;
-        k->red_v = k->gat_v = 0.0; /* (no overlap) */
-        k->lf = -1, k->n = 0;
-        S->dp_s[st] = k->red_s + k->gat_s;
     }
     if (p > 1 && m.place.has_embed != m.place.has_head) /* ZB-V: both on stage 0, one copy */
         S->opt_x[st] += pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, Vl * h * e, 2,
@@ -10687,11 +10695,10 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
 static double pt__sim_overlap(pt__sim *S, const pt_schedule *sch, int st, const double *at,
                               pt_trace *trace) {
     const pt_plan_desc *D = S->d;
-    const pt__layer_cost *L = &S->layer;
     const pt__sim_bucket *bk = S->bk[st];
-    int nb = S->nbk[st], v = D->chunks, k, b, c, l, rc = D->recompute, emb_b = 0;
+    int nb = S->nbk[st], v = D->chunks, k, b, c, l, emb_b = 0;
     int cnt = sch->count[st];
-    double tl = 0.0, moved = 0.0, ub, t, opt_at = at[cnt - 1], wait_sum = 0.0, after = 0.0;
+    double tl = 0.0, moved = 0.0, t, opt_at = at[cnt - 1], wait_sum = 0.0, after = 0.0;
     double *g_end, *ready, *done;
     for (c = 0, l = 0; c < v; c++) l = l > S->chi[st * v + c] ? l : S->chi[st * v + c];
     g_end = (double *)pt__malloc(sizeof(double) * (size_t)(2 * nb + l + 1), NULL);
@@ -10705,30 +10712,31 @@ static double pt__sim_overlap(pt__sim *S, const pt_schedule *sch, int st, const 
         ready[b] = -1.0;
     }
     while (emb_b < nb && bk[emb_b].lf < 0) emb_b++; /* those before the first layer */
-    /* per layer: F; B (its input and weight halves unless split, and what
-       recomputation redoes); W */
-    ub = (S->split ? L->bin_s : L->bin_s + L->bw_s) +
-         (rc == PT_RECOMPUTE_FULL ? L->fwd_s : rc == PT_RECOMPUTE_SELECTIVE ? L->attn_fwd_s : 0.0);
     for (k = 0; k < cnt; k++) {
         const pt_action *a = &sch->list[st][k];
         int vs = a->chunk >= 0 ? pt__sched_vstage(D->schedule, D->pp, st, a->chunk) : -1;
-        int lo, hi, last = vs == S->V - 1, fin;
-        if (a->chunk < 0) continue;
+        int lo, hi, fin = 0, first_f;
+        double pre, per, post, dur, r;
+        if (a->chunk < 0 || (a->kind != PT_ACT_F && a->kind != PT_ACT_B && a->kind != PT_ACT_W))
+            continue;
         c = a->chunk, lo = S->clo[st * v + c], hi = S->chi[st * v + c];
-        if (a->kind == PT_ACT_F && a->micro == S->first_f[st * v + c]) {
-            double nominal = (hi - lo) * L->fwd_s + (vs == 0 ? S->emb_fwd_s : 0.0) +
-                             (last ? S->head_fwd_s : 0.0), w;
+        first_f = a->kind == PT_ACT_F && a->micro == S->first_f[st * v + c];
+        /* the action's parts at its modeled time (the cores' share, the tests' scale) */
+        pt__sim_parts(S, a->kind, vs, &pre, &per, &post);
+        dur = pt__sim_action(S, st, a, 0) - (first_f ? S->fwait[st * v + c] : 0.0);
+        r = pre + (hi - lo) * per + post > 0.0 ? dur / (pre + (hi - lo) * per + post) : 0.0;
+        pre *= r, per *= r, post *= r;
+        if (first_f) { /* each layer waits for its bucket's gather */
+            double w;
             t = at[k];
-            if (vs == 0) {
-                for (b = 0; b < emb_b; b++) t = t > g_end[b] ? t : g_end[b];
-                t += S->emb_fwd_s;
-            }
+            for (b = 0; vs == 0 && b < emb_b; b++) t = t > g_end[b] ? t : g_end[b];
+            t += pre;
             for (l = lo; l < hi; l++) {
                 double g = g_end[S->lbk[st][l]];
-                t = (t > g ? t : g) + L->fwd_s;
+                t = (t > g ? t : g) + per;
             }
-            if (last) t = (t > g_end[nb - 1] ? t : g_end[nb - 1]) + S->head_fwd_s;
-            w = t - at[k] - nominal;
+            if (vs == S->V - 1) t = t > g_end[nb - 1] ? t : g_end[nb - 1];
+            w = t + post - at[k] - dur;
             w = w > 0.0 ? w : 0.0;
             moved += fabs(w - S->fwait[st * v + c]);
             S->fwait[st * v + c] = w;
@@ -10736,21 +10744,20 @@ static double pt__sim_overlap(pt__sim *S, const pt_schedule *sch, int st, const 
         }
         /* the step's last backward of each layer: B (the descending layers after
            the head), or W (ascending) when split */
-        fin = 0;
         if (a->kind == PT_ACT_B && !S->split) {
-            t = at[k] + (last ? S->head_bin_s + S->head_bw_s : 0.0);
-            for (l = hi - 1; l >= lo; l--) done[l] = t += ub;
+            t = at[k] + pre;
+            for (l = hi - 1; l >= lo; l--) done[l] = t += per;
             fin = 1;
         } else if (a->kind == PT_ACT_W) {
             t = at[k];
-            for (l = lo; l < hi; l++) done[l] = t += L->bw_s;
+            for (l = lo; l < hi; l++) done[l] = t += per;
             fin = 1;
         }
         for (b = 0; fin && b < nb; b++) /* later actions of a chunk overwrite earlier ones */
             if (bk[b].lf >= lo && bk[b].lf < hi) {
-                double r = 0.0;
-                for (l = bk[b].lf; l < bk[b].lf + bk[b].n; l++) r = r > done[l] ? r : done[l];
-                ready[b] = r;
+                double rd = 0.0;
+                for (l = bk[b].lf; l < bk[b].lf + bk[b].n; l++) rd = rd > done[l] ? rd : done[l];
+                ready[b] = rd;
             }
     }
     /* the reductions: whole-layer buckets as they become ready, on the link

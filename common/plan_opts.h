@@ -166,11 +166,12 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         fprintf(stderr, "error: --overlap '%s' is not on or off\n", ov);
         return 2;
     }
-    if (!(bucket_mb >= 0.0f) || !(inter >= 0.0f) || (cli_given(argc, argv, "bucket-mb") && !(bucket_mb > 0.0f)) ||
-        (cli_given(argc, argv, "inter-gbps") && !(inter > 0.0f))) {
-        fprintf(stderr, "error: --%s %g must be more than 0\n",
-                !(bucket_mb > 0.0f) && cli_given(argc, argv, "bucket-mb") ? "bucket-mb" : "inter-gbps",
-                !(bucket_mb > 0.0f) && cli_given(argc, argv, "bucket-mb") ? (double)bucket_mb : (double)inter);
+    if (cli_given(argc, argv, "bucket-mb") && !(bucket_mb > 0.0f)) {
+        fprintf(stderr, "error: --bucket-mb %g must be more than 0\n", (double)bucket_mb);
+        return 2;
+    }
+    if (cli_given(argc, argv, "inter-gbps") && !(inter > 0.0f)) {
+        fprintf(stderr, "error: --inter-gbps %g must be more than 0\n", (double)inter);
         return 2;
     }
     d->bucket_bytes = (size_t)((double)bucket_mb * 1048576.0);

@@ -115,6 +115,7 @@ assert a['dp_hidden_s'] > 0 and b['dp_hidden_s'] == 0" "$tmp/l$n.on" "$tmp/l$n.o
 done
 expect 2 "--overlap 'maybe' is not on or off" --preset llama-13b-256 --overlap maybe
 expect 2 "--bucket-mb 0 must be more than 0" --preset llama-13b-256 --bucket-mb 0
+expect 2 "--inter-gbps 0 must be more than 0" --preset llama-13b-256 --inter-gbps 0
 expect 1 "bucket_bytes=.* with zero=2" --preset llama-13b-256 --zero 2
 expect 1 "is more than the model's" --preset llama-13b-256 --bucket-mb 1e6
 expect 1 "without data parallelism" --preset llama-13b-256 --gpus 2 --batch 8 --microbatch 4

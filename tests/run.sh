@@ -436,6 +436,10 @@ step "train_mpi: --pp 2 --trace gathers every rank's actions" sh -c \
          build/train_mpi --preset tiny --steps 3 --batch 4 --seq 16 --sample-tokens 0 --pp 2 \
          --grad-accum 2 --trace $tmp/mpi_step.json &&
      grep -q '\"tid\": 1, \"ts\"' $tmp/mpi_step.json"
+step "train: --dp 2 --trace draws each rank's dp transfers in a lane of their own (overlap on and off)" sh -c \
+    "for ov in on off; do build/train --preset tiny --steps 3 --batch 4 --seq 16 --sample-tokens 0 \
+         --dp 2 --zero 1 --overlap \$ov --trace $tmp/dp_\$ov.json || exit 1; done &&
+     python3 tests/trace_lanes_check.py $tmp/dp_on.json $tmp/dp_off.json"
 step "train: --trace without a pipeline (tp 2, the same executor) writes the measured step" sh -c \
     "build/train --preset tiny --steps 3 --batch 4 --seq 16 --sample-tokens 0 --tp 2 \
          --trace $tmp/tp.json && grep -q '\"name\": \"F0\"' $tmp/tp.json &&

@@ -1424,7 +1424,8 @@ typedef struct pt_tokenizer {
     void *alloc_ctx;
 } pt_tokenizer;
 
-/* path: a tokenizer.json, or a directory holding encoder.json and vocab.bpe. */
+/* path: a tokenizer.json, or a directory holding one (a Hugging Face model's),
+   or GPT-2's encoder.json and vocab.bpe. */
 PTRAINDEF pt_status pt_tokenizer_load(pt_tokenizer *tk, const char *path);
 PTRAINDEF pt_status pt_tokenizer_parse_hf(pt_tokenizer *tk, const void *json, size_t n);
 PTRAINDEF pt_status pt_tokenizer_parse_gpt2(pt_tokenizer *tk, const void *encoder_json, size_t n_enc,
@@ -1460,21 +1461,29 @@ PTRAINDEF size_t pt_utf8_stream_put(pt_utf8_stream *s, const void *bytes, size_t
 PTRAINDEF size_t pt_utf8_stream_flush(pt_utf8_stream *s, char *out);
 
 /* A text file as tokens (pt_tokens of >>io, vocab_size = tk->n_vocab <= 65536),
-   through a cache: an llm.c token file at cache_path (NULL: none) whose header
-   also records the tokenizer's fingerprint and the text's size and hash
-   (header ints 3..9, which llm.c leaves zero). A cache that matches is read;
-   one that does not (another text, another tokenizer) is refused and
-   rewritten; t->cache says which happened. threads as in
-   pt_tokenizer_encode_parallel. */
+   through a cache: an llm.c token file at desc->cache_path (NULL: none) whose
+   header also records the tokenizer's fingerprint and the text's size and
+   hash (header ints 3..9, which llm.c leaves zero). A cache that matches is
+   read; one that does not (another text, another tokenizer) is refused and
+   rewritten, unless cache_read_only; t->cache says which happened. desc NULL:
+   no cache, all cores. */
 typedef enum pt_text_cache {
-    PT_CACHE_NONE = 0, /* no cache_path (or not from a text) */
+    PT_CACHE_NONE = 0, /* no cache_path (or not from a text), or a read-only one that did
+                          not match: tokenized, nothing written */
     PT_CACHE_MADE,     /* tokenized; there was no cache, now there is */
     PT_CACHE_READ,     /* the cache matched: read, nothing tokenized */
     PT_CACHE_REMADE    /* the cache was of another text or tokenizer: tokenized, rewritten */
 } pt_text_cache;
+typedef struct pt_text_desc {
+    const char *cache_path; /* the token file caching the tokens (NULL: none) */
+    int cache_read_only;    /* 1: a matching cache is read; none is written */
+    int threads;            /* as in pt_tokenizer_encode_parallel (0: all cores) */
+    void (*progress)(size_t done, size_t total, void *ctx); /* as chunks are encoded, if set */
+    void *progress_ctx;
+} pt_text_desc;
 struct pt_tokens;
 PTRAINDEF pt_status pt_tokens_from_text(struct pt_tokens *t, const pt_tokenizer *tk,
-                                        const char *text_path, const char *cache_path, int threads);
+                                        const char *text_path, const pt_text_desc *desc);
 /* llm.c token file of ids: version 1 (uint16 tokens) when every id < 65536;
    else version 2 (ptrain's variant for bigger vocabularies: uint32 tokens,
    the same 256-int header). stamp: NULL, or 7 ints for header[3..9]. Atomic. */
@@ -1582,18 +1591,26 @@ PTRAINDEF void pt_st_writer_free(pt_st_writer *w);
    store theirs and ignore the hint. */
 PTRAINDEF pt_status pt_gpt_config_from_st(const pt_safetensors *st, int n_head_hint,
                                           pt_gpt_config *out);
+/* The config of any model path: a ptrain checkpoint (its metadata); a
+   Hugging Face model directory (its config.json, GPT-2 or LLaMA); a Hugging
+   Face model.safetensors with the config.json beside it (that config.json);
+   or a Hugging Face GPT-2 file alone (its shapes, n_head from the hint as in
+   pt_gpt_config_from_st; a LLaMA file alone is PT_ERR_MISSING: its shapes do
+   not give the heads). */
 PTRAINDEF pt_status pt_gpt_config_from_file(const char *path, int n_head_hint,
                                             pt_gpt_config *out);
-/* A Hugging Face LLaMA config.json (text of len bytes): model_type "llama"
-   (if given), hidden_size, intermediate_size, num_attention_heads,
+/* A Hugging Face config.json (text of len bytes). LLaMA's (model_type
+   "llama", or none): hidden_size, intermediate_size, num_attention_heads,
    num_key_value_heads (absent: num_attention_heads), num_hidden_layers,
    vocab_size, max_position_embeddings, rms_norm_eps, rope_theta,
    tie_word_embeddings, attention_bias and mlp_bias (equal), hidden_act
    "silu", rope_scaling (null, or rope_type "llama3" with factor,
    low_freq_factor, high_freq_factor, original_max_position_embeddings).
-   The weights beside it (model.safetensors) load by their own names with
-   pt_gpt_load_weights. Every missing or inconsistent field is named with
-   its value. */
+   GPT-2's (model_type "gpt2"): n_embd, n_inner (null: 4 n_embd), n_head,
+   n_layer, vocab_size, n_positions, layer_norm_epsilon, tie_word_embeddings
+   (absent: tied), activation_function "gelu_new". The weights beside it
+   (model.safetensors) load by their own names with pt_gpt_load_weights.
+   Every missing or inconsistent field is named with its value. */
 PTRAINDEF pt_status pt_gpt_config_from_hf_json(const char *text, size_t len, pt_gpt_config *out);
 PTRAINDEF pt_status pt_gpt_config_from_hf_file(const char *path, pt_gpt_config *out);
 /* Writes a LLaMA model (RMSNorm, rotary, SwiGLU: what LlamaForCausalLM
@@ -1609,6 +1626,8 @@ PTRAINDEF pt_status pt_gpt_save_hf(const pt_gpt *m, const char *dir);
 PTRAINDEF pt_status pt_gpt_load_weights_hf(pt_gpt *m, const char *dir);
 /* All tensors are checked before any is copied: on error m is unchanged. */
 PTRAINDEF pt_status pt_gpt_load_weights_st(pt_gpt *m, const pt_safetensors *st);
+/* path: a safetensors file, or a Hugging Face model directory
+   (pt_gpt_load_weights_hf). */
 PTRAINDEF pt_status pt_gpt_load_weights(pt_gpt *m, const char *path);
 
 /* Token data: raw bytes (vocabulary 256), or the llm.c token file
@@ -1720,6 +1739,7 @@ PTRAINDEF pt_status pt_plot_write_svg(const char *path, const char *title, const
 #ifndef PTRAIN_NO_BLAS
 #include <cblas.h>
 #endif
+#include <sys/stat.h>
 #if defined(_WIN32)
 #include <io.h>
 #else
@@ -11097,6 +11117,7 @@ PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_des
 /* ======================================================================== */
 
 static pt_status pt__read_file(const char *path, unsigned char **out, size_t *size, void *ctx);
+static int pt__readable(const char *path);
 static pt_status pt__write_atomic(const char *path, const char *tmp, const void *const *parts,
                                   const size_t *lens, int n);
 
@@ -12497,8 +12518,14 @@ PTRAINDEF pt_status pt_tokenizer_load(pt_tokenizer *tk, const char *path) {
         pt__free(a, ctx);
         return st == PT_OK ? st : pt__fail_path(st, path);
     }
-    /* a directory: encoder.json + vocab.bpe */
+    /* a directory: its tokenizer.json (a Hugging Face model's), else encoder.json + vocab.bpe */
     if (!(p2 = (char *)pt__malloc(plen + 16, ctx))) return pt__fail(PT_ERR_OOM, "out of memory");
+    snprintf(p2, plen + 16, "%s/tokenizer.json", path);
+    if (pt__readable(p2)) {
+        st = pt_tokenizer_load(tk, p2);
+        pt__free(p2, ctx);
+        return st;
+    }
     snprintf(p2, plen + 16, "%s/encoder.json", path);
     if ((st = pt__read_file(p2, &a, &na, ctx)) == PT_OK) {
         snprintf(p2, plen + 16, "%s/vocab.bpe", path);
@@ -12510,8 +12537,8 @@ PTRAINDEF pt_status pt_tokenizer_load(pt_tokenizer *tk, const char *path) {
     if (st == PT_ERR_IO) {
         char msg[sizeof pt__err];
         snprintf(msg, sizeof msg, "%s", pt__err);
-        pt__fail(st, "%s: neither a tokenizer.json nor a directory with encoder.json and vocab.bpe (%s)",
-                 path, msg);
+        pt__fail(st, "%s: neither a tokenizer.json nor a directory with tokenizer.json, or "
+                 "encoder.json and vocab.bpe (%s)", path, msg);
     }
     pt__free(a, ctx);
     pt__free(c, ctx);
@@ -13152,14 +13179,20 @@ static void pt__text_stamp(int32_t st[7], const pt_tokenizer *tk, const void *te
 }
 
 PTRAINDEF pt_status pt_tokens_from_text(struct pt_tokens *t, const pt_tokenizer *tk,
-                                        const char *text_path, const char *cache_path, int threads) {
+                                        const char *text_path, const pt_text_desc *desc) {
     unsigned char *text = NULL, *cache = NULL;
     size_t n = 0, nc = 0, n_ids = 0, i;
-    pt_text_cache done = cache_path ? PT_CACHE_MADE : PT_CACHE_NONE;
+    pt_text_desc d;
+    const char *cache_path;
+    pt_text_cache done;
     int32_t stamp[7];
     int *ids = NULL;
     pt_status st;
     void *ctx = t->alloc_ctx;
+    if (desc) d = *desc;
+    else memset(&d, 0, sizeof d);
+    cache_path = d.cache_path;
+    done = cache_path && !d.cache_read_only ? PT_CACHE_MADE : PT_CACHE_NONE;
     memset(t, 0, sizeof *t);
     t->alloc_ctx = ctx;
     if (tk->n_vocab > 65536)
@@ -13179,14 +13212,16 @@ PTRAINDEF pt_status pt_tokens_from_text(struct pt_tokens *t, const pt_tokenizer 
             return pt_tokens_check(t, tk->n_vocab);
         }
         pt__free(cache, ctx); /* stale: another text or tokenizer */
-        done = PT_CACHE_REMADE;
+        if (!d.cache_read_only) done = PT_CACHE_REMADE;
     }
+    if (d.cache_read_only) cache_path = NULL;
     ids = (int *)pt__malloc((n + 1) * sizeof(int), ctx);
     if (!ids) {
         pt__free(text, ctx);
         return pt__fail(PT_ERR_OOM, "cannot allocate the ids of %zu bytes of text", n);
     }
-    st = pt_tokenizer_encode_parallel(tk, text, n, 0, threads, ids, &n_ids, NULL, NULL);
+    st = pt_tokenizer_encode_parallel(tk, text, n, 0, d.threads, ids, &n_ids, d.progress,
+                                      d.progress_ctx);
     pt__free(text, ctx);
     if (st == PT_OK && cache_path) st = pt_tokens_write_llmc(cache_path, ids, n_ids, stamp);
     if (st == PT_OK && !(t->data = (uint16_t *)pt__malloc(n_ids * 2 + 2, ctx)))
@@ -14385,13 +14420,18 @@ static pt_status pt__config_arch_write(pt_st_writer *w, const pt_gpt_config *c) 
     return s;
 }
 
+/* 1 for ptrain's own files (checkpoints, fixtures), which store their config */
+static int pt__st_is_ptrain(const pt_safetensors *st) {
+    const char *fmt = pt_st_meta_get(st, "format");
+    return fmt && (strcmp(fmt, "ptrain-checkpoint-v1") == 0 || strcmp(fmt, "ptrain-fixture-v1") == 0);
+}
+
 PTRAINDEF pt_status pt_gpt_config_from_st(const pt_safetensors *st, int n_head_hint,
                                           pt_gpt_config *out) {
-    const char *fmt = pt_st_meta_get(st, "format");
     pt_gpt_config c;
     pt_status st_;
     memset(&c, 0, sizeof c);
-    if (fmt && (strcmp(fmt, "ptrain-checkpoint-v1") == 0 || strcmp(fmt, "ptrain-fixture-v1") == 0)) {
+    if (pt__st_is_ptrain(st)) {
         int *fields[5];
         const char *eps = pt_st_meta_get(st, "ln_eps");
         double e = 1e-5;
@@ -14420,8 +14460,8 @@ PTRAINDEF pt_status pt_gpt_config_from_st(const pt_safetensors *st, int n_head_h
         }
         if (!wte && pt_st_find(st, "model.embed_tokens.weight"))
             return pt__fail(PT_ERR_MISSING, "a Hugging Face LLaMA file: its shapes do not give "
-                            "the heads; read the config.json beside it "
-                            "(pt_gpt_config_from_hf_file)");
+                            "the heads, its config.json does: put it beside the file, or give "
+                            "the model's directory");
         if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2 || wte->shape[1] != wpe->shape[1] ||
             wte->shape[0] > (1 << 24) || wpe->shape[0] > (1 << 20) || wte->shape[1] > (1 << 17))
             return pt__fail(PT_ERR_MISSING,
@@ -14444,15 +14484,52 @@ PTRAINDEF pt_status pt_gpt_config_from_st(const pt_safetensors *st, int n_head_h
     return pt_gpt_config_validate(&c);
 }
 
+/* 1 if path names a directory */
+static int pt__is_dir(const char *path) {
+#if defined(_WIN32)
+    struct _stat s;
+    return _stat(path, &s) == 0 && (s.st_mode & _S_IFDIR);
+#else
+    struct stat s;
+    return stat(path, &s) == 0 && S_ISDIR(s.st_mode);
+#endif
+}
+
+/* 1 if path can be opened for reading */
+static int pt__readable(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (f) fclose(f);
+    return f != NULL;
+}
+
 PTRAINDEF pt_status pt_gpt_config_from_file(const char *path, int n_head_hint,
                                             pt_gpt_config *out) {
+    char dir[4096], cj[4200], file[4200];
+    const char *slash = strrchr(path, '/');
+    int is_dir = pt__is_dir(path);
     pt_safetensors st;
     pt_status s;
     st.alloc_ctx = NULL;
-    if ((s = pt_st_load(&st, path)) != PT_OK) return s;
-    s = pt_gpt_config_from_st(&st, n_head_hint, out);
-    pt_st_free(&st);
-    return s == PT_OK ? s : pt__fail_path(s, path);
+    /* a directory's config.json, or the one beside a Hugging Face file */
+    if (is_dir) snprintf(dir, sizeof dir, "%s", path);
+    else snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
+                  slash ? path : ".");
+    snprintf(cj, sizeof cj, "%s/config.json", dir);
+    snprintf(file, sizeof file, is_dir ? "%s/model.safetensors" : "%s", path);
+    if (!is_dir || !pt__readable(cj)) {
+        if (is_dir && !pt__readable(file))
+            return pt__fail(PT_ERR_MISSING, "%s: no config.json and no model.safetensors: not a "
+                            "Hugging Face model directory", path);
+        if ((s = pt_st_load(&st, file)) != PT_OK) return s;
+        if (pt__st_is_ptrain(&st) || !pt__readable(cj)) { /* ptrain's, or alone */
+            s = pt_gpt_config_from_st(&st, n_head_hint, out);
+            pt_st_free(&st);
+            return s == PT_OK ? s : pt__fail_path(s, file);
+        }
+        pt_st_free(&st);
+    }
+    s = pt_gpt_config_from_hf_file(cj, out);
+    return s == PT_OK ? s : pt__fail_path(s, dir);
 }
 
 /* A JSON number into *out (within the double range). */
@@ -14469,123 +14546,167 @@ static int pt__json_double(pt__json *j, double *out) {
     return *end == 0 && *out == *out && *out > -1e300 && *out < 1e300;
 }
 
+/* What config.json says, as it is read: the integers (num, -1 when absent;
+   GPT-2's names are aliases of LLaMA's), the norm's epsilon and rotary
+   theta (set: given), the flags (-1 when absent), the family (model_type:
+   -1 not given, 0 gpt2, 1 llama) and LLaMA 3's rope_scaling. */
+typedef struct pt__hf_cfg {
+    double num[7], eps, theta, sc[4];
+    int eps_set, tie, abias, mbias, have_sc, family;
+} pt__hf_cfg;
+static const char *pt__hf_ints[] = {"hidden_size", "intermediate_size", "num_attention_heads",
+                                    "num_key_value_heads", "num_hidden_layers", "vocab_size",
+                                    "max_position_embeddings"};
+static const char *pt__hf_gpt2_ints[] = {"n_embd", "n_inner", "n_head", NULL, "n_layer",
+                                         "vocab_size", "n_positions"};
+
+/* config.json's rope_scaling (its key read): null, or an object of rope_type
+   "llama3" and the four numbers. NULL, or what is malformed. */
+static const char *pt__hf_rope_scaling(pt__json *j, pt__hf_cfg *h, int *bad) {
+    static const char *keys[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                 "original_max_position_embeddings"};
+    int first = 1, r, k;
+    const char *key, *v;
+    pt__ws(j);
+    if (pt__json_lit(j, "null")) return NULL;
+    if (!pt__json_expect(j, '{')) return "rope_scaling is not an object or null";
+    h->have_sc = 1;
+    while ((r = pt__json_member(j, &first, &key)) != 0) {
+        if (r < 0) return "malformed JSON in rope_scaling";
+        for (k = 0; k < 4 && strcmp(key, keys[k]) != 0; k++) {
+        }
+        if (k < 4) {
+            if (!pt__json_double(j, &h->sc[k])) return "a rope_scaling value is not a number";
+        } else if (strcmp(key, "rope_type") == 0 || strcmp(key, "type") == 0) {
+            if (!(v = pt__json_string(j))) return "rope_scaling's rope_type is not a string";
+            if (strcmp(v, "llama3") != 0)
+                pt__append_error(bad, "config.json: rope_scaling rope_type='%s' is not "
+                                 "supported (only 'llama3')", v);
+        } else if (!pt__json_skip(j)) {
+            return "malformed JSON in rope_scaling";
+        }
+    }
+    return NULL;
+}
+
+/* One member of config.json (its key read) into h; fields it cannot take
+   are appended to the error (bad counts them). NULL, or what is malformed. */
+static const char *pt__hf_member(pt__json *j, const char *key, pt__hf_cfg *h, int *bad) {
+    const char *v;
+    int i;
+    for (i = 0; i < 7; i++)
+        if (strcmp(key, pt__hf_ints[i]) == 0 ||
+            (pt__hf_gpt2_ints[i] && strcmp(key, pt__hf_gpt2_ints[i]) == 0))
+            break;
+    if (i < 7) {
+        if (i == 1 && pt__json_null(j)) return NULL; /* GPT-2's n_inner null: 4 n_embd */
+        /* the range first: casting a double outside int64_t's is undefined */
+        if (!pt__json_double(j, &h->num[i]) ||
+            !(h->num[i] >= 0 && h->num[i] <= 1e15 && h->num[i] == (double)(int64_t)h->num[i])) {
+            pt__append_error(bad, "config.json: %s is not a non-negative integer below 1e15", key);
+            h->num[i] = 0; /* reported; keeps the checks after it defined */
+        }
+    } else if (strcmp(key, "rms_norm_eps") == 0 || strcmp(key, "layer_norm_epsilon") == 0) {
+        if (!pt__json_double(j, &h->eps)) return "the norm's epsilon is not a number";
+        h->eps_set = 1;
+    } else if (strcmp(key, "rope_theta") == 0) {
+        if (!pt__json_double(j, &h->theta)) return "rope_theta is not a number";
+    } else if (strcmp(key, "tie_word_embeddings") == 0) {
+        if (!pt__json_bool(j, &h->tie)) return "tie_word_embeddings is not true or false";
+    } else if (strcmp(key, "attention_bias") == 0) {
+        if (!pt__json_bool(j, &h->abias)) return "attention_bias is not true or false";
+    } else if (strcmp(key, "mlp_bias") == 0) {
+        if (!pt__json_bool(j, &h->mbias)) return "mlp_bias is not true or false";
+    } else if (strcmp(key, "model_type") == 0) {
+        if (!(v = pt__json_string(j))) return "model_type is not a string";
+        h->family = strcmp(v, "llama") == 0 ? 1 : strcmp(v, "gpt2") == 0 ? 0 : h->family;
+        if (strcmp(v, "llama") != 0 && strcmp(v, "gpt2") != 0)
+            pt__append_error(bad, "config.json: model_type='%s' is not supported (expected "
+                             "'llama' or 'gpt2')", v);
+    } else if (strcmp(key, "hidden_act") == 0 || strcmp(key, "activation_function") == 0) {
+        int act = key[0] == 'h'; /* LLaMA's SiLU, or GPT-2's tanh GELU */
+        if (!(v = pt__json_string(j))) return "hidden_act or activation_function is not a string";
+        if (act ? strcmp(v, "silu") != 0
+                : strcmp(v, "gelu_new") != 0 && strcmp(v, "gelu_pytorch_tanh") != 0)
+            pt__append_error(bad, "config.json: %s='%s' is not supported (expected '%s')", key, v,
+                             act ? "silu" : "gelu_new");
+    } else if (strcmp(key, "rope_scaling") == 0) {
+        return pt__hf_rope_scaling(j, h, bad);
+    } else if (!pt__json_skip(j)) {
+        return "malformed JSON";
+    }
+    return NULL;
+}
+
+/* The checks of what was read, each failure appended; 0 if none failed. */
+static int pt__hf_check(pt__hf_cfg *h, int bad) {
+    const char *const *names = h->family == 0 ? pt__hf_gpt2_ints : pt__hf_ints;
+    int i;
+    if (h->num[3] < 0) h->num[3] = h->num[2]; /* no num_key_value_heads: multi-head attention */
+    for (i = 0; i < 7; i++)
+        if (h->num[i] < 0 && !(i == 1 && h->family == 0)) /* GPT-2's n_inner is optional */
+            pt__append_error(&bad, "config.json: %s is missing", names[i]);
+        else if (h->num[i] > (double)(1 << 30))
+            pt__append_error(&bad, "config.json: %s=%.0f is too large", names[i], h->num[i]);
+    if (!bad && h->num[2] > 0 && (int64_t)h->num[0] % (int64_t)h->num[2])
+        pt__append_error(&bad, "config.json: %s=%.0f is not divisible by %s=%.0f", names[0],
+                         h->num[0], names[2], h->num[2]);
+    if (!bad && h->num[3] > 0 && (int64_t)h->num[2] % (int64_t)h->num[3])
+        pt__append_error(&bad, "config.json: num_key_value_heads=%.0f does not divide "
+                         "num_attention_heads=%.0f", h->num[3], h->num[2]);
+    if (h->mbias >= 0 && h->mbias != (h->abias > 0))
+        pt__append_error(&bad, "config.json: attention_bias=%d and mlp_bias=%d differ (ptrain "
+                         "has one bias switch)", h->abias > 0, h->mbias);
+    if (h->have_sc && !(h->sc[0] > 0 && h->sc[3] > 0))
+        pt__append_error(&bad, "config.json: rope_scaling needs factor and "
+                         "original_max_position_embeddings");
+    if (h->family == 0 && (h->have_sc || h->abias >= 0 || h->mbias >= 0 || h->num[3] != h->num[2]))
+        pt__append_error(&bad, "config.json: model_type 'gpt2' with LLaMA's fields (rope_scaling, "
+                         "attention_bias, mlp_bias or num_key_value_heads)");
+    return bad;
+}
+
 PTRAINDEF pt_status pt_gpt_config_from_hf_json(const char *text, size_t len, pt_gpt_config *out) {
-    /* the integer fields, their place in num[], and which are required */
-    static const char *ints[] = {"hidden_size", "intermediate_size", "num_attention_heads",
-                                 "num_key_value_heads", "num_hidden_layers", "vocab_size",
-                                 "max_position_embeddings"};
-    static const char *sc_keys[] = {"factor", "low_freq_factor", "high_freq_factor",
-                                    "original_max_position_embeddings"};
-    double num[7] = {-1, -1, -1, -1, -1, -1, -1}, eps = 1e-6, theta = 10000.0, sc[4] = {0, 0, 0, 0};
-    int tie = 0, abias = 0, mbias = -1, have_sc = 0, first = 1, r, i, bad = 0;
     const char *key, *err = NULL;
+    int first = 1, r, i, bad = 0;
     char *pool;
     pt__json j;
+    pt__hf_cfg h;
     pt_gpt_config c;
     pt_clear_error();
     if (!(pool = (char *)pt__malloc(len + 1, NULL)))
         return pt__fail(PT_ERR_OOM, "cannot allocate %zu bytes to parse config.json", len + 1);
+    memset(&h, 0, sizeof h);
+    for (i = 0; i < 7; i++) h.num[i] = -1;
+    h.theta = 10000.0, h.tie = h.abias = h.mbias = h.family = -1;
     memset(&j, 0, sizeof j);
     j.p = text, j.end = text + len, j.pool = pool, j.pool_cap = len + 1;
     if (!pt__json_expect(&j, '{')) err = "not a JSON object";
-    while (!err && (r = pt__json_member(&j, &first, &key)) != 0) {
-        const char *v;
-        if (r < 0) {
-            err = "malformed JSON";
-            break;
-        }
-        for (i = 0; i < 7 && strcmp(key, ints[i]) != 0; i++) {
-        }
-        if (i < 7) {
-            /* the range first: casting a double outside int64_t's is undefined */
-            if (!pt__json_double(&j, &num[i]) ||
-                !(num[i] >= 0 && num[i] <= 1e15 && num[i] == (double)(int64_t)num[i])) {
-                pt__append_error(&bad, "config.json: %s is not a non-negative integer below "
-                                 "1e15", ints[i]);
-                num[i] = 0; /* reported; keeps the checks below defined */
-            }
-        } else if (strcmp(key, "rms_norm_eps") == 0) {
-            if (!pt__json_double(&j, &eps)) err = "rms_norm_eps is not a number";
-        } else if (strcmp(key, "rope_theta") == 0) {
-            if (!pt__json_double(&j, &theta)) err = "rope_theta is not a number";
-        } else if (strcmp(key, "tie_word_embeddings") == 0) {
-            if (!pt__json_bool(&j, &tie)) err = "tie_word_embeddings is not true or false";
-        } else if (strcmp(key, "attention_bias") == 0) {
-            if (!pt__json_bool(&j, &abias)) err = "attention_bias is not true or false";
-        } else if (strcmp(key, "mlp_bias") == 0) {
-            if (!pt__json_bool(&j, &mbias)) err = "mlp_bias is not true or false";
-        } else if (strcmp(key, "model_type") == 0 || strcmp(key, "hidden_act") == 0) {
-            int act = key[0] == 'h';
-            if (!(v = pt__json_string(&j))) err = "model_type or hidden_act is not a string";
-            else if (strcmp(v, act ? "silu" : "llama") != 0)
-                pt__append_error(&bad, "config.json: %s='%s' is not supported (expected '%s')",
-                                 act ? "hidden_act" : "model_type", v, act ? "silu" : "llama");
-        } else if (strcmp(key, "rope_scaling") == 0) {
-            int f2 = 1;
-            const char *k2;
-            pt__ws(&j);
-            if (pt__json_lit(&j, "null")) continue;
-            if (!pt__json_expect(&j, '{')) {
-                err = "rope_scaling is not an object or null";
-                break;
-            }
-            have_sc = 1;
-            while (!err && (r = pt__json_member(&j, &f2, &k2)) != 0) {
-                int k;
-                if (r < 0) {
-                    err = "malformed JSON in rope_scaling";
-                    break;
-                }
-                for (k = 0; k < 4 && strcmp(k2, sc_keys[k]) != 0; k++) {
-                }
-                if (k < 4) {
-                    if (!pt__json_double(&j, &sc[k])) err = "a rope_scaling value is not a number";
-                } else if (strcmp(k2, "rope_type") == 0 || strcmp(k2, "type") == 0) {
-                    if (!(v = pt__json_string(&j))) err = "rope_scaling's rope_type is not a string";
-                    else if (strcmp(v, "llama3") != 0)
-                        pt__append_error(&bad, "config.json: rope_scaling rope_type='%s' is not "
-                                         "supported (only 'llama3')", v);
-                } else if (!pt__json_skip(&j)) {
-                    err = "malformed JSON in rope_scaling";
-                }
-            }
-        } else if (!pt__json_skip(&j)) {
-            err = "malformed JSON";
-        }
-    }
+    while (!err && (r = pt__json_member(&j, &first, &key)) != 0)
+        err = r < 0 ? "malformed JSON" : pt__hf_member(&j, key, &h, &bad);
     pt__free(pool, NULL);
     if (err) return pt__fail(PT_ERR_FORMAT, "config.json: %s (at byte %zu)", err,
                              (size_t)(j.p - text));
-    if (num[3] < 0) num[3] = num[2]; /* no num_key_value_heads: multi-head attention */
-    for (i = 0; i < 7; i++)
-        if (num[i] < 0) pt__append_error(&bad, "config.json: %s is missing", ints[i]);
-        else if (num[i] > (double)(1 << 30))
-            pt__append_error(&bad, "config.json: %s=%.0f is too large", ints[i], num[i]);
-    if (!bad && num[2] > 0 && (int64_t)num[0] % (int64_t)num[2])
-        pt__append_error(&bad, "config.json: hidden_size=%.0f is not divisible by "
-                         "num_attention_heads=%.0f", num[0], num[2]);
-    if (!bad && num[3] > 0 && (int64_t)num[2] % (int64_t)num[3])
-        pt__append_error(&bad, "config.json: num_key_value_heads=%.0f does not divide "
-                         "num_attention_heads=%.0f", num[3], num[2]);
-    if (mbias >= 0 && mbias != abias)
-        pt__append_error(&bad, "config.json: attention_bias=%d and mlp_bias=%d differ (ptrain "
-                         "has one bias switch)", abias, mbias);
-    if (have_sc && !(sc[0] > 0 && sc[3] > 0))
-        pt__append_error(&bad, "config.json: rope_scaling needs factor and "
-                         "original_max_position_embeddings");
-    if (bad) return PT_ERR_CONFIG;
-    memset(&c, 0, sizeof c);
+    if (pt__hf_check(&h, bad)) return PT_ERR_CONFIG;
+    memset(&c, 0, sizeof c); /* GPT-2: zero everywhere but the sizes */
+    c.n_embd = (int)h.num[0], c.n_head = (int)h.num[2], c.n_layer = (int)h.num[4];
+    c.vocab_size = (int)h.num[5], c.block_size = (int)h.num[6];
+    c.ffn_hidden = h.num[1] > 0 ? (int)h.num[1] : 0;
+    if (h.family == 0) { /* GPT-2's defaults: LayerNorm's 1e-5, a tied head */
+        c.ln_eps = h.eps_set ? (float)h.eps : 1e-5f;
+        c.untied_head = h.tie == 0;
+        *out = c;
+        return pt_gpt_config_validate(&c);
+    }
     c.arch = PT_ARCH_LLAMA, c.norm = PT_NORM_RMS, c.pos = PT_POS_ROPE, c.mlp = PT_MLP_SWIGLU;
-    c.n_embd = (int)num[0], c.ffn_hidden = (int)num[1], c.n_head = (int)num[2];
-    c.n_kv_head = (int)num[3], c.n_layer = (int)num[4], c.vocab_size = (int)num[5];
-    c.block_size = (int)num[6];
-    c.ln_eps = (float)eps, c.rope_theta = (float)theta;
-    c.no_bias = !abias, c.untied_head = !tie;
-    if (have_sc) {
-        c.rope_scaling.factor = (float)sc[0];
-        c.rope_scaling.low_freq_factor = (float)(sc[1] > 0 ? sc[1] : 1.0);
-        c.rope_scaling.high_freq_factor = (float)(sc[2] > 0 ? sc[2] : 4.0);
-        c.rope_scaling.original_max_pos = sc[3] < (double)(1 << 30) ? (int)sc[3] : 0;
+    c.n_kv_head = (int)h.num[3];
+    c.ln_eps = h.eps_set ? (float)h.eps : 1e-6f, c.rope_theta = (float)h.theta;
+    c.no_bias = h.abias <= 0, c.untied_head = h.tie <= 0;
+    if (h.have_sc) {
+        c.rope_scaling.factor = (float)h.sc[0];
+        c.rope_scaling.low_freq_factor = (float)(h.sc[1] > 0 ? h.sc[1] : 1.0);
+        c.rope_scaling.high_freq_factor = (float)(h.sc[2] > 0 ? h.sc[2] : 4.0);
+        c.rope_scaling.original_max_pos = h.sc[3] < (double)(1 << 30) ? (int)h.sc[3] : 0;
     }
     *out = c;
     return pt_gpt_config_validate(&c);
@@ -14759,6 +14880,7 @@ PTRAINDEF pt_status pt_gpt_load_weights_st(pt_gpt *m, const pt_safetensors *st) 
 PTRAINDEF pt_status pt_gpt_load_weights(pt_gpt *m, const char *path) {
     pt_safetensors st;
     pt_status s;
+    if (pt__is_dir(path)) return pt_gpt_load_weights_hf(m, path);
     st.alloc_ctx = m->alloc_ctx;
     if ((s = pt_st_load(&st, path)) != PT_OK) return s;
     s = pt_gpt_load_weights_st(m, &st);

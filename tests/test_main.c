@@ -4012,6 +4012,17 @@ static void test_llama_hf_config(void) {
     float *logits_g, *logits_h;
     int *in = rand_ids(6, 13), i;
     const char *path = tmp_path("model.safetensors");
+    { /* GPT-2's config.json: the gpt2-124m preset */
+        static const char *gpt2 =
+            "{\"activation_function\": \"gelu_new\", \"architectures\": [\"GPT2LMHeadModel\"], "
+            "\"attn_pdrop\": 0.1, \"bos_token_id\": 50256, \"layer_norm_epsilon\": 1e-05, "
+            "\"model_type\": \"gpt2\", \"n_ctx\": 1024, \"n_embd\": 768, \"n_head\": 12, "
+            "\"n_inner\": null, \"n_layer\": 12, \"n_positions\": 1024, \"vocab_size\": 50257}";
+        pt_gpt_config p;
+        CHECK_ST(pt_gpt_config_from_hf_json(gpt2, strlen(gpt2), &c), PT_OK);
+        CHECK_ST(pt_gpt_config_preset("gpt2-124m", &p), PT_OK);
+        CHECK(memcmp(&c, &p, sizeof c) == 0);
+    }
     CHECK_ST(pt_gpt_config_from_hf_json(llama31_8b, strlen(llama31_8b), &c), PT_OK);
     CHECK(c.arch == PT_ARCH_LLAMA && c.n_kv_head == 8 && c.ffn_hidden == 14336 && c.untied_head &&
           c.no_bias && c.rope_theta == 500000.0f && c.rope_scaling.factor == 8.0f &&
@@ -4065,7 +4076,12 @@ static void test_llama_hf_config(void) {
             {"{\"hidden_size\": 18, \"intermediate_size\": 8, \"num_attention_heads\": 4, "
              "\"num_hidden_layers\": 1, \"vocab_size\": 8, \"max_position_embeddings\": 8}",
              "hidden_size=18 is not divisible by num_attention_heads=4", PT_ERR_CONFIG},
-            {"{\"model_type\": \"gpt2\", \"hidden_size\": 16}", "model_type='gpt2'", PT_ERR_CONFIG},
+            {"{\"model_type\": \"bert\", \"hidden_size\": 16}", "model_type='bert'", PT_ERR_CONFIG},
+            {"{\"model_type\": \"gpt2\", \"n_embd\": 16, \"n_layer\": 1, \"vocab_size\": 8, "
+             "\"n_positions\": 8}", "config.json: n_head is missing", PT_ERR_CONFIG},
+            {"{\"model_type\": \"gpt2\", \"n_embd\": 16, \"n_head\": 4, \"n_layer\": 1, "
+             "\"vocab_size\": 8, \"n_positions\": 8, \"activation_function\": \"relu\"}",
+             "activation_function='relu' is not supported", PT_ERR_CONFIG},
             {"{\"hidden_size\": 16.5}", "hidden_size is not a non-negative integer", PT_ERR_CONFIG},
             {"{\"hidden_size\": 16, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}}",
              "rope_type='yarn'", PT_ERR_CONFIG},
@@ -4106,7 +4122,20 @@ static void test_llama_save_hf(void) {
     back.ln_eps = c.ln_eps; /* 0 (default) in c, written as 1e-5 */
     CHECK_ST(gpt_new(&h, back, 1, 6, 0), PT_OK);
     CHECK_ST(pt_gpt_load_weights(&h, st_path), PT_OK);
-    CHECK_ERR(pt_gpt_config_from_file(st_path, 0, &back), PT_ERR_MISSING, "config.json");
+    { /* any model path: the file (config.json beside it) or the directory; alone, refused */
+        char away[300];
+        pt_gpt_config via_file, via_dir, want;
+        snprintf(away, sizeof away, "%s.away", cfg_path);
+        CHECK_ST(pt_gpt_config_from_hf_file(cfg_path, &want), PT_OK);
+        CHECK_ST(pt_gpt_config_from_file(st_path, 0, &via_file), PT_OK);
+        CHECK_ST(pt_gpt_config_from_file(dir, 0, &via_dir), PT_OK);
+        CHECK(memcmp(&via_file, &want, sizeof want) == 0 && memcmp(&via_dir, &want, sizeof want) == 0);
+        CHECK(rename(cfg_path, away) == 0);
+        CHECK_ERR(pt_gpt_config_from_file(st_path, 0, &via_file), PT_ERR_MISSING, "config.json");
+        CHECK(rename(away, cfg_path) == 0);
+        pt_gpt_init_weights(&h, 2);
+        CHECK_ST(pt_gpt_load_weights(&h, dir), PT_OK); /* a directory loads as one */
+    }
     CHECK_ST(pt_gpt_forward(&g, in, NULL, 1, 6), PT_OK);
     CHECK_ST(pt_gpt_gather_logits(&g, lg), PT_OK);
     CHECK_ST(pt_gpt_forward(&h, in, NULL, 1, 6), PT_OK);
@@ -4739,13 +4768,19 @@ static void test_text_bpe_train(void) {
     pt_tokenizer_free(&c);
 }
 
+static void count_progress(size_t done, size_t total, void *ctx) {
+    if (done <= total) ++*(int *)ctx;
+}
+
 /* a text file as pt_tokens through the cache: written, read back, and
-   refused (rewritten) when the text changes */
+   refused (rewritten) when the text changes; a read-only cache is read when
+   it matches and left alone when not; progress is reported while encoding */
 static void test_text_tokens_cache(void) {
     pt_tokenizer tk;
     pt_tokens t;
+    pt_text_desc d, ro;
     char txt[64], bin[64];
-    int ids[64];
+    int ids[64], calls = 0;
     size_t n, i;
     FILE *f;
     const char *a = "the thing in the ring", *b = "another thing";
@@ -4756,6 +4791,22 @@ static void test_text_tokens_cache(void) {
     snprintf(txt, sizeof txt, "/tmp/ptrain_txt_%ld.txt", (long)getpid());
     snprintf(bin, sizeof bin, "/tmp/ptrain_txt_%ld.bin", (long)getpid());
     remove(bin);
+    ZERO(d);
+    d.cache_path = bin, d.threads = 1, d.progress = count_progress, d.progress_ctx = &calls;
+    ro = d;
+    ro.cache_read_only = 1;
+    if ((f = fopen(txt, "wb"))) { /* read-only and no cache: tokenized, nothing written */
+        fputs(a, f);
+        fclose(f);
+    }
+    ZERO(t);
+    CHECK_ST(pt_tokens_from_text(&t, &tk, txt, &ro), PT_OK);
+    CHECK_EQ((int)t.cache, PT_CACHE_NONE);
+    f = fopen(bin, "rb");
+    CHECK(t.n > 0 && f == NULL);
+    if (f) fclose(f);
+    CHECK(calls > 0); /* the progress of the encoding */
+    pt_tokens_free(&t);
     for (i = 0; i < 3; i++) {
         const char *s = i == 0 ? a : b; /* fresh, stale (another text), cached */
         ZERO(t);
@@ -4763,7 +4814,7 @@ static void test_text_tokens_cache(void) {
             fputs(s, f);
             fclose(f);
         }
-        CHECK_ST(pt_tokens_from_text(&t, &tk, txt, bin, 1), PT_OK);
+        CHECK_ST(pt_tokens_from_text(&t, &tk, txt, &d), PT_OK);
         CHECK_EQ((int)t.cache, i == 0 ? PT_CACHE_MADE : i == 1 ? PT_CACHE_REMADE : PT_CACHE_READ);
         CHECK_ST(pt_tokenizer_encode(&tk, s, strlen(s), 0, ids, &n), PT_OK);
         CHECK_EQ(t.n, n);
@@ -4776,12 +4827,32 @@ static void test_text_tokens_cache(void) {
             fputc(0, f);
             fclose(f);
             ZERO(t);
-            CHECK_ST(pt_tokens_from_text(&t, &tk, txt, bin, 1), PT_OK);
+            CHECK_ST(pt_tokens_from_text(&t, &tk, txt, &d), PT_OK);
             CHECK(t.n > 0 && t.data[0] == 7); /* read from the cache */
+            CHECK_EQ((int)t.cache, PT_CACHE_READ);
+            pt_tokens_free(&t);
+            ZERO(t); /* read-only: a matching cache is read too */
+            CHECK_ST(pt_tokens_from_text(&t, &tk, txt, &ro), PT_OK);
+            CHECK(t.n > 0 && t.data[0] == 7);
             CHECK_EQ((int)t.cache, PT_CACHE_READ);
             pt_tokens_free(&t);
         }
     }
+    if ((f = fopen(txt, "wb"))) { /* read-only and stale (b's): tokenized, left alone */
+        fputs(a, f);
+        fclose(f);
+    }
+    ZERO(t);
+    CHECK_ST(pt_tokens_from_text(&t, &tk, txt, &ro), PT_OK);
+    CHECK_EQ((int)t.cache, PT_CACHE_NONE);
+    CHECK_ST(pt_tokenizer_encode(&tk, a, strlen(a), 0, ids, &n), PT_OK);
+    CHECK_EQ(t.n, n);
+    pt_tokens_free(&t);
+    ZERO(t);
+    CHECK_ST(pt_tokens_load(&t, bin, PT_TOKENS_LLMC), PT_OK);
+    CHECK_ST(pt_tokenizer_encode(&tk, b, strlen(b), 0, ids, &n), PT_OK);
+    CHECK_EQ(t.n, n); /* still b's tokens */
+    pt_tokens_free(&t);
     remove(txt);
     remove(bin);
     pt_tokenizer_free(&tk);

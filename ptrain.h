@@ -14551,7 +14551,7 @@ static int pt__json_double(pt__json *j, double *out) {
    theta (set: given), the flags (-1 when absent), the family (model_type:
    -1 not given, 0 gpt2, 1 llama) and LLaMA 3's rope_scaling. */
 typedef struct pt__hf_cfg {
-    double num[7], eps, theta, sc[4];
+    double num[7], eps, theta, sc[4], head_dim; /* head_dim: -1 when absent */
     int eps_set, tie, abias, mbias, have_sc, family;
 } pt__hf_cfg;
 static const char *pt__hf_ints[] = {"hidden_size", "intermediate_size", "num_attention_heads",
@@ -14611,6 +14611,9 @@ static const char *pt__hf_member(pt__json *j, const char *key, pt__hf_cfg *h, in
         h->eps_set = 1;
     } else if (strcmp(key, "rope_theta") == 0) {
         if (!pt__json_double(j, &h->theta)) return "rope_theta is not a number";
+    } else if (strcmp(key, "head_dim") == 0) { /* newer transformers write it */
+        if (!pt__json_null(j) && !pt__json_double(j, &h->head_dim))
+            return "head_dim is not a number";
     } else if (strcmp(key, "tie_word_embeddings") == 0) {
         if (!pt__json_bool(j, &h->tie)) return "tie_word_embeddings is not true or false";
     } else if (strcmp(key, "attention_bias") == 0) {
@@ -14654,6 +14657,10 @@ static int pt__hf_check(pt__hf_cfg *h, int bad) {
     if (!bad && h->num[3] > 0 && (int64_t)h->num[2] % (int64_t)h->num[3])
         pt__append_error(&bad, "config.json: num_key_value_heads=%.0f does not divide "
                          "num_attention_heads=%.0f", h->num[3], h->num[2]);
+    if (!bad && h->head_dim >= 0 && h->num[2] > 0 && h->head_dim * h->num[2] != h->num[0])
+        pt__append_error(&bad, "config.json: head_dim=%g is not hidden_size=%.0f / "
+                         "num_attention_heads=%.0f (ptrain's heads split the width)", h->head_dim,
+                         h->num[0], h->num[2]);
     if (h->mbias >= 0 && h->mbias != (h->abias > 0))
         pt__append_error(&bad, "config.json: attention_bias=%d and mlp_bias=%d differ (ptrain "
                          "has one bias switch)", h->abias > 0, h->mbias);
@@ -14678,7 +14685,7 @@ PTRAINDEF pt_status pt_gpt_config_from_hf_json(const char *text, size_t len, pt_
         return pt__fail(PT_ERR_OOM, "cannot allocate %zu bytes to parse config.json", len + 1);
     memset(&h, 0, sizeof h);
     for (i = 0; i < 7; i++) h.num[i] = -1;
-    h.theta = 10000.0, h.tie = h.abias = h.mbias = h.family = -1;
+    h.theta = 10000.0, h.head_dim = -1, h.tie = h.abias = h.mbias = h.family = -1;
     memset(&j, 0, sizeof j);
     j.p = text, j.end = text + len, j.pool = pool, j.pool_cap = len + 1;
     if (!pt__json_expect(&j, '{')) err = "not a JSON object";

@@ -6,7 +6,7 @@
    STEM-step00001600.safetensors (STEM: PATH without ".safetensors"), and the
    newest N are kept. --resume latest takes the newest of them that loads
    whole, else PATH, else starts fresh: the same command restarts a crashed
-   run. Include after ptrain.h. */
+   run. Include after ptrain.h and cli.h. */
 #ifndef PTRAIN_CKPT_H
 #define PTRAIN_CKPT_H
 
@@ -114,21 +114,11 @@ static int ckpt_latest(const char *base, char *out, size_t n, int verbose) {
     return -1;
 }
 
-/* Before a run's first step: can a file be made beside base (a temporary
-   one, created and removed)? 1 if so, else 0 with the reason printed. A
-   run would otherwise find out at its first save. */
+/* Before a run's first step: can a file be made beside base? 1 if so, else
+   0 with the reason printed. A run would otherwise find out at its first
+   save. */
 static int ckpt_probe(const char *base) {
-    char probe[4200];
-    FILE *f;
-    snprintf(probe, sizeof probe, "%s.probe", base);
-    if (!(f = fopen(probe, "w"))) {
-        fprintf(stderr, "error: --checkpoint %s: cannot create a file there (%s): fix the path "
-                "before training\n", base, strerror(errno));
-        return 0;
-    }
-    fclose(f);
-    remove(probe);
-    return 1;
+    return cli_probe_write("--checkpoint", base, "training");
 }
 
 /* A new run (no --resume) with --checkpoint base must not replace a file

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #if defined(__linux__)
 #include <unistd.h>
 #endif
@@ -243,6 +244,113 @@ static inline int cli_cmp_double(const void *a, const void *b) {
 static inline double cli_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof(double), cli_cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* 1 if path names a directory */
+static inline int cli_is_dir(const char *path) {
+    struct stat s;
+    return stat(path, &s) == 0 && S_ISDIR(s.st_mode);
+}
+
+/* Makes dir and the directories above it that are missing (best effort:
+   whoever writes there reports a failure). */
+static inline void cli_mkdirs(const char *dir) {
+    char p[4096];
+    size_t i, n = strlen(dir);
+    if (n == 0 || n >= sizeof p) return;
+    memcpy(p, dir, n + 1);
+    for (i = 1; i <= n; i++)
+        if (p[i] == '/' || p[i] == 0) {
+            char c = p[i];
+            p[i] = 0;
+            if (!cli_is_dir(p)) mkdir(p, 0777);
+            p[i] = c;
+        }
+}
+
+/* 0 if a file can be made at path (PATH.probe, created and removed), else
+   the errno that says why not. */
+static inline int cli_writable(const char *path) {
+    char probe[4200];
+    FILE *f;
+    snprintf(probe, sizeof probe, "%s.probe", path);
+    if (!(f = fopen(probe, "w"))) return errno ? errno : EACCES;
+    fclose(f);
+    remove(probe);
+    return 0;
+}
+
+/* Before any work: can a file be made at path (PATH.probe, created and
+   removed; path itself no directory)? 1 if so, else 0 with "error: OPT
+   PATH: ..." and the reason printed; before: what would otherwise find out
+   at its end ("training"). */
+static inline int cli_probe_write(const char *opt, const char *path, const char *before) {
+    int err;
+    if (cli_is_dir(path)) {
+        fprintf(stderr, "error: %s %s is a directory: give a file name\n", opt, path);
+        return 0;
+    }
+    if ((err = cli_writable(path)) != 0) {
+        fprintf(stderr, "error: %s %s: cannot create a file there (%s): fix the path before %s\n",
+                opt, path, strerror(err), before);
+        return 0;
+    }
+    return 1;
+}
+
+/* Every model preset by family, "GPT-2: tiny, ...; LLaMA: llama-tiny, ...". */
+static inline void cli_presets(char *buf, size_t n) {
+    size_t used = 0;
+    int fam;
+    buf[0] = 0;
+    for (fam = 0; fam < 2; fam++) { /* GPT-2's, then LLaMA's */
+        const char *names = pt_gpt_preset_names();
+        int first = 1;
+        while (*names && used < n) {
+            size_t len = strcspn(names, ", ");
+            char name[64];
+            pt_gpt_config c;
+            snprintf(name, sizeof name, "%.*s", (int)len, names);
+            if (pt_gpt_config_preset(name, &c) == PT_OK && (c.arch == PT_ARCH_LLAMA) == fam) {
+                const char *sep = !first ? ", " : fam ? "; LLaMA: " : "GPT-2: ";
+                used += (size_t)snprintf(buf + used, n - used, "%s%s", sep, name);
+                first = 0;
+            }
+            names += len;
+            names += strspn(names, ", ");
+        }
+    }
+}
+
+/* The architecture of c in words: its family and the choices that set it
+   apart, "GPT-2 (LayerNorm, GELU, learned positions)" or "LLaMA (RMSNorm,
+   SwiGLU 176 wide, rotary positions, 2 key/value heads, untied head)". */
+static inline void cli_model_arch(const pt_gpt_config *c, char *buf, size_t n) {
+    char ffn[32] = "", kv[48] = "", theta[32] = "", scaling[48] = "";
+    if (c->ffn_hidden > 0 && c->ffn_hidden != 4 * c->n_embd)
+        snprintf(ffn, sizeof ffn, " %d wide", c->ffn_hidden);
+    if (c->n_kv_head > 0 && c->n_kv_head != c->n_head)
+        snprintf(kv, sizeof kv, ", %d key/value head%s", c->n_kv_head, c->n_kv_head > 1 ? "s" : "");
+    if (c->pos == PT_POS_ROPE && c->rope_theta > 0.0f && c->rope_theta != 10000.0f)
+        snprintf(theta, sizeof theta, " (theta %g)", (double)c->rope_theta);
+    if (c->pos == PT_POS_ROPE && c->rope_scaling.factor > 0.0f)
+        snprintf(scaling, sizeof scaling, ", LLaMA 3 scaling x%g", (double)c->rope_scaling.factor);
+    snprintf(buf, n, "%s (%s, %s%s, %s%s%s%s%s%s)", c->arch == PT_ARCH_LLAMA ? "LLaMA" : "GPT-2",
+             c->norm == PT_NORM_RMS ? "RMSNorm" : "LayerNorm",
+             c->mlp == PT_MLP_SWIGLU ? "SwiGLU" : "GELU", ffn,
+             c->pos == PT_POS_ROPE ? "rotary positions" : "learned positions", theta, scaling, kv,
+             c->no_bias ? ", no biases" : "", c->untied_head ? ", untied head" : "");
+}
+
+/* The tokenizer.json of a Hugging Face model directory into buf; 0 if path
+   is no directory or has none. */
+static inline int cli_model_tokenizer(const char *path, char *buf, size_t n) {
+    FILE *f;
+    if (!cli_is_dir(path)) return 0;
+    snprintf(buf, n, "%s/tokenizer.json", path);
+    if (!(f = fopen(buf, "rb"))) return 0;
+    fclose(f);
+    return 1;
 }
 
 /* ids as the tokenizer's bytes; ids it lacks (a padded vocabulary) as [id N] */

@@ -7,12 +7,56 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__unix__)
+#include <unistd.h> /* isatty */
+#endif
 
 /* seconds as "1h02m" or "3m07s" */
 static inline void progress_time(char *buf, size_t n, double s) {
     if (s < 0 || s != s) s = 0;
     if (s >= 3600) snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
     else snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+}
+
+/* The progress of a long pass over bytes (tokenizing a text) on stderr:
+   "WHAT: 45.1% of 100.0 MB, 23.1 MB/s, ETA 0m04s", on a terminal one line
+   rewritten in place (at most 5 times a second, and at the end), else a line
+   every PROGRESS_BYTES_EVERY seconds (nothing for a short pass). */
+#define PROGRESS_BYTES_EVERY 5.0
+typedef struct progress_bytes {
+    char what[4400];
+    double t0, shown; /* the start, the last line */
+    int tty, lines;
+} progress_bytes;
+
+static inline void progress_bytes_start(progress_bytes *p, const char *what) {
+    snprintf(p->what, sizeof p->what, "%s", what);
+    p->t0 = p->shown = pt_time_now();
+    p->lines = 0;
+#if defined(__unix__)
+    p->tty = isatty(2);
+#else
+    p->tty = 0;
+#endif
+}
+
+/* The callback of pt_tokenizer_encode_parallel and pt_text_desc (ctx: the
+   progress_bytes). */
+static inline void progress_bytes_cb(size_t done, size_t total, void *ctx) {
+    progress_bytes *p = (progress_bytes *)ctx;
+    double now = pt_time_now(), dt = now - p->t0, rate = dt > 0 ? (double)done / dt : 0.0;
+    int end = done >= total;
+    char eta[32];
+    if (p->tty ? p->lines > 0 && !end && now - p->shown < 0.2
+               : end || now - p->shown < PROGRESS_BYTES_EVERY)
+        return;
+    progress_time(eta, sizeof eta, rate > 0 ? (double)(total - done) / rate : 0.0);
+    fprintf(stderr, "%s%s: %5.1f%% of %.1f MB, %.1f MB/s, ETA %s%s", p->tty ? "\r" : "", p->what,
+            total ? 100.0 * (double)done / (double)total : 100.0, (double)total / 1e6,
+            rate / 1e6, eta, !p->tty || end ? "\n" : "");
+    fflush(stderr);
+    p->shown = now;
+    p->lines++;
 }
 
 /* The timed step's actions of every rank, to rank 0, written as Chrome trace

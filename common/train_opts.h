@@ -8,6 +8,7 @@
 /* Everything a rank needs to train: the options and the data (read-only). */
 typedef struct run {
     const char *data_path, *ckpt_out, *resume, *trace_path, *init_from, *val_path, *tok_path;
+    const char *token_cache; /* --token-cache: the directory of the text's token files */
     int steps, batch, seq, warmup, eval_every, eval_batches, ckpt_every, sample_tokens, top_k,
         log_every, stop_after, tp, dp, pp, zero, accum, chunks, recompute, trace_step, keep,
         max_bad, force, eval_only, eval_batches_given;
@@ -33,6 +34,11 @@ typedef struct run {
     double gemm_peak; /* their measured GFLOP/s of the run's GEMM, 1024^3 (0 with --peak-gflops) */
     int peak_given;   /* --peak-gflops */
     int peak_instr;   /* peak is the instruction peak */
+    int peak_cached;  /* ... kept from an earlier run (common/peak.h) */
+    int peak_loaded;  /* ... measured under load (on some node) */
+    double peak_share, peak_load1; /* world rank 0's measurement: its threads' share of
+                                      the time, the load average */
+    char peak_when[32];            /* when world rank 0's peak was measured */
     int nodes;      /* MPI: the nodes the ranks run on */
     int rc;      /* set by world rank 0 */
 } run;
@@ -43,8 +49,16 @@ typedef struct train_args {
     int threads, n_layer, n_head, n_embd, block_size;
     int preset_given; /* --preset on the command line (else the default) */
     float peak; /* --peak-gflops (0: measure) */
+    int measure_peak; /* --measure-peak: measure the peak again and keep it */
     pt_tokens_format fmt;
 } train_args;
+
+/* The options given as words, before they become values, and the help's
+   list of presets. */
+typedef struct train_words {
+    const char *data_format, *recompute, *schedule, *overlap, *precision;
+    char presets[640];
+} train_words;
 
 /* Options that would be silently ignored in some combination are refused,
    naming it: every option given takes effect. 2 after a message, else 0.
@@ -56,12 +70,17 @@ static int train_combinations(int argc, char **argv, const run *o, const char *s
         "steps", "lr", "min-lr", "warmup", "weight-decay", "grad-clip", "eval-every", "log-every",
         "checkpoint", "checkpoint-every", "keep", "stop-after", "max-bad-steps", "force", "seed",
         "zero", "recompute", "trace", "trace-step", "sample-tokens", "temperature", "top-k",
-        "peak-gflops"};
+        "peak-gflops", "measure-peak"};
     size_t i;
 #define TRAIN_GIVEN(name) cli_given(argc, argv, name)
 #define TRAIN_REFUSE(...) return fprintf(stderr, "error: " __VA_ARGS__), fprintf(stderr, "\n"), 2
     if (o->tok_path && !o->data_path && !o->val_path)
         TRAIN_REFUSE("--tokenizer reads --data and --val-data as text: give one of them");
+    if (o->token_cache && !o->tok_path && !o->init_from)
+        TRAIN_REFUSE("--token-cache keeps the tokens of text read through --tokenizer: give "
+                     "--tokenizer");
+    if (TRAIN_GIVEN("measure-peak") && TRAIN_GIVEN("peak-gflops"))
+        TRAIN_REFUSE("--measure-peak with --peak-gflops: the peak is given, nothing is measured");
     if (o->tok_path && TRAIN_GIVEN("data-format"))
         TRAIN_REFUSE("--data-format with --tokenizer: the tokenizer reads the files as text");
     if (TRAIN_GIVEN("data-format") && !o->data_path && !o->val_path)
@@ -122,25 +141,42 @@ static int train_combinations(int argc, char **argv, const run *o, const char *s
     return 0;
 }
 
-/* The command line into o and a, checked as far as it goes without data or
-   ranks. Returns -1 to go on, else the exit status: 0 after --help, 2 after
-   an error message. usage: print the usage (world rank 0 does). */
-static int train_options(int argc, char **argv, run *o, train_args *a, int usage) {
-    const char *data_format = "auto", *recompute = "none", *schedule = NULL, *overlap = "on";
-    const char *precision = "fp32";
-    int npos, s;
-    const char *pos[1];
-    cli_opt opts[] = {
+/* The defaults of everything the command line sets. */
+static void train_defaults(run *o, train_args *a, train_words *w) {
+    memset(o, 0, sizeof *o);
+    o->steps = 1600, o->batch = 16, o->seq = 64, o->warmup = 50, o->eval_every = 100;
+    o->eval_batches = 8, o->sample_tokens = 400, o->top_k = 8, o->log_every = 100;
+    o->lr = 6e-3f, o->min_lr = 6e-4f, o->wd = 0.1f, o->clip = 1.0f, o->val_fraction = 0.1f;
+    o->temperature = 0.8f, o->seed = 1337, o->tp = 1, o->dp = 1, o->pp = 1;
+    o->trace_step = 2, o->max_bad = 5;
+#ifdef PTRAIN_TEST_HOOKS
+    o->nan_count = 1, o->nan_tensor = "h.0.mlp.c_fc.weight", o->fail_rank = -1, o->fail_step = 1;
+#endif
+    memset(a, 0, sizeof *a);
+    a->preset = "mini";
+    memset(w, 0, sizeof *w);
+    w->data_format = "auto", w->recompute = "none", w->overlap = "on", w->precision = "fp32";
+    cli_presets(w->presets + 7, sizeof w->presets - 7);
+    memcpy(w->presets, "model: ", 7); /* "model: GPT-2: tiny, ...; LLaMA: ..." */
+}
+
+/* The option table (it drives parsing and --help) into opts; returns its
+   rows. */
+static int train_table(cli_opt *opts, run *o, train_args *a, train_words *w) {
+    cli_opt t[] = {
         {"data", CLI_STR, &o->data_path, "training data file (default: the embedded task)", 0, 0},
         {"val-data", CLI_STR, &o->val_path, "validation data file (e.g. llm.c's *_val.bin beside "
          "*_train.bin; read like --data): all of --data trains", 0, 0},
         {"tokenizer", CLI_STR, &o->tok_path,
-         "tokenizer.json or a GPT-2 directory (encoder.json + vocab.bpe): --data and --val-data "
-         "are text, tokenized once into FILE.tokens.bin; the sample prints as text", 0, 0},
-        {"data-format", CLI_STR, &data_format,
+         "tokenizer.json, or a directory holding one or GPT-2's encoder.json + vocab.bpe: --data "
+         "and --val-data are text, tokenized once into FILE.tokens.bin; the sample prints as "
+         "text (default with --init-from DIR: DIR/tokenizer.json when the data is text)", 0, 0},
+        {"token-cache", CLI_STR, &o->token_cache, "directory for the tokens of --tokenizer's "
+         "text, DIR/NAME.tokens.bin (default: FILE.tokens.bin beside the text; where that "
+         "cannot be written, no cache)", 0, 0},
+        {"data-format", CLI_STR, &w->data_format,
          "auto (.bin = llm.c tokens, else raw bytes) | bytes | llmc", 0, 0},
-        {"preset", CLI_STR, &a->preset,
-         "model size: tiny, mini, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m", 0, 0},
+        {"preset", CLI_STR, &a->preset, w->presets, 0, 0},
         {"layers", CLI_INT, &a->n_layer, "override the preset's n_layer (0: keep)", 0, 4096},
         {"heads", CLI_INT, &a->n_head, "override the preset's n_head (0: keep)", 0, 65536},
         {"embd", CLI_INT, &a->n_embd, "override the preset's n_embd (0: keep)", 0, 131072},
@@ -173,9 +209,11 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         {"resume", CLI_STR, &o->resume, "resume from this checkpoint (model, AdamW, data, RNG); "
          "'latest': the newest of --checkpoint's that loads whole, or a fresh start if there "
          "are none", 0, 0},
-        {"init-from", CLI_STR, &o->init_from, "start from these weights: a Hugging Face GPT-2 "
-         "model.safetensors or a ptrain checkpoint (weights only: a fresh AdamW and schedule; "
-         "the model's shape is the file's)", 0, 0},
+        {"init-from", CLI_STR, &o->init_from, "start from these weights: a ptrain checkpoint, a "
+         "Hugging Face GPT-2 or LLaMA model directory (model.safetensors + config.json, and "
+         "tokenizer.json), or such a model.safetensors with its config.json beside it (a GPT-2 "
+         "one alone too: --heads, else n_embd/64); weights only: a fresh AdamW and schedule; "
+         "the model's shape is the file's", 0, 0},
         {"eval-only", CLI_FLAG, &o->eval_only, "no training: the loss and perplexity of "
          "--init-from's or --resume's model on all of --val-data (else on --data's held-out "
          "part), in any layout", 0, 0},
@@ -194,10 +232,10 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
          "pipeline's m; 0: 1 without a pipeline, else pp when it divides the batch per dp rank, "
          "so every stage has work)", 0, 1 << 20},
         {"pp", CLI_INT, &o->pp, "pipeline stages (at most the layers)", 1, 1024},
-        {"schedule", CLI_STR, &schedule, "the step's schedule: gpipe, 1f1b, interleaved, zb-h1, "
-         "zb-h2, zb-v, chimera, 2bw (asynchronous: an update every pp micro-batches) "
+        {"schedule", CLI_STR, &w->schedule, "the step's schedule: gpipe, 1f1b, interleaved, "
+         "zb-h1, zb-h2, zb-v, chimera, 2bw (asynchronous: an update every pp micro-batches) "
          "(default: 1f1b, interleaved with --chunks)", 0, 0},
-        {"overlap", CLI_STR, &overlap, "on | off: reduce each data-parallel gradient bucket "
+        {"overlap", CLI_STR, &w->overlap, "on | off: reduce each data-parallel gradient bucket "
          "while backward goes on (ZeRO 0, 1) and gather the updated parameters (ZeRO 1, 2) "
          "while the next forward runs, or all in their turn; the same bits either way", 0, 0},
         {"bucket-mb", CLI_FLOAT, &o->bucket_mb, "data-parallel gradient buckets: layers are "
@@ -205,11 +243,11 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
          "default: a layer a bucket)", 0, 0},
         {"chunks", CLI_INT, &o->chunks, "layer chunks per pipeline stage (0: the schedule's own, "
          "2 for zb-v and chimera, else 1; interleaved takes 2 or more)", 0, 64},
-        {"recompute", CLI_STR, &recompute, "activation recomputation: none, selective, full", 0,
-         0},
-        {"precision", CLI_STR, &precision, "fp32 | bf16: the GEMMs' arithmetic (bf16: operands "
-         "rounded to bfloat16, sums in fp32; weights, gradients, AdamW and communication stay "
-         "fp32)", 0, 0},
+        {"recompute", CLI_STR, &w->recompute, "activation recomputation: none, selective, full",
+         0, 0},
+        {"precision", CLI_STR, &w->precision, "fp32 | bf16: the GEMMs' arithmetic (bf16: "
+         "operands rounded to bfloat16, sums in fp32; weights, gradients, AdamW and "
+         "communication stay fp32)", 0, 0},
         {"trace", CLI_STR, &o->trace_path, "write step --trace-step's timeline (every rank's "
          "actions) here as Chrome trace JSON, and at FILE.svg", 0, 0},
         {"trace-step", CLI_INT, &o->trace_step, "the step --trace records", 1, 1e9},
@@ -218,9 +256,11 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         {"temperature", CLI_FLOAT, &o->temperature, "sampling temperature (0: greedy)", 0, 100},
         {"top-k", CLI_INT, &o->top_k, "sample among the k most likely tokens (0: all)", 0, 1 << 24},
         {"peak-gflops", CLI_FLOAT, &a->peak, "the peak GFLOP/s at --precision of all the run's "
-         "machines for MFU (0: measure one node's instruction peak at that precision and sgemm, "
-         "0.5 s, once per node)", 0,
-         1e9},
+         "machines for MFU (0: one node's instruction peak at that precision, measured once "
+         "per machine and kept, see --measure-peak; the sgemm rate beside it)", 0, 1e9},
+        {"measure-peak", CLI_FLAG, &a->measure_peak, "measure the instruction peak again (0.25 "
+         "s) and keep it for later runs, in $PTRAIN_CACHE_DIR, else $XDG_CACHE_HOME/ptrain or "
+         "~/.cache/ptrain (a kept peak measured under load is measured again anyway)", 0, 0},
 #ifdef PTRAIN_TEST_HOOKS
         {"debug-nan-step", CLI_INT, &o->nan_step, "testing: plant a NaN in a gradient at this step "
          "(0: never)", 0, 1e9},
@@ -236,53 +276,65 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
          "says each step took this long (0: the real clock)", 0, 1e6},
 #endif
     };
-    int nopts = (int)(sizeof opts / sizeof opts[0]);
+    memcpy(opts, t, sizeof t);
+    return (int)(sizeof t / sizeof t[0]);
+}
+#define TRAIN_MAX_OPTS 96 /* room for train_table's rows */
+
+/* The options given as words into o and a; 0, or 2 after a message. */
+static int train_words_parse(const train_words *w, run *o, train_args *a) {
+    int s;
+    if (strcmp(w->data_format, "auto") == 0) a->fmt = PT_TOKENS_AUTO;
+    else if (strcmp(w->data_format, "bytes") == 0) a->fmt = PT_TOKENS_BYTES;
+    else if (strcmp(w->data_format, "llmc") == 0) a->fmt = PT_TOKENS_LLMC;
+    else {
+        fprintf(stderr, "error: --data-format '%s' is not auto, bytes or llmc\n", w->data_format);
+        return 2;
+    }
+    if ((o->recompute = cli_recompute(w->recompute)) < 0) return 2;
+    if (pt_precision_parse(w->precision, &o->precision) != PT_OK) {
+        fprintf(stderr, "error: --precision: %s\n", pt_last_error());
+        return 2;
+    }
+    if (strcmp(w->overlap, "on") == 0) o->overlap = PT_OVERLAP_ON;
+    else if (strcmp(w->overlap, "off") == 0) o->overlap = PT_OVERLAP_OFF;
+    else {
+        fprintf(stderr, "error: --overlap '%s' is not on or off\n", w->overlap);
+        return 2;
+    }
+    if ((s = cli_schedule(w->schedule)) < 0) return 2;
+    o->schedule = (pt_schedule_kind)s;
+    return 0;
+}
+
+/* The command line into o and a, checked as far as it goes without data or
+   ranks. Returns -1 to go on, else the exit status: 0 after --help, 2 after
+   an error message. usage: print the usage (world rank 0 does). */
+static int train_options(int argc, char **argv, run *o, train_args *a, int usage) {
+    cli_opt opts[TRAIN_MAX_OPTS];
+    train_words w;
+    int npos, s, nopts;
+    const char *pos[1];
     const char *text =
         "usage: train [options]\n"
-        "Trains a GPT-2 style model with AdamW (warm-up + cosine learning rate) and prints\n"
-        "step, train loss, validation loss, tokens/s, model FLOP utilisation against this\n"
-        "machine's measured fp32 instruction peak, elapsed time and ETA. Without --data it trains on an\n"
-        "embedded generated task (additions and simple sentences) and reports what it learned.\n"
+        "Trains a GPT-2 or LLaMA style model with AdamW (warm-up + cosine learning rate) and\n"
+        "prints step, train loss, validation loss, tokens/s, model FLOP utilisation against\n"
+        "this machine's instruction peak at --precision (measured once and kept), elapsed\n"
+        "time and ETA. Without --data it trains on an embedded generated task (additions and\n"
+        "simple sentences) and reports what it learned. --init-from fine-tunes a Hugging Face\n"
+        "GPT-2 or LLaMA model directory on text (its tokenizer.json reads --data).\n"
         "--tp/--dp/--pp run the ranks as threads (build/train) or MPI processes\n"
         "(build/train_mpi under mpirun, with -np equal to tp x dp x pp).";
 
-    memset(o, 0, sizeof *o);
-    o->steps = 1600, o->batch = 16, o->seq = 64, o->warmup = 50, o->eval_every = 100;
-    o->eval_batches = 8, o->sample_tokens = 400, o->top_k = 8, o->log_every = 100;
-    o->lr = 6e-3f, o->min_lr = 6e-4f, o->wd = 0.1f, o->clip = 1.0f, o->val_fraction = 0.1f;
-    o->temperature = 0.8f, o->seed = 1337, o->tp = 1, o->dp = 1, o->pp = 1;
-    o->trace_step = 2, o->max_bad = 5;
-#ifdef PTRAIN_TEST_HOOKS
-    o->nan_count = 1, o->nan_tensor = "h.0.mlp.c_fc.weight", o->fail_rank = -1, o->fail_step = 1;
-#endif
-    memset(a, 0, sizeof *a);
-    a->preset = "mini";
+    train_defaults(o, a, &w);
+    nopts = train_table(opts, o, a, &w);
     if ((s = cli_parse(argc, argv, opts, nopts, pos, 0, &npos)) != 0) {
         if (usage) cli_usage(s == 1 ? stdout : stderr, text, opts, nopts);
         return s == 1 ? 0 : 2;
     }
-    if (strcmp(data_format, "auto") == 0) a->fmt = PT_TOKENS_AUTO;
-    else if (strcmp(data_format, "bytes") == 0) a->fmt = PT_TOKENS_BYTES;
-    else if (strcmp(data_format, "llmc") == 0) a->fmt = PT_TOKENS_LLMC;
-    else {
-        fprintf(stderr, "error: --data-format '%s' is not auto, bytes or llmc\n", data_format);
-        return 2;
-    }
+    if ((s = train_words_parse(&w, o, a)) != 0) return s;
     o->eval_batches_given = cli_given(argc, argv, "eval-batches");
     a->preset_given = cli_given(argc, argv, "preset");
-    if ((o->recompute = cli_recompute(recompute)) < 0) return 2;
-    if (pt_precision_parse(precision, &o->precision) != PT_OK) {
-        fprintf(stderr, "error: --precision: %s\n", pt_last_error());
-        return 2;
-    }
-    if (strcmp(overlap, "on") == 0) o->overlap = PT_OVERLAP_ON;
-    else if (strcmp(overlap, "off") == 0) o->overlap = PT_OVERLAP_OFF;
-    else {
-        fprintf(stderr, "error: --overlap '%s' is not on or off\n", overlap);
-        return 2;
-    }
-    if ((s = cli_schedule(schedule)) < 0) return 2;
-    o->schedule = (pt_schedule_kind)s;
     if (o->accum == 0) /* a pipeline of one micro-batch runs one stage at a time */
         o->accum = o->pp > 1 && o->batch % (o->dp * o->pp) == 0 ? o->pp : 1;
     if (o->batch % (o->dp * o->accum) != 0) {
@@ -298,7 +350,7 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         return 2;
     }
 #endif
-    if ((s = train_combinations(argc, argv, o, schedule)) != 0) return s;
+    if ((s = train_combinations(argc, argv, o, w.schedule)) != 0) return s;
     if ((o->keep || (o->resume && strcmp(o->resume, "latest") == 0)) && !o->ckpt_out) {
         fprintf(stderr, "error: --%s needs --checkpoint\n", o->keep ? "keep" : "resume latest");
         return 2;
@@ -306,23 +358,46 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
     return -1;
 }
 
-/* The model's shape: the checkpoint's when resuming, else the preset with
-   the overrides and the data's vocabulary. */
+/* 1 if a and b are the same model but for the vocabulary and the context
+   (the data's and --seq's in a fresh run): every architecture field, the
+   defaults (zero) as what they mean. */
+static int train_same_model(const pt_gpt_config *a, const pt_gpt_config *b) {
+#define TRAIN_OR(x, d) ((x) > 0 ? (x) : (d))
+    return a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_embd == b->n_embd &&
+           a->arch == b->arch && a->norm == b->norm && a->pos == b->pos && a->mlp == b->mlp &&
+           TRAIN_OR(a->n_kv_head, a->n_head) == TRAIN_OR(b->n_kv_head, b->n_head) &&
+           TRAIN_OR(a->ffn_hidden, 4 * a->n_embd) == TRAIN_OR(b->ffn_hidden, 4 * b->n_embd) &&
+           a->no_bias == b->no_bias && a->untied_head == b->untied_head &&
+           TRAIN_OR(a->ln_eps, 1e-5f) == TRAIN_OR(b->ln_eps, 1e-5f) &&
+           (a->pos != PT_POS_ROPE ||
+            (TRAIN_OR(a->rope_theta, 10000.0f) == TRAIN_OR(b->rope_theta, 10000.0f) &&
+             memcmp(&a->rope_scaling, &b->rope_scaling, sizeof a->rope_scaling) == 0));
+#undef TRAIN_OR
+}
+
+/* The model's shape: the checkpoint's when resuming (or --init-from's
+   file), which the options that ask for one must match in every field, else
+   the preset with the overrides and the data's vocabulary. */
 static pt_status train_config(run *o, const train_args *a, int vocab_size) {
     pt_status st;
     if (o->resume || o->init_from) { /* the file's shape; options that ask for one must agree */
         const char *path = o->resume ? o->resume : o->init_from;
         const pt_gpt_config *c = &o->cfg;
         pt_gpt_config p;
-        /* a Hugging Face file stores no n_head: --heads, else n_embd / 64 */
+        char pa[256], ca[256];
+        /* a Hugging Face GPT-2 file alone stores no n_head: --heads, else n_embd / 64 */
         if ((st = pt_gpt_config_from_file(path, o->resume ? 0 : a->n_head, &o->cfg)) != PT_OK)
             return st;
         if (a->preset_given && (st = pt_gpt_config_preset(a->preset, &p)) != PT_OK) return st;
-        if (a->preset_given &&
-            (p.n_layer != c->n_layer || p.n_head != c->n_head || p.n_embd != c->n_embd))
-            return pt_error(PT_ERR_CONFIG, "--preset %s (%d layers, %d heads, %d wide) is not "
-                            "the model of %s (%d, %d, %d): leave it out", a->preset, p.n_layer,
-                            p.n_head, p.n_embd, path, c->n_layer, c->n_head, c->n_embd);
+        if (a->preset_given && !train_same_model(&p, c)) {
+            cli_model_arch(&p, pa, sizeof pa);
+            cli_model_arch(c, ca, sizeof ca);
+            return pt_error(PT_ERR_CONFIG, "--preset %s (%s, %d layers, %d heads, %d wide, norm "
+                            "eps %g) is not the model of %s (%s, %d, %d, %d, %g): leave it out",
+                            a->preset, pa, p.n_layer, p.n_head, p.n_embd, (double)p.ln_eps, path,
+                            ca, c->n_layer, c->n_head, c->n_embd,
+                            (double)(c->ln_eps > 0.0f ? c->ln_eps : 1e-5f));
+        }
 #define TRAIN_SAME(opt, field, what)                                                          \
     if (a->field && a->field != c->field)                                                     \
         return pt_error(PT_ERR_CONFIG, "--" opt " %d: %s has %d " what ": leave it out",      \

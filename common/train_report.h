@@ -2,7 +2,7 @@
    line every log_every steps (mean loss since the line before, validation
    loss, tokens/s, MFU, elapsed, ETA) with the loss history beside the
    checkpoint, and how a run ended. World rank 0 calls these. Include after
-   progress.h and train_opts.h. */
+   cli.h, progress.h and train_opts.h. */
 #ifndef PTRAIN_TRAIN_REPORT_H
 #define PTRAIN_TRAIN_REPORT_H
 
@@ -12,14 +12,53 @@ static const char *train_recompute_name(int r) {
     return r == PT_RECOMPUTE_FULL ? "full" : r == PT_RECOMPUTE_SELECTIVE ? "selective" : "none";
 }
 
+/* The header's line of threads, GEMM and the peak MFU is measured against
+   (and where the peak comes from); a note when it was measured under load. */
+static void train_report_peak(const run *o, const pt_comm *world, double flops_step) {
+    const char *prec = pt_precision_name(o->precision);
+    int bf16 = o->precision == PT_PRECISION_BF16;
+    const char *gemm = bf16 ? pt_gemm_bf16_name() : pt_gemm_name();
+    char src[160];
+    if (bf16 && strcmp(gemm, "portable") == 0)
+        printf("precision bf16 on plain C loops (PTRAIN_GEMM=portable or "
+               "PTRAIN_GEMM_BF16=portable): the same numbers, slowly\n");
+    else if (bf16 && strcmp(gemm, "sgemm") == 0)
+        printf("precision bf16 on the fp32 GEMM (no AVX512-BF16 or AMX here): operands rounded "
+               "to bf16, their exact products summed in fp32, at the fp32 rate\n");
+    if (o->peak_given) {
+        printf("threads %d%s; GEMM %s; %s peak %.1f GFLOP/s (--peak-gflops); %.2f GFLOP per "
+               "step\n", pt_get_threads(), world->size > 1 ? " per rank" : "", gemm, prec,
+               o->peak, flops_step / 1e9);
+        return;
+    }
+    if (!o->peak_instr) snprintf(src, sizeof src, "now");
+    else if (o->peak_cached) snprintf(src, sizeof src, "%s, kept", o->peak_when);
+    else snprintf(src, sizeof src, "now, kept for later runs");
+    printf("threads %d%s; GEMM %s; %s peak %.1f GFLOP/s (%s, measured %s: %s), the GEMM at "
+           "1024^3 %.1f (%.0f%% of it); %.2f GFLOP per step\n",
+           pt_get_threads(), world->size > 1 ? " per rank" : "", gemm, prec, o->peak,
+           !o->peak_instr ? "sgemm: no instruction probe here"
+           : bf16 && strncmp(gemm, "ptrain", 6) == 0 ? "bf16 dot-product instructions"
+                                                      : "FMA instructions",
+           o->nodes > 1 ? "once per node, summed over the nodes" : "on this machine's cores", src,
+           o->gemm_peak, 100.0 * o->gemm_peak / o->peak, flops_step / 1e9);
+    if (o->peak_loaded)
+        printf("note: the peak was measured under load (the measuring process had %.0f%% of its "
+               "threads' time; load average %.1f): it reads low and MFU high; it is measured "
+               "again on each run until one runs idle (--measure-peak measures it anew)\n",
+               100.0 * o->peak_share, o->peak_load1);
+}
+
 /* The lines before the first step: the model, the layout, memory per rank,
    threads and the peak MFU is measured against, validation and training. */
 static void train_report_header(const run *o, const pt_comm *world, const pt_gpt *gpt,
                                 int micro_rows, double flops_step, size_t val_tokens,
                                 double h_unigram) {
-    printf("model: %d layers, %d heads, %d wide, vocabulary %d, context %d: %.2fM parameters\n",
-           o->cfg.n_layer, o->cfg.n_head, o->cfg.n_embd, o->cfg.vocab_size, o->cfg.block_size,
-           (double)gpt->num_params_full / 1e6);
+    char arch[256];
+    cli_model_arch(&o->cfg, arch, sizeof arch);
+    printf("model: %s, %d layers, %d heads, %d wide, vocabulary %d, context %d: %.2fM "
+           "parameters\n", arch, o->cfg.n_layer, o->cfg.n_head, o->cfg.n_embd, o->cfg.vocab_size,
+           o->cfg.block_size, (double)gpt->num_params_full / 1e6);
     printf("layout: tp %d x dp %d x pp %d = %d rank%s (%s), ZeRO %d, schedule %s, %d "
            "chunk%s per stage, %d micro-batch%s of %d rows per rank and step, recompute %s%s\n",
            o->tp, o->dp, o->pp, world->size, world->size > 1 ? "s" : "",
@@ -44,28 +83,7 @@ static void train_report_header(const run *o, const pt_comm *world, const pt_gpt
            gpt->mem.grads / 1048576.0, gpt->mem.optimizer / 1048576.0,
            gpt->mem.activations / 1048576.0, gpt->mem.slots, gpt->mem.slots > 1 ? "s" : "",
            gpt->mem.scratch / 1048576.0);
-    const char *prec = pt_precision_name(o->precision);
-    int bf16 = o->precision == PT_PRECISION_BF16;
-    const char *gemm = bf16 ? pt_gemm_bf16_name() : pt_gemm_name();
-    if (bf16 && strcmp(gemm, "portable") == 0)
-        printf("precision bf16 on plain C loops (PTRAIN_GEMM=portable or "
-               "PTRAIN_GEMM_BF16=portable): the same numbers, slowly\n");
-    else if (bf16 && strcmp(gemm, "sgemm") == 0)
-        printf("precision bf16 on the fp32 GEMM (no AVX512-BF16 or AMX here): operands rounded "
-               "to bf16, their exact products summed in fp32, at the fp32 rate\n");
-    if (o->peak_given)
-        printf("threads %d%s; GEMM %s; %s peak %.1f GFLOP/s (--peak-gflops); %.2f GFLOP per "
-               "step\n", pt_get_threads(), world->size > 1 ? " per rank" : "", gemm, prec,
-               o->peak, flops_step / 1e9);
-    else
-        printf("threads %d%s; GEMM %s; %s peak %.1f GFLOP/s (%s, measured %s), the GEMM at "
-               "1024^3 %.1f (%.0f%% of it); %.2f GFLOP per step\n",
-               pt_get_threads(), world->size > 1 ? " per rank" : "", gemm, prec, o->peak,
-               !o->peak_instr ? "sgemm: no instruction probe here"
-               : bf16 && strncmp(gemm, "ptrain", 6) == 0 ? "bf16 dot-product instructions"
-                                                          : "FMA instructions",
-               o->nodes > 1 ? "once per node, summed over the nodes" : "on this machine's cores",
-               o->gemm_peak, 100.0 * o->gemm_peak / o->peak, flops_step / 1e9);
+    train_report_peak(o, world, flops_step);
     printf("validation: %zu tokens (%s), every %d steps on %d batches; unigram entropy "
            "%.3f nats/token (the loss of a model that only counts tokens)\n",
            val_tokens, o->val_path ? o->val_path : "held out", o->eval_every, o->eval_batches,
@@ -122,7 +140,7 @@ static pt_status train_meter_report(train_meter *m, int step, int last, double v
         double tps = (double)done_steps * o->batch * o->seq / m->t_train;
         double mfu = m->flops_step * done_steps / m->t_train / (o->peak * 1e9);
         double elapsed = pt_time_now() - m->t_start;
-        char el[32], eta[32], vs[16] = "     -";
+        char el[32], eta[32], vs[16] = "     -", ms[16];
 #ifdef PTRAIN_TEST_HOOKS
         if (o->step_seconds > 0) elapsed = m->t_train;
 #endif
@@ -130,15 +148,19 @@ static pt_status train_meter_report(train_meter *m, int step, int last, double v
         progress_time(eta, sizeof eta, elapsed / done_steps * (o->steps - step - 1));
         if (val == val) snprintf(vs, sizeof vs, "%.4f", val);
         if (mfu > 1.0 && !m->warned_mfu) { /* a peak measured too low, or given so */
-            printf("warning: MFU above 100%%: the peak of %g GFLOP/s is below what this run "
-                   "reaches; give the machine's peak with --peak-gflops\n", o->peak);
+            printf("warning: MFU above 100%%: this run reaches %.1f GFLOP/s, above the peak of "
+                   "%g GFLOP/s: MFU shows as '-'; give the machine's peak with --peak-gflops%s\n",
+                   mfu * o->peak, o->peak,
+                   o->peak_given ? "" : ", or measure it on an idle machine with --measure-peak");
             m->warned_mfu = 1;
         }
+        if (mfu > 1.0) snprintf(ms, sizeof ms, "    -"); /* never above 100% */
+        else snprintf(ms, sizeof ms, "%4.1f%%", 100.0 * mfu);
         if (m->n_avg > 0) /* a line needs a step that was not skipped */
             printf("step %5d/%d | loss %.4f | val %s | lr %.2e | norm %.2f | %7.0f tok/s | "
-                   "MFU %4.1f%% | %s elapsed | ETA %s\n",
+                   "MFU %s | %s elapsed | ETA %s\n",
                    step + 1, o->steps, m->loss_sum / m->n_avg, vs, (double)lr, (double)norm, tps,
-                   100.0 * mfu, el, eta);
+                   ms, el, eta);
         fflush(stdout);
     }
     if ((line || val_now) &&

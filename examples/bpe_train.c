@@ -23,9 +23,11 @@ static void progress(int merges, int total, void *ctx) {
     if (merges == total) fputc('\n', stderr);
 }
 
+/* The bytes of path appended to buf (grown as needed), then a newline; NULL
+   (buf freed) after a message: a file that cannot be read, or is empty. */
 static unsigned char *append_file(const char *path, unsigned char *buf, size_t *n, size_t *cap) {
     FILE *f = fopen(path, "rb");
-    size_t got;
+    size_t got, start = 0;
     if (!f) {
         fprintf(stderr, "error: cannot open '%s': %s\n", path, strerror(errno));
         free(buf);
@@ -44,7 +46,15 @@ static unsigned char *append_file(const char *path, unsigned char *buf, size_t *
         }
         got = fread(buf + *n, 1, *cap - *n, f);
         *n += got;
+        start += got;
     } while (got > 0);
+    if (ferror(f) || start == 0) { /* a directory opens, and fails to read */
+        if (start == 0 && !ferror(f)) fprintf(stderr, "error: '%s' is empty: no text\n", path);
+        else fprintf(stderr, "error: cannot read '%s': %s\n", path, strerror(errno));
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
     fclose(f);
     buf[(*n)++] = '\n'; /* files apart: no piece spans two */
     return buf;
@@ -95,6 +105,17 @@ int main(int argc, char **argv) {
     if (strcmp(pattern, "gpt2") != 0 && strcmp(pattern, "cl100k") != 0) {
         fprintf(stderr, "error: --pattern %s: expected gpt2 or cl100k\n", pattern);
         return 1;
+    }
+    if (!cli_probe_write("--output", out, "training")) return 1;
+    if (check) { /* found out now, not after the training */
+        FILE *f = fopen(check, "rb");
+        if (!f || cli_is_dir(check)) {
+            fprintf(stderr, "error: --check %s: %s\n", check,
+                    f ? "is a directory" : strerror(errno));
+            if (f) fclose(f);
+            return 1;
+        }
+        fclose(f);
     }
     for (i = 0; i < npos; i++)
         if (!(text = append_file(pos[i], text, &n, &cap))) return 1;

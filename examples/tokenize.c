@@ -13,22 +13,15 @@
    tokens; a vocabulary over 65,536 tokens writes version 2 with uint32
    tokens (ptrain's variant; llm.c reads only version 1). Encoding runs on
    all cores over chunks cut where the tokens cannot change, with a progress
-   line on stderr. Special tokens (<|endoftext|>) in the text are ordinary
+   line on stderr (on a terminal; else a line every 5 s). Bad paths (a
+   directory, an empty file, an --output that cannot be written) are refused
+   by name before any work. Special tokens (<|endoftext|>) in the text are ordinary
    text unless --allow-special. */
 #define _POSIX_C_SOURCE 200809L /* setenv, execv (cli_passive_wait) */
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
 #include "../common/cli.h"
-
-static double g_t0;
-
-static void progress(size_t done, size_t total, void *ctx) {
-    double dt = pt_time_now() - g_t0;
-    (void)ctx;
-    fprintf(stderr, "\rtokenize: %5.1f%% of %.1f MB, %.1f MB/s", 100.0 * (double)done / (double)total,
-            (double)total / 1e6, dt > 0 ? (double)done / 1e6 / dt : 0.0);
-    if (done == total) fputc('\n', stderr);
-}
+#include "../common/progress.h"
 
 /* peak resident memory (Linux: VmHWM), -1 if unknown */
 static long peak_kb(void) {
@@ -65,8 +58,8 @@ static unsigned char *read_all(const char *path, size_t *n) {
         got = fread(buf + *n, 1, cap - *n, f);
         *n += got;
     } while (got > 0);
-    if (ferror(f)) {
-        fprintf(stderr, "error: cannot read '%s'\n", path);
+    if (ferror(f)) { /* a directory: fopen succeeds, reading fails */
+        fprintf(stderr, "error: cannot read '%s': %s\n", path, strerror(errno));
         free(buf);
         buf = NULL;
     }
@@ -120,6 +113,7 @@ int main(int argc, char **argv) {
         "usage: tokenize --tokenizer PATH FILE (--print-ids | --output OUT.bin | --decode)\n"
         "Encodes a text file with a byte-level BPE tokenizer (GPT-2, cl100k, LLaMA 3 style).";
     pt_tokenizer tk;
+    progress_bytes pr;
     unsigned char *text = NULL;
     int *ids = NULL;
     size_t n = 0, n_ids = 0, i;
@@ -147,6 +141,7 @@ int main(int argc, char **argv) {
         cli_usage(stderr, usage, opts, nopts);
         return 1;
     }
+    if (out_path && !cli_probe_write("--output", out_path, "tokenizing")) return 1;
     if (pt_tokenizer_load(&tk, tok_path) != PT_OK) {
         fprintf(stderr, "error: %s\n", pt_last_error());
         return 1;
@@ -156,13 +151,17 @@ int main(int argc, char **argv) {
         rc = decode_file(&tk, text, n, pos[0]);
         goto done;
     }
+    if (n == 0) {
+        fprintf(stderr, "error: '%s' is empty: nothing to tokenize\n", pos[0]);
+        goto done;
+    }
     if (!(ids = (int *)malloc(sizeof(int) * (n + 1)))) {
         fprintf(stderr, "error: out of memory for %zu ids\n", n);
         goto done;
     }
-    g_t0 = pt_time_now();
+    progress_bytes_start(&pr, "tokenize");
     if (pt_tokenizer_encode_parallel(&tk, text, n, allow_special, threads, ids, &n_ids,
-                                     out_path ? progress : NULL, NULL) != PT_OK) {
+                                     out_path ? progress_bytes_cb : NULL, &pr) != PT_OK) {
         fprintf(stderr, "error: %s: %s\n", pos[0], pt_last_error());
         goto done;
     }

@@ -36,7 +36,7 @@ build/train --layers 3 --heads 2 --embd 32 --block-size 24 --seq 16 --batch 6 --
     --eval-every 2 --eval-batches 3 --log-every 2 --checkpoint "$dir/a.safetensors" \
     --checkpoint-every 1 --keep 2 --max-bad-steps 3 --seed 9 --threads 1 --recompute full \
     --grad-accum 2 --schedule gpipe --stop-after 3 $q >"$dir/a.log" 2>&1
-effect "layers heads embd block-size" "$dir/a.log" "^model: 3 layers, 2 heads, 32 wide, vocabulary 256, context 24"
+effect "layers heads embd block-size" "$dir/a.log" "^model: GPT-2 (LayerNorm, GELU, learned positions), 3 layers, 2 heads, 32 wide, vocabulary 256, context 24"
 effect "steps seq batch lr min-lr warmup weight-decay grad-clip seed max-bad-steps" "$dir/a.log" \
     "^training 4 steps of 6 x 16 tokens, lr 0.002 -> 0.0001 (warm-up 1), weight decay 0.2, clip 0.5, seed 9; 3 non-finite"
 effect "val-fraction eval-every eval-batches" "$dir/a.log" \
@@ -57,7 +57,7 @@ build/train --preset tiny --data "$dir/text.bin" --data-format bytes --val-data 
     --peak-gflops 100 >"$dir/b.log" 2>&1
 effect "data data-format" "$dir/b.log" "^data: $dir/text.bin, 20000 tokens, vocabulary 256"
 effect "val-data" "$dir/b.log" "^validation: 8000 tokens ($dir/val.txt)"
-effect "preset" "$dir/b.log" "^model: 2 layers, 4 heads, 64 wide"
+effect "preset" "$dir/b.log" "^model: GPT-2 (.*), 2 layers, 4 heads, 64 wide"
 effect "sample-tokens temperature top-k" "$dir/b.log" "^--- sample (temperature 0.5, top-k 3) ---"
 
 # C: every kind of parallelism at once, and a trace
@@ -82,6 +82,16 @@ build/train --preset tiny --steps 1 --batch 4 --seq 16 --checkpoint "$dir/f.safe
     $q >"$dir/f.log" 2>&1
 effect "force" "$dir/f.log" "^checkpoint: $dir/f.safetensors (step 1)"
 
+# G: the peak measured anew and kept (in a cache of this test's own); text's tokens kept elsewhere
+PTRAIN_CACHE_DIR="$dir/peak" build/train --preset tiny --steps 1 --batch 4 --seq 16 --sample-tokens 0 \
+    --measure-peak >"$dir/g.log" 2>&1
+effect "measure-peak" "$dir/g.log" "fp32 peak [0-9.]* GFLOP/s (FMA instructions, measured on this machine's cores: now, kept for later runs)"
+mkdir "$dir/tokens"
+build/bpe_train --vocab-size 300 --output "$dir/tok.json" "$dir/val.txt" >/dev/null 2>&1
+build/train --preset tiny --steps 1 --batch 4 --seq 16 --tokenizer "$dir/tok.json" --data "$dir/val.txt" \
+    --token-cache "$dir/tokens" $q >"$dir/h.log" 2>&1
+effect "token-cache" "$dir/h.log" "^tokenized $dir/val.txt into $dir/tokens/val.txt.tokens.bin"
+
 # combinations refused, each naming itself
 t="--preset tiny --steps 2 --batch 4 --seq 16"
 refused "data-format" 2 "data-format says how --data and --val-data are read" $t --data-format bytes
@@ -100,6 +110,9 @@ refused "eval-only steps" 2 "steps with --eval-only: nothing is trained" --eval-
 refused "eval-only data" 2 "data with --eval-only --val-data" --eval-only --init-from "$dir/f.safetensors" --val-data "$dir/val.txt" --data "$dir/val.txt"
 refused "checkpoint-every" 2 "checkpoint-every needs --checkpoint" $t --checkpoint-every 1
 refused "tokenizer" 2 "tokenizer reads --data and --val-data as text" $t --tokenizer "$dir/tok.json"
+refused "token-cache" 2 "token-cache keeps the tokens of text read through --tokenizer" $t --token-cache "$dir"
+refused "measure-peak peak-gflops" 2 "measure-peak with --peak-gflops" $t --measure-peak --peak-gflops 10
+refused "measure-peak eval-only" 2 "measure-peak with --eval-only" --eval-only --init-from "$dir/f.safetensors" --measure-peak
 refused "tokenizer data-format" 2 "data-format with --tokenizer" $t --tokenizer "$dir/tok.json" --data "$dir/val.txt" --data-format bytes
 refused "force" 2 "force needs --checkpoint" $t --force
 refused "force resume" 2 "force with --resume" $t --force --checkpoint "$dir/f.safetensors" --resume "$dir/f.safetensors"
@@ -114,7 +127,9 @@ refused "schedule" 2 "schedule zb-h1 with one stage and one micro-batch" $t --sc
 refused "threads dp" 2 "threads 1 with 2 thread ranks" $t --threads 1 --dp 2
 refused "chunks" 1 "chunks=2 needs a pipeline" $t --chunks 2 $q
 refused "chunks schedule" 1 "1f1b runs one chunk per stage" $t --layers 4 --pp 2 --chunks 2 --schedule 1f1b $q
-refused "preset resume" 1 "preset mini (4 layers, 4 heads, 128 wide) is not the model of" --preset mini --steps 9 --resume "$dir/f.safetensors"
+refused "preset resume" 1 "preset mini (GPT-2 (.*), 4 layers, 4 heads, 128 wide, norm eps 1e-05) is not the model of" --preset mini --steps 9 --resume "$dir/f.safetensors"
+refused "preset resume" 1 "preset llama-tiny (LLaMA (.*), 2 layers, 4 heads, 64 wide, .*) is not the model of .*(GPT-2 (" \
+    --preset llama-tiny --steps 1 --resume "$dir/f.safetensors"
 refused "layers init-from" 1 "layers 5: .* has 2 layers" --layers 5 --init-from "$dir/f.safetensors"
 
 # the walk: every option in the table has a case above

@@ -4077,6 +4077,10 @@ static void test_llama_hf_config(void) {
              "\"num_hidden_layers\": 1, \"vocab_size\": 8, \"max_position_embeddings\": 8}",
              "hidden_size=18 is not divisible by num_attention_heads=4", PT_ERR_CONFIG},
             {"{\"model_type\": \"bert\", \"hidden_size\": 16}", "model_type='bert'", PT_ERR_CONFIG},
+            {"{\"hidden_size\": 16, \"intermediate_size\": 8, \"num_attention_heads\": 4, "
+             "\"num_hidden_layers\": 1, \"vocab_size\": 8, \"max_position_embeddings\": 8, "
+             "\"head_dim\": 8}", "head_dim=8 is not hidden_size=16 / num_attention_heads=4",
+             PT_ERR_CONFIG},
             {"{\"model_type\": \"gpt2\", \"n_embd\": 16, \"n_layer\": 1, \"vocab_size\": 8, "
              "\"n_positions\": 8}", "config.json: n_head is missing", PT_ERR_CONFIG},
             {"{\"model_type\": \"gpt2\", \"n_embd\": 16, \"n_head\": 4, \"n_layer\": 1, "

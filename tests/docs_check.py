@@ -36,6 +36,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARK = re.compile(r"^<!--\s*(runnable|options-checked|not-checked)\s*(?::\s*(.*?))?\s*-->\s*$")
@@ -303,6 +304,7 @@ def run_blocks(files):
                 os.symlink(os.path.join(ROOT, d), os.path.join(tmp, d))
             for line, text in todo:
                 ran += 1
+                t0 = time.time()
                 try:
                     r = subprocess.run(["sh", "-e", "-c", text], cwd=tmp, capture_output=True,
                                        text=True, timeout=900)
@@ -310,7 +312,8 @@ def run_blocks(files):
                 except subprocess.TimeoutExpired as e:
                     rc, out = "timeout", str(e.stdout or "") + str(e.stderr or "")
                 status = "ok" if rc == 0 else "FAIL"
-                print(f"  {status:4} {path}:{line} ({len(text.splitlines())} lines)")
+                print(f"  {status:4} {path}:{line} ({len(text.splitlines())} lines, "
+                      f"{time.time() - t0:.1f} s)", flush=True)
                 if rc != 0:
                     tail = "\n".join(out.strip().splitlines()[-25:])
                     fail(f"{path}:{line}", f"exit {rc}:\n{text}\n--- its output's end:\n{tail}")

@@ -173,9 +173,15 @@ build/fuzz/%_libfuzzer: fuzz/%.c $(FUZZ_SRC) | build/fuzz deps-fuzz
 build/fuzz/seeds: fuzz/seeds.c ptrain.h | build/fuzz deps
 	$(CC) $(REQ) $(CFLAGS) -DPTRAIN_NO_BLAS $< -o $@ -lm
 
-# The main job: a small GPT on the embedded task, about two minutes on 2 cores.
+# The main job: a small GPT on the embedded task, a minute or two on 2 cores. Then the other
+# programs README.md's walkthroughs use, built after the training so that its first progress
+# line comes as soon as build/train is built (and the training has the cores to itself).
+RUN_BINS = build/sample build/tokenize build/bpe_train build/pipeline build/plan
 run: build/train
 	build/train --checkpoint build/train_ckpt.safetensors --force
+	@$(MAKE) -n --no-print-directory $(RUN_BINS) 2>/dev/null | grep -q -- ' -o build/' && \
+	    echo "make run: building the other programs README.md uses: $(RUN_BINS)"; \
+	    $(MAKE) -s -j$(JOBS) --no-print-directory $(RUN_BINS)
 
 test: deps-test
 	@$(MAKE) -j$(JOBS) --no-print-directory all $(CHECK_BINS)

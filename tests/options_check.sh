@@ -27,7 +27,7 @@ refused() {
     else no "$* (exit $rc, wanted $code and '$pattern')"; tail -n 3 "$dir/r.log"; fi
 }
 q="--peak-gflops 100 --sample-tokens 0"
-head -c 20000 README.md >"$dir/text.bin" # .bin: read as llm.c tokens unless --data-format bytes
+cat README.md docs/*.md | head -c 20000 >"$dir/text.bin" # .bin: llm.c tokens unless --data-format bytes
 tail -c 8000 README.md >"$dir/val.txt"
 
 # A: a model of its own shape, the optimizer's settings, validation and saves

@@ -354,6 +354,16 @@ fails "sim_vs_real: a profile measured at another precision" 2 \
 fails "sim_vs_real: batch not divisible" 2 "not divisible by dp x micro" \
     build/sim_vs_real --dp 3 --batch 8
 step "quick start in ptrain.h equals examples/quickstart.c" sh tests/snippet_check.sh
+# README.md and docs/: every shell block marked (runnable, options-checked, not-checked), the
+# options, make targets and repository paths of every command, the links; then the runnable
+# blocks, each page's in order in a temporary directory (tests/docs_check.py, docs/testing.md)
+docs_check() {
+    command -v python3 >/dev/null 2>&1 || { echo "SKIP: no python3"; return 77; }
+    python3 tests/docs_check.py "$@"
+}
+step "docs: every command's options, paths and make targets exist; links resolve" \
+    docs_check --static
+step "docs: the runnable commands of README.md and docs/ run" docs_check --run
 awk '/^```c$/{f=1;next}/^```$/{f=0}f' README.md >"$tmp/readme_prog.c"
 step "README: the program using the header builds and trains" sh -c \
     "$CC -std=c11 $WERR -fopenmp -I. $tmp/readme_prog.c -o $tmp/readme_prog $BLAS -lm &&

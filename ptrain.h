@@ -8089,6 +8089,100 @@ static void pt__interleaved_slot(const pt_schedule *s, int k, int backward, int 
     *micro = (k / (p * v)) * p + k % p;
 }
 
+/* Ends every stage's list with the optimizer step (2BW: its last). */
+static pt_status pt__sched_close(pt_schedule *s) {
+    int st;
+    for (st = 0; st < s->stages; st++) pt__sched_add(s, st, PT_ACT_OPT, -1, -1, -1);
+    return PT_OK;
+}
+
+/* GPipe: every forward, then every backward. */
+static pt_status pt__build_gpipe(pt_schedule *s) {
+    int st, k;
+    for (st = 0; st < s->stages; st++) {
+        for (k = 0; k < s->micro; k++) pt__sched_compute(s, st, PT_ACT_F, k, 0);
+        for (k = 0; k < s->micro; k++) pt__sched_compute(s, st, PT_ACT_B, k, 0);
+    }
+    return pt__sched_close(s);
+}
+
+/* 1F1B's order: stage s forwards min(p-s-1, m) micro-batches (the warm-up),
+   then one forward one backward, then the backwards left. With w_lag (ZB-H1)
+   W is split from B and stage s runs W(k) after B(k+s); with batches (2BW)
+   an update follows the B that ends each batch of p micro-batches but the
+   last. */
+static pt_status pt__sched_1f1b(pt_schedule *s, int w_lag, int batches) {
+    int p = s->stages, m = s->micro, st, k;
+    for (st = 0; st < p; st++) {
+        int warm = p - st - 1 < m ? p - st - 1 : m;
+        for (k = 0; k < warm; k++) pt__sched_compute(s, st, PT_ACT_F, k, 0);
+        for (k = 0; k < m; k++) {
+            if (k < m - warm) pt__sched_compute(s, st, PT_ACT_F, warm + k, 0);
+            pt__sched_compute(s, st, PT_ACT_B, k, 0);
+            if (w_lag && k >= st) pt__sched_add(s, st, PT_ACT_W, k - st, 0, -1);
+            if (batches && (k + 1) % p == 0 && k + 1 < m)
+                pt__sched_add(s, st, PT_ACT_OPT, -1, -1, -1);
+        }
+        for (k = m - st > 0 ? m - st : 0; w_lag && k < m; k++)
+            pt__sched_add(s, st, PT_ACT_W, k, 0, -1);
+    }
+    return pt__sched_close(s);
+}
+
+static pt_status pt__build_1f1b(pt_schedule *s) {
+    return pt__sched_1f1b(s, 0, 0);
+}
+
+/* ZB-H1 (Qi et al. 2023): 1F1B's order with B split from W, and stage s
+   running W(k) after B(k+s): the chain of B's runs ahead, the late W's fill
+   the cool-down, and every stage holds at most p micro-batches (stage 0's
+   count under 1F1B). */
+static pt_status pt__build_zb_h1(pt_schedule *s) {
+    return pt__sched_1f1b(s, 1, 0);
+}
+
+/* PipeDream-2BW: 1F1B's order, never flushed: after the B that ends batch t
+   (micro-batches tp..tp+p-1) the stage makes version t+1 = W(t) - lr grad
+   f(W(t-1)); batch t runs at version max(t-1, 0). */
+static pt_status pt__build_2bw(pt_schedule *s) {
+    int p = s->stages, st, k, made;
+    pt__sched_1f1b(s, 0, 1);
+    for (st = 0; st < p; st++)
+        for (k = 0, made = 0; k < s->count[st]; k++) {
+            pt_action *a = &s->list[st][k];
+            if (a->kind == PT_ACT_OPT) a->version = ++made;
+            else if (a->kind == PT_ACT_F || a->kind == PT_ACT_B)
+                a->version = a->micro / p > 1 ? a->micro / p - 1 : 0;
+        }
+    return PT_OK;
+}
+
+/* Megatron-LM's interleaved 1F1B: a longer warm-up of 2(p-s-1) + (v-1)p
+   forwards, then one forward one backward, in pt__interleaved_slot's
+   order. */
+static pt_status pt__build_interleaved(pt_schedule *s) {
+    int p = s->stages, v = s->chunks, total = s->micro * v, st, k, micro, chunk;
+    for (st = 0; st < p; st++) {
+        int warm = (p - st - 1) * 2 + (v - 1) * p;
+        if (warm > total) warm = total;
+        for (k = 0; k < warm; k++) {
+            pt__interleaved_slot(s, k, 0, &micro, &chunk);
+            pt__sched_compute(s, st, PT_ACT_F, micro, chunk);
+        }
+        for (k = 0; k < total - warm; k++) {
+            pt__interleaved_slot(s, warm + k, 0, &micro, &chunk);
+            pt__sched_compute(s, st, PT_ACT_F, micro, chunk);
+            pt__interleaved_slot(s, k, 1, &micro, &chunk);
+            pt__sched_compute(s, st, PT_ACT_B, micro, chunk);
+        }
+        for (k = total - warm; k < total; k++) {
+            pt__interleaved_slot(s, k, 1, &micro, &chunk);
+            pt__sched_compute(s, st, PT_ACT_B, micro, chunk);
+        }
+    }
+    return pt__sched_close(s);
+}
+
 /* ZB-H2 and ZB-V as the zero-bubble paper builds its schedules: time runs
    in unit slots (F, B, W one each) and at every slot each stage takes the
    first action it may, in a fixed preference; a stage holds at most cap
@@ -8160,7 +8254,7 @@ static pt_status pt__sched_greedy(pt_schedule *s) {
     pt__free(fd, s->alloc_ctx);
     return left ? pt__fail(PT_ERR_CONFIG, "%s: the builder did not finish p=%d m=%d",
                            pt_schedule_kind_name(s->kind), p, m)
-                : PT_OK;
+                : pt__sched_close(s);
 }
 
 /* Chimera in unit time (F one slot, B two): each stage takes, whenever it
@@ -8212,13 +8306,558 @@ static pt_status pt__sched_chimera(pt_schedule *s) {
     for (w = 0; w < p; w++) pt__sched_add(s, w, PT_ACT_REDUCE, -1, -1, p - 1 - w);
     pt__free(fd, s->alloc_ctx);
     return left ? pt__fail(PT_ERR_CONFIG, "chimera: the builder did not finish p=%d m=%d", p, m)
-                : PT_OK;
+                : pt__sched_close(s);
+}
+
+PTRAINDEF void pt_schedule_free(pt_schedule *s) {
+    void *ctx = s->alloc_ctx;
+    pt__free(s->count, ctx);
+    pt__free(s->list, ctx);
+    pt__free(s->storage, ctx);
+    memset(s, 0, sizeof *s);
+    s->alloc_ctx = ctx;
+}
+
+/* 1 if the schedule runs W apart from B (zero-bubble). */
+static int pt__sched_split(const pt_schedule *s) {
+    int st, k;
+    for (st = 0; st < s->stages; st++)
+        for (k = 0; k < s->count[st]; k++)
+            if (s->list[st][k].kind == PT_ACT_W) return 1;
+    return 0;
+}
+
+/* Unit-time slots of an action: F 1; B 2, or 1 when W is split off; W 1;
+   messages and the optimizer step none. */
+static int pt__sched_cost(int kind, int split) {
+    return kind == PT_ACT_F || kind == PT_ACT_W ? 1 : kind == PT_ACT_B ? (split ? 1 : 2) : 0;
+}
+
+static const char *pt__act_names[PT_ACT_COUNT] = {
+    "forward", "backward", "weight gradient", "send activation", "receive activation",
+    "send gradient", "receive gradient", "optimizer step", "replica all-reduce"};
+
+/* Seconds (or unit-time slots) an action takes on its stage; a send's time
+   ends when its receiver may have the message. */
+typedef struct pt__sched_costs {
+    double (*cost)(void *ctx, int stage, const pt_action *a);
+    void *ctx;
+} pt__sched_costs;
+
+typedef struct pt__sched_family pt__sched_family; /* below: a family's builder and rules */
+
+/* The engine's state while it runs a schedule (pt__sched_run). Per (micro,
+   virtual stage), key micro*V + vs: when its F, B and W ended (-1 not yet),
+   when its activation and its input gradient were sent (-1 none, -2 taken)
+   and received. Per stage: its clock, its compute span, where it is in its
+   list. */
+typedef struct pt__sched_state {
+    const pt_schedule *s;
+    const pt__sched_family *fam;  /* the schedule's rules */
+    const pt__sched_costs *costs; /* NULL: unit time */
+    pt_schedule_report *rep;      /* may be NULL */
+    int p, v, m, V, split;
+    double *fd, *bd, *wd, *act_msg, *grad_msg, *have_act, *have_grad;
+    double *clock, *run0, *run1, *busy;
+    int *pc, *live, *first; /* first: where the stage's start slots begin */
+    int *lastb; /* the key whose input gradient the stage's residual-gradient
+                   buffer holds (-1: none) */
+    int *red;   /* Chimera: 1 once the stage reached its replica all-reduce, 2 past it */
+    double *red_at; /* Chimera: when it reached it */
+    /* PipeDream-2BW's weight versions: per stage the newest made, per key the
+       one its F used, per stage and version the micro-batches in flight on
+       it; with costs (the simulator), when each stage reached the OPT making
+       each version: the executor's update agrees across the stages (the
+       clipping norm, the guard, wte's two copies), so every stage waits for
+       the last */
+    int NV, *latest, *fver, *vflight;
+    double *obar;
+} pt__sched_state;
+
+/* The action being run: where, what, and when it starts and for how long. */
+typedef struct pt__sched_act {
+    const pt_action *a;
+    const char *what;
+    int st, mi, c, vs;
+    int local_in, local_out; /* the neighbouring virtual stage lives here: no message */
+    size_t key;
+    double at, cost;
+} pt__sched_act;
+
+/* What a rule says of an action: it ran, the stage waits at it (nothing
+   changed that running it again would redo), it is wrong (pt_last_error says
+   why), or (an update) the flushed rules go on. */
+enum { PT__SCHED_DONE, PT__SCHED_WAIT, PT__SCHED_BAD, PT__SCHED_FLUSH };
+#define PT__REFUSE(...)                                                                      \
+    do {                                                                                     \
+        pt__fail(PT_ERR_CONFIG, __VA_ARGS__);                                                \
+        return PT__SCHED_BAD;                                                                  \
+    } while (0)
+
+/* A schedule family: its builder (every stage's list, ending with the
+   optimizer step) and its rules over the engine's (pt__sched_run), hooks the
+   engine calls at fixed points of an action (NULL: none, the flushed
+   schedules'), each returning a PT__SCHED_ code. */
+struct pt__sched_family {
+    pt_status (*build)(pt_schedule *s);
+    pt_status (*init)(pt__sched_state *r);                    /* its state */
+    int (*admit)(pt__sched_state *r, const pt__sched_act *x);  /* before an F, B, W, message */
+    int (*computed)(pt__sched_state *r, pt__sched_act *x);     /* after an F, B or W */
+    int (*reduce)(pt__sched_state *r, pt__sched_act *x);       /* its own action, REDUCE */
+    int (*update)(pt__sched_state *r, pt__sched_act *x);       /* OPT: DONE mid-list, or FLUSH */
+    int (*synced)(pt__sched_state *r, const pt__sched_act *x); /* an OPT ending the list */
+};
+
+static double pt__sched_dur(const pt__sched_state *r, const pt__sched_act *x) {
+    return r->costs ? r->costs->cost(r->costs->ctx, x->st, x->a)
+                    : pt__sched_cost(x->a->kind, r->split);
+}
+
+/* The first (micro-batch, chunk) of stage st whose F, B or W (when split)
+   has not run, *part being that kind; 0 when none. Only the micro-batches
+   whose path passes the chunk count (Chimera: the chunk of their replica). */
+static int pt__sched_pending(const pt__sched_state *r, int st, int *micro, int *chunk, int *part) {
+    int k, mi;
+    for (k = 0; k < r->v; k++)
+        for (mi = 0; mi < r->m; mi++) {
+            int vs = pt__sched_vs(r->s, st, k);
+            size_t q = (size_t)mi * r->V + (size_t)vs;
+            if (pt__sched_chunk_at(r->s, mi, vs) != k) continue;
+            if (r->fd[q] < 0 || r->bd[q] < 0 || (r->split && r->wd[q] < 0)) {
+                *micro = mi, *chunk = k;
+                *part = r->fd[q] < 0 ? PT_ACT_F : r->bd[q] < 0 ? PT_ACT_B : PT_ACT_W;
+                return 1;
+            }
+        }
+    return 0;
+}
+
+/* F: once, after its input arrived (received, or made on this stage by the
+   previous virtual stage); its activations are held until its B (W when
+   split). */
+static int pt__sched_forward(pt__sched_state *r, pt__sched_act *x) {
+    int st = x->st, rc;
+    size_t key = x->key;
+    if (r->fd[key] >= 0)
+        PT__REFUSE("stage %d: forward of micro-batch %d chunk %d twice", st, x->mi, x->c);
+    if (x->vs > 0 && (!x->local_in ? r->have_act[key] < 0 : r->fd[key - 1] < 0))
+        PT__REFUSE("stage %d, action %d: forward of micro-batch %d chunk %d before its "
+                   "input arrived%s", st, r->pc[st], x->mi, x->c,
+                   !x->local_in ? " (no receive of the activation before it)" : "");
+    if (x->vs > 0 && !x->local_in && r->have_act[key] > x->at) x->at = r->have_act[key];
+    if (x->local_in && r->fd[key - 1] > x->at) x->at = r->fd[key - 1];
+    x->cost = pt__sched_dur(r, x);
+    r->fd[key] = x->at + x->cost;
+    r->live[st]++;
+    if (r->fam->computed && (rc = r->fam->computed(r, x)) != PT__SCHED_DONE) return rc;
+    if (r->rep && r->live[st] > r->rep->peak_inflight[st]) r->rep->peak_inflight[st] = r->live[st];
+    return PT__SCHED_DONE;
+}
+
+/* B: once, after its F and its output gradient (received, or made on this
+   stage by the next virtual stage's B just before: a turn's gradient stays
+   in the executor's one residual-gradient buffer). */
+static int pt__sched_backward(pt__sched_state *r, pt__sched_act *x) {
+    int st = x->st, mi = x->mi, c = x->c;
+    size_t key = x->key;
+    if (r->fd[key] < 0) PT__REFUSE("stage %d, action %d: backward of micro-batch %d chunk %d "
+                                   "before its forward", st, r->pc[st], mi, c);
+    if (r->bd[key] >= 0)
+        PT__REFUSE("stage %d: backward of micro-batch %d chunk %d twice", st, mi, c);
+    if (x->vs < r->V - 1 && (!x->local_out ? r->have_grad[key] < 0 : r->bd[key + 1] < 0))
+        PT__REFUSE("stage %d, action %d: backward of micro-batch %d chunk %d before its "
+                   "output gradient arrived%s", st, r->pc[st], mi, c,
+                   !x->local_out ? " (no receive of the gradient before it)" : "");
+    if (x->vs < r->V - 1 && !x->local_out && r->have_grad[key] > x->at) x->at = r->have_grad[key];
+    if (x->local_out && r->bd[key + 1] > x->at) x->at = r->bd[key + 1];
+    if (x->local_out && r->p > 1 && r->lastb[st] != (int)key + 1)
+        PT__REFUSE("stage %d, action %d: backward of micro-batch %d chunk %d does not "
+                   "follow the backward of virtual stage %d it takes its gradient "
+                   "from (another backward or a receive ran between)", st, r->pc[st],
+                   mi, c, x->vs + 1);
+    r->lastb[st] = (int)key;
+    x->cost = pt__sched_dur(r, x);
+    r->bd[key] = x->at + x->cost;
+    if (!r->split) r->live[st]--;
+    return r->fam->computed ? r->fam->computed(r, x) : PT__SCHED_DONE;
+}
+
+/* W: once, after its B. */
+static int pt__sched_weight(pt__sched_state *r, pt__sched_act *x) {
+    int st = x->st;
+    size_t key = x->key;
+    if (r->bd[key] < 0) PT__REFUSE("stage %d, action %d: weight gradient of micro-batch %d "
+                                   "chunk %d before its backward", st, r->pc[st], x->mi, x->c);
+    if (r->wd[key] >= 0) PT__REFUSE("stage %d: weight gradient of micro-batch %d chunk %d twice",
+                                    st, x->mi, x->c);
+    x->cost = pt__sched_dur(r, x);
+    r->wd[key] = x->at + x->cost;
+    r->live[st]--;
+    return r->fam->computed ? r->fam->computed(r, x) : PT__SCHED_DONE;
+}
+
+/* A send: once, to the stage holding the next virtual stage (the previous
+   for a gradient), after computing what it carries; sends are buffered. */
+static int pt__sched_send(pt__sched_state *r, pt__sched_act *x) {
+    const pt_action *a = x->a;
+    int st = x->st, fwd = a->kind == PT_ACT_SEND_ACT, to = fwd ? x->vs + 1 : x->vs - 1;
+    double *msg = fwd ? r->act_msg : r->grad_msg;
+    if (to < 0 || to >= r->V || a->peer != pt__sched_at(r->s, x->mi, to) || a->peer == st)
+        PT__REFUSE("stage %d, action %d: %s of micro-batch %d chunk %d goes to stage %d, "
+                   "but virtual stage %d is on stage %d%s", st, r->pc[st], x->what, x->mi, x->c,
+                   a->peer, to, to < 0 || to >= r->V ? -1 : pt__sched_at(r->s, x->mi, to),
+                   a->peer == st ? " (itself: no message)" : "");
+    if ((fwd ? r->fd[x->key] : r->bd[x->key]) < 0)
+        PT__REFUSE("stage %d, action %d: %s of micro-batch %d chunk %d before computing it",
+                   st, r->pc[st], x->what, x->mi, x->c);
+    if (msg[x->key] != -1)
+        PT__REFUSE("stage %d: %s of micro-batch %d chunk %d twice", st, x->what, x->mi, x->c);
+    x->cost = pt__sched_dur(r, x);
+    msg[x->key] = x->at + x->cost; /* when the receiver may have it */
+    return PT__SCHED_DONE;
+}
+
+/* A receive: once, from the stage holding the previous virtual stage (the
+   next for a gradient); waits until the message was sent. */
+static int pt__sched_recv(pt__sched_state *r, pt__sched_act *x) {
+    const pt_action *a = x->a;
+    int st = x->st, fwd = a->kind == PT_ACT_RECV_ACT, from = fwd ? x->vs - 1 : x->vs + 1;
+    double *msg = fwd ? r->act_msg : r->grad_msg, *have = fwd ? r->have_act : r->have_grad;
+    size_t src;
+    if (from < 0 || from >= r->V || a->peer != pt__sched_at(r->s, x->mi, from) || a->peer == st)
+        PT__REFUSE("stage %d, action %d: %s of micro-batch %d chunk %d comes from stage %d, "
+                   "but virtual stage %d is on stage %d%s", st, r->pc[st], x->what, x->mi, x->c,
+                   a->peer, from, from < 0 || from >= r->V ? -1 : pt__sched_at(r->s, x->mi, from),
+                   a->peer == st ? " (itself: no message)" : "");
+    src = (size_t)x->mi * r->V + (size_t)from;
+    if (msg[src] == -2)
+        PT__REFUSE("stage %d: %s of micro-batch %d chunk %d twice", st, x->what, x->mi, x->c);
+    if (msg[src] == -1) return PT__SCHED_WAIT; /* not sent yet */
+    if (msg[src] > x->at) x->at = msg[src];
+    msg[src] = -2;
+    have[x->key] = x->at;
+    if (!fwd) r->lastb[st] = -1; /* the received gradient takes the buffer */
+    return PT__SCHED_DONE;
+}
+
+/* The optimizer step: the family's update rule (2BW's mid-list versions),
+   then the flush: it ends the list, after every F, B and W of the stage. */
+static int pt__sched_opt(pt__sched_state *r, pt__sched_act *x) {
+    int st = x->st, rc = r->fam->update ? r->fam->update(r, x) : PT__SCHED_FLUSH, mi, k, part;
+    if (rc != PT__SCHED_FLUSH && rc != PT__SCHED_DONE) return rc;
+    x->cost = pt__sched_dur(r, x);
+    if (rc == PT__SCHED_DONE) return rc; /* mid-list: no flush */
+    if (r->pc[st] != r->s->count[st] - 1)
+        PT__REFUSE("stage %d: the optimizer step is action %d of %d, not the last", st, r->pc[st],
+                   r->s->count[st]);
+    if (r->fam->synced && (rc = r->fam->synced(r, x)) != PT__SCHED_DONE) return rc;
+    if (pt__sched_pending(r, st, &mi, &k, &part))
+        PT__REFUSE("stage %d: the optimizer step comes before the %s of micro-batch %d chunk %d",
+                   st, pt__act_names[part], mi, k);
+    return PT__SCHED_DONE;
+}
+
+/* Runs stage st's next action if its rules allow it now. */
+static int pt__sched_step(pt__sched_state *r, int st, double *start) {
+    const pt_schedule *s = r->s;
+    pt__sched_act x;
+    int kind, rc;
+    x.a = &s->list[st][r->pc[st]], x.st = st, kind = x.a->kind;
+    x.c = x.a->chunk, x.mi = x.a->micro;
+    x.vs = x.c >= 0 && x.c < r->v ? pt__sched_vs(s, st, x.c) : 0;
+    x.local_in = x.vs > 0 && pt__sched_at(s, x.mi, x.vs - 1) == st;
+    x.local_out = x.vs < r->V - 1 && pt__sched_at(s, x.mi, x.vs + 1) == st;
+    x.key = (size_t)x.mi * r->V + (size_t)x.vs;
+    x.at = r->clock[st], x.cost = 0.0;
+    x.what = kind >= 0 && kind < PT_ACT_COUNT ? pt__act_names[kind] : "?";
+    if (kind < 0 || kind >= PT_ACT_COUNT)
+        PT__REFUSE("stage %d, action %d: unknown kind %d", st, r->pc[st], kind);
+    if (kind != PT_ACT_OPT && kind != PT_ACT_REDUCE) {
+        if (x.mi < 0 || x.mi >= r->m || x.c < 0 || x.c >= r->v)
+            PT__REFUSE("stage %d, action %d (%s): micro-batch %d or chunk %d out of range "
+                       "(m=%d, v=%d)", st, r->pc[st], x.what, x.mi, x.c, r->m, r->v);
+        if (r->fam->admit && (rc = r->fam->admit(r, &x)) != PT__SCHED_DONE) return rc;
+    }
+    switch (kind) {
+    case PT_ACT_F: rc = pt__sched_forward(r, &x); break;
+    case PT_ACT_B: rc = pt__sched_backward(r, &x); break;
+    case PT_ACT_W: rc = pt__sched_weight(r, &x); break;
+    case PT_ACT_SEND_ACT:
+    case PT_ACT_SEND_GRAD: rc = pt__sched_send(r, &x); break;
+    case PT_ACT_RECV_ACT:
+    case PT_ACT_RECV_GRAD: rc = pt__sched_recv(r, &x); break;
+    case PT_ACT_REDUCE:
+        if (!r->fam->reduce)
+            PT__REFUSE("stage %d, action %d: a replica all-reduce with stage %d in a schedule "
+                       "without replicas", st, r->pc[st], x.a->peer);
+        rc = r->fam->reduce(r, &x);
+        break;
+    default: rc = pt__sched_opt(r, &x); break;
+    }
+    if (rc != PT__SCHED_DONE) return rc;
+    if (start) start[r->first[st] + r->pc[st]] = x.at;
+    if (kind == PT_ACT_F || kind == PT_ACT_B || kind == PT_ACT_W) {
+        if (r->run0[st] < 0) r->run0[st] = x.at;
+        r->run1[st] = x.at + x.cost, r->busy[st] += x.cost;
+    }
+    r->clock[st] = x.at + x.cost;
+    r->pc[st]++;
+    return PT__SCHED_DONE;
+}
+
+/* Chimera: every action of micro-batch k runs on the chunk of its replica. */
+static int pt__chimera_admit(pt__sched_state *r, const pt__sched_act *x) {
+    if (x->c != pt__chimera_replica(r->p, x->mi))
+        PT__REFUSE("stage %d, action %d (%s): micro-batch %d travels replica %d, not "
+                   "chunk %d's", x->st, r->pc[x->st], x->what, x->mi,
+                   pt__chimera_replica(r->p, x->mi), x->c);
+    return PT__SCHED_DONE;
+}
+
+/* Chimera's replica all-reduce: stage s with stage p-1-s, which holds the
+   same layers in the other replica, after all its backwards (and weight
+   gradients); a collective, it ends when both reached it. */
+static int pt__chimera_reduce(pt__sched_state *r, pt__sched_act *x) {
+    int st = x->st, peer = x->a->peer, mi, k, part;
+    if (peer != r->p - 1 - st)
+        PT__REFUSE("stage %d, action %d: a replica all-reduce with stage %d, but the same layers "
+                   "are on stage p-1-s", st, r->pc[st], peer);
+    if (r->red[st] == 2) PT__REFUSE("stage %d: the replica all-reduce twice", st);
+    if (!r->red[st] && pt__sched_pending(r, st, &mi, &k, &part)) /* F missing: its B is too */
+        PT__REFUSE("stage %d: the replica all-reduce comes before the %s of micro-batch %d "
+                   "chunk %d", st, part == PT_ACT_W ? "weight gradient" : "backward", mi, k);
+    if (!r->red[st]) r->red_at[st] = x->at, r->red[st] = 1;
+    if (!r->red[peer]) return PT__SCHED_WAIT; /* the collective waits for its peer */
+    x->at = r->red_at[st] > r->red_at[peer] ? r->red_at[st] : r->red_at[peer];
+    x->cost = pt__sched_dur(r, x);
+    r->red[st] = 2;
+    return PT__SCHED_DONE;
+}
+
+/* Chimera: the optimizer step updates weights both replicas reduced. */
+static int pt__chimera_synced(pt__sched_state *r, const pt__sched_act *x) {
+    if (r->red[x->st] != 2)
+        PT__REFUSE("stage %d: the optimizer step comes before the replica gradient "
+                   "all-reduce with stage %d (same layers, other replica)", x->st,
+                   r->p - 1 - x->st);
+    return PT__SCHED_DONE;
+}
+
+static pt_status pt__2bw_init(pt__sched_state *r) {
+    size_t n = (size_t)r->p + (size_t)r->m * r->V + (size_t)r->p * (r->m / r->p + 2), i;
+    r->NV = r->m / r->p + 2;
+    if (!(r->latest = (int *)pt__malloc(sizeof(int) * n, r->s->alloc_ctx))) return PT_ERR_OOM;
+    memset(r->latest, 0, sizeof(int) * n);
+    r->fver = r->latest + r->p, r->vflight = r->fver + (size_t)r->m * r->V;
+    if (!r->costs) return PT_OK;
+    r->obar = (double *)pt__malloc(sizeof(double) * (size_t)r->p * r->NV, r->s->alloc_ctx);
+    if (!r->obar) return PT_ERR_OOM;
+    for (i = 0; i < (size_t)r->p * r->NV; i++) r->obar[i] = -1.0;
+    return PT_OK;
+}
+
+/* 2BW's report: the newest version and those in-flight micro-batches use
+   (the version rule and the updates' order keep it at two: batch t-1's
+   micro-batches, at t-2, are all done before version t is made). */
+static void pt__2bw_alive(pt__sched_state *r, int st) {
+    int ver, alive = 1;
+    if (!r->rep) return;
+    for (ver = 0; ver < r->NV; ver++)
+        alive += ver != r->latest[st] && r->vflight[st * r->NV + ver] > 0;
+    if (alive > r->rep->versions) r->rep->versions = alive;
+}
+
+/* 2BW: batch t = micro/p forwards at version max(t-1, 0), one the stage has
+   made, and backpropagates at its forward's; a micro-batch holds its
+   version until its B (W when split). */
+static int pt__2bw_computed(pt__sched_state *r, pt__sched_act *x) {
+    const pt_action *a = x->a;
+    int st = x->st, mi = x->mi, p = r->p, *flight = r->vflight + st * r->NV;
+    if (a->kind == PT_ACT_F) {
+        if (a->version != (mi / p > 1 ? mi / p - 1 : 0))
+            PT__REFUSE("stage %d, action %d: forward of micro-batch %d (batch %d) at weight "
+                       "version %d; 2BW's W(t+1) = W(t) - lr grad f(W(t-1)) computes batch t "
+                       "at version max(t-1, 0)", st, r->pc[st], mi, mi / p, a->version);
+        if (a->version > r->latest[st])
+            PT__REFUSE("stage %d, action %d: forward of micro-batch %d at weight version %d, "
+                       "which the stage has not made yet (newest %d)", st, r->pc[st], mi,
+                       a->version, r->latest[st]);
+        r->fver[x->key] = a->version;
+        flight[a->version]++;
+    } else if (a->kind == PT_ACT_B) {
+        if (a->version != r->fver[x->key])
+            PT__REFUSE("stage %d, action %d: backward of micro-batch %d at weight version %d, "
+                       "its forward used %d", st, r->pc[st], mi, a->version, r->fver[x->key]);
+        if (!r->split) flight[r->fver[x->key]]--;
+    } else {
+        flight[r->fver[x->key]]--;
+    }
+    pt__2bw_alive(r, st);
+    return PT__SCHED_DONE;
+}
+
+/* 2BW's update: version t+1 from batch t's gradients, made after all its
+   backwards; mid-list but for the last, which flushes. With costs every
+   stage waits for the last to reach it (the executor's update agrees
+   across the stages). */
+static int pt__2bw_update(pt__sched_state *r, pt__sched_act *x) {
+    const pt_action *a = x->a;
+    int st = x->st, p = r->p, NV = r->NV, t = a->version - 1, mi, q;
+    if (r->obar && a->version >= 0 && a->version < NV) {
+        if (r->obar[st * NV + a->version] < 0) r->obar[st * NV + a->version] = x->at;
+        for (q = 0; q < p; q++)
+            if (r->obar[q * NV + a->version] < 0) return PT__SCHED_WAIT;
+        for (q = 0; q < p; q++)
+            if (r->obar[q * NV + a->version] > x->at) x->at = r->obar[q * NV + a->version];
+    }
+    if (a->version != r->latest[st] + 1 || a->version >= NV)
+        PT__REFUSE("stage %d, action %d: the update makes weight version %d after "
+                   "version %d", st, r->pc[st], a->version, r->latest[st]);
+    for (mi = t * p; mi < (t + 1) * p; mi++)
+        if (r->bd[(size_t)mi * r->V + (size_t)st] < 0)
+            PT__REFUSE("stage %d, action %d: the update to weight version %d comes "
+                       "before the backward of micro-batch %d of batch %d", st,
+                       r->pc[st], a->version, mi, t);
+    r->latest[st] = a->version;
+    pt__2bw_alive(r, st);
+    return r->pc[st] != r->s->count[st] - 1 ? PT__SCHED_DONE : PT__SCHED_FLUSH;
+}
+
+/* The families, in pt_schedule_kind's order (the default resolves to 1F1B
+   or interleaved before building; a hand-made list of it runs the flushed
+   rules). The flushed ones share the engine's rules: F, B, W, messages and
+   the flush; W and the turns (ZB-V) are rules of their actions. */
+static const pt__sched_family pt__sched_families[PT_SCHED_COUNT] = {
+    {NULL, NULL, NULL, NULL, NULL, NULL, NULL},                  /* default */
+    {pt__build_gpipe, NULL, NULL, NULL, NULL, NULL, NULL},       /* gpipe */
+    {pt__build_1f1b, NULL, NULL, NULL, NULL, NULL, NULL},        /* 1f1b */
+    {pt__build_interleaved, NULL, NULL, NULL, NULL, NULL, NULL}, /* interleaved */
+    {pt__build_zb_h1, NULL, NULL, NULL, NULL, NULL, NULL},       /* zb-h1 */
+    {pt__sched_greedy, NULL, NULL, NULL, NULL, NULL, NULL},      /* zb-h2 */
+    {pt__sched_greedy, NULL, NULL, NULL, NULL, NULL, NULL},      /* zb-v */
+    {pt__sched_chimera, NULL, pt__chimera_admit, NULL, pt__chimera_reduce, NULL,
+     pt__chimera_synced},                                         /* chimera */
+    {pt__build_2bw, pt__2bw_init, NULL, pt__2bw_computed, NULL, pt__2bw_update, NULL}, /* 2bw */
+};
+
+static void pt__sched_state_free(pt__sched_state *r) {
+    pt__free(r->fd, r->s->alloc_ctx);
+    pt__free(r->pc, r->s->alloc_ctx);
+    pt__free(r->latest, r->s->alloc_ctx);
+    pt__free(r->obar, r->s->alloc_ctx);
+}
+
+static pt_status pt__sched_state_init(pt__sched_state *r, const pt_schedule *s, pt_schedule_report *rep,
+                              const pt__sched_costs *costs) {
+    int p = s->stages, st;
+    size_t nkeys, i;
+    memset(r, 0, sizeof *r);
+    r->s = s, r->rep = rep, r->costs = costs;
+    r->fam = &pt__sched_families[(int)s->kind >= 0 && s->kind < PT_SCHED_COUNT ? s->kind : 0];
+    r->p = p, r->v = s->chunks, r->m = s->micro, r->V = pt__sched_nv(s);
+    nkeys = (size_t)r->m * r->V;
+    r->fd = (double *)pt__malloc(sizeof(double) * (nkeys * 7 + 5 * (size_t)p), s->alloc_ctx);
+    r->pc = (int *)pt__malloc(sizeof(int) * (size_t)p * 5, s->alloc_ctx);
+    if (!r->fd || !r->pc || (r->fam->init && r->fam->init(r) != PT_OK)) {
+        pt__sched_state_free(r);
+        return pt__fail(PT_ERR_OOM, "cannot allocate the schedule checker's state");
+    }
+    r->bd = r->fd + nkeys, r->wd = r->bd + nkeys, r->act_msg = r->wd + nkeys;
+    r->grad_msg = r->act_msg + nkeys, r->have_act = r->grad_msg + nkeys;
+    r->have_grad = r->have_act + nkeys, r->clock = r->have_grad + nkeys;
+    r->run0 = r->clock + p, r->run1 = r->run0 + p, r->busy = r->run1 + p, r->red_at = r->busy + p;
+    r->live = r->pc + p, r->first = r->live + p, r->lastb = r->first + p, r->red = r->lastb + p;
+    memset(r->pc, 0, sizeof(int) * (size_t)p * 5);
+    for (i = 0; i < nkeys * 7; i++) r->fd[i] = -1;
+    for (st = 0; st < p; st++) {
+        r->lastb[st] = -1, r->clock[st] = r->busy[st] = 0.0, r->run0[st] = r->run1[st] = -1.0;
+        if (st > 0) r->first[st] = r->first[st - 1] + s->count[st - 1];
+    }
+    r->split = pt__sched_split(s);
+    if (rep) memset(rep, 0, sizeof *rep), rep->versions = 1;
+    return PT_OK;
+}
+
+/* After the last step: a deadlock, a stage without its closing update, a
+   (micro-batch, chunk) never run or a message never received, in words;
+   else the report. */
+static pt_status pt__sched_verdict(pt__sched_state *r, double *clock_out) {
+    const pt_schedule *s = r->s;
+    int p = r->p, st, q, part;
+    size_t i, len = 0, nkeys = (size_t)r->m * r->V;
+    char msg[512];
+    for (st = 0; st < p; st++)
+        if (r->pc[st] < s->count[st]) { /* a deadlock: say where every stage waits */
+            for (q = 0; q < p && len < sizeof msg - 100; q++)
+                if (r->pc[q] < s->count[q]) {
+                    const pt_action *w = &s->list[q][r->pc[q]];
+                    len += (size_t)snprintf(msg + len, sizeof msg - len,
+                                            "%sstage %d waits at action %d (%s of micro-batch %d "
+                                            "chunk %d from stage %d)", len ? "; " : "", q, r->pc[q],
+                                            pt__act_names[w->kind], w->micro, w->chunk, w->peer);
+                }
+            return pt__fail(PT_ERR_CONFIG, "deadlock: %s", msg);
+        }
+    for (st = 0; st < p; st++)
+        if (s->count[st] == 0 || s->list[st][s->count[st] - 1].kind != PT_ACT_OPT)
+            return pt__fail(PT_ERR_CONFIG, "stage %d has no optimizer step at the end", st);
+    for (i = 0; i < nkeys; i++) {
+        int mi = (int)(i / (size_t)r->V), vs = (int)(i % (size_t)r->V);
+        if (r->fd[i] < 0 || r->bd[i] < 0 || (r->split && r->wd[i] < 0)) {
+            part = r->fd[i] < 0 ? PT_ACT_F : r->bd[i] < 0 ? PT_ACT_B : PT_ACT_W;
+            return pt__fail(PT_ERR_CONFIG, "micro-batch %d chunk %d of stage %d never gets its %s",
+                            mi, pt__sched_chunk_at(s, mi, vs), pt__sched_at(s, mi, vs),
+                            pt__act_names[part]);
+        }
+        if (r->act_msg[i] >= 0 || r->grad_msg[i] >= 0)
+            return pt__fail(PT_ERR_CONFIG, "stage %d sends the %s of micro-batch %d chunk %d, "
+                            "and nobody receives it", pt__sched_at(s, mi, vs),
+                            r->act_msg[i] >= 0 ? "activation" : "gradient", mi,
+                            pt__sched_chunk_at(s, mi, vs));
+    }
+    if (r->rep && !r->costs) {
+        double work = (double)r->m * r->V * 3.0;
+        for (st = 0; st < p; st++)
+            r->rep->steps = r->clock[st] > r->rep->steps ? (int)r->clock[st] : r->rep->steps;
+        r->rep->bubble = r->rep->steps ? 1.0 - work / ((double)p * r->rep->steps) : 0.0;
+        for (st = 0; st < p; st++) r->rep->idle += (int)(r->run1[st] - r->run0[st] - r->busy[st]);
+    }
+    if (clock_out) memcpy(clock_out, r->clock, sizeof(double) * (size_t)p);
+    return PT_OK;
+}
+#undef PT__REFUSE
+
+/* Runs every stage's list, checking each action's preconditions: in unit
+   time when costs is NULL (F 1 slot; B 2, or 1 when W is split off; W 1;
+   messages arrive when sent), else with costs' durations (the simulator).
+   Each stage runs until an action must wait (a receive, a collective), in
+   rounds until none moves. The rules are the engine's for every action
+   kind plus the schedule family's (pt__sched_families). start (may be NULL)
+   gets each action's start, stage after stage; clock (may be NULL, p
+   entries) each stage's end. Reports the first violation, or a deadlock,
+   in words. */
+static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, double *start,
+                               const pt__sched_costs *costs, double *clock_out) {
+    pt__sched_state r;
+    int st, progress, rc = PT__SCHED_DONE;
+    pt_status err = pt__sched_state_init(&r, s, rep, costs);
+    if (err != PT_OK) return err;
+    do {
+        progress = 0;
+        for (st = 0; st < r.p && rc != PT__SCHED_BAD; st++)
+            while (r.pc[st] < s->count[st] && (rc = pt__sched_step(&r, st, start)) == PT__SCHED_DONE)
+                progress = 1;
+    } while (progress && rc != PT__SCHED_BAD);
+    err = rc == PT__SCHED_BAD ? PT_ERR_CONFIG : pt__sched_verdict(&r, clock_out);
+    pt__sched_state_free(&r);
+    return err;
 }
 
 PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int p, int v,
                                       int m) {
     void *ctx = s->alloc_ctx;
-    int bad = 0, st, k, per;
+    int bad = 0, st, per;
+    pt_status err;
     memset(s, 0, sizeof *s);
     s->alloc_ctx = ctx;
     pt_clear_error();
@@ -8261,419 +8900,7 @@ PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int
         return pt__fail(PT_ERR_OOM, "cannot allocate a schedule of %d x %d actions", p, per);
     }
     for (st = 0; st < p; st++) s->count[st] = 0, s->list[st] = s->storage + (size_t)st * per;
-    for (st = 0; st < p; st++) {
-        int warm = p - st - 1 < m ? p - st - 1 : m, total = m * v, micro, chunk;
-        switch (kind) {
-        case PT_SCHED_GPIPE:
-            for (k = 0; k < m; k++) pt__sched_compute(s, st, PT_ACT_F, k, 0);
-            for (k = 0; k < m; k++) pt__sched_compute(s, st, PT_ACT_B, k, 0);
-            break;
-        case PT_SCHED_2BW:
-            /* PipeDream-2BW: 1F1B's order, never flushed: after the B that ends
-               batch t (micro-batches tp..tp+p-1) the stage makes version t+1 =
-               W(t) - lr grad f(W(t-1)); batch t runs at version max(t-1, 0) */
-            for (k = 0; k < warm; k++) pt__sched_compute(s, st, PT_ACT_F, k, 0);
-            for (k = 0; k < m; k++) {
-                if (k < m - warm) pt__sched_compute(s, st, PT_ACT_F, warm + k, 0);
-                pt__sched_compute(s, st, PT_ACT_B, k, 0);
-                if ((k + 1) % p == 0 && k + 1 < m) pt__sched_add(s, st, PT_ACT_OPT, -1, -1, -1);
-            }
-            for (k = 0, chunk = 0; k < s->count[st]; k++) { /* chunk: versions made */
-                pt_action *a = &s->list[st][k];
-                if (a->kind == PT_ACT_OPT) a->version = ++chunk;
-                else if (a->kind == PT_ACT_F || a->kind == PT_ACT_B)
-                    a->version = a->micro / p > 1 ? a->micro / p - 1 : 0;
-            }
-            break;
-        case PT_SCHED_1F1B: /* warm-up forwards, then one forward one backward, then the rest */
-        case PT_SCHED_ZB_H1:
-            /* ZB-H1 (Qi et al. 2023): 1F1B's order with B split from W, and
-               stage s running W(k) after B(k+s): the chain of B's runs ahead,
-               the late W's fill the cool-down, and every stage holds at most
-               p micro-batches (stage 0's count under 1F1B) */
-            for (k = 0; k < warm; k++) pt__sched_compute(s, st, PT_ACT_F, k, 0);
-            for (k = 0; k < m; k++) {
-                if (k < m - warm) pt__sched_compute(s, st, PT_ACT_F, warm + k, 0);
-                pt__sched_compute(s, st, PT_ACT_B, k, 0);
-                if (kind == PT_SCHED_ZB_H1 && k >= st) pt__sched_add(s, st, PT_ACT_W, k - st, 0, -1);
-            }
-            for (k = m - st > 0 ? m - st : 0; kind == PT_SCHED_ZB_H1 && k < m; k++)
-                pt__sched_add(s, st, PT_ACT_W, k, 0, -1);
-            break;
-        case PT_SCHED_INTERLEAVED:
-            warm = (p - st - 1) * 2 + (v - 1) * p;
-            if (warm > total) warm = total;
-            for (k = 0; k < warm; k++) {
-                pt__interleaved_slot(s, k, 0, &micro, &chunk);
-                pt__sched_compute(s, st, PT_ACT_F, micro, chunk);
-            }
-            for (k = 0; k < total - warm; k++) {
-                pt__interleaved_slot(s, warm + k, 0, &micro, &chunk);
-                pt__sched_compute(s, st, PT_ACT_F, micro, chunk);
-                pt__interleaved_slot(s, k, 1, &micro, &chunk);
-                pt__sched_compute(s, st, PT_ACT_B, micro, chunk);
-            }
-            for (k = total - warm; k < total; k++) {
-                pt__interleaved_slot(s, k, 1, &micro, &chunk);
-                pt__sched_compute(s, st, PT_ACT_B, micro, chunk);
-            }
-            break;
-        default:
-            break;
-        }
-    }
-    if (kind == PT_SCHED_ZB_H2 || kind == PT_SCHED_ZB_V || kind == PT_SCHED_CHIMERA) {
-        pt_status err = kind == PT_SCHED_CHIMERA ? pt__sched_chimera(s) : pt__sched_greedy(s);
-        if (err != PT_OK) {
-            pt_schedule_free(s);
-            return err;
-        }
-    }
-    for (st = 0; st < p; st++) {
-        pt__sched_add(s, st, PT_ACT_OPT, -1, -1, -1);
-        if (kind == PT_SCHED_2BW) s->list[st][s->count[st] - 1].version = m / p;
-    }
-    return PT_OK;
-}
-
-PTRAINDEF void pt_schedule_free(pt_schedule *s) {
-    void *ctx = s->alloc_ctx;
-    pt__free(s->count, ctx);
-    pt__free(s->list, ctx);
-    pt__free(s->storage, ctx);
-    memset(s, 0, sizeof *s);
-    s->alloc_ctx = ctx;
-}
-
-/* 1 if the schedule runs W apart from B (zero-bubble). */
-static int pt__sched_split(const pt_schedule *s) {
-    int st, k;
-    for (st = 0; st < s->stages; st++)
-        for (k = 0; k < s->count[st]; k++)
-            if (s->list[st][k].kind == PT_ACT_W) return 1;
-    return 0;
-}
-
-/* Unit-time slots of an action: F 1; B 2, or 1 when W is split off; W 1;
-   messages and the optimizer step none. */
-static int pt__sched_cost(int kind, int split) {
-    return kind == PT_ACT_F || kind == PT_ACT_W ? 1 : kind == PT_ACT_B ? (split ? 1 : 2) : 0;
-}
-
-static const char *pt__act_names[PT_ACT_COUNT] = {
-    "forward", "backward", "weight gradient", "send activation", "receive activation",
-    "send gradient", "receive gradient", "optimizer step", "replica all-reduce"};
-
-/* Seconds (or unit-time slots) an action takes on its stage; a send's time
-   ends when its receiver may have the message. */
-typedef struct pt__sched_costs {
-    double (*cost)(void *ctx, int stage, const pt_action *a);
-    void *ctx;
-} pt__sched_costs;
-
-/* Runs every stage's list, checking each action's preconditions: in unit
-   time when costs is NULL (F 1 slot; B 2, or 1 when W is split off; W 1;
-   messages arrive when sent), else with costs' durations (the simulator).
-   start (may be NULL) gets each action's start, stage after stage; clock
-   (may be NULL, p entries) each stage's end. Reports the first violation,
-   or a deadlock, in words. */
-static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, double *start,
-                               const pt__sched_costs *costs, double *clock_out) {
-    int p = s->stages, v = s->chunks, m = s->micro, V = pt__sched_nv(s), st, k, progress, split = 0;
-    int chimera = s->kind == PT_SCHED_CHIMERA, tbw = s->kind == PT_SCHED_2BW;
-    /* weight versions (2BW; one version, 0, elsewhere): per stage the newest made,
-       per (micro, virtual stage) the one its F used, per stage and version the
-       micro-batches in flight on it */
-    int NV = tbw ? m / p + 2 : 1, *latest, *fver, *vflight;
-    size_t nkeys = (size_t)m * V, i;
-    /* 2BW with costs (the simulator): when each stage reached the OPT making each
-       version; the executor's update agrees across the stages (the clipping
-       norm, the guard, wte's two copies), so every stage waits for the last */
-    double *obar = NULL;
-    /* per (micro, virtual stage): times F, B, W were done (-1 not yet); messages */
-    double *fd = (double *)pt__malloc(sizeof(double) * (nkeys * 7 + 5 * (size_t)p), s->alloc_ctx);
-    double *bd = fd + nkeys;
-    double *wd = bd + nkeys, *act_msg = wd + nkeys, *grad_msg = act_msg + nkeys; /* time sent,
-                                                                        -1 none, -2 taken */
-    double *have_act = grad_msg + nkeys, *have_grad = have_act + nkeys, *clock = have_grad + nkeys;
-    double *run0 = clock + p, *run1 = run0 + p, *busy = run1 + p; /* each stage's compute span */
-    double *red_at = busy + p; /* when the stage reached its replica all-reduce */
-    int *pc = (int *)pt__malloc(sizeof(int) * (size_t)p * 5, s->alloc_ctx), *live = pc + p;
-    int *first = live + p; /* where stage st's start slots begin */
-    int *lastb = first + p; /* the (micro, virtual stage) whose input gradient the stage's
-                               residual-gradient buffer holds (-1: none) */
-    int *red = lastb + p;   /* Chimera: 1 once the stage reached its all-reduce, 2 past it */
-    pt_status err = PT_OK;
-    latest = (int *)pt__malloc(sizeof(int) * ((size_t)p + nkeys + (size_t)p * NV), s->alloc_ctx);
-    fver = latest ? latest + p : NULL, vflight = fver ? fver + nkeys : NULL;
-    if (!fd || !pc || !latest) {
-        pt__free(fd, s->alloc_ctx), pt__free(pc, s->alloc_ctx), pt__free(latest, s->alloc_ctx);
-        return pt__fail(PT_ERR_OOM, "cannot allocate the schedule checker's state");
-    }
-    memset(latest, 0, sizeof(int) * ((size_t)p + nkeys + (size_t)p * NV));
-    if (tbw && costs) {
-        if (!(obar = (double *)pt__malloc(sizeof(double) * (size_t)p * NV, s->alloc_ctx))) {
-            err = pt__fail(PT_ERR_OOM, "cannot allocate the schedule checker's state");
-            goto done;
-        }
-        for (i = 0; i < (size_t)p * NV; i++) obar[i] = -1.0;
-    }
-    memset(pc, 0, sizeof(int) * (size_t)p * 3);
-    memset(red, 0, sizeof(int) * (size_t)p);
-    for (st = 0; st < p; st++) lastb[st] = -1;
-    for (i = 0; i < nkeys * 7; i++) fd[i] = -1;
-    for (st = 0; st < p; st++) clock[st] = busy[st] = 0.0, run0[st] = run1[st] = -1.0;
-    for (st = 1; st < p; st++) first[st] = first[st - 1] + s->count[st - 1];
-    split = pt__sched_split(s);
-    if (rep) memset(rep, 0, sizeof *rep), rep->versions = 1;
-#define PT__BAD(...)                                                                         \
-    do {                                                                                     \
-        err = pt__fail(PT_ERR_CONFIG, __VA_ARGS__);                                          \
-        goto done;                                                                           \
-    } while (0)
-    do {
-        progress = 0;
-        for (st = 0; st < p; st++) {
-            while (pc[st] < s->count[st]) {
-                const pt_action *a = &s->list[st][pc[st]];
-                int c = a->chunk, mi = a->micro, vs = c >= 0 && c < v ? pt__sched_vs(s, st, c) : 0;
-                /* the neighbouring virtual stages live here: no message between */
-                int local_in = vs > 0 && pt__sched_at(s, mi, vs - 1) == st;
-                int local_out = vs < V - 1 && pt__sched_at(s, mi, vs + 1) == st;
-                double cost = 0.0, at = clock[st];
-                size_t key = (size_t)mi * V + (size_t)vs;
-                const char *what = a->kind >= 0 && a->kind < PT_ACT_COUNT ? pt__act_names[a->kind] : "?";
-                if (a->kind < 0 || a->kind >= PT_ACT_COUNT)
-                    PT__BAD("stage %d, action %d: unknown kind %d", st, pc[st], a->kind);
-                if (a->kind != PT_ACT_OPT && a->kind != PT_ACT_REDUCE &&
-                    (mi < 0 || mi >= m || c < 0 || c >= v))
-                    PT__BAD("stage %d, action %d (%s): micro-batch %d or chunk %d out of range "
-                            "(m=%d, v=%d)", st, pc[st], what, mi, c, m, v);
-                if (chimera && a->kind != PT_ACT_OPT && a->kind != PT_ACT_REDUCE &&
-                    c != pt__chimera_replica(p, mi))
-                    PT__BAD("stage %d, action %d (%s): micro-batch %d travels replica %d, not "
-                            "chunk %d's", st, pc[st], what, mi, pt__chimera_replica(p, mi), c);
-                switch (a->kind) {
-                case PT_ACT_F:
-                    if (fd[key] >= 0) PT__BAD("stage %d: forward of micro-batch %d chunk %d twice", st, mi, c);
-                    if (vs > 0 && (!local_in ? have_act[key] < 0 : fd[key - 1] < 0))
-                        PT__BAD("stage %d, action %d: forward of micro-batch %d chunk %d before its "
-                                "input arrived%s", st, pc[st], mi, c,
-                                !local_in ? " (no receive of the activation before it)" : "");
-                    if (vs > 0 && !local_in && have_act[key] > at) at = have_act[key];
-                    if (local_in && fd[key - 1] > at) at = fd[key - 1];
-                    cost = costs ? costs->cost(costs->ctx, st, a) : pt__sched_cost(a->kind, split);
-                    fd[key] = at + cost;
-                    live[st]++;
-                    if (tbw && a->version != (mi / p > 1 ? mi / p - 1 : 0))
-                        PT__BAD("stage %d, action %d: forward of micro-batch %d (batch %d) at weight "
-                                "version %d; 2BW's W(t+1) = W(t) - lr grad f(W(t-1)) computes batch t "
-                                "at version max(t-1, 0)", st, pc[st], mi, mi / p, a->version);
-                    if (tbw && a->version > latest[st])
-                        PT__BAD("stage %d, action %d: forward of micro-batch %d at weight version %d, "
-                                "which the stage has not made yet (newest %d)", st, pc[st], mi,
-                                a->version, latest[st]);
-                    fver[key] = tbw ? a->version : 0;
-                    vflight[st * NV + fver[key]]++;
-                    if (rep && live[st] > rep->peak_inflight[st]) rep->peak_inflight[st] = live[st];
-                    break;
-                case PT_ACT_B:
-                    if (fd[key] < 0) PT__BAD("stage %d, action %d: backward of micro-batch %d chunk %d "
-                                             "before its forward", st, pc[st], mi, c);
-                    if (bd[key] >= 0) PT__BAD("stage %d: backward of micro-batch %d chunk %d twice", st, mi, c);
-                    if (vs < V - 1 && (!local_out ? have_grad[key] < 0 : bd[key + 1] < 0))
-                        PT__BAD("stage %d, action %d: backward of micro-batch %d chunk %d before its "
-                                "output gradient arrived%s", st, pc[st], mi, c,
-                                !local_out ? " (no receive of the gradient before it)" : "");
-                    if (vs < V - 1 && !local_out && have_grad[key] > at) at = have_grad[key];
-                    if (local_out && bd[key + 1] > at) at = bd[key + 1];
-                    /* a turn's gradient stays in the executor's one residual-gradient
-                       buffer: the B that made it must be this stage's last */
-                    if (local_out && p > 1 && lastb[st] != (int)key + 1)
-                        PT__BAD("stage %d, action %d: backward of micro-batch %d chunk %d does not "
-                                "follow the backward of virtual stage %d it takes its gradient "
-                                "from (another backward or a receive ran between)", st, pc[st],
-                                mi, c, vs + 1);
-                    lastb[st] = (int)key;
-                    cost = costs ? costs->cost(costs->ctx, st, a) : pt__sched_cost(a->kind, split);
-                    bd[key] = at + cost;
-                    if (!split) live[st]--;
-                    if (tbw && a->version != fver[key])
-                        PT__BAD("stage %d, action %d: backward of micro-batch %d at weight version %d, "
-                                "its forward used %d", st, pc[st], mi, a->version, fver[key]);
-                    if (!split) vflight[st * NV + fver[key]]--;
-                    break;
-                case PT_ACT_W:
-                    if (bd[key] < 0) PT__BAD("stage %d, action %d: weight gradient of micro-batch %d "
-                                             "chunk %d before its backward", st, pc[st], mi, c);
-                    if (wd[key] >= 0) PT__BAD("stage %d: weight gradient of micro-batch %d chunk %d twice", st, mi, c);
-                    cost = costs ? costs->cost(costs->ctx, st, a) : pt__sched_cost(a->kind, split);
-                    wd[key] = at + cost;
-                    live[st]--;
-                    vflight[st * NV + fver[key]]--;
-                    break;
-                case PT_ACT_SEND_ACT:
-                case PT_ACT_SEND_GRAD: {
-                    int fwd = a->kind == PT_ACT_SEND_ACT, to = fwd ? vs + 1 : vs - 1;
-                    double *msg = fwd ? act_msg : grad_msg;
-                    if (to < 0 || to >= V || a->peer != pt__sched_at(s, mi, to) || a->peer == st)
-                        PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d goes to stage %d, "
-                                "but virtual stage %d is on stage %d%s", st, pc[st], what, mi, c, a->peer,
-                                to, to < 0 || to >= V ? -1 : pt__sched_at(s, mi, to),
-                                a->peer == st ? " (itself: no message)" : "");
-                    if ((fwd ? fd[key] : bd[key]) < 0)
-                        PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d before computing it",
-                                st, pc[st], what, mi, c);
-                    if (msg[key] != -1) PT__BAD("stage %d: %s of micro-batch %d chunk %d twice", st, what, mi, c);
-                    if (costs) cost = costs->cost(costs->ctx, st, a);
-                    msg[key] = at + cost; /* when the receiver may have it */
-                    break;
-                }
-                case PT_ACT_RECV_ACT:
-                case PT_ACT_RECV_GRAD: {
-                    int fwd = a->kind == PT_ACT_RECV_ACT, from = fwd ? vs - 1 : vs + 1;
-                    double *msg = fwd ? act_msg : grad_msg, *have = fwd ? have_act : have_grad;
-                    size_t src;
-                    if (from < 0 || from >= V || a->peer != pt__sched_at(s, mi, from) ||
-                        a->peer == st)
-                        PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d comes from stage %d, "
-                                "but virtual stage %d is on stage %d%s", st, pc[st], what, mi, c, a->peer,
-                                from, from < 0 || from >= V ? -1 : pt__sched_at(s, mi, from),
-                                a->peer == st ? " (itself: no message)" : "");
-                    src = (size_t)mi * V + (size_t)from;
-                    if (msg[src] == -2) PT__BAD("stage %d: %s of micro-batch %d chunk %d twice", st, what, mi, c);
-                    if (msg[src] == -1) goto blocked; /* not sent yet */
-                    if (msg[src] > at) at = msg[src];
-                    msg[src] = -2;
-                    have[key] = at;
-                    if (!fwd) lastb[st] = -1; /* the received gradient takes the buffer */
-                    break;
-                }
-                case PT_ACT_REDUCE: /* both replicas' stages meet here, after all their work */
-                    if (!chimera || a->peer != p - 1 - st)
-                        PT__BAD("stage %d, action %d: a replica all-reduce with stage %d%s", st,
-                                pc[st], a->peer, chimera ? ", but the same layers are on stage "
-                                "p-1-s" : " in a schedule without replicas");
-                    if (red[st] == 2) PT__BAD("stage %d: the replica all-reduce twice", st);
-                    for (k = 0; k < v && !red[st]; k++)
-                        for (mi = 0; mi < m; mi++) {
-                            size_t q = (size_t)mi * V + (size_t)pt__sched_vs(s, st, k);
-                            if (pt__chimera_replica(p, mi) != k) continue;
-                            if (bd[q] < 0 || (split && wd[q] < 0))
-                                PT__BAD("stage %d: the replica all-reduce comes before the %s of "
-                                        "micro-batch %d chunk %d", st, bd[q] < 0 ? "backward"
-                                        : "weight gradient", mi, k);
-                        }
-                    if (!red[st]) red_at[st] = at, red[st] = 1;
-                    if (!red[a->peer]) goto blocked; /* the collective waits for its peer */
-                    at = red_at[st] > red_at[a->peer] ? red_at[st] : red_at[a->peer];
-                    if (costs) cost = costs->cost(costs->ctx, st, a);
-                    red[st] = 2;
-                    break;
-                case PT_ACT_OPT:
-                    if (obar && a->version >= 0 && a->version < NV) {
-                        int q;
-                        if (obar[st * NV + a->version] < 0) obar[st * NV + a->version] = at;
-                        for (q = 0; q < p; q++)
-                            if (obar[q * NV + a->version] < 0) goto blocked;
-                        for (q = 0; q < p; q++)
-                            if (obar[q * NV + a->version] > at) at = obar[q * NV + a->version];
-                    }
-                    if (costs) cost = costs->cost(costs->ctx, st, a);
-                    if (tbw) { /* a new weight version from one batch's gradients */
-                        int t = a->version - 1;
-                        if (a->version != latest[st] + 1 || a->version >= NV)
-                            PT__BAD("stage %d, action %d: the update makes weight version %d after "
-                                    "version %d", st, pc[st], a->version, latest[st]);
-                        for (mi = t * p; mi < (t + 1) * p; mi++)
-                            if (bd[(size_t)mi * V + (size_t)st] < 0)
-                                PT__BAD("stage %d, action %d: the update to weight version %d comes "
-                                        "before the backward of micro-batch %d of batch %d", st,
-                                        pc[st], a->version, mi, t);
-                        latest[st] = a->version;
-                        if (pc[st] != s->count[st] - 1) break; /* mid-stream: no flush */
-                    }
-                    if (pc[st] != s->count[st] - 1)
-                        PT__BAD("stage %d: the optimizer step is action %d of %d, not the last", st,
-                                pc[st], s->count[st]);
-                    if (chimera && red[st] != 2)
-                        PT__BAD("stage %d: the optimizer step comes before the replica gradient "
-                                "all-reduce with stage %d (same layers, other replica)", st,
-                                p - 1 - st);
-                    for (k = 0; k < v; k++)
-                        for (mi = 0; mi < m; mi++) {
-                            size_t q = (size_t)mi * V + (size_t)pt__sched_vs(s, st, k);
-                            if (chimera && pt__chimera_replica(p, mi) != k) continue;
-                            if (fd[q] < 0 || bd[q] < 0 || (split && wd[q] < 0))
-                                PT__BAD("stage %d: the optimizer step comes before the %s of micro-batch "
-                                        "%d chunk %d", st, fd[q] < 0 ? "forward" : bd[q] < 0 ? "backward"
-                                        : "weight gradient", mi, k);
-                        }
-                    break;
-                }
-                if (start) start[first[st] + pc[st]] = at;
-                if (tbw && rep) { /* the newest version and those in-flight micro-batches
-                                     use: the version rule and the updates' order above keep
-                                     it at two (batch t-1's micro-batches, at t-2, are all
-                                     done before version t is made) */
-                    int ver, alive = 1;
-                    for (ver = 0; ver < NV; ver++) alive += ver != latest[st] && vflight[st * NV + ver] > 0;
-                    if (alive > rep->versions) rep->versions = alive;
-                }
-                if (a->kind == PT_ACT_F || a->kind == PT_ACT_B || a->kind == PT_ACT_W) {
-                    if (run0[st] < 0) run0[st] = at;
-                    run1[st] = at + cost, busy[st] += cost;
-                }
-                clock[st] = at + cost;
-                pc[st]++;
-                progress = 1;
-            }
-        blocked:;
-        }
-    } while (progress);
-    for (st = 0; st < p; st++)
-        if (pc[st] < s->count[st]) { /* a deadlock: say where every stage waits */
-            char msg[512];
-            size_t len = 0;
-            int q;
-            for (q = 0; q < p && len < sizeof msg - 100; q++)
-                if (pc[q] < s->count[q]) {
-                    const pt_action *w = &s->list[q][pc[q]];
-                    len += (size_t)snprintf(msg + len, sizeof msg - len,
-                                            "%sstage %d waits at action %d (%s of micro-batch %d "
-                                            "chunk %d from stage %d)", len ? "; " : "", q, pc[q],
-                                            pt__act_names[w->kind], w->micro, w->chunk, w->peer);
-                }
-            PT__BAD("deadlock: %s", msg);
-        }
-    for (st = 0; st < p; st++)
-        if (s->count[st] == 0 || s->list[st][s->count[st] - 1].kind != PT_ACT_OPT)
-            PT__BAD("stage %d has no optimizer step at the end", st);
-    for (i = 0; i < nkeys; i++) {
-        int mi = (int)(i / (size_t)V), vs = (int)(i % (size_t)V);
-        if (fd[i] < 0 || bd[i] < 0 || (split && wd[i] < 0))
-            PT__BAD("micro-batch %d chunk %d of stage %d never gets its %s", mi,
-                    pt__sched_chunk_at(s, mi, vs), pt__sched_at(s, mi, vs),
-                    fd[i] < 0 ? "forward" : bd[i] < 0 ? "backward" : "weight gradient");
-        if (act_msg[i] >= 0 || grad_msg[i] >= 0)
-            PT__BAD("stage %d sends the %s of micro-batch %d chunk %d, and nobody receives it",
-                    pt__sched_at(s, mi, vs), act_msg[i] >= 0 ? "activation" : "gradient", mi,
-                    pt__sched_chunk_at(s, mi, vs));
-    }
-    if (rep && !costs) {
-        double work = (double)m * V * 3.0;
-        for (st = 0; st < p; st++)
-            rep->steps = clock[st] > rep->steps ? (int)clock[st] : rep->steps;
-        rep->bubble = rep->steps ? 1.0 - work / ((double)p * rep->steps) : 0.0;
-        for (st = 0; st < p; st++) rep->idle += (int)(run1[st] - run0[st] - busy[st]);
-    }
-    if (clock_out) memcpy(clock_out, clock, sizeof(double) * (size_t)p);
-#undef PT__BAD
-done:
-    pt__free(fd, s->alloc_ctx);
-    pt__free(pc, s->alloc_ctx);
-    pt__free(latest, s->alloc_ctx);
-    pt__free(obar, s->alloc_ctx);
+    if ((err = pt__sched_families[kind].build(s)) != PT_OK) pt_schedule_free(s);
     return err;
 }
 

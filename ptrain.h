@@ -12150,12 +12150,172 @@ static uint32_t pt__pow2_above(size_t n) {
     return p;
 }
 
-/* Builds the tables from the collected strings; tk is cleared first. */
+/* The tokens' bytes in id order into tk->tok_bytes (token i at tok_off[i] ..
+   tok_off[i+1]) and tok_kind 1 (vocabulary) or 2 (added); vocabulary
+   strings are byte-level (GPT-2's bytes_to_unicode). tmp (total bytes)
+   holds them in the given order first, len[id] their lengths. */
+static pt_status pt__tk_tokens(pt_tokenizer *tk, const pt__tkbuild *b, unsigned char *tmp,
+                               long *len) {
+    size_t o;
+    int i, n = tk->n_vocab;
+    for (o = 0, i = 0; i < b->n_vocab + b->n_added; i++) {
+        int added = i >= b->n_vocab;
+        const pt__tkstr *e = added ? &b->added[i - b->n_vocab] : &b->vocab[i];
+        long l;
+        if (added) {
+            l = (long)e->n;
+            memcpy(tmp + o, e->s, e->n);
+        } else if ((l = pt__bytelevel_decode(e->s, e->n, tmp + o)) < 0) {
+            return pt__fail(PT_ERR_FORMAT, "vocabulary token %d \"%.*s\" is not a byte-level "
+                            "string (GPT-2's bytes_to_unicode alphabet)", e->id,
+                            (int)(e->n < 40 ? e->n : 40), e->s);
+        }
+        if (l == 0) return pt__fail(PT_ERR_FORMAT, "token %d is empty", e->id);
+        if (tk->tok_kind[e->id]) {
+            /* an added token may repeat its vocabulary entry (Hugging Face GPT-2) */
+            if (!added || tk->tok_kind[e->id] != 1 || len[e->id] != l ||
+                memcmp(tmp + tk->tok_off[e->id], tmp + o, (size_t)l) != 0)
+                return pt__fail(PT_ERR_FORMAT, "id %d is given to two different tokens", e->id);
+            tk->tok_kind[e->id] = 2;
+            continue;
+        }
+        tk->tok_kind[e->id] = (unsigned char)(added ? 2 : 1);
+        tk->tok_off[e->id] = (uint32_t)o; /* provisional: in tmp */
+        len[e->id] = l;
+        o += (size_t)l;
+    }
+    for (o = 0, i = 0; i < n; i++) { /* in id order */
+        size_t at = o;
+        if (tk->tok_kind[i]) {
+            memcpy(tk->tok_bytes + o, tmp + tk->tok_off[i], (size_t)len[i]);
+            o += (size_t)len[i];
+        }
+        tk->tok_off[i] = (uint32_t)at;
+    }
+    tk->tok_off[n] = (uint32_t)o;
+    return PT_OK;
+}
+
+/* The tokens' hash (vocabulary tokens first, so a special never hides one;
+   two vocabulary tokens of the same bytes are refused) and each byte's
+   token, which every byte must have. */
+static pt_status pt__tk_hash(pt_tokenizer *tk) {
+    int i, pass, n = tk->n_vocab;
+    for (pass = 1; pass <= 2; pass++)
+        for (i = 0; i < n; i++) {
+            size_t l = tk->tok_off[i + 1] - tk->tok_off[i];
+            uint32_t h;
+            int other;
+            if (tk->tok_kind[i] != pass) continue;
+            if ((other = pt_tokenizer_find(tk, tk->tok_bytes + tk->tok_off[i], l)) >= 0) {
+                if (pass == 1)
+                    return pt__fail(PT_ERR_FORMAT, "vocabulary tokens %d and %d are the same "
+                                    "bytes", other, i);
+                continue;
+            }
+            h = (uint32_t)pt__hash_bytes(tk->tok_bytes + tk->tok_off[i], l) & tk->vocab_mask;
+            while (tk->vocab_hash[h]) h = (h + 1) & tk->vocab_mask;
+            tk->vocab_hash[h] = (uint32_t)i + 1;
+        }
+    for (i = 0; i < 256; i++) {
+        unsigned char c = (unsigned char)i;
+        int id = pt_tokenizer_find(tk, &c, 1);
+        if (id < 0 || tk->tok_kind[id] != 1)
+            return pt__fail(PT_ERR_FORMAT, "the vocabulary has no token for byte 0x%02X", i);
+        tk->byte_id[i] = id;
+    }
+    return PT_OK;
+}
+
+/* The merges' hash: pair (a, c) of merges[i] -> rank i (its position in
+   the list) and the merged token, which must be a vocabulary token; each
+   pair mixed into *fp. */
+static pt_status pt__tk_merges(pt_tokenizer *tk, const pt__tkbuild *b, uint64_t *fp) {
+    void *ctx = tk->alloc_ctx;
+    size_t maxm = 0;
+    unsigned char *scratch;
+    pt_status st = PT_OK;
+    int i;
+    tk->n_merges = b->n_merges;
+    tk->merge_mask = pt__pow2_above((size_t)b->n_merges) - 1;
+    tk->merge_hash = (uint64_t *)pt__malloc(((size_t)tk->merge_mask + 1) * 16, ctx);
+    for (i = 0; i < 2 * b->n_merges; i++)
+        if (b->merges[i].n > maxm) maxm = b->merges[i].n;
+    scratch = (unsigned char *)pt__malloc(2 * maxm + 1, ctx);
+    if (!tk->merge_hash || !scratch) {
+        pt__free(scratch, ctx);
+        return pt__fail(PT_ERR_OOM, "cannot allocate %d merges", b->n_merges);
+    }
+    memset(tk->merge_hash, 0xFF, ((size_t)tk->merge_mask + 1) * 16);
+    for (i = 0; i < b->n_merges && st == PT_OK; i++) {
+        const pt__tkstr *x = &b->merges[2 * i], *y = &b->merges[2 * i + 1];
+        long la = pt__bytelevel_decode(x->s, x->n, scratch), lb;
+        int a, c, r, nx = (int)(x->n < 40 ? x->n : 40), ny = (int)(y->n < 40 ? y->n : 40);
+        uint64_t key;
+        uint32_t h;
+        lb = la < 0 ? -1 : pt__bytelevel_decode(y->s, y->n, scratch + la);
+        if (la <= 0 || lb <= 0) {
+            st = pt__fail(PT_ERR_FORMAT, "merges[%d] \"%.*s %.*s\": not two byte-level strings",
+                          i, nx, x->s, ny, y->s);
+            break;
+        }
+        a = pt_tokenizer_find(tk, scratch, (size_t)la);
+        c = pt_tokenizer_find(tk, scratch + la, (size_t)lb);
+        r = pt_tokenizer_find(tk, scratch, (size_t)(la + lb));
+        if (a < 0 || c < 0 || r < 0 || tk->tok_kind[r] != 1) {
+            st = pt__fail(PT_ERR_FORMAT, "merges[%d] \"%.*s %.*s\": %s is not in the vocabulary",
+                          i, nx, x->s, ny, y->s, a < 0 ? "the first token" : c < 0 ?
+                          "the second token" : "the merged token");
+            break;
+        }
+        key = (uint64_t)(uint32_t)a << 32 | (uint32_t)c;
+        h = (uint32_t)pt__hash_pair(key) & tk->merge_mask;
+        while (st == PT_OK && tk->merge_hash[2 * (size_t)h] != UINT64_MAX) {
+            if (tk->merge_hash[2 * (size_t)h] == key)
+                st = pt__fail(PT_ERR_FORMAT, "merges[%d] \"%.*s %.*s\" repeats merges[%d]", i,
+                              nx, x->s, ny, y->s, (int)(tk->merge_hash[2 * (size_t)h + 1] >> 32));
+            h = (h + 1) & tk->merge_mask;
+        }
+        if (st != PT_OK) break;
+        tk->merge_hash[2 * (size_t)h] = key;
+        tk->merge_hash[2 * (size_t)h + 1] = (uint64_t)i << 32 | (uint32_t)r;
+        *fp = (*fp ^ key) * 0x100000001b3ull;
+    }
+    pt__free(scratch, ctx);
+    return st;
+}
+
+/* The added tokens, longest first (encoding tries them in that order);
+   "<|endoftext|>" among them is eot. */
+static pt_status pt__tk_specials(pt_tokenizer *tk) {
+    int i, n = tk->n_vocab, o = 0;
+    for (i = 0; i < n; i++) tk->n_special += tk->tok_kind[i] == 2;
+    tk->special = (int *)pt__malloc((size_t)tk->n_special * sizeof(int) + 1, tk->alloc_ctx);
+    if (!tk->special)
+        return pt__fail(PT_ERR_OOM, "cannot allocate %d special tokens", tk->n_special);
+    for (i = 0; i < n; i++)
+        if (tk->tok_kind[i] == 2) {
+            int k = o++;
+            size_t li = tk->tok_off[i + 1] - tk->tok_off[i];
+            while (k > 0 && tk->tok_off[tk->special[k - 1] + 1] - tk->tok_off[tk->special[k - 1]] < li) {
+                tk->special[k] = tk->special[k - 1];
+                k--;
+            }
+            tk->special[k] = i;
+            if (li == 13 && memcmp(tk->tok_bytes + tk->tok_off[i], "<|endoftext|>", 13) == 0)
+                tk->eot = i;
+        }
+    return PT_OK;
+}
+
+/* Builds the tables from the collected strings (either file format, or the
+   BPE trainer's); tk is cleared first: the tokens, their hash, the merges,
+   the specials, and the fingerprint of them all. */
 static pt_status pt__tk_build(pt_tokenizer *tk, pt__tkbuild *b) {
     void *ctx = tk->alloc_ctx;
-    size_t total = 0, maxm = 0, o;
+    size_t total = 0;
     long *len = NULL;
-    unsigned char *tmp = NULL, *scratch = NULL;
+    unsigned char *tmp = NULL;
     int i, n = 0;
     uint64_t fp = 0x9E3779B97F4A7C15ull;
     pt_status st = PT_OK;
@@ -12183,163 +12343,32 @@ static pt_status pt__tk_build(pt_tokenizer *tk, pt__tkbuild *b) {
     tk->tok_bytes = (unsigned char *)pt__malloc(total + 1, ctx);
     tk->vocab_mask = pt__pow2_above((size_t)n) - 1;
     tk->vocab_hash = (uint32_t *)pt__malloc(((size_t)tk->vocab_mask + 1) * 4, ctx);
-    if (!tk->tok_off || !tk->tok_kind || !len || !tmp || !tk->tok_bytes || !tk->vocab_hash) {
+    if (!tk->tok_off || !tk->tok_kind || !len || !tmp || !tk->tok_bytes || !tk->vocab_hash)
         st = pt__fail(PT_ERR_OOM, "cannot allocate a vocabulary of %d tokens", n);
-        goto done;
+    else if (total + 1 > 0xFFFFFFFFu)
+        st = pt__fail(PT_ERR_FORMAT, "the vocabulary's tokens hold %zu bytes, more than 4 GB",
+                      total);
+    if (st == PT_OK) {
+        memset(tk->tok_kind, 0, (size_t)n);
+        memset(tk->vocab_hash, 0, ((size_t)tk->vocab_mask + 1) * 4);
+        st = pt__tk_tokens(tk, b, tmp, len);
     }
-    if (total + 1 > 0xFFFFFFFFu) {
-        st = pt__fail(PT_ERR_FORMAT, "the vocabulary's tokens hold %zu bytes, more than 4 GB", total);
-        goto done;
+    pt__free(len, ctx);
+    pt__free(tmp, ctx);
+    if (st == PT_OK) st = pt__tk_hash(tk);
+    if (st == PT_OK) st = pt__tk_merges(tk, b, &fp);
+    if (st == PT_OK) st = pt__tk_specials(tk);
+    if (st != PT_OK) {
+        pt_tokenizer_free(tk);
+        return st;
     }
-    memset(tk->tok_kind, 0, (size_t)n);
-    memset(tk->vocab_hash, 0, ((size_t)tk->vocab_mask + 1) * 4);
-    /* each token's bytes into tmp at tok_off[id] (provisional), its length in len[id] */
-    for (o = 0, i = 0; i < b->n_vocab + b->n_added; i++) {
-        int added = i >= b->n_vocab;
-        const pt__tkstr *e = added ? &b->added[i - b->n_vocab] : &b->vocab[i];
-        long l;
-        if (added) {
-            l = (long)e->n;
-            memcpy(tmp + o, e->s, e->n);
-        } else if ((l = pt__bytelevel_decode(e->s, e->n, tmp + o)) < 0) {
-            st = pt__fail(PT_ERR_FORMAT, "vocabulary token %d \"%.*s\" is not a byte-level string "
-                          "(GPT-2's bytes_to_unicode alphabet)", e->id, (int)(e->n < 40 ? e->n : 40), e->s);
-            goto done;
-        }
-        if (l == 0) {
-            st = pt__fail(PT_ERR_FORMAT, "token %d is empty", e->id);
-            goto done;
-        }
-        if (tk->tok_kind[e->id]) {
-            /* an added token may repeat its vocabulary entry (Hugging Face GPT-2) */
-            if (!added || tk->tok_kind[e->id] != 1 || len[e->id] != l ||
-                memcmp(tmp + tk->tok_off[e->id], tmp + o, (size_t)l) != 0) {
-                st = pt__fail(PT_ERR_FORMAT, "id %d is given to two different tokens", e->id);
-                goto done;
-            }
-            tk->tok_kind[e->id] = 2;
-            continue;
-        }
-        tk->tok_kind[e->id] = (unsigned char)(added ? 2 : 1);
-        tk->tok_off[e->id] = (uint32_t)o;
-        len[e->id] = l;
-        o += (size_t)l;
-    }
-    /* in id order */
-    for (o = 0, i = 0; i < n; i++) {
-        size_t at = o;
-        if (tk->tok_kind[i]) {
-            memcpy(tk->tok_bytes + o, tmp + tk->tok_off[i], (size_t)len[i]);
-            o += (size_t)len[i];
-        }
-        tk->tok_off[i] = (uint32_t)at;
-    }
-    tk->tok_off[n] = (uint32_t)o;
-    /* the hash: vocabulary tokens first, so a special never hides one */
-    for (int pass = 1; pass <= 2; pass++)
-        for (i = 0; i < n; i++) {
-            size_t l = tk->tok_off[i + 1] - tk->tok_off[i];
-            uint32_t h;
-            int other;
-            if (tk->tok_kind[i] != pass) continue;
-            if ((other = pt_tokenizer_find(tk, tk->tok_bytes + tk->tok_off[i], l)) >= 0) {
-                if (pass == 1) {
-                    st = pt__fail(PT_ERR_FORMAT, "vocabulary tokens %d and %d are the same bytes",
-                                  other, i);
-                    goto done;
-                }
-                continue;
-            }
-            h = (uint32_t)pt__hash_bytes(tk->tok_bytes + tk->tok_off[i], l) & tk->vocab_mask;
-            while (tk->vocab_hash[h]) h = (h + 1) & tk->vocab_mask;
-            tk->vocab_hash[h] = (uint32_t)i + 1;
-        }
-    for (i = 0; i < 256; i++) {
-        unsigned char c = (unsigned char)i;
-        int id = pt_tokenizer_find(tk, &c, 1);
-        if (id < 0 || tk->tok_kind[id] != 1) {
-            st = pt__fail(PT_ERR_FORMAT, "the vocabulary has no token for byte 0x%02X", i);
-            goto done;
-        }
-        tk->byte_id[i] = id;
-    }
-    /* merges: rank = position in the list */
-    tk->n_merges = b->n_merges;
-    tk->merge_mask = pt__pow2_above((size_t)b->n_merges) - 1;
-    tk->merge_hash = (uint64_t *)pt__malloc(((size_t)tk->merge_mask + 1) * 16, ctx);
-    for (i = 0; i < 2 * b->n_merges; i++)
-        if (b->merges[i].n > maxm) maxm = b->merges[i].n;
-    scratch = (unsigned char *)pt__malloc(2 * maxm + 1, ctx);
-    if (!tk->merge_hash || !scratch) {
-        st = pt__fail(PT_ERR_OOM, "cannot allocate %d merges", b->n_merges);
-        goto done;
-    }
-    memset(tk->merge_hash, 0xFF, ((size_t)tk->merge_mask + 1) * 16);
-    for (i = 0; i < b->n_merges; i++) {
-        const pt__tkstr *x = &b->merges[2 * i], *y = &b->merges[2 * i + 1];
-        long la = pt__bytelevel_decode(x->s, x->n, scratch), lb;
-        int a, c, r;
-        uint64_t key;
-        uint32_t h;
-        lb = la < 0 ? -1 : pt__bytelevel_decode(y->s, y->n, scratch + la);
-        if (la <= 0 || lb <= 0) {
-            st = pt__fail(PT_ERR_FORMAT, "merges[%d] \"%.*s %.*s\": not two byte-level strings", i,
-                          (int)(x->n < 40 ? x->n : 40), x->s, (int)(y->n < 40 ? y->n : 40), y->s);
-            goto done;
-        }
-        a = pt_tokenizer_find(tk, scratch, (size_t)la);
-        c = pt_tokenizer_find(tk, scratch + la, (size_t)lb);
-        r = pt_tokenizer_find(tk, scratch, (size_t)(la + lb));
-        if (a < 0 || c < 0 || r < 0 || tk->tok_kind[r] != 1) {
-            st = pt__fail(PT_ERR_FORMAT, "merges[%d] \"%.*s %.*s\": %s is not in the vocabulary", i,
-                          (int)(x->n < 40 ? x->n : 40), x->s, (int)(y->n < 40 ? y->n : 40), y->s,
-                          a < 0 ? "the first token" : c < 0 ? "the second token" : "the merged token");
-            goto done;
-        }
-        key = (uint64_t)(uint32_t)a << 32 | (uint32_t)c;
-        h = (uint32_t)pt__hash_pair(key) & tk->merge_mask;
-        while (tk->merge_hash[2 * (size_t)h] != UINT64_MAX) {
-            if (tk->merge_hash[2 * (size_t)h] == key) {
-                st = pt__fail(PT_ERR_FORMAT, "merges[%d] \"%.*s %.*s\" repeats merges[%d]", i,
-                              (int)(x->n < 40 ? x->n : 40), x->s, (int)(y->n < 40 ? y->n : 40), y->s,
-                              (int)(tk->merge_hash[2 * (size_t)h + 1] >> 32));
-                goto done;
-            }
-            h = (h + 1) & tk->merge_mask;
-        }
-        tk->merge_hash[2 * (size_t)h] = key;
-        tk->merge_hash[2 * (size_t)h + 1] = (uint64_t)i << 32 | (uint32_t)r;
-        fp = (fp ^ key) * 0x100000001b3ull;
-    }
-    /* specials, longest first */
-    for (i = 0; i < n; i++) tk->n_special += tk->tok_kind[i] == 2;
-    tk->special = (int *)pt__malloc((size_t)tk->n_special * sizeof(int) + 1, ctx);
-    if (!tk->special) {
-        st = pt__fail(PT_ERR_OOM, "cannot allocate %d special tokens", tk->n_special);
-        goto done;
-    }
-    for (o = 0, i = 0; i < n; i++)
-        if (tk->tok_kind[i] == 2) {
-            size_t k = o++, li = tk->tok_off[i + 1] - tk->tok_off[i];
-            while (k > 0 && tk->tok_off[tk->special[k - 1] + 1] - tk->tok_off[tk->special[k - 1]] < li) {
-                tk->special[k] = tk->special[k - 1];
-                k--;
-            }
-            tk->special[k] = i;
-            if (li == 13 && memcmp(tk->tok_bytes + tk->tok_off[i], "<|endoftext|>", 13) == 0) tk->eot = i;
-        }
     tk->pretok = b->pretok;
     tk->ignore_merges = b->ignore_merges;
     fp ^= pt__hash_bytes(tk->tok_bytes, tk->tok_off[n]);
     fp ^= pt__hash_bytes(tk->tok_off, ((size_t)n + 1) * 4) * 3;
     fp ^= pt__hash_bytes(tk->tok_kind, (size_t)n) * 5;
     tk->fingerprint = fp ^ ((uint64_t)tk->pretok << 8 | (uint64_t)tk->ignore_merges) * 7;
-done:
-    pt__free(len, ctx);
-    pt__free(tmp, ctx);
-    pt__free(scratch, ctx);
-    if (st != PT_OK) pt_tokenizer_free(tk);
-    return st;
+    return PT_OK;
 }
 
 static pt_status pt__tk_syntax(const char *what, const pt__json *j, const char *base) {
@@ -12933,47 +12962,57 @@ static size_t pt__bytelevel_encode(const unsigned char *b, size_t n, char *out) 
     return o;
 }
 
-PTRAINDEF pt_status pt_bpe_train(pt_tokenizer *tk, const void *text, size_t n,
-                                 const pt_bpe_train_desc *desc) {
-    static const char *const eot[] = {"<|endoftext|>"};
-    const unsigned char *s = (const unsigned char *)text;
-    void *ctx = tk->alloc_ctx;
-    int vocab = desc && desc->vocab_size ? desc->vocab_size : 4096;
-    int minf = desc && desc->min_frequency ? desc->min_frequency : 2;
-    int threads = desc ? desc->threads : 0;
-    pt_pretok pat = desc && desc->pretok ? desc->pretok : PT_PRETOK_GPT2;
-    const char *const *special = desc && desc->special ? desc->special : eot;
-    int n_special = desc && desc->special ? desc->n_special : 1;
-    int n_merges_max, n_threads = 1, t, n_merges = 0, n_heap = 0, cap_heap = 0;
-    int n_touched = 0, cap_touched = 0;
-    long *touched = NULL;
-    size_t n_chunks = 0, c, i, n_words = 0, n_sym = 0;
-    size_t *cut = NULL;
-    pt__wmap *maps = NULL, *all;
-    int *sym = NULL, *wlen = NULL;
-    size_t *woff = NULL;
-    int64_t *wcount = NULL;
-    uint64_t *merges = NULL;      /* (a << 32 | b) in order */
-    uint32_t *tok_len = NULL;     /* bytes of each token */
+/* The BPE trainer's state: the distinct pieces of two bytes or more
+   ("words", word w being sym[woff[w] .. woff[w] + wlen[w]), counted wcount[w]
+   times), their adjacent pairs, the heap of pairs by count, the merges made
+   and each token's length in bytes. */
+typedef struct pt__bpe {
+    int *sym, *wlen;
+    size_t *woff, n_words;
+    int64_t *wcount;
+    uint64_t *merges;  /* (a << 32 | b) in order */
+    uint32_t *tok_len; /* bytes of each token */
+    int n_merges, n_merges_max, minf;
     pt__pairs P;
-    pt__pq *heap = NULL;
+    pt__pq *heap;
+    int n_heap, cap_heap;
+    long *touched; /* the pairs a merge made, each once (P.stamp) */
+    int n_touched, cap_touched;
+    void *ctx;
+} pt__bpe;
+
+static void pt__bpe_free(pt__bpe *B) {
+    void *ctx = B->ctx;
+    size_t i;
+    pt__free(B->sym, ctx);
+    pt__free(B->woff, ctx);
+    pt__free(B->wlen, ctx);
+    pt__free(B->wcount, ctx);
+    pt__free(B->merges, ctx);
+    pt__free(B->tok_len, ctx);
+    pt__free(B->heap, ctx);
+    pt__free(B->touched, ctx);
+    for (i = 0; i < B->P.n; i++) pt__free(B->P.words[i], ctx);
+    pt__free(B->P.key, ctx);
+    pt__free(B->P.count, ctx);
+    pt__free(B->P.words, ctx);
+    pt__free(B->P.n_words, ctx);
+    pt__free(B->P.cap_words, ctx);
+    pt__free(B->P.stamp, ctx);
+    pt__free(B->P.slot, ctx);
+}
+
+/* 1. The distinct pieces of s[0..n) with their counts, into *all: on
+   n_threads threads over chunks of about 1 MiB cut where the pre-tokenizer
+   would (pt__safe_cut, as pt_tokenizer_encode_parallel), a map per thread,
+   merged into the first. */
+static pt_status pt__bpe_count(const unsigned char *s, size_t n, pt_pretok pat, int n_threads,
+                               pt__wmap *all, void *ctx) {
+    size_t n_chunks = 0, c, i;
+    size_t *cut = (size_t *)pt__malloc((n >> 20) * sizeof(size_t) + 3 * sizeof(size_t), ctx);
+    pt__wmap *maps = (pt__wmap *)pt__malloc((size_t)n_threads * sizeof(pt__wmap), ctx);
     pt_status st = PT_OK;
-    memset(&P, 0, sizeof P);
-    P.ctx = ctx;
-    if (n_special < 0 || vocab < 256 + n_special || vocab > PT__MAX_VOCAB || minf < 1 ||
-        (pat != PT_PRETOK_GPT2 && pat != PT_PRETOK_CL100K))
-        return pt__fail(PT_ERR_CONFIG, "pt_bpe_train: vocab_size=%d must hold the 256 bytes and %d "
-                        "specials (and at most %d), min_frequency=%d >= 1, a known pretok (%d)",
-                        vocab, n_special, PT__MAX_VOCAB, minf, (int)pat);
-    n_merges_max = vocab - 256 - n_special;
-#ifdef _OPENMP
-    n_threads = threads > 0 ? threads : omp_get_num_procs();
-#else
-    (void)threads;
-#endif
-    /* 1. count the distinct pieces, on threads over chunks */
-    cut = (size_t *)pt__malloc((n >> 20) * sizeof(size_t) + 3 * sizeof(size_t), ctx);
-    maps = (pt__wmap *)pt__malloc((size_t)n_threads * sizeof(pt__wmap), ctx);
+    int t;
     if (!cut || !maps) {
         st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
         goto done;
@@ -13015,194 +13054,238 @@ PTRAINDEF pt_status pt_bpe_train(pt_tokenizer *tk, const void *text, size_t n,
         st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory counting pieces");
         goto done;
     }
-    all = &maps[0];
-    for (t = 1; t < n_threads; t++) {
+    for (t = 1; t < n_threads && st == PT_OK; t++) {
         for (i = 0; i <= maps[t].mask && st == PT_OK; i++) {
             const pt__wslot *w = &maps[t].slot[i];
-            if (w->used && !pt__wmap_add(all, maps[t].bytes + w->off, w->len, w->h, w->count))
+            if (w->used && !pt__wmap_add(&maps[0], maps[t].bytes + w->off, w->len, w->h, w->count))
                 st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory merging counts");
         }
         pt__wmap_free(&maps[t]);
-        if (st != PT_OK) goto done;
     }
-    /* 2. the words as symbols (bytes); their order depends on the threads, the
-       merges do not (counts and ties on pair ids decide) */
-    for (i = 0; i <= all->mask; i++)
-        if (all->slot[i].used && all->slot[i].len > 1) n_words++, n_sym += all->slot[i].len;
-    sym = (int *)pt__malloc(n_sym * sizeof(int) + 4, ctx);
-    woff = (size_t *)pt__malloc(n_words * sizeof(size_t) + 8, ctx);
-    wlen = (int *)pt__malloc(n_words * sizeof(int) + 4, ctx);
-    wcount = (int64_t *)pt__malloc(n_words * sizeof(int64_t) + 8, ctx);
-    merges = (uint64_t *)pt__malloc(((size_t)n_merges_max + 1) * sizeof(uint64_t), ctx);
-    tok_len = (uint32_t *)pt__malloc(((size_t)vocab + 1) * sizeof(uint32_t), ctx);
-    P.mask = 1023;
-    P.slot = (uint32_t *)pt__malloc((P.mask + 1) * 4, ctx);
-    if (!sym || !woff || !wlen || !wcount || !merges || !tok_len || !P.slot) {
-        st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory for %zu distinct pieces", n_words);
-        goto done;
-    }
-    memset(P.slot, 0, (P.mask + 1) * 4);
-    for (t = 0; t < 256; t++) tok_len[t] = 1;
-    {
-        size_t w = 0, o = 0;
-        for (i = 0; i <= all->mask; i++) {
-            const pt__wslot *x = &all->slot[i];
-            uint32_t k;
-            if (!x->used || x->len < 2) continue;
-            woff[w] = o;
-            wlen[w] = (int)x->len;
-            wcount[w] = (int64_t)x->count;
-            for (k = 0; k < x->len; k++) sym[o + k] = all->bytes[x->off + k];
-            for (k = 0; k + 1 < x->len && st == PT_OK; k++)
-                if (pt__pair_add(&P, (uint64_t)sym[o + k] << 32 | (uint32_t)sym[o + k + 1], wcount[w], (int)w) < 0)
-                    st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory counting pairs");
-            o += x->len;
-            w++;
-        }
-    }
-    pt__wmap_free(all);
-    if (st != PT_OK) goto done;
-    for (i = 0; i < P.n; i++)
-        if (!pt__pq_push(&heap, &n_heap, &cap_heap, P.count[i], P.key[i], ctx)) {
-            st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
-            goto done;
-        }
-    /* 3. merge the most frequent pair until the vocabulary is full */
-    while (n_merges < n_merges_max && n_heap > 0) {
-        pt__pq e = pt__pq_pop(heap, &n_heap);
-        long k = pt__pair_get(&P, e.key);
-        int a = (int)(e.key >> 32), b = (int)(uint32_t)e.key, z = 256 + n_merges, q;
-        int *wl, nwl;
-        if (k < 0) continue;
-        if (P.count[k] != e.count) { /* counts only fall: push the pair again with its own */
-            if (P.count[k] > 0 &&
-                !pt__pq_push(&heap, &n_heap, &cap_heap, P.count[k], e.key, ctx)) {
-                st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
-                goto done;
-            }
-            continue;
-        }
-        if (e.count < minf) break;
-        merges[n_merges++] = e.key;
-        tok_len[z] = tok_len[a] + tok_len[b];
-        wl = P.words[k];
-        nwl = P.n_words[k];
-        P.words[k] = NULL;
-        P.n_words[k] = P.cap_words[k] = 0;
-        for (q = 0; q < nwl && st == PT_OK; q++) {
-            int w = wl[q], L = wlen[w], x, y, found = 0;
-            int *ws = sym + woff[w];
-            for (x = 0; x + 1 < L; x++)
-                if (ws[x] == a && ws[x + 1] == b) found = 1;
-            if (!found) continue;
-            for (x = 0; x + 1 < L; x++) /* the word's pairs out ... */
-                pt__pair_add(&P, (uint64_t)ws[x] << 32 | (uint32_t)ws[x + 1], -wcount[w], -1);
-            for (x = 0, y = 0; x < L; y++) { /* ... a b -> z, left to right ... */
-                if (x + 1 < L && ws[x] == a && ws[x + 1] == b) ws[y] = z, x += 2;
-                else ws[y] = ws[x++];
-            }
-            wlen[w] = L = y;
-            for (x = 0; x + 1 < L && st == PT_OK; x++) { /* ... and back in */
-                int fresh = ws[x] == z || ws[x + 1] == z;
-                long pk = pt__pair_add(&P, (uint64_t)ws[x] << 32 | (uint32_t)ws[x + 1], wcount[w],
-                                       fresh ? w : -1);
-                if (pk < 0) st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory counting pairs");
-                else if (fresh && P.stamp[pk] != z) {
-                    P.stamp[pk] = z;
-                    if (!pt__grow((void **)&touched, &cap_touched, n_touched + 1, sizeof(long), ctx))
-                        st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
-                    else touched[n_touched++] = pk;
-                }
-            }
-        }
-        pt__free(wl, ctx);
-        if (st != PT_OK) goto done;
-        /* the new pairs into the heap, once each with their count */
-        for (q = 0; q < n_touched; q++) {
-            long pk = touched[q];
-            if (P.count[pk] > 0 &&
-                !pt__pq_push(&heap, &n_heap, &cap_heap, P.count[pk], P.key[pk], ctx)) {
-                st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
-                goto done;
-            }
-        }
-        n_touched = 0;
-        if (desc && desc->progress && n_merges % 1000 == 0) desc->progress(n_merges, n_merges_max, desc->progress_ctx);
-    }
-    if (desc && desc->progress) desc->progress(n_merges, n_merges_max, desc->progress_ctx);
-    /* 4. the tokenizer: byte-level strings through the loader's own checks */
-    {
-        pt__tkbuild B;
-        size_t total = 0, o = 0;
-        unsigned char *tb = NULL, *bytes;
-        char *str = NULL;
-        uint32_t *toff = NULL;
-        int id;
-        memset(&B, 0, sizeof B);
-        B.ctx = ctx;
-        B.pretok = pat;
-        for (id = 0; id < 256 + n_merges; id++) total += tok_len[id];
-        toff = (uint32_t *)pt__malloc(((size_t)256 + (size_t)n_merges + 1) * 4, ctx);
-        tb = (unsigned char *)pt__malloc(total + 1, ctx);
-        str = (char *)pt__malloc(2 * total + 1, ctx);
-        if (!toff || !tb || !str) st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
-        for (id = 0; st == PT_OK && id < 256 + n_merges; id++) {
-            toff[id] = (uint32_t)o;
-            if (id < 256) tb[o] = (unsigned char)id;
-            else {
-                int a = (int)(merges[id - 256] >> 32), b = (int)(uint32_t)merges[id - 256];
-                memcpy(tb + o, tb + toff[a], tok_len[a]);
-                memcpy(tb + o + tok_len[a], tb + toff[b], tok_len[b]);
-            }
-            o += tok_len[id];
-        }
-        if (st == PT_OK) toff[256 + n_merges] = (uint32_t)o;
-        bytes = tb;
-        for (id = 0, o = 0; st == PT_OK && id < 256 + n_merges; id++) {
-            size_t l = pt__bytelevel_encode(bytes + toff[id], tok_len[id], str + o);
-            if (!pt__tk_push(&B.vocab, &B.n_vocab, &B.cap_vocab, str + o, l, id, ctx))
-                st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
-            o += l;
-        }
-        for (id = 0; st == PT_OK && id < n_merges; id++) {
-            int a = (int)(merges[id] >> 32), b = (int)(uint32_t)merges[id];
-            if (!pt__tk_push(&B.merges, &B.n_merges, &B.cap_merges, B.vocab[a].s, B.vocab[a].n, 0, ctx) ||
-                !pt__tk_push(&B.merges, &B.n_merges, &B.cap_merges, B.vocab[b].s, B.vocab[b].n, 0, ctx))
-                st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
-        }
-        B.n_merges /= 2;
-        for (t = 0; st == PT_OK && t < n_special; t++)
-            if (!special[t] || !*special[t] ||
-                !pt__tk_push(&B.added, &B.n_added, &B.cap_added, special[t], strlen(special[t]),
-                             256 + n_merges + t, ctx))
-                st = pt__fail(PT_ERR_CONFIG, "pt_bpe_train: special[%d] is empty or NULL", t);
-        if (st == PT_OK) st = pt__tk_build(tk, &B);
-        pt__tkbuild_free(&B);
-        pt__free(toff, ctx);
-        pt__free(tb, ctx);
-        pt__free(str, ctx);
-    }
+    if (st == PT_OK) *all = maps[0], memset(&maps[0], 0, sizeof maps[0]);
 done:
     if (maps)
         for (t = 0; t < n_threads; t++) pt__wmap_free(&maps[t]);
     pt__free(maps, ctx);
     pt__free(cut, ctx);
-    pt__free(sym, ctx);
-    pt__free(woff, ctx);
-    pt__free(wlen, ctx);
-    pt__free(wcount, ctx);
-    pt__free(merges, ctx);
-    pt__free(tok_len, ctx);
-    pt__free(heap, ctx);
-    pt__free(touched, ctx);
-    for (i = 0; i < P.n; i++) pt__free(P.words[i], ctx);
-    pt__free(P.key, ctx);
-    pt__free(P.count, ctx);
-    pt__free(P.words, ctx);
-    pt__free(P.n_words, ctx);
-    pt__free(P.cap_words, ctx);
-    pt__free(P.stamp, ctx);
-    pt__free(P.slot, ctx);
+    return st;
+}
+
+/* 2. The words as symbols (bytes at first) and every adjacent pair counted,
+   with the words that hold it. Their order depends on the threads, the
+   merges do not (counts and ties on pair ids decide). */
+static pt_status pt__bpe_words(pt__bpe *B, const pt__wmap *all, int vocab) {
+    void *ctx = B->ctx;
+    size_t i, w = 0, o = 0, n_sym = 0;
+    int t;
+    for (i = 0; i <= all->mask; i++)
+        if (all->slot[i].used && all->slot[i].len > 1) B->n_words++, n_sym += all->slot[i].len;
+    B->sym = (int *)pt__malloc(n_sym * sizeof(int) + 4, ctx);
+    B->woff = (size_t *)pt__malloc(B->n_words * sizeof(size_t) + 8, ctx);
+    B->wlen = (int *)pt__malloc(B->n_words * sizeof(int) + 4, ctx);
+    B->wcount = (int64_t *)pt__malloc(B->n_words * sizeof(int64_t) + 8, ctx);
+    B->merges = (uint64_t *)pt__malloc(((size_t)B->n_merges_max + 1) * sizeof(uint64_t), ctx);
+    B->tok_len = (uint32_t *)pt__malloc(((size_t)vocab + 1) * sizeof(uint32_t), ctx);
+    B->P.mask = 1023;
+    B->P.slot = (uint32_t *)pt__malloc((B->P.mask + 1) * 4, ctx);
+    if (!B->sym || !B->woff || !B->wlen || !B->wcount || !B->merges || !B->tok_len || !B->P.slot)
+        return pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory for %zu distinct pieces",
+                        B->n_words);
+    memset(B->P.slot, 0, (B->P.mask + 1) * 4);
+    for (t = 0; t < 256; t++) B->tok_len[t] = 1;
+    for (i = 0; i <= all->mask; i++) {
+        const pt__wslot *x = &all->slot[i];
+        int *ws = B->sym + o;
+        uint32_t k;
+        if (!x->used || x->len < 2) continue;
+        B->woff[w] = o;
+        B->wlen[w] = (int)x->len;
+        B->wcount[w] = (int64_t)x->count;
+        for (k = 0; k < x->len; k++) ws[k] = all->bytes[x->off + k];
+        for (k = 0; k + 1 < x->len; k++)
+            if (pt__pair_add(&B->P, (uint64_t)ws[k] << 32 | (uint32_t)ws[k + 1], B->wcount[w],
+                             (int)w) < 0)
+                return pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory counting pairs");
+        o += x->len;
+        w++;
+    }
+    return PT_OK;
+}
+
+/* a b -> z in every word holding pair k = (a, b): each such word's pairs
+   out, the merge left to right, its pairs back in; the pairs with z are
+   listed under the word and, once each, in B->touched. */
+static pt_status pt__bpe_apply(pt__bpe *B, long k, int a, int b, int z) {
+    pt__pairs *P = &B->P;
+    int *wl = P->words[k], nwl = P->n_words[k], q;
+    pt_status st = PT_OK;
+    P->words[k] = NULL;
+    P->n_words[k] = P->cap_words[k] = 0;
+    for (q = 0; q < nwl && st == PT_OK; q++) {
+        int w = wl[q], L = B->wlen[w], x, y, found = 0;
+        int *ws = B->sym + B->woff[w];
+        for (x = 0; x + 1 < L; x++)
+            if (ws[x] == a && ws[x + 1] == b) found = 1;
+        if (!found) continue;
+        for (x = 0; x + 1 < L; x++) /* the word's pairs out ... */
+            pt__pair_add(P, (uint64_t)ws[x] << 32 | (uint32_t)ws[x + 1], -B->wcount[w], -1);
+        for (x = 0, y = 0; x < L; y++) { /* ... a b -> z, left to right ... */
+            if (x + 1 < L && ws[x] == a && ws[x + 1] == b) ws[y] = z, x += 2;
+            else ws[y] = ws[x++];
+        }
+        B->wlen[w] = L = y;
+        for (x = 0; x + 1 < L && st == PT_OK; x++) { /* ... and back in */
+            int fresh = ws[x] == z || ws[x + 1] == z;
+            long pk = pt__pair_add(P, (uint64_t)ws[x] << 32 | (uint32_t)ws[x + 1], B->wcount[w],
+                                   fresh ? w : -1);
+            if (pk < 0) st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory counting pairs");
+            else if (fresh && P->stamp[pk] != z) {
+                P->stamp[pk] = z;
+                if (!pt__grow((void **)&B->touched, &B->cap_touched, B->n_touched + 1,
+                              sizeof(long), B->ctx))
+                    st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+                else B->touched[B->n_touched++] = pk;
+            }
+        }
+    }
+    pt__free(wl, B->ctx);
+    return st;
+}
+
+/* pair k on the heap with its count (none when it no longer occurs) */
+static pt_status pt__bpe_push(pt__bpe *B, long k) {
+    if (B->P.count[k] > 0 &&
+        !pt__pq_push(&B->heap, &B->n_heap, &B->cap_heap, B->P.count[k], B->P.key[k], B->ctx))
+        return pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+    return PT_OK;
+}
+
+/* 3. Merges the most frequent pair (ties: the smaller pair of ids) into
+   token 256 + n_merges until the vocabulary is full or no pair occurs
+   min_frequency times. Counts only fall, so a popped pair whose count
+   changed goes back on the heap with its own. */
+static pt_status pt__bpe_merge(pt__bpe *B, const pt_bpe_train_desc *desc) {
+    pt_status st = PT_OK;
+    size_t i;
+    int q;
+    for (i = 0; i < B->P.n; i++)
+        if (!pt__pq_push(&B->heap, &B->n_heap, &B->cap_heap, B->P.count[i], B->P.key[i], B->ctx))
+            return pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+    while (B->n_merges < B->n_merges_max && B->n_heap > 0) {
+        pt__pq e = pt__pq_pop(B->heap, &B->n_heap);
+        long k = pt__pair_get(&B->P, e.key);
+        int a = (int)(e.key >> 32), b = (int)(uint32_t)e.key, z = 256 + B->n_merges;
+        if (k < 0) continue;
+        if (B->P.count[k] != e.count) {
+            if ((st = pt__bpe_push(B, k)) != PT_OK) return st;
+            continue;
+        }
+        if (e.count < B->minf) break;
+        B->merges[B->n_merges++] = e.key;
+        B->tok_len[z] = B->tok_len[a] + B->tok_len[b];
+        if ((st = pt__bpe_apply(B, k, a, b, z)) != PT_OK) return st;
+        for (q = 0; q < B->n_touched; q++) /* the new pairs, once each with their count */
+            if ((st = pt__bpe_push(B, B->touched[q])) != PT_OK) return st;
+        B->n_touched = 0;
+        if (desc && desc->progress && B->n_merges % 1000 == 0)
+            desc->progress(B->n_merges, B->n_merges_max, desc->progress_ctx);
+    }
+    if (desc && desc->progress) desc->progress(B->n_merges, B->n_merges_max, desc->progress_ctx);
+    return PT_OK;
+}
+
+/* 4. The tokenizer: the tokens' bytes (a merge's are its pair's), as
+   byte-level strings with the merges and the specials through the
+   loader's own checks (pt__tk_build). */
+static pt_status pt__bpe_tokenizer(pt_tokenizer *tk, const pt__bpe *B, pt_pretok pat,
+                                   const char *const *special, int n_special) {
+    void *ctx = B->ctx;
+    int n_tok = 256 + B->n_merges, id, t;
+    pt__tkbuild tb;
+    size_t total = 0, o = 0;
+    unsigned char *bytes = NULL;
+    char *str = NULL;
+    uint32_t *toff = NULL;
+    pt_status st = PT_OK;
+    memset(&tb, 0, sizeof tb);
+    tb.ctx = ctx;
+    tb.pretok = pat;
+    for (id = 0; id < n_tok; id++) total += B->tok_len[id];
+    toff = (uint32_t *)pt__malloc(((size_t)n_tok + 1) * 4, ctx);
+    bytes = (unsigned char *)pt__malloc(total + 1, ctx);
+    str = (char *)pt__malloc(2 * total + 1, ctx);
+    if (!toff || !bytes || !str) st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+    for (id = 0; st == PT_OK && id < n_tok; id++) {
+        toff[id] = (uint32_t)o;
+        if (id < 256) bytes[o] = (unsigned char)id;
+        else {
+            int a = (int)(B->merges[id - 256] >> 32), b = (int)(uint32_t)B->merges[id - 256];
+            memcpy(bytes + o, bytes + toff[a], B->tok_len[a]);
+            memcpy(bytes + o + B->tok_len[a], bytes + toff[b], B->tok_len[b]);
+        }
+        o += B->tok_len[id];
+    }
+    if (st == PT_OK) toff[n_tok] = (uint32_t)o;
+    for (id = 0, o = 0; st == PT_OK && id < n_tok; id++) {
+        size_t l = pt__bytelevel_encode(bytes + toff[id], B->tok_len[id], str + o);
+        if (!pt__tk_push(&tb.vocab, &tb.n_vocab, &tb.cap_vocab, str + o, l, id, ctx))
+            st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+        o += l;
+    }
+    for (id = 0; st == PT_OK && id < B->n_merges; id++) {
+        int a = (int)(B->merges[id] >> 32), b = (int)(uint32_t)B->merges[id];
+        const pt__tkstr *x = &tb.vocab[a], *y = &tb.vocab[b];
+        if (!pt__tk_push(&tb.merges, &tb.n_merges, &tb.cap_merges, x->s, x->n, 0, ctx) ||
+            !pt__tk_push(&tb.merges, &tb.n_merges, &tb.cap_merges, y->s, y->n, 0, ctx))
+            st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+    }
+    tb.n_merges /= 2;
+    for (t = 0; st == PT_OK && t < n_special; t++)
+        if (!special[t] || !*special[t] ||
+            !pt__tk_push(&tb.added, &tb.n_added, &tb.cap_added, special[t], strlen(special[t]),
+                         n_tok + t, ctx))
+            st = pt__fail(PT_ERR_CONFIG, "pt_bpe_train: special[%d] is empty or NULL", t);
+    if (st == PT_OK) st = pt__tk_build(tk, &tb);
+    pt__tkbuild_free(&tb);
+    pt__free(toff, ctx);
+    pt__free(bytes, ctx);
+    pt__free(str, ctx);
+    return st;
+}
+
+PTRAINDEF pt_status pt_bpe_train(pt_tokenizer *tk, const void *text, size_t n,
+                                 const pt_bpe_train_desc *desc) {
+    static const char *const eot[] = {"<|endoftext|>"};
+    int vocab = desc && desc->vocab_size ? desc->vocab_size : 4096;
+    int threads = desc ? desc->threads : 0, n_threads = 1;
+    pt_pretok pat = desc && desc->pretok ? desc->pretok : PT_PRETOK_GPT2;
+    const char *const *special = desc && desc->special ? desc->special : eot;
+    int n_special = desc && desc->special ? desc->n_special : 1;
+    pt__wmap all;
+    pt__bpe B;
+    pt_status st;
+    memset(&B, 0, sizeof B);
+    memset(&all, 0, sizeof all);
+    B.ctx = B.P.ctx = tk->alloc_ctx;
+    B.minf = desc && desc->min_frequency ? desc->min_frequency : 2;
+    if (n_special < 0 || vocab < 256 + n_special || vocab > PT__MAX_VOCAB || B.minf < 1 ||
+        (pat != PT_PRETOK_GPT2 && pat != PT_PRETOK_CL100K))
+        return pt__fail(PT_ERR_CONFIG, "pt_bpe_train: vocab_size=%d must hold the 256 bytes "
+                        "and %d specials (and at most %d), min_frequency=%d >= 1, a known "
+                        "pretok (%d)",
+                        vocab, n_special, PT__MAX_VOCAB, B.minf, (int)pat);
+    B.n_merges_max = vocab - 256 - n_special;
+#ifdef _OPENMP
+    n_threads = threads > 0 ? threads : omp_get_num_procs();
+#else
+    (void)threads;
+#endif
+    st = pt__bpe_count((const unsigned char *)text, n, pat, n_threads, &all, B.ctx);
+    if (st == PT_OK) st = pt__bpe_words(&B, &all, vocab);
+    pt__wmap_free(&all);
+    if (st == PT_OK) st = pt__bpe_merge(&B, desc);
+    if (st == PT_OK) st = pt__bpe_tokenizer(tk, &B, pat, special, n_special);
+    pt__bpe_free(&B);
     return st;
 }
 

@@ -47,7 +47,7 @@
                              build): PTRAIN_TEST_WRITE_DELAY_MS slows checkpoint writes
 
    SECTIONS (search for the marker)
-       >>basics     status codes, last error, RNG, threads, timing
+       >>basics     status codes, last error, RNG, threads and cores, timing
        >>tensors    tensor views, arena, meta arena
        >>kernels    GEMMs (fp32, bf16), forward/backward pairs (LayerNorm, RMSNorm, RoPE,
                     GELU, SwiGLU, grouped-query attention, ...), AdamW, clipping, LR schedule
@@ -60,8 +60,9 @@
                     evaluation, the serial forward/backward, gradients, AdamW
        >>sim        hardware profiles, cost model, simulated steps, strategy search
        >>text       byte-level BPE tokenizers (GPT-2 files, tokenizer.json), text <-> ids,
-                    token files from text, BPE training
-       >>io         safetensors, token data, loaders, checkpoints, line charts (SVG)
+                    the pre-tokenizer's pieces, token files from text, BPE training
+       >>io         a file read whole, safetensors, token data, loaders, checkpoints,
+                    line charts (SVG)
 
    ALLOCATION. Objects filled by an init function (pt_tokens, pt_loader,
    pt_safetensors, pt_st_writer) take their allocator context from their own
@@ -168,6 +169,9 @@ PTRAINDEF float pt_rng_normal(pt_rng *r, float mean, float std);
 
 PTRAINDEF void pt_set_threads(int n); /* OpenMP and OpenBLAS threads; n <= 0: all cores */
 PTRAINDEF int pt_get_threads(void);
+/* The cores this process may run on: pt_set_threads(0)'s count; thread
+   ranks (pt_comm_threads_run) share them, max(1, cores / ranks) each. */
+PTRAINDEF int pt_num_cores(void);
 PTRAINDEF double pt_time_now(void);   /* seconds, for intervals */
 
 /* ======================================================================== */
@@ -1358,6 +1362,14 @@ typedef struct pt_plan_result {
    alike). */
 PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_plan_result *r,
                                      pt_trace *trace);
+/* The same with each action kind's modeled time multiplied by
+   scale[kind] (PT_ACT_COUNT entries; NULL: as modeled): what the step would
+   take were the backward twice as fast (scale[PT_ACT_B] = 0.5) or the
+   activations' sends free (scale[PT_ACT_SEND_ACT] = 0), and which costs
+   the step is sensitive to at all. */
+PTRAINDEF pt_status pt_plan_simulate_scaled(const pt_plan_desc *d, const pt_hw *hw,
+                                            const double *scale, pt_plan_result *r,
+                                            pt_trace *trace);
 
 /* Strategy search: every (tp, pp, chunks, micro-batch, ZeRO, recompute,
    schedule: 1F1B or interleaved, ZB-H1, ZB-H2, ZB-V) for
@@ -1434,6 +1446,22 @@ PTRAINDEF size_t pt_tokenizer_memory(const pt_tokenizer *tk); /* bytes held */
 /* Token id's bytes, NULL (and *len 0) for an id that is not a token. */
 PTRAINDEF const unsigned char *pt_tokenizer_bytes(const pt_tokenizer *tk, int id, size_t *len);
 PTRAINDEF int pt_tokenizer_find(const pt_tokenizer *tk, const void *bytes, size_t len); /* id or -1 */
+/* The merge of tokens a and b: its rank (0 first: its place in the merges
+   list; the lowest merges first) and, in *merged (may be NULL), the token
+   it makes; -1 when a and b do not merge. */
+PTRAINDEF int pt_tokenizer_merge(const pt_tokenizer *tk, int a, int b, int *merged);
+/* The pre-tokenizer (PIECES above), without a tokenizer: the end of the
+   piece of text[0..n) that starts at byte at, under pat (0: GPT2); n when
+   at >= n. The pieces start at 0 and at each end:
+     for (i = 0; i < n; i = pt_pretok_piece_end(pat, text, n, i)) ...
+   BPE never merges across them. */
+PTRAINDEF size_t pt_pretok_piece_end(pt_pretok pat, const void *text, size_t n, size_t at);
+/* 1 if text[0..n) may be cut at byte at with the pieces of text[0..at) and
+   of text[at..n) the whole text's under both patterns, so that the two
+   parts encode apart to the whole text's ids (where
+   pt_tokenizer_encode_parallel cuts its chunks; a streaming encoder may cut
+   there too); 0 for most piece boundaries, which it does not recognize. */
+PTRAINDEF int pt_pretok_safe_cut(const void *text, size_t n, size_t at);
 /* text -> ids; ids needs room for n (every token holds at least one byte). */
 PTRAINDEF pt_status pt_tokenizer_encode(const pt_tokenizer *tk, const void *text, size_t n,
                                         int allow_special, int *ids, size_t *n_ids);
@@ -1505,10 +1533,22 @@ PTRAINDEF pt_status pt_bpe_train(pt_tokenizer *tk, const void *text, size_t n,
 /* Writes tk as a Hugging Face tokenizer.json (merges as "a b" strings),
    which pt_tokenizer_load and Hugging Face tokenizers read back. */
 PTRAINDEF pt_status pt_tokenizer_save(const pt_tokenizer *tk, const char *path);
+/* GPT-2's byte-level spelling of bytes[0..n) (bytes_to_unicode: each byte
+   one printable character, a space "\xc4\xa0", U+0120), as the strings of
+   encoder.json, vocab.bpe and tokenizer.json spell tokens: UTF-8 into out
+   (room for 2n; no NUL added); returns the bytes written. */
+PTRAINDEF size_t pt_bytelevel_encode(const void *bytes, size_t n, char *out);
 
 /* ======================================================================== */
 /* >>io                                                                      */
 /* ======================================================================== */
+
+/* The whole file at path: *data (its *size bytes) is allocated with
+   PTRAIN_MALLOC(size, alloc_ctx) -- free it with PTRAIN_FREE(data,
+   alloc_ctx), free() by default. On failure (cannot open, read or
+   allocate: the message names the file) *data is NULL and *size 0. */
+PTRAINDEF pt_status pt_file_read(const char *path, unsigned char **data, size_t *size,
+                                 void *alloc_ctx);
 
 /* safetensors: u64 header length N, N bytes of JSON, data. Every size and
    offset is checked before use.
@@ -1846,9 +1886,18 @@ PTRAINDEF float pt_rng_normal(pt_rng *r, float mean, float std) {
 #define PT__HAVE_OPENBLAS 1
 #endif
 
+PTRAINDEF int pt_num_cores(void) {
+#ifdef _OPENMP
+    return omp_get_num_procs();
+#else
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+#endif
+}
+
 PTRAINDEF void pt_set_threads(int n) {
 #ifdef _OPENMP
-    if (n <= 0) n = omp_get_num_procs();
+    if (n <= 0) n = pt_num_cores();
     omp_set_num_threads(n);
 #endif
 #ifdef PT__HAVE_OPENBLAS
@@ -7515,15 +7564,6 @@ static void *pt__trank_main(void *p) {
     return NULL;
 }
 
-static int pt__cores(void) {
-#ifdef _OPENMP
-    return omp_get_num_procs();
-#else
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-#endif
-}
-
 static void pt__tworld_destroy(pt__tworld *w) {
     if (!w) return;
     while (w->groups) {
@@ -7580,7 +7620,7 @@ PTRAINDEF pt_status pt_comm_threads_run(int nranks, pt_status (*fn)(pt_comm *wor
     memset(w->done, 0, (size_t)nranks * sizeof(int));
     memset(w->saw_fail, 0, (size_t)nranks);
     memset(w->origin, 0, (size_t)nranks);
-    threads = pt__cores() / nranks;
+    threads = pt_num_cores() / nranks;
     if (threads < 1) threads = 1;
     pt_set_threads(threads); /* OpenBLAS's count is global: set it once, here */
     for (i = 0; i < nranks; i++) {
@@ -11219,12 +11259,18 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
     return err;
 }
 
+PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_plan_result *r,
+                                     pt_trace *trace) {
+    return pt_plan_simulate_scaled(d, hw, NULL, r, trace);
+}
+
 /* On this machine (cores > 0) the R ranks share its cores: fewer ranks than
    cores split the all-core rates R ways; as many or more run at one
    thread's rates, R/cores of them to a core, and share the memory
    bandwidth. */
-PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_plan_result *r,
-                                     pt_trace *trace) {
+PTRAINDEF pt_status pt_plan_simulate_scaled(const pt_plan_desc *d, const pt_hw *hw,
+                                            const double *scale, pt_plan_result *r,
+                                            pt_trace *trace) {
     pt_hw H = *hw;
     int R = d->gpus < hw->per_node ? d->gpus : hw->per_node;
     double share = 1.0;
@@ -11240,7 +11286,7 @@ PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_
     } else if (hw->cores > 0) {
         share = R;
     }
-    st = pt__plan_run(d, &H, share, NULL, r, trace);
+    st = pt__plan_run(d, &H, share, scale, r, trace);
     r->percent_of_peak = 100.0 * r->tflops_per_gpu * 1e12 / hw->peak_flops;
     return st;
 }
@@ -11323,7 +11369,6 @@ PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_des
 /* >>text (implementation)                                                   */
 /* ======================================================================== */
 
-static pt_status pt__read_file(const char *path, unsigned char **out, size_t *size, void *ctx);
 static pt_status pt__write_atomic(const char *path, const char *tmp, const void *const *parts,
                                   const size_t *lens, int n);
 
@@ -11665,6 +11710,12 @@ static size_t pt__piece_end(pt_pretok pat, const unsigned char *s, size_t n, siz
     return pt__space_piece(s, n, i);
 }
 
+PTRAINDEF size_t pt_pretok_piece_end(pt_pretok pat, const void *text, size_t n, size_t at) {
+    if (at >= n) return n;
+    return pt__piece_end(pat == PT_PRETOK_CL100K ? pat : PT_PRETOK_GPT2,
+                         (const unsigned char *)text, n, at);
+}
+
 /* ---- hashing ------------------------------------------------------------- */
 
 static uint64_t pt__hash_bytes(const void *p, size_t n) { /* FNV-1a, then mixed */
@@ -11713,6 +11764,13 @@ static uint64_t pt__merge_of(const pt_tokenizer *tk, int a, int b) {
         if (k == UINT64_MAX) return UINT64_MAX;
         h = (h + 1) & tk->merge_mask;
     }
+}
+
+PTRAINDEF int pt_tokenizer_merge(const pt_tokenizer *tk, int a, int b, int *merged) {
+    uint64_t g = tk->merge_hash ? pt__merge_of(tk, a, b) : UINT64_MAX;
+    if (g == UINT64_MAX) return -1;
+    if (merged) *merged = (int)(uint32_t)g;
+    return (int)(g >> 32);
 }
 
 /* ---- BPE on one piece ---------------------------------------------------- */
@@ -11941,6 +11999,10 @@ static int pt__safe_cut(const unsigned char *s, size_t n, size_t i) {
         ((s[i + 1] | 0x20) >= 'a' && (s[i + 1] | 0x20) <= 'z'))
         return 1;
     return 0;
+}
+
+PTRAINDEF int pt_pretok_safe_cut(const void *text, size_t n, size_t at) {
+    return pt__safe_cut((const unsigned char *)text, n, at);
 }
 
 PTRAINDEF pt_status pt_tokenizer_encode_parallel(const pt_tokenizer *tk, const void *text, size_t n,
@@ -12748,7 +12810,7 @@ PTRAINDEF pt_status pt_tokenizer_load(pt_tokenizer *tk, const char *path) {
     memset(tk, 0, sizeof *tk);
     tk->alloc_ctx = ctx;
     if (plen >= 5 && strcmp(path + plen - 5, ".json") == 0) {
-        if ((st = pt__read_file(path, &a, &na, ctx)) != PT_OK) return st;
+        if ((st = pt_file_read(path, &a, &na, ctx)) != PT_OK) return st;
         st = pt_tokenizer_parse_hf(tk, a, na);
         pt__free(a, ctx);
         return st == PT_OK ? st : pt__fail_path(st, path);
@@ -12756,9 +12818,9 @@ PTRAINDEF pt_status pt_tokenizer_load(pt_tokenizer *tk, const char *path) {
     /* a directory: encoder.json + vocab.bpe */
     if (!(p2 = (char *)pt__malloc(plen + 16, ctx))) return pt__fail(PT_ERR_OOM, "out of memory");
     snprintf(p2, plen + 16, "%s/encoder.json", path);
-    if ((st = pt__read_file(p2, &a, &na, ctx)) == PT_OK) {
+    if ((st = pt_file_read(p2, &a, &na, ctx)) == PT_OK) {
         snprintf(p2, plen + 16, "%s/vocab.bpe", path);
-        if ((st = pt__read_file(p2, &c, &nc, ctx)) == PT_OK) {
+        if ((st = pt_file_read(p2, &c, &nc, ctx)) == PT_OK) {
             st = pt_tokenizer_parse_gpt2(tk, a, na, c, nc);
             if (st != PT_OK) pt__fail_path(st, path);
         }
@@ -12943,7 +13005,8 @@ static pt__pq pt__pq_pop(pt__pq *h, int *n) {
 }
 
 /* Appends the byte-level spelling of b[0..n) to out (room for 2n). */
-static size_t pt__bytelevel_encode(const unsigned char *b, size_t n, char *out) {
+PTRAINDEF size_t pt_bytelevel_encode(const void *bytes, size_t n, char *out) {
+    const unsigned char *b = (const unsigned char *)bytes;
     size_t i, o = 0;
     for (i = 0; i < n; i++) {
         int c = b[i], k = 0, x, cp;
@@ -13227,7 +13290,7 @@ static pt_status pt__bpe_tokenizer(pt_tokenizer *tk, const pt__bpe *B, pt_pretok
     }
     if (st == PT_OK) toff[n_tok] = (uint32_t)o;
     for (id = 0, o = 0; st == PT_OK && id < n_tok; id++) {
-        size_t l = pt__bytelevel_encode(bytes + toff[id], B->tok_len[id], str + o);
+        size_t l = pt_bytelevel_encode(bytes + toff[id], B->tok_len[id], str + o);
         if (!pt__tk_push(&tb.vocab, &tb.n_vocab, &tb.cap_vocab, str + o, l, id, ctx))
             st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
         o += l;
@@ -13308,7 +13371,7 @@ static size_t pt__json_bytelevel(char *o, const unsigned char *b, size_t n, int 
     size_t i, k = 0;
     if (open) o[k++] = '"';
     for (i = 0; i < n; i++) {
-        size_t l = pt__bytelevel_encode(b + i, 1, tmp);
+        size_t l = pt_bytelevel_encode(b + i, 1, tmp);
         if (l == 1 && (tmp[0] == '"' || tmp[0] == '\\')) o[k++] = '\\';
         memcpy(o + k, tmp, l);
         k += l;
@@ -13475,9 +13538,9 @@ PTRAINDEF pt_status pt_tokens_from_text(struct pt_tokens *t, const pt_tokenizer 
     if (tk->n_vocab > 65536)
         return pt__fail(PT_ERR_UNSUPPORTED, "a vocabulary of %d tokens does not fit pt_tokens' uint16",
                         tk->n_vocab);
-    if ((st = pt__read_file(text_path, &text, &n, ctx)) != PT_OK) return st;
+    if ((st = pt_file_read(text_path, &text, &n, ctx)) != PT_OK) return st;
     pt__text_stamp(stamp, tk, text, n);
-    if (cache_path && pt__read_file(cache_path, &cache, &nc, ctx) == PT_OK) {
+    if (cache_path && pt_file_read(cache_path, &cache, &nc, ctx) == PT_OK) {
         int32_t h[10];
         if (nc >= sizeof h) memcpy(h, cache, sizeof h);
         if (nc >= 1024 && h[1] == 1 && memcmp(h + 3, stamp, sizeof stamp) == 0 &&
@@ -13523,11 +13586,12 @@ static char *pt__strdup(const char *s, void *ctx) {
     return d;
 }
 
-static pt_status pt__read_file(const char *path, unsigned char **out, size_t *size, void *ctx) {
+PTRAINDEF pt_status pt_file_read(const char *path, unsigned char **data, size_t *size,
+                                 void *alloc_ctx) {
     FILE *f = fopen(path, "rb");
     long len;
     unsigned char *buf;
-    *out = NULL;
+    *data = NULL;
     *size = 0;
     if (!f) return pt__fail(PT_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     if (fgetc(f) == EOF && ferror(f)) { /* e.g. a directory */
@@ -13539,18 +13603,18 @@ static pt_status pt__read_file(const char *path, unsigned char **out, size_t *si
         fclose(f);
         return pt__fail(PT_ERR_IO, "cannot determine the size of '%s'", path);
     }
-    buf = (unsigned char *)pt__malloc((size_t)len, ctx);
+    buf = (unsigned char *)pt__malloc((size_t)len, alloc_ctx);
     if (!buf) {
         fclose(f);
         return pt__fail(PT_ERR_OOM, "cannot allocate %ld bytes to read '%s'", len, path);
     }
     if (len > 0 && fread(buf, 1, (size_t)len, f) != (size_t)len) {
         fclose(f);
-        pt__free(buf, ctx);
+        pt__free(buf, alloc_ctx);
         return pt__fail(PT_ERR_IO, "cannot read '%s'", path);
     }
     fclose(f);
-    *out = buf;
+    *data = buf;
     *size = (size_t)len;
     return PT_OK;
 }
@@ -13921,7 +13985,7 @@ PTRAINDEF pt_status pt_st_load(pt_safetensors *st, const char *path) {
     pt_status s;
     memset(st, 0, sizeof *st);
     st->alloc_ctx = ctx;
-    if ((s = pt__read_file(path, &buf, &size, ctx)) != PT_OK) return s;
+    if ((s = pt_file_read(path, &buf, &size, ctx)) != PT_OK) return s;
     if ((s = pt_st_parse(st, buf, size)) != PT_OK) {
         pt__free(buf, ctx);
         return pt__fail_path(s, path);
@@ -14904,7 +14968,7 @@ PTRAINDEF pt_status pt_gpt_config_from_hf_json(const char *text, size_t len, pt_
 PTRAINDEF pt_status pt_gpt_config_from_hf_file(const char *path, pt_gpt_config *out) {
     unsigned char *text;
     size_t n;
-    pt_status s = pt__read_file(path, &text, &n, NULL);
+    pt_status s = pt_file_read(path, &text, &n, NULL);
     if (s != PT_OK) return s;
     s = pt_gpt_config_from_hf_json((const char *)text, n, out);
     pt__free(text, NULL);
@@ -15086,7 +15150,7 @@ PTRAINDEF pt_status pt_gpt_load_weights_hf(pt_gpt *m, const char *dir) {
     pt__json j;
     if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    if (pt__read_file(path, &text, &n, m->alloc_ctx) != PT_OK) { /* one file */
+    if (pt_file_read(path, &text, &n, m->alloc_ctx) != PT_OK) { /* one file */
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         return pt_gpt_load_weights(m, path);
     }
@@ -15206,7 +15270,7 @@ PTRAINDEF pt_status pt_tokens_load(pt_tokens *t, const char *path, pt_tokens_for
     t->alloc_ctx = ctx;
     if (fmt == PT_TOKENS_AUTO)
         fmt = (plen > 4 && strcmp(path + plen - 4, ".bin") == 0) ? PT_TOKENS_LLMC : PT_TOKENS_BYTES;
-    if ((s = pt__read_file(path, &buf, &n, ctx)) != PT_OK) return s;
+    if ((s = pt_file_read(path, &buf, &n, ctx)) != PT_OK) return s;
     t->alloc_ctx = ctx;
     s = fmt == PT_TOKENS_LLMC ? pt_tokens_parse_llmc(t, buf, n) : pt_tokens_from_bytes(t, buf, n);
     pt__free(buf, ctx);

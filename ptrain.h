@@ -47,7 +47,7 @@
                              build): PTRAIN_TEST_WRITE_DELAY_MS slows checkpoint writes
 
    SECTIONS (search for the marker)
-       >>basics     status codes, last error, RNG, threads, timing
+       >>basics     status codes, last error, RNG, threads and cores, timing
        >>tensors    tensor views, arena, meta arena
        >>kernels    GEMMs (fp32, bf16), forward/backward pairs (LayerNorm, RMSNorm, RoPE,
                     GELU, SwiGLU, grouped-query attention, ...), AdamW, clipping, LR schedule
@@ -60,8 +60,9 @@
                     evaluation, the serial forward/backward, gradients, AdamW
        >>sim        hardware profiles, cost model, simulated steps, strategy search
        >>text       byte-level BPE tokenizers (GPT-2 files, tokenizer.json), text <-> ids,
-                    token files from text, BPE training
-       >>io         safetensors, token data, loaders, checkpoints, line charts (SVG)
+                    the pre-tokenizer's pieces, token files from text, BPE training
+       >>io         a file read whole, safetensors, token data, loaders, checkpoints,
+                    line charts (SVG)
 
    ALLOCATION. Objects filled by an init function (pt_tokens, pt_loader,
    pt_safetensors, pt_st_writer) take their allocator context from their own
@@ -168,6 +169,9 @@ PTRAINDEF float pt_rng_normal(pt_rng *r, float mean, float std);
 
 PTRAINDEF void pt_set_threads(int n); /* OpenMP and OpenBLAS threads; n <= 0: all cores */
 PTRAINDEF int pt_get_threads(void);
+/* The cores this process may run on: pt_set_threads(0)'s count; thread
+   ranks (pt_comm_threads_run) share them, max(1, cores / ranks) each. */
+PTRAINDEF int pt_num_cores(void);
 PTRAINDEF double pt_time_now(void);   /* seconds, for intervals */
 
 /* ======================================================================== */
@@ -1358,6 +1362,14 @@ typedef struct pt_plan_result {
    alike). */
 PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_plan_result *r,
                                      pt_trace *trace);
+/* The same with each action kind's modeled time multiplied by
+   scale[kind] (PT_ACT_COUNT entries; NULL: as modeled): what the step would
+   take were the backward twice as fast (scale[PT_ACT_B] = 0.5) or the
+   activations' sends free (scale[PT_ACT_SEND_ACT] = 0), and which costs
+   the step is sensitive to at all. */
+PTRAINDEF pt_status pt_plan_simulate_scaled(const pt_plan_desc *d, const pt_hw *hw,
+                                            const double *scale, pt_plan_result *r,
+                                            pt_trace *trace);
 
 /* Strategy search: every (tp, pp, chunks, micro-batch, ZeRO, recompute,
    schedule: 1F1B or interleaved, ZB-H1, ZB-H2, ZB-V) for
@@ -1435,6 +1447,22 @@ PTRAINDEF size_t pt_tokenizer_memory(const pt_tokenizer *tk); /* bytes held */
 /* Token id's bytes, NULL (and *len 0) for an id that is not a token. */
 PTRAINDEF const unsigned char *pt_tokenizer_bytes(const pt_tokenizer *tk, int id, size_t *len);
 PTRAINDEF int pt_tokenizer_find(const pt_tokenizer *tk, const void *bytes, size_t len); /* id or -1 */
+/* The merge of tokens a and b: its rank (0 first: its place in the merges
+   list; the lowest merges first) and, in *merged (may be NULL), the token
+   it makes; -1 when a and b do not merge. */
+PTRAINDEF int pt_tokenizer_merge(const pt_tokenizer *tk, int a, int b, int *merged);
+/* The pre-tokenizer (PIECES above), without a tokenizer: the end of the
+   piece of text[0..n) that starts at byte at, under pat (0: GPT2); n when
+   at >= n. The pieces start at 0 and at each end:
+     for (i = 0; i < n; i = pt_pretok_piece_end(pat, text, n, i)) ...
+   BPE never merges across them. */
+PTRAINDEF size_t pt_pretok_piece_end(pt_pretok pat, const void *text, size_t n, size_t at);
+/* 1 if text[0..n) may be cut at byte at with the pieces of text[0..at) and
+   of text[at..n) the whole text's under both patterns, so that the two
+   parts encode apart to the whole text's ids (where
+   pt_tokenizer_encode_parallel cuts its chunks; a streaming encoder may cut
+   there too); 0 for most piece boundaries, which it does not recognize. */
+PTRAINDEF int pt_pretok_safe_cut(const void *text, size_t n, size_t at);
 /* text -> ids; ids needs room for n (every token holds at least one byte). */
 PTRAINDEF pt_status pt_tokenizer_encode(const pt_tokenizer *tk, const void *text, size_t n,
                                         int allow_special, int *ids, size_t *n_ids);
@@ -1514,10 +1542,22 @@ PTRAINDEF pt_status pt_bpe_train(pt_tokenizer *tk, const void *text, size_t n,
 /* Writes tk as a Hugging Face tokenizer.json (merges as "a b" strings),
    which pt_tokenizer_load and Hugging Face tokenizers read back. */
 PTRAINDEF pt_status pt_tokenizer_save(const pt_tokenizer *tk, const char *path);
+/* GPT-2's byte-level spelling of bytes[0..n) (bytes_to_unicode: each byte
+   one printable character, a space "\xc4\xa0", U+0120), as the strings of
+   encoder.json, vocab.bpe and tokenizer.json spell tokens: UTF-8 into out
+   (room for 2n; no NUL added); returns the bytes written. */
+PTRAINDEF size_t pt_bytelevel_encode(const void *bytes, size_t n, char *out);
 
 /* ======================================================================== */
 /* >>io                                                                      */
 /* ======================================================================== */
+
+/* The whole file at path: *data (its *size bytes) is allocated with
+   PTRAIN_MALLOC(size, alloc_ctx) -- free it with PTRAIN_FREE(data,
+   alloc_ctx), free() by default. On failure (cannot open, read or
+   allocate: the message names the file) *data is NULL and *size 0. */
+PTRAINDEF pt_status pt_file_read(const char *path, unsigned char **data, size_t *size,
+                                 void *alloc_ctx);
 
 /* safetensors: u64 header length N, N bytes of JSON, data. Every size and
    offset is checked before use.
@@ -1866,9 +1906,18 @@ PTRAINDEF float pt_rng_normal(pt_rng *r, float mean, float std) {
 #define PT__HAVE_OPENBLAS 1
 #endif
 
+PTRAINDEF int pt_num_cores(void) {
+#ifdef _OPENMP
+    return omp_get_num_procs();
+#else
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+#endif
+}
+
 PTRAINDEF void pt_set_threads(int n) {
 #ifdef _OPENMP
-    if (n <= 0) n = omp_get_num_procs();
+    if (n <= 0) n = pt_num_cores();
     omp_set_num_threads(n);
 #endif
 #ifdef PT__HAVE_OPENBLAS
@@ -7535,15 +7584,6 @@ static void *pt__trank_main(void *p) {
     return NULL;
 }
 
-static int pt__cores(void) {
-#ifdef _OPENMP
-    return omp_get_num_procs();
-#else
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-#endif
-}
-
 static void pt__tworld_destroy(pt__tworld *w) {
     if (!w) return;
     while (w->groups) {
@@ -7600,7 +7640,7 @@ PTRAINDEF pt_status pt_comm_threads_run(int nranks, pt_status (*fn)(pt_comm *wor
     memset(w->done, 0, (size_t)nranks * sizeof(int));
     memset(w->saw_fail, 0, (size_t)nranks);
     memset(w->origin, 0, (size_t)nranks);
-    threads = pt__cores() / nranks;
+    threads = pt_num_cores() / nranks;
     if (threads < 1) threads = 1;
     pt_set_threads(threads); /* OpenBLAS's count is global: set it once, here */
     for (i = 0; i < nranks; i++) {
@@ -8109,6 +8149,100 @@ static void pt__interleaved_slot(const pt_schedule *s, int k, int backward, int 
     *micro = (k / (p * v)) * p + k % p;
 }
 
+/* Ends every stage's list with the optimizer step (2BW: its last). */
+static pt_status pt__sched_close(pt_schedule *s) {
+    int st;
+    for (st = 0; st < s->stages; st++) pt__sched_add(s, st, PT_ACT_OPT, -1, -1, -1);
+    return PT_OK;
+}
+
+/* GPipe: every forward, then every backward. */
+static pt_status pt__build_gpipe(pt_schedule *s) {
+    int st, k;
+    for (st = 0; st < s->stages; st++) {
+        for (k = 0; k < s->micro; k++) pt__sched_compute(s, st, PT_ACT_F, k, 0);
+        for (k = 0; k < s->micro; k++) pt__sched_compute(s, st, PT_ACT_B, k, 0);
+    }
+    return pt__sched_close(s);
+}
+
+/* 1F1B's order: stage s forwards min(p-s-1, m) micro-batches (the warm-up),
+   then one forward one backward, then the backwards left. With w_lag (ZB-H1)
+   W is split from B and stage s runs W(k) after B(k+s); with batches (2BW)
+   an update follows the B that ends each batch of p micro-batches but the
+   last. */
+static pt_status pt__sched_1f1b(pt_schedule *s, int w_lag, int batches) {
+    int p = s->stages, m = s->micro, st, k;
+    for (st = 0; st < p; st++) {
+        int warm = p - st - 1 < m ? p - st - 1 : m;
+        for (k = 0; k < warm; k++) pt__sched_compute(s, st, PT_ACT_F, k, 0);
+        for (k = 0; k < m; k++) {
+            if (k < m - warm) pt__sched_compute(s, st, PT_ACT_F, warm + k, 0);
+            pt__sched_compute(s, st, PT_ACT_B, k, 0);
+            if (w_lag && k >= st) pt__sched_add(s, st, PT_ACT_W, k - st, 0, -1);
+            if (batches && (k + 1) % p == 0 && k + 1 < m)
+                pt__sched_add(s, st, PT_ACT_OPT, -1, -1, -1);
+        }
+        for (k = m - st > 0 ? m - st : 0; w_lag && k < m; k++)
+            pt__sched_add(s, st, PT_ACT_W, k, 0, -1);
+    }
+    return pt__sched_close(s);
+}
+
+static pt_status pt__build_1f1b(pt_schedule *s) {
+    return pt__sched_1f1b(s, 0, 0);
+}
+
+/* ZB-H1 (Qi et al. 2023): 1F1B's order with B split from W, and stage s
+   running W(k) after B(k+s): the chain of B's runs ahead, the late W's fill
+   the cool-down, and every stage holds at most p micro-batches (stage 0's
+   count under 1F1B). */
+static pt_status pt__build_zb_h1(pt_schedule *s) {
+    return pt__sched_1f1b(s, 1, 0);
+}
+
+/* PipeDream-2BW: 1F1B's order, never flushed: after the B that ends batch t
+   (micro-batches tp..tp+p-1) the stage makes version t+1 = W(t) - lr grad
+   f(W(t-1)); batch t runs at version max(t-1, 0). */
+static pt_status pt__build_2bw(pt_schedule *s) {
+    int p = s->stages, st, k, made;
+    pt__sched_1f1b(s, 0, 1);
+    for (st = 0; st < p; st++)
+        for (k = 0, made = 0; k < s->count[st]; k++) {
+            pt_action *a = &s->list[st][k];
+            if (a->kind == PT_ACT_OPT) a->version = ++made;
+            else if (a->kind == PT_ACT_F || a->kind == PT_ACT_B)
+                a->version = a->micro / p > 1 ? a->micro / p - 1 : 0;
+        }
+    return PT_OK;
+}
+
+/* Megatron-LM's interleaved 1F1B: a longer warm-up of 2(p-s-1) + (v-1)p
+   forwards, then one forward one backward, in pt__interleaved_slot's
+   order. */
+static pt_status pt__build_interleaved(pt_schedule *s) {
+    int p = s->stages, v = s->chunks, total = s->micro * v, st, k, micro, chunk;
+    for (st = 0; st < p; st++) {
+        int warm = (p - st - 1) * 2 + (v - 1) * p;
+        if (warm > total) warm = total;
+        for (k = 0; k < warm; k++) {
+            pt__interleaved_slot(s, k, 0, &micro, &chunk);
+            pt__sched_compute(s, st, PT_ACT_F, micro, chunk);
+        }
+        for (k = 0; k < total - warm; k++) {
+            pt__interleaved_slot(s, warm + k, 0, &micro, &chunk);
+            pt__sched_compute(s, st, PT_ACT_F, micro, chunk);
+            pt__interleaved_slot(s, k, 1, &micro, &chunk);
+            pt__sched_compute(s, st, PT_ACT_B, micro, chunk);
+        }
+        for (k = total - warm; k < total; k++) {
+            pt__interleaved_slot(s, k, 1, &micro, &chunk);
+            pt__sched_compute(s, st, PT_ACT_B, micro, chunk);
+        }
+    }
+    return pt__sched_close(s);
+}
+
 /* ZB-H2 and ZB-V as the zero-bubble paper builds its schedules: time runs
    in unit slots (F, B, W one each) and at every slot each stage takes the
    first action it may, in a fixed preference; a stage holds at most cap
@@ -8180,7 +8314,7 @@ static pt_status pt__sched_greedy(pt_schedule *s) {
     pt__free(fd, s->alloc_ctx);
     return left ? pt__fail(PT_ERR_CONFIG, "%s: the builder did not finish p=%d m=%d",
                            pt_schedule_kind_name(s->kind), p, m)
-                : PT_OK;
+                : pt__sched_close(s);
 }
 
 /* Chimera in unit time (F one slot, B two): each stage takes, whenever it
@@ -8232,13 +8366,558 @@ static pt_status pt__sched_chimera(pt_schedule *s) {
     for (w = 0; w < p; w++) pt__sched_add(s, w, PT_ACT_REDUCE, -1, -1, p - 1 - w);
     pt__free(fd, s->alloc_ctx);
     return left ? pt__fail(PT_ERR_CONFIG, "chimera: the builder did not finish p=%d m=%d", p, m)
-                : PT_OK;
+                : pt__sched_close(s);
+}
+
+PTRAINDEF void pt_schedule_free(pt_schedule *s) {
+    void *ctx = s->alloc_ctx;
+    pt__free(s->count, ctx);
+    pt__free(s->list, ctx);
+    pt__free(s->storage, ctx);
+    memset(s, 0, sizeof *s);
+    s->alloc_ctx = ctx;
+}
+
+/* 1 if the schedule runs W apart from B (zero-bubble). */
+static int pt__sched_split(const pt_schedule *s) {
+    int st, k;
+    for (st = 0; st < s->stages; st++)
+        for (k = 0; k < s->count[st]; k++)
+            if (s->list[st][k].kind == PT_ACT_W) return 1;
+    return 0;
+}
+
+/* Unit-time slots of an action: F 1; B 2, or 1 when W is split off; W 1;
+   messages and the optimizer step none. */
+static int pt__sched_cost(int kind, int split) {
+    return kind == PT_ACT_F || kind == PT_ACT_W ? 1 : kind == PT_ACT_B ? (split ? 1 : 2) : 0;
+}
+
+static const char *pt__act_names[PT_ACT_COUNT] = {
+    "forward", "backward", "weight gradient", "send activation", "receive activation",
+    "send gradient", "receive gradient", "optimizer step", "replica all-reduce"};
+
+/* Seconds (or unit-time slots) an action takes on its stage; a send's time
+   ends when its receiver may have the message. */
+typedef struct pt__sched_costs {
+    double (*cost)(void *ctx, int stage, const pt_action *a);
+    void *ctx;
+} pt__sched_costs;
+
+typedef struct pt__sched_family pt__sched_family; /* below: a family's builder and rules */
+
+/* The engine's state while it runs a schedule (pt__sched_run). Per (micro,
+   virtual stage), key micro*V + vs: when its F, B and W ended (-1 not yet),
+   when its activation and its input gradient were sent (-1 none, -2 taken)
+   and received. Per stage: its clock, its compute span, where it is in its
+   list. */
+typedef struct pt__sched_state {
+    const pt_schedule *s;
+    const pt__sched_family *fam;  /* the schedule's rules */
+    const pt__sched_costs *costs; /* NULL: unit time */
+    pt_schedule_report *rep;      /* may be NULL */
+    int p, v, m, V, split;
+    double *fd, *bd, *wd, *act_msg, *grad_msg, *have_act, *have_grad;
+    double *clock, *run0, *run1, *busy;
+    int *pc, *live, *first; /* first: where the stage's start slots begin */
+    int *lastb; /* the key whose input gradient the stage's residual-gradient
+                   buffer holds (-1: none) */
+    int *red;   /* Chimera: 1 once the stage reached its replica all-reduce, 2 past it */
+    double *red_at; /* Chimera: when it reached it */
+    /* PipeDream-2BW's weight versions: per stage the newest made, per key the
+       one its F used, per stage and version the micro-batches in flight on
+       it; with costs (the simulator), when each stage reached the OPT making
+       each version: the executor's update agrees across the stages (the
+       clipping norm, the guard, wte's two copies), so every stage waits for
+       the last */
+    int NV, *latest, *fver, *vflight;
+    double *obar;
+} pt__sched_state;
+
+/* The action being run: where, what, and when it starts and for how long. */
+typedef struct pt__sched_act {
+    const pt_action *a;
+    const char *what;
+    int st, mi, c, vs;
+    int local_in, local_out; /* the neighbouring virtual stage lives here: no message */
+    size_t key;
+    double at, cost;
+} pt__sched_act;
+
+/* What a rule says of an action: it ran, the stage waits at it (nothing
+   changed that running it again would redo), it is wrong (pt_last_error says
+   why), or (an update) the flushed rules go on. */
+enum { PT__SCHED_DONE, PT__SCHED_WAIT, PT__SCHED_BAD, PT__SCHED_FLUSH };
+#define PT__REFUSE(...)                                                                      \
+    do {                                                                                     \
+        pt__fail(PT_ERR_CONFIG, __VA_ARGS__);                                                \
+        return PT__SCHED_BAD;                                                                  \
+    } while (0)
+
+/* A schedule family: its builder (every stage's list, ending with the
+   optimizer step) and its rules over the engine's (pt__sched_run), hooks the
+   engine calls at fixed points of an action (NULL: none, the flushed
+   schedules'), each returning a PT__SCHED_ code. */
+struct pt__sched_family {
+    pt_status (*build)(pt_schedule *s);
+    pt_status (*init)(pt__sched_state *r);                    /* its state */
+    int (*admit)(pt__sched_state *r, const pt__sched_act *x);  /* before an F, B, W, message */
+    int (*computed)(pt__sched_state *r, pt__sched_act *x);     /* after an F, B or W */
+    int (*reduce)(pt__sched_state *r, pt__sched_act *x);       /* its own action, REDUCE */
+    int (*update)(pt__sched_state *r, pt__sched_act *x);       /* OPT: DONE mid-list, or FLUSH */
+    int (*synced)(pt__sched_state *r, const pt__sched_act *x); /* an OPT ending the list */
+};
+
+static double pt__sched_dur(const pt__sched_state *r, const pt__sched_act *x) {
+    return r->costs ? r->costs->cost(r->costs->ctx, x->st, x->a)
+                    : pt__sched_cost(x->a->kind, r->split);
+}
+
+/* The first (micro-batch, chunk) of stage st whose F, B or W (when split)
+   has not run, *part being that kind; 0 when none. Only the micro-batches
+   whose path passes the chunk count (Chimera: the chunk of their replica). */
+static int pt__sched_pending(const pt__sched_state *r, int st, int *micro, int *chunk, int *part) {
+    int k, mi;
+    for (k = 0; k < r->v; k++)
+        for (mi = 0; mi < r->m; mi++) {
+            int vs = pt__sched_vs(r->s, st, k);
+            size_t q = (size_t)mi * r->V + (size_t)vs;
+            if (pt__sched_chunk_at(r->s, mi, vs) != k) continue;
+            if (r->fd[q] < 0 || r->bd[q] < 0 || (r->split && r->wd[q] < 0)) {
+                *micro = mi, *chunk = k;
+                *part = r->fd[q] < 0 ? PT_ACT_F : r->bd[q] < 0 ? PT_ACT_B : PT_ACT_W;
+                return 1;
+            }
+        }
+    return 0;
+}
+
+/* F: once, after its input arrived (received, or made on this stage by the
+   previous virtual stage); its activations are held until its B (W when
+   split). */
+static int pt__sched_forward(pt__sched_state *r, pt__sched_act *x) {
+    int st = x->st, rc;
+    size_t key = x->key;
+    if (r->fd[key] >= 0)
+        PT__REFUSE("stage %d: forward of micro-batch %d chunk %d twice", st, x->mi, x->c);
+    if (x->vs > 0 && (!x->local_in ? r->have_act[key] < 0 : r->fd[key - 1] < 0))
+        PT__REFUSE("stage %d, action %d: forward of micro-batch %d chunk %d before its "
+                   "input arrived%s", st, r->pc[st], x->mi, x->c,
+                   !x->local_in ? " (no receive of the activation before it)" : "");
+    if (x->vs > 0 && !x->local_in && r->have_act[key] > x->at) x->at = r->have_act[key];
+    if (x->local_in && r->fd[key - 1] > x->at) x->at = r->fd[key - 1];
+    x->cost = pt__sched_dur(r, x);
+    r->fd[key] = x->at + x->cost;
+    r->live[st]++;
+    if (r->fam->computed && (rc = r->fam->computed(r, x)) != PT__SCHED_DONE) return rc;
+    if (r->rep && r->live[st] > r->rep->peak_inflight[st]) r->rep->peak_inflight[st] = r->live[st];
+    return PT__SCHED_DONE;
+}
+
+/* B: once, after its F and its output gradient (received, or made on this
+   stage by the next virtual stage's B just before: a turn's gradient stays
+   in the executor's one residual-gradient buffer). */
+static int pt__sched_backward(pt__sched_state *r, pt__sched_act *x) {
+    int st = x->st, mi = x->mi, c = x->c;
+    size_t key = x->key;
+    if (r->fd[key] < 0) PT__REFUSE("stage %d, action %d: backward of micro-batch %d chunk %d "
+                                   "before its forward", st, r->pc[st], mi, c);
+    if (r->bd[key] >= 0)
+        PT__REFUSE("stage %d: backward of micro-batch %d chunk %d twice", st, mi, c);
+    if (x->vs < r->V - 1 && (!x->local_out ? r->have_grad[key] < 0 : r->bd[key + 1] < 0))
+        PT__REFUSE("stage %d, action %d: backward of micro-batch %d chunk %d before its "
+                   "output gradient arrived%s", st, r->pc[st], mi, c,
+                   !x->local_out ? " (no receive of the gradient before it)" : "");
+    if (x->vs < r->V - 1 && !x->local_out && r->have_grad[key] > x->at) x->at = r->have_grad[key];
+    if (x->local_out && r->bd[key + 1] > x->at) x->at = r->bd[key + 1];
+    if (x->local_out && r->p > 1 && r->lastb[st] != (int)key + 1)
+        PT__REFUSE("stage %d, action %d: backward of micro-batch %d chunk %d does not "
+                   "follow the backward of virtual stage %d it takes its gradient "
+                   "from (another backward or a receive ran between)", st, r->pc[st],
+                   mi, c, x->vs + 1);
+    r->lastb[st] = (int)key;
+    x->cost = pt__sched_dur(r, x);
+    r->bd[key] = x->at + x->cost;
+    if (!r->split) r->live[st]--;
+    return r->fam->computed ? r->fam->computed(r, x) : PT__SCHED_DONE;
+}
+
+/* W: once, after its B. */
+static int pt__sched_weight(pt__sched_state *r, pt__sched_act *x) {
+    int st = x->st;
+    size_t key = x->key;
+    if (r->bd[key] < 0) PT__REFUSE("stage %d, action %d: weight gradient of micro-batch %d "
+                                   "chunk %d before its backward", st, r->pc[st], x->mi, x->c);
+    if (r->wd[key] >= 0) PT__REFUSE("stage %d: weight gradient of micro-batch %d chunk %d twice",
+                                    st, x->mi, x->c);
+    x->cost = pt__sched_dur(r, x);
+    r->wd[key] = x->at + x->cost;
+    r->live[st]--;
+    return r->fam->computed ? r->fam->computed(r, x) : PT__SCHED_DONE;
+}
+
+/* A send: once, to the stage holding the next virtual stage (the previous
+   for a gradient), after computing what it carries; sends are buffered. */
+static int pt__sched_send(pt__sched_state *r, pt__sched_act *x) {
+    const pt_action *a = x->a;
+    int st = x->st, fwd = a->kind == PT_ACT_SEND_ACT, to = fwd ? x->vs + 1 : x->vs - 1;
+    double *msg = fwd ? r->act_msg : r->grad_msg;
+    if (to < 0 || to >= r->V || a->peer != pt__sched_at(r->s, x->mi, to) || a->peer == st)
+        PT__REFUSE("stage %d, action %d: %s of micro-batch %d chunk %d goes to stage %d, "
+                   "but virtual stage %d is on stage %d%s", st, r->pc[st], x->what, x->mi, x->c,
+                   a->peer, to, to < 0 || to >= r->V ? -1 : pt__sched_at(r->s, x->mi, to),
+                   a->peer == st ? " (itself: no message)" : "");
+    if ((fwd ? r->fd[x->key] : r->bd[x->key]) < 0)
+        PT__REFUSE("stage %d, action %d: %s of micro-batch %d chunk %d before computing it",
+                   st, r->pc[st], x->what, x->mi, x->c);
+    if (msg[x->key] != -1)
+        PT__REFUSE("stage %d: %s of micro-batch %d chunk %d twice", st, x->what, x->mi, x->c);
+    x->cost = pt__sched_dur(r, x);
+    msg[x->key] = x->at + x->cost; /* when the receiver may have it */
+    return PT__SCHED_DONE;
+}
+
+/* A receive: once, from the stage holding the previous virtual stage (the
+   next for a gradient); waits until the message was sent. */
+static int pt__sched_recv(pt__sched_state *r, pt__sched_act *x) {
+    const pt_action *a = x->a;
+    int st = x->st, fwd = a->kind == PT_ACT_RECV_ACT, from = fwd ? x->vs - 1 : x->vs + 1;
+    double *msg = fwd ? r->act_msg : r->grad_msg, *have = fwd ? r->have_act : r->have_grad;
+    size_t src;
+    if (from < 0 || from >= r->V || a->peer != pt__sched_at(r->s, x->mi, from) || a->peer == st)
+        PT__REFUSE("stage %d, action %d: %s of micro-batch %d chunk %d comes from stage %d, "
+                   "but virtual stage %d is on stage %d%s", st, r->pc[st], x->what, x->mi, x->c,
+                   a->peer, from, from < 0 || from >= r->V ? -1 : pt__sched_at(r->s, x->mi, from),
+                   a->peer == st ? " (itself: no message)" : "");
+    src = (size_t)x->mi * r->V + (size_t)from;
+    if (msg[src] == -2)
+        PT__REFUSE("stage %d: %s of micro-batch %d chunk %d twice", st, x->what, x->mi, x->c);
+    if (msg[src] == -1) return PT__SCHED_WAIT; /* not sent yet */
+    if (msg[src] > x->at) x->at = msg[src];
+    msg[src] = -2;
+    have[x->key] = x->at;
+    if (!fwd) r->lastb[st] = -1; /* the received gradient takes the buffer */
+    return PT__SCHED_DONE;
+}
+
+/* The optimizer step: the family's update rule (2BW's mid-list versions),
+   then the flush: it ends the list, after every F, B and W of the stage. */
+static int pt__sched_opt(pt__sched_state *r, pt__sched_act *x) {
+    int st = x->st, rc = r->fam->update ? r->fam->update(r, x) : PT__SCHED_FLUSH, mi, k, part;
+    if (rc != PT__SCHED_FLUSH && rc != PT__SCHED_DONE) return rc;
+    x->cost = pt__sched_dur(r, x);
+    if (rc == PT__SCHED_DONE) return rc; /* mid-list: no flush */
+    if (r->pc[st] != r->s->count[st] - 1)
+        PT__REFUSE("stage %d: the optimizer step is action %d of %d, not the last", st, r->pc[st],
+                   r->s->count[st]);
+    if (r->fam->synced && (rc = r->fam->synced(r, x)) != PT__SCHED_DONE) return rc;
+    if (pt__sched_pending(r, st, &mi, &k, &part))
+        PT__REFUSE("stage %d: the optimizer step comes before the %s of micro-batch %d chunk %d",
+                   st, pt__act_names[part], mi, k);
+    return PT__SCHED_DONE;
+}
+
+/* Runs stage st's next action if its rules allow it now. */
+static int pt__sched_step(pt__sched_state *r, int st, double *start) {
+    const pt_schedule *s = r->s;
+    pt__sched_act x;
+    int kind, rc;
+    x.a = &s->list[st][r->pc[st]], x.st = st, kind = x.a->kind;
+    x.c = x.a->chunk, x.mi = x.a->micro;
+    x.vs = x.c >= 0 && x.c < r->v ? pt__sched_vs(s, st, x.c) : 0;
+    x.local_in = x.vs > 0 && pt__sched_at(s, x.mi, x.vs - 1) == st;
+    x.local_out = x.vs < r->V - 1 && pt__sched_at(s, x.mi, x.vs + 1) == st;
+    x.key = (size_t)x.mi * r->V + (size_t)x.vs;
+    x.at = r->clock[st], x.cost = 0.0;
+    x.what = kind >= 0 && kind < PT_ACT_COUNT ? pt__act_names[kind] : "?";
+    if (kind < 0 || kind >= PT_ACT_COUNT)
+        PT__REFUSE("stage %d, action %d: unknown kind %d", st, r->pc[st], kind);
+    if (kind != PT_ACT_OPT && kind != PT_ACT_REDUCE) {
+        if (x.mi < 0 || x.mi >= r->m || x.c < 0 || x.c >= r->v)
+            PT__REFUSE("stage %d, action %d (%s): micro-batch %d or chunk %d out of range "
+                       "(m=%d, v=%d)", st, r->pc[st], x.what, x.mi, x.c, r->m, r->v);
+        if (r->fam->admit && (rc = r->fam->admit(r, &x)) != PT__SCHED_DONE) return rc;
+    }
+    switch (kind) {
+    case PT_ACT_F: rc = pt__sched_forward(r, &x); break;
+    case PT_ACT_B: rc = pt__sched_backward(r, &x); break;
+    case PT_ACT_W: rc = pt__sched_weight(r, &x); break;
+    case PT_ACT_SEND_ACT:
+    case PT_ACT_SEND_GRAD: rc = pt__sched_send(r, &x); break;
+    case PT_ACT_RECV_ACT:
+    case PT_ACT_RECV_GRAD: rc = pt__sched_recv(r, &x); break;
+    case PT_ACT_REDUCE:
+        if (!r->fam->reduce)
+            PT__REFUSE("stage %d, action %d: a replica all-reduce with stage %d in a schedule "
+                       "without replicas", st, r->pc[st], x.a->peer);
+        rc = r->fam->reduce(r, &x);
+        break;
+    default: rc = pt__sched_opt(r, &x); break;
+    }
+    if (rc != PT__SCHED_DONE) return rc;
+    if (start) start[r->first[st] + r->pc[st]] = x.at;
+    if (kind == PT_ACT_F || kind == PT_ACT_B || kind == PT_ACT_W) {
+        if (r->run0[st] < 0) r->run0[st] = x.at;
+        r->run1[st] = x.at + x.cost, r->busy[st] += x.cost;
+    }
+    r->clock[st] = x.at + x.cost;
+    r->pc[st]++;
+    return PT__SCHED_DONE;
+}
+
+/* Chimera: every action of micro-batch k runs on the chunk of its replica. */
+static int pt__chimera_admit(pt__sched_state *r, const pt__sched_act *x) {
+    if (x->c != pt__chimera_replica(r->p, x->mi))
+        PT__REFUSE("stage %d, action %d (%s): micro-batch %d travels replica %d, not "
+                   "chunk %d's", x->st, r->pc[x->st], x->what, x->mi,
+                   pt__chimera_replica(r->p, x->mi), x->c);
+    return PT__SCHED_DONE;
+}
+
+/* Chimera's replica all-reduce: stage s with stage p-1-s, which holds the
+   same layers in the other replica, after all its backwards (and weight
+   gradients); a collective, it ends when both reached it. */
+static int pt__chimera_reduce(pt__sched_state *r, pt__sched_act *x) {
+    int st = x->st, peer = x->a->peer, mi, k, part;
+    if (peer != r->p - 1 - st)
+        PT__REFUSE("stage %d, action %d: a replica all-reduce with stage %d, but the same layers "
+                   "are on stage p-1-s", st, r->pc[st], peer);
+    if (r->red[st] == 2) PT__REFUSE("stage %d: the replica all-reduce twice", st);
+    if (!r->red[st] && pt__sched_pending(r, st, &mi, &k, &part)) /* F missing: its B is too */
+        PT__REFUSE("stage %d: the replica all-reduce comes before the %s of micro-batch %d "
+                   "chunk %d", st, part == PT_ACT_W ? "weight gradient" : "backward", mi, k);
+    if (!r->red[st]) r->red_at[st] = x->at, r->red[st] = 1;
+    if (!r->red[peer]) return PT__SCHED_WAIT; /* the collective waits for its peer */
+    x->at = r->red_at[st] > r->red_at[peer] ? r->red_at[st] : r->red_at[peer];
+    x->cost = pt__sched_dur(r, x);
+    r->red[st] = 2;
+    return PT__SCHED_DONE;
+}
+
+/* Chimera: the optimizer step updates weights both replicas reduced. */
+static int pt__chimera_synced(pt__sched_state *r, const pt__sched_act *x) {
+    if (r->red[x->st] != 2)
+        PT__REFUSE("stage %d: the optimizer step comes before the replica gradient "
+                   "all-reduce with stage %d (same layers, other replica)", x->st,
+                   r->p - 1 - x->st);
+    return PT__SCHED_DONE;
+}
+
+static pt_status pt__2bw_init(pt__sched_state *r) {
+    size_t n = (size_t)r->p + (size_t)r->m * r->V + (size_t)r->p * (r->m / r->p + 2), i;
+    r->NV = r->m / r->p + 2;
+    if (!(r->latest = (int *)pt__malloc(sizeof(int) * n, r->s->alloc_ctx))) return PT_ERR_OOM;
+    memset(r->latest, 0, sizeof(int) * n);
+    r->fver = r->latest + r->p, r->vflight = r->fver + (size_t)r->m * r->V;
+    if (!r->costs) return PT_OK;
+    r->obar = (double *)pt__malloc(sizeof(double) * (size_t)r->p * r->NV, r->s->alloc_ctx);
+    if (!r->obar) return PT_ERR_OOM;
+    for (i = 0; i < (size_t)r->p * r->NV; i++) r->obar[i] = -1.0;
+    return PT_OK;
+}
+
+/* 2BW's report: the newest version and those in-flight micro-batches use
+   (the version rule and the updates' order keep it at two: batch t-1's
+   micro-batches, at t-2, are all done before version t is made). */
+static void pt__2bw_alive(pt__sched_state *r, int st) {
+    int ver, alive = 1;
+    if (!r->rep) return;
+    for (ver = 0; ver < r->NV; ver++)
+        alive += ver != r->latest[st] && r->vflight[st * r->NV + ver] > 0;
+    if (alive > r->rep->versions) r->rep->versions = alive;
+}
+
+/* 2BW: batch t = micro/p forwards at version max(t-1, 0), one the stage has
+   made, and backpropagates at its forward's; a micro-batch holds its
+   version until its B (W when split). */
+static int pt__2bw_computed(pt__sched_state *r, pt__sched_act *x) {
+    const pt_action *a = x->a;
+    int st = x->st, mi = x->mi, p = r->p, *flight = r->vflight + st * r->NV;
+    if (a->kind == PT_ACT_F) {
+        if (a->version != (mi / p > 1 ? mi / p - 1 : 0))
+            PT__REFUSE("stage %d, action %d: forward of micro-batch %d (batch %d) at weight "
+                       "version %d; 2BW's W(t+1) = W(t) - lr grad f(W(t-1)) computes batch t "
+                       "at version max(t-1, 0)", st, r->pc[st], mi, mi / p, a->version);
+        if (a->version > r->latest[st])
+            PT__REFUSE("stage %d, action %d: forward of micro-batch %d at weight version %d, "
+                       "which the stage has not made yet (newest %d)", st, r->pc[st], mi,
+                       a->version, r->latest[st]);
+        r->fver[x->key] = a->version;
+        flight[a->version]++;
+    } else if (a->kind == PT_ACT_B) {
+        if (a->version != r->fver[x->key])
+            PT__REFUSE("stage %d, action %d: backward of micro-batch %d at weight version %d, "
+                       "its forward used %d", st, r->pc[st], mi, a->version, r->fver[x->key]);
+        if (!r->split) flight[r->fver[x->key]]--;
+    } else {
+        flight[r->fver[x->key]]--;
+    }
+    pt__2bw_alive(r, st);
+    return PT__SCHED_DONE;
+}
+
+/* 2BW's update: version t+1 from batch t's gradients, made after all its
+   backwards; mid-list but for the last, which flushes. With costs every
+   stage waits for the last to reach it (the executor's update agrees
+   across the stages). */
+static int pt__2bw_update(pt__sched_state *r, pt__sched_act *x) {
+    const pt_action *a = x->a;
+    int st = x->st, p = r->p, NV = r->NV, t = a->version - 1, mi, q;
+    if (r->obar && a->version >= 0 && a->version < NV) {
+        if (r->obar[st * NV + a->version] < 0) r->obar[st * NV + a->version] = x->at;
+        for (q = 0; q < p; q++)
+            if (r->obar[q * NV + a->version] < 0) return PT__SCHED_WAIT;
+        for (q = 0; q < p; q++)
+            if (r->obar[q * NV + a->version] > x->at) x->at = r->obar[q * NV + a->version];
+    }
+    if (a->version != r->latest[st] + 1 || a->version >= NV)
+        PT__REFUSE("stage %d, action %d: the update makes weight version %d after "
+                   "version %d", st, r->pc[st], a->version, r->latest[st]);
+    for (mi = t * p; mi < (t + 1) * p; mi++)
+        if (r->bd[(size_t)mi * r->V + (size_t)st] < 0)
+            PT__REFUSE("stage %d, action %d: the update to weight version %d comes "
+                       "before the backward of micro-batch %d of batch %d", st,
+                       r->pc[st], a->version, mi, t);
+    r->latest[st] = a->version;
+    pt__2bw_alive(r, st);
+    return r->pc[st] != r->s->count[st] - 1 ? PT__SCHED_DONE : PT__SCHED_FLUSH;
+}
+
+/* The families, in pt_schedule_kind's order (the default resolves to 1F1B
+   or interleaved before building; a hand-made list of it runs the flushed
+   rules). The flushed ones share the engine's rules: F, B, W, messages and
+   the flush; W and the turns (ZB-V) are rules of their actions. */
+static const pt__sched_family pt__sched_families[PT_SCHED_COUNT] = {
+    {NULL, NULL, NULL, NULL, NULL, NULL, NULL},                  /* default */
+    {pt__build_gpipe, NULL, NULL, NULL, NULL, NULL, NULL},       /* gpipe */
+    {pt__build_1f1b, NULL, NULL, NULL, NULL, NULL, NULL},        /* 1f1b */
+    {pt__build_interleaved, NULL, NULL, NULL, NULL, NULL, NULL}, /* interleaved */
+    {pt__build_zb_h1, NULL, NULL, NULL, NULL, NULL, NULL},       /* zb-h1 */
+    {pt__sched_greedy, NULL, NULL, NULL, NULL, NULL, NULL},      /* zb-h2 */
+    {pt__sched_greedy, NULL, NULL, NULL, NULL, NULL, NULL},      /* zb-v */
+    {pt__sched_chimera, NULL, pt__chimera_admit, NULL, pt__chimera_reduce, NULL,
+     pt__chimera_synced},                                         /* chimera */
+    {pt__build_2bw, pt__2bw_init, NULL, pt__2bw_computed, NULL, pt__2bw_update, NULL}, /* 2bw */
+};
+
+static void pt__sched_state_free(pt__sched_state *r) {
+    pt__free(r->fd, r->s->alloc_ctx);
+    pt__free(r->pc, r->s->alloc_ctx);
+    pt__free(r->latest, r->s->alloc_ctx);
+    pt__free(r->obar, r->s->alloc_ctx);
+}
+
+static pt_status pt__sched_state_init(pt__sched_state *r, const pt_schedule *s, pt_schedule_report *rep,
+                              const pt__sched_costs *costs) {
+    int p = s->stages, st;
+    size_t nkeys, i;
+    memset(r, 0, sizeof *r);
+    r->s = s, r->rep = rep, r->costs = costs;
+    r->fam = &pt__sched_families[(int)s->kind >= 0 && s->kind < PT_SCHED_COUNT ? s->kind : 0];
+    r->p = p, r->v = s->chunks, r->m = s->micro, r->V = pt__sched_nv(s);
+    nkeys = (size_t)r->m * r->V;
+    r->fd = (double *)pt__malloc(sizeof(double) * (nkeys * 7 + 5 * (size_t)p), s->alloc_ctx);
+    r->pc = (int *)pt__malloc(sizeof(int) * (size_t)p * 5, s->alloc_ctx);
+    if (!r->fd || !r->pc || (r->fam->init && r->fam->init(r) != PT_OK)) {
+        pt__sched_state_free(r);
+        return pt__fail(PT_ERR_OOM, "cannot allocate the schedule checker's state");
+    }
+    r->bd = r->fd + nkeys, r->wd = r->bd + nkeys, r->act_msg = r->wd + nkeys;
+    r->grad_msg = r->act_msg + nkeys, r->have_act = r->grad_msg + nkeys;
+    r->have_grad = r->have_act + nkeys, r->clock = r->have_grad + nkeys;
+    r->run0 = r->clock + p, r->run1 = r->run0 + p, r->busy = r->run1 + p, r->red_at = r->busy + p;
+    r->live = r->pc + p, r->first = r->live + p, r->lastb = r->first + p, r->red = r->lastb + p;
+    memset(r->pc, 0, sizeof(int) * (size_t)p * 5);
+    for (i = 0; i < nkeys * 7; i++) r->fd[i] = -1;
+    for (st = 0; st < p; st++) {
+        r->lastb[st] = -1, r->clock[st] = r->busy[st] = 0.0, r->run0[st] = r->run1[st] = -1.0;
+        if (st > 0) r->first[st] = r->first[st - 1] + s->count[st - 1];
+    }
+    r->split = pt__sched_split(s);
+    if (rep) memset(rep, 0, sizeof *rep), rep->versions = 1;
+    return PT_OK;
+}
+
+/* After the last step: a deadlock, a stage without its closing update, a
+   (micro-batch, chunk) never run or a message never received, in words;
+   else the report. */
+static pt_status pt__sched_verdict(pt__sched_state *r, double *clock_out) {
+    const pt_schedule *s = r->s;
+    int p = r->p, st, q, part;
+    size_t i, len = 0, nkeys = (size_t)r->m * r->V;
+    char msg[512];
+    for (st = 0; st < p; st++)
+        if (r->pc[st] < s->count[st]) { /* a deadlock: say where every stage waits */
+            for (q = 0; q < p && len < sizeof msg - 100; q++)
+                if (r->pc[q] < s->count[q]) {
+                    const pt_action *w = &s->list[q][r->pc[q]];
+                    len += (size_t)snprintf(msg + len, sizeof msg - len,
+                                            "%sstage %d waits at action %d (%s of micro-batch %d "
+                                            "chunk %d from stage %d)", len ? "; " : "", q, r->pc[q],
+                                            pt__act_names[w->kind], w->micro, w->chunk, w->peer);
+                }
+            return pt__fail(PT_ERR_CONFIG, "deadlock: %s", msg);
+        }
+    for (st = 0; st < p; st++)
+        if (s->count[st] == 0 || s->list[st][s->count[st] - 1].kind != PT_ACT_OPT)
+            return pt__fail(PT_ERR_CONFIG, "stage %d has no optimizer step at the end", st);
+    for (i = 0; i < nkeys; i++) {
+        int mi = (int)(i / (size_t)r->V), vs = (int)(i % (size_t)r->V);
+        if (r->fd[i] < 0 || r->bd[i] < 0 || (r->split && r->wd[i] < 0)) {
+            part = r->fd[i] < 0 ? PT_ACT_F : r->bd[i] < 0 ? PT_ACT_B : PT_ACT_W;
+            return pt__fail(PT_ERR_CONFIG, "micro-batch %d chunk %d of stage %d never gets its %s",
+                            mi, pt__sched_chunk_at(s, mi, vs), pt__sched_at(s, mi, vs),
+                            pt__act_names[part]);
+        }
+        if (r->act_msg[i] >= 0 || r->grad_msg[i] >= 0)
+            return pt__fail(PT_ERR_CONFIG, "stage %d sends the %s of micro-batch %d chunk %d, "
+                            "and nobody receives it", pt__sched_at(s, mi, vs),
+                            r->act_msg[i] >= 0 ? "activation" : "gradient", mi,
+                            pt__sched_chunk_at(s, mi, vs));
+    }
+    if (r->rep && !r->costs) {
+        double work = (double)r->m * r->V * 3.0;
+        for (st = 0; st < p; st++)
+            r->rep->steps = r->clock[st] > r->rep->steps ? (int)r->clock[st] : r->rep->steps;
+        r->rep->bubble = r->rep->steps ? 1.0 - work / ((double)p * r->rep->steps) : 0.0;
+        for (st = 0; st < p; st++) r->rep->idle += (int)(r->run1[st] - r->run0[st] - r->busy[st]);
+    }
+    if (clock_out) memcpy(clock_out, r->clock, sizeof(double) * (size_t)p);
+    return PT_OK;
+}
+#undef PT__REFUSE
+
+/* Runs every stage's list, checking each action's preconditions: in unit
+   time when costs is NULL (F 1 slot; B 2, or 1 when W is split off; W 1;
+   messages arrive when sent), else with costs' durations (the simulator).
+   Each stage runs until an action must wait (a receive, a collective), in
+   rounds until none moves. The rules are the engine's for every action
+   kind plus the schedule family's (pt__sched_families). start (may be NULL)
+   gets each action's start, stage after stage; clock (may be NULL, p
+   entries) each stage's end. Reports the first violation, or a deadlock,
+   in words. */
+static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, double *start,
+                               const pt__sched_costs *costs, double *clock_out) {
+    pt__sched_state r;
+    int st, progress, rc = PT__SCHED_DONE;
+    pt_status err = pt__sched_state_init(&r, s, rep, costs);
+    if (err != PT_OK) return err;
+    do {
+        progress = 0;
+        for (st = 0; st < r.p && rc != PT__SCHED_BAD; st++)
+            while (r.pc[st] < s->count[st] && (rc = pt__sched_step(&r, st, start)) == PT__SCHED_DONE)
+                progress = 1;
+    } while (progress && rc != PT__SCHED_BAD);
+    err = rc == PT__SCHED_BAD ? PT_ERR_CONFIG : pt__sched_verdict(&r, clock_out);
+    pt__sched_state_free(&r);
+    return err;
 }
 
 PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int p, int v,
                                       int m) {
     void *ctx = s->alloc_ctx;
-    int bad = 0, st, k, per;
+    int bad = 0, st, per;
+    pt_status err;
     memset(s, 0, sizeof *s);
     s->alloc_ctx = ctx;
     pt_clear_error();
@@ -8281,419 +8960,7 @@ PTRAINDEF pt_status pt_schedule_build(pt_schedule *s, pt_schedule_kind kind, int
         return pt__fail(PT_ERR_OOM, "cannot allocate a schedule of %d x %d actions", p, per);
     }
     for (st = 0; st < p; st++) s->count[st] = 0, s->list[st] = s->storage + (size_t)st * per;
-    for (st = 0; st < p; st++) {
-        int warm = p - st - 1 < m ? p - st - 1 : m, total = m * v, micro, chunk;
-        switch (kind) {
-        case PT_SCHED_GPIPE:
-            for (k = 0; k < m; k++) pt__sched_compute(s, st, PT_ACT_F, k, 0);
-            for (k = 0; k < m; k++) pt__sched_compute(s, st, PT_ACT_B, k, 0);
-            break;
-        case PT_SCHED_2BW:
-            /* PipeDream-2BW: 1F1B's order, never flushed: after the B that ends
-               batch t (micro-batches tp..tp+p-1) the stage makes version t+1 =
-               W(t) - lr grad f(W(t-1)); batch t runs at version max(t-1, 0) */
-            for (k = 0; k < warm; k++) pt__sched_compute(s, st, PT_ACT_F, k, 0);
-            for (k = 0; k < m; k++) {
-                if (k < m - warm) pt__sched_compute(s, st, PT_ACT_F, warm + k, 0);
-                pt__sched_compute(s, st, PT_ACT_B, k, 0);
-                if ((k + 1) % p == 0 && k + 1 < m) pt__sched_add(s, st, PT_ACT_OPT, -1, -1, -1);
-            }
-            for (k = 0, chunk = 0; k < s->count[st]; k++) { /* chunk: versions made */
-                pt_action *a = &s->list[st][k];
-                if (a->kind == PT_ACT_OPT) a->version = ++chunk;
-                else if (a->kind == PT_ACT_F || a->kind == PT_ACT_B)
-                    a->version = a->micro / p > 1 ? a->micro / p - 1 : 0;
-            }
-            break;
-        case PT_SCHED_1F1B: /* warm-up forwards, then one forward one backward, then the rest */
-        case PT_SCHED_ZB_H1:
-            /* ZB-H1 (Qi et al. 2023): 1F1B's order with B split from W, and
-               stage s running W(k) after B(k+s): the chain of B's runs ahead,
-               the late W's fill the cool-down, and every stage holds at most
-               p micro-batches (stage 0's count under 1F1B) */
-            for (k = 0; k < warm; k++) pt__sched_compute(s, st, PT_ACT_F, k, 0);
-            for (k = 0; k < m; k++) {
-                if (k < m - warm) pt__sched_compute(s, st, PT_ACT_F, warm + k, 0);
-                pt__sched_compute(s, st, PT_ACT_B, k, 0);
-                if (kind == PT_SCHED_ZB_H1 && k >= st) pt__sched_add(s, st, PT_ACT_W, k - st, 0, -1);
-            }
-            for (k = m - st > 0 ? m - st : 0; kind == PT_SCHED_ZB_H1 && k < m; k++)
-                pt__sched_add(s, st, PT_ACT_W, k, 0, -1);
-            break;
-        case PT_SCHED_INTERLEAVED:
-            warm = (p - st - 1) * 2 + (v - 1) * p;
-            if (warm > total) warm = total;
-            for (k = 0; k < warm; k++) {
-                pt__interleaved_slot(s, k, 0, &micro, &chunk);
-                pt__sched_compute(s, st, PT_ACT_F, micro, chunk);
-            }
-            for (k = 0; k < total - warm; k++) {
-                pt__interleaved_slot(s, warm + k, 0, &micro, &chunk);
-                pt__sched_compute(s, st, PT_ACT_F, micro, chunk);
-                pt__interleaved_slot(s, k, 1, &micro, &chunk);
-                pt__sched_compute(s, st, PT_ACT_B, micro, chunk);
-            }
-            for (k = total - warm; k < total; k++) {
-                pt__interleaved_slot(s, k, 1, &micro, &chunk);
-                pt__sched_compute(s, st, PT_ACT_B, micro, chunk);
-            }
-            break;
-        default:
-            break;
-        }
-    }
-    if (kind == PT_SCHED_ZB_H2 || kind == PT_SCHED_ZB_V || kind == PT_SCHED_CHIMERA) {
-        pt_status err = kind == PT_SCHED_CHIMERA ? pt__sched_chimera(s) : pt__sched_greedy(s);
-        if (err != PT_OK) {
-            pt_schedule_free(s);
-            return err;
-        }
-    }
-    for (st = 0; st < p; st++) {
-        pt__sched_add(s, st, PT_ACT_OPT, -1, -1, -1);
-        if (kind == PT_SCHED_2BW) s->list[st][s->count[st] - 1].version = m / p;
-    }
-    return PT_OK;
-}
-
-PTRAINDEF void pt_schedule_free(pt_schedule *s) {
-    void *ctx = s->alloc_ctx;
-    pt__free(s->count, ctx);
-    pt__free(s->list, ctx);
-    pt__free(s->storage, ctx);
-    memset(s, 0, sizeof *s);
-    s->alloc_ctx = ctx;
-}
-
-/* 1 if the schedule runs W apart from B (zero-bubble). */
-static int pt__sched_split(const pt_schedule *s) {
-    int st, k;
-    for (st = 0; st < s->stages; st++)
-        for (k = 0; k < s->count[st]; k++)
-            if (s->list[st][k].kind == PT_ACT_W) return 1;
-    return 0;
-}
-
-/* Unit-time slots of an action: F 1; B 2, or 1 when W is split off; W 1;
-   messages and the optimizer step none. */
-static int pt__sched_cost(int kind, int split) {
-    return kind == PT_ACT_F || kind == PT_ACT_W ? 1 : kind == PT_ACT_B ? (split ? 1 : 2) : 0;
-}
-
-static const char *pt__act_names[PT_ACT_COUNT] = {
-    "forward", "backward", "weight gradient", "send activation", "receive activation",
-    "send gradient", "receive gradient", "optimizer step", "replica all-reduce"};
-
-/* Seconds (or unit-time slots) an action takes on its stage; a send's time
-   ends when its receiver may have the message. */
-typedef struct pt__sched_costs {
-    double (*cost)(void *ctx, int stage, const pt_action *a);
-    void *ctx;
-} pt__sched_costs;
-
-/* Runs every stage's list, checking each action's preconditions: in unit
-   time when costs is NULL (F 1 slot; B 2, or 1 when W is split off; W 1;
-   messages arrive when sent), else with costs' durations (the simulator).
-   start (may be NULL) gets each action's start, stage after stage; clock
-   (may be NULL, p entries) each stage's end. Reports the first violation,
-   or a deadlock, in words. */
-static pt_status pt__sched_run(const pt_schedule *s, pt_schedule_report *rep, double *start,
-                               const pt__sched_costs *costs, double *clock_out) {
-    int p = s->stages, v = s->chunks, m = s->micro, V = pt__sched_nv(s), st, k, progress, split = 0;
-    int chimera = s->kind == PT_SCHED_CHIMERA, tbw = s->kind == PT_SCHED_2BW;
-    /* weight versions (2BW; one version, 0, elsewhere): per stage the newest made,
-       per (micro, virtual stage) the one its F used, per stage and version the
-       micro-batches in flight on it */
-    int NV = tbw ? m / p + 2 : 1, *latest, *fver, *vflight;
-    size_t nkeys = (size_t)m * V, i;
-    /* 2BW with costs (the simulator): when each stage reached the OPT making each
-       version; the executor's update agrees across the stages (the clipping
-       norm, the guard, wte's two copies), so every stage waits for the last */
-    double *obar = NULL;
-    /* per (micro, virtual stage): times F, B, W were done (-1 not yet); messages */
-    double *fd = (double *)pt__malloc(sizeof(double) * (nkeys * 7 + 5 * (size_t)p), s->alloc_ctx);
-    double *bd = fd + nkeys;
-    double *wd = bd + nkeys, *act_msg = wd + nkeys, *grad_msg = act_msg + nkeys; /* time sent,
-                                                                        -1 none, -2 taken */
-    double *have_act = grad_msg + nkeys, *have_grad = have_act + nkeys, *clock = have_grad + nkeys;
-    double *run0 = clock + p, *run1 = run0 + p, *busy = run1 + p; /* each stage's compute span */
-    double *red_at = busy + p; /* when the stage reached its replica all-reduce */
-    int *pc = (int *)pt__malloc(sizeof(int) * (size_t)p * 5, s->alloc_ctx), *live = pc + p;
-    int *first = live + p; /* where stage st's start slots begin */
-    int *lastb = first + p; /* the (micro, virtual stage) whose input gradient the stage's
-                               residual-gradient buffer holds (-1: none) */
-    int *red = lastb + p;   /* Chimera: 1 once the stage reached its all-reduce, 2 past it */
-    pt_status err = PT_OK;
-    latest = (int *)pt__malloc(sizeof(int) * ((size_t)p + nkeys + (size_t)p * NV), s->alloc_ctx);
-    fver = latest ? latest + p : NULL, vflight = fver ? fver + nkeys : NULL;
-    if (!fd || !pc || !latest) {
-        pt__free(fd, s->alloc_ctx), pt__free(pc, s->alloc_ctx), pt__free(latest, s->alloc_ctx);
-        return pt__fail(PT_ERR_OOM, "cannot allocate the schedule checker's state");
-    }
-    memset(latest, 0, sizeof(int) * ((size_t)p + nkeys + (size_t)p * NV));
-    if (tbw && costs) {
-        if (!(obar = (double *)pt__malloc(sizeof(double) * (size_t)p * NV, s->alloc_ctx))) {
-            err = pt__fail(PT_ERR_OOM, "cannot allocate the schedule checker's state");
-            goto done;
-        }
-        for (i = 0; i < (size_t)p * NV; i++) obar[i] = -1.0;
-    }
-    memset(pc, 0, sizeof(int) * (size_t)p * 3);
-    memset(red, 0, sizeof(int) * (size_t)p);
-    for (st = 0; st < p; st++) lastb[st] = -1;
-    for (i = 0; i < nkeys * 7; i++) fd[i] = -1;
-    for (st = 0; st < p; st++) clock[st] = busy[st] = 0.0, run0[st] = run1[st] = -1.0;
-    for (st = 1; st < p; st++) first[st] = first[st - 1] + s->count[st - 1];
-    split = pt__sched_split(s);
-    if (rep) memset(rep, 0, sizeof *rep), rep->versions = 1;
-#define PT__BAD(...)                                                                         \
-    do {                                                                                     \
-        err = pt__fail(PT_ERR_CONFIG, __VA_ARGS__);                                          \
-        goto done;                                                                           \
-    } while (0)
-    do {
-        progress = 0;
-        for (st = 0; st < p; st++) {
-            while (pc[st] < s->count[st]) {
-                const pt_action *a = &s->list[st][pc[st]];
-                int c = a->chunk, mi = a->micro, vs = c >= 0 && c < v ? pt__sched_vs(s, st, c) : 0;
-                /* the neighbouring virtual stages live here: no message between */
-                int local_in = vs > 0 && pt__sched_at(s, mi, vs - 1) == st;
-                int local_out = vs < V - 1 && pt__sched_at(s, mi, vs + 1) == st;
-                double cost = 0.0, at = clock[st];
-                size_t key = (size_t)mi * V + (size_t)vs;
-                const char *what = a->kind >= 0 && a->kind < PT_ACT_COUNT ? pt__act_names[a->kind] : "?";
-                if (a->kind < 0 || a->kind >= PT_ACT_COUNT)
-                    PT__BAD("stage %d, action %d: unknown kind %d", st, pc[st], a->kind);
-                if (a->kind != PT_ACT_OPT && a->kind != PT_ACT_REDUCE &&
-                    (mi < 0 || mi >= m || c < 0 || c >= v))
-                    PT__BAD("stage %d, action %d (%s): micro-batch %d or chunk %d out of range "
-                            "(m=%d, v=%d)", st, pc[st], what, mi, c, m, v);
-                if (chimera && a->kind != PT_ACT_OPT && a->kind != PT_ACT_REDUCE &&
-                    c != pt__chimera_replica(p, mi))
-                    PT__BAD("stage %d, action %d (%s): micro-batch %d travels replica %d, not "
-                            "chunk %d's", st, pc[st], what, mi, pt__chimera_replica(p, mi), c);
-                switch (a->kind) {
-                case PT_ACT_F:
-                    if (fd[key] >= 0) PT__BAD("stage %d: forward of micro-batch %d chunk %d twice", st, mi, c);
-                    if (vs > 0 && (!local_in ? have_act[key] < 0 : fd[key - 1] < 0))
-                        PT__BAD("stage %d, action %d: forward of micro-batch %d chunk %d before its "
-                                "input arrived%s", st, pc[st], mi, c,
-                                !local_in ? " (no receive of the activation before it)" : "");
-                    if (vs > 0 && !local_in && have_act[key] > at) at = have_act[key];
-                    if (local_in && fd[key - 1] > at) at = fd[key - 1];
-                    cost = costs ? costs->cost(costs->ctx, st, a) : pt__sched_cost(a->kind, split);
-                    fd[key] = at + cost;
-                    live[st]++;
-                    if (tbw && a->version != (mi / p > 1 ? mi / p - 1 : 0))
-                        PT__BAD("stage %d, action %d: forward of micro-batch %d (batch %d) at weight "
-                                "version %d; 2BW's W(t+1) = W(t) - lr grad f(W(t-1)) computes batch t "
-                                "at version max(t-1, 0)", st, pc[st], mi, mi / p, a->version);
-                    if (tbw && a->version > latest[st])
-                        PT__BAD("stage %d, action %d: forward of micro-batch %d at weight version %d, "
-                                "which the stage has not made yet (newest %d)", st, pc[st], mi,
-                                a->version, latest[st]);
-                    fver[key] = tbw ? a->version : 0;
-                    vflight[st * NV + fver[key]]++;
-                    if (rep && live[st] > rep->peak_inflight[st]) rep->peak_inflight[st] = live[st];
-                    break;
-                case PT_ACT_B:
-                    if (fd[key] < 0) PT__BAD("stage %d, action %d: backward of micro-batch %d chunk %d "
-                                             "before its forward", st, pc[st], mi, c);
-                    if (bd[key] >= 0) PT__BAD("stage %d: backward of micro-batch %d chunk %d twice", st, mi, c);
-                    if (vs < V - 1 && (!local_out ? have_grad[key] < 0 : bd[key + 1] < 0))
-                        PT__BAD("stage %d, action %d: backward of micro-batch %d chunk %d before its "
-                                "output gradient arrived%s", st, pc[st], mi, c,
-                                !local_out ? " (no receive of the gradient before it)" : "");
-                    if (vs < V - 1 && !local_out && have_grad[key] > at) at = have_grad[key];
-                    if (local_out && bd[key + 1] > at) at = bd[key + 1];
-                    /* a turn's gradient stays in the executor's one residual-gradient
-                       buffer: the B that made it must be this stage's last */
-                    if (local_out && p > 1 && lastb[st] != (int)key + 1)
-                        PT__BAD("stage %d, action %d: backward of micro-batch %d chunk %d does not "
-                                "follow the backward of virtual stage %d it takes its gradient "
-                                "from (another backward or a receive ran between)", st, pc[st],
-                                mi, c, vs + 1);
-                    lastb[st] = (int)key;
-                    cost = costs ? costs->cost(costs->ctx, st, a) : pt__sched_cost(a->kind, split);
-                    bd[key] = at + cost;
-                    if (!split) live[st]--;
-                    if (tbw && a->version != fver[key])
-                        PT__BAD("stage %d, action %d: backward of micro-batch %d at weight version %d, "
-                                "its forward used %d", st, pc[st], mi, a->version, fver[key]);
-                    if (!split) vflight[st * NV + fver[key]]--;
-                    break;
-                case PT_ACT_W:
-                    if (bd[key] < 0) PT__BAD("stage %d, action %d: weight gradient of micro-batch %d "
-                                             "chunk %d before its backward", st, pc[st], mi, c);
-                    if (wd[key] >= 0) PT__BAD("stage %d: weight gradient of micro-batch %d chunk %d twice", st, mi, c);
-                    cost = costs ? costs->cost(costs->ctx, st, a) : pt__sched_cost(a->kind, split);
-                    wd[key] = at + cost;
-                    live[st]--;
-                    vflight[st * NV + fver[key]]--;
-                    break;
-                case PT_ACT_SEND_ACT:
-                case PT_ACT_SEND_GRAD: {
-                    int fwd = a->kind == PT_ACT_SEND_ACT, to = fwd ? vs + 1 : vs - 1;
-                    double *msg = fwd ? act_msg : grad_msg;
-                    if (to < 0 || to >= V || a->peer != pt__sched_at(s, mi, to) || a->peer == st)
-                        PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d goes to stage %d, "
-                                "but virtual stage %d is on stage %d%s", st, pc[st], what, mi, c, a->peer,
-                                to, to < 0 || to >= V ? -1 : pt__sched_at(s, mi, to),
-                                a->peer == st ? " (itself: no message)" : "");
-                    if ((fwd ? fd[key] : bd[key]) < 0)
-                        PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d before computing it",
-                                st, pc[st], what, mi, c);
-                    if (msg[key] != -1) PT__BAD("stage %d: %s of micro-batch %d chunk %d twice", st, what, mi, c);
-                    if (costs) cost = costs->cost(costs->ctx, st, a);
-                    msg[key] = at + cost; /* when the receiver may have it */
-                    break;
-                }
-                case PT_ACT_RECV_ACT:
-                case PT_ACT_RECV_GRAD: {
-                    int fwd = a->kind == PT_ACT_RECV_ACT, from = fwd ? vs - 1 : vs + 1;
-                    double *msg = fwd ? act_msg : grad_msg, *have = fwd ? have_act : have_grad;
-                    size_t src;
-                    if (from < 0 || from >= V || a->peer != pt__sched_at(s, mi, from) ||
-                        a->peer == st)
-                        PT__BAD("stage %d, action %d: %s of micro-batch %d chunk %d comes from stage %d, "
-                                "but virtual stage %d is on stage %d%s", st, pc[st], what, mi, c, a->peer,
-                                from, from < 0 || from >= V ? -1 : pt__sched_at(s, mi, from),
-                                a->peer == st ? " (itself: no message)" : "");
-                    src = (size_t)mi * V + (size_t)from;
-                    if (msg[src] == -2) PT__BAD("stage %d: %s of micro-batch %d chunk %d twice", st, what, mi, c);
-                    if (msg[src] == -1) goto blocked; /* not sent yet */
-                    if (msg[src] > at) at = msg[src];
-                    msg[src] = -2;
-                    have[key] = at;
-                    if (!fwd) lastb[st] = -1; /* the received gradient takes the buffer */
-                    break;
-                }
-                case PT_ACT_REDUCE: /* both replicas' stages meet here, after all their work */
-                    if (!chimera || a->peer != p - 1 - st)
-                        PT__BAD("stage %d, action %d: a replica all-reduce with stage %d%s", st,
-                                pc[st], a->peer, chimera ? ", but the same layers are on stage "
-                                "p-1-s" : " in a schedule without replicas");
-                    if (red[st] == 2) PT__BAD("stage %d: the replica all-reduce twice", st);
-                    for (k = 0; k < v && !red[st]; k++)
-                        for (mi = 0; mi < m; mi++) {
-                            size_t q = (size_t)mi * V + (size_t)pt__sched_vs(s, st, k);
-                            if (pt__chimera_replica(p, mi) != k) continue;
-                            if (bd[q] < 0 || (split && wd[q] < 0))
-                                PT__BAD("stage %d: the replica all-reduce comes before the %s of "
-                                        "micro-batch %d chunk %d", st, bd[q] < 0 ? "backward"
-                                        : "weight gradient", mi, k);
-                        }
-                    if (!red[st]) red_at[st] = at, red[st] = 1;
-                    if (!red[a->peer]) goto blocked; /* the collective waits for its peer */
-                    at = red_at[st] > red_at[a->peer] ? red_at[st] : red_at[a->peer];
-                    if (costs) cost = costs->cost(costs->ctx, st, a);
-                    red[st] = 2;
-                    break;
-                case PT_ACT_OPT:
-                    if (obar && a->version >= 0 && a->version < NV) {
-                        int q;
-                        if (obar[st * NV + a->version] < 0) obar[st * NV + a->version] = at;
-                        for (q = 0; q < p; q++)
-                            if (obar[q * NV + a->version] < 0) goto blocked;
-                        for (q = 0; q < p; q++)
-                            if (obar[q * NV + a->version] > at) at = obar[q * NV + a->version];
-                    }
-                    if (costs) cost = costs->cost(costs->ctx, st, a);
-                    if (tbw) { /* a new weight version from one batch's gradients */
-                        int t = a->version - 1;
-                        if (a->version != latest[st] + 1 || a->version >= NV)
-                            PT__BAD("stage %d, action %d: the update makes weight version %d after "
-                                    "version %d", st, pc[st], a->version, latest[st]);
-                        for (mi = t * p; mi < (t + 1) * p; mi++)
-                            if (bd[(size_t)mi * V + (size_t)st] < 0)
-                                PT__BAD("stage %d, action %d: the update to weight version %d comes "
-                                        "before the backward of micro-batch %d of batch %d", st,
-                                        pc[st], a->version, mi, t);
-                        latest[st] = a->version;
-                        if (pc[st] != s->count[st] - 1) break; /* mid-stream: no flush */
-                    }
-                    if (pc[st] != s->count[st] - 1)
-                        PT__BAD("stage %d: the optimizer step is action %d of %d, not the last", st,
-                                pc[st], s->count[st]);
-                    if (chimera && red[st] != 2)
-                        PT__BAD("stage %d: the optimizer step comes before the replica gradient "
-                                "all-reduce with stage %d (same layers, other replica)", st,
-                                p - 1 - st);
-                    for (k = 0; k < v; k++)
-                        for (mi = 0; mi < m; mi++) {
-                            size_t q = (size_t)mi * V + (size_t)pt__sched_vs(s, st, k);
-                            if (chimera && pt__chimera_replica(p, mi) != k) continue;
-                            if (fd[q] < 0 || bd[q] < 0 || (split && wd[q] < 0))
-                                PT__BAD("stage %d: the optimizer step comes before the %s of micro-batch "
-                                        "%d chunk %d", st, fd[q] < 0 ? "forward" : bd[q] < 0 ? "backward"
-                                        : "weight gradient", mi, k);
-                        }
-                    break;
-                }
-                if (start) start[first[st] + pc[st]] = at;
-                if (tbw && rep) { /* the newest version and those in-flight micro-batches
-                                     use: the version rule and the updates' order above keep
-                                     it at two (batch t-1's micro-batches, at t-2, are all
-                                     done before version t is made) */
-                    int ver, alive = 1;
-                    for (ver = 0; ver < NV; ver++) alive += ver != latest[st] && vflight[st * NV + ver] > 0;
-                    if (alive > rep->versions) rep->versions = alive;
-                }
-                if (a->kind == PT_ACT_F || a->kind == PT_ACT_B || a->kind == PT_ACT_W) {
-                    if (run0[st] < 0) run0[st] = at;
-                    run1[st] = at + cost, busy[st] += cost;
-                }
-                clock[st] = at + cost;
-                pc[st]++;
-                progress = 1;
-            }
-        blocked:;
-        }
-    } while (progress);
-    for (st = 0; st < p; st++)
-        if (pc[st] < s->count[st]) { /* a deadlock: say where every stage waits */
-            char msg[512];
-            size_t len = 0;
-            int q;
-            for (q = 0; q < p && len < sizeof msg - 100; q++)
-                if (pc[q] < s->count[q]) {
-                    const pt_action *w = &s->list[q][pc[q]];
-                    len += (size_t)snprintf(msg + len, sizeof msg - len,
-                                            "%sstage %d waits at action %d (%s of micro-batch %d "
-                                            "chunk %d from stage %d)", len ? "; " : "", q, pc[q],
-                                            pt__act_names[w->kind], w->micro, w->chunk, w->peer);
-                }
-            PT__BAD("deadlock: %s", msg);
-        }
-    for (st = 0; st < p; st++)
-        if (s->count[st] == 0 || s->list[st][s->count[st] - 1].kind != PT_ACT_OPT)
-            PT__BAD("stage %d has no optimizer step at the end", st);
-    for (i = 0; i < nkeys; i++) {
-        int mi = (int)(i / (size_t)V), vs = (int)(i % (size_t)V);
-        if (fd[i] < 0 || bd[i] < 0 || (split && wd[i] < 0))
-            PT__BAD("micro-batch %d chunk %d of stage %d never gets its %s", mi,
-                    pt__sched_chunk_at(s, mi, vs), pt__sched_at(s, mi, vs),
-                    fd[i] < 0 ? "forward" : bd[i] < 0 ? "backward" : "weight gradient");
-        if (act_msg[i] >= 0 || grad_msg[i] >= 0)
-            PT__BAD("stage %d sends the %s of micro-batch %d chunk %d, and nobody receives it",
-                    pt__sched_at(s, mi, vs), act_msg[i] >= 0 ? "activation" : "gradient", mi,
-                    pt__sched_chunk_at(s, mi, vs));
-    }
-    if (rep && !costs) {
-        double work = (double)m * V * 3.0;
-        for (st = 0; st < p; st++)
-            rep->steps = clock[st] > rep->steps ? (int)clock[st] : rep->steps;
-        rep->bubble = rep->steps ? 1.0 - work / ((double)p * rep->steps) : 0.0;
-        for (st = 0; st < p; st++) rep->idle += (int)(run1[st] - run0[st] - busy[st]);
-    }
-    if (clock_out) memcpy(clock_out, clock, sizeof(double) * (size_t)p);
-#undef PT__BAD
-done:
-    pt__free(fd, s->alloc_ctx);
-    pt__free(pc, s->alloc_ctx);
-    pt__free(latest, s->alloc_ctx);
-    pt__free(obar, s->alloc_ctx);
+    if ((err = pt__sched_families[kind].build(s)) != PT_OK) pt_schedule_free(s);
     return err;
 }
 
@@ -11012,12 +11279,18 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
     return err;
 }
 
+PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_plan_result *r,
+                                     pt_trace *trace) {
+    return pt_plan_simulate_scaled(d, hw, NULL, r, trace);
+}
+
 /* On this machine (cores > 0) the R ranks share its cores: fewer ranks than
    cores split the all-core rates R ways; as many or more run at one
    thread's rates, R/cores of them to a core, and share the memory
    bandwidth. */
-PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_plan_result *r,
-                                     pt_trace *trace) {
+PTRAINDEF pt_status pt_plan_simulate_scaled(const pt_plan_desc *d, const pt_hw *hw,
+                                            const double *scale, pt_plan_result *r,
+                                            pt_trace *trace) {
     pt_hw H = *hw;
     int R = d->gpus < hw->per_node ? d->gpus : hw->per_node;
     double share = 1.0;
@@ -11033,7 +11306,7 @@ PTRAINDEF pt_status pt_plan_simulate(const pt_plan_desc *d, const pt_hw *hw, pt_
     } else if (hw->cores > 0) {
         share = R;
     }
-    st = pt__plan_run(d, &H, share, NULL, r, trace);
+    st = pt__plan_run(d, &H, share, scale, r, trace);
     r->percent_of_peak = 100.0 * r->tflops_per_gpu * 1e12 / hw->peak_flops;
     return st;
 }
@@ -11116,7 +11389,6 @@ PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_des
 /* >>text (implementation)                                                   */
 /* ======================================================================== */
 
-static pt_status pt__read_file(const char *path, unsigned char **out, size_t *size, void *ctx);
 static int pt__readable(const char *path);
 static pt_status pt__write_atomic(const char *path, const char *tmp, const void *const *parts,
                                   const size_t *lens, int n);
@@ -11459,6 +11731,12 @@ static size_t pt__piece_end(pt_pretok pat, const unsigned char *s, size_t n, siz
     return pt__space_piece(s, n, i);
 }
 
+PTRAINDEF size_t pt_pretok_piece_end(pt_pretok pat, const void *text, size_t n, size_t at) {
+    if (at >= n) return n;
+    return pt__piece_end(pat == PT_PRETOK_CL100K ? pat : PT_PRETOK_GPT2,
+                         (const unsigned char *)text, n, at);
+}
+
 /* ---- hashing ------------------------------------------------------------- */
 
 static uint64_t pt__hash_bytes(const void *p, size_t n) { /* FNV-1a, then mixed */
@@ -11507,6 +11785,13 @@ static uint64_t pt__merge_of(const pt_tokenizer *tk, int a, int b) {
         if (k == UINT64_MAX) return UINT64_MAX;
         h = (h + 1) & tk->merge_mask;
     }
+}
+
+PTRAINDEF int pt_tokenizer_merge(const pt_tokenizer *tk, int a, int b, int *merged) {
+    uint64_t g = tk->merge_hash ? pt__merge_of(tk, a, b) : UINT64_MAX;
+    if (g == UINT64_MAX) return -1;
+    if (merged) *merged = (int)(uint32_t)g;
+    return (int)(g >> 32);
 }
 
 /* ---- BPE on one piece ---------------------------------------------------- */
@@ -11737,6 +12022,10 @@ static int pt__safe_cut(const unsigned char *s, size_t n, size_t i) {
     return 0;
 }
 
+PTRAINDEF int pt_pretok_safe_cut(const void *text, size_t n, size_t at) {
+    return pt__safe_cut((const unsigned char *)text, n, at);
+}
+
 PTRAINDEF pt_status pt_tokenizer_encode_parallel(const pt_tokenizer *tk, const void *text, size_t n,
                                                  int allow_special, int threads, int *ids,
                                                  size_t *n_ids,
@@ -11944,12 +12233,172 @@ static uint32_t pt__pow2_above(size_t n) {
     return p;
 }
 
-/* Builds the tables from the collected strings; tk is cleared first. */
+/* The tokens' bytes in id order into tk->tok_bytes (token i at tok_off[i] ..
+   tok_off[i+1]) and tok_kind 1 (vocabulary) or 2 (added); vocabulary
+   strings are byte-level (GPT-2's bytes_to_unicode). tmp (total bytes)
+   holds them in the given order first, len[id] their lengths. */
+static pt_status pt__tk_tokens(pt_tokenizer *tk, const pt__tkbuild *b, unsigned char *tmp,
+                               long *len) {
+    size_t o;
+    int i, n = tk->n_vocab;
+    for (o = 0, i = 0; i < b->n_vocab + b->n_added; i++) {
+        int added = i >= b->n_vocab;
+        const pt__tkstr *e = added ? &b->added[i - b->n_vocab] : &b->vocab[i];
+        long l;
+        if (added) {
+            l = (long)e->n;
+            memcpy(tmp + o, e->s, e->n);
+        } else if ((l = pt__bytelevel_decode(e->s, e->n, tmp + o)) < 0) {
+            return pt__fail(PT_ERR_FORMAT, "vocabulary token %d \"%.*s\" is not a byte-level "
+                            "string (GPT-2's bytes_to_unicode alphabet)", e->id,
+                            (int)(e->n < 40 ? e->n : 40), e->s);
+        }
+        if (l == 0) return pt__fail(PT_ERR_FORMAT, "token %d is empty", e->id);
+        if (tk->tok_kind[e->id]) {
+            /* an added token may repeat its vocabulary entry (Hugging Face GPT-2) */
+            if (!added || tk->tok_kind[e->id] != 1 || len[e->id] != l ||
+                memcmp(tmp + tk->tok_off[e->id], tmp + o, (size_t)l) != 0)
+                return pt__fail(PT_ERR_FORMAT, "id %d is given to two different tokens", e->id);
+            tk->tok_kind[e->id] = 2;
+            continue;
+        }
+        tk->tok_kind[e->id] = (unsigned char)(added ? 2 : 1);
+        tk->tok_off[e->id] = (uint32_t)o; /* provisional: in tmp */
+        len[e->id] = l;
+        o += (size_t)l;
+    }
+    for (o = 0, i = 0; i < n; i++) { /* in id order */
+        size_t at = o;
+        if (tk->tok_kind[i]) {
+            memcpy(tk->tok_bytes + o, tmp + tk->tok_off[i], (size_t)len[i]);
+            o += (size_t)len[i];
+        }
+        tk->tok_off[i] = (uint32_t)at;
+    }
+    tk->tok_off[n] = (uint32_t)o;
+    return PT_OK;
+}
+
+/* The tokens' hash (vocabulary tokens first, so a special never hides one;
+   two vocabulary tokens of the same bytes are refused) and each byte's
+   token, which every byte must have. */
+static pt_status pt__tk_hash(pt_tokenizer *tk) {
+    int i, pass, n = tk->n_vocab;
+    for (pass = 1; pass <= 2; pass++)
+        for (i = 0; i < n; i++) {
+            size_t l = tk->tok_off[i + 1] - tk->tok_off[i];
+            uint32_t h;
+            int other;
+            if (tk->tok_kind[i] != pass) continue;
+            if ((other = pt_tokenizer_find(tk, tk->tok_bytes + tk->tok_off[i], l)) >= 0) {
+                if (pass == 1)
+                    return pt__fail(PT_ERR_FORMAT, "vocabulary tokens %d and %d are the same "
+                                    "bytes", other, i);
+                continue;
+            }
+            h = (uint32_t)pt__hash_bytes(tk->tok_bytes + tk->tok_off[i], l) & tk->vocab_mask;
+            while (tk->vocab_hash[h]) h = (h + 1) & tk->vocab_mask;
+            tk->vocab_hash[h] = (uint32_t)i + 1;
+        }
+    for (i = 0; i < 256; i++) {
+        unsigned char c = (unsigned char)i;
+        int id = pt_tokenizer_find(tk, &c, 1);
+        if (id < 0 || tk->tok_kind[id] != 1)
+            return pt__fail(PT_ERR_FORMAT, "the vocabulary has no token for byte 0x%02X", i);
+        tk->byte_id[i] = id;
+    }
+    return PT_OK;
+}
+
+/* The merges' hash: pair (a, c) of merges[i] -> rank i (its position in
+   the list) and the merged token, which must be a vocabulary token; each
+   pair mixed into *fp. */
+static pt_status pt__tk_merges(pt_tokenizer *tk, const pt__tkbuild *b, uint64_t *fp) {
+    void *ctx = tk->alloc_ctx;
+    size_t maxm = 0;
+    unsigned char *scratch;
+    pt_status st = PT_OK;
+    int i;
+    tk->n_merges = b->n_merges;
+    tk->merge_mask = pt__pow2_above((size_t)b->n_merges) - 1;
+    tk->merge_hash = (uint64_t *)pt__malloc(((size_t)tk->merge_mask + 1) * 16, ctx);
+    for (i = 0; i < 2 * b->n_merges; i++)
+        if (b->merges[i].n > maxm) maxm = b->merges[i].n;
+    scratch = (unsigned char *)pt__malloc(2 * maxm + 1, ctx);
+    if (!tk->merge_hash || !scratch) {
+        pt__free(scratch, ctx);
+        return pt__fail(PT_ERR_OOM, "cannot allocate %d merges", b->n_merges);
+    }
+    memset(tk->merge_hash, 0xFF, ((size_t)tk->merge_mask + 1) * 16);
+    for (i = 0; i < b->n_merges && st == PT_OK; i++) {
+        const pt__tkstr *x = &b->merges[2 * i], *y = &b->merges[2 * i + 1];
+        long la = pt__bytelevel_decode(x->s, x->n, scratch), lb;
+        int a, c, r, nx = (int)(x->n < 40 ? x->n : 40), ny = (int)(y->n < 40 ? y->n : 40);
+        uint64_t key;
+        uint32_t h;
+        lb = la < 0 ? -1 : pt__bytelevel_decode(y->s, y->n, scratch + la);
+        if (la <= 0 || lb <= 0) {
+            st = pt__fail(PT_ERR_FORMAT, "merges[%d] \"%.*s %.*s\": not two byte-level strings",
+                          i, nx, x->s, ny, y->s);
+            break;
+        }
+        a = pt_tokenizer_find(tk, scratch, (size_t)la);
+        c = pt_tokenizer_find(tk, scratch + la, (size_t)lb);
+        r = pt_tokenizer_find(tk, scratch, (size_t)(la + lb));
+        if (a < 0 || c < 0 || r < 0 || tk->tok_kind[r] != 1) {
+            st = pt__fail(PT_ERR_FORMAT, "merges[%d] \"%.*s %.*s\": %s is not in the vocabulary",
+                          i, nx, x->s, ny, y->s, a < 0 ? "the first token" : c < 0 ?
+                          "the second token" : "the merged token");
+            break;
+        }
+        key = (uint64_t)(uint32_t)a << 32 | (uint32_t)c;
+        h = (uint32_t)pt__hash_pair(key) & tk->merge_mask;
+        while (st == PT_OK && tk->merge_hash[2 * (size_t)h] != UINT64_MAX) {
+            if (tk->merge_hash[2 * (size_t)h] == key)
+                st = pt__fail(PT_ERR_FORMAT, "merges[%d] \"%.*s %.*s\" repeats merges[%d]", i,
+                              nx, x->s, ny, y->s, (int)(tk->merge_hash[2 * (size_t)h + 1] >> 32));
+            h = (h + 1) & tk->merge_mask;
+        }
+        if (st != PT_OK) break;
+        tk->merge_hash[2 * (size_t)h] = key;
+        tk->merge_hash[2 * (size_t)h + 1] = (uint64_t)i << 32 | (uint32_t)r;
+        *fp = (*fp ^ key) * 0x100000001b3ull;
+    }
+    pt__free(scratch, ctx);
+    return st;
+}
+
+/* The added tokens, longest first (encoding tries them in that order);
+   "<|endoftext|>" among them is eot. */
+static pt_status pt__tk_specials(pt_tokenizer *tk) {
+    int i, n = tk->n_vocab, o = 0;
+    for (i = 0; i < n; i++) tk->n_special += tk->tok_kind[i] == 2;
+    tk->special = (int *)pt__malloc((size_t)tk->n_special * sizeof(int) + 1, tk->alloc_ctx);
+    if (!tk->special)
+        return pt__fail(PT_ERR_OOM, "cannot allocate %d special tokens", tk->n_special);
+    for (i = 0; i < n; i++)
+        if (tk->tok_kind[i] == 2) {
+            int k = o++;
+            size_t li = tk->tok_off[i + 1] - tk->tok_off[i];
+            while (k > 0 && tk->tok_off[tk->special[k - 1] + 1] - tk->tok_off[tk->special[k - 1]] < li) {
+                tk->special[k] = tk->special[k - 1];
+                k--;
+            }
+            tk->special[k] = i;
+            if (li == 13 && memcmp(tk->tok_bytes + tk->tok_off[i], "<|endoftext|>", 13) == 0)
+                tk->eot = i;
+        }
+    return PT_OK;
+}
+
+/* Builds the tables from the collected strings (either file format, or the
+   BPE trainer's); tk is cleared first: the tokens, their hash, the merges,
+   the specials, and the fingerprint of them all. */
 static pt_status pt__tk_build(pt_tokenizer *tk, pt__tkbuild *b) {
     void *ctx = tk->alloc_ctx;
-    size_t total = 0, maxm = 0, o;
+    size_t total = 0;
     long *len = NULL;
-    unsigned char *tmp = NULL, *scratch = NULL;
+    unsigned char *tmp = NULL;
     int i, n = 0;
     uint64_t fp = 0x9E3779B97F4A7C15ull;
     pt_status st = PT_OK;
@@ -11977,163 +12426,32 @@ static pt_status pt__tk_build(pt_tokenizer *tk, pt__tkbuild *b) {
     tk->tok_bytes = (unsigned char *)pt__malloc(total + 1, ctx);
     tk->vocab_mask = pt__pow2_above((size_t)n) - 1;
     tk->vocab_hash = (uint32_t *)pt__malloc(((size_t)tk->vocab_mask + 1) * 4, ctx);
-    if (!tk->tok_off || !tk->tok_kind || !len || !tmp || !tk->tok_bytes || !tk->vocab_hash) {
+    if (!tk->tok_off || !tk->tok_kind || !len || !tmp || !tk->tok_bytes || !tk->vocab_hash)
         st = pt__fail(PT_ERR_OOM, "cannot allocate a vocabulary of %d tokens", n);
-        goto done;
+    else if (total + 1 > 0xFFFFFFFFu)
+        st = pt__fail(PT_ERR_FORMAT, "the vocabulary's tokens hold %zu bytes, more than 4 GB",
+                      total);
+    if (st == PT_OK) {
+        memset(tk->tok_kind, 0, (size_t)n);
+        memset(tk->vocab_hash, 0, ((size_t)tk->vocab_mask + 1) * 4);
+        st = pt__tk_tokens(tk, b, tmp, len);
     }
-    if (total + 1 > 0xFFFFFFFFu) {
-        st = pt__fail(PT_ERR_FORMAT, "the vocabulary's tokens hold %zu bytes, more than 4 GB", total);
-        goto done;
+    pt__free(len, ctx);
+    pt__free(tmp, ctx);
+    if (st == PT_OK) st = pt__tk_hash(tk);
+    if (st == PT_OK) st = pt__tk_merges(tk, b, &fp);
+    if (st == PT_OK) st = pt__tk_specials(tk);
+    if (st != PT_OK) {
+        pt_tokenizer_free(tk);
+        return st;
     }
-    memset(tk->tok_kind, 0, (size_t)n);
-    memset(tk->vocab_hash, 0, ((size_t)tk->vocab_mask + 1) * 4);
-    /* each token's bytes into tmp at tok_off[id] (provisional), its length in len[id] */
-    for (o = 0, i = 0; i < b->n_vocab + b->n_added; i++) {
-        int added = i >= b->n_vocab;
-        const pt__tkstr *e = added ? &b->added[i - b->n_vocab] : &b->vocab[i];
-        long l;
-        if (added) {
-            l = (long)e->n;
-            memcpy(tmp + o, e->s, e->n);
-        } else if ((l = pt__bytelevel_decode(e->s, e->n, tmp + o)) < 0) {
-            st = pt__fail(PT_ERR_FORMAT, "vocabulary token %d \"%.*s\" is not a byte-level string "
-                          "(GPT-2's bytes_to_unicode alphabet)", e->id, (int)(e->n < 40 ? e->n : 40), e->s);
-            goto done;
-        }
-        if (l == 0) {
-            st = pt__fail(PT_ERR_FORMAT, "token %d is empty", e->id);
-            goto done;
-        }
-        if (tk->tok_kind[e->id]) {
-            /* an added token may repeat its vocabulary entry (Hugging Face GPT-2) */
-            if (!added || tk->tok_kind[e->id] != 1 || len[e->id] != l ||
-                memcmp(tmp + tk->tok_off[e->id], tmp + o, (size_t)l) != 0) {
-                st = pt__fail(PT_ERR_FORMAT, "id %d is given to two different tokens", e->id);
-                goto done;
-            }
-            tk->tok_kind[e->id] = 2;
-            continue;
-        }
-        tk->tok_kind[e->id] = (unsigned char)(added ? 2 : 1);
-        tk->tok_off[e->id] = (uint32_t)o;
-        len[e->id] = l;
-        o += (size_t)l;
-    }
-    /* in id order */
-    for (o = 0, i = 0; i < n; i++) {
-        size_t at = o;
-        if (tk->tok_kind[i]) {
-            memcpy(tk->tok_bytes + o, tmp + tk->tok_off[i], (size_t)len[i]);
-            o += (size_t)len[i];
-        }
-        tk->tok_off[i] = (uint32_t)at;
-    }
-    tk->tok_off[n] = (uint32_t)o;
-    /* the hash: vocabulary tokens first, so a special never hides one */
-    for (int pass = 1; pass <= 2; pass++)
-        for (i = 0; i < n; i++) {
-            size_t l = tk->tok_off[i + 1] - tk->tok_off[i];
-            uint32_t h;
-            int other;
-            if (tk->tok_kind[i] != pass) continue;
-            if ((other = pt_tokenizer_find(tk, tk->tok_bytes + tk->tok_off[i], l)) >= 0) {
-                if (pass == 1) {
-                    st = pt__fail(PT_ERR_FORMAT, "vocabulary tokens %d and %d are the same bytes",
-                                  other, i);
-                    goto done;
-                }
-                continue;
-            }
-            h = (uint32_t)pt__hash_bytes(tk->tok_bytes + tk->tok_off[i], l) & tk->vocab_mask;
-            while (tk->vocab_hash[h]) h = (h + 1) & tk->vocab_mask;
-            tk->vocab_hash[h] = (uint32_t)i + 1;
-        }
-    for (i = 0; i < 256; i++) {
-        unsigned char c = (unsigned char)i;
-        int id = pt_tokenizer_find(tk, &c, 1);
-        if (id < 0 || tk->tok_kind[id] != 1) {
-            st = pt__fail(PT_ERR_FORMAT, "the vocabulary has no token for byte 0x%02X", i);
-            goto done;
-        }
-        tk->byte_id[i] = id;
-    }
-    /* merges: rank = position in the list */
-    tk->n_merges = b->n_merges;
-    tk->merge_mask = pt__pow2_above((size_t)b->n_merges) - 1;
-    tk->merge_hash = (uint64_t *)pt__malloc(((size_t)tk->merge_mask + 1) * 16, ctx);
-    for (i = 0; i < 2 * b->n_merges; i++)
-        if (b->merges[i].n > maxm) maxm = b->merges[i].n;
-    scratch = (unsigned char *)pt__malloc(2 * maxm + 1, ctx);
-    if (!tk->merge_hash || !scratch) {
-        st = pt__fail(PT_ERR_OOM, "cannot allocate %d merges", b->n_merges);
-        goto done;
-    }
-    memset(tk->merge_hash, 0xFF, ((size_t)tk->merge_mask + 1) * 16);
-    for (i = 0; i < b->n_merges; i++) {
-        const pt__tkstr *x = &b->merges[2 * i], *y = &b->merges[2 * i + 1];
-        long la = pt__bytelevel_decode(x->s, x->n, scratch), lb;
-        int a, c, r;
-        uint64_t key;
-        uint32_t h;
-        lb = la < 0 ? -1 : pt__bytelevel_decode(y->s, y->n, scratch + la);
-        if (la <= 0 || lb <= 0) {
-            st = pt__fail(PT_ERR_FORMAT, "merges[%d] \"%.*s %.*s\": not two byte-level strings", i,
-                          (int)(x->n < 40 ? x->n : 40), x->s, (int)(y->n < 40 ? y->n : 40), y->s);
-            goto done;
-        }
-        a = pt_tokenizer_find(tk, scratch, (size_t)la);
-        c = pt_tokenizer_find(tk, scratch + la, (size_t)lb);
-        r = pt_tokenizer_find(tk, scratch, (size_t)(la + lb));
-        if (a < 0 || c < 0 || r < 0 || tk->tok_kind[r] != 1) {
-            st = pt__fail(PT_ERR_FORMAT, "merges[%d] \"%.*s %.*s\": %s is not in the vocabulary", i,
-                          (int)(x->n < 40 ? x->n : 40), x->s, (int)(y->n < 40 ? y->n : 40), y->s,
-                          a < 0 ? "the first token" : c < 0 ? "the second token" : "the merged token");
-            goto done;
-        }
-        key = (uint64_t)(uint32_t)a << 32 | (uint32_t)c;
-        h = (uint32_t)pt__hash_pair(key) & tk->merge_mask;
-        while (tk->merge_hash[2 * (size_t)h] != UINT64_MAX) {
-            if (tk->merge_hash[2 * (size_t)h] == key) {
-                st = pt__fail(PT_ERR_FORMAT, "merges[%d] \"%.*s %.*s\" repeats merges[%d]", i,
-                              (int)(x->n < 40 ? x->n : 40), x->s, (int)(y->n < 40 ? y->n : 40), y->s,
-                              (int)(tk->merge_hash[2 * (size_t)h + 1] >> 32));
-                goto done;
-            }
-            h = (h + 1) & tk->merge_mask;
-        }
-        tk->merge_hash[2 * (size_t)h] = key;
-        tk->merge_hash[2 * (size_t)h + 1] = (uint64_t)i << 32 | (uint32_t)r;
-        fp = (fp ^ key) * 0x100000001b3ull;
-    }
-    /* specials, longest first */
-    for (i = 0; i < n; i++) tk->n_special += tk->tok_kind[i] == 2;
-    tk->special = (int *)pt__malloc((size_t)tk->n_special * sizeof(int) + 1, ctx);
-    if (!tk->special) {
-        st = pt__fail(PT_ERR_OOM, "cannot allocate %d special tokens", tk->n_special);
-        goto done;
-    }
-    for (o = 0, i = 0; i < n; i++)
-        if (tk->tok_kind[i] == 2) {
-            size_t k = o++, li = tk->tok_off[i + 1] - tk->tok_off[i];
-            while (k > 0 && tk->tok_off[tk->special[k - 1] + 1] - tk->tok_off[tk->special[k - 1]] < li) {
-                tk->special[k] = tk->special[k - 1];
-                k--;
-            }
-            tk->special[k] = i;
-            if (li == 13 && memcmp(tk->tok_bytes + tk->tok_off[i], "<|endoftext|>", 13) == 0) tk->eot = i;
-        }
     tk->pretok = b->pretok;
     tk->ignore_merges = b->ignore_merges;
     fp ^= pt__hash_bytes(tk->tok_bytes, tk->tok_off[n]);
     fp ^= pt__hash_bytes(tk->tok_off, ((size_t)n + 1) * 4) * 3;
     fp ^= pt__hash_bytes(tk->tok_kind, (size_t)n) * 5;
     tk->fingerprint = fp ^ ((uint64_t)tk->pretok << 8 | (uint64_t)tk->ignore_merges) * 7;
-done:
-    pt__free(len, ctx);
-    pt__free(tmp, ctx);
-    pt__free(scratch, ctx);
-    if (st != PT_OK) pt_tokenizer_free(tk);
-    return st;
+    return PT_OK;
 }
 
 static pt_status pt__tk_syntax(const char *what, const pt__json *j, const char *base) {
@@ -12513,7 +12831,7 @@ PTRAINDEF pt_status pt_tokenizer_load(pt_tokenizer *tk, const char *path) {
     memset(tk, 0, sizeof *tk);
     tk->alloc_ctx = ctx;
     if (plen >= 5 && strcmp(path + plen - 5, ".json") == 0) {
-        if ((st = pt__read_file(path, &a, &na, ctx)) != PT_OK) return st;
+        if ((st = pt_file_read(path, &a, &na, ctx)) != PT_OK) return st;
         st = pt_tokenizer_parse_hf(tk, a, na);
         pt__free(a, ctx);
         return st == PT_OK ? st : pt__fail_path(st, path);
@@ -12527,9 +12845,9 @@ PTRAINDEF pt_status pt_tokenizer_load(pt_tokenizer *tk, const char *path) {
         return st;
     }
     snprintf(p2, plen + 16, "%s/encoder.json", path);
-    if ((st = pt__read_file(p2, &a, &na, ctx)) == PT_OK) {
+    if ((st = pt_file_read(p2, &a, &na, ctx)) == PT_OK) {
         snprintf(p2, plen + 16, "%s/vocab.bpe", path);
-        if ((st = pt__read_file(p2, &c, &nc, ctx)) == PT_OK) {
+        if ((st = pt_file_read(p2, &c, &nc, ctx)) == PT_OK) {
             st = pt_tokenizer_parse_gpt2(tk, a, na, c, nc);
             if (st != PT_OK) pt__fail_path(st, path);
         }
@@ -12714,7 +13032,8 @@ static pt__pq pt__pq_pop(pt__pq *h, int *n) {
 }
 
 /* Appends the byte-level spelling of b[0..n) to out (room for 2n). */
-static size_t pt__bytelevel_encode(const unsigned char *b, size_t n, char *out) {
+PTRAINDEF size_t pt_bytelevel_encode(const void *bytes, size_t n, char *out) {
+    const unsigned char *b = (const unsigned char *)bytes;
     size_t i, o = 0;
     for (i = 0; i < n; i++) {
         int c = b[i], k = 0, x, cp;
@@ -12733,47 +13052,57 @@ static size_t pt__bytelevel_encode(const unsigned char *b, size_t n, char *out) 
     return o;
 }
 
-PTRAINDEF pt_status pt_bpe_train(pt_tokenizer *tk, const void *text, size_t n,
-                                 const pt_bpe_train_desc *desc) {
-    static const char *const eot[] = {"<|endoftext|>"};
-    const unsigned char *s = (const unsigned char *)text;
-    void *ctx = tk->alloc_ctx;
-    int vocab = desc && desc->vocab_size ? desc->vocab_size : 4096;
-    int minf = desc && desc->min_frequency ? desc->min_frequency : 2;
-    int threads = desc ? desc->threads : 0;
-    pt_pretok pat = desc && desc->pretok ? desc->pretok : PT_PRETOK_GPT2;
-    const char *const *special = desc && desc->special ? desc->special : eot;
-    int n_special = desc && desc->special ? desc->n_special : 1;
-    int n_merges_max, n_threads = 1, t, n_merges = 0, n_heap = 0, cap_heap = 0;
-    int n_touched = 0, cap_touched = 0;
-    long *touched = NULL;
-    size_t n_chunks = 0, c, i, n_words = 0, n_sym = 0;
-    size_t *cut = NULL;
-    pt__wmap *maps = NULL, *all;
-    int *sym = NULL, *wlen = NULL;
-    size_t *woff = NULL;
-    int64_t *wcount = NULL;
-    uint64_t *merges = NULL;      /* (a << 32 | b) in order */
-    uint32_t *tok_len = NULL;     /* bytes of each token */
+/* The BPE trainer's state: the distinct pieces of two bytes or more
+   ("words", word w being sym[woff[w] .. woff[w] + wlen[w]), counted wcount[w]
+   times), their adjacent pairs, the heap of pairs by count, the merges made
+   and each token's length in bytes. */
+typedef struct pt__bpe {
+    int *sym, *wlen;
+    size_t *woff, n_words;
+    int64_t *wcount;
+    uint64_t *merges;  /* (a << 32 | b) in order */
+    uint32_t *tok_len; /* bytes of each token */
+    int n_merges, n_merges_max, minf;
     pt__pairs P;
-    pt__pq *heap = NULL;
+    pt__pq *heap;
+    int n_heap, cap_heap;
+    long *touched; /* the pairs a merge made, each once (P.stamp) */
+    int n_touched, cap_touched;
+    void *ctx;
+} pt__bpe;
+
+static void pt__bpe_free(pt__bpe *B) {
+    void *ctx = B->ctx;
+    size_t i;
+    pt__free(B->sym, ctx);
+    pt__free(B->woff, ctx);
+    pt__free(B->wlen, ctx);
+    pt__free(B->wcount, ctx);
+    pt__free(B->merges, ctx);
+    pt__free(B->tok_len, ctx);
+    pt__free(B->heap, ctx);
+    pt__free(B->touched, ctx);
+    for (i = 0; i < B->P.n; i++) pt__free(B->P.words[i], ctx);
+    pt__free(B->P.key, ctx);
+    pt__free(B->P.count, ctx);
+    pt__free(B->P.words, ctx);
+    pt__free(B->P.n_words, ctx);
+    pt__free(B->P.cap_words, ctx);
+    pt__free(B->P.stamp, ctx);
+    pt__free(B->P.slot, ctx);
+}
+
+/* 1. The distinct pieces of s[0..n) with their counts, into *all: on
+   n_threads threads over chunks of about 1 MiB cut where the pre-tokenizer
+   would (pt__safe_cut, as pt_tokenizer_encode_parallel), a map per thread,
+   merged into the first. */
+static pt_status pt__bpe_count(const unsigned char *s, size_t n, pt_pretok pat, int n_threads,
+                               pt__wmap *all, void *ctx) {
+    size_t n_chunks = 0, c, i;
+    size_t *cut = (size_t *)pt__malloc((n >> 20) * sizeof(size_t) + 3 * sizeof(size_t), ctx);
+    pt__wmap *maps = (pt__wmap *)pt__malloc((size_t)n_threads * sizeof(pt__wmap), ctx);
     pt_status st = PT_OK;
-    memset(&P, 0, sizeof P);
-    P.ctx = ctx;
-    if (n_special < 0 || vocab < 256 + n_special || vocab > PT__MAX_VOCAB || minf < 1 ||
-        (pat != PT_PRETOK_GPT2 && pat != PT_PRETOK_CL100K))
-        return pt__fail(PT_ERR_CONFIG, "pt_bpe_train: vocab_size=%d must hold the 256 bytes and %d "
-                        "specials (and at most %d), min_frequency=%d >= 1, a known pretok (%d)",
-                        vocab, n_special, PT__MAX_VOCAB, minf, (int)pat);
-    n_merges_max = vocab - 256 - n_special;
-#ifdef _OPENMP
-    n_threads = threads > 0 ? threads : omp_get_num_procs();
-#else
-    (void)threads;
-#endif
-    /* 1. count the distinct pieces, on threads over chunks */
-    cut = (size_t *)pt__malloc((n >> 20) * sizeof(size_t) + 3 * sizeof(size_t), ctx);
-    maps = (pt__wmap *)pt__malloc((size_t)n_threads * sizeof(pt__wmap), ctx);
+    int t;
     if (!cut || !maps) {
         st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
         goto done;
@@ -12815,194 +13144,238 @@ PTRAINDEF pt_status pt_bpe_train(pt_tokenizer *tk, const void *text, size_t n,
         st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory counting pieces");
         goto done;
     }
-    all = &maps[0];
-    for (t = 1; t < n_threads; t++) {
+    for (t = 1; t < n_threads && st == PT_OK; t++) {
         for (i = 0; i <= maps[t].mask && st == PT_OK; i++) {
             const pt__wslot *w = &maps[t].slot[i];
-            if (w->used && !pt__wmap_add(all, maps[t].bytes + w->off, w->len, w->h, w->count))
+            if (w->used && !pt__wmap_add(&maps[0], maps[t].bytes + w->off, w->len, w->h, w->count))
                 st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory merging counts");
         }
         pt__wmap_free(&maps[t]);
-        if (st != PT_OK) goto done;
     }
-    /* 2. the words as symbols (bytes); their order depends on the threads, the
-       merges do not (counts and ties on pair ids decide) */
-    for (i = 0; i <= all->mask; i++)
-        if (all->slot[i].used && all->slot[i].len > 1) n_words++, n_sym += all->slot[i].len;
-    sym = (int *)pt__malloc(n_sym * sizeof(int) + 4, ctx);
-    woff = (size_t *)pt__malloc(n_words * sizeof(size_t) + 8, ctx);
-    wlen = (int *)pt__malloc(n_words * sizeof(int) + 4, ctx);
-    wcount = (int64_t *)pt__malloc(n_words * sizeof(int64_t) + 8, ctx);
-    merges = (uint64_t *)pt__malloc(((size_t)n_merges_max + 1) * sizeof(uint64_t), ctx);
-    tok_len = (uint32_t *)pt__malloc(((size_t)vocab + 1) * sizeof(uint32_t), ctx);
-    P.mask = 1023;
-    P.slot = (uint32_t *)pt__malloc((P.mask + 1) * 4, ctx);
-    if (!sym || !woff || !wlen || !wcount || !merges || !tok_len || !P.slot) {
-        st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory for %zu distinct pieces", n_words);
-        goto done;
-    }
-    memset(P.slot, 0, (P.mask + 1) * 4);
-    for (t = 0; t < 256; t++) tok_len[t] = 1;
-    {
-        size_t w = 0, o = 0;
-        for (i = 0; i <= all->mask; i++) {
-            const pt__wslot *x = &all->slot[i];
-            uint32_t k;
-            if (!x->used || x->len < 2) continue;
-            woff[w] = o;
-            wlen[w] = (int)x->len;
-            wcount[w] = (int64_t)x->count;
-            for (k = 0; k < x->len; k++) sym[o + k] = all->bytes[x->off + k];
-            for (k = 0; k + 1 < x->len && st == PT_OK; k++)
-                if (pt__pair_add(&P, (uint64_t)sym[o + k] << 32 | (uint32_t)sym[o + k + 1], wcount[w], (int)w) < 0)
-                    st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory counting pairs");
-            o += x->len;
-            w++;
-        }
-    }
-    pt__wmap_free(all);
-    if (st != PT_OK) goto done;
-    for (i = 0; i < P.n; i++)
-        if (!pt__pq_push(&heap, &n_heap, &cap_heap, P.count[i], P.key[i], ctx)) {
-            st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
-            goto done;
-        }
-    /* 3. merge the most frequent pair until the vocabulary is full */
-    while (n_merges < n_merges_max && n_heap > 0) {
-        pt__pq e = pt__pq_pop(heap, &n_heap);
-        long k = pt__pair_get(&P, e.key);
-        int a = (int)(e.key >> 32), b = (int)(uint32_t)e.key, z = 256 + n_merges, q;
-        int *wl, nwl;
-        if (k < 0) continue;
-        if (P.count[k] != e.count) { /* counts only fall: push the pair again with its own */
-            if (P.count[k] > 0 &&
-                !pt__pq_push(&heap, &n_heap, &cap_heap, P.count[k], e.key, ctx)) {
-                st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
-                goto done;
-            }
-            continue;
-        }
-        if (e.count < minf) break;
-        merges[n_merges++] = e.key;
-        tok_len[z] = tok_len[a] + tok_len[b];
-        wl = P.words[k];
-        nwl = P.n_words[k];
-        P.words[k] = NULL;
-        P.n_words[k] = P.cap_words[k] = 0;
-        for (q = 0; q < nwl && st == PT_OK; q++) {
-            int w = wl[q], L = wlen[w], x, y, found = 0;
-            int *ws = sym + woff[w];
-            for (x = 0; x + 1 < L; x++)
-                if (ws[x] == a && ws[x + 1] == b) found = 1;
-            if (!found) continue;
-            for (x = 0; x + 1 < L; x++) /* the word's pairs out ... */
-                pt__pair_add(&P, (uint64_t)ws[x] << 32 | (uint32_t)ws[x + 1], -wcount[w], -1);
-            for (x = 0, y = 0; x < L; y++) { /* ... a b -> z, left to right ... */
-                if (x + 1 < L && ws[x] == a && ws[x + 1] == b) ws[y] = z, x += 2;
-                else ws[y] = ws[x++];
-            }
-            wlen[w] = L = y;
-            for (x = 0; x + 1 < L && st == PT_OK; x++) { /* ... and back in */
-                int fresh = ws[x] == z || ws[x + 1] == z;
-                long pk = pt__pair_add(&P, (uint64_t)ws[x] << 32 | (uint32_t)ws[x + 1], wcount[w],
-                                       fresh ? w : -1);
-                if (pk < 0) st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory counting pairs");
-                else if (fresh && P.stamp[pk] != z) {
-                    P.stamp[pk] = z;
-                    if (!pt__grow((void **)&touched, &cap_touched, n_touched + 1, sizeof(long), ctx))
-                        st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
-                    else touched[n_touched++] = pk;
-                }
-            }
-        }
-        pt__free(wl, ctx);
-        if (st != PT_OK) goto done;
-        /* the new pairs into the heap, once each with their count */
-        for (q = 0; q < n_touched; q++) {
-            long pk = touched[q];
-            if (P.count[pk] > 0 &&
-                !pt__pq_push(&heap, &n_heap, &cap_heap, P.count[pk], P.key[pk], ctx)) {
-                st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
-                goto done;
-            }
-        }
-        n_touched = 0;
-        if (desc && desc->progress && n_merges % 1000 == 0) desc->progress(n_merges, n_merges_max, desc->progress_ctx);
-    }
-    if (desc && desc->progress) desc->progress(n_merges, n_merges_max, desc->progress_ctx);
-    /* 4. the tokenizer: byte-level strings through the loader's own checks */
-    {
-        pt__tkbuild B;
-        size_t total = 0, o = 0;
-        unsigned char *tb = NULL, *bytes;
-        char *str = NULL;
-        uint32_t *toff = NULL;
-        int id;
-        memset(&B, 0, sizeof B);
-        B.ctx = ctx;
-        B.pretok = pat;
-        for (id = 0; id < 256 + n_merges; id++) total += tok_len[id];
-        toff = (uint32_t *)pt__malloc(((size_t)256 + (size_t)n_merges + 1) * 4, ctx);
-        tb = (unsigned char *)pt__malloc(total + 1, ctx);
-        str = (char *)pt__malloc(2 * total + 1, ctx);
-        if (!toff || !tb || !str) st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
-        for (id = 0; st == PT_OK && id < 256 + n_merges; id++) {
-            toff[id] = (uint32_t)o;
-            if (id < 256) tb[o] = (unsigned char)id;
-            else {
-                int a = (int)(merges[id - 256] >> 32), b = (int)(uint32_t)merges[id - 256];
-                memcpy(tb + o, tb + toff[a], tok_len[a]);
-                memcpy(tb + o + tok_len[a], tb + toff[b], tok_len[b]);
-            }
-            o += tok_len[id];
-        }
-        if (st == PT_OK) toff[256 + n_merges] = (uint32_t)o;
-        bytes = tb;
-        for (id = 0, o = 0; st == PT_OK && id < 256 + n_merges; id++) {
-            size_t l = pt__bytelevel_encode(bytes + toff[id], tok_len[id], str + o);
-            if (!pt__tk_push(&B.vocab, &B.n_vocab, &B.cap_vocab, str + o, l, id, ctx))
-                st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
-            o += l;
-        }
-        for (id = 0; st == PT_OK && id < n_merges; id++) {
-            int a = (int)(merges[id] >> 32), b = (int)(uint32_t)merges[id];
-            if (!pt__tk_push(&B.merges, &B.n_merges, &B.cap_merges, B.vocab[a].s, B.vocab[a].n, 0, ctx) ||
-                !pt__tk_push(&B.merges, &B.n_merges, &B.cap_merges, B.vocab[b].s, B.vocab[b].n, 0, ctx))
-                st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
-        }
-        B.n_merges /= 2;
-        for (t = 0; st == PT_OK && t < n_special; t++)
-            if (!special[t] || !*special[t] ||
-                !pt__tk_push(&B.added, &B.n_added, &B.cap_added, special[t], strlen(special[t]),
-                             256 + n_merges + t, ctx))
-                st = pt__fail(PT_ERR_CONFIG, "pt_bpe_train: special[%d] is empty or NULL", t);
-        if (st == PT_OK) st = pt__tk_build(tk, &B);
-        pt__tkbuild_free(&B);
-        pt__free(toff, ctx);
-        pt__free(tb, ctx);
-        pt__free(str, ctx);
-    }
+    if (st == PT_OK) *all = maps[0], memset(&maps[0], 0, sizeof maps[0]);
 done:
     if (maps)
         for (t = 0; t < n_threads; t++) pt__wmap_free(&maps[t]);
     pt__free(maps, ctx);
     pt__free(cut, ctx);
-    pt__free(sym, ctx);
-    pt__free(woff, ctx);
-    pt__free(wlen, ctx);
-    pt__free(wcount, ctx);
-    pt__free(merges, ctx);
-    pt__free(tok_len, ctx);
-    pt__free(heap, ctx);
-    pt__free(touched, ctx);
-    for (i = 0; i < P.n; i++) pt__free(P.words[i], ctx);
-    pt__free(P.key, ctx);
-    pt__free(P.count, ctx);
-    pt__free(P.words, ctx);
-    pt__free(P.n_words, ctx);
-    pt__free(P.cap_words, ctx);
-    pt__free(P.stamp, ctx);
-    pt__free(P.slot, ctx);
+    return st;
+}
+
+/* 2. The words as symbols (bytes at first) and every adjacent pair counted,
+   with the words that hold it. Their order depends on the threads, the
+   merges do not (counts and ties on pair ids decide). */
+static pt_status pt__bpe_words(pt__bpe *B, const pt__wmap *all, int vocab) {
+    void *ctx = B->ctx;
+    size_t i, w = 0, o = 0, n_sym = 0;
+    int t;
+    for (i = 0; i <= all->mask; i++)
+        if (all->slot[i].used && all->slot[i].len > 1) B->n_words++, n_sym += all->slot[i].len;
+    B->sym = (int *)pt__malloc(n_sym * sizeof(int) + 4, ctx);
+    B->woff = (size_t *)pt__malloc(B->n_words * sizeof(size_t) + 8, ctx);
+    B->wlen = (int *)pt__malloc(B->n_words * sizeof(int) + 4, ctx);
+    B->wcount = (int64_t *)pt__malloc(B->n_words * sizeof(int64_t) + 8, ctx);
+    B->merges = (uint64_t *)pt__malloc(((size_t)B->n_merges_max + 1) * sizeof(uint64_t), ctx);
+    B->tok_len = (uint32_t *)pt__malloc(((size_t)vocab + 1) * sizeof(uint32_t), ctx);
+    B->P.mask = 1023;
+    B->P.slot = (uint32_t *)pt__malloc((B->P.mask + 1) * 4, ctx);
+    if (!B->sym || !B->woff || !B->wlen || !B->wcount || !B->merges || !B->tok_len || !B->P.slot)
+        return pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory for %zu distinct pieces",
+                        B->n_words);
+    memset(B->P.slot, 0, (B->P.mask + 1) * 4);
+    for (t = 0; t < 256; t++) B->tok_len[t] = 1;
+    for (i = 0; i <= all->mask; i++) {
+        const pt__wslot *x = &all->slot[i];
+        int *ws = B->sym + o;
+        uint32_t k;
+        if (!x->used || x->len < 2) continue;
+        B->woff[w] = o;
+        B->wlen[w] = (int)x->len;
+        B->wcount[w] = (int64_t)x->count;
+        for (k = 0; k < x->len; k++) ws[k] = all->bytes[x->off + k];
+        for (k = 0; k + 1 < x->len; k++)
+            if (pt__pair_add(&B->P, (uint64_t)ws[k] << 32 | (uint32_t)ws[k + 1], B->wcount[w],
+                             (int)w) < 0)
+                return pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory counting pairs");
+        o += x->len;
+        w++;
+    }
+    return PT_OK;
+}
+
+/* a b -> z in every word holding pair k = (a, b): each such word's pairs
+   out, the merge left to right, its pairs back in; the pairs with z are
+   listed under the word and, once each, in B->touched. */
+static pt_status pt__bpe_apply(pt__bpe *B, long k, int a, int b, int z) {
+    pt__pairs *P = &B->P;
+    int *wl = P->words[k], nwl = P->n_words[k], q;
+    pt_status st = PT_OK;
+    P->words[k] = NULL;
+    P->n_words[k] = P->cap_words[k] = 0;
+    for (q = 0; q < nwl && st == PT_OK; q++) {
+        int w = wl[q], L = B->wlen[w], x, y, found = 0;
+        int *ws = B->sym + B->woff[w];
+        for (x = 0; x + 1 < L; x++)
+            if (ws[x] == a && ws[x + 1] == b) found = 1;
+        if (!found) continue;
+        for (x = 0; x + 1 < L; x++) /* the word's pairs out ... */
+            pt__pair_add(P, (uint64_t)ws[x] << 32 | (uint32_t)ws[x + 1], -B->wcount[w], -1);
+        for (x = 0, y = 0; x < L; y++) { /* ... a b -> z, left to right ... */
+            if (x + 1 < L && ws[x] == a && ws[x + 1] == b) ws[y] = z, x += 2;
+            else ws[y] = ws[x++];
+        }
+        B->wlen[w] = L = y;
+        for (x = 0; x + 1 < L && st == PT_OK; x++) { /* ... and back in */
+            int fresh = ws[x] == z || ws[x + 1] == z;
+            long pk = pt__pair_add(P, (uint64_t)ws[x] << 32 | (uint32_t)ws[x + 1], B->wcount[w],
+                                   fresh ? w : -1);
+            if (pk < 0) st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory counting pairs");
+            else if (fresh && P->stamp[pk] != z) {
+                P->stamp[pk] = z;
+                if (!pt__grow((void **)&B->touched, &B->cap_touched, B->n_touched + 1,
+                              sizeof(long), B->ctx))
+                    st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+                else B->touched[B->n_touched++] = pk;
+            }
+        }
+    }
+    pt__free(wl, B->ctx);
+    return st;
+}
+
+/* pair k on the heap with its count (none when it no longer occurs) */
+static pt_status pt__bpe_push(pt__bpe *B, long k) {
+    if (B->P.count[k] > 0 &&
+        !pt__pq_push(&B->heap, &B->n_heap, &B->cap_heap, B->P.count[k], B->P.key[k], B->ctx))
+        return pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+    return PT_OK;
+}
+
+/* 3. Merges the most frequent pair (ties: the smaller pair of ids) into
+   token 256 + n_merges until the vocabulary is full or no pair occurs
+   min_frequency times. Counts only fall, so a popped pair whose count
+   changed goes back on the heap with its own. */
+static pt_status pt__bpe_merge(pt__bpe *B, const pt_bpe_train_desc *desc) {
+    pt_status st = PT_OK;
+    size_t i;
+    int q;
+    for (i = 0; i < B->P.n; i++)
+        if (!pt__pq_push(&B->heap, &B->n_heap, &B->cap_heap, B->P.count[i], B->P.key[i], B->ctx))
+            return pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+    while (B->n_merges < B->n_merges_max && B->n_heap > 0) {
+        pt__pq e = pt__pq_pop(B->heap, &B->n_heap);
+        long k = pt__pair_get(&B->P, e.key);
+        int a = (int)(e.key >> 32), b = (int)(uint32_t)e.key, z = 256 + B->n_merges;
+        if (k < 0) continue;
+        if (B->P.count[k] != e.count) {
+            if ((st = pt__bpe_push(B, k)) != PT_OK) return st;
+            continue;
+        }
+        if (e.count < B->minf) break;
+        B->merges[B->n_merges++] = e.key;
+        B->tok_len[z] = B->tok_len[a] + B->tok_len[b];
+        if ((st = pt__bpe_apply(B, k, a, b, z)) != PT_OK) return st;
+        for (q = 0; q < B->n_touched; q++) /* the new pairs, once each with their count */
+            if ((st = pt__bpe_push(B, B->touched[q])) != PT_OK) return st;
+        B->n_touched = 0;
+        if (desc && desc->progress && B->n_merges % 1000 == 0)
+            desc->progress(B->n_merges, B->n_merges_max, desc->progress_ctx);
+    }
+    if (desc && desc->progress) desc->progress(B->n_merges, B->n_merges_max, desc->progress_ctx);
+    return PT_OK;
+}
+
+/* 4. The tokenizer: the tokens' bytes (a merge's are its pair's), as
+   byte-level strings with the merges and the specials through the
+   loader's own checks (pt__tk_build). */
+static pt_status pt__bpe_tokenizer(pt_tokenizer *tk, const pt__bpe *B, pt_pretok pat,
+                                   const char *const *special, int n_special) {
+    void *ctx = B->ctx;
+    int n_tok = 256 + B->n_merges, id, t;
+    pt__tkbuild tb;
+    size_t total = 0, o = 0;
+    unsigned char *bytes = NULL;
+    char *str = NULL;
+    uint32_t *toff = NULL;
+    pt_status st = PT_OK;
+    memset(&tb, 0, sizeof tb);
+    tb.ctx = ctx;
+    tb.pretok = pat;
+    for (id = 0; id < n_tok; id++) total += B->tok_len[id];
+    toff = (uint32_t *)pt__malloc(((size_t)n_tok + 1) * 4, ctx);
+    bytes = (unsigned char *)pt__malloc(total + 1, ctx);
+    str = (char *)pt__malloc(2 * total + 1, ctx);
+    if (!toff || !bytes || !str) st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+    for (id = 0; st == PT_OK && id < n_tok; id++) {
+        toff[id] = (uint32_t)o;
+        if (id < 256) bytes[o] = (unsigned char)id;
+        else {
+            int a = (int)(B->merges[id - 256] >> 32), b = (int)(uint32_t)B->merges[id - 256];
+            memcpy(bytes + o, bytes + toff[a], B->tok_len[a]);
+            memcpy(bytes + o + B->tok_len[a], bytes + toff[b], B->tok_len[b]);
+        }
+        o += B->tok_len[id];
+    }
+    if (st == PT_OK) toff[n_tok] = (uint32_t)o;
+    for (id = 0, o = 0; st == PT_OK && id < n_tok; id++) {
+        size_t l = pt_bytelevel_encode(bytes + toff[id], B->tok_len[id], str + o);
+        if (!pt__tk_push(&tb.vocab, &tb.n_vocab, &tb.cap_vocab, str + o, l, id, ctx))
+            st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+        o += l;
+    }
+    for (id = 0; st == PT_OK && id < B->n_merges; id++) {
+        int a = (int)(B->merges[id] >> 32), b = (int)(uint32_t)B->merges[id];
+        const pt__tkstr *x = &tb.vocab[a], *y = &tb.vocab[b];
+        if (!pt__tk_push(&tb.merges, &tb.n_merges, &tb.cap_merges, x->s, x->n, 0, ctx) ||
+            !pt__tk_push(&tb.merges, &tb.n_merges, &tb.cap_merges, y->s, y->n, 0, ctx))
+            st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
+    }
+    tb.n_merges /= 2;
+    for (t = 0; st == PT_OK && t < n_special; t++)
+        if (!special[t] || !*special[t] ||
+            !pt__tk_push(&tb.added, &tb.n_added, &tb.cap_added, special[t], strlen(special[t]),
+                         n_tok + t, ctx))
+            st = pt__fail(PT_ERR_CONFIG, "pt_bpe_train: special[%d] is empty or NULL", t);
+    if (st == PT_OK) st = pt__tk_build(tk, &tb);
+    pt__tkbuild_free(&tb);
+    pt__free(toff, ctx);
+    pt__free(bytes, ctx);
+    pt__free(str, ctx);
+    return st;
+}
+
+PTRAINDEF pt_status pt_bpe_train(pt_tokenizer *tk, const void *text, size_t n,
+                                 const pt_bpe_train_desc *desc) {
+    static const char *const eot[] = {"<|endoftext|>"};
+    int vocab = desc && desc->vocab_size ? desc->vocab_size : 4096;
+    int threads = desc ? desc->threads : 0, n_threads = 1;
+    pt_pretok pat = desc && desc->pretok ? desc->pretok : PT_PRETOK_GPT2;
+    const char *const *special = desc && desc->special ? desc->special : eot;
+    int n_special = desc && desc->special ? desc->n_special : 1;
+    pt__wmap all;
+    pt__bpe B;
+    pt_status st;
+    memset(&B, 0, sizeof B);
+    memset(&all, 0, sizeof all);
+    B.ctx = B.P.ctx = tk->alloc_ctx;
+    B.minf = desc && desc->min_frequency ? desc->min_frequency : 2;
+    if (n_special < 0 || vocab < 256 + n_special || vocab > PT__MAX_VOCAB || B.minf < 1 ||
+        (pat != PT_PRETOK_GPT2 && pat != PT_PRETOK_CL100K))
+        return pt__fail(PT_ERR_CONFIG, "pt_bpe_train: vocab_size=%d must hold the 256 bytes "
+                        "and %d specials (and at most %d), min_frequency=%d >= 1, a known "
+                        "pretok (%d)",
+                        vocab, n_special, PT__MAX_VOCAB, B.minf, (int)pat);
+    B.n_merges_max = vocab - 256 - n_special;
+#ifdef _OPENMP
+    n_threads = threads > 0 ? threads : omp_get_num_procs();
+#else
+    (void)threads;
+#endif
+    st = pt__bpe_count((const unsigned char *)text, n, pat, n_threads, &all, B.ctx);
+    if (st == PT_OK) st = pt__bpe_words(&B, &all, vocab);
+    pt__wmap_free(&all);
+    if (st == PT_OK) st = pt__bpe_merge(&B, desc);
+    if (st == PT_OK) st = pt__bpe_tokenizer(tk, &B, pat, special, n_special);
+    pt__bpe_free(&B);
     return st;
 }
 
@@ -13025,7 +13398,7 @@ static size_t pt__json_bytelevel(char *o, const unsigned char *b, size_t n, int 
     size_t i, k = 0;
     if (open) o[k++] = '"';
     for (i = 0; i < n; i++) {
-        size_t l = pt__bytelevel_encode(b + i, 1, tmp);
+        size_t l = pt_bytelevel_encode(b + i, 1, tmp);
         if (l == 1 && (tmp[0] == '"' || tmp[0] == '\\')) o[k++] = '\\';
         memcpy(o + k, tmp, l);
         k += l;
@@ -13198,9 +13571,9 @@ PTRAINDEF pt_status pt_tokens_from_text(struct pt_tokens *t, const pt_tokenizer 
     if (tk->n_vocab > 65536)
         return pt__fail(PT_ERR_UNSUPPORTED, "a vocabulary of %d tokens does not fit pt_tokens' uint16",
                         tk->n_vocab);
-    if ((st = pt__read_file(text_path, &text, &n, ctx)) != PT_OK) return st;
+    if ((st = pt_file_read(text_path, &text, &n, ctx)) != PT_OK) return st;
     pt__text_stamp(stamp, tk, text, n);
-    if (cache_path && pt__read_file(cache_path, &cache, &nc, ctx) == PT_OK) {
+    if (cache_path && pt_file_read(cache_path, &cache, &nc, ctx) == PT_OK) {
         int32_t h[10];
         if (nc >= sizeof h) memcpy(h, cache, sizeof h);
         if (nc >= 1024 && h[1] == 1 && memcmp(h + 3, stamp, sizeof stamp) == 0 &&
@@ -13248,11 +13621,12 @@ static char *pt__strdup(const char *s, void *ctx) {
     return d;
 }
 
-static pt_status pt__read_file(const char *path, unsigned char **out, size_t *size, void *ctx) {
+PTRAINDEF pt_status pt_file_read(const char *path, unsigned char **data, size_t *size,
+                                 void *alloc_ctx) {
     FILE *f = fopen(path, "rb");
     long len;
     unsigned char *buf;
-    *out = NULL;
+    *data = NULL;
     *size = 0;
     if (!f) return pt__fail(PT_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     if (fgetc(f) == EOF && ferror(f)) { /* e.g. a directory */
@@ -13264,18 +13638,18 @@ static pt_status pt__read_file(const char *path, unsigned char **out, size_t *si
         fclose(f);
         return pt__fail(PT_ERR_IO, "cannot determine the size of '%s'", path);
     }
-    buf = (unsigned char *)pt__malloc((size_t)len, ctx);
+    buf = (unsigned char *)pt__malloc((size_t)len, alloc_ctx);
     if (!buf) {
         fclose(f);
         return pt__fail(PT_ERR_OOM, "cannot allocate %ld bytes to read '%s'", len, path);
     }
     if (len > 0 && fread(buf, 1, (size_t)len, f) != (size_t)len) {
         fclose(f);
-        pt__free(buf, ctx);
+        pt__free(buf, alloc_ctx);
         return pt__fail(PT_ERR_IO, "cannot read '%s'", path);
     }
     fclose(f);
-    *out = buf;
+    *data = buf;
     *size = (size_t)len;
     return PT_OK;
 }
@@ -13646,7 +14020,7 @@ PTRAINDEF pt_status pt_st_load(pt_safetensors *st, const char *path) {
     pt_status s;
     memset(st, 0, sizeof *st);
     st->alloc_ctx = ctx;
-    if ((s = pt__read_file(path, &buf, &size, ctx)) != PT_OK) return s;
+    if ((s = pt_file_read(path, &buf, &size, ctx)) != PT_OK) return s;
     if ((s = pt_st_parse(st, buf, size)) != PT_OK) {
         pt__free(buf, ctx);
         return pt__fail_path(s, path);
@@ -14722,7 +15096,7 @@ PTRAINDEF pt_status pt_gpt_config_from_hf_json(const char *text, size_t len, pt_
 PTRAINDEF pt_status pt_gpt_config_from_hf_file(const char *path, pt_gpt_config *out) {
     unsigned char *text;
     size_t n;
-    pt_status s = pt__read_file(path, &text, &n, NULL);
+    pt_status s = pt_file_read(path, &text, &n, NULL);
     if (s != PT_OK) return s;
     s = pt_gpt_config_from_hf_json((const char *)text, n, out);
     pt__free(text, NULL);
@@ -14905,7 +15279,7 @@ PTRAINDEF pt_status pt_gpt_load_weights_hf(pt_gpt *m, const char *dir) {
     pt__json j;
     if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    if (pt__read_file(path, &text, &n, m->alloc_ctx) != PT_OK) { /* one file */
+    if (pt_file_read(path, &text, &n, m->alloc_ctx) != PT_OK) { /* one file */
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         return pt_gpt_load_weights(m, path);
     }
@@ -15025,7 +15399,7 @@ PTRAINDEF pt_status pt_tokens_load(pt_tokens *t, const char *path, pt_tokens_for
     t->alloc_ctx = ctx;
     if (fmt == PT_TOKENS_AUTO)
         fmt = (plen > 4 && strcmp(path + plen - 4, ".bin") == 0) ? PT_TOKENS_LLMC : PT_TOKENS_BYTES;
-    if ((s = pt__read_file(path, &buf, &n, ctx)) != PT_OK) return s;
+    if ((s = pt_file_read(path, &buf, &n, ctx)) != PT_OK) return s;
     t->alloc_ctx = ctx;
     s = fmt == PT_TOKENS_LLMC ? pt_tokens_parse_llmc(t, buf, n) : pt_tokens_from_bytes(t, buf, n);
     pt__free(buf, ctx);

@@ -31,9 +31,8 @@
    the on and off steps from it and the link as an all-reduce over the world
    measures it (pt_hw_calibrate_links), and the lines say by how
    much they miss the measured steps.
-   --progress-us U (an experiment, not the library's way): MPI starts with
-   MPI_THREAD_MULTIPLE and a thread of this program calls MPI_Iprobe (which
-   runs Open MPI's progress engine) every U microseconds for the whole run. */
+   Options are checked (common/cli.h): a malformed or out-of-range value
+   exits 2 naming the option and the value. */
 #define _POSIX_C_SOURCE 200809L
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
@@ -45,27 +44,7 @@
 
 #ifdef PTRAIN_MPI
 
-#include <pthread.h>
-#include <time.h>
-
 #define GEMM 96 /* one compute unit: a 96^3 sgemm (1.8 MFLOP) */
-
-static int g_progress_us, g_progress_stop;
-static MPI_Comm g_progress_comm;
-
-/* --progress-us: Open MPI progresses every request inside any MPI call */
-static void *progress_main(void *arg) {
-    struct timespec ts;
-    int flag;
-    (void)arg;
-    ts.tv_sec = 0;
-    ts.tv_nsec = (long)g_progress_us * 1000L;
-    while (!__atomic_load_n(&g_progress_stop, __ATOMIC_ACQUIRE)) {
-        MPI_Iprobe(MPI_ANY_SOURCE, 0, g_progress_comm, &flag, MPI_STATUS_IGNORE);
-        nanosleep(&ts, NULL);
-    }
-    return NULL;
-}
 
 static float g_a[GEMM * GEMM], g_b[GEMM * GEMM], g_c[GEMM * GEMM];
 
@@ -205,9 +184,9 @@ static int step_bench(pt_comm *w, const char *preset, int layers, int vocab, int
         if (bucket_mb > 0) snprintf(bk, sizeof bk, "buckets >= %g MiB", bucket_mb);
         else snprintf(bk, sizeof bk, "a layer a bucket");
         printf("%s (%d layers, vocabulary %d: %.1fM parameters), dp %d, ZeRO %d, %s, B=%d T=%d "
-               "per rank, median of %d steps%s%s\n",
+               "per rank, median of %d steps%s\n",
                preset, d.config.n_layer, d.config.vocab_size, (double)m[0].num_params_full / 1e6,
-               w->size, zero, bk, B, T, steps, g_progress_us > 0 ? ", a progress thread" : "",
+               w->size, zero, bk, B, T, steps,
                bad ? ": PARAMETERS DIFFER" : " (the same parameters, bit for bit)");
         printf("  compute: step %7.1f ms (each rank its batch alone, no dp group)\n", alone * 1e3);
         printf("  overlap off: step %7.1f ms, exposed %7.1f ms (step - compute); in dp calls "
@@ -238,66 +217,47 @@ static int step_bench(pt_comm *w, const char *preset, int layers, int vocab, int
 int main(int argc, char **argv) {
     pt_comm w;
     const char *preset = "small", *hw_file = NULL;
-    int step = 0, B = 8, T = 128, steps = 6, zero = 0, layers = 0, vocab = 0;
-    double bucket_mb = 0;
-    double mb = 16, tc[64], tp[64], tn[64], tt[64], t0, c, p, none, test;
+    int step = 0, B = 8, T = 128, steps = 6, zero = 0, layers = 0, vocab = 0, npos, s;
+    float bucket_mb = 0, mb = 16;
+    double tc[64], tp[64], tn[64], tt[64], t0, c, p, none, test;
     int reps = 5, slices = 200, r, i;
     long units;
     size_t n;
     float *x, *y;
     pt_status st = PT_OK;
     float cal;
-    for (i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--slices") && i + 1 < argc) slices = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--step")) step = 1;
-        else if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[++i];
-        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--bucket-mb") && i + 1 < argc) bucket_mb = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--vocab") && i + 1 < argc) vocab = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--seq") && i + 1 < argc) T = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--zero") && i + 1 < argc) zero = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--progress-us") && i + 1 < argc) g_progress_us = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--hw-file") && i + 1 < argc) hw_file = argv[++i];
-        else {
-            fprintf(stderr, "usage: mpirun -n N %s [--mb MiB] [--reps N] [--slices N]\n"
-                            "       mpirun -n N %s --step [--preset S] [--layers L] [--vocab V] [--bucket-mb X] [--batch B] [--seq T] "
-                            "[--steps N] [--zero Z] [--hw-file F]\n", argv[0], argv[0]);
-            return 2;
-        }
-    }
-    if (!(mb > 0 && mb <= 4096) || reps < 1 || reps > 64 || slices < 1 || B < 1 || T < 1 ||
-        steps < 1 || steps > 64 || zero < 0 || zero > 2 || layers < 0 || vocab < 0 ||
-        bucket_mb < 0) {
-        fprintf(stderr, "bench_overlap: --mb in (0, 4096], --reps and --steps in [1, 64], "
-                        "--slices, --batch, --seq >= 1, --zero 0..2, --layers, --vocab, --bucket-mb >= 0\n");
-        return 2;
-    }
-    if (g_progress_us > 0) {
-        int provided = 0;
-        MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-        if (provided < MPI_THREAD_MULTIPLE) {
-            fprintf(stderr, "bench_overlap: this MPI has no MPI_THREAD_MULTIPLE\n");
-            return 1;
-        }
-        MPI_Comm_dup(MPI_COMM_WORLD, &g_progress_comm);
+    cli_opt opts[] = {
+        {"mb", CLI_FLOAT, &mb, "MiB all-reduced (the started all-reduce bench)", 0.0001, 4096},
+        {"reps", CLI_INT, &reps, "repetitions (the median is reported)", 1, 64},
+        {"slices", CLI_INT, &slices, "slices of compute, a pt_comm_test after each", 1, 1000000},
+        {"step", CLI_FLAG, &step, "training steps, overlap on and off, instead", 0, 0},
+        {"preset", CLI_STR, &preset, "--step: the model preset", 0, 0},
+        {"layers", CLI_INT, &layers, "--step: layers (0: the preset's)", 0, 4096},
+        {"vocab", CLI_INT, &vocab, "--step: vocabulary (0: the preset's)", 0, 1 << 24},
+        {"bucket-mb", CLI_FLOAT, &bucket_mb, "--step: gradient buckets of at least X MiB (0: a "
+                                             "layer a bucket)", 0, 1 << 20},
+        {"batch", CLI_INT, &B, "--step: rows a rank", 1, 65536},
+        {"seq", CLI_INT, &T, "--step: sequence length", 1, 65536},
+        {"steps", CLI_INT, &steps, "--step: timed steps (the median is reported)", 1, 64},
+        {"zero", CLI_INT, &zero, "--step: ZeRO stage", 0, 2},
+        {"hw-file", CLI_STR, &hw_file, "--step: this machine's profile, for the simulated steps",
+         0, 0},
+    };
+    int nopts = (int)(sizeof opts / sizeof opts[0]);
+    const char *pos[1];
+    if ((s = cli_parse(argc, argv, opts, nopts, pos, 0, &npos)) != 0) {
+        cli_usage(s == 1 ? stdout : stderr,
+                  "usage: mpirun -n N bench_overlap_mpi [--mb X] [--reps N] [--slices N]\n"
+                  "       mpirun -n N bench_overlap_mpi --step [--preset S] [--layers N] ...",
+                  opts, nopts);
+        return s == 1 ? 0 : 2;
     }
     if (pt_comm_mpi_init(&w, &argc, &argv) != PT_OK) {
         fprintf(stderr, "%s\n", pt_last_error());
         return 1;
     }
     if (step) {
-        pthread_t th;
-        if (g_progress_us > 0 && pthread_create(&th, NULL, progress_main, NULL)) return 1;
         r = step_bench(&w, preset, layers, vocab, B, T, steps, zero, bucket_mb, hw_file);
-        if (g_progress_us > 0) {
-            __atomic_store_n(&g_progress_stop, 1, __ATOMIC_RELEASE);
-            pthread_join(th, NULL);
-            MPI_Comm_free(&g_progress_comm);
-        }
         pt_comm_free(&w);
         pt_comm_mpi_finalize();
         return r;

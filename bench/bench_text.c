@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
         return s == 1 ? 0 : 1;
     }
     if (pt_tokenizer_load(&tk, tok_path) != PT_OK ||
-        pt__read_file(pos[0], &text, &n, NULL) != PT_OK) {
+        pt_file_read(pos[0], &text, &n, NULL) != PT_OK) {
         fprintf(stderr, "error: %s\n", pt_last_error());
         return 1;
     }

@@ -33,7 +33,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# ptrain's pt__presets (ptrain.h): name -> (V, block, L, NH, C)
+# ptrain's presets (pt_gpt_config_preset in ptrain.h): name -> (V, block, L, NH, C)
 PRESETS = {
     "tiny": (256, 128, 2, 4, 64),
     "mini": (256, 256, 4, 4, 128),

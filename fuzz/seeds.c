@@ -32,7 +32,7 @@ static void put(const char *harness, const char *name, const void *data, size_t 
 /* a file's bytes, or NULL (n = 0) */
 static unsigned char *slurp(const char *path, size_t *n) {
     unsigned char *buf = NULL;
-    if (pt__read_file(path, &buf, n, NULL) != PT_OK) {
+    if (pt_file_read(path, &buf, n, NULL) != PT_OK) {
         fprintf(stderr, "seeds: %s\n", pt_last_error());
         failed = 1;
     }
@@ -379,6 +379,21 @@ static void hf_configs(void) {
     }
 }
 
+/* a token as encoder.json spells it: its byte-level string, JSON-quoted */
+static size_t json_bytelevel(char *o, const unsigned char *b, size_t n) {
+    size_t i, k = 0;
+    o[k++] = '"';
+    for (i = 0; i < n; i++) {
+        char c[2];
+        size_t l = pt_bytelevel_encode(b + i, 1, c);
+        if (l == 1 && (c[0] == '"' || c[0] == '\\')) o[k++] = '\\';
+        memcpy(o + k, c, l);
+        k += l;
+    }
+    o[k++] = '"';
+    return k;
+}
+
 /* tokenizers: a small trained one as tokenizer.json (both patterns) and as
    GPT-2's two files (encoder.json NUL vocab.bpe), near-valid variants, and
    texts for the round trip */
@@ -418,29 +433,38 @@ static void tokenizers(const char *tmp) {
         if (k == 0) { /* encoder.json NUL vocab.bpe */
             size_t cap = 64 * (size_t)tk.n_vocab + 64, o = 0;
             char *g = (char *)malloc(cap);
-            if (!g) return;
+            int *pair = (int *)malloc(2 * sizeof(int) * ((size_t)tk.n_merges + 1)), a, c, r;
+            if (!g || !pair) {
+                free(g);
+                free(pair);
+                return;
+            }
             o += (size_t)sprintf(g, "{");
             for (id = 0; id < tk.n_vocab; id++) {
                 size_t len;
                 const unsigned char *t = pt_tokenizer_bytes(&tk, id, &len);
-                o += pt__json_bytelevel(g + o, t, len, 1, 1);
+                o += json_bytelevel(g + o, t, len);
                 o += (size_t)sprintf(g + o, ": %d%s", id, id + 1 < tk.n_vocab ? ", " : "}");
             }
             g[o++] = 0;
             o += (size_t)sprintf(g + o, "#version: 0.2\n");
-            for (i = 0; i <= tk.merge_mask; i++) /* rank order does not matter for a seed */
-                if (tk.merge_hash[2 * i] != UINT64_MAX) {
-                    size_t la, lb;
-                    const unsigned char *a = pt_tokenizer_bytes(&tk, (int)(tk.merge_hash[2 * i] >> 32), &la);
-                    const unsigned char *c = pt_tokenizer_bytes(&tk, (int)(uint32_t)tk.merge_hash[2 * i], &lb);
-                    o += pt__bytelevel_encode(a, la, g + o);
-                    g[o++] = ' ';
-                    o += pt__bytelevel_encode(c, lb, g + o);
-                    g[o++] = '\n';
-                }
+            for (a = 0; a < tk.n_vocab; a++) /* the merges by rank */
+                for (c = 0; c < tk.n_vocab; c++)
+                    if ((r = pt_tokenizer_merge(&tk, a, c, NULL)) >= 0 && r < tk.n_merges)
+                        pair[2 * r] = a, pair[2 * r + 1] = c;
+            for (r = 0; r < tk.n_merges; r++) {
+                size_t la, lb;
+                const unsigned char *ta = pt_tokenizer_bytes(&tk, pair[2 * r], &la);
+                const unsigned char *tc = pt_tokenizer_bytes(&tk, pair[2 * r + 1], &lb);
+                o += pt_bytelevel_encode(ta, la, g + o);
+                g[o++] = ' ';
+                o += pt_bytelevel_encode(tc, lb, g + o);
+                g[o++] = '\n';
+            }
             put("tokenizer_gpt2", "gpt2", g, o);
             put("tokenizer_gpt2", "gpt2_truncated", g, o - 7);
             free(g);
+            free(pair);
         }
         pt_tokenizer_free(&tk);
     }

@@ -901,7 +901,7 @@ static void ck_mismatch(pt_comm *c) {
 
 /* Each rank gets max(1, cores/size) OpenMP and BLAS threads. */
 static void ck_threads_env(pt_comm *c) {
-    int want = pt__cores() / c->size;
+    int want = pt_num_cores() / c->size;
     if (want < 1) want = 1;
 #ifdef _OPENMP
     CHECK_EQ(pt_get_threads(), want);
@@ -1141,7 +1141,7 @@ typedef struct fail_run {
 
 static pt_status planted(pt_comm *world, pt_status s, const char *msg, int report) {
     sleep_ms(100); /* the others are asleep in their operation by now */
-    pt__fail(s, "%s", msg);
+    pt_error(s, "%s", msg);
     return report ? pt_comm_fail(world, s) : s;
 }
 
@@ -1183,7 +1183,7 @@ static pt_status fail_main(pt_comm *world, void *arg) {
         if (r == 3) return planted(world, PT_ERR_IO, "first failure", 1);
         if (r == 1) {
             sleep_ms(300);
-            pt__fail(PT_ERR_RANGE, "second failure");
+            pt_error(PT_ERR_RANGE, "second failure");
             return pt_comm_fail(world, PT_ERR_RANGE);
         }
         st = pt_comm_all_reduce(world, buf, 1000, PT_REDUCE_SUM);
@@ -1215,7 +1215,7 @@ static pt_status fail_main(pt_comm *world, void *arg) {
         f->later[r] = sa != PT_OK && strstr(pt_last_error(), "rank 2 failed") ? sa : PT_OK;
         f->secs[r] = pt_time_now() - t0;
         f->st[r] = st;
-        return st == PT_OK ? st : pt__fail(st, "%s", f->msg[r]);
+        return st == PT_OK ? st : pt_error(st, "%s", f->msg[r]);
     }
     case F_STARTED_RECV: /* rank 1 fails; the others wait for its message in started receives */
     {
@@ -1237,7 +1237,7 @@ static pt_status fail_main(pt_comm *world, void *arg) {
     f->st[r] = st;
     snprintf(f->msg[r], sizeof f->msg[r], "%s", st == PT_OK ? "" : pt_last_error());
     if (f->mode != F_GRID) f->later[r] = pt_comm_barrier(world);
-    return st == PT_OK ? st : pt__fail(st, "%s", f->msg[r]); /* the later call's message aside */
+    return st == PT_OK ? st : pt_error(st, "%s", f->msg[r]); /* the later call's message aside */
 }
 
 /* Runs a scenario on n ranks; checks the run's status and message, and that
@@ -1414,7 +1414,7 @@ int main(int argc, char **argv) {
         float x[4] = {0, 0, 0, 0};
         if (world.rank == fail_rank) {
             sleep_ms(100);
-            pt__fail(PT_ERR_IO, "planted failure");
+            pt_error(PT_ERR_IO, "planted failure");
             pt_comm_fail(&world, PT_ERR_IO); /* does not return */
         }
         if (started) { /* the others wait for a started all-reduce */

@@ -320,6 +320,18 @@ step "example: plan_1t (1T on Selene and Frontier, search, trace)" sh -c \
 step "bench_kernels: every kernel's result check at mini's shapes (B=8, T=128)" sh -c \
     "build/bench_kernels --config mini --batch 8 --seq 128 --reps 1 >$tmp/bk.txt 2>&1 &&
      grep -q '^all result checks passed' $tmp/bk.txt"
+# bench_overlap parses through common/cli.h: a malformed or out-of-range value is refused
+# naming the option and the value, before MPI starts (so without mpirun)
+fails "bench_overlap: a malformed --mb" 2 "^error: --mb expects a number, got '16x'" \
+    build/bench_overlap_mpi --mb 16x
+fails "bench_overlap: --reps 0" 2 "^error: --reps 0 is outside \[1, 64\]" \
+    build/bench_overlap_mpi --reps 0
+fails "bench_overlap: --step --zero 3" 2 "^error: --zero 3 is outside \[0, 2\]" \
+    build/bench_overlap_mpi --step --zero 3
+fails "bench_overlap: a malformed --steps" 2 "^error: --steps expects an integer, got '4.5'" \
+    build/bench_overlap_mpi --step --steps 4.5
+fails "bench_overlap: --progress-us is gone" 2 "^error: unknown option '--progress-us'" \
+    build/bench_overlap_mpi --progress-us 100
 # sim_vs_real: a pipeline layout of README.md's table on its model (4 layers, C=256, 4 heads,
 # T=128, V=1024, batch 8), trained here and simulated with a profile calibrated in the same
 # run. The README's 20% band is a bench claim (timings are noisy and machines differ: a

@@ -908,7 +908,7 @@ static pt_status par_rank(pt_comm *world, void *arg) {
     float *full = (float *)malloc(r->n * sizeof(float));
     pt_status st;
     memset(&m, 0, sizeof m);
-    if (!full) return pt_comm_fail(world, pt__fail(PT_ERR_OOM, "gradient buffer"));
+    if (!full) return pt_comm_fail(world, pt_error(PT_ERR_OOM, "gradient buffer"));
     if ((st = pt_grid_init(&g, world, c->tp, c->dp, c->pp)) != PT_OK) {
         free(full);
         return pt_comm_fail(world, st);
@@ -2629,6 +2629,14 @@ static void test_schedule_kinds(void) {
                 }
 }
 
+/* An action kind's name in failure messages. */
+static const char *act_name(int kind) {
+    static const char *const names[PT_ACT_COUNT] = {
+        "forward", "backward", "weight gradient", "send activation", "receive activation",
+        "send gradient", "receive gradient", "optimizer step", "replica all-reduce"};
+    return kind >= 0 && kind < PT_ACT_COUNT ? names[kind] : "?";
+}
+
 /* The index of an action in stage st's list. When it is not there the check
    fails (naming it) and FIND leaves the test at its label out: a changed
    schedule fails the test instead of indexing list[-1]. */
@@ -2639,8 +2647,8 @@ static int find_action_(const char *file, int line, const pt_schedule *s, int st
         if (s->list[st][i].kind == kind && s->list[st][i].micro == micro &&
             s->list[st][i].chunk == chunk)
             return i;
-    failf(file, line, "no %s of micro-batch %d chunk %d on stage %d",
-          kind >= 0 && kind < PT_ACT_COUNT ? pt__act_names[kind] : "?", micro, chunk, st);
+    failf(file, line, "no %s of micro-batch %d chunk %d on stage %d", act_name(kind), micro,
+          chunk, st);
     return -1;
 }
 /* The index of an action in stage st's list, or -1: for checking that one is
@@ -3173,16 +3181,21 @@ static int count_sub(const char *hay, size_t n, const char *needle) {
     return c;
 }
 
-/* A schedule's timeline as Chrome trace JSON (valid JSON: our safetensors
-   reader skips it whole; one slice per F, B, W, named with micro-batch and
-   chunk) and as SVG (one rectangle per slice); unwritable paths are errors. */
+/* A schedule's timeline as Chrome trace JSON (valid JSON: a config.json
+   holding it under a key of its own parses, the value skipped whole; one
+   slice per F, B, W, named with micro-batch and chunk) and as SVG (one
+   rectangle per slice); unwritable paths are errors. */
 static void test_schedule_trace_files(void) {
     pt_schedule s;
     pt_trace t;
     const char *json = tmp_path("t.json"), *svg = tmp_path("t.svg");
+    static const char cfg[] = "\"hidden_size\": 32, \"intermediate_size\": 8, "
+        "\"num_attention_heads\": 4, \"num_hidden_layers\": 1, \"vocab_size\": 8, "
+        "\"max_position_embeddings\": 8}";
+    pt_gpt_config config;
     unsigned char *b;
+    char *doc;
     size_t n;
-    pt__json j;
     int slices;
     ZERO(s), ZERO(t);
     CHECK_ST(pt_schedule_build(&s, PT_SCHED_INTERLEAVED, 2, 2, 4), PT_OK);
@@ -3195,13 +3208,14 @@ static void test_schedule_trace_files(void) {
     CHECK_ST(pt_trace_write_svg(&t, svg), PT_OK);
     b = read_all(json, &n);
     CHECK(b != NULL);
-    if (b) {
-        ZERO(j);
-        j.p = (const char *)b, j.end = (const char *)b + n;
-        j.pool = TALLOC(char, n + 1), j.pool_cap = n + 1;
-        CHECK(pt__json_skip(&j));
-        pt__ws(&j);
-        CHECK(j.p == j.end);
+    if (b) { /* {"trace": <the file>, <a config>}: any defect breaks the config's parse */
+        doc = TALLOC(char, n + sizeof cfg + 16);
+        memcpy(doc, "{\"trace\": ", 10);
+        memcpy(doc + 10, b, n);
+        memcpy(doc + 10 + n, ", ", 2);
+        memcpy(doc + 12 + n, cfg, sizeof cfg);
+        CHECK_ST(pt_gpt_config_from_hf_json(doc, strlen(doc), &config), PT_OK);
+        CHECK_EQ(config.n_embd, 32);
         CHECK_EQ(count_sub((const char *)b, n, "\"ph\": \"X\""), slices);
         CHECK_EQ(count_sub((const char *)b, n, "\"name\": \"F3b\""), 2);
         CHECK_EQ(count_sub((const char *)b, n, "\"args\": {\"micro\": 3, \"chunk\": 1}"), 4);
@@ -3292,12 +3306,12 @@ static void test_sim_mechanisms(void) {
 }
 
 /* One simulated step of d on hw with action kind k's time times x (the
-   simulator's seam pt__plan_run; the other kinds as modeled). */
+   other kinds as modeled). */
 static double sim_step(const pt_plan_desc *d, const pt_hw *hw, int k, double x, pt_plan_result *r) {
     double scale[PT_ACT_COUNT];
     int i;
     for (i = 0; i < PT_ACT_COUNT; i++) scale[i] = i == k ? x : 1.0;
-    if (pt__plan_run(d, hw, 1.0, scale, r, NULL) != PT_OK) {
+    if (pt_plan_simulate_scaled(d, hw, scale, r, NULL) != PT_OK) {
         FAIL("simulating: %s", pt_last_error());
         return -1.0;
     }
@@ -3346,7 +3360,7 @@ static void test_sim_cost_paths(void) {
             if (g_fail) return;
             if (!(t0 < t1 * (1 - 1e-9) && t1 < t2 * (1 - 1e-9)))
                 FAIL("%s: the %s's time at 0x, 1x, 2x gives steps %.9g, %.9g, %.9g s: not rising",
-                     pt_schedule_kind_name(kinds[i]), pt__act_names[acts[k]], t0, t1, t2);
+                     pt_schedule_kind_name(kinds[i]), act_name(acts[k]), t0, t1, t2);
         }
     /* the sends' modeled time: m messages of micro x seq x hidden elements a stage */
     d.schedule = PT_SCHED_1F1B, d.chunks = 1;
@@ -3358,8 +3372,8 @@ static void test_sim_cost_paths(void) {
         double sc[PT_ACT_COUNT];
         for (k = 0; k < PT_ACT_COUNT; k++) sc[k] = 1.0;
         sc[PT_ACT_SEND_ACT] = sc[PT_ACT_SEND_GRAD] = 0.0;
-        CHECK(pt__plan_run(&d, &hw, 1.0, sc, &r1, NULL) == PT_OK);
-        CHECK(pt__plan_run(&d, &slow, 1.0, sc, &r2, NULL) == PT_OK);
+        CHECK(pt_plan_simulate_scaled(&d, &hw, sc, &r1, NULL) == PT_OK);
+        CHECK(pt_plan_simulate_scaled(&d, &slow, sc, &r2, NULL) == PT_OK);
         want = pt_hw_comm_seconds(&slow, PT_COLL_ALL_REDUCE, d.vocab * h * e, 2, 2) -
                pt_hw_comm_seconds(&hw, PT_COLL_ALL_REDUCE, d.vocab * h * e, 2, 2);
         if (!(want > 0 && fabs((r2.step_time - r1.step_time) / want - 1) < 1e-6))
@@ -4363,7 +4377,7 @@ static int tk_load(pt_tokenizer *tk, int pattern, int array_merges) {
 static void tk_pieces(pt_pretok pat, const char *s, char *out) {
     size_t n = strlen(s), i = 0, k;
     while (i < n) {
-        k = pt__piece_end(pat, (const unsigned char *)s, n, i);
+        k = pt_pretok_piece_end(pat, s, n, i);
         if (i) *out++ = '|';
         memcpy(out, s + i, k - i);
         out += k - i;
@@ -4398,29 +4412,76 @@ static void test_text_pieces(void) {
     }
 }
 
-static void test_text_unicode_classes(void) {
-    uint32_t cp;
-    int len;
-    /* the ASCII fast path agrees with the generated table */
-    for (cp = 0; cp < 128; cp++) {
-        unsigned char c = (unsigned char)cp;
-        if (pt__char_class(&c, 1, 0, &len) != pt__uclass_of(cp)) FAIL("ASCII %u: fast path != table", cp);
+/* A character's class as GPT-2's pieces show it: "a" then a letter is one
+   piece, "1" then a number, "!" then an "other" character, and no other
+   class joins them; " " then whitespace is one piece (as " " then any
+   character but whitespace is). 'L', 'N', 'O', 'S', or '?' when the pieces
+   fit none or several. */
+static int piece_class(const char *c, size_t len) {
+    static const char lead[3] = {'a', '1', '!'}, cls[3] = {'L', 'N', 'O'};
+    char t[8];
+    int k, got = '?', hits = 0;
+    for (k = 0; k < 3; k++) {
+        t[0] = lead[k];
+        memcpy(t + 1, c, len);
+        if (pt_pretok_piece_end(PT_PRETOK_GPT2, t, len + 1, 0) == len + 1) got = cls[k], hits++;
     }
-    CHECK_EQ(pt__uclass_of(0xE9), PT__C_LETTER);   /* é */
-    CHECK_EQ(pt__uclass_of(0x4E2D), PT__C_LETTER); /* 中 */
-    CHECK_EQ(pt__uclass_of(0x0663), PT__C_NUMBER); /* Arabic-Indic three */
-    CHECK_EQ(pt__uclass_of(0x00BD), PT__C_NUMBER); /* ½ */
-    CHECK_EQ(pt__uclass_of(0x3000), PT__C_SPACE);
-    CHECK_EQ(pt__uclass_of(0x0085), PT__C_SPACE);
-    CHECK_EQ(pt__uclass_of(0x0301), PT__C_OTHER);  /* a combining mark is not a letter */
-    CHECK_EQ(pt__uclass_of(0x1F600), PT__C_OTHER); /* emoji */
-    CHECK_EQ(pt__uclass_of(0x10FFFF), PT__C_OTHER);
-    /* strict UTF-8 */
-    CHECK_EQ(pt__utf8_len((const unsigned char *)"\xc0\xaf", 2, &cp), 0);         /* overlong */
-    CHECK_EQ(pt__utf8_len((const unsigned char *)"\xed\xa0\x80", 3, &cp), 0);     /* surrogate */
-    CHECK_EQ(pt__utf8_len((const unsigned char *)"\xf4\x90\x80\x80", 4, &cp), 0); /* > U+10FFFF */
-    CHECK_EQ(pt__utf8_len((const unsigned char *)"\xf0\x9f\x98\x80", 4, &cp), 4);
-    CHECK_EQ(cp, 0x1F600);
+    t[0] = ' ';
+    if (!hits && pt_pretok_piece_end(PT_PRETOK_GPT2, t, len + 1, 0) == len + 1) got = 'S', hits++;
+    return hits == 1 ? got : '?';
+}
+
+/* The pre-tokenizer's Unicode classes (\p{L}, \p{N}, White_Space, the rest):
+   ASCII (its fast path) and other planes (the generated table), read from
+   the pieces; strict UTF-8: a sequence that is not a character (overlong,
+   a surrogate, above U+10FFFF) is bytes of class other, one character
+   each, which CL100K's [^\r\n\p{L}\p{N}]?\p{L}+ tells apart from one
+   character: one piece with the letters after it, or two. */
+static void test_text_unicode_classes(void) {
+    static const struct { const char *utf8; int cls; } cps[] = {
+        {"\xc3\xa9", 'L'},             /* é U+00E9 */
+        {"\xe4\xb8\xad", 'L'},         /* 中 U+4E2D */
+        {"\xf0\xa0\x80\x80", 'L'},     /* U+20000, CJK extension B */
+        {"\xd9\xa3", 'N'},             /* Arabic-Indic three U+0663 */
+        {"\xc2\xbd", 'N'},             /* ½ U+00BD */
+        {"\xf0\x9d\x9f\x8e", 'N'},     /* mathematical bold zero U+1D7CE */
+        {"\xe3\x80\x80", 'S'},         /* U+3000 */
+        {"\xc2\x85", 'S'},             /* U+0085 */
+        {"\xcc\x81", 'O'},             /* U+0301: a combining mark is not a letter */
+        {"\xf0\x9f\x98\x80", 'O'},     /* emoji U+1F600 */
+        {"\xf4\x8f\xbf\xbf", 'O'},     /* U+10FFFF */
+    };
+    static const struct { const char *bytes; int one; } seqs[] = {
+        {"\xc1\xa1", 0},             /* overlong 'a' */
+        {"\xc0\xaf", 0},             /* overlong '/' */
+        {"\xed\xa0\x80", 0},         /* surrogate U+D800 */
+        {"\xf4\x90\x80\x80", 0},     /* above U+10FFFF */
+        {"\xf0\x9f\x98\x80", 1},     /* U+1F600 */
+        {"\xef\xbf\xbd", 1},         /* U+FFFD */
+    };
+    char t[16];
+    size_t i;
+    unsigned c;
+    for (c = 0; c < 128; c++) { /* the ASCII fast path against the classes */
+        char ch = (char)c;
+        int want = ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ? 'L' : (c >= '0' && c <= '9') ? 'N'
+                   : (c == ' ' || (c >= 9 && c <= 13)) ? 'S' : 'O';
+        if (piece_class(&ch, 1) != want)
+            FAIL("ASCII %u: class %c, expected %c", c, piece_class(&ch, 1), want);
+    }
+    for (i = 0; i < sizeof cps / sizeof cps[0]; i++)
+        if (piece_class(cps[i].utf8, strlen(cps[i].utf8)) != cps[i].cls)
+            FAIL("character %zu: class %c, expected %c", i,
+                 piece_class(cps[i].utf8, strlen(cps[i].utf8)), cps[i].cls);
+    for (i = 0; i < sizeof seqs / sizeof seqs[0]; i++) {
+        size_t len = strlen(seqs[i].bytes), end;
+        memcpy(t, seqs[i].bytes, len);
+        memcpy(t + len, "ab", 2);
+        end = pt_pretok_piece_end(PT_PRETOK_CL100K, t, len + 2, 0);
+        if ((end == len + 2) != seqs[i].one)
+            FAIL("sequence %zu: its first piece ends at %zu of %zu: %s", i, end, len + 2,
+                 seqs[i].one ? "not one character" : "taken as one character");
+    }
 }
 
 static void test_text_encode(void) {
@@ -4461,14 +4522,31 @@ static void test_text_encode(void) {
     }
 }
 
-/* decode(encode(x)) == x for random bytes, ASCII-heavy text and long runs
-   (the heap path); the heap path equals the short one */
+/* BPE on ids[0..n) (one piece's bytes) as the definition says, merge by
+   merge: the lowest rank, the leftmost on a tie; returns the new count. */
+static size_t naive_bpe(const pt_tokenizer *tk, int *ids, size_t n) {
+    for (;;) {
+        size_t best = 0, k;
+        int bm = -1, bz = 0, z, rank;
+        for (k = 0; k + 1 < n; k++)
+            if ((rank = pt_tokenizer_merge(tk, ids[k], ids[k + 1], &z)) >= 0 && (bm < 0 || rank < bm))
+                bm = rank, bz = z, best = k;
+        if (bm < 0) return n;
+        ids[best] = bz;
+        memmove(ids + best + 1, ids + best + 2, (n - best - 2) * sizeof(int));
+        n--;
+    }
+}
+
+/* decode(encode(x)) == x for random bytes, ASCII-heavy text and long runs;
+   one piece of letters encodes as the naive BPE does, through the scan (up
+   to 64 bytes) and through the heap (longer: its work space is the
+   encoder's, allocated exactly, so ASan sees any overrun) */
 static void test_text_roundtrip(void) {
     pt_tokenizer tk;
     size_t cap = 20000, n, m, i, len;
     unsigned char *x = TALLOC(unsigned char, cap), *y = TALLOC(unsigned char, cap);
-    int *ids = TALLOC(int, cap), *a = TALLOC(int, 64), *b = TALLOC(int, 64);
-    void *work = TALLOC(char, 64 * 32);
+    int *ids = TALLOC(int, cap), *r = TALLOC(int, 512), *e = TALLOC(int, 512);
     int k, trial;
     static const char alpha[] = "aaaathe ing\n\n  \t'sre\xc3\xa9\xe4\xb8\xad" "0123";
     for (k = 0; k < 2; k++) {
@@ -4490,42 +4568,26 @@ static void test_text_roundtrip(void) {
         memset(x, 'a', 5000);
         CHECK_ST(pt_tokenizer_encode(&tk, x, 5000, 0, ids, &n), PT_OK);
         CHECK_EQ(n, 1250);
-        for (trial = 0; trial < 300; trial++) {
-            size_t na, nb;
-            len = 2 + (size_t)irand(63);
-            for (i = 0; i < len; i++) a[i] = b[i] = tk.byte_id[(unsigned char)"aathe"[irand(5)]];
-            na = pt__bpe_short(&tk, a, len);
-            nb = pt__bpe_long(&tk, b, len, work);
-            if (na != nb || memcmp(a, b, na * sizeof(int)) != 0) FAIL("trial %d: heap BPE != scan BPE", trial);
-        }
-        /* the heap path on long pieces against a naive BPE written here, with
-           exactly the work space it asks for (ASan sees any overrun) */
-        for (trial = 0; trial < 40; trial++) {
-            size_t L = 65 + (size_t)irand(400), q, nr;
-            int *r = TALLOC(int, L), *h = TALLOC(int, L);
-            void *w = talloc(L * (3 * sizeof(uint64_t) + 2 * sizeof(int)));
-            for (q = 0; q < L; q++) r[q] = h[q] = tk.byte_id[(unsigned char)"aaaathe"[irand(7)]];
-            for (nr = L;;) { /* the lowest rank, leftmost, merged; again */
-                size_t best = 0, k2;
-                uint64_t bm = UINT64_MAX;
-                for (k2 = 0; k2 + 1 < nr; k2++) {
-                    uint64_t g = pt__merge_of(&tk, r[k2], r[k2 + 1]);
-                    if (g != UINT64_MAX && (bm == UINT64_MAX || (g >> 32) < (bm >> 32))) bm = g, best = k2;
-                }
-                if (bm == UINT64_MAX) break;
-                r[best] = (int)(uint32_t)bm;
-                memmove(r + best + 1, r + best + 2, (nr - best - 2) * sizeof(int));
-                nr--;
+        for (trial = 0; trial < 340; trial++) { /* 300 scanned, 40 on the heap */
+            size_t L = trial < 300 ? 2 + (size_t)irand(63) : 65 + (size_t)irand(400), q, nr, ne;
+            const char *abc = trial < 300 ? "aathe" : "aaaathe";
+            int id;
+            for (q = 0; q < L; q++) {
+                x[q] = (unsigned char)abc[irand((int)strlen(abc))];
+                r[q] = pt_tokenizer_find(&tk, x + q, 1);
             }
-            q = pt__bpe_long(&tk, h, L, w);
-            if (q != nr || memcmp(h, r, nr * sizeof(int)) != 0) FAIL("trial %d: heap BPE != naive BPE (%zu bytes)", trial, L);
+            nr = naive_bpe(&tk, r, L);
+            if (tk.ignore_merges && (id = pt_tokenizer_find(&tk, x, L)) >= 0) r[0] = id, nr = 1;
+            CHECK_ST(pt_tokenizer_encode(&tk, x, L, 0, e, &ne), PT_OK);
+            if (ne != nr || memcmp(e, r, nr * sizeof(int)) != 0)
+                FAIL("trial %d: BPE of a piece of %zu bytes != the naive BPE", trial, L);
         }
         pt_tokenizer_free(&tk);
     }
 }
 
-/* Where pt__safe_cut allows a cut, the pieces of the two parts are the
-   whole text's; and the parallel encoder equals the serial one. */
+/* Where pt_pretok_safe_cut allows a cut, the pieces of the two parts are
+   the whole text's; and the parallel encoder equals the serial one. */
 static void test_text_parallel(void) {
     pt_tokenizer tk;
     size_t n = 3u << 20, i, n1, n2, k, m;
@@ -4546,13 +4608,13 @@ static void test_text_parallel(void) {
             }
             n1 = i;
             memset(bound, 0, n1 + 1);
-            for (i = 0; i < n1; i = k) bound[i] = 1, k = pt__piece_end((pt_pretok)pat, u, n1, i);
+            for (i = 0; i < n1; i = k) bound[i] = 1, k = pt_pretok_piece_end((pt_pretok)pat, u, n1, i);
             for (i = 1; i < n1; i++) {
-                if (!pt__safe_cut(u, n1, i)) continue;
+                if (!pt_pretok_safe_cut(u, n1, i)) continue;
                 cuts++;
                 if (!bound[i]) FAIL("pattern %d: a cut at %zu is inside a piece", pat, i);
                 for (k = 0; k < i; k = m) { /* the prefix alone: the same pieces */
-                    m = pt__piece_end((pt_pretok)pat, u, i, k);
+                    m = pt_pretok_piece_end((pt_pretok)pat, u, i, k);
                     if (!bound[k] || (m < i && !bound[m])) {
                         FAIL("pattern %d: the text cut at %zu has another piece at %zu", pat, i, k);
                         break;
@@ -4562,8 +4624,8 @@ static void test_text_parallel(void) {
         }
     CHECK(cuts > 100);
     /* "x \nA": alone, " \n" would be one piece; in the whole text " " and "\n" */
-    CHECK(!pt__safe_cut((const unsigned char *)"x \nAb", 5, 3));
-    CHECK(pt__safe_cut((const unsigned char *)"x;\nAb", 5, 3));
+    CHECK(!pt_pretok_safe_cut("x \nAb", 5, 3));
+    CHECK(pt_pretok_safe_cut("x;\nAb", 5, 3));
     if (!tk_load(&tk, 1, 0)) {
         FAIL("loading: %s", pt_last_error());
         return;
@@ -4600,6 +4662,60 @@ static void test_text_utf8_stream(void) {
     CHECK_EQ(pt_utf8_stream_flush(&s, out), 1);
     k = pt_utf8_stream_put(&s, "\xe0\x80", 2, out); /* E0 80 is overlong: pass it on */
     CHECK_EQ(k, 2);
+}
+
+/* The small public helpers beside the tokenizers: GPT-2's byte-level
+   spelling (against the one tk_json writes), a merge's rank and token, the
+   pre-tokenizer's edges and default pattern, a whole file read, the cores. */
+static void test_text_helpers(void) {
+    static const unsigned char data[5] = {'a', 0, '\n', 0xff, ' '};
+    char got[8], want[8];
+    pt_tokenizer tk;
+    unsigned char *buf;
+    size_t n;
+    int b, z = -1, threads;
+    FILE *f;
+    for (b = 0; b < 256; b++) { /* one byte: tk_put_byte's character, unescaped */
+        unsigned char c = (unsigned char)b;
+        size_t lw = tk_put_byte(want, b), lg = pt_bytelevel_encode(&c, 1, got);
+        if (lw == 2 && want[0] == '\\') want[0] = want[1], lw = 1;
+        if (lg != lw || memcmp(got, want, lw) != 0) FAIL("byte 0x%02x: spelled differently", b);
+    }
+    CHECK_EQ(pt_bytelevel_encode("a b\n", 4, got), 6);
+    CHECK(memcmp(got, "a\xc4\xa0" "b\xc4\x8a", 6) == 0); /* space U+0120, newline U+010A */
+    CHECK(tk_load(&tk, 0, 0));
+    CHECK_EQ(pt_tokenizer_merge(&tk, 't', 'h', &z), 0);
+    CHECK_EQ(z, 256);
+    CHECK_EQ(pt_tokenizer_merge(&tk, 256, 'e', NULL), 1);
+    CHECK_EQ(pt_tokenizer_merge(&tk, 'h', 't', &z), -1);
+    pt_tokenizer_free(&tk);
+    CHECK_EQ(pt_tokenizer_merge(&tk, 't', 'h', &z), -1);
+    CHECK_EQ(pt_pretok_piece_end(PT_PRETOK_GPT2, "ab", 2, 2), 2);
+    CHECK_EQ(pt_pretok_piece_end(PT_PRETOK_GPT2, "ab", 2, 7), 2);
+    CHECK_EQ(pt_pretok_piece_end(PT_PRETOK_DEFAULT, "WE'LLx", 6, 2), 3); /* GPT-2's "'" */
+    CHECK_EQ(pt_pretok_piece_end(PT_PRETOK_CL100K, "WE'LLx", 6, 2), 5);  /* cl100k's "'LL" */
+    CHECK(!pt_pretok_safe_cut("a b", 3, 0) && !pt_pretok_safe_cut("ab cd", 5, 5));
+    /* a file read whole (a NUL inside), an empty one, a missing one, a directory */
+    if ((f = fopen(tmp_path("read.bin"), "wb"))) fwrite(data, 1, 5, f), fclose(f);
+    CHECK_ST(pt_file_read(tmp_path("read.bin"), &buf, &n, NULL), PT_OK);
+    CHECK(n == 5 && buf && memcmp(buf, data, 5) == 0);
+    free(buf);
+    if ((f = fopen(tmp_path("empty.bin"), "wb"))) fclose(f);
+    CHECK_ST(pt_file_read(tmp_path("empty.bin"), &buf, &n, NULL), PT_OK);
+    CHECK(n == 0 && buf);
+    free(buf);
+    CHECK_ERR(pt_file_read(tmp_path("missing.bin"), &buf, &n, NULL), PT_ERR_IO, "missing.bin");
+    CHECK(!buf && n == 0);
+    CHECK_ERR(pt_file_read("/tmp", &buf, &n, NULL), PT_ERR_IO, "cannot read '/tmp'");
+    CHECK(!buf && n == 0);
+    /* the cores: what pt_set_threads(0) sets */
+    CHECK(pt_num_cores() >= 1);
+    threads = pt_get_threads();
+    pt_set_threads(0);
+#ifdef _OPENMP
+    CHECK_EQ(pt_get_threads(), pt_num_cores());
+#endif
+    pt_set_threads(threads);
 }
 
 static void test_text_errors(void) {
@@ -4738,9 +4854,9 @@ static void test_text_bpe_train(void) {
                 if (cnt > best || (cnt == best && (p < ba || (p == ba && q < bb)))) best = cnt, ba = p, bb = q;
             }
         if (best < 2) break;
-        if (((int)(pt__merge_of(&a, ba, bb) >> 32)) != r) {
-            FAIL("merge %d: the naive trainer merges (%d, %d) (count %lld), pt_bpe_train ranks it %d", r, ba,
-                 bb, (long long)best, (int)(pt__merge_of(&a, ba, bb) >> 32));
+        if (pt_tokenizer_merge(&a, ba, bb, &j) != r || j != 256 + r) {
+            FAIL("merge %d: the naive trainer merges (%d, %d) (count %lld) into %d, pt_bpe_train "
+                 "ranks it %d", r, ba, bb, (long long)best, 256 + r, pt_tokenizer_merge(&a, ba, bb, NULL));
             break;
         }
         for (x = 0; x < nwords; x++) { /* apply it */
@@ -4946,6 +5062,7 @@ static const test_case tests[] = {
     {"text_parallel", test_text_parallel},
     {"text_utf8_stream", test_text_utf8_stream},
     {"text_errors", test_text_errors},
+    {"text_helpers", test_text_helpers},
     {"text_bpe_train", test_text_bpe_train},
     {"text_tokens_cache", test_text_tokens_cache},
 };

@@ -152,7 +152,7 @@ def option_known(name, opt):
 
 def all_options():
     opts = set(FOREIGN)
-    for d in ("examples", "bench", "tests", "common", "fuzz"):
+    for d in ("examples", "bench", "tests", "common", "fuzz", "scripts"):
         for f in os.listdir(os.path.join(ROOT, d)):
             if f.endswith((".c", ".h", ".sh", ".py")):
                 t = read(os.path.join(ROOT, d, f))
@@ -313,7 +313,7 @@ def run_blocks(files):
                 p = os.path.join(ROOT, "build", f)
                 if os.path.isfile(p) and os.access(p, os.X_OK):
                     os.symlink(p, os.path.join(tmp, "build", f))
-            for d in ("tests", "examples", "common", "bench", "ptrain.h"):
+            for d in ("tests", "examples", "common", "bench", "scripts", "ptrain.h"):
                 os.symlink(os.path.join(ROOT, d), os.path.join(tmp, d))
             for line, text in todo:
                 ran += 1

@@ -298,6 +298,12 @@ for kind in gpipe 1f1b interleaved zb-h1; do
         build/pipeline --schedule "$kind" --stages 4 --microbatches 8 \
         --trace "$tmp/$kind.json" --svg "$tmp/$kind.svg"
 done
+# the picture: the schedule's unit (time units, no ms), its micro-batches on the boxes,
+# a legend of the kinds drawn (1F1B: forward, backward and idle, no weight gradient)
+step "pipeline: the 1f1b SVG in time units, micro-batches on its boxes, a legend of what it draws" \
+    sh -c "grep -q '>time units</text>' $tmp/1f1b.svg && grep -q '>F7</text>' $tmp/1f1b.svg &&
+           grep -q '>B7</text>' $tmp/1f1b.svg && grep -q '>idle</text>' $tmp/1f1b.svg &&
+           ! grep -q -e 'ms' -e '>weight gradient<' -e '>communication<' $tmp/1f1b.svg"
 fails "pipeline: interleaved with m not divisible by p" 1 "divisible by stages" \
     build/pipeline --schedule interleaved --stages 4 --microbatches 6
 fails "pipeline: unknown schedule" 1 "unknown schedule '2f2b'" build/pipeline --schedule 2f2b

@@ -90,14 +90,15 @@ step "comm: under ThreadSanitizer (clang, small sizes)" sh -c \
          tests/comm_check.c -o $tmp/comm_tsan -lm &&
      TSAN_OPTIONS='ignore_noninstrumented_modules=1 halt_on_error=1' $tmp/comm_tsan --small"; show
 # Open MPI as root with more ranks than cores (../shared/ENVIRONMENT.md; MPI leaks at
-# exit, so no leak checks); timeout turns a hang into a failure
+# exit, so no leak checks); timeout turns a hang into a failure (60 s: 8 ranks of a
+# fixture took 8-10 s at a load average of 12 on 2 cores, against 20 s before)
 mpi() { # mpi N PROG ARGS...: PROG on N ranks of one thread each
     n=$1
     shift
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
         OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none \
         OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 \
-        timeout 20 mpirun --allow-run-as-root --oversubscribe --bind-to none -n "$n" "$@"
+        timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -n "$n" "$@"
 }
 for n in 1 2 4; do
     step "comm: MPI world of $n" mpi "$n" build/comm_check_mpi --expect-size "$n"; show

@@ -1041,6 +1041,10 @@ PTRAINDEF size_t pt_schedule_format(const pt_schedule *s, char *buf, size_t cap)
 typedef struct pt_trace_event {
     int track, kind;    /* pt_action_kind */
     int micro, chunk;   /* -1 when not about a micro-batch */
+    int at;             /* order, not time: an action's ordinal in its track's list;
+                           a transfer's, the last action its track had begun when it
+                           began (-1: before the step, as a gather the last update
+                           started) */
     double start, dur;  /* seconds */
 } pt_trace_event;
 
@@ -1049,6 +1053,9 @@ typedef struct pt_trace {
     pt_trace_event *events;
     const char *title;  /* shown in the SVG and the trace's metadata (not owned) */
     const char *track_name; /* "stage" or "rank": tracks are "stage 0", ... */
+    const char *unit_name;  /* the SVG's time unit (NULL: "ms", for measured and
+                               simulated steps; pt_schedule_trace: "time units") */
+    double unit;            /* seconds in one of it (0: 1e-3) */
     void *alloc_ctx;
 } pt_trace;
 
@@ -1062,7 +1069,7 @@ enum {
     PT_TRACE_DP_GATHER,                /* a bucket's updated parameters (ZeRO) */
     PT_TRACE_KIND_COUNT
 };
-PTRAINDEF pt_status pt_trace_add(pt_trace *t, int track, int kind, int micro, int chunk,
+PTRAINDEF pt_status pt_trace_add(pt_trace *t, int track, int kind, int micro, int chunk, int at,
                                  double start, double dur);
 PTRAINDEF void pt_trace_free(pt_trace *t);
 /* Every rank's events into rank 0's t (the others' t is unchanged).
@@ -1070,15 +1077,20 @@ PTRAINDEF void pt_trace_free(pt_trace *t);
    for runs of seconds). */
 PTRAINDEF pt_status pt_trace_gather(pt_trace *t, pt_comm *world);
 /* The schedule's unit-time run (pt_schedule_check's) as a trace, one slot
-   lasting `unit` seconds. */
+   lasting `unit` seconds (the SVG counts slots, "time units", unless t
+   names a unit_name already). */
 PTRAINDEF pt_status pt_schedule_trace(const pt_schedule *s, double unit, pt_trace *t);
 /* Chrome trace JSON (chrome://tracing, Perfetto's legacy JSON): one thread
    per track, one complete ("X") slice per action named "F3" (micro-batch 3;
-   chunk letters when there are chunks) with micro-batch and chunk in its
-   args. Written atomically. */
+   chunk letters when there are chunks) with micro-batch, chunk and "index"
+   (its ordinal, pt_trace_event.at) in its args, a transfer's with bucket and
+   "started_in" (at). Written atomically. */
 PTRAINDEF pt_status pt_trace_write_chrome(const pt_trace *t, const char *path);
 /* The same timeline as an SVG picture: a row per track, forward, backward,
-   weight-gradient and communication in their own colours, idle time grey. */
+   weight-gradient and communication in their own colours, idle time grey;
+   a box wide enough is labelled with its micro-batch (and chunk, when there
+   are several: "F3b", or "3b" alone in a narrower one); times in the
+   trace's unit; a legend of the kinds drawn. */
 PTRAINDEF pt_status pt_trace_write_svg(const pt_trace *t, const char *path);
 
 
@@ -4839,7 +4851,9 @@ struct pt_gpt_exec {
                                  transfer goes in when it is found done */
     double trace_t0;          /* its time origin (pt_time_now's) */
     int trace_track;
+    int act;                  /* the ordinal of the step's action begun last (-1: none) */
     double *ov_t, *ag_t;      /* (buckets) when each bucket's reduction, gather began */
+    int *ov_at, *ag_at;       /* (buckets) and act then (-1: before this step) */
     /* pipeline messages with overlap (pp > 1): the next activation [0] and the
        next gradient [1] this stage receives are posted ahead of their actions,
        into buffers of their own (copied out when the action comes), and sends
@@ -4890,12 +4904,13 @@ struct pt_gpt_exec {
     pt_arena param_arena, act_arena;
 };
 
-/* Bucket b's dp transfer (PT_TRACE_DP_*), begun at t (pt_time_now's) and
-   found done now, into the running step's trace. */
-static void pt__trace_dp(pt_gpt_exec *x, int kind, int b, double t) {
+/* Bucket b's dp transfer (PT_TRACE_DP_*), begun at t (pt_time_now's) in
+   action `at` and found done now, into the running step's trace. */
+static void pt__trace_dp(pt_gpt_exec *x, int kind, int b, double t, int at) {
     pt_status st;
     if (!x->trace) return;
-    st = pt_trace_add(x->trace, x->trace_track, kind, b, -1, t - x->trace_t0, pt_time_now() - t);
+    st = pt_trace_add(x->trace, x->trace_track, kind, b, -1, at, t - x->trace_t0,
+                      pt_time_now() - t);
     if (st != PT_OK && !x->poll_st) x->poll_st = st;
 }
 
@@ -4912,7 +4927,7 @@ static pt_status pt__ag_start(const pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     const pt__bucket *k = &x->buckets[x->ag_next];
     float *own = m->params + k->offset + (size_t)m->place.dp_rank * k->shard;
-    x->ag_t[x->ag_next] = pt_time_now();
+    x->ag_t[x->ag_next] = pt_time_now(), x->ag_at[x->ag_next] = x->act;
     return pt_comm_all_gather_start(x->ag_comm, own, m->params + k->offset, k->shard,
                                     &x->ag_req[x->ag_next++]);
 }
@@ -4926,7 +4941,8 @@ static pt_status pt__ag_pump(const pt_gpt *m) {
     pt_status st = PT_OK;
     if (x->ag_next > 0 && x->ag_req[x->ag_next - 1].comm &&
         (st = pt_comm_test(&x->ag_req[x->ag_next - 1], &done)) == PT_OK && done)
-        pt__trace_dp(x, PT_TRACE_DP_GATHER, x->ag_next - 1, x->ag_t[x->ag_next - 1]);
+        pt__trace_dp(x, PT_TRACE_DP_GATHER, x->ag_next - 1, x->ag_t[x->ag_next - 1],
+                     x->ag_at[x->ag_next - 1]);
     if (st == PT_OK && done && x->ag_next < x->ag_end) st = pt__ag_start(m);
     return st;
 }
@@ -4942,7 +4958,7 @@ static void pt__ov_poll(void *arg) {
     for (j = 0; j < x->num_buckets; j++) {
         if (!x->ov_req[j].comm) continue;
         if ((st = pt_comm_test(&x->ov_req[j], &done)) != PT_OK && !x->poll_st) x->poll_st = st;
-        if (st == PT_OK && done) pt__trace_dp(x, PT_TRACE_DP_REDUCE, j, x->ov_t[j]);
+        if (st == PT_OK && done) pt__trace_dp(x, PT_TRACE_DP_REDUCE, j, x->ov_t[j], x->ov_at[j]);
     }
     for (j = 0; j < 4; j++) { /* the pipeline's messages */
         pt_comm_req *q = j < 2 ? &x->pp_rreq[j] : &x->pp_sreq[j - 2];
@@ -4964,7 +4980,7 @@ static pt_status pt__ag_need(const pt_gpt *m, int i, int n) {
         if (k->first >= i + n || i >= k->first + k->count) continue;
         while (st == PT_OK && x->ag_next <= b && x->ag_next < x->ag_end) st = pt__ag_start(m);
         if (st == PT_OK && x->ag_req[b].comm && (st = pt_comm_wait(&x->ag_req[b])) == PT_OK)
-            pt__trace_dp(x, PT_TRACE_DP_GATHER, b, x->ag_t[b]);
+            pt__trace_dp(x, PT_TRACE_DP_GATHER, b, x->ag_t[b], x->ag_at[b]);
     }
     if (x) pt__ag_fold(x);
     return st;
@@ -5605,7 +5621,8 @@ static pt_status pt__gpt_tables(pt_gpt *m, int nslots) {
     nbook = sizeof(pt_gpt_exec) + sizeof(pt_param) * ntensors + sizeof(pt_block_params) * 3 * L +
             sizeof(pt_block_acts) * L * S + sizeof(pt__bucket) * nbuckets +
             (sizeof(pt_comm_req) + sizeof(double)) * 2 * nbuckets + sizeof(pt__slot) * S +
-            sizeof(pt_block_wgrad) * L * S + sizeof(int) * (L + 3 * (size_t)m->place.chunks);
+            sizeof(pt_block_wgrad) * L * S +
+            sizeof(int) * (L + 3 * (size_t)m->place.chunks + 2 * nbuckets);
     book = (unsigned char *)pt__malloc(nbook, m->alloc_ctx);
     if (!book) return pt__fail(PT_ERR_OOM, "cannot allocate the model's tables");
     memset(book, 0, nbook);
@@ -5626,6 +5643,8 @@ static pt_status pt__gpt_tables(pt_gpt *m, int nslots) {
     x->chunk_lo = x->layer_id + L;
     x->chunk_hi = x->chunk_lo + m->place.chunks;
     x->ov_done = x->chunk_hi + m->place.chunks;
+    x->ov_at = x->ov_done + m->place.chunks;
+    x->ag_at = x->ov_at + nbuckets;
     x->nslots = nslots;
     return PT_OK;
 }
@@ -9026,14 +9045,14 @@ PTRAINDEF size_t pt_schedule_format(const pt_schedule *s, char *buf, size_t cap)
 }
 
 
-PTRAINDEF pt_status pt_trace_add(pt_trace *t, int track, int kind, int micro, int chunk,
+PTRAINDEF pt_status pt_trace_add(pt_trace *t, int track, int kind, int micro, int chunk, int at,
                                  double start, double dur) {
     pt_trace_event *e;
     if (track < 0) return pt__fail(PT_ERR_INVALID_ARG, "trace track %d < 0", track);
     if (!pt__grow((void **)&t->events, &t->cap, t->count + 1, sizeof *e, t->alloc_ctx))
         return pt__fail(PT_ERR_OOM, "cannot grow the trace to %d events", t->count + 1);
     e = &t->events[t->count++];
-    e->track = track, e->kind = kind, e->micro = micro, e->chunk = chunk;
+    e->track = track, e->kind = kind, e->micro = micro, e->chunk = chunk, e->at = at;
     e->start = start, e->dur = dur;
     if (track >= t->ntracks) t->ntracks = track + 1;
     return PT_OK;
@@ -9049,31 +9068,32 @@ PTRAINDEF void pt_trace_free(pt_trace *t) {
 PTRAINDEF pt_status pt_trace_gather(pt_trace *t, pt_comm *world) {
     float n = (float)t->count, most = n, *mine, *all;
     int i, r, count = t->count;
+    enum { E = 7 }; /* track, kind, micro, chunk, at, start, dur */
     pt_status st;
     if ((st = pt_comm_all_reduce(world, &most, 1, PT_REDUCE_MAX)) != PT_OK) return st;
-    mine = (float *)pt__malloc(sizeof(float) * (6 * (size_t)most + 1), t->alloc_ctx);
-    all = (float *)pt__malloc(sizeof(float) * (6 * (size_t)most + 1) * (size_t)world->size,
+    mine = (float *)pt__malloc(sizeof(float) * (E * (size_t)most + 1), t->alloc_ctx);
+    all = (float *)pt__malloc(sizeof(float) * (E * (size_t)most + 1) * (size_t)world->size,
                               t->alloc_ctx);
     if (!mine || !all) {
         pt__free(mine, t->alloc_ctx);
         pt__free(all, t->alloc_ctx);
         return pt_comm_fail(world, pt__fail(PT_ERR_OOM, "cannot allocate the gathered trace"));
     }
-    mine[0] = n; /* each rank: its count, then six floats an event */
+    mine[0] = n; /* each rank: its count, then E floats an event */
     for (i = 0; i < count; i++) {
         const pt_trace_event *e = &t->events[i];
-        float *f = mine + 1 + 6 * i;
+        float *f = mine + 1 + E * i;
         f[0] = (float)e->track, f[1] = (float)e->kind, f[2] = (float)e->micro;
-        f[3] = (float)e->chunk, f[4] = (float)e->start, f[5] = (float)e->dur;
+        f[3] = (float)e->chunk, f[4] = (float)e->at, f[5] = (float)e->start, f[6] = (float)e->dur;
     }
-    for (i = 1 + 6 * count; i < 1 + 6 * (int)most; i++) mine[i] = 0.0f;
-    st = pt_comm_all_gather(world, mine, all, 6 * (size_t)most + 1);
+    for (i = 1 + E * count; i < 1 + E * (int)most; i++) mine[i] = 0.0f;
+    st = pt_comm_all_gather(world, mine, all, E * (size_t)most + 1);
     for (r = 0; st == PT_OK && world->rank == 0 && r < world->size; r++) {
-        const float *g = all + (size_t)r * (6 * (size_t)most + 1);
+        const float *g = all + (size_t)r * (E * (size_t)most + 1);
         if (r == 0) continue; /* rank 0's own events are already in t */
         for (i = 0; i < (int)g[0] && st == PT_OK; i++) {
-            const float *f = g + 1 + 6 * i;
-            st = pt_trace_add(t, (int)f[0], (int)f[1], (int)f[2], (int)f[3], f[4], f[5]);
+            const float *f = g + 1 + E * i;
+            st = pt_trace_add(t, (int)f[0], (int)f[1], (int)f[2], (int)f[3], (int)f[4], f[5], f[6]);
         }
     }
     pt__free(mine, t->alloc_ctx);
@@ -9088,12 +9108,13 @@ PTRAINDEF pt_status pt_schedule_trace(const pt_schedule *s, double unit, pt_trac
     if (err != PT_OK) return err;
     t->ntracks = t->ntracks > s->stages ? t->ntracks : s->stages;
     if (!t->track_name) t->track_name = "stage";
+    if (!t->unit_name) t->unit_name = "time units", t->unit = unit;
     for (st = 0; st < s->stages && err == PT_OK; st++) {
         for (k = 0; k < s->count[st] && err == PT_OK; k++) {
             const pt_action *a = &s->list[st][k];
             int slots = pt__sched_cost(a->kind, split);
             if (slots > 0)
-                err = pt_trace_add(t, st, a->kind, a->micro, a->chunk, start[at0 + k] * unit,
+                err = pt_trace_add(t, st, a->kind, a->micro, a->chunk, k, start[at0 + k] * unit,
                                    slots * unit);
         }
         at0 += s->count[st];
@@ -9243,7 +9264,7 @@ static pt_status pt__zero2_bucket(pt_gpt *m, int b) {
     double t = pt_time_now();
     pt_status st = pt__dp_reduce_scatter(m, m->grads, x->rs_tmp, k->numel);
     if (st != PT_OK) return st;
-    if (m->place.dp > 1) pt__trace_dp(x, PT_TRACE_DP_REDUCE, b, t);
+    if (m->place.dp > 1) pt__trace_dp(x, PT_TRACE_DP_REDUCE, b, t, x->act);
     for (i = 0; i < k->shard; i++) dst[i] += x->rs_tmp[i];
     memset(m->grads, 0, k->numel * sizeof(float));
     return PT_OK;
@@ -9300,7 +9321,7 @@ static pt_status pt__ov_layer(pt_gpt *m, int l, int ascending) {
     if (!x->ov_on || !x->ov_last) return PT_OK;
     if (!pt__bucket_layers(m, b, &lf, &n)) return PT_OK; /* reduced after backward */
     if (l != (ascending ? lf + n - 1 : lf)) return PT_OK; /* the others come later */
-    x->ov_t[b] = pt_time_now();
+    x->ov_t[b] = pt_time_now(), x->ov_at[b] = x->act;
     if (m->place.zero == 1)
         st = pt_comm_reduce_scatter_start(x->dp_comm, m->grads + k->offset,
                                           x->gshard + k->shard_offset,
@@ -9323,10 +9344,11 @@ static pt_status pt__dp_sync_grads(pt_gpt *m) {
     for (b = 0; b < x->num_buckets && st == PT_OK; b++) {
         const pt__bucket *k = &x->buckets[b];
         double t = pt_time_now();
+        int at = x->act;
         if (x->ov_on && x->ov_req[b].op != PT_COMM_OP_NONE) {
             if (!x->ov_req[b].comm) continue; /* a poll found it done */
             st = pt_comm_wait(&x->ov_req[b]);
-            t = x->ov_t[b];
+            t = x->ov_t[b], at = x->ov_at[b];
         } else if (m->place.zero == 1) {
             st = pt__dp_reduce_scatter(m, m->grads + k->offset, x->gshard + k->shard_offset,
                                        k->numel);
@@ -9335,7 +9357,7 @@ static pt_status pt__dp_sync_grads(pt_gpt *m) {
         } else {
             continue;
         }
-        if (st == PT_OK && m->place.dp > 1) pt__trace_dp(x, PT_TRACE_DP_REDUCE, b, t);
+        if (st == PT_OK && m->place.dp > 1) pt__trace_dp(x, PT_TRACE_DP_REDUCE, b, t, at);
     }
     return st;
 }
@@ -9594,16 +9616,31 @@ static pt_status pt__step_update(pt_gpt *m, const pt_step_desc *d, pt_step_resul
     return st;
 }
 
+/* A step's trace (NULL: none): after a barrier, a common time origin for
+   every rank's events; its track, the world rank; no action begun yet, and
+   the gathers under way begun before the step. */
+static pt_status pt__trace_begin(pt_gpt_exec *x, pt_trace *trace) {
+    pt_comm *world = x->grid ? x->grid->world : NULL;
+    pt_status st;
+    int b;
+    x->trace = trace, x->trace_t0 = 0.0, x->trace_track = 0, x->act = -1;
+    for (b = 0; b < x->num_buckets; b++) x->ag_at[b] = -1;
+    if (!trace) return PT_OK;
+    if (world && (st = pt_comm_barrier(world)) != PT_OK) return st;
+    x->trace_track = world ? world->rank : 0;
+    x->trace_t0 = pt_time_now();
+    return PT_OK;
+}
+
 static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *res) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
     const pt_schedule *s = &x->sched;
-    int stage = pl->pp_rank, b, k, C = m->config.n_embd, track = 0;
+    int stage = pl->pp_rank, b, k, C = m->config.n_embd;
     int swap = pl->schedule == PT_SCHED_CHIMERA && pl->has_head; /* stages 0 and p-1 */
     int tbw = pl->schedule == PT_SCHED_2BW;
     size_t N, NV;
     float loss_sum = 0.0f, loss = 0.0f, dloss;
-    double t0 = 0.0;
     pt_step_result local;
     pt_status st;
     if (!res) res = &local;
@@ -9643,13 +9680,7 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
         if (d->logits) memset(d->logits, 0, NV * (size_t)pl->micro * sizeof(float));
         if (d->losses) memset(d->losses, 0, N * (size_t)pl->micro * sizeof(float));
     }
-    if (d->trace) { /* a common time origin for every rank's events */
-        pt_comm *world = x->grid ? x->grid->world : NULL;
-        if (world && (st = pt_comm_barrier(world)) != PT_OK) return st;
-        track = world ? world->rank : 0;
-        t0 = pt_time_now();
-    }
-    x->trace = d->trace, x->trace_t0 = t0, x->trace_track = track;
+    if ((st = pt__trace_begin(x, d->trace)) != PT_OK) return st;
     /* pipeline messages: each stage's first activation and gradient receives posted now */
     x->pp_on = pl->pp > 1 && d->overlap != PT_OVERLAP_OFF;
     if (x->pp_on && ((st = pt__pp_post(m, 0, -1, N * (size_t)C)) != PT_OK ||
@@ -9671,6 +9702,7 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
         /* 2BW: F and B run at their batch's version, the newest or the one before */
         int old = tbw && (a->kind == PT_ACT_F || a->kind == PT_ACT_B) && a->version != x->ver;
         pt__slot *sl = NULL;
+        x->act = k;
         if (old && a->version != x->ver - 1)
             return pt__fail(PT_ERR_INVALID_ARG, "pipeline stage %d: micro-batch %d needs weight "
                             "version %d, but the stage holds %d and %d", stage, i, a->version,
@@ -9748,14 +9780,15 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
         }
         if (old) pt__swap_weights(m);
         if (d->trace && st == PT_OK)
-            st = pt_trace_add(d->trace, track, a->kind, i, c, ta - t0, pt_time_now() - ta);
+            st = pt_trace_add(d->trace, x->trace_track, a->kind, i, c, k, ta - x->trace_t0,
+                              pt_time_now() - ta);
     }
     if (swap && d->logits && st == PT_OK) /* x + 0 = x: the sum is a copy */
         st = pt_comm_all_reduce(x->tie_comm, d->logits, NV * (size_t)pl->micro, PT_REDUCE_SUM);
     if (swap && d->losses && st == PT_OK)
         st = pt_comm_all_reduce(x->tie_comm, d->losses, N * (size_t)pl->micro, PT_REDUCE_SUM);
     x->micro_done = pl->micro; /* the gradients are whole: adamw_step may run */
-    x->ov_on = 0;
+    x->ov_on = 0, x->act = -1;
     res->loss = m->loss;
     return st;
 no_slot:
@@ -10088,7 +10121,7 @@ PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, flo
         } else {
             double t = pt_time_now();
             st = pt_comm_all_gather(x->dp_comm, m->params + own, m->params + k->offset, k->shard);
-            if (st == PT_OK) pt__trace_dp(x, PT_TRACE_DP_GATHER, b, t);
+            if (st == PT_OK) pt__trace_dp(x, PT_TRACE_DP_GATHER, b, t, x->act);
         }
         if (st != PT_OK) return st;
     }
@@ -10993,8 +11026,8 @@ static double pt__sim_overlap(pt__sim *S, const pt_schedule *sch, int st, const 
     ready = g_end + nb, done = ready + nb;
     /* the gathers: one at a time in the table's order */
     for (b = 0; b < nb; b++) {
-        if (trace && bk[b].gat_s > 0)
-            pt_trace_add(trace, st, PT_TRACE_DP_GATHER, b, -1, tl, bk[b].gat_s);
+        if (trace && bk[b].gat_s > 0) /* (the last update's: begun before the step) */
+            pt_trace_add(trace, st, PT_TRACE_DP_GATHER, b, -1, -1, tl, bk[b].gat_s);
         g_end[b] = tl += bk[b].gat_s;
         ready[b] = -1.0;
     }
@@ -11055,14 +11088,16 @@ static double pt__sim_overlap(pt__sim *S, const pt_schedule *sch, int st, const 
             if (bk[b].lf >= 0 && ready[b] >= 0.0 && (next < 0 || ready[b] < ready[next])) next = b;
         if (next < 0) break;
         t = tl > ready[next] ? tl : ready[next];
-        if (trace) pt_trace_add(trace, st, PT_TRACE_DP_REDUCE, next, -1, t, bk[next].red_s);
+        k = 0; /* the last action begun by t */
+        while (k + 1 < cnt && at[k + 1] <= t) k++;
+        if (trace) pt_trace_add(trace, st, PT_TRACE_DP_REDUCE, next, -1, k, t, bk[next].red_s);
         tl = t + bk[next].red_s;
         ready[next] = -2.0; /* on its way */
     }
     t = tl > opt_at ? tl : opt_at;
     for (b = 0; b < nb; b++)
         if (ready[b] != -2.0) {
-            if (trace) pt_trace_add(trace, st, PT_TRACE_DP_REDUCE, b, -1, t, bk[b].red_s);
+            if (trace) pt_trace_add(trace, st, PT_TRACE_DP_REDUCE, b, -1, cnt - 1, t, bk[b].red_s);
             t += bk[b].red_s;
         }
     after = t - opt_at + S->opt_x[st];
@@ -11082,18 +11117,18 @@ static double pt__sim_overlap(pt__sim *S, const pt_schedule *sch, int st, const 
     return moved;
 }
 
-/* Without overlap, the trace's bucket transfers inside OPT: the reductions,
-   then the updates' gathers. */
-static void pt__sim_dp_trace(const pt__sim *S, int st, double opt_at, pt_trace *trace) {
+/* Without overlap, the trace's bucket transfers inside OPT (action opt of
+   the list, begun at opt_at): the reductions, then the updates' gathers. */
+static void pt__sim_dp_trace(const pt__sim *S, int st, int opt, double opt_at, pt_trace *trace) {
     double t = opt_at;
     int b;
     for (b = 0; b < S->nbk[st]; b++) {
-        pt_trace_add(trace, st, PT_TRACE_DP_REDUCE, b, -1, t, S->bk[st][b].red_s);
+        pt_trace_add(trace, st, PT_TRACE_DP_REDUCE, b, -1, opt, t, S->bk[st][b].red_s);
         t += S->bk[st][b].red_s;
     }
     for (b = 0; b < S->nbk[st]; b++)
         if (S->bk[st][b].gat_s > 0) {
-            pt_trace_add(trace, st, PT_TRACE_DP_GATHER, b, -1, t, S->bk[st][b].gat_s);
+            pt_trace_add(trace, st, PT_TRACE_DP_GATHER, b, -1, opt, t, S->bk[st][b].gat_s);
             t += S->bk[st][b].gat_s;
         }
 }
@@ -11134,11 +11169,11 @@ static pt_status pt__plan_timeline(pt__sim *S, const pt_schedule *sch, pt_plan_r
             double dur = pt__sim_action(S, st, a, 0), at = start[i + k];
             if (a->kind == PT_ACT_OPT && dur > S->opt_c[st]) /* the update alone */
                 at += dur - S->opt_c[st], dur = S->opt_c[st];
-            if (dur > 0) err = pt_trace_add(trace, st, a->kind, a->micro, a->chunk, at, dur);
+            if (dur > 0) err = pt_trace_add(trace, st, a->kind, a->micro, a->chunk, k, at, dur);
         }
         if (trace && err == PT_OK && S->dp > 1) {
             if (S->overlap && S->nbk[st]) pt__sim_overlap(S, sch, st, start + i, trace);
-            else pt__sim_dp_trace(S, st, start[i + sch->count[st] - 1], trace);
+            else pt__sim_dp_trace(S, st, sch->count[st] - 1, start[i + sch->count[st] - 1], trace);
         }
         i += sch->count[st];
     }
@@ -14561,26 +14596,88 @@ PTRAINDEF pt_status pt_trace_write_chrome(const pt_trace *t, const char *path) {
         pt__trace_label(label, sizeof label, e, chunks);
         pt__textf(&b, ",\n  {\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, "
                       "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"%s\": %d, "
-                      "\"chunk\": %d}}",
+                      "\"chunk\": %d, \"%s\": %d}}",
                   label, pt__trace_cat_of(e), e->track + (e->kind >= PT_ACT_COUNT ? t->ntracks : 0),
                   (e->start - origin) * 1e6, e->dur * 1e6,
-                  e->kind >= PT_ACT_COUNT ? "bucket" : "micro", e->micro, e->chunk);
+                  e->kind >= PT_ACT_COUNT ? "bucket" : "micro", e->micro, e->chunk,
+                  e->kind >= PT_ACT_COUNT ? "started_in" : "index", e->at);
     }
     pt__textf(&b, "\n]}\n");
     return pt__text_save(&b, path);
+}
+
+/* The legend's entries (forward, backward, weight gradient, communication,
+   optimizer, idle, dp reduction, parameter gather) and each kind's entry. */
+static const char *pt__trace_legend[8] = {"forward", "backward", "weight gradient",
+                                          "communication", "optimizer", "idle", "dp reduction",
+                                          "parameter gather"};
+static const char *pt__trace_legend_fill[8] = {"#4e79a7", "#59a14f", "#f28e2b", "#b07aa1",
+                                               "#e15759", "#e6e6e6", "#9c755f", "#76b7b2"};
+static const int pt__trace_entry[PT_TRACE_KIND_COUNT] = {0, 1, 2, 3, 3, 3, 3, 4, 3, 6, 7};
+
+/* A tick step of 1, 2 or 5 times a power of ten giving at most about n
+   ticks over span. */
+static double pt__nice_step(double span, int n) {
+    double raw = span > 0.0 ? span / n : 1.0, p = pow(10.0, floor(log10(raw)));
+    return raw <= p ? p : raw <= 2.0 * p ? 2.0 * p : raw <= 5.0 * p ? 5.0 * p : 10.0 * p;
+}
+
+/* Which legend entries the picture shows (used[8]): each kind with a box
+   half a pixel wide or more at scale (a thinner one is drawn, but not seen
+   under its white edge), and idle where a track's actions leave half a
+   pixel or more of its row uncovered. */
+static void pt__trace_used(const pt_trace *t, double scale, double plot, int used[8]) {
+    int i, k;
+    memset(used, 0, 8 * sizeof *used);
+    for (k = 0; k < t->ntracks; k++) {
+        double busy = 0.0; /* (a track's actions do not overlap) */
+        for (i = 0; i < t->count; i++) {
+            const pt_trace_event *e = &t->events[i];
+            if (e->track != k || e->dur <= 0.0) continue;
+            if (e->kind >= 0 && e->kind < PT_TRACE_KIND_COUNT && e->dur * scale >= 0.5)
+                used[pt__trace_entry[e->kind]] = 1;
+            if (e->kind < PT_ACT_COUNT) busy += e->dur * scale;
+        }
+        if (busy < plot - 0.5) used[5] = 1;
+    }
+}
+
+/* Under the rows, from y down: the time axis (ticks in the trace's unit,
+   its name at the end) and the legend of the entries used, 6 a row. */
+static void pt__trace_svg_foot(pt__text *b, const pt_trace *t, double y, double left, double plot,
+                               double origin, double end, const int used[8]) {
+    double unit = t->unit > 0.0 ? t->unit : 1e-3, lo = origin / unit, span = end / unit;
+    double step = pt__nice_step(span, 8), v, x;
+    int i, j;
+    for (v = ceil(lo / step - 1e-9) * step; span > 0.0 && v <= lo + span * (1 + 1e-9); v += step) {
+        x = left + (v - lo) / span * plot;
+        pt__textf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999\"/>"
+                     "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
+                  x, y, x, y + 3.0, x, y + 14.0, fabs(v) < 1e-9 * step ? 0.0 : v);
+    }
+    pt__textf(b, "<text x=\"%.1f\" y=\"%.1f\">", left + plot + 12.0, y + 14.0);
+    pt__text_escaped(b, t->unit_name ? t->unit_name : "ms", 1);
+    pt__textf(b, "</text>\n");
+    for (i = j = 0; i < 8; i++)
+        if (used[i]) {
+            pt__textf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+                         "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", left + (j % 6) * 150.0,
+                      y + 30.0 + (j / 6) * 20.0, pt__trace_legend_fill[i],
+                      left + (j % 6) * 150.0 + 16.0, y + 40.0 + (j / 6) * 20.0, pt__trace_legend[i]);
+            j++;
+        }
 }
 
 PTRAINDEF pt_status pt_trace_write_svg(const pt_trace *t, const char *path) {
     static const char *fill[PT_TRACE_KIND_COUNT] = {"#4e79a7", "#59a14f", "#f28e2b", "#b07aa1",
                                                     "#b07aa1", "#b07aa1", "#b07aa1", "#e15759",
                                                     "#b07aa1", "#9c755f", "#76b7b2"};
-    static const char *legend[8] = {"forward", "backward", "weight gradient", "communication",
-                                    "optimizer", "idle", "dp reduction", "parameter gather"};
-    static const char *legend_fill[8] = {"#4e79a7", "#59a14f", "#f28e2b", "#b07aa1", "#e15759",
-                                         "#e6e6e6", "#9c755f", "#76b7b2"};
     const double left = 90.0, plot = 1000.0, row = 26.0, gap = 6.0, top = 44.0;
-    double end = 0.0, scale, width = left + plot + 20.0, height, origin, lane, pitch;
-    int i, chunks = pt__trace_chunked(t), lanes = pt__trace_lanes(t, &origin);
+    const char *uname = t->unit_name ? t->unit_name : "ms";
+    double end = 0.0, scale, width = left + plot + 90.0, height, origin, lane, pitch;
+    double unit = t->unit > 0.0 ? t->unit : 1e-3;
+    int i, k, used[8], chunks = pt__trace_chunked(t), lanes = pt__trace_lanes(t, &origin);
+    int nu = (int)strlen(uname);
     pt__text b;
     char label[32];
     memset(&b, 0, sizeof b);
@@ -14591,7 +14688,9 @@ PTRAINDEF pt_status pt_trace_write_svg(const pt_trace *t, const char *path) {
         if (t->events[i].start + t->events[i].dur > end) end = t->events[i].start + t->events[i].dur;
     end -= origin;
     scale = end > 0.0 ? plot / end : 1.0;
-    height = top + t->ntracks * pitch + 70.0 + (lanes ? 20.0 : 0.0);
+    pt__trace_used(t, scale, plot, used);
+    for (i = 0, k = 0; i < 8; i++) k += used[i];
+    height = top + t->ntracks * pitch + 50.0 + 20.0 * ((k + 5) / 6); /* the legend's rows */
     pt__textf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
                   "font-family=\"sans-serif\" font-size=\"11\">\n"
                   "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" y=\"22\" "
@@ -14611,32 +14710,25 @@ PTRAINDEF pt_status pt_trace_write_svg(const pt_trace *t, const char *path) {
     for (i = 0; i < t->count; i++) {
         const pt_trace_event *e = &t->events[i];
         int comm = e->kind >= PT_ACT_COUNT;
-        double x = left + (e->start - origin) * scale, w = e->dur * scale;
+        double x = left + (e->start - origin) * scale, w = e->dur * scale, d = e->dur / unit;
         double y = top + e->track * pitch + (comm ? row : 0.0), h = comm ? lane : row;
+        const char *shown = label;
         if (w <= 0.0) continue;
         pt__trace_label(label, sizeof label, e, chunks);
-        /* odd chunks lighter, as Megatron-LM draws interleaving */
+        /* odd chunks lighter, as Megatron-LM draws interleaving; "1 time unit" */
         pt__textf(&b, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\" "
                       "fill-opacity=\"%s\" stroke=\"white\" stroke-width=\"0.5\"><title>%s "
-                      "(%s, %.3f ms)</title></rect>\n",
+                      "(%s, %.4g %.*s)</title></rect>\n",
                   x, y, w, h, e->kind >= 0 && e->kind < PT_TRACE_KIND_COUNT ? fill[e->kind] : "#999",
                   !comm && e->chunk > 0 && e->chunk % 2 ? "0.6" : "1", label, pt__trace_cat_of(e),
-                  e->dur * 1e3);
-        if (w >= 7.0 * (double)strlen(label))
+                  d, d == 1.0 && nu > 1 && uname[nu - 1] == 's' ? nu - 1 : nu, uname);
+        /* the whole label where it fits, else the micro-batch (and chunk) alone */
+        if (w < 7.0 * (double)strlen(label) && e->micro >= 0) shown = label + 1;
+        if (w >= 7.0 * (double)strlen(shown))
             pt__textf(&b, "<text x=\"%.2f\" y=\"%.1f\" fill=\"white\" text-anchor=\"middle\"%s>%s"
-                          "</text>\n", x + w / 2, y + h * 0.65, comm ? " font-size=\"9\"" : "", label);
+                          "</text>\n", x + w / 2, y + h * 0.65, comm ? " font-size=\"9\"" : "", shown);
     }
-    { /* time axis and legend */
-        double y = top + t->ntracks * pitch + 4.0;
-        for (i = 0; i <= 4; i++)
-            pt__textf(&b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.3g ms</text>\n",
-                      left + plot * i / 4.0, y + 12.0, (origin + end * i / 4.0) * 1e3);
-        for (i = 0; i < (lanes ? 8 : 6); i++)
-            pt__textf(&b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>"
-                          "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", left + (i % 6) * 150.0,
-                      y + 30.0 + (i / 6) * 20.0, legend_fill[i], left + (i % 6) * 150.0 + 16.0,
-                      y + 40.0 + (i / 6) * 20.0, legend[i]);
-    }
+    pt__trace_svg_foot(&b, t, top + t->ntracks * pitch + 4.0, left, plot, origin, end, used);
     pt__textf(&b, "</svg>\n");
     return pt__text_save(&b, path);
 }

@@ -59,7 +59,7 @@ int main(int argc, char **argv) {
     pt_schedule sched = {0};
     pt_schedule_report rep;
     pt_trace trace = {0};
-    char *grid;
+    char *grid, title[160];
     size_t need;
 
     if ((s = cli_parse(argc, argv, opts, nopts, pos, 0, &npos)) != 0) {
@@ -107,8 +107,12 @@ int main(int argc, char **argv) {
     for (st = 0; st < p; st++) printf(" %d", rep.peak_inflight[st]);
     printf("\n");
 
-    /* the same run as a timeline, 1 ms a time unit */
-    trace.title = "ptrain schedule (unit times)";
+    /* the same run as a timeline in time units (1 ms each in the Chrome trace) */
+    for (st = 0, s = 0; st < p; st++) /* W apart from B: B and W take a unit each */
+        for (npos = 0; npos < sched.count[st]; npos++) s |= sched.list[st][npos].kind == PT_ACT_W;
+    snprintf(title, sizeof title, "ptrain %s schedule, %d stages, %d micro-batches: F %s",
+             pt_schedule_kind_name(kind), p, m, s ? "= B = W = 1 time unit" : "= 1 time unit, B = 2");
+    trace.title = title;
     if (pt_schedule_trace(&sched, 1e-3, &trace) != PT_OK ||
         (trace_path && pt_trace_write_chrome(&trace, trace_path) != PT_OK) ||
         (svg_path && pt_trace_write_svg(&trace, svg_path) != PT_OK)) {

@@ -169,6 +169,47 @@ static void print_row(int i, const pt_plan_desc *d, const pt_plan_result *r) {
            r->mem.total / 1073741824.0);
 }
 
+/* A time difference as the explanations print it: "+14.2 ms", "-1.25 s". */
+static const char *dt(double s, char *buf) {
+    if (fabs(s) >= 1.0) snprintf(buf, 32, "%+.2f s", s);
+    else snprintf(buf, 32, "%+.1f ms", s * 1e3);
+    return buf;
+}
+
+/* A step in the parts the search's table shows (seconds, summing to the
+   step): [4] the bubble (its bubble column x step), [2] the communication
+   not behind compute (its comm column x step), [3] the optimizer, [1]
+   recomputation (the compute's share of hardware FLOPs the model does not
+   count), [0] compute: the rest. */
+static void step_parts(const pt_plan_result *r, double p[5]) {
+    double rc = r->hw_flops > 0 ? (r->hw_flops - r->model_flops) / r->hw_flops : 0.0;
+    p[4] = r->bubble_fraction * r->step_time, p[2] = r->comm_exposed, p[3] = r->optimizer_s;
+    p[1] = r->compute_s * rc, p[0] = r->step_time - p[1] - p[2] - p[3] - p[4];
+}
+
+/* Why search result #i (b) is slower than #1 (a), from the figures that
+   differ: the step's difference ("ties with #1" when the steps are the same
+   within 1e-9), then each part that differs by 0.05 ms or more, the largest
+   increase first. */
+static void print_loss(int i, const pt_plan_result *a, const pt_plan_result *b) {
+    static const char *name[5] = {"compute", "recomputation", "communication", "optimizer",
+                                  "bubble"};
+    double pa[5], pb[5], d[5];
+    int k, j, order[5], shown = 0, tie = fabs(b->step_time - a->step_time) <= 1e-9 * a->step_time;
+    char buf[32];
+    step_parts(a, pa), step_parts(b, pb);
+    for (k = 0; k < 5; k++) { /* by d, largest first */
+        d[k] = pb[k] - pa[k];
+        for (j = k; j > 0 && d[order[j - 1]] < d[k]; j--) order[j] = order[j - 1];
+        order[j] = k;
+    }
+    printf("\n #%-2d %s", i, tie ? "ties with #1" : dt(b->step_time - a->step_time, buf));
+    for (j = 0; j < 5; j++)
+        if (fabs(d[order[j]]) >= 0.5e-4)
+            printf("%s %s %s", shown++ ? "," : ":", name[order[j]], dt(d[order[j]], buf));
+    if (!shown && !tie) printf(": no part by 0.05 ms or more");
+}
+
 int main(int argc, char **argv) {
     plan_args pa;
     pt_plan_desc d;
@@ -255,16 +296,9 @@ int main(int argc, char **argv) {
                 break;
             }
         printf("%d layouts fit; the others lose: %d do not divide the model or batch, %d run out "
-               "of memory, %d are slower:", n, why[0], why[1], why[2]);
-        for (i = 1; i < n && i < top; i++) {
-            const pt_plan_result *a = &best[0], *b = &best[i];
-            double db = b->bubble_fraction * b->step_time - a->bubble_fraction * a->step_time;
-            double dc = b->comm_exposed - a->comm_exposed;
-            double dr = (b->hw_flops - b->model_flops) / (b->tflops_per_gpu * 1e12 * best_d[i].gpus) -
-                        (a->hw_flops - a->model_flops) / (a->tflops_per_gpu * 1e12 * best_d[0].gpus);
-            printf("%s #%d: %s", i == 1 ? "\n" : ";", i + 1,
-                   db >= dc && db >= dr ? "bubble" : dc >= dr ? "communication" : "recomputation");
-        }
+               "of memory, %d are slower", n, why[0], why[1], why[2]);
+        if (n > 1 && top > 1) printf("; against #1, the parts of the step that differ:");
+        for (i = 1; i < n && i < top; i++) print_loss(i + 1, &best[0], &best[i]);
         printf("\n");
         return 0;
     }

@@ -133,6 +133,47 @@ $plan --layers 48 --hidden 6144 --heads 48 --gpus 64 --batch 128 --search --top 
 assert len(d) == 3 and t == sorted(t) and max(x['tp'] for x in d) <= 8" "$tmp/s" ||
     { echo "FAIL --search --json: not the 3 best, fastest first"; bad=1; }
 
+# the search explains each loser against #1 from the figures that differ: its step's
+# difference (the step column's, within rounding; "ties with #1" when the steps are the
+# same), then its parts, which add up to it; a bubble or communication part is the
+# difference of its column x step. Three searches: #2 with another micro-batch at 0.0%
+# bubble (compute alone), #2 tying #1 (selective recomputation hidden), pipelines whose
+# bubble and communication differ
+for args in "--layers 24 --hidden 2304 --heads 24 --seq 2048 --vocab 51200 --gpus 8 --batch 64" \
+    "--layers 2 --hidden 768 --heads 8 --seq 1024 --vocab 32000 --gpus 16 --batch 8 --hw mi250x" \
+    "--layers 24 --hidden 2304 --heads 24 --seq 2048 --vocab 51200 --gpus 16 --batch 64 --inter-gbps 100"; do
+    # shellcheck disable=SC2086
+    $plan $args --search --top 5 >"$tmp/why" 2>&1 && python3 - "$tmp/why" <<'EOF' ||
+import re, sys
+text = open(sys.argv[1]).read()
+rows = {int(m[0]): (float(m[1]), float(m[2]) / 100, float(m[3]) / 100) for m in re.findall(
+    r"^ *(\d+)  tp .* ([\d.]+) s +([\d.]+)% +([\d.]+)% +[\d.]+ GiB$", text, re.M)}
+why = {int(m[0]): m[1] for m in re.findall(r"^ #(\d+) +(.*)$", text, re.M)}
+assert len(rows) == 5 and sorted(why) == [2, 3, 4, 5], (rows, why)
+def sec(v, u): return float(v) * (1e-3 if u == "ms" else 1.0)
+ties = 0
+for i, w in why.items():
+    m = re.fullmatch(r"(ties with #1|[+-][\d.]+ m?s)(?:: (.*)|: no part by 0.05 ms or more)?", w)
+    assert m, ("not '+X ms: part +Y ms, ...' or 'ties with #1...'", i, w)
+    (s1, b1, c1), (s, b, c) = rows[1], rows[i]
+    parts = {p: sec(v, u) for p, v, u in re.findall(r"(\w+) ([+-][\d.]+) (m?s)", m[2] or "")}
+    assert set(parts) <= {"compute", "recomputation", "communication", "optimizer", "bubble"}, w
+    if m[1] == "ties with #1":
+        ties += 1
+        assert s == s1, ("ties with #1 but the steps differ", i, w, s, s1)
+        d = 0.0
+    else:
+        d = sec(*m[1].split())
+        assert d > 0 and abs(d - (s - s1)) <= 0.00105, ("the difference is not the steps'", i, w, s, s1)
+    assert abs(sum(parts.values()) - d) <= 3e-4 + 2e-3 * abs(d), ("parts do not add up", i, w)
+    for name, col, col1 in (("bubble", b, b1), ("communication", c, c1)):
+        want, tol = col * s - col1 * s1, 5e-4 * (s + s1) + 1e-3
+        assert abs(parts.get(name, 0.0) - want) <= tol + 1e-3 * abs(want), (name, i, w, want)
+print("ok   --search: %d losers explained against #1 by their figures (%d ties)" % (len(why), ties))
+EOF
+    { echo "FAIL plan $args --search: an explanation that does not match its figures"; cat "$tmp/why"; bad=1; }
+done
+
 # the search weighs the zero-bubble schedules too: for 175B on 1024 A100s zb-v's V leads
 $plan --preset gpt-175b --search --top 3 --json >"$tmp/z" &&
     python3 -c "import json,sys; d=json.load(open(sys.argv[1]))

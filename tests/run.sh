@@ -56,6 +56,16 @@ fails() { # fails NAME CODE PATTERN CMD...: passes if CMD exits with CODE and pr
     fi
 }
 show() { grep -E "passed, [0-9]+ failed" "$tmp/out" | tail -n 1 | sed 's/^/      /'; }
+# present FILE WHAT: FILE is there. A shared fixture (../shared, beside the worktree: a
+# clone has none) that is not, or a shared glob that matched nothing, counts as a skipped
+# step named after WHAT; the project's own fixtures (tests/fixtures) cover the same paths
+present() {
+    [ -f "$1" ] && return 0
+    case $1 in
+    ../shared/*) skip "shared fixture $(basename "$1"): $2" "$(dirname "$1") not found or empty" ;;
+    esac
+    return 1
+}
 
 # unit tests: optimised, under AddressSanitizer + UBSan, and on the plain-C matmul
 step "unit tests" build/tests; show
@@ -82,14 +92,15 @@ step "comm: under ThreadSanitizer (clang, small sizes)" sh -c \
          tests/comm_check.c -o $tmp/comm_tsan -lm &&
      TSAN_OPTIONS='ignore_noninstrumented_modules=1 halt_on_error=1' $tmp/comm_tsan --small"; show
 # Open MPI as root with more ranks than cores (../shared/ENVIRONMENT.md; MPI leaks at
-# exit, so no leak checks); timeout turns a hang into a failure
+# exit, so no leak checks); timeout turns a hang into a failure (60 s: 8 ranks of a
+# fixture took 8-10 s at a load average of 12 on 2 cores, against 20 s before)
 mpi() { # mpi N PROG ARGS...: PROG on N ranks of one thread each
     n=$1
     shift
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
         OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none \
         OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 \
-        timeout 20 mpirun --allow-run-as-root --oversubscribe --bind-to none -n "$n" "$@"
+        timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -n "$n" "$@"
 }
 for n in 1 2 4; do
     step "comm: MPI world of $n" mpi "$n" build/comm_check_mpi --expect-size "$n"; show
@@ -119,28 +130,23 @@ step "train: tp 2 x pp 2, ZeRO 1, 2 micro-batches under ThreadSanitizer" \
     tsan build/train_tsan --data "$tmp/data.txt" --preset tiny --steps 2 --batch 4 --seq 16 \
     --tp 2 --pp 2 --grad-accum 2 --zero 1 --eval-batches 1 --sample-tokens 0
 
-# the fixtures: the project's own, and the shared ones when ../shared is there
-for f in tests/fixtures/*.safetensors; do
+# the fixtures: the project's own, and the shared ones when ../shared is there (each loop
+# over them a skipped step when not)
+for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors; do
+    present "$f" "serial run" || continue
     step "fixture $(basename "$f")" build/fixture_check "$f"
 done
-if [ -d ../shared/fixtures ]; then
-    for f in ../shared/fixtures/*.safetensors; do
-        step "shared fixture $(basename "$f")" build/fixture_check "$f"
-    done
-else
-    skip "shared fixtures (and their layouts below)" "../shared/fixtures not found"
-fi
 step "fixture gpt2_odd under ASan + UBSan" build/fixture_check_asan tests/fixtures/gpt2_odd.safetensors
 # every tensor x data x ZeRO layout on thread ranks, the serial tolerances
 for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors; do
-    [ -f "$f" ] || continue
+    present "$f" "every tp x dp x zero layout (threads)" || continue
     step "fixture $(basename "$f"): every tp x dp x zero layout (threads)" \
         sh tests/layouts_check.sh build/fixture_check "$f"
     tail -n 1 "$tmp/out" | sed 's/^/      /'
 done
 for rc in selective full; do
     for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors; do
-        [ -f "$f" ] || continue
+        present "$f" "--recompute $rc" || continue
         step "fixture $(basename "$f") with --recompute $rc" build/fixture_check "$f" --recompute "$rc"
     done
 done
@@ -151,10 +157,11 @@ fails "fixture_check: unknown recomputation" 2 "is not none, selective or full" 
     build/fixture_check tests/fixtures/gpt2_heads8.safetensors --recompute some
 step "fixture heads8, tp 2 x dp 2, ZeRO 2 under ASan + UBSan" \
     build/fixture_check_asan tests/fixtures/gpt2_heads8.safetensors --tp 2 --dp 2 --zero 2
-# and on MPI processes: every layout of up to 4 ranks (6 for six heads)
+# and on MPI processes: every layout of up to 4 ranks (6 for six heads); gpt2_layers4
+# (4 layers, 4 heads, B = 4, a vocabulary tp 2 and 4 divide) stands for the shared
+# gpt2_small_shapes, which a clone does not have
 for f in tests/fixtures/gpt2_heads8.safetensors tests/fixtures/gpt2_wide_vocab.safetensors \
-    ../shared/fixtures/gpt2_small_shapes.safetensors; do
-    [ -f "$f" ] || continue
+    tests/fixtures/gpt2_layers4.safetensors; do
     step "fixture $(basename "$f"): every layout of up to 4 MPI ranks" \
         sh tests/layouts_check.sh build/fixture_check_mpi "$f" 4
     tail -n 1 "$tmp/out" | sed 's/^/      /'
@@ -165,21 +172,19 @@ tail -n 1 "$tmp/out" | sed 's/^/      /'
 # pipeline layouts: every schedule, stage count and micro-batch count that fits (not
 # for one-layer models, which have no pipeline: pipeline_check.sh skips what runs nothing)
 for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors; do
-    [ -f "$f" ] || continue
+    present "$f" "pipeline layouts (threads)" || continue
     head -c 4096 "$f" | grep -aq '"n_layer":"1"' && continue
     step "fixture $(basename "$f"): pipeline layouts (threads)" \
         sh tests/pipeline_check.sh build/fixture_check "$f"
     tail -n 1 "$tmp/out" | sed 's/^/      /'
 done
-for f in ../shared/fixtures/gpt2_small_shapes.safetensors; do
-    [ -f "$f" ] || f=tests/fixtures/gpt2_heads8.safetensors
-    step "fixture $(basename "$f"): pipeline layouts of up to 4 MPI ranks" \
-        sh tests/pipeline_check.sh build/fixture_check_mpi "$f" 4
-    tail -n 1 "$tmp/out" | sed 's/^/      /'
-done
+f=tests/fixtures/gpt2_layers4.safetensors
+step "fixture $(basename "$f"): pipeline layouts of up to 4 MPI ranks" \
+    sh tests/pipeline_check.sh build/fixture_check_mpi "$f" 4
+tail -n 1 "$tmp/out" | sed 's/^/      /'
 # zero-bubble schedules zb-h2 and zb-v: every fixture they fit on thread ranks, two on MPI
 for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors; do
-    [ -f "$f" ] || continue
+    present "$f" "zb-h2 and zb-v pipeline layouts (threads)" || continue
     PROBE=1 sh tests/pipeline_zb_check.sh build/fixture_check "$f" >/dev/null 2>&1
     [ $? -eq 77 ] && continue
     step "fixture $(basename "$f"): zb-h2 and zb-v pipeline layouts (threads)" \
@@ -199,15 +204,13 @@ family() {
     check=tests/pipeline_$1_check.sh what=$2
     for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors \
         tests/fixtures/llama/*.safetensors ../shared/fixtures/llama/*.safetensors; do
-        [ -f "$f" ] || continue
+        present "$f" "$what (threads)" || continue
         PROBE=1 sh "$check" build/fixture_check "$f" >/dev/null 2>&1
         [ $? -eq 77 ] && continue
         step "fixture $(basename "$f"): $what (threads)" sh "$check" build/fixture_check "$f"
         tail -n 1 "$tmp/out" | sed 's/^/      /'
     done
-    for f in ../shared/fixtures/gpt2_small_shapes.safetensors \
-        tests/fixtures/llama/llama_mha_bias.safetensors; do
-        [ -f "$f" ] || f=tests/fixtures/gpt2_heads8.safetensors
+    for f in tests/fixtures/gpt2_layers4.safetensors tests/fixtures/llama/llama_mha_bias.safetensors; do
         step "fixture $(basename "$f"): $what, up to 4 MPI ranks" \
             sh "$check" build/fixture_check_mpi "$f" 4
         tail -n 1 "$tmp/out" | sed 's/^/      /'
@@ -241,13 +244,13 @@ for kind in zb-h2 zb-v chimera 2bw; do
         build/pipeline --schedule "$kind" --stages 4 --microbatches 8 \
         --trace "$tmp/$kind.json" --svg "$tmp/$kind.svg"
 done
-step "fixture small_shapes: tp 2 x dp 2 x pp 2, interleaved, 8 MPI ranks" \
-    mpi 8 build/fixture_check_mpi ../shared/fixtures/gpt2_small_shapes.safetensors --tp 2 --dp 2 \
+step "fixture layers4: tp 2 x dp 2 x pp 2, interleaved, 8 MPI ranks" \
+    mpi 8 build/fixture_check_mpi tests/fixtures/gpt2_layers4.safetensors --tp 2 --dp 2 \
     --pp 2 --schedule interleaved --chunks 2 --microbatches 2
 fails "fixture_check: more stages than layers" 2 "pp=5 x chunks=1 virtual stages > n_layer=3" \
     build/fixture_check tests/fixtures/gpt2_heads8.safetensors --pp 5
 fails "fixture_check: interleaved needs m divisible by pp" 2 "divisible by stages" \
-    build/fixture_check ../shared/fixtures/gpt2_small_shapes.safetensors --pp 2 --chunks 2 \
+    build/fixture_check tests/fixtures/gpt2_layers4.safetensors --pp 2 --chunks 2 \
     --schedule interleaved --microbatches 1
 fails "fixture_check: ZeRO 2 with a pipeline is refused" 2 "zero=2 with pipeline stages" \
     build/fixture_check tests/fixtures/gpt2_heads8.safetensors --pp 2 --dp 2 --zero 2
@@ -298,6 +301,12 @@ for kind in gpipe 1f1b interleaved zb-h1; do
         build/pipeline --schedule "$kind" --stages 4 --microbatches 8 \
         --trace "$tmp/$kind.json" --svg "$tmp/$kind.svg"
 done
+# the picture: the schedule's unit (time units, no ms), its micro-batches on the boxes,
+# a legend of the kinds drawn (1F1B: forward, backward and idle, no weight gradient)
+step "pipeline: the 1f1b SVG in time units, micro-batches on its boxes, a legend of what it draws" \
+    sh -c "grep -q '>time units</text>' $tmp/1f1b.svg && grep -q '>F7</text>' $tmp/1f1b.svg &&
+           grep -q '>B7</text>' $tmp/1f1b.svg && grep -q '>idle</text>' $tmp/1f1b.svg &&
+           ! grep -q -e 'ms' -e '>weight gradient<' -e '>communication<' $tmp/1f1b.svg"
 fails "pipeline: interleaved with m not divisible by p" 1 "divisible by stages" \
     build/pipeline --schedule interleaved --stages 4 --microbatches 6
 fails "pipeline: unknown schedule" 1 "unknown schedule '2f2b'" build/pipeline --schedule 2f2b
@@ -589,7 +598,7 @@ fails "sample: malformed model file" 1 "safetensors" build/sample "$tmp/bad.safe
 # pipeline layout on threads; the layouts of up to 4 MPI ranks (two of them), under ASan +
 # UBSan, and llama-tiny training with its KV-cache samples
 for f in ../shared/fixtures/llama/*.safetensors tests/fixtures/llama/*.safetensors; do
-    [ -f "$f" ] || continue
+    present "$f" "serial, recomputation, thread layouts and pipelines" || continue
     step "llama fixture $(basename "$f")" build/fixture_check "$f"
     for rc in selective full; do
         step "llama fixture $(basename "$f") with --recompute $rc" \
@@ -603,28 +612,28 @@ for f in ../shared/fixtures/llama/*.safetensors tests/fixtures/llama/*.safetenso
     tail -n 1 "$tmp/out" | sed 's/^/      /'
 done
 for f in ../shared/fixtures/llama/llama_tiny.safetensors tests/fixtures/llama/llama_mha_bias.safetensors; do
-    [ -f "$f" ] || continue
+    present "$f" "every layout of up to 4 MPI ranks" || continue
     step "llama fixture $(basename "$f"): every layout of up to 4 MPI ranks" \
         sh tests/layouts_check.sh build/fixture_check_mpi "$f" 4
     tail -n 1 "$tmp/out" | sed 's/^/      /'
 done
-f=../shared/fixtures/llama/llama_tiny.safetensors
-if [ -f "$f" ]; then
-    step "llama fixture llama_tiny, tp 2 x dp 2 x pp 2, 1f1b, 8 MPI ranks" \
-        mpi 8 build/fixture_check_mpi "$f" --tp 2 --dp 2 --pp 2 --microbatches 1
-    step "llama fixture llama_tiny, tp 2, ZeRO 2, recompute full under ASan + UBSan" \
-        build/fixture_check_asan "$f" --tp 2 --dp 2 --zero 2 --recompute full
-    step "llama fixture llama_tiny, tp 2 x dp 2, recompute selective under ThreadSanitizer" \
-        tsan build/fixture_check_tsan "$f" --tp 2 --dp 2 --recompute selective
-    fails "fixture_check: tp not dividing the key/value heads" 2 \
-        "tensor_parallel=4 does not divide n_kv_head=2" build/fixture_check "$f" --tp 4
-fi
+# llama3_scaled: grouped-query attention (8 heads, 2 key/value heads), B = 2, as the
+# shared llama_tiny (4 heads, 2 key/value heads) these steps once ran on
+f=tests/fixtures/llama/llama3_scaled.safetensors
+step "llama fixture llama3_scaled, tp 2 x dp 2 x pp 2, 1f1b, 8 MPI ranks" \
+    mpi 8 build/fixture_check_mpi "$f" --tp 2 --dp 2 --pp 2 --microbatches 1
+step "llama fixture llama3_scaled, tp 2, ZeRO 2, recompute full under ASan + UBSan" \
+    build/fixture_check_asan "$f" --tp 2 --dp 2 --zero 2 --recompute full
+step "llama fixture llama3_scaled, tp 2 x dp 2, recompute selective under ThreadSanitizer" \
+    tsan build/fixture_check_tsan "$f" --tp 2 --dp 2 --recompute selective
+fails "fixture_check: tp not dividing the key/value heads" 2 \
+    "tensor_parallel=4 does not divide n_kv_head=2" build/fixture_check "$f" --tp 4
 # bf16 mixed precision (the GEMMs' operands rounded to bfloat16): every fixture serially,
 # the tensor x data x ZeRO and pipeline layouts of a GPT-2 and a LLaMA fixture on threads, a
 # tp x dp x pp layout on MPI, ASan + UBSan; bf16 tolerances derived in tests/fixture_check.c
 for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors \
     tests/fixtures/llama/*.safetensors ../shared/fixtures/llama/*.safetensors; do
-    [ -f "$f" ] || continue
+    present "$f" "in bf16" || continue
     step "fixture $(basename "$f") in bf16" build/fixture_check "$f" --precision bf16
 done
 for f in tests/fixtures/gpt2_heads8.safetensors tests/fixtures/llama/llama_mqa_tied.safetensors; do

@@ -3181,6 +3181,43 @@ static int count_sub(const char *hay, size_t n, const char *needle) {
     return c;
 }
 
+/* A measured step's trace as SVG: times in ms (the default unit), ticks at
+   round values, a box too narrow for "F12" labelled "12", one too narrow
+   for that unlabelled, the legend the kinds of boxes drawn at least half a
+   pixel wide (a dp reduction, not the sub-pixel send) and idle. */
+static void test_trace_svg(void) {
+    pt_trace t;
+    const char *svg = tmp_path("m.svg");
+    unsigned char *b;
+    size_t n;
+    ZERO(t);
+    t.title = "measured";
+    CHECK_ST(pt_trace_add(&t, 0, PT_ACT_F, 0, 0, 0, 0.0, 1e-3), PT_OK);
+    CHECK_ST(pt_trace_add(&t, 0, PT_ACT_F, 12, 0, 1, 1e-3, 6e-5), PT_OK);  /* 15 px */
+    CHECK_ST(pt_trace_add(&t, 0, PT_ACT_F, 7, 0, 2, 1.1e-3, 2e-5), PT_OK); /* 5 px */
+    CHECK_ST(pt_trace_add(&t, 0, PT_ACT_SEND_ACT, 7, 0, 3, 1.2e-3, 1e-7), PT_OK);
+    CHECK_ST(pt_trace_add(&t, 1, PT_ACT_B, 0, 0, 0, 1.5e-3, 2.5e-3), PT_OK);
+    CHECK_ST(pt_trace_add(&t, 1, PT_TRACE_DP_REDUCE, 3, -1, 0, 2e-3, 1e-3), PT_OK);
+    CHECK_ST(pt_trace_write_svg(&t, svg), PT_OK);
+    b = read_all(svg, &n);
+    CHECK(b != NULL);
+    if (b) {
+        const char *h = (const char *)b;
+        CHECK_EQ(count_sub(h, n, ">ms</text>"), 1);
+        CHECK_EQ(count_sub(h, n, "time unit"), 0);
+        CHECK_EQ(count_sub(h, n, ">0.5</text>") + count_sub(h, n, ">3.5</text>"), 2);
+        CHECK_EQ(count_sub(h, n, "(forward, 0.06 ms)"), 1);
+        CHECK_EQ(count_sub(h, n, ">F0</text>") + count_sub(h, n, ">12</text>"), 2);
+        CHECK_EQ(count_sub(h, n, ">F12</text>") + count_sub(h, n, ">7</text>"), 0);
+        CHECK_EQ(count_sub(h, n, ">forward</text>") + count_sub(h, n, ">backward</text>") +
+                     count_sub(h, n, ">idle</text>") + count_sub(h, n, ">dp reduction</text>"), 4);
+        CHECK_EQ(count_sub(h, n, ">communication</text>") +
+                     count_sub(h, n, ">parameter gather</text>") +
+                     count_sub(h, n, ">weight gradient</text>"), 0);
+    }
+    pt_trace_free(&t);
+}
+
 /* A schedule's timeline as Chrome trace JSON (valid JSON: a config.json
    holding it under a key of its own parses, the value skipped whole; one
    slice per F, B, W, named with micro-batch and chunk) and as SVG (one
@@ -3218,7 +3255,7 @@ static void test_schedule_trace_files(void) {
         CHECK_EQ(config.n_embd, 32);
         CHECK_EQ(count_sub((const char *)b, n, "\"ph\": \"X\""), slices);
         CHECK_EQ(count_sub((const char *)b, n, "\"name\": \"F3b\""), 2);
-        CHECK_EQ(count_sub((const char *)b, n, "\"args\": {\"micro\": 3, \"chunk\": 1}"), 4);
+        CHECK_EQ(count_sub((const char *)b, n, "\"args\": {\"micro\": 3, \"chunk\": 1, \"index\": "), 4);
         CHECK_EQ(count_sub((const char *)b, n, "thread_name"), 2);
     }
     b = read_all(svg, &n);
@@ -3227,6 +3264,22 @@ static void test_schedule_trace_files(void) {
         CHECK(n > 12 && memcmp(b, "<svg ", 5) == 0 && memcmp(b + n - 7, "</svg>\n", 7) == 0);
         CHECK_EQ(count_sub((const char *)b, n, "<title>"), slices);
         CHECK_EQ(count_sub((const char *)b, n, "&quot;quoted&quot; &lt;title&gt; &amp;"), 1);
+        /* one unit, the schedule's (no ms); the kinds drawn in the legend, no
+           other; the micro-batch and chunk on each box (~37 px a unit) */
+        CHECK_EQ(count_sub((const char *)b, n, ">time units</text>"), 1);
+        CHECK_EQ(count_sub((const char *)b, n, "ms"), 0);
+        CHECK_EQ(count_sub((const char *)b, n, "(forward, 1 time unit)"), slices / 2);
+        CHECK_EQ(count_sub((const char *)b, n, "(backward, 2 time units)"), slices / 2);
+        CHECK_EQ(count_sub((const char *)b, n, ">forward</text>") +
+                     count_sub((const char *)b, n, ">backward</text>") +
+                     count_sub((const char *)b, n, ">idle</text>"), 3);
+        CHECK_EQ(count_sub((const char *)b, n, ">weight gradient</text>") +
+                     count_sub((const char *)b, n, ">communication</text>") +
+                     count_sub((const char *)b, n, ">optimizer</text>") +
+                     count_sub((const char *)b, n, ">dp reduction</text>"), 0);
+        CHECK_EQ(count_sub((const char *)b, n, ">F3b</text>"), 2);
+        CHECK_EQ(count_sub((const char *)b, n, ">B0a</text>"), 2);
+        CHECK_EQ(count_sub((const char *)b, n, ">0</text>") + count_sub((const char *)b, n, ">10</text>"), 2);
     }
     CHECK_ERR(pt_trace_write_chrome(&t, "/nonexistent-dir/t.json"), PT_ERR_IO, "cannot create");
     CHECK_ERR(pt_trace_write_svg(&t, "/nonexistent-dir/t.svg"), PT_ERR_IO, "cannot create");
@@ -3449,7 +3502,7 @@ static void test_sim_overlap(void) {
     fast.intra_bw = fast.inter_bw = 1e30, fast.intra_lat = fast.inter_lat = 0.0;
     for (zero = 0; zero <= 1; zero++) {
         double comm, compute, b_end = 0.0, f_end = 0.0, g0_end = -1.0, last = -1.0, sum = 0.0;
-        int inside = 0, order = 1;
+        int inside = 0, inside_at = 0, b_at = -1, order = 1;
         d.zero = zero;
         d.overlap = PT_OVERLAP_ON;
         CHECK(pt_plan_simulate(&d, &fast, &on, NULL) == PT_OK);
@@ -3472,7 +3525,7 @@ static void test_sim_overlap(void) {
         CHECK(on.dp_buckets > 8 && fabs(on.dp_comm_s + on.dp_hidden_s - comm) < 1e-9 * comm);
         for (i = 0; i < tr.count; i++) {
             const pt_trace_event *e = &tr.events[i];
-            if (e->kind == PT_ACT_B && e->start + e->dur > b_end) b_end = e->start + e->dur;
+            if (e->kind == PT_ACT_B && e->start + e->dur > b_end) b_end = e->start + e->dur, b_at = e->at;
             if (e->kind == PT_ACT_F && f_end == 0.0) f_end = e->start + e->dur;
         }
         for (i = 0; i < tr.count; i++) { /* (added in the link's order) */
@@ -3481,11 +3534,13 @@ static void test_sim_overlap(void) {
             if (e->start < last - 1e-12) order = 0;
             last = e->start + e->dur, sum += e->dur;
             if (e->kind == PT_TRACE_DP_REDUCE && e->start < b_end) inside++;
+            if (e->kind == PT_TRACE_DP_REDUCE) inside_at += e->at == b_at; /* its ordinal, too */
             if (e->kind == PT_TRACE_DP_GATHER && e->start + e->dur > g0_end) g0_end = e->start + e->dur;
         }
-        if (!(order && fabs(sum - comm) < 1e-9 * comm && inside > 0))
+        if (!(order && fabs(sum - comm) < 1e-9 * comm && inside > 0 && inside_at == inside))
             FAIL("ZeRO %d trace: transfers in turn %d, their sum %.9g s of %.9g, %d reductions "
-                 "inside backward", zero, order, sum, comm, inside);
+                 "inside backward (%d started in its action)", zero, order, sum, comm, inside,
+                 inside_at);
         if (zero == 1 && !(g0_end > 0 && f_end >= g0_end)) /* (its head waits for the last) */
             FAIL("the forward ends at %.6g s, before the last gather's end %.6g s", f_end, g0_end);
         pt_trace_free(&tr);
@@ -5028,6 +5083,7 @@ static const test_case tests[] = {
     {"schedule_config_errors", test_schedule_config_errors},
     {"schedule_format", test_schedule_format},
     {"schedule_trace_files", test_schedule_trace_files},
+    {"trace_svg", test_trace_svg},
     {"schedule_zb_more", test_schedule_zb_more},
     {"schedule_zb_more_rejects", test_schedule_zb_more_rejects},
     {"schedule_chimera", test_schedule_chimera},

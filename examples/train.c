@@ -416,9 +416,12 @@ static pt_status train_threads_and_peak(pt_comm *world, run *o, const train_args
             pt_set_threads(mpi || o->tp * o->dp * o->pp > 1 ? 0 : threads);
             peak[0] = (float)pt_instr_peak_gflops(o->precision == PT_PRECISION_BF16, 0.25);
             { /* the run's GEMM, at its precision */
-                pt_precision was = pt_set_gemm_precision(o->precision);
-                peak[1] = (float)pt_gemm_peak_gflops(1024, 0.25);
-                pt_set_gemm_precision(was);
+                pt_ctx ctx;
+                pt_ctx_desc cd = {0};
+                cd.precision = o->precision;
+                if ((st = pt_ctx_init(&ctx, &cd)) == PT_OK)
+                    peak[1] = (float)pt_gemm_peak_gflops(&ctx, 1024, 0.25);
+                pt_ctx_free(&ctx);
             }
         } else { /* 0.5 s of measuring and a warm-up: waiting in MPI would spin */
             struct timespec ts = {0, 700000000L};

@@ -49,8 +49,9 @@
    SECTIONS (search for the marker)
        >>basics     status codes, last error, RNG, threads, timing
        >>tensors    tensor views, arena, meta arena
-       >>kernels    GEMMs (fp32, bf16), forward/backward pairs (LayerNorm, RMSNorm, RoPE,
-                    GELU, SwiGLU, grouped-query attention, ...), AdamW, clipping, LR schedule
+       >>kernels    the execution context (pt_ctx), GEMMs (fp32, bf16), forward/backward
+                    pairs (LayerNorm, RMSNorm, RoPE, GELU, SwiGLU, grouped-query attention,
+                    ...), AdamW, clipping, LR schedule
        >>model      GPT-2 / LLaMA config, tensor table, the block, building a model,
                     generation
        >>comm       communicators (self, threads, MPI), started (non-blocking) operations,

@@ -1177,9 +1177,9 @@ static void test_steps_allocate_nothing(void) {
             CHECK_ST(pt_comm_threads_run(n, noalloc_rank, &r), PT_OK);
             for (i = 0; i < n; i++)
                 if (r.allocs[i])
-                    FAIL("%s, tp %d x dp %d, ZeRO %d, %d micro-batches: rank %d allocated %zu "
-                         "times in its steps", pt_precision_name(r.prec), r.tp, r.dp, r.zero,
-                         r.micro, i, r.allocs[i]);
+                    FAIL("%s, tp %d x dp %d, ZeRO %d, %d micro-batches: %zu allocations "
+                         "during rank %d's calls", pt_precision_name(r.prec), r.tp, r.dp, r.zero,
+                         r.micro, r.allocs[i], i);
         }
 }
 

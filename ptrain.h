@@ -49,8 +49,9 @@
    SECTIONS (search for the marker)
        >>basics     status codes, last error, RNG, threads and cores, timing
        >>tensors    tensor views, arena, meta arena
-       >>kernels    GEMMs (fp32, bf16), forward/backward pairs (LayerNorm, RMSNorm, RoPE,
-                    GELU, SwiGLU, grouped-query attention, ...), AdamW, clipping, LR schedule
+       >>kernels    the execution context (pt_ctx), GEMMs (fp32, bf16), forward/backward
+                    pairs (LayerNorm, RMSNorm, RoPE, GELU, SwiGLU, grouped-query attention,
+                    ...), AdamW, clipping, LR schedule
        >>model      GPT-2 / LLaMA config, tensor table, the block, building a model,
                     generation
        >>comm       communicators (self, threads, MPI), started (non-blocking) operations,
@@ -64,11 +65,26 @@
        >>io         a file read whole, safetensors, token data, loaders, checkpoints,
                     line charts (SVG)
 
-   ALLOCATION. Objects filled by an init function (pt_tokens, pt_loader,
-   pt_safetensors, pt_st_writer) take their allocator context from their own
-   alloc_ctx field: zero-initialise them (= {0}) or set alloc_ctx first.
-   pt_gpt takes it from pt_gpt_desc. Nothing allocates inside forward,
-   backward or the optimizer step.
+   ALLOCATION. ptrain allocates through PTRAIN_MALLOC/PTRAIN_FREE only.
+   Objects filled by an init function (pt_tokens, pt_loader, pt_safetensors,
+   pt_st_writer) take their allocator context from their own alloc_ctx
+   field: zero-initialise them (= {0}) or set alloc_ctx first. pt_gpt and
+   pt_ctx take it from their desc. Nothing allocates inside forward, backward
+   or the optimizer step: pt_gpt_init allocates all of a model's memory, the
+   GEMM workspace of its execution context (pt_gpt.ctx) included, and from
+   the first call on pt_gpt_step, pt_gpt_forward, pt_gpt_backward,
+   pt_gpt_eval and pt_gpt_adamw_step allocate nothing, nor do the
+   communicators' collectives (tests/test_main.c counts every allocation:
+   fp32 and bf16, one rank and tp x dp thread ranks with ZeRO 1). No kernel
+   allocates: programs that call them give them a pt_ctx from pt_ctx_init
+   (the probes pt_gemm_peak_gflops and pt_mem_bandwidth_gbs allocate their
+   operands). The exceptions: a step's optional outputs (pt_step_desc.trace grows;
+   logits gathered over tp go through a buffer of their own), and a
+   pipeline stage's point-to-point messages (the threads backend's spare
+   buffers of each inbox, the MPI backend's send slots), which take a free
+   buffer that fits and allocate one when none does: in a pipeline's first
+   steps, and later only when more messages are in flight at once than
+   before.
 
    ERRORS. Functions that can fail return pt_status; pt_last_error() gives a
    message for the calling thread naming the field, value and constraint.
@@ -76,9 +92,15 @@
    arguments (shapes are checked where user data enters: configs, files,
    token ids).
 
-   THREADS. Kernels use OpenMP inside; call them from one thread per model.
-   pt_set_threads(n) sets both OpenMP's and OpenBLAS's thread count. Results
-   are bit-for-bit reproducible for a fixed thread count. The threads
+   THREADS. Kernels use OpenMP inside; call them from one thread per model
+   (per pt_ctx: a context serves one call at a time). pt_set_threads(n) sets
+   both OpenMP's and OpenBLAS's thread count; a GEMM runs on at most the
+   threads its context's workspace was made for (a model's: pt_get_threads()
+   at pt_gpt_init). Results are bit-for-bit reproducible for a fixed thread
+   count. Nothing is kept per thread but the last error message: the GEMMs'
+   precision, workspace and communication poller travel in the pt_ctx each
+   call passes down (desc.precision -> pt_gpt.ctx -> pt_block_forward ->
+   pt_matmul_forward -> pt_gemm_bf16 or pt_sgemm). The threads
    communicator (pt_comm_threads_run) runs one model per rank thread, each
    with cores/ranks OpenMP threads; it needs pthreads (-fopenmp brings them).
 
@@ -224,19 +246,77 @@ PTRAINDEF void pt_arena_free(pt_arena *a);
    Backward kernels ACCUMULATE (+=) into every gradient they write, except
    where noted; callers zero gradients first. */
 
+/* The arithmetic of the model's GEMMs (dense layers, attention, the LM head):
+   fp32 (pt_sgemm), or bf16 mixed precision (pt_gemm_bf16: operands rounded to
+   bfloat16, products summed in fp32). Everything else stays fp32 either way:
+   master weights, gradients and their reductions, AdamW, the norms' and
+   softmax's statistics, the loss. Zero is the default, fp32. */
+typedef enum pt_precision { PT_PRECISION_DEFAULT = 0, PT_PRECISION_FP32, PT_PRECISION_BF16 } pt_precision;
+PTRAINDEF const char *pt_precision_name(pt_precision p); /* "fp32", "bf16" */
+PTRAINDEF pt_status pt_precision_parse(const char *name, pt_precision *out);
+/* The execution context the GEMM-running kernels take as their first argument
+   (pt_sgemm, pt_gemm_bf16, pt_matmul_*, pt_linear_*, the fast
+   pt_attention_* pair, pt_tied_head_*, pt_block_*, pt_gemm_peak_gflops):
+   the precision of the kernels' GEMMs, the GEMMs' packing workspace and a
+   poller for communication under way. pt_ctx_init allocates the workspace
+   (through PTRAIN_MALLOC, desc->alloc_ctx) once, for at most `threads`
+   threads: a GEMM runs on no more threads than that, and no call
+   allocates. A pt_gpt owns one (pt_gpt.ctx, from pt_gpt_desc) and passes
+   it down to its kernels; programs that call kernels directly make their
+   own. NULL, or a zeroed pt_ctx, is fp32 with no workspace: ptrain's own
+   GEMM kernels need one, so pt_sgemm runs OpenBLAS (the portable loops in
+   -DPTRAIN_NO_BLAS builds) and pt_gemm_bf16 the portable loops. One thread
+   runs calls on a context at a time (its kernels' OpenMP threads aside). */
+typedef struct pt_poller {
+    void (*fn)(void *arg); /* NULL: none */
+    void *arg;
+    double next;  /* pt_time_now() before which fn is not called again */
+    double slice; /* FLOP of a run of rows pt_sgemm computes between polls (0: whole GEMMs) */
+} pt_poller;
+
+typedef struct pt_ctx_desc {
+    pt_precision precision; /* the kernels' GEMMs (0: fp32) */
+    int threads;            /* the most OpenMP threads its GEMMs run on (0: pt_get_threads()) */
+    void *alloc_ctx;        /* passed to PTRAIN_MALLOC/PTRAIN_FREE */
+} pt_ctx_desc;
+
+typedef struct pt_ctx {
+    pt_precision precision; /* the kernels' GEMMs: fp32 (pt_sgemm) or bf16 (pt_gemm_bf16) */
+    int threads;            /* a GEMM's most threads (the workspace's slots) */
+    int all_shapes;         /* 1: pt_sgemm runs the selected GEMM on every shape (ptrain's
+                               kernel takes single rows too, which it otherwise leaves to
+                               OpenBLAS): for benchmarks of the kernel itself */
+    unsigned char *ws;      /* the workspace: `threads` slots of ws_slot bytes, 64-byte
+                               aligned (NULL: none) */
+    size_t ws_slot;
+    pt_poller poll;         /* called at most every 2 ms from the GEMMs of the thread that
+                               runs the call (a pt_gpt sets it for a step's duration) */
+    void *raw, *alloc_ctx;
+} pt_ctx;
+
+PTRAINDEF pt_status pt_ctx_init(pt_ctx *c, const pt_ctx_desc *desc);
+PTRAINDEF void pt_ctx_free(pt_ctx *c);
+/* Bytes of the workspace pt_ctx_init allocates for `threads` threads (a
+   bound on what the blocked kernels pack: MC x KC of A and KC x NC of B a
+   thread, about 6.7 MiB). */
+PTRAINDEF size_t pt_ctx_workspace_bytes(int threads);
+
 /* C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major, cblas semantics
-   (beta = 0: C is not read). Runs the GEMM pt_gemm_select chose. */
-PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
-                        const float *A, int lda, const float *B, int ldb, float beta,
-                        float *C, int ldc);
+   (beta = 0: C is not read). Runs the GEMM pt_gemm_select chose (ptrain's
+   kernels only with ctx's workspace). With ctx->poll.slice set, C is
+   computed in runs of rows of about that many FLOP (at least 64 rows) with
+   a poll between them; the runs depend on the shape alone. */
+PTRAINDEF void pt_sgemm(pt_ctx *ctx, int trans_a, int trans_b, int M, int N, int K,
+                        float alpha, const float *A, int lda, const float *B, int ldb,
+                        float beta, float *C, int ldc);
 /* The same product with op(A) and op(B) rounded to bfloat16 (round to nearest
    even; alpha multiplies A before rounding) and the products summed in fp32
    (denormal inputs and sums flush to zero in the AMX and AVX512-BF16 kernels):
    the kernel pt_gemm_bf16_select chose. Every element of C is summed by one
    thread in K order: results do not depend on the thread count. */
-PTRAINDEF void pt_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha,
-                            const float *A, int lda, const float *B, int ldb, float beta,
-                            float *C, int ldc);
+PTRAINDEF void pt_gemm_bf16(pt_ctx *ctx, int trans_a, int trans_b, int M, int N, int K,
+                            float alpha, const float *A, int lda, const float *B, int ldb,
+                            float beta, float *C, int ldc);
 /* Which fp32 GEMM pt_sgemm runs, by name: "ptrain" (ptrain's AVX-512 kernels:
    packing and cache blocking in the BLIS manner, OpenMP over blocks; needs a
    CPU with AVX-512F; a single row goes to openblas where there is one),
@@ -254,10 +334,11 @@ PTRAINDEF pt_status pt_gemm_select(const char *name);
 PTRAINDEF const char *pt_gemm_name(void); /* "ptrain-avx512", "openblas", "portable" */
 /* Which kernel pt_gemm_bf16 runs, by name: "amx" (Intel AMX TDPBF16PS tiles;
    needs AMX-BF16 and AMX-TILE, enabled by the OS, and AVX512-BF16), "avx512bf16"
-   (vdpbf16ps kernels; needs AVX512-BF16), "sgemm" (both operands rounded to
-   bf16 into a scratch copy, then pt_sgemm: a product of two bf16 values is
-   exact in fp32, so the same arithmetic at the fp32 GEMM's rate, for CPUs
-   without a bf16 instruction), "portable" (plain C loops), "auto" (the first
+   (vdpbf16ps kernels; needs AVX512-BF16), "sgemm" (the fp32 GEMM on operands
+   rounded to bf16: a product of two bf16 values is exact in fp32, so the
+   same arithmetic at the fp32 GEMM's rate, for CPUs without a bf16
+   instruction; ptrain's fp32 kernel rounds as it packs, OpenBLAS gets blocks
+   rounded into ctx's workspace), "portable" (plain C loops), "auto" (the first
    of those the CPU has, checked at each call; portable while pt_gemm_select's
    GEMM is portable). NULL or "" takes the name from the
    environment variable PTRAIN_GEMM_BF16 (unset: auto). An unknown name is
@@ -267,20 +348,12 @@ PTRAINDEF const char *pt_gemm_name(void); /* "ptrain-avx512", "openblas", "porta
 PTRAINDEF pt_status pt_gemm_bf16_select(const char *name);
 /* "ptrain-amx", "ptrain-avx512bf16", "sgemm" or "portable" */
 PTRAINDEF const char *pt_gemm_bf16_name(void);
-
-/* The arithmetic of the model's GEMMs (dense layers, attention, the LM head):
-   fp32 (pt_sgemm), or bf16 mixed precision (pt_gemm_bf16: operands rounded to
-   bfloat16, products summed in fp32). Everything else stays fp32 either way:
-   master weights, gradients and their reductions, AdamW, the norms' and
-   softmax's statistics, the loss. Zero is the default, fp32. */
-typedef enum pt_precision { PT_PRECISION_DEFAULT = 0, PT_PRECISION_FP32, PT_PRECISION_BF16 } pt_precision;
-PTRAINDEF const char *pt_precision_name(pt_precision p); /* "fp32", "bf16" */
-PTRAINDEF pt_status pt_precision_parse(const char *name, pt_precision *out);
-/* The precision of the kernels' GEMMs below (pt_matmul_*, pt_linear_*,
-   pt_attention_*, pt_tied_head_*) on the calling thread, until set again;
-   returns the previous one. A pt_gpt runs its calls at its desc's precision
-   and restores the caller's after. */
-PTRAINDEF pt_precision pt_set_gemm_precision(pt_precision p);
+/* bfloat16 as the bf16 GEMMs round: the upper 16 bits of the float rounded
+   to nearest even (a NaN stays a quiet NaN); pt_bf16_round gives that value
+   back as a float, pt_bf16_to_float widens bits. */
+PTRAINDEF uint16_t pt_bf16_from_float(float x);
+PTRAINDEF float pt_bf16_to_float(uint16_t bits);
+PTRAINDEF float pt_bf16_round(float x);
 
 /* out[n,c] = wte[inp[n],c] + wpe[n % T, c] */
 PTRAINDEF void pt_encoder_forward(float *out, const int *inp, const float *wte,
@@ -297,18 +370,20 @@ PTRAINDEF void pt_layernorm_backward(float *dinp, float *dweight, float *dbias,
                                      const float *dout, const float *inp, const float *weight,
                                      const float *mean, const float *rstd, int N, int C);
 
+/* The GEMM kernels below (dense layers, attention, the LM head) run their
+   products at ctx's precision (NULL: fp32). */
 /* Conv1D layout: out[N,OUT] = inp[N,IN] @ w[IN,OUT] + bias[OUT] (bias may be NULL) */
-PTRAINDEF void pt_matmul_forward(float *out, const float *inp, const float *weight,
+PTRAINDEF void pt_matmul_forward(pt_ctx *ctx, float *out, const float *inp, const float *weight,
                                  const float *bias, int N, int IN, int OUT);
-PTRAINDEF void pt_matmul_backward(float *dinp, float *dweight, float *dbias,
+PTRAINDEF void pt_matmul_backward(pt_ctx *ctx, float *dinp, float *dweight, float *dbias,
                                   const float *dout, const float *inp, const float *weight,
                                   int N, int IN, int OUT);
 
 /* nn.Linear layout: out[N,OUT] = inp[N,IN] @ w[OUT,IN]^T + bias[OUT] (bias may be NULL) */
-PTRAINDEF void pt_linear_forward(float *out, const float *inp, const float *weight,
+PTRAINDEF void pt_linear_forward(pt_ctx *ctx, float *out, const float *inp, const float *weight,
                                  const float *bias, int N, int IN, int OUT);
 /* dinp += dout @ W ; dW += dout^T @ inp ; dbias += sum_n dout (each may be NULL) */
-PTRAINDEF void pt_linear_backward(float *dinp, float *dweight, float *dbias,
+PTRAINDEF void pt_linear_backward(pt_ctx *ctx, float *dinp, float *dweight, float *dbias,
                                   const float *dout, const float *inp, const float *weight,
                                   int N, int IN, int OUT);
 
@@ -359,16 +434,20 @@ PTRAINDEF void pt_swiglu_backward(float *dh, const float *h, const float *dout, 
    recomputes p from it, so saved memory is linear in T. Each of `slots`
    threads needs scratch of 2*PT_ATTN_QBLOCK*T floats
    (pt_attention_scratch_floats); backward also reads the forward's out.
+   It runs on at most min(slots, ctx->threads) threads, each block's GEMMs
+   in that thread's slot of ctx's workspace.
    Grouped-query attention: with NKV < NH key/value heads (NKV divides NH),
    qkv is [N, C + 2*NKV*hd] laid out [q (NH heads)|k (NKV)|v (NKV)], C = NH*hd,
    and query head h uses key/value head h / (NH/NKV); NKV = NH is the above. */
 #define PT_ATTN_QBLOCK 64
 PTRAINDEF size_t pt_attention_scratch_floats(int T, int slots);
-PTRAINDEF void pt_attention_forward(float *out, float *lse, const float *qkv, float *scratch,
-                                    int slots, int B, int T, int C, int NH, int NKV);
-PTRAINDEF void pt_attention_backward(float *dqkv, const float *dout, const float *out,
-                                     const float *qkv, const float *lse, float *scratch,
-                                     int slots, int B, int T, int C, int NH, int NKV);
+PTRAINDEF void pt_attention_forward(pt_ctx *ctx, float *out, float *lse, const float *qkv,
+                                    float *scratch, int slots, int B, int T, int C, int NH,
+                                    int NKV);
+PTRAINDEF void pt_attention_backward(pt_ctx *ctx, float *dqkv, const float *dout,
+                                     const float *out, const float *qkv, const float *lse,
+                                     float *scratch, int slots, int B, int T, int C, int NH,
+                                     int NKV);
 /* Plain reference pair (what the fast one is tested against): stores the
    probabilities att (B,NH,T,T); backward needs scratch of B*NH*T floats. */
 PTRAINDEF void pt_attention_ref_forward(float *out, float *att, const float *qkv, int B, int T,
@@ -388,9 +467,9 @@ PTRAINDEF void pt_residual_forward(float *out, const float *a, const float *b, s
 PTRAINDEF void pt_residual_backward(float *da, float *db, const float *dout, size_t n);
 
 /* Tied LM head: logits[N,V] = x[N,C] @ wte[V,C]^T (no bias). */
-PTRAINDEF void pt_tied_head_forward(float *logits, const float *x, const float *wte, int N,
-                                    int C, int V);
-PTRAINDEF void pt_tied_head_backward(float *dx, float *dwte, const float *dlogits,
+PTRAINDEF void pt_tied_head_forward(pt_ctx *ctx, float *logits, const float *x, const float *wte,
+                                    int N, int C, int V);
+PTRAINDEF void pt_tied_head_backward(pt_ctx *ctx, float *dx, float *dwte, const float *dlogits,
                                      const float *x, const float *wte, int N, int C, int V);
 
 /* lse[n] = logsumexp(logits[n,:]) (double: exact enough at any logit scale);
@@ -424,11 +503,10 @@ typedef struct pt_lr_schedule {
 } pt_lr_schedule;
 PTRAINDEF float pt_lr_at(const pt_lr_schedule *s, int step);
 
-/* Measured GFLOP/s of the GEMM this thread's model precision runs
-   (pt_set_gemm_precision: pt_sgemm, the GEMM selected, or pt_gemm_bf16) on
-   n x n x n with the current thread count, best of repeated runs for at
-   least `seconds`. */
-PTRAINDEF double pt_gemm_peak_gflops(int n, double seconds);
+/* Measured GFLOP/s of the GEMM ctx's precision runs (pt_sgemm, the GEMM
+   selected, or pt_gemm_bf16) on n x n x n with the current thread count
+   (at most ctx's), best of repeated runs for at least `seconds`. */
+PTRAINDEF double pt_gemm_peak_gflops(pt_ctx *ctx, int n, double seconds);
 /* Measured instruction peak in GFLOP/s on the current thread count (the
    ceiling of any GEMM): each thread runs 24 independent chains of fp32 fused
    multiply-adds (vfmadd231ps on zmm; 12 on ymm on CPUs without AVX-512F) or, for
@@ -572,8 +650,9 @@ typedef struct pt_block_scratch {
    size k, p holds this rank's n_head/k heads of c_attn, rows of attn.c_proj,
    4C/k columns of c_fc and rows of mlp.c_proj; x and out are whole and equal
    on every rank: one all-reduce after each row-parallel matmul. Fails only
-   when the communicator does. */
-PTRAINDEF pt_status pt_block_forward(const pt_gpt_config *cfg, int B, int T,
+   when the communicator does. The GEMMs run at ctx's precision (bf16: q, k,
+   v, fch and the norms' outputs are rounded to bf16 as the model keeps them). */
+PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
                                      const pt_block_params *p, const float *x, pt_block_acts *a,
                                      pt_block_scratch *s, pt_comm *tp);
 /* dout (N,C) -> dx (N,C), written; dx may alias dout. Parameter gradients g
@@ -582,15 +661,15 @@ PTRAINDEF pt_status pt_block_forward(const pt_gpt_config *cfg, int B, int T,
    It is pt_block_backward_input then pt_block_backward_weight through the
    scratch's w; zero-bubble schedules run the two apart (B and W), with a w
    of their own per micro-batch in flight. */
-PTRAINDEF pt_status pt_block_backward(const pt_gpt_config *cfg, int B, int T,
+PTRAINDEF pt_status pt_block_backward(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
                                       const pt_block_params *p, pt_block_params *g,
                                       const float *x, const pt_block_acts *a, const float *dout,
                                       float *dx, pt_block_scratch *s, pt_comm *tp);
-PTRAINDEF pt_status pt_block_backward_input(const pt_gpt_config *cfg, int B, int T,
+PTRAINDEF pt_status pt_block_backward_input(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
                                             const pt_block_params *p, const float *x,
                                             const pt_block_acts *a, const float *dout, float *dx,
                                             pt_block_wgrad *w, pt_block_scratch *s, pt_comm *tp);
-PTRAINDEF void pt_block_backward_weight(const pt_gpt_config *cfg, int B, int T,
+PTRAINDEF void pt_block_backward_weight(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
                                         const pt_block_params *p, pt_block_params *g,
                                         const float *x, const pt_block_acts *a,
                                         const pt_block_wgrad *w, pt_block_scratch *s, int tp);
@@ -659,8 +738,9 @@ typedef struct pt_gpt_desc {
                         keeps no attention output (recomputed from q, k, v in
                         backward); PT_RECOMPUTE_FULL keeps only each layer's
                         output and reruns the layer's forward in backward */
-    pt_precision precision; /* the GEMMs' arithmetic (pt_precision; 0: fp32). bf16:
-                        every model call runs its GEMMs as pt_gemm_bf16 (weights
+    pt_precision precision; /* the GEMMs' arithmetic (pt_precision; 0: fp32), the
+                        model's ctx.precision. bf16: every model call passes it down
+                        and runs its GEMMs as pt_gemm_bf16 (weights
                         rounded as the GEMMs pack them); a layer keeps ln1, qkv, ln2
                         and fch in bf16 (without full recomputation); master
                         weights, gradients, AdamW, norm/softmax/loss statistics
@@ -729,7 +809,10 @@ typedef struct pt_gpt {
     pt_block_params *layers;  /* (place.n_layers) */
     float loss;               /* mean loss of the last step or forward, or -1 */
     int adam_t;               /* optimizer steps taken */
-    pt_precision precision;   /* the GEMMs' (desc.precision; never DEFAULT) */
+    pt_ctx ctx;               /* the execution context its calls pass to the kernels:
+                                 ctx.precision (desc.precision; never DEFAULT), the GEMM
+                                 workspace (allocated by pt_gpt_init for pt_get_threads()
+                                 threads; none in a meta build), the step's poller */
     pt_gpt_mem mem;
     pt_gpt_exec *exec;
     void *alloc_ctx;
@@ -769,7 +852,9 @@ typedef struct pt_sample_desc {
 PTRAINDEF pt_status pt_kv_cache_init(pt_kv_cache *c, const pt_gpt *m);
 PTRAINDEF void pt_kv_cache_free(pt_kv_cache *c);
 PTRAINDEF void pt_kv_cache_reset(pt_kv_cache *c);
-/* Appends one token at position c->len, returns the next-token logits (V). */
+/* Appends one token at position c->len, returns the next-token logits (V).
+   Its GEMMs run in fp32 whatever the model's precision (a single row, where
+   bf16 has nothing to win), in the model's workspace. */
 PTRAINDEF pt_status pt_gpt_decode(const pt_gpt *m, pt_kv_cache *c, int token,
                                   const float **logits);
 /* Samples from logits/temperature restricted to the top_k largest.
@@ -1805,6 +1890,9 @@ PTRAINDEF pt_status pt_plot_write_svg(const char *path, const char *title, const
 extern "C" {
 #endif
 
+#if defined(PTRAIN_MALLOC) != defined(PTRAIN_FREE)
+#error "ptrain.h: define both PTRAIN_MALLOC and PTRAIN_FREE, or neither"
+#endif
 #ifndef PTRAIN_MALLOC
 #define PTRAIN_MALLOC(sz, ctx) ((void)(ctx), malloc(sz))
 #define PTRAIN_FREE(p, ctx) ((void)(ctx), free(p))
@@ -2528,6 +2616,14 @@ static inline float pt__bf16_round(float x) {
     return v.f;
 }
 
+PTRAINDEF uint16_t pt_bf16_from_float(float x) { return pt__bf16_bits(x); }
+PTRAINDEF float pt_bf16_round(float x) { return pt__bf16_round(x); }
+PTRAINDEF float pt_bf16_to_float(uint16_t bits) {
+    pt__f32u v;
+    v.u = (uint32_t)bits << 16;
+    return v.f;
+}
+
 /* bf16 storage of an activation: dst = the bf16 bits of x (round to nearest
    even, as the GEMMs round their operands), and x rounded in place, so the
    readers of x now see what dst keeps (dst NULL: x rounded alone). */
@@ -2581,6 +2677,88 @@ static void pt__gemm_portable(int bf16, int ta, int tb, int M, int N, int K, flo
             }
         }
     }
+}
+
+/* ---- the execution context ------------------------------------------------
+   The workspace: a slot a thread, each the most one thread of the blocked
+   driver packs (an MC-row chunk of A and an NC-column slab of B, KC words
+   deep: bf16 packs pairs of k into a word, so 2 KC k of it) and more than
+   the AMX driver's per-thread need (its B slab, 1 MiB, and a 128 KiB A block). */
+#define PT__WS_SLOT ((size_t)PT__GEMM_MC * PT__GEMM_KC * 4 + (size_t)PT__GEMM_NC * PT__GEMM_KC * 4)
+
+PTRAINDEF size_t pt_ctx_workspace_bytes(int threads) {
+    if (threads <= 0) threads = pt_get_threads();
+    return (size_t)threads * PT__WS_SLOT + 64;
+}
+
+PTRAINDEF pt_status pt_ctx_init(pt_ctx *c, const pt_ctx_desc *d) {
+    pt_ctx_desc z;
+    int n;
+    memset(c, 0, sizeof *c);
+    if (!d) {
+        memset(&z, 0, sizeof z);
+        d = &z;
+    }
+    if ((int)d->precision < 0 || d->precision > PT_PRECISION_BF16)
+        return pt__fail(PT_ERR_INVALID_ARG, "pt_ctx_desc.precision=%d must be 0 (fp32), "
+                        "PT_PRECISION_FP32 or PT_PRECISION_BF16", (int)d->precision);
+    if (d->threads < 0 || d->threads > 4096)
+        return pt__fail(PT_ERR_INVALID_ARG, "pt_ctx_desc.threads=%d must be in 0..4096 "
+                        "(0: pt_get_threads())", d->threads);
+    n = d->threads ? d->threads : pt_get_threads();
+    c->raw = pt__malloc(pt_ctx_workspace_bytes(n), d->alloc_ctx);
+    if (!c->raw)
+        return pt__fail(PT_ERR_OOM, "cannot allocate %.1f MiB of GEMM workspace for %d threads",
+                        (double)pt_ctx_workspace_bytes(n) / 1048576.0, n);
+    c->precision = d->precision == PT_PRECISION_BF16 ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
+    c->threads = n, c->alloc_ctx = d->alloc_ctx, c->ws_slot = PT__WS_SLOT;
+    c->ws = (unsigned char *)c->raw + (64 - (uintptr_t)c->raw % 64) % 64;
+    return PT_OK;
+}
+
+PTRAINDEF void pt_ctx_free(pt_ctx *c) {
+    pt__free(c->raw, c->alloc_ctx);
+    memset(c, 0, sizeof *c);
+}
+
+static int pt__ctx_bf16(const pt_ctx *c) { return c && c->precision == PT_PRECISION_BF16; }
+
+/* The workspace a GEMM on the calling thread may use. Outside a parallel
+   region: all of ctx's, for up to min(its threads, OpenMP's) threads, slot t
+   thread t's. Inside one (attention's blocks run their GEMMs on their own
+   threads): the slot of this thread, for itself alone. p NULL: none (no
+   context or workspace, a thread beyond its slots, parallel regions nested
+   deeper). */
+typedef struct pt__gemm_ws {
+    unsigned char *p;
+    size_t slot, bytes; /* a thread's bytes, all of them */
+    int threads;        /* the most threads the GEMM may run on */
+} pt__gemm_ws;
+static pt__gemm_ws pt__ws_of(const pt_ctx *c) {
+    pt__gemm_ws w = {NULL, 0, 0, 1};
+    if (!c || !c->ws || c->threads < 1) return w;
+#ifdef _OPENMP
+    if (omp_in_parallel()) {
+        int t = omp_get_thread_num();
+        if (omp_get_active_level() > 1 || t >= c->threads) return w;
+        w.p = c->ws + (size_t)t * c->ws_slot, w.slot = w.bytes = c->ws_slot;
+        return w;
+    }
+    w.threads = omp_get_max_threads() < c->threads ? omp_get_max_threads() : c->threads;
+#endif
+    w.p = c->ws, w.slot = c->ws_slot, w.bytes = (size_t)c->threads * c->ws_slot;
+    return w;
+}
+
+/* 1 on the thread that runs the call (OpenMP thread 0 at every level of
+   parallel regions): the one that polls, and whose GEMMs run in slices. */
+static int pt__team_lead(void) {
+#ifdef _OPENMP
+    int l;
+    for (l = omp_get_level(); l > 0; l--)
+        if (omp_get_ancestor_thread_num(l) != 0) return 0;
+#endif
+    return 1;
 }
 
 #ifdef PT__GEMM_X86
@@ -2926,35 +3104,6 @@ PT__TARGET_BF16 static void pt__gemm_kernel_bf16(int kp, const uint32_t *ap, con
     PT__GEMM_TAIL
 }
 
-/* The calling thread's GEMM workspace of at least `bytes`, 64-byte aligned:
-   grown on the heap when a product needs more, kept for the next one, freed
-   when the thread ends (a pthread key's destructor; the main thread's lives
-   to the end of the process). NULL if it cannot grow. */
-static PT__THREAD_LOCAL unsigned char *pt__gemm_ws_raw, *pt__gemm_ws;
-static PT__THREAD_LOCAL size_t pt__gemm_ws_bytes;
-#ifdef PT__HAVE_PTHREADS
-static pthread_key_t pt__gemm_ws_key;
-static pthread_once_t pt__gemm_ws_once = PTHREAD_ONCE_INIT;
-static void pt__gemm_ws_free(void *p) { pt__free(p, NULL); }
-static void pt__gemm_ws_key_make(void) {
-    (void)pthread_key_create(&pt__gemm_ws_key, pt__gemm_ws_free);
-}
-#endif
-static unsigned char *pt__gemm_workspace(size_t bytes) {
-    if (pt__gemm_ws_bytes >= bytes) return pt__gemm_ws;
-    pt__free(pt__gemm_ws_raw, NULL);
-    pt__gemm_ws = NULL, pt__gemm_ws_bytes = 0;
-    pt__gemm_ws_raw = (unsigned char *)pt__malloc(bytes + 64, NULL);
-#ifdef PT__HAVE_PTHREADS
-    (void)pthread_once(&pt__gemm_ws_once, pt__gemm_ws_key_make);
-    (void)pthread_setspecific(pt__gemm_ws_key, pt__gemm_ws_raw);
-#endif
-    if (!pt__gemm_ws_raw) return NULL;
-    pt__gemm_ws = pt__gemm_ws_raw + (64 - (uintptr_t)pt__gemm_ws_raw % 64) % 64;
-    pt__gemm_ws_bytes = bytes;
-    return pt__gemm_ws;
-}
-
 /* K slabs: the fewest of at most KC (fp32) or 2 KC (bf16: the same bytes) k
    each, equal but for the last, a multiple of 32 deep (whole packing blocks).
    They depend on K alone, so every element of C sums the same products in
@@ -2964,15 +3113,33 @@ static int pt__gemm_kstep(int bf16, int K) {
     return ((K + ns - 1) / ns + 31) & ~31;
 }
 
+/* What the blocked driver computes: fp32 products, bf16 pairs (vdpbf16ps),
+   or fp32 products of operands rounded to bf16 as they are packed
+   (pt_gemm_bf16's "sgemm" on ptrain's fp32 kernel). */
+#define PT__KIND_F32 0
+#define PT__KIND_BF16 1
+#define PT__KIND_F32_OF_BF16 2
+
+/* x[i] = bf16(x[i]), the packed panels' n floats (their zero padding stays). */
+PT__TARGET_AVX512 static void pt__bf16_round_panel(float *x, size_t n) {
+    size_t i;
+    PT__OMP(omp simd)
+    for (i = 0; i < n; i++) {
+        pt__f32u v;
+        v.u = (uint32_t)pt__bf16_bits(x[i]) << 16;
+        x[i] = v.f;
+    }
+}
+
 /* One thread's rectangle of C, rows m0..m1 and columns n0..n1, in the BLIS
    loop order: for each MC-row chunk and K slab, the chunk's A micro-panels
    packed once (ap, L3); for each NC-column panel, its B slab packed once (bp,
    KC x NC: L2); then every MR x NR tile of the panel, the A micro-panel (L1)
    walking the slab's micro-panels. */
-static void pt__gemm_rect(int bf16, int ta, int tb, int K, float alpha, const float *A, int lda,
+static void pt__gemm_rect(int kind, int ta, int tb, int K, float alpha, const float *A, int lda,
                           const float *B, int ldb, float beta, float *C, int ldc, int m0, int m1,
                           int n0, int n1, float *ap, float *bp) {
-    const int MR = PT__GEMM_MR, NR = PT__GEMM_NR;
+    const int MR = PT__GEMM_MR, NR = PT__GEMM_NR, bf16 = kind == PT__KIND_BF16;
     int ks = pt__gemm_kstep(bf16, K), ic, pc, jc, ir, q;
     for (ic = m0; ic < m1; ic += PT__GEMM_MC) {
         int mc = m1 - ic < PT__GEMM_MC ? m1 - ic : PT__GEMM_MC;
@@ -2980,10 +3147,14 @@ static void pt__gemm_rect(int bf16, int ta, int tb, int K, float alpha, const fl
             int kc = K - pc < ks ? K - pc : ks, kw = bf16 ? (kc + 1) / 2 : kc, first = pc == 0;
             if (bf16) pt__pack_a_bf16((uint32_t *)ap, ta, A, lda, ic, mc, pc, kc, alpha);
             else pt__pack_a_f32(ap, ta, A, lda, ic, mc, pc, kc, alpha);
+            if (kind == PT__KIND_F32_OF_BF16)
+                pt__bf16_round_panel(ap, (size_t)(mc + MR - 1) / MR * MR * kc);
             for (jc = n0; jc < n1; jc += PT__GEMM_NC) {
                 int nc = n1 - jc < PT__GEMM_NC ? n1 - jc : PT__GEMM_NC, npan = (nc + NR - 1) / NR;
                 if (bf16) pt__pack_b_bf16((uint32_t *)bp, tb, B, ldb, jc, nc, pc, kc);
                 else pt__pack_b_f32(bp, tb, B, ldb, jc, nc, pc, kc);
+                if (kind == PT__KIND_F32_OF_BF16)
+                    pt__bf16_round_panel(bp, (size_t)npan * NR * kc);
                 for (ir = 0; ir < mc; ir += MR) {
                     int m = mc - ir < MR ? mc - ir : MR;
                     const float *a = ap + (size_t)ir * kw;
@@ -3004,21 +3175,19 @@ static void pt__gemm_rect(int bf16, int ta, int tb, int K, float alpha, const fl
     }
 }
 
-/* The blocked driver for both precisions: C cut into one rectangle a thread,
-   a grid of tm x tn over MR-row and NR-column units, each packed with the
-   thread's own workspace and no barrier. A thread packs its rows of A once
-   and its columns of B once an MC chunk, so the grid is the one that packs
-   least (rows split where M is the larger). A thread whose workspace cannot
-   grow runs the plain loops. */
-static void pt__gemm_blocked(int bf16, int ta, int tb, int M, int N, int K, float alpha,
-                            const float *A, int lda, const float *B, int ldb, float beta,
-                            float *C, int ldc) {
-    const int MR = PT__GEMM_MR, NR = PT__GEMM_NR;
-    int nth = 1, tn, tm, ks = pt__gemm_kstep(bf16, K);
+/* The blocked driver for every kind: C cut into one rectangle a thread, a
+   grid of tm x tn over MR-row and NR-column units, each packed in the
+   thread's own slot of the workspace w (w->p not NULL), no barrier, on at
+   most w->threads threads. A thread packs its rows of A once and its columns
+   of B once an MC chunk, so the grid is the one that packs least (rows split
+   where M is the larger). A thread packs at most MC x KC words of A and KC
+   x NC of B: PT__WS_SLOT bytes. */
+static void pt__gemm_blocked(const pt__gemm_ws *w, int kind, int ta, int tb, int M, int N, int K,
+                             float alpha, const float *A, int lda, const float *B, int ldb,
+                             float beta, float *C, int ldc) {
+    const int MR = PT__GEMM_MR, NR = PT__GEMM_NR, bf16 = kind == PT__KIND_BF16;
+    int nth = w->threads, tn, tm, ks = pt__gemm_kstep(bf16, K);
     int mu = (M + MR - 1) / MR, nu = (N + NR - 1) / NR;
-#ifdef _OPENMP
-    if (!omp_in_parallel()) nth = omp_get_max_threads();
-#endif
     if ((double)M * N * K < 4e6 * nth) /* at least 4e6 multiply-adds a thread */
         nth = (int)((double)M * N * K / 4e6) + 1;
     if (nth > mu * nu) nth = mu * nu;
@@ -3036,7 +3205,7 @@ static void pt__gemm_blocked(int bf16, int ta, int tb, int M, int N, int K, floa
     PT__OMP(omp parallel num_threads(nth) if (nth > 1))
     {
         int t = 0, ti, tj, m0, m1, n0, n1, mc;
-        size_t abytes, bbytes;
+        size_t abytes;
         unsigned char *ws;
 #ifdef _OPENMP
         t = omp_get_thread_num();
@@ -3047,22 +3216,13 @@ static void pt__gemm_blocked(int bf16, int ta, int tb, int M, int N, int K, floa
         if (m1 > M) m1 = M;
         if (n1 > N) n1 = N;
         mc = m1 - m0 < PT__GEMM_MC ? m1 - m0 : PT__GEMM_MC;
-        /* A: panels of MR rows x kstep (4-byte words either way) */
+        /* A: panels of MR rows x kstep (4-byte words either way); B after it */
         abytes = (size_t)(mc + MR - 1) / MR * MR * (bf16 ? ks / 2 : ks) * 4;
         abytes = (abytes + 63) & ~(size_t)63;
-        bbytes = (size_t)(n1 - n0 < PT__GEMM_NC ? (n1 - n0 + NR - 1) / NR * NR : PT__GEMM_NC) *
-                 (bf16 ? ks / 2 : ks) * 4;
-        if (m0 < m1 && n0 < n1) {
-            ws = pt__gemm_workspace(abytes + bbytes);
-            if (ws)
-                pt__gemm_rect(bf16, ta, tb, K, alpha, A, lda, B, ldb, beta, C, ldc, m0, m1, n0,
-                              n1, (float *)ws, (float *)(ws + abytes));
-            else
-                pt__gemm_portable(bf16, ta, tb, m1 - m0, n1 - n0, K, alpha,
-                                  ta ? A + m0 : A + (size_t)m0 * lda, lda,
-                                  tb ? B + (size_t)n0 * ldb : B + n0, ldb, beta,
-                                  C + (size_t)m0 * ldc + n0, ldc);
-        }
+        ws = w->p + (size_t)t * w->slot;
+        if (m0 < m1 && n0 < n1)
+            pt__gemm_rect(kind, ta, tb, K, alpha, A, lda, B, ldb, beta, C, ldc, m0, m1, n0, n1,
+                          (float *)ws, (float *)(ws + abytes));
     }
 }
 
@@ -3252,26 +3412,23 @@ PT__TARGET_AMX static void pt__gemm_kernel_amx(int nkb, const uint16_t *ap, cons
    outermost, N cut into equal panels of at most NC columns (the B slab, 1
    MiB at most, stays in L2: measured 1.6x faster than 1.5 MiB). Where N has
    more than one panel and the M x KC bf16 slab of A fits AMX_ASHARE bytes,
-   A is packed once a slab, by all threads, and shared: else each thread
-   packs its block again for each panel. Buffers: the calling thread's
-   workspace (pt__gemm_workspace; 0 if it cannot grow: the caller runs
-   another kernel). */
+   A is packed once a slab, by all threads, and shared (where it fits the
+   workspace: sharing or not, the same numbers): else each thread packs its
+   block again for each panel. Buffers: the workspace w (all its threads'
+   slots; w->p not NULL), at most 1 MiB of B and MC x KC bf16 a thread. */
 
-static int pt__gemm_amx(int ta, int tb, int M, int N, int K, float alpha, const float *A,
-                        int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+static void pt__gemm_amx(const pt__gemm_ws *w, int ta, int tb, int M, int N, int K, float alpha,
+                         const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                         int ldc) {
     const int NR = PT__GEMM_NR, KC = PT__AMX_KC, MC = PT__AMX_MC;
-    int nth = 1, kcmax = K < KC ? (K + 31) & ~31 : KC, njc = (N + PT__AMX_NC - 1) / PT__AMX_NC;
-    int ncb = ((N + njc - 1) / njc + NR - 1) / NR * NR, mpad = (M + MC - 1) / MC * MC, share;
-    size_t bwords = (size_t)ncb * kcmax / 2, ahalves;
-    unsigned char *raw;
+    int nth = w->threads, kcmax = K < KC ? (K + 31) & ~31 : KC;
+    int njc = (N + PT__AMX_NC - 1) / PT__AMX_NC, share;
+    int ncb = ((N + njc - 1) / njc + NR - 1) / NR * NR, mpad = (M + MC - 1) / MC * MC;
+    size_t bwords = (size_t)ncb * kcmax / 2;
     uint32_t *bbuf;
-#ifdef _OPENMP
-    if (!omp_in_parallel()) nth = omp_get_max_threads();
-#endif
-    share = njc > 1 && (size_t)mpad * kcmax * 2 <= PT__AMX_ASHARE;
-    ahalves = share ? (size_t)mpad * kcmax : (size_t)nth * MC * kcmax;
-    if (!(raw = pt__gemm_workspace(bwords * 4 + ahalves * 2))) return 0;
-    bbuf = (uint32_t *)raw; /* 64-byte aligned, as are the A blocks */
+    share = njc > 1 && (size_t)mpad * kcmax * 2 <= PT__AMX_ASHARE &&
+            bwords * 4 + (size_t)mpad * kcmax * 2 <= w->bytes;
+    bbuf = (uint32_t *)w->p; /* 64-byte aligned, as are the A blocks */
     PT__OMP(omp parallel num_threads(nth) if (nth > 1))
     {
         uint16_t *abuf = (uint16_t *)(bbuf + bwords); /* the shared slab, or this thread's block */
@@ -3316,41 +3473,34 @@ static int pt__gemm_amx(int ta, int tb, int M, int N, int K, float alpha, const 
         }
         pt__amx_release();
     }
-    return 1;
 }
 #endif /* PT__GEMM_X86 */
 
 /* Progress while computing: started MPI operations move only inside MPI
    calls, and a layer is too coarse a slice (bench/overlap.sh: a test every
    ~4 ms hides 2/3 of an all-reduce, every ~1 ms 3/4). So the executor sets
-   this thread's poller, and every GEMM entry calls it at most once per
-   PT__POLL_S (on the setting thread only: OpenMP's workers have their own,
-   empty, copy). With slice set (PT__SLICE_FLOP for a model with a dp
-   group), pt_sgemm computes C in runs of rows of about that many FLOP (at
-   least 64 rows), polling between them: a run of rows gives other bits than
-   the whole GEMM (BLAS's edge tiles), so the slicing depends on the layout
-   alone, never on whether anything is under way. A poll costs: over TCP
-   every 0.2 ms (runs of 64 MFLOP) left 0.34 of the communication exposed at
-   2 Gbit/s across two namespace hosts, every 2 ms (500 MFLOP, ~1-2 ms of
-   this Zen 5's cores) 0.20-0.25 (bench/overlap.sh's row, 2026-11-26); the kernel's
-   socket buffers keep the link busy between polls. */
+   its context's poller (pt_ctx.poll), and every GEMM entry on the thread
+   that runs the call (pt__team_lead; attention's blocks on other OpenMP
+   threads never poll) calls it at most once per PT__POLL_S. With slice set
+   (PT__SLICE_FLOP for a model with a dp group), pt_sgemm computes C in runs
+   of rows of about that many FLOP (at least 64 rows), polling between them:
+   a run of rows gives other bits than the whole GEMM (BLAS's edge tiles),
+   so the slicing depends on the layout alone, never on whether anything is
+   under way. A poll costs: over TCP every 0.2 ms (runs of 64 MFLOP) left
+   0.34 of the communication exposed at 2 Gbit/s across two namespace hosts,
+   every 2 ms (500 MFLOP, ~1-2 ms of this Zen 5's cores) 0.20-0.25
+   (bench/overlap.sh's row, 2026-11-26); the kernel's socket buffers keep
+   the link busy between polls. */
 #define PT__POLL_S 2e-3
 #define PT__SLICE_FLOP 5e8
-typedef struct pt__poller {
-    void (*fn)(void *arg);
-    void *arg;
-    double next;  /* pt_time_now() before which it is not called again */
-    double slice; /* FLOP a run of rows (0: whole GEMMs) */
-} pt__poller;
-static PT__THREAD_LOCAL pt__poller pt__poll;
 
-static void pt__poll_now(void) {
+static void pt__poll_now(pt_ctx *c) {
     double t;
-    if (!pt__poll.fn) return;
+    if (!c || !c->poll.fn) return;
     t = pt_time_now();
-    if (t < pt__poll.next) return;
-    pt__poll.next = t + PT__POLL_S;
-    pt__poll.fn(pt__poll.arg);
+    if (t < c->poll.next) return;
+    c->poll.next = t + PT__POLL_S;
+    c->poll.fn(c->poll.arg);
 }
 
 /* C = beta*C where the product is empty (K = 0 or alpha = 0). */
@@ -3361,22 +3511,37 @@ static void pt__gemm_scale(int M, int N, float beta, float *C, int ldc) {
             C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
 }
 
-static void pt__sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
-                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                      int ldc) {
+/* The fp32 GEMM for an M-row product: the one selected, but ptrain's kernels
+   only with a workspace, and (unless ctx->all_shapes) a single row (decoding)
+   to OpenBLAS where there is one: packing B for one row costs what the
+   product does (0.4-1.1x, mostly below; bench_kernels --only "small gemm"
+   on a Zen 5). Small shapes otherwise stay (attention's 64-query blocks
+   1.5-1.8x OpenBLAS's AVX2 kernel on one thread, 2-6x on two; 32 rows 1.4x). */
+static int pt__sgemm_impl(const pt_ctx *ctx, const pt__gemm_ws *w, int M) {
     int impl = pt__gemm_current();
-#ifdef PT__GEMM_X86
-    /* small shapes too (attention's 64-query blocks 1.5-1.8x OpenBLAS's AVX2
-       kernel on one thread, 2-6x on two; 32 rows 1.4x), but a single row
-       (decoding) to OpenBLAS where there is one: packing B for one row costs
-       what the product does (0.4-1.1x, mostly below; bench_kernels --only
-       "small gemm" on a Zen 5) */
+    if (impl == PT__GEMM_PTRAIN && !w->p) {
 #ifndef PTRAIN_NO_BLAS
-    if (impl == PT__GEMM_PTRAIN && M == 1) impl = PT__GEMM_BLAS;
+        impl = PT__GEMM_BLAS;
+#else
+        impl = PT__GEMM_PORTABLE;
 #endif
+    }
+#ifndef PTRAIN_NO_BLAS
+    if (impl == PT__GEMM_PTRAIN && M == 1 && !(ctx && ctx->all_shapes)) impl = PT__GEMM_BLAS;
+#endif
+    (void)ctx, (void)M;
+    return impl;
+}
+
+static void pt__sgemm(const pt_ctx *ctx, const pt__gemm_ws *w, int trans_a, int trans_b, int M,
+                      int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                      float beta, float *C, int ldc) {
+    int impl = pt__sgemm_impl(ctx, w, M);
+#ifdef PT__GEMM_X86
     if (impl == PT__GEMM_PTRAIN) {
         if (K <= 0 || alpha == 0.0f) pt__gemm_scale(M, N, beta, C, ldc);
-        else pt__gemm_blocked(0, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        else pt__gemm_blocked(w, PT__KIND_F32, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb,
+                              beta, C, ldc);
         return;
     }
 #endif
@@ -3392,27 +3557,32 @@ static void pt__sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha
     pt__gemm_portable(0, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-PTRAINDEF void pt_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
-                        const float *A, int lda, const float *B, int ldb, float beta,
-                        float *C, int ldc) {
-    double flop = 2.0 * (double)M * (double)N * (double)K;
+PTRAINDEF void pt_sgemm(pt_ctx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                        const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                        int ldc) {
+    double flop = 2.0 * (double)M * (double)N * (double)K, slice = 0.0;
+    pt__gemm_ws w = pt__ws_of(ctx);
     int r, rows;
     if (M <= 0 || N <= 0) return;
-    pt__poll_now();
-    if (!(pt__poll.slice > 0.0) || flop < 2.0 * pt__poll.slice) {
-        pt__sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (ctx && pt__team_lead()) {
+        slice = ctx->poll.slice;
+        pt__poll_now(ctx);
+    }
+    if (!(slice > 0.0) || flop < 2.0 * slice) {
+        pt__sgemm(ctx, &w, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    rows = ((int)((double)M * pt__poll.slice / flop) + 63) / 64 * 64;
+    rows = ((int)((double)M * slice / flop) + 63) / 64 * 64;
     if (rows < 64) rows = 64;
     for (r = 0; r < M; r += rows) {
-        if (r) pt__poll_now();
-        pt__sgemm(trans_a, trans_b, M - r < rows ? M - r : rows, N, K, alpha,
+        if (r) pt__poll_now(ctx);
+        pt__sgemm(ctx, &w, trans_a, trans_b, M - r < rows ? M - r : rows, N, K, alpha,
                   trans_a ? A + r : A + (size_t)r * lda, lda, B, ldb, beta, C + (size_t)r * ldc,
                   ldc);
     }
 }
 
+#ifndef PTRAIN_NO_BLAS
 /* dst[r][c] = bf16(s * src[r*ld + c]), r < rows, c < cols, packed */
 static void pt__bf16_round_copy(float *dst, const float *src, int ld, int rows, int cols, float s) {
     int r;
@@ -3424,43 +3594,90 @@ static void pt__bf16_round_copy(float *dst, const float *src, int ld, int rows, 
     }
 }
 
-/* pt_gemm_bf16's "sgemm": the rounded operands (alpha folded into A before
-   rounding, as the kernels pack it) through pt_sgemm; 0 if the scratch copy
-   cannot be allocated (the caller runs the loops) */
-static int pt__gemm_bf16_sgemm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
-                               int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    int ra = ta ? K : M, ca = ta ? M : K, rb = tb ? N : K, cb = tb ? K : N;
-    float *a = (float *)pt__malloc(sizeof(float) * ((size_t)ra * ca + (size_t)rb * cb), NULL);
-    if (!a) return 0;
-    pt__bf16_round_copy(a, A, lda, ra, ca, alpha);
-    pt__bf16_round_copy(a + (size_t)ra * ca, B, ldb, rb, cb, 1.0f);
-    pt_sgemm(ta, tb, M, N, K, 1.0f, a, ca, a + (size_t)ra * ca, cb, beta, C, ldc);
-    pt__free(a, NULL);
-    return 1;
+/* OpenBLAS on operands rounded to bf16 block by block into the workspace
+   (alpha folded into A before rounding, as the kernels pack it): for each
+   slab of at most 512 k and 2048 columns of op(B), rounded once, the rows of
+   op(A) in blocks that fill the rest; later k slabs add to C. */
+static void pt__gemm_bf16_blas(const pt__gemm_ws *w, int ta, int tb, int M, int N, int K,
+                               float alpha, const float *A, int lda, const float *B, int ldb,
+                               float beta, float *C, int ldc) {
+    int kb = K < 512 ? K : 512, nb = N < 2048 ? N : 2048, mb, pc, jc, ic;
+    size_t room = w->bytes / sizeof(float) - (size_t)kb * nb;
+    float *bb = (float *)w->p, *ab = bb + (size_t)kb * nb;
+    mb = room / kb < (size_t)M ? (int)(room / kb) : M;
+    for (pc = 0; pc < K; pc += kb) {
+        int kc = K - pc < kb ? K - pc : kb;
+        for (jc = 0; jc < N; jc += nb) {
+            int nc = N - jc < nb ? N - jc : nb;
+            if (tb) pt__bf16_round_copy(bb, B + (size_t)jc * ldb + pc, ldb, nc, kc, 1.0f);
+            else pt__bf16_round_copy(bb, B + (size_t)pc * ldb + jc, ldb, kc, nc, 1.0f);
+            for (ic = 0; ic < M; ic += mb) {
+                int m = M - ic < mb ? M - ic : mb;
+                if (ta) pt__bf16_round_copy(ab, A + (size_t)pc * lda + ic, lda, kc, m, alpha);
+                else pt__bf16_round_copy(ab, A + (size_t)ic * lda + pc, lda, m, kc, alpha);
+                cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                            tb ? CblasTrans : CblasNoTrans, m, nc, kc, 1.0f, ab, ta ? m : kc, bb,
+                            tb ? kc : nc, pc == 0 ? beta : 1.0f, C + (size_t)ic * ldc + jc, ldc);
+            }
+        }
+    }
+}
+#endif
+
+/* pt_gemm_bf16's "sgemm": the fp32 GEMM pt_sgemm would run, on the operands
+   rounded to bf16: ptrain's kernel rounds its packed panels, OpenBLAS gets
+   rounded blocks (pt__gemm_bf16_blas); 0 where neither can run (no
+   workspace, or the portable GEMM: the caller runs the bf16 loops, the same
+   numbers as the portable fp32 loops on rounded operands). */
+static int pt__gemm_bf16_sgemm(const pt_ctx *ctx, const pt__gemm_ws *w, int ta, int tb, int M,
+                               int N, int K, float alpha, const float *A, int lda, const float *B,
+                               int ldb, float beta, float *C, int ldc) {
+    int impl = pt__sgemm_impl(ctx, w, M);
+    if (!w->p) return 0;
+#ifdef PT__GEMM_X86
+    if (impl == PT__GEMM_PTRAIN) {
+        pt__gemm_blocked(w, PT__KIND_F32_OF_BF16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                         ldc);
+        return 1;
+    }
+#endif
+#ifndef PTRAIN_NO_BLAS
+    if (impl == PT__GEMM_BLAS) {
+        pt__gemm_bf16_blas(w, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return 1;
+    }
+#endif
+    (void)impl, (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda;
+    (void)B, (void)ldb, (void)beta, (void)C, (void)ldc;
+    return 0;
 }
 
-PTRAINDEF void pt_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha,
-                            const float *A, int lda, const float *B, int ldb, float beta,
-                            float *C, int ldc) {
+PTRAINDEF void pt_gemm_bf16(pt_ctx *ctx, int trans_a, int trans_b, int M, int N, int K,
+                            float alpha, const float *A, int lda, const float *B, int ldb,
+                            float beta, float *C, int ldc) {
     int impl;
+    pt__gemm_ws w = pt__ws_of(ctx);
     if (M <= 0 || N <= 0) return;
-    pt__poll_now();
+    if (pt__team_lead()) pt__poll_now(ctx);
     impl = pt__gemm_bf16_current();
-#ifdef PT__GEMM_X86
     if (impl != PT__BF16_PORTABLE && (K <= 0 || alpha == 0.0f)) {
         pt__gemm_scale(M, N, beta, C, ldc);
         return;
     }
-    if (impl == PT__BF16_AMX &&
-        pt__gemm_amx(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+#ifdef PT__GEMM_X86
+    if (w.p && impl == PT__BF16_AMX) {
+        pt__gemm_amx(&w, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
-    if (impl == PT__BF16_AVX512 || impl == PT__BF16_AMX) {
-        pt__gemm_blocked(1, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    }
+    if (w.p && impl == PT__BF16_AVX512) {
+        pt__gemm_blocked(&w, PT__KIND_BF16, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta,
+                         C, ldc);
         return;
     }
 #endif
     if (impl == PT__BF16_SGEMM &&
-        pt__gemm_bf16_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+        pt__gemm_bf16_sgemm(ctx, &w, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                            ldc))
         return;
     pt__gemm_portable(1, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -3705,17 +3922,14 @@ PTRAINDEF pt_status pt_precision_parse(const char *name, pt_precision *out) {
                     name ? name : "(null)");
 }
 
-/* 1: the calling thread's model GEMMs run in bf16. Kernels read it on the
-   caller's thread and hand it to their OpenMP tasks. */
-static PT__THREAD_LOCAL int pt__gemm_bf16_on;
-
 /* An activation that bf16 precision rounds (q, k, v and fch, read by
    non-GEMM kernels; ln1 and ln2, GEMM operands only, alike): kept as bf16
    bits in keep where the layout stores it so (x, the scratch, now holds
-   keep's values: *held = keep), else rounded in place; fp32 leaves it.
-   Every layout (recomputed or not) computes the same numbers. */
-static void pt__bf16_act(uint16_t *keep, float *x, size_t n, const uint16_t **held) {
-    if (keep || pt__gemm_bf16_on) pt__bf16_keep(keep, x, n);
+   keep's values: *held = keep), else rounded in place at bf16 precision;
+   fp32 leaves it. Every layout (recomputed or not) computes the same numbers. */
+static void pt__bf16_act(const pt_ctx *ctx, uint16_t *keep, float *x, size_t n,
+                         const uint16_t **held) {
+    if (keep || pt__ctx_bf16(ctx)) pt__bf16_keep(keep, x, n);
     if (keep) *held = keep;
 }
 
@@ -3728,17 +3942,11 @@ static void pt__bf16_load(float *x, const uint16_t *src, size_t n, const uint16_
     *held = src;
 }
 
-PTRAINDEF pt_precision pt_set_gemm_precision(pt_precision p) {
-    pt_precision old = pt__gemm_bf16_on ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
-    pt__gemm_bf16_on = p == PT_PRECISION_BF16;
-    return old;
-}
-
-/* A model GEMM at the given precision (cblas arguments). */
-static void pt__mm(int bf16, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+/* A model GEMM at ctx's precision (cblas arguments). */
+static void pt__mm(pt_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                    int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    if (bf16) pt_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    else pt_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (pt__ctx_bf16(ctx)) pt_gemm_bf16(ctx, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else pt_sgemm(ctx, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* The dense layer both weight layouts share: out = inp @ W + bias with W
@@ -3746,47 +3954,48 @@ static void pt__mm(int bf16, int ta, int tb, int M, int N, int K, float alpha, c
    nn.Linear stores it (wt = 1). Backward: dinp += dout @ W^T (of the
    (IN, OUT) view), dW += inp^T @ dout (transposed for nn.Linear),
    dbias += sum_n dout. */
-static void pt__dense_forward(float *out, const float *inp, const float *weight,
+static void pt__dense_forward(pt_ctx *ctx, float *out, const float *inp, const float *weight,
                               const float *bias, int N, int IN, int OUT, int wt) {
     int n;
     if (bias) {
         PT__OMP(omp parallel for schedule(static))
         for (n = 0; n < N; n++) memcpy(out + (size_t)n * OUT, bias, sizeof(float) * OUT);
     }
-    pt__mm(pt__gemm_bf16_on, 0, wt, N, OUT, IN, 1.0f, inp, IN, weight, wt ? IN : OUT,
-           bias ? 1.0f : 0.0f, out, OUT);
+    pt__mm(ctx, 0, wt, N, OUT, IN, 1.0f, inp, IN, weight, wt ? IN : OUT, bias ? 1.0f : 0.0f,
+           out, OUT);
 }
 
-static void pt__dense_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, int N, int IN, int OUT,
-                               int wt) {
-    int h = pt__gemm_bf16_on;
-    if (dinp) pt__mm(h, 0, !wt, N, IN, OUT, 1.0f, dout, OUT, weight, wt ? IN : OUT, 1.0f, dinp, IN);
-    if (dweight && wt) pt__mm(h, 1, 0, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
-    if (dweight && !wt) pt__mm(h, 1, 0, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dweight, OUT);
+static void pt__dense_backward(pt_ctx *ctx, float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp, const float *weight, int N,
+                               int IN, int OUT, int wt) {
+    if (dinp)
+        pt__mm(ctx, 0, !wt, N, IN, OUT, 1.0f, dout, OUT, weight, wt ? IN : OUT, 1.0f, dinp, IN);
+    if (dweight && wt) pt__mm(ctx, 1, 0, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
+    if (dweight && !wt)
+        pt__mm(ctx, 1, 0, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dweight, OUT);
     if (dbias) pt__colsum_add(dbias, dout, N, OUT);
 }
 
-PTRAINDEF void pt_matmul_forward(float *out, const float *inp, const float *weight,
+PTRAINDEF void pt_matmul_forward(pt_ctx *ctx, float *out, const float *inp, const float *weight,
                                  const float *bias, int N, int IN, int OUT) {
-    pt__dense_forward(out, inp, weight, bias, N, IN, OUT, 0);
+    pt__dense_forward(ctx, out, inp, weight, bias, N, IN, OUT, 0);
 }
 
-PTRAINDEF void pt_matmul_backward(float *dinp, float *dweight, float *dbias,
+PTRAINDEF void pt_matmul_backward(pt_ctx *ctx, float *dinp, float *dweight, float *dbias,
                                   const float *dout, const float *inp, const float *weight,
                                   int N, int IN, int OUT) {
-    pt__dense_backward(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT, 0);
+    pt__dense_backward(ctx, dinp, dweight, dbias, dout, inp, weight, N, IN, OUT, 0);
 }
 
-PTRAINDEF void pt_linear_forward(float *out, const float *inp, const float *weight,
+PTRAINDEF void pt_linear_forward(pt_ctx *ctx, float *out, const float *inp, const float *weight,
                                  const float *bias, int N, int IN, int OUT) {
-    pt__dense_forward(out, inp, weight, bias, N, IN, OUT, 1);
+    pt__dense_forward(ctx, out, inp, weight, bias, N, IN, OUT, 1);
 }
 
-PTRAINDEF void pt_linear_backward(float *dinp, float *dweight, float *dbias,
+PTRAINDEF void pt_linear_backward(pt_ctx *ctx, float *dinp, float *dweight, float *dbias,
                                   const float *dout, const float *inp, const float *weight,
                                   int N, int IN, int OUT) {
-    pt__dense_backward(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT, 1);
+    pt__dense_backward(ctx, dinp, dweight, dbias, dout, inp, weight, N, IN, OUT, 1);
 }
 
 PTRAINDEF void pt_rmsnorm_forward(float *out, float *rstd, const float *inp,
@@ -3997,13 +4206,16 @@ PTRAINDEF size_t pt_attention_scratch_floats(int T, int slots) {
 }
 
 /* Threads for a parallel loop over attention blocks: never more than the
-   scratch slots (each thread owns one). */
-static int pt__attn_threads(int slots) {
+   scratch slots (each thread owns one), nor than ctx's workspace slots
+   (each thread's GEMMs run in its own; a block's numbers do not depend on
+   the thread that computes it). */
+static int pt__attn_threads(const pt_ctx *ctx, int slots) {
 #ifdef _OPENMP
     int n = omp_get_max_threads();
+    if (ctx && ctx->ws && ctx->threads < n) n = ctx->threads;
     return n < slots ? n : slots;
 #else
-    (void)slots;
+    (void)ctx, (void)slots;
     return 1;
 #endif
 }
@@ -4040,13 +4252,13 @@ static void pt__attn_softmax(float *S, const float *lse_in, float *lse_out, int 
 
 /* Per block of queries [t0, t0+nq) of one (b, h): S = scale Q K^T over keys
    0..t0+nq-1, P = softmax, out = P V. Blocks are independent tasks. */
-PTRAINDEF void pt_attention_forward(float *out, float *lse, const float *qkv, float *scratch,
-                                    int slots, int B, int T, int C, int NH, int NKV) {
+PTRAINDEF void pt_attention_forward(pt_ctx *ctx, float *out, float *lse, const float *qkv,
+                                    float *scratch, int slots, int B, int T, int C, int NH,
+                                    int NKV) {
     int hd = C / NH, Ckv = NKV * hd, C3 = C + 2 * Ckv, G = NH / NKV;
     int nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, task, ntasks = B * NH * nqb;
-    int nthr = pt__attn_threads(slots);
+    int nthr = pt__attn_threads(ctx, slots);
     float scale = 1.0f / sqrtf((float)hd);
-    int h16 = pt__gemm_bf16_on;
     (void)nthr;
     PT__OMP(omp parallel for schedule(dynamic) num_threads(nthr))
     for (task = 0; task < ntasks; task++) {
@@ -4056,10 +4268,10 @@ PTRAINDEF void pt_attention_forward(float *out, float *lse, const float *qkv, fl
         float *S = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * T;
         const float *q = qkv + (size_t)b * T * C3 + h * hd;
         const float *k = qkv + (size_t)b * T * C3 + C + (h / G) * hd;
-        pt__mm(h16, 0, 1, nq, nk, hd, scale, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, nk);
+        pt__mm(ctx, 0, 1, nq, nk, hd, scale, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, nk);
         pt__attn_softmax(S, NULL, lse + (size_t)bh * T + t0, t0, nq, nk);
-        pt__mm(h16, 0, 0, nq, hd, nk, 1.0f, S, nk, k + Ckv, C3, 0.0f,
-                 out + ((size_t)b * T + t0) * C + h * hd, C);
+        pt__mm(ctx, 0, 0, nq, hd, nk, 1.0f, S, nk, k + Ckv, C3, 0.0f,
+               out + ((size_t)b * T + t0) * C + h * hd, C);
     }
 }
 
@@ -4067,14 +4279,14 @@ PTRAINDEF void pt_attention_forward(float *out, float *lse, const float *qkv, fl
    dS = P (dP - D) scale: dQ += dS K, dK += dS^T Q, dV += P^T dO.
    One (b, key/value head) per task: its query heads, each one's query blocks
    in order (dK, dV accumulate, in a fixed order). */
-PTRAINDEF void pt_attention_backward(float *dqkv, const float *dout, const float *out,
-                                     const float *qkv, const float *lse, float *scratch,
-                                     int slots, int B, int T, int C, int NH, int NKV) {
+PTRAINDEF void pt_attention_backward(pt_ctx *ctx, float *dqkv, const float *dout,
+                                     const float *out, const float *qkv, const float *lse,
+                                     float *scratch, int slots, int B, int T, int C, int NH,
+                                     int NKV) {
     int hd = C / NH, Ckv = NKV * hd, C3 = C + 2 * Ckv, G = NH / NKV;
     int nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, bg;
-    int nthr = pt__attn_threads(slots);
+    int nthr = pt__attn_threads(ctx, slots);
     float scale = 1.0f / sqrtf((float)hd);
-    int h16 = pt__gemm_bf16_on;
     (void)nthr;
     PT__OMP(omp parallel for schedule(dynamic) num_threads(nthr))
     for (bg = 0; bg < B * NKV; bg++) {
@@ -4092,10 +4304,10 @@ PTRAINDEF void pt_attention_backward(float *dqkv, const float *dout, const float
             for (qb = 0; qb < nqb; qb++) {
                 int t0 = qb * PT_ATTN_QBLOCK, i, u, j;
                 int nq = T - t0 < PT_ATTN_QBLOCK ? T - t0 : PT_ATTN_QBLOCK, nk = t0 + nq;
-                pt__mm(h16, 0, 1, nq, nk, hd, scale, qbase + (size_t)t0 * C3, C3, kb, C3, 0.0f, P,
-                         nk);
+                pt__mm(ctx, 0, 1, nq, nk, hd, scale, qbase + (size_t)t0 * C3, C3, kb, C3, 0.0f, P,
+                       nk);
                 pt__attn_softmax(P, L + t0, NULL, t0, nq, nk);
-                pt__mm(h16, 0, 1, nq, nk, hd, 1.0f, dO + (size_t)t0 * C, C, vb, C3, 0.0f, dS, nk);
+                pt__mm(ctx, 0, 1, nq, nk, hd, 1.0f, dO + (size_t)t0 * C, C, vb, C3, 0.0f, dS, nk);
                 for (i = 0; i < nq; i++) {
                     const float *o = O + (size_t)(t0 + i) * C, *d = dO + (size_t)(t0 + i) * C;
                     const float *p = P + (size_t)i * nk;
@@ -4104,11 +4316,11 @@ PTRAINDEF void pt_attention_backward(float *dqkv, const float *dout, const float
                     PT__OMP(omp simd)
                     for (u = 0; u < nk; u++) ds[u] = p[u] * (ds[u] - D) * scale;
                 }
-                pt__mm(h16, 0, 0, nq, hd, nk, 1.0f, dS, nk, kb, C3, 1.0f, dqbase + (size_t)t0 * C3,
-                         C3);
-                pt__mm(h16, 1, 0, nk, hd, nq, 1.0f, dS, nk, qbase + (size_t)t0 * C3, C3, 1.0f, dkb,
-                         C3);
-                pt__mm(h16, 1, 0, nk, hd, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dvb, C3);
+                pt__mm(ctx, 0, 0, nq, hd, nk, 1.0f, dS, nk, kb, C3, 1.0f, dqbase + (size_t)t0 * C3,
+                       C3);
+                pt__mm(ctx, 1, 0, nk, hd, nq, 1.0f, dS, nk, qbase + (size_t)t0 * C3, C3, 1.0f, dkb,
+                       C3);
+                pt__mm(ctx, 1, 0, nk, hd, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dvb, C3);
             }
         }
     }
@@ -4153,17 +4365,16 @@ PTRAINDEF void pt_residual_backward(float *da, float *db, const float *dout, siz
     }
 }
 
-PTRAINDEF void pt_tied_head_forward(float *logits, const float *x, const float *wte, int N,
-                                    int C, int V) {
-    pt__mm(pt__gemm_bf16_on, 0, 1, N, V, C, 1.0f, x, C, wte, C, 0.0f, logits, V);
+PTRAINDEF void pt_tied_head_forward(pt_ctx *ctx, float *logits, const float *x, const float *wte,
+                                    int N, int C, int V) {
+    pt__mm(ctx, 0, 1, N, V, C, 1.0f, x, C, wte, C, 0.0f, logits, V);
 }
 
 /* dx += dlogits @ wte ; dwte += dlogits^T @ x */
-PTRAINDEF void pt_tied_head_backward(float *dx, float *dwte, const float *dlogits,
+PTRAINDEF void pt_tied_head_backward(pt_ctx *ctx, float *dx, float *dwte, const float *dlogits,
                                      const float *x, const float *wte, int N, int C, int V) {
-    int h = pt__gemm_bf16_on;
-    if (dx) pt__mm(h, 0, 0, N, C, V, 1.0f, dlogits, V, wte, C, 1.0f, dx, C);
-    if (dwte) pt__mm(h, 1, 0, V, C, N, 1.0f, dlogits, V, x, C, 1.0f, dwte, C);
+    if (dx) pt__mm(ctx, 0, 0, N, C, V, 1.0f, dlogits, V, wte, C, 1.0f, dx, C);
+    if (dwte) pt__mm(ctx, 1, 0, V, C, N, 1.0f, dlogits, V, x, C, 1.0f, dwte, C);
 }
 
 /* lse = mx + log sum_v exp(l_v - mx), summed in double */
@@ -4293,7 +4504,7 @@ PTRAINDEF float pt_lr_at(const pt_lr_schedule *s, int step) {
            (float)(0.5 * (1.0 + cos(3.141592653589793 * ratio))) * (s->lr - s->min_lr);
 }
 
-PTRAINDEF double pt_gemm_peak_gflops(int n, double seconds) {
+PTRAINDEF double pt_gemm_peak_gflops(pt_ctx *ctx, int n, double seconds) {
     size_t nn = (size_t)n * n, i;
     float *a = (float *)pt__malloc(3 * nn * sizeof(float), NULL), *b, *c;
     double best = 0.0, start;
@@ -4304,11 +4515,11 @@ PTRAINDEF double pt_gemm_peak_gflops(int n, double seconds) {
         a[i] = (float)(i % 7) * 0.01f;
         b[i] = (float)(i % 5) * 0.01f;
     }
-    pt__mm(pt__gemm_bf16_on, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n); /* warm-up */
+    pt__mm(ctx, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n); /* warm-up */
     start = pt_time_now();
     do {
         double t0 = pt_time_now(), dt;
-        pt__mm(pt__gemm_bf16_on, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        pt__mm(ctx, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
         dt = pt_time_now() - t0;
         if (dt > 0 && 2.0 * n * n * (double)n / dt / 1e9 > best)
             best = 2.0 * n * n * (double)n / dt / 1e9;
@@ -5531,7 +5742,7 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
     if ((int)d->precision < 0 || d->precision > PT_PRECISION_BF16)
         pt__append_error(&bad, "precision=%d must be 0 (fp32), PT_PRECISION_FP32 or "
                          "PT_PRECISION_BF16", (int)d->precision);
-    m->precision = d->precision == PT_PRECISION_BF16 ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
+    m->ctx.precision = d->precision == PT_PRECISION_BF16 ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
     if (d->grad_accum < 0) pt__append_error(&bad, "grad_accum=%d must be >= 0", d->grad_accum);
     if (d->chunks < 0) pt__append_error(&bad, "chunks=%d must be >= 0", d->chunks);
     if (d->recompute < 0 || d->recompute > PT_RECOMPUTE_FULL)
@@ -5737,7 +5948,7 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     pt__dims d = pt__block_dims(&m->config, m->B, m->T, pl->tp);
     size_t N = d.N, C = d.C, V = (size_t)pl->vocab_local;
     int l, k, most = 0, c, ln = m->config.norm == PT_NORM_LAYER;
-    int bf16 = m->precision == PT_PRECISION_BF16 && pl->recompute != PT_RECOMPUTE_FULL;
+    int bf16 = m->ctx.precision == PT_PRECISION_BF16 && pl->recompute != PT_RECOMPUTE_FULL;
     for (c = 0; c < pl->chunks; c++)
         if (x->chunk_hi[c] - x->chunk_lo[c] > most) most = x->chunk_hi[c] - x->chunk_lo[c];
     for (k = 0; k < x->nslots; k++) {
@@ -5826,6 +6037,16 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
         return pt__fail(PT_ERR_OOM, "cannot allocate %.1f MiB for the model (weights%s, "
                         "activations)", mib, d->inference ? "" : ", gradients, AdamW state");
     }
+    { /* the context its calls pass down: the desc's precision, a workspace for this thread's
+         OpenMP threads */
+        pt_ctx_desc cd;
+        memset(&cd, 0, sizeof cd);
+        cd.precision = m->ctx.precision, cd.alloc_ctx = d->alloc_ctx;
+        if ((st = pt_ctx_init(&m->ctx, &cd)) != PT_OK) {
+            pt_gpt_free(m);
+            return st;
+        }
+    }
     pt__layout_state(m, &x->param_arena, d->inference);
     memset(x->param_arena.base, 0, x->param_arena.used);
     pt__layout_acts(m, &x->act_arena, &act_bytes, !d->inference);
@@ -5855,6 +6076,7 @@ PTRAINDEF void pt_gpt_free(pt_gpt *m) {
         pt_arena_free(&x->act_arena);
         pt__free(x, m->alloc_ctx);
     }
+    pt_ctx_free(&m->ctx);
     memset(m, 0, sizeof *m);
 }
 
@@ -5917,17 +6139,17 @@ static void pt__norm_backward(const pt_gpt_config *c, float *dx, float *dw, floa
 }
 
 /* The architecture's linear layer: Conv1D [IN, OUT] (GPT-2) or nn.Linear [OUT, IN]. */
-static void pt__proj_forward(const pt_gpt_config *c, float *out, const float *inp,
+static void pt__proj_forward(pt_ctx *ctx, const pt_gpt_config *c, float *out, const float *inp,
                              const float *w, const float *b, int N, int IN, int OUT) {
-    if (c->arch == PT_ARCH_LLAMA) pt_linear_forward(out, inp, w, b, N, IN, OUT);
-    else pt_matmul_forward(out, inp, w, b, N, IN, OUT);
+    if (c->arch == PT_ARCH_LLAMA) pt_linear_forward(ctx, out, inp, w, b, N, IN, OUT);
+    else pt_matmul_forward(ctx, out, inp, w, b, N, IN, OUT);
 }
 
-static void pt__proj_backward(const pt_gpt_config *c, float *dinp, float *dw, float *db,
-                              const float *dout, const float *inp, const float *w, int N,
-                              int IN, int OUT) {
-    if (c->arch == PT_ARCH_LLAMA) pt_linear_backward(dinp, dw, db, dout, inp, w, N, IN, OUT);
-    else pt_matmul_backward(dinp, dw, db, dout, inp, w, N, IN, OUT);
+static void pt__proj_backward(pt_ctx *ctx, const pt_gpt_config *c, float *dinp, float *dw,
+                              float *db, const float *dout, const float *inp, const float *w,
+                              int N, int IN, int OUT) {
+    if (c->arch == PT_ARCH_LLAMA) pt_linear_backward(ctx, dinp, dw, db, dout, inp, w, N, IN, OUT);
+    else pt_matmul_backward(ctx, dinp, dw, db, dout, inp, w, N, IN, OUT);
 }
 
 /* The MLP's activation of fch (N, Fi) into out (N, F): gelu or swiglu. */
@@ -5946,7 +6168,7 @@ static const float *pt__rope_cs(const pt_gpt_config *c, pt_block_scratch *s, int
     return s->rope;
 }
 
-PTRAINDEF pt_status pt_block_forward(const pt_gpt_config *cfg, int B, int T,
+PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
                                      const pt_block_params *p, const float *x, pt_block_acts *a,
                                      pt_block_scratch *s, pt_comm *tp) {
     /* this rank's heads and MLP columns (d); row-parallel biases are added
@@ -5958,23 +6180,23 @@ PTRAINDEF pt_status pt_block_forward(const pt_gpt_config *cfg, int B, int T,
     if (a->ln1_16) /* the scratch is written before it is kept: it holds no one's until then */
         memset((void *)s->held, 0, sizeof s->held);
     pt__norm_forward(cfg, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, N, C);
-    pt__bf16_act(a->ln1_16, a->ln1, (size_t)N * C, &s->held[0]);
-    pt__proj_forward(cfg, a->qkv, a->ln1, p->qkv_w, p->qkv_b, N, C, Q3);
+    pt__bf16_act(ctx, a->ln1_16, a->ln1, (size_t)N * C, &s->held[0]);
+    pt__proj_forward(ctx, cfg, a->qkv, a->ln1, p->qkv_w, p->qkv_b, N, C, Q3);
     if (cfg->pos == PT_POS_ROPE) /* q and k heads are adjacent: one pass over both */
         pt_rope_forward(a->qkv, pt__rope_cs(cfg, s, T), N, T, (int)(d.NH + d.NKV), (int)d.hd, Q3);
-    pt__bf16_act(a->qkv_16, a->qkv, (size_t)N * Q3, &s->held[1]);
-    pt_attention_forward(a->atty, a->lse, a->qkv, s->attn, s->attn_slots, B, T, Ca, (int)d.NH,
-                         (int)d.NKV);
-    pt__proj_forward(cfg, a->res2, a->atty, p->attn_proj_w, lead ? p->attn_proj_b : NULL, N, Ca,
-                     C);
+    pt__bf16_act(ctx, a->qkv_16, a->qkv, (size_t)N * Q3, &s->held[1]);
+    pt_attention_forward(ctx, a->atty, a->lse, a->qkv, s->attn, s->attn_slots, B, T, Ca,
+                         (int)d.NH, (int)d.NKV);
+    pt__proj_forward(ctx, cfg, a->res2, a->atty, p->attn_proj_w, lead ? p->attn_proj_b : NULL, N,
+                     Ca, C);
     if ((st = pt__tp_sum(tp, a->res2, (size_t)N * C)) != PT_OK) return st;
     pt_residual_forward(a->res2, a->res2, x, (size_t)N * C);
     pt__norm_forward(cfg, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, N, C);
-    pt__bf16_act(a->ln2_16, a->ln2, (size_t)N * C, &s->held[2]);
-    pt__proj_forward(cfg, a->fch, a->ln2, p->fc_w, p->fc_b, N, C, Fi);
-    pt__bf16_act(a->fch_16, a->fch, (size_t)N * Fi, &s->held[3]);
+    pt__bf16_act(ctx, a->ln2_16, a->ln2, (size_t)N * C, &s->held[2]);
+    pt__proj_forward(ctx, cfg, a->fch, a->ln2, p->fc_w, p->fc_b, N, C, Fi);
+    pt__bf16_act(ctx, a->fch_16, a->fch, (size_t)N * Fi, &s->held[3]);
     pt__act_forward(cfg, s->gelu, a->fch, (size_t)N, (size_t)F);
-    pt__proj_forward(cfg, a->out, s->gelu, p->fc_proj_w, lead ? p->fc_proj_b : NULL, N, F, C);
+    pt__proj_forward(ctx, cfg, a->out, s->gelu, p->fc_proj_w, lead ? p->fc_proj_b : NULL, N, F, C);
     if ((st = pt__tp_sum(tp, a->out, (size_t)N * C)) != PT_OK) return st;
     pt_residual_forward(a->out, a->out, a->res2, (size_t)N * C);
     return PT_OK;
@@ -5983,7 +6205,7 @@ PTRAINDEF pt_status pt_block_forward(const pt_gpt_config *cfg, int B, int T,
 /* B: the input's gradient, keeping in w what the weight gradients need.
    MLP branch: out = res2 + fc_proj(act(fc(norm2(res2)))); then the attention
    branch: res2 = x + attn_proj(attention(rope(qkv(norm1(x))))). */
-PTRAINDEF pt_status pt_block_backward_input(const pt_gpt_config *cfg, int B, int T,
+PTRAINDEF pt_status pt_block_backward_input(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
                                             const pt_block_params *p, const float *x,
                                             const pt_block_acts *a, const float *dout, float *dx,
                                             pt_block_wgrad *w, pt_block_scratch *s, pt_comm *tp) {
@@ -5995,31 +6217,31 @@ PTRAINDEF pt_status pt_block_backward_input(const pt_gpt_config *cfg, int B, int
     pt__bf16_load(a->fch, a->fch_16, N * Fi, &s->held[3]);
     if (cfg->mlp == PT_MLP_SWIGLU) { /* d act in the activation's scratch, then d [gate|up] */
         memset(s->gelu, 0, N * F * sizeof(float));
-        pt__proj_backward(cfg, s->gelu, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
+        pt__proj_backward(ctx, cfg, s->gelu, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
         pt_swiglu_backward(w->dfch, a->fch, s->gelu, n, f);
     } else {
         memset(w->dfch, 0, N * F * sizeof(float));
-        pt__proj_backward(cfg, w->dfch, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
+        pt__proj_backward(ctx, cfg, w->dfch, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
         pt_gelu_backward(w->dfch, a->fch, w->dfch, N * F);
     }
     memset(w->dln2, 0, N * C * sizeof(float));
-    pt__proj_backward(cfg, w->dln2, NULL, NULL, w->dfch, NULL, p->fc_w, n, c, (int)Fi);
+    pt__proj_backward(ctx, cfg, w->dln2, NULL, NULL, w->dfch, NULL, p->fc_w, n, c, (int)Fi);
     if ((st = pt__tp_sum(tp, w->dln2, N * C)) != PT_OK) return st;
     if (dx != w->dout) memcpy(dx, w->dout, N * C * sizeof(float)); /* dx now holds d res2 */
     pt__norm_backward(cfg, dx, NULL, NULL, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
                       n, c);
     memcpy(w->dres2, dx, N * C * sizeof(float));
     memset(s->datty, 0, N * Ca * sizeof(float));
-    pt__proj_backward(cfg, s->datty, NULL, NULL, dx, NULL, p->attn_proj_w, n, ca, c);
+    pt__proj_backward(ctx, cfg, s->datty, NULL, NULL, dx, NULL, p->attn_proj_w, n, ca, c);
     memset(w->dqkv, 0, N * Q3 * sizeof(float));
     pt__bf16_load(a->qkv, a->qkv_16, N * Q3, &s->held[1]);
-    pt_attention_backward(w->dqkv, s->datty, a->atty, a->qkv, a->lse, s->attn, s->attn_slots, B,
-                          T, ca, (int)d.NH, (int)d.NKV);
+    pt_attention_backward(ctx, w->dqkv, s->datty, a->atty, a->qkv, a->lse, s->attn,
+                          s->attn_slots, B, T, ca, (int)d.NH, (int)d.NKV);
     if (cfg->pos == PT_POS_ROPE)
         pt_rope_backward(w->dqkv, pt__rope_cs(cfg, s, T), n, T, (int)(d.NH + d.NKV), (int)d.hd,
                          (int)Q3);
     memset(w->dln1, 0, N * C * sizeof(float));
-    pt__proj_backward(cfg, w->dln1, NULL, NULL, w->dqkv, NULL, p->qkv_w, n, c, (int)Q3);
+    pt__proj_backward(ctx, cfg, w->dln1, NULL, NULL, w->dqkv, NULL, p->qkv_w, n, c, (int)Q3);
     if ((st = pt__tp_sum(tp, w->dln1, N * C)) != PT_OK) return st;
     pt__norm_backward(cfg, dx, NULL, NULL, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd, n, c);
     return PT_OK;
@@ -6029,7 +6251,7 @@ PTRAINDEF pt_status pt_block_backward_input(const pt_gpt_config *cfg, int B, int
    activations (the MLP activation recomputed). dout is whole on every
    tensor rank, so the replicated bias and norm gradients agree without
    communication. tp is the tensor-parallel group's size. */
-PTRAINDEF void pt_block_backward_weight(const pt_gpt_config *cfg, int B, int T,
+PTRAINDEF void pt_block_backward_weight(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
                                         const pt_block_params *p, pt_block_params *g,
                                         const float *x, const pt_block_acts *a,
                                         const pt_block_wgrad *w, pt_block_scratch *s, int tp) {
@@ -6039,24 +6261,26 @@ PTRAINDEF void pt_block_backward_weight(const pt_gpt_config *cfg, int B, int T,
     pt__bf16_load(a->ln2, a->ln2_16, d.N * d.C, &s->held[2]);
     pt__bf16_load(a->ln1, a->ln1_16, d.N * d.C, &s->held[0]);
     pt__act_forward(cfg, s->gelu, a->fch, d.N, d.F); /* not saved by forward: NF floats a layer */
-    pt__proj_backward(cfg, NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w, n, f,
-                      c);
-    pt__proj_backward(cfg, NULL, g->fc_w, g->fc_b, w->dfch, a->ln2, p->fc_w, n, c, (int)d.Fi);
+    pt__proj_backward(ctx, cfg, NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w,
+                      n, f, c);
+    pt__proj_backward(ctx, cfg, NULL, g->fc_w, g->fc_b, w->dfch, a->ln2, p->fc_w, n, c, (int)d.Fi);
     pt__norm_backward(cfg, NULL, g->ln2_w, g->ln2_b, w->dln2, a->res2, p->ln2_w, a->ln2_mean,
                       a->ln2_rstd, n, c);
-    pt__proj_backward(cfg, NULL, g->attn_proj_w, g->attn_proj_b, w->dres2, a->atty,
+    pt__proj_backward(ctx, cfg, NULL, g->attn_proj_w, g->attn_proj_b, w->dres2, a->atty,
                       p->attn_proj_w, n, ca, c);
-    pt__proj_backward(cfg, NULL, g->qkv_w, g->qkv_b, w->dqkv, a->ln1, p->qkv_w, n, c, (int)d.Q3);
+    pt__proj_backward(ctx, cfg, NULL, g->qkv_w, g->qkv_b, w->dqkv, a->ln1, p->qkv_w, n, c,
+                      (int)d.Q3);
     pt__norm_backward(cfg, NULL, g->ln1_w, g->ln1_b, w->dln1, x, p->ln1_w, a->ln1_mean,
                       a->ln1_rstd, n, c);
 }
 
-PTRAINDEF pt_status pt_block_backward(const pt_gpt_config *cfg, int B, int T,
+PTRAINDEF pt_status pt_block_backward(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
                                       const pt_block_params *p, pt_block_params *g,
                                       const float *x, const pt_block_acts *a, const float *dout,
                                       float *dx, pt_block_scratch *s, pt_comm *tp) {
-    pt_status st = pt_block_backward_input(cfg, B, T, p, x, a, dout, dx, &s->w, s, tp);
-    if (st == PT_OK) pt_block_backward_weight(cfg, B, T, p, g, x, a, &s->w, s, tp ? tp->size : 1);
+    pt_status st = pt_block_backward_input(ctx, cfg, B, T, p, x, a, dout, dx, &s->w, s, tp);
+    if (st == PT_OK)
+        pt_block_backward_weight(ctx, cfg, B, T, p, g, x, a, &s->w, s, tp ? tp->size : 1);
     return st;
 }
 
@@ -6124,7 +6348,10 @@ PTRAINDEF pt_status pt_gpt_decode(const pt_gpt *m, pt_kv_cache *c, int token,
     int C = g->n_embd, NH = (int)d.NH, hd = (int)d.hd, G = (int)(d.NH / d.NKV);
     int Ckv = (int)d.Ckv, Q3 = (int)d.Q3, F = (int)d.F, p = c->len, l, h, u, i;
     float scale = 1.0f / sqrtf((float)hd), mean, rstd;
+    pt_ctx fp = m->ctx, *ctx = &fp; /* the model's workspace, fp32, no poller */
     pt_status st;
+    fp.precision = PT_PRECISION_FP32;
+    memset(&fp.poll, 0, sizeof fp.poll);
     if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
     if ((st = pt__ag_settle(m)) != PT_OK) return st;
     if (token < 0 || token >= g->vocab_size)
@@ -6138,7 +6365,7 @@ PTRAINDEF pt_status pt_gpt_decode(const pt_gpt *m, pt_kv_cache *c, int token,
         const pt_block_params *w = &m->layers[l];
         float *K = c->k + (size_t)l * c->capacity * Ckv, *Vc = c->v + (size_t)l * c->capacity * Ckv;
         pt__norm_forward(g, c->ln, &mean, &rstd, c->x, w->ln1_w, w->ln1_b, 1, C);
-        pt__proj_forward(g, c->qkv, c->ln, w->qkv_w, w->qkv_b, 1, C, Q3);
+        pt__proj_forward(ctx, g, c->qkv, c->ln, w->qkv_w, w->qkv_b, 1, C, Q3);
         if (c->rope) /* the table's row p: one row of one position */
             pt_rope_forward(c->qkv, c->rope + (size_t)p * hd, 1, 1, (int)(d.NH + d.NKV), hd, Q3);
         memcpy(K + (size_t)p * Ckv, c->qkv + C, sizeof(float) * Ckv);
@@ -6164,16 +6391,16 @@ PTRAINDEF pt_status pt_gpt_decode(const pt_gpt *m, pt_kv_cache *c, int token,
                 for (i = 0; i < hd; i++) o[i] += a * v[i];
             }
         }
-        pt__proj_forward(g, c->res, c->atty, w->attn_proj_w, w->attn_proj_b, 1, C, C);
+        pt__proj_forward(ctx, g, c->res, c->atty, w->attn_proj_w, w->attn_proj_b, 1, C, C);
         pt_residual_forward(c->res, c->res, c->x, (size_t)C);
         pt__norm_forward(g, c->ln, &mean, &rstd, c->res, w->ln2_w, w->ln2_b, 1, C);
-        pt__proj_forward(g, c->fch, c->ln, w->fc_w, w->fc_b, 1, C, (int)d.Fi);
+        pt__proj_forward(ctx, g, c->fch, c->ln, w->fc_w, w->fc_b, 1, C, (int)d.Fi);
         pt__act_forward(g, c->fcg, c->fch, 1, (size_t)F);
-        pt__proj_forward(g, c->x, c->fcg, w->fc_proj_w, w->fc_proj_b, 1, F, C);
+        pt__proj_forward(ctx, g, c->x, c->fcg, w->fc_proj_w, w->fc_proj_b, 1, F, C);
         pt_residual_forward(c->x, c->x, c->res, (size_t)C);
     }
     pt__norm_forward(g, c->ln, &mean, &rstd, c->x, m->lnf_w, m->lnf_b, 1, C);
-    pt_tied_head_forward(c->logits, c->ln, m->lm_head, 1, C, g->vocab_size);
+    pt_tied_head_forward(ctx, c->logits, c->ln, m->lm_head, 1, C, g->vocab_size);
     c->len++;
     if (logits) *logits = c->logits;
     return PT_OK;
@@ -9221,7 +9448,8 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
         }
         if ((st = pt__ag_need(m, x->tab_layers + x->layer_tensors * l, x->layer_tensors)) != PT_OK)
             return st;
-        st = pt_block_forward(cfg, B, T, &m->layers[l], in, use, &x->scratch, x->tp_comm);
+        st = pt_block_forward(&m->ctx, cfg, B, T, &m->layers[l], in, use, &x->scratch,
+                              x->tp_comm);
         if (st != PT_OK) return st;
         in = a->out;
     }
@@ -9231,7 +9459,7 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
         (st = pt__ag_need(m, x->tab_head >= 0 ? x->tab_head : x->tab_wte, 1)) != PT_OK)
         return st;
     pt__norm_forward(cfg, sl->lnf, sl->lnf_mean, sl->lnf_rstd, in, m->lnf_w, m->lnf_b, N, C);
-    pt_tied_head_forward(sl->logits, sl->lnf, m->lm_head, N, C, pl->vocab_local);
+    pt_tied_head_forward(&m->ctx, sl->logits, sl->lnf, m->lm_head, N, C, pl->vocab_local);
     if (with_targets) {
         double sum = 0.0;
         int n;
@@ -9286,7 +9514,7 @@ static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, in
         int r1 = (int)((k->offset + k->numel - p->offset) / (size_t)C);
         if (r1 > Vl) r1 = Vl;
         if (head)
-            pt__mm(pt__gemm_bf16_on, 1, 0, r1 - r0, C, N, 1.0f, sl->logits + r0, Vl, sl->lnf, C,
+            pt__mm(&m->ctx, 1, 0, r1 - r0, C, N, 1.0f, sl->logits + r0, Vl, sl->lnf, C,
                    1.0f, m->grads, C);
         else
             pt__encoder_backward_part(m->grads, wpe && wpe->bucket == b ? m->grads + (wpe->offset -
@@ -9368,8 +9596,8 @@ static void pt__attention_again(pt_gpt *m, pt_block_acts *a, int B, int T) {
     pt_gpt_exec *x = m->exec;
     pt__dims d = pt__block_dims(&m->config, B, T, m->place.tp);
     pt__bf16_load(a->qkv, a->qkv_16, d.N * d.Q3, &x->scratch.held[1]);
-    pt_attention_forward(a->atty, a->lse, a->qkv, x->scratch.attn, x->scratch.attn_slots, B, T,
-                         (int)d.Ca, (int)d.NH, (int)d.NKV);
+    pt_attention_forward(&m->ctx, a->atty, a->lse, a->qkv, x->scratch.attn,
+                         x->scratch.attn_slots, B, T, (int)d.Ca, (int)d.NH, (int)d.NKV);
 }
 
 /* Backward of this stage's chunk c for the micro-batch in slot sl,
@@ -9390,8 +9618,8 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
         pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, pl->vocab_local,
                                pt__vocab_valid(m), pl->vocab_offset, dloss);
         memset(x->scratch.dln, 0, sizeof(float) * (size_t)N * C);
-        pt_tied_head_backward(x->scratch.dln, zero2 ? NULL : x->dhead, sl->logits, sl->lnf,
-                              m->lm_head, N, C, pl->vocab_local);
+        pt_tied_head_backward(&m->ctx, x->scratch.dln, zero2 ? NULL : x->dhead, sl->logits,
+                              sl->lnf, m->lm_head, N, C, pl->vocab_local);
         if (zero2 && (st = pt__zero2_vocab(m, sl, B, T, 1)) != PT_OK) return st;
         if ((st = pt__tp_sum(x->tp_comm, x->scratch.dln, (size_t)N * C)) != PT_OK) return st;
         memset(x->dres, 0, sizeof(float) * (size_t)N * C);
@@ -9406,18 +9634,19 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
         if (pl->recompute == PT_RECOMPUTE_FULL) { /* the layer's forward again, from its input */
             x->racts.out = a->out;
             a = &x->racts;
-            st = pt_block_forward(cfg, B, T, &m->layers[l], in, a, &x->scratch, x->tp_comm);
+            st = pt_block_forward(&m->ctx, cfg, B, T, &m->layers[l], in, a, &x->scratch,
+                                  x->tp_comm);
             if (st != PT_OK) return st;
         } else if (pl->recompute == PT_RECOMPUTE_SELECTIVE) { /* the attention core again */
             a->atty = x->racts.atty;
             pt__attention_again(m, a, B, T);
         }
         if (input_only) /* B alone: W comes later, from what sl->wg keeps */
-            st = pt_block_backward_input(cfg, B, T, &m->layers[l], in, a, x->dres, x->dres,
-                                         &sl->wg[l - first], &x->scratch, x->tp_comm);
+            st = pt_block_backward_input(&m->ctx, cfg, B, T, &m->layers[l], in, a, x->dres,
+                                         x->dres, &sl->wg[l - first], &x->scratch, x->tp_comm);
         else
-            st = pt_block_backward(cfg, B, T, &m->layers[l], &x->layer_grads[l], in, a, x->dres,
-                                   x->dres, &x->scratch, x->tp_comm);
+            st = pt_block_backward(&m->ctx, cfg, B, T, &m->layers[l], &x->layer_grads[l], in, a,
+                                   x->dres, x->dres, &x->scratch, x->tp_comm);
         if (st == PT_OK && !input_only) st = pt__ov_layer(m, l, 0);
         if (st != PT_OK) return st;
         if (zero2 && (st = pt__zero2_bucket(m, m->table[x->tab_layers + x->layer_tensors * l]
@@ -9446,7 +9675,7 @@ static pt_status pt__chunk_weight(pt_gpt *m, pt__slot *sl, int c, int B, int T) 
             a->atty = x->racts.atty;
             pt__attention_again(m, a, B, T);
         }
-        pt_block_backward_weight(cfg, B, T, &m->layers[l], &x->layer_grads[l], in, a,
+        pt_block_backward_weight(&m->ctx, cfg, B, T, &m->layers[l], &x->layer_grads[l], in, a,
                                  &sl->wg[l - first], &x->scratch, k);
         st = pt__ov_layer(m, l, 1);
     }
@@ -9906,22 +10135,19 @@ static pt_status pt__gpt_backward(pt_gpt *m) {
     return PT_OK;
 }
 
-/* The public calls run the GEMMs at the model's precision on this thread and
-   give the caller's back. */
-/* A call at the model's GEMM precision, with this thread's GEMMs polling its
-   communication under way (pt__ov_poll). */
-#define PT__AT_PRECISION(m, call)                                                   \
-    do {                                                                            \
-        pt_precision old_ = pt_set_gemm_precision((m)->precision);                 \
-        pt__poller poll_ = pt__poll;                                                \
-        pt_status st_;                                                              \
-        pt__poll.fn = pt__ov_poll, pt__poll.arg = (m), pt__poll.next = 0.0;         \
-        pt__poll.slice = (m)->place.dp > 1 ? PT__SLICE_FLOP : 0.0;                   \
-        st_ = (call);                                                               \
-        pt__poll = poll_;                                                           \
-        pt_set_gemm_precision(old_);                                                \
-        return st_;                                                                 \
-    } while (0)
+/* The public calls pass the model's context down to its kernels, its poller
+   set for the call's duration: the GEMMs of the calling thread test the
+   communication under way (pt__ov_poll), and with a dp group compute in
+   slices of rows. */
+static void pt__gpt_poll_on(pt_gpt *m) {
+    m->ctx.poll.fn = pt__ov_poll, m->ctx.poll.arg = m, m->ctx.poll.next = 0.0;
+    m->ctx.poll.slice = m->place.dp > 1 ? PT__SLICE_FLOP : 0.0;
+}
+
+static pt_status pt__gpt_poll_off(pt_gpt *m, pt_status st) {
+    memset(&m->ctx.poll, 0, sizeof m->ctx.poll);
+    return st;
+}
 
 /* (the step's trace is the caller's: a transfer found done later goes in none) */
 static pt_status pt__gpt_step_traced(pt_gpt *m, const pt_step_desc *d, pt_step_result *res) {
@@ -9931,20 +10157,25 @@ static pt_status pt__gpt_step_traced(pt_gpt *m, const pt_step_desc *d, pt_step_r
 }
 
 PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *res) {
-    PT__AT_PRECISION(m, pt__gpt_step_traced(m, d, res));
+    pt__gpt_poll_on(m);
+    return pt__gpt_poll_off(m, pt__gpt_step_traced(m, d, res));
 }
 
 PTRAINDEF pt_status pt_gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
-    PT__AT_PRECISION(m, pt__gpt_eval(m, d, loss));
+    pt__gpt_poll_on(m);
+    return pt__gpt_poll_off(m, pt__gpt_eval(m, d, loss));
 }
 
 PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targets, int B,
                                    int T) {
-    PT__AT_PRECISION(m, pt__gpt_forward(m, inputs, targets, B, T));
+    pt__gpt_poll_on(m);
+    return pt__gpt_poll_off(m, pt__gpt_forward(m, inputs, targets, B, T));
 }
 
-PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) { PT__AT_PRECISION(m, pt__gpt_backward(m)); }
-#undef PT__AT_PRECISION
+PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) {
+    pt__gpt_poll_on(m);
+    return pt__gpt_poll_off(m, pt__gpt_backward(m));
+}
 
 PTRAINDEF pt_status pt_gpt_sync_params(pt_gpt *m) { return pt__ag_settle(m); }
 
@@ -10289,9 +10520,9 @@ static int pt__cmp_dbl(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* FLOP/s of C = A B (at the thread's model GEMM precision) as a step runs it: once, after other kernels have moved
-   other data through the caches; the median of reps calls (at most 63) */
-static double pt__gemm_rate(int M, int N, int K, int reps) {
+/* FLOP/s of C = A B (at ctx's precision) as a step runs it: once, after other kernels
+   have moved other data through the caches; the median of reps calls (at most 63) */
+static double pt__gemm_rate(pt_ctx *ctx, int M, int N, int K, int reps) {
     size_t i, n = (size_t)M * K + (size_t)K * N + (size_t)M * N, flush = (size_t)1 << 21;
     float *a = (float *)pt__malloc(sizeof(float) * (n + 2 * flush), NULL);
     double dt[63];
@@ -10303,7 +10534,7 @@ static double pt__gemm_rate(int M, int N, int K, int reps) {
         double t0;
         pt_residual_forward(a + n, a + n, a + n + flush, flush);
         t0 = pt_time_now();
-        pt__mm(pt__gemm_bf16_on, 0, 0, M, N, K, 1.0f, a, K, a + (size_t)M * K, N, 0.0f,
+        pt__mm(ctx, 0, 0, M, N, K, 1.0f, a, K, a + (size_t)M * K, N, 0.0f,
                a + (size_t)M * K + (size_t)K * N, N);
         if (r >= 0) dt[r] = pt_time_now() - t0;
     }
@@ -10398,12 +10629,12 @@ PTRAINDEF pt_status pt_hw_calibrate(pt_hw *out, pt_comm *world, pt_precision pre
 
 /* Seconds of reps GEMMs of 256^3 (a, b, c: 256 x 256), with req tested
    about every PT__POLL_S as the executor's polls do (NULL: none). */
-static double pt__calib_busy(const float *a, const float *b, float *c, int reps, int every,
-                             pt_comm_req *req, pt_status *st) {
+static double pt__calib_busy(pt_ctx *ctx, const float *a, const float *b, float *c, int reps,
+                             int every, pt_comm_req *req, pt_status *st) {
     double t0 = pt_time_now();
     int i, done = 0;
     for (i = 0; i < reps; i++) {
-        pt_sgemm(0, 0, 256, 256, 256, 1.0f, a, 256, b, 256, 0.0f, c, 256);
+        pt_sgemm(ctx, 0, 0, 256, 256, 256, 1.0f, a, 256, b, 256, 0.0f, c, 256);
         if (req && !done && *st == PT_OK && i % every == every - 1) *st = pt_comm_test(req, &done);
     }
     return pt_time_now() - t0;
@@ -10416,37 +10647,44 @@ PTRAINDEF pt_status pt_hw_calibrate_links(pt_hw *hw, pt_comm *world) {
     double one, ar, alone[3], with[3], vol;
     int reps, every, r, k = world ? world->size : 0;
     pt_comm_req q;
+    pt_ctx ctx;
     pt_status st;
     if (k < 2)
         return pt__fail(PT_ERR_INVALID_ARG, "calibrating links: a world of 2 or more ranks, not %d",
                         k);
     if ((st = pt__calib_comm_rank(world, &cc)) != PT_OK) return st;
-    /* the cores' share: GEMMs lasting about twice an all-reduce of n floats,
+    /* the cores' share: fp32 GEMMs lasting about twice an all-reduce of n floats,
        alone and beside one started (rank 0's count on every rank) */
+    if ((st = pt_ctx_init(&ctx, NULL)) != PT_OK) return pt_comm_fail(world, st);
     buf = (float *)pt__malloc((n + 3 * 65536) * sizeof(float), NULL);
-    if (!buf) return pt_comm_fail(world, pt__fail(PT_ERR_OOM, "calibration buffer"));
+    if (!buf) {
+        pt_ctx_free(&ctx);
+        return pt_comm_fail(world, pt__fail(PT_ERR_OOM, "calibration buffer"));
+    }
     a = buf + n;
     for (r = 0; r < 3 * 65536; r++) a[r] = (float)(r % 13) * 0.01f;
     memset(buf, 0, n * sizeof(float));
-    one = pt__calib_busy(a, a + 65536, a + 2 * 65536, 16, 1, NULL, &st) / 16;
+    one = pt__calib_busy(&ctx, a, a + 65536, a + 2 * 65536, 16, 1, NULL, &st) / 16;
     vol = 2.0 * (k - 1) / k * (double)n * sizeof(float);
     ar = 2.0 * (k - 1) * cc.lat + vol / cc.bw;
     v[0] = (float)(2.0 * (ar > 0.05 ? ar : 0.05) / one), v[1] = (float)(PT__POLL_S / one);
     if ((st = pt_comm_broadcast(world, v, 2, 0)) != PT_OK) {
         pt__free(buf, NULL);
+        pt_ctx_free(&ctx);
         return st;
     }
     reps = (int)v[0] > 1 ? (int)v[0] : 1, every = (int)v[1] > 1 ? (int)v[1] : 1;
     for (r = 0; r < 3 && st == PT_OK; r++) {
         if ((st = pt_comm_barrier(world)) != PT_OK) break;
-        alone[r] = pt__calib_busy(a, a + 65536, a + 2 * 65536, reps, every, NULL, &st);
+        alone[r] = pt__calib_busy(&ctx, a, a + 65536, a + 2 * 65536, reps, every, NULL, &st);
         if ((st = pt_comm_barrier(world)) != PT_OK ||
             (st = pt_comm_all_reduce_start(world, buf, n, PT_REDUCE_SUM, &q)) != PT_OK)
             break;
-        with[r] = pt__calib_busy(a, a + 65536, a + 2 * 65536, reps, every, &q, &st);
+        with[r] = pt__calib_busy(&ctx, a, a + 65536, a + 2 * 65536, reps, every, &q, &st);
         if (st == PT_OK) st = pt_comm_wait(&q);
     }
     pt__free(buf, NULL);
+    pt_ctx_free(&ctx);
     if (st != PT_OK) return st;
     qsort(alone, 3, sizeof(double), pt__cmp_dbl), qsort(with, 3, sizeof(double), pt__cmp_dbl);
     v[0] = (float)cc.lat, v[1] = (float)cc.bw;
@@ -10458,13 +10696,13 @@ PTRAINDEF pt_status pt_hw_calibrate_links(pt_hw *hw, pt_comm *world) {
     return PT_OK;
 }
 
-static pt_status pt__calib_kernels_here(pt_hw *out) {
+static pt_status pt__calib_kernels_here(pt_ctx *ctx, pt_hw *out) {
     /* squares, and the skinny shapes of a layer's GEMMs (one dimension small) */
     static const int shapes[10][3] = {{64, 64, 64},       {128, 128, 128},   {256, 256, 256},
                                       {512, 512, 512},    {1024, 1024, 1024}, {1024, 1024, 128},
                                       {1024, 1024, 256},  {256, 1024, 1024}, {1024, 256, 1024},
                                       {1024, 3072, 256}};
-    double big = pt__gemm_rate(2048, 2048, 2048, 8), best_g = 32, best_err = 1e30, g;
+    double big = pt__gemm_rate(ctx, 2048, 2048, 2048, 8), best_g = 32, best_err = 1e30, g;
     int B = 4, T = 256, C = 256, NH = 4, slots = pt_get_threads(), i, r;
     size_t N = (size_t)B * T;
     float *qkv, *out_a, *lse, *scr, *dqkv;
@@ -10472,7 +10710,8 @@ static pt_status pt__calib_kernels_here(pt_hw *out) {
     if (big <= 0) return pt__fail(PT_ERR_OOM, "calibration: cannot time sgemm");
     for (i = 0; i < 10; i++) {
         const int *q = shapes[i];
-        rates[i] = pt__gemm_rate(q[0], q[1], q[2], (int)(2e9 / (2.0 * q[0] * q[1] * q[2])) + 2);
+        rates[i] = pt__gemm_rate(ctx, q[0], q[1], q[2],
+                                 (int)(2e9 / (2.0 * q[0] * q[1] * q[2])) + 2);
     }
     for (g = 2; g <= 512; g *= 1.05) { /* rate = big * f(M) f(N) f(K) / f(2048)^3, f = d/(d+g) */
         double err = 0.0, f2 = 2048.0 / (2048.0 + g);
@@ -10495,12 +10734,12 @@ static pt_status pt__calib_kernels_here(pt_hw *out) {
     if (!qkv) return pt__fail(PT_ERR_OOM, "calibration: attention buffers");
     dqkv = qkv + N * 3 * C, out_a = dqkv + N * 3 * C, lse = out_a + N * C, scr = lse + B * NH * T;
     for (i = 0; i < (int)(N * 3 * C); i++) qkv[i] = (float)(i % 17) * 0.01f;
-    pt_attention_forward(out_a, lse, qkv, scr, slots, B, T, C, NH, NH);
+    pt_attention_forward(ctx, out_a, lse, qkv, scr, slots, B, T, C, NH, NH);
     ta = 1e30;
     for (r = 0; r < 5; r++) {
         t0 = pt_time_now();
-        pt_attention_forward(out_a, lse, qkv, scr, slots, B, T, C, NH, NH);
-        pt_attention_backward(dqkv, out_a, out_a, qkv, lse, scr, slots, B, T, C, NH, NH);
+        pt_attention_forward(ctx, out_a, lse, qkv, scr, slots, B, T, C, NH, NH);
+        pt_attention_backward(ctx, dqkv, out_a, out_a, qkv, lse, scr, slots, B, T, C, NH, NH);
         t0 = pt_time_now() - t0;
         ta = t0 < ta ? t0 : ta;
     }
@@ -10534,11 +10773,17 @@ static pt_status pt__calib_kernels_here(pt_hw *out) {
     return PT_OK;
 }
 
-/* The kernels' rates with this thread's GEMMs (and attention's) at precision. */
+/* The kernels' rates with their GEMMs (and attention's) at precision, on this
+   thread's OpenMP threads. */
 static pt_status pt__calib_kernels(pt_hw *out, pt_precision precision) {
-    pt_precision caller = pt_set_gemm_precision(precision);
-    pt_status st = pt__calib_kernels_here(out);
-    pt_set_gemm_precision(caller);
+    pt_ctx ctx;
+    pt_ctx_desc cd;
+    pt_status st;
+    memset(&cd, 0, sizeof cd);
+    cd.precision = precision;
+    if ((st = pt_ctx_init(&ctx, &cd)) != PT_OK) return st;
+    st = pt__calib_kernels_here(&ctx, out);
+    pt_ctx_free(&ctx);
     out->precision = precision == PT_PRECISION_BF16 ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
     return st;
 }

@@ -33,6 +33,7 @@
 
 static int failures;
 static double peak_gflops, bandwidth_gbs;
+static pt_ctx g_pt; /* the kernels' execution context: fp32 GEMMs, their workspace */
 
 static float *buffer(size_t n, pt_rng *r, float lo, float hi) {
     float *x = (float *)malloc(n * sizeof(float));
@@ -97,23 +98,24 @@ static void k_encoder_f(void *p) { ctx *c = (ctx *)p; pt_encoder_forward(c->y, c
 static void k_encoder_b(void *p) { ctx *c = (ctx *)p; pt_encoder_backward(c->dw, c->dpe, c->dy, c->ids, c->B, c->T, c->C); }
 static void k_ln_f(void *p) { ctx *c = (ctx *)p; pt_layernorm_forward(c->y, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C, 1e-5f); }
 static void k_ln_b(void *p) { ctx *c = (ctx *)p; pt_layernorm_backward(c->dx, c->dw, c->db, c->dy, c->x, c->w, c->mean, c->rstd, c->N, c->C); }
-static void k_mm_f(void *p) { ctx *c = (ctx *)p; pt_matmul_forward(c->y, c->x, c->w, c->b, c->N, c->IN, c->OUT); }
-static void k_mm_b(void *p) { ctx *c = (ctx *)p; pt_matmul_backward(c->dx, c->dw, c->db, c->dy, c->x, c->w, c->N, c->IN, c->OUT); }
-static void k_att_f(void *p) { ctx *c = (ctx *)p; pt_attention_forward(c->y, c->lse, c->qkv, c->scratch, c->slots, c->B, c->T, c->C, c->NH, c->NH); }
-static void k_att_b(void *p) { ctx *c = (ctx *)p; pt_attention_backward(c->dqkv, c->dy, c->y, c->qkv, c->lse, c->scratch, c->slots, c->B, c->T, c->C, c->NH, c->NH); }
+static void k_mm_f(void *p) { ctx *c = (ctx *)p; pt_matmul_forward(&g_pt, c->y, c->x, c->w, c->b, c->N, c->IN, c->OUT); }
+static void k_mm_b(void *p) { ctx *c = (ctx *)p; pt_matmul_backward(&g_pt, c->dx, c->dw, c->db, c->dy, c->x, c->w, c->N, c->IN, c->OUT); }
+static void k_att_f(void *p) { ctx *c = (ctx *)p; pt_attention_forward(&g_pt, c->y, c->lse, c->qkv, c->scratch, c->slots, c->B, c->T, c->C, c->NH, c->NH); }
+static void k_att_b(void *p) { ctx *c = (ctx *)p; pt_attention_backward(&g_pt, c->dqkv, c->dy, c->y, c->qkv, c->lse, c->scratch, c->slots, c->B, c->T, c->C, c->NH, c->NH); }
 static void k_gelu_f(void *p) { ctx *c = (ctx *)p; pt_gelu_forward(c->y, c->x, c->n); }
 static void k_gelu_b(void *p) { ctx *c = (ctx *)p; pt_gelu_backward(c->dx, c->x, c->dy, c->n); }
 static void k_res_f(void *p) { ctx *c = (ctx *)p; pt_residual_forward(c->y, c->x, c->w, c->n); }
 static void k_res_b(void *p) { ctx *c = (ctx *)p; pt_residual_backward(c->dx, c->dw, c->dy, c->n); }
-static void k_head_f(void *p) { ctx *c = (ctx *)p; pt_tied_head_forward(c->y, c->x, c->w, c->N, c->C, c->V); }
-static void k_head_b(void *p) { ctx *c = (ctx *)p; pt_tied_head_backward(c->dx, c->dw, c->dy, c->x, c->w, c->N, c->C, c->V); }
+static void k_head_f(void *p) { ctx *c = (ctx *)p; pt_tied_head_forward(&g_pt, c->y, c->x, c->w, c->N, c->C, c->V); }
+static void k_head_b(void *p) { ctx *c = (ctx *)p; pt_tied_head_backward(&g_pt, c->dx, c->dw, c->dy, c->x, c->w, c->N, c->C, c->V); }
 static void k_xent_f(void *p) { ctx *c = (ctx *)p; pt_crossentropy_forward(c->b, c->dlse, c->x, c->ids, c->N, c->V); }
 static void k_xent_b(void *p) { ctx *c = (ctx *)p; pt_crossentropy_backward(c->dx, c->x, c->dlse, c->ids, c->N, c->V, 1.0f / c->N); }
 static void k_adamw(void *p) { ctx *c = (ctx *)p; pt_adamw_update(c->w, c->dw, c->m, c->v, c->n, &c->opt, 1e-4f, 10, 1); }
 
 typedef struct gemm_args {
     int ta, tb, M, N, K, bf16, dnnl; /* bf16: pt_gemm_bf16 (or oneDNN's bf16 matmul); dnnl: oneDNN's */
-    int kernel; /* fp32: ptrain's blocked kernel itself, whatever pt_sgemm would choose */
+    int kernel; /* fp32: the GEMM selected on every shape (pt_ctx.all_shapes: ptrain's kernel
+                   on a single row too, which pt_sgemm would leave to OpenBLAS) */
     const float *A, *B;
     float *C;
 #ifdef PT_BENCH_DNNL
@@ -144,17 +146,14 @@ static void k_gemm(void *p) {
         return;
     }
 #endif
-#ifdef PT__GEMM_X86
-    if (g->kernel) {
-        pt__gemm_blocked(0, g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, lda, g->B, ldb, 0.0f, g->C,
-                         g->N);
-        return;
-    }
-#endif
+    g_pt.all_shapes = g->kernel; /* ptrain's kernel even on a single row */
     if (g->bf16)
-        pt_gemm_bf16(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, lda, g->B, ldb, 0.0f, g->C, g->N);
+        pt_gemm_bf16(&g_pt, g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, lda, g->B, ldb, 0.0f, g->C,
+                     g->N);
     else
-        pt_sgemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, lda, g->B, ldb, 0.0f, g->C, g->N);
+        pt_sgemm(&g_pt, g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A, lda, g->B, ldb, 0.0f, g->C,
+                 g->N);
+    g_pt.all_shapes = 0;
 }
 
 #ifdef PT_BENCH_DNNL
@@ -173,8 +172,8 @@ static int dnnl_bf16_matmul(gemm_args *g, dnnl_engine_t engine, uint16_t *a16, u
     dnnl_primitive_desc_t pd;
     size_t i;
     int ok;
-    for (i = 0; i < (size_t)g->M * g->K; i++) a16[i] = pt__bf16_bits(g->A[i]);
-    for (i = 0; i < (size_t)g->K * g->N; i++) b16[i] = pt__bf16_bits(g->B[i]);
+    for (i = 0; i < (size_t)g->M * g->K; i++) a16[i] = pt_bf16_from_float(g->A[i]);
+    for (i = 0; i < (size_t)g->K * g->N; i++) b16[i] = pt_bf16_from_float(g->B[i]);
     if (dnnl_memory_desc_init_by_strides(&amd, 2, ad, dnnl_bf16, as) != dnnl_success ||
         dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dnnl_bf16, bs) != dnnl_success ||
         dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dnnl_f32, cs) != dnnl_success ||
@@ -253,8 +252,8 @@ static void k_rope_f(void *p) { lctx *c = (lctx *)p; pt_rope_forward(c->qkv, c->
 static void k_rope_b(void *p) { lctx *c = (lctx *)p; pt_rope_backward(c->dqkv, c->cs, c->N, c->T, c->NH + c->NKV, c->hd, c->Q3); }
 static void k_swiglu_f(void *p) { lctx *c = (lctx *)p; pt_swiglu_forward(c->y, c->h, c->N, c->F); }
 static void k_swiglu_b(void *p) { lctx *c = (lctx *)p; pt_swiglu_backward(c->dh, c->h, c->dy, c->N, c->F); }
-static void k_gqa_f(void *p) { lctx *c = (lctx *)p; pt_attention_forward(c->out, c->lse, c->qkv, c->scratch, c->slots, c->B, c->T, c->C, c->NH, c->NKV); }
-static void k_gqa_b(void *p) { lctx *c = (lctx *)p; pt_attention_backward(c->dqkv, c->dy, c->out, c->qkv, c->lse, c->scratch, c->slots, c->B, c->T, c->C, c->NH, c->NKV); }
+static void k_gqa_f(void *p) { lctx *c = (lctx *)p; pt_attention_forward(&g_pt, c->out, c->lse, c->qkv, c->scratch, c->slots, c->B, c->T, c->C, c->NH, c->NKV); }
+static void k_gqa_b(void *p) { lctx *c = (lctx *)p; pt_attention_backward(&g_pt, c->dqkv, c->dy, c->out, c->qkv, c->lse, c->scratch, c->slots, c->B, c->T, c->C, c->NH, c->NKV); }
 
 /* The LLaMA kernels at cfg's width and heads: its n_kv_head and ffn_hidden
    for a LLaMA preset, else LLaMA's choice for that width (a third of the
@@ -356,10 +355,15 @@ int main(int argc, char **argv) {
     if (torch && *torch) /* before anything is measured: it waits for shapes meanwhile */
         torch_pid = torch_start(torch, &torch_to, &torch_from, torch_version, (int)sizeof torch_version);
     pt_rng_seed(&r, 1);
-    pt_set_threads(1);
-    peak1 = pt_gemm_peak_gflops(2048, 1.0);
     pt_set_threads(threads);
-    peak_gflops = pt_gemm_peak_gflops(2048, 1.0);
+    if (pt_ctx_init(&g_pt, NULL) != PT_OK) { /* a workspace for the run's threads */
+        fprintf(stderr, "error: %s\n", pt_last_error());
+        return 2;
+    }
+    pt_set_threads(1);
+    peak1 = pt_gemm_peak_gflops(&g_pt, 2048, 1.0);
+    pt_set_threads(threads);
+    peak_gflops = pt_gemm_peak_gflops(&g_pt, 2048, 1.0);
     pt_set_threads(1);
     ipeak1[0] = pt_instr_peak_gflops(0, 0.5);
     ipeak1[1] = bf16_peak("amx"), ipeak1[2] = bf16_peak("avx512bf16");
@@ -517,8 +521,8 @@ int main(int argc, char **argv) {
                 double sab = 0.0, ku = ga.K * 0x1p-24;
                 char what[96];
                 for (l = 0; l < ga.K; l++)
-                    sab += fabs((double)pt__bf16_round(ga.A[ga.ta ? (size_t)l * ga.M + i0 : (size_t)i0 * ga.K + l]) *
-                                pt__bf16_round(ga.B[ga.tb ? (size_t)j0 * ga.K + l : (size_t)l * ga.N + j0]));
+                    sab += fabs((double)pt_bf16_round(ga.A[ga.ta ? (size_t)l * ga.M + i0 : (size_t)i0 * ga.K + l]) *
+                                pt_bf16_round(ga.B[ga.tb ? (size_t)j0 * ga.K + l : (size_t)l * ga.N + j0]));
                 snprintf(what, sizeof what, "oneDNN bf16 %.39s [%d,%d] (diff / sum|ab|)", g[k].name, i0, j0);
                 check(what, ((double)c.dx[(size_t)i0 * ga.N + j0] - c.y[(size_t)i0 * ga.N + j0]) / sab,
                       0.0, 2.0 * ku / (1.0 - ku));
@@ -565,7 +569,7 @@ int main(int argc, char **argv) {
         /* the model's small and skinny products: attention's 64-query blocks
            (hd = C / heads deep), a row of decoding, 32 rows (B*T < 64); in
            OpenBLAS and ptrain's kernels (fp32: the blocked kernel itself,
-           where pt_sgemm sends a single row to OpenBLAS), fp32 and bf16, on 1
+           where pt_sgemm sends a single row to OpenBLAS: pt_ctx.all_shapes), fp32 and bf16, on 1
            thread and on the run's: what pt_sgemm's choice for small shapes
            rests on */
         int C = c.C, hd = c.C / c.NH, T = seq, nth = pt_get_threads(), k, t;
@@ -719,5 +723,6 @@ int main(int argc, char **argv) {
         }
     }
     printf("%s\n", failures ? "SOME CHECKS FAILED: the timings above are not trustworthy" : "all result checks passed");
+    pt_ctx_free(&g_pt);
     return failures ? 1 : 0;
 }

@@ -47,10 +47,11 @@
 #define GEMM 96 /* one compute unit: a 96^3 sgemm (1.8 MFLOP) */
 
 static float g_a[GEMM * GEMM], g_b[GEMM * GEMM], g_c[GEMM * GEMM];
+static pt_ctx g_ctx; /* the GEMMs' context (fp32, its workspace) */
 
 static void compute(long units) {
     long i;
-    for (i = 0; i < units; i++) pt_sgemm(0, 0, GEMM, GEMM, GEMM, 1.0f, g_a, GEMM, g_b, GEMM, 0.5f, g_c, GEMM);
+    for (i = 0; i < units; i++) pt_sgemm(&g_ctx, 0, 0, GEMM, GEMM, GEMM, 1.0f, g_a, GEMM, g_b, GEMM, 0.5f, g_c, GEMM);
 }
 
 
@@ -265,7 +266,7 @@ int main(int argc, char **argv) {
     n = (size_t)(mb * 1048576.0 / sizeof(float));
     x = (float *)malloc(n * sizeof(float));
     y = (float *)malloc(n * sizeof(float));
-    if (!x || !y) {
+    if (!x || !y || pt_ctx_init(&g_ctx, NULL) != PT_OK) {
         fprintf(stderr, "bench_overlap: out of memory\n");
         return 1;
     }
@@ -324,6 +325,7 @@ int main(int argc, char **argv) {
     }
     free(x);
     free(y);
+    pt_ctx_free(&g_ctx);
     pt_comm_free(&w);
     pt_comm_mpi_finalize();
     return 0;

@@ -151,9 +151,10 @@ static pt_status rank_main(pt_comm *world, void *arg) {
         c0 = comm_seconds(&grid);
         bytes0 = comm_bytes(&grid);
         t[s] = pt_time_now();
-        if ((st = pt_block_forward(&cfg, Bl, o->seq, &gpt.layers[0], x, &ba, &bs, tp)) != PT_OK ||
-            (st = pt_block_backward(&cfg, Bl, o->seq, &gpt.layers[0], &bg, x, &ba, dout, dx, &bs,
-                                    tp)) != PT_OK)
+        if ((st = pt_block_forward(&gpt.ctx, &cfg, Bl, o->seq, &gpt.layers[0], x, &ba, &bs,
+                                   tp)) != PT_OK ||
+            (st = pt_block_backward(&gpt.ctx, &cfg, Bl, o->seq, &gpt.layers[0], &bg, x, &ba, dout,
+                                    dx, &bs, tp)) != PT_OK)
             goto out;
         t[s] = (pt_time_now() - t[s]) * 1e3;
         c[s] = (comm_seconds(&grid) - c0) * 1e3;

@@ -28,13 +28,15 @@
 #include <math.h>
 #include <sys/resource.h>
 
-/* GFLOP/s of GEMM `name` (empty: the one running) at precision p, 1024^3 */
-static double gemm_peak(const char *name, pt_precision p) {
-    pt_precision was = pt_set_gemm_precision(p);
+/* GFLOP/s of GEMM `name` (empty: the one running) at precision p, 1024^3, in
+   the model's context (its workspace) */
+static double gemm_peak(pt_gpt *gpt, const char *name, pt_precision p) {
+    pt_precision was = gpt->ctx.precision;
     double r;
     if (name[0]) pt_gemm_select(name);
-    r = pt_gemm_peak_gflops(1024, 0.5);
-    pt_set_gemm_precision(was);
+    gpt->ctx.precision = p;
+    r = pt_gemm_peak_gflops(&gpt->ctx, 1024, 0.5);
+    gpt->ctx.precision = was;
     return r;
 }
 
@@ -131,7 +133,7 @@ int main(int argc, char **argv) {
     times = (double *)malloc(sizeof(double) * (size_t)steps * (size_t)ng);
     if (!inputs || !targets || !times) return 2;
     for (g = 0; g < ng; g++) /* each variant's GEMM at its precision */
-        peak[g] = gemm_peak(names[g], prec[g]);
+        peak[g] = gemm_peak(&gpt, names[g], prec[g]);
     { /* the larger of all threads' probe and threads x one thread's: a probe
          that shared its cores with other processes can only come out low */
         int nth = pt_get_threads();
@@ -157,7 +159,7 @@ int main(int argc, char **argv) {
     sd.inputs = inputs, sd.targets = targets, sd.B = batch, sd.T = seq;
     for (g = 0; g < ng; g++) {
         if (names[g][0]) pt_gemm_select(names[g]);
-        gpt.precision = prec[g];
+        gpt.ctx.precision = prec[g]; /* the GEMMs' (the layout kept prec[0]'s activations) */
         pt_gpt_init_weights(&gpt, 1);
         sd.adamw = &opt, sd.lr = 1e-3f;
         if (pt_gpt_step(&gpt, &sd, NULL) != PT_OK) {
@@ -182,7 +184,7 @@ int main(int argc, char **argv) {
         for (g = 0; g < ng; g++) {
             double t0;
             if (names[g][0]) pt_gemm_select(names[g]);
-            gpt.precision = prec[g];
+            gpt.ctx.precision = prec[g];
             t0 = pt_time_now();
             if (pt_gpt_step(&gpt, &sd, NULL) != PT_OK) {
                 fprintf(stderr, "error: %s\n", pt_last_error());
@@ -193,7 +195,7 @@ int main(int argc, char **argv) {
     {
         int b;
         for (g = 0; g < ng; g++) {
-            double after = gemm_peak(names[g], prec[g]);
+            double after = gemm_peak(&gpt, names[g], prec[g]);
             peak[g] = after > peak[g] ? after : peak[g];
         }
         for (b = 0; b < 2; b++)

@@ -60,21 +60,26 @@ static void layout(pt_arena *ar, layer *l) {
 static const pt_gpt_config cfg = {.n_embd = C, .n_head = NH, .ln_eps = 1e-5f};
 
 /* L = sum(out * R), summed in double so that rounding does not drown the
-   tiny differences L(p + h) - L(p - h). */
-static double loss(layer *l) {
+   tiny differences L(p + h) - L(p - h). ctx: the kernels' execution context
+   (their GEMMs' precision and workspace). */
+static double loss(pt_ctx *ctx, layer *l) {
     double L = 0.0;
-    pt_block_forward(&cfg, B, T, &l->p, l->x, &l->a, &l->s, NULL);
+    pt_block_forward(ctx, &cfg, B, T, &l->p, l->x, &l->a, &l->s, NULL);
     for (int i = 0; i < N * C; i++) L += (double)l->a.out[i] * l->R[i];
     return L;
 }
 
 int main(void) {
     pt_arena meta, ar;
+    pt_ctx ctx;  /* fp32 GEMMs and their workspace (for pt_get_threads() threads) */
     layer l;
     pt_rng rng;
     pt_arena_init_meta(&meta);
     layout(&meta, &l);  /* measure ... */
-    if (pt_arena_init(&ar, meta.used, NULL) != PT_OK) { puts(pt_last_error()); return 1; }
+    if (pt_arena_init(&ar, meta.used, NULL) != PT_OK || pt_ctx_init(&ctx, NULL) != PT_OK) {
+        puts(pt_last_error());
+        return 1;
+    }
     layout(&ar, &l);    /* ... then point every tensor into one allocation */
     printf("one arena of %zu bytes holds params, grads, activations and scratch\n", ar.used);
 
@@ -94,8 +99,8 @@ int main(void) {
     /* Analytic gradients: forward saves activations, backward runs the chain
        rule in reverse. Parameter gradients accumulate (+=): zero them first. */
     memset(grads, 0, n_params * sizeof(float));
-    double L0 = loss(&l);
-    pt_block_backward(&cfg, B, T, &l.p, &l.g, l.x, &l.a, l.R, l.dx, &l.s, NULL);
+    double L0 = loss(&ctx, &l);
+    pt_block_backward(&ctx, &cfg, B, T, &l.p, &l.g, l.x, &l.a, l.R, l.dx, &l.s, NULL);
     printf("L = %.6f\n\n%-12s %6s %13s %13s %10s\n", L0, "tensor", "index", "analytic",
            "numeric", "rel.error");
 
@@ -115,9 +120,9 @@ int main(void) {
             int n = checks[k].n / 4, i = rep * n + (int)(pt_rng_u64(&rng) % (uint64_t)n);
             float *v = &checks[k].val[i], old = *v, up = old + h, down = old - h;
             *v = up;
-            double Lp = loss(&l);
+            double Lp = loss(&ctx, &l);
             *v = down;
-            double Lm = loss(&l);
+            double Lm = loss(&ctx, &l);
             *v = old;
             /* divide by the step float really took, not by 2h */
             double num = (Lp - Lm) / ((double)up - (double)down), ana = checks[k].grad[i];
@@ -134,5 +139,6 @@ int main(void) {
     printf("\n%s: %d of %d gradients disagree; worst relative error %.2e\n",
            fails ? "FAIL" : "OK", fails, 4 * (int)(sizeof checks / sizeof checks[0]), worst);
     pt_arena_free(&ar);
+    pt_ctx_free(&ctx);
     return fails ? 1 : 0;
 }

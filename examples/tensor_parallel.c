@@ -95,9 +95,15 @@ static pt_status rank_main(pt_comm *tp, void *arg) {
     pt_block_params *P, *G, *WG = &whole.g;
     block b;
     pt_gpt_config cfg = {0};
+    pt_ctx ctx; /* this rank's: fp32 GEMMs, a workspace for its OpenMP threads */
+    pt_status st;
     (void)arg;
     cfg.n_embd = C, cfg.n_head = NH, cfg.ln_eps = 1e-5f;
-    if (!block_init(&b, Ca, Fw)) return pt_comm_fail(tp, PT_ERR_OOM);
+    if ((st = pt_ctx_init(&ctx, NULL)) != PT_OK) return pt_comm_fail(tp, st);
+    if (!block_init(&b, Ca, Fw)) {
+        pt_ctx_free(&ctx);
+        return pt_comm_fail(tp, PT_ERR_OOM);
+    }
     P = &b.p, G = &b.g;
     memcpy(P->ln1_w, W->ln1_w, C * 4), memcpy(P->ln1_b, W->ln1_b, C * 4);
     memcpy(P->ln2_w, W->ln2_w, C * 4), memcpy(P->ln2_b, W->ln2_b, C * 4);
@@ -109,9 +115,13 @@ static pt_status rank_main(pt_comm *tp, void *arg) {
     memcpy(P->fc_b, W->fc_b + k * Fw, Fw * 4);
     memcpy(P->fc_proj_w, W->fc_proj_w + (size_t)k * Fw * C, (size_t)Fw * C * 4);     /* rows */
 
-    if (pt_block_forward(&cfg, B, T, P, x, &b.a, &b.s, tp) != PT_OK ||
-        pt_block_backward(&cfg, B, T, P, G, x, &b.a, dout, b.dx, &b.s, tp) != PT_OK)
-        return PT_ERR_COMM;
+    st = pt_block_forward(&ctx, &cfg, B, T, P, x, &b.a, &b.s, tp);
+    if (st == PT_OK) st = pt_block_backward(&ctx, &cfg, B, T, P, G, x, &b.a, dout, b.dx, &b.s, tp);
+    pt_ctx_free(&ctx);
+    if (st != PT_OK) {
+        pt_arena_free(&b.ar);
+        return st;
+    }
 
     /* compare: out and dx whole; each gradient against its slice of the whole one */
     static float scratch[K][4 * C * C];
@@ -138,14 +148,17 @@ static pt_status rank_main(pt_comm *tp, void *arg) {
 int main(void) {
     pt_rng r;
     pt_gpt_config cfg = {0};
+    pt_ctx ctx;
     cfg.n_embd = C, cfg.n_head = NH, cfg.ln_eps = 1e-5f;
-    if (!block_init(&whole, C, 4 * C)) return 1;
+    if (!block_init(&whole, C, 4 * C) || pt_ctx_init(&ctx, NULL) != PT_OK) return 1;
     pt_rng_seed(&r, 7);
     /* random weights and data: every parameter of the whole block */
     for (float *p = whole.p.ln1_w; p < whole.g.ln1_w; p++) *p = pt_rng_normal(&r, 0.0f, 0.2f);
     for (int i = 0; i < N * C; i++) x[i] = pt_rng_normal(&r, 0, 1), dout[i] = pt_rng_normal(&r, 0, 1);
-    pt_block_forward(&cfg, B, T, &whole.p, x, &whole.a, &whole.s, NULL);
-    pt_block_backward(&cfg, B, T, &whole.p, &whole.g, x, &whole.a, dout, whole.dx, &whole.s, NULL);
+    pt_block_forward(&ctx, &cfg, B, T, &whole.p, x, &whole.a, &whole.s, NULL);
+    pt_block_backward(&ctx, &cfg, B, T, &whole.p, &whole.g, x, &whole.a, dout, whole.dx, &whole.s,
+                      NULL);
+    pt_ctx_free(&ctx);
     printf("one block (C=%d, %d heads, B=%d, T=%d), whole and split over %d thread ranks\n", C,
            NH, B, T, K);
     if (pt_comm_threads_run(K, rank_main, NULL) != PT_OK) {

@@ -473,9 +473,12 @@ static pt_status train_threads_and_peak(pt_comm *world, run *o, const train_args
             peak_instr(o->precision == PT_PRECISION_BF16, a->measure_peak, cores, &pi);
             peak[0] = (float)pi.gflops, peak[2] = (float)pi.loaded, peak[3] = (float)pi.cached;
             { /* the run's GEMM, at its precision */
-                pt_precision was = pt_set_gemm_precision(o->precision);
-                peak[1] = (float)pt_gemm_peak_gflops(1024, 0.25);
-                pt_set_gemm_precision(was);
+                pt_ctx ctx;
+                pt_ctx_desc cd = {0};
+                cd.precision = o->precision;
+                if ((st = pt_ctx_init(&ctx, &cd)) == PT_OK)
+                    peak[1] = (float)pt_gemm_peak_gflops(&ctx, 1024, 0.25);
+                pt_ctx_free(&ctx);
             }
         } else { /* 0.5 s of measuring and a warm-up: waiting in MPI would spin */
             struct timespec ts = {0, 700000000L};

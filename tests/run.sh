@@ -291,6 +291,11 @@ step "header: PTRAIN_STATIC and PTRAIN_NO_BLAS without OpenMP" sh -c \
 step "header: every exported symbol starts with pt_" sh -c \
     "$CC -std=c11 -fopenmp -c tests/two_tu_b.c -o $tmp/sym.o &&
      ! nm -g --defined-only $tmp/sym.o | awk '{print \$3}' | grep -v -e '^pt_' -e '^main\$'"
+for m in PTRAIN_MALLOC PTRAIN_FREE; do # an allocator is both macros or neither
+    fails "header: $m alone is an #error" 1 "define both PTRAIN_MALLOC and PTRAIN_FREE" sh -c \
+        "printf '#define $m(a, b) 0\n#define PTRAIN_IMPLEMENTATION\n#include \"ptrain.h\"\n' \
+             >$tmp/one.c && $CC -std=c11 -I. -fsyntax-only $tmp/one.c"
+done
 
 # examples
 step "example: hello_layer (finite-difference check)" build/hello_layer

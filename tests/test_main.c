@@ -16,10 +16,11 @@
 #include <stdlib.h>
 
 /* A counting allocator, so a test can see how much pt_gpt_init(meta=1) allocates
-   (atomic: thread ranks allocate at once). */
-static _Atomic size_t g_alloc_bytes;
+   and that steps allocate nothing (atomic: thread ranks allocate at once). */
+static _Atomic size_t g_alloc_bytes, g_alloc_calls;
 static void *count_malloc(size_t n) {
     g_alloc_bytes += n;
+    g_alloc_calls++;
     return malloc(n);
 }
 #define PTRAIN_MALLOC(sz, ctx) ((void)(ctx), count_malloc(sz))
@@ -28,6 +29,24 @@ static void *count_malloc(size_t n) {
 #include "../ptrain.h"
 
 #include "test.h"
+
+/* The execution context of the tests that call kernels directly: fp32, a GEMM
+   workspace for as many threads as cores (tests change the thread count),
+   made at the first call and kept to the end. */
+static pt_ctx *tctx(void) {
+    static pt_ctx c;
+    static int made;
+    if (!made) {
+        pt_ctx_desc d;
+        ZERO(d);
+#ifdef _OPENMP
+        d.threads = omp_get_num_procs();
+#endif
+        made = 1;
+        if (pt_ctx_init(&c, &d) != PT_OK) FAIL("pt_ctx_init: %s", pt_last_error());
+    }
+    return &c;
+}
 
 /* ---- models ---------------------------------------------------------------- */
 
@@ -87,11 +106,12 @@ static void fwd_layernorm(void *p) {
 }
 static void fwd_matmul(void *p) {
     kargs *k = (kargs *)p;
-    pt_matmul_forward(k->out, k->x, k->w, k->b, k->N, k->IN, k->OUT);
+    pt_matmul_forward(tctx(), k->out, k->x, k->w, k->b, k->N, k->IN, k->OUT);
 }
 static void fwd_attention(void *p) { /* the fast, blocked kernel */
     kargs *k = (kargs *)p;
-    pt_attention_forward(k->out, k->lse, k->x, k->scratch, k->slots, k->B, k->T, k->C, k->NH, k->NH);
+    pt_attention_forward(tctx(), k->out, k->lse, k->x, k->scratch, k->slots, k->B, k->T, k->C,
+                         k->NH, k->NH);
 }
 static void fwd_attention_ref(void *p) {
     kargs *k = (kargs *)p;
@@ -107,7 +127,7 @@ static void fwd_residual(void *p) {
 }
 static void fwd_head(void *p) {
     kargs *k = (kargs *)p;
-    pt_tied_head_forward(k->out, k->x, k->w, k->N, k->C, k->V);
+    pt_tied_head_forward(tctx(), k->out, k->x, k->w, k->N, k->C, k->V);
 }
 static void fwd_xent(void *p) {
     kargs *k = (kargs *)p;
@@ -117,9 +137,10 @@ static void fwd_xent(void *p) {
 /* C = alpha op(A) op(B) + beta C against a triple loop, all four transpose
    combinations, non-square, leading dimensions with padding (which must stay
    untouched). With beta = 0, C is not read (NaN there must not propagate).
-   The third size runs in runs of rows, as with a dp group (pt__poller.slice:
+   The third size runs in runs of rows, as with a dp group (pt_ctx.poll.slice:
    here 100 FLOP, below one row's 360, so runs of at least 64 rows: 64, 64,
-   22), polling between them. */
+   22), polling between them; the first with no context (NULL: OpenBLAS or the
+   portable loops). */
 static int g_polls;
 static void count_poll(void *arg) {
     (void)arg;
@@ -129,7 +150,6 @@ static void test_sgemm(void) {
     const int sizes[3][3] = {{5, 7, 3}, {33, 17, 40}, {150, 9, 20}}; /* M, N, K */
     const float alpha = 0.7f, beta = -0.3f;
     int sz, ta, tb, i, j, kk;
-    pt__poller saved = pt__poll;
     for (sz = 0; sz < 3; sz++)
         for (ta = 0; ta < 2; ta++)
             for (tb = 0; tb < 2; tb++) {
@@ -150,13 +170,13 @@ static void test_sgemm(void) {
                             ref[i * ldc + j] = alpha * s + (pass ? 0.0 : beta * (double)C[i * ldc + j]);
                             if (pass) C[i * ldc + j] = NAN;
                         }
+                    pt_ctx ctx = *tctx(); /* its workspace, a poller of its own */
                     if (sz == 2) {
-                        pt__poll.fn = count_poll, pt__poll.slice = 100.0;
+                        ctx.poll.fn = count_poll, ctx.poll.slice = 100.0;
                         g_polls = 0;
                     }
-                    pt__poll.next = 0.0;
-                    pt_sgemm(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, be, C, ldc);
-                    pt__poll = saved;
+                    pt_sgemm(sz == 0 ? NULL : &ctx, ta, tb, M, N, K, alpha, A, lda, Bm, ldb, be, C,
+                             ldc);
                     snprintf(what, sizeof what, "sgemm %dx%dx%d ta=%d tb=%d beta=%g%s", M, N, K,
                              ta, tb, (double)be, sz == 2 ? " in runs of rows" : "");
                     CHECK_CLOSE(what, C, ref, (size_t)M * ldc, 1e-6, 1e-5);
@@ -186,7 +206,7 @@ static void test_sgemm(void) {
      gamma_(K+2) * (sum_k |a_k b_k| + |beta C|),  gamma_n = n u / (1 - n u),
    u = 2^-24 (the extra 2: alpha's rounding when it is applied to the sum
    instead, and beta's term). No other tolerance. */
-static int gemm_check(const char *impl, int bf16, int ta, int tb, int M, int N, int K,
+static int gemm_check(pt_ctx *ctx, const char *impl, int bf16, int ta, int tb, int M, int N, int K,
                       float alpha, float beta) {
     int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 5, i, j, k, bad = 0;
     const double u = 0x1p-24, gam = (K + 2) * u / (1.0 - (K + 2) * u);
@@ -204,9 +224,9 @@ static int gemm_check(const char *impl, int bf16, int ta, int tb, int M, int N, 
         for (i = 0; i < M; i++)
             for (j = 0; j < N; j++) C[(size_t)i * ldc + j] = NAN;
     if (bf16)
-        pt_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, C, ldc);
+        pt_gemm_bf16(ctx, ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, C, ldc);
     else
-        pt_sgemm(ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, C, ldc);
+        pt_sgemm(ctx, ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, C, ldc);
     for (i = 0; i < M; i++)
         for (j = 0; j < ldc; j++) {
             double s = 0.0, mag = 0.0, got = C[(size_t)i * ldc + j], q;
@@ -217,7 +237,7 @@ static int gemm_check(const char *impl, int bf16, int ta, int tb, int M, int N, 
             for (k = 0; k < K; k++) {
                 float a = alpha * (ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
                 float b = tb ? Bm[(size_t)j * ldb + k] : Bm[(size_t)k * ldb + j];
-                double p = bf16 ? (double)pt__bf16_round(a) * pt__bf16_round(b) : (double)a * b;
+                double p = bf16 ? (double)pt_bf16_round(a) * pt_bf16_round(b) : (double)a * b;
                 s += p;
                 mag += fabs(p);
             }
@@ -266,7 +286,7 @@ static void test_gemm_kernels(void) {
                 for (bi = 0; bi < 3; bi++) {
                     if (s >= (int)(sizeof shapes / sizeof shapes[0]) + NCUT - 3 && bi != lay % 3)
                         continue;
-                    if (gemm_check(impls[im], 0, lay & 1, lay >> 1, sh[0], sh[1], sh[2],
+                    if (gemm_check(tctx(), impls[im], 0, lay & 1, lay >> 1, sh[0], sh[1], sh[2],
                                    bi == 2 ? 0.75f : 1.0f, betas[bi]))
                         FAIL("fp32 GEMM '%s' wrong (see above)", impls[im]);
                 }
@@ -283,17 +303,41 @@ static void test_gemm_kernels(void) {
         CHECK(strcmp(pt_gemm_bf16_name(), im == 0   ? "ptrain-amx"
                                           : im == 1 ? "ptrain-avx512bf16"
                                                     : bf16_impls[im]) == 0);
-        if (im >= 2) nc = 0; /* no blocks of their own to cut (and valgrind runs them) */
+        /* sgemm cuts ptrain's fp32 blocks or its own OpenBLAS blocks (512 k, 2048
+           columns); the loops have none to cut (and valgrind runs them) */
+        if (im == 3 || (im == 2 && !strcmp(pt_gemm_name(), "portable"))) nc = 0;
         for (s = 0; s < ns + nc; s++) {
             const int *sh = s < ns ? shapes[s] : cuts[s - ns];
             for (lay = 0; lay < 4; lay++)
                 for (bi = 0; bi < 3; bi++) {
                     if (s >= ns + nc - 3 && bi != lay % 3) continue;
-                    if (gemm_check(bf16_impls[im], 1, lay & 1, lay >> 1, sh[0], sh[1], sh[2],
-                                   bi == 2 ? 0.75f : 1.0f, betas[bi]))
+                    if (gemm_check(tctx(), bf16_impls[im], 1, lay & 1, lay >> 1, sh[0], sh[1],
+                                   sh[2], bi == 2 ? 0.75f : 1.0f, betas[bi]))
                         FAIL("bf16 GEMM '%s' wrong (see above)", bf16_impls[im]);
                 }
         }
+    }
+    { /* sgemm on OpenBLAS in a one-thread context (one slot of workspace): 4100
+         rows x 600 k take two blocks of rows and two k slabs (512, 88); 2100
+         columns two column blocks */
+        pt_ctx one;
+        pt_ctx_desc cd;
+        ZERO(cd);
+        cd.threads = 1;
+        if (pt_gemm_select("openblas") == PT_OK && pt_gemm_bf16_select("sgemm") == PT_OK &&
+            pt_ctx_init(&one, &cd) == PT_OK) {
+            for (lay = 0; lay < 4; lay++)
+                if (gemm_check(&one, "sgemm on openblas", 1, lay & 1, lay >> 1, 4100, 33, 600,
+                               0.75f, betas[lay % 3]) ||
+                    gemm_check(&one, "sgemm on openblas", 1, lay & 1, lay >> 1, 7, 2100, 30, 1.0f,
+                               betas[(lay + 1) % 3]))
+                    FAIL("bf16 GEMM 'sgemm' on OpenBLAS wrong (see above)");
+            pt_ctx_free(&one);
+        } else {
+            printf("    SKIP bf16 gemm 'sgemm' on OpenBLAS: no OpenBLAS here\n");
+        }
+        CHECK_ST(pt_gemm_select(NULL), PT_OK);
+        CHECK_ST(pt_gemm_bf16_select(NULL), PT_OK);
     }
     /* ptrain's results do not depend on the thread count: each element is
        one thread's sum in K order (bit for bit, 1 thread against all; the
@@ -309,8 +353,8 @@ static void test_gemm_kernels(void) {
                 continue;
             for (t = 0; t < 2; t++) {
                 pt_set_threads(t ? nth : 1);
-                if (im < 0) pt_sgemm(0, 1, M, N, K, 1.0f, A, K, Bm, K, 0.0f, t ? C2 : C1, N);
-                else pt_gemm_bf16(0, 1, M, N, K, 1.0f, A, K, Bm, K, 0.0f, t ? C2 : C1, N);
+                if (im < 0) pt_sgemm(tctx(), 0, 1, M, N, K, 1.0f, A, K, Bm, K, 0.0f, t ? C2 : C1, N);
+                else pt_gemm_bf16(tctx(), 0, 1, M, N, K, 1.0f, A, K, Bm, K, 0.0f, t ? C2 : C1, N);
             }
             if (memcmp(C1, C2, sizeof(float) * M * N))
                 FAIL("%s GEMM '%s' differs between 1 and %d threads", im < 0 ? "fp32" : "bf16",
@@ -336,28 +380,31 @@ static void test_gemm_kernels(void) {
     {
         float c[2] = {2.0f, 3.0f};
         pt_gemm_select("portable"); /* ldb = 1 < N: ptrain's check, not cblas's */
-        pt_sgemm(0, 0, 1, 2, 0, 1.0f, c, 1, c, 1, 0.5f, c, 2);
+        pt_sgemm(tctx(), 0, 0, 1, 2, 0, 1.0f, c, 1, c, 1, 0.5f, c, 2);
         CHECK(c[0] == 1.0f && c[1] == 1.5f);
-        pt_gemm_bf16(0, 0, 1, 2, 0, 1.0f, c, 1, c, 1, 0.0f, c, 2);
+        pt_gemm_bf16(tctx(), 0, 0, 1, 2, 0, 1.0f, c, 1, c, 1, 0.0f, c, 2);
         CHECK(c[0] == 0.0f && c[1] == 0.0f);
     }
     CHECK_ERR(pt_gemm_select("fastest"), PT_ERR_INVALID_ARG, "fastest");
-    /* round to nearest even, ties to even, NaN stays NaN */
-    CHECK(pt__bf16_round(1.0f + 0x1p-8f) == 1.0f && pt__bf16_round(1.0f + 3 * 0x1p-8f) == 1.0f + 0x1p-6f);
-    CHECK(pt__bf16_round(1.0f + 0x1p-8f + 0x1p-20f) == 1.0f + 0x1p-7f);
-    CHECK(isnan(pt__bf16_round(NAN)));
+    /* round to nearest even, ties to even, NaN stays NaN; the bits are the float's top half */
+    CHECK(pt_bf16_round(1.0f + 0x1p-8f) == 1.0f && pt_bf16_round(1.0f + 3 * 0x1p-8f) == 1.0f + 0x1p-6f);
+    CHECK(pt_bf16_round(1.0f + 0x1p-8f + 0x1p-20f) == 1.0f + 0x1p-7f);
+    CHECK(isnan(pt_bf16_round(NAN)) && isnan(pt_bf16_to_float(pt_bf16_from_float(-NAN))));
+    CHECK(pt_bf16_from_float(1.0f) == 0x3F80 && pt_bf16_from_float(-2.0f) == 0xC000);
+    CHECK(pt_bf16_to_float(0x3FC0) == 1.5f && pt_bf16_from_float(INFINITY) == 0x7F80);
     CHECK_ST(pt_gemm_select(NULL), PT_OK); /* back to the default (PTRAIN_GEMM or auto) */
 }
 
-/* The model kernels' GEMM precision: names, the thread's setting (attention
+/* The model kernels' GEMM precision: names, a context's (checked; attention
    hands it to its OpenMP tasks), a bf16 dense layer equal to the double
    product of the rounded operands within gemm_check's bound, and a pt_gpt
-   at bf16 that runs its own precision and gives the caller's back. */
+   at bf16 whose context carries it (its poller set only during a call). */
 static void test_precision(void) {
     enum { N = 5, IN = 37, OUT = 9, B = 2, T = 8, NH = 2, HD = 8 };
     pt_precision p = PT_PRECISION_DEFAULT;
     float *x = frand(N * IN, -1, 1), *w = frand(OUT * IN, -1, 1), y[N * OUT], yf[N * OUT];
     int n, o, i, bad = 0;
+    pt_ctx c16;
     CHECK_ST(pt_precision_parse("bf16", &p), PT_OK);
     CHECK(p == PT_PRECISION_BF16);
     CHECK_ST(pt_precision_parse("fp32", &p), PT_OK);
@@ -365,36 +412,49 @@ static void test_precision(void) {
     CHECK_ERR(pt_precision_parse("fp16", &p), PT_ERR_CONFIG, "unknown precision 'fp16'");
     CHECK(!strcmp(pt_precision_name(PT_PRECISION_DEFAULT), "fp32"));
     CHECK(!strcmp(pt_precision_name(PT_PRECISION_BF16), "bf16"));
-    CHECK(pt_set_gemm_precision(PT_PRECISION_BF16) == PT_PRECISION_FP32); /* fp32 by default */
-    pt_linear_forward(y, x, w, NULL, N, IN, OUT);
-    CHECK(pt_set_gemm_precision(PT_PRECISION_DEFAULT) == PT_PRECISION_BF16);
-    pt_linear_forward(yf, x, w, NULL, N, IN, OUT);
+    { /* a context: its desc checked, zero is fp32 */
+        pt_ctx_desc cd;
+        ZERO(cd);
+        cd.precision = (pt_precision)5;
+        CHECK_ERR(pt_ctx_init(&c16, &cd), PT_ERR_INVALID_ARG, "precision=5");
+        cd.precision = PT_PRECISION_DEFAULT, cd.threads = -1;
+        CHECK_ERR(pt_ctx_init(&c16, &cd), PT_ERR_INVALID_ARG, "threads=-1");
+        cd.threads = 0;
+        CHECK_ST(pt_ctx_init(&c16, &cd), PT_OK);
+        CHECK(c16.precision == PT_PRECISION_FP32 && c16.threads == pt_get_threads() && c16.ws);
+        CHECK((uintptr_t)c16.ws % 64 == 0 && c16.ws_slot * c16.threads < pt_ctx_workspace_bytes(c16.threads));
+        pt_ctx_free(&c16);
+        CHECK(c16.ws == NULL);
+        cd.precision = PT_PRECISION_BF16;
+        CHECK_ST(pt_ctx_init(&c16, &cd), PT_OK);
+    }
+    pt_linear_forward(&c16, y, x, w, NULL, N, IN, OUT);
+    pt_linear_forward(tctx(), yf, x, w, NULL, N, IN, OUT);
     for (n = 0; n < N; n++)
         for (o = 0; o < OUT; o++) {
             double s = 0.0, mag = 0.0, u = 0x1p-24;
             for (i = 0; i < IN; i++) {
-                double t = (double)pt__bf16_round(x[n * IN + i]) * pt__bf16_round(w[o * IN + i]);
+                double t = (double)pt_bf16_round(x[n * IN + i]) * pt_bf16_round(w[o * IN + i]);
                 s += t, mag += fabs(t);
             }
             if (!(fabs(y[n * OUT + o] - s) <= (IN + 2) * u * mag)) bad++;
         }
     CHECK(bad == 0);
     CHECK(memcmp(y, yf, sizeof y) != 0); /* the fp32 product is another one */
-    { /* attention: its tasks on other OpenMP threads see the caller's bf16 */
+    { /* attention: its tasks on other OpenMP threads run the context's bf16 */
         int C = NH * HD, C3 = 3 * C, slots = 2;
         float *qkv = frand((size_t)B * T * C3, -2, 2), *out = TALLOC(float, B * T * C);
         float *out16 = TALLOC(float, B * T * C), *lse = TALLOC(float, B * NH * T);
         float *scr = TALLOC(float, pt_attention_scratch_floats(T, slots));
         double worst = 0.0;
-        pt_attention_forward(out, lse, qkv, scr, slots, B, T, C, NH, NH);
-        pt_set_gemm_precision(PT_PRECISION_BF16);
-        pt_attention_forward(out16, lse, qkv, scr, slots, B, T, C, NH, NH);
-        pt_set_gemm_precision(PT_PRECISION_FP32);
+        pt_attention_forward(tctx(), out, lse, qkv, scr, slots, B, T, C, NH, NH);
+        pt_attention_forward(&c16, out16, lse, qkv, scr, slots, B, T, C, NH, NH);
         for (i = 0; i < B * T * C; i++)
             if (fabs((double)out16[i] - out[i]) > worst) worst = fabs((double)out16[i] - out[i]);
         CHECK(worst > 0.0 && worst < 0.1); /* rounded scores and values: bf16's few digits */
     }
-    { /* a bf16 model: desc checked, its calls at bf16, the caller's setting kept */
+    pt_ctx_free(&c16);
+    { /* a bf16 model: desc checked, its context at bf16 */
         pt_gpt g, g16;
         pt_gpt_desc d;
         int in[B * T], tg[B * T];
@@ -406,7 +466,7 @@ static void test_precision(void) {
         CHECK_ERR(pt_gpt_init(&g, &d), PT_ERR_CONFIG, "precision=7");
         d.precision = PT_PRECISION_DEFAULT;
         CHECK_ST(pt_gpt_init(&g, &d), PT_OK);
-        CHECK(g.precision == PT_PRECISION_FP32);
+        CHECK(g.ctx.precision == PT_PRECISION_FP32 && g.ctx.ws && !g.ctx.poll.fn);
         d.precision = PT_PRECISION_BF16;
         CHECK_ST(pt_gpt_init(&g16, &d), PT_OK);
         pt_gpt_init_weights(&g, 3);
@@ -415,9 +475,8 @@ static void test_precision(void) {
         l32 = g.loss;
         CHECK_ST(pt_gpt_forward(&g16, in, tg, B, T), PT_OK);
         CHECK(g16.loss != l32 && fabsf(g16.loss - l32) < 1e-2f);
-        CHECK(pt_set_gemm_precision(PT_PRECISION_FP32) == PT_PRECISION_FP32);
         CHECK_ST(pt_gpt_backward(&g16), PT_OK);
-        CHECK(pt_set_gemm_precision(PT_PRECISION_FP32) == PT_PRECISION_FP32);
+        CHECK(g16.ctx.precision == PT_PRECISION_BF16 && !g16.ctx.poll.fn); /* poller: calls only */
         { /* bf16 rounds q, k, v and fch whether a layer keeps them in bf16 (no
              recomputation: ln1, qkv, ln2, fch as bf16), recomputes the
              attention from them (selective) or keeps nothing (full): the
@@ -558,7 +617,7 @@ static void test_matmul(void) {
         CHECK_CLOSE(with_bias ? "matmul forward" : "matmul forward, no bias", k.out, ref, N * OUT, 1e-6, 1e-5);
         dx = frand(N * IN, -1, 1), dw = frand(IN * OUT, -1, 1), db = with_bias ? frand(OUT, -1, 1) : NULL;
         dx0 = fcopy(dx, N * IN), dw0 = fcopy(dw, IN * OUT), db0 = with_bias ? fcopy(db, OUT) : NULL;
-        pt_matmul_backward(dx, dw, db, R, k.x, k.w, N, IN, OUT);
+        pt_matmul_backward(tctx(), dx, dw, db, R, k.x, k.w, N, IN, OUT);
         FD_CHECK("matmul dinp", fwd_matmul, &k, k.out, R, N * OUT, k.x, fdelta(dx, dx0, N * IN), N * IN);
         FD_CHECK("matmul dweight", fwd_matmul, &k, k.out, R, N * OUT, k.w, fdelta(dw, dw0, IN * OUT), IN * OUT);
         if (with_bias)
@@ -629,7 +688,8 @@ static void check_attention(int fast, int B, int T, int C, int NH) {
     fwd(&k);
     dqkv = frand(N * 3 * C, -1, 1), dqkv0 = fcopy(dqkv, N * 3 * C);
     if (fast)
-        pt_attention_backward(dqkv, R, k.out, k.x, k.lse, k.scratch, k.slots, B, T, C, NH, NH);
+        pt_attention_backward(tctx(), dqkv, R, k.out, k.x, k.lse, k.scratch, k.slots, B, T, C, NH,
+                              NH);
     else
         pt_attention_ref_backward(dqkv, TALLOC(float, B * NH * T), R, k.x, k.att, B, T, C, NH);
     snprintf(what, sizeof what, "%s dqkv", name);
@@ -708,7 +768,7 @@ static void test_tied_head(void) {
         }
     CHECK_CLOSE("tied head forward", k.out, ref, N * V, 1e-6, 1e-5);
     dx0 = fcopy(dx, N * C), dw0 = fcopy(dw, V * C);
-    pt_tied_head_backward(dx, dw, R, k.x, k.w, N, C, V);
+    pt_tied_head_backward(tctx(), dx, dw, R, k.x, k.w, N, C, V);
     FD_CHECK("tied head dx", fwd_head, &k, k.out, R, N * V, k.x, fdelta(dx, dx0, N * C), N * C);
     FD_CHECK("tied head dwte", fwd_head, &k, k.out, R, N * V, k.w, fdelta(dw, dw0, V * C), V * C);
 }
@@ -1032,6 +1092,95 @@ static void test_parallel_grads(void) {
         if (!(fabs(r.loss - loss) <= 2 * K * u * fabs(loss)))
             FAIL("%s: loss %.9g, serial %.9g", cases[k].name, r.loss, loss);
     }
+}
+
+/* ---- steps allocate nothing ------------------------------------------------
+   The header's promise: nothing allocates inside forward, backward or the
+   optimizer step. Every allocation ptrain makes goes through PTRAIN_MALLOC,
+   counted above (g_alloc_calls); from a built model's first call on there
+   must be none: three pt_gpt_step with AdamW and clipping, an evaluation,
+   and the forward, backward, AdamW trio, in fp32 and bf16, on one rank (also
+   with two micro-batches and selective recomputation) and on thread ranks
+   (tp 2 x dp 2, ZeRO 1, the reductions overlapped; the threads
+   communicator's collectives allocate nothing either). A rank that
+   allocates sees its own count move between the barriers around its steps. */
+typedef struct noalloc_run {
+    pt_gpt_config cfg;
+    pt_precision prec;
+    int tp, dp, zero, micro, recompute;
+    size_t allocs[4]; /* per rank: allocations during its calls */
+} noalloc_run;
+
+enum { NOALLOC_B = 4, NOALLOC_T = 8 };
+
+/* The calls whose allocations count, on a built model (grid NULL: one rank). */
+static pt_status noalloc_calls(pt_gpt *m, const noalloc_run *r, int dp_rank) {
+    static int in[NOALLOC_B * NOALLOC_T], tg[NOALLOC_B * NOALLOC_T];
+    int rows = NOALLOC_B / r->dp, i;
+    pt_adamw_config opt = pt_adamw_default();
+    pt_step_desc sd;
+    pt_status st = PT_OK;
+    float loss;
+    for (i = 0; i < NOALLOC_B * NOALLOC_T; i++) in[i] = i % 11, tg[i] = (3 * i + 1) % 11;
+    ZERO(sd);
+    sd.inputs = in + (size_t)dp_rank * rows * NOALLOC_T;
+    sd.targets = tg + (size_t)dp_rank * rows * NOALLOC_T;
+    sd.B = rows, sd.T = NOALLOC_T, sd.adamw = &opt, sd.lr = 1e-3f, sd.clip = 0.5f;
+    for (i = 0; i < 3 && st == PT_OK; i++) st = pt_gpt_step(m, &sd, NULL);
+    if (st == PT_OK) st = pt_gpt_eval(m, &sd, &loss);
+    if (st == PT_OK && r->micro == 1) { /* the three calls a step is made of */
+        st = pt_gpt_forward(m, sd.inputs, sd.targets, rows, NOALLOC_T);
+        if (st == PT_OK) st = pt_gpt_backward(m);
+        if (st == PT_OK) st = pt_gpt_adamw_step(m, &opt, 1e-3f);
+    }
+    return st;
+}
+
+static pt_status noalloc_rank(pt_comm *world, void *arg) {
+    noalloc_run *r = (noalloc_run *)arg;
+    pt_grid g;
+    pt_gpt m;
+    pt_gpt_desc d;
+    size_t before;
+    pt_status st;
+    memset(&m, 0, sizeof m);
+    if ((st = pt_grid_init(&g, world, r->tp, r->dp, 1)) != PT_OK) return pt_comm_fail(world, st);
+    ZERO(d);
+    d.config = r->cfg, d.batch = NOALLOC_B / r->dp / r->micro, d.seq = NOALLOC_T;
+    d.grid = world->size > 1 ? &g : NULL, d.zero = r->zero, d.precision = r->prec;
+    d.grad_accum = r->micro, d.recompute = r->recompute;
+    st = pt_gpt_init(&m, &d);
+    if (st == PT_OK) pt_gpt_init_weights(&m, 5);
+    if (st == PT_OK) st = pt_comm_barrier(world);
+    before = g_alloc_calls;
+    if (st == PT_OK) st = noalloc_calls(&m, r, g.dp_rank);
+    if (st == PT_OK) st = pt_comm_barrier(world);
+    r->allocs[world->rank] = g_alloc_calls - before;
+    if (m.params) pt_gpt_free(&m);
+    pt_grid_free(&g);
+    return st == PT_OK ? PT_OK : pt_comm_fail(world, st);
+}
+
+static void test_steps_allocate_nothing(void) {
+    static const int lay[3][5] = {{1, 1, 0, 1, 0}, {1, 1, 0, 2, PT_RECOMPUTE_SELECTIVE},
+                                  {2, 2, 1, 1, 0}}; /* tp, dp, zero, micro, recompute */
+    int k, p, i;
+    for (k = 0; k < 3; k++)
+        for (p = 0; p < 2; p++) {
+            noalloc_run r;
+            int n = lay[k][0] * lay[k][1];
+            ZERO(r);
+            r.cfg = cfg_make(11, NOALLOC_T, 2, 4, 16);
+            r.prec = p ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
+            r.tp = lay[k][0], r.dp = lay[k][1], r.zero = lay[k][2], r.micro = lay[k][3];
+            r.recompute = lay[k][4];
+            CHECK_ST(pt_comm_threads_run(n, noalloc_rank, &r), PT_OK);
+            for (i = 0; i < n; i++)
+                if (r.allocs[i])
+                    FAIL("%s, tp %d x dp %d, ZeRO %d, %d micro-batches: %zu allocations "
+                         "during rank %d's calls", pt_precision_name(r.prec), r.tp, r.dp, r.zero,
+                         r.micro, r.allocs[i], i);
+        }
 }
 
 /* ======================================================================== */
@@ -2496,26 +2645,37 @@ static void test_writer_and_file_errors(void) {
 }
 
 /* The vectorisable exp behind softmax and GELU: within 2 ulp of exp over the
-   whole float range it serves, exactly 0 below it (no subnormals), NaN kept. */
+   whole float range it serves, exactly 0 below it (no subnormals), NaN kept.
+   Read through the public cross-entropy pair: backward with lse = 0 and
+   dloss = 1 writes dlogits[v] = exp(logits[v]) for each v but the target
+   (the last column here), and forward's lse sums exps of a row. */
+static float xent_exp(float x) {
+    float l[2] = {x, 0.0f}, d[2];
+    double lse = 0.0;
+    int t = 1;
+    pt_crossentropy_backward(d, l, &lse, &t, 1, 2, 1.0f);
+    return d[0];
+}
 static void test_fast_exp(void) {
-    double worst = 0.0;
-    float x;
+    double worst = 0.0, lse;
+    float x, loss;
+    int t = 0;
     for (x = -87.0f; x < 88.0f; x += 0.00037f) {
-        double e = exp((double)x), r = fabs((double)pt__expf(x) - e) / e;
+        double e = exp((double)x), r = fabs((double)xent_exp(x) - e) / e;
         if (r > worst) worst = r;
     }
     CHECK(worst < 2.0 * 5.96e-8);
-    CHECK(pt__expf(0.0f) == 1.0f);
-    CHECK(pt__expf(-100.0f) == 0.0f);
-    CHECK(pt__expf(-INFINITY) == 0.0f);
-    CHECK(isnan(pt__expf(NAN)));
-    CHECK(isnan(pt__expf(-NAN)));
-    CHECK(pt__expf(-0.0f) == 1.0f);
-    CHECK(pt__expf(88.3f) > 2.1e38f && isfinite(pt__expf(88.3f)));
-    CHECK(isinf(pt__expf(88.4f)) && isinf(pt__expf(1e30f)) && isinf(pt__expf(INFINITY)));
-    CHECK(pt__expf(-87.29f) > 0.0f && pt__expf(-87.31f) == 0.0f);
-    CHECK(pt__sum_exp((const float[]){0.0f, -1.0f, -2.0f}, 3, 0.0f) > 1.5032 &&
-          pt__sum_exp((const float[]){0.0f, -1.0f, -2.0f}, 3, 0.0f) < 1.5033); /* 1 + e^-1 + e^-2 */
+    CHECK(xent_exp(0.0f) == 1.0f);
+    CHECK(xent_exp(-100.0f) == 0.0f);
+    CHECK(xent_exp(-INFINITY) == 0.0f);
+    CHECK(isnan(xent_exp(NAN)));
+    CHECK(isnan(xent_exp(-NAN)));
+    CHECK(xent_exp(-0.0f) == 1.0f);
+    CHECK(xent_exp(88.3f) > 2.1e38f && isfinite(xent_exp(88.3f)));
+    CHECK(isinf(xent_exp(88.4f)) && isinf(xent_exp(1e30f)) && isinf(xent_exp(INFINITY)));
+    CHECK(xent_exp(-87.29f) > 0.0f && xent_exp(-87.31f) == 0.0f);
+    pt_crossentropy_forward(&loss, &lse, (const float[]){0.0f, -1.0f, -2.0f}, &t, 1, 3);
+    CHECK(exp(lse) > 1.5032 && exp(lse) < 1.5033); /* 1 + e^-1 + e^-2 */
 }
 
 static void test_status_strings(void) {
@@ -3691,12 +3851,12 @@ static void fwd_swiglu(void *p) {
 }
 static void fwd_linear(void *p) {
     largs *k = (largs *)p;
-    pt_linear_forward(k->out, k->x, k->w, k->b, k->N, k->IN, k->OUT);
+    pt_linear_forward(tctx(), k->out, k->x, k->w, k->b, k->N, k->IN, k->OUT);
 }
 static void fwd_attention_gqa(void *p) {
     largs *k = (largs *)p;
-    pt_attention_forward(k->out, k->lse, k->x, k->scratch, k->slots, k->B, k->T, k->C, k->NH,
-                         k->NKV);
+    pt_attention_forward(tctx(), k->out, k->lse, k->x, k->scratch, k->slots, k->B, k->T, k->C,
+                         k->NH, k->NKV);
 }
 
 /* y = x / sqrt(mean(x^2) + eps) * w in double; eps large enough to matter. */
@@ -3823,7 +3983,7 @@ static void test_linear(void) {
         dx = frand(N * IN, -1, 1), dw = frand(OUT * IN, -1, 1);
         if (with_bias) db = frand(OUT, -1, 1), db0 = fcopy(db, OUT);
         dx0 = fcopy(dx, N * IN), dw0 = fcopy(dw, OUT * IN);
-        pt_linear_backward(dx, dw, db, R, k.x, k.w, N, IN, OUT);
+        pt_linear_backward(tctx(), dx, dw, db, R, k.x, k.w, N, IN, OUT);
         FD_CHECK("linear dinp", fwd_linear, &k, k.out, R, N * OUT, k.x, fdelta(dx, dx0, N * IN),
                  N * IN);
         FD_CHECK("linear dweight", fwd_linear, &k, k.out, R, N * OUT, k.w,
@@ -3873,7 +4033,8 @@ static void check_attention_gqa(int B, int T, int NH, int NKV, int hd) {
     snprintf(what, sizeof what, "attention NH=%d NKV=%d T=%d out", NH, NKV, T);
     CHECK_CLOSE(what, k.out, ref, (size_t)N * C, 1e-6, 1e-5);
     dqkv = frand((size_t)N * C3, -1, 1), dqkv0 = fcopy(dqkv, (size_t)N * C3);
-    pt_attention_backward(dqkv, R, k.out, k.x, k.lse, k.scratch, k.slots, B, T, C, NH, NKV);
+    pt_attention_backward(tctx(), dqkv, R, k.out, k.x, k.lse, k.scratch, k.slots, B, T, C, NH,
+                          NKV);
     snprintf(what, sizeof what, "attention NH=%d NKV=%d T=%d dqkv", NH, NKV, T);
     fd_check_(__FILE__, __LINE__, what, fwd_attention_gqa, &k, k.out, R, (size_t)N * C, k.x,
               fdelta(dqkv, dqkv0, (size_t)N * C3), NULL, (size_t)N * C3, 5e-3f, FD_ATOL, FD_RTOL);
@@ -5052,6 +5213,7 @@ static const test_case tests[] = {
     {"init_weights", test_init_weights},
     {"threads_reproducible", test_threads_reproducible},
     {"parallel_grads_vs_serial", test_parallel_grads},
+    {"steps_allocate_nothing", test_steps_allocate_nothing},
     {"adamw_vs_double_reference", test_adamw},
     {"adamw_step_decay_rule", test_adamw_step_decay_rule},
     {"norm_and_clip", test_norm_and_clip},

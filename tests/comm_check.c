@@ -906,7 +906,7 @@ static void ck_threads_env(pt_comm *c) {
 #ifdef _OPENMP
     CHECK_EQ(pt_get_threads(), want);
 #endif
-#ifdef PT__HAVE_OPENBLAS
+#if !defined(PTRAIN_NO_BLAS) && defined(OPENBLAS_VERSION) /* the header links OpenBLAS */
     CHECK_EQ(openblas_get_num_threads(), want);
 #endif
 }
@@ -1287,7 +1287,7 @@ static pt_status nop_main(pt_comm *world, void *arg) {
 static void failure_checks(void) {
     int threads = pt_get_threads(), ok;
     pt_status st;
-#ifdef PT__HAVE_OPENBLAS
+#if !defined(PTRAIN_NO_BLAS) && defined(OPENBLAS_VERSION) /* the header links OpenBLAS */
     int blas = openblas_get_num_threads();
 #endif
     {
@@ -1330,7 +1330,7 @@ static void failure_checks(void) {
     top("threads: bad nranks and fn are refused", ok);
     st = pt_comm_threads_run(8, nop_main, NULL);
     ok = st == PT_OK && pt_get_threads() == threads;
-#ifdef PT__HAVE_OPENBLAS
+#if !defined(PTRAIN_NO_BLAS) && defined(OPENBLAS_VERSION) /* the header links OpenBLAS */
     ok = ok && openblas_get_num_threads() == blas;
 #endif
     top("threads: a run restores the caller's OpenMP and BLAS threads", ok);

@@ -239,7 +239,7 @@ static double dot_col(const float *x, const float *w, int n, int IN, int OUT, in
 }
 
 /* ---- LLaMA's kernels: RMSNorm, RoPE, SwiGLU, grouped-query attention ------- */
-#define LRUN(name) (!only || strstr(name, only))
+#define RUN(name) (!only || strstr(name, only)) /* only: the --only option, NULL for all */
 
 typedef struct lctx {
     int N, T, B, C, NH, NKV, hd, F, Q3, slots;
@@ -271,7 +271,7 @@ static void bench_llama(const pt_gpt_config *cfg, int B, int T, int reps, const 
     c.Q3 = c.C + 2 * c.NKV * c.hd, c.slots = pt_get_threads();
     N = (size_t)c.N, C = (size_t)c.C, F = (size_t)c.F, Q3 = (size_t)c.Q3;
     printf("LLaMA kernels: %d key/value heads of %d, SwiGLU hidden %d\n", c.NKV, c.NH, c.F);
-    if (LRUN("rmsnorm")) {
+    if (RUN("rmsnorm")) {
         double ms = 0.0;
         c.x = buffer(N * C, r, -1, 1), c.y = buffer(N * C, r, 0, 0), c.dy = buffer(N * C, r, -1, 1);
         c.dx = buffer(N * C, r, 0, 0), c.w = buffer(C, r, 1, 1), c.dw = buffer(C, r, 0, 0);
@@ -283,7 +283,7 @@ static void bench_llama(const pt_gpt_config *cfg, int B, int T, int reps, const 
         report("rmsnorm backward", time_it(k_rms_b, &c, reps), 0, 16.0 * N * C);
         free(c.x), free(c.y), free(c.dy), free(c.dx), free(c.w), free(c.dw), free(c.rstd);
     }
-    if (LRUN("rope")) { /* in place on the q and k heads of each [q|k|v] row */
+    if (RUN("rope")) { /* in place on the q and k heads of each [q|k|v] row */
         double f = pow(10000.0, -2.0 * 5 / c.hd), a, b;
         c.qkv = buffer(N * Q3, r, -1, 1), c.dqkv = buffer(N * Q3, r, -1, 1);
         c.cs = buffer((size_t)T * c.hd, r, 0, 0);
@@ -297,7 +297,7 @@ static void bench_llama(const pt_gpt_config *cfg, int B, int T, int reps, const 
                8.0 * N * (size_t)(c.NH + c.NKV) * c.hd);
         free(c.qkv), free(c.dqkv), free(c.cs);
     }
-    if (LRUN("swiglu")) {
+    if (RUN("swiglu")) {
         double g;
         c.h = buffer(N * 2 * F, r, -3, 3), c.dh = buffer(N * 2 * F, r, 0, 0);
         c.y = buffer(N * F, r, 0, 0), c.dy = buffer(N * F, r, -1, 1);
@@ -308,7 +308,7 @@ static void bench_llama(const pt_gpt_config *cfg, int B, int T, int reps, const 
         report("swiglu backward", time_it(k_swiglu_b, &c, reps), 0, 20.0 * N * F);
         free(c.h), free(c.dh), free(c.y), free(c.dy);
     }
-    if (LRUN("gqa attention")) { /* dense FLOPs as the attention lines above */
+    if (RUN("gqa attention")) { /* dense FLOPs as the attention lines above */
         c.qkv = buffer(N * Q3, r, -1, 1), c.dqkv = buffer(N * Q3, r, 0, 0);
         c.out = buffer(N * C, r, 0, 0), c.dy = buffer(N * C, r, -1, 1);
         c.lse = buffer((size_t)B * c.NH * T, r, 0, 0);
@@ -316,6 +316,445 @@ static void bench_llama(const pt_gpt_config *cfg, int B, int T, int reps, const 
         report("gqa attention forward", time_it(k_gqa_f, &c, reps), 4.0 * N * T * C, 0);
         report("gqa attention backward", time_it(k_gqa_b, &c, reps), 8.0 * N * T * C, 0);
         free(c.qkv), free(c.dqkv), free(c.out), free(c.dy), free(c.lse), free(c.scratch);
+    }
+}
+
+/* ---- the run's phases, in main's order ------------------------------------- */
+
+/* the options and the --torch process, as main parsed and started them */
+typedef struct run_opts {
+    const char *config, *only;
+    int batch, seq, reps;
+    FILE *torch_to, *torch_from; /* bench/torch_mm.py's stdin and stdout */
+    pid_t torch_pid;             /* 0: no --torch */
+    char torch_version[128];
+} run_opts;
+
+/* this machine's peaks, printed: sgemm at 2048^3 (into peak_gflops) and the
+   instruction peaks (into ipeak: fp32 FMA, bf16 AMX, bf16 vdpbf16ps; 0: not
+   on this CPU) on 1 thread and on the run's, and the memory bandwidth (into
+   bandwidth_gbs) */
+static void measure_machine(int threads, double ipeak[3]) {
+    double peak1, ipeak1[3];
+    pt_set_threads(1);
+    peak1 = pt_gemm_peak_gflops(&g_pt, 2048, 1.0);
+    pt_set_threads(threads);
+    peak_gflops = pt_gemm_peak_gflops(&g_pt, 2048, 1.0);
+    pt_set_threads(1);
+    ipeak1[0] = pt_instr_peak_gflops(0, 0.5);
+    ipeak1[1] = bf16_peak("amx"), ipeak1[2] = bf16_peak("avx512bf16");
+    pt_set_threads(threads);
+    ipeak[0] = pt_instr_peak_gflops(0, 0.5);
+    ipeak[1] = bf16_peak("amx"), ipeak[2] = bf16_peak("avx512bf16");
+    pt_gemm_bf16_select(NULL);
+    printf("machine: instruction peak fp32 FMA %.1f GFLOP/s on 1 thread, %.1f on %d threads; "
+           "bf16 AMX TDPBF16PS %.1f on 1 thread, %.1f on %d threads; bf16 vdpbf16ps %.1f on 1 "
+           "thread, %.1f on %d threads (0: not on this CPU)\n",
+           ipeak1[0], ipeak[0], pt_get_threads(), ipeak1[1], ipeak[1], pt_get_threads(), ipeak1[2],
+           ipeak[2], pt_get_threads());
+    bandwidth_gbs = pt_mem_bandwidth_gbs((size_t)32 << 20, 9); /* 2 x 128 MiB: beyond caches */
+    printf("machine: sgemm peak %.1f GFLOP/s on 1 thread, %.1f GFLOP/s on %d threads; memory "
+           "bandwidth %.1f GB/s (y += s*x)\n",
+           peak1, peak_gflops, pt_get_threads(), bandwidth_gbs);
+}
+
+/* the model's shapes into c, and buffers big enough for every kernel below;
+   2 if out of memory */
+static int alloc_buffers(ctx *c, const pt_gpt_config *cfg, const run_opts *o, pt_rng *r) {
+    size_t N, C, V, n4, big, wmax;
+    int i;
+    memset(c, 0, sizeof *c);
+    c->B = o->batch, c->T = o->seq, c->C = cfg->n_embd, c->NH = cfg->n_head, c->V = cfg->vocab_size;
+    c->N = o->batch * o->seq, c->slots = pt_get_threads();
+    N = (size_t)c->N, C = (size_t)c->C, V = (size_t)c->V, n4 = N * 4 * C;
+    printf("kernels at %s shapes: B=%d T=%d C=%d heads=%d V=%d (N = B*T = %zu rows)\n", o->config,
+           o->batch, o->seq, c->C, c->NH, c->V, N);
+    big = N * V > n4 ? N * V : n4, wmax = V * C > 4 * C * C ? V * C : 4 * C * C;
+    if (wmax < N * C) wmax = N * C; /* the residual's second operand and gradient */
+    c->x = buffer(big, r, -1, 1), c->y = buffer(big, r, 0, 0), c->dy = buffer(big, r, -1, 1);
+    c->dx = buffer(big, r, 0, 0);
+    c->w = buffer(wmax, r, -0.05f, 0.05f), c->dw = buffer(wmax, r, 0, 0);
+    c->b = buffer(N > 4 * C ? N : 4 * C, r, -0.1f, 0.1f), c->db = buffer(N > 4 * C ? N : 4 * C, r, 0, 0);
+    c->mean = buffer(N, r, 0, 0), c->rstd = buffer(N, r, 0, 0);
+    c->qkv = buffer(N * 3 * C, r, -1, 1), c->dqkv = buffer(N * 3 * C, r, 0, 0);
+    c->lse = buffer((size_t)o->batch * c->NH * o->seq, r, 0, 0);
+    c->scratch = buffer(pt_attention_scratch_floats(o->seq, c->slots), r, 0, 0);
+    c->pe = buffer((size_t)o->seq * C, r, -0.05f, 0.05f), c->dpe = buffer((size_t)o->seq * C, r, 0, 0);
+    c->dlse = (double *)malloc(N * sizeof(double));
+    c->ids = (int *)malloc(N * sizeof(int));
+    if (!c->dlse || !c->ids) return 2;
+    for (i = 0; i < c->N; i++) c->ids[i] = (int)(pt_rng_u64(r) % V);
+    return 0;
+}
+
+/* ---- the GEMM table: a row a shape of the model, a column a library -------- */
+
+/* a GEMM as the model's kernels call it: layout of op(A) op(B), M x N x K */
+typedef struct gemm_shape { char name[40]; int ta, tb, M, N, K; } gemm_shape;
+
+/* the columns, fp32 then bf16; those run by pt_sgemm and pt_gemm_bf16 select
+   their kernel (NULL: the default, auto unless PTRAIN_GEMM_BF16) */
+enum { BLAS, PT, DNNL, TORCH, PT16, AMX, DNNL16, TORCH16, NCOL };
+static const struct { const char *head, *kernel; int bf16, ptrain; } gemm_cols[NCOL] = {
+    {"OpenBLAS fp32", "openblas", 0, 0}, {"ptrain fp32", "ptrain", 0, 1},
+    {"oneDNN fp32", NULL, 0, 0}, {"torch fp32", NULL, 0, 0},
+    {"ptrain bf16", NULL, 1, 1}, {"ptrain AMX", "amx", 1, 1},
+    {"oneDNN bf16", NULL, 1, 0}, {"torch bf16", NULL, 1, 0}};
+
+typedef struct gemm_table {
+    gemm_shape g[15];
+    int ng, on[NCOL]; /* on[j]: column j runs here */
+    double peak[2];   /* the fp32 and bf16 instruction peaks on the run's threads */
+    double gf[15][NCOL], pc[15][NCOL]; /* GFLOP/s and % of its precision's peak */
+#ifdef PT_BENCH_DNNL
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    pt_rng pick; /* the elements checked */
+#endif
+} gemm_table;
+
+/* the 15 GEMMs of c's model: forward, d(input), d(weight) of its four
+   matmuls and of the tied head; returns how many */
+static int gemm_shapes(gemm_shape g[15], const ctx *c) {
+    static const int io[4][2] = {{1, 3}, {1, 1}, {1, 4}, {4, 1}};
+    int ng = 0, k, l;
+    for (k = 0; k < 5; k++)
+        for (l = 0; l < 3; l++) { /* forward, d(input), d(weight) */
+            int IN = k < 4 ? io[k][0] * c->C : c->C, OUT = k < 4 ? io[k][1] * c->C : c->V;
+            const char *what = k == 4 ? "lm head" : k == 0 ? "c_attn" : k == 1 ? "attn.c_proj"
+                                       : k == 2 ? "c_fc" : "mlp.c_proj";
+            if (k < 4) { /* Conv1D: out = inp @ W, W [IN,OUT] */
+                g[ng].ta = l == 2, g[ng].tb = l == 1;
+                g[ng].M = l == 2 ? IN : c->N, g[ng].N = l == 1 ? IN : OUT;
+                g[ng].K = l == 0 ? IN : l == 1 ? OUT : c->N;
+            } else { /* tied head: logits = x @ wte^T, wte [V,C] */
+                g[ng].ta = l == 2, g[ng].tb = l == 0;
+                g[ng].M = l == 2 ? OUT : c->N, g[ng].N = l == 0 ? OUT : IN;
+                g[ng].K = l == 0 ? IN : l == 1 ? OUT : c->N;
+            }
+            snprintf(g[ng].name, sizeof g[ng].name, "%s %s", what,
+                     l == 0 ? "fwd" : l == 1 ? "dinp" : "dW");
+            ng++;
+        }
+    return ng;
+}
+
+/* row k of the table: each column's GFLOP/s into t->gf[k] and t->pc[k]
+   (torch.mm's from bench/torch_mm.py), printed; 2 if a column cannot run it */
+static int gemm_row(gemm_table *t, int k, const ctx *c, const run_opts *o) {
+    static const char *lay[4] = {"NN", "TN", "NT", "TT"};
+    const gemm_shape *g = &t->g[k];
+    gemm_args ga;
+    double fl = 2.0 * g->M * g->N * (double)g->K;
+    int j;
+#ifdef PT_BENCH_DNNL
+    uint16_t *a16 = (uint16_t *)malloc((size_t)g->M * g->K * sizeof(uint16_t));
+    uint16_t *b16 = (uint16_t *)malloc((size_t)g->K * g->N * sizeof(uint16_t));
+    int l, m;
+#endif
+    memset(&ga, 0, sizeof ga);
+    ga.ta = g->ta, ga.tb = g->tb, ga.M = g->M, ga.N = g->N, ga.K = g->K;
+    ga.A = c->x, ga.B = c->dy, ga.C = c->y;
+#ifdef PT_BENCH_DNNL
+    ga.stream = t->stream;
+    if (!a16 || !b16 || !dnnl_bf16_matmul(&ga, t->engine, a16, b16, c->dx)) {
+        fprintf(stderr, "error: oneDNN: no bf16 matmul for %s\n", g->name);
+        return 2;
+    }
+#endif
+    for (j = 0; j < NCOL; j++) { /* each column but torch's, one after another */
+        if (!t->on[j] || j == TORCH || j == TORCH16) continue;
+        ga.bf16 = gemm_cols[j].bf16, ga.dnnl = j == DNNL || j == DNNL16;
+        if (!ga.dnnl && ga.bf16) pt_gemm_bf16_select(gemm_cols[j].kernel);
+        else if (!ga.dnnl) pt_gemm_select(gemm_cols[j].kernel);
+        t->gf[k][j] = fl / time_it(k_gemm, &ga, o->reps) / 1e9;
+    }
+    if (o->torch_pid) { /* then torch.mm's fp32 and bf16, in bench/torch_mm.py */
+        char line[128];
+        fprintf(o->torch_to, "%d %d %d %d %d %d %d\n", ga.ta, ga.tb, ga.M, ga.N, ga.K, o->reps,
+                pt_get_threads());
+        fflush(o->torch_to);
+        if (!fgets(line, sizeof line, o->torch_from) ||
+            sscanf(line, "%lf %lf", &t->gf[k][TORCH], &t->gf[k][TORCH16]) != 2) {
+            fprintf(stderr, "error: --torch: bench/torch_mm.py gave no answer for %s\n", g->name);
+            return 2;
+        }
+    }
+#ifdef PT_BENCH_DNNL
+    /* oneDNN's bf16 result (c->dx) against pt_gemm_bf16's (c->y, from the
+       ptrain bf16 columns before it), at 5 sampled elements. Both sum the same
+       K products of the same bf16 operands, each exact in fp32, with fp32
+       additions in different orders: each sum is within g*sum|a_k b_k| of the
+       exact one, g = K*u/(1 - K*u) (u = 2^-24, fp32's unit roundoff; no
+       denormals at these values), so the two differ by at most 2*g*sum|a_k b_k| */
+    for (m = 0; m < 5; m++) {
+        int i0 = (int)(pt_rng_u64(&t->pick) % (uint64_t)ga.M);
+        int j0 = (int)(pt_rng_u64(&t->pick) % (uint64_t)ga.N);
+        double sab = 0.0, ku = ga.K * 0x1p-24;
+        char what[96];
+        for (l = 0; l < ga.K; l++)
+            sab += fabs((double)pt_bf16_round(ga.A[ga.ta ? (size_t)l * ga.M + i0 : (size_t)i0 * ga.K + l]) *
+                        pt_bf16_round(ga.B[ga.tb ? (size_t)j0 * ga.K + l : (size_t)l * ga.N + j0]));
+        snprintf(what, sizeof what, "oneDNN bf16 %.39s [%d,%d] (diff / sum|ab|)", g->name, i0, j0);
+        check(what, ((double)c->dx[(size_t)i0 * ga.N + j0] - c->y[(size_t)i0 * ga.N + j0]) / sab,
+              0.0, 2.0 * ku / (1.0 - ku));
+    }
+    dnnl_primitive_destroy(ga.matmul);
+    for (m = 0; m < 3; m++) dnnl_memory_destroy(ga.mem[m]);
+    free(a16), free(b16);
+#endif
+    printf("  %-16s %-2s %5d %5d %5d |", g->name, lay[g->ta + 2 * g->tb], g->M, g->N, g->K);
+    for (j = 0; j < NCOL; j++) {
+        if (!t->on[j]) continue;
+        t->pc[k][j] = t->peak[gemm_cols[j].bf16] > 0
+                          ? 100 * t->gf[k][j] / t->peak[gemm_cols[j].bf16] : 0.0;
+        printf("%s %6.0f (%3.0f%%)", j == PT16 ? " |" : "", t->gf[k][j], t->pc[k][j]);
+    }
+    printf("\n");
+    return 0;
+}
+
+/* each column over the shapes; ptrain's speed over each other library's in
+   its precision, shape by shape */
+static void gemm_summary(const gemm_table *t) {
+    double v[15], med;
+    int j, k, m;
+    printf("Over the %d GEMMs, %% of peak min / median; ptrain's GFLOP/s over another's, "
+           "min / median:\n", t->ng);
+    for (j = 0; j < NCOL; j++) {
+        if (!t->on[j]) continue;
+        for (k = 0; k < t->ng; k++) v[k] = t->pc[k][j];
+        med = cli_median(v, t->ng); /* sorts v */
+        printf("  %-13s %3.0f%% / %3.0f%%", gemm_cols[j].head, v[0], med);
+        for (m = 0; m < NCOL; m++) {
+            if (!gemm_cols[j].ptrain || !t->on[m] || gemm_cols[m].ptrain ||
+                gemm_cols[m].bf16 != gemm_cols[j].bf16)
+                continue;
+            for (k = 0; k < t->ng; k++) v[k] = t->gf[k][j] / t->gf[k][m];
+            med = cli_median(v, t->ng);
+            printf("   vs %s %4.2fx / %4.2fx", gemm_cols[m].head, v[0], med);
+        }
+        printf("\n");
+    }
+}
+
+/* the model's GEMMs at these shapes, as its kernels call them, in each library
+   and precision: GFLOP/s by the wall clock on all the run's threads, and the
+   share of the instruction peak of its precision (ipeak, as measure_machine
+   gives it) on as many threads; 2 if a column cannot run */
+static int bench_gemm(const ctx *c, const run_opts *o, const double ipeak[3]) {
+    gemm_table t;
+    int j, k;
+    memset(&t, 0, sizeof t);
+    /* the bf16 peak: AMX's where the CPU has it, else vdpbf16ps's; without
+       either, bf16 GEMMs run as fp32 products at the fp32 peak */
+    t.peak[0] = ipeak[0], t.peak[1] = ipeak[1] > 0 ? ipeak[1] : ipeak[2] > 0 ? ipeak[2] : ipeak[0];
+#ifdef PT_BENCH_DNNL
+    pt_rng_seed(&t.pick, 2);
+    if (dnnl_engine_create(&t.engine, dnnl_cpu, 0) != dnnl_success ||
+        dnnl_stream_create(&t.stream, t.engine, dnnl_stream_default_flags) != dnnl_success) {
+        fprintf(stderr, "error: oneDNN: no CPU engine\n");
+        return 2;
+    }
+    t.on[DNNL] = t.on[DNNL16] = 1;
+#endif
+    t.on[BLAS] = pt_gemm_select("openblas") == PT_OK, t.on[PT] = pt_gemm_select("ptrain") == PT_OK;
+    t.on[PT16] = pt_gemm_bf16_select(NULL) == PT_OK, t.on[AMX] = pt_gemm_bf16_select("amx") == PT_OK;
+    t.on[TORCH] = t.on[TORCH16] = o->torch_pid > 0;
+    pt_gemm_bf16_select(NULL);
+    t.ng = gemm_shapes(t.g, c);
+    printf("GEMMs at %s shapes on %d threads, median of %d calls, every column in one run: "
+           "GFLOP/s by the wall clock (%% of the\n%d-thread instruction peak of its precision: "
+           "fp32 %.1f, bf16 %.1f GFLOP/s); ptrain bf16 is %s%s%s\n", o->config, pt_get_threads(),
+           o->reps, pt_get_threads(), t.peak[0], t.peak[1], pt_gemm_bf16_name(),
+           o->torch_pid ? "; torch.mm: " : "", o->torch_pid ? o->torch_version : "");
+    printf("  %-16s %-2s %5s %5s %5s |", "GEMM", "", "M", "N", "K");
+    for (j = 0; j < NCOL; j++)
+        if (t.on[j]) printf("%s %13s", j == PT16 ? " |" : "", gemm_cols[j].head);
+    printf("\n");
+    for (k = 0; k < t.ng; k++)
+        if (gemm_row(&t, k, c, o) != 0) return 2;
+    gemm_summary(&t);
+#ifdef PT_BENCH_DNNL
+    dnnl_stream_destroy(t.stream);
+    dnnl_engine_destroy(t.engine);
+#endif
+    pt_gemm_select(NULL);
+    pt_gemm_bf16_select(NULL);
+    return 0;
+}
+
+/* the model's small and skinny products: attention's 64-query blocks (hd = C
+   / heads deep), a row of decoding, 32 rows (B*T < 64); in OpenBLAS and
+   ptrain's kernels (fp32: the blocked kernel itself, where pt_sgemm sends a
+   single row to OpenBLAS: pt_ctx.all_shapes), fp32 and bf16, on 1 thread and
+   on the run's: what pt_sgemm's choice for small shapes rests on */
+static void bench_small_gemm(const ctx *c, const run_opts *o) {
+    int C = c->C, hd = c->C / c->NH, T = o->seq, nth = pt_get_threads(), k, t;
+    struct { const char *name; int ta, tb, M, N, K; } sg[] = {
+        {"attn scores QK^T", 0, 1, 64, T, hd}, {"attn P V", 0, 0, 64, hd, T},
+        {"attn dK dS^T Q", 1, 0, T, hd, 64},   {"decode c_attn", 0, 0, 1, 3 * C, C},
+        {"decode c_fc", 0, 0, 1, 4 * C, C},     {"decode mlp.c_proj", 0, 0, 1, C, 4 * C},
+        {"decode lm head", 0, 1, 1, c->V, C},   {"32 rows c_fc", 0, 0, 32, 4 * C, C},
+        {"32 rows lm head", 0, 1, 32, c->V, C}};
+    printf("Small and skinny GEMMs at %s shapes, GFLOP/s (median of %d runs of ~1 ms): "
+           "OpenBLAS fp32, ptrain's fp32 kernel, ptrain bf16\n", o->config, o->reps);
+    printf("  %-18s %-2s %5s %5s %5s | %-34s | %s\n", "GEMM", "", "M", "N", "K", "1 thread",
+           "all threads");
+    for (k = 0; k < (int)(sizeof sg / sizeof sg[0]); k++) {
+        gemm_args ga;
+        gemm_run run;
+        double fl = 2.0 * sg[k].M * sg[k].N * (double)sg[k].K;
+        memset(&ga, 0, sizeof ga);
+        ga.ta = sg[k].ta, ga.tb = sg[k].tb, ga.M = sg[k].M, ga.N = sg[k].N, ga.K = sg[k].K;
+        ga.A = c->x, ga.B = c->dy, ga.C = c->y;
+        run.g = &ga, run.n = (int)(2e8 / fl) + 1; /* ~1 ms at 200 GFLOP/s */
+        printf("  %-18s %c%c %5d %5d %5d |", sg[k].name, ga.ta ? 'T' : 'N', ga.tb ? 'T' : 'N',
+               ga.M, ga.N, ga.K);
+        for (t = 0; t < 2; t++) {
+            double r[3];
+            int j;
+            pt_set_threads(t ? nth : 1);
+            for (j = 0; j < 3; j++) { /* OpenBLAS, ptrain's fp32 kernel, ptrain bf16 */
+                r[j] = 0.0;
+                ga.bf16 = j == 2, ga.kernel = j == 1;
+                if (j < 2 && pt_gemm_select(j ? "ptrain" : "openblas") != PT_OK) continue;
+                if (j == 2) pt_gemm_select(NULL), pt_gemm_bf16_select(NULL);
+                r[j] = fl * run.n / time_it(k_gemm_run, &run, o->reps) / 1e9;
+            }
+            printf(" %6.1f %6.1f %6.1f %5.2fx%s", r[0], r[1], r[2], r[0] > 0 ? r[1] / r[0] : 0.0,
+                   t ? "\n" : " |");
+        }
+    }
+    printf("  (each group: OpenBLAS fp32, ptrain's fp32 kernel, ptrain bf16, ptrain fp32 / "
+           "OpenBLAS)\n");
+    pt_set_threads(nth);
+    pt_gemm_select(NULL);
+}
+
+/* ---- GPT-2's kernels: each one's result check, then its time --------------- */
+
+/* the kernels from the embedding to the cross-entropy on c's buffers, those
+   whose name contains o->only; 2 if out of memory */
+static int bench_gpt2(ctx *c, const run_opts *o, pt_rng *r) {
+    const char *only = o->only;
+    int reps = o->reps, batch = o->batch, seq = o->seq, i;
+    size_t N = (size_t)c->N, C = (size_t)c->C, V = (size_t)c->V, n4 = N * 4 * C;
+    if (RUN("embedding")) { /* reads a wte row and a wpe row, writes a row */
+        k_encoder_f(c);
+        check("embedding out[5,3]", c->y[5 * C + 3], (double)c->w[(size_t)c->ids[5] * C + 3] + c->pe[(5 % seq) * C + 3], 1e-6);
+        report("embedding forward", time_it(k_encoder_f, c, reps), 0, 12.0 * N * C);
+        report("embedding backward", time_it(k_encoder_b, c, reps), 0, 20.0 * N * C);
+    }
+    if (RUN("layernorm")) {
+        double mu = 0, var = 0;
+        for (i = 0; i < c->C; i++) c->w[i] = 1.0f, c->b[i] = 0.0f;
+        k_ln_f(c);
+        for (i = 0; i < c->C; i++) mu += c->y[7 * C + i];
+        for (i = 0; i < c->C; i++) var += (c->y[7 * C + i] - mu / C) * (c->y[7 * C + i] - mu / C);
+        check("layernorm row mean", mu / C, 0.0, 1e-5);
+        check("layernorm row variance", var / C, 1.0, 1e-3);
+        report("layernorm forward", time_it(k_ln_f, c, reps), 0, 8.0 * N * C);
+        report("layernorm backward", time_it(k_ln_b, c, reps), 0, 16.0 * N * C);
+    }
+    {
+        static const struct { const char *name; int in, out; } mms[] = {
+            {"matmul c_attn (C->3C)", 1, 3}, {"matmul attn.c_proj (C->C)", 1, 1},
+            {"matmul c_fc (C->4C)", 1, 4}, {"matmul mlp.c_proj (4C->C)", 4, 1}};
+        int k;
+        for (k = 0; k < 4; k++) {
+            char name[64];
+            if (!RUN(mms[k].name)) continue;
+            c->IN = mms[k].in * c->C, c->OUT = mms[k].out * c->C;
+            k_mm_f(c);
+            check(mms[k].name, c->y[(size_t)3 * c->OUT + 5], dot_col(c->x, c->w, 3, c->IN, c->OUT, 5) + c->b[5], 1e-4);
+            snprintf(name, sizeof name, "%s fwd", mms[k].name);
+            report(name, time_it(k_mm_f, c, reps), 2.0 * N * c->IN * c->OUT, 0);
+            snprintf(name, sizeof name, "%s bwd", mms[k].name);
+            report(name, time_it(k_mm_b, c, reps), 4.0 * N * c->IN * c->OUT, 0);
+        }
+    }
+    if (RUN("attention")) {
+        float *ref = buffer(N * C, r, 0, 0), *att = (float *)malloc(sizeof(float) * batch * c->NH * (size_t)seq * seq);
+        size_t j;
+        double worst = 0;
+        if (!att) return 2;
+        k_att_f(c);
+        pt_attention_ref_forward(ref, att, c->qkv, c->B, c->T, c->C, c->NH);
+        for (j = 0; j < N * C; j++) worst = fmax(worst, fabs((double)ref[j] - c->y[j]));
+        check("attention vs reference kernel (max abs)", worst, 0.0, 1e-5);
+        free(ref), free(att);
+        report("attention forward", time_it(k_att_f, c, reps), 4.0 * N * seq * C, 0);
+        report("attention backward", time_it(k_att_b, c, reps), 8.0 * N * seq * C, 0);
+    }
+    if (RUN("gelu")) {
+        c->n = n4;
+        k_gelu_f(c);
+        for (i = 0; i < 4; i++) {
+            double x = c->x[i * 997], th = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
+            check("gelu", c->y[i * 997], 0.5 * x * (1.0 + th), 1e-5);
+        }
+        report("gelu forward", time_it(k_gelu_f, c, reps), 0, 8.0 * c->n);
+        report("gelu backward", time_it(k_gelu_b, c, reps), 0, 12.0 * c->n);
+    }
+    if (RUN("residual")) {
+        c->n = N * C;
+        k_res_f(c);
+        check("residual", c->y[11], (double)c->x[11] + c->w[11], 1e-6);
+        report("residual forward", time_it(k_res_f, c, reps), 0, 12.0 * c->n);
+        report("residual backward", time_it(k_res_b, c, reps), 0, 20.0 * c->n);
+    }
+    if (RUN("head")) {
+        double want = 0;
+        for (i = 0; i < c->C; i++) want += (double)c->x[2 * C + i] * c->w[7 * C + i];
+        k_head_f(c);
+        check("tied head logits[2,7]", c->y[2 * V + 7], want, 1e-4);
+        report("tied head forward (matmul)", time_it(k_head_f, c, 3), 2.0 * N * C * V, 0);
+        report("tied head backward (matmul)", time_it(k_head_b, c, 3), 4.0 * N * C * V, 0);
+    }
+    if (RUN("crossentropy")) {
+        double mx = -1e30, sum = 0;
+        size_t v;
+        k_xent_f(c);
+        for (v = 0; v < V; v++) mx = fmax(mx, c->x[4 * V + v]);
+        for (v = 0; v < V; v++) sum += exp(c->x[4 * V + v] - mx);
+        check("crossentropy loss[4]", c->b[4], mx + log(sum) - c->x[4 * V + c->ids[4]], 1e-5);
+        report("softmax cross-entropy fwd", time_it(k_xent_f, c, reps), 0, 4.0 * N * V);
+        report("softmax cross-entropy bwd", time_it(k_xent_b, c, reps), 0, 8.0 * N * V);
+    }
+    return 0;
+}
+
+/* AdamW over all cfg's parameters, in c's buffers (grown to params, grads,
+   m, v); 2 if out of memory */
+static int bench_adamw(ctx *c, const pt_gpt_config *cfg, int reps, pt_rng *r) {
+    int64_t P = pt_gpt_num_params(cfg);
+    double p0, g, m1, v1;
+    int i;
+    c->n = (size_t)P;
+    free(c->x), free(c->dx); /* reuse memory: params, grads, m, v */
+    c->x = NULL, c->dx = NULL;
+    c->w = (float *)realloc(c->w, c->n * sizeof(float)), c->dw = (float *)realloc(c->dw, c->n * sizeof(float));
+    c->m = buffer(c->n, r, -1e-3f, 1e-3f), c->v = buffer(c->n, r, 0, 1e-6f);
+    if (!c->w || !c->dw) return 2;
+    for (i = 0; i < 1000; i++) c->w[i] = 0.01f * (float)i, c->dw[i] = 1e-3f * (float)(i % 7);
+    c->opt = pt_adamw_default();
+    p0 = c->w[42], g = c->dw[42], m1 = 0.9 * c->m[42] + 0.1 * g, v1 = 0.95 * c->v[42] + 0.05 * g * g;
+    k_adamw(c);
+    check("adamw param[42]",
+          c->w[42], p0 * (1 - 1e-4 * 0.1) - (1e-4 / (1 - pow(0.9, 10))) * m1 / (sqrt(v1) / sqrt(1 - pow(0.95, 10)) + 1e-8), 1e-5);
+    report("AdamW update (all params)", time_it(k_adamw, c, reps), 0, 28.0 * c->n);
+    return 0;
+}
+
+/* torch_mm.py ends at the end of its input: a failed check if not cleanly */
+static void torch_end(const run_opts *o) {
+    int status;
+    fclose(o->torch_to), fclose(o->torch_from);
+    if (waitpid(o->torch_pid, &status, 0) != o->torch_pid || !WIFEXITED(status) ||
+        WEXITSTATUS(status)) {
+        printf("CHECK FAILED bench/torch_mm.py did not end cleanly\n");
+        failures++;
     }
 }
 
@@ -336,12 +775,8 @@ int main(int argc, char **argv) {
     pt_gpt_config cfg;
     pt_rng r;
     ctx c;
-    size_t N, C, V, n4;
-    double peak1, ipeak1[3], ipeak[3]; /* fp32 FMA, bf16 AMX, bf16 vdpbf16ps */
-    char torch_version[128];
-    FILE *torch_to = NULL, *torch_from = NULL;
-    pid_t torch_pid = 0;
-    int i;
+    run_opts o;
+    double ipeak[3]; /* fp32 FMA, bf16 AMX, bf16 vdpbf16ps */
 
     cli_passive_wait(argv);
     if ((s = cli_parse(argc, argv, opts, nopts, pos, 0, &npos)) != 0) {
@@ -352,376 +787,25 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", pt_last_error());
         return 2;
     }
+    memset(&o, 0, sizeof o);
+    o.config = config, o.only = only, o.batch = batch, o.seq = seq, o.reps = reps;
     if (torch && *torch) /* before anything is measured: it waits for shapes meanwhile */
-        torch_pid = torch_start(torch, &torch_to, &torch_from, torch_version, (int)sizeof torch_version);
+        o.torch_pid = torch_start(torch, &o.torch_to, &o.torch_from, o.torch_version,
+                                  (int)sizeof o.torch_version);
     pt_rng_seed(&r, 1);
     pt_set_threads(threads);
     if (pt_ctx_init(&g_pt, NULL) != PT_OK) { /* a workspace for the run's threads */
         fprintf(stderr, "error: %s\n", pt_last_error());
         return 2;
     }
-    pt_set_threads(1);
-    peak1 = pt_gemm_peak_gflops(&g_pt, 2048, 1.0);
-    pt_set_threads(threads);
-    peak_gflops = pt_gemm_peak_gflops(&g_pt, 2048, 1.0);
-    pt_set_threads(1);
-    ipeak1[0] = pt_instr_peak_gflops(0, 0.5);
-    ipeak1[1] = bf16_peak("amx"), ipeak1[2] = bf16_peak("avx512bf16");
-    pt_set_threads(threads);
-    ipeak[0] = pt_instr_peak_gflops(0, 0.5);
-    ipeak[1] = bf16_peak("amx"), ipeak[2] = bf16_peak("avx512bf16");
-    pt_gemm_bf16_select(NULL);
-    printf("machine: instruction peak fp32 FMA %.1f GFLOP/s on 1 thread, %.1f on %d threads; "
-           "bf16 AMX TDPBF16PS %.1f on 1 thread, %.1f on %d threads; bf16 vdpbf16ps %.1f on 1 "
-           "thread, %.1f on %d threads (0: not on this CPU)\n",
-           ipeak1[0], ipeak[0], pt_get_threads(), ipeak1[1], ipeak[1], pt_get_threads(), ipeak1[2],
-           ipeak[2], pt_get_threads());
-    memset(&c, 0, sizeof c);
-    bandwidth_gbs = pt_mem_bandwidth_gbs((size_t)32 << 20, 9); /* 2 x 128 MiB: beyond caches */
-    printf("machine: sgemm peak %.1f GFLOP/s on 1 thread, %.1f GFLOP/s on %d threads; memory "
-           "bandwidth %.1f GB/s (y += s*x)\n",
-           peak1, peak_gflops, pt_get_threads(), bandwidth_gbs);
-
-    c.B = batch, c.T = seq, c.C = cfg.n_embd, c.NH = cfg.n_head, c.V = cfg.vocab_size;
-    c.N = batch * seq, c.slots = pt_get_threads();
-    N = (size_t)c.N, C = (size_t)c.C, V = (size_t)c.V, n4 = N * 4 * C;
-    printf("kernels at %s shapes: B=%d T=%d C=%d heads=%d V=%d (N = B*T = %zu rows)\n", config,
-           batch, seq, c.C, c.NH, c.V, N);
-    /* buffers big enough for every kernel below */
-    {
-        size_t big = N * V > n4 ? N * V : n4, wmax = V * C > 4 * C * C ? V * C : 4 * C * C;
-        if (wmax < N * C) wmax = N * C; /* the residual's second operand and gradient */
-        c.x = buffer(big, &r, -1, 1), c.y = buffer(big, &r, 0, 0), c.dy = buffer(big, &r, -1, 1);
-        c.dx = buffer(big, &r, 0, 0);
-        c.w = buffer(wmax, &r, -0.05f, 0.05f), c.dw = buffer(wmax, &r, 0, 0);
-        c.b = buffer(N > 4 * C ? N : 4 * C, &r, -0.1f, 0.1f), c.db = buffer(N > 4 * C ? N : 4 * C, &r, 0, 0);
-        c.mean = buffer(N, &r, 0, 0), c.rstd = buffer(N, &r, 0, 0);
-        c.qkv = buffer(N * 3 * C, &r, -1, 1), c.dqkv = buffer(N * 3 * C, &r, 0, 0);
-        c.lse = buffer((size_t)batch * c.NH * seq, &r, 0, 0);
-        c.scratch = buffer(pt_attention_scratch_floats(seq, c.slots), &r, 0, 0);
-        c.pe = buffer((size_t)seq * C, &r, -0.05f, 0.05f), c.dpe = buffer((size_t)seq * C, &r, 0, 0);
-        c.dlse = (double *)malloc(N * sizeof(double));
-        c.ids = (int *)malloc(N * sizeof(int));
-        if (!c.dlse || !c.ids) return 2;
-        for (i = 0; i < c.N; i++) c.ids[i] = (int)(pt_rng_u64(&r) % V);
-    }
-#define RUN(name) (!only || strstr(name, only))
-
-    if (RUN("gemm")) {
-        /* the model's GEMMs at these shapes, as its kernels call them (layout
-           of op(A) op(B), M x N x K), in each library and precision: GFLOP/s
-           by the wall clock on all the run's threads, and the share of the
-           instruction peak of its precision on as many threads */
-        struct { char name[40]; int ta, tb, M, N, K; } g[15];
-        static const char *lay[4] = {"NN", "TN", "NT", "TT"};
-        static const int io[4][2] = {{1, 3}, {1, 1}, {1, 4}, {4, 1}};
-        /* the columns, fp32 then bf16; those run by pt_sgemm and pt_gemm_bf16
-           select their kernel (NULL: the default, auto unless PTRAIN_GEMM_BF16) */
-        enum { BLAS, PT, DNNL, TORCH, PT16, AMX, DNNL16, TORCH16, NCOL };
-        static const struct { const char *head, *kernel; int bf16, ptrain; } col[NCOL] = {
-            {"OpenBLAS fp32", "openblas", 0, 0}, {"ptrain fp32", "ptrain", 0, 1},
-            {"oneDNN fp32", NULL, 0, 0}, {"torch fp32", NULL, 0, 0},
-            {"ptrain bf16", NULL, 1, 1}, {"ptrain AMX", "amx", 1, 1},
-            {"oneDNN bf16", NULL, 1, 0}, {"torch bf16", NULL, 1, 0}};
-        /* the bf16 peak: AMX's where the CPU has it, else vdpbf16ps's; without
-           either, bf16 GEMMs run as fp32 products at the fp32 peak */
-        double peak[2] = {ipeak[0], ipeak[1] > 0 ? ipeak[1] : ipeak[2] > 0 ? ipeak[2] : ipeak[0]};
-        double gf[15][NCOL], pc[15][NCOL], v[15], med;
-        int on[NCOL] = {0}, ng = 0, k, l, j, m;
-#ifdef PT_BENCH_DNNL
-        dnnl_engine_t engine;
-        dnnl_stream_t stream;
-        pt_rng pick; /* the elements checked */
-        pt_rng_seed(&pick, 2);
-        if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success ||
-            dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
-            fprintf(stderr, "error: oneDNN: no CPU engine\n");
-            return 2;
-        }
-        on[DNNL] = on[DNNL16] = 1;
-#endif
-        on[BLAS] = pt_gemm_select("openblas") == PT_OK, on[PT] = pt_gemm_select("ptrain") == PT_OK;
-        on[PT16] = pt_gemm_bf16_select(NULL) == PT_OK, on[AMX] = pt_gemm_bf16_select("amx") == PT_OK;
-        on[TORCH] = on[TORCH16] = torch_pid > 0;
-        pt_gemm_bf16_select(NULL);
-        for (k = 0; k < 5; k++)
-            for (l = 0; l < 3; l++) { /* forward, d(input), d(weight) */
-                int IN = k < 4 ? io[k][0] * c.C : c.C, OUT = k < 4 ? io[k][1] * c.C : c.V;
-                const char *what = k == 4 ? "lm head" : k == 0 ? "c_attn" : k == 1 ? "attn.c_proj"
-                                           : k == 2 ? "c_fc" : "mlp.c_proj";
-                if (k < 4) { /* Conv1D: out = inp @ W, W [IN,OUT] */
-                    g[ng].ta = l == 2, g[ng].tb = l == 1;
-                    g[ng].M = l == 2 ? IN : c.N, g[ng].N = l == 1 ? IN : OUT;
-                    g[ng].K = l == 0 ? IN : l == 1 ? OUT : c.N;
-                } else { /* tied head: logits = x @ wte^T, wte [V,C] */
-                    g[ng].ta = l == 2, g[ng].tb = l == 0;
-                    g[ng].M = l == 2 ? OUT : c.N, g[ng].N = l == 0 ? OUT : IN;
-                    g[ng].K = l == 0 ? IN : l == 1 ? OUT : c.N;
-                }
-                snprintf(g[ng].name, sizeof g[ng].name, "%s %s", what,
-                         l == 0 ? "fwd" : l == 1 ? "dinp" : "dW");
-                ng++;
-            }
-        printf("GEMMs at %s shapes on %d threads, median of %d calls, every column in one run: "
-               "GFLOP/s by the wall clock (%% of the\n%d-thread instruction peak of its precision: "
-               "fp32 %.1f, bf16 %.1f GFLOP/s); ptrain bf16 is %s%s%s\n", config, pt_get_threads(),
-               reps, pt_get_threads(), peak[0], peak[1], pt_gemm_bf16_name(),
-               torch_pid ? "; torch.mm: " : "", torch_pid ? torch_version : "");
-        printf("  %-16s %-2s %5s %5s %5s |", "GEMM", "", "M", "N", "K");
-        for (j = 0; j < NCOL; j++)
-            if (on[j]) printf("%s %13s", j == PT16 ? " |" : "", col[j].head);
-        printf("\n");
-        for (k = 0; k < ng; k++) {
-            gemm_args ga;
-            double fl = 2.0 * g[k].M * g[k].N * (double)g[k].K;
-#ifdef PT_BENCH_DNNL
-            uint16_t *a16 = (uint16_t *)malloc((size_t)g[k].M * g[k].K * sizeof(uint16_t));
-            uint16_t *b16 = (uint16_t *)malloc((size_t)g[k].K * g[k].N * sizeof(uint16_t));
-#endif
-            memset(&ga, 0, sizeof ga);
-            ga.ta = g[k].ta, ga.tb = g[k].tb, ga.M = g[k].M, ga.N = g[k].N, ga.K = g[k].K;
-            ga.A = c.x, ga.B = c.dy, ga.C = c.y;
-#ifdef PT_BENCH_DNNL
-            ga.stream = stream;
-            if (!a16 || !b16 || !dnnl_bf16_matmul(&ga, engine, a16, b16, c.dx)) {
-                fprintf(stderr, "error: oneDNN: no bf16 matmul for %s\n", g[k].name);
-                return 2;
-            }
-#endif
-            for (j = 0; j < NCOL; j++) { /* each column but torch's, one after another */
-                if (!on[j] || j == TORCH || j == TORCH16) continue;
-                ga.bf16 = col[j].bf16, ga.dnnl = j == DNNL || j == DNNL16;
-                if (!ga.dnnl && ga.bf16) pt_gemm_bf16_select(col[j].kernel);
-                else if (!ga.dnnl) pt_gemm_select(col[j].kernel);
-                gf[k][j] = fl / time_it(k_gemm, &ga, reps) / 1e9;
-            }
-            if (torch_pid) { /* then torch.mm's fp32 and bf16, in bench/torch_mm.py */
-                char line[128];
-                fprintf(torch_to, "%d %d %d %d %d %d %d\n", ga.ta, ga.tb, ga.M, ga.N, ga.K, reps,
-                        pt_get_threads());
-                fflush(torch_to);
-                if (!fgets(line, sizeof line, torch_from) ||
-                    sscanf(line, "%lf %lf", &gf[k][TORCH], &gf[k][TORCH16]) != 2) {
-                    fprintf(stderr, "error: --torch: bench/torch_mm.py gave no answer for %s\n",
-                            g[k].name);
-                    return 2;
-                }
-            }
-#ifdef PT_BENCH_DNNL
-            /* oneDNN's bf16 result (c.dx) against pt_gemm_bf16's (c.y, from the
-               ptrain bf16 columns before it), at 5 sampled elements. Both sum
-               the same K products of the same bf16 operands, each exact in
-               fp32, with fp32 additions in different orders: each sum is within
-               g*sum|a_k b_k| of the exact one, g = K*u/(1 - K*u) (u = 2^-24,
-               fp32's unit roundoff; no denormals at these values), so the two
-               differ by at most 2*g*sum|a_k b_k| */
-            for (m = 0; m < 5; m++) {
-                int i0 = (int)(pt_rng_u64(&pick) % (uint64_t)ga.M);
-                int j0 = (int)(pt_rng_u64(&pick) % (uint64_t)ga.N);
-                double sab = 0.0, ku = ga.K * 0x1p-24;
-                char what[96];
-                for (l = 0; l < ga.K; l++)
-                    sab += fabs((double)pt_bf16_round(ga.A[ga.ta ? (size_t)l * ga.M + i0 : (size_t)i0 * ga.K + l]) *
-                                pt_bf16_round(ga.B[ga.tb ? (size_t)j0 * ga.K + l : (size_t)l * ga.N + j0]));
-                snprintf(what, sizeof what, "oneDNN bf16 %.39s [%d,%d] (diff / sum|ab|)", g[k].name, i0, j0);
-                check(what, ((double)c.dx[(size_t)i0 * ga.N + j0] - c.y[(size_t)i0 * ga.N + j0]) / sab,
-                      0.0, 2.0 * ku / (1.0 - ku));
-            }
-            dnnl_primitive_destroy(ga.matmul);
-            for (m = 0; m < 3; m++) dnnl_memory_destroy(ga.mem[m]);
-            free(a16), free(b16);
-#endif
-            printf("  %-16s %-2s %5d %5d %5d |", g[k].name, lay[g[k].ta + 2 * g[k].tb], g[k].M,
-                   g[k].N, g[k].K);
-            for (j = 0; j < NCOL; j++) {
-                if (!on[j]) continue;
-                pc[k][j] = peak[col[j].bf16] > 0 ? 100 * gf[k][j] / peak[col[j].bf16] : 0.0;
-                printf("%s %6.0f (%3.0f%%)", j == PT16 ? " |" : "", gf[k][j], pc[k][j]);
-            }
-            printf("\n");
-        }
-        /* each column over the shapes; ptrain's speed over each other library's
-           in its precision, shape by shape */
-        printf("Over the %d GEMMs, %% of peak min / median; ptrain's GFLOP/s over another's, "
-               "min / median:\n", ng);
-        for (j = 0; j < NCOL; j++) {
-            if (!on[j]) continue;
-            for (k = 0; k < ng; k++) v[k] = pc[k][j];
-            med = cli_median(v, ng); /* sorts v */
-            printf("  %-13s %3.0f%% / %3.0f%%", col[j].head, v[0], med);
-            for (m = 0; m < NCOL; m++) {
-                if (!col[j].ptrain || !on[m] || col[m].ptrain || col[m].bf16 != col[j].bf16) continue;
-                for (k = 0; k < ng; k++) v[k] = gf[k][j] / gf[k][m];
-                med = cli_median(v, ng);
-                printf("   vs %s %4.2fx / %4.2fx", col[m].head, v[0], med);
-            }
-            printf("\n");
-        }
-#ifdef PT_BENCH_DNNL
-        dnnl_stream_destroy(stream);
-        dnnl_engine_destroy(engine);
-#endif
-        pt_gemm_select(NULL);
-        pt_gemm_bf16_select(NULL);
-    }
-
-    if (RUN("small gemm")) {
-        /* the model's small and skinny products: attention's 64-query blocks
-           (hd = C / heads deep), a row of decoding, 32 rows (B*T < 64); in
-           OpenBLAS and ptrain's kernels (fp32: the blocked kernel itself,
-           where pt_sgemm sends a single row to OpenBLAS: pt_ctx.all_shapes), fp32 and bf16, on 1
-           thread and on the run's: what pt_sgemm's choice for small shapes
-           rests on */
-        int C = c.C, hd = c.C / c.NH, T = seq, nth = pt_get_threads(), k, t;
-        struct { const char *name; int ta, tb, M, N, K; } sg[] = {
-            {"attn scores QK^T", 0, 1, 64, T, hd}, {"attn P V", 0, 0, 64, hd, T},
-            {"attn dK dS^T Q", 1, 0, T, hd, 64},   {"decode c_attn", 0, 0, 1, 3 * C, C},
-            {"decode c_fc", 0, 0, 1, 4 * C, C},     {"decode mlp.c_proj", 0, 0, 1, C, 4 * C},
-            {"decode lm head", 0, 1, 1, c.V, C},    {"32 rows c_fc", 0, 0, 32, 4 * C, C},
-            {"32 rows lm head", 0, 1, 32, c.V, C}};
-        printf("Small and skinny GEMMs at %s shapes, GFLOP/s (median of %d runs of ~1 ms): "
-               "OpenBLAS fp32, ptrain's fp32 kernel, ptrain bf16\n", config, reps);
-        printf("  %-18s %-2s %5s %5s %5s | %-34s | %s\n", "GEMM", "", "M", "N", "K", "1 thread",
-               "all threads");
-        for (k = 0; k < (int)(sizeof sg / sizeof sg[0]); k++) {
-            gemm_args ga;
-            gemm_run run;
-            double fl = 2.0 * sg[k].M * sg[k].N * (double)sg[k].K;
-            memset(&ga, 0, sizeof ga);
-            ga.ta = sg[k].ta, ga.tb = sg[k].tb, ga.M = sg[k].M, ga.N = sg[k].N, ga.K = sg[k].K;
-            ga.A = c.x, ga.B = c.dy, ga.C = c.y;
-            run.g = &ga, run.n = (int)(2e8 / fl) + 1; /* ~1 ms at 200 GFLOP/s */
-            printf("  %-18s %c%c %5d %5d %5d |", sg[k].name, ga.ta ? 'T' : 'N', ga.tb ? 'T' : 'N',
-                   ga.M, ga.N, ga.K);
-            for (t = 0; t < 2; t++) {
-                double r[3];
-                int j;
-                pt_set_threads(t ? nth : 1);
-                for (j = 0; j < 3; j++) { /* OpenBLAS, ptrain's fp32 kernel, ptrain bf16 */
-                    r[j] = 0.0;
-                    ga.bf16 = j == 2, ga.kernel = j == 1;
-                    if (j < 2 && pt_gemm_select(j ? "ptrain" : "openblas") != PT_OK) continue;
-                    if (j == 2) pt_gemm_select(NULL), pt_gemm_bf16_select(NULL);
-                    r[j] = fl * run.n / time_it(k_gemm_run, &run, reps) / 1e9;
-                }
-                printf(" %6.1f %6.1f %6.1f %5.2fx%s", r[0], r[1], r[2], r[0] > 0 ? r[1] / r[0] : 0.0,
-                       t ? "\n" : " |");
-            }
-        }
-        printf("  (each group: OpenBLAS fp32, ptrain's fp32 kernel, ptrain bf16, ptrain fp32 / "
-               "OpenBLAS)\n");
-        pt_set_threads(nth);
-        pt_gemm_select(NULL);
-    }
-
-    if (RUN("embedding")) { /* reads a wte row and a wpe row, writes a row */
-        k_encoder_f(&c);
-        check("embedding out[5,3]", c.y[5 * C + 3], (double)c.w[(size_t)c.ids[5] * C + 3] + c.pe[(5 % seq) * C + 3], 1e-6);
-        report("embedding forward", time_it(k_encoder_f, &c, reps), 0, 12.0 * N * C);
-        report("embedding backward", time_it(k_encoder_b, &c, reps), 0, 20.0 * N * C);
-    }
-    if (RUN("layernorm")) {
-        double mu = 0, var = 0;
-        for (i = 0; i < c.C; i++) c.w[i] = 1.0f, c.b[i] = 0.0f;
-        k_ln_f(&c);
-        for (i = 0; i < c.C; i++) mu += c.y[7 * C + i];
-        for (i = 0; i < c.C; i++) var += (c.y[7 * C + i] - mu / C) * (c.y[7 * C + i] - mu / C);
-        check("layernorm row mean", mu / C, 0.0, 1e-5);
-        check("layernorm row variance", var / C, 1.0, 1e-3);
-        report("layernorm forward", time_it(k_ln_f, &c, reps), 0, 8.0 * N * C);
-        report("layernorm backward", time_it(k_ln_b, &c, reps), 0, 16.0 * N * C);
-    }
-    {
-        static const struct { const char *name; int in, out; } mms[] = {
-            {"matmul c_attn (C->3C)", 1, 3}, {"matmul attn.c_proj (C->C)", 1, 1},
-            {"matmul c_fc (C->4C)", 1, 4}, {"matmul mlp.c_proj (4C->C)", 4, 1}};
-        int k;
-        for (k = 0; k < 4; k++) {
-            char name[64];
-            if (!RUN(mms[k].name)) continue;
-            c.IN = mms[k].in * c.C, c.OUT = mms[k].out * c.C;
-            k_mm_f(&c);
-            check(mms[k].name, c.y[(size_t)3 * c.OUT + 5], dot_col(c.x, c.w, 3, c.IN, c.OUT, 5) + c.b[5], 1e-4);
-            snprintf(name, sizeof name, "%s fwd", mms[k].name);
-            report(name, time_it(k_mm_f, &c, reps), 2.0 * N * c.IN * c.OUT, 0);
-            snprintf(name, sizeof name, "%s bwd", mms[k].name);
-            report(name, time_it(k_mm_b, &c, reps), 4.0 * N * c.IN * c.OUT, 0);
-        }
-    }
-    if (RUN("attention")) {
-        float *ref = buffer(N * C, &r, 0, 0), *att = (float *)malloc(sizeof(float) * batch * c.NH * (size_t)seq * seq);
-        size_t j;
-        double worst = 0;
-        if (!att) return 2;
-        k_att_f(&c);
-        pt_attention_ref_forward(ref, att, c.qkv, c.B, c.T, c.C, c.NH);
-        for (j = 0; j < N * C; j++) worst = fmax(worst, fabs((double)ref[j] - c.y[j]));
-        check("attention vs reference kernel (max abs)", worst, 0.0, 1e-5);
-        free(ref), free(att);
-        report("attention forward", time_it(k_att_f, &c, reps), 4.0 * N * seq * C, 0);
-        report("attention backward", time_it(k_att_b, &c, reps), 8.0 * N * seq * C, 0);
-    }
-    if (RUN("gelu")) {
-        c.n = n4;
-        k_gelu_f(&c);
-        for (i = 0; i < 4; i++) {
-            double x = c.x[i * 997], th = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
-            check("gelu", c.y[i * 997], 0.5 * x * (1.0 + th), 1e-5);
-        }
-        report("gelu forward", time_it(k_gelu_f, &c, reps), 0, 8.0 * c.n);
-        report("gelu backward", time_it(k_gelu_b, &c, reps), 0, 12.0 * c.n);
-    }
-    if (RUN("residual")) {
-        c.n = N * C;
-        k_res_f(&c);
-        check("residual", c.y[11], (double)c.x[11] + c.w[11], 1e-6);
-        report("residual forward", time_it(k_res_f, &c, reps), 0, 12.0 * c.n);
-        report("residual backward", time_it(k_res_b, &c, reps), 0, 20.0 * c.n);
-    }
-    if (RUN("head")) {
-        double want = 0;
-        for (i = 0; i < c.C; i++) want += (double)c.x[2 * C + i] * c.w[7 * C + i];
-        k_head_f(&c);
-        check("tied head logits[2,7]", c.y[2 * V + 7], want, 1e-4);
-        report("tied head forward (matmul)", time_it(k_head_f, &c, 3), 2.0 * N * C * V, 0);
-        report("tied head backward (matmul)", time_it(k_head_b, &c, 3), 4.0 * N * C * V, 0);
-    }
-    if (RUN("crossentropy")) {
-        double mx = -1e30, sum = 0;
-        size_t v;
-        k_xent_f(&c);
-        for (v = 0; v < V; v++) mx = fmax(mx, c.x[4 * V + v]);
-        for (v = 0; v < V; v++) sum += exp(c.x[4 * V + v] - mx);
-        check("crossentropy loss[4]", c.b[4], mx + log(sum) - c.x[4 * V + c.ids[4]], 1e-5);
-        report("softmax cross-entropy fwd", time_it(k_xent_f, &c, reps), 0, 4.0 * N * V);
-        report("softmax cross-entropy bwd", time_it(k_xent_b, &c, reps), 0, 8.0 * N * V);
-    }
+    measure_machine(threads, ipeak);
+    if (alloc_buffers(&c, &cfg, &o, &r) != 0) return 2;
+    if (RUN("gemm") && bench_gemm(&c, &o, ipeak) != 0) return 2;
+    if (RUN("small gemm")) bench_small_gemm(&c, &o);
+    if (bench_gpt2(&c, &o, &r) != 0) return 2;
     bench_llama(&cfg, batch, seq, reps, only, &r);
-    if (RUN("adamw")) {
-        int64_t P = pt_gpt_num_params(&cfg);
-        double p0, g, m1, v1;
-        c.n = (size_t)P;
-        free(c.x), free(c.dx); /* reuse memory: params, grads, m, v */
-        c.x = NULL, c.dx = NULL;
-        c.w = (float *)realloc(c.w, c.n * sizeof(float)), c.dw = (float *)realloc(c.dw, c.n * sizeof(float));
-        c.m = buffer(c.n, &r, -1e-3f, 1e-3f), c.v = buffer(c.n, &r, 0, 1e-6f);
-        if (!c.w || !c.dw) return 2;
-        for (i = 0; i < 1000; i++) c.w[i] = 0.01f * (float)i, c.dw[i] = 1e-3f * (float)(i % 7);
-        c.opt = pt_adamw_default();
-        p0 = c.w[42], g = c.dw[42], m1 = 0.9 * c.m[42] + 0.1 * g, v1 = 0.95 * c.v[42] + 0.05 * g * g;
-        k_adamw(&c);
-        check("adamw param[42]",
-              c.w[42], p0 * (1 - 1e-4 * 0.1) - (1e-4 / (1 - pow(0.9, 10))) * m1 / (sqrt(v1) / sqrt(1 - pow(0.95, 10)) + 1e-8), 1e-5);
-        report("AdamW update (all params)", time_it(k_adamw, &c, reps), 0, 28.0 * c.n);
-    }
-    if (torch_pid) { /* torch_mm.py ends at the end of its input */
-        int status;
-        fclose(torch_to), fclose(torch_from);
-        if (waitpid(torch_pid, &status, 0) != torch_pid || !WIFEXITED(status) || WEXITSTATUS(status)) {
-            printf("CHECK FAILED bench/torch_mm.py did not end cleanly\n");
-            failures++;
-        }
-    }
+    if (RUN("adamw") && bench_adamw(&c, &cfg, reps, &r) != 0) return 2;
+    if (o.torch_pid) torch_end(&o);
     printf("%s\n", failures ? "SOME CHECKS FAILED: the timings above are not trustworthy" : "all result checks passed");
     pt_ctx_free(&g_pt);
     return failures ? 1 : 0;

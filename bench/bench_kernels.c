@@ -371,6 +371,7 @@ static int alloc_buffers(ctx *c, const pt_gpt_config *cfg, const run_opts *o, pt
            o->batch, o->seq, c->C, c->NH, c->V, N);
     big = N * V > n4 ? N * V : n4, wmax = V * C > 4 * C * C ? V * C : 4 * C * C;
     if (wmax < N * C) wmax = N * C; /* the residual's second operand and gradient */
+    if (big < wmax) big = wmax; /* the GEMM table's dW products, a weight's size, land in y */
     c->x = buffer(big, r, -1, 1), c->y = buffer(big, r, 0, 0), c->dy = buffer(big, r, -1, 1);
     c->dx = buffer(big, r, 0, 0);
     c->w = buffer(wmax, r, -0.05f, 0.05f), c->dw = buffer(wmax, r, 0, 0);

@@ -52,18 +52,29 @@
        >>kernels    the execution context (pt_ctx), GEMMs (fp32, bf16), forward/backward
                     pairs (LayerNorm, RMSNorm, RoPE, GELU, SwiGLU, grouped-query attention,
                     ...), AdamW, clipping, LR schedule
-       >>model      GPT-2 / LLaMA config, tensor table, the block, building a model,
-                    generation
        >>comm       communicators (self, threads, MPI), started (non-blocking) operations,
                     the tp x dp x pp grid
+       >>model      GPT-2 / LLaMA config, tensor table, the block (its tp all-reduces on
+                    >>comm), generation. pt_gpt_init/pt_gpt_free are declared here and
+                    defined in >>exec: building a model lays out the executor's state.
+                    One call reaches forward, to >>exec: pt__ag_settle before reading
+                    weights that ZeRO's overlapped parameter gathers may still write
        >>schedule   pipeline schedules as data, their checker, text grid, timelines
-       >>exec       the executor: one training step (pt_gpt_step) for every layout,
-                    evaluation, the serial forward/backward, gradients, AdamW
+       >>exec       the executor's state (pt_gpt_exec: buckets and started collectives,
+                    schedule slots and buffers, weight versions), building it
+                    (pt_gpt_init) and the one query of its layout (pt__exec_layout_of)
+                    that the memory report, >>sim and >>io read; one training step
+                    (pt_gpt_step) for every layout, evaluation, the serial
+                    forward/backward, gradients, AdamW
        >>sim        hardware profiles, cost model, simulated steps, strategy search
        >>text       byte-level BPE tokenizers (GPT-2 files, tokenizer.json), text <-> ids,
                     the pre-tokenizer's pieces, token files from text, BPE training
        >>io         a file read whole, safetensors, token data, loaders, checkpoints,
                     line charts (SVG)
+       Each section uses only earlier ones, but for two seams: >>model's call to
+       >>exec above, and >>text's files: it reads text and writes tokenizers and
+       token files through >>io (pt_file_read, pt__write_atomic, pt_tokens_*),
+       which come last with the other file formats.
 
    ALLOCATION. ptrain allocates through PTRAIN_MALLOC/PTRAIN_FREE only.
    Objects filled by an init function (pt_tokens, pt_loader, pt_safetensors,
@@ -523,6 +534,173 @@ PTRAINDEF double pt_instr_peak_gflops(int bf16, double seconds);
 PTRAINDEF double pt_mem_bandwidth_gbs(size_t n, int reps);
 
 /* ======================================================================== */
+/* >>comm                                                                    */
+/* ======================================================================== */
+
+/* A communicator: rank, size and a small table of collectives on float
+   buffers. Backends: self (size 1), threads (ranks are threads of one process
+   sharing memory, started by pt_comm_threads_run), MPI (PTRAIN_MPI; ranks are
+   processes started by mpirun). Every operation is collective over the
+   communicator unless it says otherwise, and every rank must call them in the
+   same order with the same sizes. Results are bitwise identical on every rank.
+   Users may plug in a backend of their own by filling a pt_comm_ops table. */
+typedef enum pt_reduce_op { PT_REDUCE_SUM = 0, PT_REDUCE_AVG, PT_REDUCE_MAX } pt_reduce_op;
+typedef enum pt_comm_kind { PT_COMM_SELF = 0, PT_COMM_THREADS, PT_COMM_MPI } pt_comm_kind;
+typedef struct pt_comm pt_comm;
+typedef struct pt_grid pt_grid;
+
+/* A started (non-blocking) operation: pt_comm_*_start fills it, pt_comm_wait
+   or a pt_comm_test that reports it done finishes it. The caller owns it; it
+   must stay at its address, and the buffers it names must not be touched
+   (read or written), until it finished. A finished or zeroed request has
+   comm == NULL, and waiting on it returns PT_OK at once. */
+typedef enum pt_comm_op {
+    PT_COMM_OP_NONE = 0, PT_COMM_OP_ALL_REDUCE, PT_COMM_OP_REDUCE_SCATTER, PT_COMM_OP_ALL_GATHER,
+    PT_COMM_OP_SEND, PT_COMM_OP_RECV
+} pt_comm_op;
+
+typedef struct pt_comm_req {
+    pt_comm *comm;      /* NULL: nothing outstanding */
+    pt_comm_op op;
+    int arg;            /* the reduce op (collectives), the peer rank (send, recv) */
+    int tag;            /* send, recv */
+    size_t n;           /* as in the blocking call */
+    const float *in;    /* all_reduce: buf; reduce_scatter, all_gather: in; send: buf */
+    float *out;         /* all_reduce: buf; reduce_scatter, all_gather: out; recv: buf */
+    int done;           /* the backend finished it early; status is its result */
+    pt_status status;
+    uint64_t seq;       /* the backend's: the collective's number on its communicator */
+    void *link;         /* the backend's: a list of the rank's receives */
+    uint64_t state[2];  /* the backend's: an MPI_Request */
+} pt_comm_req;
+
+typedef struct pt_comm_ops {
+    /* buf (n) on every rank becomes op over the ranks' buf */
+    pt_status (*all_reduce)(pt_comm *c, float *buf, size_t n, pt_reduce_op op);
+    /* in (size*n) on every rank; out (n) on rank r = op over ranks of in[r*n .. r*n+n) */
+    pt_status (*reduce_scatter)(pt_comm *c, const float *in, float *out, size_t n,
+                                pt_reduce_op op);
+    /* in (n) on every rank; out (size*n): out[r*n ..] = rank r's in */
+    pt_status (*all_gather)(pt_comm *c, const float *in, float *out, size_t n);
+    pt_status (*broadcast)(pt_comm *c, float *buf, size_t n, int root);
+    /* Point to point, not collective. send is buffered: it returns once buf may
+       be reused, whether or not the receive was posted; messages between two
+       ranks with the same tag arrive in order. */
+    pt_status (*send)(pt_comm *c, const float *buf, size_t n, int dst, int tag);
+    pt_status (*recv)(pt_comm *c, float *buf, size_t n, int src, int tag);
+    pt_status (*barrier)(pt_comm *c);
+    /* Ranks with equal color form a new communicator, ordered by key (ties by
+       rank). */
+    pt_status (*split)(pt_comm *c, int color, int key, pt_comm *out);
+    /* Tells every rank that this one failed with message msg; under threads
+       the others' pending and later operations return PT_ERR_COMM with
+       "rank R failed: msg", under MPI the job is aborted. */
+    void (*abort)(pt_comm *c, const char *msg);
+    void (*free)(pt_comm *c);
+    /* Non-blocking operations (optional: a backend without them runs the
+       blocking operation inside start, and the request is finished at once).
+       start begins the operation r describes (r->op, in, out, n, arg, tag);
+       test sets *done to 1 once it finished and 0 otherwise, without waiting;
+       wait returns when it finished. Both return the operation's status. */
+    pt_status (*start)(pt_comm *c, pt_comm_req *r);
+    pt_status (*test)(pt_comm *c, pt_comm_req *r, int *done);
+    pt_status (*wait)(pt_comm *c, pt_comm_req *r);
+} pt_comm_ops;
+
+struct pt_comm {
+    int rank, size;
+    pt_comm_kind kind;
+    const pt_comm_ops *ops;
+    void *impl;              /* the backend's state */
+    double seconds;          /* time spent inside this communicator's operations */
+    uint64_t bytes, calls;   /* payload bytes and number of operations */
+};
+
+/* The self communicator: rank 0 of 1. */
+PTRAINDEF void pt_comm_self(pt_comm *c);
+/* Runs fn(world, arg) on nranks threads, each with a world communicator of
+   its own (rank 0..nranks-1). Each rank gets max(1, cores/nranks) OpenMP and
+   BLAS threads. Returns PT_OK if every rank returned PT_OK; otherwise the
+   lowest failing rank's status, with its message in pt_last_error() of the
+   caller ("rank 2: cannot open data.bin: No such file or directory"). A rank
+   that returns an error aborts the world, so no other rank waits forever. */
+PTRAINDEF pt_status pt_comm_threads_run(int nranks, pt_status (*fn)(pt_comm *world, void *arg),
+                                        void *arg);
+#ifdef PTRAIN_MPI
+/* MPI_Init (if needed) and a duplicate of MPI_COMM_WORLD. */
+PTRAINDEF pt_status pt_comm_mpi_init(pt_comm *world, int *argc, char ***argv);
+PTRAINDEF void pt_comm_mpi_finalize(void);
+#endif
+
+/* The operations, timed into c->seconds/bytes/calls. */
+PTRAINDEF pt_status pt_comm_all_reduce(pt_comm *c, float *buf, size_t n, pt_reduce_op op);
+PTRAINDEF pt_status pt_comm_reduce_scatter(pt_comm *c, const float *in, float *out, size_t n,
+                                           pt_reduce_op op);
+PTRAINDEF pt_status pt_comm_all_gather(pt_comm *c, const float *in, float *out, size_t n);
+PTRAINDEF pt_status pt_comm_broadcast(pt_comm *c, float *buf, size_t n, int root);
+PTRAINDEF pt_status pt_comm_send(pt_comm *c, const float *buf, size_t n, int dst, int tag);
+PTRAINDEF pt_status pt_comm_recv(pt_comm *c, float *buf, size_t n, int src, int tag);
+PTRAINDEF pt_status pt_comm_barrier(pt_comm *c);
+/* Non-blocking forms of the operations above, with the same arguments,
+   checks and results bit for bit (the same reduction order), plus the
+   request. Collectives must be started in the same order on every rank
+   (blocking ones between them count too); they may be waited in any order.
+   Receives match messages in the order they were started. A receive of the
+   wrong size fails its wait with PT_ERR_SHAPE (under MPI the message is
+   consumed). Time inside start, test and wait counts into c->seconds: the
+   communication the caller was exposed to.
+   Progress: under threads nothing runs in the background: a rank's test or
+   wait performs unclaimed blocks of the reduction (any rank of the group may
+   do any block, each block once, in rank order), so a collective finishes
+   as soon as every rank started it and one of them waits. Under MPI,
+   Open MPI progresses the request only inside MPI calls: call pt_comm_test
+   now and then while computing, as the executor does from its GEMMs
+   (bench/overlap.sh measures the difference).
+   Threads: at most 64 collectives outstanding per communicator and rank. */
+PTRAINDEF pt_status pt_comm_all_reduce_start(pt_comm *c, float *buf, size_t n, pt_reduce_op op,
+                                             pt_comm_req *req);
+PTRAINDEF pt_status pt_comm_reduce_scatter_start(pt_comm *c, const float *in, float *out,
+                                                 size_t n, pt_reduce_op op, pt_comm_req *req);
+PTRAINDEF pt_status pt_comm_all_gather_start(pt_comm *c, const float *in, float *out, size_t n,
+                                             pt_comm_req *req);
+PTRAINDEF pt_status pt_comm_send_start(pt_comm *c, const float *buf, size_t n, int dst, int tag,
+                                       pt_comm_req *req);
+PTRAINDEF pt_status pt_comm_recv_start(pt_comm *c, float *buf, size_t n, int src, int tag,
+                                       pt_comm_req *req);
+/* Waits for req to finish and returns its status; req->comm becomes NULL.
+   If another rank fails meanwhile, PT_ERR_COMM naming it (as the blocking
+   operations do). */
+PTRAINDEF pt_status pt_comm_wait(pt_comm_req *req);
+/* *done = 1 and the operation's status once req finished (then as wait);
+   *done = 0 and PT_OK while it runs. */
+PTRAINDEF pt_status pt_comm_test(pt_comm_req *req, int *done);
+PTRAINDEF pt_status pt_comm_split(pt_comm *c, int color, int key, pt_comm *out);
+/* Reports this rank's failure to the others (message: pt_last_error()) and
+   returns s, so a rank can `return pt_comm_fail(world, st);`. A rank with
+   started operations outstanding calls it before it frees their buffers
+   (under threads the others may be reducing into them until it returns). */
+PTRAINDEF pt_status pt_comm_fail(pt_comm *c, pt_status s);
+PTRAINDEF void pt_comm_free(pt_comm *c);
+/* 1 if every rank passed ok != 0 (an all-reduce of a flag): lets ranks agree
+   that all of them got past a step that can fail locally (opening a file). */
+PTRAINDEF pt_status pt_comm_all_ok(pt_comm *c, int ok, int *all_ok);
+
+/* The tensor x data x pipeline grid of Megatron-LM: world rank
+   r = t + tp * (d + dp * p) for tensor rank t, data rank d, pipeline rank p.
+   tp groups are consecutive ranks (on one node under MPI's usual mapping). */
+struct pt_grid {
+    int tp, dp, pp;                 /* group sizes, tp * dp * pp = world size */
+    int tp_rank, dp_rank, pp_rank;  /* this rank's coordinates */
+    pt_comm *world;                 /* not owned */
+    pt_comm tp_comm, dp_comm, pp_comm;
+};
+
+/* Splits world into the three groups. Checks tp, dp, pp >= 1 and
+   tp * dp * pp == world->size ("world size 6 != tp 4 x dp 1 x pp 1"). */
+PTRAINDEF pt_status pt_grid_init(pt_grid *g, pt_comm *world, int tp, int dp, int pp);
+PTRAINDEF void pt_grid_free(pt_grid *g);
+
+/* ======================================================================== */
 /* >>model                                                                   */
 /* ======================================================================== */
 
@@ -583,9 +761,6 @@ typedef struct pt_param {
     int bucket; /* the gradient bucket of its first element */
     int canon;  /* its place in the whole model's canonical order */
 } pt_param;
-
-typedef struct pt_comm pt_comm; /* >>comm */
-typedef struct pt_grid pt_grid;
 
 /* Pointers of one block's parameters (or gradients) into the flat buffer.
    GPT-2 names in the comments (F = ffn_hidden); a NULL bias is absent. For
@@ -866,171 +1041,6 @@ PTRAINDEF int pt_sample_logits(const float *logits, int V, float temperature, in
 PTRAINDEF pt_status pt_gpt_generate(const pt_gpt *m, pt_kv_cache *c, const int *prompt,
                                     int n_prompt, int *out, int n_new,
                                     const pt_sample_desc *desc);
-
-/* ======================================================================== */
-/* >>comm                                                                    */
-/* ======================================================================== */
-
-/* A communicator: rank, size and a small table of collectives on float
-   buffers. Backends: self (size 1), threads (ranks are threads of one process
-   sharing memory, started by pt_comm_threads_run), MPI (PTRAIN_MPI; ranks are
-   processes started by mpirun). Every operation is collective over the
-   communicator unless it says otherwise, and every rank must call them in the
-   same order with the same sizes. Results are bitwise identical on every rank.
-   Users may plug in a backend of their own by filling a pt_comm_ops table. */
-typedef enum pt_reduce_op { PT_REDUCE_SUM = 0, PT_REDUCE_AVG, PT_REDUCE_MAX } pt_reduce_op;
-typedef enum pt_comm_kind { PT_COMM_SELF = 0, PT_COMM_THREADS, PT_COMM_MPI } pt_comm_kind;
-
-/* A started (non-blocking) operation: pt_comm_*_start fills it, pt_comm_wait
-   or a pt_comm_test that reports it done finishes it. The caller owns it; it
-   must stay at its address, and the buffers it names must not be touched
-   (read or written), until it finished. A finished or zeroed request has
-   comm == NULL, and waiting on it returns PT_OK at once. */
-typedef enum pt_comm_op {
-    PT_COMM_OP_NONE = 0, PT_COMM_OP_ALL_REDUCE, PT_COMM_OP_REDUCE_SCATTER, PT_COMM_OP_ALL_GATHER,
-    PT_COMM_OP_SEND, PT_COMM_OP_RECV
-} pt_comm_op;
-
-typedef struct pt_comm_req {
-    pt_comm *comm;      /* NULL: nothing outstanding */
-    pt_comm_op op;
-    int arg;            /* the reduce op (collectives), the peer rank (send, recv) */
-    int tag;            /* send, recv */
-    size_t n;           /* as in the blocking call */
-    const float *in;    /* all_reduce: buf; reduce_scatter, all_gather: in; send: buf */
-    float *out;         /* all_reduce: buf; reduce_scatter, all_gather: out; recv: buf */
-    int done;           /* the backend finished it early; status is its result */
-    pt_status status;
-    uint64_t seq;       /* the backend's: the collective's number on its communicator */
-    void *link;         /* the backend's: a list of the rank's receives */
-    uint64_t state[2];  /* the backend's: an MPI_Request */
-} pt_comm_req;
-
-typedef struct pt_comm_ops {
-    /* buf (n) on every rank becomes op over the ranks' buf */
-    pt_status (*all_reduce)(pt_comm *c, float *buf, size_t n, pt_reduce_op op);
-    /* in (size*n) on every rank; out (n) on rank r = op over ranks of in[r*n .. r*n+n) */
-    pt_status (*reduce_scatter)(pt_comm *c, const float *in, float *out, size_t n,
-                                pt_reduce_op op);
-    /* in (n) on every rank; out (size*n): out[r*n ..] = rank r's in */
-    pt_status (*all_gather)(pt_comm *c, const float *in, float *out, size_t n);
-    pt_status (*broadcast)(pt_comm *c, float *buf, size_t n, int root);
-    /* Point to point, not collective. send is buffered: it returns once buf may
-       be reused, whether or not the receive was posted; messages between two
-       ranks with the same tag arrive in order. */
-    pt_status (*send)(pt_comm *c, const float *buf, size_t n, int dst, int tag);
-    pt_status (*recv)(pt_comm *c, float *buf, size_t n, int src, int tag);
-    pt_status (*barrier)(pt_comm *c);
-    /* Ranks with equal color form a new communicator, ordered by key (ties by
-       rank). */
-    pt_status (*split)(pt_comm *c, int color, int key, pt_comm *out);
-    /* Tells every rank that this one failed with message msg; under threads
-       the others' pending and later operations return PT_ERR_COMM with
-       "rank R failed: msg", under MPI the job is aborted. */
-    void (*abort)(pt_comm *c, const char *msg);
-    void (*free)(pt_comm *c);
-    /* Non-blocking operations (optional: a backend without them runs the
-       blocking operation inside start, and the request is finished at once).
-       start begins the operation r describes (r->op, in, out, n, arg, tag);
-       test sets *done to 1 once it finished and 0 otherwise, without waiting;
-       wait returns when it finished. Both return the operation's status. */
-    pt_status (*start)(pt_comm *c, pt_comm_req *r);
-    pt_status (*test)(pt_comm *c, pt_comm_req *r, int *done);
-    pt_status (*wait)(pt_comm *c, pt_comm_req *r);
-} pt_comm_ops;
-
-struct pt_comm {
-    int rank, size;
-    pt_comm_kind kind;
-    const pt_comm_ops *ops;
-    void *impl;              /* the backend's state */
-    double seconds;          /* time spent inside this communicator's operations */
-    uint64_t bytes, calls;   /* payload bytes and number of operations */
-};
-
-/* The self communicator: rank 0 of 1. */
-PTRAINDEF void pt_comm_self(pt_comm *c);
-/* Runs fn(world, arg) on nranks threads, each with a world communicator of
-   its own (rank 0..nranks-1). Each rank gets max(1, cores/nranks) OpenMP and
-   BLAS threads. Returns PT_OK if every rank returned PT_OK; otherwise the
-   lowest failing rank's status, with its message in pt_last_error() of the
-   caller ("rank 2: cannot open data.bin: No such file or directory"). A rank
-   that returns an error aborts the world, so no other rank waits forever. */
-PTRAINDEF pt_status pt_comm_threads_run(int nranks, pt_status (*fn)(pt_comm *world, void *arg),
-                                        void *arg);
-#ifdef PTRAIN_MPI
-/* MPI_Init (if needed) and a duplicate of MPI_COMM_WORLD. */
-PTRAINDEF pt_status pt_comm_mpi_init(pt_comm *world, int *argc, char ***argv);
-PTRAINDEF void pt_comm_mpi_finalize(void);
-#endif
-
-/* The operations, timed into c->seconds/bytes/calls. */
-PTRAINDEF pt_status pt_comm_all_reduce(pt_comm *c, float *buf, size_t n, pt_reduce_op op);
-PTRAINDEF pt_status pt_comm_reduce_scatter(pt_comm *c, const float *in, float *out, size_t n,
-                                           pt_reduce_op op);
-PTRAINDEF pt_status pt_comm_all_gather(pt_comm *c, const float *in, float *out, size_t n);
-PTRAINDEF pt_status pt_comm_broadcast(pt_comm *c, float *buf, size_t n, int root);
-PTRAINDEF pt_status pt_comm_send(pt_comm *c, const float *buf, size_t n, int dst, int tag);
-PTRAINDEF pt_status pt_comm_recv(pt_comm *c, float *buf, size_t n, int src, int tag);
-PTRAINDEF pt_status pt_comm_barrier(pt_comm *c);
-/* Non-blocking forms of the operations above, with the same arguments,
-   checks and results bit for bit (the same reduction order), plus the
-   request. Collectives must be started in the same order on every rank
-   (blocking ones between them count too); they may be waited in any order.
-   Receives match messages in the order they were started. A receive of the
-   wrong size fails its wait with PT_ERR_SHAPE (under MPI the message is
-   consumed). Time inside start, test and wait counts into c->seconds: the
-   communication the caller was exposed to.
-   Progress: under threads nothing runs in the background: a rank's test or
-   wait performs unclaimed blocks of the reduction (any rank of the group may
-   do any block, each block once, in rank order), so a collective finishes
-   as soon as every rank started it and one of them waits. Under MPI,
-   Open MPI progresses the request only inside MPI calls: call pt_comm_test
-   now and then while computing, as the executor does from its GEMMs
-   (bench/overlap.sh measures the difference).
-   Threads: at most 64 collectives outstanding per communicator and rank. */
-PTRAINDEF pt_status pt_comm_all_reduce_start(pt_comm *c, float *buf, size_t n, pt_reduce_op op,
-                                             pt_comm_req *req);
-PTRAINDEF pt_status pt_comm_reduce_scatter_start(pt_comm *c, const float *in, float *out,
-                                                 size_t n, pt_reduce_op op, pt_comm_req *req);
-PTRAINDEF pt_status pt_comm_all_gather_start(pt_comm *c, const float *in, float *out, size_t n,
-                                             pt_comm_req *req);
-PTRAINDEF pt_status pt_comm_send_start(pt_comm *c, const float *buf, size_t n, int dst, int tag,
-                                       pt_comm_req *req);
-PTRAINDEF pt_status pt_comm_recv_start(pt_comm *c, float *buf, size_t n, int src, int tag,
-                                       pt_comm_req *req);
-/* Waits for req to finish and returns its status; req->comm becomes NULL.
-   If another rank fails meanwhile, PT_ERR_COMM naming it (as the blocking
-   operations do). */
-PTRAINDEF pt_status pt_comm_wait(pt_comm_req *req);
-/* *done = 1 and the operation's status once req finished (then as wait);
-   *done = 0 and PT_OK while it runs. */
-PTRAINDEF pt_status pt_comm_test(pt_comm_req *req, int *done);
-PTRAINDEF pt_status pt_comm_split(pt_comm *c, int color, int key, pt_comm *out);
-/* Reports this rank's failure to the others (message: pt_last_error()) and
-   returns s, so a rank can `return pt_comm_fail(world, st);`. A rank with
-   started operations outstanding calls it before it frees their buffers
-   (under threads the others may be reducing into them until it returns). */
-PTRAINDEF pt_status pt_comm_fail(pt_comm *c, pt_status s);
-PTRAINDEF void pt_comm_free(pt_comm *c);
-/* 1 if every rank passed ok != 0 (an all-reduce of a flag): lets ranks agree
-   that all of them got past a step that can fail locally (opening a file). */
-PTRAINDEF pt_status pt_comm_all_ok(pt_comm *c, int ok, int *all_ok);
-
-/* The tensor x data x pipeline grid of Megatron-LM: world rank
-   r = t + tp * (d + dp * p) for tensor rank t, data rank d, pipeline rank p.
-   tp groups are consecutive ranks (on one node under MPI's usual mapping). */
-struct pt_grid {
-    int tp, dp, pp;                 /* group sizes, tp * dp * pp = world size */
-    int tp_rank, dp_rank, pp_rank;  /* this rank's coordinates */
-    pt_comm *world;                 /* not owned */
-    pt_comm tp_comm, dp_comm, pp_comm;
-};
-
-/* Splits world into the three groups. Checks tp, dp, pp >= 1 and
-   tp * dp * pp == world->size ("world size 6 != tp 4 x dp 1 x pp 1"). */
-PTRAINDEF pt_status pt_grid_init(pt_grid *g, pt_comm *world, int tp, int dp, int pp);
-PTRAINDEF void pt_grid_free(pt_grid *g);
 
 /* ======================================================================== */
 /* >>schedule                                                                */
@@ -2252,6 +2262,11 @@ static int pt__json_skip(pt__json *j) {
 }
 
 /* Expects c (after whitespace) and consumes it. */
+static int pt__json_null(pt__json *j) {
+    pt__ws(j);
+    return pt__json_lit(j, "null");
+}
+
 static int pt__json_expect(pt__json *j, char c) {
     pt__ws(j);
     if (j->p >= j->end || *j->p != c) return 0;
@@ -4686,1812 +4701,6 @@ PTRAINDEF double pt_mem_bandwidth_gbs(size_t n, int reps) {
 }
 
 /* ======================================================================== */
-/* >>model (implementation)                                                  */
-/* ======================================================================== */
-
-/* LLaMA presets: RMSNorm, rotary, SwiGLU, no biases, untied head (kv: key/value
-   heads, ffn: SwiGLU hidden size, theta: rotary base; eps the RMSNorm's). */
-static const struct {
-    const char *name;
-    int V, block, L, NH, C, kv, ffn;
-    float theta, eps;
-} pt__presets[] = {
-    {"tiny", 256, 128, 2, 4, 64, 0, 0, 0.0f, 1e-5f},
-    {"mini", 256, 256, 4, 4, 128, 0, 0, 0.0f, 1e-5f},
-    {"small", 8192, 512, 4, 4, 256, 0, 0, 0.0f, 1e-5f},
-    {"gpt2-124m", 50257, 1024, 12, 12, 768, 0, 0, 0.0f, 1e-5f},
-    {"gpt2-350m", 50257, 1024, 24, 16, 1024, 0, 0, 0.0f, 1e-5f},
-    {"gpt2-774m", 50257, 1024, 36, 20, 1280, 0, 0, 0.0f, 1e-5f},
-    {"gpt2-1558m", 50257, 1024, 48, 25, 1600, 0, 0, 0.0f, 1e-5f},
-    {"llama-tiny", 256, 128, 2, 4, 64, 2, 176, 10000.0f, 1e-5f},
-    {"llama-124m", 32000, 1024, 12, 12, 768, 4, 2048, 10000.0f, 1e-5f}, /* GPT-2 124M's scale */
-    {"llama2-7b", 32000, 4096, 32, 32, 4096, 32, 11008, 10000.0f, 1e-5f},
-    {"llama2-13b", 32000, 4096, 40, 40, 5120, 40, 13824, 10000.0f, 1e-5f},
-    {"llama3-8b", 128256, 8192, 32, 32, 4096, 8, 14336, 500000.0f, 1e-5f},
-    {"llama2-70b", 32000, 4096, 80, 64, 8192, 8, 28672, 10000.0f, 1e-5f},
-};
-#define PT__NPRESETS ((int)(sizeof pt__presets / sizeof pt__presets[0]))
-
-PTRAINDEF const char *pt_gpt_preset_names(void) {
-    return "tiny, mini, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-tiny, "
-           "llama-124m, llama2-7b, llama2-13b, llama3-8b, llama2-70b";
-}
-
-PTRAINDEF pt_status pt_gpt_config_preset(const char *name, pt_gpt_config *out) {
-    int i;
-    for (i = 0; i < PT__NPRESETS; i++)
-        if (name && strcmp(name, pt__presets[i].name) == 0) {
-            memset(out, 0, sizeof *out);
-            out->vocab_size = pt__presets[i].V;
-            out->block_size = pt__presets[i].block;
-            out->n_layer = pt__presets[i].L;
-            out->n_head = pt__presets[i].NH;
-            out->n_embd = pt__presets[i].C;
-            out->ln_eps = pt__presets[i].eps;
-            if (pt__presets[i].kv) {
-                out->arch = PT_ARCH_LLAMA;
-                out->norm = PT_NORM_RMS;
-                out->pos = PT_POS_ROPE;
-                out->mlp = PT_MLP_SWIGLU;
-                out->n_kv_head = pt__presets[i].kv;
-                out->ffn_hidden = pt__presets[i].ffn;
-                out->no_bias = 1;
-                out->untied_head = 1;
-                out->rope_theta = pt__presets[i].theta;
-            }
-            return PT_OK;
-        }
-    return pt__fail(PT_ERR_CONFIG, "unknown model preset '%s' (known: %s)", name ? name : "(null)",
-                    pt_gpt_preset_names());
-}
-
-/* The choices' defaults (zero means GPT-2's). */
-static int pt__kv_heads(const pt_gpt_config *c) { return c->n_kv_head > 0 ? c->n_kv_head : c->n_head; }
-static int pt__ffn(const pt_gpt_config *c) { return c->ffn_hidden > 0 ? c->ffn_hidden : 4 * c->n_embd; }
-static float pt__rope_theta(const pt_gpt_config *c) {
-    return c->rope_theta > 0.0f ? c->rope_theta : 10000.0f;
-}
-
-PTRAINDEF pt_status pt_gpt_config_validate(const pt_gpt_config *c) {
-    int bad = 0;
-    pt_clear_error();
-#define PT__RANGE(field, lo, hi)                                                          \
-    if (c->field < (lo) || c->field > (hi))                                               \
-        pt__append_error(&bad, #field "=%d must be in [%d, %d]", c->field, (int)(lo), (int)(hi));
-    PT__RANGE(vocab_size, 1, 1 << 24)
-    PT__RANGE(block_size, 1, 1 << 20)
-    PT__RANGE(n_layer, 1, 4096)
-    PT__RANGE(n_head, 1, 1 << 16)
-    PT__RANGE(n_embd, 1, 1 << 17)
-#undef PT__RANGE
-    if (c->n_head > 0 && c->n_embd > 0 && c->n_embd % c->n_head != 0)
-        pt__append_error(&bad, "n_embd=%d is not divisible by n_head=%d", c->n_embd, c->n_head);
-    if (!(c->ln_eps >= 0.0f && c->ln_eps < 1.0f))
-        pt__append_error(&bad, "ln_eps=%g must be in [0, 1) (0 means 1e-5)", (double)c->ln_eps);
-    if ((int)c->arch < 0 || c->arch > PT_ARCH_LLAMA)
-        pt__append_error(&bad, "arch=%d must be 0 (gpt2) or 1 (llama)", (int)c->arch);
-    if ((int)c->norm < 0 || c->norm > PT_NORM_RMS)
-        pt__append_error(&bad, "norm=%d must be 0 (layernorm) or 1 (rmsnorm)", (int)c->norm);
-    if ((int)c->pos < 0 || c->pos > PT_POS_ROPE)
-        pt__append_error(&bad, "pos=%d must be 0 (learned) or 1 (rope)", (int)c->pos);
-    if ((int)c->mlp < 0 || c->mlp > PT_MLP_SWIGLU)
-        pt__append_error(&bad, "mlp=%d must be 0 (gelu) or 1 (swiglu)", (int)c->mlp);
-    if (c->n_kv_head < 0 || (c->n_kv_head > 0 && c->n_head > 0 && c->n_head % c->n_kv_head))
-        pt__append_error(&bad, "n_kv_head=%d must divide n_head=%d (0 means n_head)",
-                         c->n_kv_head, c->n_head);
-    if (c->ffn_hidden < 0 || c->ffn_hidden > (1 << 20))
-        pt__append_error(&bad, "ffn_hidden=%d must be in [0, %d] (0 means 4 n_embd)",
-                         c->ffn_hidden, 1 << 20);
-    if (c->no_bias < 0 || c->no_bias > 1)
-        pt__append_error(&bad, "no_bias=%d must be 0 or 1", c->no_bias);
-    if (c->untied_head < 0 || c->untied_head > 1)
-        pt__append_error(&bad, "untied_head=%d must be 0 or 1", c->untied_head);
-    if (!(c->rope_theta >= 0.0f && c->rope_theta < 1e30f))
-        pt__append_error(&bad, "rope_theta=%g must be >= 0 (0 means 10000)", (double)c->rope_theta);
-    if (c->pos == PT_POS_ROPE && c->n_head > 0 && c->n_embd % c->n_head == 0 &&
-        (c->n_embd / c->n_head) % 2)
-        pt__append_error(&bad, "pos=rope needs an even head size (n_embd/n_head=%d)",
-                         c->n_embd / c->n_head);
-    if (c->rope_scaling.factor != 0.0f &&
-        !(c->rope_scaling.factor >= 1.0f && c->rope_scaling.original_max_pos > 0 &&
-          c->rope_scaling.low_freq_factor > 0.0f &&
-          c->rope_scaling.high_freq_factor > c->rope_scaling.low_freq_factor))
-        pt__append_error(&bad, "rope_scaling: factor=%g needs factor >= 1, original_max_pos=%d > 0 "
-                         "and high_freq_factor=%g > low_freq_factor=%g > 0",
-                         (double)c->rope_scaling.factor, c->rope_scaling.original_max_pos,
-                         (double)c->rope_scaling.high_freq_factor,
-                         (double)c->rope_scaling.low_freq_factor);
-    if (c->arch == PT_ARCH_GPT2 && c->mlp == PT_MLP_SWIGLU)
-        pt__append_error(&bad, "mlp=swiglu needs arch=llama (GPT-2's tensors have no up projection)");
-    if (c->arch == PT_ARCH_GPT2 && c->n_kv_head > 0 && c->n_kv_head != c->n_head)
-        pt__append_error(&bad, "n_kv_head=%d != n_head=%d needs arch=llama (GPT-2's fused c_attn "
-                         "has as many key/value heads as query heads)", c->n_kv_head, c->n_head);
-    if (c->arch == PT_ARCH_LLAMA && c->pos != PT_POS_ROPE)
-        pt__append_error(&bad, "arch=llama needs pos=rope (LLaMA has no position embedding)");
-    return bad ? PT_ERR_CONFIG : PT_OK;
-}
-
-/* ---- the tensors of the model, as a table -------------------------------- */
-
-/* How a tensor starts (pt_gpt_init_weights). */
-enum { PT__INIT_NORMAL = 0, /* N(0, 0.02) */
-       PT__INIT_PROJ,       /* N(0, 0.02/sqrt(2 n_layer)): projections into the residual */
-       PT__INIT_ONE,        /* norm weights */
-       PT__INIT_ZERO };     /* biases */
-
-/* One tensor of the whole model: its full shape (cols 0: 1-D), how tensor
-   parallelism splits it, how it starts, and where it lives: layer >= 0 (its
-   place in pt_block_params: field), or PT__AT_EMBED (first stage),
-   PT__AT_HEAD (last stage), PT__AT_TIED (both: wte is the tied head). */
-enum { PT__AT_EMBED = -1, PT__AT_HEAD = -2, PT__AT_TIED = -3 };
-typedef struct pt__spec {
-    int64_t rows, cols;
-    pt_shard shard;
-    int init, layer;
-    int vocab;    /* its rows are the vocabulary's (an embedding or a head) */
-    int role;     /* PT__R_* */
-    size_t field;
-} pt__spec;
-enum { PT__R_WTE = 0, PT__R_WPE, PT__R_LAYER, PT__R_LNF_W, PT__R_LNF_B, PT__R_HEAD };
-
-/* A layer's tensors, in canonical order, for the architecture's names and
-   layouts (Hugging Face's). GPT-2: Conv1D [in, out], q, k and v fused in
-   c_attn (tp: a block of each of their column groups). LLaMA: nn.Linear
-   [out, in]; q_proj, k_proj and v_proj follow one another (and their biases
-   likewise), so their rows are one fused [q|k|v] weight in the flat buffer
-   (qkv_w points at it; tp splits each by rows: a rank's heads stay fused),
-   and gate_proj, up_proj are one fused [gate|up] weight (fc_w). The
-   row-parallel o_proj and down_proj split by columns. Units: C = n_embd,
-   KV = n_kv_head * head size, F = ffn_hidden. */
-enum { PT__U_C = 1, PT__U_3C, PT__U_KV, PT__U_F };
-typedef struct pt__lspec {
-    const char *gpt2, *llama;  /* names (NULL: absent in that architecture) */
-    int rows, cols;            /* PT__U_* (cols 0: 1-D) of GPT-2; LLaMA's are swapped */
-    pt_shard shard2, shardl;   /* tensor parallelism in each layout */
-    int init, needs;           /* needs: PT__N_* that must hold */
-    size_t field;
-} pt__lspec;
-enum { PT__N_ALL = 0, PT__N_BIAS, PT__N_NORM_BIAS, PT__N_GATE, PT__N_GATE_BIAS };
-#define PT__LF(f) offsetof(pt_block_params, f)
-static const pt__lspec pt__layer[] = {
-    {"ln_1.weight", "input_layernorm.weight", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
-     PT__INIT_ONE, PT__N_ALL, PT__LF(ln1_w)},
-    {"ln_1.bias", "input_layernorm.bias", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE, PT__INIT_ZERO,
-     PT__N_NORM_BIAS, PT__LF(ln1_b)},
-    {"attn.c_attn.weight", "self_attn.q_proj.weight", PT__U_C, PT__U_3C, PT_SHARD_QKV,
-     PT_SHARD_ROWS, PT__INIT_NORMAL, PT__N_ALL, PT__LF(qkv_w)},
-    {NULL, "self_attn.k_proj.weight", PT__U_C, PT__U_KV, PT_SHARD_NONE, PT_SHARD_ROWS,
-     PT__INIT_NORMAL, PT__N_ALL, PT__LF(k_w)},
-    {NULL, "self_attn.v_proj.weight", PT__U_C, PT__U_KV, PT_SHARD_NONE, PT_SHARD_ROWS,
-     PT__INIT_NORMAL, PT__N_ALL, PT__LF(v_w)},
-    {"attn.c_attn.bias", "self_attn.q_proj.bias", PT__U_3C, 0, PT_SHARD_QKV, PT_SHARD_COLS,
-     PT__INIT_ZERO, PT__N_BIAS, PT__LF(qkv_b)},
-    {NULL, "self_attn.k_proj.bias", PT__U_KV, 0, PT_SHARD_NONE, PT_SHARD_COLS, PT__INIT_ZERO,
-     PT__N_BIAS, PT__LF(k_b)},
-    {NULL, "self_attn.v_proj.bias", PT__U_KV, 0, PT_SHARD_NONE, PT_SHARD_COLS, PT__INIT_ZERO,
-     PT__N_BIAS, PT__LF(v_b)},
-    {"attn.c_proj.weight", "self_attn.o_proj.weight", PT__U_C, PT__U_C, PT_SHARD_ROWS,
-     PT_SHARD_COLS, PT__INIT_PROJ, PT__N_ALL, PT__LF(attn_proj_w)},
-    {"attn.c_proj.bias", "self_attn.o_proj.bias", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
-     PT__INIT_ZERO, PT__N_BIAS, PT__LF(attn_proj_b)},
-    {"ln_2.weight", "post_attention_layernorm.weight", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
-     PT__INIT_ONE, PT__N_ALL, PT__LF(ln2_w)},
-    {"ln_2.bias", "post_attention_layernorm.bias", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
-     PT__INIT_ZERO, PT__N_NORM_BIAS, PT__LF(ln2_b)},
-    {"mlp.c_fc.weight", "mlp.gate_proj.weight", PT__U_C, PT__U_F, PT_SHARD_COLS, PT_SHARD_ROWS,
-     PT__INIT_NORMAL, PT__N_ALL, PT__LF(fc_w)},
-    {NULL, "mlp.up_proj.weight", PT__U_C, PT__U_F, PT_SHARD_NONE, PT_SHARD_ROWS, PT__INIT_NORMAL,
-     PT__N_GATE, PT__LF(up_w)},
-    {"mlp.c_fc.bias", "mlp.gate_proj.bias", PT__U_F, 0, PT_SHARD_COLS, PT_SHARD_COLS,
-     PT__INIT_ZERO, PT__N_BIAS, PT__LF(fc_b)},
-    {NULL, "mlp.up_proj.bias", PT__U_F, 0, PT_SHARD_NONE, PT_SHARD_COLS, PT__INIT_ZERO,
-     PT__N_GATE_BIAS, PT__LF(up_b)},
-    {"mlp.c_proj.weight", "mlp.down_proj.weight", PT__U_F, PT__U_C, PT_SHARD_ROWS, PT_SHARD_COLS,
-     PT__INIT_PROJ, PT__N_ALL, PT__LF(fc_proj_w)},
-    {"mlp.c_proj.bias", "mlp.down_proj.bias", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
-     PT__INIT_ZERO, PT__N_BIAS, PT__LF(fc_proj_b)},
-};
-#undef PT__LF
-#define PT__NLAYER_SPECS ((int)(sizeof pt__layer / sizeof pt__layer[0]))
-
-static int64_t pt__unit(const pt_gpt_config *c, int u) {
-    int64_t C = c->n_embd, hd = c->n_head > 0 ? C / c->n_head : 0;
-    return u == PT__U_C ? C : u == PT__U_3C ? 3 * C : u == PT__U_KV ? pt__kv_heads(c) * hd
-         : u == PT__U_F ? pt__ffn(c) : 0;
-}
-
-/* Whether entry e of pt__layer exists in this configuration. */
-static int pt__layer_has(const pt_gpt_config *c, const pt__lspec *e) {
-    int llama = c->arch == PT_ARCH_LLAMA, bias = !c->no_bias, gate = c->mlp == PT_MLP_SWIGLU;
-    if (!(llama ? e->llama : e->gpt2)) return 0;
-    switch (e->needs) {
-    case PT__N_BIAS: return bias;
-    case PT__N_NORM_BIAS: return bias && c->norm == PT_NORM_LAYER;
-    case PT__N_GATE: return gate;
-    case PT__N_GATE_BIAS: return gate && bias;
-    default: return 1;
-    }
-}
-
-/* Tensors a layer has. */
-static int pt__layer_count(const pt_gpt_config *c) {
-    int j, n = 0;
-    for (j = 0; j < PT__NLAYER_SPECS; j++) n += pt__layer_has(c, &pt__layer[j]);
-    return n;
-}
-
-/* The whole model's tensor k in canonical order -- the embedding, the
-   position embedding (learned positions), each layer's, the final norm's
-   weight (and bias), the LM head (untied) -- into *s and its name into name
-   (n bytes; name may be NULL). Returns 0 past the last tensor. */
-static int pt__canon_spec(const pt_gpt_config *c, int k, pt__spec *s, char *name, size_t n) {
-    int64_t C = c->n_embd;
-    int llama = c->arch == PT_ARCH_LLAMA, per = pt__layer_count(c);
-    int wpe = c->pos == PT_POS_LEARNED, nl = per * c->n_layer, pre = 1 + wpe;
-    int lnf_b = c->norm == PT_NORM_LAYER && !c->no_bias, post = 1 + lnf_b + c->untied_head;
-    const char *nm;
-    memset(s, 0, sizeof *s);
-    if (k < 0 || k >= pre + nl + post) return 0;
-    if (k < pre) { /* wte [V, C] (split by rows of the vocabulary), wpe [block, C] */
-        s->rows = k ? c->block_size : c->vocab_size, s->cols = C;
-        s->shard = k ? PT_SHARD_NONE : PT_SHARD_ROWS;
-        s->layer = k || c->untied_head ? PT__AT_EMBED : PT__AT_TIED;
-        s->vocab = !k;
-        s->role = k ? PT__R_WPE : PT__R_WTE;
-        nm = k ? "wpe.weight" : llama ? "model.embed_tokens.weight" : "wte.weight";
-    } else if (k < pre + nl) {
-        int j, i = (k - pre) % per;
-        const pt__lspec *e = NULL;
-        for (j = 0; j < PT__NLAYER_SPECS; j++)
-            if (pt__layer_has(c, &pt__layer[j]) && i-- == 0) {
-                e = &pt__layer[j];
-                break;
-            }
-        if (llama) { /* [out, in]: GPT-2's shape transposed, q alone where c_attn is 3C */
-            int out = e->cols ? e->cols : e->rows;
-            s->rows = pt__unit(c, out == PT__U_3C ? PT__U_C : out);
-            s->cols = e->cols ? pt__unit(c, e->rows) : 0;
-        } else {
-            s->rows = pt__unit(c, e->rows), s->cols = pt__unit(c, e->cols);
-        }
-        s->shard = llama ? e->shardl : e->shard2;
-        s->init = e->init;
-        s->layer = (k - pre) / per;
-        s->field = e->field;
-        s->role = PT__R_LAYER;
-        if (name) snprintf(name, n, llama ? "model.layers.%d.%s" : "h.%d.%s", s->layer,
-                           llama ? e->llama : e->gpt2);
-        return 1;
-    } else if (k - pre - nl < 1 + lnf_b) { /* ln_f.weight, ln_f.bias */
-        int bias = k - pre - nl == 1;
-        s->rows = C;
-        s->init = bias ? PT__INIT_ZERO : PT__INIT_ONE;
-        s->layer = PT__AT_HEAD;
-        s->role = bias ? PT__R_LNF_B : PT__R_LNF_W;
-        nm = llama ? (bias ? "model.norm.bias" : "model.norm.weight")
-                   : (bias ? "ln_f.bias" : "ln_f.weight");
-    } else { /* the untied head [V, C] */
-        s->rows = c->vocab_size, s->cols = C;
-        s->shard = PT_SHARD_ROWS;
-        s->layer = PT__AT_HEAD;
-        s->vocab = 1;
-        s->role = PT__R_HEAD;
-        nm = "lm_head.weight";
-    }
-    if (name) snprintf(name, n, "%s", nm);
-    return 1;
-}
-
-static void pt__canon_name(const pt_gpt_config *c, int k, char *buf, size_t n) {
-    pt__spec s;
-    if (!pt__canon_spec(c, k, &s, buf, n) && n) buf[0] = 0;
-}
-
-PTRAINDEF int64_t pt_gpt_num_params(const pt_gpt_config *c) {
-    pt__spec s;
-    int64_t n = 0;
-    int k;
-    for (k = 0; pt__canon_spec(c, k, &s, NULL, 0); k++) n += s.rows * (s.cols ? s.cols : 1);
-    return n;
-}
-
-PTRAINDEF double pt_gpt_flops_per_step(const pt_gpt_config *c, int B, int T) {
-    double tokens = (double)B * T, P = (double)pt_gpt_num_params(c);
-    if (c->pos == PT_POS_LEARNED) P -= (double)c->block_size * c->n_embd;
-    if (c->untied_head) P -= (double)c->vocab_size * c->n_embd;
-    return 6.0 * P * tokens +
-           12.0 * c->n_layer * (double)c->n_embd * B * (double)T * T;
-}
-
-/* ---- the private state -----------------------------------------------------
-   Everything a step needs besides the parameters: the grid's groups, the
-   gradient buckets and shards, the schedule and its activation slots, the
-   scratch of one layer's backward. Laid out by pt_gpt_init in one
-   allocation with the table. */
-
-/* A bucket: a contiguous run of parameters whose gradients are reduced
-   together (wte in runs of rows about a layer's size, the last with wpe;
-   one layer; the final LayerNorm), padded to a multiple of dp; dp rank d
-   owns elements [d*shard, (d+1)*shard) of it. */
-typedef struct pt__bucket {
-    size_t offset, numel;       /* in the flat buffers (numel includes the padding) */
-    size_t shard, shard_offset; /* per dp rank, and where this rank's is in
-                                   the sharded buffers (ZeRO) */
-    int first, count;           /* the tensors it overlaps in the table */
-} pt__bucket;
-
-/* One micro-batch's activations for one chunk of layers: a pipeline stage
-   holds as many as its schedule keeps in flight (one for 1F1B on one stage). */
-typedef struct pt__slot {
-    float *x;                         /* (N,C) the chunk's input */
-    pt_block_acts *acts;              /* per layer of the largest chunk */
-    float *lnf, *lnf_mean, *lnf_rstd; /* the last stage: final LayerNorm */
-    float *logits, *losses;           /* (N,vocab_local), (N) */
-    double *lse;                      /* (N) */
-    int *inputs, *targets;            /* (N) the micro-batch's tokens */
-    pt_block_wgrad *wg;               /* per layer, kept from B to W (zero-bubble) */
-    int micro, chunk;                 /* what it holds; micro -1: free */
-} pt__slot;
-
-struct pt_gpt_exec {
-    pt_grid *grid;            /* NULL: one rank */
-    pt_comm *tp_comm, *dp_comm, *pp_comm; /* the groups (NULL when of size 1) */
-    pt_comm *tie_comm;        /* first and last stage of this tp, dp place: the two
-                                 copies of wte (NULL unless pp > 1 and one of them);
-                                 Chimera: stages s and p-1-s (the same blocks) */
-    int num_buckets;
-    pt__bucket *buckets;
-    pt_comm_req *ov_req;      /* (buckets) overlap: each bucket's started reduction
-                                 (op != NONE: started in this step) */
-    int *ov_done;             /* (chunks) overlap: the step's backwards (W when split) of
-                                 each chunk so far */
-    int ov_on, ov_last;       /* overlap runs in this step; the running backward is its
-                                 chunk's last */
-    pt_comm_req *ag_req;      /* (buckets) ZeRO with overlap: each bucket's parameter
-                                 all-gather after the last update, waited for by the
-                                 next forward before the layer is used, or by whatever
-                                 reads the parameters first (pt__ag_settle) */
-    pt_comm *ag_comm;         /* ZeRO, dp > 1: a group of its own for those gathers, whose
-                                 starts depend on timing (collectives on one group must
-                                 start in the same order on every rank) */
-    int ag_on;                /* updates leave their all-gathers under way */
-    int ag_next, ag_end;      /* buckets [ag_next, ag_end) are updated, their gathers
-                                 not yet started (one runs at a time: see pt__ag_pump) */
-    pt_status poll_st;        /* the first error a poll (pt__ov_poll) met */
-    struct pt_trace *trace;   /* pt_step_desc.trace while a step runs, else NULL: each dp
-                                 transfer goes in when it is found done */
-    double trace_t0;          /* its time origin (pt_time_now's) */
-    int trace_track;
-    int act;                  /* the ordinal of the step's action begun last (-1: none) */
-    double *ov_t, *ag_t;      /* (buckets) when each bucket's reduction, gather began */
-    int *ov_at, *ag_at;       /* (buckets) and act then (-1: before this step) */
-    /* pipeline messages with overlap (pp > 1): the next activation [0] and the
-       next gradient [1] this stage receives are posted ahead of their actions,
-       into buffers of their own (copied out when the action comes), and sends
-       start and are waited for before their buffer changes */
-    float *pp_rbuf;           /* (2, N, C) */
-    pt_comm_req pp_rreq[2], pp_sreq[2];
-    int pp_rnext[2];          /* the list index each posted receive is for (-1: none) */
-    int pp_on;
-    size_t shard_total;       /* this rank's elements over all buckets (ZeRO) */
-    float *gshard;            /* (shard_total) averaged gradients of its shard (ZeRO 1, 2) */
-    float *rs_tmp;            /* (largest shard) where ZeRO 2 reduce-scatters a bucket, to
-                                 add it to the shard */
-    float *dwte, *dwpe, *dlnf_w, *dlnf_b; /* named views into grads (ZeRO 2: the bucket
-                                             staging buffer) */
-    float *dhead;             /* the head's gradient: dwte when tied */
-    pt_block_params *layer_grads;
-    int *layer_id;            /* (n_layers) place.layer_id points here */
-    int *chunk_lo, *chunk_hi; /* (chunks) chunk c is local layers [chunk_lo[c], chunk_hi[c])
-                                 (local layers ascend by global index; Chimera's chunk 1
-                                 may come first) */
-    int embed_chunk, head_chunk; /* the chunk holding the first block (embeddings) and
-                                    the last (final norm, head); -1: none here */
-    int tab_wte, tab_wpe, tab_layers, tab_lnf; /* table indices (-1: not here) */
-    int tab_lnf_b, tab_head;  /* the final norm's bias, the untied head (-1: none) */
-    int layer_tensors;        /* tensors a layer has in the table */
-    pt_schedule sched;        /* the step's schedule (count NULL: none, inference) */
-    int split;                /* it runs W apart from B (zero-bubble) */
-    int nslots, slots_used;
-    pt__slot *slots;
-    pt_block_acts *acts;      /* the slots' layers */
-    pt_block_acts racts;      /* the one layer being recomputed (full), or its
-                                 attention output (selective: racts.atty) */
-    pt_block_scratch scratch;
-    float *ce_red;            /* (3N) row max, sum of exp, target logit (under tp) */
-    float *dres;              /* (N,C) residual-stream gradient */
-    int cur_B, cur_T;         /* shape of the last forward */
-    int micro_done;           /* backwards of the step so far (pt_gpt_backward) */
-    int has_targets;          /* the last forward had targets (pt_gpt_backward may run) */
-    /* PipeDream-2BW: the weights before the last update in the step (version
-       ver - 1), bound like m's; F and B of an action one version behind swap
-       them in (pt__swap_weights) */
-    float *wprev;
-    float *pv_wte, *pv_wpe, *pv_lnf_w, *pv_lnf_b, *pv_head;
-    pt_block_params *pv_layers;
-    int ver;                  /* weight versions the running step has made (its OPTs) */
-    int pv_on;                /* the previous version is swapped into m's pointers */
-    int in_opt;               /* the step's OPT runs pt_gpt_adamw_step */
-    pt_arena param_arena, act_arena;
-};
-
-/* Bucket b's dp transfer (PT_TRACE_DP_*), begun at t (pt_time_now's) in
-   action `at` and found done now, into the running step's trace. */
-static void pt__trace_dp(pt_gpt_exec *x, int kind, int b, double t, int at) {
-    pt_status st;
-    if (!x->trace) return;
-    st = pt_trace_add(x->trace, x->trace_track, kind, b, -1, at, t - x->trace_t0,
-                      pt_time_now() - t);
-    if (st != PT_OK && !x->poll_st) x->poll_st = st;
-}
-
-/* The gathers' group counts into the dp group's time, bytes and calls (it
-   is a copy of it): what a step was exposed to stays in one place. */
-static void pt__ag_fold(pt_gpt_exec *x) {
-    if (!x->ag_comm || !x->dp_comm) return;
-    x->dp_comm->seconds += x->ag_comm->seconds, x->dp_comm->bytes += x->ag_comm->bytes;
-    x->dp_comm->calls += x->ag_comm->calls;
-    x->ag_comm->seconds = 0.0, x->ag_comm->bytes = x->ag_comm->calls = 0;
-}
-
-static pt_status pt__ag_start(const pt_gpt *m) {
-    pt_gpt_exec *x = m->exec;
-    const pt__bucket *k = &x->buckets[x->ag_next];
-    float *own = m->params + k->offset + (size_t)m->place.dp_rank * k->shard;
-    x->ag_t[x->ag_next] = pt_time_now(), x->ag_at[x->ag_next] = x->act;
-    return pt_comm_all_gather_start(x->ag_comm, own, m->params + k->offset, k->shard,
-                                    &x->ag_req[x->ag_next++]);
-}
-
-/* The updated buckets' gathers start one at a time, in the forward's order
-   (the tensor table's): started together they would share the links and the
-   first the forward needs would land about last. */
-static pt_status pt__ag_pump(const pt_gpt *m) {
-    pt_gpt_exec *x = m->exec;
-    int done = 1;
-    pt_status st = PT_OK;
-    if (x->ag_next > 0 && x->ag_req[x->ag_next - 1].comm &&
-        (st = pt_comm_test(&x->ag_req[x->ag_next - 1], &done)) == PT_OK && done)
-        pt__trace_dp(x, PT_TRACE_DP_GATHER, x->ag_next - 1, x->ag_t[x->ag_next - 1],
-                     x->ag_at[x->ag_next - 1]);
-    if (st == PT_OK && done && x->ag_next < x->ag_end) st = pt__ag_start(m);
-    return st;
-}
-
-/* Under MPI a started operation moves on only inside MPI calls: while the
-   executor computes, the GEMMs call this (pt__poll_now) to test each dp
-   reduction and parameter gather under way. The first error is kept for
-   the executor to return. */
-static void pt__ov_poll(void *arg) {
-    pt_gpt_exec *x = ((pt_gpt *)arg)->exec;
-    pt_status st;
-    int j, done;
-    for (j = 0; j < x->num_buckets; j++) {
-        if (!x->ov_req[j].comm) continue;
-        if ((st = pt_comm_test(&x->ov_req[j], &done)) != PT_OK && !x->poll_st) x->poll_st = st;
-        if (st == PT_OK && done) pt__trace_dp(x, PT_TRACE_DP_REDUCE, j, x->ov_t[j], x->ov_at[j]);
-    }
-    for (j = 0; j < 4; j++) { /* the pipeline's messages */
-        pt_comm_req *q = j < 2 ? &x->pp_rreq[j] : &x->pp_sreq[j - 2];
-        if (q->comm && (st = pt_comm_test(q, &done)) != PT_OK && !x->poll_st) x->poll_st = st;
-    }
-    if ((st = pt__ag_pump((pt_gpt *)arg)) != PT_OK && !x->poll_st) x->poll_st = st;
-    pt__ag_fold(x);
-}
-
-/* Waits for the parameter all-gathers of the buckets that hold any of the
-   table tensors [i, i + n) (i < 0: none), starting those not yet started;
-   pt__ag_settle: of all of them. */
-static pt_status pt__ag_need(const pt_gpt *m, int i, int n) {
-    pt_gpt_exec *x = m->exec;
-    pt_status st = x ? x->poll_st : PT_OK;
-    int b;
-    for (b = 0; x && i >= 0 && b < x->num_buckets && st == PT_OK; b++) {
-        const pt__bucket *k = &x->buckets[b];
-        if (k->first >= i + n || i >= k->first + k->count) continue;
-        while (st == PT_OK && x->ag_next <= b && x->ag_next < x->ag_end) st = pt__ag_start(m);
-        if (st == PT_OK && x->ag_req[b].comm && (st = pt_comm_wait(&x->ag_req[b])) == PT_OK)
-            pt__trace_dp(x, PT_TRACE_DP_GATHER, b, x->ag_t[b], x->ag_at[b]);
-    }
-    if (x) pt__ag_fold(x);
-    return st;
-}
-
-static pt_status pt__ag_settle(const pt_gpt *m) { return pt__ag_need(m, 0, 1 << 30); }
-
-/* Adds the whole model's next tensor (spec s, name) to the table if this
-   rank holds it (here), as its part: ROWS keeps rows/tp of them (a
-   vocabulary's rows: place.vocab_local), COLS and QKV a 1/tp of the columns.
-   A tensor of another stage only advances the whole model's offsets. */
-static void pt__add_param(pt_gpt *m, const pt__spec *s, const char *name, int here) {
-    pt_param *p = &m->table[m->num_tensors];
-    int ndim = s->cols ? 2 : 1, tp = m->place.tp;
-    int64_t rows = s->cols ? s->rows : 1, cols = s->cols ? s->cols : s->rows;
-    int canon = m->num_canon++;
-    if (!here) {
-        m->num_params_full += (size_t)rows * (size_t)cols;
-        return;
-    }
-    m->num_tensors++;
-    p->canon = canon;
-    snprintf(p->name, sizeof p->name, "%s", name);
-    p->ndim = ndim;
-    p->shard = tp > 1 ? s->shard : PT_SHARD_NONE;
-    p->full_shape[0] = s->rows;
-    p->full_shape[1] = s->cols ? s->cols : 1;
-    p->full_numel = (size_t)rows * (size_t)cols;
-    p->full_offset = m->num_params_full;
-    if (p->shard == PT_SHARD_ROWS) rows = s->vocab ? m->place.vocab_local : rows / tp;
-    if (p->shard == PT_SHARD_COLS || p->shard == PT_SHARD_QKV) cols /= tp;
-    p->shape[0] = ndim > 1 ? rows : cols;
-    p->shape[1] = ndim > 1 ? cols : 1;
-    p->numel = (size_t)rows * (size_t)cols;
-    p->offset = m->num_params;
-    p->decay = ndim >= 2;
-    p->bucket = -1;
-    m->num_params += p->numel;
-    m->num_params_full += p->full_numel;
-}
-
-/* Rows of a vocabulary tensor per bucket: about place.bucket_bytes (0: one
-   layer's parameters), a multiple of dp (so a bucket that ends inside it
-   needs no padding). */
-static int pt__vocab_rows(const pt_gpt *m) {
-    size_t bytes = m->place.bucket_bytes, C = (size_t)m->config.n_embd;
-    int64_t rows = bytes ? (int64_t)((bytes + 4 * C - 1) / (4 * C)) : 12 * (int64_t)C / m->place.tp;
-    int dp = m->place.dp;
-    if (rows > m->place.vocab_local) rows = m->place.vocab_local;
-    return rows < dp ? dp : (int)(rows - rows % dp);
-}
-
-/* The chunk holding local layer li (-1: none). */
-static int pt__chunk_of(const pt_gpt *m, int li) {
-    int c;
-    for (c = 0; c < m->place.chunks; c++)
-        if (li >= m->exec->chunk_lo[c] && li < m->exec->chunk_hi[c]) return c;
-    return -1;
-}
-
-/* Closes a bucket from the end of the last one to flat offset end: inside a
-   tensor (end - start a multiple of dp), or at the end of those added so
-   far, padded to a multiple of dp. */
-static void pt__end_bucket(pt_gpt *m, size_t end) {
-    pt_gpt_exec *x = m->exec;
-    pt__bucket *b = &x->buckets[x->num_buckets];
-    const pt__bucket *prev = x->num_buckets ? b - 1 : NULL;
-    size_t dp = (size_t)m->place.dp;
-    int i;
-    b->offset = prev ? prev->offset + prev->numel : 0;
-    if (end <= b->offset) return; /* nothing since the last bucket */
-    b->shard = (end - b->offset + dp - 1) / dp;
-    b->numel = b->shard * dp;
-    b->shard_offset = x->shard_total;
-    b->first = -1;
-    b->count = 0;
-    for (i = 0; i < m->num_tensors; i++) {
-        pt_param *p = &m->table[i];
-        if (p->offset + p->numel <= b->offset || p->offset >= end) continue;
-        if (b->first < 0) b->first = i;
-        b->count++;
-        if (p->offset >= b->offset) p->bucket = x->num_buckets;
-    }
-    x->shard_total += b->shard;
-    if (end == m->num_params) m->num_params = b->offset + b->numel;
-    x->num_buckets++;
-}
-
-/* Whether table tensor i counts here when the stages' tensors are put
-   together (the gradient norm, a gathered model): one of its pipeline copies
-   does. wte's copy on the first stage; with Chimera, replica 0's (chunk 0's
-   block, the embeddings on stage 0, the final norm and head on stage p-1). */
-static int pt__counts_here(const pt_gpt *m, int i) {
-    const pt_gpt_exec *x = m->exec;
-    int l = x->tab_layers >= 0 && i >= x->tab_layers ? (i - x->tab_layers) / x->layer_tensors : -1;
-    if (m->place.schedule != PT_SCHED_CHIMERA) return i != x->tab_wte || m->place.has_embed;
-    if (l >= 0 && l < m->place.n_layers) return l >= x->chunk_lo[0] && l < x->chunk_hi[0];
-    return i == x->tab_wte || i == x->tab_wpe ? x->embed_chunk == 0 : x->head_chunk == 0;
-}
-
-static int pt__holds_layer(const pt_gpt_place *pl, int l) {
-    int i;
-    for (i = 0; i < pl->n_layers; i++)
-        if (pl->layer_id[i] == l) return 1;
-    return 0;
-}
-
-/* The table of this rank's tensors from the whole model's (pt__canon_spec),
-   and the gradient buckets: a vocabulary tensor in runs of rows (each run a
-   bucket), the tensors before the first layer, each layer, those after. */
-static void pt__build_table(pt_gpt *m) {
-    pt_gpt_exec *x = m->exec;
-    const pt_gpt_place *pl = &m->place;
-    pt__spec s;
-    char name[64];
-    int k, last = PT__AT_TIED, local = -1; /* local: the last layer added, here */
-    m->num_tensors = m->num_canon = 0;
-    m->num_params = m->num_params_full = 0;
-    x->num_buckets = 0;
-    x->shard_total = 0;
-    x->tab_wte = x->tab_wpe = x->tab_layers = x->tab_lnf = x->tab_lnf_b = x->tab_head = -1;
-    x->layer_tensors = pt__layer_count(&m->config);
-    for (k = 0; pt__canon_spec(&m->config, k, &s, name, sizeof name); k++) {
-        int here = s.layer >= 0             ? pt__holds_layer(pl, s.layer)
-                   : s.layer == PT__AT_TIED ? pl->has_embed || pl->has_head
-                   : s.layer == PT__AT_EMBED ? pl->has_embed
-                                             : pl->has_head;
-        int vocab = here && s.vocab, t = m->num_tensors;
-        int64_t r;
-        if (s.layer != last && (last >= 0 || s.layer >= 0)) { /* a layer begins or ends */
-            /* (bucket_bytes: layers of one chunk share a bucket until it holds that) */
-            size_t open = x->num_buckets ? x->buckets[x->num_buckets - 1].offset +
-                                               x->buckets[x->num_buckets - 1].numel : 0;
-            int join = pl->bucket_bytes && last >= 0 && s.layer >= 0 && here && local >= 0 &&
-                       pt__chunk_of(m, local) == pt__chunk_of(m, local + 1) &&
-                       (m->num_params - open) * sizeof(float) < pl->bucket_bytes;
-            if (!join) pt__end_bucket(m, m->num_params);
-        }
-        if (here && s.layer >= 0 && s.layer != last) local++;
-        last = s.layer;
-        if (vocab) pt__end_bucket(m, m->num_params); /* it starts a bucket */
-        pt__add_param(m, &s, name, here);
-        if (!here) continue;
-        if (s.role == PT__R_WTE) x->tab_wte = t;
-        if (s.role == PT__R_WPE) x->tab_wpe = t;
-        if (s.layer >= 0 && x->tab_layers < 0) x->tab_layers = t;
-        if (s.role == PT__R_LNF_W) x->tab_lnf = t;
-        if (s.role == PT__R_LNF_B) x->tab_lnf_b = t;
-        if (s.role == PT__R_HEAD) x->tab_head = t;
-        for (r = pt__vocab_rows(m); vocab && r < m->table[t].shape[0]; r += pt__vocab_rows(m))
-            pt__end_bucket(m, m->table[t].offset + (size_t)r * (size_t)s.cols);
-    }
-    pt__end_bucket(m, m->num_params);
-}
-
-/* Where element (r, c) of a tensor's full 2-D view lives in tensor rank k's
-   part: its index there, or -1 when k does not hold it. */
-static ptrdiff_t pt__local_index(const pt_param *p, int k, int64_t r, int64_t c) {
-    int64_t lrows = p->ndim > 1 ? p->shape[0] : 1, lcols = p->ndim > 1 ? p->shape[1] : p->shape[0];
-    int64_t fcols = p->ndim > 1 ? p->full_shape[1] : p->full_shape[0], third;
-    switch (p->shard) {
-    case PT_SHARD_ROWS:
-        r -= (int64_t)k * lrows;
-        return r >= 0 && r < lrows ? (ptrdiff_t)(r * lcols + c) : -1;
-    case PT_SHARD_COLS:
-        c -= (int64_t)k * lcols;
-        return c >= 0 && c < lcols ? (ptrdiff_t)(r * lcols + c) : -1;
-    case PT_SHARD_QKV: /* [q|k|v] blocks of fcols/3, each split by heads */
-        third = fcols / 3;
-        {
-            int64_t j = c / third, i = c % third - (int64_t)k * (lcols / 3);
-            return i >= 0 && i < lcols / 3 ? (ptrdiff_t)(r * lcols + j * (lcols / 3) + i) : -1;
-        }
-    default:
-        return (ptrdiff_t)(r * lcols + c);
-    }
-}
-
-/* Copies rows of a tensor between its full layout and this rank's part.
-   to_local: full -> local (local padding rows become 0); else local -> full. */
-static void pt__shard_copy(const pt_gpt *m, const pt_param *p, float *local, float *full,
-                           int to_local) {
-    int64_t frows = p->ndim > 1 ? p->full_shape[0] : 1;
-    int64_t fcols = p->ndim > 1 ? p->full_shape[1] : p->full_shape[0], r, c;
-    if (p->shard == PT_SHARD_NONE) {
-        if (to_local) memcpy(local, full, p->numel * sizeof(float));
-        else memcpy(full, local, p->numel * sizeof(float));
-        return;
-    }
-    if (to_local) memset(local, 0, p->numel * sizeof(float));
-    for (r = 0; r < frows; r++)
-        for (c = 0; c < fcols; c++) {
-            ptrdiff_t i = pt__local_index(p, m->place.tp_rank, r, c);
-            if (i < 0) continue;
-            if (to_local) local[i] = full[r * fcols + c];
-            else full[r * fcols + c] = local[i];
-        }
-}
-
-/* A buffer laid out as the table (this rank's tensor parts), assembled from
-   its dp shards when ZeRO keeps only those: into tmp, which it returns. */
-static const float *pt__local_buf(const pt_gpt *m, pt_state_buf which, float *tmp,
-                                  pt_status *st) {
-    const pt_gpt_exec *x = m->exec;
-    const float *shards = which == PT_BUF_GRADS ? x->gshard : which == PT_BUF_ADAM_M ? m->m : m->v;
-    int b;
-    *st = PT_OK;
-    if (which == PT_BUF_PARAMS) return m->params;
-    if (!m->place.zero) return which == PT_BUF_GRADS ? m->grads : shards;
-    for (b = 0; b < x->num_buckets && *st == PT_OK; b++) {
-        const pt__bucket *k = &x->buckets[b];
-        if (m->place.dp == 1)
-            memcpy(tmp + k->offset, shards + k->shard_offset, k->shard * sizeof(float));
-        else
-            *st = pt_comm_all_gather(x->dp_comm, shards + k->shard_offset, tmp + k->offset,
-                                     k->shard);
-    }
-    return tmp;
-}
-
-PTRAINDEF pt_status pt_gpt_gather(const pt_gpt *m, pt_state_buf which, float *full) {
-    const pt_gpt_exec *x = m->exec;
-    const pt_gpt_place *pl = &m->place;
-    size_t most = 0;
-    float *parts, *tmp = NULL;
-    const float *local;
-    int i, k;
-    pt_status st;
-    if (!m->params || (which != PT_BUF_PARAMS && !m->m))
-        return pt__fail(PT_ERR_INVALID_ARG, "model has no %s", m->params ? "training state"
-                                                                          : "memory (meta=1)");
-    if ((st = pt__ag_settle(m)) != PT_OK) return st;
-    for (i = 0; i < m->num_tensors; i++)
-        if (m->table[i].shard != PT_SHARD_NONE && m->table[i].numel > most)
-            most = m->table[i].numel;
-    parts = (float *)pt__malloc(most * (size_t)pl->tp * sizeof(float), m->alloc_ctx);
-    if (pl->zero && which != PT_BUF_PARAMS)
-        tmp = (float *)pt__malloc(m->num_params * sizeof(float), m->alloc_ctx);
-    if (!parts || (pl->zero && which != PT_BUF_PARAMS && !tmp)) {
-        pt__free(parts, m->alloc_ctx);
-        pt__free(tmp, m->alloc_ctx);
-        return pt__fail(PT_ERR_OOM, "cannot allocate the buffers to gather the model");
-    }
-    local = pt__local_buf(m, which, tmp, &st);
-    if (pl->pp > 1) memset(full, 0, m->num_params_full * sizeof(float)); /* summed over stages */
-    for (i = 0; i < m->num_tensors && st == PT_OK; i++) {
-        const pt_param *p = &m->table[i];
-        int64_t frows = p->ndim > 1 ? p->full_shape[0] : 1;
-        int64_t fcols = p->ndim > 1 ? p->full_shape[1] : p->full_shape[0], r, c;
-        float *dst = full + p->full_offset;
-        if (!pt__counts_here(m, i)) continue; /* the first stage gives wte */
-        if (p->shard == PT_SHARD_NONE) {
-            memcpy(dst, local + p->offset, p->numel * sizeof(float));
-            continue;
-        }
-        /* parts[k * numel ..] = rank k's part, then each element to its place */
-        st = pt_comm_all_gather(x->tp_comm, local + p->offset, parts, p->numel);
-        for (k = 0; k < pl->tp && st == PT_OK; k++)
-            for (r = 0; r < frows; r++)
-                for (c = 0; c < fcols; c++) {
-                    ptrdiff_t j = pt__local_index(p, k, r, c);
-                    if (j >= 0) dst[r * fcols + c] = parts[(size_t)k * p->numel + (size_t)j];
-                }
-    }
-    if (st == PT_OK && pl->pp > 1) /* each stage wrote its tensors, zeros elsewhere */
-        st = pt_comm_all_reduce(x->pp_comm, full, m->num_params_full, PT_REDUCE_SUM);
-    pt__free(parts, m->alloc_ctx);
-    pt__free(tmp, m->alloc_ctx);
-    return st;
-}
-
-/* Named pointers into a flat buffer laid out as the table, or (stage) each
-   tensor at its place within its bucket, all buckets sharing one buffer
-   (ZeRO 2 gradients: one bucket at a time). */
-static void pt__bind(const pt_gpt *m, float *base, int stage, float **wte, float **wpe,
-                     float **lnf_w, float **lnf_b, float **head, pt_block_params *layers) {
-    const pt_gpt_exec *x = m->exec;
-    const pt_param *t = m->table;
-    pt__spec s;
-    int l, k;
-#define PT__AT(i)                                                                            \
-    (!base || (i) < 0 ? NULL                                                                 \
-                      : base + t[i].offset - (stage ? x->buckets[t[i].bucket].offset : 0))
-    *wte = PT__AT(x->tab_wte);
-    *wpe = PT__AT(x->tab_wpe);
-    for (l = 0; l < m->place.n_layers; l++) /* a layer's tensors, in canonical order */
-        for (k = 0; k < x->layer_tensors; k++) {
-            int i = x->tab_layers + x->layer_tensors * l + k;
-            pt__canon_spec(&m->config, t[i].canon, &s, NULL, 0);
-            *(float **)((char *)&layers[l] + s.field) = PT__AT(i);
-        }
-    *lnf_w = PT__AT(x->tab_lnf);
-    *lnf_b = PT__AT(x->tab_lnf_b);
-    *head = m->config.untied_head ? PT__AT(x->tab_head) : *wte;
-#undef PT__AT
-}
-
-#define PT__F(a, n) ((float *)pt_arena_alloc((a), (size_t)(n) * sizeof(float)))
-
-/* A block's sizes on one tensor-parallel rank: N rows, C wide, Ca its
-   attention width (its NH query heads of hd lanes), Ckv its key/value width
-   (NKV heads), Q3 = Ca + 2 Ckv its q, k, v width, F its MLP columns, Fi the
-   MLP input projection's width (F, or 2F for SwiGLU's gate and up). */
-typedef struct pt__dims { size_t B, T, N, C, Ca, Ckv, Q3, F, Fi, NH, NKV, hd; } pt__dims;
-
-static pt__dims pt__block_dims(const pt_gpt_config *c, int B, int T, int tp) {
-    pt__dims d;
-    d.B = (size_t)B, d.T = (size_t)T, d.N = d.B * d.T, d.C = (size_t)c->n_embd;
-    d.hd = d.C / (size_t)c->n_head;
-    d.NH = (size_t)c->n_head / (size_t)tp, d.NKV = (size_t)pt__kv_heads(c) / (size_t)tp;
-    d.Ca = d.NH * d.hd, d.Ckv = d.NKV * d.hd, d.Q3 = d.Ca + 2 * d.Ckv;
-    d.F = (size_t)pt__ffn(c) / (size_t)tp, d.Fi = c->mlp == PT_MLP_SWIGLU ? 2 * d.F : d.F;
-    return d;
-}
-
-/* What a block's forward saves for backward (what = PT_RECOMPUTE_*: full
-   keeps the output alone; selective all but the attention output; the
-   layer being recomputed keeps everything but the output). RMSNorm keeps
-   no mean. bf16: ln1, qkv, ln2 and fch kept as bf16 (the caller points
-   their floats at the scratch's). */
-static void pt__layout_block_acts(pt_block_acts *x, pt_arena *a, const pt__dims *d, int what,
-                                  int with_out, int means, int bf16) {
-    size_t N = d->N;
-#define PT__H(n) ((uint16_t *)pt_arena_alloc(a, (size_t)(n) * sizeof(uint16_t)))
-    memset(x, 0, sizeof *x);
-    if (with_out) x->out = PT__F(a, N * d->C);
-    if (what == PT_RECOMPUTE_FULL) return;
-    if (bf16) x->ln1_16 = PT__H(N * d->C);
-    else x->ln1 = PT__F(a, N * d->C);
-    if (means) x->ln1_mean = PT__F(a, N);
-    x->ln1_rstd = PT__F(a, N);
-    if (bf16) x->qkv_16 = PT__H(N * d->Q3);
-    else x->qkv = PT__F(a, N * d->Q3);
-    x->lse = PT__F(a, d->B * d->NH * d->T);
-    if (what != PT_RECOMPUTE_SELECTIVE) x->atty = PT__F(a, N * d->Ca);
-    x->res2 = PT__F(a, N * d->C);
-    if (bf16) x->ln2_16 = PT__H(N * d->C);
-    else x->ln2 = PT__F(a, N * d->C);
-    if (means) x->ln2_mean = PT__F(a, N);
-    x->ln2_rstd = PT__F(a, N);
-    if (bf16) x->fch_16 = PT__H(N * d->Fi);
-    else x->fch = PT__F(a, N * d->Fi);
-#undef PT__H
-}
-
-/* A block's kept output gradients: dfch, dqkv and dln1 may be given (the
-   fused backward's scratch), the others come from the arena. */
-static void pt__layout_wgrad(pt_block_wgrad *w, pt_arena *a, const pt__dims *d, float *dfch,
-                             float *dqkv, float *dln1) {
-    size_t N = d->N;
-    w->dout = PT__F(a, N * d->C);
-    w->dln2 = PT__F(a, N * d->C);
-    w->dres2 = PT__F(a, N * d->C);
-    w->dln1 = dln1 ? dln1 : PT__F(a, N * d->C);
-    w->dfch = dfch ? dfch : PT__F(a, N * d->Fi);
-    w->dqkv = dqkv ? dqkv : PT__F(a, N * d->Q3);
-}
-
-/* A block's scratch: forward's (activation, attention work, rotary table),
-   and with training backward's input gradients and the fused backward's
-   kept ones. */
-static void pt__layout_scratch(pt_block_scratch *s, pt_arena *a, const pt__dims *d,
-                               int training, int rope, int bf16) {
-    size_t N = d->N;
-    memset(s, 0, sizeof *s);
-    if (bf16) { /* the layer at hand's activations that the slots keep as bf16 */
-        s->ln1 = PT__F(a, N * d->C);
-        s->qkv = PT__F(a, N * d->Q3);
-        s->ln2 = PT__F(a, N * d->C);
-        s->fch = PT__F(a, N * d->Fi);
-    }
-    s->gelu = PT__F(a, N * d->F);
-    s->attn_slots = pt_get_threads();
-    s->attn = PT__F(a, pt_attention_scratch_floats((int)d->T, s->attn_slots));
-    if (rope) s->rope = PT__F(a, d->T * d->hd);
-    if (!training) return;
-    s->dln = PT__F(a, N * d->C);
-    s->dqkv = PT__F(a, N * d->Q3);
-    s->datty = PT__F(a, N * d->Ca);
-    s->dfch = PT__F(a, N * d->Fi);
-    pt__layout_wgrad(&s->w, a, d, s->dfch, s->dqkv, s->dln);
-}
-
-PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, pt_arena *a,
-                               pt_block_params *p, pt_block_params *g, pt_block_acts *acts,
-                               pt_block_scratch *s) {
-    pt__dims d = pt__block_dims(cfg, B, T, tp > 0 ? tp : 1);
-    pt__spec sp;
-    pt_block_params *ps[2];
-    int k, i;
-    ps[0] = p, ps[1] = g;
-    for (i = 0; i < 2; i++) {
-        size_t total = 0;
-        float *base;
-        if (!ps[i]) continue;
-        memset(ps[i], 0, sizeof *ps[i]);
-        /* one allocation, the tensors one after another (as in the model's
-           buffer: LLaMA's q, k, v and gate, up weights are read fused) */
-        for (k = 0; k < 2; k++) {
-            int j;
-            size_t at = 0;
-            base = k ? PT__F(a, total) : NULL;
-            for (j = 0; pt__canon_spec(cfg, j, &sp, NULL, 0) && sp.layer <= 0; j++) {
-                int64_t n = sp.rows * (sp.cols ? sp.cols : 1);
-                if (sp.layer < 0) continue; /* the layers come after the embeddings */
-                if (sp.shard != PT_SHARD_NONE) n /= tp > 0 ? tp : 1;
-                if (k) *(float **)((char *)ps[i] + sp.field) = base ? base + at : NULL;
-                at += (size_t)n;
-            }
-            total = at;
-        }
-    }
-    if (acts)
-        pt__layout_block_acts(acts, a, &d, PT_RECOMPUTE_NONE, 1, cfg->norm == PT_NORM_LAYER, 0);
-    if (s) pt__layout_scratch(s, a, &d, g != NULL, cfg->pos == PT_POS_ROPE, 0);
-}
-
-/* ---- building a model: checks, tables, buffers, communicators ------------ */
-
-/* Zero means 1F1B, or Megatron-LM's interleaved 1F1B when a stage holds
-   several chunks of layers (the model's and the simulator's default). */
-static pt_schedule_kind pt__sched_resolve(pt_schedule_kind kind, int chunks) {
-    return kind ? kind : chunks > 1 ? PT_SCHED_INTERLEAVED : PT_SCHED_1F1B;
-}
-
-/* Chunks per stage when the desc says 0: ZB-V's and Chimera's two, else one. */
-static int pt__sched_chunks(pt_schedule_kind kind, int chunks) {
-    return chunks > 0 ? chunks : kind == PT_SCHED_ZB_V || kind == PT_SCHED_CHIMERA ? 2 : 1;
-}
-
-/* The virtual stage of chunk c on stage s of p, which is also the block of
-   layers it holds: c*p + s (Megatron-LM's interleaving), the V of ZB-V
-   (chunk 0 is s, chunk 1 is 2p-1-s, so the last stage turns the micro-batch
-   round and stage 0 holds both ends), or Chimera's replica stage (chunk 0 is
-   s of replica 0, chunk 1 is p-1-s of replica 1: p blocks, each on two
-   stages). */
-static int pt__sched_vstage(pt_schedule_kind kind, int p, int s, int c) {
-    if (kind == PT_SCHED_CHIMERA) return c == 0 ? s : p - 1 - s;
-    return kind == PT_SCHED_ZB_V ? (c == 0 ? s : 2 * p - 1 - s) : c * p + s;
-}
-
-/* Blocks of layers the model is cut into: p x v virtual stages (Chimera: p,
-   its two replicas each run through all of them). */
-static int pt__sched_blocks(pt_schedule_kind kind, int p, int v) {
-    return kind == PT_SCHED_CHIMERA ? p : p * v;
-}
-
-/* The stage holding virtual stage vs (the inverse of pt__sched_vstage; not
-   for Chimera, whose block vs is on two stages: see pt__sched_at). */
-static int pt__sched_owner(pt_schedule_kind kind, int p, int vs) {
-    return kind == PT_SCHED_ZB_V ? (vs < p ? vs : 2 * p - 1 - vs) : vs % p;
-}
-
-/* The chunk of its stage that virtual stage vs is. */
-static int pt__sched_chunk_of(pt_schedule_kind kind, int p, int vs) {
-    return kind == PT_SCHED_ZB_V ? vs >= p : vs / p;
-}
-
-/* 1 for the schedules whose lists run W apart from B (zero-bubble). */
-static int pt__sched_splits(pt_schedule_kind kind) {
-    return kind == PT_SCHED_ZB_H1 || kind == PT_SCHED_ZB_H2 || kind == PT_SCHED_ZB_V;
-}
-
-/* Chimera's replica of micro-batch k (p even): units of p micro-batches,
-   the first p/2 of each down replica 0, the next p/2 up replica 1. */
-static int pt__chimera_replica(int p, int k) {
-    return (k / (p / 2)) % 2;
-}
-
-/* The chunk of this stage holding block k of the model's layers (see
-   pt__sched_vstage), or -1. */
-static int pt__chunk_with(const pt_gpt_place *pl, int k) {
-    int c;
-    for (c = 0; c < pl->chunks; c++)
-        if (pt__sched_vstage(pl->schedule, pl->pp, pl->pp_rank, c) == k) return c;
-    return -1;
-}
-
-/* Layers of the whole model to this stage's chunks: block k (of V =
-   pt__sched_blocks; chunk c of stage s holds k = pt__sched_vstage) gets
-   floor(L/V) layers, one more for the first L mod V blocks. Local layers
-   ascend by global index, so two stages holding the same blocks (Chimera)
-   lay out their tensors alike. */
-static void pt__assign_layers(pt_gpt *m) {
-    pt_gpt_exec *x = m->exec;
-    pt_gpt_place *pl = &m->place;
-    int L = m->config.n_layer, V = pt__sched_blocks(pl->schedule, pl->pp, pl->chunks), c, j, n = 0;
-#define PT__BLOCK_FIRST(k) ((k) * (L / V) + ((k) < L % V ? (k) : L % V))
-    for (c = 0; c < pl->chunks; c++) {
-        int k = pt__sched_vstage(pl->schedule, pl->pp, pl->pp_rank, c), l, at = 0;
-        int count = L / V + (k < L % V);
-        for (j = 0; j < pl->chunks; j++) { /* the layers of the chunks below it */
-            int kj = pt__sched_vstage(pl->schedule, pl->pp, pl->pp_rank, j);
-            if (kj < k) at += L / V + (kj < L % V);
-        }
-        x->chunk_lo[c] = at, x->chunk_hi[c] = at + count;
-        for (l = 0; l < count; l++) x->layer_id[at + l] = PT__BLOCK_FIRST(k) + l;
-        n += count;
-    }
-#undef PT__BLOCK_FIRST
-    x->embed_chunk = pt__chunk_with(pl, 0);
-    x->head_chunk = pt__chunk_with(pl, V - 1);
-    pl->n_layers = n;
-    pl->layer_id = x->layer_id;
-}
-
-/* The desc's checks, every failed one reported; on success the config with
-   its defaults, the capacity and this rank's place. */
-static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
-    pt_gpt_config cfg = d->config;
-    pt_gpt_place *pl = &m->place;
-    const pt_grid *g = d->grid;
-    int bad = 0;
-    if (cfg.ln_eps == 0.0f) cfg.ln_eps = 1e-5f;
-    if (pt_gpt_config_validate(&cfg) != PT_OK) bad = 1; /* its message stays first */
-    if (d->batch < 1) pt__append_error(&bad, "batch=%d must be >= 1", d->batch);
-    if (d->seq < 1 || d->seq > cfg.block_size)
-        pt__append_error(&bad, "seq=%d must be in [1, block_size=%d]", d->seq, cfg.block_size);
-    if (!bad && (int64_t)d->batch * d->seq > (1 << 30))
-        pt__append_error(&bad, "batch*seq=%lld is too large", (long long)d->batch * d->seq);
-    pl->tp = g ? g->tp : 1, pl->tp_rank = g ? g->tp_rank : 0;
-    pl->dp = g ? g->dp : 1, pl->dp_rank = g ? g->dp_rank : 0;
-    pl->pp = g ? g->pp : 1, pl->pp_rank = g ? g->pp_rank : 0;
-    pl->zero = d->zero;
-    pl->micro = d->grad_accum > 0 ? d->grad_accum : 1;
-    pl->chunks = pt__sched_chunks(d->schedule, d->chunks);
-    pl->recompute = d->recompute;
-    pl->schedule = pt__sched_resolve(d->schedule, pl->chunks);
-    if (pl->tp < 1 || (cfg.n_head >= 1 && cfg.n_head % pl->tp != 0))
-        pt__append_error(&bad, "tensor_parallel=%d does not divide n_head=%d", pl->tp,
-                         cfg.n_head);
-    else if (cfg.n_kv_head >= 1 && cfg.n_kv_head % pl->tp != 0)
-        pt__append_error(&bad, "tensor_parallel=%d does not divide n_kv_head=%d (each rank holds "
-                         "whole key/value heads and the query heads that share them)", pl->tp,
-                         cfg.n_kv_head);
-    if (pl->tp >= 1 && cfg.ffn_hidden >= 1 && cfg.ffn_hidden % pl->tp != 0)
-        pt__append_error(&bad, "tensor_parallel=%d does not divide ffn_hidden=%d", pl->tp,
-                         cfg.ffn_hidden);
-    if (d->zero < 0 || d->zero > 2) pt__append_error(&bad, "zero=%d must be 0, 1 or 2", d->zero);
-    pl->bucket_bytes = d->bucket_bytes;
-    if (!bad && d->bucket_bytes > (uint64_t)pt_gpt_num_params(&cfg) * sizeof(float))
-        pt__append_error(&bad, "bucket_bytes=%zu is more than the model's %.0f bytes of "
-                         "parameters", d->bucket_bytes,
-                         (double)pt_gpt_num_params(&cfg) * (double)sizeof(float));
-    if (d->bucket_bytes && d->zero == 2)
-        pt__append_error(&bad, "bucket_bytes=%zu with zero=2: ZeRO 2 holds one layer's "
-                         "gradients at a time, so its buckets are a layer each", d->bucket_bytes);
-    if ((int)d->precision < 0 || d->precision > PT_PRECISION_BF16)
-        pt__append_error(&bad, "precision=%d must be 0 (fp32), PT_PRECISION_FP32 or "
-                         "PT_PRECISION_BF16", (int)d->precision);
-    m->ctx.precision = d->precision == PT_PRECISION_BF16 ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
-    if (d->grad_accum < 0) pt__append_error(&bad, "grad_accum=%d must be >= 0", d->grad_accum);
-    if (d->chunks < 0) pt__append_error(&bad, "chunks=%d must be >= 0", d->chunks);
-    if (d->recompute < 0 || d->recompute > PT_RECOMPUTE_FULL)
-        pt__append_error(&bad, "recompute=%d must be 0 (none), 1 (selective) or 2 (full)",
-                         d->recompute);
-    if ((int)d->schedule < 0 || d->schedule >= PT_SCHED_COUNT)
-        pt__append_error(&bad, "schedule=%d is no schedule kind (0..%d)", (int)d->schedule,
-                         PT_SCHED_COUNT - 1);
-    if (d->inference && d->zero)
-        pt__append_error(&bad, "zero=%d needs training state (inference=1 given)", d->zero);
-    if (g && !g->world && !d->meta)
-        pt__append_error(&bad, "the grid has no communicators (only meta builds may)");
-    if (pl->pp > 1 && d->zero == 2)
-        pt__append_error(&bad, "zero=2 with pipeline stages (pp=%d) is not supported: its "
-                         "gradients would be reduced once per micro-batch; use zero <= 1", pl->pp);
-    if (pt__sched_blocks(pl->schedule, pl->pp, pl->chunks) > cfg.n_layer)
-        pt__append_error(&bad, pl->schedule == PT_SCHED_CHIMERA
-                                   ? "pipeline: chimera's pp=%d blocks (chunks=%d: each stage "
-                                     "holds two of them) > n_layer=%d (each needs a layer)"
-                                   : "pipeline: pp=%d x chunks=%d virtual stages > n_layer=%d "
-                                     "(each needs a layer)", pl->pp, pl->chunks, cfg.n_layer);
-    if (pl->pp > 1 && !d->meta && (int64_t)pl->micro * pl->pp * pl->chunks * 2 > 32767)
-        pt__append_error(&bad, "pipeline: %d micro-batches x %d virtual stages exceed the "
-                         "message tags (16383)", pl->micro, pl->pp * pl->chunks);
-    if (pl->pp > 1 && d->inference)
-        pt__append_error(&bad, "a pipeline model is for training; gather it whole to sample");
-    if (pl->pp == 1 && pl->chunks > 1)
-        pt__append_error(&bad, "chunks=%d needs a pipeline (grid pp > 1)", pl->chunks);
-    if (pt__sched_splits(pl->schedule) && pl->recompute == PT_RECOMPUTE_FULL && !d->inference)
-        pt__append_error(&bad, "%s keeps activations from B to W; full recomputation "
-                         "would drop them (use selective or none)",
-                         pt_schedule_kind_name(pl->schedule));
-    if (bad) return PT_ERR_CONFIG;
-    m->config = cfg;
-    m->B = d->batch;
-    m->T = d->seq;
-    /* the stages holding the first and the last block (ZB-V: the first stage
-       both; Chimera: the first and the last stage both, one of each replica) */
-    pl->has_embed = pt__chunk_with(pl, 0) >= 0;
-    pl->has_head = pt__chunk_with(pl, pt__sched_blocks(pl->schedule, pl->pp, pl->chunks) - 1) >= 0;
-    /* the vocabulary padded to a multiple of tp, as Megatron-LM pads GPT-2's */
-    pl->vocab_local = (cfg.vocab_size + pl->tp - 1) / pl->tp;
-    pl->vocab_offset = pl->tp_rank * pl->vocab_local;
-    return PT_OK;
-}
-
-/* The step's schedule over the stages (one stage without a pipeline), built
-   and checked; *slots its peak in flight on this stage. A meta build may be
-   handed the checked report instead; an inference model runs no steps. */
-static pt_status pt__gpt_schedule(const pt_gpt *m, const pt_gpt_desc *d, pt_schedule *s,
-                                  int *slots) {
-    const pt_gpt_place *pl = &m->place;
-    pt_schedule_report rep;
-    pt_status st;
-    memset(s, 0, sizeof *s);
-    s->alloc_ctx = d->alloc_ctx;
-    *slots = 1;
-    if (d->inference) return PT_OK;
-    if (d->meta && d->schedule_report) {
-        *slots = d->schedule_report->peak_inflight[pl->pp_rank];
-        return PT_OK;
-    }
-    if ((st = pt_schedule_build(s, pl->schedule, pl->pp, pl->chunks, pl->micro)) != PT_OK)
-        return st;
-    if ((st = pt_schedule_check(s, &rep)) != PT_OK) {
-        pt_schedule_free(s);
-        return st;
-    }
-    *slots = rep.peak_inflight[pl->pp_rank];
-    return PT_OK;
-}
-
-/* The private state and every table in one allocation: L bounds the local
-   layers, nslots x L the slots' layers. */
-static pt_status pt__gpt_tables(pt_gpt *m, int nslots) {
-    size_t L = (size_t)m->config.n_layer, S = (size_t)nslots, nbook, ntensors;
-    /* buckets close at most: before and inside each of two vocabulary tensors,
-       at each of the L + 1 ends of a layer run, and at the end */
-    size_t nbuckets = L + 4 + 2 * (size_t)(m->place.vocab_local / pt__vocab_rows(m));
-    pt__spec s;
-    unsigned char *book;
-    pt_gpt_exec *x;
-    int k;
-    for (k = 0; pt__canon_spec(&m->config, k, &s, NULL, 0); k++) {
-    }
-    ntensors = (size_t)k;
-    nbook = sizeof(pt_gpt_exec) + sizeof(pt_param) * ntensors + sizeof(pt_block_params) * 3 * L +
-            sizeof(pt_block_acts) * L * S + sizeof(pt__bucket) * nbuckets +
-            (sizeof(pt_comm_req) + sizeof(double)) * 2 * nbuckets + sizeof(pt__slot) * S +
-            sizeof(pt_block_wgrad) * L * S +
-            sizeof(int) * (L + 3 * (size_t)m->place.chunks + 2 * nbuckets);
-    book = (unsigned char *)pt__malloc(nbook, m->alloc_ctx);
-    if (!book) return pt__fail(PT_ERR_OOM, "cannot allocate the model's tables");
-    memset(book, 0, nbook);
-    m->exec = x = (pt_gpt_exec *)book;
-    m->table = (pt_param *)(x + 1);
-    m->layers = (pt_block_params *)(m->table + ntensors);
-    x->layer_grads = m->layers + L;
-    x->pv_layers = x->layer_grads + L;
-    x->acts = (pt_block_acts *)(x->pv_layers + L);
-    x->buckets = (pt__bucket *)(x->acts + L * S);
-    x->ov_req = (pt_comm_req *)(x->buckets + nbuckets);
-    x->ag_req = x->ov_req + nbuckets;
-    x->ov_t = (double *)(x->ag_req + nbuckets);
-    x->ag_t = x->ov_t + nbuckets;
-    x->slots = (pt__slot *)(x->ag_t + nbuckets);
-    x->slots[0].wg = (pt_block_wgrad *)(x->slots + S); /* see pt__layout_acts */
-    x->layer_id = (int *)(x->slots[0].wg + L * S);
-    x->chunk_lo = x->layer_id + L;
-    x->chunk_hi = x->chunk_lo + m->place.chunks;
-    x->ov_done = x->chunk_hi + m->place.chunks;
-    x->ov_at = x->ov_done + m->place.chunks;
-    x->ag_at = x->ov_at + nbuckets;
-    x->nslots = nslots;
-    return PT_OK;
-}
-
-/* The grid's groups, and (pipeline) the pair of ranks holding copies of the
-   same tensors (tie_comm): every world rank joins the split; the first and
-   last stage of one tp, dp place get a group of 2 for wte's two copies, or
-   with Chimera stages s and p-1-s, which hold the same two blocks. */
-static pt_status pt__gpt_comms(pt_gpt *m, const pt_gpt_desc *d) {
-    pt_gpt_exec *x = m->exec;
-    const pt_gpt_place *pl = &m->place;
-    const pt_grid *g = d->grid;
-    pt_comm *tie;
-    pt_status st;
-    int tied = pl->has_embed || pl->has_head;
-    x->grid = d->grid;
-    if (!g || !g->world) return PT_OK; /* one rank, or a meta build of sizes alone */
-    x->tp_comm = pl->tp > 1 ? &d->grid->tp_comm : NULL;
-    x->dp_comm = pl->dp > 1 ? &d->grid->dp_comm : NULL;
-    x->pp_comm = pl->pp > 1 ? &d->grid->pp_comm : NULL;
-    if (pl->zero && pl->dp > 1) { /* the overlapped gathers' own copy of the dp group */
-        if (!(x->ag_comm = (pt_comm *)pt__malloc(sizeof(pt_comm), m->alloc_ctx)))
-            return pt__fail(PT_ERR_OOM, "cannot allocate a communicator");
-        if ((st = pt_comm_split(x->dp_comm, 0, g->dp_rank, x->ag_comm)) != PT_OK) {
-            pt__free(x->ag_comm, m->alloc_ctx);
-            x->ag_comm = NULL;
-            return st;
-        }
-    }
-    if (pl->pp == 1) return PT_OK;
-    if (!(tie = (pt_comm *)pt__malloc(sizeof(pt_comm), m->alloc_ctx)))
-        return pt__fail(PT_ERR_OOM, "cannot allocate a communicator");
-    if (pl->schedule == PT_SCHED_CHIMERA) {
-        int pair = pl->pp_rank < pl->pp - 1 - pl->pp_rank ? pl->pp_rank : pl->pp - 1 - pl->pp_rank;
-        st = pt_comm_split(g->world, g->tp_rank + g->tp * (g->dp_rank + g->dp * pair),
-                           pl->pp_rank, tie);
-    } else {
-        st = pt_comm_split(g->world, tied ? g->tp_rank + g->tp * g->dp_rank
-                                          : g->tp * g->dp + g->world->rank, pl->pp_rank, tie);
-    }
-    if (st != PT_OK) {
-        pt__free(tie, m->alloc_ctx);
-        return st;
-    }
-    x->tie_comm = tie;
-    return PT_OK;
-}
-
-static size_t pt__largest_bucket(const pt_gpt *m) {
-    const pt_gpt_exec *x = m->exec;
-    size_t most = 0;
-    int b;
-    for (b = 0; b < x->num_buckets; b++)
-        if (x->buckets[b].numel > most) most = x->buckets[b].numel;
-    return most;
-}
-
-/* Parameters; then, for training, gradients and the AdamW moments:
-   whole (zero 0), moments of this rank's shard only plus its averaged
-   gradients (zero 1), and (zero 2) gradients of one bucket at a time. */
-static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
-    pt_gpt_exec *x = m->exec;
-    int zero = m->place.zero, b;
-    size_t P = m->num_params, most = pt__largest_bucket(m), most_shard = 0, moments, grads;
-    for (b = 0; b < x->num_buckets; b++)
-        if (x->buckets[b].shard > most_shard) most_shard = x->buckets[b].shard;
-    moments = zero ? x->shard_total : P;
-    grads = (zero == 2 ? most : P) + (zero ? x->shard_total : 0) + (zero == 2 ? most_shard : 0);
-    /* 2BW keeps a second version of the weights */
-    m->mem.params = (!inference && m->place.schedule == PT_SCHED_2BW ? 2 : 1) * P * sizeof(float);
-    m->mem.grads = inference ? 0 : grads * sizeof(float);
-    m->mem.optimizer = inference ? 0 : 2 * moments * sizeof(float);
-    m->params = PT__F(a, P);
-    if (inference) return;
-    if (m->place.schedule == PT_SCHED_2BW) x->wprev = PT__F(a, P);
-    m->m = PT__F(a, moments);
-    m->v = PT__F(a, moments);
-    m->grads = PT__F(a, zero == 2 ? most : P); /* zero 2: the stage of one bucket */
-    if (zero) x->gshard = PT__F(a, x->shard_total);
-    if (zero == 2) x->rs_tmp = PT__F(a, most_shard);
-}
-
-/* The activation slots (each: a chunk's input, its layers' saved
-   activations, what W needs from B, the head's buffers on the last stage,
-   the micro-batch's tokens); then the scratch: recomputation's one layer,
-   the vocabulary-parallel loss, a block's scratch, the residual gradient. */
-static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int training) {
-    pt_gpt_exec *x = m->exec;
-    const pt_gpt_place *pl = &m->place;
-    pt__dims d = pt__block_dims(&m->config, m->B, m->T, pl->tp);
-    size_t N = d.N, C = d.C, V = (size_t)pl->vocab_local;
-    int l, k, most = 0, c, ln = m->config.norm == PT_NORM_LAYER;
-    int bf16 = m->ctx.precision == PT_PRECISION_BF16 && pl->recompute != PT_RECOMPUTE_FULL;
-    for (c = 0; c < pl->chunks; c++)
-        if (x->chunk_hi[c] - x->chunk_lo[c] > most) most = x->chunk_hi[c] - x->chunk_lo[c];
-    for (k = 0; k < x->nslots; k++) {
-        pt__slot *sl = &x->slots[k];
-        sl->micro = sl->chunk = -1;
-        sl->x = PT__F(a, N * C);
-        sl->acts = x->acts + (size_t)k * (size_t)most;
-        for (l = 0; l < most; l++)
-            pt__layout_block_acts(&sl->acts[l], a, &d, pl->recompute, 1, ln, bf16);
-        sl->wg = x->slots[0].wg + (size_t)k * (size_t)most;
-        for (l = 0; x->split && l < most; l++) pt__layout_wgrad(&sl->wg[l], a, &d, NULL, NULL, NULL);
-        if (pl->has_head) {
-            sl->lnf = PT__F(a, N * C);
-            sl->lnf_mean = PT__F(a, N);
-            sl->lnf_rstd = PT__F(a, N);
-            sl->logits = PT__F(a, N * V);
-            sl->losses = PT__F(a, N);
-            sl->lse = (double *)pt_arena_alloc(a, N * sizeof(double));
-        }
-        sl->inputs = (int *)pt_arena_alloc(a, N * sizeof(int));
-        sl->targets = (int *)pt_arena_alloc(a, N * sizeof(int));
-    }
-    *act_bytes = a->used;
-    memset(&x->racts, 0, sizeof x->racts); /* recomputation's one layer (not saved) */
-    if (pl->recompute == PT_RECOMPUTE_FULL)
-        pt__layout_block_acts(&x->racts, a, &d, PT_RECOMPUTE_NONE, 0, ln, 0);
-    else if (pl->recompute == PT_RECOMPUTE_SELECTIVE)
-        x->racts.atty = PT__F(a, N * d.Ca);
-    x->ce_red = pl->tp > 1 ? PT__F(a, 3 * N) : NULL;
-    pt__layout_scratch(&x->scratch, a, &d, training, m->config.pos == PT_POS_ROPE, bf16);
-    x->dres = training ? PT__F(a, N * C) : NULL;
-    x->pp_rbuf = training && pl->pp > 1 ? PT__F(a, 2 * N * C) : NULL;
-    for (k = 0; bf16 && k < x->nslots; k++) /* bf16 storage: the floats are the scratch's */
-        for (l = 0; l < most; l++) {
-            pt_block_acts *b = &x->slots[k].acts[l];
-            b->ln1 = x->scratch.ln1, b->qkv = x->scratch.qkv;
-            b->ln2 = x->scratch.ln2, b->fch = x->scratch.fch;
-        }
-}
-
-PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
-    pt_gpt_exec *x;
-    pt_schedule sched;
-    pt_arena meta;
-    size_t act_bytes, state_bytes;
-    int nslots;
-    pt_status st;
-    memset(m, 0, sizeof *m);
-    m->alloc_ctx = d->alloc_ctx;
-    m->loss = -1.0f;
-    pt_clear_error();
-    if ((st = pt__gpt_check(m, d)) != PT_OK) return st;
-    if ((st = pt__gpt_schedule(m, d, &sched, &nslots)) != PT_OK) return st;
-    if ((st = pt__gpt_tables(m, nslots)) != PT_OK) {
-        pt_schedule_free(&sched);
-        return st;
-    }
-    x = m->exec;
-    x->sched = sched; /* freed with the model from here on */
-    x->split = pt__sched_splits(m->place.schedule); /* its lists hold W actions */
-    pt__assign_layers(m);
-    pt__build_table(m);
-    if ((st = pt__gpt_comms(m, d)) != PT_OK) {
-        pt_gpt_free(m);
-        return st;
-    }
-    /* measure with meta arenas, then allocate each class once */
-    pt_arena_init_meta(&meta);
-    pt__layout_state(m, &meta, d->inference);
-    state_bytes = meta.used;
-    pt_arena_init_meta(&meta);
-    pt__layout_acts(m, &meta, &act_bytes, !d->inference);
-    m->mem.activations = act_bytes;
-    m->mem.scratch = meta.used - act_bytes;
-    m->mem.total = m->mem.params + m->mem.grads + m->mem.optimizer + meta.used;
-    m->mem.slots = x->nslots;
-    if (d->meta) {
-        pt_arena_init_meta(&x->param_arena);
-        pt_arena_init_meta(&x->act_arena);
-        return PT_OK;
-    }
-    if ((st = pt_arena_init(&x->param_arena, state_bytes, d->alloc_ctx)) != PT_OK ||
-        (st = pt_arena_init(&x->act_arena, meta.used, d->alloc_ctx)) != PT_OK) {
-        double mib = (double)m->mem.total / 1048576.0;
-        pt_gpt_free(m);
-        return pt__fail(PT_ERR_OOM, "cannot allocate %.1f MiB for the model (weights%s, "
-                        "activations)", mib, d->inference ? "" : ", gradients, AdamW state");
-    }
-    { /* the context its calls pass down: the desc's precision, a workspace for this thread's
-         OpenMP threads */
-        pt_ctx_desc cd;
-        memset(&cd, 0, sizeof cd);
-        cd.precision = m->ctx.precision, cd.alloc_ctx = d->alloc_ctx;
-        if ((st = pt_ctx_init(&m->ctx, &cd)) != PT_OK) {
-            pt_gpt_free(m);
-            return st;
-        }
-    }
-    pt__layout_state(m, &x->param_arena, d->inference);
-    memset(x->param_arena.base, 0, x->param_arena.used);
-    pt__layout_acts(m, &x->act_arena, &act_bytes, !d->inference);
-    pt__bind(m, m->params, 0, &m->wte, &m->wpe, &m->lnf_w, &m->lnf_b, &m->lm_head, m->layers);
-    pt__bind(m, x->wprev, 0, &x->pv_wte, &x->pv_wpe, &x->pv_lnf_w, &x->pv_lnf_b, &x->pv_head,
-             x->pv_layers);
-    pt__bind(m, m->grads, m->place.zero == 2, &x->dwte, &x->dwpe, &x->dlnf_w, &x->dlnf_b,
-             &x->dhead,
-             x->layer_grads);
-    return PT_OK;
-}
-
-PTRAINDEF void pt_gpt_free(pt_gpt *m) {
-    pt_gpt_exec *x = m->exec;
-    if (x) {
-        pt__ag_settle(m); /* nothing may still write into the parameters */
-        pt_schedule_free(&x->sched);
-        if (x->ag_comm) {
-            pt_comm_free(x->ag_comm);
-            pt__free(x->ag_comm, m->alloc_ctx);
-        }
-        if (x->tie_comm) {
-            pt_comm_free(x->tie_comm);
-            pt__free(x->tie_comm, m->alloc_ctx);
-        }
-        pt_arena_free(&x->param_arena);
-        pt_arena_free(&x->act_arena);
-        pt__free(x, m->alloc_ctx);
-    }
-    pt_ctx_free(&m->ctx);
-    memset(m, 0, sizeof *m);
-}
-
-PTRAINDEF void pt_gpt_init_weights(pt_gpt *m, uint64_t seed) {
-    pt_rng rng;
-    float proj_std = 0.02f / sqrtf(2.0f * (float)m->config.n_layer);
-    pt__spec s;
-    int i = 0, k;
-    if (!m->params) return;
-    pt__ag_settle(m); /* (an error stays with the requests' communicator) */
-    pt_rng_seed(&rng, seed);
-    /* the whole model's tensors in canonical order, drawn in sequence: the
-       ones held here keep their values (their part under tp), the others'
-       draws are skipped, so every layout holds the serial init */
-    for (k = 0; pt__canon_spec(&m->config, k, &s, NULL, 0); k++) {
-        const pt_param *p = i < m->num_tensors && m->table[i].canon == k ? &m->table[i++] : NULL;
-        int64_t rows = s.cols ? s.rows : 1, cols = s.cols ? s.cols : s.rows, j;
-        float *w = p ? m->params + p->offset : NULL;
-        if (s.init == PT__INIT_NORMAL || s.init == PT__INIT_PROJ) {
-            float std = s.init == PT__INIT_PROJ ? proj_std : 0.02f;
-            for (j = 0; j < rows * cols; j++) {
-                float v = pt_rng_normal(&rng, 0.0f, std);
-                ptrdiff_t at = p ? pt__local_index(p, m->place.tp_rank, j / cols, j % cols) : -1;
-                if (at >= 0) w[at] = v;
-            }
-        } else if (p) {
-            for (j = 0; j < (int64_t)p->numel; j++) w[j] = s.init == PT__INIT_ONE ? 1.0f : 0.0f;
-        }
-    }
-    if (m->m) memset(m->m, 0, (m->place.zero ? m->exec->shard_total : m->num_params) * sizeof(float));
-    if (m->v) memset(m->v, 0, (m->place.zero ? m->exec->shard_total : m->num_params) * sizeof(float));
-    m->adam_t = 0;
-}
-
-PTRAINDEF const pt_param *pt_gpt_find_param(const pt_gpt *m, const char *name) {
-    int i;
-    for (i = 0; i < m->num_tensors; i++)
-        if (strcmp(m->table[i].name, name) == 0) return &m->table[i];
-    return NULL;
-}
-
-/* Sum over the tensor-parallel group (nothing to do without one). */
-static pt_status pt__tp_sum(pt_comm *tp, float *buf, size_t n) {
-    return tp && tp->size > 1 ? pt_comm_all_reduce(tp, buf, n, PT_REDUCE_SUM) : PT_OK;
-}
-
-/* The configuration's norm: LayerNorm (mean kept) or RMSNorm (b, mean unused). */
-static void pt__norm_forward(const pt_gpt_config *c, float *out, float *mean, float *rstd,
-                             const float *x, const float *w, const float *b, int N, int C) {
-    float eps = c->ln_eps > 0.0f ? c->ln_eps : 1e-5f;
-    if (c->norm == PT_NORM_RMS) pt_rmsnorm_forward(out, rstd, x, w, N, C, eps);
-    else pt_layernorm_forward(out, mean, rstd, x, w, b, N, C, eps);
-}
-
-static void pt__norm_backward(const pt_gpt_config *c, float *dx, float *dw, float *db,
-                              const float *dout, const float *x, const float *w,
-                              const float *mean, const float *rstd, int N, int C) {
-    if (c->norm == PT_NORM_RMS) pt_rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
-    else pt_layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
-}
-
-/* The architecture's linear layer: Conv1D [IN, OUT] (GPT-2) or nn.Linear [OUT, IN]. */
-static void pt__proj_forward(pt_ctx *ctx, const pt_gpt_config *c, float *out, const float *inp,
-                             const float *w, const float *b, int N, int IN, int OUT) {
-    if (c->arch == PT_ARCH_LLAMA) pt_linear_forward(ctx, out, inp, w, b, N, IN, OUT);
-    else pt_matmul_forward(ctx, out, inp, w, b, N, IN, OUT);
-}
-
-static void pt__proj_backward(pt_ctx *ctx, const pt_gpt_config *c, float *dinp, float *dw,
-                              float *db, const float *dout, const float *inp, const float *w,
-                              int N, int IN, int OUT) {
-    if (c->arch == PT_ARCH_LLAMA) pt_linear_backward(ctx, dinp, dw, db, dout, inp, w, N, IN, OUT);
-    else pt_matmul_backward(ctx, dinp, dw, db, dout, inp, w, N, IN, OUT);
-}
-
-/* The MLP's activation of fch (N, Fi) into out (N, F): gelu or swiglu. */
-static void pt__act_forward(const pt_gpt_config *c, float *out, const float *fch, size_t N,
-                            size_t F) {
-    if (c->mlp == PT_MLP_SWIGLU) pt_swiglu_forward(out, fch, (int)N, (int)F);
-    else pt_gelu_forward(out, fch, N * F);
-}
-
-/* The rotary table for T positions in s->rope (computed when T changes). */
-static const float *pt__rope_cs(const pt_gpt_config *c, pt_block_scratch *s, int T) {
-    if (s->rope_T != T) {
-        pt_rope_table(s->rope, T, c->n_embd / c->n_head, pt__rope_theta(c), &c->rope_scaling);
-        s->rope_T = T;
-    }
-    return s->rope;
-}
-
-PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
-                                     const pt_block_params *p, const float *x, pt_block_acts *a,
-                                     pt_block_scratch *s, pt_comm *tp) {
-    /* this rank's heads and MLP columns (d); row-parallel biases are added
-       by tensor rank 0 only, so the sum counts them once */
-    int k = tp ? tp->size : 1, lead = !tp || tp->rank == 0;
-    pt__dims d = pt__block_dims(cfg, B, T, k);
-    int C = cfg->n_embd, N = B * T, Ca = (int)d.Ca, Q3 = (int)d.Q3, F = (int)d.F, Fi = (int)d.Fi;
-    pt_status st;
-    if (a->ln1_16) /* the scratch is written before it is kept: it holds no one's until then */
-        memset((void *)s->held, 0, sizeof s->held);
-    pt__norm_forward(cfg, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, N, C);
-    pt__bf16_act(ctx, a->ln1_16, a->ln1, (size_t)N * C, &s->held[0]);
-    pt__proj_forward(ctx, cfg, a->qkv, a->ln1, p->qkv_w, p->qkv_b, N, C, Q3);
-    if (cfg->pos == PT_POS_ROPE) /* q and k heads are adjacent: one pass over both */
-        pt_rope_forward(a->qkv, pt__rope_cs(cfg, s, T), N, T, (int)(d.NH + d.NKV), (int)d.hd, Q3);
-    pt__bf16_act(ctx, a->qkv_16, a->qkv, (size_t)N * Q3, &s->held[1]);
-    pt_attention_forward(ctx, a->atty, a->lse, a->qkv, s->attn, s->attn_slots, B, T, Ca,
-                         (int)d.NH, (int)d.NKV);
-    pt__proj_forward(ctx, cfg, a->res2, a->atty, p->attn_proj_w, lead ? p->attn_proj_b : NULL, N,
-                     Ca, C);
-    if ((st = pt__tp_sum(tp, a->res2, (size_t)N * C)) != PT_OK) return st;
-    pt_residual_forward(a->res2, a->res2, x, (size_t)N * C);
-    pt__norm_forward(cfg, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, N, C);
-    pt__bf16_act(ctx, a->ln2_16, a->ln2, (size_t)N * C, &s->held[2]);
-    pt__proj_forward(ctx, cfg, a->fch, a->ln2, p->fc_w, p->fc_b, N, C, Fi);
-    pt__bf16_act(ctx, a->fch_16, a->fch, (size_t)N * Fi, &s->held[3]);
-    pt__act_forward(cfg, s->gelu, a->fch, (size_t)N, (size_t)F);
-    pt__proj_forward(ctx, cfg, a->out, s->gelu, p->fc_proj_w, lead ? p->fc_proj_b : NULL, N, F, C);
-    if ((st = pt__tp_sum(tp, a->out, (size_t)N * C)) != PT_OK) return st;
-    pt_residual_forward(a->out, a->out, a->res2, (size_t)N * C);
-    return PT_OK;
-}
-
-/* B: the input's gradient, keeping in w what the weight gradients need.
-   MLP branch: out = res2 + fc_proj(act(fc(norm2(res2)))); then the attention
-   branch: res2 = x + attn_proj(attention(rope(qkv(norm1(x))))). */
-PTRAINDEF pt_status pt_block_backward_input(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
-                                            const pt_block_params *p, const float *x,
-                                            const pt_block_acts *a, const float *dout, float *dx,
-                                            pt_block_wgrad *w, pt_block_scratch *s, pt_comm *tp) {
-    pt__dims d = pt__block_dims(cfg, B, T, tp ? tp->size : 1);
-    size_t C = d.C, N = d.N, Ca = d.Ca, F = d.F, Fi = d.Fi, Q3 = d.Q3;
-    int n = (int)N, c = (int)C, ca = (int)Ca, f = (int)F;
-    pt_status st;
-    if (w->dout != dout) memcpy(w->dout, dout, N * C * sizeof(float)); /* dx may alias dout */
-    pt__bf16_load(a->fch, a->fch_16, N * Fi, &s->held[3]);
-    if (cfg->mlp == PT_MLP_SWIGLU) { /* d act in the activation's scratch, then d [gate|up] */
-        memset(s->gelu, 0, N * F * sizeof(float));
-        pt__proj_backward(ctx, cfg, s->gelu, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
-        pt_swiglu_backward(w->dfch, a->fch, s->gelu, n, f);
-    } else {
-        memset(w->dfch, 0, N * F * sizeof(float));
-        pt__proj_backward(ctx, cfg, w->dfch, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
-        pt_gelu_backward(w->dfch, a->fch, w->dfch, N * F);
-    }
-    memset(w->dln2, 0, N * C * sizeof(float));
-    pt__proj_backward(ctx, cfg, w->dln2, NULL, NULL, w->dfch, NULL, p->fc_w, n, c, (int)Fi);
-    if ((st = pt__tp_sum(tp, w->dln2, N * C)) != PT_OK) return st;
-    if (dx != w->dout) memcpy(dx, w->dout, N * C * sizeof(float)); /* dx now holds d res2 */
-    pt__norm_backward(cfg, dx, NULL, NULL, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
-                      n, c);
-    memcpy(w->dres2, dx, N * C * sizeof(float));
-    memset(s->datty, 0, N * Ca * sizeof(float));
-    pt__proj_backward(ctx, cfg, s->datty, NULL, NULL, dx, NULL, p->attn_proj_w, n, ca, c);
-    memset(w->dqkv, 0, N * Q3 * sizeof(float));
-    pt__bf16_load(a->qkv, a->qkv_16, N * Q3, &s->held[1]);
-    pt_attention_backward(ctx, w->dqkv, s->datty, a->atty, a->qkv, a->lse, s->attn,
-                          s->attn_slots, B, T, ca, (int)d.NH, (int)d.NKV);
-    if (cfg->pos == PT_POS_ROPE)
-        pt_rope_backward(w->dqkv, pt__rope_cs(cfg, s, T), n, T, (int)(d.NH + d.NKV), (int)d.hd,
-                         (int)Q3);
-    memset(w->dln1, 0, N * C * sizeof(float));
-    pt__proj_backward(ctx, cfg, w->dln1, NULL, NULL, w->dqkv, NULL, p->qkv_w, n, c, (int)Q3);
-    if ((st = pt__tp_sum(tp, w->dln1, N * C)) != PT_OK) return st;
-    pt__norm_backward(cfg, dx, NULL, NULL, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd, n, c);
-    return PT_OK;
-}
-
-/* W: every parameter gradient from the kept output gradients and the
-   activations (the MLP activation recomputed). dout is whole on every
-   tensor rank, so the replicated bias and norm gradients agree without
-   communication. tp is the tensor-parallel group's size. */
-PTRAINDEF void pt_block_backward_weight(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
-                                        const pt_block_params *p, pt_block_params *g,
-                                        const float *x, const pt_block_acts *a,
-                                        const pt_block_wgrad *w, pt_block_scratch *s, int tp) {
-    pt__dims d = pt__block_dims(cfg, B, T, tp);
-    int n = (int)d.N, c = (int)d.C, ca = (int)d.Ca, f = (int)d.F;
-    pt__bf16_load(a->fch, a->fch_16, d.N * d.Fi, &s->held[3]);
-    pt__bf16_load(a->ln2, a->ln2_16, d.N * d.C, &s->held[2]);
-    pt__bf16_load(a->ln1, a->ln1_16, d.N * d.C, &s->held[0]);
-    pt__act_forward(cfg, s->gelu, a->fch, d.N, d.F); /* not saved by forward: NF floats a layer */
-    pt__proj_backward(ctx, cfg, NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w,
-                      n, f, c);
-    pt__proj_backward(ctx, cfg, NULL, g->fc_w, g->fc_b, w->dfch, a->ln2, p->fc_w, n, c, (int)d.Fi);
-    pt__norm_backward(cfg, NULL, g->ln2_w, g->ln2_b, w->dln2, a->res2, p->ln2_w, a->ln2_mean,
-                      a->ln2_rstd, n, c);
-    pt__proj_backward(ctx, cfg, NULL, g->attn_proj_w, g->attn_proj_b, w->dres2, a->atty,
-                      p->attn_proj_w, n, ca, c);
-    pt__proj_backward(ctx, cfg, NULL, g->qkv_w, g->qkv_b, w->dqkv, a->ln1, p->qkv_w, n, c,
-                      (int)d.Q3);
-    pt__norm_backward(cfg, NULL, g->ln1_w, g->ln1_b, w->dln1, x, p->ln1_w, a->ln1_mean,
-                      a->ln1_rstd, n, c);
-}
-
-PTRAINDEF pt_status pt_block_backward(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
-                                      const pt_block_params *p, pt_block_params *g,
-                                      const float *x, const pt_block_acts *a, const float *dout,
-                                      float *dx, pt_block_scratch *s, pt_comm *tp) {
-    pt_status st = pt_block_backward_input(ctx, cfg, B, T, p, x, a, dout, dx, &s->w, s, tp);
-    if (st == PT_OK)
-        pt_block_backward_weight(ctx, cfg, B, T, p, g, x, a, &s->w, s, tp ? tp->size : 1);
-    return st;
-}
-
-static pt_status pt__check_tokens(const int *tok, size_t n, int V, const char *what) {
-    size_t i;
-    for (i = 0; i < n; i++)
-        if (tok[i] < 0 || tok[i] >= V)
-            return pt__fail(PT_ERR_RANGE, "%s[%zu]=%d is outside the vocabulary [0, %d)", what, i,
-                            tok[i], V);
-    return PT_OK;
-}
-
-/* ---- generation ---------------------------------------------------------- */
-
-PTRAINDEF pt_status pt_kv_cache_init(pt_kv_cache *c, const pt_gpt *m) {
-    const pt_gpt_config *g = &m->config;
-    pt__dims d = pt__block_dims(g, 1, 1, 1);
-    size_t L = (size_t)g->n_layer, C = d.C, cap = (size_t)g->block_size;
-    size_t V = (size_t)g->vocab_size, bytes = 0;
-    int pass;
-    pt_status st;
-    memset(c, 0, sizeof *c);
-    if (m->place.tp > 1 || m->place.pp > 1)
-        return pt__fail(PT_ERR_UNSUPPORTED, "generation runs on one rank: load the gathered "
-                        "weights (pt_gpt_gather, or a checkpoint) into a model without a grid");
-    for (pass = 0; pass < 2; pass++) {
-        pt_arena *a = &c->arena;
-        if (pass == 0) pt_arena_init_meta(a);
-        else if ((st = pt_arena_init(a, bytes, m->alloc_ctx)) != PT_OK) return st;
-        c->k = PT__F(a, L * cap * d.Ckv);
-        c->v = PT__F(a, L * cap * d.Ckv);
-        c->x = PT__F(a, C);
-        c->ln = PT__F(a, C);
-        c->qkv = PT__F(a, d.Q3);
-        c->atty = PT__F(a, C);
-        c->res = PT__F(a, C);
-        c->fch = PT__F(a, d.Fi);
-        c->fcg = PT__F(a, d.F);
-        c->att = PT__F(a, cap);
-        c->logits = PT__F(a, V);
-        c->work = PT__F(a, V);
-        c->rope = g->pos == PT_POS_ROPE ? PT__F(a, cap * d.hd) : NULL;
-        bytes = a->used;
-    }
-    if (c->rope)
-        pt_rope_table(c->rope, (int)cap, (int)d.hd, pt__rope_theta(g), &g->rope_scaling);
-    c->capacity = (int)cap;
-    return PT_OK;
-}
-
-PTRAINDEF void pt_kv_cache_free(pt_kv_cache *c) {
-    pt_arena_free(&c->arena);
-    memset(c, 0, sizeof *c);
-}
-
-PTRAINDEF void pt_kv_cache_reset(pt_kv_cache *c) { c->len = 0; }
-
-/* The block of pt_block_forward for one new row at position p = c->len, with
-   keys and values of rows 0..p taken from the cache (query head h reads
-   key/value head h / (n_head/n_kv_head)). */
-PTRAINDEF pt_status pt_gpt_decode(const pt_gpt *m, pt_kv_cache *c, int token,
-                                  const float **logits) {
-    const pt_gpt_config *g = &m->config;
-    pt__dims d = pt__block_dims(g, 1, 1, 1);
-    int C = g->n_embd, NH = (int)d.NH, hd = (int)d.hd, G = (int)(d.NH / d.NKV);
-    int Ckv = (int)d.Ckv, Q3 = (int)d.Q3, F = (int)d.F, p = c->len, l, h, u, i;
-    float scale = 1.0f / sqrtf((float)hd), mean, rstd;
-    pt_ctx fp = m->ctx, *ctx = &fp; /* the model's workspace, fp32, no poller */
-    pt_status st;
-    fp.precision = PT_PRECISION_FP32;
-    memset(&fp.poll, 0, sizeof fp.poll);
-    if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
-    if ((st = pt__ag_settle(m)) != PT_OK) return st;
-    if (token < 0 || token >= g->vocab_size)
-        return pt__fail(PT_ERR_RANGE, "token %d is outside the vocabulary [0, %d)", token,
-                        g->vocab_size);
-    if (p >= c->capacity)
-        return pt__fail(PT_ERR_RANGE, "KV cache is full (%d positions = block_size)", c->capacity);
-    for (i = 0; i < C; i++)
-        c->x[i] = m->wte[(size_t)token * C + i] + (m->wpe ? m->wpe[(size_t)p * C + i] : 0.0f);
-    for (l = 0; l < g->n_layer; l++) {
-        const pt_block_params *w = &m->layers[l];
-        float *K = c->k + (size_t)l * c->capacity * Ckv, *Vc = c->v + (size_t)l * c->capacity * Ckv;
-        pt__norm_forward(g, c->ln, &mean, &rstd, c->x, w->ln1_w, w->ln1_b, 1, C);
-        pt__proj_forward(ctx, g, c->qkv, c->ln, w->qkv_w, w->qkv_b, 1, C, Q3);
-        if (c->rope) /* the table's row p: one row of one position */
-            pt_rope_forward(c->qkv, c->rope + (size_t)p * hd, 1, 1, (int)(d.NH + d.NKV), hd, Q3);
-        memcpy(K + (size_t)p * Ckv, c->qkv + C, sizeof(float) * Ckv);
-        memcpy(Vc + (size_t)p * Ckv, c->qkv + C + Ckv, sizeof(float) * Ckv);
-        for (h = 0; h < NH; h++) {
-            const float *q = c->qkv + h * hd;
-            float mx = -INFINITY, sum = 0.0f, *o = c->atty + h * hd;
-            for (u = 0; u <= p; u++) {
-                const float *k = K + (size_t)u * Ckv + (h / G) * hd;
-                float s = 0.0f;
-                for (i = 0; i < hd; i++) s += q[i] * k[i];
-                c->att[u] = s * scale;
-                if (c->att[u] > mx) mx = c->att[u];
-            }
-            for (u = 0; u <= p; u++) {
-                c->att[u] = expf(c->att[u] - mx);
-                sum += c->att[u];
-            }
-            for (i = 0; i < hd; i++) o[i] = 0.0f;
-            for (u = 0; u <= p; u++) {
-                const float *v = Vc + (size_t)u * Ckv + (h / G) * hd;
-                float a = c->att[u] / sum;
-                for (i = 0; i < hd; i++) o[i] += a * v[i];
-            }
-        }
-        pt__proj_forward(ctx, g, c->res, c->atty, w->attn_proj_w, w->attn_proj_b, 1, C, C);
-        pt_residual_forward(c->res, c->res, c->x, (size_t)C);
-        pt__norm_forward(g, c->ln, &mean, &rstd, c->res, w->ln2_w, w->ln2_b, 1, C);
-        pt__proj_forward(ctx, g, c->fch, c->ln, w->fc_w, w->fc_b, 1, C, (int)d.Fi);
-        pt__act_forward(g, c->fcg, c->fch, 1, (size_t)F);
-        pt__proj_forward(ctx, g, c->x, c->fcg, w->fc_proj_w, w->fc_proj_b, 1, F, C);
-        pt_residual_forward(c->x, c->x, c->res, (size_t)C);
-    }
-    pt__norm_forward(g, c->ln, &mean, &rstd, c->x, m->lnf_w, m->lnf_b, 1, C);
-    pt_tied_head_forward(ctx, c->logits, c->ln, m->lm_head, 1, C, g->vocab_size);
-    c->len++;
-    if (logits) *logits = c->logits;
-    return PT_OK;
-}
-
-/* Returns the k-th largest value of x[0..n) (k in 1..n); reorders x. */
-static float pt__kth_largest(float *x, int n, int k) {
-    int lo = 0, hi = n - 1, target = k - 1;
-    while (lo < hi) {
-        float pivot = x[lo + (hi - lo) / 2], t;
-        int i = lo, j = hi;
-        while (i <= j) {
-            while (x[i] > pivot) i++;
-            while (x[j] < pivot) j--;
-            if (i <= j) {
-                t = x[i];
-                x[i] = x[j];
-                x[j] = t;
-                i++;
-                j--;
-            }
-        }
-        if (target <= j) hi = j;
-        else if (target >= i) lo = i;
-        else break;
-    }
-    return x[target];
-}
-
-PTRAINDEF int pt_sample_logits(const float *logits, int V, float temperature, int top_k,
-                               pt_rng *rng, float *work) {
-    float mx = logits[0], thr = -INFINITY;
-    double sum = 0.0, r, acc = 0.0;
-    int v, best = 0;
-    for (v = 1; v < V; v++)
-        if (logits[v] > mx) {
-            mx = logits[v];
-            best = v;
-        }
-    if (!(temperature > 0.0f)) return best;
-    if (top_k > 0 && top_k < V) {
-        memcpy(work, logits, sizeof(float) * V);
-        thr = pt__kth_largest(work, V, top_k);
-    }
-    for (v = 0; v < V; v++) {
-        work[v] = logits[v] >= thr ? (float)exp((double)(logits[v] - mx) / temperature) : 0.0f;
-        sum += work[v];
-    }
-    r = (double)pt_rng_uniform(rng) * sum;
-    for (v = 0; v < V; v++) {
-        acc += work[v];
-        if (r < acc) return v;
-    }
-    return best;
-}
-
-PTRAINDEF pt_status pt_gpt_generate(const pt_gpt *m, pt_kv_cache *c, const int *prompt,
-                                    int n_prompt, int *out, int n_new,
-                                    const pt_sample_desc *desc) {
-    pt_rng rng;
-    const float *logits = NULL;
-    int i, j, cap = c->capacity;
-    pt_status st;
-    if (n_prompt < 1)
-        return pt__fail(PT_ERR_INVALID_ARG, "generation needs a prompt of at least one token");
-    if ((st = pt__check_tokens(prompt, (size_t)n_prompt, m->config.vocab_size, "prompt")) != PT_OK)
-        return st;
-    pt_rng_seed(&rng, desc ? desc->seed : 0);
-    pt_kv_cache_reset(c);
-    for (j = n_prompt > cap ? n_prompt - cap : 0; j < n_prompt; j++)
-        if ((st = pt_gpt_decode(m, c, prompt[j], &logits)) != PT_OK) return st;
-    for (i = 0; i < n_new; i++) {
-        out[i] = pt_sample_logits(logits, m->config.vocab_size, desc ? desc->temperature : 1.0f,
-                                  desc ? desc->top_k : 0, &rng, c->work);
-        if (i + 1 == n_new) break;
-        if (c->len == cap) { /* slide: refill with the last cap/2 tokens before out[i] */
-            int keep = cap / 2, hist = n_prompt + i; /* history tokens before out[i] */
-            pt_kv_cache_reset(c);
-            for (j = hist - keep; j < hist; j++)
-                if ((st = pt_gpt_decode(m, c, j < n_prompt ? prompt[j] : out[j - n_prompt], NULL)) !=
-                    PT_OK)
-                    return st;
-        }
-        if ((st = pt_gpt_decode(m, c, out[i], &logits)) != PT_OK) return st;
-    }
-    return PT_OK;
-}
-
-/* ======================================================================== */
-
-/* ======================================================================== */
 /* >>comm (implementation)                                                   */
 /* ======================================================================== */
 
@@ -8316,8 +6525,935 @@ PTRAINDEF void pt_grid_free(pt_grid *g) {
 }
 
 /* ======================================================================== */
+/* >>model (implementation)                                                  */
+/* ======================================================================== */
+
+/* LLaMA presets: RMSNorm, rotary, SwiGLU, no biases, untied head (kv: key/value
+   heads, ffn: SwiGLU hidden size, theta: rotary base; eps the RMSNorm's). */
+static const struct {
+    const char *name;
+    int V, block, L, NH, C, kv, ffn;
+    float theta, eps;
+} pt__presets[] = {
+    {"tiny", 256, 128, 2, 4, 64, 0, 0, 0.0f, 1e-5f},
+    {"mini", 256, 256, 4, 4, 128, 0, 0, 0.0f, 1e-5f},
+    {"small", 8192, 512, 4, 4, 256, 0, 0, 0.0f, 1e-5f},
+    {"gpt2-124m", 50257, 1024, 12, 12, 768, 0, 0, 0.0f, 1e-5f},
+    {"gpt2-350m", 50257, 1024, 24, 16, 1024, 0, 0, 0.0f, 1e-5f},
+    {"gpt2-774m", 50257, 1024, 36, 20, 1280, 0, 0, 0.0f, 1e-5f},
+    {"gpt2-1558m", 50257, 1024, 48, 25, 1600, 0, 0, 0.0f, 1e-5f},
+    {"llama-tiny", 256, 128, 2, 4, 64, 2, 176, 10000.0f, 1e-5f},
+    {"llama-124m", 32000, 1024, 12, 12, 768, 4, 2048, 10000.0f, 1e-5f}, /* GPT-2 124M's scale */
+    {"llama2-7b", 32000, 4096, 32, 32, 4096, 32, 11008, 10000.0f, 1e-5f},
+    {"llama2-13b", 32000, 4096, 40, 40, 5120, 40, 13824, 10000.0f, 1e-5f},
+    {"llama3-8b", 128256, 8192, 32, 32, 4096, 8, 14336, 500000.0f, 1e-5f},
+    {"llama2-70b", 32000, 4096, 80, 64, 8192, 8, 28672, 10000.0f, 1e-5f},
+};
+#define PT__NPRESETS ((int)(sizeof pt__presets / sizeof pt__presets[0]))
+
+PTRAINDEF const char *pt_gpt_preset_names(void) {
+    return "tiny, mini, small, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-tiny, "
+           "llama-124m, llama2-7b, llama2-13b, llama3-8b, llama2-70b";
+}
+
+PTRAINDEF pt_status pt_gpt_config_preset(const char *name, pt_gpt_config *out) {
+    int i;
+    for (i = 0; i < PT__NPRESETS; i++)
+        if (name && strcmp(name, pt__presets[i].name) == 0) {
+            memset(out, 0, sizeof *out);
+            out->vocab_size = pt__presets[i].V;
+            out->block_size = pt__presets[i].block;
+            out->n_layer = pt__presets[i].L;
+            out->n_head = pt__presets[i].NH;
+            out->n_embd = pt__presets[i].C;
+            out->ln_eps = pt__presets[i].eps;
+            if (pt__presets[i].kv) {
+                out->arch = PT_ARCH_LLAMA;
+                out->norm = PT_NORM_RMS;
+                out->pos = PT_POS_ROPE;
+                out->mlp = PT_MLP_SWIGLU;
+                out->n_kv_head = pt__presets[i].kv;
+                out->ffn_hidden = pt__presets[i].ffn;
+                out->no_bias = 1;
+                out->untied_head = 1;
+                out->rope_theta = pt__presets[i].theta;
+            }
+            return PT_OK;
+        }
+    return pt__fail(PT_ERR_CONFIG, "unknown model preset '%s' (known: %s)", name ? name : "(null)",
+                    pt_gpt_preset_names());
+}
+
+/* The choices' defaults (zero means GPT-2's). */
+static int pt__kv_heads(const pt_gpt_config *c) { return c->n_kv_head > 0 ? c->n_kv_head : c->n_head; }
+static int pt__ffn(const pt_gpt_config *c) { return c->ffn_hidden > 0 ? c->ffn_hidden : 4 * c->n_embd; }
+static float pt__rope_theta(const pt_gpt_config *c) {
+    return c->rope_theta > 0.0f ? c->rope_theta : 10000.0f;
+}
+
+PTRAINDEF pt_status pt_gpt_config_validate(const pt_gpt_config *c) {
+    int bad = 0;
+    pt_clear_error();
+#define PT__RANGE(field, lo, hi)                                                          \
+    if (c->field < (lo) || c->field > (hi))                                               \
+        pt__append_error(&bad, #field "=%d must be in [%d, %d]", c->field, (int)(lo), (int)(hi));
+    PT__RANGE(vocab_size, 1, 1 << 24)
+    PT__RANGE(block_size, 1, 1 << 20)
+    PT__RANGE(n_layer, 1, 4096)
+    PT__RANGE(n_head, 1, 1 << 16)
+    PT__RANGE(n_embd, 1, 1 << 17)
+#undef PT__RANGE
+    if (c->n_head > 0 && c->n_embd > 0 && c->n_embd % c->n_head != 0)
+        pt__append_error(&bad, "n_embd=%d is not divisible by n_head=%d", c->n_embd, c->n_head);
+    if (!(c->ln_eps >= 0.0f && c->ln_eps < 1.0f))
+        pt__append_error(&bad, "ln_eps=%g must be in [0, 1) (0 means 1e-5)", (double)c->ln_eps);
+    if ((int)c->arch < 0 || c->arch > PT_ARCH_LLAMA)
+        pt__append_error(&bad, "arch=%d must be 0 (gpt2) or 1 (llama)", (int)c->arch);
+    if ((int)c->norm < 0 || c->norm > PT_NORM_RMS)
+        pt__append_error(&bad, "norm=%d must be 0 (layernorm) or 1 (rmsnorm)", (int)c->norm);
+    if ((int)c->pos < 0 || c->pos > PT_POS_ROPE)
+        pt__append_error(&bad, "pos=%d must be 0 (learned) or 1 (rope)", (int)c->pos);
+    if ((int)c->mlp < 0 || c->mlp > PT_MLP_SWIGLU)
+        pt__append_error(&bad, "mlp=%d must be 0 (gelu) or 1 (swiglu)", (int)c->mlp);
+    if (c->n_kv_head < 0 || (c->n_kv_head > 0 && c->n_head > 0 && c->n_head % c->n_kv_head))
+        pt__append_error(&bad, "n_kv_head=%d must divide n_head=%d (0 means n_head)",
+                         c->n_kv_head, c->n_head);
+    if (c->ffn_hidden < 0 || c->ffn_hidden > (1 << 20))
+        pt__append_error(&bad, "ffn_hidden=%d must be in [0, %d] (0 means 4 n_embd)",
+                         c->ffn_hidden, 1 << 20);
+    if (c->no_bias < 0 || c->no_bias > 1)
+        pt__append_error(&bad, "no_bias=%d must be 0 or 1", c->no_bias);
+    if (c->untied_head < 0 || c->untied_head > 1)
+        pt__append_error(&bad, "untied_head=%d must be 0 or 1", c->untied_head);
+    if (!(c->rope_theta >= 0.0f && c->rope_theta < 1e30f))
+        pt__append_error(&bad, "rope_theta=%g must be >= 0 (0 means 10000)", (double)c->rope_theta);
+    if (c->pos == PT_POS_ROPE && c->n_head > 0 && c->n_embd % c->n_head == 0 &&
+        (c->n_embd / c->n_head) % 2)
+        pt__append_error(&bad, "pos=rope needs an even head size (n_embd/n_head=%d)",
+                         c->n_embd / c->n_head);
+    if (c->rope_scaling.factor != 0.0f &&
+        !(c->rope_scaling.factor >= 1.0f && c->rope_scaling.original_max_pos > 0 &&
+          c->rope_scaling.low_freq_factor > 0.0f &&
+          c->rope_scaling.high_freq_factor > c->rope_scaling.low_freq_factor))
+        pt__append_error(&bad, "rope_scaling: factor=%g needs factor >= 1, original_max_pos=%d > 0 "
+                         "and high_freq_factor=%g > low_freq_factor=%g > 0",
+                         (double)c->rope_scaling.factor, c->rope_scaling.original_max_pos,
+                         (double)c->rope_scaling.high_freq_factor,
+                         (double)c->rope_scaling.low_freq_factor);
+    if (c->arch == PT_ARCH_GPT2 && c->mlp == PT_MLP_SWIGLU)
+        pt__append_error(&bad, "mlp=swiglu needs arch=llama (GPT-2's tensors have no up projection)");
+    if (c->arch == PT_ARCH_GPT2 && c->n_kv_head > 0 && c->n_kv_head != c->n_head)
+        pt__append_error(&bad, "n_kv_head=%d != n_head=%d needs arch=llama (GPT-2's fused c_attn "
+                         "has as many key/value heads as query heads)", c->n_kv_head, c->n_head);
+    if (c->arch == PT_ARCH_LLAMA && c->pos != PT_POS_ROPE)
+        pt__append_error(&bad, "arch=llama needs pos=rope (LLaMA has no position embedding)");
+    return bad ? PT_ERR_CONFIG : PT_OK;
+}
+
+/* ---- the tensors of the model, as a table -------------------------------- */
+
+/* How a tensor starts (pt_gpt_init_weights). */
+enum { PT__INIT_NORMAL = 0, /* N(0, 0.02) */
+       PT__INIT_PROJ,       /* N(0, 0.02/sqrt(2 n_layer)): projections into the residual */
+       PT__INIT_ONE,        /* norm weights */
+       PT__INIT_ZERO };     /* biases */
+
+/* One tensor of the whole model: its full shape (cols 0: 1-D), how tensor
+   parallelism splits it, how it starts, and where it lives: layer >= 0 (its
+   place in pt_block_params: field), or PT__AT_EMBED (first stage),
+   PT__AT_HEAD (last stage), PT__AT_TIED (both: wte is the tied head). */
+enum { PT__AT_EMBED = -1, PT__AT_HEAD = -2, PT__AT_TIED = -3 };
+typedef struct pt__spec {
+    int64_t rows, cols;
+    pt_shard shard;
+    int init, layer;
+    int vocab;    /* its rows are the vocabulary's (an embedding or a head) */
+    int role;     /* PT__R_* */
+    size_t field;
+} pt__spec;
+enum { PT__R_WTE = 0, PT__R_WPE, PT__R_LAYER, PT__R_LNF_W, PT__R_LNF_B, PT__R_HEAD };
+
+/* A layer's tensors, in canonical order, for the architecture's names and
+   layouts (Hugging Face's). GPT-2: Conv1D [in, out], q, k and v fused in
+   c_attn (tp: a block of each of their column groups). LLaMA: nn.Linear
+   [out, in]; q_proj, k_proj and v_proj follow one another (and their biases
+   likewise), so their rows are one fused [q|k|v] weight in the flat buffer
+   (qkv_w points at it; tp splits each by rows: a rank's heads stay fused),
+   and gate_proj, up_proj are one fused [gate|up] weight (fc_w). The
+   row-parallel o_proj and down_proj split by columns. Units: C = n_embd,
+   KV = n_kv_head * head size, F = ffn_hidden. */
+enum { PT__U_C = 1, PT__U_3C, PT__U_KV, PT__U_F };
+typedef struct pt__lspec {
+    const char *gpt2, *llama;  /* names (NULL: absent in that architecture) */
+    int rows, cols;            /* PT__U_* (cols 0: 1-D) of GPT-2; LLaMA's are swapped */
+    pt_shard shard2, shardl;   /* tensor parallelism in each layout */
+    int init, needs;           /* needs: PT__N_* that must hold */
+    size_t field;
+} pt__lspec;
+enum { PT__N_ALL = 0, PT__N_BIAS, PT__N_NORM_BIAS, PT__N_GATE, PT__N_GATE_BIAS };
+#define PT__LF(f) offsetof(pt_block_params, f)
+static const pt__lspec pt__layer[] = {
+    {"ln_1.weight", "input_layernorm.weight", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
+     PT__INIT_ONE, PT__N_ALL, PT__LF(ln1_w)},
+    {"ln_1.bias", "input_layernorm.bias", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE, PT__INIT_ZERO,
+     PT__N_NORM_BIAS, PT__LF(ln1_b)},
+    {"attn.c_attn.weight", "self_attn.q_proj.weight", PT__U_C, PT__U_3C, PT_SHARD_QKV,
+     PT_SHARD_ROWS, PT__INIT_NORMAL, PT__N_ALL, PT__LF(qkv_w)},
+    {NULL, "self_attn.k_proj.weight", PT__U_C, PT__U_KV, PT_SHARD_NONE, PT_SHARD_ROWS,
+     PT__INIT_NORMAL, PT__N_ALL, PT__LF(k_w)},
+    {NULL, "self_attn.v_proj.weight", PT__U_C, PT__U_KV, PT_SHARD_NONE, PT_SHARD_ROWS,
+     PT__INIT_NORMAL, PT__N_ALL, PT__LF(v_w)},
+    {"attn.c_attn.bias", "self_attn.q_proj.bias", PT__U_3C, 0, PT_SHARD_QKV, PT_SHARD_COLS,
+     PT__INIT_ZERO, PT__N_BIAS, PT__LF(qkv_b)},
+    {NULL, "self_attn.k_proj.bias", PT__U_KV, 0, PT_SHARD_NONE, PT_SHARD_COLS, PT__INIT_ZERO,
+     PT__N_BIAS, PT__LF(k_b)},
+    {NULL, "self_attn.v_proj.bias", PT__U_KV, 0, PT_SHARD_NONE, PT_SHARD_COLS, PT__INIT_ZERO,
+     PT__N_BIAS, PT__LF(v_b)},
+    {"attn.c_proj.weight", "self_attn.o_proj.weight", PT__U_C, PT__U_C, PT_SHARD_ROWS,
+     PT_SHARD_COLS, PT__INIT_PROJ, PT__N_ALL, PT__LF(attn_proj_w)},
+    {"attn.c_proj.bias", "self_attn.o_proj.bias", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
+     PT__INIT_ZERO, PT__N_BIAS, PT__LF(attn_proj_b)},
+    {"ln_2.weight", "post_attention_layernorm.weight", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
+     PT__INIT_ONE, PT__N_ALL, PT__LF(ln2_w)},
+    {"ln_2.bias", "post_attention_layernorm.bias", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
+     PT__INIT_ZERO, PT__N_NORM_BIAS, PT__LF(ln2_b)},
+    {"mlp.c_fc.weight", "mlp.gate_proj.weight", PT__U_C, PT__U_F, PT_SHARD_COLS, PT_SHARD_ROWS,
+     PT__INIT_NORMAL, PT__N_ALL, PT__LF(fc_w)},
+    {NULL, "mlp.up_proj.weight", PT__U_C, PT__U_F, PT_SHARD_NONE, PT_SHARD_ROWS, PT__INIT_NORMAL,
+     PT__N_GATE, PT__LF(up_w)},
+    {"mlp.c_fc.bias", "mlp.gate_proj.bias", PT__U_F, 0, PT_SHARD_COLS, PT_SHARD_COLS,
+     PT__INIT_ZERO, PT__N_BIAS, PT__LF(fc_b)},
+    {NULL, "mlp.up_proj.bias", PT__U_F, 0, PT_SHARD_NONE, PT_SHARD_COLS, PT__INIT_ZERO,
+     PT__N_GATE_BIAS, PT__LF(up_b)},
+    {"mlp.c_proj.weight", "mlp.down_proj.weight", PT__U_F, PT__U_C, PT_SHARD_ROWS, PT_SHARD_COLS,
+     PT__INIT_PROJ, PT__N_ALL, PT__LF(fc_proj_w)},
+    {"mlp.c_proj.bias", "mlp.down_proj.bias", PT__U_C, 0, PT_SHARD_NONE, PT_SHARD_NONE,
+     PT__INIT_ZERO, PT__N_BIAS, PT__LF(fc_proj_b)},
+};
+#undef PT__LF
+#define PT__NLAYER_SPECS ((int)(sizeof pt__layer / sizeof pt__layer[0]))
+
+static int64_t pt__unit(const pt_gpt_config *c, int u) {
+    int64_t C = c->n_embd, hd = c->n_head > 0 ? C / c->n_head : 0;
+    return u == PT__U_C ? C : u == PT__U_3C ? 3 * C : u == PT__U_KV ? pt__kv_heads(c) * hd
+         : u == PT__U_F ? pt__ffn(c) : 0;
+}
+
+/* Whether entry e of pt__layer exists in this configuration. */
+static int pt__layer_has(const pt_gpt_config *c, const pt__lspec *e) {
+    int llama = c->arch == PT_ARCH_LLAMA, bias = !c->no_bias, gate = c->mlp == PT_MLP_SWIGLU;
+    if (!(llama ? e->llama : e->gpt2)) return 0;
+    switch (e->needs) {
+    case PT__N_BIAS: return bias;
+    case PT__N_NORM_BIAS: return bias && c->norm == PT_NORM_LAYER;
+    case PT__N_GATE: return gate;
+    case PT__N_GATE_BIAS: return gate && bias;
+    default: return 1;
+    }
+}
+
+/* Tensors a layer has. */
+static int pt__layer_count(const pt_gpt_config *c) {
+    int j, n = 0;
+    for (j = 0; j < PT__NLAYER_SPECS; j++) n += pt__layer_has(c, &pt__layer[j]);
+    return n;
+}
+
+/* The whole model's tensor k in canonical order -- the embedding, the
+   position embedding (learned positions), each layer's, the final norm's
+   weight (and bias), the LM head (untied) -- into *s and its name into name
+   (n bytes; name may be NULL). Returns 0 past the last tensor. */
+static int pt__canon_spec(const pt_gpt_config *c, int k, pt__spec *s, char *name, size_t n) {
+    int64_t C = c->n_embd;
+    int llama = c->arch == PT_ARCH_LLAMA, per = pt__layer_count(c);
+    int wpe = c->pos == PT_POS_LEARNED, nl = per * c->n_layer, pre = 1 + wpe;
+    int lnf_b = c->norm == PT_NORM_LAYER && !c->no_bias, post = 1 + lnf_b + c->untied_head;
+    const char *nm;
+    memset(s, 0, sizeof *s);
+    if (k < 0 || k >= pre + nl + post) return 0;
+    if (k < pre) { /* wte [V, C] (split by rows of the vocabulary), wpe [block, C] */
+        s->rows = k ? c->block_size : c->vocab_size, s->cols = C;
+        s->shard = k ? PT_SHARD_NONE : PT_SHARD_ROWS;
+        s->layer = k || c->untied_head ? PT__AT_EMBED : PT__AT_TIED;
+        s->vocab = !k;
+        s->role = k ? PT__R_WPE : PT__R_WTE;
+        nm = k ? "wpe.weight" : llama ? "model.embed_tokens.weight" : "wte.weight";
+    } else if (k < pre + nl) {
+        int j, i = (k - pre) % per;
+        const pt__lspec *e = NULL;
+        for (j = 0; j < PT__NLAYER_SPECS; j++)
+            if (pt__layer_has(c, &pt__layer[j]) && i-- == 0) {
+                e = &pt__layer[j];
+                break;
+            }
+        if (llama) { /* [out, in]: GPT-2's shape transposed, q alone where c_attn is 3C */
+            int out = e->cols ? e->cols : e->rows;
+            s->rows = pt__unit(c, out == PT__U_3C ? PT__U_C : out);
+            s->cols = e->cols ? pt__unit(c, e->rows) : 0;
+        } else {
+            s->rows = pt__unit(c, e->rows), s->cols = pt__unit(c, e->cols);
+        }
+        s->shard = llama ? e->shardl : e->shard2;
+        s->init = e->init;
+        s->layer = (k - pre) / per;
+        s->field = e->field;
+        s->role = PT__R_LAYER;
+        if (name) snprintf(name, n, llama ? "model.layers.%d.%s" : "h.%d.%s", s->layer,
+                           llama ? e->llama : e->gpt2);
+        return 1;
+    } else if (k - pre - nl < 1 + lnf_b) { /* ln_f.weight, ln_f.bias */
+        int bias = k - pre - nl == 1;
+        s->rows = C;
+        s->init = bias ? PT__INIT_ZERO : PT__INIT_ONE;
+        s->layer = PT__AT_HEAD;
+        s->role = bias ? PT__R_LNF_B : PT__R_LNF_W;
+        nm = llama ? (bias ? "model.norm.bias" : "model.norm.weight")
+                   : (bias ? "ln_f.bias" : "ln_f.weight");
+    } else { /* the untied head [V, C] */
+        s->rows = c->vocab_size, s->cols = C;
+        s->shard = PT_SHARD_ROWS;
+        s->layer = PT__AT_HEAD;
+        s->vocab = 1;
+        s->role = PT__R_HEAD;
+        nm = "lm_head.weight";
+    }
+    if (name) snprintf(name, n, "%s", nm);
+    return 1;
+}
+
+static void pt__canon_name(const pt_gpt_config *c, int k, char *buf, size_t n) {
+    pt__spec s;
+    if (!pt__canon_spec(c, k, &s, buf, n) && n) buf[0] = 0;
+}
+
+PTRAINDEF int64_t pt_gpt_num_params(const pt_gpt_config *c) {
+    pt__spec s;
+    int64_t n = 0;
+    int k;
+    for (k = 0; pt__canon_spec(c, k, &s, NULL, 0); k++) n += s.rows * (s.cols ? s.cols : 1);
+    return n;
+}
+
+PTRAINDEF double pt_gpt_flops_per_step(const pt_gpt_config *c, int B, int T) {
+    double tokens = (double)B * T, P = (double)pt_gpt_num_params(c);
+    if (c->pos == PT_POS_LEARNED) P -= (double)c->block_size * c->n_embd;
+    if (c->untied_head) P -= (double)c->vocab_size * c->n_embd;
+    return 6.0 * P * tokens +
+           12.0 * c->n_layer * (double)c->n_embd * B * (double)T * T;
+}
+
+/* Where element (r, c) of a tensor's full 2-D view lives in tensor rank k's
+   part: its index there, or -1 when k does not hold it. */
+static ptrdiff_t pt__local_index(const pt_param *p, int k, int64_t r, int64_t c) {
+    int64_t lrows = p->ndim > 1 ? p->shape[0] : 1, lcols = p->ndim > 1 ? p->shape[1] : p->shape[0];
+    int64_t fcols = p->ndim > 1 ? p->full_shape[1] : p->full_shape[0], third;
+    switch (p->shard) {
+    case PT_SHARD_ROWS:
+        r -= (int64_t)k * lrows;
+        return r >= 0 && r < lrows ? (ptrdiff_t)(r * lcols + c) : -1;
+    case PT_SHARD_COLS:
+        c -= (int64_t)k * lcols;
+        return c >= 0 && c < lcols ? (ptrdiff_t)(r * lcols + c) : -1;
+    case PT_SHARD_QKV: /* [q|k|v] blocks of fcols/3, each split by heads */
+        third = fcols / 3;
+        {
+            int64_t j = c / third, i = c % third - (int64_t)k * (lcols / 3);
+            return i >= 0 && i < lcols / 3 ? (ptrdiff_t)(r * lcols + j * (lcols / 3) + i) : -1;
+        }
+    default:
+        return (ptrdiff_t)(r * lcols + c);
+    }
+}
+
+/* Waits for ZeRO's parameter all-gathers still under way (>>exec: the
+   executor starts them; whatever reads the weights first settles them). */
+static pt_status pt__ag_settle(const pt_gpt *m);
+
+#define PT__F(a, n) ((float *)pt_arena_alloc((a), (size_t)(n) * sizeof(float)))
+
+/* A block's sizes on one tensor-parallel rank: N rows, C wide, Ca its
+   attention width (its NH query heads of hd lanes), Ckv its key/value width
+   (NKV heads), Q3 = Ca + 2 Ckv its q, k, v width, F its MLP columns, Fi the
+   MLP input projection's width (F, or 2F for SwiGLU's gate and up). */
+typedef struct pt__dims { size_t B, T, N, C, Ca, Ckv, Q3, F, Fi, NH, NKV, hd; } pt__dims;
+
+static pt__dims pt__block_dims(const pt_gpt_config *c, int B, int T, int tp) {
+    pt__dims d;
+    d.B = (size_t)B, d.T = (size_t)T, d.N = d.B * d.T, d.C = (size_t)c->n_embd;
+    d.hd = d.C / (size_t)c->n_head;
+    d.NH = (size_t)c->n_head / (size_t)tp, d.NKV = (size_t)pt__kv_heads(c) / (size_t)tp;
+    d.Ca = d.NH * d.hd, d.Ckv = d.NKV * d.hd, d.Q3 = d.Ca + 2 * d.Ckv;
+    d.F = (size_t)pt__ffn(c) / (size_t)tp, d.Fi = c->mlp == PT_MLP_SWIGLU ? 2 * d.F : d.F;
+    return d;
+}
+
+/* What a block's forward saves for backward (what = PT_RECOMPUTE_*: full
+   keeps the output alone; selective all but the attention output; the
+   layer being recomputed keeps everything but the output). RMSNorm keeps
+   no mean. bf16: ln1, qkv, ln2 and fch kept as bf16 (the caller points
+   their floats at the scratch's). */
+static void pt__layout_block_acts(pt_block_acts *x, pt_arena *a, const pt__dims *d, int what,
+                                  int with_out, int means, int bf16) {
+    size_t N = d->N;
+#define PT__H(n) ((uint16_t *)pt_arena_alloc(a, (size_t)(n) * sizeof(uint16_t)))
+    memset(x, 0, sizeof *x);
+    if (with_out) x->out = PT__F(a, N * d->C);
+    if (what == PT_RECOMPUTE_FULL) return;
+    if (bf16) x->ln1_16 = PT__H(N * d->C);
+    else x->ln1 = PT__F(a, N * d->C);
+    if (means) x->ln1_mean = PT__F(a, N);
+    x->ln1_rstd = PT__F(a, N);
+    if (bf16) x->qkv_16 = PT__H(N * d->Q3);
+    else x->qkv = PT__F(a, N * d->Q3);
+    x->lse = PT__F(a, d->B * d->NH * d->T);
+    if (what != PT_RECOMPUTE_SELECTIVE) x->atty = PT__F(a, N * d->Ca);
+    x->res2 = PT__F(a, N * d->C);
+    if (bf16) x->ln2_16 = PT__H(N * d->C);
+    else x->ln2 = PT__F(a, N * d->C);
+    if (means) x->ln2_mean = PT__F(a, N);
+    x->ln2_rstd = PT__F(a, N);
+    if (bf16) x->fch_16 = PT__H(N * d->Fi);
+    else x->fch = PT__F(a, N * d->Fi);
+#undef PT__H
+}
+
+/* A block's kept output gradients: dfch, dqkv and dln1 may be given (the
+   fused backward's scratch), the others come from the arena. */
+static void pt__layout_wgrad(pt_block_wgrad *w, pt_arena *a, const pt__dims *d, float *dfch,
+                             float *dqkv, float *dln1) {
+    size_t N = d->N;
+    w->dout = PT__F(a, N * d->C);
+    w->dln2 = PT__F(a, N * d->C);
+    w->dres2 = PT__F(a, N * d->C);
+    w->dln1 = dln1 ? dln1 : PT__F(a, N * d->C);
+    w->dfch = dfch ? dfch : PT__F(a, N * d->Fi);
+    w->dqkv = dqkv ? dqkv : PT__F(a, N * d->Q3);
+}
+
+/* A block's scratch: forward's (activation, attention work, rotary table),
+   and with training backward's input gradients and the fused backward's
+   kept ones. */
+static void pt__layout_scratch(pt_block_scratch *s, pt_arena *a, const pt__dims *d,
+                               int training, int rope, int bf16) {
+    size_t N = d->N;
+    memset(s, 0, sizeof *s);
+    if (bf16) { /* the layer at hand's activations that the slots keep as bf16 */
+        s->ln1 = PT__F(a, N * d->C);
+        s->qkv = PT__F(a, N * d->Q3);
+        s->ln2 = PT__F(a, N * d->C);
+        s->fch = PT__F(a, N * d->Fi);
+    }
+    s->gelu = PT__F(a, N * d->F);
+    s->attn_slots = pt_get_threads();
+    s->attn = PT__F(a, pt_attention_scratch_floats((int)d->T, s->attn_slots));
+    if (rope) s->rope = PT__F(a, d->T * d->hd);
+    if (!training) return;
+    s->dln = PT__F(a, N * d->C);
+    s->dqkv = PT__F(a, N * d->Q3);
+    s->datty = PT__F(a, N * d->Ca);
+    s->dfch = PT__F(a, N * d->Fi);
+    pt__layout_wgrad(&s->w, a, d, s->dfch, s->dqkv, s->dln);
+}
+
+PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, pt_arena *a,
+                               pt_block_params *p, pt_block_params *g, pt_block_acts *acts,
+                               pt_block_scratch *s) {
+    pt__dims d = pt__block_dims(cfg, B, T, tp > 0 ? tp : 1);
+    pt__spec sp;
+    pt_block_params *ps[2];
+    int k, i;
+    ps[0] = p, ps[1] = g;
+    for (i = 0; i < 2; i++) {
+        size_t total = 0;
+        float *base;
+        if (!ps[i]) continue;
+        memset(ps[i], 0, sizeof *ps[i]);
+        /* one allocation, the tensors one after another (as in the model's
+           buffer: LLaMA's q, k, v and gate, up weights are read fused) */
+        for (k = 0; k < 2; k++) {
+            int j;
+            size_t at = 0;
+            base = k ? PT__F(a, total) : NULL;
+            for (j = 0; pt__canon_spec(cfg, j, &sp, NULL, 0) && sp.layer <= 0; j++) {
+                int64_t n = sp.rows * (sp.cols ? sp.cols : 1);
+                if (sp.layer < 0) continue; /* the layers come after the embeddings */
+                if (sp.shard != PT_SHARD_NONE) n /= tp > 0 ? tp : 1;
+                if (k) *(float **)((char *)ps[i] + sp.field) = base ? base + at : NULL;
+                at += (size_t)n;
+            }
+            total = at;
+        }
+    }
+    if (acts)
+        pt__layout_block_acts(acts, a, &d, PT_RECOMPUTE_NONE, 1, cfg->norm == PT_NORM_LAYER, 0);
+    if (s) pt__layout_scratch(s, a, &d, g != NULL, cfg->pos == PT_POS_ROPE, 0);
+}
+
+PTRAINDEF void pt_gpt_init_weights(pt_gpt *m, uint64_t seed) {
+    pt_rng rng;
+    float proj_std = 0.02f / sqrtf(2.0f * (float)m->config.n_layer);
+    pt__spec s;
+    int i = 0, k;
+    if (!m->params) return;
+    pt__ag_settle(m); /* (an error stays with the requests' communicator) */
+    pt_rng_seed(&rng, seed);
+    /* the whole model's tensors in canonical order, drawn in sequence: the
+       ones held here keep their values (their part under tp), the others'
+       draws are skipped, so every layout holds the serial init */
+    for (k = 0; pt__canon_spec(&m->config, k, &s, NULL, 0); k++) {
+        const pt_param *p = i < m->num_tensors && m->table[i].canon == k ? &m->table[i++] : NULL;
+        int64_t rows = s.cols ? s.rows : 1, cols = s.cols ? s.cols : s.rows, j;
+        float *w = p ? m->params + p->offset : NULL;
+        if (s.init == PT__INIT_NORMAL || s.init == PT__INIT_PROJ) {
+            float std = s.init == PT__INIT_PROJ ? proj_std : 0.02f;
+            for (j = 0; j < rows * cols; j++) {
+                float v = pt_rng_normal(&rng, 0.0f, std);
+                ptrdiff_t at = p ? pt__local_index(p, m->place.tp_rank, j / cols, j % cols) : -1;
+                if (at >= 0) w[at] = v;
+            }
+        } else if (p) {
+            for (j = 0; j < (int64_t)p->numel; j++) w[j] = s.init == PT__INIT_ONE ? 1.0f : 0.0f;
+        }
+    }
+    if (m->m) memset(m->m, 0, m->mem.optimizer / 2); /* the moments: m, v alike */
+    if (m->v) memset(m->v, 0, m->mem.optimizer / 2);
+    m->adam_t = 0;
+}
+
+PTRAINDEF const pt_param *pt_gpt_find_param(const pt_gpt *m, const char *name) {
+    int i;
+    for (i = 0; i < m->num_tensors; i++)
+        if (strcmp(m->table[i].name, name) == 0) return &m->table[i];
+    return NULL;
+}
+
+/* Sum over the tensor-parallel group (nothing to do without one). */
+static pt_status pt__tp_sum(pt_comm *tp, float *buf, size_t n) {
+    return tp && tp->size > 1 ? pt_comm_all_reduce(tp, buf, n, PT_REDUCE_SUM) : PT_OK;
+}
+
+/* The configuration's norm: LayerNorm (mean kept) or RMSNorm (b, mean unused). */
+static void pt__norm_forward(const pt_gpt_config *c, float *out, float *mean, float *rstd,
+                             const float *x, const float *w, const float *b, int N, int C) {
+    float eps = c->ln_eps > 0.0f ? c->ln_eps : 1e-5f;
+    if (c->norm == PT_NORM_RMS) pt_rmsnorm_forward(out, rstd, x, w, N, C, eps);
+    else pt_layernorm_forward(out, mean, rstd, x, w, b, N, C, eps);
+}
+
+static void pt__norm_backward(const pt_gpt_config *c, float *dx, float *dw, float *db,
+                              const float *dout, const float *x, const float *w,
+                              const float *mean, const float *rstd, int N, int C) {
+    if (c->norm == PT_NORM_RMS) pt_rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
+    else pt_layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
+}
+
+/* The architecture's linear layer: Conv1D [IN, OUT] (GPT-2) or nn.Linear [OUT, IN]. */
+static void pt__proj_forward(pt_ctx *ctx, const pt_gpt_config *c, float *out, const float *inp,
+                             const float *w, const float *b, int N, int IN, int OUT) {
+    if (c->arch == PT_ARCH_LLAMA) pt_linear_forward(ctx, out, inp, w, b, N, IN, OUT);
+    else pt_matmul_forward(ctx, out, inp, w, b, N, IN, OUT);
+}
+
+static void pt__proj_backward(pt_ctx *ctx, const pt_gpt_config *c, float *dinp, float *dw,
+                              float *db, const float *dout, const float *inp, const float *w,
+                              int N, int IN, int OUT) {
+    if (c->arch == PT_ARCH_LLAMA) pt_linear_backward(ctx, dinp, dw, db, dout, inp, w, N, IN, OUT);
+    else pt_matmul_backward(ctx, dinp, dw, db, dout, inp, w, N, IN, OUT);
+}
+
+/* The MLP's activation of fch (N, Fi) into out (N, F): gelu or swiglu. */
+static void pt__act_forward(const pt_gpt_config *c, float *out, const float *fch, size_t N,
+                            size_t F) {
+    if (c->mlp == PT_MLP_SWIGLU) pt_swiglu_forward(out, fch, (int)N, (int)F);
+    else pt_gelu_forward(out, fch, N * F);
+}
+
+/* The rotary table for T positions in s->rope (computed when T changes). */
+static const float *pt__rope_cs(const pt_gpt_config *c, pt_block_scratch *s, int T) {
+    if (s->rope_T != T) {
+        pt_rope_table(s->rope, T, c->n_embd / c->n_head, pt__rope_theta(c), &c->rope_scaling);
+        s->rope_T = T;
+    }
+    return s->rope;
+}
+
+PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
+                                     const pt_block_params *p, const float *x, pt_block_acts *a,
+                                     pt_block_scratch *s, pt_comm *tp) {
+    /* this rank's heads and MLP columns (d); row-parallel biases are added
+       by tensor rank 0 only, so the sum counts them once */
+    int k = tp ? tp->size : 1, lead = !tp || tp->rank == 0;
+    pt__dims d = pt__block_dims(cfg, B, T, k);
+    int C = cfg->n_embd, N = B * T, Ca = (int)d.Ca, Q3 = (int)d.Q3, F = (int)d.F, Fi = (int)d.Fi;
+    pt_status st;
+    if (a->ln1_16) /* the scratch is written before it is kept: it holds no one's until then */
+        memset((void *)s->held, 0, sizeof s->held);
+    pt__norm_forward(cfg, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, N, C);
+    pt__bf16_act(ctx, a->ln1_16, a->ln1, (size_t)N * C, &s->held[0]);
+    pt__proj_forward(ctx, cfg, a->qkv, a->ln1, p->qkv_w, p->qkv_b, N, C, Q3);
+    if (cfg->pos == PT_POS_ROPE) /* q and k heads are adjacent: one pass over both */
+        pt_rope_forward(a->qkv, pt__rope_cs(cfg, s, T), N, T, (int)(d.NH + d.NKV), (int)d.hd, Q3);
+    pt__bf16_act(ctx, a->qkv_16, a->qkv, (size_t)N * Q3, &s->held[1]);
+    pt_attention_forward(ctx, a->atty, a->lse, a->qkv, s->attn, s->attn_slots, B, T, Ca,
+                         (int)d.NH, (int)d.NKV);
+    pt__proj_forward(ctx, cfg, a->res2, a->atty, p->attn_proj_w, lead ? p->attn_proj_b : NULL, N,
+                     Ca, C);
+    if ((st = pt__tp_sum(tp, a->res2, (size_t)N * C)) != PT_OK) return st;
+    pt_residual_forward(a->res2, a->res2, x, (size_t)N * C);
+    pt__norm_forward(cfg, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, N, C);
+    pt__bf16_act(ctx, a->ln2_16, a->ln2, (size_t)N * C, &s->held[2]);
+    pt__proj_forward(ctx, cfg, a->fch, a->ln2, p->fc_w, p->fc_b, N, C, Fi);
+    pt__bf16_act(ctx, a->fch_16, a->fch, (size_t)N * Fi, &s->held[3]);
+    pt__act_forward(cfg, s->gelu, a->fch, (size_t)N, (size_t)F);
+    pt__proj_forward(ctx, cfg, a->out, s->gelu, p->fc_proj_w, lead ? p->fc_proj_b : NULL, N, F, C);
+    if ((st = pt__tp_sum(tp, a->out, (size_t)N * C)) != PT_OK) return st;
+    pt_residual_forward(a->out, a->out, a->res2, (size_t)N * C);
+    return PT_OK;
+}
+
+/* B: the input's gradient, keeping in w what the weight gradients need.
+   MLP branch: out = res2 + fc_proj(act(fc(norm2(res2)))); then the attention
+   branch: res2 = x + attn_proj(attention(rope(qkv(norm1(x))))). */
+PTRAINDEF pt_status pt_block_backward_input(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
+                                            const pt_block_params *p, const float *x,
+                                            const pt_block_acts *a, const float *dout, float *dx,
+                                            pt_block_wgrad *w, pt_block_scratch *s, pt_comm *tp) {
+    pt__dims d = pt__block_dims(cfg, B, T, tp ? tp->size : 1);
+    size_t C = d.C, N = d.N, Ca = d.Ca, F = d.F, Fi = d.Fi, Q3 = d.Q3;
+    int n = (int)N, c = (int)C, ca = (int)Ca, f = (int)F;
+    pt_status st;
+    if (w->dout != dout) memcpy(w->dout, dout, N * C * sizeof(float)); /* dx may alias dout */
+    pt__bf16_load(a->fch, a->fch_16, N * Fi, &s->held[3]);
+    if (cfg->mlp == PT_MLP_SWIGLU) { /* d act in the activation's scratch, then d [gate|up] */
+        memset(s->gelu, 0, N * F * sizeof(float));
+        pt__proj_backward(ctx, cfg, s->gelu, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
+        pt_swiglu_backward(w->dfch, a->fch, s->gelu, n, f);
+    } else {
+        memset(w->dfch, 0, N * F * sizeof(float));
+        pt__proj_backward(ctx, cfg, w->dfch, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
+        pt_gelu_backward(w->dfch, a->fch, w->dfch, N * F);
+    }
+    memset(w->dln2, 0, N * C * sizeof(float));
+    pt__proj_backward(ctx, cfg, w->dln2, NULL, NULL, w->dfch, NULL, p->fc_w, n, c, (int)Fi);
+    if ((st = pt__tp_sum(tp, w->dln2, N * C)) != PT_OK) return st;
+    if (dx != w->dout) memcpy(dx, w->dout, N * C * sizeof(float)); /* dx now holds d res2 */
+    pt__norm_backward(cfg, dx, NULL, NULL, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
+                      n, c);
+    memcpy(w->dres2, dx, N * C * sizeof(float));
+    memset(s->datty, 0, N * Ca * sizeof(float));
+    pt__proj_backward(ctx, cfg, s->datty, NULL, NULL, dx, NULL, p->attn_proj_w, n, ca, c);
+    memset(w->dqkv, 0, N * Q3 * sizeof(float));
+    pt__bf16_load(a->qkv, a->qkv_16, N * Q3, &s->held[1]);
+    pt_attention_backward(ctx, w->dqkv, s->datty, a->atty, a->qkv, a->lse, s->attn,
+                          s->attn_slots, B, T, ca, (int)d.NH, (int)d.NKV);
+    if (cfg->pos == PT_POS_ROPE)
+        pt_rope_backward(w->dqkv, pt__rope_cs(cfg, s, T), n, T, (int)(d.NH + d.NKV), (int)d.hd,
+                         (int)Q3);
+    memset(w->dln1, 0, N * C * sizeof(float));
+    pt__proj_backward(ctx, cfg, w->dln1, NULL, NULL, w->dqkv, NULL, p->qkv_w, n, c, (int)Q3);
+    if ((st = pt__tp_sum(tp, w->dln1, N * C)) != PT_OK) return st;
+    pt__norm_backward(cfg, dx, NULL, NULL, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd, n, c);
+    return PT_OK;
+}
+
+/* W: every parameter gradient from the kept output gradients and the
+   activations (the MLP activation recomputed). dout is whole on every
+   tensor rank, so the replicated bias and norm gradients agree without
+   communication. tp is the tensor-parallel group's size. */
+PTRAINDEF void pt_block_backward_weight(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
+                                        const pt_block_params *p, pt_block_params *g,
+                                        const float *x, const pt_block_acts *a,
+                                        const pt_block_wgrad *w, pt_block_scratch *s, int tp) {
+    pt__dims d = pt__block_dims(cfg, B, T, tp);
+    int n = (int)d.N, c = (int)d.C, ca = (int)d.Ca, f = (int)d.F;
+    pt__bf16_load(a->fch, a->fch_16, d.N * d.Fi, &s->held[3]);
+    pt__bf16_load(a->ln2, a->ln2_16, d.N * d.C, &s->held[2]);
+    pt__bf16_load(a->ln1, a->ln1_16, d.N * d.C, &s->held[0]);
+    pt__act_forward(cfg, s->gelu, a->fch, d.N, d.F); /* not saved by forward: NF floats a layer */
+    pt__proj_backward(ctx, cfg, NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w,
+                      n, f, c);
+    pt__proj_backward(ctx, cfg, NULL, g->fc_w, g->fc_b, w->dfch, a->ln2, p->fc_w, n, c, (int)d.Fi);
+    pt__norm_backward(cfg, NULL, g->ln2_w, g->ln2_b, w->dln2, a->res2, p->ln2_w, a->ln2_mean,
+                      a->ln2_rstd, n, c);
+    pt__proj_backward(ctx, cfg, NULL, g->attn_proj_w, g->attn_proj_b, w->dres2, a->atty,
+                      p->attn_proj_w, n, ca, c);
+    pt__proj_backward(ctx, cfg, NULL, g->qkv_w, g->qkv_b, w->dqkv, a->ln1, p->qkv_w, n, c,
+                      (int)d.Q3);
+    pt__norm_backward(cfg, NULL, g->ln1_w, g->ln1_b, w->dln1, x, p->ln1_w, a->ln1_mean,
+                      a->ln1_rstd, n, c);
+}
+
+PTRAINDEF pt_status pt_block_backward(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
+                                      const pt_block_params *p, pt_block_params *g,
+                                      const float *x, const pt_block_acts *a, const float *dout,
+                                      float *dx, pt_block_scratch *s, pt_comm *tp) {
+    pt_status st = pt_block_backward_input(ctx, cfg, B, T, p, x, a, dout, dx, &s->w, s, tp);
+    if (st == PT_OK)
+        pt_block_backward_weight(ctx, cfg, B, T, p, g, x, a, &s->w, s, tp ? tp->size : 1);
+    return st;
+}
+
+static pt_status pt__check_tokens(const int *tok, size_t n, int V, const char *what) {
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (tok[i] < 0 || tok[i] >= V)
+            return pt__fail(PT_ERR_RANGE, "%s[%zu]=%d is outside the vocabulary [0, %d)", what, i,
+                            tok[i], V);
+    return PT_OK;
+}
+
+/* ---- generation ---------------------------------------------------------- */
+
+PTRAINDEF pt_status pt_kv_cache_init(pt_kv_cache *c, const pt_gpt *m) {
+    const pt_gpt_config *g = &m->config;
+    pt__dims d = pt__block_dims(g, 1, 1, 1);
+    size_t L = (size_t)g->n_layer, C = d.C, cap = (size_t)g->block_size;
+    size_t V = (size_t)g->vocab_size, bytes = 0;
+    int pass;
+    pt_status st;
+    memset(c, 0, sizeof *c);
+    if (m->place.tp > 1 || m->place.pp > 1)
+        return pt__fail(PT_ERR_UNSUPPORTED, "generation runs on one rank: load the gathered "
+                        "weights (pt_gpt_gather, or a checkpoint) into a model without a grid");
+    for (pass = 0; pass < 2; pass++) {
+        pt_arena *a = &c->arena;
+        if (pass == 0) pt_arena_init_meta(a);
+        else if ((st = pt_arena_init(a, bytes, m->alloc_ctx)) != PT_OK) return st;
+        c->k = PT__F(a, L * cap * d.Ckv);
+        c->v = PT__F(a, L * cap * d.Ckv);
+        c->x = PT__F(a, C);
+        c->ln = PT__F(a, C);
+        c->qkv = PT__F(a, d.Q3);
+        c->atty = PT__F(a, C);
+        c->res = PT__F(a, C);
+        c->fch = PT__F(a, d.Fi);
+        c->fcg = PT__F(a, d.F);
+        c->att = PT__F(a, cap);
+        c->logits = PT__F(a, V);
+        c->work = PT__F(a, V);
+        c->rope = g->pos == PT_POS_ROPE ? PT__F(a, cap * d.hd) : NULL;
+        bytes = a->used;
+    }
+    if (c->rope)
+        pt_rope_table(c->rope, (int)cap, (int)d.hd, pt__rope_theta(g), &g->rope_scaling);
+    c->capacity = (int)cap;
+    return PT_OK;
+}
+
+PTRAINDEF void pt_kv_cache_free(pt_kv_cache *c) {
+    pt_arena_free(&c->arena);
+    memset(c, 0, sizeof *c);
+}
+
+PTRAINDEF void pt_kv_cache_reset(pt_kv_cache *c) { c->len = 0; }
+
+/* The block of pt_block_forward for one new row at position p = c->len, with
+   keys and values of rows 0..p taken from the cache (query head h reads
+   key/value head h / (n_head/n_kv_head)). */
+PTRAINDEF pt_status pt_gpt_decode(const pt_gpt *m, pt_kv_cache *c, int token,
+                                  const float **logits) {
+    const pt_gpt_config *g = &m->config;
+    pt__dims d = pt__block_dims(g, 1, 1, 1);
+    int C = g->n_embd, NH = (int)d.NH, hd = (int)d.hd, G = (int)(d.NH / d.NKV);
+    int Ckv = (int)d.Ckv, Q3 = (int)d.Q3, F = (int)d.F, p = c->len, l, h, u, i;
+    float scale = 1.0f / sqrtf((float)hd), mean, rstd;
+    pt_ctx fp = m->ctx, *ctx = &fp; /* the model's workspace, fp32, no poller */
+    pt_status st;
+    fp.precision = PT_PRECISION_FP32;
+    memset(&fp.poll, 0, sizeof fp.poll);
+    if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
+    if ((st = pt__ag_settle(m)) != PT_OK) return st;
+    if (token < 0 || token >= g->vocab_size)
+        return pt__fail(PT_ERR_RANGE, "token %d is outside the vocabulary [0, %d)", token,
+                        g->vocab_size);
+    if (p >= c->capacity)
+        return pt__fail(PT_ERR_RANGE, "KV cache is full (%d positions = block_size)", c->capacity);
+    for (i = 0; i < C; i++)
+        c->x[i] = m->wte[(size_t)token * C + i] + (m->wpe ? m->wpe[(size_t)p * C + i] : 0.0f);
+    for (l = 0; l < g->n_layer; l++) {
+        const pt_block_params *w = &m->layers[l];
+        float *K = c->k + (size_t)l * c->capacity * Ckv, *Vc = c->v + (size_t)l * c->capacity * Ckv;
+        pt__norm_forward(g, c->ln, &mean, &rstd, c->x, w->ln1_w, w->ln1_b, 1, C);
+        pt__proj_forward(ctx, g, c->qkv, c->ln, w->qkv_w, w->qkv_b, 1, C, Q3);
+        if (c->rope) /* the table's row p: one row of one position */
+            pt_rope_forward(c->qkv, c->rope + (size_t)p * hd, 1, 1, (int)(d.NH + d.NKV), hd, Q3);
+        memcpy(K + (size_t)p * Ckv, c->qkv + C, sizeof(float) * Ckv);
+        memcpy(Vc + (size_t)p * Ckv, c->qkv + C + Ckv, sizeof(float) * Ckv);
+        for (h = 0; h < NH; h++) {
+            const float *q = c->qkv + h * hd;
+            float mx = -INFINITY, sum = 0.0f, *o = c->atty + h * hd;
+            for (u = 0; u <= p; u++) {
+                const float *k = K + (size_t)u * Ckv + (h / G) * hd;
+                float s = 0.0f;
+                for (i = 0; i < hd; i++) s += q[i] * k[i];
+                c->att[u] = s * scale;
+                if (c->att[u] > mx) mx = c->att[u];
+            }
+            for (u = 0; u <= p; u++) {
+                c->att[u] = expf(c->att[u] - mx);
+                sum += c->att[u];
+            }
+            for (i = 0; i < hd; i++) o[i] = 0.0f;
+            for (u = 0; u <= p; u++) {
+                const float *v = Vc + (size_t)u * Ckv + (h / G) * hd;
+                float a = c->att[u] / sum;
+                for (i = 0; i < hd; i++) o[i] += a * v[i];
+            }
+        }
+        pt__proj_forward(ctx, g, c->res, c->atty, w->attn_proj_w, w->attn_proj_b, 1, C, C);
+        pt_residual_forward(c->res, c->res, c->x, (size_t)C);
+        pt__norm_forward(g, c->ln, &mean, &rstd, c->res, w->ln2_w, w->ln2_b, 1, C);
+        pt__proj_forward(ctx, g, c->fch, c->ln, w->fc_w, w->fc_b, 1, C, (int)d.Fi);
+        pt__act_forward(g, c->fcg, c->fch, 1, (size_t)F);
+        pt__proj_forward(ctx, g, c->x, c->fcg, w->fc_proj_w, w->fc_proj_b, 1, F, C);
+        pt_residual_forward(c->x, c->x, c->res, (size_t)C);
+    }
+    pt__norm_forward(g, c->ln, &mean, &rstd, c->x, m->lnf_w, m->lnf_b, 1, C);
+    pt_tied_head_forward(ctx, c->logits, c->ln, m->lm_head, 1, C, g->vocab_size);
+    c->len++;
+    if (logits) *logits = c->logits;
+    return PT_OK;
+}
+
+/* Returns the k-th largest value of x[0..n) (k in 1..n); reorders x. */
+static float pt__kth_largest(float *x, int n, int k) {
+    int lo = 0, hi = n - 1, target = k - 1;
+    while (lo < hi) {
+        float pivot = x[lo + (hi - lo) / 2], t;
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (x[i] > pivot) i++;
+            while (x[j] < pivot) j--;
+            if (i <= j) {
+                t = x[i];
+                x[i] = x[j];
+                x[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (target <= j) hi = j;
+        else if (target >= i) lo = i;
+        else break;
+    }
+    return x[target];
+}
+
+PTRAINDEF int pt_sample_logits(const float *logits, int V, float temperature, int top_k,
+                               pt_rng *rng, float *work) {
+    float mx = logits[0], thr = -INFINITY;
+    double sum = 0.0, r, acc = 0.0;
+    int v, best = 0;
+    for (v = 1; v < V; v++)
+        if (logits[v] > mx) {
+            mx = logits[v];
+            best = v;
+        }
+    if (!(temperature > 0.0f)) return best;
+    if (top_k > 0 && top_k < V) {
+        memcpy(work, logits, sizeof(float) * V);
+        thr = pt__kth_largest(work, V, top_k);
+    }
+    for (v = 0; v < V; v++) {
+        work[v] = logits[v] >= thr ? (float)exp((double)(logits[v] - mx) / temperature) : 0.0f;
+        sum += work[v];
+    }
+    r = (double)pt_rng_uniform(rng) * sum;
+    for (v = 0; v < V; v++) {
+        acc += work[v];
+        if (r < acc) return v;
+    }
+    return best;
+}
+
+PTRAINDEF pt_status pt_gpt_generate(const pt_gpt *m, pt_kv_cache *c, const int *prompt,
+                                    int n_prompt, int *out, int n_new,
+                                    const pt_sample_desc *desc) {
+    pt_rng rng;
+    const float *logits = NULL;
+    int i, j, cap = c->capacity;
+    pt_status st;
+    if (n_prompt < 1)
+        return pt__fail(PT_ERR_INVALID_ARG, "generation needs a prompt of at least one token");
+    if ((st = pt__check_tokens(prompt, (size_t)n_prompt, m->config.vocab_size, "prompt")) != PT_OK)
+        return st;
+    pt_rng_seed(&rng, desc ? desc->seed : 0);
+    pt_kv_cache_reset(c);
+    for (j = n_prompt > cap ? n_prompt - cap : 0; j < n_prompt; j++)
+        if ((st = pt_gpt_decode(m, c, prompt[j], &logits)) != PT_OK) return st;
+    for (i = 0; i < n_new; i++) {
+        out[i] = pt_sample_logits(logits, m->config.vocab_size, desc ? desc->temperature : 1.0f,
+                                  desc ? desc->top_k : 0, &rng, c->work);
+        if (i + 1 == n_new) break;
+        if (c->len == cap) { /* slide: refill with the last cap/2 tokens before out[i] */
+            int keep = cap / 2, hist = n_prompt + i; /* history tokens before out[i] */
+            pt_kv_cache_reset(c);
+            for (j = hist - keep; j < hist; j++)
+                if ((st = pt_gpt_decode(m, c, j < n_prompt ? prompt[j] : out[j - n_prompt], NULL)) !=
+                    PT_OK)
+                    return st;
+        }
+        if ((st = pt_gpt_decode(m, c, out[i], &logits)) != PT_OK) return st;
+    }
+    return PT_OK;
+}
+
+/* ======================================================================== */
+
+/* ======================================================================== */
 /* >>schedule (implementation)                                               */
 /* ======================================================================== */
+
+/* Zero means 1F1B, or Megatron-LM's interleaved 1F1B when a stage holds
+   several chunks of layers (the model's and the simulator's default). */
+static pt_schedule_kind pt__sched_resolve(pt_schedule_kind kind, int chunks) {
+    return kind ? kind : chunks > 1 ? PT_SCHED_INTERLEAVED : PT_SCHED_1F1B;
+}
+
+/* Chunks per stage when the desc says 0: ZB-V's and Chimera's two, else one. */
+static int pt__sched_chunks(pt_schedule_kind kind, int chunks) {
+    return chunks > 0 ? chunks : kind == PT_SCHED_ZB_V || kind == PT_SCHED_CHIMERA ? 2 : 1;
+}
+
+/* The virtual stage of chunk c on stage s of p, which is also the block of
+   layers it holds: c*p + s (Megatron-LM's interleaving), the V of ZB-V
+   (chunk 0 is s, chunk 1 is 2p-1-s, so the last stage turns the micro-batch
+   round and stage 0 holds both ends), or Chimera's replica stage (chunk 0 is
+   s of replica 0, chunk 1 is p-1-s of replica 1: p blocks, each on two
+   stages). */
+static int pt__sched_vstage(pt_schedule_kind kind, int p, int s, int c) {
+    if (kind == PT_SCHED_CHIMERA) return c == 0 ? s : p - 1 - s;
+    return kind == PT_SCHED_ZB_V ? (c == 0 ? s : 2 * p - 1 - s) : c * p + s;
+}
+
+/* Blocks of layers the model is cut into: p x v virtual stages (Chimera: p,
+   its two replicas each run through all of them). */
+static int pt__sched_blocks(pt_schedule_kind kind, int p, int v) {
+    return kind == PT_SCHED_CHIMERA ? p : p * v;
+}
+
+/* The stage holding virtual stage vs (the inverse of pt__sched_vstage; not
+   for Chimera, whose block vs is on two stages: see pt__sched_at). */
+static int pt__sched_owner(pt_schedule_kind kind, int p, int vs) {
+    return kind == PT_SCHED_ZB_V ? (vs < p ? vs : 2 * p - 1 - vs) : vs % p;
+}
+
+/* The chunk of its stage that virtual stage vs is. */
+static int pt__sched_chunk_of(pt_schedule_kind kind, int p, int vs) {
+    return kind == PT_SCHED_ZB_V ? vs >= p : vs / p;
+}
+
+/* 1 for the schedules whose lists run W apart from B (zero-bubble). */
+static int pt__sched_splits(pt_schedule_kind kind) {
+    return kind == PT_SCHED_ZB_H1 || kind == PT_SCHED_ZB_H2 || kind == PT_SCHED_ZB_V;
+}
+
+/* Chimera's replica of micro-batch k (p even): units of p micro-batches,
+   the first p/2 of each down replica 0, the next p/2 up replica 1. */
+static int pt__chimera_replica(int p, int k) {
+    return (k / (p / 2)) % 2;
+}
+
 
 static const char *pt__sched_names[PT_SCHED_COUNT] = {"default", "gpipe", "1f1b", "interleaved",
                                                        "zb-h1", "zb-h2", "zb-v", "chimera", "2bw"};
@@ -9357,6 +8493,959 @@ static pt_status pt__write_file(const char *path, const void *const *parts, cons
 /* >>exec (implementation)                                                   */
 /* ======================================================================== */
 
+/* ---- the private state -----------------------------------------------------
+   Everything a step needs besides the parameters: the grid's groups, the
+   gradient buckets and shards, the schedule and its activation slots, the
+   scratch of one layer's backward. Laid out by pt_gpt_init in one
+   allocation with the table. */
+
+/* A bucket: a contiguous run of parameters whose gradients are reduced
+   together (wte in runs of rows about a layer's size, the last with wpe;
+   one layer; the final LayerNorm), padded to a multiple of dp; dp rank d
+   owns elements [d*shard, (d+1)*shard) of it. */
+typedef struct pt__bucket {
+    size_t offset, numel;       /* in the flat buffers (numel includes the padding) */
+    size_t shard, shard_offset; /* per dp rank, and where this rank's is in
+                                   the sharded buffers (ZeRO) */
+    int first, count;           /* the tensors it overlaps in the table */
+    int lf, nl;                 /* the whole local layers it holds: [lf, lf + nl)
+                                   (nl 0: not whole layers, reduced after backward) */
+} pt__bucket;
+
+/* One micro-batch's activations for one chunk of layers: a pipeline stage
+   holds as many as its schedule keeps in flight (one for 1F1B on one stage). */
+typedef struct pt__slot {
+    float *x;                         /* (N,C) the chunk's input */
+    pt_block_acts *acts;              /* per layer of the largest chunk */
+    float *lnf, *lnf_mean, *lnf_rstd; /* the last stage: final LayerNorm */
+    float *logits, *losses;           /* (N,vocab_local), (N) */
+    double *lse;                      /* (N) */
+    int *inputs, *targets;            /* (N) the micro-batch's tokens */
+    pt_block_wgrad *wg;               /* per layer, kept from B to W (zero-bubble) */
+    int micro, chunk;                 /* what it holds; micro -1: free */
+} pt__slot;
+
+/* Gradient buckets and the collectives started on them: the dp reductions
+   (overlap: each bucket's once the step's last backward of it is done), ZeRO's
+   parameter all-gathers, the shards and the gradients' named views. */
+typedef struct pt__exec_coll {
+    int num_buckets;
+    pt__bucket *buckets;
+    pt_comm_req *ov_req;      /* (buckets) overlap: each bucket's started reduction
+                                 (op != NONE: started in this step) */
+    int *ov_done;             /* (chunks) overlap: the step's backwards (W when split) of
+                                 each chunk so far */
+    int ov_on, ov_last;       /* overlap runs in this step; the running backward is its
+                                 chunk's last */
+    pt_comm_req *ag_req;      /* (buckets) ZeRO with overlap: each bucket's parameter
+                                 all-gather after the last update, waited for by the
+                                 next forward before the layer is used, or by whatever
+                                 reads the parameters first (pt__ag_settle) */
+    pt_comm *ag_comm;         /* ZeRO, dp > 1: a group of its own for those gathers, whose
+                                 starts depend on timing (collectives on one group must
+                                 start in the same order on every rank) */
+    int ag_on;                /* updates leave their all-gathers under way */
+    int ag_next, ag_end;      /* buckets [ag_next, ag_end) are updated, their gathers
+                                 not yet started (one runs at a time: see pt__ag_pump) */
+    pt_status poll_st;        /* the first error a poll (pt__ov_poll) met */
+    double *ov_t, *ag_t;      /* (buckets) when each bucket's reduction, gather began */
+    int *ov_at, *ag_at;       /* (buckets) and the step's action then (-1: before it) */
+    size_t shard_total;       /* this rank's elements over all buckets (ZeRO) */
+    float *gshard;            /* (shard_total) averaged gradients of its shard (ZeRO 1, 2) */
+    float *rs_tmp;            /* (largest shard) where ZeRO 2 reduce-scatters a bucket, to
+                                 add it to the shard */
+    float *dwte, *dwpe, *dlnf_w, *dlnf_b; /* named views into grads (ZeRO 2: the bucket
+                                             staging buffer) */
+    float *dhead;             /* the head's gradient: dwte when tied */
+    pt_block_params *layer_grads;
+} pt__exec_coll;
+
+/* The step's schedule, its chunks of layers, the activation slots and the
+   pipeline's message buffers. */
+typedef struct pt__exec_pipe {
+    pt_schedule sched;        /* the step's schedule (count NULL: none, inference) */
+    int split;                /* it runs W apart from B (zero-bubble) */
+    int *chunk_lo, *chunk_hi; /* (chunks) chunk c is local layers [chunk_lo[c], chunk_hi[c])
+                                 (local layers ascend by global index; Chimera's chunk 1
+                                 may come first) */
+    int embed_chunk, head_chunk; /* the chunk holding the first block (embeddings) and
+                                    the last (final norm, head); -1: none here */
+    int nslots, slots_used;
+    pt__slot *slots;
+    pt_block_acts *acts;      /* the slots' layers */
+    pt_block_acts racts;      /* the one layer being recomputed (full), or its
+                                 attention output (selective: racts.atty) */
+    /* pipeline messages with overlap (pp > 1): the next activation [0] and the
+       next gradient [1] this stage receives are posted ahead of their actions,
+       into buffers of their own (copied out when the action comes), and sends
+       start and are waited for before their buffer changes */
+    float *pp_rbuf;           /* (2, N, C) */
+    pt_comm_req pp_rreq[2], pp_sreq[2];
+    int pp_rnext[2];          /* the list index each posted receive is for (-1: none) */
+    int pp_on;
+} pt__exec_pipe;
+
+/* PipeDream-2BW's weight versions: the weights before the last update in
+   the step (version ver - 1), bound like m's; F and B of an action one
+   version behind swap them in (pt__swap_weights). */
+typedef struct pt__exec_versions {
+    float *wprev;
+    float *pv_wte, *pv_wpe, *pv_lnf_w, *pv_lnf_b, *pv_head;
+    pt_block_params *pv_layers;
+    int ver;                  /* weight versions the running step has made (its OPTs) */
+    int pv_on;                /* the previous version is swapped into m's pointers */
+    int in_opt;               /* the step's OPT runs pt_gpt_adamw_step */
+} pt__exec_versions;
+
+struct pt_gpt_exec {
+    pt_grid *grid;            /* NULL: one rank */
+    pt_comm *tp_comm, *dp_comm, *pp_comm; /* the groups (NULL when of size 1) */
+    pt_comm *tie_comm;        /* first and last stage of this tp, dp place: the two
+                                 copies of wte (NULL unless pp > 1 and one of them);
+                                 Chimera: stages s and p-1-s (the same blocks) */
+    pt__exec_coll coll;       /* buckets and started collectives */
+    pt__exec_pipe pipe;       /* schedule, slots and buffers */
+    pt__exec_versions wv;     /* weight versions (2BW) */
+    struct pt_trace *trace;   /* pt_step_desc.trace while a step runs, else NULL: each dp
+                                 transfer goes in when it is found done */
+    double trace_t0;          /* its time origin (pt_time_now's) */
+    int trace_track;
+    int act;                  /* the ordinal of the step's action begun last (-1: none) */
+    int *layer_id;            /* (n_layers) place.layer_id points here */
+    int tab_wte, tab_wpe, tab_layers, tab_lnf; /* table indices (-1: not here) */
+    int tab_lnf_b, tab_head;  /* the final norm's bias, the untied head (-1: none) */
+    int layer_tensors;        /* tensors a layer has in the table */
+    pt_block_scratch scratch;
+    float *ce_red;            /* (3N) row max, sum of exp, target logit (under tp) */
+    float *dres;              /* (N,C) residual-stream gradient */
+    int cur_B, cur_T;         /* shape of the last forward */
+    int micro_done;           /* backwards of the step so far (pt_gpt_backward) */
+    int has_targets;          /* the last forward had targets (pt_gpt_backward may run) */
+    pt_arena param_arena, act_arena;
+};
+
+/* Bucket b's dp transfer (PT_TRACE_DP_*), begun at t (pt_time_now's) in
+   action `at` and found done now, into the running step's trace. */
+static void pt__trace_dp(pt_gpt_exec *x, int kind, int b, double t, int at) {
+    pt_status st;
+    if (!x->trace) return;
+    st = pt_trace_add(x->trace, x->trace_track, kind, b, -1, at, t - x->trace_t0,
+                      pt_time_now() - t);
+    if (st != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;
+}
+
+/* The gathers' group counts into the dp group's time, bytes and calls (it
+   is a copy of it): what a step was exposed to stays in one place. */
+static void pt__ag_fold(pt_gpt_exec *x) {
+    if (!x->coll.ag_comm || !x->dp_comm) return;
+    x->dp_comm->seconds += x->coll.ag_comm->seconds, x->dp_comm->bytes += x->coll.ag_comm->bytes;
+    x->dp_comm->calls += x->coll.ag_comm->calls;
+    x->coll.ag_comm->seconds = 0.0, x->coll.ag_comm->bytes = x->coll.ag_comm->calls = 0;
+}
+
+static pt_status pt__ag_start(const pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    const pt__bucket *k = &x->coll.buckets[x->coll.ag_next];
+    float *own = m->params + k->offset + (size_t)m->place.dp_rank * k->shard;
+    x->coll.ag_t[x->coll.ag_next] = pt_time_now(), x->coll.ag_at[x->coll.ag_next] = x->act;
+    return pt_comm_all_gather_start(x->coll.ag_comm, own, m->params + k->offset, k->shard,
+                                    &x->coll.ag_req[x->coll.ag_next++]);
+}
+
+/* The updated buckets' gathers start one at a time, in the forward's order
+   (the tensor table's): started together they would share the links and the
+   first the forward needs would land about last. */
+static pt_status pt__ag_pump(const pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    int done = 1;
+    pt_status st = PT_OK;
+    if (x->coll.ag_next > 0 && x->coll.ag_req[x->coll.ag_next - 1].comm &&
+        (st = pt_comm_test(&x->coll.ag_req[x->coll.ag_next - 1], &done)) == PT_OK && done)
+        pt__trace_dp(x, PT_TRACE_DP_GATHER, x->coll.ag_next - 1, x->coll.ag_t[x->coll.ag_next - 1],
+                     x->coll.ag_at[x->coll.ag_next - 1]);
+    if (st == PT_OK && done && x->coll.ag_next < x->coll.ag_end) st = pt__ag_start(m);
+    return st;
+}
+
+/* Under MPI a started operation moves on only inside MPI calls: while the
+   executor computes, the GEMMs call this (pt__poll_now) to test each dp
+   reduction and parameter gather under way. The first error is kept for
+   the executor to return. */
+static void pt__ov_poll(void *arg) {
+    pt_gpt_exec *x = ((pt_gpt *)arg)->exec;
+    pt_status st;
+    int j, done;
+    for (j = 0; j < x->coll.num_buckets; j++) {
+        if (!x->coll.ov_req[j].comm) continue;
+        if ((st = pt_comm_test(&x->coll.ov_req[j], &done)) != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;
+        if (st == PT_OK && done) pt__trace_dp(x, PT_TRACE_DP_REDUCE, j, x->coll.ov_t[j], x->coll.ov_at[j]);
+    }
+    for (j = 0; j < 4; j++) { /* the pipeline's messages */
+        pt_comm_req *q = j < 2 ? &x->pipe.pp_rreq[j] : &x->pipe.pp_sreq[j - 2];
+        if (q->comm && (st = pt_comm_test(q, &done)) != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;
+    }
+    if ((st = pt__ag_pump((pt_gpt *)arg)) != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;
+    pt__ag_fold(x);
+}
+
+/* Waits for the parameter all-gathers of the buckets that hold any of the
+   table tensors [i, i + n) (i < 0: none), starting those not yet started;
+   pt__ag_settle: of all of them. */
+static pt_status pt__ag_need(const pt_gpt *m, int i, int n) {
+    pt_gpt_exec *x = m->exec;
+    pt_status st = x ? x->coll.poll_st : PT_OK;
+    int b;
+    for (b = 0; x && i >= 0 && b < x->coll.num_buckets && st == PT_OK; b++) {
+        const pt__bucket *k = &x->coll.buckets[b];
+        if (k->first >= i + n || i >= k->first + k->count) continue;
+        while (st == PT_OK && x->coll.ag_next <= b && x->coll.ag_next < x->coll.ag_end) st = pt__ag_start(m);
+        if (st == PT_OK && x->coll.ag_req[b].comm && (st = pt_comm_wait(&x->coll.ag_req[b])) == PT_OK)
+            pt__trace_dp(x, PT_TRACE_DP_GATHER, b, x->coll.ag_t[b], x->coll.ag_at[b]);
+    }
+    if (x) pt__ag_fold(x);
+    return st;
+}
+
+static pt_status pt__ag_settle(const pt_gpt *m) { return pt__ag_need(m, 0, 1 << 30); }
+
+/* Adds the whole model's next tensor (spec s, name) to the table if this
+   rank holds it (here), as its part: ROWS keeps rows/tp of them (a
+   vocabulary's rows: place.vocab_local), COLS and QKV a 1/tp of the columns.
+   A tensor of another stage only advances the whole model's offsets. */
+static void pt__add_param(pt_gpt *m, const pt__spec *s, const char *name, int here) {
+    pt_param *p = &m->table[m->num_tensors];
+    int ndim = s->cols ? 2 : 1, tp = m->place.tp;
+    int64_t rows = s->cols ? s->rows : 1, cols = s->cols ? s->cols : s->rows;
+    int canon = m->num_canon++;
+    if (!here) {
+        m->num_params_full += (size_t)rows * (size_t)cols;
+        return;
+    }
+    m->num_tensors++;
+    p->canon = canon;
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = ndim;
+    p->shard = tp > 1 ? s->shard : PT_SHARD_NONE;
+    p->full_shape[0] = s->rows;
+    p->full_shape[1] = s->cols ? s->cols : 1;
+    p->full_numel = (size_t)rows * (size_t)cols;
+    p->full_offset = m->num_params_full;
+    if (p->shard == PT_SHARD_ROWS) rows = s->vocab ? m->place.vocab_local : rows / tp;
+    if (p->shard == PT_SHARD_COLS || p->shard == PT_SHARD_QKV) cols /= tp;
+    p->shape[0] = ndim > 1 ? rows : cols;
+    p->shape[1] = ndim > 1 ? cols : 1;
+    p->numel = (size_t)rows * (size_t)cols;
+    p->offset = m->num_params;
+    p->decay = ndim >= 2;
+    p->bucket = -1;
+    m->num_params += p->numel;
+    m->num_params_full += p->full_numel;
+}
+
+/* Rows of a vocabulary tensor per bucket: about place.bucket_bytes (0: one
+   layer's parameters), a multiple of dp (so a bucket that ends inside it
+   needs no padding). */
+static int pt__vocab_rows(const pt_gpt *m) {
+    size_t bytes = m->place.bucket_bytes, C = (size_t)m->config.n_embd;
+    int64_t rows = bytes ? (int64_t)((bytes + 4 * C - 1) / (4 * C)) : 12 * (int64_t)C / m->place.tp;
+    int dp = m->place.dp;
+    if (rows > m->place.vocab_local) rows = m->place.vocab_local;
+    return rows < dp ? dp : (int)(rows - rows % dp);
+}
+
+/* The chunk holding local layer li (-1: none). */
+static int pt__chunk_of(const pt_gpt *m, int li) {
+    int c;
+    for (c = 0; c < m->place.chunks; c++)
+        if (li >= m->exec->pipe.chunk_lo[c] && li < m->exec->pipe.chunk_hi[c]) return c;
+    return -1;
+}
+
+/* Closes a bucket from the end of the last one to flat offset end: inside a
+   tensor (end - start a multiple of dp), or at the end of those added so
+   far, padded to a multiple of dp. */
+static void pt__end_bucket(pt_gpt *m, size_t end) {
+    pt_gpt_exec *x = m->exec;
+    pt__bucket *b = &x->coll.buckets[x->coll.num_buckets];
+    const pt__bucket *prev = x->coll.num_buckets ? b - 1 : NULL;
+    size_t dp = (size_t)m->place.dp;
+    int i;
+    b->offset = prev ? prev->offset + prev->numel : 0;
+    if (end <= b->offset) return; /* nothing since the last bucket */
+    b->shard = (end - b->offset + dp - 1) / dp;
+    b->numel = b->shard * dp;
+    b->shard_offset = x->coll.shard_total;
+    b->first = -1;
+    b->count = 0;
+    for (i = 0; i < m->num_tensors; i++) {
+        pt_param *p = &m->table[i];
+        if (p->offset + p->numel <= b->offset || p->offset >= end) continue;
+        if (b->first < 0) b->first = i;
+        b->count++;
+        if (p->offset >= b->offset) p->bucket = x->coll.num_buckets;
+    }
+    x->coll.shard_total += b->shard;
+    if (end == m->num_params) m->num_params = b->offset + b->numel;
+    x->coll.num_buckets++;
+}
+
+/* Whether table tensor i counts here when the stages' tensors are put
+   together (the gradient norm, a gathered model): one of its pipeline copies
+   does. wte's copy on the first stage; with Chimera, replica 0's (chunk 0's
+   block, the embeddings on stage 0, the final norm and head on stage p-1). */
+static int pt__counts_here(const pt_gpt *m, int i) {
+    const pt_gpt_exec *x = m->exec;
+    int l = x->tab_layers >= 0 && i >= x->tab_layers ? (i - x->tab_layers) / x->layer_tensors : -1;
+    if (m->place.schedule != PT_SCHED_CHIMERA) return i != x->tab_wte || m->place.has_embed;
+    if (l >= 0 && l < m->place.n_layers) return l >= x->pipe.chunk_lo[0] && l < x->pipe.chunk_hi[0];
+    return i == x->tab_wte || i == x->tab_wpe ? x->pipe.embed_chunk == 0 : x->pipe.head_chunk == 0;
+}
+
+static int pt__holds_layer(const pt_gpt_place *pl, int l) {
+    int i;
+    for (i = 0; i < pl->n_layers; i++)
+        if (pl->layer_id[i] == l) return 1;
+    return 0;
+}
+
+/* Each bucket's whole layers (lf, nl): the tensors it overlaps are whole
+   layers of the table, or it has none (nl 0). */
+static void pt__bucket_layers(pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    int b, per = x->layer_tensors;
+    for (b = 0; b < x->coll.num_buckets; b++) {
+        pt__bucket *k = &x->coll.buckets[b];
+        int f = k->first - x->tab_layers;
+        k->lf = k->nl = 0;
+        if (x->tab_layers < 0 || f < 0 || f % per || k->count % per) continue;
+        if (k->count > 0 && f / per + k->count / per <= m->place.n_layers)
+            k->lf = f / per, k->nl = k->count / per;
+    }
+}
+
+/* The table of this rank's tensors from the whole model's (pt__canon_spec),
+   and the gradient buckets: a vocabulary tensor in runs of rows (each run a
+   bucket), the tensors before the first layer, each layer, those after. */
+static void pt__build_table(pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    pt__spec s;
+    char name[64];
+    int k, last = PT__AT_TIED, local = -1; /* local: the last layer added, here */
+    m->num_tensors = m->num_canon = 0;
+    m->num_params = m->num_params_full = 0;
+    x->coll.num_buckets = 0;
+    x->coll.shard_total = 0;
+    x->tab_wte = x->tab_wpe = x->tab_layers = x->tab_lnf = x->tab_lnf_b = x->tab_head = -1;
+    x->layer_tensors = pt__layer_count(&m->config);
+    for (k = 0; pt__canon_spec(&m->config, k, &s, name, sizeof name); k++) {
+        int here = s.layer >= 0             ? pt__holds_layer(pl, s.layer)
+                   : s.layer == PT__AT_TIED ? pl->has_embed || pl->has_head
+                   : s.layer == PT__AT_EMBED ? pl->has_embed
+                                             : pl->has_head;
+        int vocab = here && s.vocab, t = m->num_tensors;
+        int64_t r;
+        if (s.layer != last && (last >= 0 || s.layer >= 0)) { /* a layer begins or ends */
+            /* (bucket_bytes: layers of one chunk share a bucket until it holds that) */
+            size_t open = x->coll.num_buckets ? x->coll.buckets[x->coll.num_buckets - 1].offset +
+                                               x->coll.buckets[x->coll.num_buckets - 1].numel : 0;
+            int join = pl->bucket_bytes && last >= 0 && s.layer >= 0 && here && local >= 0 &&
+                       pt__chunk_of(m, local) == pt__chunk_of(m, local + 1) &&
+                       (m->num_params - open) * sizeof(float) < pl->bucket_bytes;
+            if (!join) pt__end_bucket(m, m->num_params);
+        }
+        if (here && s.layer >= 0 && s.layer != last) local++;
+        last = s.layer;
+        if (vocab) pt__end_bucket(m, m->num_params); /* it starts a bucket */
+        pt__add_param(m, &s, name, here);
+        if (!here) continue;
+        if (s.role == PT__R_WTE) x->tab_wte = t;
+        if (s.role == PT__R_WPE) x->tab_wpe = t;
+        if (s.layer >= 0 && x->tab_layers < 0) x->tab_layers = t;
+        if (s.role == PT__R_LNF_W) x->tab_lnf = t;
+        if (s.role == PT__R_LNF_B) x->tab_lnf_b = t;
+        if (s.role == PT__R_HEAD) x->tab_head = t;
+        for (r = pt__vocab_rows(m); vocab && r < m->table[t].shape[0]; r += pt__vocab_rows(m))
+            pt__end_bucket(m, m->table[t].offset + (size_t)r * (size_t)s.cols);
+    }
+    pt__end_bucket(m, m->num_params);
+    pt__bucket_layers(m);
+}
+
+/* Copies rows of a tensor between its full layout and this rank's part.
+   to_local: full -> local (local padding rows become 0); else local -> full. */
+static void pt__shard_copy(const pt_gpt *m, const pt_param *p, float *local, float *full,
+                           int to_local) {
+    int64_t frows = p->ndim > 1 ? p->full_shape[0] : 1;
+    int64_t fcols = p->ndim > 1 ? p->full_shape[1] : p->full_shape[0], r, c;
+    if (p->shard == PT_SHARD_NONE) {
+        if (to_local) memcpy(local, full, p->numel * sizeof(float));
+        else memcpy(full, local, p->numel * sizeof(float));
+        return;
+    }
+    if (to_local) memset(local, 0, p->numel * sizeof(float));
+    for (r = 0; r < frows; r++)
+        for (c = 0; c < fcols; c++) {
+            ptrdiff_t i = pt__local_index(p, m->place.tp_rank, r, c);
+            if (i < 0) continue;
+            if (to_local) local[i] = full[r * fcols + c];
+            else full[r * fcols + c] = local[i];
+        }
+}
+
+/* A buffer laid out as the table (this rank's tensor parts), assembled from
+   its dp shards when ZeRO keeps only those: into tmp, which it returns. */
+static const float *pt__local_buf(const pt_gpt *m, pt_state_buf which, float *tmp,
+                                  pt_status *st) {
+    const pt_gpt_exec *x = m->exec;
+    const float *shards = which == PT_BUF_GRADS ? x->coll.gshard : which == PT_BUF_ADAM_M ? m->m : m->v;
+    int b;
+    *st = PT_OK;
+    if (which == PT_BUF_PARAMS) return m->params;
+    if (!m->place.zero) return which == PT_BUF_GRADS ? m->grads : shards;
+    for (b = 0; b < x->coll.num_buckets && *st == PT_OK; b++) {
+        const pt__bucket *k = &x->coll.buckets[b];
+        if (m->place.dp == 1)
+            memcpy(tmp + k->offset, shards + k->shard_offset, k->shard * sizeof(float));
+        else
+            *st = pt_comm_all_gather(x->dp_comm, shards + k->shard_offset, tmp + k->offset,
+                                     k->shard);
+    }
+    return tmp;
+}
+
+PTRAINDEF pt_status pt_gpt_gather(const pt_gpt *m, pt_state_buf which, float *full) {
+    const pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    size_t most = 0;
+    float *parts, *tmp = NULL;
+    const float *local;
+    int i, k;
+    pt_status st;
+    if (!m->params || (which != PT_BUF_PARAMS && !m->m))
+        return pt__fail(PT_ERR_INVALID_ARG, "model has no %s", m->params ? "training state"
+                                                                          : "memory (meta=1)");
+    if ((st = pt__ag_settle(m)) != PT_OK) return st;
+    for (i = 0; i < m->num_tensors; i++)
+        if (m->table[i].shard != PT_SHARD_NONE && m->table[i].numel > most)
+            most = m->table[i].numel;
+    parts = (float *)pt__malloc(most * (size_t)pl->tp * sizeof(float), m->alloc_ctx);
+    if (pl->zero && which != PT_BUF_PARAMS)
+        tmp = (float *)pt__malloc(m->num_params * sizeof(float), m->alloc_ctx);
+    if (!parts || (pl->zero && which != PT_BUF_PARAMS && !tmp)) {
+        pt__free(parts, m->alloc_ctx);
+        pt__free(tmp, m->alloc_ctx);
+        return pt__fail(PT_ERR_OOM, "cannot allocate the buffers to gather the model");
+    }
+    local = pt__local_buf(m, which, tmp, &st);
+    if (pl->pp > 1) memset(full, 0, m->num_params_full * sizeof(float)); /* summed over stages */
+    for (i = 0; i < m->num_tensors && st == PT_OK; i++) {
+        const pt_param *p = &m->table[i];
+        int64_t frows = p->ndim > 1 ? p->full_shape[0] : 1;
+        int64_t fcols = p->ndim > 1 ? p->full_shape[1] : p->full_shape[0], r, c;
+        float *dst = full + p->full_offset;
+        if (!pt__counts_here(m, i)) continue; /* the first stage gives wte */
+        if (p->shard == PT_SHARD_NONE) {
+            memcpy(dst, local + p->offset, p->numel * sizeof(float));
+            continue;
+        }
+        /* parts[k * numel ..] = rank k's part, then each element to its place */
+        st = pt_comm_all_gather(x->tp_comm, local + p->offset, parts, p->numel);
+        for (k = 0; k < pl->tp && st == PT_OK; k++)
+            for (r = 0; r < frows; r++)
+                for (c = 0; c < fcols; c++) {
+                    ptrdiff_t j = pt__local_index(p, k, r, c);
+                    if (j >= 0) dst[r * fcols + c] = parts[(size_t)k * p->numel + (size_t)j];
+                }
+    }
+    if (st == PT_OK && pl->pp > 1) /* each stage wrote its tensors, zeros elsewhere */
+        st = pt_comm_all_reduce(x->pp_comm, full, m->num_params_full, PT_REDUCE_SUM);
+    pt__free(parts, m->alloc_ctx);
+    pt__free(tmp, m->alloc_ctx);
+    return st;
+}
+
+/* Named pointers into a flat buffer laid out as the table, or (stage) each
+   tensor at its place within its bucket, all buckets sharing one buffer
+   (ZeRO 2 gradients: one bucket at a time). */
+static void pt__bind(const pt_gpt *m, float *base, int stage, float **wte, float **wpe,
+                     float **lnf_w, float **lnf_b, float **head, pt_block_params *layers) {
+    const pt_gpt_exec *x = m->exec;
+    const pt_param *t = m->table;
+    pt__spec s;
+    int l, k;
+#define PT__AT(i)                                                                            \
+    (!base || (i) < 0 ? NULL                                                                 \
+                      : base + t[i].offset - (stage ? x->coll.buckets[t[i].bucket].offset : 0))
+    *wte = PT__AT(x->tab_wte);
+    *wpe = PT__AT(x->tab_wpe);
+    for (l = 0; l < m->place.n_layers; l++) /* a layer's tensors, in canonical order */
+        for (k = 0; k < x->layer_tensors; k++) {
+            int i = x->tab_layers + x->layer_tensors * l + k;
+            pt__canon_spec(&m->config, t[i].canon, &s, NULL, 0);
+            *(float **)((char *)&layers[l] + s.field) = PT__AT(i);
+        }
+    *lnf_w = PT__AT(x->tab_lnf);
+    *lnf_b = PT__AT(x->tab_lnf_b);
+    *head = m->config.untied_head ? PT__AT(x->tab_head) : *wte;
+#undef PT__AT
+}
+
+/* ---- building a model: checks, tables, buffers, communicators ------------ */
+
+/* The chunk of this stage holding block k of the model's layers (see
+   pt__sched_vstage), or -1. */
+static int pt__chunk_with(const pt_gpt_place *pl, int k) {
+    int c;
+    for (c = 0; c < pl->chunks; c++)
+        if (pt__sched_vstage(pl->schedule, pl->pp, pl->pp_rank, c) == k) return c;
+    return -1;
+}
+
+/* Layers of the whole model to this stage's chunks: block k (of V =
+   pt__sched_blocks; chunk c of stage s holds k = pt__sched_vstage) gets
+   floor(L/V) layers, one more for the first L mod V blocks. Local layers
+   ascend by global index, so two stages holding the same blocks (Chimera)
+   lay out their tensors alike. */
+static void pt__assign_layers(pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    pt_gpt_place *pl = &m->place;
+    int L = m->config.n_layer, V = pt__sched_blocks(pl->schedule, pl->pp, pl->chunks), c, j, n = 0;
+#define PT__BLOCK_FIRST(k) ((k) * (L / V) + ((k) < L % V ? (k) : L % V))
+    for (c = 0; c < pl->chunks; c++) {
+        int k = pt__sched_vstage(pl->schedule, pl->pp, pl->pp_rank, c), l, at = 0;
+        int count = L / V + (k < L % V);
+        for (j = 0; j < pl->chunks; j++) { /* the layers of the chunks below it */
+            int kj = pt__sched_vstage(pl->schedule, pl->pp, pl->pp_rank, j);
+            if (kj < k) at += L / V + (kj < L % V);
+        }
+        x->pipe.chunk_lo[c] = at, x->pipe.chunk_hi[c] = at + count;
+        for (l = 0; l < count; l++) x->layer_id[at + l] = PT__BLOCK_FIRST(k) + l;
+        n += count;
+    }
+#undef PT__BLOCK_FIRST
+    x->pipe.embed_chunk = pt__chunk_with(pl, 0);
+    x->pipe.head_chunk = pt__chunk_with(pl, V - 1);
+    pl->n_layers = n;
+    pl->layer_id = x->layer_id;
+}
+
+/* The desc's checks, every failed one reported; on success the config with
+   its defaults, the capacity and this rank's place. */
+static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
+    pt_gpt_config cfg = d->config;
+    pt_gpt_place *pl = &m->place;
+    const pt_grid *g = d->grid;
+    int bad = 0;
+    if (cfg.ln_eps == 0.0f) cfg.ln_eps = 1e-5f;
+    if (pt_gpt_config_validate(&cfg) != PT_OK) bad = 1; /* its message stays first */
+    if (d->batch < 1) pt__append_error(&bad, "batch=%d must be >= 1", d->batch);
+    if (d->seq < 1 || d->seq > cfg.block_size)
+        pt__append_error(&bad, "seq=%d must be in [1, block_size=%d]", d->seq, cfg.block_size);
+    if (!bad && (int64_t)d->batch * d->seq > (1 << 30))
+        pt__append_error(&bad, "batch*seq=%lld is too large", (long long)d->batch * d->seq);
+    pl->tp = g ? g->tp : 1, pl->tp_rank = g ? g->tp_rank : 0;
+    pl->dp = g ? g->dp : 1, pl->dp_rank = g ? g->dp_rank : 0;
+    pl->pp = g ? g->pp : 1, pl->pp_rank = g ? g->pp_rank : 0;
+    pl->zero = d->zero;
+    pl->micro = d->grad_accum > 0 ? d->grad_accum : 1;
+    pl->chunks = pt__sched_chunks(d->schedule, d->chunks);
+    pl->recompute = d->recompute;
+    pl->schedule = pt__sched_resolve(d->schedule, pl->chunks);
+    if (pl->tp < 1 || (cfg.n_head >= 1 && cfg.n_head % pl->tp != 0))
+        pt__append_error(&bad, "tensor_parallel=%d does not divide n_head=%d", pl->tp,
+                         cfg.n_head);
+    else if (cfg.n_kv_head >= 1 && cfg.n_kv_head % pl->tp != 0)
+        pt__append_error(&bad, "tensor_parallel=%d does not divide n_kv_head=%d (each rank holds "
+                         "whole key/value heads and the query heads that share them)", pl->tp,
+                         cfg.n_kv_head);
+    if (pl->tp >= 1 && cfg.ffn_hidden >= 1 && cfg.ffn_hidden % pl->tp != 0)
+        pt__append_error(&bad, "tensor_parallel=%d does not divide ffn_hidden=%d", pl->tp,
+                         cfg.ffn_hidden);
+    if (d->zero < 0 || d->zero > 2) pt__append_error(&bad, "zero=%d must be 0, 1 or 2", d->zero);
+    pl->bucket_bytes = d->bucket_bytes;
+    if (!bad && d->bucket_bytes > (uint64_t)pt_gpt_num_params(&cfg) * sizeof(float))
+        pt__append_error(&bad, "bucket_bytes=%zu is more than the model's %.0f bytes of "
+                         "parameters", d->bucket_bytes,
+                         (double)pt_gpt_num_params(&cfg) * (double)sizeof(float));
+    if (d->bucket_bytes && d->zero == 2)
+        pt__append_error(&bad, "bucket_bytes=%zu with zero=2: ZeRO 2 holds one layer's "
+                         "gradients at a time, so its buckets are a layer each", d->bucket_bytes);
+    if ((int)d->precision < 0 || d->precision > PT_PRECISION_BF16)
+        pt__append_error(&bad, "precision=%d must be 0 (fp32), PT_PRECISION_FP32 or "
+                         "PT_PRECISION_BF16", (int)d->precision);
+    m->ctx.precision = d->precision == PT_PRECISION_BF16 ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
+    if (d->grad_accum < 0) pt__append_error(&bad, "grad_accum=%d must be >= 0", d->grad_accum);
+    if (d->chunks < 0) pt__append_error(&bad, "chunks=%d must be >= 0", d->chunks);
+    if (d->recompute < 0 || d->recompute > PT_RECOMPUTE_FULL)
+        pt__append_error(&bad, "recompute=%d must be 0 (none), 1 (selective) or 2 (full)",
+                         d->recompute);
+    if ((int)d->schedule < 0 || d->schedule >= PT_SCHED_COUNT)
+        pt__append_error(&bad, "schedule=%d is no schedule kind (0..%d)", (int)d->schedule,
+                         PT_SCHED_COUNT - 1);
+    if (d->inference && d->zero)
+        pt__append_error(&bad, "zero=%d needs training state (inference=1 given)", d->zero);
+    if (g && !g->world && !d->meta)
+        pt__append_error(&bad, "the grid has no communicators (only meta builds may)");
+    if (pl->pp > 1 && d->zero == 2)
+        pt__append_error(&bad, "zero=2 with pipeline stages (pp=%d) is not supported: its "
+                         "gradients would be reduced once per micro-batch; use zero <= 1", pl->pp);
+    if (pt__sched_blocks(pl->schedule, pl->pp, pl->chunks) > cfg.n_layer)
+        pt__append_error(&bad, pl->schedule == PT_SCHED_CHIMERA
+                                   ? "pipeline: chimera's pp=%d blocks (chunks=%d: each stage "
+                                     "holds two of them) > n_layer=%d (each needs a layer)"
+                                   : "pipeline: pp=%d x chunks=%d virtual stages > n_layer=%d "
+                                     "(each needs a layer)", pl->pp, pl->chunks, cfg.n_layer);
+    if (pl->pp > 1 && !d->meta && (int64_t)pl->micro * pl->pp * pl->chunks * 2 > 32767)
+        pt__append_error(&bad, "pipeline: %d micro-batches x %d virtual stages exceed the "
+                         "message tags (16383)", pl->micro, pl->pp * pl->chunks);
+    if (pl->pp > 1 && d->inference)
+        pt__append_error(&bad, "a pipeline model is for training; gather it whole to sample");
+    if (pl->pp == 1 && pl->chunks > 1)
+        pt__append_error(&bad, "chunks=%d needs a pipeline (grid pp > 1)", pl->chunks);
+    if (pt__sched_splits(pl->schedule) && pl->recompute == PT_RECOMPUTE_FULL && !d->inference)
+        pt__append_error(&bad, "%s keeps activations from B to W; full recomputation "
+                         "would drop them (use selective or none)",
+                         pt_schedule_kind_name(pl->schedule));
+    if (bad) return PT_ERR_CONFIG;
+    m->config = cfg;
+    m->B = d->batch;
+    m->T = d->seq;
+    /* the stages holding the first and the last block (ZB-V: the first stage
+       both; Chimera: the first and the last stage both, one of each replica) */
+    pl->has_embed = pt__chunk_with(pl, 0) >= 0;
+    pl->has_head = pt__chunk_with(pl, pt__sched_blocks(pl->schedule, pl->pp, pl->chunks) - 1) >= 0;
+    /* the vocabulary padded to a multiple of tp, as Megatron-LM pads GPT-2's */
+    pl->vocab_local = (cfg.vocab_size + pl->tp - 1) / pl->tp;
+    pl->vocab_offset = pl->tp_rank * pl->vocab_local;
+    return PT_OK;
+}
+
+/* The step's schedule over the stages (one stage without a pipeline), built
+   and checked; *slots its peak in flight on this stage. A meta build may be
+   handed the checked report instead; an inference model runs no steps. */
+static pt_status pt__gpt_schedule(const pt_gpt *m, const pt_gpt_desc *d, pt_schedule *s,
+                                  int *slots) {
+    const pt_gpt_place *pl = &m->place;
+    pt_schedule_report rep;
+    pt_status st;
+    memset(s, 0, sizeof *s);
+    s->alloc_ctx = d->alloc_ctx;
+    *slots = 1;
+    if (d->inference) return PT_OK;
+    if (d->meta && d->schedule_report) {
+        *slots = d->schedule_report->peak_inflight[pl->pp_rank];
+        return PT_OK;
+    }
+    if ((st = pt_schedule_build(s, pl->schedule, pl->pp, pl->chunks, pl->micro)) != PT_OK)
+        return st;
+    if ((st = pt_schedule_check(s, &rep)) != PT_OK) {
+        pt_schedule_free(s);
+        return st;
+    }
+    *slots = rep.peak_inflight[pl->pp_rank];
+    return PT_OK;
+}
+
+/* The private state and every table in one allocation: L bounds the local
+   layers, nslots x L the slots' layers. */
+static pt_status pt__gpt_tables(pt_gpt *m, int nslots) {
+    size_t L = (size_t)m->config.n_layer, S = (size_t)nslots, nbook, ntensors;
+    /* buckets close at most: before and inside each of two vocabulary tensors,
+       at each of the L + 1 ends of a layer run, and at the end */
+    size_t nbuckets = L + 4 + 2 * (size_t)(m->place.vocab_local / pt__vocab_rows(m));
+    pt__spec s;
+    unsigned char *book;
+    pt_gpt_exec *x;
+    int k;
+    for (k = 0; pt__canon_spec(&m->config, k, &s, NULL, 0); k++) {
+    }
+    ntensors = (size_t)k;
+    nbook = sizeof(pt_gpt_exec) + sizeof(pt_param) * ntensors + sizeof(pt_block_params) * 3 * L +
+            sizeof(pt_block_acts) * L * S + sizeof(pt__bucket) * nbuckets +
+            (sizeof(pt_comm_req) + sizeof(double)) * 2 * nbuckets + sizeof(pt__slot) * S +
+            sizeof(pt_block_wgrad) * L * S +
+            sizeof(int) * (L + 3 * (size_t)m->place.chunks + 2 * nbuckets);
+    book = (unsigned char *)pt__malloc(nbook, m->alloc_ctx);
+    if (!book) return pt__fail(PT_ERR_OOM, "cannot allocate the model's tables");
+    memset(book, 0, nbook);
+    m->exec = x = (pt_gpt_exec *)book;
+    m->table = (pt_param *)(x + 1);
+    m->layers = (pt_block_params *)(m->table + ntensors);
+    x->coll.layer_grads = m->layers + L;
+    x->wv.pv_layers = x->coll.layer_grads + L;
+    x->pipe.acts = (pt_block_acts *)(x->wv.pv_layers + L);
+    x->coll.buckets = (pt__bucket *)(x->pipe.acts + L * S);
+    x->coll.ov_req = (pt_comm_req *)(x->coll.buckets + nbuckets);
+    x->coll.ag_req = x->coll.ov_req + nbuckets;
+    x->coll.ov_t = (double *)(x->coll.ag_req + nbuckets);
+    x->coll.ag_t = x->coll.ov_t + nbuckets;
+    x->pipe.slots = (pt__slot *)(x->coll.ag_t + nbuckets);
+    x->pipe.slots[0].wg = (pt_block_wgrad *)(x->pipe.slots + S); /* see pt__layout_acts */
+    x->layer_id = (int *)(x->pipe.slots[0].wg + L * S);
+    x->pipe.chunk_lo = x->layer_id + L;
+    x->pipe.chunk_hi = x->pipe.chunk_lo + m->place.chunks;
+    x->coll.ov_done = x->pipe.chunk_hi + m->place.chunks;
+    x->coll.ov_at = x->coll.ov_done + m->place.chunks;
+    x->coll.ag_at = x->coll.ov_at + nbuckets;
+    x->pipe.nslots = nslots;
+    return PT_OK;
+}
+
+/* The grid's groups, and (pipeline) the pair of ranks holding copies of the
+   same tensors (tie_comm): every world rank joins the split; the first and
+   last stage of one tp, dp place get a group of 2 for wte's two copies, or
+   with Chimera stages s and p-1-s, which hold the same two blocks. */
+static pt_status pt__gpt_comms(pt_gpt *m, const pt_gpt_desc *d) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    const pt_grid *g = d->grid;
+    pt_comm *tie;
+    pt_status st;
+    int tied = pl->has_embed || pl->has_head;
+    x->grid = d->grid;
+    if (!g || !g->world) return PT_OK; /* one rank, or a meta build of sizes alone */
+    x->tp_comm = pl->tp > 1 ? &d->grid->tp_comm : NULL;
+    x->dp_comm = pl->dp > 1 ? &d->grid->dp_comm : NULL;
+    x->pp_comm = pl->pp > 1 ? &d->grid->pp_comm : NULL;
+    if (pl->zero && pl->dp > 1) { /* the overlapped gathers' own copy of the dp group */
+        if (!(x->coll.ag_comm = (pt_comm *)pt__malloc(sizeof(pt_comm), m->alloc_ctx)))
+            return pt__fail(PT_ERR_OOM, "cannot allocate a communicator");
+        if ((st = pt_comm_split(x->dp_comm, 0, g->dp_rank, x->coll.ag_comm)) != PT_OK) {
+            pt__free(x->coll.ag_comm, m->alloc_ctx);
+            x->coll.ag_comm = NULL;
+            return st;
+        }
+    }
+    if (pl->pp == 1) return PT_OK;
+    if (!(tie = (pt_comm *)pt__malloc(sizeof(pt_comm), m->alloc_ctx)))
+        return pt__fail(PT_ERR_OOM, "cannot allocate a communicator");
+    if (pl->schedule == PT_SCHED_CHIMERA) {
+        int pair = pl->pp_rank < pl->pp - 1 - pl->pp_rank ? pl->pp_rank : pl->pp - 1 - pl->pp_rank;
+        st = pt_comm_split(g->world, g->tp_rank + g->tp * (g->dp_rank + g->dp * pair),
+                           pl->pp_rank, tie);
+    } else {
+        st = pt_comm_split(g->world, tied ? g->tp_rank + g->tp * g->dp_rank
+                                          : g->tp * g->dp + g->world->rank, pl->pp_rank, tie);
+    }
+    if (st != PT_OK) {
+        pt__free(tie, m->alloc_ctx);
+        return st;
+    }
+    x->tie_comm = tie;
+    return PT_OK;
+}
+
+static size_t pt__largest_bucket(const pt_gpt *m) {
+    const pt_gpt_exec *x = m->exec;
+    size_t most = 0;
+    int b;
+    for (b = 0; b < x->coll.num_buckets; b++)
+        if (x->coll.buckets[b].numel > most) most = x->coll.buckets[b].numel;
+    return most;
+}
+
+/* What the memory report (pt__layout_state), the simulator and the
+   checkpoints (>>io) read of a rank's executor: its chunks' layer ranges,
+   its buckets and shards, the schedule's activation slots, the world it
+   belongs to. Valid while m lives; all zero for a model not built. */
+typedef struct pt__exec_layout {
+    pt_comm *world;                 /* the grid's (NULL: one rank) */
+    int split;                      /* the schedule runs W apart from B */
+    int chunks;
+    const int *chunk_lo, *chunk_hi; /* (chunks) local layers [lo, hi) of each */
+    int nslots;                     /* micro-batch activation slots */
+    int num_buckets;
+    const pt__bucket *buckets;      /* (num_buckets) offsets, sizes, whole layers */
+    size_t largest_bucket, largest_shard, shard_total;
+} pt__exec_layout;
+
+static pt__exec_layout pt__exec_layout_of(const pt_gpt *m) {
+    const pt_gpt_exec *x = m->exec;
+    pt__exec_layout o;
+    int b;
+    memset(&o, 0, sizeof o);
+    if (!x) return o;
+    o.world = x->grid ? x->grid->world : NULL;
+    o.split = x->pipe.split, o.chunks = m->place.chunks;
+    o.chunk_lo = x->pipe.chunk_lo, o.chunk_hi = x->pipe.chunk_hi;
+    o.nslots = x->pipe.nslots;
+    o.num_buckets = x->coll.num_buckets, o.buckets = x->coll.buckets;
+    o.largest_bucket = pt__largest_bucket(m), o.largest_shard = 0;
+    o.shard_total = x->coll.shard_total;
+    for (b = 0; b < x->coll.num_buckets; b++)
+        if (x->coll.buckets[b].shard > o.largest_shard) o.largest_shard = x->coll.buckets[b].shard;
+    return o;
+}
+
+/* Parameters; then, for training, gradients and the AdamW moments:
+   whole (zero 0), moments of this rank's shard only plus its averaged
+   gradients (zero 1), and (zero 2) gradients of one bucket at a time. */
+static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
+    pt_gpt_exec *x = m->exec;
+    pt__exec_layout o = pt__exec_layout_of(m);
+    int zero = m->place.zero;
+    size_t P = m->num_params, moments, grads;
+    moments = zero ? o.shard_total : P;
+    grads = (zero == 2 ? o.largest_bucket : P) + (zero ? o.shard_total : 0) +
+            (zero == 2 ? o.largest_shard : 0);
+    /* 2BW keeps a second version of the weights */
+    m->mem.params = (!inference && m->place.schedule == PT_SCHED_2BW ? 2 : 1) * P * sizeof(float);
+    m->mem.grads = inference ? 0 : grads * sizeof(float);
+    m->mem.optimizer = inference ? 0 : 2 * moments * sizeof(float);
+    m->params = PT__F(a, P);
+    if (inference) return;
+    if (m->place.schedule == PT_SCHED_2BW) x->wv.wprev = PT__F(a, P);
+    m->m = PT__F(a, moments);
+    m->v = PT__F(a, moments);
+    m->grads = PT__F(a, zero == 2 ? o.largest_bucket : P); /* zero 2: the stage of one bucket */
+    if (zero) x->coll.gshard = PT__F(a, o.shard_total);
+    if (zero == 2) x->coll.rs_tmp = PT__F(a, o.largest_shard);
+}
+
+/* The activation slots (each: a chunk's input, its layers' saved
+   activations, what W needs from B, the head's buffers on the last stage,
+   the micro-batch's tokens); then the scratch: recomputation's one layer,
+   the vocabulary-parallel loss, a block's scratch, the residual gradient. */
+static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int training) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    pt__dims d = pt__block_dims(&m->config, m->B, m->T, pl->tp);
+    size_t N = d.N, C = d.C, V = (size_t)pl->vocab_local;
+    int l, k, most = 0, c, ln = m->config.norm == PT_NORM_LAYER;
+    int bf16 = m->ctx.precision == PT_PRECISION_BF16 && pl->recompute != PT_RECOMPUTE_FULL;
+    for (c = 0; c < pl->chunks; c++)
+        if (x->pipe.chunk_hi[c] - x->pipe.chunk_lo[c] > most) most = x->pipe.chunk_hi[c] - x->pipe.chunk_lo[c];
+    for (k = 0; k < x->pipe.nslots; k++) {
+        pt__slot *sl = &x->pipe.slots[k];
+        sl->micro = sl->chunk = -1;
+        sl->x = PT__F(a, N * C);
+        sl->acts = x->pipe.acts + (size_t)k * (size_t)most;
+        for (l = 0; l < most; l++)
+            pt__layout_block_acts(&sl->acts[l], a, &d, pl->recompute, 1, ln, bf16);
+        sl->wg = x->pipe.slots[0].wg + (size_t)k * (size_t)most;
+        for (l = 0; x->pipe.split && l < most; l++) pt__layout_wgrad(&sl->wg[l], a, &d, NULL, NULL, NULL);
+        if (pl->has_head) {
+            sl->lnf = PT__F(a, N * C);
+            sl->lnf_mean = PT__F(a, N);
+            sl->lnf_rstd = PT__F(a, N);
+            sl->logits = PT__F(a, N * V);
+            sl->losses = PT__F(a, N);
+            sl->lse = (double *)pt_arena_alloc(a, N * sizeof(double));
+        }
+        sl->inputs = (int *)pt_arena_alloc(a, N * sizeof(int));
+        sl->targets = (int *)pt_arena_alloc(a, N * sizeof(int));
+    }
+    *act_bytes = a->used;
+    memset(&x->pipe.racts, 0, sizeof x->pipe.racts); /* recomputation's one layer (not saved) */
+    if (pl->recompute == PT_RECOMPUTE_FULL)
+        pt__layout_block_acts(&x->pipe.racts, a, &d, PT_RECOMPUTE_NONE, 0, ln, 0);
+    else if (pl->recompute == PT_RECOMPUTE_SELECTIVE)
+        x->pipe.racts.atty = PT__F(a, N * d.Ca);
+    x->ce_red = pl->tp > 1 ? PT__F(a, 3 * N) : NULL;
+    pt__layout_scratch(&x->scratch, a, &d, training, m->config.pos == PT_POS_ROPE, bf16);
+    x->dres = training ? PT__F(a, N * C) : NULL;
+    x->pipe.pp_rbuf = training && pl->pp > 1 ? PT__F(a, 2 * N * C) : NULL;
+    for (k = 0; bf16 && k < x->pipe.nslots; k++) /* bf16 storage: the floats are the scratch's */
+        for (l = 0; l < most; l++) {
+            pt_block_acts *b = &x->pipe.slots[k].acts[l];
+            b->ln1 = x->scratch.ln1, b->qkv = x->scratch.qkv;
+            b->ln2 = x->scratch.ln2, b->fch = x->scratch.fch;
+        }
+}
+
+PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
+    pt_gpt_exec *x;
+    pt_schedule sched;
+    pt_arena meta;
+    size_t act_bytes, state_bytes;
+    int nslots;
+    pt_status st;
+    memset(m, 0, sizeof *m);
+    m->alloc_ctx = d->alloc_ctx;
+    m->loss = -1.0f;
+    pt_clear_error();
+    if ((st = pt__gpt_check(m, d)) != PT_OK) return st;
+    if ((st = pt__gpt_schedule(m, d, &sched, &nslots)) != PT_OK) return st;
+    if ((st = pt__gpt_tables(m, nslots)) != PT_OK) {
+        pt_schedule_free(&sched);
+        return st;
+    }
+    x = m->exec;
+    x->pipe.sched = sched; /* freed with the model from here on */
+    x->pipe.split = pt__sched_splits(m->place.schedule); /* its lists hold W actions */
+    pt__assign_layers(m);
+    pt__build_table(m);
+    if ((st = pt__gpt_comms(m, d)) != PT_OK) {
+        pt_gpt_free(m);
+        return st;
+    }
+    /* measure with meta arenas, then allocate each class once */
+    pt_arena_init_meta(&meta);
+    pt__layout_state(m, &meta, d->inference);
+    state_bytes = meta.used;
+    pt_arena_init_meta(&meta);
+    pt__layout_acts(m, &meta, &act_bytes, !d->inference);
+    m->mem.activations = act_bytes;
+    m->mem.scratch = meta.used - act_bytes;
+    m->mem.total = m->mem.params + m->mem.grads + m->mem.optimizer + meta.used;
+    m->mem.slots = x->pipe.nslots;
+    if (d->meta) {
+        pt_arena_init_meta(&x->param_arena);
+        pt_arena_init_meta(&x->act_arena);
+        return PT_OK;
+    }
+    if ((st = pt_arena_init(&x->param_arena, state_bytes, d->alloc_ctx)) != PT_OK ||
+        (st = pt_arena_init(&x->act_arena, meta.used, d->alloc_ctx)) != PT_OK) {
+        double mib = (double)m->mem.total / 1048576.0;
+        pt_gpt_free(m);
+        return pt__fail(PT_ERR_OOM, "cannot allocate %.1f MiB for the model (weights%s, "
+                        "activations)", mib, d->inference ? "" : ", gradients, AdamW state");
+    }
+    { /* the context its calls pass down: the desc's precision, a workspace for this thread's
+         OpenMP threads */
+        pt_ctx_desc cd;
+        memset(&cd, 0, sizeof cd);
+        cd.precision = m->ctx.precision, cd.alloc_ctx = d->alloc_ctx;
+        if ((st = pt_ctx_init(&m->ctx, &cd)) != PT_OK) {
+            pt_gpt_free(m);
+            return st;
+        }
+    }
+    pt__layout_state(m, &x->param_arena, d->inference);
+    memset(x->param_arena.base, 0, x->param_arena.used);
+    pt__layout_acts(m, &x->act_arena, &act_bytes, !d->inference);
+    pt__bind(m, m->params, 0, &m->wte, &m->wpe, &m->lnf_w, &m->lnf_b, &m->lm_head, m->layers);
+    pt__bind(m, x->wv.wprev, 0, &x->wv.pv_wte, &x->wv.pv_wpe, &x->wv.pv_lnf_w, &x->wv.pv_lnf_b, &x->wv.pv_head,
+             x->wv.pv_layers);
+    pt__bind(m, m->grads, m->place.zero == 2, &x->coll.dwte, &x->coll.dwpe, &x->coll.dlnf_w, &x->coll.dlnf_b,
+             &x->coll.dhead,
+             x->coll.layer_grads);
+    return PT_OK;
+}
+
+PTRAINDEF void pt_gpt_free(pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    if (x) {
+        pt__ag_settle(m); /* nothing may still write into the parameters */
+        pt_schedule_free(&x->pipe.sched);
+        if (x->coll.ag_comm) {
+            pt_comm_free(x->coll.ag_comm);
+            pt__free(x->coll.ag_comm, m->alloc_ctx);
+        }
+        if (x->tie_comm) {
+            pt_comm_free(x->tie_comm);
+            pt__free(x->tie_comm, m->alloc_ctx);
+        }
+        pt_arena_free(&x->param_arena);
+        pt_arena_free(&x->act_arena);
+        pt__free(x, m->alloc_ctx);
+    }
+    pt_ctx_free(&m->ctx);
+    memset(m, 0, sizeof *m);
+}
+
+
 /* Real (not padding) vocabulary rows among this rank's vocab_local. */
 static int pt__vocab_valid(const pt_gpt *m) {
     int left = m->config.vocab_size - m->place.vocab_offset;
@@ -9428,7 +9517,7 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
     int C = cfg->n_embd, V = cfg->vocab_size, N = B * T, l;
     const float *in = sl->x;
     pt_status st;
-    if (c == x->embed_chunk) {
+    if (c == x->pipe.embed_chunk) {
         /* vocabulary-parallel embedding: each rank looks up its rows, the sum
            over the group is the whole lookup (tensor rank 0 adds wpe) */
         if ((st = pt__ag_need(m, x->tab_wte, 1)) != PT_OK ||
@@ -9438,13 +9527,13 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
                                  pl->vocab_offset, pl->vocab_local, B, T, C);
         if ((st = pt__tp_sum(x->tp_comm, sl->x, (size_t)N * C)) != PT_OK) return st;
     }
-    for (l = x->chunk_lo[c]; l < x->chunk_hi[c]; l++) {
-        pt_block_acts *a = &sl->acts[l - x->chunk_lo[c]], *use = a;
+    for (l = x->pipe.chunk_lo[c]; l < x->pipe.chunk_hi[c]; l++) {
+        pt_block_acts *a = &sl->acts[l - x->pipe.chunk_lo[c]], *use = a;
         if (pl->recompute == PT_RECOMPUTE_FULL) { /* everything but the output is dropped */
-            x->racts.out = a->out;
-            use = &x->racts;
+            x->pipe.racts.out = a->out;
+            use = &x->pipe.racts;
         } else if (pl->recompute == PT_RECOMPUTE_SELECTIVE) {
-            a->atty = x->racts.atty; /* the attention output is dropped */
+            a->atty = x->pipe.racts.atty; /* the attention output is dropped */
         }
         if ((st = pt__ag_need(m, x->tab_layers + x->layer_tensors * l, x->layer_tensors)) != PT_OK)
             return st;
@@ -9453,7 +9542,7 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
         if (st != PT_OK) return st;
         in = a->out;
     }
-    if (c != x->head_chunk) return PT_OK;
+    if (c != x->pipe.head_chunk) return PT_OK;
     if ((st = pt__ag_need(m, x->tab_lnf, 1)) != PT_OK ||
         (st = pt__ag_need(m, x->tab_lnf_b, 1)) != PT_OK ||
         (st = pt__ag_need(m, x->tab_head >= 0 ? x->tab_head : x->tab_wte, 1)) != PT_OK)
@@ -9486,14 +9575,14 @@ static pt_status pt__dp_reduce_scatter(pt_gpt *m, const float *in, float *out, s
    the dp group and adds them to this rank's shard, then clears the stage. */
 static pt_status pt__zero2_bucket(pt_gpt *m, int b) {
     pt_gpt_exec *x = m->exec;
-    const pt__bucket *k = &x->buckets[b];
-    float *dst = x->gshard + k->shard_offset;
+    const pt__bucket *k = &x->coll.buckets[b];
+    float *dst = x->coll.gshard + k->shard_offset;
     size_t i;
     double t = pt_time_now();
-    pt_status st = pt__dp_reduce_scatter(m, m->grads, x->rs_tmp, k->numel);
+    pt_status st = pt__dp_reduce_scatter(m, m->grads, x->coll.rs_tmp, k->numel);
     if (st != PT_OK) return st;
     if (m->place.dp > 1) pt__trace_dp(x, PT_TRACE_DP_REDUCE, b, t, x->act);
-    for (i = 0; i < k->shard; i++) dst[i] += x->rs_tmp[i];
+    for (i = 0; i < k->shard; i++) dst[i] += x->coll.rs_tmp[i];
     memset(m->grads, 0, k->numel * sizeof(float));
     return PT_OK;
 }
@@ -9507,9 +9596,9 @@ static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, in
     const pt_param *p = &m->table[head && x->tab_head >= 0 ? x->tab_head : x->tab_wte];
     const pt_param *wpe = x->tab_wpe >= 0 ? &m->table[x->tab_wpe] : NULL;
     pt_status st = PT_OK;
-    for (b = p->bucket; b < x->num_buckets && x->buckets[b].offset < p->offset + p->numel &&
+    for (b = p->bucket; b < x->coll.num_buckets && x->coll.buckets[b].offset < p->offset + p->numel &&
                         st == PT_OK; b++) {
-        const pt__bucket *k = &x->buckets[b];
+        const pt__bucket *k = &x->coll.buckets[b];
         int r0 = (int)((k->offset - p->offset) / (size_t)C);
         int r1 = (int)((k->offset + k->numel - p->offset) / (size_t)C);
         if (r1 > Vl) r1 = Vl;
@@ -9525,17 +9614,6 @@ static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, in
     return st;
 }
 
-/* Whether bucket b holds whole local layers, [*lf, *lf + *n), and nothing
-   else (the overlap starts only those inside backward). */
-static int pt__bucket_layers(const pt_gpt *m, int b, int *lf, int *n) {
-    const pt_gpt_exec *x = m->exec;
-    const pt__bucket *k = &x->buckets[b];
-    if (x->tab_layers < 0 || k->first < x->tab_layers ||
-        (k->first - x->tab_layers) % x->layer_tensors || k->count % x->layer_tensors)
-        return 0;
-    *lf = (k->first - x->tab_layers) / x->layer_tensors, *n = k->count / x->layer_tensors;
-    return *n > 0 && *lf + *n <= m->place.n_layers;
-}
 
 /* Overlap (pt_overlap): layer l's gradients are final in this step; if its
    bucket holds whole layers of which l is the last to finish (the lowest in
@@ -9543,23 +9621,23 @@ static int pt__bucket_layers(const pt_gpt *m, int b, int *lf, int *n) {
    its dp reduction, and the buckets under way get a test. */
 static pt_status pt__ov_layer(pt_gpt *m, int l, int ascending) {
     pt_gpt_exec *x = m->exec;
-    int b = m->table[x->tab_layers + x->layer_tensors * l].bucket, lf, n;
-    const pt__bucket *k = &x->buckets[b];
+    int b = m->table[x->tab_layers + x->layer_tensors * l].bucket;
+    const pt__bucket *k = &x->coll.buckets[b];
     pt_status st;
-    if (!x->ov_on || !x->ov_last) return PT_OK;
-    if (!pt__bucket_layers(m, b, &lf, &n)) return PT_OK; /* reduced after backward */
-    if (l != (ascending ? lf + n - 1 : lf)) return PT_OK; /* the others come later */
-    x->ov_t[b] = pt_time_now(), x->ov_at[b] = x->act;
+    if (!x->coll.ov_on || !x->coll.ov_last) return PT_OK;
+    if (!k->nl) return PT_OK;                                     /* reduced after backward */
+    if (l != (ascending ? k->lf + k->nl - 1 : k->lf)) return PT_OK; /* the others come later */
+    x->coll.ov_t[b] = pt_time_now(), x->coll.ov_at[b] = x->act;
     if (m->place.zero == 1)
         st = pt_comm_reduce_scatter_start(x->dp_comm, m->grads + k->offset,
-                                          x->gshard + k->shard_offset,
+                                          x->coll.gshard + k->shard_offset,
                                           k->numel / (size_t)m->place.dp, PT_REDUCE_AVG,
-                                          &x->ov_req[b]);
+                                          &x->coll.ov_req[b]);
     else
         st = pt_comm_all_reduce_start(x->dp_comm, m->grads + k->offset, k->numel, PT_REDUCE_AVG,
-                                      &x->ov_req[b]);
+                                      &x->coll.ov_req[b]);
     if (st == PT_OK) pt__ov_poll(m);
-    return st != PT_OK ? st : x->poll_st;
+    return st != PT_OK ? st : x->coll.poll_st;
 }
 
 /* After a step's last micro-batch: every bucket averaged over the dp group,
@@ -9568,17 +9646,17 @@ static pt_status pt__ov_layer(pt_gpt *m, int l, int ascending) {
 static pt_status pt__dp_sync_grads(pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     int b;
-    pt_status st = x->poll_st;
-    for (b = 0; b < x->num_buckets && st == PT_OK; b++) {
-        const pt__bucket *k = &x->buckets[b];
+    pt_status st = x->coll.poll_st;
+    for (b = 0; b < x->coll.num_buckets && st == PT_OK; b++) {
+        const pt__bucket *k = &x->coll.buckets[b];
         double t = pt_time_now();
         int at = x->act;
-        if (x->ov_on && x->ov_req[b].op != PT_COMM_OP_NONE) {
-            if (!x->ov_req[b].comm) continue; /* a poll found it done */
-            st = pt_comm_wait(&x->ov_req[b]);
-            t = x->ov_t[b], at = x->ov_at[b];
+        if (x->coll.ov_on && x->coll.ov_req[b].op != PT_COMM_OP_NONE) {
+            if (!x->coll.ov_req[b].comm) continue; /* a poll found it done */
+            st = pt_comm_wait(&x->coll.ov_req[b]);
+            t = x->coll.ov_t[b], at = x->coll.ov_at[b];
         } else if (m->place.zero == 1) {
-            st = pt__dp_reduce_scatter(m, m->grads + k->offset, x->gshard + k->shard_offset,
+            st = pt__dp_reduce_scatter(m, m->grads + k->offset, x->coll.gshard + k->shard_offset,
                                        k->numel);
         } else if (m->place.zero == 0 && m->place.dp > 1) {
             st = pt_comm_all_reduce(x->dp_comm, m->grads + k->offset, k->numel, PT_REDUCE_AVG);
@@ -9611,19 +9689,19 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
     const pt_gpt_config *cfg = &m->config;
-    int N = B * T, C = cfg->n_embd, l, first = x->chunk_lo[c], last = x->chunk_hi[c];
+    int N = B * T, C = cfg->n_embd, l, first = x->pipe.chunk_lo[c], last = x->pipe.chunk_hi[c];
     int zero2 = pl->zero == 2;
     pt_status st;
-    if (c == x->head_chunk) { /* the logits become dlogits in place */
+    if (c == x->pipe.head_chunk) { /* the logits become dlogits in place */
         pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, pl->vocab_local,
                                pt__vocab_valid(m), pl->vocab_offset, dloss);
         memset(x->scratch.dln, 0, sizeof(float) * (size_t)N * C);
-        pt_tied_head_backward(&m->ctx, x->scratch.dln, zero2 ? NULL : x->dhead, sl->logits,
+        pt_tied_head_backward(&m->ctx, x->scratch.dln, zero2 ? NULL : x->coll.dhead, sl->logits,
                               sl->lnf, m->lm_head, N, C, pl->vocab_local);
         if (zero2 && (st = pt__zero2_vocab(m, sl, B, T, 1)) != PT_OK) return st;
         if ((st = pt__tp_sum(x->tp_comm, x->scratch.dln, (size_t)N * C)) != PT_OK) return st;
         memset(x->dres, 0, sizeof(float) * (size_t)N * C);
-        pt__norm_backward(cfg, x->dres, x->dlnf_w, x->dlnf_b, x->scratch.dln,
+        pt__norm_backward(cfg, x->dres, x->coll.dlnf_w, x->coll.dlnf_b, x->scratch.dln,
                           last > first ? sl->acts[last - 1 - first].out : sl->x, m->lnf_w,
                           sl->lnf_mean, sl->lnf_rstd, N, C);
         if (zero2 && (st = pt__zero2_bucket(m, m->table[x->tab_lnf].bucket)) != PT_OK) return st;
@@ -9632,20 +9710,20 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
         pt_block_acts *a = &sl->acts[l - first];
         const float *in = l > first ? sl->acts[l - 1 - first].out : sl->x;
         if (pl->recompute == PT_RECOMPUTE_FULL) { /* the layer's forward again, from its input */
-            x->racts.out = a->out;
-            a = &x->racts;
+            x->pipe.racts.out = a->out;
+            a = &x->pipe.racts;
             st = pt_block_forward(&m->ctx, cfg, B, T, &m->layers[l], in, a, &x->scratch,
                                   x->tp_comm);
             if (st != PT_OK) return st;
         } else if (pl->recompute == PT_RECOMPUTE_SELECTIVE) { /* the attention core again */
-            a->atty = x->racts.atty;
+            a->atty = x->pipe.racts.atty;
             pt__attention_again(m, a, B, T);
         }
         if (input_only) /* B alone: W comes later, from what sl->wg keeps */
             st = pt_block_backward_input(&m->ctx, cfg, B, T, &m->layers[l], in, a, x->dres,
                                          x->dres, &sl->wg[l - first], &x->scratch, x->tp_comm);
         else
-            st = pt_block_backward(&m->ctx, cfg, B, T, &m->layers[l], &x->layer_grads[l], in, a,
+            st = pt_block_backward(&m->ctx, cfg, B, T, &m->layers[l], &x->coll.layer_grads[l], in, a,
                                    x->dres, x->dres, &x->scratch, x->tp_comm);
         if (st == PT_OK && !input_only) st = pt__ov_layer(m, l, 0);
         if (st != PT_OK) return st;
@@ -9653,10 +9731,10 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
                                                    .bucket)) != PT_OK)
             return st;
     }
-    if (c != x->embed_chunk) return PT_OK;
+    if (c != x->pipe.embed_chunk) return PT_OK;
     /* every rank holds the whole dres: its wte rows, and all of wpe */
     if (zero2) return pt__zero2_vocab(m, sl, B, T, 0);
-    pt__encoder_backward_part(x->dwte, x->dwpe, x->dres, sl->inputs, pl->vocab_offset,
+    pt__encoder_backward_part(x->coll.dwte, x->coll.dwpe, x->dres, sl->inputs, pl->vocab_offset,
                               pl->vocab_local, B, T, C);
     return PT_OK;
 }
@@ -9666,16 +9744,16 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
 static pt_status pt__chunk_weight(pt_gpt *m, pt__slot *sl, int c, int B, int T) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_config *cfg = &m->config;
-    int l, first = x->chunk_lo[c], last = x->chunk_hi[c], k = m->place.tp;
+    int l, first = x->pipe.chunk_lo[c], last = x->pipe.chunk_hi[c], k = m->place.tp;
     pt_status st = PT_OK;
     for (l = first; l < last && st == PT_OK; l++) {
         pt_block_acts *a = &sl->acts[l - first];
         const float *in = l > first ? sl->acts[l - 1 - first].out : sl->x;
         if (m->place.recompute == PT_RECOMPUTE_SELECTIVE) {
-            a->atty = x->racts.atty;
+            a->atty = x->pipe.racts.atty;
             pt__attention_again(m, a, B, T);
         }
-        pt_block_backward_weight(&m->ctx, cfg, B, T, &m->layers[l], &x->layer_grads[l], in, a,
+        pt_block_backward_weight(&m->ctx, cfg, B, T, &m->layers[l], &x->coll.layer_grads[l], in, a,
                                  &sl->wg[l - first], &x->scratch, k);
         st = pt__ov_layer(m, l, 1);
     }
@@ -9691,22 +9769,22 @@ static void pt__swap_weights(pt_gpt *m) {
     pt_block_params *l = m->layers;
     float *t;
 #define PT__SWAP(a, b) (t = (a), (a) = (b), (b) = t)
-    PT__SWAP(m->wte, x->pv_wte);
-    PT__SWAP(m->wpe, x->pv_wpe);
-    PT__SWAP(m->lnf_w, x->pv_lnf_w);
-    PT__SWAP(m->lnf_b, x->pv_lnf_b);
-    PT__SWAP(m->lm_head, x->pv_head);
+    PT__SWAP(m->wte, x->wv.pv_wte);
+    PT__SWAP(m->wpe, x->wv.pv_wpe);
+    PT__SWAP(m->lnf_w, x->wv.pv_lnf_w);
+    PT__SWAP(m->lnf_b, x->wv.pv_lnf_b);
+    PT__SWAP(m->lm_head, x->wv.pv_head);
 #undef PT__SWAP
-    m->layers = x->pv_layers;
-    x->pv_layers = l;
-    x->pv_on = !x->pv_on;
+    m->layers = x->wv.pv_layers;
+    x->wv.pv_layers = l;
+    x->wv.pv_on = !x->wv.pv_on;
 }
 
 static void pt__zero_grad(pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     memset(m->grads, 0,
            (m->place.zero == 2 ? pt__largest_bucket(m) : m->num_params) * sizeof(float));
-    if (x->gshard) memset(x->gshard, 0, x->shard_total * sizeof(float));
+    if (x->coll.gshard) memset(x->coll.gshard, 0, x->coll.shard_total * sizeof(float));
     x->micro_done = 0;
 }
 
@@ -9720,17 +9798,17 @@ static int pt__pp_tag(const pt_schedule *s, int micro, int from, int grad) {
    first such action after list index k into its buffer, n floats. */
 static pt_status pt__pp_post(pt_gpt *m, int j, int k, size_t n) {
     pt_gpt_exec *x = m->exec;
-    const pt_schedule *s = &x->sched;
+    const pt_schedule *s = &x->pipe.sched;
     int stage = m->place.pp_rank, want = j ? PT_ACT_RECV_GRAD : PT_ACT_RECV_ACT, vs;
     const pt_action *a;
     for (k++; k < s->count[stage] && s->list[stage][k].kind != want; k++) {
     }
-    x->pp_rnext[j] = k < s->count[stage] ? k : -1;
-    if (x->pp_rnext[j] < 0) return PT_OK;
+    x->pipe.pp_rnext[j] = k < s->count[stage] ? k : -1;
+    if (x->pipe.pp_rnext[j] < 0) return PT_OK;
     a = &s->list[stage][k];
     vs = pt__sched_vs(s, stage, a->chunk);
-    return pt_comm_recv_start(x->pp_comm, x->pp_rbuf + (size_t)j * n, n, a->peer,
-                              pt__pp_tag(s, a->micro, j ? vs + 1 : vs - 1, j), &x->pp_rreq[j]);
+    return pt_comm_recv_start(x->pp_comm, x->pipe.pp_rbuf + (size_t)j * n, n, a->peer,
+                              pt__pp_tag(s, a->micro, j ? vs + 1 : vs - 1, j), &x->pipe.pp_rreq[j]);
 }
 
 /* The receive of list index k, kind j, into dst (n floats): the posted one,
@@ -9738,10 +9816,10 @@ static pt_status pt__pp_post(pt_gpt *m, int j, int k, size_t n) {
 static pt_status pt__pp_recv(pt_gpt *m, int j, int k, float *dst, size_t n, int peer, int tag) {
     pt_gpt_exec *x = m->exec;
     pt_status st;
-    if (!x->pp_on || x->pp_rnext[j] != k) return pt_comm_recv(x->pp_comm, dst, n, peer, tag);
-    if ((st = pt_comm_wait(&x->pp_rreq[j])) != PT_OK) return st;
-    if (x->poll_st) return x->poll_st; /* (a poll may have found it done, and failed) */
-    memcpy(dst, x->pp_rbuf + (size_t)j * n, n * sizeof(float));
+    if (!x->pipe.pp_on || x->pipe.pp_rnext[j] != k) return pt_comm_recv(x->pp_comm, dst, n, peer, tag);
+    if ((st = pt_comm_wait(&x->pipe.pp_rreq[j])) != PT_OK) return st;
+    if (x->coll.poll_st) return x->coll.poll_st; /* (a poll may have found it done, and failed) */
+    memcpy(dst, x->pipe.pp_rbuf + (size_t)j * n, n * sizeof(float));
     return pt__pp_post(m, j, k, n);
 }
 
@@ -9750,9 +9828,9 @@ static pt_status pt__pp_recv(pt_gpt *m, int j, int k, float *dst, size_t n, int 
 static pt_status pt__pp_send(pt_gpt *m, int j, const float *buf, size_t n, int peer, int tag) {
     pt_gpt_exec *x = m->exec;
     pt_status st;
-    if (!x->pp_on) return pt_comm_send(x->pp_comm, buf, n, peer, tag);
-    if ((st = pt_comm_wait(&x->pp_sreq[j])) != PT_OK) return st;
-    return pt_comm_send_start(x->pp_comm, buf, n, peer, tag, &x->pp_sreq[j]);
+    if (!x->pipe.pp_on) return pt_comm_send(x->pp_comm, buf, n, peer, tag);
+    if ((st = pt_comm_wait(&x->pipe.pp_sreq[j])) != PT_OK) return st;
+    return pt_comm_send_start(x->pp_comm, buf, n, peer, tag, &x->pipe.pp_sreq[j]);
 }
 
 /* Waits for the started send of kind j (0: activations, 1: gradients; -1:
@@ -9760,8 +9838,8 @@ static pt_status pt__pp_send(pt_gpt *m, int j, const float *buf, size_t n, int p
 static pt_status pt__pp_settle(pt_gpt *m, int j) {
     pt_gpt_exec *x = m->exec;
     pt_status st = PT_OK;
-    if (j != 1) st = pt_comm_wait(&x->pp_sreq[0]);
-    if (j != 0 && st == PT_OK) st = pt_comm_wait(&x->pp_sreq[1]);
+    if (j != 1) st = pt_comm_wait(&x->pipe.pp_sreq[0]);
+    if (j != 0 && st == PT_OK) st = pt_comm_wait(&x->pipe.pp_sreq[1]);
     return st;
 }
 
@@ -9769,20 +9847,20 @@ static pt_status pt__pp_settle(pt_gpt *m, int j) {
 static pt__slot *pt__slot_of(pt_gpt *m, int micro, int chunk, int take) {
     pt_gpt_exec *x = m->exec;
     int k;
-    for (k = 0; k < x->nslots; k++)
-        if (x->slots[k].micro == micro && x->slots[k].chunk == chunk) return &x->slots[k];
-    for (k = 0; take && k < x->nslots; k++)
-        if (x->slots[k].micro < 0) {
-            x->slots[k].micro = micro, x->slots[k].chunk = chunk;
-            if (++x->slots_used > m->mem.slots_peak) m->mem.slots_peak = x->slots_used;
-            return &x->slots[k];
+    for (k = 0; k < x->pipe.nslots; k++)
+        if (x->pipe.slots[k].micro == micro && x->pipe.slots[k].chunk == chunk) return &x->pipe.slots[k];
+    for (k = 0; take && k < x->pipe.nslots; k++)
+        if (x->pipe.slots[k].micro < 0) {
+            x->pipe.slots[k].micro = micro, x->pipe.slots[k].chunk = chunk;
+            if (++x->pipe.slots_used > m->mem.slots_peak) m->mem.slots_peak = x->pipe.slots_used;
+            return &x->pipe.slots[k];
         }
     return NULL;
 }
 
 static void pt__slot_release(pt_gpt *m, pt__slot *sl) {
     sl->micro = sl->chunk = -1;
-    m->exec->slots_used--;
+    m->exec->pipe.slots_used--;
 }
 
 /* A step's batch: B rows that split into place.micro micro-batches the
@@ -9814,12 +9892,12 @@ static pt_status pt__step_sync(pt_gpt *m, float loss_sum, int last) {
     const pt_gpt_place *pl = &m->place;
     float loss = pl->has_head ? loss_sum / (float)pl->micro : 0.0f;
     pt_status st = PT_OK;
-    if (x->tie_comm && x->tie_comm->size == 2 && x->dwte && !m->config.untied_head &&
+    if (x->tie_comm && x->tie_comm->size == 2 && x->coll.dwte && !m->config.untied_head &&
         pl->schedule != PT_SCHED_CHIMERA)
-        st = pt_comm_all_reduce(x->tie_comm, x->dwte, m->table[x->tab_wte].numel, PT_REDUCE_SUM);
+        st = pt_comm_all_reduce(x->tie_comm, x->coll.dwte, m->table[x->tab_wte].numel, PT_REDUCE_SUM);
     if (st == PT_OK && pl->zero < 2) st = pt__dp_sync_grads(m);
     if (st == PT_OK && pl->zero && pl->schedule == PT_SCHED_CHIMERA) /* 1/dp of REDUCE's bytes */
-        st = pt_comm_all_reduce(x->tie_comm, x->gshard, x->shard_total, PT_REDUCE_SUM);
+        st = pt_comm_all_reduce(x->tie_comm, x->coll.gshard, x->coll.shard_total, PT_REDUCE_SUM);
     if (!last) return st; /* 2BW's updates inside the step: the loss comes at its end */
     if (st == PT_OK && pl->pp > 1) st = pt_comm_all_reduce(x->pp_comm, &loss, 1, PT_REDUCE_SUM);
     if (st == PT_OK && pl->dp > 1) st = pt_comm_all_reduce(x->dp_comm, &loss, 1, PT_REDUCE_AVG);
@@ -9839,9 +9917,9 @@ static pt_status pt__step_update(pt_gpt *m, const pt_step_desc *d, pt_step_resul
         return st;
     r->skipped |= bad;
     if (bad) return PT_OK;
-    m->exec->in_opt = 1;
+    m->exec->wv.in_opt = 1;
     st = pt_gpt_adamw_step(m, d->adamw, d->lr);
-    m->exec->in_opt = 0;
+    m->exec->wv.in_opt = 0;
     return st;
 }
 
@@ -9853,7 +9931,7 @@ static pt_status pt__trace_begin(pt_gpt_exec *x, pt_trace *trace) {
     pt_status st;
     int b;
     x->trace = trace, x->trace_t0 = 0.0, x->trace_track = 0, x->act = -1;
-    for (b = 0; b < x->num_buckets; b++) x->ag_at[b] = -1;
+    for (b = 0; b < x->coll.num_buckets; b++) x->coll.ag_at[b] = -1;
     if (!trace) return PT_OK;
     if (world && (st = pt_comm_barrier(world)) != PT_OK) return st;
     x->trace_track = world ? world->rank : 0;
@@ -9861,29 +9939,115 @@ static pt_status pt__trace_begin(pt_gpt_exec *x, pt_trace *trace) {
     return PT_OK;
 }
 
-static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *res) {
+/* One step's running figures, shared by its actions. */
+typedef struct pt__step_run {
+    const pt_step_desc *d;
+    pt_step_result *res;
+    int b;                    /* rows of a micro-batch */
+    size_t N, NV;             /* its tokens, and logits */
+    float dloss;              /* d(mean loss)/d(one token's loss) */
+    float loss_sum;           /* the head's micro-batch losses so far */
+} pt__step_run;
+
+/* Action k of this stage's list, on its slot (2BW's weight version and the
+   trace are the caller's). */
+static pt_status pt__step_action(pt_gpt *m, pt__step_run *r, int k) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
-    const pt_schedule *s = &x->sched;
-    int stage = pl->pp_rank, b, k, C = m->config.n_embd;
-    int swap = pl->schedule == PT_SCHED_CHIMERA && pl->has_head; /* stages 0 and p-1 */
-    int tbw = pl->schedule == PT_SCHED_2BW;
-    size_t N, NV;
-    float loss_sum = 0.0f, loss = 0.0f, dloss;
-    pt_step_result local;
+    const pt_schedule *s = &x->pipe.sched;
+    const pt_step_desc *d = r->d;
+    const pt_action *a = &s->list[pl->pp_rank][k];
+    int stage = pl->pp_rank, C = m->config.n_embd, last = k == s->count[stage] - 1;
+    size_t N = r->N, NV = r->NV, NC = N * (size_t)C;
+    /* a message's tag names its micro-batch and the virtual stage that made it */
+    int i = a->micro, c = a->chunk, vs = c >= 0 ? pt__sched_vs(s, stage, c) : 0;
+    /* ZB-V's turn: the virtual stage before this one is here too (backward
+       needs nothing: the checker holds the turn's two B's together, so the
+       gradient passes in x->dres) */
+    int local_in = a->kind == PT_ACT_F && vs > 0 && pt__sched_at(s, i, vs - 1) == stage;
+    int from = a->kind == PT_ACT_RECV_ACT ? vs - 1 : a->kind == PT_ACT_RECV_GRAD ? vs + 1 : vs;
+    int tag = pt__pp_tag(s, i, from, a->kind == PT_ACT_SEND_GRAD || a->kind == PT_ACT_RECV_GRAD);
+    int fresh = a->kind == PT_ACT_RECV_ACT || a->kind == PT_ACT_F; /* takes a new slot */
+    pt__slot *sl = NULL;
+    float loss = 0.0f;
+    pt_status st = PT_OK;
+    if ((a->kind == PT_ACT_RECV_ACT || a->kind == PT_ACT_F || a->kind == PT_ACT_SEND_ACT ||
+         a->kind == PT_ACT_B || a->kind == PT_ACT_W) && !(sl = pt__slot_of(m, i, c, fresh)))
+        return pt__fail(PT_ERR_INVALID_ARG, "pipeline stage %d: no activation slot for "
+                        "micro-batch %d chunk %d (the schedule and the slots disagree)", stage, i, c);
+    switch (a->kind) {
+    case PT_ACT_RECV_ACT:
+        return pt__pp_recv(m, 0, k, sl->x, NC, a->peer, tag);
+    case PT_ACT_F:
+        memcpy(sl->inputs, d->inputs + (size_t)i * N, N * sizeof(int));
+        memcpy(sl->targets, d->targets + (size_t)i * N, N * sizeof(int));
+        if (local_in) { /* the input is this stage's previous chunk's output */
+            int pc = pt__sched_chunk_at(s, i, vs - 1);
+            pt__slot *prev = pt__slot_of(m, i, pc, 0);
+            if (!prev)
+                return pt__fail(PT_ERR_INVALID_ARG, "pipeline stage %d: no activation slot for "
+                                "micro-batch %d chunk %d (the schedule and the slots disagree)",
+                                stage, i, pc);
+            memcpy(sl->x, prev->acts[x->pipe.chunk_hi[pc] - x->pipe.chunk_lo[pc] - 1].out,
+                   NC * sizeof(float));
+        }
+        st = pt__chunk_forward(m, sl, c, r->b, d->T, 1, &loss);
+        if (st == PT_OK && c >= 0 && c == x->pipe.head_chunk) {
+            r->loss_sum += loss;
+            if (d->losses) memcpy(d->losses + (size_t)i * N, sl->losses, N * sizeof(float));
+            if (d->logits) st = pt__gather_logits(m, sl->logits, N, d->logits + (size_t)i * NV);
+        }
+        return st;
+    case PT_ACT_SEND_ACT:
+        return pt__pp_send(m, 0, sl->acts[x->pipe.chunk_hi[c] - x->pipe.chunk_lo[c] - 1].out, NC,
+                           a->peer, tag);
+    case PT_ACT_RECV_GRAD: /* (into dres: the gradient sent from it has gone) */
+        if ((st = pt__pp_settle(m, 1)) != PT_OK) return st;
+        return pt__pp_recv(m, 1, k, x->dres, NC, a->peer, tag);
+    case PT_ACT_B: /* (it writes dres; its slot, freed, may be the sent activation's) */
+        if ((st = pt__pp_settle(m, x->pipe.split ? 1 : -1)) != PT_OK) return st;
+        if (!x->pipe.split) x->coll.ov_last = ++x->coll.ov_done[c] == pl->micro;
+        st = pt__chunk_backward(m, sl, c, r->b, d->T, r->dloss, x->pipe.split);
+        if (!x->pipe.split) pt__slot_release(m, sl);
+        return st;
+    case PT_ACT_SEND_GRAD:
+        return pt__pp_send(m, 1, x->dres, NC, a->peer, tag);
+    case PT_ACT_W: /* the weight gradients, then the activations are free */
+        if ((st = pt__pp_settle(m, 0)) != PT_OK) return st;
+        x->coll.ov_last = ++x->coll.ov_done[c] == pl->micro;
+        st = pt__chunk_weight(m, sl, c, r->b, d->T);
+        pt__slot_release(m, sl);
+        return st;
+    case PT_ACT_REDUCE: /* Chimera: the stage holding these layers in the other
+                           replica adds its gradients (both get the same sums); under
+                           ZeRO 1 only its dp shard, after the dp reduce-scatter (OPT) */
+        return pl->zero ? PT_OK
+                        : pt_comm_all_reduce(x->tie_comm, m->grads, m->num_params, PT_REDUCE_SUM);
+    case PT_ACT_OPT: /* the gradients synced; the optimizer, if asked for (2BW: the
+                        update of each p micro-batches, mid-list but the last) */
+        if ((st = pt__pp_settle(m, -1)) != PT_OK) return st; /* the messages out */
+        if (pl->schedule == PT_SCHED_2BW) { /* version ver + 1 = W(ver) - lr grad f(W(ver - 1)):
+                                               W(ver) stays */
+            memcpy(x->wv.wprev, m->params, m->num_params * sizeof(float));
+            x->wv.ver++;
+        }
+        if ((st = pt__step_sync(m, r->loss_sum, last)) != PT_OK) return st;
+        if (d->on_grads) d->on_grads(m, d->on_grads_ctx);
+        if (d->adamw) st = pt__step_update(m, d, r->res);
+        if (st == PT_OK && !last) pt__zero_grad(m);
+        return st;
+    default:
+        return PT_OK;
+    }
+}
+
+/* Before the step's first action: its options checked, the gradients and
+   slots cleared, overlap decided, the pipeline's first receives posted. */
+static pt_status pt__step_begin(pt_gpt *m, const pt_step_desc *d, size_t N, size_t NV) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    int tbw = pl->schedule == PT_SCHED_2BW, k;
     pt_status st;
-    if (!res) res = &local;
-    memset(res, 0, sizeof *res);
-    if (!m->grads || !s->count)
-        return pt__fail(PT_ERR_INVALID_ARG, "model was built for inference: no gradients");
-    if ((st = pt__step_batch(m, d)) != PT_OK) return st;
-    b = d->B / pl->micro;
-    N = (size_t)b * (size_t)d->T;
-    NV = N * (size_t)m->config.vocab_size;
-    /* the mean loss of the micro-batches one update sees: the step's (2BW: its p) */
-    dloss = 1.0f / ((float)N * (pl->schedule == PT_SCHED_2BW ? pl->pp : pl->micro));
-    x->cur_B = b, x->cur_T = d->T;
-    x->has_targets = 0;
     if ((unsigned)d->overlap > PT_OVERLAP_OFF)
         return pt__fail(PT_ERR_INVALID_ARG, "step: overlap=%d is not PT_OVERLAP_DEFAULT, _ON or _OFF",
                         (int)d->overlap);
@@ -9892,139 +10056,83 @@ static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *
                         "(every %d micro-batches): pt_step_desc.adamw must be set", pl->pp);
     /* (Chimera's replicas sum their gradients before the dp reduction, 2BW reduces
        at each of its updates: no overlap) */
-    x->ag_on = d->overlap != PT_OVERLAP_OFF && pl->dp > 1 && pl->schedule != PT_SCHED_CHIMERA &&
+    x->coll.ag_on = d->overlap != PT_OVERLAP_OFF && pl->dp > 1 && pl->schedule != PT_SCHED_CHIMERA &&
                !tbw;
-    x->ov_on = x->ag_on && pl->zero < 2; /* (ZeRO 2 reduces inside backward either way) */
+    x->coll.ov_on = x->coll.ag_on && pl->zero < 2; /* (ZeRO 2 reduces inside backward either way) */
     /* the last update's gathers under way: kept for this forward, or all now */
-    x->poll_st = PT_OK;
-    if (!x->ag_on && (st = pt__ag_settle(m)) != PT_OK) return st;
-    x->ver = 0; /* a step starts from one version (the pipeline is flushed between steps) */
-    x->ov_last = 0;
-    memset(x->ov_req, 0, (size_t)x->num_buckets * sizeof *x->ov_req);
-    memset(x->ov_done, 0, (size_t)pl->chunks * sizeof *x->ov_done);
+    x->coll.poll_st = PT_OK;
+    if (!x->coll.ag_on && (st = pt__ag_settle(m)) != PT_OK) return st;
+    x->wv.ver = 0; /* a step starts from one version (the pipeline is flushed between steps) */
+    x->coll.ov_last = 0;
+    memset(x->coll.ov_req, 0, (size_t)x->coll.num_buckets * sizeof *x->coll.ov_req);
+    memset(x->coll.ov_done, 0, (size_t)pl->chunks * sizeof *x->coll.ov_done);
     pt__zero_grad(m);
-    for (k = 0; k < x->nslots; k++) x->slots[k].micro = x->slots[k].chunk = -1;
-    x->slots_used = m->mem.slots_peak = 0;
-    if (swap) { /* each head computes its replica's rows, the other's stay 0 */
+    for (k = 0; k < x->pipe.nslots; k++) x->pipe.slots[k].micro = x->pipe.slots[k].chunk = -1;
+    x->pipe.slots_used = m->mem.slots_peak = 0;
+    if (pl->schedule == PT_SCHED_CHIMERA && pl->has_head) { /* each head computes its
+                                                               replica's rows, the other's stay 0 */
         if (d->logits) memset(d->logits, 0, NV * (size_t)pl->micro * sizeof(float));
         if (d->losses) memset(d->losses, 0, N * (size_t)pl->micro * sizeof(float));
     }
     if ((st = pt__trace_begin(x, d->trace)) != PT_OK) return st;
     /* pipeline messages: each stage's first activation and gradient receives posted now */
-    x->pp_on = pl->pp > 1 && d->overlap != PT_OVERLAP_OFF;
-    if (x->pp_on && ((st = pt__pp_post(m, 0, -1, N * (size_t)C)) != PT_OK ||
-                     (st = pt__pp_post(m, 1, -1, N * (size_t)C)) != PT_OK))
+    x->pipe.pp_on = pl->pp > 1 && d->overlap != PT_OVERLAP_OFF;
+    if (x->pipe.pp_on && ((st = pt__pp_post(m, 0, -1, N * (size_t)m->config.n_embd)) != PT_OK ||
+                          (st = pt__pp_post(m, 1, -1, N * (size_t)m->config.n_embd)) != PT_OK))
         return st;
+    return PT_OK;
+}
+
+static pt_status pt__gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *res) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    const pt_schedule *s = &x->pipe.sched;
+    int stage = pl->pp_rank, k;
+    int swap = pl->schedule == PT_SCHED_CHIMERA && pl->has_head; /* stages 0 and p-1 */
+    int tbw = pl->schedule == PT_SCHED_2BW;
+    pt__step_run r;
+    pt_step_result local;
+    pt_status st;
+    if (!res) res = &local;
+    memset(res, 0, sizeof *res);
+    if (!m->grads || !s->count)
+        return pt__fail(PT_ERR_INVALID_ARG, "model was built for inference: no gradients");
+    if ((st = pt__step_batch(m, d)) != PT_OK) return st;
+    memset(&r, 0, sizeof r);
+    r.d = d, r.res = res;
+    r.b = d->B / pl->micro;
+    r.N = (size_t)r.b * (size_t)d->T;
+    r.NV = r.N * (size_t)m->config.vocab_size;
+    /* the mean loss of the micro-batches one update sees: the step's (2BW: its p) */
+    r.dloss = 1.0f / ((float)r.N * (tbw ? pl->pp : pl->micro));
+    x->cur_B = r.b, x->cur_T = d->T;
+    x->has_targets = 0;
+    if ((st = pt__step_begin(m, d, r.N, r.NV)) != PT_OK) return st;
     for (k = 0; k < s->count[stage] && st == PT_OK; k++) {
         const pt_action *a = &s->list[stage][k];
-        /* a message's tag names its micro-batch and the virtual stage that made it */
-        int i = a->micro, c = a->chunk, vs = c >= 0 ? pt__sched_vs(s, stage, c) : 0;
-        /* ZB-V's turn: the virtual stage before this one is here too (backward
-           needs nothing: the checker holds the turn's two B's together, so the
-           gradient passes in x->dres) */
-        int local_in = a->kind == PT_ACT_F && vs > 0 && pt__sched_at(s, i, vs - 1) == stage;
-
-        int from = a->kind == PT_ACT_RECV_ACT ? vs - 1 : a->kind == PT_ACT_RECV_GRAD ? vs + 1 : vs;
-        int tag = pt__pp_tag(s, i, from, a->kind == PT_ACT_SEND_GRAD || a->kind == PT_ACT_RECV_GRAD);
-        int head = c >= 0 && c == x->head_chunk;
         double ta = d->trace ? pt_time_now() : 0.0;
         /* 2BW: F and B run at their batch's version, the newest or the one before */
-        int old = tbw && (a->kind == PT_ACT_F || a->kind == PT_ACT_B) && a->version != x->ver;
-        pt__slot *sl = NULL;
+        int old = tbw && (a->kind == PT_ACT_F || a->kind == PT_ACT_B) && a->version != x->wv.ver;
         x->act = k;
-        if (old && a->version != x->ver - 1)
+        if (old && a->version != x->wv.ver - 1)
             return pt__fail(PT_ERR_INVALID_ARG, "pipeline stage %d: micro-batch %d needs weight "
-                            "version %d, but the stage holds %d and %d", stage, i, a->version,
-                            x->ver - 1, x->ver);
+                            "version %d, but the stage holds %d and %d", stage, a->micro,
+                            a->version, x->wv.ver - 1, x->wv.ver);
         if (old) pt__swap_weights(m);
-        switch (a->kind) {
-        case PT_ACT_RECV_ACT:
-            if (!(sl = pt__slot_of(m, i, c, 1))) goto no_slot;
-            st = pt__pp_recv(m, 0, k, sl->x, N * (size_t)C, a->peer, tag);
-            break;
-        case PT_ACT_F:
-            if (!(sl = pt__slot_of(m, i, c, 1))) goto no_slot;
-            memcpy(sl->inputs, d->inputs + (size_t)i * N, N * sizeof(int));
-            memcpy(sl->targets, d->targets + (size_t)i * N, N * sizeof(int));
-            if (local_in) { /* the input is this stage's previous chunk's output */
-                int pc = pt__sched_chunk_at(s, i, vs - 1);
-                pt__slot *prev = pt__slot_of(m, i, pc, 0);
-                if (!prev) goto no_slot;
-                memcpy(sl->x, prev->acts[x->chunk_hi[pc] - x->chunk_lo[pc] - 1].out,
-                       N * (size_t)C * sizeof(float));
-            }
-            st = pt__chunk_forward(m, sl, c, b, d->T, 1, &loss);
-            if (st == PT_OK && head) {
-                loss_sum += loss;
-                if (d->losses) memcpy(d->losses + (size_t)i * N, sl->losses, N * sizeof(float));
-                if (d->logits) st = pt__gather_logits(m, sl->logits, N, d->logits + (size_t)i * NV);
-            }
-            break;
-        case PT_ACT_SEND_ACT:
-            if (!(sl = pt__slot_of(m, i, c, 0))) goto no_slot;
-            st = pt__pp_send(m, 0, sl->acts[x->chunk_hi[c] - x->chunk_lo[c] - 1].out,
-                             N * (size_t)C, a->peer, tag);
-            break;
-        case PT_ACT_RECV_GRAD: /* (into dres: the gradient sent from it has gone) */
-            if ((st = pt__pp_settle(m, 1)) == PT_OK)
-                st = pt__pp_recv(m, 1, k, x->dres, N * (size_t)C, a->peer, tag);
-            break;
-        case PT_ACT_B: /* (it writes dres; its slot, freed, may be the sent activation's) */
-            if (!(sl = pt__slot_of(m, i, c, 0))) goto no_slot;
-            if ((st = pt__pp_settle(m, x->split ? 1 : -1)) != PT_OK) break;
-            if (!x->split) x->ov_last = ++x->ov_done[c] == pl->micro;
-            st = pt__chunk_backward(m, sl, c, b, d->T, dloss, x->split);
-            if (!x->split) pt__slot_release(m, sl);
-            break;
-        case PT_ACT_SEND_GRAD:
-            st = pt__pp_send(m, 1, x->dres, N * (size_t)C, a->peer, tag);
-            break;
-        case PT_ACT_W: /* the weight gradients, then the activations are free */
-            if (!(sl = pt__slot_of(m, i, c, 0))) goto no_slot;
-            if ((st = pt__pp_settle(m, 0)) != PT_OK) break;
-            x->ov_last = ++x->ov_done[c] == pl->micro;
-            st = pt__chunk_weight(m, sl, c, b, d->T);
-            pt__slot_release(m, sl);
-            break;
-        case PT_ACT_REDUCE: /* Chimera: the stage holding these layers in the other
-                               replica adds its gradients (both get the same sums); under
-                               ZeRO 1 only its dp shard, after the dp reduce-scatter (OPT) */
-            if (!pl->zero)
-                st = pt_comm_all_reduce(x->tie_comm, m->grads, m->num_params, PT_REDUCE_SUM);
-            break;
-        case PT_ACT_OPT: /* the gradients synced; the optimizer, if asked for (2BW: the
-                            update of each p micro-batches, mid-list but the last) */
-            if ((st = pt__pp_settle(m, -1)) != PT_OK) break; /* the messages out */
-            if (tbw) { /* version ver + 1 = W(ver) - lr grad f(W(ver - 1)): W(ver) stays */
-                memcpy(x->wprev, m->params, m->num_params * sizeof(float));
-                x->ver++;
-            }
-            if ((st = pt__step_sync(m, loss_sum, k == s->count[stage] - 1)) != PT_OK) break;
-            if (d->on_grads) d->on_grads(m, d->on_grads_ctx);
-            if (d->adamw) st = pt__step_update(m, d, res);
-            if (st == PT_OK && k < s->count[stage] - 1) pt__zero_grad(m);
-            break;
-        default:
-            break;
-        }
+        st = pt__step_action(m, &r, k);
         if (old) pt__swap_weights(m);
         if (d->trace && st == PT_OK)
-            st = pt_trace_add(d->trace, x->trace_track, a->kind, i, c, k, ta - x->trace_t0,
-                              pt_time_now() - ta);
+            st = pt_trace_add(d->trace, x->trace_track, a->kind, a->micro, a->chunk, k,
+                              ta - x->trace_t0, pt_time_now() - ta);
     }
     if (swap && d->logits && st == PT_OK) /* x + 0 = x: the sum is a copy */
-        st = pt_comm_all_reduce(x->tie_comm, d->logits, NV * (size_t)pl->micro, PT_REDUCE_SUM);
+        st = pt_comm_all_reduce(x->tie_comm, d->logits, r.NV * (size_t)pl->micro, PT_REDUCE_SUM);
     if (swap && d->losses && st == PT_OK)
-        st = pt_comm_all_reduce(x->tie_comm, d->losses, N * (size_t)pl->micro, PT_REDUCE_SUM);
+        st = pt_comm_all_reduce(x->tie_comm, d->losses, r.N * (size_t)pl->micro, PT_REDUCE_SUM);
     x->micro_done = pl->micro; /* the gradients are whole: adamw_step may run */
-    x->ov_on = 0, x->act = -1;
+    x->coll.ov_on = 0, x->act = -1;
     res->loss = m->loss;
     return st;
-no_slot:
-    if (x->pv_on) pt__swap_weights(m);
-    return pt__fail(PT_ERR_INVALID_ARG, "pipeline stage %d: no activation slot for micro-batch "
-                    "%d chunk %d (the schedule and the slots disagree)", stage,
-                    s->list[stage][k].micro, s->list[stage][k].chunk);
 }
 
 static pt_status pt__gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
@@ -10033,7 +10141,7 @@ static pt_status pt__gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
     int p = pl->pp, V = pt__sched_blocks(pl->schedule, p, pl->chunks), i, c, b;
     size_t N, C = (size_t)m->config.n_embd;
     float sum = 0.0f, one = 0.0f;
-    pt__slot *sl = &x->slots[0];
+    pt__slot *sl = &x->pipe.slots[0];
     pt_schedule path; /* a micro-batch's path needs the kind and the sizes alone */
     pt_status st;
     memset(&path, 0, sizeof path);
@@ -10053,7 +10161,7 @@ static pt_status pt__gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
             memcpy(sl->targets, d->targets + (size_t)i * N, N * sizeof(int));
             if (prev == pl->pp_rank) { /* ZB-V's turn: the previous chunk's output, still here */
                 pc = pt__sched_chunk_at(&path, i, vs - 1);
-                memcpy(sl->x, sl->acts[x->chunk_hi[pc] - x->chunk_lo[pc] - 1].out,
+                memcpy(sl->x, sl->acts[x->pipe.chunk_hi[pc] - x->pipe.chunk_lo[pc] - 1].out,
                        N * C * sizeof(float));
             } else if (vs > 0) {
                 st = pt_comm_recv(x->pp_comm, sl->x, N * C, prev, (i * V + vs - 1) * 2);
@@ -10067,7 +10175,7 @@ static pt_status pt__gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
                                            d->logits + (size_t)i * N * (size_t)m->config.vocab_size);
             }
             if (st == PT_OK && vs < V - 1 && next != pl->pp_rank)
-                st = pt_comm_send(x->pp_comm, sl->acts[x->chunk_hi[c] - x->chunk_lo[c] - 1].out,
+                st = pt_comm_send(x->pp_comm, sl->acts[x->pipe.chunk_hi[c] - x->pipe.chunk_lo[c] - 1].out,
                                   N * C, next, (i * V + vs) * 2);
         }
     *loss = pl->has_head ? sum / (float)pl->micro : 0.0f;
@@ -10096,7 +10204,7 @@ static pt_status pt__gpt_forward(pt_gpt *m, const int *inputs, const int *target
                         B, T, m->B, m->T, c->block_size);
     if ((st = pt__check_tokens(inputs, (size_t)N, V, "inputs")) != PT_OK) return st;
     if (targets && (st = pt__check_tokens(targets, (size_t)N, V, "targets")) != PT_OK) return st;
-    sl = &x->slots[0];
+    sl = &x->pipe.slots[0];
     memcpy(sl->inputs, inputs, sizeof(int) * N);
     if (targets) memcpy(sl->targets, targets, sizeof(int) * N);
     x->cur_B = B;
@@ -10128,7 +10236,7 @@ static pt_status pt__gpt_backward(pt_gpt *m) {
     x->has_targets = 0;
     if (x->micro_done >= accum) x->micro_done = 0; /* a new step */
     if (x->micro_done == 0) pt__zero_grad(m);
-    st = pt__chunk_backward(m, &x->slots[0], 0, x->cur_B, x->cur_T,
+    st = pt__chunk_backward(m, &x->pipe.slots[0], 0, x->cur_B, x->cur_T,
                             1.0f / ((float)x->cur_B * x->cur_T * accum), 0);
     if (st != PT_OK) return st;
     if (++x->micro_done == accum && m->place.zero < 2) return pt__dp_sync_grads(m);
@@ -10181,10 +10289,10 @@ PTRAINDEF pt_status pt_gpt_sync_params(pt_gpt *m) { return pt__ag_settle(m); }
 
 PTRAINDEF pt_status pt_gpt_gather_logits(const pt_gpt *m, float *out) {
     const pt_gpt_exec *x = m->exec;
-    if (m->place.pp > 1 || !x->slots[0].logits)
+    if (m->place.pp > 1 || !x->pipe.slots[0].logits)
         return pt__fail(PT_ERR_INVALID_ARG, "pt_gpt_gather_logits reads pt_gpt_forward's logits "
                         "(a pipeline step gives them through pt_step_desc.logits)");
-    return pt__gather_logits(m, x->slots[0].logits, (size_t)x->cur_B * x->cur_T, out);
+    return pt__gather_logits(m, x->pipe.slots[0].logits, (size_t)x->cur_B * x->cur_T, out);
 }
 
 /* ---- gradients and the optimizer ------------------------------------------- */
@@ -10192,7 +10300,7 @@ PTRAINDEF pt_status pt_gpt_gather_logits(const pt_gpt *m, float *out) {
 /* The part of tensor i (in bucket b) inside this rank's shard of b, as flat
    offsets [*lo, *hi); 0 if none. */
 static int pt__shard_span(const pt_gpt *m, int b, int i, size_t *lo, size_t *hi) {
-    const pt__bucket *k = &m->exec->buckets[b];
+    const pt__bucket *k = &m->exec->coll.buckets[b];
     const pt_param *p = &m->table[i];
     size_t s0 = k->offset + (size_t)m->place.dp_rank * k->shard, s1 = s0 + k->shard;
     *lo = p->offset > s0 ? p->offset : s0;
@@ -10206,7 +10314,7 @@ static int pt__shard_span(const pt_gpt *m, int b, int i, size_t *lo, size_t *hi)
 static int pt__grad_span(const pt_gpt *m, int b, int i, float **src, size_t *len) {
     const pt_gpt_exec *x = m->exec;
     const pt_param *p = &m->table[i];
-    const pt__bucket *k = &x->buckets[b];
+    const pt__bucket *k = &x->coll.buckets[b];
     size_t lo = p->offset, hi = p->offset + p->numel;
     if (!m->place.zero) {
         *src = m->grads + lo;
@@ -10214,7 +10322,7 @@ static int pt__grad_span(const pt_gpt *m, int b, int i, float **src, size_t *len
         return p->bucket == b;
     }
     if (!pt__shard_span(m, b, i, &lo, &hi)) return 0;
-    *src = x->gshard + k->shard_offset + (lo - k->offset - (size_t)m->place.dp_rank * k->shard);
+    *src = x->coll.gshard + k->shard_offset + (lo - k->offset - (size_t)m->place.dp_rank * k->shard);
     *len = hi - lo;
     return 1;
 }
@@ -10225,7 +10333,7 @@ PTRAINDEF float *pt_gpt_grad_of(pt_gpt *m, const char *name, size_t *n) {
     int b;
     *n = 0;
     if (!p || !m->grads) return NULL;
-    for (b = 0; b < m->exec->num_buckets; b++)
+    for (b = 0; b < m->exec->coll.num_buckets; b++)
         if (pt__grad_span(m, b, (int)(p - m->table), &src, n)) return src;
     return NULL;
 }
@@ -10245,8 +10353,8 @@ PTRAINDEF pt_status pt_gpt_check_step(pt_gpt *m, float loss, float norm, int *ba
     /* first = 1 + the highest canonical index with a non-finite value here
        (backward computes the tensors from the last to the first), then the
        highest over the ranks; canonical indices are far below 2^24 */
-    for (b = 0; m->grads && b < x->num_buckets; b++)
-        for (i = x->buckets[b].first; i < x->buckets[b].first + x->buckets[b].count; i++) {
+    for (b = 0; m->grads && b < x->coll.num_buckets; b++)
+        for (i = x->coll.buckets[b].first; i < x->coll.buckets[b].first + x->coll.buckets[b].count; i++) {
             float *src;
             size_t len, j;
             if ((float)(m->table[i].canon + 1) <= first || !pt__grad_span(m, b, i, &src, &len))
@@ -10267,8 +10375,8 @@ PTRAINDEF pt_status pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm, float *norm
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
     double norm;
-    float *g = pl->zero ? x->gshard : m->grads;
-    size_t n = pl->zero ? x->shard_total : m->num_params;
+    float *g = pl->zero ? x->coll.gshard : m->grads;
+    size_t n = pl->zero ? x->coll.shard_total : m->num_params;
     pt_status st = PT_OK;
     *norm_out = 0.0f;
     if (!m->grads)
@@ -10281,8 +10389,8 @@ PTRAINDEF pt_status pt_gpt_clip_grad_norm(pt_gpt *m, float max_norm, float *norm
         double part = 0.0;
         float sq;
         int b, i;
-        for (b = 0; b < x->num_buckets; b++)
-            for (i = x->buckets[b].first; i < x->buckets[b].first + x->buckets[b].count; i++) {
+        for (b = 0; b < x->coll.num_buckets; b++)
+            for (i = x->coll.buckets[b].first; i < x->coll.buckets[b].first + x->coll.buckets[b].count; i++) {
                 const pt_param *p = &m->table[i];
                 float *src;
                 size_t len;
@@ -10313,7 +10421,7 @@ PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, flo
     int i, b;
     if (!m->m)
         return pt__fail(PT_ERR_INVALID_ARG, "model was built for inference: no optimizer state");
-    if (pl->schedule == PT_SCHED_2BW && !x->in_opt)
+    if (pl->schedule == PT_SCHED_2BW && !x->wv.in_opt)
         return pt__fail(PT_ERR_INVALID_ARG, "schedule 2bw updates the weights inside pt_gpt_step "
                         "(pt_step_desc.adamw), not through pt_gpt_adamw_step");
     if (x->micro_done > 0 && x->micro_done < pl->micro)
@@ -10321,7 +10429,7 @@ PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, flo
                         "micro-batches of the step (backward ran %d times)", pl->micro,
                         x->micro_done);
     if ((st = pt__ag_settle(m)) != PT_OK) return st;
-    x->ag_next = x->ag_end = 0;
+    x->coll.ag_next = x->coll.ag_end = 0;
     m->adam_t++;
     if (!pl->zero) {
         for (i = 0; i < m->num_tensors; i++) {
@@ -10334,19 +10442,19 @@ PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, flo
     /* ZeRO: update this rank's shard of each bucket, then gather the bucket
        (in place: this rank's shard is already there); with overlap, the
        gathers run on behind the next forward, in its order (pt__ag_need) */
-    for (b = 0; b < x->num_buckets; b++) {
-        const pt__bucket *k = &x->buckets[b];
+    for (b = 0; b < x->coll.num_buckets; b++) {
+        const pt__bucket *k = &x->coll.buckets[b];
         size_t own = k->offset + (size_t)pl->dp_rank * k->shard, lo, hi;
         for (i = k->first; i < k->first + k->count; i++) {
             size_t at;
             if (!pt__shard_span(m, b, i, &lo, &hi)) continue;
             at = k->shard_offset + (lo - own);
-            pt_adamw_update(m->params + lo, x->gshard + at, m->m + at, m->v + at, hi - lo, cfg,
+            pt_adamw_update(m->params + lo, x->coll.gshard + at, m->m + at, m->v + at, hi - lo, cfg,
                             lr, m->adam_t, m->table[i].decay);
         }
         if (pl->dp == 1) continue;
-        if (x->ag_on) {
-            x->ag_end = b + 1;
+        if (x->coll.ag_on) {
+            x->coll.ag_end = b + 1;
             st = pt__ag_pump(m);
             pt__ag_fold(x);
         } else {
@@ -11043,8 +11151,9 @@ static double pt__sim_cost_cb(void *ctx, int st, const pt_action *a) {
    Megatron-LM executor's activations; pt_gpt_init's own layout for ptrain's). */
 static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) {
     const pt_plan_desc *d = S->d;
-    double P = (double)m->num_params, sh = m->place.zero ? (double)m->exec->shard_total : P;
-    double big = (double)pt__largest_bucket(m), wb = S->ptrain ? 4 : 2, gb = wb;
+    pt__exec_layout o = pt__exec_layout_of(m);
+    double P = (double)m->num_params, sh = m->place.zero ? (double)o.shard_total : P;
+    double big = (double)o.largest_bucket, wb = S->ptrain ? 4 : 2, gb = wb;
     double ob = S->ptrain ? 8 : 12; /* Adam m, v (and fp32 master weights) */
     double s = d->seq, b = d->micro, h = d->hidden, t = d->tp, per, most = 0;
     int c;
@@ -11059,8 +11168,7 @@ static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) 
         mem->activations = (double)(m->mem.activations + m->mem.scratch);
     } else {
         for (c = 0; c < m->place.chunks; c++)
-            if (m->exec->chunk_hi[c] - m->exec->chunk_lo[c] > most)
-                most = m->exec->chunk_hi[c] - m->exec->chunk_lo[c];
+            if (o.chunk_hi[c] - o.chunk_lo[c] > most) most = o.chunk_hi[c] - o.chunk_lo[c];
         per = d->recompute == PT_RECOMPUTE_FULL        ? 2.0 * s * b * h
               : d->recompute == PT_RECOMPUTE_SELECTIVE ? S->layer.act_sel_bytes
                                                        : S->layer.act_bytes;
@@ -11136,6 +11244,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     pt_gpt m;
     pt_gpt_desc gd;
     pt_plan_mem mem;
+    pt__exec_layout o;
     double M = (double)D->micro * D->seq, h = D->hidden, t = D->tp, e = S->elem, Vl, layer_p, pn;
     int c, p = D->pp, dpn = D->tp >= hw->per_node ? 1 : hw->per_node / D->tp;
     pt_status err;
@@ -11154,10 +11263,11 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     gd.precision = S->ptrain ? hw->precision : PT_PRECISION_DEFAULT; /* its activations' layout */
     gd.schedule_report = rep;
     if ((err = pt_gpt_init(&m, &gd)) != PT_OK) return err;
-    if (st == 0) S->split = m.exec->split;
+    o = pt__exec_layout_of(&m);
+    if (st == 0) S->split = o.split;
     for (c = 0; c < D->chunks; c++)
         S->chunk_layers[pt__sched_vstage(D->schedule, p, st, c)] =
-            m.exec->chunk_hi[c] - m.exec->chunk_lo[c];
+            o.chunk_hi[c] - o.chunk_lo[c];
     pt__sim_memory(S, &m, &mem);
     r->stage[st].mem = mem;
     r->stage[st].layers = m.place.n_layers;
@@ -11187,7 +11297,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
        build's); Megatron-LM reduced its one gradient buffer whole (one bucket). */
     if (S->dp > 1 && D->zero < 3) {
         int whole = !S->ptrain && !S->overlap, b, lf, n;
-        S->nbk[st] = whole ? 1 : m.exec->num_buckets;
+        S->nbk[st] = whole ? 1 : o.num_buckets;
         S->bk[st] = (pt__sim_bucket *)pt__malloc(sizeof(pt__sim_bucket) * (size_t)S->nbk[st], NULL);
         S->lbk[st] = (int *)pt__malloc(sizeof(int) * (size_t)(m.place.n_layers + 1), NULL);
         if (!S->bk[st] || !S->lbk[st]) {
@@ -11197,19 +11307,20 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
         for (b = 0; b <= m.place.n_layers; b++) S->lbk[st][b] = 0;
         for (b = 0; b < S->nbk[st]; b++) {
             pt__sim_bucket *k = &S->bk[st][b];
-            double bytes = whole ? pn * e : (double)m.exec->buckets[b].numel * e;
+            double bytes = whole ? pn * e : (double)o.buckets[b].numel * e;
             k->red_s = pt_hw_comm_seconds(hw, D->zero ? PT_COLL_REDUCE_SCATTER : PT_COLL_ALL_REDUCE,
                                           bytes, S->dp, dpn);
             k->gat_s = D->zero ? pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, bytes, S->dp, dpn) : 0.0;
             k->gat_v = D->zero ? (S->dp - 1.0) / S->dp * bytes : 0.0;
             k->red_v = (D->zero ? 1.0 : 2.0) * (S->dp - 1.0) / S->dp * bytes;
             k->lf = -1, k->n = 0;
-            if (!whole && pt__bucket_layers(&m, b, &lf, &n))
-                for (k->lf = lf, k->n = n; n > 0; n--) S->lbk[st][lf + n - 1] = b;
+            if (!whole && o.buckets[b].nl)
+                for (k->lf = lf = o.buckets[b].lf, k->n = n = o.buckets[b].nl; n > 0; n--)
+                    S->lbk[st][lf + n - 1] = b;
             S->dp_s[st] += k->red_s + k->gat_s;
         }
         for (c = 0; c < D->chunks; c++)
-            S->clo[st * D->chunks + c] = m.exec->chunk_lo[c], S->chi[st * D->chunks + c] = m.exec->chunk_hi[c];
+            S->clo[st * D->chunks + c] = o.chunk_lo[c], S->chi[st * D->chunks + c] = o.chunk_hi[c];
     }
     if (p > 1 && m.place.has_embed != m.place.has_head) /* ZB-V: both on stage 0, one copy */
         S->opt_x[st] += pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, Vl * h * e, 2,
@@ -11220,14 +11331,14 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
                                               gradient (REDUCE), or with ZeRO this rank's
                                               dp shard after the reduce-scatter (in OPT) */
         int gap = (p - 1 - 2 * st < 0 ? 2 * st + 1 - p : p - 1 - 2 * st) * D->tp * S->dp;
-        double bytes = (D->zero ? (double)m.exec->shard_total : pn) * e;
+        double bytes = (D->zero ? (double)o.shard_total : pn) * e;
         double t = pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, bytes, 2, gap < hw->per_node ? 2 : 1);
         if (D->zero) S->opt_x[st] += t;
         else S->pair_s[st] = t;
         r->stage[st].dp_bytes += bytes;
     }
     S->dp_s[st] += S->opt_x[st];
-    S->opt_c[st] = (D->zero ? (double)m.exec->shard_total : pn) * (28.0 + e) / hw->mem_bw *
+    S->opt_c[st] = (D->zero ? (double)o.shard_total : pn) * (28.0 + e) / hw->mem_bw *
                        S->share + hw->kernel_s * 4;
     S->opt_s[st] = S->dp_s[st] + S->opt_c[st];
     S->dp_x[st] = S->dp_s[st];
@@ -12736,11 +12847,6 @@ static pt_status pt__tk_build(pt_tokenizer *tk, pt__tkbuild *b) {
 
 static pt_status pt__tk_syntax(const char *what, const pt__json *j, const char *base) {
     return pt__fail(PT_ERR_FORMAT, "%s at byte %zu", what, (size_t)(j->p - base));
-}
-
-static int pt__json_null(pt__json *j) {
-    pt__ws(j);
-    return pt__json_lit(j, "null");
 }
 
 static int pt__json_id(pt__json *j, int *id) {
@@ -15446,7 +15552,8 @@ PTRAINDEF pt_status pt_gpt_save_hf(const pt_gpt *m, const char *dir) {
     float *whole = NULL;
     const float *params = m->params;
     pt_status s = PT_OK;
-    int writer = !m->exec || !m->exec->grid || m->exec->grid->world->rank == 0, n;
+    pt_comm *world = pt__exec_layout_of(m).world;
+    int writer = !world || world->rank == 0, n;
     if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (meta=1)");
     if ((s = pt__ag_settle(m)) != PT_OK) return s;
     if (c->arch != PT_ARCH_LLAMA || c->norm != PT_NORM_RMS || c->pos != PT_POS_ROPE ||
@@ -15514,9 +15621,9 @@ PTRAINDEF pt_status pt_gpt_save_hf(const pt_gpt *m, const char *dir) {
         }
     }
     pt__free(whole, m->alloc_ctx);
-    if (m->exec && m->exec->grid) { /* every rank returns the writer's verdict */
+    if (world) { /* every rank returns the writer's verdict */
         int all = 0;
-        pt_status cs = pt_comm_all_ok(m->exec->grid->world, s == PT_OK, &all);
+        pt_status cs = pt_comm_all_ok(world, s == PT_OK, &all);
         if (cs != PT_OK) return cs;
         if (s == PT_OK && !all)
             return pt__fail(PT_ERR_IO, "%s: writing the model failed on another rank", dir);
@@ -15866,6 +15973,7 @@ PTRAINDEF pt_status pt_checkpoint_save(const char *path, const pt_gpt *m,
     int values[5], i, k;
     pt_status s = PT_OK;
     float *whole = NULL;
+    pt_comm *world;
     int writer;
     if (!m->params || !m->m)
         return pt__fail(PT_ERR_INVALID_ARG, "model has no %s",
@@ -15882,7 +15990,8 @@ PTRAINDEF pt_status pt_checkpoint_save(const char *path, const pt_gpt *m,
             bufs[k] = whole + (size_t)k * m->num_params_full;
         }
     }
-    writer = !m->exec->grid || m->exec->grid->world->rank == 0;
+    world = pt__exec_layout_of(m).world;
+    writer = !world || world->rank == 0;
     if (s != PT_OK || !writer) goto agree;
     values[0] = m->config.n_layer; values[1] = m->config.n_head; values[2] = m->config.n_embd;
     values[3] = m->config.vocab_size; values[4] = m->config.block_size;
@@ -15925,9 +16034,9 @@ PTRAINDEF pt_status pt_checkpoint_save(const char *path, const pt_gpt *m,
     pt_st_writer_free(&w);
 agree:
     pt__free(whole, m->alloc_ctx);
-    if (m->exec->grid) { /* every rank returns the writer's verdict */
+    if (world) { /* every rank returns the writer's verdict */
         int all = 0;
-        pt_status cs = pt_comm_all_ok(m->exec->grid->world, s == PT_OK, &all);
+        pt_status cs = pt_comm_all_ok(world, s == PT_OK, &all);
         if (cs != PT_OK) return cs;
         if (s == PT_OK && !all)
             return pt__fail(PT_ERR_IO, "%s: writing the checkpoint failed on another rank", path);
@@ -15939,6 +16048,7 @@ agree:
    shard of each bucket under ZeRO. */
 static pt_status pt__st_moments(const pt_gpt *m, const pt_safetensors *st, const char *prefix,
                                 float *dst) {
+    pt__exec_layout o = pt__exec_layout_of(m);
     float *all;
     pt_status s;
     int b;
@@ -15948,8 +16058,8 @@ static pt_status pt__st_moments(const pt_gpt *m, const pt_safetensors *st, const
                               m->num_params);
     memset(all, 0, m->num_params * sizeof(float));
     s = pt__st_params(m, st, prefix, all);
-    for (b = 0; b < m->exec->num_buckets && s == PT_OK; b++) {
-        const pt__bucket *k = &m->exec->buckets[b];
+    for (b = 0; b < o.num_buckets && s == PT_OK; b++) {
+        const pt__bucket *k = &o.buckets[b];
         memcpy(dst + k->shard_offset, all + k->offset + (size_t)m->place.dp_rank * k->shard,
                k->shard * sizeof(float));
     }

@@ -1398,30 +1398,42 @@ typedef enum pt_coll_kind {
 PTRAINDEF double pt_hw_comm_seconds(const pt_hw *hw, pt_coll_kind kind, double bytes, int n,
                                     int per_node);
 
-/* One planned training run. */
+/* One planned training run: the model and its layout as the executor takes
+   them (model), on gpus devices in a tp x pp x dp grid. */
 typedef struct pt_plan_desc {
-    int layers, hidden, heads, seq, vocab;
+    pt_gpt_desc model;    /* the model and its layout, as pt_gpt_init takes them:
+                               config    the sizes (n_layer, n_embd, n_head, vocab_size)
+                                         and the block's choices (zero: GPT-2's); its
+                                         block_size is taken as seq
+                               batch     the micro-batch: sequences a pipeline pass
+                               seq       the sequence length
+                               zero      0..3: the plan also takes 3 (the weights
+                                         sharded too, gathered layer by layer), which
+                                         the executor does not
+                               schedule  0: 1F1B as Megatron-LM, or interleaved when
+                                         chunks > 1
+                               chunks    interleaved pipeline: chunks of layers per
+                                         stage (0: the schedule's own, 2 for ZB-V and
+                                         Chimera, else 1)
+                               recompute PT_RECOMPUTE_*
+                               bucket_bytes the gradient buckets (0: a layer each);
+                                         the messages are these sizes at the
+                                         executor's element size
+                             precision is the profile's (pt_hw.precision, what its rates
+                             were measured at), whatever is set here; grid, meta,
+                             inference, grad_accum and schedule_report are the
+                             simulator's, set for each stage's meta build */
     int tp, pp, gpus;     /* data parallelism is gpus / (tp * pp) */
-    int batch, micro;     /* global batch in sequences; micro-batch per pipeline pass */
-    int chunks;           /* interleaved pipeline: chunks of layers per stage (1: none) */
-    pt_schedule_kind schedule; /* 0: 1F1B as Megatron-LM, or interleaved when
-                                  chunks > 1 (as pt_gpt_desc.schedule) */
-    int zero;             /* 0..3; 3 shards the weights too (gathered layer by layer) */
-    int recompute;        /* PT_RECOMPUTE_* */
+    int batch;            /* global batch in sequences, dp x model.batch x micro-batches
+                             a pipeline */
     pt_exec_kind exec;    /* PT_EXEC_DEFAULT: the profile's */
     double train_tokens;  /* > 0: the result says how long these take */
-    pt_gpt_config arch;   /* the block's choices (arch, norm, pos, mlp, n_kv_head,
-                             ffn_hidden, no_bias, untied_head; its sizes are the
-                             fields above); zero: GPT-2 */
     pt_overlap overlap;   /* the dp communication behind computation, as the executor
                              runs it (pt_step_desc.overlap): each gradient bucket reduced
                              once the step's last backward finished it, ZeRO's parameter
                              gathers behind the next forward. Default: on for
                              PT_EXEC_PTRAIN (the executor's default), off for
                              PT_EXEC_MEGATRON (Megatron-LM 2021 reduced after backward) */
-    size_t bucket_bytes;  /* the gradient buckets (pt_gpt_desc.bucket_bytes; 0: a layer
-                             each); the messages are these sizes at the executor's
-                             element size */
 } pt_plan_desc;
 
 typedef struct pt_plan_mem {
@@ -1480,7 +1492,8 @@ PTRAINDEF pt_status pt_plan_simulate_scaled(const pt_plan_desc *d, const pt_hw *
 
 /* Strategy search: every (tp, pp, chunks, micro-batch, ZeRO, recompute,
    schedule: 1F1B or interleaved, ZB-H1, ZB-H2, ZB-V) for
-   d's model, gpus and batch (d's own tp, pp, ... ignored) that divides and
+   d's model, gpus and batch (d's own tp, pp and model.batch, zero, chunks,
+   recompute, schedule ignored; model.bucket_bytes kept) that divides and
    fits, simulated; the best n (by throughput) into best[] and their descs
    into best_desc[]. why[] (may be NULL) counts the losers: [0] does not
    divide, [1] out of memory, [2] simulated slower. Returns how many fit. */
@@ -10986,14 +10999,15 @@ typedef struct pt__sim {
 
 static void pt__layer_costs(pt__sim *S) {
     const pt_plan_desc *d = S->d;
+    const pt_gpt_config *cf = &d->model.config;
     const pt_hw *hw = S->hw;
-    double b = d->micro, s = d->seq, h = d->hidden, a = d->heads, t = d->tp, e = S->elem;
-    double M = b * s, hd = h / a, ah = a / t, ht = h / t;
+    double b = d->model.batch, s = d->model.seq, h = cf->n_embd, a = cf->n_head, t = d->tp;
+    double e = S->elem, M = b * s, hd = h / a, ah = a / t, ht = h / t;
     /* LLaMA's layer: q, and k, v of the key/value heads only (r = their share
        of the heads); an MLP of ff columns, SwiGLU's gate and up (fi = 2 ff) */
-    double r = d->arch.n_kv_head > 0 ? d->arch.n_kv_head / a : 1.0;
-    double fft = (d->arch.ffn_hidden > 0 ? d->arch.ffn_hidden : 4.0 * h) / t;
-    double fit = d->arch.mlp == PT_MLP_SWIGLU ? 2.0 * fft : fft;
+    double r = cf->n_kv_head > 0 ? cf->n_kv_head / a : 1.0;
+    double fft = (cf->ffn_hidden > 0 ? cf->ffn_hidden : 4.0 * h) / t;
+    double fit = cf->mlp == PT_MLP_SWIGLU ? 2.0 * fft : fft;
     pt__layer_cost *L = &S->layer;
     double g_qkv, g_proj, g_fc1, g_fc2, g_sc, g_ctx, f_lin, f_attn, ew_f, ew_b, ar;
     double attn_f, attn_b, kern;
@@ -11057,7 +11071,7 @@ static void pt__layer_costs(pt__sim *S) {
 static void pt__sim_parts(const pt__sim *S, int kind, int vs, double *pre, double *per,
                           double *post) {
     const pt__layer_cost *L = &S->layer;
-    int first = vs == 0, last = vs == S->V - 1, rc = S->d->recompute;
+    int first = vs == 0, last = vs == S->V - 1, rc = S->d->model.recompute;
     *pre = *per = *post = 0.0;
     if (kind == PT_ACT_F) {
         *pre = first ? S->emb_fwd_s : 0.0, *per = L->fwd_s, *post = last ? S->head_fwd_s : 0.0;
@@ -11075,16 +11089,17 @@ static void pt__sim_parts(const pt__sim *S, int kind, int vs, double *pre, doubl
 /* Seconds of one action on stage st; with stats, also its FLOPs and time. */
 static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) {
     const pt__layer_cost *L = &S->layer;
-    int p = S->d->pp, vs = a->chunk >= 0 ? pt__sched_vstage(S->d->schedule, p, st, a->chunk) : -1;
+    int p = S->d->pp, v = S->d->model.chunks, rc = S->d->model.recompute;
+    int vs = a->chunk >= 0 ? pt__sched_vstage(S->d->model.schedule, p, st, a->chunk) : -1;
     int nl = vs >= 0 ? S->chunk_layers[vs] : 0;
-    int first = vs == 0, last = vs == S->V - 1, rc = S->d->recompute;
+    int first = vs == 0, last = vs == S->V - 1;
     double t = 0.0, fl = 0.0, hf = 0.0, tp = 0.0, pp = 0.0, z3, pre, per, post;
     pt__sim_parts(S, a->kind, vs, &pre, &per, &post);
     switch (a->kind) {
     case PT_ACT_F:
         t = pre + nl * per + post;
-        if (S->overlap && a->micro == S->first_f[st * S->d->chunks + a->chunk])
-            t += S->fwait[st * S->d->chunks + a->chunk]; /* the gathers it waits for */
+        if (S->overlap && a->micro == S->first_f[st * v + a->chunk])
+            t += S->fwait[st * v + a->chunk]; /* the gathers it waits for */
         fl = hf = nl * L->fwd_flops + (last ? S->head_fwd_flops : 0.0);
         tp = nl * L->tp_fwd_s + (first ? S->emb_tp_s : 0.0);
         z3 = S->zero3_s[st] * nl; /* ZeRO 3 gathers the layers while computing */
@@ -11124,8 +11139,8 @@ static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) 
         break;
     }
     if (S->overlap && (a->kind == PT_ACT_F || a->kind == PT_ACT_B || a->kind == PT_ACT_W)) {
-        double w = a->kind == PT_ACT_F && a->micro == S->first_f[st * S->d->chunks + a->chunk]
-                       ? S->fwait[st * S->d->chunks + a->chunk] : 0.0;
+        double w = a->kind == PT_ACT_F && a->micro == S->first_f[st * v + a->chunk]
+                       ? S->fwait[st * v + a->chunk] : 0.0;
         t = (t - w) * S->slow[st] + w; /* (the transfers' cost to the cores; not to waiting) */
     }
     if (S->scale) t *= S->scale[a->kind], pp *= S->scale[a->kind];
@@ -11155,13 +11170,14 @@ static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) 
     double P = (double)m->num_params, sh = m->place.zero ? (double)o.shard_total : P;
     double big = (double)o.largest_bucket, wb = S->ptrain ? 4 : 2, gb = wb;
     double ob = S->ptrain ? 8 : 12; /* Adam m, v (and fp32 master weights) */
-    double s = d->seq, b = d->micro, h = d->hidden, t = d->tp, per, most = 0;
+    const pt_gpt_desc *md = &d->model;
+    double s = md->seq, b = md->batch, h = md->config.n_embd, t = d->tp, per, most = 0;
     int c;
     memset(mem, 0, sizeof *mem);
-    mem->params = d->zero == 3 ? (sh + 2.0 * big) * wb : P * wb;
-    if (d->schedule == PT_SCHED_2BW) mem->params += P * wb; /* its second version */
-    mem->grads = d->zero >= 2 ? (sh + big) * gb : P * gb;
-    mem->optimizer = (d->zero >= 1 ? sh : P) * ob;
+    mem->params = md->zero == 3 ? (sh + 2.0 * big) * wb : P * wb;
+    if (md->schedule == PT_SCHED_2BW) mem->params += P * wb; /* its second version */
+    mem->grads = md->zero >= 2 ? (sh + big) * gb : P * gb;
+    mem->optimizer = (md->zero >= 1 ? sh : P) * ob;
     if (S->ptrain) { /* this header's executor: exactly what pt_gpt_init lays out */
         mem->params = (double)m->mem.params, mem->grads = (double)m->mem.grads;
         mem->optimizer = (double)m->mem.optimizer;
@@ -11169,11 +11185,11 @@ static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) 
     } else {
         for (c = 0; c < m->place.chunks; c++)
             if (o.chunk_hi[c] - o.chunk_lo[c] > most) most = o.chunk_hi[c] - o.chunk_lo[c];
-        per = d->recompute == PT_RECOMPUTE_FULL        ? 2.0 * s * b * h
-              : d->recompute == PT_RECOMPUTE_SELECTIVE ? S->layer.act_sel_bytes
-                                                       : S->layer.act_bytes;
+        per = md->recompute == PT_RECOMPUTE_FULL        ? 2.0 * s * b * h
+              : md->recompute == PT_RECOMPUTE_SELECTIVE ? S->layer.act_sel_bytes
+                                                        : S->layer.act_bytes;
         mem->activations = m->mem.slots * most * per;
-        if (d->recompute == PT_RECOMPUTE_FULL) mem->transient = S->layer.act_bytes;
+        if (md->recompute == PT_RECOMPUTE_FULL) mem->transient = S->layer.act_bytes;
         if (m->place.has_embed) mem->activations += m->mem.slots * s * b * h; /* dropout mask */
         if (m->place.has_head) /* output layer: 4sbh/t (1 + v/h) */
             mem->activations += 4.0 * s * b * h / t * (1.0 + (double)m->place.vocab_local * t / h);
@@ -11181,85 +11197,94 @@ static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) 
     mem->total = mem->params + mem->grads + mem->optimizer + mem->activations;
 }
 
-/* The plan's checks, every failed one reported; fills S's sizes. */
+/* The plan's checks, every failed one reported (the model's fields under
+   the names build/plan's options give them, and the field); fills S's
+   sizes and D's resolved schedule and chunks. */
 static pt_status pt__plan_check(pt__sim *S, pt_plan_desc *D, const pt_hw *hw) {
+    pt_gpt_desc *md = &D->model;
+    const pt_gpt_config *cf = &md->config;
     int bad = 0;
-    if (D->chunks < 1) D->chunks = pt__sched_chunks(D->schedule, 0);
-    D->schedule = pt__sched_resolve(D->schedule, D->chunks);
-#define PT__POS(f)                                                                            \
-    if (D->f < 1) pt__append_error(&bad, #f "=%d must be >= 1", D->f);
-    PT__POS(layers) PT__POS(hidden) PT__POS(heads) PT__POS(seq) PT__POS(vocab) PT__POS(tp)
-    PT__POS(pp) PT__POS(gpus) PT__POS(batch) PT__POS(micro)
+    if (md->chunks < 1) md->chunks = pt__sched_chunks(md->schedule, 0);
+    md->schedule = pt__sched_resolve(md->schedule, md->chunks);
+#define PT__POS(name, field, v)                                                               \
+    if ((v) < 1) pt__append_error(&bad, name "=%d" field " must be >= 1", v);
+    PT__POS("layers", " (model.config.n_layer)", cf->n_layer)
+    PT__POS("hidden", " (model.config.n_embd)", cf->n_embd)
+    PT__POS("heads", " (model.config.n_head)", cf->n_head)
+    PT__POS("seq", " (model.seq)", md->seq)
+    PT__POS("vocab", " (model.config.vocab_size)", cf->vocab_size)
+    PT__POS("tp", "", D->tp) PT__POS("pp", "", D->pp) PT__POS("gpus", "", D->gpus)
+    PT__POS("batch", "", D->batch) PT__POS("micro-batch", " (model.batch)", md->batch)
 #undef PT__POS
     if (bad) return PT_ERR_CONFIG;
-    if (D->hidden % D->heads)
-        pt__append_error(&bad, "hidden=%d is not divisible by heads=%d", D->hidden, D->heads);
-    if (D->heads % D->tp)
-        pt__append_error(&bad, "tp=%d does not divide heads=%d", D->tp, D->heads);
+    if (cf->n_embd % cf->n_head)
+        pt__append_error(&bad, "hidden=%d is not divisible by heads=%d (model.config.n_embd, "
+                         "n_head)", cf->n_embd, cf->n_head);
+    if (cf->n_head % D->tp)
+        pt__append_error(&bad, "tp=%d does not divide heads=%d (model.config.n_head)", D->tp,
+                         cf->n_head);
     if (D->gpus % (D->tp * D->pp))
         pt__append_error(&bad, "gpus=%d is not a multiple of tp x pp = %d", D->gpus,
                          D->tp * D->pp);
     S->dp = D->gpus / (D->tp * D->pp);
-    if (!bad && D->batch % (S->dp * D->micro))
+    if (!bad && D->batch % (S->dp * md->batch))
         pt__append_error(&bad, "batch=%d is not divisible by dp x micro-batch = %d x %d",
-                         D->batch, S->dp, D->micro);
-    if (D->zero < 0 || D->zero > 3) pt__append_error(&bad, "zero=%d must be 0..3", D->zero);
+                         D->batch, S->dp, md->batch);
+    if (md->zero < 0 || md->zero > 3) pt__append_error(&bad, "zero=%d must be 0..3", md->zero);
     if ((unsigned)D->overlap > PT_OVERLAP_OFF)
         pt__append_error(&bad, "overlap=%d is not PT_OVERLAP_DEFAULT, _ON or _OFF", (int)D->overlap);
-    if (D->bucket_bytes && D->zero >= 2)
+    if (md->bucket_bytes && md->zero >= 2)
         pt__append_error(&bad, "bucket_bytes=%zu with zero=%d: ZeRO 2 and 3 keep one layer's "
                          "gradients at a time, so their buckets are a layer each",
-                         D->bucket_bytes, D->zero);
-    if (D->bucket_bytes && !bad && D->gpus == D->tp * D->pp)
+                         md->bucket_bytes, md->zero);
+    if (md->bucket_bytes && !bad && D->gpus == D->tp * D->pp)
         pt__append_error(&bad, "bucket_bytes=%zu without data parallelism (gpus=%d = tp x pp): "
-                         "there are no gradient buckets to reduce", D->bucket_bytes, D->gpus);
-    if (D->zero == 3 && D->pp > 1)
+                         "there are no gradient buckets to reduce", md->bucket_bytes, D->gpus);
+    if (md->zero == 3 && D->pp > 1)
         pt__append_error(&bad, "zero=3 with pipeline stages (pp=%d): ZeRO 3 shards the layers "
                          "over data parallelism instead; use pp=1", D->pp);
     if (D->pp > 64) pt__append_error(&bad, "pp=%d > 64 stages", D->pp);
-    if (!bad && (double)D->batch / ((double)D->micro * S->dp) * D->pp * D->chunks > 1048576.0)
+    if (!bad && (double)D->batch / ((double)md->batch * S->dp) * D->pp * md->chunks > 1048576.0)
         pt__append_error(&bad, "%d micro-batches x %d virtual stages is more than 2^20 to "
-                         "simulate (use a larger micro-batch)", D->batch / (D->micro * S->dp),
-                         D->pp * D->chunks);
-    if (D->zero == 3 && (D->exec ? D->exec : hw->exec) == PT_EXEC_PTRAIN)
+                         "simulate (use a larger micro-batch)", D->batch / (md->batch * S->dp),
+                         D->pp * md->chunks);
+    if (md->zero == 3 && (D->exec ? D->exec : hw->exec) == PT_EXEC_PTRAIN)
         pt__append_error(&bad, "zero=3: ptrain's executor shards up to ZeRO 2 (simulate ZeRO 3 "
                          "on a GPU profile)");
     if (hw->cores > 0 && D->gpus > hw->per_node)
         pt__append_error(&bad, "gpus=%d > %d ranks of the profile's one machine", D->gpus,
                          hw->per_node);
     if (bad) return PT_ERR_CONFIG;
-    S->m = D->batch / (S->dp * D->micro);
-    S->V = pt__sched_blocks(D->schedule, D->pp, D->chunks);
+    S->m = D->batch / (S->dp * md->batch);
+    S->V = pt__sched_blocks(md->schedule, D->pp, md->chunks);
     return PT_OK;
 }
 
 /* Pipeline stage st: its meta build (every tp x dp rank of a stage alike),
    its memory, and the costs only it has: the embedding (first), the head
-   (last), the gradient sync and optimizer, ZeRO 3's gathers. */
+   (last), the gradient sync and optimizer, ZeRO 3's gathers. The stage's
+   meta build is the plan's model on this stage's grid (D: the model and its
+   layout, pl: the plan). */
 static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *rep,
                                 pt_plan_result *r) {
-    const pt_plan_desc *D = S->d;
+    const pt_plan_desc *pl = S->d;
+    const pt_gpt_desc *D = &pl->model;
     const pt_hw *hw = S->hw;
     pt_grid g;
     pt_gpt m;
-    pt_gpt_desc gd;
+    pt_gpt_desc gd = *D;
     pt_plan_mem mem;
     pt__exec_layout o;
-    double M = (double)D->micro * D->seq, h = D->hidden, t = D->tp, e = S->elem, Vl, layer_p, pn;
-    int c, p = D->pp, dpn = D->tp >= hw->per_node ? 1 : hw->per_node / D->tp;
+    double M = (double)D->batch * D->seq, h = D->config.n_embd, t = pl->tp, e = S->elem;
+    double Vl, layer_p, pn;
+    int c, p = pl->pp, dpn = pl->tp >= hw->per_node ? 1 : hw->per_node / pl->tp;
     pt_status err;
     memset(&g, 0, sizeof g);
-    memset(&gd, 0, sizeof gd);
-    g.tp = D->tp, g.dp = S->dp, g.pp = p, g.pp_rank = st;
-    gd.config = D->arch;
-    gd.config.vocab_size = D->vocab, gd.config.block_size = D->seq;
-    gd.config.n_layer = D->layers, gd.config.n_head = D->heads, gd.config.n_embd = D->hidden;
-    gd.batch = D->micro, gd.seq = D->seq, gd.meta = 1, gd.grid = &g;
+    g.tp = pl->tp, g.dp = S->dp, g.pp = p, g.pp_rank = st;
+    gd.config.block_size = D->seq;
+    gd.meta = 1, gd.inference = 0, gd.grid = &g;
     gd.zero = D->zero > 2 ? 2 : D->zero; /* ZeRO 3's shards are ZeRO 2's */
-    gd.bucket_bytes = D->bucket_bytes;
     gd.grad_accum = S->m;
-    gd.schedule = D->schedule;
-    gd.chunks = D->chunks, gd.recompute = D->recompute;
     gd.precision = S->ptrain ? hw->precision : PT_PRECISION_DEFAULT; /* its activations' layout */
     gd.schedule_report = rep;
     if ((err = pt_gpt_init(&m, &gd)) != PT_OK) return err;
@@ -11271,7 +11296,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     pt__sim_memory(S, &m, &mem);
     r->stage[st].mem = mem;
     r->stage[st].layers = m.place.n_layers;
-    if (mem.total > r->mem.total) r->mem = mem, r->mem_rank = st * D->tp * S->dp;
+    if (mem.total > r->mem.total) r->mem = mem, r->mem_rank = st * pl->tp * S->dp;
     Vl = m.place.vocab_local;
     pn = (double)m.num_params;
     if (m.place.has_head) {
@@ -11279,14 +11304,14 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
         double ce = M * Vl * 4.0 / hw->mem_bw * S->share;
         S->head_fwd_flops = 2.0 * M * h * Vl;
         S->head_bwd_flops = 4.0 * M * h * Vl;
-        S->head_tp_s = t > 1 ? pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, M * h * e, D->tp,
-                                                  D->tp) : 0.0;
+        S->head_tp_s = t > 1 ? pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, M * h * e, pl->tp,
+                                                  pl->tp) : 0.0;
         S->head_fwd_s = g1 + 3.0 * ce + 2.0 * M * h * e / hw->mem_bw * S->share;
         S->head_bin_s = g1 + 2.0 * ce + S->head_tp_s + 3.0 * M * h * e / hw->mem_bw * S->share;
         S->head_bw_s = pt_hw_gemm_seconds(hw, Vl, h, M, 1, e) * S->share;
     }
     if (m.place.has_embed) {
-        S->emb_tp_s = t > 1 ? pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, M * h * e, D->tp, D->tp)
+        S->emb_tp_s = t > 1 ? pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, M * h * e, pl->tp, pl->tp)
                             : 0.0;
         S->emb_fwd_s = 3.0 * M * h * e / hw->mem_bw * S->share + S->emb_tp_s;
         S->emb_bwd_s = M * h * (e + 4.0) / hw->mem_bw * S->share;
@@ -11324,13 +11349,13 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     }
     if (p > 1 && m.place.has_embed != m.place.has_head) /* ZB-V: both on stage 0, one copy */
         S->opt_x[st] += pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, Vl * h * e, 2,
-                                           D->tp * S->dp * (p - 1) < hw->per_node ? 2 : 1);
+                                           pl->tp * S->dp * (p - 1) < hw->per_node ? 2 : 1);
     r->stage[st].dp_bytes = S->dp > 1 && D->zero < 3 ? (D->zero ? 2.0 : 1.0) * pn * e : 0.0;
     if (D->schedule == PT_SCHED_CHIMERA) { /* the replicas' all-reduce with stage p-1-s,
                                               (p-1-2s) x tp x dp world ranks away: every
                                               gradient (REDUCE), or with ZeRO this rank's
                                               dp shard after the reduce-scatter (in OPT) */
-        int gap = (p - 1 - 2 * st < 0 ? 2 * st + 1 - p : p - 1 - 2 * st) * D->tp * S->dp;
+        int gap = (p - 1 - 2 * st < 0 ? 2 * st + 1 - p : p - 1 - 2 * st) * pl->tp * S->dp;
         double bytes = (D->zero ? (double)o.shard_total : pn) * e;
         double t = pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, bytes, 2, gap < hw->per_node ? 2 : 1);
         if (D->zero) S->opt_x[st] += t;
@@ -11372,7 +11397,7 @@ static double pt__sim_overlap(pt__sim *S, const pt_schedule *sch, int st, const 
                               pt_trace *trace) {
     const pt_plan_desc *D = S->d;
     const pt__sim_bucket *bk = S->bk[st];
-    int nb = S->nbk[st], v = D->chunks, k, b, c, l, emb_b = 0;
+    int nb = S->nbk[st], v = D->model.chunks, k, b, c, l, emb_b = 0;
     int cnt = sch->count[st];
     double tl = 0.0, moved = 0.0, t, opt_at = at[cnt - 1], wait_sum = 0.0, after = 0.0;
     double *g_end, *ready, *done;
@@ -11390,7 +11415,7 @@ static double pt__sim_overlap(pt__sim *S, const pt_schedule *sch, int st, const 
     while (emb_b < nb && bk[emb_b].lf < 0) emb_b++; /* those before the first layer */
     for (k = 0; k < cnt; k++) {
         const pt_action *a = &sch->list[st][k];
-        int vs = a->chunk >= 0 ? pt__sched_vstage(D->schedule, D->pp, st, a->chunk) : -1;
+        int vs = a->chunk >= 0 ? pt__sched_vstage(D->model.schedule, D->pp, st, a->chunk) : -1;
         int lo, hi, fin = 0, first_f;
         double pre, per, post, dur, r;
         if (a->chunk < 0 || (a->kind != PT_ACT_F && a->kind != PT_ACT_B && a->kind != PT_ACT_W))
@@ -11563,13 +11588,13 @@ static void pt__plan_summary(const pt__sim *S, double span, pt_plan_result *r) {
     if (S->overlap) {
         double wsum = 0.0;
         int c;
-        for (c = 0; c < D->chunks; c++) wsum += S->fwait[w * D->chunks + c];
+        for (c = 0; c < D->model.chunks; c++) wsum += S->fwait[w * D->model.chunks + c];
         r->compute_s -= wsum;
     }
     r->tflops_per_gpu = r->hw_flops / (r->step_time * D->gpus) / 1e12;
     r->model_tflops_per_gpu = r->model_flops / (r->step_time * D->gpus) / 1e12;
     r->percent_of_peak = 100.0 * r->tflops_per_gpu * 1e12 / S->hw->peak_flops;
-    r->tokens_per_s = (double)D->batch * D->seq / r->step_time;
+    r->tokens_per_s = (double)D->batch * D->model.seq / r->step_time;
     r->train_seconds = D->train_tokens > 0 ? D->train_tokens / r->tokens_per_s : 0.0;
     r->fits = 1;
 }
@@ -11584,14 +11609,15 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
     pt_schedule sch;
     pt_schedule_report rep;
     pt_plan_desc D = *d;
-    int p, st;
+    const pt_gpt_desc *md = &D.model; /* the model and its layout */
+    int p, v, st;
     double t0 = pt_time_now(), span = 0.0;
     pt_status err;
     memset(r, 0, sizeof *r);
     memset(&S, 0, sizeof S);
     memset(&sch, 0, sizeof sch);
     if ((err = pt__plan_check(&S, &D, hw)) != PT_OK) return err;
-    p = D.pp;
+    p = D.pp, v = md->chunks;
     S.d = &D;
     S.hw = hw;
     S.ptrain = (D.exec ? D.exec : hw->exec) == PT_EXEC_PTRAIN;
@@ -11600,45 +11626,45 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
     S.scale = scale;
     r->dp = S.dp;
     r->micro_batches = S.m;
-    r->schedule = D.schedule;
-    r->chunks = D.chunks;
+    r->schedule = md->schedule;
+    r->chunks = v;
     /* overlap as the executor runs it: with a dp group, not Chimera's or 2BW's
        (they reduce at their own points), not ZeRO 3 (it gathers every use) */
     S.overlap = (D.overlap == PT_OVERLAP_ON || (D.overlap == PT_OVERLAP_DEFAULT && S.ptrain)) &&
-                S.dp > 1 && D.zero < 3 && D.schedule != PT_SCHED_CHIMERA &&
-                D.schedule != PT_SCHED_2BW;
-    S.ov_reduce = S.overlap && D.zero < 2; /* (ZeRO 2 reduces inside backward either way) */
+                S.dp > 1 && md->zero < 3 && md->schedule != PT_SCHED_CHIMERA &&
+                md->schedule != PT_SCHED_2BW;
+    S.ov_reduce = S.overlap && md->zero < 2; /* (ZeRO 2 reduces inside backward either way) */
     S.chunk_layers = (int *)pt__malloc(sizeof(int) * (size_t)S.V, NULL);
-    S.opt_s = (double *)pt__malloc(sizeof(double) * (size_t)p * (15 + D.chunks), NULL);
+    S.opt_s = (double *)pt__malloc(sizeof(double) * (size_t)p * (15 + v), NULL);
     S.bk = (pt__sim_bucket **)pt__malloc(sizeof(void *) * (size_t)p * 2, NULL);
-    S.nbk = (int *)pt__malloc(sizeof(int) * (size_t)p * (1 + 3 * D.chunks), NULL);
+    S.nbk = (int *)pt__malloc(sizeof(int) * (size_t)p * (1 + 3 * v), NULL);
     if (!S.chunk_layers || !S.opt_s || !S.bk || !S.nbk) {
         pt__free(S.chunk_layers, NULL), pt__free(S.opt_s, NULL);
         pt__free(S.bk, NULL), pt__free(S.nbk, NULL);
         return pt__fail(PT_ERR_OOM, "cannot allocate the simulator's state");
     }
     memset(S.chunk_layers, 0, sizeof(int) * (size_t)S.V);
-    memset(S.opt_s, 0, sizeof(double) * (size_t)p * (15 + D.chunks));
+    memset(S.opt_s, 0, sizeof(double) * (size_t)p * (15 + v));
     memset(S.bk, 0, sizeof(void *) * (size_t)p * 2);
-    memset(S.nbk, 0, sizeof(int) * (size_t)p * (1 + 3 * D.chunks));
+    memset(S.nbk, 0, sizeof(int) * (size_t)p * (1 + 3 * v));
     S.dp_s = S.opt_s + p, S.zero3_s = S.dp_s + p, S.busy = S.zero3_s + p, S.flops = S.busy + p;
     S.hwflops = S.flops + p, S.tp_s = S.hwflops + p, S.pp_s = S.tp_s + p, S.pair_s = S.pp_s + p;
     S.opt_c = S.pair_s + p, S.opt_x = S.opt_c + p, S.dp_x = S.opt_x + p, S.dp_h = S.dp_x + p;
-    S.fwait = S.dp_h + p, S.slow = S.fwait + p * D.chunks;
+    S.fwait = S.dp_h + p, S.slow = S.fwait + p * v;
     for (st = 0; st < p; st++) S.slow[st] = 1.0;
     S.lbk = (int **)(S.bk + p);
-    S.clo = S.nbk + p, S.chi = S.clo + p * D.chunks, S.first_f = S.chi + p * D.chunks;
+    S.clo = S.nbk + p, S.chi = S.clo + p * v, S.first_f = S.chi + p * v;
     S.stage = r->stage;
     pt__layer_costs(&S);
-    if ((err = pt_schedule_build(&sch, D.schedule, p, D.chunks, S.m)) == PT_OK)
+    if ((err = pt_schedule_build(&sch, md->schedule, p, v, S.m)) == PT_OK)
         err = pt_schedule_check(&sch, &rep);
     for (st = 0; st < p && err == PT_OK; st++) err = pt__plan_stage(&S, st, &rep, r);
     for (st = 0; st < p && err == PT_OK; st++) { /* each chunk's first forward */
         int k, c;
-        for (c = 0; c < D.chunks; c++) S.first_f[st * D.chunks + c] = -1;
+        for (c = 0; c < v; c++) S.first_f[st * v + c] = -1;
         for (k = sch.count[st] - 1; k >= 0; k--)
             if (sch.list[st][k].kind == PT_ACT_F)
-                S.first_f[st * D.chunks + sch.list[st][k].chunk] = sch.list[st][k].micro;
+                S.first_f[st * v + sch.list[st][k].chunk] = sch.list[st][k].micro;
     }
     if (err == PT_OK && r->mem.total + r->mem.transient > hw->mem_bytes) /* no step for a plan
                                                                           that cannot run */
@@ -11648,8 +11674,9 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
                        r->mem.params / 1073741824.0, r->mem.grads / 1073741824.0,
                        r->mem.optimizer / 1073741824.0, r->mem.activations / 1073741824.0,
                        r->mem.transient / 1073741824.0, hw->mem_bytes / 1073741824.0);
-    if (err == PT_OK) { /* activations to the next stage (Megatron: 1/t over the network, */
-        double bytes = (double)D.micro * D.seq * D.hidden * S.elem; /* then gathered in the node) */
+    if (err == PT_OK) { /* activations to the next stage (Megatron: 1/t over the network,
+                           then gathered in the node) */
+        double bytes = (double)md->batch * md->seq * md->config.n_embd * S.elem;
         int across = D.tp * S.dp >= hw->per_node;
         if (!S.ptrain && D.tp > 1)
             S.p2p_s = pt_hw_comm_seconds(hw, PT_COLL_P2P, bytes / D.tp, 2, across ? 1 : 2) +
@@ -11711,45 +11738,47 @@ PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_des
     static const pt_schedule_kind zbs[6] = {PT_SCHED_DEFAULT, PT_SCHED_ZB_H1, PT_SCHED_ZB_H2,
                                             PT_SCHED_ZB_V, PT_SCHED_CHIMERA, PT_SCHED_2BW};
     int tp, pp, mi, ci, z, rc, zb, found = 0, w[2] = {0, 0};
+    int layers = d->model.config.n_layer, heads = d->model.config.n_head;
     char first_oom[256] = "";
-    for (tp = 1; tp <= hw->per_node && tp <= d->heads; tp *= 2) /* tensor parallelism in a node */
-        for (pp = 1; pp <= 64 && pp <= d->layers; pp++)
+    for (tp = 1; tp <= hw->per_node && tp <= heads; tp *= 2) /* tensor parallelism in a node */
+        for (pp = 1; pp <= 64 && pp <= layers; pp++)
             for (mi = 0; mi < 6; mi++)
                 for (ci = 0; ci < 3; ci++)
                     for (z = 0; z <= 3; z++)
                         for (rc = 0; rc <= PT_RECOMPUTE_FULL; rc++)
                             for (zb = 0; zb < 6; zb++) {
                                 pt_plan_desc c = *d;
+                                pt_gpt_desc *cm = &c.model; /* the layout tried */
                                 pt_plan_result r;
                                 pt_status st;
                                 int dp, k;
-                                if (d->gpus % (tp * pp) || d->heads % tp) continue;
+                                if (d->gpus % (tp * pp) || heads % tp) continue;
                                 dp = d->gpus / (tp * pp);
-                                c.tp = tp, c.pp = pp, c.micro = micros[mi];
-                                c.chunks = chunk_opts[ci], c.zero = z, c.recompute = rc;
-                                c.schedule = zb              ? zbs[zb]
-                                             : c.chunks > 1 ? PT_SCHED_INTERLEAVED
-                                                            : PT_SCHED_1F1B;
+                                c.tp = tp, c.pp = pp, cm->batch = micros[mi];
+                                cm->chunks = chunk_opts[ci], cm->zero = z, cm->recompute = rc;
+                                cm->schedule = zb              ? zbs[zb]
+                                               : cm->chunks > 1 ? PT_SCHED_INTERLEAVED
+                                                                : PT_SCHED_1F1B;
                                 /* combinations that are not layouts at all (ZB-V: its V
                                    of two chunks, Chimera: two replicas' blocks over an
                                    even pp; the zero-bubble ones keep activations for W,
                                    so no full recomputation) */
-                                if ((c.chunks > 1 && pp == 1) ||
-                                    (c.chunks > 1 && zb && zbs[zb] != PT_SCHED_ZB_V &&
+                                if ((cm->chunks > 1 && pp == 1) ||
+                                    (cm->chunks > 1 && zb && zbs[zb] != PT_SCHED_ZB_V &&
                                      zbs[zb] != PT_SCHED_CHIMERA) ||
                                     ((zbs[zb] == PT_SCHED_ZB_V || zbs[zb] == PT_SCHED_CHIMERA) &&
-                                     c.chunks != 2) ||
+                                     cm->chunks != 2) ||
                                     (zbs[zb] == PT_SCHED_CHIMERA && pp % 2) ||
                                     (zb && pp == 1) ||
                                     (pt__sched_splits(zbs[zb]) && rc == PT_RECOMPUTE_FULL) ||
                                     (z > 1 && pp > 1) || (z > 0 && dp == 1) ||
-                                    pt__sched_blocks(c.schedule, pp, c.chunks) > d->layers)
+                                    pt__sched_blocks(cm->schedule, pp, cm->chunks) > layers)
                                     continue;
-                                if (d->batch % (dp * c.micro) ||
-                                    ((c.schedule == PT_SCHED_INTERLEAVED ||
-                                      c.schedule == PT_SCHED_CHIMERA ||
-                                      c.schedule == PT_SCHED_2BW) &&
-                                     (d->batch / (dp * c.micro)) % pp)) {
+                                if (d->batch % (dp * cm->batch) ||
+                                    ((cm->schedule == PT_SCHED_INTERLEAVED ||
+                                      cm->schedule == PT_SCHED_CHIMERA ||
+                                      cm->schedule == PT_SCHED_2BW) &&
+                                     (d->batch / (dp * cm->batch)) % pp)) {
                                     w[0]++;
                                     continue;
                                 }

@@ -79,18 +79,15 @@ static double overlapped(pt_comm *w, float *x, size_t n, long units, int slices,
 }
 
 /* --step: see the top. */
-/* The simulator's step for the run's layout on hw, overlap on or off. */
-static double sim_step(const pt_gpt_config *cfg, const pt_hw *hw, int ranks, int B, int T,
-                       int zero, size_t bucket_bytes, pt_overlap ov) {
+/* The simulator's step for the run's model and layout (d, one micro-batch
+   a rank) on ranks data-parallel ranks of hw, overlap on or off. */
+static double sim_step(const pt_gpt_desc *d, const pt_hw *hw, int ranks, pt_overlap ov) {
     pt_plan_desc pd;
     pt_plan_result r;
     memset(&pd, 0, sizeof pd);
-    pd.arch = *cfg;
-    pd.layers = cfg->n_layer, pd.hidden = cfg->n_embd, pd.heads = cfg->n_head;
-    pd.seq = T, pd.vocab = cfg->vocab_size;
-    pd.tp = pd.pp = 1, pd.gpus = ranks, pd.batch = B * ranks, pd.micro = B, pd.zero = zero;
-    pd.recompute = PT_RECOMPUTE_NONE, pd.exec = PT_EXEC_PTRAIN;
-    pd.overlap = ov, pd.bucket_bytes = bucket_bytes;
+    pd.model = *d;
+    pd.tp = pd.pp = 1, pd.gpus = ranks, pd.batch = d->batch * ranks, pd.exec = PT_EXEC_PTRAIN;
+    pd.overlap = ov;
     if (pt_plan_simulate(&pd, hw, &r, NULL) != PT_OK) {
         fprintf(stderr, "bench_overlap: simulating: %s\n", pt_last_error());
         return 0.0;
@@ -128,8 +125,8 @@ static int step_bench(pt_comm *w, const char *preset, int layers, int vocab, int
             fprintf(stderr, "bench_overlap: %s\n", pt_last_error());
             return 1;
         }
-        s_on = sim_step(&d.config, &hw, w->size, B, T, zero, d.bucket_bytes, PT_OVERLAP_ON);
-        s_off = sim_step(&d.config, &hw, w->size, B, T, zero, d.bucket_bytes, PT_OVERLAP_OFF);
+        s_on = sim_step(&d, &hw, w->size, PT_OVERLAP_ON);
+        s_off = sim_step(&d, &hw, w->size, PT_OVERLAP_OFF);
         if (!(s_on > 0 && s_off > 0)) return 1;
     }
     for (v = 0; v < 3; v++) { /* 0: overlap on, 1: off, 2: this rank's batch alone (dp 1) */

@@ -64,6 +64,8 @@ typedef struct plan_args {
    --help, 2 after an error message. usage: print the usage. */
 static int plan_options(int argc, char **argv, plan_args *p, int usage) {
     pt_plan_desc *d = &p->d;
+    pt_gpt_desc *md = &d->model; /* the model and its layout */
+    pt_gpt_config *cf = &md->config;
     const char *preset = NULL, *rc = "full", *sched = NULL, *prec = NULL, *pos[1], *ov = NULL;
     float tokens = 0, bucket_mb = 0, inter = 0;
     int npos, s, i, np = (int)(sizeof presets / sizeof *presets);
@@ -71,21 +73,21 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         {"preset", CLI_STR, &preset, "megatron-1.7b, megatron-145.6b, megatron-1t, gpt-22b, "
          "gpt-175b, gpt-1t, llama2-7b, llama-13b-256, llama-13b-512 (Megatron-LLaMA's "
          "LLaMA-13B runs), llama3-8b, llama2-70b (flags after it override)", 0, 0},
-        {"layers", CLI_INT, &d->layers, "transformer layers", 1, 100000},
-        {"hidden", CLI_INT, &d->hidden, "hidden size", 1, 1 << 20},
-        {"heads", CLI_INT, &d->heads, "attention heads", 1, 1 << 16},
-        {"seq", CLI_INT, &d->seq, "sequence length", 1, 1 << 20},
-        {"vocab", CLI_INT, &d->vocab, "vocabulary", 1, 1 << 24},
+        {"layers", CLI_INT, &cf->n_layer, "transformer layers", 1, 100000},
+        {"hidden", CLI_INT, &cf->n_embd, "hidden size", 1, 1 << 20},
+        {"heads", CLI_INT, &cf->n_head, "attention heads", 1, 1 << 16},
+        {"seq", CLI_INT, &md->seq, "sequence length", 1, 1 << 20},
+        {"vocab", CLI_INT, &cf->vocab_size, "vocabulary", 1, 1 << 24},
         {"tp", CLI_INT, &d->tp, "tensor-parallel ranks", 1, 1 << 16},
         {"pp", CLI_INT, &d->pp, "pipeline stages", 1, 64},
         {"gpus", CLI_INT, &d->gpus, "devices (dp = gpus / (tp x pp))", 1, 1 << 24},
         {"batch", CLI_INT, &d->batch, "global batch (sequences)", 1, 1 << 24},
-        {"microbatch", CLI_INT, &d->micro, "micro-batch (sequences)", 1, 1 << 16},
-        {"chunks", CLI_INT, &d->chunks, "layer chunks a stage (0: the schedule's own, 2 for "
+        {"microbatch", CLI_INT, &md->batch, "micro-batch (sequences)", 1, 1 << 16},
+        {"chunks", CLI_INT, &md->chunks, "layer chunks a stage (0: the schedule's own, 2 for "
          "zb-v and chimera, else 1; interleaved takes 2 or more)", 0, 64},
         {"schedule", CLI_STR, &sched, "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, chimera, "
          "2bw (default: 1f1b, interleaved with --chunks)", 0, 0},
-        {"zero", CLI_INT, &d->zero, "ZeRO stage 0..3", 0, 3},
+        {"zero", CLI_INT, &md->zero, "ZeRO stage 0..3", 0, 3},
         {"recompute", CLI_STR, &rc, "none, selective or full", 0, 0},
         {"hw", CLI_STR, &p->hw_name, "a100-80g, h100-80g, mi250x or local (default: preset's, "
                                      "else a100-80g)", 0, 0},
@@ -115,8 +117,9 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
     int nopts = (int)(sizeof opts / sizeof opts[0]);
     memset(p, 0, sizeof *p);
     p->hw_file = hw_file_default, p->top = 5;
-    d->layers = 24, d->hidden = 2304, d->heads = 24, d->seq = 2048, d->vocab = 51200;
-    d->tp = 1, d->pp = 1, d->gpus = 32, d->batch = 512, d->micro = 16, d->chunks = 0;
+    cf->n_layer = 24, cf->n_embd = 2304, cf->n_head = 24, cf->vocab_size = 51200;
+    md->seq = 2048, md->batch = 16, md->chunks = 0;
+    d->tp = 1, d->pp = 1, d->gpus = 32, d->batch = 512;
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) preset = argv[i + 1];
         else if (strncmp(argv[i], "--preset=", 9) == 0) preset = argv[i] + 9;
@@ -124,20 +127,18 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
     for (i = 0; preset && i < np; i++)
         if (strcmp(presets[i].name, preset) == 0) {
             const plan_preset *q = &presets[i];
-            d->layers = q->layers, d->hidden = q->hidden, d->heads = q->heads, d->tp = q->tp;
-            d->pp = q->pp, d->gpus = q->gpus, d->batch = q->batch, d->micro = q->micro;
-            d->chunks = q->chunks, p->hw_name = q->hw, d->zero = q->zero;
+            cf->n_layer = q->layers, cf->n_embd = q->hidden, cf->n_head = q->heads;
+            d->tp = q->tp, d->pp = q->pp, d->gpus = q->gpus, d->batch = q->batch;
+            md->batch = q->micro, md->chunks = q->chunks, md->zero = q->zero, p->hw_name = q->hw;
             if (q->recompute) rc = q->recompute;
             if (q->overlap) ov = q->overlap;
             bucket_mb = (float)q->bucket_mb, inter = (float)q->inter_gbps;
             if (q->model) {
-                pt_gpt_config c;
-                if (pt_gpt_config_preset(q->model, &c) != PT_OK) {
+                if (pt_gpt_config_preset(q->model, cf) != PT_OK) { /* its sizes and block */
                     fprintf(stderr, "error: %s\n", pt_last_error());
                     return 2;
                 }
-                d->arch = c, d->layers = c.n_layer, d->hidden = c.n_embd, d->heads = c.n_head;
-                d->seq = q->seq ? q->seq : c.block_size, d->vocab = c.vocab_size;
+                md->seq = q->seq ? q->seq : cf->block_size;
             }
             break;
         }
@@ -149,7 +150,7 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         if (usage) cli_usage(s == 1 ? stdout : stderr, "usage: plan [options]", opts, nopts);
         return s == 1 ? 0 : 2;
     }
-    if ((d->recompute = cli_recompute(rc)) < 0) return 2;
+    if ((md->recompute = cli_recompute(rc)) < 0) return 2;
     if (prec && pt_precision_parse(prec, &p->precision) != PT_OK) {
         fprintf(stderr, "error: --precision: %s\n", pt_last_error());
         return 2;
@@ -174,9 +175,9 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         fprintf(stderr, "error: --inter-gbps %g must be more than 0\n", (double)inter);
         return 2;
     }
-    d->bucket_bytes = (size_t)((double)bucket_mb * 1048576.0);
+    md->bucket_bytes = (size_t)((double)bucket_mb * 1048576.0);
     p->inter_gbps = inter;
-    d->schedule = (pt_schedule_kind)s;
+    md->schedule = (pt_schedule_kind)s;
     d->train_tokens = tokens;
     return -1;
 }

@@ -51,14 +51,16 @@ static const char *rc_name(int rc) {
 
 static void print_json(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_result *r,
                        int stages) {
+    const pt_gpt_desc *md = &d->model;
     int i;
     printf("{\"hw\": \"%s\", \"layers\": %d, \"hidden\": %d, \"heads\": %d, \"seq\": %d, "
            "\"vocab\": %d, \"tp\": %d, \"pp\": %d, \"dp\": %d, \"gpus\": %d, \"batch\": %d, "
            "\"microbatch\": %d, \"chunks\": %d, \"schedule\": \"%s\", \"zero\": %d, "
            "\"recompute\": \"%s\", \"micro_batches\": %d,\n",
-           hw->name, d->layers, d->hidden, d->heads, d->seq, d->vocab, d->tp, d->pp, r->dp,
-           d->gpus, d->batch, d->micro, r->chunks, pt_schedule_kind_name(r->schedule), d->zero,
-           rc_name(d->recompute), r->micro_batches);
+           hw->name, md->config.n_layer, md->config.n_embd, md->config.n_head, md->seq,
+           md->config.vocab_size, d->tp, d->pp, r->dp, d->gpus, d->batch, md->batch, r->chunks,
+           pt_schedule_kind_name(r->schedule), md->zero, rc_name(md->recompute),
+           r->micro_batches);
     printf(" \"tflops_per_gpu\": %.2f, \"model_tflops_per_gpu\": %.2f, \"percent_of_peak\": %.2f, "
            "\"step_time_s\": %.6g, \"bubble_fraction\": %.4f, \"comm_exposed_s\": %.6g,\n",
            r->tflops_per_gpu, r->model_tflops_per_gpu, r->percent_of_peak, r->step_time,
@@ -108,19 +110,20 @@ static const char *si(double x, char *buf) {
 static void print_human(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_result *r) {
     const double G = 1073741824.0;
     char b1[32], b2[32], b3[32];
-    pt_gpt_config cfg = d->arch; /* the block's choices (zero: GPT-2's), the plan's sizes */
+    const pt_gpt_desc *md = &d->model;
+    pt_gpt_config cfg = md->config; /* as the simulator builds it: block_size the sequence */
     double params;
-    cfg.vocab_size = d->vocab, cfg.block_size = d->seq, cfg.n_layer = d->layers;
-    cfg.n_head = d->heads, cfg.n_embd = d->hidden;
+    cfg.block_size = md->seq;
     params = (double)pt_gpt_num_params(&cfg);
     printf("model   %s parameters: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d\n",
            params >= 1e9 ? (snprintf(b1, 32, "%.1fB", params / 1e9), b1)
-                          : (snprintf(b1, 32, "%.1fM", params / 1e6), b1), d->layers, d->hidden, d->heads, d->seq, d->vocab);
+                          : (snprintf(b1, 32, "%.1fM", params / 1e6), b1),
+           cfg.n_layer, cfg.n_embd, cfg.n_head, md->seq, cfg.vocab_size);
     printf("layout  %d x %s: tp %d x pp %d x dp %d; batch %d = %d micro-batches of %d a "
            "pipeline; %s (%d chunk%s a stage), ZeRO %d, recompute %s\n",
-           d->gpus, hw->name, d->tp, d->pp, r->dp, d->batch, r->micro_batches, d->micro,
-           pt_schedule_kind_name(r->schedule), r->chunks, r->chunks > 1 ? "s" : "", d->zero,
-           rc_name(d->recompute));
+           d->gpus, hw->name, d->tp, d->pp, r->dp, d->batch, r->micro_batches, md->batch,
+           pt_schedule_kind_name(r->schedule), r->chunks, r->chunks > 1 ? "s" : "", md->zero,
+           rc_name(md->recompute));
     if (r->schedule == PT_SCHED_2BW)
         printf("note    2bw is asynchronous: %d weight updates a step, each from the gradient "
                "of %d micro-batches at the weights one update older (two versions held)\n",
@@ -163,8 +166,8 @@ static void print_row(int i, const pt_plan_desc *d, const pt_plan_result *r) {
              r->schedule == PT_SCHED_2BW ? "*" : "");
     printf("%2d  tp %-2d pp %-3d dp %-4d v %d  mb %-2d  %-11s ZeRO %d  %-9s  %7.1f  %5.1f%%  %6.3f s"
            "  %4.1f%%  %5.1f%%  %6.1f GiB\n",
-           i, d->tp, d->pp, r->dp, r->chunks, d->micro, name,
-           d->zero, rc_name(d->recompute), r->tflops_per_gpu, r->percent_of_peak, r->step_time,
+           i, d->tp, d->pp, r->dp, r->chunks, d->model.batch, name, d->model.zero,
+           rc_name(d->model.recompute), r->tflops_per_gpu, r->percent_of_peak, r->step_time,
            100.0 * r->bubble_fraction, 100.0 * r->comm_exposed / r->step_time,
            r->mem.total / 1073741824.0);
 }
@@ -280,7 +283,8 @@ int main(int argc, char **argv) {
             return 0;
         }
         printf("search: %d layers, hidden %d, %d heads on %d x %s, batch %d, sequence %d\n",
-               d.layers, d.hidden, d.heads, d.gpus, hw.name, d.batch, d.seq);
+               d.model.config.n_layer, d.model.config.n_embd, d.model.config.n_head, d.gpus,
+               hw.name, d.batch, d.model.seq);
         if (n == 0) {
             fprintf(stderr, "error: no layout fits: %d do not divide, %d out of memory (%s)\n",
                     why[0], why[1], pt_last_error());

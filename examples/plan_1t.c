@@ -22,7 +22,7 @@ static void report(const char *what, const pt_plan_desc *d, const pt_hw *hw,
     const double G = 1073741824.0;
     printf("%s\n  tp %d x pp %d x dp %d on %d x %s, %s, micro-batch %d, %d micro-batches, "
            "ZeRO %d\n", what, d->tp, d->pp, r->dp, d->gpus, hw->name,
-           pt_schedule_kind_name(r->schedule), d->micro, r->micro_batches, d->zero);
+           pt_schedule_kind_name(r->schedule), d->model.batch, r->micro_batches, d->model.zero);
     printf("  step %.1f s, %.1f TFLOP/s per GPU = %.1f%% of peak (model FLOPs: %.1f), bubble "
            "%.1f%%, communication %.1f s of it\n",
            r->step_time, r->tflops_per_gpu, r->percent_of_peak, r->model_tflops_per_gpu,
@@ -56,9 +56,10 @@ int main(int argc, char **argv) {
     if (pt_hw_preset("a100-80g", &a100) != PT_OK || pt_hw_preset("mi250x", &mi250x) != PT_OK)
         return 1;
     memset(&d, 0, sizeof d);
-    d.layers = 128, d.hidden = 25600, d.heads = 160, d.seq = 2048, d.vocab = 51200;
-    d.tp = 8, d.pp = 64, d.gpus = 3072, d.batch = 3072, d.micro = 1, d.chunks = 1;
-    d.schedule = PT_SCHED_1F1B, d.recompute = PT_RECOMPUTE_FULL, d.train_tokens = 450e9;
+    d.model.config.n_layer = 128, d.model.config.n_embd = 25600, d.model.config.n_head = 160;
+    d.model.config.vocab_size = 51200, d.model.seq = 2048, d.model.batch = 1; /* micro-batch */
+    d.model.chunks = 1, d.model.schedule = PT_SCHED_1F1B, d.model.recompute = PT_RECOMPUTE_FULL;
+    d.tp = 8, d.pp = 64, d.gpus = 3072, d.batch = 3072, d.train_tokens = 450e9;
     memset(&trace, 0, sizeof trace);
     trace.title = "1T GPT, 3072 A100s: one simulated step", trace.track_name = "stage";
 

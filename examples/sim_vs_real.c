@@ -37,6 +37,18 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The model and its layout as both sides take it: the executor (with its
+   grid and micro-batches a step) and the simulator (pt_plan_desc.model). */
+static pt_status model_desc(const run *r, pt_gpt_desc *d) {
+    const layout *l = r->l;
+    memset(d, 0, sizeof *d);
+    d->config.n_layer = r->layers, d->config.n_embd = r->embd, d->config.n_head = r->heads;
+    d->config.vocab_size = r->vocab, d->config.block_size = r->seq;
+    d->batch = l->micro, d->seq = r->seq;
+    d->chunks = l->chunks, d->recompute = l->recompute, d->precision = r->precision;
+    return pt_schedule_kind_parse(l->schedule, &d->schedule);
+}
+
 static pt_status rank_main(pt_comm *world, void *arg) {
     run *r = (run *)arg;
     const layout *l = r->l;
@@ -51,14 +63,9 @@ static pt_status rank_main(pt_comm *world, void *arg) {
     pt_status st;
     memset(&gpt, 0, sizeof gpt);
     if ((st = pt_grid_init(&grid, world, l->tp, l->dp, l->pp)) != PT_OK) return st;
-    memset(&d, 0, sizeof d);
-    d.config.n_layer = r->layers, d.config.n_embd = r->embd, d.config.n_head = r->heads;
-    d.config.vocab_size = r->vocab, d.config.block_size = r->seq;
-    d.batch = l->micro, d.seq = r->seq, d.grid = &grid, d.grad_accum = m;
-    d.chunks = l->chunks, d.recompute = l->recompute, d.precision = r->precision;
-    if ((st = pt_schedule_kind_parse(l->schedule, &d.schedule)) != PT_OK ||
-        (st = pt_gpt_init(&gpt, &d)) != PT_OK)
-        goto out;
+    if ((st = model_desc(r, &d)) != PT_OK) goto out;
+    d.grid = &grid, d.grad_accum = m;
+    if ((st = pt_gpt_init(&gpt, &d)) != PT_OK) goto out;
     pt_gpt_init_weights(&gpt, 1);
     if (!cli_random_batch(n, r->vocab, 5, &x, &y)) {
         st = pt_comm_fail(world, pt_error(PT_ERR_OOM, "out of memory"));
@@ -97,13 +104,10 @@ static double compare(run *r, const pt_hw *hw) {
     r->seconds = 0;
     if (pt_comm_threads_run(world, rank_main, r) != PT_OK) return -1;
     memset(&d, 0, sizeof d);
-    d.layers = r->layers, d.hidden = r->embd, d.heads = r->heads, d.seq = r->seq;
-    d.vocab = r->vocab, d.tp = l->tp, d.pp = l->pp, d.gpus = world, d.batch = r->batch;
-    d.micro = l->micro, d.chunks = l->chunks, d.recompute = l->recompute;
+    if (model_desc(r, &d.model) != PT_OK) return -1; /* (its precision: the profile's) */
+    d.tp = l->tp, d.pp = l->pp, d.gpus = world, d.batch = r->batch;
     d.exec = PT_EXEC_PTRAIN;
-    if (pt_schedule_kind_parse(l->schedule, &d.schedule) != PT_OK ||
-        pt_plan_simulate(&d, hw, &res, NULL) != PT_OK)
-        return -1;
+    if (pt_plan_simulate(&d, hw, &res, NULL) != PT_OK) return -1;
     printf("  %2d %2d %2d  %2d  %d  %-11s  %-9s  %8.1f  %13.1f   %6.2f%s\n", l->tp, l->dp, l->pp,
            l->micro, l->chunks, l->schedule, rcn[l->recompute], r->seconds * 1e3,
            res.step_time * 1e3, res.step_time / r->seconds,

@@ -31,8 +31,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (pt_hw_load(p1, &again) != PT_OK) abort(); /* ... and read back */
     if (pt_hw_save(&again, p2) != PT_OK || !same_file(p1, p2)) abort();
     memset(&d, 0, sizeof d);
-    d.layers = 2, d.hidden = 64, d.heads = 4, d.seq = 32, d.vocab = 256;
-    d.tp = 1, d.pp = 2, d.gpus = 2, d.batch = 4, d.micro = 1, d.schedule = PT_SCHED_ZB_H1;
+    d.model.config.n_layer = 2, d.model.config.n_embd = 64, d.model.config.n_head = 4;
+    d.model.config.vocab_size = 256, d.model.seq = 32, d.model.batch = 1;
+    d.model.schedule = PT_SCHED_ZB_H1, d.tp = 1, d.pp = 2, d.gpus = 2, d.batch = 4;
     pt_plan_simulate(&d, &hw, &r, NULL);
     remove(p1);
     remove(p2);

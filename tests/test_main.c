@@ -3112,9 +3112,9 @@ static void test_chimera_memory(void) {
     int st;
     CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
     memset(&d, 0, sizeof d);
-    d.arch = c, d.layers = L, d.hidden = C, d.heads = NH, d.seq = BS, d.vocab = V;
-    d.tp = 1, d.pp = P, d.gpus = P, d.batch = 8, d.micro = 1, d.exec = PT_EXEC_PTRAIN;
-    d.schedule = PT_SCHED_CHIMERA;
+    d.model.config = c, d.model.seq = BS, d.model.batch = 1;
+    d.tp = 1, d.pp = P, d.gpus = P, d.batch = 8, d.exec = PT_EXEC_PTRAIN;
+    d.model.schedule = PT_SCHED_CHIMERA;
     CHECK_ST(pt_plan_simulate(&d, &hw, &r, NULL), PT_OK);
     for (st = 0; st < P && !g_fail; st++) {
         pt_grid g;
@@ -3141,7 +3141,7 @@ static void test_chimera_memory(void) {
         pt_gpt_free(&m);
     }
     /* PipeDream-2BW: two versions of a stage's weights (and nothing else twice) */
-    d.schedule = PT_SCHED_2BW;
+    d.model.schedule = PT_SCHED_2BW;
     CHECK_ST(pt_plan_simulate(&d, &hw, &r, NULL), PT_OK);
     for (st = 0; st < P && !g_fail; st++) {
         pt_grid g;
@@ -3462,21 +3462,24 @@ static void test_sim_flops_closed_form(void) {
     double B, s, l, h, V, hwf, mf;
     CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
     memset(&d, 0, sizeof d);
-    d.layers = 80, d.hidden = 12288, d.heads = 96, d.seq = 2048, d.vocab = 51200;
-    d.tp = 8, d.pp = 8, d.gpus = 1536, d.batch = 2304, d.micro = 2, d.chunks = 2;
-    d.schedule = PT_SCHED_DEFAULT, d.recompute = PT_RECOMPUTE_FULL; /* interleaved: chunks 2 */
+    d.model.config = cfg_make(51200, 0, 80, 96, 12288), d.model.seq = 2048;
+    d.model.batch = 2, d.model.chunks = 2, d.model.schedule = PT_SCHED_DEFAULT; /* interleaved */
+    d.model.recompute = PT_RECOMPUTE_FULL;
+    d.tp = 8, d.pp = 8, d.gpus = 1536, d.batch = 2304;
     CHECK(pt_plan_simulate(&d, &hw, &r, NULL) == PT_OK);
-    B = d.batch, s = d.seq, l = d.layers, h = d.hidden, V = d.vocab;
+    B = d.batch, s = d.model.seq, l = d.model.config.n_layer, h = d.model.config.n_embd;
+    V = d.model.config.vocab_size;
     hwf = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
     mf = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
     CHECK(fabs(r.hw_flops / hwf - 1) < 1e-9);
     CHECK(fabs(r.model_flops / mf - 1) < 1e-9);
     CHECK(r.schedule == PT_SCHED_INTERLEAVED && r.dp == 24 && r.micro_batches == 48);
     CHECK(fabs(r.tflops_per_gpu * 1e12 * r.step_time * d.gpus / hwf - 1) < 1e-9);
-    d.recompute = PT_RECOMPUTE_NONE; /* a smaller model, to fit without recomputation */
-    d.layers = 48, d.hidden = 8192, d.heads = 64, d.pp = 2, d.gpus = 512, d.batch = 1536;
-    d.micro = 1, d.schedule = PT_SCHED_INTERLEAVED;
-    B = d.batch, l = d.layers, h = d.hidden;
+    d.model.recompute = PT_RECOMPUTE_NONE; /* a smaller model, to fit without recomputation */
+    d.model.config.n_layer = 48, d.model.config.n_embd = 8192, d.model.config.n_head = 64;
+    d.pp = 2, d.gpus = 512, d.batch = 1536, d.model.batch = 1;
+    d.model.schedule = PT_SCHED_INTERLEAVED;
+    B = d.batch, l = d.model.config.n_layer, h = d.model.config.n_embd;
     mf = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
     CHECK(pt_plan_simulate(&d, &hw, &r, NULL) == PT_OK);
     CHECK(fabs(r.hw_flops / mf - 1) < 1e-9 && fabs(r.model_flops / mf - 1) < 1e-9);
@@ -3492,27 +3495,27 @@ static void test_sim_mechanisms(void) {
     pt_plan_result a, b, c;
     CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
     memset(&d, 0, sizeof d);
-    d.layers = 48, d.hidden = 8192, d.heads = 64, d.seq = 2048, d.vocab = 51200;
-    d.tp = 8, d.pp = 4, d.gpus = 128, d.batch = 64, d.micro = 1;
-    d.schedule = PT_SCHED_1F1B, d.recompute = PT_RECOMPUTE_FULL;
+    d.model.config = cfg_make(51200, 0, 48, 64, 8192), d.model.seq = 2048, d.model.batch = 1;
+    d.tp = 8, d.pp = 4, d.gpus = 128, d.batch = 64;
+    d.model.schedule = PT_SCHED_1F1B, d.model.recompute = PT_RECOMPUTE_FULL;
     CHECK(pt_plan_simulate(&d, &hw, &a, NULL) == PT_OK); /* m = 16 */
     d.batch = 256;
     CHECK(pt_plan_simulate(&d, &hw, &b, NULL) == PT_OK); /* m = 64 */
     CHECK(b.bubble_fraction < a.bubble_fraction);
     CHECK(fabs(a.bubble_fraction - 3.0 / 19.0) < 0.06); /* stages are not quite equal */
-    d.chunks = 2, d.schedule = PT_SCHED_INTERLEAVED;
+    d.model.chunks = 2, d.model.schedule = PT_SCHED_INTERLEAVED;
     CHECK(pt_plan_simulate(&d, &hw, &c, NULL) == PT_OK);
     CHECK(c.bubble_fraction < b.bubble_fraction);
-    d.chunks = 1, d.schedule = PT_SCHED_1F1B;
+    d.model.chunks = 1, d.model.schedule = PT_SCHED_1F1B;
     slow = hw;
     slow.intra_bw /= 10;
     CHECK(pt_plan_simulate(&d, &slow, &c, NULL) == PT_OK);
     CHECK(c.step_time > b.step_time && c.tp_comm_s > 5 * b.tp_comm_s);
-    d.recompute = PT_RECOMPUTE_NONE;
-    d.schedule = PT_SCHED_GPIPE;
+    d.model.recompute = PT_RECOMPUTE_NONE;
+    d.model.schedule = PT_SCHED_GPIPE;
     d.batch = 16; /* m = 4: GPipe holds 4 */
     CHECK(pt_plan_simulate(&d, &hw, &a, NULL) == PT_OK);
-    d.schedule = PT_SCHED_1F1B;
+    d.model.schedule = PT_SCHED_1F1B;
     d.batch = 32; /* m = 8: 1F1B holds p = 4 on stage 0 */
     CHECK(pt_plan_simulate(&d, &hw, &b, NULL) == PT_OK);
     CHECK(fabs(b.mem.activations - a.mem.activations) < 1e-6 * a.mem.activations);
@@ -3559,14 +3562,14 @@ static void test_sim_cost_paths(void) {
     slow = hw;
     slow.intra_bw /= 3, slow.intra_lat *= 5, slow.inter_bw /= 3, slow.inter_lat *= 5;
     memset(&d, 0, sizeof d);
-    d.layers = 8, d.hidden = 1024, d.heads = 16, d.seq = 512, d.vocab = 8192;
-    d.tp = 1, d.pp = 2, d.gpus = 2, d.batch = 8, d.micro = 1; /* m = 8 */
-    M = (double)d.micro * d.seq, h = d.hidden;
+    d.model.config = cfg_make(8192, 0, 8, 16, 1024), d.model.seq = 512, d.model.batch = 1;
+    d.tp = 1, d.pp = 2, d.gpus = 2, d.batch = 8; /* m = 8 */
+    M = (double)d.model.batch * d.model.seq, h = d.model.config.n_embd;
     for (i = 0; i < (int)(sizeof kinds / sizeof kinds[0]); i++)
         for (k = 0; k < (int)(sizeof acts / sizeof acts[0]); k++) {
             double t0, t1, t2;
             if (acts[k] == PT_ACT_W && kinds[i] != PT_SCHED_ZB_H1) continue;
-            d.schedule = kinds[i], d.chunks = kinds[i] == PT_SCHED_INTERLEAVED ? 2 : 1;
+            d.model.schedule = kinds[i], d.model.chunks = kinds[i] == PT_SCHED_INTERLEAVED ? 2 : 1;
             t0 = sim_step(&d, &hw, acts[k], 0.0, &r0);
             t1 = sim_step(&d, &hw, acts[k], 1.0, &r1);
             t2 = sim_step(&d, &hw, acts[k], 2.0, &r2);
@@ -3576,7 +3579,7 @@ static void test_sim_cost_paths(void) {
                      pt_schedule_kind_name(kinds[i]), act_name(acts[k]), t0, t1, t2);
         }
     /* the sends' modeled time: m messages of micro x seq x hidden elements a stage */
-    d.schedule = PT_SCHED_1F1B, d.chunks = 1;
+    d.model.schedule = PT_SCHED_1F1B, d.model.chunks = 1;
     msg = pt_hw_comm_seconds(&hw, PT_COLL_P2P, M * h * e, 2, 2);
     sim_step(&d, &hw, -1, 1.0, &r1);
     CHECK(msg > 0 && fabs(r1.pp_comm_s / (8 * msg) - 1) < 1e-9);
@@ -3587,16 +3590,17 @@ static void test_sim_cost_paths(void) {
         sc[PT_ACT_SEND_ACT] = sc[PT_ACT_SEND_GRAD] = 0.0;
         CHECK(pt_plan_simulate_scaled(&d, &hw, sc, &r1, NULL) == PT_OK);
         CHECK(pt_plan_simulate_scaled(&d, &slow, sc, &r2, NULL) == PT_OK);
-        want = pt_hw_comm_seconds(&slow, PT_COLL_ALL_REDUCE, d.vocab * h * e, 2, 2) -
-               pt_hw_comm_seconds(&hw, PT_COLL_ALL_REDUCE, d.vocab * h * e, 2, 2);
+        double wte = d.model.config.vocab_size * h * e;
+        want = pt_hw_comm_seconds(&slow, PT_COLL_ALL_REDUCE, wte, 2, 2) -
+               pt_hw_comm_seconds(&hw, PT_COLL_ALL_REDUCE, wte, 2, 2);
         if (!(want > 0 && fabs((r2.step_time - r1.step_time) / want - 1) < 1e-6))
             FAIL("pp 2: a slower link adds %.9g s, expected the wte all-reduce's %.9g s",
                  r2.step_time - r1.step_time, want);
     }
     /* one stage: tp all-reduces, with and without full recomputation */
-    d.pp = 1, d.schedule = PT_SCHED_DEFAULT;
+    d.pp = 1, d.model.schedule = PT_SCHED_DEFAULT;
     for (i = 0; i < 2; i++) {
-        d.tp = 2, d.gpus = 2, d.recompute = i ? PT_RECOMPUTE_FULL : PT_RECOMPUTE_NONE;
+        d.tp = 2, d.gpus = 2, d.model.recompute = i ? PT_RECOMPUTE_FULL : PT_RECOMPUTE_NONE;
         CHECK(pt_plan_simulate(&d, &hw, &r1, NULL) == PT_OK);
         CHECK(pt_plan_simulate(&d, &slow, &r2, NULL) == PT_OK);
         n = r1.stage[0].tp_bytes / (M * h * e); /* all-reduces in the step */
@@ -3604,16 +3608,16 @@ static void test_sim_cost_paths(void) {
                     pt_hw_comm_seconds(&hw, PT_COLL_ALL_REDUCE, M * h * e, 2, 2));
         /* a micro-batch: 2 a layer forward (+ the embedding's), 2 backward (+ the head's),
            2 more a layer in the recomputed forward; m = 8 */
-        CHECK(fabs(n - 8 * ((i ? 6.0 : 4.0) * d.layers + 2)) < 1e-9);
+        CHECK(fabs(n - 8 * ((i ? 6.0 : 4.0) * d.model.config.n_layer + 2)) < 1e-9);
         if (!(want > 0 && fabs((r2.step_time - r1.step_time) / want - 1) < 1e-6))
             FAIL("tp 2, recompute %d: a slower link adds %.9g s, expected %g all-reduces' %.9g s",
-                 d.recompute, r2.step_time - r1.step_time, n, want);
+                 d.model.recompute, r2.step_time - r1.step_time, n, want);
     }
     /* one stage: data parallelism's gradient collectives, ZeRO 0, 1, 2 */
-    d.tp = 1, d.recompute = PT_RECOMPUTE_NONE;
+    d.tp = 1, d.model.recompute = PT_RECOMPUTE_NONE;
     for (zero = 0; zero <= 2; zero++) {
         double g;
-        d.zero = zero;
+        d.model.zero = zero;
         CHECK(pt_plan_simulate(&d, &hw, &r1, NULL) == PT_OK);
         CHECK(pt_plan_simulate(&d, &slow, &r2, NULL) == PT_OK);
         g = r1.stage[0].dp_bytes / (zero ? 2 : 1); /* the gradients' bytes */
@@ -3631,7 +3635,7 @@ static void test_sim_cost_paths(void) {
                  zero ? "reduce-scatter and all-gather" : "all-reduce", want);
     }
     /* ZeRO 3: the layers' all-gathers (overlapping compute: a link slow enough to show) */
-    d.zero = 3;
+    d.model.zero = 3;
     slow.intra_bw = hw.intra_bw / 1e3;
     CHECK(pt_plan_simulate(&d, &slow, &r1, NULL) == PT_OK);
     slow.intra_bw = hw.intra_bw / 2e3;
@@ -3655,15 +3659,15 @@ static void test_sim_overlap(void) {
     int zero, i;
     CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
     memset(&d, 0, sizeof d);
-    d.layers = 8, d.hidden = 1024, d.heads = 16, d.seq = 512, d.vocab = 8192;
-    d.tp = 1, d.pp = 1, d.gpus = 2, d.batch = 8, d.micro = 4; /* m = 1 */
+    d.model.config = cfg_make(8192, 0, 8, 16, 1024), d.model.seq = 512, d.model.batch = 4;
+    d.tp = 1, d.pp = 1, d.gpus = 2, d.batch = 8; /* m = 1 */
     d.exec = PT_EXEC_PTRAIN; /* (bucket by bucket either way; Megatron-LM's off: whole) */
     fast = hw;
     fast.intra_bw = fast.inter_bw = 1e30, fast.intra_lat = fast.inter_lat = 0.0;
     for (zero = 0; zero <= 1; zero++) {
         double comm, compute, b_end = 0.0, f_end = 0.0, g0_end = -1.0, last = -1.0, sum = 0.0;
         int inside = 0, inside_at = 0, b_at = -1, order = 1;
-        d.zero = zero;
+        d.model.zero = zero;
         d.overlap = PT_OVERLAP_ON;
         CHECK(pt_plan_simulate(&d, &fast, &on, NULL) == PT_OK);
         d.overlap = PT_OVERLAP_OFF;
@@ -3733,18 +3737,18 @@ static void test_sim_overlap(void) {
     }
     /* buckets of at least 3 layers' bytes */
     d.overlap = PT_OVERLAP_ON;
-    d.bucket_bytes = (size_t)3 * 12 * 1024 * 1024 * 4;
+    d.model.bucket_bytes = (size_t)3 * 12 * 1024 * 1024 * 4;
     CHECK(pt_plan_simulate(&d, &slow, &r, NULL) == PT_OK && r.dp_buckets < on.dp_buckets - 4);
-    d.zero = 2;
+    d.model.zero = 2;
     CHECK(pt_plan_simulate(&d, &slow, &r, NULL) == PT_ERR_CONFIG &&
           strstr(pt_last_error(), "bucket_bytes=") && strstr(pt_last_error(), "zero=2"));
-    d.zero = 1, d.bucket_bytes = (size_t)1 << 40;
+    d.model.zero = 1, d.model.bucket_bytes = (size_t)1 << 40;
     CHECK(pt_plan_simulate(&d, &slow, &r, NULL) != PT_OK &&
           strstr(pt_last_error(), "more than the model"));
-    d.bucket_bytes = 1 << 20, d.gpus = 1, d.batch = 4;
+    d.model.bucket_bytes = 1 << 20, d.gpus = 1, d.batch = 4;
     CHECK(pt_plan_simulate(&d, &slow, &r, NULL) == PT_ERR_CONFIG &&
           strstr(pt_last_error(), "without data parallelism"));
-    d.bucket_bytes = 0, d.overlap = (pt_overlap)7;
+    d.model.bucket_bytes = 0, d.overlap = (pt_overlap)7;
     CHECK(pt_plan_simulate(&d, &slow, &r, NULL) == PT_ERR_CONFIG &&
           strstr(pt_last_error(), "overlap=7"));
 }
@@ -3757,8 +3761,8 @@ static void test_sim_errors(void) {
     CHECK(pt_hw_preset("tpu", &hw) == PT_ERR_CONFIG && strstr(pt_last_error(), "mi250x"));
     CHECK(pt_hw_preset("mi250x", &hw) == PT_OK);
     memset(&d, 0, sizeof d);
-    d.layers = 128, d.hidden = 25600, d.heads = 160, d.seq = 2048, d.vocab = 51200;
-    d.tp = 8, d.pp = 8, d.gpus = 512, d.batch = 512, d.micro = 1;
+    d.model.config = cfg_make(51200, 0, 128, 160, 25600), d.model.seq = 2048, d.model.batch = 1;
+    d.tp = 8, d.pp = 8, d.gpus = 512, d.batch = 512;
     CHECK(pt_plan_simulate(&d, &hw, &r, NULL) == PT_ERR_OOM);
     CHECK(strstr(pt_last_error(), "out of memory on rank 0: needs") &&
           strstr(pt_last_error(), "has 64.0 GiB"));
@@ -3772,9 +3776,43 @@ static void test_sim_errors(void) {
     d.tp = 8, d.batch = 100;
     CHECK(pt_plan_simulate(&d, &hw, &r, NULL) == PT_ERR_CONFIG &&
           strstr(pt_last_error(), "batch=100 is not divisible by dp x micro-batch"));
-    d.batch = 512, d.zero = 3;
+    d.batch = 512, d.model.zero = 3;
     CHECK(pt_plan_simulate(&d, &hw, &r, NULL) == PT_ERR_CONFIG &&
           strstr(pt_last_error(), "zero=3"));
+}
+
+/* The plan takes a real run's pt_gpt_desc as it is: what the simulator sets
+   for each stage's meta build (grid, meta, inference, grad_accum,
+   schedule_report; the profile's precision) changes nothing, on ptrain's
+   executor, whose memory is the meta build's exactly. */
+static void test_plan_model_desc(void) {
+    pt_hw hw;
+    pt_plan_desc d;
+    pt_plan_result a, b;
+    pt_grid g;
+    int st;
+    CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
+    memset(&d, 0, sizeof d);
+    d.model.config = cfg_make(512, 64, 4, 4, 64), d.model.seq = 32, d.model.batch = 1;
+    d.model.zero = 1, d.model.schedule = PT_SCHED_ZB_H1;
+    d.tp = 1, d.pp = 2, d.gpus = 4, d.batch = 8, d.exec = PT_EXEC_PTRAIN;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &a, NULL), PT_OK);
+    memset(&g, 0, sizeof g);
+    g.tp = g.dp = g.pp = 1; /* a run's one-rank grid */
+    d.model.grid = &g, d.model.meta = 0, d.model.inference = 1, d.model.grad_accum = 3;
+    d.model.precision = PT_PRECISION_BF16;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &b, NULL), PT_OK);
+    if (g_fail) return;
+    CHECK(a.step_time == b.step_time && a.mem.total == b.mem.total && a.micro_batches == 4);
+    for (st = 0; st < 2; st++)
+        if (!(a.stage[st].mem.params == b.stage[st].mem.params &&
+              a.stage[st].mem.grads == b.stage[st].mem.grads &&
+              a.stage[st].mem.optimizer == b.stage[st].mem.optimizer &&
+              a.stage[st].mem.activations == b.stage[st].mem.activations &&
+              a.stage[st].mem.grads > 0))
+            FAIL("stage %d: the run's desc plans other bytes (grads %.0f, %.0f; activations %.0f, "
+                 "%.0f)", st, a.stage[st].mem.grads, b.stage[st].mem.grads,
+                 a.stage[st].mem.activations, b.stage[st].mem.activations);
 }
 
 /* Collectives: ring volume 2(n-1)/n, the slower link across nodes. */
@@ -4199,12 +4237,12 @@ static void test_llama_plan(void) {
         double B, s, l, h, V, ff, rk, mf;
         CHECK_ST(pt_gpt_config_preset(k ? "llama2-70b" : "llama2-13b", &c), PT_OK);
         memset(&d, 0, sizeof d);
-        d.arch = c, d.layers = c.n_layer, d.hidden = c.n_embd, d.heads = c.n_head;
-        d.seq = c.block_size, d.vocab = c.vocab_size;
-        d.tp = k ? 8 : 2, d.pp = k ? 4 : 1, d.gpus = 256, d.batch = 1024, d.micro = 1, d.zero = 1;
-        d.recompute = PT_RECOMPUTE_FULL;
+        d.model.config = c, d.model.seq = c.block_size, d.model.batch = 1, d.model.zero = 1;
+        d.model.recompute = PT_RECOMPUTE_FULL;
+        d.tp = k ? 8 : 2, d.pp = k ? 4 : 1, d.gpus = 256, d.batch = 1024;
         CHECK_ST(pt_plan_simulate(&d, &hw, &r, NULL), PT_OK);
-        B = d.batch, s = d.seq, l = d.layers, h = d.hidden, V = d.vocab, ff = c.ffn_hidden;
+        B = d.batch, s = d.model.seq, l = c.n_layer, h = c.n_embd, V = c.vocab_size;
+        ff = c.ffn_hidden;
         rk = (double)c.n_kv_head / c.n_head;
         mf = B * s * (l * (6 * h * (h * (2 + 2 * rk) + 3 * ff) + 12 * s * h) + 6 * h * V);
         if (!(fabs(r.model_flops / mf - 1) < 1e-9))
@@ -5258,6 +5296,7 @@ static const test_case tests[] = {
     {"sim_cost_paths", test_sim_cost_paths},
     {"sim_overlap", test_sim_overlap},
     {"sim_errors", test_sim_errors},
+    {"plan_model_desc", test_plan_model_desc},
     {"hw_comm", test_hw_comm},
     {"hw_file", test_hw_file},
     {"kernel_rmsnorm", test_rmsnorm},

@@ -9259,15 +9259,14 @@ static size_t pt__largest_bucket(const pt_gpt *m) {
 }
 
 /* What the memory report (pt__layout_state), the simulator and the
-   checkpoints (>>io) read of a rank's executor: its chunks' layer ranges,
-   its buckets and shards, the schedule's activation slots, the world it
-   belongs to. Valid while m lives; all zero for a model not built. */
+   checkpoints (>>io) read of a rank's executor: its chunks' layer ranges
+   (place.chunks of them), its buckets and shards, the world it belongs to
+   (the activation slots are public: m->mem.slots). Valid while m lives;
+   all zero for a model not built. */
 typedef struct pt__exec_layout {
     pt_comm *world;                 /* the grid's (NULL: one rank) */
     int split;                      /* the schedule runs W apart from B */
-    int chunks;
-    const int *chunk_lo, *chunk_hi; /* (chunks) local layers [lo, hi) of each */
-    int nslots;                     /* micro-batch activation slots */
+    const int *chunk_lo, *chunk_hi; /* (place.chunks) local layers [lo, hi) of each */
     int num_buckets;
     const pt__bucket *buckets;      /* (num_buckets) offsets, sizes, whole layers */
     size_t largest_bucket, largest_shard, shard_total;
@@ -9280,9 +9279,8 @@ static pt__exec_layout pt__exec_layout_of(const pt_gpt *m) {
     memset(&o, 0, sizeof o);
     if (!x) return o;
     o.world = x->grid ? x->grid->world : NULL;
-    o.split = x->pipe.split, o.chunks = m->place.chunks;
+    o.split = x->pipe.split;
     o.chunk_lo = x->pipe.chunk_lo, o.chunk_hi = x->pipe.chunk_hi;
-    o.nslots = x->pipe.nslots;
     o.num_buckets = x->coll.num_buckets, o.buckets = x->coll.buckets;
     o.largest_bucket = pt__largest_bucket(m), o.largest_shard = 0;
     o.shard_total = x->coll.shard_total;
@@ -9962,6 +9960,11 @@ typedef struct pt__step_run {
     float loss_sum;           /* the head's micro-batch losses so far */
 } pt__step_run;
 
+static pt_status pt__no_slot(int stage, int micro, int chunk) {
+    return pt__fail(PT_ERR_INVALID_ARG, "pipeline stage %d: no activation slot for micro-batch "
+                    "%d chunk %d (the schedule and the slots disagree)", stage, micro, chunk);
+}
+
 /* Action k of this stage's list, on its slot (2BW's weight version and the
    trace are the caller's). */
 static pt_status pt__step_action(pt_gpt *m, pt__step_run *r, int k) {
@@ -9986,8 +9989,7 @@ static pt_status pt__step_action(pt_gpt *m, pt__step_run *r, int k) {
     pt_status st = PT_OK;
     if ((a->kind == PT_ACT_RECV_ACT || a->kind == PT_ACT_F || a->kind == PT_ACT_SEND_ACT ||
          a->kind == PT_ACT_B || a->kind == PT_ACT_W) && !(sl = pt__slot_of(m, i, c, fresh)))
-        return pt__fail(PT_ERR_INVALID_ARG, "pipeline stage %d: no activation slot for "
-                        "micro-batch %d chunk %d (the schedule and the slots disagree)", stage, i, c);
+        return pt__no_slot(stage, i, c);
     switch (a->kind) {
     case PT_ACT_RECV_ACT:
         return pt__pp_recv(m, 0, k, sl->x, NC, a->peer, tag);
@@ -9997,10 +9999,7 @@ static pt_status pt__step_action(pt_gpt *m, pt__step_run *r, int k) {
         if (local_in) { /* the input is this stage's previous chunk's output */
             int pc = pt__sched_chunk_at(s, i, vs - 1);
             pt__slot *prev = pt__slot_of(m, i, pc, 0);
-            if (!prev)
-                return pt__fail(PT_ERR_INVALID_ARG, "pipeline stage %d: no activation slot for "
-                                "micro-batch %d chunk %d (the schedule and the slots disagree)",
-                                stage, i, pc);
+            if (!prev) return pt__no_slot(stage, i, pc);
             memcpy(sl->x, prev->acts[x->pipe.chunk_hi[pc] - x->pipe.chunk_lo[pc] - 1].out,
                    NC * sizeof(float));
         }

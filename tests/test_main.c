@@ -807,6 +807,39 @@ static void test_crossentropy(void) {
     CHECK_CLOSE("crossentropy backward in place", inplace, ref_dl, N * V, 1e-7, 1e-6);
 }
 
+/* The head and the loss fused by row blocks (pt_head_xent_fused) against the
+   unfused kernels on the whole logits: the same losses, lse and dx, dwte
+   within its block-wise summation; a last block shorter than the others;
+   the loss alone with no gradient; the default block size. */
+static void test_head_xent_fused(void) {
+    enum { N = 37, C = 24, V = 50, R = 8 };
+    const float dloss = 0.3f;
+    int targets[N], n, rows;
+    float *x = frand(N * C, -1, 1), *w = frand(V * C, -1, 1), *logits = TALLOC(float, N * V);
+    float *loss_ref = TALLOC(float, N), *dx_ref = frand(N * C, -1, 1), *dw_ref = frand(V * C, -1, 1);
+    float *loss = TALLOC(float, N), *dx, *dw, *work = TALLOC(float, N * V);
+    double *lse_ref = TALLOC(double, N), *lse = TALLOC(double, N);
+    for (n = 0; n < N; n++) targets[n] = (n * 7 + 3) % V;
+    dx = fcopy(dx_ref, N * C), dw = fcopy(dw_ref, V * C);
+    pt_tied_head_forward(tctx(), logits, x, w, N, C, V);
+    pt_crossentropy_forward(loss_ref, lse_ref, logits, targets, N, V);
+    pt_crossentropy_backward(logits, logits, lse_ref, targets, N, V, dloss);
+    pt_tied_head_backward(tctx(), dx_ref, dw_ref, logits, x, w, N, C, V);
+    for (rows = R; rows >= 0; rows -= R) { /* 8, then 0 (the default: one block) */
+        float *dx1 = fcopy(dx, N * C), *dw1 = fcopy(dw, V * C);
+        pt_head_xent_fused(tctx(), loss, lse, dx1, dw1, x, w, targets, N, C, V, dloss, work, rows);
+        CHECK_CLOSE("fused head loss: losses", loss, to_double(loss_ref, N), N, 1e-6, 1e-6);
+        CHECK_CLOSE("fused head loss: dx", dx1, to_double(dx_ref, N * C), N * C, 1e-6, 1e-5);
+        CHECK_CLOSE("fused head loss: dwte", dw1, to_double(dw_ref, V * C), V * C, 1e-5, 1e-5);
+        for (n = 0; n < N; n++)
+            if (lse[n] != lse_ref[n]) FAIL("fused head loss: lse[%d] %.17g != %.17g", n, lse[n],
+                                           lse_ref[n]);
+    }
+    memset(loss, 0, sizeof(float) * N);
+    pt_head_xent_fused(tctx(), loss, lse, NULL, NULL, x, w, targets, N, C, V, dloss, work, R);
+    CHECK_CLOSE("fused head loss: the loss alone", loss, to_double(loss_ref, N), N, 1e-6, 1e-6);
+}
+
 /* The whole model (encoder, blocks, ln_f, tied head, mean loss): gradients of
    pt_gpt_backward against finite differences of the mean loss, perturbing each
    float parameter by 1e-2; tolerance relative to the tensor's largest gradient. */
@@ -5247,6 +5280,7 @@ static const test_case tests[] = {
     {"kernel_residual", test_residual},
     {"kernel_tied_head", test_tied_head},
     {"kernel_crossentropy", test_crossentropy},
+    {"kernel_head_xent_fused", test_head_xent_fused},
     {"model_grad_finite_differences", test_model_grad},
     {"init_weights", test_init_weights},
     {"threads_reproducible", test_threads_reproducible},

@@ -243,11 +243,11 @@ static double print_variant(const bench *b, const pt_gpt *gpt, int g, double *t,
    own copies in the executor, caches colder than in the replay, the
    machine's other load). */
 enum { PH_GEMM, PH_HEAD, PH_ATTN, PH_LOSS, PH_NORM, PH_ACT, PH_COPY, PH_BF16, PH_EMB, PH_OPT,
-       PH_COMM, PH_N };
+       PH_COMM, PH_FUSED, PH_N };
 static const char *ph_names[PH_N] = {
     "GEMMs (layers)", "GEMMs (head)", "attention", "loss (softmax xent)", "norms",
     "activations, rope", "residuals, copies", "bf16 rounding", "embedding", "optimizer (AdamW)",
-    "communication"};
+    "communication", "head+loss fused"};
 
 typedef struct phases {
     pt_gpt *gpt;
@@ -258,7 +258,7 @@ typedef struct phases {
     pt_block_scratch s;
     pt_arena arena;
     uint16_t *h16;          /* bf16 keep of a layer's ln1|qkv|ln2|fch */
-    float *lnf, *logits, *losses, *dx;
+    float *lnf, *logits, *losses, *dx, *work; /* work: the fused head's block of logits */
     double *lse;
     int *tok;
     double flops[PH_N], bytes[PH_N], sec[PH_N];
@@ -280,6 +280,7 @@ static int phases_alloc(phases *ph) {
         ph->lnf = PT__F(a, N * ph->d.C);
         ph->dx = PT__F(a, N * ph->d.C);
         ph->logits = PT__F(a, N * (size_t)ph->V);
+        ph->work = PT__F(a, 256 * (size_t)ph->V);
         ph->losses = PT__F(a, N);
         ph->lse = (double *)pt_arena_alloc(a, N * sizeof(double));
         ph->tok = (int *)pt_arena_alloc(a, N * sizeof(int));
@@ -397,6 +398,9 @@ static void phase_run(phases *ph, int k) {
     } else if (k == PH_EMB) {
         pt_encoder_forward(ph->dx, ph->tok, m->wte, m->wpe ? m->wpe : NULL, ph->B, ph->T, C);
         pt_encoder_backward(x->coll.dwte, x->coll.dwpe, ph->dx, ph->tok, ph->B, ph->T, C);
+    } else if (k == PH_FUSED) { /* what the head and loss would take fused by row blocks */
+        pt_head_xent_fused(ctx, ph->losses, ph->lse, ph->dx, x->coll.dhead, ph->lnf, m->lm_head,
+                           ph->tok, N, C, V, 1.0f / N, ph->work, 256);
     } else if (k == PH_OPT) {
         pt_adamw_config cfg = pt_adamw_default();
         pt_adamw_update(m->params, m->grads, m->m, m->v, m->num_params, &cfg, 1e-9f, 1, 1);
@@ -414,7 +418,7 @@ static void phases_count(phases *ph) {
     double N = (double)d.N, C = (double)d.C, L = ph->L, F = (double)d.F, V = ph->V;
     double NC = N * C, T = ph->T;
     ph->flops[PH_GEMM] = 3 * 2 * N * L * (C * d.Q3 + d.Ca * C + C * d.Fi + F * C);
-    ph->flops[PH_HEAD] = 3 * 2 * N * C * V;
+    ph->flops[PH_HEAD] = ph->flops[PH_FUSED] = 3 * 2 * N * C * V;
     ph->flops[PH_ATTN] = 6 * L * (double)d.B * T * T * d.Ca;
     ph->bytes[PH_LOSS] = 12 * N * V;
     ph->bytes[PH_NORM] = (2 * L + 1) * 24 * NC;
@@ -445,7 +449,8 @@ static void phases_print(const phases *ph, double step, double ipeak, double bw,
     for (k = 0; k < PH_N; k++) {
         double roof = ph->flops[k] > 0 ? ph->flops[k] / (ipeak * 1e9)
                                        : ph->bytes[k] / (bw * 1e9);
-        sum += ph->sec[k];
+        if (k == PH_FUSED && !json) break; /* (printed apart: not one of the step's phases) */
+        sum += k == PH_FUSED ? 0.0 : ph->sec[k];
         if (json)
             printf("%s{\"phase\": \"%s\", \"ms\": %.3f, \"roofline_ms\": %.3f, "
                    "\"flops\": %.6g, \"bytes\": %.6g}", k ? ", " : "", ph_names[k],
@@ -465,6 +470,11 @@ static void phases_print(const phases *ph, double step, double ipeak, double bw,
            100.0 * sum / step);
     printf("  %-22s %10.2f %10s %9s %7.1f%%\n", "the whole step", step * 1e3, "", "", 100.0);
     printf("  %-22s %10.2f\n", "unattributed", (step - sum) * 1e3);
+    printf("  %-22s %10.2f %10.2f %8.0f%%           instead of the head GEMMs and the loss "
+           "(%.2f ms): pt_head_xent_fused, 256-row blocks\n", ph_names[PH_FUSED],
+           ph->sec[PH_FUSED] * 1e3, ph->flops[PH_FUSED] / (ipeak * 1e9) * 1e3,
+           100.0 * ph->flops[PH_FUSED] / (ipeak * 1e9) / ph->sec[PH_FUSED],
+           (ph->sec[PH_HEAD] + ph->sec[PH_LOSS]) * 1e3);
 }
 
 /* --phases for variant g of b: 4 rounds of a whole step (sd) then each

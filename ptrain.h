@@ -492,6 +492,21 @@ PTRAINDEF void pt_crossentropy_forward(float *losses, double *lse, const float *
 PTRAINDEF void pt_crossentropy_backward(float *dlogits, const float *logits, const double *lse,
                                         const int *targets, int N, int V, float dloss);
 
+/* The head and the loss fused, forward and backward, by blocks of `rows`
+   rows (0: 256): the logits never exist whole. For each block: its logits
+   (N's rows r0..r1 of x @ wte^T, at ctx's precision) into work (rows*V
+   floats), losses and lse as pt_crossentropy_forward, the logits made
+   dlogits in place as pt_crossentropy_backward with dloss, then
+   dx += dlogits @ wte and dwte += dlogits^T @ x (each may be NULL: the
+   loss alone). losses, lse and dx come out as the unfused kernels give
+   them; dwte sums its rows' products a block at a time, so its bits may
+   differ from one N-row product. Vocabulary-parallel heads (each rank a
+   part of V) need the lse's all-reduce between the two halves: the
+   executor runs them unfused. */
+PTRAINDEF void pt_head_xent_fused(pt_ctx *ctx, float *losses, double *lse, float *dx, float *dwte,
+                                  const float *x, const float *wte, const int *targets, int N,
+                                  int C, int V, float dloss, float *work, int rows);
+
 /* AdamW with torch.optim.AdamW semantics, for step t >= 1:
      if decay: p *= 1 - lr*wd               (decoupled, before the update)
      m = b1 m + (1-b1) g ;  v = b2 v + (1-b2) g^2
@@ -4440,6 +4455,21 @@ static void pt__xent_backward_part(float *dlogits, const float *logits, const do
 PTRAINDEF void pt_crossentropy_backward(float *dlogits, const float *logits, const double *lse,
                                         const int *targets, int N, int V, float dloss) {
     pt__xent_backward_part(dlogits, logits, lse, targets, N, V, V, 0, dloss);
+}
+
+PTRAINDEF void pt_head_xent_fused(pt_ctx *ctx, float *losses, double *lse, float *dx, float *dwte,
+                                  const float *x, const float *wte, const int *targets, int N,
+                                  int C, int V, float dloss, float *work, int rows) {
+    int r0, R = rows > 0 ? rows : 256;
+    for (r0 = 0; r0 < N; r0 += R) { /* block [r0, r0 + n) of the rows */
+        int n = N - r0 < R ? N - r0 : R;
+        const float *xb = x + (size_t)r0 * C;
+        pt_tied_head_forward(ctx, work, xb, wte, n, C, V);
+        pt_crossentropy_forward(losses + r0, lse + r0, work, targets + r0, n, V);
+        if (!dx && !dwte) continue;
+        pt_crossentropy_backward(work, work, lse + r0, targets + r0, n, V, dloss);
+        pt_tied_head_backward(ctx, dx ? dx + (size_t)r0 * C : NULL, dwte, work, xb, wte, n, C, V);
+    }
 }
 
 PTRAINDEF pt_adamw_config pt_adamw_default(void) {

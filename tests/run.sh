@@ -334,6 +334,22 @@ step "example: plan_1t (1T on Selene and Frontier, search, trace)" sh -c \
 step "bench_kernels: every kernel's result check at mini's shapes (B=8, T=128)" sh -c \
     "build/bench_kernels --config mini --batch 8 --seq 128 --reps 1 >$tmp/bk.txt 2>&1 &&
      grep -q '^all result checks passed' $tmp/bk.txt"
+# bench_step --phases replays each phase of a step: every phase is timed (communication
+# and, in fp32, bf16 rounding aside) and the sum stays a sum of them (no timing asserted)
+step "bench_step --phases: every phase of a llama-tiny step in fp32 and bf16 (JSON)" sh -c \
+    "build/bench_step --config llama-tiny --batch 2 --seq 32 --steps 1 --threads 2 \
+         --precision fp32,bf16 --phases --json >$tmp/ph.json && python3 -c '
+import json, sys
+tabs = [json.loads(l) for l in open(sys.argv[1]) if \"phases\" in l]
+assert [t[\"precision\"] for t in tabs] == [\"fp32\", \"bf16\"], tabs
+for t in tabs:
+    ms = {r[\"phase\"]: r[\"ms\"] for r in t[\"phases\"]}
+    assert len(ms) == 12, ms
+    idle = {\"communication\"} | ({\"bf16 rounding\"} if t[\"precision\"] == \"fp32\" else set())
+    assert all((v == 0) == (k in idle) for k, v in ms.items()), ms
+    s = sum(v for k, v in ms.items() if k != \"head+loss fused\")
+    assert abs(s - t[\"sum_ms\"]) < 0.01 + 1e-3 * s, (s, t[\"sum_ms\"])
+' $tmp/ph.json"
 # bench_overlap parses through common/cli.h: a malformed or out-of-range value is refused
 # naming the option and the value, before MPI starts (so without mpirun)
 fails "bench_overlap: a malformed --mb" 2 "^error: --mb expects a number, got '16x'" \

@@ -807,6 +807,49 @@ static void test_crossentropy(void) {
     CHECK_CLOSE("crossentropy backward in place", inplace, ref_dl, N * V, 1e-7, 1e-6);
 }
 
+/* The head and the loss fused by row blocks (pt_head_xent_fused) against the
+   unfused kernels on the whole logits, in fp32 and bf16: the same losses,
+   lse and dx, dwte within its block-wise summation; a last block shorter
+   than the others; the default block size; the loss alone with no gradient. */
+static void test_head_xent_fused(void) {
+    enum { N = 37, C = 24, V = 50, R = 8 };
+    const float dloss = 0.3f;
+    int targets[N], n, rows, k;
+    float *x = frand(N * C, -1, 1), *w = frand(V * C, -1, 1), *logits = TALLOC(float, N * V);
+    float *loss_ref = TALLOC(float, N), *dx0 = frand(N * C, -1, 1), *dw0 = frand(V * C, -1, 1);
+    float *loss = TALLOC(float, N), *work = TALLOC(float, N * V);
+    double *lse_ref = TALLOC(double, N), *lse = TALLOC(double, N);
+    pt_ctx c16, *ctx;
+    pt_ctx_desc cd;
+    ZERO(cd);
+    cd.precision = PT_PRECISION_BF16;
+    if (pt_ctx_init(&c16, &cd) != PT_OK) FAIL("pt_ctx_init: %s", pt_last_error());
+    for (n = 0; n < N; n++) targets[n] = (n * 7 + 3) % V;
+    for (k = 0; k < 2; k++) { /* fp32, bf16 */
+        float *dx_ref = fcopy(dx0, N * C), *dw_ref = fcopy(dw0, V * C);
+        ctx = k ? &c16 : tctx();
+        pt_tied_head_forward(ctx, logits, x, w, N, C, V);
+        pt_crossentropy_forward(loss_ref, lse_ref, logits, targets, N, V);
+        pt_crossentropy_backward(logits, logits, lse_ref, targets, N, V, dloss);
+        pt_tied_head_backward(ctx, dx_ref, dw_ref, logits, x, w, N, C, V);
+        for (rows = R; rows >= 0; rows -= R) { /* 8, then 0 (the default: one block) */
+            float *dx = fcopy(dx0, N * C), *dw = fcopy(dw0, V * C);
+            pt_head_xent_fused(ctx, loss, lse, dx, dw, x, w, targets, N, C, V, dloss, work, rows);
+            CHECK_CLOSE("fused head loss: losses", loss, to_double(loss_ref, N), N, 1e-6, 1e-6);
+            CHECK_CLOSE("fused head loss: dx", dx, to_double(dx_ref, N * C), N * C, 1e-6, 1e-5);
+            CHECK_CLOSE("fused head loss: dwte", dw, to_double(dw_ref, V * C), V * C, 1e-5, 1e-5);
+            for (n = 0; n < N; n++)
+                if (lse[n] != lse_ref[n])
+                    FAIL("fused head loss (%s): lse[%d] %.17g != %.17g", k ? "bf16" : "fp32", n,
+                         lse[n], lse_ref[n]);
+        }
+        memset(loss, 0, sizeof(float) * N);
+        pt_head_xent_fused(ctx, loss, lse, NULL, NULL, x, w, targets, N, C, V, dloss, work, R);
+        CHECK_CLOSE("fused head loss: the loss alone", loss, to_double(loss_ref, N), N, 1e-6, 1e-6);
+    }
+    pt_ctx_free(&c16);
+}
+
 /* The whole model (encoder, blocks, ln_f, tied head, mean loss): gradients of
    pt_gpt_backward against finite differences of the mean loss, perturbing each
    float parameter by 1e-2; tolerance relative to the tensor's largest gradient. */
@@ -5247,6 +5290,7 @@ static const test_case tests[] = {
     {"kernel_residual", test_residual},
     {"kernel_tied_head", test_tied_head},
     {"kernel_crossentropy", test_crossentropy},
+    {"kernel_head_xent_fused", test_head_xent_fused},
     {"model_grad_finite_differences", test_model_grad},
     {"init_weights", test_init_weights},
     {"threads_reproducible", test_threads_reproducible},

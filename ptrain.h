@@ -1366,6 +1366,9 @@ typedef struct pt_hw {
     double grad_bytes;   /* bytes of a gradient element kept and reduced over dp (Megatron's
                             bf16 runs accumulate and reduce fp32 main gradients: 4); 0: the
                             activations' element */
+    double comm_sm;      /* the share of the device's compute a collective running behind it
+                            takes (NCCL's channels are thread blocks on the SMs); applied
+                            where a plan overlaps ZeRO 3's gathers with compute (0: none) */
 } pt_hw;
 
 /* "a100-80g", "h100-80g", "h200", "mi250x", "mi300x" (sources beside each in the code). */
@@ -10524,9 +10527,12 @@ PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, flo
    d/(d + gemm_dim) (pt_hw_gemm_seconds), eff what large GEMMs sustain inside
    a training step (below the vendors' best single-GEMM figures: clocks
    under load) and gemm_dim the dimension at which tiling loses half.
-   The last three fields are flash_eff (a fused causal attention's forward +
-   backward at head size 128, counting the FLOPs it does), tp_exposed and
-   grad_bytes (pt_hw). */
+   The last four fields are flash_eff (a fused causal attention's forward +
+   backward at head size 128, counting the FLOPs it does), tp_exposed,
+   grad_bytes and comm_sm (pt_hw): NCCL runs a large collective on up to 32
+   channels (its NCCL_MAX_NCHANNELS), a thread block on an SM each: 32 of the
+   A100's 108 SMs (0.30), of the H100's 132 (0.24); RCCL alike on an MI250X
+   GCD's 110 CUs (0.29) and the MI300X's 304 (0.105). */
 static const pt_hw pt__hw_presets[] = {
     /* NVIDIA A100 SXM4 80GB in a DGX A100 (Selene, Megatron-LM 2021): 312 TFLOP/s
        fp16/bf16 dense (A100 datasheet), HBM2e 2039 GB/s, 80 GB; NVLink 3 through
@@ -10539,7 +10545,7 @@ static const pt_hw pt__hw_presets[] = {
        overlap (Transformer Engine's userbuffers are Hopper's); gradients in the
        activations' 2 bytes (the 2021 runs' fp16). */
     {"a100-80g", 312e12, 0.75, 48.0, 0.0, 1.75e12, 85899345920.0, 4e-6, 8, 230e9, 8e-6, 22e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.60, 0.0, 0.0},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.60, 0.0, 0.0, 0.30},
     /* NVIDIA H100 SXM5 80GB in a DGX H100: 989 TFLOP/s dense bf16, HBM3 3.35 TB/s
        (H100 datasheet; a device-to-device copy measures 3.0-3.1 TB/s); NVLink 4
        900 GB/s both directions (450 a direction, nccl-tests all-reduce ~360 GB/s
@@ -10559,12 +10565,12 @@ static const pt_hw pt__hw_presets[] = {
        Megatron-LM forces fp32 accumulation and reduction with bf16
        (--accumulate-allreduce-grads-in-fp32): 4 bytes. */
     {"h100-80g", 989e12, 0.70, 64.0, 0.0, 3.0e12, 85899345920.0, 3e-6, 8, 360e9, 8e-6, 45e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.55, 0.2, 4.0},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.55, 0.2, 4.0, 0.24},
     /* NVIDIA H200 SXM 141GB (H200 datasheet: the H100's 989 TFLOP/s bf16 and NVLink
        4, HBM3e 141 GB at 4.8 TB/s; ~4.3 sustained, the H100's 0.9 of it); the
        rest as h100-80g (same SXM5 board, DGX H200: 8 x 400 Gb/s a node). */
     {"h200", 989e12, 0.70, 64.0, 0.0, 4.3e12, 141e9, 3e-6, 8, 360e9, 8e-6, 45e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.55, 0.2, 4.0},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.55, 0.2, 4.0, 0.24},
     /* AMD MI250X on Frontier, one graphics compute die (GCD) a device: 191.5
        TFLOP/s fp16 (the issue's and AMD's figure), HBM2e 1.6 TB/s and 64 GB a
        GCD; 8 GCDs a node joined by Infinity Fabric (50-200 GB/s between pairs:
@@ -10573,7 +10579,7 @@ static const pt_hw pt__hw_presets[] = {
        about half of the fp16 peak on large GEMMs, a smaller share than cuBLAS.
        Flash: ROCm's FlashAttention-2 port, ~0.35 of peak (judgement). */
     {"mi250x", 191.5e12, 0.55, 64.0, 0.0, 1.3e12, 68719476736.0, 6e-6, 8, 50e9, 10e-6, 11.5e9, 15e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.35, 0.0, 0.0},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.35, 0.0, 0.0, 0.29},
     /* AMD MI300X (CDNA 3 datasheet): 1307 TFLOP/s dense bf16, HBM3 192 GB at 5.3
        TB/s (~4.3 sustained in published stream tests); 8 a node, each joined to
        the other 7 by 64 GB/s Infinity Fabric links a direction (448 GB/s; RCCL's
@@ -10582,7 +10588,7 @@ static const pt_hw pt__hw_presets[] = {
        (SemiAnalysis 2024): 0.5 of peak. Flash: CK's FlashAttention-2 forward +
        backward ~0.30 of peak. No tp overlap; fp32 gradients as Megatron's bf16. */
     {"mi300x", 1307e12, 0.50, 64.0, 0.0, 4.3e12, 192e9, 4e-6, 8, 300e9, 10e-6, 45e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.30, 0.0, 4.0},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.30, 0.0, 4.0, 0.105},
 };
 
 PTRAINDEF const char *pt_hw_preset_names(void) {
@@ -10608,7 +10614,7 @@ PTRAINDEF pt_status pt_hw_preset(const char *name, pt_hw *out) {
     X(core_flops) X(core_gemm_eff) X(core_gemm_dim) X(core_attn_flops) X(core_mem_bw)          \
     X(core_kernel_s) X(instr_flops) X(comm_cpu)
 #define PT__HW_NEW_FIELDS(X) /* optional: today's recipe (0: as before) */                    \
-    X(flash_eff) X(tp_exposed) X(grad_bytes)
+    X(flash_eff) X(tp_exposed) X(grad_bytes) X(comm_sm)
 
 PTRAINDEF pt_status pt_hw_save(const pt_hw *hw, const char *path) {
     char buf[2048];
@@ -11215,6 +11221,15 @@ static void pt__sim_parts(const pt__sim *S, int kind, int vs, double *pre, doubl
     }
 }
 
+/* Compute of c seconds beside a collective of z: while the collective runs
+   the compute has 1 - comm_sm of the device; the longer of the two, or the
+   compute's rest after the collective ends. */
+static double pt__sim_beside(const pt__sim *S, double c, double z) {
+    double f = S->hw->comm_sm, left = z * (1.0 - f);
+    if (z <= 0.0) return c;
+    return c <= left ? z : z + (c - left);
+}
+
 /* Seconds of one action on stage st; with stats, also its FLOPs and time. */
 static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) {
     const pt__layer_cost *L = &S->layer;
@@ -11232,7 +11247,7 @@ static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) 
         fl = hf = nl * L->fwd_flops + (last ? S->head_fwd_flops : 0.0);
         tp = nl * L->tp_fwd_s + (first ? S->emb_tp_s : 0.0);
         z3 = S->zero3_s[st] * nl; /* ZeRO 3 gathers the layers while computing */
-        t = t > z3 ? t : z3;
+        t = pt__sim_beside(S, t, z3);
         break;
     case PT_ACT_B:
         t = pre + nl * per + post; /* (recomputation's forward included) */
@@ -11248,7 +11263,7 @@ static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) 
            gathers once more (DeepSpeed releases a layer's weights after each
            forward, the recomputed one included) */
         z3 = (rc == PT_RECOMPUTE_FULL ? 3.0 : 2.0) * S->zero3_s[st] * nl;
-        t = t > z3 ? t : z3;
+        t = pt__sim_beside(S, t, z3);
         break;
     case PT_ACT_W:
         t = nl * per;

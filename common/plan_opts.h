@@ -182,7 +182,7 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
     p->hw_file = hw_file_default, p->top = 5;
     cf->n_layer = 24, cf->n_embd = 2304, cf->n_head = 24, cf->vocab_size = 51200;
     md->seq = 2048, md->batch = 16, md->chunks = 0;
-    d->tp = 1, d->pp = 1, d->gpus = 32, d->batch = 512;
+    d->tp = 1, d->pp = 1, d->gpus = 32, d->batch = 512, d->cp = 1;
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) preset = argv[i + 1];
         else if (strncmp(argv[i], "--preset=", 9) == 0) preset = argv[i] + 9;

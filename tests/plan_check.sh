@@ -27,6 +27,37 @@ done <<ROWS
 1008B 163 --layers=128 --hidden=25600 --heads=160 --seq=2048 --vocab=51200 --tp=8 --pp=64 --gpus=3072 --batch=3072 --microbatch=1 --recompute=full --hw=a100-80g
 ROWS
 
+# Megatron-LM 2021's Tables 1 and 2 (tests/plan_2021.tsv) and today's recipe against
+# published rows (tests/plan_today.tsv: each row's flags as its source
+# pins them, the published TFLOP/s a GPU, which figure, the tolerance): every row within its
+# tolerance; the table, mean and worst error printed (docs/simulator.md shows them)
+for rows in plan_2021 plan_today; do
+python3 - "$plan" "$(dirname "$0")/$rows.tsv" <<'EOF' || bad=1
+import json, shlex, subprocess, sys
+plan, rows, errs, ok = sys.argv[1], sys.argv[2], [], True
+print("| row | published | simulated | error |\n|---|---|---|---|")
+for line in open(rows):
+    if line.startswith("#") or not line.strip():
+        continue
+    name, pub, which, tol, flags, source = line.rstrip("\n").split("\t")
+    p = subprocess.run([plan] + shlex.split(flags) + ["--json"], capture_output=True, text=True)
+    if p.returncode:
+        print("FAIL %s: %s" % (name, p.stderr.strip()))
+        ok = False
+        continue
+    d = json.loads(p.stdout)
+    got = d["model_tflops_per_gpu" if which == "model" else "tflops_per_gpu"]
+    err = 100.0 * (got - float(pub)) / float(pub)
+    errs.append(abs(err))
+    flag = "" if abs(err) <= float(tol) else "  FAIL: outside %s%%" % tol
+    ok = ok and not flag
+    print("| %s | %s | %.1f | %+.1f%% |%s" % (name, pub, got, err, flag))
+print("%s %s: mean error %.1f%%, worst %.1f%% over %d rows" % ("ok  " if ok else "FAIL",
+    rows, sum(errs) / max(len(errs), 1), max(errs + [0]), len(errs)))
+sys.exit(0 if ok else 1)
+EOF
+done
+
 # the 1T model's memory on rank 0 (first stage: wte and 2 of 128 layers)
 # against the closed forms: 16 bytes a parameter (fp16 weights and
 # gradients, fp32 master weights, Adam m and v), activations with full

@@ -1372,9 +1372,21 @@ typedef struct pt_hw {
                             compute: TCP in the kernel, MPI's progress calls (0: none, as with
                             RDMA; pt_hw_calibrate_links measures it; thread ranks: all of
                             the link's time, 1 / intra_bw) */
+    double flash_eff;    /* a fused causal attention kernel (FlashAttention), forward and
+                            backward, as a fraction of peak_flops counting the FLOPs it does
+                            (half the s x s square); 0: attn_flops, else plain attention */
+    double tp_exposed;   /* with tp_overlap: the share of sequence parallelism's all-gathers
+                            and reduce-scatters left exposed when split and pipelined against
+                            the GEMMs they feed (0: all of it, no overlap) */
+    double grad_bytes;   /* bytes of a gradient element kept and reduced over dp (Megatron's
+                            bf16 runs accumulate and reduce fp32 main gradients: 4); 0: the
+                            activations' element */
+    double comm_sm;      /* the share of the device's compute a collective running behind it
+                            takes (NCCL's channels are thread blocks on the SMs); applied
+                            where a plan overlaps ZeRO 3's gathers with compute (0: none) */
 } pt_hw;
 
-/* "a100-80g", "h100-80g", "mi250x" (sources beside each in the code). */
+/* "a100-80g", "h100-80g", "h200", "mi250x", "mi300x" (sources beside each in the code). */
 PTRAINDEF pt_status pt_hw_preset(const char *name, pt_hw *out);
 PTRAINDEF const char *pt_hw_preset_names(void);
 /* A profile as "key = value" lines (the keys are the field names); save
@@ -1413,8 +1425,16 @@ typedef enum pt_coll_kind {
 PTRAINDEF double pt_hw_comm_seconds(const pt_hw *hw, pt_coll_kind kind, double bytes, int n,
                                     int per_node);
 
+/* The attention core a plan models. */
+typedef enum pt_plan_attention {
+    PT_ATTN_DEFAULT = 0,
+    PT_ATTN_PLAIN,        /* batched GEMMs, the s x s scores, softmax and dropout stored */
+    PT_ATTN_FLASH         /* one fused kernel (FlashAttention): no s x s in memory, its time
+                             from the FLOPs it does at the profile's flash_eff */
+} pt_plan_attention;
+
 /* One planned training run: the model and its layout as the executor takes
-   them (model), on gpus devices in a tp x pp x dp grid. */
+   them (model), on gpus devices in a tp x pp x cp x dp grid. */
 typedef struct pt_plan_desc {
     pt_gpt_desc model;    /* the model and its layout, as pt_gpt_init takes them:
                                config    the sizes (n_layer, n_embd, n_head, vocab_size)
@@ -1449,6 +1469,23 @@ typedef struct pt_plan_desc {
                              gathers behind the next forward. Default: on for
                              PT_EXEC_PTRAIN (the executor's default), off for
                              PT_EXEC_MEGATRON (Megatron-LM 2021 reduced after backward) */
+    /* Today's recipe; every default is the 2021 one (Megatron-LM, Narayanan et al.) */
+    int sp;               /* 1: sequence parallelism (Korthikanti et al. 2022): outside the
+                             tp regions each rank holds seq/tp tokens (norms, dropout,
+                             residuals, their activations); tp's all-reduces become an
+                             all-gather and a reduce-scatter (with tp 1: nothing to split) */
+    int cp;               /* context parallelism: ranks sharing each sequence (0, 1: none);
+                             gpus = tp x pp x cp x dp. Each holds two chunks i, 2cp-1-i (the
+                             load-balanced causal split); attention passes K/V blocks round
+                             a ring behind the block computed; gradients reduced over cp x dp */
+    pt_plan_attention attention; /* PT_ATTN_DEFAULT: plain (a local profile: its measured
+                             attention kernels) */
+    pt_overlap tp_overlap; /* ON: tp's collectives pipelined against their GEMMs, the
+                             profile's tp_exposed share left (Megatron's --tp-comm-overlap);
+                             default: as overlap is set (ON: today's recipe, every
+                             overlap), else off */
+    pt_overlap pp_overlap; /* ON: pipeline sends behind compute (only their launch on the
+                             stage's time); default: as tp_overlap */
 } pt_plan_desc;
 
 typedef struct pt_plan_mem {
@@ -10516,32 +10553,77 @@ PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, flo
 /* Profiles. Peaks and memory are the vendors' data sheets; links are what
    collective benchmarks reach on those nodes (bus bandwidth: a ring moves
    2(n-1)/n of the buffer through each device at this rate). GEMM
-   efficiency: the fraction of peak large fp16/bf16 GEMMs sustain inside a
-   training step (below the vendors' best single-GEMM figures: clocks under
-   load, odd shapes), and gemm_dim the dimension at which tiling loses half. */
+   efficiency is a function of the shape: eff x the product over M, N, K of
+   d/(d + gemm_dim) (pt_hw_gemm_seconds), eff what large GEMMs sustain inside
+   a training step (below the vendors' best single-GEMM figures: clocks
+   under load) and gemm_dim the dimension at which tiling loses half.
+   The last four fields are flash_eff (a fused causal attention's forward +
+   backward at head size 128, counting the FLOPs it does), tp_exposed,
+   grad_bytes and comm_sm (pt_hw): NCCL runs a large collective on up to 32
+   channels (its NCCL_MAX_NCHANNELS), a thread block on an SM each: 32 of the
+   A100's 108 SMs (0.30), of the H100's 132 (0.24); RCCL alike on an MI250X
+   GCD's 110 CUs (0.29) and the MI300X's 304 (0.105). */
 static const pt_hw pt__hw_presets[] = {
     /* NVIDIA A100 SXM4 80GB in a DGX A100 (Selene, Megatron-LM 2021): 312 TFLOP/s
-       fp16 tensor cores, HBM2e 2039 GB/s, 80 GB; NVLink 3 through NVSwitch
-       (300 GB/s a direction, NCCL all-reduce ~230 GB/s bus bandwidth); 8 HDR
-       InfiniBand 200 Gb/s adapters a node, one a GPU (25 GB/s). */
+       fp16/bf16 dense (A100 datasheet), HBM2e 2039 GB/s, 80 GB; NVLink 3 through
+       NVSwitch (300 GB/s a direction, NCCL all-reduce ~230 GB/s bus bandwidth in
+       nccl-tests on DGX A100); 8 HDR InfiniBand 200 Gb/s adapters a node, one a
+       GPU (25 GB/s). GEMMs: 0.75 of peak asymptotically (cuBLAS's best single
+       GEMMs reach ~0.85; clocks drop under sustained tensor load). Flash:
+       FlashAttention-2 (Dao 2023, its A100 figures) reaches 180-225 TFLOP/s
+       forward + backward at head size 128, causal 2k-16k tokens: 0.60. No tp
+       overlap (Transformer Engine's userbuffers are Hopper's); gradients in the
+       activations' 2 bytes (the 2021 runs' fp16). */
     {"a100-80g", 312e12, 0.75, 48.0, 0.0, 1.75e12, 85899345920.0, 4e-6, 8, 230e9, 8e-6, 22e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0},
-    /* NVIDIA H100 SXM5 80GB in a DGX H100: 989 TFLOP/s dense bf16, HBM3 3.35 TB/s;
-       NVLink 4 (450 GB/s a direction, ~360 GB/s all-reduce bus bandwidth); 8
-       ConnectX-7 400 Gb/s adapters a node (50 GB/s a GPU). */
-    {"h100-80g", 989e12, 0.70, 48.0, 0.0, 2.9e12, 85899345920.0, 3e-6, 8, 360e9, 8e-6, 45e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.60, 0.0, 0.0, 0.30},
+    /* NVIDIA H100 SXM5 80GB in a DGX H100: 989 TFLOP/s dense bf16, HBM3 3.35 TB/s
+       (H100 datasheet; a device-to-device copy measures 3.0-3.1 TB/s); NVLink 4
+       900 GB/s both directions (450 a direction, nccl-tests all-reduce ~360 GB/s
+       bus bandwidth on 8 GPUs); 8 ConnectX-7 400 Gb/s adapters a node (50 GB/s a
+       GPU; ~45 GB/s in NCCL's inter-node all-reduce). GEMMs: cuBLAS bf16 on
+       large training shapes sustains 700-750 TFLOP/s at the clocks a loaded SXM
+       holds (SemiAnalysis' H100/H200/MI300X training benchmark, 2024: ~720 on
+       Llama shapes; single GEMMs' best ~800, 0.81 of peak); inside a step, with
+       the A100's ratio of sustained to best (0.75 / 0.85): 0.70 asymptotically,
+       Hopper's 128x256 tiles losing half at 64. Flash: FlashAttention-3 (Shah et al. 2024) forward 600-740 TFLOP/s and
+       backward 450-550 at head size 128, causal 8k-16k (cuDNN's fused attention,
+       Megatron's on H100, about the same): 0.55 forward + backward. tp overlap:
+       Transformer Engine's userbuffers (Megatron's --tp-comm-overlap) split each
+       all-gather/reduce-scatter in tp chunks pipelined against its GEMM; the
+       first or last chunk and the SMs the copies take stay exposed: 1/tp of it
+       at tp 8 plus contention, 0.2 (judgement, not a published figure). Gradients:
+       Megatron-LM forces fp32 accumulation and reduction with bf16
+       (--accumulate-allreduce-grads-in-fp32): 4 bytes. */
+    {"h100-80g", 989e12, 0.70, 64.0, 0.0, 3.0e12, 85899345920.0, 3e-6, 8, 360e9, 8e-6, 45e9, 12e-6, 0,
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.55, 0.2, 4.0, 0.24},
+    /* NVIDIA H200 SXM 141GB (H200 datasheet: the H100's 989 TFLOP/s bf16 and NVLink
+       4, HBM3e 141 GB at 4.8 TB/s; ~4.3 sustained, the H100's 0.9 of it); the
+       rest as h100-80g (same SXM5 board, DGX H200: 8 x 400 Gb/s a node). */
+    {"h200", 989e12, 0.70, 64.0, 0.0, 4.3e12, 141e9, 3e-6, 8, 360e9, 8e-6, 45e9, 12e-6, 0,
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.55, 0.2, 4.0, 0.24},
     /* AMD MI250X on Frontier, one graphics compute die (GCD) a device: 191.5
        TFLOP/s fp16 (the issue's and AMD's figure), HBM2e 1.6 TB/s and 64 GB a
        GCD; 8 GCDs a node joined by Infinity Fabric (50-200 GB/s between pairs:
        a ring over the node runs at its slowest, single 50 GB/s links); 4
        Slingshot-11 NICs of 25 GB/s a node (12.5 GB/s a GCD). rocBLAS reaches
-       about half of the fp16 peak on large GEMMs, a smaller share than cuBLAS. */
+       about half of the fp16 peak on large GEMMs, a smaller share than cuBLAS.
+       Flash: ROCm's FlashAttention-2 port, ~0.35 of peak (judgement). */
     {"mi250x", 191.5e12, 0.55, 64.0, 0.0, 1.3e12, 68719476736.0, 6e-6, 8, 50e9, 10e-6, 11.5e9, 15e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.35, 0.0, 0.0, 0.29},
+    /* AMD MI300X (CDNA 3 datasheet): 1307 TFLOP/s dense bf16, HBM3 192 GB at 5.3
+       TB/s (~4.3 sustained in published stream tests); 8 a node, each joined to
+       the other 7 by 64 GB/s Infinity Fabric links a direction (448 GB/s; RCCL's
+       all-reduce reaches ~300 GB/s bus bandwidth); 8 x 400 Gb/s NICs a node.
+       GEMMs: hipBLASLt bf16 sustains ~600-650 TFLOP/s on training shapes
+       (SemiAnalysis 2024): 0.5 of peak. Flash: CK's FlashAttention-2 forward +
+       backward ~0.30 of peak. No tp overlap; fp32 gradients as Megatron's bf16. */
+    {"mi300x", 1307e12, 0.50, 64.0, 0.0, 4.3e12, 192e9, 4e-6, 8, 300e9, 10e-6, 45e9, 12e-6, 0,
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.30, 0.0, 4.0, 0.105},
 };
 
-PTRAINDEF const char *pt_hw_preset_names(void) { return "a100-80g, h100-80g, mi250x"; }
+PTRAINDEF const char *pt_hw_preset_names(void) {
+    return "a100-80g, h100-80g, h200, mi250x, mi300x";
+}
 
 PTRAINDEF pt_status pt_hw_preset(const char *name, pt_hw *out) {
     size_t i;
@@ -10561,6 +10643,8 @@ PTRAINDEF pt_status pt_hw_preset(const char *name, pt_hw *out) {
 #define PT__HW_CORE_FIELDS(X) /* optional */                                                  \
     X(core_flops) X(core_gemm_eff) X(core_gemm_dim) X(core_attn_flops) X(core_mem_bw)          \
     X(core_kernel_s) X(instr_flops) X(comm_cpu)
+#define PT__HW_NEW_FIELDS(X) /* optional: today's recipe (0: as before) */                    \
+    X(flash_eff) X(tp_exposed) X(grad_bytes) X(comm_sm)
 
 PTRAINDEF pt_status pt_hw_save(const pt_hw *hw, const char *path) {
     char buf[2048];
@@ -10573,6 +10657,7 @@ PTRAINDEF pt_status pt_hw_save(const pt_hw *hw, const char *path) {
 #define PT__PUT(f) len += (size_t)snprintf(buf + len, sizeof buf - len, #f " = %.6g\n", hw->f);
     PT__HW_FIELDS(PT__PUT)
     if (hw->core_flops > 0) PT__HW_CORE_FIELDS(PT__PUT)
+    PT__HW_NEW_FIELDS(PT__PUT)
 #undef PT__PUT
     len += (size_t)snprintf(buf + len, sizeof buf - len, "per_node = %d\ncores = %d\nexec = %s\n",
                             hw->per_node, hw->cores,
@@ -10645,6 +10730,7 @@ PTRAINDEF pt_status pt_hw_load(const char *path, pt_hw *out) {
 #define PT__OPT(fl) else if (strcmp(key, #fl) == 0) hw.fl = x;
         PT__HW_FIELDS(PT__GET)
         PT__HW_CORE_FIELDS(PT__OPT)
+        PT__HW_NEW_FIELDS(PT__OPT)
 #undef PT__GET
 #undef PT__OPT
         else {
@@ -10664,6 +10750,7 @@ PTRAINDEF pt_status pt_hw_load(const char *path, pt_hw *out) {
 }
 #undef PT__HW_FIELDS
 #undef PT__HW_CORE_FIELDS
+#undef PT__HW_NEW_FIELDS
 
 static int pt__cmp_dbl(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -10996,7 +11083,12 @@ typedef struct pt__sim {
     const pt_hw *hw;
     double elem;            /* bytes of an activation element */
     double share;           /* compute slow-down from ranks sharing cores */
+    double gb;              /* bytes of a gradient element (pt_hw.grad_bytes, else elem) */
     int ptrain, dp, m, split, V;
+    int cp, dpw;            /* context parallelism; the ranks holding the same weights
+                               (dp x cp), over which gradients are reduced */
+    int sp, flash;          /* sequence parallelism (tp > 1), fused attention */
+    int tp_ov, pp_ov;       /* tp's collectives, pipeline sends behind compute */
     pt__layer_cost layer;
     /* per stage: layers of each chunk, and the stage's FLOPs and busy parts */
     int *chunk_layers;      /* (p * v) */
@@ -11026,54 +11118,95 @@ typedef struct pt__sim {
                                cores (pt_hw.comm_cpu): F, B, W times this */
 } pt__sim;
 
+/* The tp collectives of a layer's pass: Megatron's f and g (two all-reduces
+   of M x h), with sequence parallelism an all-gather and a reduce-scatter
+   each (a ring's same bytes); with tp_overlap the profile's exposed share. */
+static double pt__tp_pass_seconds(const pt__sim *S, double M) {
+    const pt_hw *hw = S->hw;
+    const pt_plan_desc *d = S->d;
+    int tp = d->tp, pn = tp < hw->per_node ? tp : hw->per_node;
+    double bytes = M * d->model.config.n_embd * S->elem, x;
+    if (tp < 2) return 0.0;
+    x = S->sp ? pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, bytes, tp, pn) +
+                    pt_hw_comm_seconds(hw, PT_COLL_REDUCE_SCATTER, bytes, tp, pn)
+              : pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, bytes, tp, pn);
+    if (S->tp_ov) x *= hw->tp_exposed > 0 ? hw->tp_exposed : 1.0;
+    return 2.0 * x;
+}
+
+/* The attention core of a layer on one rank (forward *f, backward *bk, in
+   seconds), f_attn its FLOPs as the model counts them (the whole s x s):
+   fused (FlashAttention: the causal half it computes at flash_eff of peak,
+   backward 2.5 times the FLOPs), the local profile's fused rate, or batched
+   GEMMs with the softmax and dropout stored. With cp the rank's queries
+   meet every key block in turn round the ring, each block's K/V (and in
+   backward their gradients) passed on behind the block computed: cp - 1
+   steps of the longer of the two, then the last block. */
+static void pt__attn_core(const pt__sim *S, double f_attn, double *f, double *bk) {
+    const pt_plan_desc *d = S->d;
+    const pt_gpt_config *cf = &d->model.config;
+    const pt_hw *hw = S->hw;
+    double b = d->model.batch, s = d->model.seq, sl = s / S->cp, h = cf->n_embd;
+    double t = d->tp, e = S->elem, a = cf->n_head, hd = h / a, ah = a / t;
+    double r = cf->n_kv_head > 0 ? cf->n_kv_head / a : 1.0;
+    if (S->flash && hw->flash_eff > 0) {
+        *f = 0.5 * f_attn / (hw->peak_flops * hw->flash_eff / S->share);
+        *bk = 2.5 * *f;
+    } else if (hw->attn_flops > 0) {
+        *f = f_attn / (hw->attn_flops / S->share);
+        *bk = 2.0 * *f * 1.25; /* backward: twice the FLOPs, plus recomputing P */
+    } else {
+        double P = b * ah * sl * s; /* score elements */
+        double g_sc = pt_hw_gemm_seconds(hw, sl, s, hd, b * ah, e);
+        double g_ctx = pt_hw_gemm_seconds(hw, sl, hd, s, b * ah, e);
+        /* softmax: read and write P; dropout: read, write, a 1-byte mask */
+        *f = (g_sc + g_ctx) * S->share + (P * (4 * e + 1)) / hw->mem_bw * S->share;
+        *bk = 2.0 * (g_sc + g_ctx) * S->share + (P * (6 * e + 1)) / hw->mem_bw * S->share;
+    }
+    if (S->cp > 1) { /* K and V of the rank's tokens (r h / t each) a step */
+        int cp = S->cp, span = d->tp * cp > hw->per_node;
+        double kv = 2.0 * b * sl * r * h / t * e;
+        double x = pt_hw_comm_seconds(hw, PT_COLL_P2P, kv, 2, span ? 1 : 2);
+        double cf_ = *f / cp, cb = *bk / cp;
+        *f = (cp - 1) * (cf_ > x ? cf_ : x) + cf_;
+        *bk = (cp - 1) * (cb > 2 * x ? cb : 2 * x) + cb;
+    }
+}
+
 static void pt__layer_costs(pt__sim *S) {
     const pt_plan_desc *d = S->d;
     const pt_gpt_config *cf = &d->model.config;
     const pt_hw *hw = S->hw;
-    double b = d->model.batch, s = d->model.seq, h = cf->n_embd, a = cf->n_head, t = d->tp;
-    double e = S->elem, M = b * s, hd = h / a, ah = a / t, ht = h / t;
+    /* a rank's tokens: seq / cp; with sp the norms, dropout and residuals run on
+       1/tp of them (the q of its columns: ts) */
+    double b = d->model.batch, s = d->model.seq, sl = s / S->cp, h = cf->n_embd, a = cf->n_head;
+    double t = d->tp, e = S->elem, M = b * sl, ht = h / t, ts = S->sp ? t : 1.0;
     /* LLaMA's layer: q, and k, v of the key/value heads only (r = their share
        of the heads); an MLP of ff columns, SwiGLU's gate and up (fi = 2 ff) */
     double r = cf->n_kv_head > 0 ? cf->n_kv_head / a : 1.0;
     double fft = (cf->ffn_hidden > 0 ? cf->ffn_hidden : 4.0 * h) / t;
     double fit = cf->mlp == PT_MLP_SWIGLU ? 2.0 * fft : fft;
     pt__layer_cost *L = &S->layer;
-    double g_qkv, g_proj, g_fc1, g_fc2, g_sc, g_ctx, f_lin, f_attn, ew_f, ew_b, ar;
-    double attn_f, attn_b, kern;
+    double g_qkv, g_proj, g_fc1, g_fc2, f_lin, f_attn, ew_f, ew_b, attn_f, attn_b, kern;
+    int drop = cf->arch != PT_ARCH_LLAMA; /* GPT's dropout (LLaMA has none) */
     /* the four linear layers, M x K -> N, each rank with its 1/t */
     g_qkv = pt_hw_gemm_seconds(hw, M, (1 + 2 * r) * ht, h, 1, e);
     g_proj = pt_hw_gemm_seconds(hw, M, h, ht, 1, e);
     g_fc1 = pt_hw_gemm_seconds(hw, M, fit, h, 1, e);
     g_fc2 = pt_hw_gemm_seconds(hw, M, h, fft, 1, e);
     f_lin = 2.0 * M * h * ((1 + 2 * r) * ht + ht + fit + fft); /* GPT-2: 24 b s h^2 / t */
-    f_attn = 4.0 * b * s * s * h / t;              /* scores and context */
-    /* the attention core: batched GEMMs over b * a/t heads and a stored,
-       masked softmax with dropout; or a fused kernel at attn_flops */
-    if (hw->attn_flops > 0) {
-        attn_f = f_attn / (hw->attn_flops / S->share);
-        attn_b = 2.0 * attn_f * 1.25; /* backward: twice the FLOPs, plus recomputing P */
-    } else {
-        double P = b * ah * s * s; /* score elements */
-        g_sc = pt_hw_gemm_seconds(hw, s, s, hd, b * ah, e);
-        g_ctx = pt_hw_gemm_seconds(hw, s, hd, s, b * ah, e);
-        /* softmax: read and write P; dropout: read, write, a 1-byte mask */
-        attn_f = (g_sc + g_ctx) * S->share + (P * (4 * e + 1)) / hw->mem_bw * S->share;
-        attn_b = 2.0 * (g_sc + g_ctx) * S->share + (P * (6 * e + 1)) / hw->mem_bw * S->share;
-    }
+    f_attn = 4.0 * b * sl * s * h / t; /* scores and context: the rank's queries, every key */
+    pt__attn_core(S, f_attn, &attn_f, &attn_b);
     /* memory-bound kernels: LayerNorms (read, write M h), two bias + dropout +
        residual adds (read 2, write 1, a mask), bias + GELU over 4h/t (the fp32
        executor keeps no masks); backward moves about twice as much */
-    ew_f = e * (2 * M * h * 2 + 2 * 3 * M * h + M * (fit + fft) + M * (1 + 2 * r) * ht) +
-           (S->ptrain ? 0.0 : 2.0 * M * h);
+    ew_f = e * (2 * M * h * 2 / ts + 2 * 3 * M * h / ts + M * (fit + fft) + M * (1 + 2 * r) * ht) +
+           (S->ptrain || !drop ? 0.0 : 2.0 * M * h / ts);
     ew_b = 2.0 * ew_f;
     kern = (S->ptrain ? 10.0 : 12.0) * hw->kernel_s; /* launches besides the GEMMs' */
     ew_f = ew_f / hw->mem_bw * S->share + kern;
     ew_b = ew_b / hw->mem_bw * S->share + 2.0 * kern;
-    /* two all-reduces of M x h forward, two backward (Megatron-LM's f and g) */
-    ar = t > 1 ? pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, M * h * e, d->tp, d->tp < hw->per_node ? d->tp
-                                                                              : hw->per_node)
-               : 0.0;
-    L->tp_fwd_s = L->tp_bwd_s = 2.0 * ar;
+    L->tp_fwd_s = L->tp_bwd_s = pt__tp_pass_seconds(S, M);
     L->tp_bytes = t > 1 ? M * h * e : 0.0;
     L->attn_fwd_s = attn_f;
     L->attn_fwd_flops = f_attn;
@@ -11084,13 +11217,16 @@ static void pt__layer_costs(pt__sim *S) {
        gradients (same GEMM shapes) apart for zero-bubble schedules */
     L->bw_s = (g_qkv + g_proj + g_fc1 + g_fc2) * S->share;
     L->bin_s = L->bw_s + attn_b + ew_b + L->tp_bwd_s;
-    /* Korthikanti et al. 2022, eq. (2) without sequence parallelism, in bytes;
-       its 24/t (q, k, v, the attention output, the MLP's two 4h inputs) as
-       (4 + 4r)/t + 2 (fi + ff)/(t h) for LLaMA's smaller k, v and its MLP */
+    /* Korthikanti et al. 2022, eq. (2) (sp: eq. (4), the 10 outside the tp
+       regions over t), in bytes; its 24/t (q, k, v, the attention output, the
+       MLP's two 4h inputs) as (4 + 4r)/t + 2 (fi + ff)/(t h) for LLaMA's
+       smaller k, v and its MLP; the 5as/ht of scores, softmax and its dropout
+       mask gone with a fused kernel; LLaMA without the two dropout masks (10
+       is 8); a rank's sl tokens under cp */
     {
         double split = (4.0 + 4.0 * r) / t + 2.0 * (fit + fft) / h;
-        L->act_bytes = s * b * h * (10.0 + split + 5.0 * a * s / (h * t));
-        L->act_sel_bytes = s * b * h * (10.0 + split);
+        L->act_sel_bytes = sl * b * h * ((drop ? 10.0 : 8.0) / ts + split);
+        L->act_bytes = L->act_sel_bytes + (S->flash ? 0.0 : sl * b * h * 5.0 * a * s / (h * t));
     }
 }
 
@@ -11115,6 +11251,15 @@ static void pt__sim_parts(const pt__sim *S, int kind, int vs, double *pre, doubl
     }
 }
 
+/* Compute of c seconds beside a collective of z: while the collective runs
+   the compute has 1 - comm_sm of the device; the longer of the two, or the
+   compute's rest after the collective ends. */
+static double pt__sim_beside(const pt__sim *S, double c, double z) {
+    double f = S->hw->comm_sm, left = z * (1.0 - f);
+    if (z <= 0.0) return c;
+    return c <= left ? z : z + (c - left);
+}
+
 /* Seconds of one action on stage st; with stats, also its FLOPs and time. */
 static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) {
     const pt__layer_cost *L = &S->layer;
@@ -11132,7 +11277,7 @@ static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) 
         fl = hf = nl * L->fwd_flops + (last ? S->head_fwd_flops : 0.0);
         tp = nl * L->tp_fwd_s + (first ? S->emb_tp_s : 0.0);
         z3 = S->zero3_s[st] * nl; /* ZeRO 3 gathers the layers while computing */
-        t = t > z3 ? t : z3;
+        t = pt__sim_beside(S, t, z3);
         break;
     case PT_ACT_B:
         t = pre + nl * per + post; /* (recomputation's forward included) */
@@ -11148,7 +11293,7 @@ static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) 
            gathers once more (DeepSpeed releases a layer's weights after each
            forward, the recomputed one included) */
         z3 = (rc == PT_RECOMPUTE_FULL ? 3.0 : 2.0) * S->zero3_s[st] * nl;
-        t = t > z3 ? t : z3;
+        t = pt__sim_beside(S, t, z3);
         break;
     case PT_ACT_W:
         t = nl * per;
@@ -11197,10 +11342,12 @@ static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) 
     const pt_plan_desc *d = S->d;
     pt__exec_layout o = pt__exec_layout_of(m);
     double P = (double)m->num_params, sh = m->place.zero ? (double)o.shard_total : P;
-    double big = (double)o.largest_bucket, wb = S->ptrain ? 4 : 2, gb = wb;
+    double big = (double)o.largest_bucket, wb = S->ptrain ? 4 : 2, gb = S->ptrain ? wb : S->gb;
     double ob = S->ptrain ? 8 : 12; /* Adam m, v (and fp32 master weights) */
     const pt_gpt_desc *md = &d->model;
-    double s = md->seq, b = md->batch, h = md->config.n_embd, t = d->tp, per, most = 0;
+    /* a rank's tokens: seq / cp; outside the tp regions / tp with sp */
+    double s = (double)md->seq / S->cp, b = md->batch, h = md->config.n_embd, t = d->tp, per;
+    double sbh_out = s * b * h / (S->sp ? t : 1.0), most = 0;
     int c;
     memset(mem, 0, sizeof *mem);
     mem->params = md->zero == 3 ? (sh + 2.0 * big) * wb : P * wb;
@@ -11214,12 +11361,13 @@ static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) 
     } else {
         for (c = 0; c < m->place.chunks; c++)
             if (o.chunk_hi[c] - o.chunk_lo[c] > most) most = o.chunk_hi[c] - o.chunk_lo[c];
-        per = md->recompute == PT_RECOMPUTE_FULL        ? 2.0 * s * b * h
+        per = md->recompute == PT_RECOMPUTE_FULL        ? 2.0 * sbh_out
               : md->recompute == PT_RECOMPUTE_SELECTIVE ? S->layer.act_sel_bytes
                                                         : S->layer.act_bytes;
         mem->activations = m->mem.slots * most * per;
         if (md->recompute == PT_RECOMPUTE_FULL) mem->transient = S->layer.act_bytes;
-        if (m->place.has_embed) mem->activations += m->mem.slots * s * b * h; /* dropout mask */
+        if (m->place.has_embed && md->config.arch != PT_ARCH_LLAMA)
+            mem->activations += m->mem.slots * sbh_out; /* dropout mask */
         if (m->place.has_head) /* output layer: 4sbh/t (1 + v/h) */
             mem->activations += 4.0 * s * b * h / t * (1.0 + (double)m->place.vocab_local * t / h);
     }
@@ -11252,10 +11400,26 @@ static pt_status pt__plan_check(pt__sim *S, pt_plan_desc *D, const pt_hw *hw) {
     if (cf->n_head % D->tp)
         pt__append_error(&bad, "tp=%d does not divide heads=%d (model.config.n_head)", D->tp,
                          cf->n_head);
-    if (D->gpus % (D->tp * D->pp))
-        pt__append_error(&bad, "gpus=%d is not a multiple of tp x pp = %d", D->gpus,
-                         D->tp * D->pp);
-    S->dp = D->gpus / (D->tp * D->pp);
+    S->cp = D->cp > 1 ? D->cp : 1;
+    if (D->cp < 0) pt__append_error(&bad, "cp=%d must be >= 0", D->cp);
+    if (D->sp < 0 || D->sp > 1) pt__append_error(&bad, "sp=%d must be 0 or 1", D->sp);
+    if ((unsigned)D->attention > PT_ATTN_FLASH)
+        pt__append_error(&bad, "attention=%d is not PT_ATTN_DEFAULT, _PLAIN or _FLASH",
+                         (int)D->attention);
+    if ((unsigned)D->tp_overlap > PT_OVERLAP_OFF || (unsigned)D->pp_overlap > PT_OVERLAP_OFF)
+        pt__append_error(&bad, "tp_overlap=%d, pp_overlap=%d: each PT_OVERLAP_DEFAULT, _ON or "
+                         "_OFF", (int)D->tp_overlap, (int)D->pp_overlap);
+    if (md->seq % (2 * S->cp) && S->cp > 1)
+        pt__append_error(&bad, "seq=%d does not split over cp=%d (model.seq %% (2 cp) must be "
+                         "0: two chunks a rank)", md->seq, S->cp);
+    if (D->sp && D->tp > 1 && (md->seq / S->cp) % D->tp)
+        pt__append_error(&bad, "seq=%d over cp=%d does not split over tp=%d for sequence "
+                         "parallelism (model.seq / cp %% tp must be 0)", md->seq, S->cp, D->tp);
+    if (D->gpus % (D->tp * D->pp * S->cp))
+        pt__append_error(&bad, "gpus=%d is not a multiple of tp x pp%s = %d", D->gpus,
+                         S->cp > 1 ? " x cp" : "", D->tp * D->pp * S->cp);
+    S->dp = D->gpus / (D->tp * D->pp * S->cp);
+    S->dpw = S->dp * S->cp;
     if (!bad && D->batch % (S->dp * md->batch))
         pt__append_error(&bad, "batch=%d is not divisible by dp x micro-batch = %d x %d",
                          D->batch, S->dp, md->batch);
@@ -11266,7 +11430,7 @@ static pt_status pt__plan_check(pt__sim *S, pt_plan_desc *D, const pt_hw *hw) {
         pt__append_error(&bad, "bucket_bytes=%zu with zero=%d: ZeRO 2 and 3 keep one layer's "
                          "gradients at a time, so their buckets are a layer each",
                          md->bucket_bytes, md->zero);
-    if (md->bucket_bytes && !bad && D->gpus == D->tp * D->pp)
+    if (md->bucket_bytes && !bad && S->dpw == 1)
         pt__append_error(&bad, "bucket_bytes=%zu without data parallelism (gpus=%d = tp x pp): "
                          "there are no gradient buckets to reduce", md->bucket_bytes, D->gpus);
     if (md->zero == 3 && D->pp > 1)
@@ -11304,15 +11468,17 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     pt_gpt_desc gd = *D;
     pt_plan_mem mem;
     pt__exec_layout o;
-    double M = (double)D->batch * D->seq, h = D->config.n_embd, t = pl->tp, e = S->elem;
+    double M = (double)D->batch * D->seq / S->cp, h = D->config.n_embd, t = pl->tp, e = S->elem;
     double Vl, layer_p, pn;
     int c, p = pl->pp, dpn = pl->tp >= hw->per_node ? 1 : hw->per_node / pl->tp;
     pt_status err;
     memset(&g, 0, sizeof g);
-    g.tp = pl->tp, g.dp = S->dp, g.pp = p, g.pp_rank = st;
+    g.tp = pl->tp, g.dp = S->dpw, g.pp = p, g.pp_rank = st;
     gd.config.block_size = D->seq;
     gd.meta = 1, gd.inference = 0, gd.grid = &g;
     gd.zero = D->zero > 2 ? 2 : D->zero; /* ZeRO 3's shards are ZeRO 2's */
+    if (D->zero == 2 && p > 1) gd.zero = 1; /* FSDP under a pipeline (Llama 3): ZeRO 1's
+                                               shards, the gradients sharded too (memory) */
     gd.grad_accum = S->m;
     gd.precision = S->ptrain ? hw->precision : PT_PRECISION_DEFAULT; /* its activations' layout */
     gd.schedule_report = rep;
@@ -11325,7 +11491,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     pt__sim_memory(S, &m, &mem);
     r->stage[st].mem = mem;
     r->stage[st].layers = m.place.n_layers;
-    if (mem.total > r->mem.total) r->mem = mem, r->mem_rank = st * pl->tp * S->dp;
+    if (mem.total > r->mem.total) r->mem = mem, r->mem_rank = st * pl->tp * S->dpw;
     Vl = m.place.vocab_local;
     pn = (double)m.num_params;
     if (m.place.has_head) {
@@ -11349,7 +11515,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
        copies summed (first and last stage), the optimizer on this rank's part.
        ptrain's executor, and any overlap, go bucket by bucket (the meta
        build's); Megatron-LM reduced its one gradient buffer whole (one bucket). */
-    if (S->dp > 1 && D->zero < 3) {
+    if (S->dpw > 1 && D->zero < 3) {
         int whole = !S->ptrain && !S->overlap, b, lf, n;
         S->nbk[st] = whole ? 1 : o.num_buckets;
         S->bk[st] = (pt__sim_bucket *)pt__malloc(sizeof(pt__sim_bucket) * (size_t)S->nbk[st], NULL);
@@ -11361,12 +11527,15 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
         for (b = 0; b <= m.place.n_layers; b++) S->lbk[st][b] = 0;
         for (b = 0; b < S->nbk[st]; b++) {
             pt__sim_bucket *k = &S->bk[st][b];
-            double bytes = whole ? pn * e : (double)o.buckets[b].numel * e;
+            /* gradients at gb bytes an element, the weights gathered at e */
+            double n_el = whole ? pn : (double)o.buckets[b].numel, w = S->dpw;
+            double bytes = n_el * S->gb, gbytes = n_el * e;
             k->red_s = pt_hw_comm_seconds(hw, D->zero ? PT_COLL_REDUCE_SCATTER : PT_COLL_ALL_REDUCE,
-                                          bytes, S->dp, dpn);
-            k->gat_s = D->zero ? pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, bytes, S->dp, dpn) : 0.0;
-            k->gat_v = D->zero ? (S->dp - 1.0) / S->dp * bytes : 0.0;
-            k->red_v = (D->zero ? 1.0 : 2.0) * (S->dp - 1.0) / S->dp * bytes;
+                                          bytes, S->dpw, dpn);
+            k->gat_s = D->zero ? pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, gbytes, S->dpw, dpn)
+                               : 0.0;
+            k->gat_v = D->zero ? (w - 1.0) / w * gbytes : 0.0;
+            k->red_v = (D->zero ? 1.0 : 2.0) * (w - 1.0) / w * bytes;
             k->lf = -1, k->n = 0;
             if (!whole && o.buckets[b].nl)
                 for (k->lf = lf = o.buckets[b].lf, k->n = n = o.buckets[b].nl; n > 0; n--)
@@ -11378,13 +11547,13 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     }
     if (p > 1 && m.place.has_embed != m.place.has_head) /* ZB-V: both on stage 0, one copy */
         S->opt_x[st] += pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, Vl * h * e, 2,
-                                           pl->tp * S->dp * (p - 1) < hw->per_node ? 2 : 1);
-    r->stage[st].dp_bytes = S->dp > 1 && D->zero < 3 ? (D->zero ? 2.0 : 1.0) * pn * e : 0.0;
+                                           pl->tp * S->dpw * (p - 1) < hw->per_node ? 2 : 1);
+    r->stage[st].dp_bytes = S->dpw > 1 && D->zero < 3 ? (D->zero ? 2.0 : 1.0) * pn * e : 0.0;
     if (D->schedule == PT_SCHED_CHIMERA) { /* the replicas' all-reduce with stage p-1-s,
                                               (p-1-2s) x tp x dp world ranks away: every
                                               gradient (REDUCE), or with ZeRO this rank's
                                               dp shard after the reduce-scatter (in OPT) */
-        int gap = (p - 1 - 2 * st < 0 ? 2 * st + 1 - p : p - 1 - 2 * st) * pl->tp * S->dp;
+        int gap = (p - 1 - 2 * st < 0 ? 2 * st + 1 - p : p - 1 - 2 * st) * pl->tp * S->dpw;
         double bytes = (D->zero ? (double)o.shard_total : pn) * e;
         double t = pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, bytes, 2, gap < hw->per_node ? 2 : 1);
         if (D->zero) S->opt_x[st] += t;
@@ -11405,8 +11574,8 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
         for (k = 0; pt__canon_spec(&gd.config, k, &sp, NULL, 0); k++)
             if (sp.layer == 0) layer_p += sp.cols ? (double)sp.rows * sp.cols / t : (double)sp.rows;
     }
-    S->zero3_s[st] = D->zero == 3 && S->dp > 1
-                         ? pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, layer_p * e, S->dp, dpn)
+    S->zero3_s[st] = D->zero == 3 && S->dpw > 1
+                         ? pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, layer_p * e, S->dpw, dpn)
                          : 0.0;
     pt_gpt_free(&m);
     return PT_OK;
@@ -11581,7 +11750,7 @@ static pt_status pt__plan_timeline(pt__sim *S, const pt_schedule *sch, pt_plan_r
                 at += dur - S->opt_c[st], dur = S->opt_c[st];
             if (dur > 0) err = pt_trace_add(trace, st, a->kind, a->micro, a->chunk, k, at, dur);
         }
-        if (trace && err == PT_OK && S->dp > 1) {
+        if (trace && err == PT_OK && S->dpw > 1) {
             if (S->overlap && S->nbk[st]) pt__sim_overlap(S, sch, st, start + i, trace);
             else pt__sim_dp_trace(S, st, sch->count[st] - 1, start[i + sch->count[st] - 1], trace);
         }
@@ -11605,8 +11774,8 @@ static void pt__plan_summary(const pt__sim *S, double span, pt_plan_result *r) {
             worst = S->busy[st] + S->opt_s[st] + S->pair_s[st], w = st;
     }
     /* a stage's FLOPs are one of its tp ranks' times tp, over dp replicas */
-    r->hw_flops *= (double)D->tp * S->dp;
-    r->model_flops *= (double)D->tp * S->dp;
+    r->hw_flops *= (double)D->tp * S->dpw;
+    r->model_flops *= (double)D->tp * S->dpw;
     r->bubble_fraction = span > 0 ? 1.0 - busy / (p * span) : 0.0;
     /* dp communication: the dp reduction, and Chimera's replica all-reduce */
     r->tp_comm_s = S->tp_s[w], r->pp_comm_s = S->pp_s[w], r->dp_comm_s = S->dp_x[w] + S->pair_s[w];
@@ -11651,6 +11820,14 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
     S.hw = hw;
     S.ptrain = (D.exec ? D.exec : hw->exec) == PT_EXEC_PTRAIN;
     S.elem = S.ptrain ? 4.0 : 2.0;
+    S.gb = !S.ptrain && hw->grad_bytes > 0 ? hw->grad_bytes : S.elem;
+    S.sp = D.sp && D.tp > 1;
+    S.flash = D.attention == PT_ATTN_FLASH;
+    /* (ptrain's executor: its own overlap of sends is in its schedule's costs) */
+    S.tp_ov = D.tp_overlap ? D.tp_overlap == PT_OVERLAP_ON
+                           : D.overlap == PT_OVERLAP_ON && !S.ptrain;
+    S.pp_ov = D.pp_overlap ? D.pp_overlap == PT_OVERLAP_ON
+                           : D.overlap == PT_OVERLAP_ON && !S.ptrain;
     S.share = share;
     S.scale = scale;
     r->dp = S.dp;
@@ -11660,9 +11837,11 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
     /* overlap as the executor runs it: with a dp group, not Chimera's or 2BW's
        (they reduce at their own points), not ZeRO 3 (it gathers every use) */
     S.overlap = (D.overlap == PT_OVERLAP_ON || (D.overlap == PT_OVERLAP_DEFAULT && S.ptrain)) &&
-                S.dp > 1 && md->zero < 3 && md->schedule != PT_SCHED_CHIMERA &&
+                S.dpw > 1 && md->zero < 3 && md->schedule != PT_SCHED_CHIMERA &&
                 md->schedule != PT_SCHED_2BW;
-    S.ov_reduce = S.overlap && md->zero < 2; /* (ZeRO 2 reduces inside backward either way) */
+    S.ov_reduce = S.overlap && (md->zero < 2 || p > 1); /* (ZeRO 2 reduces inside backward
+                                                           either way; under a pipeline once,
+                                                           after the last micro-batch) */
     S.chunk_layers = (int *)pt__malloc(sizeof(int) * (size_t)S.V, NULL);
     S.opt_s = (double *)pt__malloc(sizeof(double) * (size_t)p * (15 + v), NULL);
     S.bk = (pt__sim_bucket **)pt__malloc(sizeof(void *) * (size_t)p * 2, NULL);
@@ -11704,14 +11883,19 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
                        r->mem.optimizer / 1073741824.0, r->mem.activations / 1073741824.0,
                        r->mem.transient / 1073741824.0, hw->mem_bytes / 1073741824.0);
     if (err == PT_OK) { /* activations to the next stage (Megatron: 1/t over the network,
-                           then gathered in the node) */
-        double bytes = (double)md->batch * md->seq * md->config.n_embd * S.elem;
-        int across = D.tp * S.dp >= hw->per_node;
-        if (!S.ptrain && D.tp > 1)
+                           then gathered in the node; with sp each rank's 1/t is all it
+                           needs); with pp_overlap the link runs behind compute */
+        double bytes = (double)md->batch * md->seq / S.cp * md->config.n_embd * S.elem;
+        int across = D.tp * S.dpw >= hw->per_node;
+        if (S.sp)
+            S.p2p_s = p > 1 ? pt_hw_comm_seconds(hw, PT_COLL_P2P, bytes / D.tp, 2, across ? 1 : 2)
+                            : 0.0;
+        else if (!S.ptrain && D.tp > 1)
             S.p2p_s = pt_hw_comm_seconds(hw, PT_COLL_P2P, bytes / D.tp, 2, across ? 1 : 2) +
                       pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, bytes, D.tp, D.tp);
         else
             S.p2p_s = p > 1 ? pt_hw_comm_seconds(hw, PT_COLL_P2P, bytes, 2, across ? 1 : 2) : 0.0;
+        if (S.pp_ov && S.p2p_s > hw->kernel_s) S.p2p_s = hw->kernel_s;
         S.p2p_bytes = bytes;
     }
     r->build_seconds = pt_time_now() - t0;

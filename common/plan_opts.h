@@ -59,6 +59,49 @@ typedef struct plan_args {
     double inter_gbps;      /* --inter-gbps (0: the profile's) */
 } plan_args;
 
+/* "on" or "off" into *o (NULL: leave it); 0, or -1 after saying what is wrong. */
+static int plan_onoff(const char *flag, const char *v, pt_overlap *o) {
+    if (!v) return 0;
+    if (strcmp(v, "on") == 0) *o = PT_OVERLAP_ON;
+    else if (strcmp(v, "off") == 0) *o = PT_OVERLAP_OFF;
+    else {
+        fprintf(stderr, "error: --%s '%s' is not on or off\n", flag, v);
+        return -1;
+    }
+    return 0;
+}
+
+/* Today's recipe from the command line: the block (--arch, --kv-heads,
+   --ffn), --attention, --tp-overlap, --pp-overlap. 0, or -1 after an error. */
+static int plan_recipe(pt_plan_desc *d, const char *arch, int kv, int ffn, const char *attn,
+                       const char *tov, const char *pov) {
+    pt_gpt_config *cf = &d->model.config;
+    if (arch && strcmp(arch, "llama") == 0) {
+        cf->arch = PT_ARCH_LLAMA, cf->norm = PT_NORM_RMS, cf->pos = PT_POS_ROPE;
+        cf->mlp = PT_MLP_SWIGLU, cf->no_bias = 1, cf->untied_head = 1;
+    } else if (arch && strcmp(arch, "gpt") != 0) {
+        fprintf(stderr, "error: --arch '%s' is not gpt or llama\n", arch);
+        return -1;
+    }
+    if (kv) cf->n_kv_head = kv;
+    if (ffn) cf->ffn_hidden = ffn;
+    if (cf->arch != PT_ARCH_LLAMA && ((kv && kv != cf->n_head) || (ffn && ffn != 4 * cf->n_embd))) {
+        fprintf(stderr, "error: --kv-heads %d, --ffn %d: GPT's block has kv-heads = heads (%d) "
+                "and ffn = 4 x hidden (%d); use --arch llama\n", kv, ffn, cf->n_head,
+                4 * cf->n_embd);
+        return -1;
+    }
+    if (attn && strcmp(attn, "flash") == 0) d->attention = PT_ATTN_FLASH;
+    else if (attn && strcmp(attn, "plain") == 0) d->attention = PT_ATTN_PLAIN;
+    else if (attn) {
+        fprintf(stderr, "error: --attention '%s' is not flash or plain\n", attn);
+        return -1;
+    }
+    if (plan_onoff("tp-overlap", tov, &d->tp_overlap) || plan_onoff("pp-overlap", pov, &d->pp_overlap))
+        return -1;
+    return 0;
+}
+
 /* The command line into p (a --preset first, so that flags override it
    wherever they stand). Returns -1 to go on, else the exit status: 0 after
    --help, 2 after an error message. usage: print the usage. */
@@ -67,6 +110,8 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
     pt_gpt_desc *md = &d->model; /* the model and its layout */
     pt_gpt_config *cf = &md->config;
     const char *preset = NULL, *rc = "full", *sched = NULL, *prec = NULL, *pos[1], *ov = NULL;
+    const char *arch = NULL, *attn = NULL, *tov = NULL, *pov = NULL;
+    int kv = 0, ffn = 0;
     float tokens = 0, bucket_mb = 0, inter = 0;
     int npos, s, i, np = (int)(sizeof presets / sizeof *presets);
     cli_opt opts[] = {
@@ -87,10 +132,27 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
          "zb-v and chimera, else 1; interleaved takes 2 or more)", 0, 64},
         {"schedule", CLI_STR, &sched, "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, chimera, "
          "2bw (default: 1f1b, interleaved with --chunks)", 0, 0},
-        {"zero", CLI_INT, &md->zero, "ZeRO stage 0..3", 0, 3},
+        {"zero", CLI_INT, &md->zero, "ZeRO stage 0..3 (1 with --overlap on: Megatron's "
+         "distributed optimizer)", 0, 3},
+        {"arch", CLI_STR, &arch, "gpt | llama: the block (llama: RMSNorm, rotary, SwiGLU, no "
+         "biases, untied head; default gpt)", 0, 0},
+        {"kv-heads", CLI_INT, &kv, "key/value heads (llama; default: --heads)", 1, 1 << 16},
+        {"ffn", CLI_INT, &ffn, "the MLP's hidden size (default 4 x hidden)", 1, 1 << 24},
+        {"sp", CLI_FLAG, &d->sp, "sequence parallelism: norms, dropout, residuals on seq/tp, "
+         "tp's all-reduces as all-gather + reduce-scatter (default off; nothing with tp 1)", 0, 0},
+        {"cp", CLI_INT, &d->cp, "context parallelism: ranks sharing each sequence, a ring "
+         "of K/V blocks, the load-balanced causal split (default 1; gpus = tp x pp x cp x dp)",
+         1, 1 << 16},
+        {"attention", CLI_STR, &attn, "flash | plain: a fused kernel at the profile's flash "
+         "efficiency, no s x s in memory; or batched GEMMs with the scores stored (default "
+         "plain)", 0, 0},
+        {"tp-overlap", CLI_STR, &tov, "on | off: tp's collectives pipelined against their GEMMs, "
+         "the profile's exposed share left (default: on with --overlap on)", 0, 0},
+        {"pp-overlap", CLI_STR, &pov, "on | off: pipeline sends behind compute (default: on with "
+         "--overlap on)", 0, 0},
         {"recompute", CLI_STR, &rc, "none, selective or full", 0, 0},
-        {"hw", CLI_STR, &p->hw_name, "a100-80g, h100-80g, mi250x or local (default: preset's, "
-                                     "else a100-80g)", 0, 0},
+        {"hw", CLI_STR, &p->hw_name, "a100-80g, h100-80g, h200, mi250x, mi300x or local "
+                                     "(default: preset's, else a100-80g)", 0, 0},
         {"hw-file", CLI_STR, &p->hw_file, "this machine's profile for --hw local", 0, 0},
         {"tokens", CLI_FLOAT, &tokens, "report the time to train on this many tokens", 0, 1e18},
         {"json", CLI_FLAG, &p->json, "one JSON object instead of the table", 0, 0},
@@ -107,8 +169,9 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         {"precision", CLI_STR, &prec, "fp32 | bf16: the GEMMs' precision this machine's profile "
          "(--hw local, --calibrate) is measured at (default fp32)", 0, 0},
         {"overlap", CLI_STR, &ov, "on | off: dp gradient buckets reduced behind backward, ZeRO's "
-         "parameter gathers behind the next forward (default: on for --hw local, ptrain's "
-         "executor; off for the GPU profiles, Megatron-LM's)", 0, 0},
+         "parameter gathers behind the next forward, and unless --tp-overlap/--pp-overlap say "
+         "otherwise tp's and the pipeline's transfers too (default: on for --hw local, ptrain's "
+         "executor; off for the GPU profiles, Megatron-LM 2021's)", 0, 0},
         {"bucket-mb", CLI_FLOAT, &bucket_mb, "dp gradient buckets: layers grouped until a bucket "
          "holds this many MiB of fp32 gradients (default: a layer a bucket)", 0, 0},
         {"inter-gbps", CLI_FLOAT, &inter, "a device's network bandwidth across nodes in Gbit/s "
@@ -119,7 +182,7 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
     p->hw_file = hw_file_default, p->top = 5;
     cf->n_layer = 24, cf->n_embd = 2304, cf->n_head = 24, cf->vocab_size = 51200;
     md->seq = 2048, md->batch = 16, md->chunks = 0;
-    d->tp = 1, d->pp = 1, d->gpus = 32, d->batch = 512;
+    d->tp = 1, d->pp = 1, d->gpus = 32, d->batch = 512, d->cp = 1;
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) preset = argv[i + 1];
         else if (strncmp(argv[i], "--preset=", 9) == 0) preset = argv[i] + 9;
@@ -175,6 +238,7 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         fprintf(stderr, "error: --inter-gbps %g must be more than 0\n", (double)inter);
         return 2;
     }
+    if (plan_recipe(d, arch, kv, ffn, attn, tov, pov) != 0) return 2;
     md->bucket_bytes = (size_t)((double)bucket_mb * 1048576.0);
     p->inter_gbps = inter;
     md->schedule = (pt_schedule_kind)s;

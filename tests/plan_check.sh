@@ -27,6 +27,37 @@ done <<ROWS
 1008B 163 --layers=128 --hidden=25600 --heads=160 --seq=2048 --vocab=51200 --tp=8 --pp=64 --gpus=3072 --batch=3072 --microbatch=1 --recompute=full --hw=a100-80g
 ROWS
 
+# Megatron-LM 2021's Tables 1 and 2 (tests/plan_2021.tsv) and today's recipe against
+# published rows (tests/plan_today.tsv: each row's flags as its source
+# pins them, the published TFLOP/s a GPU, which figure, the tolerance): every row within its
+# tolerance; the table, mean and worst error printed (docs/simulator.md shows them)
+for rows in plan_2021 plan_today; do
+python3 - "$plan" "$(dirname "$0")/$rows.tsv" <<'EOF' || bad=1
+import json, shlex, subprocess, sys
+plan, rows, errs, ok = sys.argv[1], sys.argv[2], [], True
+print("| row | published | simulated | error |\n|---|---|---|---|")
+for line in open(rows):
+    if line.startswith("#") or not line.strip():
+        continue
+    name, pub, which, tol, flags, source = line.rstrip("\n").split("\t")
+    p = subprocess.run([plan] + shlex.split(flags) + ["--json"], capture_output=True, text=True)
+    if p.returncode:
+        print("FAIL %s: %s" % (name, p.stderr.strip()))
+        ok = False
+        continue
+    d = json.loads(p.stdout)
+    got = d["model_tflops_per_gpu" if which == "model" else "tflops_per_gpu"]
+    err = 100.0 * (got - float(pub)) / float(pub)
+    errs.append(abs(err))
+    flag = "" if abs(err) <= float(tol) else "  FAIL: outside %s%%" % tol
+    ok = ok and not flag
+    print("| %s | %s | %.1f | %+.1f%% |%s" % (name, pub, got, err, flag))
+print("%s %s: mean error %.1f%%, worst %.1f%% over %d rows" % ("ok  " if ok else "FAIL",
+    rows, sum(errs) / max(len(errs), 1), max(errs + [0]), len(errs)))
+sys.exit(0 if ok else 1)
+EOF
+done
+
 # the 1T model's memory on rank 0 (first stage: wte and 2 of 128 layers)
 # against the closed forms: 16 bytes a parameter (fp16 weights and
 # gradients, fp32 master weights, Adam m and v), activations with full
@@ -80,7 +111,6 @@ expect 1 "batch=500 is not divisible by dp x micro-batch" --gpus 32 --batch 500 
 expect 1 "zero=3 with pipeline stages" --preset megatron-1t --zero 3
 expect 1 "tp=7 does not divide heads=24" --tp 7 --gpus 28
 expect 2 "is not none, selective or full" --recompute most
-expect 2 "unknown hardware 'tpu'" --hw tpu
 expect 2 "unknown preset" --preset gpt-9t
 expect 2 "expects an integer" --layers 12x
 expect 0 "tflops_per_gpu" --preset megatron-1t --zero 1 --json
@@ -119,6 +149,55 @@ expect 2 "--inter-gbps 0 must be more than 0" --preset llama-13b-256 --inter-gbp
 expect 1 "bucket_bytes=.* with zero=2" --preset llama-13b-256 --zero 2
 expect 1 "is more than the model's" --preset llama-13b-256 --bucket-mb 1e6
 expect 1 "without data parallelism" --preset llama-13b-256 --gpus 2 --batch 8 --microbatch 4
+
+# refusals name the valid values
+expect 2 "unknown hardware 'tpu' (known: a100-80g, h100-80g, h200, mi250x, mi300x, local)" --hw tpu
+expect 2 "--attention 'sdpa' is not flash or plain" --attention sdpa
+expect 2 "--arch 'bert' is not gpt or llama" --arch bert
+expect 2 "--tp-overlap 'maybe' is not on or off" --tp-overlap maybe
+expect 2 "--pp-overlap 'yes' is not on or off" --pp-overlap yes
+expect 2 "GPT's block has kv-heads = heads" --kv-heads 8
+expect 2 "unknown option '--context-parallel'" --context-parallel 2
+expect 1 "seq=2048 does not split over cp=3" --cp 3 --tp 8 --gpus 48 --batch 48 --microbatch 1
+expect 1 "gpus=32 is not a multiple of tp x pp x cp = 64" --cp 4 --tp 16 --heads 32 --hidden 2048
+expect 1 "seq=2052 over cp=1 does not split over tp=8 for sequence parallelism" --sp --tp 8 \
+    --seq 2052 --gpus 64 --batch 64 --microbatch 1
+
+# activations per GPU against Korthikanti et al. 2022's closed forms, one 16-layer stage of
+# 6144 hidden on 8 GPUs (tp 8), sequence 4096, one micro-batch in flight: plain attention
+# keeps sbh(10 + 24/t + 5as/ht) a layer, flash attention no s x s (sbh(10 + 24/t), selective's),
+# sequence parallelism sbh(34/t); cp 2 half of it; the embedding's dropout mask sbh (/t with sp)
+mem="--layers 16 --hidden 6144 --heads 48 --vocab 51200 --seq 4096 --tp 8 --gpus 8 --batch 1 \
+--microbatch 1 --zero 0 --recompute none --hw h100-80g --json"
+for v in "plain" "flash" "flash --sp" "flash --sp --cp 2 --gpus 16"; do
+    # shellcheck disable=SC2086
+    $plan $mem --attention $v >"$tmp/m.$(echo "$v" | tr -d ' -')" || { echo "FAIL plan --attention $v"; bad=1; }
+done
+python3 - "$tmp" <<'EOF' || bad=1
+import json, sys
+act = {k: json.load(open("%s/m.%s" % (sys.argv[1], k)))["memory"]["activations"]
+       for k in ("plain", "flash", "flashsp", "flashspcp2gpus16")}
+s, b, h, a, t, L, V = 4096, 1, 6144, 48, 8, 16, 51200
+head = 4 * s * b * h / t * (1 + V / h)  # the output layer's (Korthikanti: 4sbh/t (1 + V/h))
+want = {"plain": L * s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) + s * b * h + head,
+        "flash": L * s * b * h * (10 + 24 / t) + s * b * h + head,
+        "flashsp": L * s * b * h * 34 / t + s * b * h / t + head,
+        "flashspcp2gpus16": (L * s * b * h * 34 / t + s * b * h / t + head) / 2}
+for k in want:
+    assert abs(act[k] - want[k]) <= 0.001 * want[k], (k, act[k], want[k])
+print("ok   activations: plain, flash, flash + sp, flash + sp + cp 2 as the closed forms")
+EOF
+
+# plan --search on a published row's cluster (Korthikanti's 22B on 8 A100s) finds its layout or a
+# faster one, and says what the faster one gains
+row="--layers 48 --hidden 6144 --heads 64 --vocab 51200 --seq 2048 --gpus 8 --batch 4 \
+--microbatch 1 --recompute selective --sp --zero 0 --hw a100-80g"
+# shellcheck disable=SC2086
+$plan $row --tp 8 --json >"$tmp/pub" && $plan $row --search --top 3 --json >"$tmp/best" &&
+    python3 -c "import json,sys; p=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2]))
+assert b[0]['step_time_s'] <= p['step_time_s'] * (1 + 1e-9), (b[0], p['step_time_s'])" \
+    "$tmp/pub" "$tmp/best" && echo "ok   --search on Korthikanti's 22B: the published layout or faster" ||
+    { echo "FAIL --search slower than the published layout"; bad=1; }
 
 # the simulated step as a picture: Chrome trace JSON and SVG
 expect 0 "trace" --preset megatron-145.6b --batch 768 --trace "$tmp/t.json"

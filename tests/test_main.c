@@ -3528,6 +3528,43 @@ static void test_sim_flops_closed_form(void) {
     CHECK(fabs(r.hw_flops / mf - 1) < 1e-9 && fabs(r.model_flops / mf - 1) < 1e-9);
 }
 
+/* Today's recipe in the simulator: model FLOPs stay the closed form under
+   cp (each rank's 1/cp of the tokens and of attention); sp and overlapped
+   tp shrink what they should; bad fields are refused by name; a profile's
+   new fields survive save and load. */
+static void test_sim_recipe(void) {
+    pt_hw hw, back;
+    pt_plan_desc d;
+    pt_plan_result a, b;
+    double B, s, l, h, V, mf;
+    const char *path = "build/test_hw_recipe.txt";
+    CHECK(pt_hw_preset("h100-80g", &hw) == PT_OK);
+    memset(&d, 0, sizeof d);
+    d.model.config = cfg_make(51200, 0, 16, 32, 4096), d.model.seq = 8192;
+    d.model.batch = 1, d.model.recompute = PT_RECOMPUTE_NONE, d.model.zero = 1;
+    d.tp = 8, d.pp = 1, d.gpus = 64, d.batch = 16, d.attention = PT_ATTN_FLASH;
+    CHECK(pt_plan_simulate(&d, &hw, &a, NULL) == PT_OK);
+    d.cp = 2;
+    CHECK(pt_plan_simulate(&d, &hw, &b, NULL) == PT_OK);
+    B = d.batch, s = d.model.seq, l = 16, h = 4096, V = 51200;
+    mf = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+    CHECK(fabs(a.model_flops / mf - 1) < 1e-9 && fabs(b.model_flops / mf - 1) < 1e-9);
+    CHECK(b.dp == 4 && fabs(b.mem.activations / a.mem.activations - 0.5) < 1e-6);
+    d.cp = 0, d.sp = 1;
+    CHECK(pt_plan_simulate(&d, &hw, &b, NULL) == PT_OK);
+    CHECK(b.mem.activations < 0.5 * a.mem.activations && b.tp_comm_s > 0);
+    d.overlap = PT_OVERLAP_ON; /* and with it tp's collectives behind the GEMMs */
+    CHECK(pt_plan_simulate(&d, &hw, &a, NULL) == PT_OK);
+    CHECK(a.tp_comm_s > 0 && a.tp_comm_s < (hw.tp_exposed + 0.1) * b.tp_comm_s); /* (+ the head's) */
+    d.attention = (pt_plan_attention)7, d.cp = -1;
+    CHECK(pt_plan_simulate(&d, &hw, &a, NULL) == PT_ERR_CONFIG);
+    CHECK(strstr(pt_last_error(), "attention=7") && strstr(pt_last_error(), "cp=-1"));
+    CHECK(pt_hw_save(&hw, path) == PT_OK && pt_hw_load(path, &back) == PT_OK);
+    CHECK(back.flash_eff == hw.flash_eff && back.tp_exposed == hw.tp_exposed &&
+          back.grad_bytes == hw.grad_bytes && back.comm_sm == hw.comm_sm);
+    remove(path);
+}
+
 /* The mechanisms move the numbers the right way: more micro-batches shrink
    the bubble towards (p-1)/(m+p-1); interleaving shrinks it further; a
    slower link costs time; 1F1B holds p micro-batches on stage 0 where
@@ -5337,6 +5374,7 @@ static const test_case tests[] = {
     {"schedule_2bw_rejects", test_schedule_2bw_rejects},
     {"sim_flops_closed_form", test_sim_flops_closed_form},
     {"sim_mechanisms", test_sim_mechanisms},
+    {"sim_recipe", test_sim_recipe},
     {"sim_cost_paths", test_sim_cost_paths},
     {"sim_overlap", test_sim_overlap},
     {"sim_errors", test_sim_errors},

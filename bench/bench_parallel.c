@@ -114,13 +114,13 @@ static pt_status rank_main(pt_comm *world, void *arg) {
     dout = (float *)malloc(sizeof(float) * (size_t)N * cfg.n_embd);
     dx = (float *)malloc(sizeof(float) * (size_t)N * cfg.n_embd);
     pt_arena_init_meta(&block); /* measured, then allocated once */
-    pt_block_layout(&cfg, Bl, o->seq, o->tp, &block, NULL, &bg, &ba, &bs);
+    pt_block_layout(&cfg, Bl, o->seq, o->tp, 0, &block, NULL, &bg, &ba, &bs);
     if (!inputs || !targets || !t || !c || !x || !dout || !dx ||
         pt_arena_init(&block, block.used, NULL) != PT_OK) {
         st = pt_comm_fail(world, pt_error(PT_ERR_OOM, "out of memory"));
         goto out;
     }
-    pt_block_layout(&cfg, Bl, o->seq, o->tp, &block, NULL, &bg, &ba, &bs);
+    pt_block_layout(&cfg, Bl, o->seq, o->tp, 0, &block, NULL, &bg, &ba, &bs);
     memset(&sd, 0, sizeof sd);
     sd.inputs = inputs + (size_t)grid.dp_rank * N, sd.targets = targets + (size_t)grid.dp_rank * N;
     sd.B = Bl, sd.T = o->seq, sd.adamw = &opt, sd.lr = 1e-3f;

@@ -2,8 +2,8 @@
 # sp_check.sh PROG FILE [MAX]: sequence parallelism (--sp) on fixture FILE
 # against the serial tolerances, with up to MAX ranks (default 8): every tp
 # >= 2 dividing n_kv_head and T, with ZeRO 0-2 and dp 2; then at tp 2: pp 2
-# under gpipe, 1f1b, interleaved (4+ layers) and zb-h1, recomputation
-# selective and full, bf16. Threads (PROG = build/fixture_check) or MPI
+# under gpipe, 1f1b, zb-h1, chimera, 2bw, zb-v and interleaved (4+ layers),
+# recomputation selective and full, bf16. Threads (PROG = build/fixture_check) or MPI
 # (build/fixture_check_mpi). Passes if every run passes; 77 if none fits.
 prog=$1 file=$2 max=${3:-8}
 . "$(dirname "$0")/fixture_runs.sh"
@@ -28,8 +28,14 @@ if [ $((kv % 2)) -eq 0 ] && [ $((T % 2)) -eq 0 ]; then
         try 4 --tp 2 --sp --pp 2 --schedule zb-h1 --microbatches "$B"
         [ $((B % 2)) -eq 0 ] && try 8 --tp 2 --sp --pp 2 --dp 2 --zero 1 --microbatches $((B / 2))
     fi
-    if [ "$L" -ge 4 ] && [ $((B % 2)) -eq 0 ]; then
-        try 4 --tp 2 --sp --pp 2 --schedule interleaved --chunks 2 --microbatches 2
+    if [ $((B % 2)) -eq 0 ]; then
+        try 4 --tp 2 --sp --pp 2 --schedule chimera --microbatches "$B"
+        try 4 --tp 2 --sp --pp 2 --schedule 2bw --microbatches "$B"
+    fi
+    if [ "$L" -ge 4 ]; then
+        try 4 --tp 2 --sp --pp 2 --schedule zb-v --microbatches "$B"
+        [ $((B % 2)) -eq 0 ] &&
+            try 4 --tp 2 --sp --pp 2 --schedule interleaved --chunks 2 --microbatches 2
     fi
 fi
 finish "sequence-parallel layouts"

@@ -941,6 +941,7 @@ typedef struct par_case {
     const char *name;
     int tp, dp, pp, zero, micro, chunks;
     pt_schedule_kind schedule;
+    int sp; /* sequence parallelism */
 } par_case;
 
 typedef struct par_run {
@@ -976,6 +977,7 @@ static pt_status par_rank(pt_comm *world, void *arg) {
     memset(&d, 0, sizeof d);
     d.config = r->cfg, d.batch = rows / c->micro, d.seq = r->T, d.grid = &g, d.zero = c->zero;
     d.grad_accum = c->micro, d.schedule = c->schedule, d.chunks = c->chunks;
+    d.sequence_parallel = c->sp;
     st = pt_gpt_init(&m, &d);
     if (st == PT_OK) st = pt_gpt_load_weights(&m, r->weights);
     memset(&sd, 0, sizeof sd);
@@ -1033,17 +1035,21 @@ static float par_serial(pt_gpt_config cfg, const char *weights, const int *in, c
 static void test_parallel_grads(void) {
     enum { V = 29, BLOCK = 8, L = 4, NH = 4, C = 16, B = 4, T = 8 };
     static const par_case cases[] = {
-        {"tp 2", 2, 1, 1, 0, 1, 1, PT_SCHED_DEFAULT},
-        {"dp 2", 1, 2, 1, 0, 1, 1, PT_SCHED_DEFAULT},
-        {"dp 2, ZeRO 1", 1, 2, 1, 1, 1, 1, PT_SCHED_DEFAULT},
-        {"dp 2, ZeRO 2", 1, 2, 1, 2, 1, 1, PT_SCHED_DEFAULT},
-        {"dp 2, 2 micro-batches (gradient accumulation)", 1, 2, 1, 0, 2, 1, PT_SCHED_DEFAULT},
-        {"pp 2, gpipe, 4 micro-batches", 1, 1, 2, 0, 4, 1, PT_SCHED_GPIPE},
-        {"pp 2, 1f1b, 4 micro-batches", 1, 1, 2, 0, 4, 1, PT_SCHED_1F1B},
-        {"pp 2, interleaved (2 chunks), 2 micro-batches", 1, 1, 2, 0, 2, 2, PT_SCHED_INTERLEAVED},
-        {"pp 2, zb-h1, 4 micro-batches", 1, 1, 2, 0, 4, 1, PT_SCHED_ZB_H1},
-        {"tp 2 x dp 2, ZeRO 1", 2, 2, 1, 1, 1, 1, PT_SCHED_DEFAULT},
-        {"tp 2 x pp 2, 1f1b, 2 micro-batches", 2, 1, 2, 0, 2, 1, PT_SCHED_1F1B},
+        {"tp 2", 2, 1, 1, 0, 1, 1, PT_SCHED_DEFAULT, 0},
+        {"dp 2", 1, 2, 1, 0, 1, 1, PT_SCHED_DEFAULT, 0},
+        {"dp 2, ZeRO 1", 1, 2, 1, 1, 1, 1, PT_SCHED_DEFAULT, 0},
+        {"dp 2, ZeRO 2", 1, 2, 1, 2, 1, 1, PT_SCHED_DEFAULT, 0},
+        {"dp 2, 2 micro-batches (gradient accumulation)", 1, 2, 1, 0, 2, 1, PT_SCHED_DEFAULT, 0},
+        {"pp 2, gpipe, 4 micro-batches", 1, 1, 2, 0, 4, 1, PT_SCHED_GPIPE, 0},
+        {"pp 2, 1f1b, 4 micro-batches", 1, 1, 2, 0, 4, 1, PT_SCHED_1F1B, 0},
+        {"pp 2, interleaved (2 chunks), 2 micro-batches", 1, 1, 2, 0, 2, 2, PT_SCHED_INTERLEAVED, 0},
+        {"pp 2, zb-h1, 4 micro-batches", 1, 1, 2, 0, 4, 1, PT_SCHED_ZB_H1, 0},
+        {"tp 2 x dp 2, ZeRO 1", 2, 2, 1, 1, 1, 1, PT_SCHED_DEFAULT, 0},
+        {"tp 2 x pp 2, 1f1b, 2 micro-batches", 2, 1, 2, 0, 2, 1, PT_SCHED_1F1B, 0},
+        {"tp 2, sequence parallel", 2, 1, 1, 0, 1, 1, PT_SCHED_DEFAULT, 1},
+        {"tp 4, sequence parallel", 4, 1, 1, 0, 1, 1, PT_SCHED_DEFAULT, 1},
+        {"tp 2 sp x dp 2, ZeRO 2", 2, 2, 1, 2, 1, 1, PT_SCHED_DEFAULT, 1},
+        {"tp 2 sp x pp 2, zb-h1, 2 micro-batches", 2, 1, 2, 0, 2, 1, PT_SCHED_ZB_H1, 1},
     };
     pt_gpt_config cfg = cfg_make(V, BLOCK, L, NH, C);
     int *in = rand_ids(B * T, V), *tg = rand_ids(B * T, V), b, k;
@@ -1092,6 +1098,57 @@ static void test_parallel_grads(void) {
         if (!(fabs(r.loss - loss) <= 2 * K * u * fabs(loss)))
             FAIL("%s: loss %.9g, serial %.9g", cases[k].name, r.loss, loss);
     }
+}
+
+/* Sequence parallelism computes tp's sums in tp's order: the reduce-scatters
+   add the same partial products in rank order as the all-reduces they
+   replace, and every row's norm, residual and gradient is the same
+   arithmetic on fewer rows. So the loss and every gradient but the norms'
+   weights and biases are bit for bit those of tp without it; the norms'
+   (ln_1, ln_2, ln_f) sum their rows on each rank and then over the ranks,
+   another order, within test_parallel_grads' tolerance (checked there). */
+static void test_sp_exact(void) {
+    enum { V = 29, BLOCK = 8, L = 2, NH = 4, C = 16, B = 2, T = 8 };
+    static const par_case cases[] = {
+        {"tp 2", 2, 1, 1, 0, 1, 1, PT_SCHED_DEFAULT, 0},
+        {"tp 2, sequence parallel", 2, 1, 1, 0, 1, 1, PT_SCHED_DEFAULT, 1},
+    };
+    pt_gpt_config cfg = cfg_make(V, BLOCK, L, NH, C);
+    int *in = rand_ids(B * T, V), *tg = rand_ids(B * T, V), k, differ = 0, normdiff = 0;
+    const char *weights = tmp_path("sp.safetensors");
+    par_run r[2];
+    size_t n, i;
+    pt_gpt m;
+    pt_train_state ts;
+    CHECK_ST(gpt_new(&m, cfg, B, T, 0), PT_OK);
+    if (!m.params) return;
+    gpt_randomize(&m, 11, 0.1f);
+    memset(&ts, 0, sizeof ts);
+    CHECK_ST(pt_checkpoint_save(weights, &m, &ts), PT_OK);
+    n = m.num_params_full;
+    for (k = 0; k < 2; k++) {
+        memset(&r[k], 0, sizeof r[k]);
+        r[k].c = &cases[k], r[k].cfg = cfg, r[k].weights = weights, r[k].in = in, r[k].tg = tg;
+        r[k].B = B, r[k].T = T, r[k].n = n, r[k].grads = TALLOC(float, n);
+        if (pt_comm_threads_run(2, par_rank, &r[k]) != PT_OK) {
+            FAIL("%s: %s", cases[k].name, pt_last_error());
+            pt_gpt_free(&m);
+            return;
+        }
+    }
+    CHECK(memcmp(&r[0].loss, &r[1].loss, sizeof(float)) == 0);
+    for (i = 0; i < (size_t)m.num_tensors; i++) { /* (one rank: the table is the whole's) */
+        const pt_param *p = &m.table[i];
+        int norm = strstr(p->name, "ln_") != NULL;
+        if (memcmp(r[0].grads + p->full_offset, r[1].grads + p->full_offset,
+                   p->full_numel * sizeof(float)) == 0)
+            continue;
+        if (norm) normdiff++;
+        else differ++, FAIL("%s: sequence parallel gradient differs from tp 2's", p->name);
+    }
+    if (g_verbose) printf("    %d norm tensors differ in their last bits, %d others\n", normdiff,
+                          differ);
+    pt_gpt_free(&m);
 }
 
 /* ---- steps allocate nothing ------------------------------------------------
@@ -5251,6 +5308,7 @@ static const test_case tests[] = {
     {"init_weights", test_init_weights},
     {"threads_reproducible", test_threads_reproducible},
     {"parallel_grads_vs_serial", test_parallel_grads},
+    {"sp_exact_vs_tp", test_sp_exact},
     {"steps_allocate_nothing", test_steps_allocate_nothing},
     {"adamw_vs_double_reference", test_adamw},
     {"adamw_step_decay_rule", test_adamw_step_decay_rule},

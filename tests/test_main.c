@@ -1164,7 +1164,7 @@ static void test_sp_exact(void) {
 typedef struct noalloc_run {
     pt_gpt_config cfg;
     pt_precision prec;
-    int tp, dp, zero, micro, recompute;
+    int tp, dp, zero, micro, recompute, sp;
     size_t allocs[4]; /* per rank: allocations during its calls */
 } noalloc_run;
 
@@ -1205,7 +1205,7 @@ static pt_status noalloc_rank(pt_comm *world, void *arg) {
     ZERO(d);
     d.config = r->cfg, d.batch = NOALLOC_B / r->dp / r->micro, d.seq = NOALLOC_T;
     d.grid = world->size > 1 ? &g : NULL, d.zero = r->zero, d.precision = r->prec;
-    d.grad_accum = r->micro, d.recompute = r->recompute;
+    d.grad_accum = r->micro, d.recompute = r->recompute, d.sequence_parallel = r->sp;
     st = pt_gpt_init(&m, &d);
     if (st == PT_OK) pt_gpt_init_weights(&m, 5);
     if (st == PT_OK) st = pt_comm_barrier(world);
@@ -1219,10 +1219,11 @@ static pt_status noalloc_rank(pt_comm *world, void *arg) {
 }
 
 static void test_steps_allocate_nothing(void) {
-    static const int lay[3][5] = {{1, 1, 0, 1, 0}, {1, 1, 0, 2, PT_RECOMPUTE_SELECTIVE},
-                                  {2, 2, 1, 1, 0}}; /* tp, dp, zero, micro, recompute */
+    static const int lay[4][6] = {{1, 1, 0, 1, 0, 0}, {1, 1, 0, 2, PT_RECOMPUTE_SELECTIVE, 0},
+                                  {2, 2, 1, 1, 0, 0}, {2, 2, 2, 2, PT_RECOMPUTE_SELECTIVE, 1}};
+    /* tp, dp, zero, micro, recompute, sequence parallel */
     int k, p, i;
-    for (k = 0; k < 3; k++)
+    for (k = 0; k < 4; k++)
         for (p = 0; p < 2; p++) {
             noalloc_run r;
             int n = lay[k][0] * lay[k][1];
@@ -1230,7 +1231,7 @@ static void test_steps_allocate_nothing(void) {
             r.cfg = cfg_make(11, NOALLOC_T, 2, 4, 16);
             r.prec = p ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
             r.tp = lay[k][0], r.dp = lay[k][1], r.zero = lay[k][2], r.micro = lay[k][3];
-            r.recompute = lay[k][4];
+            r.recompute = lay[k][4], r.sp = lay[k][5];
             CHECK_ST(pt_comm_threads_run(n, noalloc_rank, &r), PT_OK);
             for (i = 0; i < n; i++)
                 if (r.allocs[i])

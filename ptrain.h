@@ -827,6 +827,7 @@ typedef struct pt_block_scratch {
     int sp;         /* sequence parallelism (pt_block_layout's sp; needs a tp group) */
     float *xg;      /* sp: (N,C) a norm's output gathered, or a row-parallel partial sum */
     float *spg;     /* sp: (4C) the norms' weight gradients of this rank's rows */
+    pt_comm_req req[2]; /* sp: backward's gathers of ln2 and ln1 for W, under way */
 } pt_block_scratch;
 
 /* x (N,C) -> a->out (N,C). With a tensor-parallel group tp (NULL: none) of
@@ -851,9 +852,10 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
    of their own per micro-batch in flight. Sequence parallel (s->sp): dout
    and dx are this rank's rows; dout and the attention branch's output
    gradient are all-gathered, the column-parallel input gradients
-   reduce-scattered, ln1 and ln2 gathered again into w for W; the norms'
-   weight gradients (from this rank's rows) are summed over the group
-   (pt_block_sp_norm_sum) before they are added to g. */
+   reduce-scattered, ln1 and ln2 gathered again into w for W (started
+   when B starts, waited when it ends); the norms' weight gradients (from
+   this rank's rows) are summed over the group (pt_block_sp_norm_sum)
+   before they are added to g. */
 PTRAINDEF pt_status pt_block_backward(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
                                       const pt_block_params *p, pt_block_params *g,
                                       const float *x, const pt_block_acts *a, const float *dout,
@@ -7222,8 +7224,15 @@ PTRAINDEF pt_status pt_block_backward_input(pt_ctx *ctx, const pt_gpt_config *cf
     int n = (int)N, c = (int)C, ca = (int)Ca, f = (int)F, ns = (int)d.Ns;
     const float *full;
     pt_status st;
-    if (sp) { /* the output's gradient over every row (the g of forward's reduce-scatter) */
+    if (sp) { /* the output's gradient over every row (the g of forward's reduce-scatter);
+                 W's column-parallel weight gradients read ln2, ln1 over every row: their
+                 gathers start now and run behind B's GEMMs */
         if ((st = pt_comm_all_gather(tp, dout, w->dout, nc)) != PT_OK) return st;
+        pt__bf16_load(a->ln2, a->ln2_16, nc, &s->held[2]);
+        pt__bf16_load(a->ln1, a->ln1_16, nc, &s->held[0]);
+        if ((st = pt_comm_all_gather_start(tp, a->ln2, w->ln2g, nc, &s->req[0])) != PT_OK ||
+            (st = pt_comm_all_gather_start(tp, a->ln1, w->ln1g, nc, &s->req[1])) != PT_OK)
+            return st;
     } else if (w->dout != dout) {
         memcpy(w->dout, dout, N * C * sizeof(float)); /* dx may alias dout */
     }
@@ -7261,11 +7270,8 @@ PTRAINDEF pt_status pt_block_backward_input(pt_ctx *ctx, const pt_gpt_config *cf
     if (st != PT_OK) return st;
     pt__norm_backward(cfg, dx, NULL, NULL, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd, ns, c);
     if (!sp) return PT_OK;
-    /* W's column-parallel weight gradients read the norms' outputs over every row */
-    pt__bf16_load(a->ln1, a->ln1_16, nc, &s->held[0]);
-    if ((st = pt_comm_all_gather(tp, a->ln1, w->ln1g, nc)) != PT_OK) return st;
-    pt__bf16_load(a->ln2, a->ln2_16, nc, &s->held[2]);
-    return pt_comm_all_gather(tp, a->ln2, w->ln2g, nc);
+    if ((st = pt_comm_wait(&s->req[0])) != PT_OK) return st;
+    return pt_comm_wait(&s->req[1]);
 }
 
 /* W: every parameter gradient from the kept output gradients and the

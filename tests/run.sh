@@ -122,6 +122,9 @@ step "fixture heads8, tp 2 x dp 2, ZeRO 2, recompute full under ThreadSanitizer"
 step "fixture heads8, dp 2 x pp 2, zb-h1, 2 micro-batches under ThreadSanitizer" \
     tsan build/fixture_check_tsan tests/fixtures/gpt2_heads8.safetensors --dp 2 --pp 2 \
     --schedule zb-h1 --microbatches 2
+step "fixture heads8, tp 2 --sp x pp 2, zb-h1, 2 micro-batches under ThreadSanitizer" \
+    tsan build/fixture_check_tsan tests/fixtures/gpt2_heads8.safetensors --tp 2 --sp --pp 2 \
+    --schedule zb-h1 --microbatches 2
 step "fixture deep, tp 2 x pp 3, gpipe, recompute selective under ThreadSanitizer" \
     tsan build/fixture_check_tsan tests/fixtures/gpt2_deep.safetensors --tp 2 --pp 3 \
     --schedule gpipe --recompute selective

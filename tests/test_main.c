@@ -1151,6 +1151,59 @@ static void test_sp_exact(void) {
     pt_gpt_free(&m);
 }
 
+/* A tp 2 sequence-parallel rank: a step whose T (7) does not split is
+   refused before any communication, naming T and tp; T = 6 runs. */
+static pt_status sp_step_rank(pt_comm *world, void *arg) {
+    const pt_gpt_config *cfg = (const pt_gpt_config *)arg;
+    int in[2 * 8] = {0}, tg[2 * 8] = {0};
+    pt_grid g;
+    pt_gpt m;
+    pt_gpt_desc d;
+    pt_step_desc sd;
+    pt_status st, bad;
+    if ((st = pt_grid_init(&g, world, 2, 1, 1)) != PT_OK) return pt_comm_fail(world, st);
+    ZERO(d), ZERO(m);
+    d.config = *cfg, d.batch = 2, d.seq = 8, d.grid = &g, d.sequence_parallel = 1;
+    if ((st = pt_gpt_init(&m, &d)) != PT_OK) {
+        pt_grid_free(&g);
+        return pt_comm_fail(world, st);
+    }
+    ZERO(sd);
+    sd.inputs = in, sd.targets = tg, sd.B = 2, sd.T = 7;
+    bad = pt_gpt_step(&m, &sd, NULL);
+    if (bad == PT_ERR_CONFIG && !strstr(pt_last_error(), "sequence_parallel: T=7 is not a multiple of tp=2"))
+        bad = PT_OK; /* (the wrong message: reported below as a failure) */
+    sd.T = 6;
+    st = pt_gpt_step(&m, &sd, NULL);
+    pt_gpt_free(&m);
+    pt_grid_free(&g);
+    if (st != PT_OK) return pt_comm_fail(world, st);
+    return bad == PT_ERR_CONFIG ? PT_OK : pt_comm_fail(world, pt_error(PT_ERR_RANGE, "T=7 ran"));
+}
+
+/* Sequence parallelism is refused without tp >= 2 and with a seq (or a
+   step's T) that tp does not divide, naming the field and the values. */
+static void test_sp_refusals(void) {
+    pt_gpt_config cfg = cfg_make(29, 8, 2, 4, 16);
+    pt_grid grid;
+    pt_gpt_desc d;
+    pt_gpt g;
+    ZERO(grid), ZERO(d);
+    grid.tp = 1, grid.dp = 2, grid.pp = 1; /* meta builds of the grid's sizes */
+    d.config = cfg, d.grid = &grid, d.batch = 1, d.seq = 8, d.meta = 1, d.sequence_parallel = 1;
+    CHECK_ERR(pt_gpt_init(&g, &d), PT_ERR_CONFIG,
+              "sequence_parallel=1 needs tensor parallelism (tp=1;");
+    grid.tp = 2, grid.dp = 1, d.seq = 7;
+    CHECK_ERR(pt_gpt_init(&g, &d), PT_ERR_CONFIG,
+              "sequence_parallel=1: seq=7 is not a multiple of tp=2");
+    d.seq = 8, d.sequence_parallel = 2;
+    CHECK_ERR(pt_gpt_init(&g, &d), PT_ERR_CONFIG, "sequence_parallel=2 must be 0 (off) or 1");
+    d.sequence_parallel = 1;
+    CHECK_ST(pt_gpt_init(&g, &d), PT_OK);
+    pt_gpt_free(&g);
+    if (pt_comm_threads_run(2, sp_step_rank, &cfg) != PT_OK) FAIL("%s", pt_last_error());
+}
+
 /* ---- steps allocate nothing ------------------------------------------------
    The header's promise: nothing allocates inside forward, backward or the
    optimizer step. Every allocation ptrain makes goes through PTRAIN_MALLOC,
@@ -5310,6 +5363,7 @@ static const test_case tests[] = {
     {"threads_reproducible", test_threads_reproducible},
     {"parallel_grads_vs_serial", test_parallel_grads},
     {"sp_exact_vs_tp", test_sp_exact},
+    {"sp_refusals", test_sp_refusals},
     {"steps_allocate_nothing", test_steps_allocate_nothing},
     {"adamw_vs_double_reference", test_adamw},
     {"adamw_step_decay_rule", test_adamw_step_decay_rule},

@@ -799,7 +799,11 @@ typedef struct pt_block_params {
    *_16 set: a model at bf16 precision), ln1, qkv, ln2 and fch are kept as
    bfloat16 bits and their float pointers are one layer's scratch: forward
    rounds each in place as it stores it (every reader sees the kept values),
-   backward widens what it reads. */
+   backward widens what it reads. With sequence parallelism (the scratch's
+   sp) the residual stream's tensors hold this rank's Ns = N/tp rows of the
+   N = B*T (rows [rank*Ns, rank*Ns + Ns), b-major): ln1, res2, ln2, out and
+   the norms' statistics; qkv, lse, atty and fch stay N rows of this rank's
+   heads and columns. */
 typedef struct pt_block_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
     float *qkv;                       /* (N,3C) */
@@ -815,9 +819,10 @@ typedef struct pt_block_acts {
 /* The gradients of a block's matmul and LayerNorm outputs that its weight
    gradients need: what a zero-bubble schedule keeps from B to W. */
 typedef struct pt_block_wgrad {
-    float *dout, *dln2, *dres2, *dln1; /* (N,C) */
+    float *dout, *dln2, *dres2, *dln1; /* (N,C); sequence parallel: dln2, dln1 (Ns,C) */
     float *dfch;                       /* (N,4C/tp) */
     float *dqkv;                       /* (N,3C/tp) */
+    float *ln1g, *ln2g;                /* sequence parallel: ln1, ln2 gathered (N,C); else NULL */
 } pt_block_wgrad;
 
 /* Per-block scratch, reusable across blocks (the d* buffers only for backward). */
@@ -834,6 +839,10 @@ typedef struct pt_block_scratch {
     int rope_T;     /* positions in rope (0: not computed yet) */
     float *ln1, *qkv, *ln2, *fch; /* bf16 storage: the layer at hand's, widened (else NULL) */
     const uint16_t *held[4]; /* whose kept bf16 ln1, qkv, ln2, fch those hold now (NULL: none) */
+    int sp;         /* sequence parallelism (pt_block_layout's sp; needs a tp group) */
+    float *xg;      /* sp: (N,C) a norm's output gathered, or a row-parallel partial sum */
+    float *spg;     /* sp: (4C) the norms' weight gradients of this rank's rows */
+    pt_comm_req req[2]; /* sp: backward's gathers of ln2 and ln1 for W, under way */
 } pt_block_scratch;
 
 /* x (N,C) -> a->out (N,C). With a tensor-parallel group tp (NULL: none) of
@@ -841,7 +850,12 @@ typedef struct pt_block_scratch {
    4C/k columns of c_fc and rows of mlp.c_proj; x and out are whole and equal
    on every rank: one all-reduce after each row-parallel matmul. Fails only
    when the communicator does. The GEMMs run at ctx's precision (bf16: q, k,
-   v, fch and the norms' outputs are rounded to bf16 as the model keeps them). */
+   v, fch and the norms' outputs are rounded to bf16 as the model keeps them).
+   Sequence parallelism (s->sp, Korthikanti et al. 2022): x and out are this
+   rank's N/k rows; the norms and residuals run on them; each norm's output
+   is all-gathered (over the rows) before its column-parallel matmul, and each
+   row-parallel matmul's partial sums are reduce-scattered (over the rows)
+   instead of all-reduced: the same sums, in the same order. */
 PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
                                      const pt_block_params *p, const float *x, pt_block_acts *a,
                                      pt_block_scratch *s, pt_comm *tp);
@@ -850,7 +864,13 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
    column-parallel matmul; replicated parameters get equal gradients.
    It is pt_block_backward_input then pt_block_backward_weight through the
    scratch's w; zero-bubble schedules run the two apart (B and W), with a w
-   of their own per micro-batch in flight. */
+   of their own per micro-batch in flight. Sequence parallel (s->sp): dout
+   and dx are this rank's rows; dout and the attention branch's output
+   gradient are all-gathered, the column-parallel input gradients
+   reduce-scattered, ln1 and ln2 gathered again into w for W (started
+   when B starts, waited when it ends); the norms' weight gradients (from
+   this rank's rows) are summed over the group (pt_block_sp_norm_sum)
+   before they are added to g. */
 PTRAINDEF pt_status pt_block_backward(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
                                       const pt_block_params *p, pt_block_params *g,
                                       const float *x, const pt_block_acts *a, const float *dout,
@@ -863,13 +883,19 @@ PTRAINDEF void pt_block_backward_weight(pt_ctx *ctx, const pt_gpt_config *cfg, i
                                         const pt_block_params *p, pt_block_params *g,
                                         const float *x, const pt_block_acts *a,
                                         const pt_block_wgrad *w, pt_block_scratch *s, int tp);
+/* Sequence parallel: pt_block_backward_weight leaves the norms' weight
+   gradients of this rank's rows in s->spg; this sums them over tp and adds
+   them to g (nothing to do without s->sp). pt_block_backward calls it. */
+PTRAINDEF pt_status pt_block_sp_norm_sum(const pt_gpt_config *cfg, pt_block_params *g,
+                                         pt_block_scratch *s, pt_comm *tp);
 /* One block's buffers from an arena (measure with a meta arena first, as
    pt_arena_init_meta describes): its parameters and gradients (g may be
    NULL: no backward scratch either) laid out as pt_block_params, forward's
    saved activations and the scratch, for B x T rows on one of tp tensor
-   ranks. What pt_gpt_init lays out for each layer, for programs that run a
-   block alone. */
-PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, pt_arena *a,
+   ranks (sp = 1: sequence parallel, the residual stream's tensors N/tp rows,
+   T % tp == 0). What pt_gpt_init lays out for each layer, for programs that
+   run a block alone. */
+PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, int seqp, pt_arena *a,
                                pt_block_params *p, pt_block_params *g, pt_block_acts *acts,
                                pt_block_scratch *s);
 
@@ -942,6 +968,13 @@ typedef struct pt_gpt_desc {
                         of about this size. 0: a layer a bucket (wte in runs of a
                         layer's size). At most the model's bytes; ZeRO 2 keeps a layer
                         a bucket */
+    int sequence_parallel; /* 1: with tp >= 2, the norms, residuals, embeddings' output
+                        and everything outside the tensor-parallel regions run on T/tp
+                        of the tokens per tensor rank (rows [r N/tp, (r+1) N/tp) of a
+                        micro-batch's N = B*T, b-major); the blocks' all-reduces become
+                        all-gathers before the column-parallel GEMMs and
+                        reduce-scatters after the row-parallel ones. Needs tp >= 2 and
+                        seq (and every step's T) a multiple of tp. 0: off */
     void *alloc_ctx; /* passed to PTRAIN_MALLOC/PTRAIN_FREE */
 } pt_gpt_desc;
 
@@ -954,6 +987,7 @@ typedef struct pt_gpt_place {
     int chunks;               /* chunks of layers per pipeline stage */
     pt_schedule_kind schedule; /* the step's schedule, resolved */
     int recompute;            /* PT_RECOMPUTE_* */
+    int sp;                   /* sequence parallelism (pt_gpt_desc.sequence_parallel) */
     int n_layers;             /* transformer layers held here, chunk after chunk */
     const int *layer_id;      /* (n_layers) their index in the whole model */
     int has_embed, has_head;  /* the embeddings (the stage holding the first block); the
@@ -6954,17 +6988,23 @@ static pt_status pt__ag_settle(const pt_gpt *m);
 /* A block's sizes on one tensor-parallel rank: N rows, C wide, Ca its
    attention width (its NH query heads of hd lanes), Ckv its key/value width
    (NKV heads), Q3 = Ca + 2 Ckv its q, k, v width, F its MLP columns, Fi the
-   MLP input projection's width (F, or 2F for SwiGLU's gate and up). */
-typedef struct pt__dims { size_t B, T, N, C, Ca, Ckv, Q3, F, Fi, NH, NKV, hd; } pt__dims;
+   MLP input projection's width (F, or 2F for SwiGLU's gate and up); Ns
+   the residual stream's rows held here (N, or N/tp sequence parallel). */
+typedef struct pt__dims { size_t B, T, N, Ns, C, Ca, Ckv, Q3, F, Fi, NH, NKV, hd; } pt__dims;
 
-static pt__dims pt__block_dims(const pt_gpt_config *c, int B, int T, int tp) {
+static pt__dims pt__block_dims_sp(const pt_gpt_config *c, int B, int T, int tp, int sp) {
     pt__dims d;
     d.B = (size_t)B, d.T = (size_t)T, d.N = d.B * d.T, d.C = (size_t)c->n_embd;
+    d.Ns = sp && tp > 1 ? d.N / (size_t)tp : d.N;
     d.hd = d.C / (size_t)c->n_head;
     d.NH = (size_t)c->n_head / (size_t)tp, d.NKV = (size_t)pt__kv_heads(c) / (size_t)tp;
     d.Ca = d.NH * d.hd, d.Ckv = d.NKV * d.hd, d.Q3 = d.Ca + 2 * d.Ckv;
     d.F = (size_t)pt__ffn(c) / (size_t)tp, d.Fi = c->mlp == PT_MLP_SWIGLU ? 2 * d.F : d.F;
     return d;
+}
+
+static pt__dims pt__block_dims(const pt_gpt_config *c, int B, int T, int tp) {
+    return pt__block_dims_sp(c, B, T, tp, 0);
 }
 
 /* What a block's forward saves for backward (what = PT_RECOMPUTE_*: full
@@ -6974,40 +7014,44 @@ static pt__dims pt__block_dims(const pt_gpt_config *c, int B, int T, int tp) {
    their floats at the scratch's). */
 static void pt__layout_block_acts(pt_block_acts *x, pt_arena *a, const pt__dims *d, int what,
                                   int with_out, int means, int bf16) {
-    size_t N = d->N;
+    size_t N = d->N, Ns = d->Ns; /* (the residual stream's rows: Ns) */
 #define PT__H(n) ((uint16_t *)pt_arena_alloc(a, (size_t)(n) * sizeof(uint16_t)))
     memset(x, 0, sizeof *x);
-    if (with_out) x->out = PT__F(a, N * d->C);
+    if (with_out) x->out = PT__F(a, Ns * d->C);
     if (what == PT_RECOMPUTE_FULL) return;
-    if (bf16) x->ln1_16 = PT__H(N * d->C);
-    else x->ln1 = PT__F(a, N * d->C);
-    if (means) x->ln1_mean = PT__F(a, N);
-    x->ln1_rstd = PT__F(a, N);
+    if (bf16) x->ln1_16 = PT__H(Ns * d->C);
+    else x->ln1 = PT__F(a, Ns * d->C);
+    if (means) x->ln1_mean = PT__F(a, Ns);
+    x->ln1_rstd = PT__F(a, Ns);
     if (bf16) x->qkv_16 = PT__H(N * d->Q3);
     else x->qkv = PT__F(a, N * d->Q3);
     x->lse = PT__F(a, d->B * d->NH * d->T);
     if (what != PT_RECOMPUTE_SELECTIVE) x->atty = PT__F(a, N * d->Ca);
-    x->res2 = PT__F(a, N * d->C);
-    if (bf16) x->ln2_16 = PT__H(N * d->C);
-    else x->ln2 = PT__F(a, N * d->C);
-    if (means) x->ln2_mean = PT__F(a, N);
-    x->ln2_rstd = PT__F(a, N);
+    x->res2 = PT__F(a, Ns * d->C);
+    if (bf16) x->ln2_16 = PT__H(Ns * d->C);
+    else x->ln2 = PT__F(a, Ns * d->C);
+    if (means) x->ln2_mean = PT__F(a, Ns);
+    x->ln2_rstd = PT__F(a, Ns);
     if (bf16) x->fch_16 = PT__H(N * d->Fi);
     else x->fch = PT__F(a, N * d->Fi);
 #undef PT__H
 }
 
 /* A block's kept output gradients: dfch, dqkv and dln1 may be given (the
-   fused backward's scratch), the others come from the arena. */
+   fused backward's scratch), the others come from the arena. Sequence
+   parallel (d->Ns < N): the norms' output gradients are Ns rows, and W's
+   gathered norm outputs are kept too. */
 static void pt__layout_wgrad(pt_block_wgrad *w, pt_arena *a, const pt__dims *d, float *dfch,
                              float *dqkv, float *dln1) {
-    size_t N = d->N;
+    size_t N = d->N, Ns = d->Ns;
     w->dout = PT__F(a, N * d->C);
-    w->dln2 = PT__F(a, N * d->C);
+    w->dln2 = PT__F(a, Ns * d->C);
     w->dres2 = PT__F(a, N * d->C);
-    w->dln1 = dln1 ? dln1 : PT__F(a, N * d->C);
+    w->dln1 = dln1 ? dln1 : PT__F(a, Ns * d->C);
     w->dfch = dfch ? dfch : PT__F(a, N * d->Fi);
     w->dqkv = dqkv ? dqkv : PT__F(a, N * d->Q3);
+    w->ln1g = Ns < N ? PT__F(a, N * d->C) : NULL;
+    w->ln2g = Ns < N ? PT__F(a, N * d->C) : NULL;
 }
 
 /* A block's scratch: forward's (activation, attention work, rotary table),
@@ -7015,13 +7059,18 @@ static void pt__layout_wgrad(pt_block_wgrad *w, pt_arena *a, const pt__dims *d, 
    kept ones. */
 static void pt__layout_scratch(pt_block_scratch *s, pt_arena *a, const pt__dims *d,
                                int training, int rope, int bf16) {
-    size_t N = d->N;
+    size_t N = d->N, Ns = d->Ns;
     memset(s, 0, sizeof *s);
     if (bf16) { /* the layer at hand's activations that the slots keep as bf16 */
-        s->ln1 = PT__F(a, N * d->C);
+        s->ln1 = PT__F(a, Ns * d->C);
         s->qkv = PT__F(a, N * d->Q3);
-        s->ln2 = PT__F(a, N * d->C);
+        s->ln2 = PT__F(a, Ns * d->C);
         s->fch = PT__F(a, N * d->Fi);
+    }
+    if (Ns < N) { /* sequence parallel: the gathers' and the partial sums' buffer */
+        s->sp = 1;
+        s->xg = PT__F(a, N * d->C);
+        if (training) s->spg = PT__F(a, 4 * d->C);
     }
     s->gelu = PT__F(a, N * d->F);
     s->attn_slots = pt_get_threads();
@@ -7035,10 +7084,10 @@ static void pt__layout_scratch(pt_block_scratch *s, pt_arena *a, const pt__dims 
     pt__layout_wgrad(&s->w, a, d, s->dfch, s->dqkv, s->dln);
 }
 
-PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, pt_arena *a,
+PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, int seqp, pt_arena *a,
                                pt_block_params *p, pt_block_params *g, pt_block_acts *acts,
                                pt_block_scratch *s) {
-    pt__dims d = pt__block_dims(cfg, B, T, tp > 0 ? tp : 1);
+    pt__dims d = pt__block_dims_sp(cfg, B, T, tp > 0 ? tp : 1, seqp);
     pt__spec sp;
     pt_block_params *ps[2];
     int k, i;
@@ -7157,52 +7206,103 @@ static const float *pt__rope_cs(const pt_gpt_config *c, pt_block_scratch *s, int
     return s->rope;
 }
 
+/* A row-parallel matmul's partial sums part (N,C) over the group: whole
+   into out (an all-reduce in place: out == part) or, sequence parallel,
+   this rank's n = Ns*C of them into out (a reduce-scatter: the same sums). */
+static pt_status pt__tp_rows(pt_comm *tp, int sp, const float *part, float *out, size_t n) {
+    if (sp) return pt_comm_reduce_scatter(tp, part, out, n, PT_REDUCE_SUM);
+    return pt__tp_sum(tp, out, n);
+}
+
+/* Sequence parallel: this rank's n floats of rows into full (the group's,
+   rank after rank); without it the rows are whole already: full = part. */
+static pt_status pt__sp_gather(pt_comm *tp, int sp, const float *part, const float **full,
+                               float *buf, size_t n) {
+    *full = part;
+    if (!sp) return PT_OK;
+    *full = buf;
+    return pt_comm_all_gather(tp, part, buf, n);
+}
+
 PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
                                      const pt_block_params *p, const float *x, pt_block_acts *a,
                                      pt_block_scratch *s, pt_comm *tp) {
     /* this rank's heads and MLP columns (d); row-parallel biases are added
        by tensor rank 0 only, so the sum counts them once */
-    int k = tp ? tp->size : 1, lead = !tp || tp->rank == 0;
-    pt__dims d = pt__block_dims(cfg, B, T, k);
-    int C = cfg->n_embd, N = B * T, Ca = (int)d.Ca, Q3 = (int)d.Q3, F = (int)d.F, Fi = (int)d.Fi;
+    int k = tp ? tp->size : 1, lead = !tp || tp->rank == 0, sp = s->sp && k > 1;
+    pt__dims d = pt__block_dims_sp(cfg, B, T, k, sp);
+    int C = cfg->n_embd, N = B * T, Ns = (int)d.Ns, Ca = (int)d.Ca, Q3 = (int)d.Q3, F = (int)d.F,
+        Fi = (int)d.Fi;
+    size_t nc = (size_t)Ns * C; /* the residual stream's floats here */
+    const float *in;
+    float *part;
     pt_status st;
     if (a->ln1_16) /* the scratch is written before it is kept: it holds no one's until then */
         memset((void *)s->held, 0, sizeof s->held);
-    pt__norm_forward(cfg, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, N, C);
-    pt__bf16_act(ctx, a->ln1_16, a->ln1, (size_t)N * C, &s->held[0]);
-    pt__proj_forward(ctx, cfg, a->qkv, a->ln1, p->qkv_w, p->qkv_b, N, C, Q3);
+    pt__norm_forward(cfg, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, Ns, C);
+    pt__bf16_act(ctx, a->ln1_16, a->ln1, nc, &s->held[0]);
+    if ((st = pt__sp_gather(tp, sp, a->ln1, &in, s->xg, nc)) != PT_OK) return st; /* g */
+    pt__proj_forward(ctx, cfg, a->qkv, in, p->qkv_w, p->qkv_b, N, C, Q3);
     if (cfg->pos == PT_POS_ROPE) /* q and k heads are adjacent: one pass over both */
         pt_rope_forward(a->qkv, pt__rope_cs(cfg, s, T), N, T, (int)(d.NH + d.NKV), (int)d.hd, Q3);
     pt__bf16_act(ctx, a->qkv_16, a->qkv, (size_t)N * Q3, &s->held[1]);
     pt_attention_forward(ctx, a->atty, a->lse, a->qkv, s->attn, s->attn_slots, B, T, Ca,
                          (int)d.NH, (int)d.NKV);
-    pt__proj_forward(ctx, cfg, a->res2, a->atty, p->attn_proj_w, lead ? p->attn_proj_b : NULL, N,
+    part = sp ? s->xg : a->res2;
+    pt__proj_forward(ctx, cfg, part, a->atty, p->attn_proj_w, lead ? p->attn_proj_b : NULL, N,
                      Ca, C);
-    if ((st = pt__tp_sum(tp, a->res2, (size_t)N * C)) != PT_OK) return st;
-    pt_residual_forward(a->res2, a->res2, x, (size_t)N * C);
-    pt__norm_forward(cfg, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, N, C);
-    pt__bf16_act(ctx, a->ln2_16, a->ln2, (size_t)N * C, &s->held[2]);
-    pt__proj_forward(ctx, cfg, a->fch, a->ln2, p->fc_w, p->fc_b, N, C, Fi);
+    if ((st = pt__tp_rows(tp, sp, part, a->res2, nc)) != PT_OK) return st; /* g-bar */
+    pt_residual_forward(a->res2, a->res2, x, nc);
+    pt__norm_forward(cfg, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, Ns, C);
+    pt__bf16_act(ctx, a->ln2_16, a->ln2, nc, &s->held[2]);
+    if ((st = pt__sp_gather(tp, sp, a->ln2, &in, s->xg, nc)) != PT_OK) return st;
+    pt__proj_forward(ctx, cfg, a->fch, in, p->fc_w, p->fc_b, N, C, Fi);
     pt__bf16_act(ctx, a->fch_16, a->fch, (size_t)N * Fi, &s->held[3]);
     pt__act_forward(cfg, s->gelu, a->fch, (size_t)N, (size_t)F);
-    pt__proj_forward(ctx, cfg, a->out, s->gelu, p->fc_proj_w, lead ? p->fc_proj_b : NULL, N, F, C);
-    if ((st = pt__tp_sum(tp, a->out, (size_t)N * C)) != PT_OK) return st;
-    pt_residual_forward(a->out, a->out, a->res2, (size_t)N * C);
+    part = sp ? s->xg : a->out;
+    pt__proj_forward(ctx, cfg, part, s->gelu, p->fc_proj_w, lead ? p->fc_proj_b : NULL, N, F, C);
+    if ((st = pt__tp_rows(tp, sp, part, a->out, nc)) != PT_OK) return st;
+    pt_residual_forward(a->out, a->out, a->res2, nc);
     return PT_OK;
+}
+
+/* The input gradient of a column-parallel matmul's input (its norm's
+   output): dln (N,C) of this rank's columns is a partial sum, summed whole
+   into out (== dln) or, sequence parallel, this rank's rows into out. */
+static pt_status pt__col_dinput(pt_ctx *ctx, const pt_gpt_config *cfg, int sp, pt_comm *tp,
+                                float *dln, float *out, const float *dy, const float *w,
+                                const pt__dims *d, int OUT) {
+    memset(dln, 0, d->N * d->C * sizeof(float));
+    pt__proj_backward(ctx, cfg, dln, NULL, NULL, dy, NULL, w, (int)d->N, (int)d->C, OUT);
+    return pt__tp_rows(tp, sp, dln, out, d->Ns * d->C);
 }
 
 /* B: the input's gradient, keeping in w what the weight gradients need.
    MLP branch: out = res2 + fc_proj(act(fc(norm2(res2)))); then the attention
-   branch: res2 = x + attn_proj(attention(rope(qkv(norm1(x))))). */
+   branch: res2 = x + attn_proj(attention(rope(qkv(norm1(x))))). Sequence
+   parallel: dout, dx, x and the norms' tensors are this rank's Ns rows. */
 PTRAINDEF pt_status pt_block_backward_input(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
                                             const pt_block_params *p, const float *x,
                                             const pt_block_acts *a, const float *dout, float *dx,
                                             pt_block_wgrad *w, pt_block_scratch *s, pt_comm *tp) {
-    pt__dims d = pt__block_dims(cfg, B, T, tp ? tp->size : 1);
-    size_t C = d.C, N = d.N, Ca = d.Ca, F = d.F, Fi = d.Fi, Q3 = d.Q3;
-    int n = (int)N, c = (int)C, ca = (int)Ca, f = (int)F;
+    int k = tp ? tp->size : 1, sp = s->sp && k > 1;
+    pt__dims d = pt__block_dims_sp(cfg, B, T, k, sp);
+    size_t C = d.C, N = d.N, Ca = d.Ca, F = d.F, Fi = d.Fi, Q3 = d.Q3, nc = d.Ns * d.C;
+    int n = (int)N, c = (int)C, ca = (int)Ca, f = (int)F, ns = (int)d.Ns;
+    const float *full;
     pt_status st;
-    if (w->dout != dout) memcpy(w->dout, dout, N * C * sizeof(float)); /* dx may alias dout */
+    if (sp) { /* the output's gradient over every row (the g of forward's reduce-scatter);
+                 W's column-parallel weight gradients read ln2, ln1 over every row: their
+                 gathers start now and run behind B's GEMMs */
+        if ((st = pt_comm_all_gather(tp, dout, w->dout, nc)) != PT_OK) return st;
+        pt__bf16_load(a->ln2, a->ln2_16, nc, &s->held[2]);
+        pt__bf16_load(a->ln1, a->ln1_16, nc, &s->held[0]);
+        if ((st = pt_comm_all_gather_start(tp, a->ln2, w->ln2g, nc, &s->req[0])) != PT_OK ||
+            (st = pt_comm_all_gather_start(tp, a->ln1, w->ln1g, nc, &s->req[1])) != PT_OK)
+            return st;
+    } else if (w->dout != dout) {
+        memcpy(w->dout, dout, N * C * sizeof(float)); /* dx may alias dout */
+    }
     pt__bf16_load(a->fch, a->fch_16, N * Fi, &s->held[3]);
     if (cfg->mlp == PT_MLP_SWIGLU) { /* d act in the activation's scratch, then d [gate|up] */
         memset(s->gelu, 0, N * F * sizeof(float));
@@ -7213,15 +7313,18 @@ PTRAINDEF pt_status pt_block_backward_input(pt_ctx *ctx, const pt_gpt_config *cf
         pt__proj_backward(ctx, cfg, w->dfch, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
         pt_gelu_backward(w->dfch, a->fch, w->dfch, N * F);
     }
-    memset(w->dln2, 0, N * C * sizeof(float));
-    pt__proj_backward(ctx, cfg, w->dln2, NULL, NULL, w->dfch, NULL, p->fc_w, n, c, (int)Fi);
-    if ((st = pt__tp_sum(tp, w->dln2, N * C)) != PT_OK) return st;
-    if (dx != w->dout) memcpy(dx, w->dout, N * C * sizeof(float)); /* dx now holds d res2 */
+    st = pt__col_dinput(ctx, cfg, sp, tp, sp ? s->xg : w->dln2, w->dln2, w->dfch, p->fc_w, &d,
+                        (int)Fi);
+    if (st != PT_OK) return st;
+    full = w->dout + (sp ? (size_t)tp->rank * nc : 0); /* this rank's rows of it */
+    if (dx != full) memcpy(dx, full, nc * sizeof(float)); /* dx now holds d res2 */
     pt__norm_backward(cfg, dx, NULL, NULL, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
-                      n, c);
-    memcpy(w->dres2, dx, N * C * sizeof(float));
+                      ns, c);
+    if (sp) st = pt_comm_all_gather(tp, dx, w->dres2, nc);
+    else memcpy(w->dres2, dx, N * C * sizeof(float));
+    if (st != PT_OK) return st;
     memset(s->datty, 0, N * Ca * sizeof(float));
-    pt__proj_backward(ctx, cfg, s->datty, NULL, NULL, dx, NULL, p->attn_proj_w, n, ca, c);
+    pt__proj_backward(ctx, cfg, s->datty, NULL, NULL, w->dres2, NULL, p->attn_proj_w, n, ca, c);
     memset(w->dqkv, 0, N * Q3 * sizeof(float));
     pt__bf16_load(a->qkv, a->qkv_16, N * Q3, &s->held[1]);
     pt_attention_backward(ctx, w->dqkv, s->datty, a->atty, a->qkv, a->lse, s->attn,
@@ -7229,38 +7332,66 @@ PTRAINDEF pt_status pt_block_backward_input(pt_ctx *ctx, const pt_gpt_config *cf
     if (cfg->pos == PT_POS_ROPE)
         pt_rope_backward(w->dqkv, pt__rope_cs(cfg, s, T), n, T, (int)(d.NH + d.NKV), (int)d.hd,
                          (int)Q3);
-    memset(w->dln1, 0, N * C * sizeof(float));
-    pt__proj_backward(ctx, cfg, w->dln1, NULL, NULL, w->dqkv, NULL, p->qkv_w, n, c, (int)Q3);
-    if ((st = pt__tp_sum(tp, w->dln1, N * C)) != PT_OK) return st;
-    pt__norm_backward(cfg, dx, NULL, NULL, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd, n, c);
-    return PT_OK;
+    st = pt__col_dinput(ctx, cfg, sp, tp, sp ? s->xg : w->dln1, w->dln1, w->dqkv, p->qkv_w, &d,
+                        (int)Q3);
+    if (st != PT_OK) return st;
+    pt__norm_backward(cfg, dx, NULL, NULL, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd, ns, c);
+    if (!sp) return PT_OK;
+    if ((st = pt_comm_wait(&s->req[0])) != PT_OK) return st;
+    return pt_comm_wait(&s->req[1]);
 }
 
 /* W: every parameter gradient from the kept output gradients and the
    activations (the MLP activation recomputed). dout is whole on every
    tensor rank, so the replicated bias and norm gradients agree without
-   communication. tp is the tensor-parallel group's size. */
+   communication. tp is the tensor-parallel group's size. Sequence parallel:
+   the row-parallel biases' gradients come from the gathered dout and dres2
+   (whole, equal on every rank); the norms' from this rank's rows go to
+   s->spg, for pt_block_sp_norm_sum. */
 PTRAINDEF void pt_block_backward_weight(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
                                         const pt_block_params *p, pt_block_params *g,
                                         const float *x, const pt_block_acts *a,
                                         const pt_block_wgrad *w, pt_block_scratch *s, int tp) {
-    pt__dims d = pt__block_dims(cfg, B, T, tp);
-    int n = (int)d.N, c = (int)d.C, ca = (int)d.Ca, f = (int)d.F;
+    int sp = s->sp && tp > 1;
+    pt__dims d = pt__block_dims_sp(cfg, B, T, tp, sp);
+    int n = (int)d.N, c = (int)d.C, ca = (int)d.Ca, f = (int)d.F, ns = (int)d.Ns;
+    const float *ln1 = w->ln1g, *ln2 = w->ln2g;
+    float *n2w = g->ln2_w, *n2b = g->ln2_b, *n1w = g->ln1_w, *n1b = g->ln1_b;
     pt__bf16_load(a->fch, a->fch_16, d.N * d.Fi, &s->held[3]);
-    pt__bf16_load(a->ln2, a->ln2_16, d.N * d.C, &s->held[2]);
-    pt__bf16_load(a->ln1, a->ln1_16, d.N * d.C, &s->held[0]);
+    if (!sp) {
+        pt__bf16_load(a->ln2, a->ln2_16, d.N * d.C, &s->held[2]);
+        pt__bf16_load(a->ln1, a->ln1_16, d.N * d.C, &s->held[0]);
+        ln1 = a->ln1, ln2 = a->ln2;
+    } else { /* [ln2_w | ln2_b | ln1_w | ln1_b] of this rank's rows */
+        memset(s->spg, 0, 4 * d.C * sizeof(float));
+        n2w = s->spg, n2b = n2b ? s->spg + c : NULL;
+        n1w = s->spg + 2 * c, n1b = n1b ? s->spg + 3 * c : NULL;
+    }
     pt__act_forward(cfg, s->gelu, a->fch, d.N, d.F); /* not saved by forward: NF floats a layer */
     pt__proj_backward(ctx, cfg, NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w,
                       n, f, c);
-    pt__proj_backward(ctx, cfg, NULL, g->fc_w, g->fc_b, w->dfch, a->ln2, p->fc_w, n, c, (int)d.Fi);
-    pt__norm_backward(cfg, NULL, g->ln2_w, g->ln2_b, w->dln2, a->res2, p->ln2_w, a->ln2_mean,
-                      a->ln2_rstd, n, c);
+    pt__proj_backward(ctx, cfg, NULL, g->fc_w, g->fc_b, w->dfch, ln2, p->fc_w, n, c, (int)d.Fi);
+    pt__norm_backward(cfg, NULL, n2w, n2b, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
+                      ns, c);
     pt__proj_backward(ctx, cfg, NULL, g->attn_proj_w, g->attn_proj_b, w->dres2, a->atty,
                       p->attn_proj_w, n, ca, c);
-    pt__proj_backward(ctx, cfg, NULL, g->qkv_w, g->qkv_b, w->dqkv, a->ln1, p->qkv_w, n, c,
+    pt__proj_backward(ctx, cfg, NULL, g->qkv_w, g->qkv_b, w->dqkv, ln1, p->qkv_w, n, c,
                       (int)d.Q3);
-    pt__norm_backward(cfg, NULL, g->ln1_w, g->ln1_b, w->dln1, x, p->ln1_w, a->ln1_mean,
-                      a->ln1_rstd, n, c);
+    pt__norm_backward(cfg, NULL, n1w, n1b, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd, ns, c);
+}
+
+PTRAINDEF pt_status pt_block_sp_norm_sum(const pt_gpt_config *cfg, pt_block_params *g,
+                                         pt_block_scratch *s, pt_comm *tp) {
+    size_t C = (size_t)cfg->n_embd, i;
+    float *dst[4];
+    int j;
+    pt_status st;
+    if (!s->sp || !tp || tp->size < 2) return PT_OK;
+    if ((st = pt_comm_all_reduce(tp, s->spg, 4 * C, PT_REDUCE_SUM)) != PT_OK) return st;
+    dst[0] = g->ln2_w, dst[1] = g->ln2_b, dst[2] = g->ln1_w, dst[3] = g->ln1_b;
+    for (j = 0; j < 4; j++)
+        for (i = 0; dst[j] && i < C; i++) dst[j][i] += s->spg[(size_t)j * C + i];
+    return PT_OK;
 }
 
 PTRAINDEF pt_status pt_block_backward(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
@@ -7268,9 +7399,9 @@ PTRAINDEF pt_status pt_block_backward(pt_ctx *ctx, const pt_gpt_config *cfg, int
                                       const float *x, const pt_block_acts *a, const float *dout,
                                       float *dx, pt_block_scratch *s, pt_comm *tp) {
     pt_status st = pt_block_backward_input(ctx, cfg, B, T, p, x, a, dout, dx, &s->w, s, tp);
-    if (st == PT_OK)
-        pt_block_backward_weight(ctx, cfg, B, T, p, g, x, a, &s->w, s, tp ? tp->size : 1);
-    return st;
+    if (st != PT_OK) return st;
+    pt_block_backward_weight(ctx, cfg, B, T, p, g, x, a, &s->w, s, tp ? tp->size : 1);
+    return pt_block_sp_norm_sum(cfg, g, s, tp);
 }
 
 static pt_status pt__check_tokens(const int *tok, size_t n, int V, const char *what) {
@@ -9143,6 +9274,15 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
         pt__append_error(&bad, "tensor_parallel=%d does not divide ffn_hidden=%d", pl->tp,
                          cfg.ffn_hidden);
     if (d->zero < 0 || d->zero > 2) pt__append_error(&bad, "zero=%d must be 0, 1 or 2", d->zero);
+    pl->sp = d->sequence_parallel != 0;
+    if (d->sequence_parallel < 0 || d->sequence_parallel > 1)
+        pt__append_error(&bad, "sequence_parallel=%d must be 0 (off) or 1", d->sequence_parallel);
+    else if (pl->sp && pl->tp < 2)
+        pt__append_error(&bad, "sequence_parallel=1 needs tensor parallelism (tp=%d; tp >= 2 "
+                         "splits the sequence over the tensor ranks)", pl->tp);
+    else if (pl->sp && d->seq >= 1 && d->seq % pl->tp != 0)
+        pt__append_error(&bad, "sequence_parallel=1: seq=%d is not a multiple of tp=%d (each "
+                         "tensor rank holds seq/tp of the tokens)", d->seq, pl->tp);
     pl->bucket_bytes = d->bucket_bytes;
     if (!bad && d->bucket_bytes > (uint64_t)pt_gpt_num_params(&cfg) * sizeof(float))
         pt__append_error(&bad, "bucket_bytes=%zu is more than the model's %.0f bytes of "
@@ -9388,8 +9528,8 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
 static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int training) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
-    pt__dims d = pt__block_dims(&m->config, m->B, m->T, pl->tp);
-    size_t N = d.N, C = d.C, V = (size_t)pl->vocab_local;
+    pt__dims d = pt__block_dims_sp(&m->config, m->B, m->T, pl->tp, pl->sp);
+    size_t N = d.N, Ns = d.Ns, C = d.C, V = (size_t)pl->vocab_local;
     int l, k, most = 0, c, ln = m->config.norm == PT_NORM_LAYER;
     int bf16 = m->ctx.precision == PT_PRECISION_BF16 && pl->recompute != PT_RECOMPUTE_FULL;
     for (c = 0; c < pl->chunks; c++)
@@ -9397,16 +9537,16 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     for (k = 0; k < x->pipe.nslots; k++) {
         pt__slot *sl = &x->pipe.slots[k];
         sl->micro = sl->chunk = -1;
-        sl->x = PT__F(a, N * C);
+        sl->x = PT__F(a, Ns * C);
         sl->acts = x->pipe.acts + (size_t)k * (size_t)most;
         for (l = 0; l < most; l++)
             pt__layout_block_acts(&sl->acts[l], a, &d, pl->recompute, 1, ln, bf16);
         sl->wg = x->pipe.slots[0].wg + (size_t)k * (size_t)most;
         for (l = 0; x->pipe.split && l < most; l++) pt__layout_wgrad(&sl->wg[l], a, &d, NULL, NULL, NULL);
         if (pl->has_head) {
-            sl->lnf = PT__F(a, N * C);
-            sl->lnf_mean = PT__F(a, N);
-            sl->lnf_rstd = PT__F(a, N);
+            sl->lnf = PT__F(a, N * C); /* (sequence parallel: gathered for the head) */
+            sl->lnf_mean = PT__F(a, Ns);
+            sl->lnf_rstd = PT__F(a, Ns);
             sl->logits = PT__F(a, N * V);
             sl->losses = PT__F(a, N);
             sl->lse = (double *)pt_arena_alloc(a, N * sizeof(double));
@@ -9422,8 +9562,8 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
         x->pipe.racts.atty = PT__F(a, N * d.Ca);
     x->ce_red = pl->tp > 1 ? PT__F(a, 3 * N) : NULL;
     pt__layout_scratch(&x->scratch, a, &d, training, m->config.pos == PT_POS_ROPE, bf16);
-    x->dres = training ? PT__F(a, N * C) : NULL;
-    x->pipe.pp_rbuf = training && pl->pp > 1 ? PT__F(a, 2 * N * C) : NULL;
+    x->dres = training ? PT__F(a, Ns * C) : NULL;
+    x->pipe.pp_rbuf = training && pl->pp > 1 ? PT__F(a, 2 * Ns * C) : NULL;
     for (k = 0; bf16 && k < x->pipe.nslots; k++) /* bf16 storage: the floats are the scratch's */
         for (l = 0; l < most; l++) {
             pt_block_acts *b = &x->pipe.slots[k].acts[l];
@@ -9592,7 +9732,7 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
     const pt_gpt_config *cfg = &m->config;
-    int C = cfg->n_embd, V = cfg->vocab_size, N = B * T, l;
+    int C = cfg->n_embd, V = cfg->vocab_size, N = B * T, l, sp_k = pl->sp ? pl->tp : 1;
     const float *in = sl->x;
     pt_status st;
     if (c == x->pipe.embed_chunk) {
@@ -9601,9 +9741,12 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
         if ((st = pt__ag_need(m, x->tab_wte, 1)) != PT_OK ||
             (st = pt__ag_need(m, x->tab_wpe, 1)) != PT_OK)
             return st;
-        pt__encoder_forward_part(sl->x, sl->inputs, m->wte, pl->tp_rank == 0 ? m->wpe : NULL,
+        float *e = pl->sp ? x->scratch.xg : sl->x; /* sequence parallel: reduce-scattered */
+        pt__encoder_forward_part(e, sl->inputs, m->wte, pl->tp_rank == 0 ? m->wpe : NULL,
                                  pl->vocab_offset, pl->vocab_local, B, T, C);
-        if ((st = pt__tp_sum(x->tp_comm, sl->x, (size_t)N * C)) != PT_OK) return st;
+        if ((st = pt__tp_rows(x->tp_comm, pl->sp, e, sl->x, (size_t)N * C / (size_t)sp_k)) !=
+            PT_OK)
+            return st;
     }
     for (l = x->pipe.chunk_lo[c]; l < x->pipe.chunk_hi[c]; l++) {
         pt_block_acts *a = &sl->acts[l - x->pipe.chunk_lo[c]], *use = a;
@@ -9625,7 +9768,14 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
         (st = pt__ag_need(m, x->tab_lnf_b, 1)) != PT_OK ||
         (st = pt__ag_need(m, x->tab_head >= 0 ? x->tab_head : x->tab_wte, 1)) != PT_OK)
         return st;
-    pt__norm_forward(cfg, sl->lnf, sl->lnf_mean, sl->lnf_rstd, in, m->lnf_w, m->lnf_b, N, C);
+    if (pl->sp) { /* the final norm on this rank's rows, gathered for the head */
+        pt__norm_forward(cfg, x->scratch.xg, sl->lnf_mean, sl->lnf_rstd, in, m->lnf_w, m->lnf_b,
+                         N / sp_k, C);
+        st = pt_comm_all_gather(x->tp_comm, x->scratch.xg, sl->lnf, (size_t)N * C / (size_t)sp_k);
+        if (st != PT_OK) return st;
+    } else {
+        pt__norm_forward(cfg, sl->lnf, sl->lnf_mean, sl->lnf_rstd, in, m->lnf_w, m->lnf_b, N, C);
+    }
     pt_tied_head_forward(&m->ctx, sl->logits, sl->lnf, m->lm_head, N, C, pl->vocab_local);
     if (with_targets) {
         double sum = 0.0;
@@ -9685,7 +9835,8 @@ static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, in
                    1.0f, m->grads, C);
         else
             pt__encoder_backward_part(m->grads, wpe && wpe->bucket == b ? m->grads + (wpe->offset -
-                                      k->offset) : NULL, x->dres, sl->inputs,
+                                      k->offset) : NULL, m->place.sp ? x->scratch.xg : x->dres,
+                                      sl->inputs,
                                       m->place.vocab_offset + r0, r1 - r0, B, T, C);
         st = pt__zero2_bucket(m, b);
     }
@@ -9756,6 +9907,32 @@ static void pt__attention_again(pt_gpt *m, pt_block_acts *a, int B, int T) {
                          x->scratch.attn_slots, B, T, (int)d.Ca, (int)d.NH, (int)d.NKV);
 }
 
+/* The final norm's backward from the head's input gradient (x->scratch.dln,
+   (N,C), this rank's vocabulary's part): summed over the tp group, into
+   x->dres (written) and the norm's gradients. Sequence parallel: this
+   rank's rows of the sum (a reduce-scatter), the norm on them, its weight
+   gradients summed over the group. */
+static pt_status pt__head_norm_backward(pt_gpt *m, pt__slot *sl, const float *in, int N) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_config *cfg = &m->config;
+    int C = cfg->n_embd, sp = m->place.sp, Ns = sp ? N / m->place.tp : N, i;
+    float *dln = sp ? x->scratch.xg : x->scratch.dln, *dw = x->coll.dlnf_w, *db = x->coll.dlnf_b;
+    pt_status st = pt__tp_rows(x->tp_comm, sp, x->scratch.dln, dln, (size_t)Ns * C);
+    if (st != PT_OK) return st;
+    memset(x->dres, 0, sizeof(float) * (size_t)Ns * C);
+    if (sp) { /* [w | b] of this rank's rows in the scratch's spg, then their sum */
+        memset(x->scratch.spg, 0, 2 * (size_t)C * sizeof(float));
+        dw = x->scratch.spg, db = db ? x->scratch.spg + C : NULL;
+    }
+    pt__norm_backward(cfg, x->dres, dw, db, dln, in, m->lnf_w, sl->lnf_mean, sl->lnf_rstd, Ns, C);
+    if (!sp) return PT_OK;
+    if ((st = pt_comm_all_reduce(x->tp_comm, x->scratch.spg, 2 * (size_t)C, PT_REDUCE_SUM)) != PT_OK)
+        return st;
+    for (i = 0; i < C; i++) x->coll.dlnf_w[i] += x->scratch.spg[i];
+    for (i = 0; db && i < C; i++) x->coll.dlnf_b[i] += x->scratch.spg[C + i];
+    return PT_OK;
+}
+
 /* Backward of this stage's chunk c for the micro-batch in slot sl,
    accumulating parameter gradients (dloss scales the mean loss's): from the
    loss if c holds the last virtual stage, else from x->dres (the output's
@@ -9777,11 +9954,9 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
         pt_tied_head_backward(&m->ctx, x->scratch.dln, zero2 ? NULL : x->coll.dhead, sl->logits,
                               sl->lnf, m->lm_head, N, C, pl->vocab_local);
         if (zero2 && (st = pt__zero2_vocab(m, sl, B, T, 1)) != PT_OK) return st;
-        if ((st = pt__tp_sum(x->tp_comm, x->scratch.dln, (size_t)N * C)) != PT_OK) return st;
-        memset(x->dres, 0, sizeof(float) * (size_t)N * C);
-        pt__norm_backward(cfg, x->dres, x->coll.dlnf_w, x->coll.dlnf_b, x->scratch.dln,
-                          last > first ? sl->acts[last - 1 - first].out : sl->x, m->lnf_w,
-                          sl->lnf_mean, sl->lnf_rstd, N, C);
+        if ((st = pt__head_norm_backward(m, sl, last > first ? sl->acts[last - 1 - first].out
+                                                             : sl->x, N)) != PT_OK)
+            return st;
         if (zero2 && (st = pt__zero2_bucket(m, m->table[x->tab_lnf].bucket)) != PT_OK) return st;
     }
     for (l = last - 1; l >= first; l--) {
@@ -9810,10 +9985,14 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
             return st;
     }
     if (c != x->pipe.embed_chunk) return PT_OK;
-    /* every rank holds the whole dres: its wte rows, and all of wpe */
+    /* every rank holds the whole dres (sequence parallel: gathered, the g of
+       the embedding's reduce-scatter): its wte rows, and all of wpe */
+    if (pl->sp && (st = pt_comm_all_gather(x->tp_comm, x->dres, x->scratch.xg,
+                                           (size_t)N * C / (size_t)pl->tp)) != PT_OK)
+        return st;
     if (zero2) return pt__zero2_vocab(m, sl, B, T, 0);
-    pt__encoder_backward_part(x->coll.dwte, x->coll.dwpe, x->dres, sl->inputs, pl->vocab_offset,
-                              pl->vocab_local, B, T, C);
+    pt__encoder_backward_part(x->coll.dwte, x->coll.dwpe, pl->sp ? x->scratch.xg : x->dres,
+                              sl->inputs, pl->vocab_offset, pl->vocab_local, B, T, C);
     return PT_OK;
 }
 
@@ -9833,7 +10012,8 @@ static pt_status pt__chunk_weight(pt_gpt *m, pt__slot *sl, int c, int B, int T) 
         }
         pt_block_backward_weight(&m->ctx, cfg, B, T, &m->layers[l], &x->coll.layer_grads[l], in, a,
                                  &sl->wg[l - first], &x->scratch, k);
-        st = pt__ov_layer(m, l, 1);
+        st = pt_block_sp_norm_sum(cfg, &x->coll.layer_grads[l], &x->scratch, x->tp_comm);
+        if (st == PT_OK) st = pt__ov_layer(m, l, 1);
     }
     return st;
 }
@@ -9952,6 +10132,9 @@ static pt_status pt__step_batch(const pt_gpt *m, const pt_step_desc *d) {
     if (d->B < 1 || d->B % mb != 0 || d->B / mb > m->B || d->T < 1 || d->T > m->T)
         return pt__fail(PT_ERR_CONFIG, "batch %dx%d does not split into %d micro-batch%s of at "
                         "most %dx%d", d->B, d->T, mb, mb > 1 ? "es" : "", m->B, m->T);
+    if (m->place.sp && d->T % m->place.tp != 0)
+        return pt__fail(PT_ERR_CONFIG, "sequence_parallel: T=%d is not a multiple of tp=%d",
+                        d->T, m->place.tp);
     if ((st = pt__check_tokens(d->inputs, (size_t)d->B * d->T, m->config.vocab_size,
                                "inputs")) != PT_OK ||
         (st = pt__check_tokens(d->targets, (size_t)d->B * d->T, m->config.vocab_size,
@@ -10041,7 +10224,7 @@ static pt_status pt__step_action(pt_gpt *m, pt__step_run *r, int k) {
     const pt_step_desc *d = r->d;
     const pt_action *a = &s->list[pl->pp_rank][k];
     int stage = pl->pp_rank, C = m->config.n_embd, last = k == s->count[stage] - 1;
-    size_t N = r->N, NV = r->NV, NC = N * (size_t)C;
+    size_t N = r->N, NV = r->NV, NC = N * (size_t)C / (size_t)(pl->sp ? pl->tp : 1);
     /* a message's tag names its micro-batch and the virtual stage that made it */
     int i = a->micro, c = a->chunk, vs = c >= 0 ? pt__sched_vs(s, stage, c) : 0;
     /* ZB-V's turn: the virtual stage before this one is here too (backward
@@ -10156,8 +10339,9 @@ static pt_status pt__step_begin(pt_gpt *m, const pt_step_desc *d, size_t N, size
     if ((st = pt__trace_begin(x, d->trace)) != PT_OK) return st;
     /* pipeline messages: each stage's first activation and gradient receives posted now */
     x->pipe.pp_on = pl->pp > 1 && d->overlap != PT_OVERLAP_OFF;
-    if (x->pipe.pp_on && ((st = pt__pp_post(m, 0, -1, N * (size_t)m->config.n_embd)) != PT_OK ||
-                          (st = pt__pp_post(m, 1, -1, N * (size_t)m->config.n_embd)) != PT_OK))
+    N = N * (size_t)m->config.n_embd / (size_t)(pl->sp ? pl->tp : 1); /* a message's floats */
+    if (x->pipe.pp_on && ((st = pt__pp_post(m, 0, -1, N)) != PT_OK ||
+                          (st = pt__pp_post(m, 1, -1, N)) != PT_OK))
         return st;
     return PT_OK;
 }
@@ -10218,7 +10402,7 @@ static pt_status pt__gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
     int p = pl->pp, V = pt__sched_blocks(pl->schedule, p, pl->chunks), i, c, b;
-    size_t N, C = (size_t)m->config.n_embd;
+    size_t N, NC, C = (size_t)m->config.n_embd;
     float sum = 0.0f, one = 0.0f;
     pt__slot *sl = &x->pipe.slots[0];
     pt_schedule path; /* a micro-batch's path needs the kind and the sizes alone */
@@ -10228,6 +10412,7 @@ static pt_status pt__gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
     if ((st = pt__step_batch(m, d)) != PT_OK) return st;
     b = d->B / pl->micro;
     N = (size_t)b * (size_t)d->T;
+    NC = N * C / (size_t)(pl->sp ? pl->tp : 1); /* the residual stream's floats here */
     x->has_targets = 0;
     /* virtual stage k waits only for k-1: in this order nothing cycles */
     for (i = 0; i < pl->micro && st == PT_OK; i++)
@@ -10241,9 +10426,9 @@ static pt_status pt__gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
             if (prev == pl->pp_rank) { /* ZB-V's turn: the previous chunk's output, still here */
                 pc = pt__sched_chunk_at(&path, i, vs - 1);
                 memcpy(sl->x, sl->acts[x->pipe.chunk_hi[pc] - x->pipe.chunk_lo[pc] - 1].out,
-                       N * C * sizeof(float));
+                       NC * sizeof(float));
             } else if (vs > 0) {
-                st = pt_comm_recv(x->pp_comm, sl->x, N * C, prev, (i * V + vs - 1) * 2);
+                st = pt_comm_recv(x->pp_comm, sl->x, NC, prev, (i * V + vs - 1) * 2);
             }
             if (st == PT_OK) st = pt__chunk_forward(m, sl, c, b, d->T, 1, &one);
             if (st == PT_OK && vs == V - 1) {
@@ -10255,7 +10440,7 @@ static pt_status pt__gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
             }
             if (st == PT_OK && vs < V - 1 && next != pl->pp_rank)
                 st = pt_comm_send(x->pp_comm, sl->acts[x->pipe.chunk_hi[c] - x->pipe.chunk_lo[c] - 1].out,
-                                  N * C, next, (i * V + vs) * 2);
+                                  NC, next, (i * V + vs) * 2);
         }
     *loss = pl->has_head ? sum / (float)pl->micro : 0.0f;
     if (st == PT_OK && p > 1) st = pt_comm_all_reduce(x->pp_comm, loss, 1, PT_REDUCE_SUM);
@@ -10281,6 +10466,9 @@ static pt_status pt__gpt_forward(pt_gpt *m, const int *inputs, const int *target
                         "batch %dx%d does not fit the model's capacity B=%d, T=%d "
                         "(block_size=%d)",
                         B, T, m->B, m->T, c->block_size);
+    if (m->place.sp && T % m->place.tp != 0)
+        return pt__fail(PT_ERR_CONFIG, "sequence_parallel: T=%d is not a multiple of tp=%d", T,
+                        m->place.tp);
     if ((st = pt__check_tokens(inputs, (size_t)N, V, "inputs")) != PT_OK) return st;
     if (targets && (st = pt__check_tokens(targets, (size_t)N, V, "targets")) != PT_OK) return st;
     sl = &x->pipe.slots[0];

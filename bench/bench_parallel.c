@@ -3,14 +3,15 @@
    the slowest rank, and, with more ranks than cores, for a core).
 
      build/bench_parallel --tp 2 --dp 2 [--config gpt2-124m] [--layers 2]
-                          [--batch 8] [--seq 64] [--steps 3] [--zero 0]
+                          [--batch 8] [--seq 64] [--steps 3] [--zero 0] [--sp]
                           [--overlap on|off] [--bucket-mb X]
      mpirun -np 4 build/bench_parallel_mpi --tp 2 --dp 2 ...
 
    Two measurements, each the median of --steps after a checked warm-up:
    - block: one GPT-2 block (the preset's width and heads) forward and
      backward on this rank's heads and MLP columns, its two all-reduces each
-     way over the tensor-parallel group (the dp group plays no part);
+     way over the tensor-parallel group (the dp group plays no part; with
+     --sp an all-gather and a reduce-scatter each instead, on N/tp rows);
    - step: forward, backward and AdamW of the whole model (--layers blocks)
      on this rank's share of the batch, with the gradient reduction over the
      data-parallel group (ZeRO stage --zero).
@@ -27,7 +28,7 @@
 
 typedef struct opts {
     const char *config, *overlap;
-    int layers, batch, seq, steps, tp, dp, zero, memory;
+    int layers, batch, seq, steps, tp, dp, zero, memory, sp;
     float bucket_mb;
 } opts;
 
@@ -90,6 +91,7 @@ static pt_status rank_main(pt_comm *world, void *arg) {
     d.seq = o->seq;
     d.grid = &grid;
     d.zero = o->zero;
+    d.sequence_parallel = o->sp;
     d.bucket_bytes = (size_t)((double)o->bucket_mb * 1048576.0);
     N = Bl * o->seq;
     d.meta = o->memory;
@@ -114,13 +116,13 @@ static pt_status rank_main(pt_comm *world, void *arg) {
     dout = (float *)malloc(sizeof(float) * (size_t)N * cfg.n_embd);
     dx = (float *)malloc(sizeof(float) * (size_t)N * cfg.n_embd);
     pt_arena_init_meta(&block); /* measured, then allocated once */
-    pt_block_layout(&cfg, Bl, o->seq, o->tp, &block, NULL, &bg, &ba, &bs);
+    pt_block_layout(&cfg, Bl, o->seq, o->tp, o->sp, &block, NULL, &bg, &ba, &bs);
     if (!inputs || !targets || !t || !c || !x || !dout || !dx ||
         pt_arena_init(&block, block.used, NULL) != PT_OK) {
         st = pt_comm_fail(world, pt_error(PT_ERR_OOM, "out of memory"));
         goto out;
     }
-    pt_block_layout(&cfg, Bl, o->seq, o->tp, &block, NULL, &bg, &ba, &bs);
+    pt_block_layout(&cfg, Bl, o->seq, o->tp, o->sp, &block, NULL, &bg, &ba, &bs);
     memset(&sd, 0, sizeof sd);
     sd.inputs = inputs + (size_t)grid.dp_rank * N, sd.targets = targets + (size_t)grid.dp_rank * N;
     sd.B = Bl, sd.T = o->seq, sd.adamw = &opt, sd.lr = 1e-3f;
@@ -196,6 +198,8 @@ int main(int argc, char **argv) {
         {"seq", CLI_INT, &o.seq, "T", 1, 1 << 20},
         {"steps", CLI_INT, &o.steps, "timed repetitions of each measurement", 1, 1000},
         {"tp", CLI_INT, &o.tp, "tensor-parallel ranks", 1, 1024},
+        {"sp", CLI_FLAG, &o.sp, "sequence parallelism over the tp ranks (the block's x, dout "
+         "and dx are this rank's rows)", 0, 0},
         {"dp", CLI_INT, &o.dp, "data-parallel ranks", 1, 1024},
         {"zero", CLI_INT, &o.zero, "ZeRO stage", 0, 2},
         {"overlap", CLI_STR, &o.overlap, "on | off: the dp communication behind compute or after "

@@ -124,6 +124,8 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         {"seq", CLI_INT, &md->seq, "sequence length", 1, 1 << 20},
         {"vocab", CLI_INT, &cf->vocab_size, "vocabulary", 1, 1 << 24},
         {"tp", CLI_INT, &d->tp, "tensor-parallel ranks", 1, 1 << 16},
+        {"sp", CLI_FLAG, &md->sequence_parallel, "sequence parallelism over the tp ranks "
+         "(--tp >= 2, --seq a multiple of it)", 0, 0},
         {"pp", CLI_INT, &d->pp, "pipeline stages", 1, 64},
         {"gpus", CLI_INT, &d->gpus, "devices (dp = gpus / (tp x pp))", 1, 1 << 24},
         {"batch", CLI_INT, &d->batch, "global batch (sequences)", 1, 1 << 24},

@@ -12,6 +12,7 @@ typedef struct run {
     int steps, batch, seq, warmup, eval_every, eval_batches, ckpt_every, sample_tokens, top_k,
         log_every, stop_after, tp, dp, pp, zero, accum, chunks, recompute, trace_step, keep,
         max_bad, force, eval_only, eval_batches_given;
+    int sp; /* --sp: sequence parallelism over the tp ranks */
     pt_schedule_kind schedule;
     pt_overlap overlap; /* the dp gradient reduction behind backward (on) or after it */
     float bucket_mb;    /* --bucket-mb: dp gradient buckets of at least this many MiB
@@ -224,6 +225,8 @@ static int train_table(cli_opt *opts, run *o, train_args *a, train_words *w) {
          "OMP_NUM_THREADS, else its share of the cores; refused with thread ranks, which split "
          "the cores)", 0, 1024},
         {"tp", CLI_INT, &o->tp, "tensor-parallel ranks (divides --heads)", 1, 1024},
+        {"sp", CLI_FLAG, &o->sp, "sequence parallelism over the tp ranks (--tp >= 2, --seq a "
+         "multiple of it)", 0, 0},
         {"dp", CLI_INT, &o->dp, "data-parallel ranks (with --grad-accum, divides --batch)", 1,
          1024},
         {"zero", CLI_INT, &o->zero, "ZeRO stage: 0, 1 (shard AdamW state), 2 (and gradients)", 0,

@@ -59,9 +59,9 @@ static void train_report_header(const run *o, const pt_comm *world, const pt_gpt
     printf("model: %s, %d layers, %d heads, %d wide, vocabulary %d, context %d: %.2fM "
            "parameters\n", arch, o->cfg.n_layer, o->cfg.n_head, o->cfg.n_embd, o->cfg.vocab_size,
            o->cfg.block_size, (double)gpt->num_params_full / 1e6);
-    printf("layout: tp %d x dp %d x pp %d = %d rank%s (%s), ZeRO %d, schedule %s, %d "
+    printf("layout: tp %d%s x dp %d x pp %d = %d rank%s (%s), ZeRO %d, schedule %s, %d "
            "chunk%s per stage, %d micro-batch%s of %d rows per rank and step, recompute %s%s\n",
-           o->tp, o->dp, o->pp, world->size, world->size > 1 ? "s" : "",
+           o->tp, gpt->place.sp ? " (sequence parallel)" : "", o->dp, o->pp, world->size, world->size > 1 ? "s" : "",
            world->kind == PT_COMM_MPI ? "MPI" : "threads", o->zero,
            pt_schedule_kind_name(gpt->place.schedule), gpt->place.chunks,
            gpt->place.chunks > 1 ? "s" : "",

@@ -28,6 +28,7 @@ typedef struct layout {
 typedef struct run {
     const layout *l;
     int layers, embd, heads, seq, vocab, batch, steps;
+    int sp; /* --sp: sequence parallelism where a layout has tp >= 2 */
     pt_precision precision;
     double seconds; /* median step, rank 0 */
 } run;
@@ -46,6 +47,7 @@ static pt_status model_desc(const run *r, pt_gpt_desc *d) {
     d->config.vocab_size = r->vocab, d->config.block_size = r->seq;
     d->batch = l->micro, d->seq = r->seq;
     d->chunks = l->chunks, d->recompute = l->recompute, d->precision = r->precision;
+    d->sequence_parallel = r->sp && l->tp > 1;
     return pt_schedule_kind_parse(l->schedule, &d->schedule);
 }
 
@@ -144,6 +146,8 @@ int main(int argc, char **argv) {
         {"micro", CLI_INT, &one.micro, "micro-batch (sequences)", 1, 4096},
         {"chunks", CLI_INT, &one.chunks, "chunks a stage (interleaved; zb-v, chimera: 2)", 1, 8},
         {"recompute", CLI_STR, &rc, "none, selective or full", 0, 0},
+        {"sp", CLI_FLAG, &r.sp, "sequence parallelism over the tp ranks (with --all: the "
+         "layouts with tp >= 2)", 0, 0},
         {"all", CLI_FLAG, &all, "every layout of the built-in table", 0, 0},
         {"layers", CLI_INT, &r.layers, "blocks", 1, 64},
         {"embd", CLI_INT, &r.embd, "width C", 16, 4096},
@@ -159,12 +163,18 @@ int main(int argc, char **argv) {
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
     r.layers = 4, r.embd = 256, r.heads = 4, r.seq = 128, r.vocab = 1024, r.batch = 8, r.steps = 4;
+    r.sp = 0;
     cli_passive_wait(argv);
     if ((s = cli_parse(argc, argv, opts, nopts, pos, 0, &npos)) != 0) {
         cli_usage(s == 1 ? stdout : stderr, "usage: sim_vs_real [options]", opts, nopts);
         return s == 1 ? 0 : 2;
     }
     if ((one.recompute = cli_recompute(rc)) < 0) return 2;
+    if (r.sp && !all && one.tp < 2) {
+        fprintf(stderr, "error: --sp splits the sequence over the tensor-parallel ranks: it "
+                "needs --tp >= 2 (--tp %d given)\n", one.tp);
+        return 2;
+    }
     if (pt_precision_parse(prec, &r.precision) != PT_OK) {
         fprintf(stderr, "error: --precision: %s\n", pt_last_error());
         return 2;

@@ -15,9 +15,18 @@
    once. Backward mirrors it: the input gradient of each column-split matmul
    is a partial sum, and is all-reduced.
 
+   Sequence parallelism (Korthikanti et al. 2022) splits what is left
+   whole, the norms and residuals, over the rows (tokens): rank k holds rows
+   [k N/K, (k+1) N/K) of x and out. Before each column-split matmul an
+   all-gather collects the norm's output over all rows; after each
+   row-split one a reduce-scatter sums the partial products and leaves each
+   rank its rows: the all-reduce's sums, as two halves of it (an all-reduce
+   is a reduce-scatter then an all-gather). Backward mirrors it, and the
+   norms' weight gradients, now from a rank's rows only, are all-reduced.
+
    This program builds one random block, runs it whole, then on K thread
-   ranks (pt_comm_threads_run) with each rank's slices, and compares the
-   outputs and every gradient. */
+   ranks (pt_comm_threads_run) with each rank's slices, without and with
+   sequence parallelism, and compares the outputs and every gradient. */
 #define PTRAIN_IMPLEMENTATION
 #include "../ptrain.h"
 
@@ -26,7 +35,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { B = 2, T = 16, C = 48, NH = 6, N = B * T, K = 3 }; /* K ranks, NH/K heads each */
+enum { B = 2, T = 18, C = 48, NH = 6, N = B * T, K = 3, NS = N / K }; /* K ranks, NH/K heads,
+                                                                       NS rows each */
 
 /* A block's parameters, activations and scratch for attention width Ca
    (C/K heads' worth) and MLP width F, in one arena. */
@@ -88,23 +98,10 @@ static void qkv_slice(float *dst, const float *src, int rows, int k) {
 static block whole;               /* the unsplit block, with its results */
 static float x[N * C], dout[N * C]; /* input and the output's gradient */
 
-/* Rank k: its slices, the split forward and backward, then the comparison. */
-static pt_status rank_main(pt_comm *tp, void *arg) {
-    int k = tp->rank, Ca = C / K, Fw = 4 * C / K, bad = 0;
+/* Rank k's slices of the whole block's parameters into P. */
+static void slice(pt_block_params *P, int k) {
     const pt_block_params *W = &whole.p;
-    pt_block_params *P, *G, *WG = &whole.g;
-    block b;
-    pt_gpt_config cfg = {0};
-    pt_ctx ctx; /* this rank's: fp32 GEMMs, a workspace for its OpenMP threads */
-    pt_status st;
-    (void)arg;
-    cfg.n_embd = C, cfg.n_head = NH, cfg.ln_eps = 1e-5f;
-    if ((st = pt_ctx_init(&ctx, NULL)) != PT_OK) return pt_comm_fail(tp, st);
-    if (!block_init(&b, Ca, Fw)) {
-        pt_ctx_free(&ctx);
-        return pt_comm_fail(tp, PT_ERR_OOM);
-    }
-    P = &b.p, G = &b.g;
+    int Ca = C / K, Fw = 4 * C / K;
     memcpy(P->ln1_w, W->ln1_w, C * 4), memcpy(P->ln1_b, W->ln1_b, C * 4);
     memcpy(P->ln2_w, W->ln2_w, C * 4), memcpy(P->ln2_b, W->ln2_b, C * 4);
     memcpy(P->attn_proj_b, W->attn_proj_b, C * 4), memcpy(P->fc_proj_b, W->fc_proj_b, C * 4);
@@ -114,24 +111,23 @@ static pt_status rank_main(pt_comm *tp, void *arg) {
     cols(P->fc_w, W->fc_w, C, 4 * C, k * Fw, Fw);                                     /* columns */
     memcpy(P->fc_b, W->fc_b + k * Fw, Fw * 4);
     memcpy(P->fc_proj_w, W->fc_proj_w + (size_t)k * Fw * C, (size_t)Fw * C * 4);     /* rows */
+}
 
-    st = pt_block_forward(&ctx, &cfg, B, T, P, x, &b.a, &b.s, tp);
-    if (st == PT_OK) st = pt_block_backward(&ctx, &cfg, B, T, P, G, x, &b.a, dout, b.dx, &b.s, tp);
-    pt_ctx_free(&ctx);
-    if (st != PT_OK) {
-        pt_arena_free(&b.ar);
-        return st;
-    }
-
-    /* compare: out and dx whole; each gradient against its slice of the whole one */
+/* Elements of rank k's results off the whole block's: out and dx (rows
+   [r0, r0 + rows) of them), and each gradient against its slice. */
+static int compare(int k, const float *out, const float *dx, int r0, int rows,
+                   const pt_block_params *G) {
     static float scratch[K][4 * C * C];
+    const pt_block_params *WG = &whole.g;
+    int Ca = C / K, Fw = 4 * C / K, bad = 0;
     /* float sums in another order: equal to about 1e-6 relative */
 #define CMP(a, ref, n)                                                                       \
     for (int i = 0; i < (n); i++)                                                            \
         if (!(fabsf((a)[i] - (ref)[i]) <= 1e-5f + 1e-4f * fabsf((ref)[i]))) bad++;
-    CMP(b.a.out, whole.a.out, N * C);
-    CMP(b.dx, whole.dx, N * C);
+    CMP(out, whole.a.out + (size_t)r0 * C, rows * C);
+    CMP(dx, whole.dx + (size_t)r0 * C, rows * C);
     CMP(G->ln1_w, WG->ln1_w, C);
+    CMP(G->ln2_b, WG->ln2_b, C);
     CMP(G->attn_proj_b, WG->attn_proj_b, C);
     CMP(G->attn_proj_w, WG->attn_proj_w + (size_t)k * Ca * C, Ca * C);
     CMP(G->fc_proj_w, WG->fc_proj_w + (size_t)k * Fw * C, Fw * C);
@@ -139,10 +135,71 @@ static pt_status rank_main(pt_comm *tp, void *arg) {
     CMP(G->fc_w, scratch[k], C * Fw);
     qkv_slice(scratch[k], WG->qkv_w, C, k);
     CMP(G->qkv_w, scratch[k], C * 3 * Ca);
-    printf("rank %d of %d: heads %d..%d, %d MLP columns: %s (%d elements off)\n", k, K,
-           k * NH / K, (k + 1) * NH / K - 1, Fw, bad ? "MISMATCH" : "matches the whole block", bad);
+#undef CMP
+    return bad;
+}
+
+/* Rank k: its slices, the split forward and backward (tensor parallel, then
+   sequence parallel: x, dout, out and dx its NS rows), the comparisons and
+   the collectives each made. */
+static pt_status rank_main(pt_comm *tp, void *arg) {
+    int k = tp->rank, bad, sbad = 0;
+    block b;
+    pt_arena sa = {0};
+    pt_block_params sp, sg;
+    pt_block_acts sacts;
+    pt_block_scratch ss;
+    float sdx[NS * C];
+    pt_gpt_config cfg = {0};
+    pt_ctx ctx; /* this rank's: fp32 GEMMs, a workspace for its OpenMP threads */
+    uint64_t calls0;
+    pt_status st;
+    (void)arg;
+    cfg.n_embd = C, cfg.n_head = NH, cfg.ln_eps = 1e-5f, cfg.n_layer = 1, cfg.block_size = T;
+    if ((st = pt_ctx_init(&ctx, NULL)) != PT_OK) return pt_comm_fail(tp, st);
+    if (!block_init(&b, C / K, 4 * C / K)) {
+        pt_ctx_free(&ctx);
+        return pt_comm_fail(tp, PT_ERR_OOM);
+    }
+    slice(&b.p, k);
+    calls0 = tp->calls;
+    st = pt_block_forward(&ctx, &cfg, B, T, &b.p, x, &b.a, &b.s, tp);
+    if (st == PT_OK) st = pt_block_backward(&ctx, &cfg, B, T, &b.p, &b.g, x, &b.a, dout, b.dx, &b.s, tp);
+    bad = st == PT_OK ? compare(k, b.a.out, b.dx, 0, N, &b.g) : 0;
+    if (st == PT_OK && k == 0)
+        printf("tensor parallel: %llu collectives (all-reduces: after attn.c_proj and "
+               "mlp.c_proj, of the c_fc and c_attn input gradients)\n",
+               (unsigned long long)(tp->calls - calls0));
+    /* the same slices in the library's sequence-parallel layout: measured, then allocated */
+    pt_arena_init_meta(&sa);
+    pt_block_layout(&cfg, B, T, K, 1, &sa, &sp, &sg, &sacts, &ss);
+    if (st == PT_OK && (st = pt_arena_init(&sa, sa.used, NULL)) != PT_OK) st = pt_comm_fail(tp, st);
+    if (st == PT_OK) {
+        memset(sa.base, 0, sa.capacity);
+        pt_block_layout(&cfg, B, T, K, 1, &sa, &sp, &sg, &sacts, &ss);
+        slice(&sp, k);
+        calls0 = tp->calls;
+        st = pt_block_forward(&ctx, &cfg, B, T, &sp, x + (size_t)k * NS * C, &sacts, &ss, tp);
+    }
+    if (st == PT_OK)
+        st = pt_block_backward(&ctx, &cfg, B, T, &sp, &sg, x + (size_t)k * NS * C, &sacts,
+                               dout + (size_t)k * NS * C, sdx, &ss, tp);
+    if (st == PT_OK) sbad = compare(k, sacts.out, sdx, k * NS, NS, &sg);
+    if (st == PT_OK && k == 0)
+        printf("sequence parallel: %llu collectives (all-gathers of ln_1 and ln_2 before c_attn "
+               "and c_fc, reduce-scatters after the c_projs; backward: all-gathers of dout and "
+               "d res2, reduce-scatters of the input gradients, ln_1 and ln_2 gathered again "
+               "for the weight gradients, one all-reduce of the norms' weight gradients)\n",
+               (unsigned long long)(tp->calls - calls0));
+    pt_ctx_free(&ctx);
     pt_arena_free(&b.ar);
-    return bad ? pt_comm_fail(tp, pt_error(PT_ERR_RANGE, "rank %d differs", k)) : PT_OK;
+    pt_arena_free(&sa);
+    if (st != PT_OK) return st;
+    printf("rank %d of %d: heads %d..%d, %d MLP columns, rows %d..%d: tensor parallel %s, "
+           "sequence parallel %s (%d, %d elements off)\n", k, K, k * NH / K,
+           (k + 1) * NH / K - 1, 4 * C / K, k * NS, (k + 1) * NS - 1,
+           bad ? "MISMATCH" : "matches", sbad ? "MISMATCH" : "matches", bad, sbad);
+    return bad || sbad ? pt_comm_fail(tp, pt_error(PT_ERR_RANGE, "rank %d differs", k)) : PT_OK;
 }
 
 int main(void) {
@@ -165,7 +222,7 @@ int main(void) {
         printf("error: %s\n", pt_last_error());
         return 1;
     }
-    printf("the split block matches: outputs, input gradient and every parameter gradient\n");
+    printf("the split blocks match: outputs, input gradient and every parameter gradient\n");
     pt_arena_free(&whole.ar);
     return 0;
 }

@@ -185,6 +185,7 @@ static pt_status rank_model(rank_run *r) {
     r->desc.schedule = o->schedule;
     r->desc.chunks = o->chunks;
     r->desc.recompute = o->recompute;
+    r->desc.sequence_parallel = o->sp;
     r->desc.precision = o->precision;
     r->desc.bucket_bytes = (size_t)((double)o->bucket_mb * 1048576.0);
     if ((st = pt_gpt_init(&r->gpt, &r->desc)) != PT_OK) return st;

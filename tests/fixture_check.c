@@ -2,7 +2,7 @@
    README, section 3.4) and compares every quantity with its tolerance, in any
    tensor x data parallel layout.
 
-     build/fixture_check FILE [--tp N] [--dp N] [--zero S] [--threads N] [--verbose]
+     build/fixture_check FILE [--tp N [--sp]] [--dp N] [--zero S] [--threads N] [--verbose]
      mpirun -np N build/fixture_check_mpi FILE --tp A --dp B     (N = A*B)
 
    With --tp/--dp the ranks are threads of this process (fixture_check) or
@@ -137,7 +137,7 @@ static double max_abs(const float *x, size_t n) {
 typedef struct job {
     const char *path;
     fixture f;
-    int tp, dp, pp, zero, micro, chunks, recompute, verbose;
+    int tp, dp, pp, zero, micro, chunks, recompute, verbose, sp;
     pt_schedule_kind schedule;
     pt_precision precision;
     int failed; /* checks failed over all ranks (set by world rank 0) */
@@ -236,6 +236,7 @@ static pt_status run_rank(pt_comm *world, void *arg) {
     desc.chunks = j->chunks;
     desc.recompute = j->recompute;
     desc.precision = j->precision;
+    desc.sequence_parallel = j->sp;
     if ((status = pt_gpt_init(&gpt, &desc)) != PT_OK ||
         (status = pt_gpt_load_weights_st(&gpt, j->f.st)) != PT_OK)
         goto out;
@@ -398,11 +399,13 @@ out:
 }
 
 int main(int argc, char **argv) {
-    int threads = 0, verbose = 0, npos = 0, s, tp = 1, dp = 1, pp = 1, zero = 0, micro = 1, chunks = 0;
+    int threads = 0, verbose = 0, npos = 0, s, sp = 0, tp = 1, dp = 1, pp = 1, zero = 0, micro = 1, chunks = 0;
     const char *schedule = NULL, *recompute = "none", *precision = "fp32";
     const char *pos[1] = {NULL};
     cli_opt opts[] = {
         {"tp", CLI_INT, &tp, "tensor-parallel ranks (divides n_head and n_kv_head)", 1, 1024},
+        {"sp", CLI_FLAG, &sp, "sequence parallelism over the tp ranks (tp >= 2, T % tp == 0)", 0,
+         0},
         {"dp", CLI_INT, &dp, "data-parallel ranks (divides the fixture's batch B)", 1, 1024},
         {"zero", CLI_INT, &zero, "ZeRO stage: 0, 1 (shard AdamW state) or 2 (and gradients)", 0, 2},
         {"pp", CLI_INT, &pp, "pipeline stages (at most n_layer)", 1, 1024},
@@ -455,6 +458,7 @@ int main(int argc, char **argv) {
     j.path = pos[0];
     j.f.st = &st;
     j.tp = tp;
+    j.sp = sp;
     j.dp = dp;
     j.zero = zero;
     j.pp = pp;
@@ -471,10 +475,10 @@ int main(int argc, char **argv) {
     if (j.recompute < 0) goto out;
     if (world.rank == 0)
         printf("%s: V=%d C=%d n_head=%d n_kv_head=%d n_layer=%d block=%d B=%d T=%d steps=%d "
-               "lr=%g wd=%g; tp=%d dp=%d zero=%d pp=%d %s m=%d v=%d %s\n",
+               "lr=%g wd=%g; tp=%d%s dp=%d zero=%d pp=%d %s m=%d v=%d %s\n",
                pos[0], j.f.cfg.vocab_size, j.f.cfg.n_embd, j.f.cfg.n_head,
                j.f.cfg.n_kv_head ? j.f.cfg.n_kv_head : j.f.cfg.n_head, j.f.cfg.n_layer,
-               j.f.cfg.block_size, j.f.B, j.f.T, j.f.steps, j.f.lr, (double)j.f.opt.weight_decay, tp, dp,
+               j.f.cfg.block_size, j.f.B, j.f.T, j.f.steps, j.f.lr, (double)j.f.opt.weight_decay, tp, sp ? " sp" : "", dp,
                zero, pp, schedule ? schedule : "(default)", micro,
                chunks ? chunks : j.schedule == PT_SCHED_ZB_V || j.schedule == PT_SCHED_CHIMERA ? 2 : 1,
                pt_precision_name(j.precision));

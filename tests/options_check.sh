@@ -61,10 +61,10 @@ effect "preset" "$dir/b.log" "^model: GPT-2 (.*), 2 layers, 4 heads, 64 wide"
 effect "sample-tokens temperature top-k" "$dir/b.log" "^--- sample (temperature 0.5, top-k 3) ---"
 
 # C: every kind of parallelism at once, and a trace
-build/train --layers 4 --heads 4 --embd 32 --tp 2 --dp 2 --pp 2 --chunks 2 --schedule interleaved \
+build/train --layers 4 --heads 4 --embd 32 --tp 2 --sp --dp 2 --pp 2 --chunks 2 --schedule interleaved \
     --zero 1 --overlap off --bucket-mb 0.05 --batch 8 --seq 16 --steps 2 --trace "$dir/t.json" \
     --trace-step 1 $q --precision bf16 >"$dir/c.log" 2>&1
-effect "tp dp pp zero chunks" "$dir/c.log" "^layout: tp 2 x dp 2 x pp 2 = 8 ranks (threads), ZeRO 1, schedule interleaved, 2 chunks per stage"
+effect "tp sp dp pp zero chunks" "$dir/c.log" "^layout: tp 2 (sequence parallel) x dp 2 x pp 2 = 8 ranks (threads), ZeRO 1, schedule interleaved, 2 chunks per stage"
 effect "overlap" "$dir/c.log" "recompute none; dp gradients reduced after backward$"
 effect "bucket-mb" "$dir/c.log" "^dp gradient buckets: at least 0.05 MiB (--bucket-mb)$"
 effect "trace trace-step" "$dir/c.log" "^trace of step 1: $dir/t.json"
@@ -126,6 +126,8 @@ refused "top-k sample-tokens" 2 "top-k with --sample-tokens 0" $t --sample-token
 refused "schedule" 2 "schedule zb-h1 with one stage and one micro-batch" $t --schedule zb-h1
 refused "threads dp" 2 "threads 1 with 2 thread ranks" $t --threads 1 --dp 2
 refused "chunks" 1 "chunks=2 needs a pipeline" $t --chunks 2 $q
+refused "sp" 1 "sequence_parallel=1 needs tensor parallelism (tp=1" $t --sp $q
+refused "sp tp seq" 1 "sequence_parallel=1: seq=15 is not a multiple of tp=2" --preset tiny --steps 2 --batch 4 --seq 15 --tp 2 --sp $q
 refused "chunks schedule" 1 "1f1b runs one chunk per stage" $t --layers 4 --pp 2 --chunks 2 --schedule 1f1b $q
 refused "preset resume" 1 "preset mini (GPT-2 (.*), 4 layers, 4 heads, 128 wide, norm eps 1e-05) is not the model of" --preset mini --steps 9 --resume "$dir/f.safetensors"
 refused "preset resume" 1 "preset llama-tiny (LLaMA (.*), 2 layers, 4 heads, 64 wide, .*) is not the model of .*(GPT-2 (" \

@@ -122,6 +122,9 @@ step "fixture heads8, tp 2 x dp 2, ZeRO 2, recompute full under ThreadSanitizer"
 step "fixture heads8, dp 2 x pp 2, zb-h1, 2 micro-batches under ThreadSanitizer" \
     tsan build/fixture_check_tsan tests/fixtures/gpt2_heads8.safetensors --dp 2 --pp 2 \
     --schedule zb-h1 --microbatches 2
+step "fixture heads8, tp 2 --sp x pp 2, zb-h1, 2 micro-batches under ThreadSanitizer" \
+    tsan build/fixture_check_tsan tests/fixtures/gpt2_heads8.safetensors --tp 2 --sp --pp 2 \
+    --schedule zb-h1 --microbatches 2
 step "fixture deep, tp 2 x pp 3, gpipe, recompute selective under ThreadSanitizer" \
     tsan build/fixture_check_tsan tests/fixtures/gpt2_deep.safetensors --tp 2 --pp 3 \
     --schedule gpipe --recompute selective
@@ -300,7 +303,7 @@ done
 # examples
 step "example: hello_layer (finite-difference check)" build/hello_layer
 step "example: quickstart" build/quickstart
-step "example: tensor_parallel (a block split over 3 thread ranks)" build/tensor_parallel
+step "example: tensor_parallel (a block split over 3 thread ranks, without and with sequence parallelism)" build/tensor_parallel
 for kind in gpipe 1f1b interleaved zb-h1; do
     step "example: pipeline --schedule $kind (grid, checker, Chrome trace, SVG)" \
         build/pipeline --schedule "$kind" --stages 4 --microbatches 8 \
@@ -673,6 +676,29 @@ step "fixture heads8 in bf16, tp 2 x dp 2, ZeRO 2, recompute full under ASan + U
     --dp 2 --zero 2 --recompute full
 fails "fixture_check: unknown precision" 2 "unknown precision 'fp16' (known: fp32, bf16)" \
     build/fixture_check tests/fixtures/gpt2_heads8.safetensors --precision fp16
+# sequence parallelism (--sp): every fixture it fits on threads (tp 2-4, ZeRO 0-2, dp,
+# pipelines, recomputation, bf16), two on up to 4 MPI ranks, ASan + UBSan, the refusals
+for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors \
+    tests/fixtures/llama/*.safetensors ../shared/fixtures/llama/*.safetensors; do
+    present "$f" "sequence-parallel layouts (threads)" || continue
+    PROBE=1 sh tests/sp_check.sh build/fixture_check "$f" >/dev/null 2>&1
+    [ $? -eq 77 ] && continue
+    step "fixture $(basename "$f"): sequence-parallel layouts (threads)" \
+        sh tests/sp_check.sh build/fixture_check "$f"
+    tail -n 1 "$tmp/out" | sed 's/^/      /'
+done
+for f in tests/fixtures/gpt2_layers4.safetensors tests/fixtures/llama/llama_mha_bias.safetensors; do
+    step "fixture $(basename "$f"): sequence-parallel layouts of up to 4 MPI ranks" \
+        sh tests/sp_check.sh build/fixture_check_mpi "$f" 4
+    tail -n 1 "$tmp/out" | sed 's/^/      /'
+done
+step "fixture heads8, tp 2 --sp x dp 2, ZeRO 2, recompute full, bf16 under ASan + UBSan" \
+    build/fixture_check_asan tests/fixtures/gpt2_heads8.safetensors --tp 2 --sp --dp 2 \
+    --zero 2 --recompute full --precision bf16
+fails "fixture_check: --sp without tensor parallelism" 2 "sequence_parallel=1 needs tensor parallelism (tp=1" \
+    build/fixture_check tests/fixtures/gpt2_heads8.safetensors --sp
+fails "fixture_check: --sp with T not a multiple of tp" 2 "seq=9 is not a multiple of tp=2" \
+    build/fixture_check tests/fixtures/gpt2_heads6.safetensors --tp 2 --sp
 step "train --precision bf16: the validation loss falls; the header names precision and GEMM" \
     sh -c "build/train --preset tiny --precision bf16 --steps 120 --batch 8 --seq 64 \
         --eval-every 60 --log-every 60 --sample-tokens 0 >$tmp/bf16.log 2>&1 &&

@@ -984,6 +984,7 @@ typedef struct par_case {
     const char *name;
     int tp, dp, pp, zero, micro, chunks;
     pt_schedule_kind schedule;
+    int sp; /* sequence parallelism */
 } par_case;
 
 typedef struct par_run {
@@ -1019,6 +1020,7 @@ static pt_status par_rank(pt_comm *world, void *arg) {
     memset(&d, 0, sizeof d);
     d.config = r->cfg, d.batch = rows / c->micro, d.seq = r->T, d.grid = &g, d.zero = c->zero;
     d.grad_accum = c->micro, d.schedule = c->schedule, d.chunks = c->chunks;
+    d.sequence_parallel = c->sp;
     st = pt_gpt_init(&m, &d);
     if (st == PT_OK) st = pt_gpt_load_weights(&m, r->weights);
     memset(&sd, 0, sizeof sd);
@@ -1076,17 +1078,21 @@ static float par_serial(pt_gpt_config cfg, const char *weights, const int *in, c
 static void test_parallel_grads(void) {
     enum { V = 29, BLOCK = 8, L = 4, NH = 4, C = 16, B = 4, T = 8 };
     static const par_case cases[] = {
-        {"tp 2", 2, 1, 1, 0, 1, 1, PT_SCHED_DEFAULT},
-        {"dp 2", 1, 2, 1, 0, 1, 1, PT_SCHED_DEFAULT},
-        {"dp 2, ZeRO 1", 1, 2, 1, 1, 1, 1, PT_SCHED_DEFAULT},
-        {"dp 2, ZeRO 2", 1, 2, 1, 2, 1, 1, PT_SCHED_DEFAULT},
-        {"dp 2, 2 micro-batches (gradient accumulation)", 1, 2, 1, 0, 2, 1, PT_SCHED_DEFAULT},
-        {"pp 2, gpipe, 4 micro-batches", 1, 1, 2, 0, 4, 1, PT_SCHED_GPIPE},
-        {"pp 2, 1f1b, 4 micro-batches", 1, 1, 2, 0, 4, 1, PT_SCHED_1F1B},
-        {"pp 2, interleaved (2 chunks), 2 micro-batches", 1, 1, 2, 0, 2, 2, PT_SCHED_INTERLEAVED},
-        {"pp 2, zb-h1, 4 micro-batches", 1, 1, 2, 0, 4, 1, PT_SCHED_ZB_H1},
-        {"tp 2 x dp 2, ZeRO 1", 2, 2, 1, 1, 1, 1, PT_SCHED_DEFAULT},
-        {"tp 2 x pp 2, 1f1b, 2 micro-batches", 2, 1, 2, 0, 2, 1, PT_SCHED_1F1B},
+        {"tp 2", 2, 1, 1, 0, 1, 1, PT_SCHED_DEFAULT, 0},
+        {"dp 2", 1, 2, 1, 0, 1, 1, PT_SCHED_DEFAULT, 0},
+        {"dp 2, ZeRO 1", 1, 2, 1, 1, 1, 1, PT_SCHED_DEFAULT, 0},
+        {"dp 2, ZeRO 2", 1, 2, 1, 2, 1, 1, PT_SCHED_DEFAULT, 0},
+        {"dp 2, 2 micro-batches (gradient accumulation)", 1, 2, 1, 0, 2, 1, PT_SCHED_DEFAULT, 0},
+        {"pp 2, gpipe, 4 micro-batches", 1, 1, 2, 0, 4, 1, PT_SCHED_GPIPE, 0},
+        {"pp 2, 1f1b, 4 micro-batches", 1, 1, 2, 0, 4, 1, PT_SCHED_1F1B, 0},
+        {"pp 2, interleaved (2 chunks), 2 micro-batches", 1, 1, 2, 0, 2, 2, PT_SCHED_INTERLEAVED, 0},
+        {"pp 2, zb-h1, 4 micro-batches", 1, 1, 2, 0, 4, 1, PT_SCHED_ZB_H1, 0},
+        {"tp 2 x dp 2, ZeRO 1", 2, 2, 1, 1, 1, 1, PT_SCHED_DEFAULT, 0},
+        {"tp 2 x pp 2, 1f1b, 2 micro-batches", 2, 1, 2, 0, 2, 1, PT_SCHED_1F1B, 0},
+        {"tp 2, sequence parallel", 2, 1, 1, 0, 1, 1, PT_SCHED_DEFAULT, 1},
+        {"tp 4, sequence parallel", 4, 1, 1, 0, 1, 1, PT_SCHED_DEFAULT, 1},
+        {"tp 2 sp x dp 2, ZeRO 2", 2, 2, 1, 2, 1, 1, PT_SCHED_DEFAULT, 1},
+        {"tp 2 sp x pp 2, zb-h1, 2 micro-batches", 2, 1, 2, 0, 2, 1, PT_SCHED_ZB_H1, 1},
     };
     pt_gpt_config cfg = cfg_make(V, BLOCK, L, NH, C);
     int *in = rand_ids(B * T, V), *tg = rand_ids(B * T, V), b, k;
@@ -1137,6 +1143,110 @@ static void test_parallel_grads(void) {
     }
 }
 
+/* Sequence parallelism computes tp's sums in tp's order: the reduce-scatters
+   add the same partial products in rank order as the all-reduces they
+   replace, and every row's norm, residual and gradient is the same
+   arithmetic on fewer rows. So the loss and every gradient but the norms'
+   weights and biases are bit for bit those of tp without it; the norms'
+   (ln_1, ln_2, ln_f) sum their rows on each rank and then over the ranks,
+   another order, within test_parallel_grads' tolerance (checked there). */
+static void test_sp_exact(void) {
+    enum { V = 29, BLOCK = 8, L = 2, NH = 4, C = 16, B = 2, T = 8 };
+    static const par_case cases[] = {
+        {"tp 2", 2, 1, 1, 0, 1, 1, PT_SCHED_DEFAULT, 0},
+        {"tp 2, sequence parallel", 2, 1, 1, 0, 1, 1, PT_SCHED_DEFAULT, 1},
+    };
+    pt_gpt_config cfg = cfg_make(V, BLOCK, L, NH, C);
+    int *in = rand_ids(B * T, V), *tg = rand_ids(B * T, V), k, differ = 0, normdiff = 0;
+    const char *weights = tmp_path("sp.safetensors");
+    par_run r[2];
+    size_t n, i;
+    pt_gpt m;
+    pt_train_state ts;
+    CHECK_ST(gpt_new(&m, cfg, B, T, 0), PT_OK);
+    if (!m.params) return;
+    gpt_randomize(&m, 11, 0.1f);
+    memset(&ts, 0, sizeof ts);
+    CHECK_ST(pt_checkpoint_save(weights, &m, &ts), PT_OK);
+    n = m.num_params_full;
+    for (k = 0; k < 2; k++) {
+        memset(&r[k], 0, sizeof r[k]);
+        r[k].c = &cases[k], r[k].cfg = cfg, r[k].weights = weights, r[k].in = in, r[k].tg = tg;
+        r[k].B = B, r[k].T = T, r[k].n = n, r[k].grads = TALLOC(float, n);
+        if (pt_comm_threads_run(2, par_rank, &r[k]) != PT_OK) {
+            FAIL("%s: %s", cases[k].name, pt_last_error());
+            pt_gpt_free(&m);
+            return;
+        }
+    }
+    CHECK(memcmp(&r[0].loss, &r[1].loss, sizeof(float)) == 0);
+    for (i = 0; i < (size_t)m.num_tensors; i++) { /* (one rank: the table is the whole's) */
+        const pt_param *p = &m.table[i];
+        int norm = strstr(p->name, "ln_") != NULL;
+        if (memcmp(r[0].grads + p->full_offset, r[1].grads + p->full_offset,
+                   p->full_numel * sizeof(float)) == 0)
+            continue;
+        if (norm) normdiff++;
+        else differ++, FAIL("%s: sequence parallel gradient differs from tp 2's", p->name);
+    }
+    if (g_verbose) printf("    %d norm tensors differ in their last bits, %d others\n", normdiff,
+                          differ);
+    pt_gpt_free(&m);
+}
+
+/* A tp 2 sequence-parallel rank: a step whose T (7) does not split is
+   refused before any communication, naming T and tp; T = 6 runs. */
+static pt_status sp_step_rank(pt_comm *world, void *arg) {
+    const pt_gpt_config *cfg = (const pt_gpt_config *)arg;
+    int in[2 * 8] = {0}, tg[2 * 8] = {0};
+    pt_grid g;
+    pt_gpt m;
+    pt_gpt_desc d;
+    pt_step_desc sd;
+    pt_status st, bad;
+    if ((st = pt_grid_init(&g, world, 2, 1, 1)) != PT_OK) return pt_comm_fail(world, st);
+    ZERO(d), ZERO(m);
+    d.config = *cfg, d.batch = 2, d.seq = 8, d.grid = &g, d.sequence_parallel = 1;
+    if ((st = pt_gpt_init(&m, &d)) != PT_OK) {
+        pt_grid_free(&g);
+        return pt_comm_fail(world, st);
+    }
+    ZERO(sd);
+    sd.inputs = in, sd.targets = tg, sd.B = 2, sd.T = 7;
+    bad = pt_gpt_step(&m, &sd, NULL);
+    if (bad == PT_ERR_CONFIG && !strstr(pt_last_error(), "sequence_parallel: T=7 is not a multiple of tp=2"))
+        bad = PT_OK; /* (the wrong message: reported below as a failure) */
+    sd.T = 6;
+    st = pt_gpt_step(&m, &sd, NULL);
+    pt_gpt_free(&m);
+    pt_grid_free(&g);
+    if (st != PT_OK) return pt_comm_fail(world, st);
+    return bad == PT_ERR_CONFIG ? PT_OK : pt_comm_fail(world, pt_error(PT_ERR_RANGE, "T=7 ran"));
+}
+
+/* Sequence parallelism is refused without tp >= 2 and with a seq (or a
+   step's T) that tp does not divide, naming the field and the values. */
+static void test_sp_refusals(void) {
+    pt_gpt_config cfg = cfg_make(29, 8, 2, 4, 16);
+    pt_grid grid;
+    pt_gpt_desc d;
+    pt_gpt g;
+    ZERO(grid), ZERO(d);
+    grid.tp = 1, grid.dp = 2, grid.pp = 1; /* meta builds of the grid's sizes */
+    d.config = cfg, d.grid = &grid, d.batch = 1, d.seq = 8, d.meta = 1, d.sequence_parallel = 1;
+    CHECK_ERR(pt_gpt_init(&g, &d), PT_ERR_CONFIG,
+              "sequence_parallel=1 needs tensor parallelism (tp=1;");
+    grid.tp = 2, grid.dp = 1, d.seq = 7;
+    CHECK_ERR(pt_gpt_init(&g, &d), PT_ERR_CONFIG,
+              "sequence_parallel=1: seq=7 is not a multiple of tp=2");
+    d.seq = 8, d.sequence_parallel = 2;
+    CHECK_ERR(pt_gpt_init(&g, &d), PT_ERR_CONFIG, "sequence_parallel=2 must be 0 (off) or 1");
+    d.sequence_parallel = 1;
+    CHECK_ST(pt_gpt_init(&g, &d), PT_OK);
+    pt_gpt_free(&g);
+    if (pt_comm_threads_run(2, sp_step_rank, &cfg) != PT_OK) FAIL("%s", pt_last_error());
+}
+
 /* ---- steps allocate nothing ------------------------------------------------
    The header's promise: nothing allocates inside forward, backward or the
    optimizer step. Every allocation ptrain makes goes through PTRAIN_MALLOC,
@@ -1150,7 +1260,7 @@ static void test_parallel_grads(void) {
 typedef struct noalloc_run {
     pt_gpt_config cfg;
     pt_precision prec;
-    int tp, dp, zero, micro, recompute;
+    int tp, dp, zero, micro, recompute, sp;
     size_t allocs[4]; /* per rank: allocations during its calls */
 } noalloc_run;
 
@@ -1191,7 +1301,7 @@ static pt_status noalloc_rank(pt_comm *world, void *arg) {
     ZERO(d);
     d.config = r->cfg, d.batch = NOALLOC_B / r->dp / r->micro, d.seq = NOALLOC_T;
     d.grid = world->size > 1 ? &g : NULL, d.zero = r->zero, d.precision = r->prec;
-    d.grad_accum = r->micro, d.recompute = r->recompute;
+    d.grad_accum = r->micro, d.recompute = r->recompute, d.sequence_parallel = r->sp;
     st = pt_gpt_init(&m, &d);
     if (st == PT_OK) pt_gpt_init_weights(&m, 5);
     if (st == PT_OK) st = pt_comm_barrier(world);
@@ -1205,10 +1315,11 @@ static pt_status noalloc_rank(pt_comm *world, void *arg) {
 }
 
 static void test_steps_allocate_nothing(void) {
-    static const int lay[3][5] = {{1, 1, 0, 1, 0}, {1, 1, 0, 2, PT_RECOMPUTE_SELECTIVE},
-                                  {2, 2, 1, 1, 0}}; /* tp, dp, zero, micro, recompute */
+    static const int lay[4][6] = {{1, 1, 0, 1, 0, 0}, {1, 1, 0, 2, PT_RECOMPUTE_SELECTIVE, 0},
+                                  {2, 2, 1, 1, 0, 0}, {2, 2, 2, 2, PT_RECOMPUTE_SELECTIVE, 1}};
+    /* tp, dp, zero, micro, recompute, sequence parallel */
     int k, p, i;
-    for (k = 0; k < 3; k++)
+    for (k = 0; k < 4; k++)
         for (p = 0; p < 2; p++) {
             noalloc_run r;
             int n = lay[k][0] * lay[k][1];
@@ -1216,7 +1327,7 @@ static void test_steps_allocate_nothing(void) {
             r.cfg = cfg_make(11, NOALLOC_T, 2, 4, 16);
             r.prec = p ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
             r.tp = lay[k][0], r.dp = lay[k][1], r.zero = lay[k][2], r.micro = lay[k][3];
-            r.recompute = lay[k][4];
+            r.recompute = lay[k][4], r.sp = lay[k][5];
             CHECK_ST(pt_comm_threads_run(n, noalloc_rank, &r), PT_OK);
             for (i = 0; i < n; i++)
                 if (r.allocs[i])
@@ -5332,6 +5443,8 @@ static const test_case tests[] = {
     {"init_weights", test_init_weights},
     {"threads_reproducible", test_threads_reproducible},
     {"parallel_grads_vs_serial", test_parallel_grads},
+    {"sp_exact_vs_tp", test_sp_exact},
+    {"sp_refusals", test_sp_refusals},
     {"steps_allocate_nothing", test_steps_allocate_nothing},
     {"adamw_vs_double_reference", test_adamw},
     {"adamw_step_decay_rule", test_adamw_step_decay_rule},

@@ -1504,10 +1504,6 @@ typedef struct pt_plan_desc {
                              PT_EXEC_PTRAIN (the executor's default), off for
                              PT_EXEC_MEGATRON (Megatron-LM 2021 reduced after backward) */
     /* Today's recipe; every default is the 2021 one (Megatron-LM, Narayanan et al.) */
-    int sp;               /* 1: sequence parallelism (Korthikanti et al. 2022): outside the
-                             tp regions each rank holds seq/tp tokens (norms, dropout,
-                             residuals, their activations); tp's all-reduces become an
-                             all-gather and a reduce-scatter (with tp 1: nothing to split) */
     int cp;               /* context parallelism: ranks sharing each sequence (0, 1: none);
                              gpus = tp x pp x cp x dp. Each holds two chunks i, 2cp-1-i (the
                              load-balanced causal split); attention passes K/V blocks round
@@ -11590,7 +11586,8 @@ static pt_status pt__plan_check(pt__sim *S, pt_plan_desc *D, const pt_hw *hw) {
                          cf->n_head);
     S->cp = D->cp > 1 ? D->cp : 1;
     if (D->cp < 0) pt__append_error(&bad, "cp=%d must be >= 0", D->cp);
-    if (D->sp < 0 || D->sp > 1) pt__append_error(&bad, "sp=%d must be 0 or 1", D->sp);
+    if (md->sequence_parallel < 0 || md->sequence_parallel > 1)
+        pt__append_error(&bad, "model.sequence_parallel=%d must be 0 or 1", md->sequence_parallel);
     if ((unsigned)D->attention > PT_ATTN_FLASH)
         pt__append_error(&bad, "attention=%d is not PT_ATTN_DEFAULT, _PLAIN or _FLASH",
                          (int)D->attention);
@@ -11600,7 +11597,7 @@ static pt_status pt__plan_check(pt__sim *S, pt_plan_desc *D, const pt_hw *hw) {
     if (md->seq % (2 * S->cp) && S->cp > 1)
         pt__append_error(&bad, "seq=%d does not split over cp=%d (model.seq %% (2 cp) must be "
                          "0: two chunks a rank)", md->seq, S->cp);
-    if (D->sp && D->tp > 1 && (md->seq / S->cp) % D->tp)
+    if (md->sequence_parallel && D->tp > 1 && (md->seq / S->cp) % D->tp)
         pt__append_error(&bad, "seq=%d over cp=%d does not split over tp=%d for sequence "
                          "parallelism (model.seq / cp %% tp must be 0)", md->seq, S->cp, D->tp);
     if (D->gpus % (D->tp * D->pp * S->cp))
@@ -11664,6 +11661,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     g.tp = pl->tp, g.dp = S->dpw, g.pp = p, g.pp_rank = st;
     gd.config.block_size = D->seq;
     gd.meta = 1, gd.inference = 0, gd.grid = &g;
+    gd.sequence_parallel = S->sp;
     gd.zero = D->zero > 2 ? 2 : D->zero; /* ZeRO 3's shards are ZeRO 2's */
     if (D->zero == 2 && p > 1) gd.zero = 1; /* FSDP under a pipeline (Llama 3): ZeRO 1's
                                                shards, the gradients sharded too (memory) */
@@ -12009,7 +12007,7 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
     S.ptrain = (D.exec ? D.exec : hw->exec) == PT_EXEC_PTRAIN;
     S.elem = S.ptrain ? 4.0 : 2.0;
     S.gb = !S.ptrain && hw->grad_bytes > 0 ? hw->grad_bytes : S.elem;
-    S.sp = D.sp && D.tp > 1;
+    S.sp = D.model.sequence_parallel && D.tp > 1; /* with tp 1: nothing to split */
     S.flash = D.attention == PT_ATTN_FLASH;
     /* (ptrain's executor: its own overlap of sends is in its schedule's costs) */
     S.tp_ov = D.tp_overlap ? D.tp_overlap == PT_OVERLAP_ON

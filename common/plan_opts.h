@@ -124,8 +124,9 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         {"seq", CLI_INT, &md->seq, "sequence length", 1, 1 << 20},
         {"vocab", CLI_INT, &cf->vocab_size, "vocabulary", 1, 1 << 24},
         {"tp", CLI_INT, &d->tp, "tensor-parallel ranks", 1, 1 << 16},
-        {"sp", CLI_FLAG, &md->sequence_parallel, "sequence parallelism over the tp ranks "
-         "(--tp >= 2, --seq a multiple of it)", 0, 0},
+        {"sp", CLI_FLAG, &md->sequence_parallel, "sequence parallelism: norms, dropout, "
+         "residuals on seq/tp, tp's all-reduces as all-gather + reduce-scatter (--seq a "
+         "multiple of tp; nothing with tp 1; default off)", 0, 0},
         {"pp", CLI_INT, &d->pp, "pipeline stages", 1, 64},
         {"gpus", CLI_INT, &d->gpus, "devices (dp = gpus / (tp x pp))", 1, 1 << 24},
         {"batch", CLI_INT, &d->batch, "global batch (sequences)", 1, 1 << 24},
@@ -140,8 +141,6 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
          "biases, untied head; default gpt)", 0, 0},
         {"kv-heads", CLI_INT, &kv, "key/value heads (llama; default: --heads)", 1, 1 << 16},
         {"ffn", CLI_INT, &ffn, "the MLP's hidden size (default 4 x hidden)", 1, 1 << 24},
-        {"sp", CLI_FLAG, &d->sp, "sequence parallelism: norms, dropout, residuals on seq/tp, "
-         "tp's all-reduces as all-gather + reduce-scatter (default off; nothing with tp 1)", 0, 0},
         {"cp", CLI_INT, &d->cp, "context parallelism: ranks sharing each sequence, a ring "
          "of K/V blocks, the load-balanced causal split (default 1; gpus = tp x pp x cp x dp)",
          1, 1 << 16},

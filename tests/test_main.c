@@ -3661,7 +3661,7 @@ static void test_sim_recipe(void) {
     mf = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
     CHECK(fabs(a.model_flops / mf - 1) < 1e-9 && fabs(b.model_flops / mf - 1) < 1e-9);
     CHECK(b.dp == 4 && fabs(b.mem.activations / a.mem.activations - 0.5) < 1e-6);
-    d.cp = 0, d.sp = 1;
+    d.cp = 0, d.model.sequence_parallel = 1;
     CHECK(pt_plan_simulate(&d, &hw, &b, NULL) == PT_OK);
     CHECK(b.mem.activations < 0.5 * a.mem.activations && b.tp_comm_s > 0);
     d.overlap = PT_OVERLAP_ON; /* and with it tp's collectives behind the GEMMs */

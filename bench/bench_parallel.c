@@ -197,7 +197,7 @@ int main(int argc, char **argv) {
         {"steps", CLI_INT, &o.steps, "timed repetitions of each measurement", 1, 1000},
         {"tp", CLI_INT, &o.tp, "tensor-parallel ranks", 1, 1024},
         {"dp", CLI_INT, &o.dp, "data-parallel ranks", 1, 1024},
-        {"zero", CLI_INT, &o.zero, "ZeRO stage", 0, 2},
+        {"zero", CLI_INT, &o.zero, "ZeRO stage", 0, 3},
         {"overlap", CLI_STR, &o.overlap, "on | off: the dp communication behind compute or after "
          "it", 0, 0},
         {"bucket-mb", CLI_FLOAT, &o.bucket_mb, "dp gradient buckets of at least this many MiB "

@@ -84,7 +84,7 @@ static pt_status sample_and_score(run *o, pt_comm *world, pt_gpt *gpt, pt_rng *r
     memset(&solo, 0, sizeof solo);
     memset(&cache, 0, sizeof cache);
     if (o->sample_tokens == 0 && o->data_path) return PT_OK;
-    if (world->size > 1) {
+    if (world->size > 1 || gpt->place.zero == 3) { /* split or sharded: whole, on rank 0 */
         if (!(full = (float *)malloc(gpt->num_params_full * sizeof(float))))
             return pt_comm_fail(world, pt_error(PT_ERR_OOM, "out of memory gathering the model"));
         if ((st = pt_gpt_gather(gpt, PT_BUF_PARAMS, full)) != PT_OK || world->rank != 0)

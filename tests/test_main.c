@@ -1162,10 +1162,11 @@ static pt_status noalloc_rank(pt_comm *world, void *arg) {
 }
 
 static void test_steps_allocate_nothing(void) {
-    static const int lay[3][5] = {{1, 1, 0, 1, 0}, {1, 1, 0, 2, PT_RECOMPUTE_SELECTIVE},
-                                  {2, 2, 1, 1, 0}}; /* tp, dp, zero, micro, recompute */
+    static const int lay[5][5] = {{1, 1, 0, 1, 0}, {1, 1, 0, 2, PT_RECOMPUTE_SELECTIVE},
+                                  {2, 2, 1, 1, 0}, {1, 2, 3, 2, PT_RECOMPUTE_FULL},
+                                  {2, 2, 3, 1, 0}}; /* tp, dp, zero, micro, recompute */
     int k, p, i;
-    for (k = 0; k < 3; k++)
+    for (k = 0; k < 5; k++)
         for (p = 0; p < 2; p++) {
             noalloc_run r;
             int n = lay[k][0] * lay[k][1];

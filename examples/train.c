@@ -376,6 +376,14 @@ static pt_status rank_end(rank_run *r) {
                    o->ckpt_out ? "; continue with --resume" : "");
         return PT_OK;
     }
+    if (r->lead) { /* before the sample, which may gather the model whole */
+        long kb = cli_peak_rss_kb();
+        int here = r->world->kind == PT_COMM_MPI ? 1 : r->world->size;
+        if (kb > 0)
+            printf("\npeak resident memory: %.1f MiB in this process (%d rank%s; the memory "
+                   "report: %.1f MiB a rank)\n", kb / 1024.0, here, here > 1 ? "s" : "",
+                   (double)r->gpt.mem.total / 1048576.0);
+    }
     if (r->lead && r->val == r->val)
         printf("\nvalidation loss %.3f nats/token vs unigram entropy %.3f nats/token (%.0f%% of "
                "it)\n",

@@ -237,7 +237,8 @@ static int train_table(cli_opt *opts, run *o, train_args *a, train_words *w) {
          "(default: 1f1b, interleaved with --chunks)", 0, 0},
         {"overlap", CLI_STR, &w->overlap, "on | off: reduce each data-parallel gradient bucket "
          "while backward goes on (ZeRO 0, 1) and gather the updated parameters (ZeRO 1, 2) "
-         "while the next forward runs, or all in their turn; the same bits either way", 0, 0},
+         "while the next forward runs (ZeRO 3: the next layer's while this one computes), or "
+         "all in their turn; the same bits either way", 0, 0},
         {"bucket-mb", CLI_FLOAT, &o->bucket_mb, "data-parallel gradient buckets: layers are "
          "grouped until a bucket holds this many MiB (like Megatron's --reduce-bucket-size; "
          "default: a layer a bucket)", 0, 0},

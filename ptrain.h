@@ -119,7 +119,9 @@
    communicator) and every model call becomes collective over the ranks:
    tensor parallelism splits heads, MLP columns and the vocabulary (padded to
    a multiple of tp), data parallelism averages gradients or shards the AdamW
-   state (zero=1) and gradients (zero=2), pipeline stages hold runs of layers.
+   state (zero=1), gradients (zero=2) and parameters (zero=3: each bucket
+   gathered before its forward and again before its backward, the next one
+   behind this one's compute), pipeline stages hold runs of layers.
    One call trains a step in any layout: pt_gpt_step runs this rank's part of
    the step's schedule (one stage without a pipeline, where micro-batches are
    gradient accumulation), syncs the gradients (each bucket started as
@@ -899,7 +901,10 @@ typedef struct pt_gpt_desc {
                         build may give sizes and coordinates alone (world NULL) */
     int zero;        /* data parallelism: 0 averages whole gradients; ZeRO
                         stage 1 shards the AdamW state over the dp group, 2
-                        the gradients too */
+                        the gradients too, 3 the parameters too (without a
+                        pipeline and with a schedule that keeps B and W
+                        together; m->params is then this rank's shards, read
+                        whole through pt_gpt_gather) */
     int grad_accum;  /* micro-batches per optimizer step, the m of the step's
                         schedule (0 means 1) */
     pt_schedule_kind schedule; /* the step's schedule over the pipeline stages
@@ -964,7 +969,9 @@ typedef struct pt_gpt_exec pt_gpt_exec; /* private: the executor's state (>>exec
 
 /* The model as a user reads it. Parameters, gradients and the AdamW moments
    each live in one buffer laid out as table (Hugging Face names); the named
-   pointers below point into params. Everything about running a step
+   pointers below point into params (ZeRO 3: params holds this rank's shards
+   and the named pointers point into the gathered buckets, valid inside the
+   model's calls only). Everything about running a step
    (communicators, buckets, the schedule, activation slots) is private. */
 typedef struct pt_gpt {
     pt_gpt_config config;
@@ -974,7 +981,7 @@ typedef struct pt_gpt {
     size_t num_params;        /* this rank's (its tensor parts, bucket padding) */
     int num_tensors, num_canon; /* tensors held here, and in the whole model */
     pt_param *table;          /* (num_tensors) */
-    float *params;            /* (num_params) */
+    float *params;            /* (num_params; ZeRO 3: this rank's shards) */
     float *grads;             /* (num_params) the step's gradients; under ZeRO the
                                  averaged ones are in shards: read them with
                                  pt_gpt_grad_of or pt_gpt_gather */
@@ -1261,7 +1268,8 @@ PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *desc, pt_step_res
 /* Waits for the parameter all-gathers an overlapped ZeRO update left under
    way (PT_OVERLAP_ON), so that m->params is whole: the next forward, and
    every ptrain call that reads or writes the parameters, does it itself;
-   call it before reading m->params yourself. */
+   call it before reading m->params yourself (ZeRO 3: m->params is this
+   rank's shards, bucket by bucket; pt_gpt_gather gives them whole). */
 PTRAINDEF pt_status pt_gpt_sync_params(pt_gpt *m);
 /* The mean loss of a batch, forward only (desc: inputs, targets, B, T,
    logits, losses): each micro-batch through the virtual stages in order, one

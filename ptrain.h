@@ -119,7 +119,9 @@
    communicator) and every model call becomes collective over the ranks:
    tensor parallelism splits heads, MLP columns and the vocabulary (padded to
    a multiple of tp), data parallelism averages gradients or shards the AdamW
-   state (zero=1) and gradients (zero=2), pipeline stages hold runs of layers.
+   state (zero=1), gradients (zero=2) and parameters (zero=3: each bucket
+   gathered before its forward and again before its backward, the next one
+   behind this one's compute), pipeline stages hold runs of layers.
    One call trains a step in any layout: pt_gpt_step runs this rank's part of
    the step's schedule (one stage without a pipeline, where micro-batches are
    gradient accumulation), syncs the gradients (each bucket started as
@@ -940,7 +942,10 @@ typedef struct pt_gpt_desc {
                         build may give sizes and coordinates alone (world NULL) */
     int zero;        /* data parallelism: 0 averages whole gradients; ZeRO
                         stage 1 shards the AdamW state over the dp group, 2
-                        the gradients too */
+                        the gradients too, 3 the parameters too (without a
+                        pipeline and with a schedule that keeps B and W
+                        together; m->params is then this rank's shards, read
+                        whole through pt_gpt_gather) */
     int grad_accum;  /* micro-batches per optimizer step, the m of the step's
                         schedule (0 means 1) */
     pt_schedule_kind schedule; /* the step's schedule over the pipeline stages
@@ -1013,7 +1018,9 @@ typedef struct pt_gpt_exec pt_gpt_exec; /* private: the executor's state (>>exec
 
 /* The model as a user reads it. Parameters, gradients and the AdamW moments
    each live in one buffer laid out as table (Hugging Face names); the named
-   pointers below point into params. Everything about running a step
+   pointers below point into params (ZeRO 3: params holds this rank's shards
+   and the named pointers point into the gathered buckets, valid inside the
+   model's calls only). Everything about running a step
    (communicators, buckets, the schedule, activation slots) is private. */
 typedef struct pt_gpt {
     pt_gpt_config config;
@@ -1023,7 +1030,7 @@ typedef struct pt_gpt {
     size_t num_params;        /* this rank's (its tensor parts, bucket padding) */
     int num_tensors, num_canon; /* tensors held here, and in the whole model */
     pt_param *table;          /* (num_tensors) */
-    float *params;            /* (num_params) */
+    float *params;            /* (num_params; ZeRO 3: this rank's shards) */
     float *grads;             /* (num_params) the step's gradients; under ZeRO the
                                  averaged ones are in shards: read them with
                                  pt_gpt_grad_of or pt_gpt_gather */
@@ -1310,7 +1317,8 @@ PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *desc, pt_step_res
 /* Waits for the parameter all-gathers an overlapped ZeRO update left under
    way (PT_OVERLAP_ON), so that m->params is whole: the next forward, and
    every ptrain call that reads or writes the parameters, does it itself;
-   call it before reading m->params yourself. */
+   call it before reading m->params yourself (ZeRO 3: m->params is this
+   rank's shards, bucket by bucket; pt_gpt_gather gives them whole). */
 PTRAINDEF pt_status pt_gpt_sync_params(pt_gpt *m);
 /* The mean loss of a batch, forward only (desc: inputs, targets, B, T,
    logits, losses): each micro-batch through the virtual stages in order, one
@@ -7114,13 +7122,19 @@ PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, i
     if (s) pt__layout_scratch(s, a, &d, g != NULL, cfg->pos == PT_POS_ROPE, 0);
 }
 
+static float *pt__z3_open(pt_gpt *m, pt_status *st);
+static pt_status pt__z3_close(pt_gpt *m, float *keep, int commit);
+
 PTRAINDEF void pt_gpt_init_weights(pt_gpt *m, uint64_t seed) {
     pt_rng rng;
     float proj_std = 0.02f / sqrtf(2.0f * (float)m->config.n_layer);
     pt__spec s;
     int i = 0, k;
+    float *keep;
+    pt_status st;
     if (!m->params) return;
     pt__ag_settle(m); /* (an error stays with the requests' communicator) */
+    if (!(keep = pt__z3_open(m, &st))) return; /* (ZeRO 3: the error is pt_last_error's) */
     pt_rng_seed(&rng, seed);
     /* the whole model's tensors in canonical order, drawn in sequence: the
        ones held here keep their values (their part under tp), the others'
@@ -7140,6 +7154,7 @@ PTRAINDEF void pt_gpt_init_weights(pt_gpt *m, uint64_t seed) {
             for (j = 0; j < (int64_t)p->numel; j++) w[j] = s.init == PT__INIT_ONE ? 1.0f : 0.0f;
         }
     }
+    pt__z3_close(m, keep, 1);
     if (m->m) memset(m->m, 0, m->mem.optimizer / 2); /* the moments: m, v alike */
     if (m->v) memset(m->v, 0, m->mem.optimizer / 2);
     m->adam_t = 0;
@@ -7419,6 +7434,10 @@ PTRAINDEF pt_status pt_kv_cache_init(pt_kv_cache *c, const pt_gpt *m) {
     int pass;
     pt_status st;
     memset(c, 0, sizeof *c);
+    if (m->place.zero == 3)
+        return pt__fail(PT_ERR_UNSUPPORTED, "generation reads whole weights; zero=3 holds 1/dp of "
+                        "them: load the gathered weights (pt_gpt_gather, or a checkpoint) into a "
+                        "model without ZeRO 3");
     if (m->place.tp > 1 || m->place.pp > 1)
         return pt__fail(PT_ERR_UNSUPPORTED, "generation runs on one rank: load the gathered "
                         "weights (pt_gpt_gather, or a checkpoint) into a model without a grid");
@@ -8760,7 +8779,16 @@ typedef struct pt__exec_coll {
     size_t shard_total;       /* this rank's elements over all buckets (ZeRO) */
     float *gshard;            /* (shard_total) averaged gradients of its shard (ZeRO 1, 2) */
     float *rs_tmp;            /* (largest shard) where ZeRO 2 reduce-scatters a bucket, to
-                                 add it to the shard */
+                                 add it to the shard (ZeRO 3: the half of work the bucket
+                                 was gathered into, done with) */
+    float *pshard;            /* (shard_total) ZeRO 3: this rank's parameters, the shards
+                                 (m->params points here) */
+    float *work;              /* (2, work_n) ZeRO 3: gathered buckets, bucket b in half b % 2
+                                 (the named parameters point there) */
+    size_t work_n;            /* the largest bucket */
+    int held[2];              /* ZeRO 3: the bucket each half holds or is gathering (-1: none) */
+    pt_comm_req zreq[2];      /* ZeRO 3: a gather started into each half (prefetch) */
+    double z_t[2];            /* when it began */
     float *dwte, *dwpe, *dlnf_w, *dlnf_b; /* named views into grads (ZeRO 2: the bucket
                                              staging buffer) */
     float *dhead;             /* the head's gradient: dwte when tied */
@@ -8891,6 +8919,12 @@ static void pt__ov_poll(void *arg) {
         pt_comm_req *q = j < 2 ? &x->pipe.pp_rreq[j] : &x->pipe.pp_sreq[j - 2];
         if (q->comm && (st = pt_comm_test(q, &done)) != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;
     }
+    for (j = 0; j < 2; j++) { /* ZeRO 3's prefetched gathers */
+        if (!x->coll.zreq[j].comm) continue;
+        if ((st = pt_comm_test(&x->coll.zreq[j], &done)) != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;
+        if (st == PT_OK && done)
+            pt__trace_dp(x, PT_TRACE_DP_GATHER, x->coll.held[j], x->coll.z_t[j], x->act);
+    }
     if ((st = pt__ag_pump((pt_gpt *)arg)) != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;
     pt__ag_fold(x);
 }
@@ -8913,7 +8947,113 @@ static pt_status pt__ag_need(const pt_gpt *m, int i, int n) {
     return st;
 }
 
-static pt_status pt__ag_settle(const pt_gpt *m) { return pt__ag_need(m, 0, 1 << 30); }
+/* ZeRO 3: waits for the gather started into half h, if any. */
+static pt_status pt__z3_wait(const pt_gpt *m, int h) {
+    pt_gpt_exec *x = m->exec;
+    pt_status st;
+    if (!x->coll.zreq[h].comm) return PT_OK; /* none, or a poll found it done */
+    if ((st = pt_comm_wait(&x->coll.zreq[h])) != PT_OK) return st;
+    pt__trace_dp(x, PT_TRACE_DP_GATHER, x->coll.held[h], x->coll.z_t[h], x->act);
+    return PT_OK;
+}
+
+/* ZeRO 3: bucket b's parameters gathered from the dp ranks' shards into
+   half b % 2 of work: started (start) or done now. */
+static pt_status pt__z3_gather(const pt_gpt *m, int b, int start) {
+    pt_gpt_exec *x = m->exec;
+    const pt__bucket *k = &x->coll.buckets[b];
+    int h = b & 1;
+    float *out = x->coll.work + (size_t)h * x->coll.work_n;
+    const float *own = x->coll.pshard + k->shard_offset;
+    pt_status st;
+    x->coll.held[h] = b, x->coll.z_t[h] = pt_time_now();
+    if (m->place.dp == 1) {
+        memcpy(out, own, k->shard * sizeof(float));
+        return PT_OK;
+    }
+    if (start) return pt_comm_all_gather_start(x->coll.ag_comm, own, out, k->shard, &x->coll.zreq[h]);
+    st = pt_comm_all_gather(x->coll.ag_comm, own, out, k->shard);
+    if (st == PT_OK) pt__trace_dp(x, PT_TRACE_DP_GATHER, b, x->coll.z_t[h], x->act);
+    return st;
+}
+
+/* ZeRO 3: bucket b (< 0: none) gathered and whole in its half before its
+   tensors are read; then, with overlap (ag_on), bucket nxt's gather started
+   into the other half (whose bucket is done with) to run behind b's compute.
+   A bucket still held from before is not gathered again (the update and any
+   write of the parameters let go of both halves: pt__z3_drop). */
+static pt_status pt__z3_need(const pt_gpt *m, int b, int nxt) {
+    pt_gpt_exec *x = m->exec;
+    pt_status st = x->coll.poll_st;
+    int h = b & 1;
+    if (m->place.zero != 3 || b < 0) return PT_OK;
+    if (st == PT_OK) st = pt__z3_wait(m, h);
+    if (st == PT_OK && x->coll.held[h] != b) st = pt__z3_gather(m, b, 0);
+    if (st == PT_OK && x->coll.ag_on && nxt >= 0 && (nxt & 1) != h && x->coll.held[nxt & 1] != nxt &&
+        (st = pt__z3_wait(m, nxt & 1)) == PT_OK)
+        st = pt__z3_gather(m, nxt, 1);
+    pt__ag_fold(x);
+    return st;
+}
+
+/* ZeRO 3: both halves let go of (waited for first): the parameters changed,
+   or a half is reused (h >= 0: that half only). */
+static pt_status pt__z3_drop(const pt_gpt *m, int h) {
+    pt_gpt_exec *x = m->exec;
+    pt_status st = PT_OK;
+    int j;
+    if (!x || m->place.zero != 3) return PT_OK;
+    for (j = 0; j < 2; j++) {
+        if (h >= 0 && j != h) continue;
+        if (st == PT_OK) st = pt__z3_wait(m, j);
+        x->coll.held[j] = -1;
+    }
+    return st;
+}
+
+/* ZeRO 3: a writer of the parameters laid out as the table (initialising,
+   loading) writes into a whole local buffer m->params points to between
+   pt__z3_open and pt__z3_close, outside any step (as loading the moments
+   does); close keeps this rank's shard of it (commit) and frees it. open
+   returns what close restores: m->params itself, without ZeRO 3 (NULL: out
+   of memory, *st says). */
+static float *pt__z3_open(pt_gpt *m, pt_status *st) {
+    float *keep = m->params;
+    *st = PT_OK;
+    if (m->place.zero != 3 || !m->params) return keep;
+    if ((*st = pt__z3_drop(m, -1)) != PT_OK) return NULL;
+    m->params = (float *)pt__malloc(m->num_params * sizeof(float), m->alloc_ctx);
+    if (!m->params) {
+        m->params = keep;
+        *st = pt__fail(PT_ERR_OOM, "cannot allocate %zu floats to write the parameters (zero=3)",
+                       m->num_params);
+        return NULL;
+    }
+    memset(m->params, 0, m->num_params * sizeof(float));
+    return keep;
+}
+
+static pt_status pt__z3_close(pt_gpt *m, float *keep, int commit) {
+    pt_gpt_exec *x = m->exec;
+    int b;
+    if (m->params == keep) return PT_OK;
+    for (b = 0; commit && b < x->coll.num_buckets; b++) {
+        const pt__bucket *k = &x->coll.buckets[b];
+        memcpy(keep + k->shard_offset, m->params + k->offset + (size_t)m->place.dp_rank * k->shard,
+               k->shard * sizeof(float));
+    }
+    pt__free(m->params, m->alloc_ctx);
+    m->params = keep;
+    return PT_OK;
+}
+
+static pt_status pt__ag_settle(const pt_gpt *m) {
+    pt_status st = pt__ag_need(m, 0, 1 << 30);
+    pt_gpt_exec *x = m->exec;
+    int j;
+    for (j = 0; x && m->place.zero == 3 && j < 2 && st == PT_OK; j++) st = pt__z3_wait(m, j);
+    return st;
+}
 
 /* Adds the whole model's next tensor (spec s, name) to the table if this
    rank holds it (here), as its part: ROWS keeps rows/tp of them (a
@@ -9105,10 +9245,13 @@ static void pt__shard_copy(const pt_gpt *m, const pt_param *p, float *local, flo
 static const float *pt__local_buf(const pt_gpt *m, pt_state_buf which, float *tmp,
                                   pt_status *st) {
     const pt_gpt_exec *x = m->exec;
-    const float *shards = which == PT_BUF_GRADS ? x->coll.gshard : which == PT_BUF_ADAM_M ? m->m : m->v;
+    const float *shards = which == PT_BUF_GRADS    ? x->coll.gshard
+                          : which == PT_BUF_ADAM_M ? m->m
+                          : which == PT_BUF_ADAM_V ? m->v
+                                                   : x->coll.pshard;
     int b;
     *st = PT_OK;
-    if (which == PT_BUF_PARAMS) return m->params;
+    if (which == PT_BUF_PARAMS && m->place.zero < 3) return m->params;
     if (!m->place.zero) return which == PT_BUF_GRADS ? m->grads : shards;
     for (b = 0; b < x->coll.num_buckets && *st == PT_OK; b++) {
         const pt__bucket *k = &x->coll.buckets[b];
@@ -9137,9 +9280,9 @@ PTRAINDEF pt_status pt_gpt_gather(const pt_gpt *m, pt_state_buf which, float *fu
         if (m->table[i].shard != PT_SHARD_NONE && m->table[i].numel > most)
             most = m->table[i].numel;
     parts = (float *)pt__malloc(most * (size_t)pl->tp * sizeof(float), m->alloc_ctx);
-    if (pl->zero && which != PT_BUF_PARAMS)
+    if (pl->zero == 3 || (pl->zero && which != PT_BUF_PARAMS))
         tmp = (float *)pt__malloc(m->num_params * sizeof(float), m->alloc_ctx);
-    if (!parts || (pl->zero && which != PT_BUF_PARAMS && !tmp)) {
+    if (!parts || ((pl->zero == 3 || (pl->zero && which != PT_BUF_PARAMS)) && !tmp)) {
         pt__free(parts, m->alloc_ctx);
         pt__free(tmp, m->alloc_ctx);
         return pt__fail(PT_ERR_OOM, "cannot allocate the buffers to gather the model");
@@ -9174,7 +9317,9 @@ PTRAINDEF pt_status pt_gpt_gather(const pt_gpt *m, pt_state_buf which, float *fu
 
 /* Named pointers into a flat buffer laid out as the table, or (stage) each
    tensor at its place within its bucket, all buckets sharing one buffer
-   (ZeRO 2 gradients: one bucket at a time). */
+   (ZeRO 2 gradients: one bucket at a time), or with stage = 2 bucket b in
+   half b % 2 of two (ZeRO 3's gathered parameters; a vocabulary tensor
+   spans buckets: its pointer is its first bucket's, read bucket by bucket). */
 static void pt__bind(const pt_gpt *m, float *base, int stage, float **wte, float **wpe,
                      float **lnf_w, float **lnf_b, float **head, pt_block_params *layers) {
     const pt_gpt_exec *x = m->exec;
@@ -9183,7 +9328,8 @@ static void pt__bind(const pt_gpt *m, float *base, int stage, float **wte, float
     int l, k;
 #define PT__AT(i)                                                                            \
     (!base || (i) < 0 ? NULL                                                                 \
-                      : base + t[i].offset - (stage ? x->coll.buckets[t[i].bucket].offset : 0))
+                      : base + t[i].offset - (stage ? x->coll.buckets[t[i].bucket].offset : 0) + \
+                            (stage == 2 ? (size_t)(t[i].bucket & 1) * x->coll.work_n : 0))
     *wte = PT__AT(x->tab_wte);
     *wpe = PT__AT(x->tab_wpe);
     for (l = 0; l < m->place.n_layers; l++) /* a layer's tensors, in canonical order */
@@ -9269,7 +9415,7 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
     if (pl->tp >= 1 && cfg.ffn_hidden >= 1 && cfg.ffn_hidden % pl->tp != 0)
         pt__append_error(&bad, "tensor_parallel=%d does not divide ffn_hidden=%d", pl->tp,
                          cfg.ffn_hidden);
-    if (d->zero < 0 || d->zero > 2) pt__append_error(&bad, "zero=%d must be 0, 1 or 2", d->zero);
+    if (d->zero < 0 || d->zero > 3) pt__append_error(&bad, "zero=%d must be 0, 1, 2 or 3", d->zero);
     pl->sp = d->sequence_parallel != 0;
     if (d->sequence_parallel < 0 || d->sequence_parallel > 1)
         pt__append_error(&bad, "sequence_parallel=%d must be 0 (off) or 1", d->sequence_parallel);
@@ -9303,9 +9449,18 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
         pt__append_error(&bad, "zero=%d needs training state (inference=1 given)", d->zero);
     if (g && !g->world && !d->meta)
         pt__append_error(&bad, "the grid has no communicators (only meta builds may)");
-    if (pl->pp > 1 && d->zero == 2)
-        pt__append_error(&bad, "zero=2 with pipeline stages (pp=%d) is not supported: its "
-                         "gradients would be reduced once per micro-batch; use zero <= 1", pl->pp);
+    if (pl->pp > 1 && d->zero >= 2)
+        pt__append_error(&bad, "zero=%d with pipeline stages (pp=%d) is not supported: its "
+                         "gradients would be reduced once per micro-batch; use zero <= 1",
+                         d->zero, pl->pp);
+    if (d->zero == 3 && (pl->schedule == PT_SCHED_2BW || pt__sched_splits(pl->schedule)))
+        pt__append_error(&bad, "zero=3 with schedule %s is not supported: %s", pt_schedule_kind_name(pl->schedule),
+                         pl->schedule == PT_SCHED_2BW ? "its weight versions are whole copies of "
+                         "the parameters, which ZeRO 3 never holds" : "its W runs apart from B, "
+                         "after the layer's gathered parameters and reduced gradients are let go");
+    if (d->bucket_bytes && d->zero == 3)
+        pt__append_error(&bad, "bucket_bytes=%zu with zero=3: ZeRO 3 gathers and reduces one "
+                         "layer at a time, so its buckets are a layer each", d->bucket_bytes);
     if (pt__sched_blocks(pl->schedule, pl->pp, pl->chunks) > cfg.n_layer)
         pt__append_error(&bad, pl->schedule == PT_SCHED_CHIMERA
                                    ? "pipeline: chimera's pp=%d blocks (chunks=%d: each stage "
@@ -9494,25 +9649,35 @@ static pt__exec_layout pt__exec_layout_of(const pt_gpt *m) {
 
 /* Parameters; then, for training, gradients and the AdamW moments:
    whole (zero 0), moments of this rank's shard only plus its averaged
-   gradients (zero 1), and (zero 2) gradients of one bucket at a time. */
+   gradients (zero 1), and (zero 2) gradients of one bucket at a time;
+   zero 3 holds the parameters' shards and two buckets gathered (the one in
+   use and the next: prefetch), and reduce-scatters into the half done with. */
 static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
     pt_gpt_exec *x = m->exec;
     pt__exec_layout o = pt__exec_layout_of(m);
     int zero = m->place.zero;
-    size_t P = m->num_params, moments, grads;
+    size_t P = m->num_params, moments, grads, params;
     moments = zero ? o.shard_total : P;
-    grads = (zero == 2 ? o.largest_bucket : P) + (zero ? o.shard_total : 0) +
+    grads = (zero >= 2 ? o.largest_bucket : P) + (zero ? o.shard_total : 0) +
             (zero == 2 ? o.largest_shard : 0);
+    params = zero == 3 ? o.shard_total + 2 * o.largest_bucket : P;
     /* 2BW keeps a second version of the weights */
-    m->mem.params = (!inference && m->place.schedule == PT_SCHED_2BW ? 2 : 1) * P * sizeof(float);
+    m->mem.params = (!inference && m->place.schedule == PT_SCHED_2BW ? 2 : 1) * params * sizeof(float);
     m->mem.grads = inference ? 0 : grads * sizeof(float);
     m->mem.optimizer = inference ? 0 : 2 * moments * sizeof(float);
-    m->params = PT__F(a, P);
+    if (zero == 3) {
+        m->params = x->coll.pshard = PT__F(a, o.shard_total);
+        x->coll.work = PT__F(a, 2 * o.largest_bucket);
+        x->coll.work_n = o.largest_bucket;
+        x->coll.held[0] = x->coll.held[1] = -1;
+    } else {
+        m->params = PT__F(a, P);
+    }
     if (inference) return;
     if (m->place.schedule == PT_SCHED_2BW) x->wv.wprev = PT__F(a, P);
     m->m = PT__F(a, moments);
     m->v = PT__F(a, moments);
-    m->grads = PT__F(a, zero == 2 ? o.largest_bucket : P); /* zero 2: the stage of one bucket */
+    m->grads = PT__F(a, zero >= 2 ? o.largest_bucket : P); /* zero 2, 3: the stage of one bucket */
     if (zero) x->coll.gshard = PT__F(a, o.shard_total);
     if (zero == 2) x->coll.rs_tmp = PT__F(a, o.largest_shard);
 }
@@ -9629,10 +9794,13 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
     pt__layout_state(m, &x->param_arena, d->inference);
     memset(x->param_arena.base, 0, x->param_arena.used);
     pt__layout_acts(m, &x->act_arena, &act_bytes, !d->inference);
-    pt__bind(m, m->params, 0, &m->wte, &m->wpe, &m->lnf_w, &m->lnf_b, &m->lm_head, m->layers);
+    if (m->place.zero == 3)
+        pt__bind(m, x->coll.work, 2, &m->wte, &m->wpe, &m->lnf_w, &m->lnf_b, &m->lm_head, m->layers);
+    else
+        pt__bind(m, m->params, 0, &m->wte, &m->wpe, &m->lnf_w, &m->lnf_b, &m->lm_head, m->layers);
     pt__bind(m, x->wv.wprev, 0, &x->wv.pv_wte, &x->wv.pv_wpe, &x->wv.pv_lnf_w, &x->wv.pv_lnf_b, &x->wv.pv_head,
              x->wv.pv_layers);
-    pt__bind(m, m->grads, m->place.zero == 2, &x->coll.dwte, &x->coll.dwpe, &x->coll.dlnf_w, &x->coll.dlnf_b,
+    pt__bind(m, m->grads, m->place.zero >= 2, &x->coll.dwte, &x->coll.dwpe, &x->coll.dlnf_w, &x->coll.dlnf_b,
              &x->coll.dhead,
              x->coll.layer_grads);
     return PT_OK;
@@ -9719,6 +9887,73 @@ static pt_status pt__gather_logits(const pt_gpt *m, const float *logits, size_t 
 
 /* ---- the actions: a chunk's forward, backward (B) and weight gradient (W) */
 
+/* The bucket holding local layer l's tensors (-1: l is not a layer here). */
+static int pt__layer_bucket(const pt_gpt *m, int l) {
+    const pt_gpt_exec *x = m->exec;
+    return l < 0 || l >= m->place.n_layers ? -1 : m->table[x->tab_layers + x->layer_tensors * l].bucket;
+}
+
+/* ZeRO 3: the rows [*r0, *r1) of vocabulary tensor p in bucket b, gathered
+   in b's half (NULL: b holds none of p). */
+static const float *pt__z3_rows(const pt_gpt *m, const pt_param *p, int b, int *r0, int *r1) {
+    const pt_gpt_exec *x = m->exec;
+    const pt__bucket *k = &x->coll.buckets[b];
+    size_t C = (size_t)m->config.n_embd;
+    if (b < 0 || b >= x->coll.num_buckets || k->offset < p->offset || k->offset >= p->offset + p->numel)
+        return NULL;
+    *r0 = (int)((k->offset - p->offset) / C);
+    *r1 = (int)((k->offset + k->numel - p->offset) / C);
+    if (*r1 > m->place.vocab_local) *r1 = m->place.vocab_local;
+    return x->coll.work + (size_t)(b & 1) * x->coll.work_n;
+}
+
+/* ZeRO 3: the vocabulary-parallel embedding a bucket of wte rows at a time
+   (x = 0, then each token's row added from the bucket holding it, then wpe
+   from the bucket holding it, on tensor rank 0: x = wte[t] + wpe[pos] as
+   the whole kernel computes it) into out (N, C); nxt: the bucket to
+   prefetch after them. */
+static pt_status pt__z3_embed(pt_gpt *m, const pt__slot *sl, float *out, int B, int T, int nxt) {
+    pt_gpt_exec *x = m->exec;
+    const pt_param *p = &m->table[x->tab_wte];
+    const pt_param *wpe = x->tab_wpe >= 0 ? &m->table[x->tab_wpe] : NULL;
+    int C = m->config.n_embd, N = B * T, b, r0, r1, n;
+    const float *rows;
+    pt_status st = PT_OK;
+    memset(out, 0, sizeof(float) * (size_t)N * C);
+    for (b = p->bucket; st == PT_OK && (rows = pt__z3_rows(m, p, b, &r0, &r1)) != NULL; b++) {
+        const float *pos = wpe && wpe->bucket == b && m->place.tp_rank == 0
+                               ? rows + (wpe->offset - x->coll.buckets[b].offset) : NULL;
+        if ((st = pt__z3_need(m, b, pt__z3_rows(m, p, b + 1, &n, &n) ? b + 1 : nxt)) != PT_OK)
+            return st;
+        PT__OMP(omp parallel for schedule(static))
+        for (n = 0; n < N; n++) {
+            int row = sl->inputs[n] - m->place.vocab_offset - r0, c;
+            float *o = out + (size_t)n * C;
+            if (row >= 0 && row < r1 - r0)
+                for (c = 0; c < C; c++) o[c] += rows[(size_t)row * C + c];
+            if (pos)
+                for (c = 0; c < C; c++) o[c] += pos[(size_t)(n % T) * C + c];
+        }
+    }
+    return st;
+}
+
+/* ZeRO 3: the head's logits (N, vocab_local) from lnf, a bucket of its rows
+   at a time (the columns of the logits they make). */
+static pt_status pt__z3_head_forward(pt_gpt *m, pt__slot *sl, int N) {
+    pt_gpt_exec *x = m->exec;
+    const pt_param *p = &m->table[x->tab_head >= 0 ? x->tab_head : x->tab_wte];
+    int C = m->config.n_embd, Vl = m->place.vocab_local, b, r0, r1, z;
+    const float *rows;
+    pt_status st = PT_OK;
+    for (b = p->bucket; st == PT_OK && (rows = pt__z3_rows(m, p, b, &r0, &r1)) != NULL; b++) {
+        if ((st = pt__z3_need(m, b, pt__z3_rows(m, p, b + 1, &z, &z) ? b + 1 : -1)) != PT_OK)
+            return st;
+        pt__mm(&m->ctx, 0, 1, N, r1 - r0, C, 1.0f, sl->lnf, C, rows, C, 0.0f, sl->logits + r0, Vl);
+    }
+    return st;
+}
+
 /* Forward of this stage's chunk c on the micro-batch in slot sl (inputs and
    targets already there, sl->x the chunk's input unless c holds virtual
    stage 0): the embedding if it does, the chunk's layers, and the head and
@@ -9738,8 +9973,14 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
             (st = pt__ag_need(m, x->tab_wpe, 1)) != PT_OK)
             return st;
         float *e = pl->sp ? x->scratch.xg : sl->x; /* sequence parallel: reduce-scattered */
-        pt__encoder_forward_part(e, sl->inputs, m->wte, pl->tp_rank == 0 ? m->wpe : NULL,
-                                 pl->vocab_offset, pl->vocab_local, B, T, C);
+        if (pl->zero == 3) {
+            int nxt = x->pipe.chunk_hi[c] > x->pipe.chunk_lo[c] ? pt__layer_bucket(m, x->pipe.chunk_lo[c])
+                                                                : -1;
+            if ((st = pt__z3_embed(m, sl, e, B, T, nxt)) != PT_OK) return st;
+        } else {
+            pt__encoder_forward_part(e, sl->inputs, m->wte, pl->tp_rank == 0 ? m->wpe : NULL,
+                                     pl->vocab_offset, pl->vocab_local, B, T, C);
+        }
         if ((st = pt__tp_rows(x->tp_comm, pl->sp, e, sl->x, (size_t)N * C / (size_t)sp_k)) !=
             PT_OK)
             return st;
@@ -9752,7 +9993,11 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
         } else if (pl->recompute == PT_RECOMPUTE_SELECTIVE) {
             a->atty = x->pipe.racts.atty; /* the attention output is dropped */
         }
-        if ((st = pt__ag_need(m, x->tab_layers + x->layer_tensors * l, x->layer_tensors)) != PT_OK)
+        if ((st = pt__ag_need(m, x->tab_layers + x->layer_tensors * l, x->layer_tensors)) != PT_OK ||
+            (st = pt__z3_need(m, pt__layer_bucket(m, l),
+                              l + 1 < x->pipe.chunk_hi[c] ? pt__layer_bucket(m, l + 1)
+                              : c == x->pipe.head_chunk ? m->table[x->tab_lnf].bucket
+                                                        : -1)) != PT_OK)
             return st;
         st = pt_block_forward(&m->ctx, cfg, B, T, &m->layers[l], in, use, &x->scratch,
                               x->tp_comm);
@@ -9762,7 +10007,9 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
     if (c != x->pipe.head_chunk) return PT_OK;
     if ((st = pt__ag_need(m, x->tab_lnf, 1)) != PT_OK ||
         (st = pt__ag_need(m, x->tab_lnf_b, 1)) != PT_OK ||
-        (st = pt__ag_need(m, x->tab_head >= 0 ? x->tab_head : x->tab_wte, 1)) != PT_OK)
+        (st = pt__ag_need(m, x->tab_head >= 0 ? x->tab_head : x->tab_wte, 1)) != PT_OK ||
+        (st = pt__z3_need(m, m->table[x->tab_lnf].bucket,
+                          m->table[x->tab_head >= 0 ? x->tab_head : x->tab_wte].bucket)) != PT_OK)
         return st;
     if (pl->sp) { /* the final norm on this rank's rows, gathered for the head */
         pt__norm_forward(cfg, x->scratch.xg, sl->lnf_mean, sl->lnf_rstd, in, m->lnf_w, m->lnf_b,
@@ -9772,7 +10019,11 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
     } else {
         pt__norm_forward(cfg, sl->lnf, sl->lnf_mean, sl->lnf_rstd, in, m->lnf_w, m->lnf_b, N, C);
     }
-    pt_tied_head_forward(&m->ctx, sl->logits, sl->lnf, m->lm_head, N, C, pl->vocab_local);
+    if (pl->zero == 3) {
+        if ((st = pt__z3_head_forward(m, sl, N)) != PT_OK) return st;
+    } else {
+        pt_tied_head_forward(&m->ctx, sl->logits, sl->lnf, m->lm_head, N, C, pl->vocab_local);
+    }
     if (with_targets) {
         double sum = 0.0;
         int n;
@@ -9800,13 +10051,18 @@ static pt_status pt__dp_reduce_scatter(pt_gpt *m, const float *in, float *out, s
 static pt_status pt__zero2_bucket(pt_gpt *m, int b) {
     pt_gpt_exec *x = m->exec;
     const pt__bucket *k = &x->coll.buckets[b];
-    float *dst = x->coll.gshard + k->shard_offset;
+    float *dst = x->coll.gshard + k->shard_offset, *tmp = x->coll.rs_tmp;
     size_t i;
     double t = pt_time_now();
-    pt_status st = pt__dp_reduce_scatter(m, m->grads, x->coll.rs_tmp, k->numel);
+    pt_status st = PT_OK;
+    if (m->place.zero == 3) { /* into b's half of work: b's parameters are done with */
+        st = pt__z3_drop(m, b & 1);
+        tmp = x->coll.work + (size_t)(b & 1) * x->coll.work_n;
+    }
+    if (st == PT_OK) st = pt__dp_reduce_scatter(m, m->grads, tmp, k->numel);
     if (st != PT_OK) return st;
     if (m->place.dp > 1) pt__trace_dp(x, PT_TRACE_DP_REDUCE, b, t, x->act);
-    for (i = 0; i < k->shard; i++) dst[i] += x->coll.rs_tmp[i];
+    for (i = 0; i < k->shard; i++) dst[i] += tmp[i];
     memset(m->grads, 0, k->numel * sizeof(float));
     return PT_OK;
 }
@@ -9839,6 +10095,30 @@ static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, in
     return st;
 }
 
+
+/* ZeRO 3: the head's backward a bucket of its rows at a time, from the last
+   (still gathered from the forward) to the first: dln += dlogits[:, rows] @
+   rows (the sum over the vocabulary in bucket order: not the whole GEMM's
+   rounding), the rows' gradient dlogits[:, rows]^T lnf staged and
+   reduce-scattered into the shard; nxt: the bucket to prefetch after. */
+static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int nxt) {
+    pt_gpt_exec *x = m->exec;
+    const pt_param *p = &m->table[x->tab_head >= 0 ? x->tab_head : x->tab_wte];
+    int C = m->config.n_embd, Vl = m->place.vocab_local, b, r0, r1, z;
+    const float *rows;
+    pt_status st = PT_OK;
+    for (b = p->bucket; pt__z3_rows(m, p, b + 1, &z, &z); b++) {
+    }
+    for (; st == PT_OK && b >= p->bucket; b--) {
+        rows = pt__z3_rows(m, p, b, &r0, &r1);
+        if ((st = pt__z3_need(m, b, b > p->bucket ? b - 1 : nxt)) != PT_OK) return st;
+        pt__mm(&m->ctx, 0, 0, N, C, r1 - r0, 1.0f, sl->logits + r0, Vl, rows, C, 1.0f,
+               x->scratch.dln, C);
+        pt__mm(&m->ctx, 1, 0, r1 - r0, C, N, 1.0f, sl->logits + r0, Vl, sl->lnf, C, 1.0f, m->grads, C);
+        st = pt__zero2_bucket(m, b);
+    }
+    return st;
+}
 
 /* Overlap (pt_overlap): layer l's gradients are final in this step; if its
    bucket holds whole layers of which l is the last to finish (the lowest in
@@ -9941,23 +10221,32 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
     const pt_gpt_place *pl = &m->place;
     const pt_gpt_config *cfg = &m->config;
     int N = B * T, C = cfg->n_embd, l, first = x->pipe.chunk_lo[c], last = x->pipe.chunk_hi[c];
-    int zero2 = pl->zero == 2;
+    int zero2 = pl->zero >= 2, lnf_b = x->tab_lnf >= 0 ? m->table[x->tab_lnf].bucket : -1;
     pt_status st;
     if (c == x->pipe.head_chunk) { /* the logits become dlogits in place */
         pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, pl->vocab_local,
                                pt__vocab_valid(m), pl->vocab_offset, dloss);
         memset(x->scratch.dln, 0, sizeof(float) * (size_t)N * C);
-        pt_tied_head_backward(&m->ctx, x->scratch.dln, zero2 ? NULL : x->coll.dhead, sl->logits,
-                              sl->lnf, m->lm_head, N, C, pl->vocab_local);
-        if (zero2 && (st = pt__zero2_vocab(m, sl, B, T, 1)) != PT_OK) return st;
-        if ((st = pt__head_norm_backward(m, sl, last > first ? sl->acts[last - 1 - first].out
+        if (pl->zero == 3) {
+            if ((st = pt__z3_head_backward(m, sl, N, lnf_b)) != PT_OK) return st;
+        } else {
+            pt_tied_head_backward(&m->ctx, x->scratch.dln, zero2 ? NULL : x->coll.dhead, sl->logits,
+                                  sl->lnf, m->lm_head, N, C, pl->vocab_local);
+            if (zero2 && (st = pt__zero2_vocab(m, sl, B, T, 1)) != PT_OK) return st;
+        }
+        if ((st = pt__z3_need(m, lnf_b, pt__layer_bucket(m, last - 1))) != PT_OK ||
+            (st = pt__head_norm_backward(m, sl, last > first ? sl->acts[last - 1 - first].out
                                                              : sl->x, N)) != PT_OK)
             return st;
-        if (zero2 && (st = pt__zero2_bucket(m, m->table[x->tab_lnf].bucket)) != PT_OK) return st;
+        if (zero2 && (st = pt__zero2_bucket(m, lnf_b)) != PT_OK) return st;
     }
     for (l = last - 1; l >= first; l--) {
         pt_block_acts *a = &sl->acts[l - first];
         const float *in = l > first ? sl->acts[l - 1 - first].out : sl->x;
+        /* ZeRO 3: the layer gathered again (for the recomputed forward too) */
+        if ((st = pt__z3_need(m, pt__layer_bucket(m, l),
+                              l > first ? pt__layer_bucket(m, l - 1) : -1)) != PT_OK)
+            return st;
         if (pl->recompute == PT_RECOMPUTE_FULL) { /* the layer's forward again, from its input */
             x->pipe.racts.out = a->out;
             a = &x->pipe.racts;
@@ -10037,7 +10326,7 @@ static void pt__swap_weights(pt_gpt *m) {
 static void pt__zero_grad(pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     memset(m->grads, 0,
-           (m->place.zero == 2 ? pt__largest_bucket(m) : m->num_params) * sizeof(float));
+           (m->place.zero >= 2 ? pt__largest_bucket(m) : m->num_params) * sizeof(float));
     if (x->coll.gshard) memset(x->coll.gshard, 0, x->coll.shard_total * sizeof(float));
     x->micro_done = 0;
 }
@@ -10691,7 +10980,7 @@ PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, flo
         return pt__fail(PT_ERR_INVALID_ARG, "adamw_step needs the gradients of all %d "
                         "micro-batches of the step (backward ran %d times)", pl->micro,
                         x->micro_done);
-    if ((st = pt__ag_settle(m)) != PT_OK) return st;
+    if ((st = pt__ag_settle(m)) != PT_OK || (st = pt__z3_drop(m, -1)) != PT_OK) return st;
     x->coll.ag_next = x->coll.ag_end = 0;
     m->adam_t++;
     if (!pl->zero) {
@@ -10712,10 +11001,10 @@ PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, flo
             size_t at;
             if (!pt__shard_span(m, b, i, &lo, &hi)) continue;
             at = k->shard_offset + (lo - own);
-            pt_adamw_update(m->params + lo, x->coll.gshard + at, m->m + at, m->v + at, hi - lo, cfg,
-                            lr, m->adam_t, m->table[i].decay);
+            pt_adamw_update(pl->zero == 3 ? x->coll.pshard + at : m->params + lo, x->coll.gshard + at,
+                            m->m + at, m->v + at, hi - lo, cfg, lr, m->adam_t, m->table[i].decay);
         }
-        if (pl->dp == 1) continue;
+        if (pl->dp == 1 || pl->zero == 3) continue; /* (ZeRO 3 gathers before each use) */
         if (x->coll.ag_on) {
             x->coll.ag_end = b + 1;
             st = pt__ag_pump(m);
@@ -15990,7 +16279,8 @@ PTRAINDEF pt_status pt_gpt_save_hf(const pt_gpt *m, const char *dir) {
                         "norm=rmsnorm, pos=rope, mlp=swiglu (arch=%d norm=%d pos=%d mlp=%d); save "
                         "a ptrain checkpoint instead", (int)c->arch, (int)c->norm, (int)c->pos,
                         (int)c->mlp);
-    if (m->num_params != m->num_params_full || m->place.pp > 1) { /* split: gather whole */
+    if (m->num_params != m->num_params_full || m->place.pp > 1 || m->place.zero == 3) {
+        /* split or sharded: gather whole */
         whole = (float *)pt__malloc(m->num_params_full * sizeof(float), m->alloc_ctx);
         if (!whole) s = pt__fail(PT_ERR_OOM, "cannot allocate %.1f MiB to gather the model",
                                  (double)m->num_params_full * 4.0 / 1048576.0);
@@ -16125,9 +16415,13 @@ static pt_status pt__st_params(const pt_gpt *m, const pt_safetensors *st, const 
 
 PTRAINDEF pt_status pt_gpt_load_weights_st(pt_gpt *m, const pt_safetensors *st) {
     pt_status s;
+    float *keep;
     if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
     if ((s = pt__ag_settle(m)) != PT_OK || (s = pt__st_params(m, st, "", NULL)) != PT_OK) return s;
-    return pt__st_params(m, st, "", m->params);
+    if (!(keep = pt__z3_open(m, &s))) return s;
+    s = pt__st_params(m, st, "", m->params);
+    pt__z3_close(m, keep, s == PT_OK);
+    return s;
 }
 
 PTRAINDEF pt_status pt_gpt_load_weights(pt_gpt *m, const char *path) {
@@ -16145,6 +16439,7 @@ PTRAINDEF pt_status pt_gpt_load_weights_hf(pt_gpt *m, const char *dir) {
     char path[1024];
     unsigned char *text = NULL, *found = NULL;
     char *pool = NULL, **files = NULL;
+    float *keep = NULL;
     size_t n = 0, nfiles = 0;
     int pass, i, k;
     pt_status s;
@@ -16194,6 +16489,7 @@ PTRAINDEF pt_status pt_gpt_load_weights_hf(pt_gpt *m, const char *dir) {
     /* pass 0 checks every shard (and that every tensor is in one), pass 1 reads */
     if (found) memset(found, 0, (size_t)m->num_tensors);
     for (pass = 0; pass < 2 && s == PT_OK; pass++) {
+        if (pass == 1 && !(keep = pt__z3_open(m, &s))) break; /* (ZeRO 3: whole, then sharded) */
         for (k = 0; k < (int)nfiles && s == PT_OK; k++) {
             pt_safetensors st;
             memset(&st, 0, sizeof st);
@@ -16209,6 +16505,7 @@ PTRAINDEF pt_status pt_gpt_load_weights_hf(pt_gpt *m, const char *dir) {
                 s = pt__fail(PT_ERR_MISSING, "%s: tensor '%s' is in no shard", dir,
                              m->table[i].name);
     }
+    if (keep) pt__z3_close(m, keep, s == PT_OK);
     pt__free(text, m->alloc_ctx);
     pt__free(pool, m->alloc_ctx);
     pt__free(files, m->alloc_ctx);
@@ -16472,7 +16769,7 @@ agree:
     return s;
 }
 
-/* AdamW moments into dst: laid out as the table, or only this rank's dp
+/* AdamW moments (ZeRO 3: the parameters too) into dst: laid out as the table, or only this rank's dp
    shard of each bucket under ZeRO. */
 static pt_status pt__st_moments(const pt_gpt *m, const pt_safetensors *st, const char *prefix,
                                 float *dst) {
@@ -16544,7 +16841,9 @@ PTRAINDEF pt_status pt_checkpoint_load(const char *path, pt_gpt *m, pt_train_sta
         (s = pt__st_params(m, &st, "optim.m.", NULL)) != PT_OK ||
         (s = pt__st_params(m, &st, "optim.v.", NULL)) != PT_OK)
         goto done_msg;
-    if ((s = pt__st_params(m, &st, "", m->params)) != PT_OK ||
+    if ((s = m->place.zero == 3 ? pt__z3_drop(m, -1) : PT_OK) != PT_OK ||
+        (s = m->place.zero == 3 ? pt__st_moments(m, &st, "", m->params) /* the shards */
+                                : pt__st_params(m, &st, "", m->params)) != PT_OK ||
         (s = pt__st_moments(m, &st, "optim.m.", m->m)) != PT_OK ||
         (s = pt__st_moments(m, &st, "optim.v.", m->v)) != PT_OK)
         goto done_msg;

@@ -201,7 +201,7 @@ int main(int argc, char **argv) {
         {"sp", CLI_FLAG, &o.sp, "sequence parallelism over the tp ranks (the block's x, dout "
          "and dx are this rank's rows)", 0, 0},
         {"dp", CLI_INT, &o.dp, "data-parallel ranks", 1, 1024},
-        {"zero", CLI_INT, &o.zero, "ZeRO stage", 0, 2},
+        {"zero", CLI_INT, &o.zero, "ZeRO stage", 0, 3},
         {"overlap", CLI_STR, &o.overlap, "on | off: the dp communication behind compute or after "
          "it", 0, 0},
         {"bucket-mb", CLI_FLOAT, &o.bucket_mb, "dp gradient buckets of at least this many MiB "

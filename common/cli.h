@@ -374,4 +374,16 @@ static inline void cli_print_bytes(const int *tok, int n) {
     }
 }
 
+/* This process's peak resident memory in KiB (Linux: VmHWM), -1 if unknown. */
+static inline long cli_peak_rss_kb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0) kb = strtol(line + 6, NULL, 10);
+    fclose(f);
+    return kb;
+}
+
 #endif

@@ -122,9 +122,9 @@ static int train_combinations(int argc, char **argv, const run *o, const char *s
     if (TRAIN_GIVEN("bucket-mb") && !(o->bucket_mb > 0.0f))
         TRAIN_REFUSE("--bucket-mb %g must be more than 0 (a bucket holds at least a layer; "
                      "leave it out for a layer a bucket)", (double)o->bucket_mb);
-    if (TRAIN_GIVEN("bucket-mb") && o->zero == 2)
-        TRAIN_REFUSE("--bucket-mb with --zero 2: ZeRO 2 holds one layer's gradients at a "
-                     "time, so its buckets are a layer each");
+    if (TRAIN_GIVEN("bucket-mb") && o->zero >= 2)
+        TRAIN_REFUSE("--bucket-mb with --zero %d: ZeRO %d holds one layer's gradients at a "
+                     "time, so its buckets are a layer each", o->zero, o->zero);
     if (TRAIN_GIVEN("trace-step") && !o->trace_path)
         TRAIN_REFUSE("--trace-step needs --trace (the file it writes)");
     if (o->trace_path && o->trace_step > o->steps)
@@ -229,8 +229,8 @@ static int train_table(cli_opt *opts, run *o, train_args *a, train_words *w) {
          "multiple of it)", 0, 0},
         {"dp", CLI_INT, &o->dp, "data-parallel ranks (with --grad-accum, divides --batch)", 1,
          1024},
-        {"zero", CLI_INT, &o->zero, "ZeRO stage: 0, 1 (shard AdamW state), 2 (and gradients)", 0,
-         2},
+        {"zero", CLI_INT, &o->zero, "ZeRO stage: 0, 1 (shard AdamW state), 2 (and gradients), "
+         "3 (and parameters)", 0, 3},
         {"grad-accum", CLI_INT, &o->accum, "micro-batches per step and rank (with --pp: the "
          "pipeline's m; 0: 1 without a pipeline, else pp when it divides the batch per dp rank, "
          "so every stage has work)", 0, 1 << 20},
@@ -240,7 +240,8 @@ static int train_table(cli_opt *opts, run *o, train_args *a, train_words *w) {
          "(default: 1f1b, interleaved with --chunks)", 0, 0},
         {"overlap", CLI_STR, &w->overlap, "on | off: reduce each data-parallel gradient bucket "
          "while backward goes on (ZeRO 0, 1) and gather the updated parameters (ZeRO 1, 2) "
-         "while the next forward runs, or all in their turn; the same bits either way", 0, 0},
+         "while the next forward runs (ZeRO 3: the next layer's while this one computes), or "
+         "all in their turn; the same bits either way", 0, 0},
         {"bucket-mb", CLI_FLOAT, &o->bucket_mb, "data-parallel gradient buckets: layers are "
          "grouped until a bucket holds this many MiB (like Megatron's --reduce-bucket-size; "
          "default: a layer a bucket)", 0, 0},

@@ -67,6 +67,12 @@ static void train_report_header(const run *o, const pt_comm *world, const pt_gpt
            gpt->place.chunks > 1 ? "s" : "",
            o->accum, o->accum > 1 ? "es" : "", micro_rows, train_recompute_name(o->recompute),
            o->dp == 1 ? ""
+           : o->zero == 3 ? (o->overlap == PT_OVERLAP_OFF
+                                 ? "; parameters gathered a layer at a time before its forward "
+                                   "and backward, dp gradients reduce-scattered inside backward"
+                                 : "; parameters gathered a layer at a time, the next behind the "
+                                   "current one's compute, dp gradients reduce-scattered inside "
+                                   "backward")
            : o->overlap == PT_OVERLAP_OFF
                ? (o->zero == 2 ? "; dp gradients reduce-scattered inside backward"
                                : "; dp gradients reduced after backward")

@@ -23,18 +23,6 @@
 #include "../common/cli.h"
 #include "../common/progress.h"
 
-/* peak resident memory (Linux: VmHWM), -1 if unknown */
-static long peak_kb(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = -1;
-    if (!f) return -1;
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, "VmHWM:", 6) == 0) kb = strtol(line + 6, NULL, 10);
-    fclose(f);
-    return kb;
-}
-
 static unsigned char *read_all(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     unsigned char *buf = NULL;
@@ -132,7 +120,7 @@ int main(int argc, char **argv) {
         printf("tokenizer %s: %d ids, %d merges, %d special, pattern %s%s, tables %zu bytes, "
                "peak memory %ld kB\n", tok_path, tk.n_vocab, tk.n_merges, tk.n_special,
                tk.pretok == PT_PRETOK_GPT2 ? "gpt2" : "cl100k", tk.ignore_merges ? " (ignore_merges)" : "",
-               pt_tokenizer_memory(&tk), peak_kb());
+               pt_tokenizer_memory(&tk), cli_peak_rss_kb());
         pt_tokenizer_free(&tk);
         return 0;
     }

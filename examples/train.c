@@ -84,7 +84,7 @@ static pt_status sample_and_score(run *o, pt_comm *world, pt_gpt *gpt, pt_rng *r
     memset(&solo, 0, sizeof solo);
     memset(&cache, 0, sizeof cache);
     if (o->sample_tokens == 0 && o->data_path) return PT_OK;
-    if (world->size > 1) {
+    if (world->size > 1 || gpt->place.zero == 3) { /* split or sharded: whole, on rank 0 */
         if (!(full = (float *)malloc(gpt->num_params_full * sizeof(float))))
             return pt_comm_fail(world, pt_error(PT_ERR_OOM, "out of memory gathering the model"));
         if ((st = pt_gpt_gather(gpt, PT_BUF_PARAMS, full)) != PT_OK || world->rank != 0)
@@ -376,6 +376,14 @@ static pt_status rank_end(rank_run *r) {
             printf("stopped after step %d of %d%s\n", o->stop_after, o->steps,
                    o->ckpt_out ? "; continue with --resume" : "");
         return PT_OK;
+    }
+    if (r->lead) { /* before the sample, which may gather the model whole */
+        long kb = cli_peak_rss_kb();
+        int here = r->world->kind == PT_COMM_MPI ? 1 : r->world->size;
+        if (kb > 0)
+            printf("\npeak resident memory: %.1f MiB in this process (%d rank%s; the memory "
+                   "report: %.1f MiB a rank)\n", kb / 1024.0, here, here > 1 ? "s" : "",
+                   (double)r->gpt.mem.total / 1048576.0);
     }
     if (r->lead && r->val == r->val)
         printf("\nvalidation loss %.3f nats/token vs unigram entropy %.3f nats/token (%.0f%% of "

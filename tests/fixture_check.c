@@ -407,7 +407,8 @@ int main(int argc, char **argv) {
         {"sp", CLI_FLAG, &sp, "sequence parallelism over the tp ranks (tp >= 2, T % tp == 0)", 0,
          0},
         {"dp", CLI_INT, &dp, "data-parallel ranks (divides the fixture's batch B)", 1, 1024},
-        {"zero", CLI_INT, &zero, "ZeRO stage: 0, 1 (shard AdamW state) or 2 (and gradients)", 0, 2},
+        {"zero", CLI_INT, &zero, "ZeRO stage: 0, 1 (shard AdamW state), 2 (and gradients) or 3 "
+         "(and parameters)", 0, 3},
         {"pp", CLI_INT, &pp, "pipeline stages (at most n_layer)", 1, 1024},
         {"schedule", CLI_STR, &schedule, "the step's schedule: gpipe, 1f1b, interleaved, zb-h1, "
          "zb-h2, zb-v, chimera, 2bw (default: 1f1b, interleaved with --chunks)", 0, 0},

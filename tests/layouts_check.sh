@@ -12,7 +12,7 @@ while [ "$tp" -le "$nh" ]; do
         dp=1
         while [ "$dp" -le "$B" ]; do
             if [ $((B % dp)) -eq 0 ] && [ $((tp * dp)) -le "$max" ]; then
-                for zero in 0 1 2; do
+                for zero in 0 1 2 3; do
                     try $((tp * dp)) --tp $tp --dp $dp --zero $zero
                 done
             fi

@@ -160,6 +160,9 @@ fails "fixture_check: unknown recomputation" 2 "is not none, selective or full" 
     build/fixture_check tests/fixtures/gpt2_heads8.safetensors --recompute some
 step "fixture heads8, tp 2 x dp 2, ZeRO 2 under ASan + UBSan" \
     build/fixture_check_asan tests/fixtures/gpt2_heads8.safetensors --tp 2 --dp 2 --zero 2
+step "fixture heads8, tp 2 x dp 2, ZeRO 3, recompute full under ASan + UBSan" \
+    build/fixture_check_asan tests/fixtures/gpt2_heads8.safetensors --tp 2 --dp 2 --zero 3 \
+    --recompute full
 # and on MPI processes: every layout of up to 4 ranks (6 for six heads); gpt2_layers4
 # (4 layers, 4 heads, B = 4, a vocabulary tp 2 and 4 divide) stands for the shared
 # gpt2_small_shapes, which a clone does not have
@@ -261,8 +264,13 @@ fails "fixture_check: tp not dividing n_head" 2 "tensor_parallel=3 does not divi
     build/fixture_check tests/fixtures/gpt2_heads8.safetensors --tp 3
 fails "fixture_check: dp not dividing the batch" 2 "data_parallel=3 does not divide the fixture's batch B=4" \
     build/fixture_check tests/fixtures/gpt2_heads8.safetensors --dp 3
-fails "fixture_check: ZeRO stage 3 is refused" 2 "zero" \
-    build/fixture_check tests/fixtures/gpt2_heads8.safetensors --zero 3
+fails "fixture_check: ZeRO 3 with a pipeline is refused" 2 "zero=3 with pipeline stages (pp=2)" \
+    build/fixture_check tests/fixtures/gpt2_heads8.safetensors --pp 2 --dp 2 --zero 3
+fails "fixture_check: ZeRO 3 with a split backward is refused, the reason named" 2 \
+    "zero=3 with schedule zb-h1 is not supported: its W runs apart from B" \
+    build/fixture_check tests/fixtures/gpt2_heads8.safetensors --dp 2 --zero 3 --schedule zb-h1
+fails "fixture_check: ZeRO stage 4 is refused" 2 "zero" \
+    build/fixture_check tests/fixtures/gpt2_heads8.safetensors --zero 4
 fails "fixture_check_mpi: world size != tp x dp" 2 "world size 3 != tp 2 x dp 2 x pp 1" \
     mpi 3 build/fixture_check_mpi tests/fixtures/gpt2_heads8.safetensors --tp 2 --dp 2
 fails "fixture_check rejects a non-fixture" 2 "error:" build/fixture_check tests/run.sh
@@ -650,6 +658,10 @@ step "llama fixture llama3_scaled, tp 2, ZeRO 2, recompute full under ASan + UBS
     build/fixture_check_asan "$f" --tp 2 --dp 2 --zero 2 --recompute full
 step "llama fixture llama3_scaled, tp 2 x dp 2, recompute selective under ThreadSanitizer" \
     tsan build/fixture_check_tsan "$f" --tp 2 --dp 2 --recompute selective
+step "llama fixture llama3_scaled, dp 2, ZeRO 3 (prefetched gathers) under ThreadSanitizer" \
+    tsan build/fixture_check_tsan "$f" --dp 2 --zero 3
+step "llama fixture llama3_scaled, tp 2 x dp 2, ZeRO 3, recompute full under ASan + UBSan" \
+    build/fixture_check_asan "$f" --tp 2 --dp 2 --zero 3 --recompute full
 fails "fixture_check: tp not dividing the key/value heads" 2 \
     "tensor_parallel=4 does not divide n_kv_head=2" build/fixture_check "$f" --tp 4
 # bf16 mixed precision (the GEMMs' operands rounded to bfloat16): every fixture serially,

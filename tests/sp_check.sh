@@ -1,7 +1,7 @@
 #!/bin/sh
 # sp_check.sh PROG FILE [MAX]: sequence parallelism (--sp) on fixture FILE
 # against the serial tolerances, with up to MAX ranks (default 8): every tp
-# >= 2 dividing n_kv_head and T, with ZeRO 0-2 and dp 2; then at tp 2: pp 2
+# >= 2 dividing n_kv_head and T, with ZeRO 0-2 (and 3 over dp 2) and dp 2; then at tp 2: pp 2
 # under gpipe, 1f1b, zb-h1, chimera, 2bw, zb-v and interleaved (4+ layers),
 # recomputation selective and full, bf16. Threads (PROG = build/fixture_check) or MPI
 # (build/fixture_check_mpi). Passes if every run passes; 77 if none fits.
@@ -15,6 +15,7 @@ while [ "$tp" -le "$kv" ]; do
             try "$tp" --tp "$tp" --sp --zero $zero
             [ $((B % 2)) -eq 0 ] && try $((tp * 2)) --tp "$tp" --sp --dp 2 --zero $zero
         done
+        [ $((B % 2)) -eq 0 ] && try $((tp * 2)) --tp "$tp" --sp --dp 2 --zero 3
     fi
     tp=$((tp + 1))
 done

@@ -1315,11 +1315,13 @@ static pt_status noalloc_rank(pt_comm *world, void *arg) {
 }
 
 static void test_steps_allocate_nothing(void) {
-    static const int lay[4][6] = {{1, 1, 0, 1, 0, 0}, {1, 1, 0, 2, PT_RECOMPUTE_SELECTIVE, 0},
-                                  {2, 2, 1, 1, 0, 0}, {2, 2, 2, 2, PT_RECOMPUTE_SELECTIVE, 1}};
+    static const int lay[7][6] = {{1, 1, 0, 1, 0, 0}, {1, 1, 0, 2, PT_RECOMPUTE_SELECTIVE, 0},
+                                  {2, 2, 1, 1, 0, 0}, {2, 2, 2, 2, PT_RECOMPUTE_SELECTIVE, 1},
+                                  {1, 2, 3, 2, PT_RECOMPUTE_FULL, 0}, {2, 2, 3, 1, 0, 0},
+                                  {2, 2, 3, 1, PT_RECOMPUTE_SELECTIVE, 1}};
     /* tp, dp, zero, micro, recompute, sequence parallel */
     int k, p, i;
-    for (k = 0; k < 4; k++)
+    for (k = 0; k < 7; k++)
         for (p = 0; p < 2; p++) {
             noalloc_run r;
             int n = lay[k][0] * lay[k][1];
@@ -1335,6 +1337,86 @@ static void test_steps_allocate_nothing(void) {
                          "during rank %d's calls", pt_precision_name(r.prec), r.tp, r.dp, r.zero,
                          r.micro, r.allocs[i], i);
         }
+}
+
+/* ZeRO 3 against ZeRO 1 on dp 2 thread ranks: a rank holds 1/dp of the
+   parameters and gathers each bucket before use. The first step's loss is
+   ZeRO 1's bit for bit; later ones differ only where the head's input
+   gradient sums the vocabulary bucket by bucket (not the whole GEMM's
+   order); with the gathers prefetched (overlap on) or not, bit for bit. */
+typedef struct z3_run {
+    int zero, overlap, recompute;
+    float loss[3], norm[3];
+    float *final; /* (num_params_full) the gathered parameters, rank 0 */
+} z3_run;
+
+static pt_status z3_rank(pt_comm *world, void *arg) {
+    z3_run *r = (z3_run *)arg;
+    static int in[NOALLOC_B * NOALLOC_T], tg[NOALLOC_B * NOALLOC_T];
+    pt_grid g;
+    pt_gpt m;
+    pt_gpt_desc d;
+    pt_step_desc sd;
+    pt_step_result res;
+    pt_adamw_config opt = pt_adamw_default();
+    float *full = NULL;
+    int i, rows = NOALLOC_B / 2;
+    pt_status st;
+    memset(&m, 0, sizeof m);
+    if ((st = pt_grid_init(&g, world, 1, 2, 1)) != PT_OK) return pt_comm_fail(world, st);
+    for (i = 0; i < NOALLOC_B * NOALLOC_T; i++) in[i] = (53 * i) % 401, tg[i] = (97 * i + 1) % 401;
+    ZERO(d);
+    d.config = cfg_make(401, NOALLOC_T, 3, 4, 16); /* wte: 401 rows, 3 buckets of 192 or fewer */
+    d.batch = rows, d.seq = NOALLOC_T, d.grid = &g, d.zero = r->zero, d.recompute = r->recompute;
+    st = pt_gpt_init(&m, &d);
+    if (st == PT_OK) pt_gpt_init_weights(&m, 7);
+    ZERO(sd);
+    sd.inputs = in + (size_t)g.dp_rank * rows * NOALLOC_T;
+    sd.targets = tg + (size_t)g.dp_rank * rows * NOALLOC_T;
+    sd.B = rows, sd.T = NOALLOC_T, sd.adamw = &opt, sd.lr = 1e-2f, sd.clip = 1.0f;
+    sd.overlap = r->overlap ? PT_OVERLAP_ON : PT_OVERLAP_OFF;
+    for (i = 0; i < 3 && st == PT_OK; i++) {
+        ZERO(res);
+        st = pt_gpt_step(&m, &sd, &res);
+        r->loss[i] = m.loss, r->norm[i] = res.grad_norm;
+    }
+    if (st == PT_OK && !(full = (float *)malloc(m.num_params_full * sizeof(float))))
+        st = PT_ERR_OOM;
+    if (st == PT_OK) st = pt_gpt_gather(&m, PT_BUF_PARAMS, full);
+    if (world->rank == 0) r->final = full;
+    else free(full);
+    if (m.params) pt_gpt_free(&m);
+    pt_grid_free(&g);
+    return st == PT_OK ? PT_OK : pt_comm_fail(world, st);
+}
+
+static void test_zero3_matches_zero1(void) {
+    z3_run a, b, c;
+    size_t n = 0, i;
+    double worst = 0.0;
+    pt_gpt_config cfg = cfg_make(401, NOALLOC_T, 3, 4, 16);
+    ZERO(a), ZERO(b), ZERO(c);
+    a.zero = 1, a.overlap = 1;
+    b.zero = 3, b.overlap = 1;
+    c.zero = 3, c.overlap = 0, c.recompute = PT_RECOMPUTE_FULL;
+    CHECK_ST(pt_comm_threads_run(2, z3_rank, &a), PT_OK);
+    CHECK_ST(pt_comm_threads_run(2, z3_rank, &b), PT_OK);
+    CHECK_ST(pt_comm_threads_run(2, z3_rank, &c), PT_OK);
+    if (!a.final || !b.final || !c.final) goto out;
+    n = (size_t)pt_gpt_num_params(&cfg);
+    CHECK(memcmp(&a.loss[0], &b.loss[0], sizeof(float)) == 0); /* the same forward */
+    for (i = 0; i < 3; i++) {
+        CHECK(fabs(a.loss[i] - b.loss[i]) <= 1e-5 * fabs(a.loss[i]));
+        CHECK(fabs(a.norm[i] - b.norm[i]) <= 1e-4 * fabs(a.norm[i]));
+    }
+    for (i = 0; i < n; i++)
+        if (fabs(a.final[i] - b.final[i]) > worst) worst = fabs(a.final[i] - b.final[i]);
+    if (worst > 1e-5) FAIL("ZeRO 3's parameters after 3 steps differ from ZeRO 1's by %g", worst);
+    /* prefetched or not, with the layers recomputed from their inputs: the same numbers */
+    CHECK(memcmp(b.loss, c.loss, sizeof b.loss) == 0);
+    CHECK(memcmp(b.final, c.final, n * sizeof(float)) == 0);
+out:
+    free(a.final), free(b.final), free(c.final);
 }
 
 /* ======================================================================== */
@@ -5446,6 +5528,7 @@ static const test_case tests[] = {
     {"sp_exact_vs_tp", test_sp_exact},
     {"sp_refusals", test_sp_refusals},
     {"steps_allocate_nothing", test_steps_allocate_nothing},
+    {"zero3_matches_zero1", test_zero3_matches_zero1},
     {"adamw_vs_double_reference", test_adamw},
     {"adamw_step_decay_rule", test_adamw_step_decay_rule},
     {"norm_and_clip", test_norm_and_clip},

@@ -1,0 +1,51 @@
+#!/bin/sh
+# build/serve: a tiny byte-level model trained here (block_size 512), served twice (KV reuse on
+# and off), driven by raw sockets and http.client (tests/serve_check.py), then by the official
+# openai npm client (tests/serve_openai.js; `sh tests/serve_check.sh openai`: node, npm and the
+# registry are needed, else SKIP, exit 77).
+#   sh tests/serve_check.sh [py|openai]
+set -u
+what=${1:-py}
+tmp=$(mktemp -d)
+pids=""
+trap 'for p in $pids; do kill "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
+if [ "$what" = openai ]; then
+    command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 ||
+        { echo "SKIP: needs node and npm (scripts/deps.sh test installs them)"; exit 77; }
+    sh scripts/serve_ref.sh >"$tmp/npm.log" 2>&1 ||
+        { cat "$tmp/npm.log"; echo "SKIP: npm install openai failed (no registry?)"; exit 77; }
+fi
+build/train --layers 2 --heads 2 --embd 64 --block-size 512 --seq 64 --batch 4 --steps 30 \
+    --checkpoint "$tmp/m.safetensors" --force >"$tmp/train.log" 2>&1 ||
+    { cat "$tmp/train.log"; echo "training the model failed"; exit 1; }
+# start NAME ARGS...: a server on a free port; its port into $port
+start() {
+    name=$1
+    shift
+    build/serve "$tmp/m.safetensors" --port 0 --timeout 2 "$@" 2>"$tmp/$name.log" &
+    pids="$pids $!"
+    pid=$!
+    i=0
+    while ! grep -q 'listening on' "$tmp/$name.log"; do
+        i=$((i + 1))
+        if [ $i -gt 600 ] || ! kill -0 "$pid" 2>/dev/null; then
+            cat "$tmp/$name.log"
+            echo "serve did not start"
+            exit 1
+        fi
+        sleep 0.1
+    done
+    port=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/$name.log")
+}
+start on --kv-reuse on --kv-cache-mb 8
+port_on=$port pid_on=$pid
+if [ "$what" = openai ]; then
+    NODE_PATH=build/npm/node_modules node tests/serve_openai.js "$port_on"
+    exit $?
+fi
+start off --kv-reuse off --kv-cache-mb 8
+port_off=$port
+python3 tests/serve_check.py "$port_on" "$port_off" "$pid_on"
+rc=$?
+kill -0 "$pid_on" || { echo "the server died"; cat "$tmp/on.log"; exit 1; }
+exit $rc

@@ -41,7 +41,7 @@ COMM_SRC = tests/comm_check.c ptrain.h
 # corpus and fuzz/crashes/<name>/ through the same harnesses built by $(CC)
 # with ASan + UBSan and a main of their own (fuzz/fuzz.h).
 FUZZERS = safetensors checkpoint tokens fixture train_cli plan_cli hw hf_config tokenizer_json \
-          tokenizer_gpt2 text_roundtrip
+          tokenizer_gpt2 text_roundtrip serve_req
 FUZZ_TIME = 60
 FUZZ_SRC = fuzz/fuzz.h $(HDR) tests/fixture.h
 FUZZ_FLAGS = -std=c11 -O1 -g -fno-omit-frame-pointer $(WARN) -DPTRAIN_NO_BLAS -pthread \

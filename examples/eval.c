@@ -144,7 +144,7 @@ static int argmin(const double *x, int n) {
 }
 
 /* Reads the task, scores each question, prints acc and acc_norm. */
-static int run(evaluator *e, const char *task, int limit) {
+static int run(evaluator *e, const char *task, int limit, int verbose) {
     FILE *f = fopen(task, "rb");
     char *line = NULL;
     size_t cap = 0;
@@ -164,6 +164,12 @@ static int run(evaluator *e, const char *task, int limit) {
         if (!parse_line(&j, &q, lineno)) return free(pool), free(line), fclose(f), 0;
         if (!score(e, &q, sum, mean)) skipped++;
         else {
+            int k;
+            if (verbose) {
+                printf("%ld: label %d", lineno, q.label);
+                for (k = 0; k < q.n_end; k++) printf(" | %.4f %.4f", sum[k], mean[k]);
+                printf("\n");
+            }
             total++;
             acc += argmin(sum, q.n_end) == q.label;
             acc_norm += argmin(mean, q.n_end) == q.label;
@@ -177,13 +183,13 @@ static int run(evaluator *e, const char *task, int limit) {
            acc_norm);
     if (skipped) printf("; %ld skipped (longer than the context, or empty)", skipped);
     printf("\n");
-    fprintf(stderr, "%.2f s\n", pt_time_now() - t0);
+    fprintf(stderr, "eval: %.2f s\n", pt_time_now() - t0);
     return 1;
 }
 
 int main(int argc, char **argv) {
     const char *pos[1] = {NULL}, *task = NULL, *tok = NULL;
-    int npos, rc, limit = 0, threads = 0, bs, V, blocks;
+    int npos, rc, limit = 0, threads = 0, verbose = 0, bs, V, blocks;
     evaluator e;
     cli_opt opts[] = {
         {"task", CLI_STR, &task, "jsonl: {\"ctx\", \"endings\", \"label\"} a line", 0, 0},
@@ -191,17 +197,18 @@ int main(int argc, char **argv) {
          "directory's tokenizer.json; byte-level models need none)", 0, 0},
         {"limit", CLI_INT, &limit, "the first N questions only (0: all)", 0, 1 << 30},
         {"threads", CLI_INT, &threads, "OpenMP/BLAS threads (0: all cores)", 0, 1024},
+        {"verbose", CLI_FLAG, &verbose, "each question's summed and mean losses", 0, 0},
     };
     const char *usage = "usage: eval MODEL --task FILE.jsonl [options]\n"
                         "Scores multiple-choice questions (llm.c's HellaSwag layout): acc, acc_norm.";
     cli_passive_wait(argv);
-    if ((rc = cli_parse(argc, argv, opts, 4, pos, 1, &npos)) != 0) {
-        if (rc == 1) cli_usage(stdout, usage, opts, 4);
+    if ((rc = cli_parse(argc, argv, opts, 5, pos, 1, &npos)) != 0) {
+        if (rc == 1) cli_usage(stdout, usage, opts, 5);
         return rc == 1 ? 0 : 1;
     }
     if (npos != 1 || !task) {
         fprintf(stderr, "error: give a MODEL and --task FILE.jsonl\n");
-        return cli_usage(stderr, usage, opts, 4), 1;
+        return cli_usage(stderr, usage, opts, 5), 1;
     }
     pt_set_threads(threads);
     memset(&e, 0, sizeof e);
@@ -220,7 +227,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", e.logits && e.ids && e.tab ? pt_last_error() : "out of memory");
         return 1;
     }
-    rc = run(&e, task, limit) ? 0 : 1;
+    rc = run(&e, task, limit, verbose) ? 0 : 1;
     pt_kv_pages_free(&e.kp);
     serve_model_free(&e.m);
     free(e.logits), free(e.ids), free(e.tab);

@@ -3,7 +3,10 @@
 # and off), driven by raw sockets and http.client (tests/serve_check.py), then by the official
 # openai npm client (tests/serve_openai.js; `sh tests/serve_check.sh openai`: node, npm and the
 # registry are needed, else SKIP, exit 77).
-#   sh tests/serve_check.sh [py|openai]
+# `sh tests/serve_check.sh eval`: build/eval on a task built from the model's own greedy
+# continuations (build/sample --temperature 0), each against unlikely endings; duplicated endings
+# must score exactly alike (the context's partial block copied, endings batched); bad lines.
+#   sh tests/serve_check.sh [py|openai|eval]
 set -u
 what=${1:-py}
 tmp=$(mktemp -d)
@@ -18,6 +21,29 @@ fi
 build/train --layers 2 --heads 2 --embd 64 --block-size 512 --seq 64 --batch 4 --steps 30 \
     --checkpoint "$tmp/m.safetensors" --force >"$tmp/train.log" 2>&1 ||
     { cat "$tmp/train.log"; echo "training the model failed"; exit 1; }
+if [ "$what" = eval ]; then
+    : >"$tmp/task.jsonl"
+    for ctx in "the cat sat on the mat. the dog sat on the" "a" "the quick brown fox jumps over the"; do
+        cont=$(build/sample "$tmp/m.safetensors" --prompt "$ctx " --temperature 0 --tokens 5 \
+            2>/dev/null | tail -n 1 | cut -c $((${#ctx} + 2))- | tr -d '"\\?')
+        [ -n "$cont" ] || { echo "no greedy continuation of '$ctx'"; exit 1; }
+        printf '{"ctx": "%s", "endings": ["~~~~~", "%s", "QQ}}{"], "label": 1}\n' "$ctx" "$cont" \
+            >>"$tmp/task.jsonl"
+    done
+    printf '{"ctx": "%s", "endings": ["same end", "same end"], "label": 0}\n' \
+        "a context of forty-one bytes, 3 blocks: " >>"$tmp/task.jsonl"
+    cat "$tmp/task.jsonl"
+    build/eval "$tmp/m.safetensors" --task "$tmp/task.jsonl" --verbose >"$tmp/eval.out" || exit 1
+    cat "$tmp/eval.out"
+    grep -q '^4 questions: acc 1.0000 (4), acc_norm 1.0000 (4)$' "$tmp/eval.out" || exit 1
+    printf '{"ctx": "same", "endings": ["same end", "same end"], "label": 1}\n' >"$tmp/tie.jsonl"
+    build/eval "$tmp/m.safetensors" --task "$tmp/tie.jsonl" | grep -q 'acc 0.0000 (0)' ||
+        { echo "a tie must go to the first ending"; exit 1; }
+    printf '{"ctx": "x", "endings": ["a"], "label": 3}\n' >"$tmp/bad.jsonl"
+    build/eval "$tmp/m.safetensors" --task "$tmp/bad.jsonl" 2>"$tmp/bad.err" && exit 1
+    grep -q 'line 1: expected' "$tmp/bad.err" || { cat "$tmp/bad.err"; exit 1; }
+    exit 0
+fi
 # start NAME ARGS...: a server on a free port; its port into $port
 start() {
     name=$1

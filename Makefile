@@ -214,6 +214,12 @@ clean:
 bench-text: build/bench_text build/bpe_train build/tokenize | deps-text
 	@sh bench/text.sh
 
+# build/serve under load: a shared 256-token prefix with KV reuse on and off (throughput, time to
+# first token), and 8 concurrent requests decoded together against one at a time (bench/serve.sh)
+.PHONY: bench-serve
+bench-serve: build/serve build/train
+	@sh bench/serve.sh
+
 # make run's task trained in fp32 and in bf16 over the same tokens: final validation losses
 # and both loss curves in one picture, build/precision/loss.svg (bench/precision.sh)
 .PHONY: bench-precision

@@ -48,7 +48,7 @@ fi
 start() {
     name=$1
     shift
-    build/serve "$tmp/m.safetensors" --port 0 --timeout 2 "$@" 2>"$tmp/$name.log" &
+    ${SERVE:-build/serve} "$tmp/m.safetensors" --port 0 --timeout 2 "$@" 2>"$tmp/$name.log" &
     pids="$pids $!"
     pid=$!
     i=0

@@ -422,8 +422,9 @@ static void completion_tail(serve_buf *b, const job *j, const char *finish, int 
     }
 }
 
-/* The reader of a stream: SSE events of new text, the last with the finish
-   reason and usage, then [DONE]. Waits for the engine (1 s at a time). */
+/* The reader of a stream: SSE events of new text (what the engine added since
+   the last one), then one with empty text, the finish reason and usage, then
+   [DONE]. Waits for the engine (1 s at a time). */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     stream *st = (stream *)cls;
     server *s = st->s;
@@ -449,14 +450,15 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (st->state == 1) {
             serve_put(&st->chunk, "data: [DONE]\n\n", 14);
             st->state = 2;
-        } else {
+        } else { /* new text; once all is sent, the finish reason and usage on their own */
+            int last = j->safe == st->sent;
             serve_put(&st->chunk, "data: ", 6);
             completion_head(&st->chunk, s, j, "text_completion");
-            serve_json_str(&st->chunk, j->text.p + st->sent, j->safe - st->sent);
+            serve_json_str(&st->chunk, j->text.p ? j->text.p + st->sent : "", j->safe - st->sent);
             st->sent = j->safe;
-            completion_tail(&st->chunk, j, j->done ? j->finish : NULL, j->done);
+            completion_tail(&st->chunk, j, last ? j->finish : NULL, last);
             serve_put(&st->chunk, "\n\n", 2);
-            if (j->done) st->state = 1;
+            if (last) st->state = 1;
         }
         pthread_mutex_unlock(&s->mu);
         if (st->chunk.oom) return MHD_CONTENT_READER_END_WITH_ERROR;

@@ -604,6 +604,8 @@ step "serve: completions, streams, reuse on = off, batch mates, cached tokens, h
     sh tests/serve_check.sh py
 step "serve: the openai npm client (completion, stream, 16 concurrent, cached tokens)" \
     sh tests/serve_check.sh openai
+step "serve: a Hugging Face LLaMA directory (rotary, one KV head), its prefix block reused" \
+    sh tests/serve_check.sh hf
 step "eval: acc and acc_norm of a HellaSwag-layout task, its bad lines refused" \
     sh tests/serve_check.sh eval
 printf 'not a checkpoint' >"$tmp/bad.safetensors"

@@ -6,8 +6,12 @@
 # `sh tests/serve_check.sh eval`: build/eval on a task built from the model's own greedy
 # continuations (build/sample --temperature 0), each against unlikely endings; duplicated endings
 # must score exactly alike (the context's partial block copied, endings batched); bad lines.
-#   sh tests/serve_check.sh [py|openai|eval]
+# `sh tests/serve_check.sh hf`: a Hugging Face LLaMA directory (scripts/hf_llama.py --from a
+# LLaMA fixture: rotary positions, one key/value head) served: the same prompt twice gives the
+# same tokens, the second time with its full block from the cache.
+#   sh tests/serve_check.sh [py|openai|eval|hf]
 set -u
+serve_model=
 what=${1:-py}
 tmp=$(mktemp -d)
 pids=""
@@ -18,7 +22,11 @@ if [ "$what" = openai ]; then
     sh scripts/serve_ref.sh >"$tmp/npm.log" 2>&1 ||
         { cat "$tmp/npm.log"; echo "SKIP: npm install openai failed (no registry?)"; exit 77; }
 fi
-build/train --layers 2 --heads 2 --embd 64 --block-size 512 --seq 64 --batch 4 --steps 30 \
+if [ "$what" = hf ]; then
+    python3 scripts/hf_llama.py --from tests/fixtures/llama/llama_mqa_tied.safetensors \
+        --out "$tmp/hf" >"$tmp/hf.log" 2>&1 || { cat "$tmp/hf.log"; exit 1; }
+fi
+[ "$what" = hf ] || build/train --layers 2 --heads 2 --embd 64 --block-size 512 --seq 64 --batch 4 --steps 30 \
     --checkpoint "$tmp/m.safetensors" --force >"$tmp/train.log" 2>&1 ||
     { cat "$tmp/train.log"; echo "training the model failed"; exit 1; }
 if [ "$what" = eval ]; then
@@ -48,7 +56,7 @@ fi
 start() {
     name=$1
     shift
-    ${SERVE:-build/serve} "$tmp/m.safetensors" --port 0 --timeout 2 "$@" 2>"$tmp/$name.log" &
+    ${SERVE:-build/serve} "${serve_model:-$tmp/m.safetensors}" --port 0 --timeout 2 "$@" 2>"$tmp/$name.log" &
     pids="$pids $!"
     pid=$!
     i=0
@@ -63,6 +71,28 @@ start() {
     done
     port=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$tmp/$name.log")
 }
+if [ "$what" = hf ]; then
+    serve_model=$tmp/hf
+    start hf --kv-cache-mb 1
+    python3 - "$port" <<'EOF'
+import http.client, json, sys
+def post(body):
+    c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=60)
+    c.request("POST", "/v1/completions", json.dumps(body))
+    r = c.getresponse()
+    return r.status, json.loads(r.read())
+body = {"prompt": list(range(1, 19)), "max_tokens": 3, "seed": 1}
+(s1, a), (s2, b) = post(body), post(body)
+print(a, b, sep="\n")
+ok = s1 == s2 == 200 and a["choices"][0]["token_ids"] == b["choices"][0]["token_ids"]
+ok = ok and len(a["choices"][0]["token_ids"]) == 3
+ok = ok and [r["usage"]["prompt_tokens_details"]["cached_tokens"] for r in (a, b)] == [0, 16]
+s3, c = post({"prompt": list(range(1, 23)), "max_tokens": 3})
+print(c)
+sys.exit(0 if ok and s3 == 400 and "maximum context length is 24" in c["error"]["message"] else 1)
+EOF
+    exit $?
+fi
 start on --kv-reuse on --kv-cache-mb 8
 port_on=$port pid_on=$pid
 if [ "$what" = openai ]; then

@@ -1077,9 +1077,11 @@ PTRAINDEF void pt_kv_pages_free(pt_kv_pages *c);
 /* One forward over the new tokens of n_seqs sequences: every projection a GEMM
    over all their rows, attention per row over its own sequence's cached and
    new positions. logits gets (sum of n - logits_from) rows of vocab_size, in
-   sequence order. A row's result depends only on its sequence's tokens (the
-   GEMMs run ptrain's fp32 kernels on every shape, whose sums over k do not
-   depend on the row count; with OpenBLAS instead this rests on OpenBLAS). */
+   sequence order. A row's result depends only on its sequence's tokens: the
+   GEMMs run ptrain's fp32 kernels on every shape (or the portable loops),
+   whose sums over k do not depend on the row count; where the GEMM is
+   OpenBLAS's (no AVX-512, or PTRAIN_GEMM=openblas), whose rows do, each row
+   is its own product. */
 PTRAINDEF pt_status pt_gpt_forward_pages(const pt_gpt *m, pt_kv_pages *c, const pt_kv_seq *seqs,
                                          int n_seqs, float *logits);
 
@@ -7595,6 +7597,20 @@ static void pt__pages_attend(const pt_gpt_config *g, pt_kv_pages *c, const pt_kv
     }
 }
 
+/* pt__proj_forward over R rows, as one GEMM where the fp32 GEMM's rows do not
+   depend on the row count (ptrain's kernels, the portable loops), else one
+   row at a time (OpenBLAS: its results for a row change with M). */
+static void pt__pages_proj(pt_ctx *ctx, const pt_gpt_config *g, float *out, const float *in,
+                           const float *w, const float *b, int R, int IN, int OUT) {
+    int r;
+    if (pt__gemm_current() != PT__GEMM_BLAS) {
+        pt__proj_forward(ctx, g, out, in, w, b, R, IN, OUT);
+        return;
+    }
+    for (r = 0; r < R; r++)
+        pt__proj_forward(ctx, g, out + (size_t)r * OUT, in + (size_t)r * IN, w, b, 1, IN, OUT);
+}
+
 PTRAINDEF pt_status pt_gpt_forward_pages(const pt_gpt *m, pt_kv_pages *c, const pt_kv_seq *seqs,
                                          int n_seqs, float *logits) {
     const pt_gpt_config *g = &m->config;
@@ -7613,17 +7629,17 @@ PTRAINDEF pt_status pt_gpt_forward_pages(const pt_gpt *m, pt_kv_pages *c, const 
     for (l = 0; l < g->n_layer; l++) {
         const pt_block_params *w = &m->layers[l];
         pt__norm_forward(g, c->ln, c->mean, c->rstd, c->x, w->ln1_w, w->ln1_b, R, C);
-        pt__proj_forward(ctx, g, c->qkv, c->ln, w->qkv_w, w->qkv_b, R, C, Q3);
+        pt__pages_proj(ctx, g, c->qkv, c->ln, w->qkv_w, w->qkv_b, R, C, Q3);
         for (r = 0; c->rope && r < R; r++) /* each row at its own position */
             pt_rope_forward(c->qkv + (size_t)r * Q3, c->rope + (size_t)c->row_pos[r] * hd, 1, 1,
                             (int)(d.NH + d.NKV), hd, Q3);
         pt__pages_attend(g, c, seqs, l, R);
-        pt__proj_forward(ctx, g, c->res, c->atty, w->attn_proj_w, w->attn_proj_b, R, C, C);
+        pt__pages_proj(ctx, g, c->res, c->atty, w->attn_proj_w, w->attn_proj_b, R, C, C);
         pt_residual_forward(c->res, c->res, c->x, (size_t)R * C);
         pt__norm_forward(g, c->ln, c->mean, c->rstd, c->res, w->ln2_w, w->ln2_b, R, C);
-        pt__proj_forward(ctx, g, c->fch, c->ln, w->fc_w, w->fc_b, R, C, (int)d.Fi);
+        pt__pages_proj(ctx, g, c->fch, c->ln, w->fc_w, w->fc_b, R, C, (int)d.Fi);
         pt__act_forward(g, c->fcg, c->fch, (size_t)R, (size_t)F);
-        pt__proj_forward(ctx, g, c->x, c->fcg, w->fc_proj_w, w->fc_proj_b, R, F, C);
+        pt__pages_proj(ctx, g, c->x, c->fcg, w->fc_proj_w, w->fc_proj_b, R, F, C);
         pt_residual_forward(c->x, c->x, c->res, (size_t)R * C);
     }
     if (!NL) return PT_OK;
@@ -7634,7 +7650,12 @@ PTRAINDEF pt_status pt_gpt_forward_pages(const pt_gpt *m, pt_kv_pages *c, const 
         l += n;
     }
     pt__norm_forward(g, c->ln, c->mean, c->rstd, c->res, m->lnf_w, m->lnf_b, NL, C);
-    pt_tied_head_forward(ctx, logits, c->ln, m->lm_head, NL, C, g->vocab_size);
+    if (pt__gemm_current() != PT__GEMM_BLAS)
+        pt_tied_head_forward(ctx, logits, c->ln, m->lm_head, NL, C, g->vocab_size);
+    else
+        for (r = 0; r < NL; r++)
+            pt_tied_head_forward(ctx, logits + (size_t)r * g->vocab_size, c->ln + (size_t)r * C,
+                                 m->lm_head, 1, C, g->vocab_size);
     return PT_OK;
 }
 

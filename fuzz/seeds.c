@@ -379,6 +379,31 @@ static void hf_configs(void) {
     }
 }
 
+/* Request bodies for build/serve's parser (fuzz/serve_req.c): valid ones and
+   near-valid ones that stop at one check each. */
+static void serve_requests(void) {
+    static const char *texts[] = {
+        "{\"model\": \"m\", \"prompt\": \"the cat \", \"max_tokens\": 16, \"temperature\": 0.8, "
+        "\"top_k\": 40, \"seed\": 3, \"stop\": [\"\\n\", \".\"], \"stream\": true, \"n\": 1}",
+        "{\"prompt\": [464, 2068, 7586], \"max_tokens\": null, \"stop\": \"x\"}",
+        "{\"prompt\": [\"one \\u00e9\\ud83d\\ude00\"], \"seed\": -1}",
+        "{\"prompt\": [1, 2, 256]}",
+        "{\"prompt\": \"a\", \"max_tokens\": 1e300}",
+        "{\"prompt\": \"a\", \"temperature\": 3}",
+        "{\"prompt\": \"a\", \"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}",
+        "{\"prompt\": \"a\", \"stream\": \"yes\"}",
+        "{\"max_tokens\": 3}",
+        "{\"prompt\": \"a\"} trailing",
+        "[1, 2]",
+    };
+    char name[32];
+    int i;
+    for (i = 0; i < (int)(sizeof texts / sizeof texts[0]); i++) {
+        snprintf(name, sizeof name, "request%d.json", i);
+        put("serve_req", name, texts[i], strlen(texts[i]));
+    }
+}
+
 /* a token as encoder.json spells it: its byte-level string, JSON-quoted */
 static size_t json_bytelevel(char *o, const unsigned char *b, size_t n) {
     size_t i, k = 0;
@@ -496,6 +521,7 @@ int main(int argc, char **argv) {
     plan_arguments();
     hardware(tmp);
     hf_configs();
+    serve_requests();
     remove(tmp);
     snprintf(tmp, sizeof tmp, "%s/.tmp.json", out_dir);
     tokenizers(tmp);

@@ -8,6 +8,7 @@
 #   scripts/deps.sh mpi    Open MPI (mpicc, mpirun) only
 #   scripts/deps.sh fuzz   clang with libFuzzer (make fuzz)
 #   scripts/deps.sh text   node and npm (the reference tokenizers, tests/ref/tokenizer_ref.js)
+#   scripts/deps.sh serve  libmicrohttpd (build/serve's HTTP; ptrain.h never needs it)
 mode=${1:-run}
 CC=${CC:-gcc}
 CLANG=${CLANG:-clang}
@@ -26,7 +27,7 @@ tsan_ok() { # so is the ThreadSanitizer runtime (libclang-rt-14-dev on Debian 12
 }
 arch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 need=""
-if [ "$mode" != mpi ] && [ "$mode" != fuzz ] && [ "$mode" != text ]; then
+if [ "$mode" != mpi ] && [ "$mode" != fuzz ] && [ "$mode" != text ] && [ "$mode" != serve ]; then
     have "$CC" || need="$need $CC"
     [ -f "/usr/include/$arch/openblas-openmp/cblas.h" ] || need="$need libopenblas-openmp-dev"
     case "$CC" in *clang*) { have "$CC" && omp_ok "$CC"; } || need="$need libomp-dev" ;; esac
@@ -45,6 +46,9 @@ if [ "$mode" = test ]; then
     have strace || need="$need strace"
     have python3 || need="$need python3" # the tests check JSON output with json.tool
     { have ip && have tc && have bridge; } || need="$need iproute2"
+fi
+if [ "$mode" = serve ] || [ "$mode" = test ]; then
+    [ -f /usr/include/microhttpd.h ] || need="$need libmicrohttpd-dev"
 fi
 if [ "$mode" = text ] || [ "$mode" = test ]; then
     have node || need="$need nodejs"

@@ -622,6 +622,19 @@ step "train, tokenize: a read-only data directory, --token-cache, outputs checke
 step "train --init-from DIR, sample DIR: Hugging Face LLaMA and GPT-2 directories, fine-tuned on text" \
     sh tests/hf_dir_check.sh
 
+# build/serve (tests/serve_check.sh): completions, streams and stop strings; outputs with KV reuse
+# equal those without, a request's tokens alone equal them among 7 others; cached_tokens; hostile
+# clients by raw sockets (bad JSON and types, too long, max_tokens 1e9, over the body limit, slow,
+# 500 connections, leaving mid-stream), /health after each. Then the official openai npm client
+# (pinned; exit 77 = no node/npm or registry: counted apart). build/eval on a task file.
+step "serve: completions, streams, reuse on = off, batch mates, cached tokens, hostile clients" \
+    sh tests/serve_check.sh py
+step "serve: the openai npm client (completion, stream, 16 concurrent, cached tokens)" \
+    sh tests/serve_check.sh openai
+step "serve: a Hugging Face LLaMA directory (rotary, one KV head), its prefix block reused" \
+    sh tests/serve_check.sh hf
+step "eval: acc and acc_norm of a HellaSwag-layout task, its bad lines refused" \
+    sh tests/serve_check.sh eval
 printf 'not a checkpoint' >"$tmp/bad.safetensors"
 fails "sample: malformed model file" 1 "safetensors" build/sample "$tmp/bad.safetensors"
 

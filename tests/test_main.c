@@ -4496,6 +4496,67 @@ static void test_llama_decode(void) {
     pt_gpt_free(&g);
 }
 
+/* The paged, batched forward (serving): one call over a whole sequence gives
+   the full forward's logits; the same rows split over two calls, or batched
+   with another sequence, or reading a prefix block another sequence wrote,
+   give bit-identical logits (a row depends only on its own sequence). */
+static void check_forward_pages(pt_gpt_config c, const char *name) {
+    enum { V = 17, T = 8, BT = 4 };
+    pt_gpt g;
+    pt_kv_pages kp;
+    pt_kv_seq s[2];
+    int *tok = rand_ids(T, V), *tb = rand_ids(T, V), i;
+    int ba[2] = {0, 1}, bb[2] = {0, 2}, bc[2] = {3, 4}, bad[2] = {0, 9};
+    float *ref = TALLOC(float, T * V), *one = TALLOC(float, T * V), *two = TALLOC(float, 4 * V);
+    double mx = 0.0;
+    char what[96];
+    memcpy(tb, tok, sizeof(int) * BT); /* b shares a's first block */
+    CHECK_ST(gpt_new(&g, c, 1, T, 0), PT_OK);
+    if (!g.params) return;
+    gpt_randomize(&g, 4, 0.2f);
+    CHECK_ST(pt_gpt_forward(&g, tok, NULL, 1, T), PT_OK);
+    CHECK_ST(pt_gpt_gather_logits(&g, ref), PT_OK);
+    for (i = 0; i < T * V; i++) mx = fmax(mx, fabs(ref[i]));
+    CHECK_ST(pt_kv_pages_init(&kp, &g, BT, 5, 2 * T), PT_OK);
+    memset(s, 0, sizeof s);
+    s[0].tokens = tok, s[0].blocks = ba, s[0].n = T;
+    CHECK_ST(pt_gpt_forward_pages(&g, &kp, s, 1, one), PT_OK);
+    snprintf(what, sizeof what, "%s: paged forward vs the full forward", name);
+    CHECK_CLOSE(what, one, to_double(ref, T * V), T * V, 1e-4 * mx, 0);
+    /* b: its own second block after a's first, batched with a's last token again in c's blocks */
+    s[0].tokens = tb + BT, s[0].blocks = bb, s[0].n = T - BT, s[0].pos = BT, s[0].logits_from = 3;
+    s[1].tokens = tok, s[1].blocks = bc, s[1].n = T, s[1].logits_from = T - 2;
+    CHECK_ST(pt_gpt_forward_pages(&g, &kp, s, 2, two), PT_OK);
+    snprintf(what, sizeof what, "%s: rows batched, split and on a shared block", name);
+    CHECK(memcmp(two + V, one + (T - 2) * V, sizeof(float) * 2 * V) == 0);
+    s[0].tokens = tok + BT, s[0].blocks = ba, s[0].logits_from = 0, s[0].n = T - BT;
+    CHECK_ST(pt_gpt_forward_pages(&g, &kp, s, 1, two), PT_OK); /* a's rows 4..7 again */
+    CHECK(memcmp(two, one + BT * V, sizeof(float) * 3 * V) == 0);
+    s[0].tokens = tb + BT, s[0].blocks = bb, s[0].logits_from = 3; /* b alone */
+    CHECK_ST(pt_gpt_forward_pages(&g, &kp, s, 1, two), PT_OK);
+    s[1] = s[0], s[1].blocks = ba, s[1].tokens = tok + BT; /* b batched with a */
+    CHECK_ST(pt_gpt_forward_pages(&g, &kp, s, 2, two + V), PT_OK);
+    CHECK(memcmp(two, two + V, sizeof(float) * V) == 0);
+    s[0].pos = T - 1, s[0].n = 2;
+    CHECK_ERR(pt_gpt_forward_pages(&g, &kp, s, 1, two), PT_ERR_RANGE, "block_size");
+    s[0].pos = 0, s[0].n = T, s[0].blocks = bad, s[0].tokens = tok;
+    CHECK_ERR(pt_gpt_forward_pages(&g, &kp, s, 1, two), PT_ERR_RANGE, "blocks[1]=9");
+    s[0].blocks = ba, s[1].blocks = bc, s[1].n = T, s[1].pos = 0, s[1].tokens = tok;
+    s[1].logits_from = T, s[0].logits_from = T;
+    CHECK_ST(pt_gpt_forward_pages(&g, &kp, s, 2, two), PT_OK); /* 16 rows: max_rows */
+    kp.max_rows = T + 1;
+    CHECK_ERR(pt_gpt_forward_pages(&g, &kp, s, 2, two), PT_ERR_RANGE, "max_rows");
+    pt_kv_pages_free(&kp);
+    CHECK_ERR(pt_kv_pages_init(&kp, &g, T + 1, 5, 4), PT_ERR_INVALID_ARG, "block_tokens=9");
+    pt_gpt_free(&g);
+}
+
+static void test_forward_pages(void) {
+    pt_gpt_config l = cfg_llama(17, 8, 2, 4, 16, 2, 24);
+    check_forward_pages(cfg_make(17, 8, 2, 2, 16), "gpt2");
+    check_forward_pages(l, "llama");
+}
+
 /* The simulator's LLaMA layer: model FLOPs in closed form (q, k, v of
    n_kv_head heads, three MLP matrices of ffn_hidden), per-rank weights from
    the meta build, and a layout that splits key/value heads refused. */
@@ -5553,6 +5614,7 @@ static const test_case tests[] = {
     {"decode_matches_forward", test_decode_matches_forward},
     {"sample_logits", test_sample_logits},
     {"generate", test_generate},
+    {"forward_pages", test_forward_pages},
     {"status_strings", test_status_strings},
     {"thread_local_error", test_thread_local_error},
     {"schedule_kinds", test_schedule_kinds},

@@ -156,7 +156,9 @@ static void train_strag_note(train_strag *s, char *note, size_t cap) {
     }
     qsort(s->tmp, (size_t)s->n, sizeof(double), train_strag_cmp);
     med = s->n % 2 ? s->tmp[s->n / 2] : 0.5 * (s->tmp[s->n / 2 - 1] + s->tmp[s->n / 2]);
-    if (med > 0 && s->comp[worst] > TRAIN_STRAG_RATIO * med) {
+    /* and 5 ms a step more: the noise of short steps is not a straggler */
+    if (med > 0 && s->comp[worst] > TRAIN_STRAG_RATIO * med &&
+        s->comp[worst] - med > 0.005 * s->steps) {
         snprintf(note, cap, " | slow: rank %d on %s, compute %.1fx the median", worst,
                  pt_comm_host(s->world, worst), s->comp[worst] / med);
         s->named[worst]++;

@@ -21,7 +21,7 @@
 # processes live on, cut off); after mpirun ends, hosts.sh waits up to 30 s for every
 # process of every host to end and says "hosts.sh: host I's link down; mpirun ended S s
 # later; every process gone G s later" (or lists the ones left, which it then kills).
-# --slow-host I: host I's ranks get a third of a core (stopped 20 ms of every 30 ms with
+# --slow-host I: host I's ranks get a twentieth of a core (stopped 190 ms of every 200 ms with
 # SIGSTOP/SIGCONT): a straggler.
 # --run: PROG runs inside host 0 instead of under mpirun, with PT_HOSTFILE (the hosts'
 # addresses and slots) and PT_MPIRUN (an mpirun that reaches them) in its environment:
@@ -147,15 +147,20 @@ if [ -n "$down" ]; then
     cutter=$!
 fi
 if [ -n "$slow" ]; then
-    ( # the host's ranks (not its Open MPI daemon): stopped 20 ms of every 30 ms
+    ( # the host's ranks (not its Open MPI daemon): stopped 190 ms of every 200 ms; the
+      # list of them read again every 10 rounds
+        i=0 ps=
         while :; do
-            ps=
-            for p in $(ip netns pids "$pre-h$slow" 2>/dev/null); do
-                case $(cat "/proc/$p/comm" 2>/dev/null) in orted | mpirun | sh | timeout | '') ;; *) ps="$ps $p" ;; esac
-            done
+            if [ $((i % 10)) -eq 0 ]; then
+                ps=
+                for p in $(ip netns pids "$pre-h$slow" 2>/dev/null); do
+                    case $(cat "/proc/$p/comm" 2>/dev/null) in orted | mpirun | sh | timeout | '') ;; *) ps="$ps $p" ;; esac
+                done
+            fi
+            i=$((i + 1))
             # shellcheck disable=SC2086
             [ -z "$ps" ] || kill -STOP $ps 2>/dev/null
-            sleep 0.02
+            sleep 0.19
             # shellcheck disable=SC2086
             [ -z "$ps" ] || kill -CONT $ps 2>/dev/null
             sleep 0.01

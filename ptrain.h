@@ -5379,17 +5379,17 @@ static void pt__tworld_fail(pt__tworld *w, int wrank, const char *msg) {
 static pt_status pt__texpired(pt__tgroup *g, int me, const char *what, int peer,
                               const pt__tclock *k) {
     char msg[sizeof pt__err], *p = msg, *end = msg + sizeof msg;
-    int j;
+    int j, n;
     p += snprintf(p, (size_t)(end - p),
                   "%s on a group of %d ranks waited %.1f s, more than the comm timeout (%g s), "
-                  "for world rank", what, g->size, pt_time_now() - k->t0, k->limit);
+                  "for world rank%s", what, g->size, pt_time_now() - k->t0, k->limit,
+                  peer < 0 && g->size > 2 ? "s" : "");
     if (peer >= 0) snprintf(p, (size_t)(end - p), " %d", g->wrank[peer]);
     else
-        for (j = 0; j < g->size && p < end - 16; j++)
-            if (j != me) p += snprintf(p, (size_t)(end - p), "%s %d", p[-1] == 'k' ? "s" : ",",
-                                       g->wrank[j]);
+        for (j = 0, n = 0; j < g->size && p < end - 16; j++)
+            if (j != me) p += snprintf(p, (size_t)(end - p), "%s %d", n++ ? "," : "", g->wrank[j]);
     pt__tworld_fail(g->world, g->wrank[me], msg);
-    return pt__fail(PT_ERR_COMM, "rank %d: %s", g->wrank[me], msg);
+    return pt__fail(PT_ERR_COMM, "%s", msg);
 }
 
 static void pt__trelease(pt__tgroup *g, uint32_t gen) {

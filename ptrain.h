@@ -631,7 +631,15 @@ struct pt_comm {
     void *impl;              /* the backend's state */
     double seconds;          /* time spent inside this communicator's operations */
     uint64_t bytes, calls;   /* payload bytes and number of operations */
+    /* Seconds any one wait of this communicator (a blocking operation, a
+       wait on a started one) may last; 0: PT_COMM_TIMEOUT_DEFAULT. split
+       copies it. On expiry the rank says which operation, group, peer ranks
+       and hosts it waited for and how long; under threads every rank's
+       operations then fail (PT_ERR_COMM), under MPI the process ends itself
+       (exit status 1) after asking MPI to abort the job. */
+    double timeout;
 };
+#define PT_COMM_TIMEOUT_DEFAULT 300.0
 
 /* The self communicator: rank 0 of 1. */
 PTRAINDEF void pt_comm_self(pt_comm *c);
@@ -644,7 +652,9 @@ PTRAINDEF void pt_comm_self(pt_comm *c);
 PTRAINDEF pt_status pt_comm_threads_run(int nranks, pt_status (*fn)(pt_comm *world, void *arg),
                                         void *arg);
 #ifdef PTRAIN_MPI
-/* MPI_Init (if needed) and a duplicate of MPI_COMM_WORLD. */
+/* MPI_Init (if needed) and a duplicate of MPI_COMM_WORLD; the ranks swap
+   their host names (PT_HOST from the environment, else the host name and its
+   first non-loopback IPv4 address) for the timeout messages. */
 PTRAINDEF pt_status pt_comm_mpi_init(pt_comm *world, int *argc, char ***argv);
 PTRAINDEF void pt_comm_mpi_finalize(void);
 #endif
@@ -692,6 +702,10 @@ PTRAINDEF pt_status pt_comm_wait(pt_comm_req *req);
    *done = 0 and PT_OK while it runs. */
 PTRAINDEF pt_status pt_comm_test(pt_comm_req *req, int *done);
 PTRAINDEF pt_status pt_comm_split(pt_comm *c, int color, int key, pt_comm *out);
+/* The host of c's rank `rank` as the timeout messages name it (MPI: see
+   pt_comm_mpi_init), "local" for the self and threads backends and
+   backends of the user's, "?" for a rank out of range. Not collective. */
+PTRAINDEF const char *pt_comm_host(const pt_comm *c, int rank);
 /* Reports this rank's failure to the others (message: pt_last_error()) and
    returns s, so a rank can `return pt_comm_fail(world, st);`. A rank with
    started operations outstanding calls it before it frees their buffers
@@ -4889,12 +4903,22 @@ PTRAINDEF double pt_mem_bandwidth_gbs(size_t n, int reps) {
 #endif
 #endif
 #include <mpi.h>
+#include <arpa/inet.h> /* the host names of the timeout messages */
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <signal.h>
+static const char *pt__mpi_host_of(const pt_comm *c, int rank);
 #endif
 #include <limits.h>
 
 #define PT__TAG_MAX 32767 /* the largest tag every MPI must accept */
 
 /* ---- the checked, timed wrappers ----------------------------------------- */
+
+/* The seconds a wait of c may last (its timeout, else the default). */
+static double pt__comm_limit(const pt_comm *c) {
+    return c->timeout > 0.0 ? c->timeout : PT_COMM_TIMEOUT_DEFAULT;
+}
 
 static pt_status pt__comm_ok(const pt_comm *c, const char *op) {
     if (!c || !c->ops) return pt__fail(PT_ERR_INVALID_ARG, "%s: communicator is NULL or freed", op);
@@ -5215,7 +5239,9 @@ PTRAINDEF pt_status pt_comm_split(pt_comm *c, int color, int key, pt_comm *out) 
     if (color < 0) return pt__fail(PT_ERR_INVALID_ARG, "split: color=%d must be >= 0", color);
     PT__COMM_HAS(c, split, "split")
     t0 = pt_time_now();
-    return pt__comm_count(c, t0, 0, c->ops->split(c, color, key, out));
+    st = pt__comm_count(c, t0, 0, c->ops->split(c, color, key, out));
+    if (st == PT_OK) out->timeout = c->timeout;
+    return st;
 }
 
 PTRAINDEF pt_status pt_comm_fail(pt_comm *c, pt_status s) {
@@ -5223,6 +5249,14 @@ PTRAINDEF pt_status pt_comm_fail(pt_comm *c, pt_status s) {
     snprintf(msg, sizeof msg, "%s", pt__err[0] ? pt__err : pt_status_str(s));
     if (c && c->ops && c->ops->abort) c->ops->abort(c, msg);
     return s;
+}
+
+PTRAINDEF const char *pt_comm_host(const pt_comm *c, int rank) {
+    if (!c || rank < 0 || rank >= c->size) return "?";
+#ifdef PTRAIN_MPI
+    if (c->kind == PT_COMM_MPI && c->impl) return pt__mpi_host_of(c, rank);
+#endif
+    return "local";
 }
 
 /* Frees the backend state (collective for threads and MPI communicators made
@@ -5417,20 +5451,47 @@ static void pt__tsignal(pt__tworld *w) {
     }
 }
 
+/* A wait's rounds and its deadline: t0 is read at the first round, the
+   clock again at every round past the pauses (a yield or a sleep costs more
+   than the read). */
+typedef struct pt__tclock {
+    int spins;
+    double t0, limit;
+} pt__tclock;
+
+static pt__tclock pt__tclock_of(const pt_comm *c) {
+    pt__tclock k;
+    k.spins = 0, k.t0 = 0.0, k.limit = pt__comm_limit(c);
+    return k;
+}
+
 /* One round of waiting for an event after ev (read before the waiter last
    checked its condition): pause, then yield (with more ranks than cores the
-   rank we wait for may need this core), then sleep. */
-static void pt__twait(pt__tworld *w, unsigned ev, int *spins) {
-    if (++*spins < PT__YIELD) {
-        if (*spins < PT__SPIN) pt__cpu_relax();
-        else sched_yield();
-        return;
+   rank we wait for may need this core), then sleep (at most 100 ms, so the
+   deadline is seen). 1 once the wait lasted more than k->limit seconds. */
+static int pt__twait(pt__tworld *w, unsigned ev, pt__tclock *k) {
+    struct timespec ts;
+    if (k->spins == 0 || k->spins >= PT__SPIN) {
+        double now = pt_time_now();
+        if (k->spins == 0) k->t0 = now;
+        else if (now - k->t0 > k->limit) return 1;
     }
+    if (++k->spins < PT__YIELD) {
+        if (k->spins < PT__SPIN) pt__cpu_relax();
+        else sched_yield();
+        return 0;
+    }
+    k->spins = PT__YIELD;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     pthread_mutex_lock(&w->mu);
     __atomic_fetch_add(&w->sleepers, 1, __ATOMIC_SEQ_CST);
-    while (__atomic_load_n(&w->events, __ATOMIC_SEQ_CST) == ev) pthread_cond_wait(&w->cv, &w->mu);
+    while (__atomic_load_n(&w->events, __ATOMIC_SEQ_CST) == ev)
+        if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT) break;
     __atomic_fetch_sub(&w->sleepers, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&w->mu);
+    return 0;
 }
 
 static int pt__tfailed_now(pt__tworld *w) { return __atomic_load_n(&w->failed, __ATOMIC_ACQUIRE); }
@@ -5460,6 +5521,25 @@ static void pt__tworld_fail(pt__tworld *w, int wrank, const char *msg) {
     while (__atomic_load_n(&w->working, __ATOMIC_SEQ_CST) > 0) sched_yield();
 }
 
+/* A wait of world rank g->wrank[me] that outlasted its deadline: the world
+   fails with the message (every rank's operations end), which this rank
+   returns. peer: the group rank waited for, or -1 for the whole group. */
+static pt_status pt__texpired(pt__tgroup *g, int me, const char *what, int peer,
+                              const pt__tclock *k) {
+    char msg[sizeof pt__err], *p = msg, *end = msg + sizeof msg;
+    int j, n;
+    p += snprintf(p, (size_t)(end - p),
+                  "%s on a group of %d ranks waited %.1f s, more than the comm timeout (%g s), "
+                  "for world rank%s", what, g->size, pt_time_now() - k->t0, k->limit,
+                  peer < 0 && g->size > 2 ? "s" : "");
+    if (peer >= 0) snprintf(p, (size_t)(end - p), " %d", g->wrank[peer]);
+    else
+        for (j = 0, n = 0; j < g->size && p < end - 16; j++)
+            if (j != me) p += snprintf(p, (size_t)(end - p), "%s %d", n++ ? "," : "", g->wrank[j]);
+    pt__tworld_fail(g->world, g->wrank[me], msg);
+    return pt__fail(PT_ERR_COMM, "%s", msg);
+}
+
 static void pt__trelease(pt__tgroup *g, uint32_t gen) {
     __atomic_store_n(&g->bar, (uint64_t)(uint32_t)(gen + 1u) << 32, __ATOMIC_RELEASE);
     pt__tsignal(g->world);
@@ -5479,11 +5559,13 @@ static int pt__twithdraw(pt__tgroup *g, uint32_t gen) {
 
 /* The entry barrier (see above): PT_OK when all arrived, PT_ERR_COMM after
    withdrawing because the world failed or a rank of g can never arrive. */
-static pt_status pt__tbarrier_in(pt__tgroup *g, int rank) {
+static pt_status pt__tbarrier_in(pt_comm *c, int op) {
+    pt__tgroup *g = (pt__tgroup *)c->impl;
     pt__tworld *w = g->world;
     uint64_t old = __atomic_fetch_add(&g->bar, 1, __ATOMIC_ACQ_REL);
     uint32_t gen = (uint32_t)(old >> 32);
-    int spins = 0, j;
+    pt__tclock k = pt__tclock_of(c);
+    int rank = c->rank, j;
     if ((int)(uint32_t)old + 1 == g->size) {
         pt__trelease(g, gen);
         return PT_OK;
@@ -5503,7 +5585,8 @@ static pt_status pt__tbarrier_in(pt__tgroup *g, int rank) {
                             "(the ranks' calls do not match)",
                             g->wrank[gone], g->wrank[rank]);
         }
-        pt__twait(w, ev, &spins);
+        if (pt__twait(w, ev, &k) && pt__twithdraw(g, gen))
+            return pt__texpired(g, rank, pt__op_names[op], -1, &k);
     }
 }
 
@@ -5511,7 +5594,7 @@ static pt_status pt__tbarrier_in(pt__tgroup *g, int rank) {
 static void pt__tbarrier_out(pt__tgroup *g) {
     uint64_t old = __atomic_fetch_add(&g->bar, 1, __ATOMIC_ACQ_REL);
     uint32_t gen = (uint32_t)(old >> 32);
-    int spins = 0;
+    pt__tclock k = {0, 0.0, 1e300}; /* every rank here passed the entry: it comes */
     if ((int)(uint32_t)old + 1 == g->size) {
         pt__trelease(g, gen);
         return;
@@ -5519,7 +5602,7 @@ static void pt__tbarrier_out(pt__tgroup *g) {
     for (;;) {
         unsigned ev = __atomic_load_n(&g->world->events, __ATOMIC_SEQ_CST);
         if ((uint32_t)(__atomic_load_n(&g->bar, __ATOMIC_ACQUIRE) >> 32) != gen) return;
-        pt__twait(g->world, ev, &spins);
+        pt__twait(g->world, ev, &k);
     }
 }
 
@@ -5535,7 +5618,7 @@ static pt_status pt__tenter(pt_comm *c, int op, int arg, int key, size_t n, cons
     int j;
     if (pt__tfailed_now(g->world)) return pt__tfailed(g->world, g->wrank[c->rank]);
     p->op = op, p->arg = arg, p->key = key, p->n = n, p->buf = (float *)buf;
-    if ((st = pt__tbarrier_in(g, c->rank)) != PT_OK) return st;
+    if ((st = pt__tbarrier_in(c, op)) != PT_OK) return st;
     for (j = 1; j < g->size; j++) {
         const pt__tpost *b = &g->post[j];
         if (b->op != a->op)
@@ -5766,7 +5849,8 @@ static void pt__trecv_unlink(pt__tgroup *g, int me, pt_comm_req *r) {
 static pt_status pt__trecv(pt_comm *c, float *buf, size_t n, int src, int tag) {
     pt__tgroup *g = (pt__tgroup *)c->impl;
     pt__tworld *w = g->world;
-    int spins = 0, got;
+    pt__tclock k = pt__tclock_of(c);
+    int got;
     size_t have = 0;
     if (pt__tfailed_now(w)) return pt__tfailed(w, g->wrank[c->rank]);
     for (;;) {
@@ -5781,7 +5865,7 @@ static pt_status pt__trecv(pt_comm *c, float *buf, size_t n, int src, int tag) {
         if (got < 0) return pt__trecv_size(src, tag, have, n);
         if (pt__tfailed_now(w)) return pt__tfailed(w, g->wrank[c->rank]);
         if (src_done) return pt__trecv_gone(g, c->rank, src, tag);
-        pt__twait(w, ev, &spins);
+        if (pt__twait(w, ev, &k)) return pt__texpired(g, c->rank, "recv", src, &k);
     }
 }
 
@@ -5790,7 +5874,8 @@ static pt_status pt__trecv_progress(pt_comm *c, pt_comm_req *r, int block, int *
     pt__tgroup *g = (pt__tgroup *)c->impl;
     pt__tworld *w = g->world;
     pt_comm_req *q;
-    int spins = 0, me = c->rank;
+    pt__tclock k = pt__tclock_of(c);
+    int me = c->rank;
     size_t have = 0;
     *done = 0;
     for (;;) {
@@ -5817,7 +5902,10 @@ static pt_status pt__trecv_progress(pt_comm *c, pt_comm_req *r, int block, int *
             return pt__trecv_gone(g, me, r->arg, r->tag);
         }
         if (!block) return PT_OK;
-        pt__twait(w, ev, &spins);
+        if (pt__twait(w, ev, &k)) {
+            pt__trecv_unlink(g, me, r);
+            return pt__texpired(g, me, "recv (started)", r->arg, &k);
+        }
     }
 }
 
@@ -5902,7 +5990,8 @@ static void pt__tslot_release(pt__tgroup *g, pt__tslot *s) {
 static pt_status pt__tstart(pt_comm *c, pt_comm_req *r) {
     pt__tgroup *g = (pt__tgroup *)c->impl;
     pt__tworld *w = g->world;
-    int me = c->rank, spins = 0;
+    pt__tclock k = pt__tclock_of(c);
+    int me = c->rank;
     uint64_t seq;
     pt__tslot *s;
     pt__tpost *p;
@@ -5930,7 +6019,8 @@ static pt_status pt__tstart(pt_comm *c, pt_comm_req *r) {
         unsigned ev = __atomic_load_n(&w->events, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&s->uses, __ATOMIC_ACQUIRE) == seq / PT__RING) break;
         if (pt__tfailed_now(w)) return pt__tfailed(w, g->wrank[me]);
-        pt__twait(w, ev, &spins);
+        if (pt__twait(w, ev, &k))
+            return pt__texpired(g, me, "a started collective (its slot still busy)", -1, &k);
     }
     p = &g->rpost[seq % PT__RING * (size_t)g->size + (size_t)me];
     p->op = pt__top_of(r->op), p->arg = r->arg, p->key = 0, p->n = r->n;
@@ -5944,6 +6034,17 @@ static pt_status pt__tstart(pt_comm *c, pt_comm_req *r) {
     return PT_OK;
 }
 
+/* A started collective waited for past the deadline: names the ranks that
+   have not started it (all of them when every one did: units unfinished). */
+static pt_status pt__tstalled(pt__tgroup *g, int me, const pt_comm_req *r, const pt__tclock *k) {
+    char what[64];
+    int j, late = -1, n = 0;
+    for (j = 0; j < g->size; j++)
+        if (__atomic_load_n(&g->started[j], __ATOMIC_ACQUIRE) <= r->seq) late = j, n++;
+    snprintf(what, sizeof what, "%s (started)", pt__op_names[pt__top_of(r->op)]);
+    return pt__texpired(g, me, what, n == 1 ? late : -1, k);
+}
+
 /* Test (block = 0) or wait (block = 1) for a started collective, doing its
    unclaimed units meanwhile. */
 static pt_status pt__tprogress(pt_comm *c, pt_comm_req *r, int block, int *done) {
@@ -5951,7 +6052,8 @@ static pt_status pt__tprogress(pt_comm *c, pt_comm_req *r, int block, int *done)
     pt__tworld *w = g->world;
     pt__tslot *s = &g->ring[r->seq % PT__RING];
     const pt__tpost *p = &g->rpost[r->seq % PT__RING * (size_t)g->size];
-    int me = c->rank, spins = 0, j;
+    pt__tclock k = pt__tclock_of(c);
+    int me = c->rank, j;
     *done = 0;
     for (;;) {
         unsigned ev = __atomic_load_n(&w->events, __ATOMIC_SEQ_CST);
@@ -6014,7 +6116,10 @@ static pt_status pt__tprogress(pt_comm *c, pt_comm_req *r, int block, int *done)
                                 g->wrank[j], g->wrank[me]);
             }
         if (!block) return PT_OK;
-        pt__twait(w, ev, &spins);
+        if (pt__twait(w, ev, &k)) {
+            *done = 1;
+            return pt__tstalled(g, me, r, &k);
+        }
     }
 }
 
@@ -6338,10 +6443,16 @@ typedef struct pt__mslot {
     MPI_Request req; /* MPI_REQUEST_NULL when the slot is free */
 } pt__mslot;
 
+#define PT__HOST 64 /* bytes of a host's name in the timeout messages */
+
 typedef struct pt__mpi {
     MPI_Comm comm;
     pt__mslot *slot;
     int nslot;
+    int *wrank;            /* [size] group rank -> world rank */
+    char (*host)[PT__HOST]; /* [size] each group rank's host */
+    MPI_Comm probe;        /* a duplicate of the world's, for pt__mpi_probe (the world's owns it) */
+    int owns_probe;
 } pt__mpi;
 
 static pt_status pt__mpi_err(int rc, const char *what) {
@@ -6363,9 +6474,88 @@ static void pt__mpi_divide(float *x, size_t n, int size) {
     for (i = 0; i < n; i++) x[i] /= (float)size;
 }
 
-/* Fills out with comm (owned from now on), errors returned, not fatal. */
-static pt_status pt__mpi_make(pt_comm *out, MPI_Comm comm, const pt_comm_ops *ops) {
+/* This process's host for the messages: PT_HOST, else "name (address)"
+   with the first non-loopback IPv4 address (hosts in network namespaces
+   share one name). */
+static void pt__mpi_host_name(char *out, size_t cap) {
+    const char *env = getenv("PT_HOST");
+    char name[PT__HOST] = "?", addr[INET_ADDRSTRLEN] = "";
+    struct ifaddrs *ifs = NULL, *i;
+    if (env && *env) {
+        snprintf(out, cap, "%s", env);
+        return;
+    }
+    if (gethostname(name, sizeof name - 1) != 0) snprintf(name, sizeof name, "?");
+    name[sizeof name - 1] = 0;
+    if (getifaddrs(&ifs) == 0) {
+        for (i = ifs; i && !addr[0]; i = i->ifa_next)
+            if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET) {
+                const struct in_addr *a = &((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr;
+                if (ntohl(a->s_addr) >> 24 != 127) inet_ntop(AF_INET, a, addr, sizeof addr);
+            }
+        freeifaddrs(ifs);
+    }
+    if (addr[0]) snprintf(out, cap, "%s (%.20s)", addr, name);
+    else snprintf(out, cap, "%s", name);
+}
+
+/* m's rank -> world rank and host tables: from the parent's (split), else
+   swapped by every rank (the world). */
+static pt_status pt__mpi_tables(pt__mpi *m, int size, const pt__mpi *parent) {
+    int j, rc;
+    m->wrank = (int *)pt__malloc((size_t)size * sizeof(int), NULL);
+    m->host = (char (*)[PT__HOST])pt__malloc((size_t)size * PT__HOST, NULL);
+    if (!m->wrank || !m->host) return pt__fail(PT_ERR_OOM, "MPI: out of memory for a communicator");
+    if (!parent) {
+        char me[PT__HOST];
+        memset(me, 0, sizeof me);
+        pt__mpi_host_name(me, sizeof me);
+        for (j = 0; j < size; j++) m->wrank[j] = j;
+        rc = MPI_Allgather(me, PT__HOST, MPI_CHAR, m->host, PT__HOST, MPI_CHAR, m->comm);
+        if (rc == MPI_SUCCESS && (rc = MPI_Comm_dup(m->comm, &m->probe)) == MPI_SUCCESS) {
+            MPI_Comm_set_errhandler(m->probe, MPI_ERRORS_RETURN);
+            m->owns_probe = 1;
+        }
+        return rc == MPI_SUCCESS ? PT_OK : pt__mpi_err(rc, "MPI_Allgather (host names)");
+    } else {
+        MPI_Group a, b;
+        int *mine = (int *)pt__malloc((size_t)size * 2 * sizeof(int), NULL);
+        if (!mine) return pt__fail(PT_ERR_OOM, "MPI: out of memory for a communicator");
+        for (j = 0; j < size; j++) mine[j] = j;
+        m->probe = parent->probe;
+        MPI_Comm_group(m->comm, &a);
+        MPI_Comm_group(parent->comm, &b);
+        MPI_Group_translate_ranks(a, size, mine, b, mine + size);
+        MPI_Group_free(&a);
+        MPI_Group_free(&b);
+        for (j = 0; j < size; j++) {
+            m->wrank[j] = parent->wrank[mine[size + j]];
+            memcpy(m->host[j], parent->host[mine[size + j]], PT__HOST);
+        }
+        pt__free(mine, NULL);
+    }
+    return PT_OK;
+}
+
+static const char *pt__mpi_host_of(const pt_comm *c, int rank) {
+    return ((const pt__mpi *)c->impl)->host[rank];
+}
+
+static void pt__mpi_free_impl(pt__mpi *m) {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (m->owns_probe && !fin) MPI_Comm_free(&m->probe);
+    pt__free(m->wrank, NULL);
+    pt__free(m->host, NULL);
+    pt__free(m, NULL);
+}
+
+/* Fills out with comm (owned from now on), errors returned, not fatal.
+   parent: the communicator split (NULL for the world). */
+static pt_status pt__mpi_make(pt_comm *out, MPI_Comm comm, const pt_comm_ops *ops,
+                              const pt_comm *parent) {
     pt__mpi *m = (pt__mpi *)pt__malloc(sizeof *m, NULL);
+    pt_status st;
     if (!m) {
         MPI_Comm_free(&comm);
         return pt__fail(PT_ERR_OOM, "MPI: out of memory for a communicator");
@@ -6376,17 +6566,115 @@ static pt_status pt__mpi_make(pt_comm *out, MPI_Comm comm, const pt_comm_ops *op
     memset(out, 0, sizeof *out);
     MPI_Comm_rank(comm, &out->rank);
     MPI_Comm_size(comm, &out->size);
+    if ((st = pt__mpi_tables(m, out->size, parent ? (const pt__mpi *)parent->impl : NULL)) !=
+        PT_OK) {
+        MPI_Comm_free(&comm);
+        pt__mpi_free_impl(m);
+        memset(out, 0, sizeof *out);
+        return st;
+    }
     out->kind = PT_COMM_MPI;
     out->ops = ops;
     out->impl = m;
     return PT_OK;
 }
 
+/* The process's way out once the job cannot go on: MPI_Abort, and should
+   that hang (mpirun cannot reach a host) or return, a timer that ends the
+   process 5 s later; every rank's own deadline brings it here. */
+static void pt__mpi_alarm(int sig) {
+    (void)sig;
+    _exit(1);
+}
+
+static void pt__mpi_end(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = pt__mpi_alarm;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, NULL);
+    alarm(5);
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    _exit(1);
+}
+
+/* Which ranks of c are cut off: a rank whose wait expired sends a word to
+   each other rank of its group (on the world's probe communicator) and
+   listens PT__PROBE seconds; the ranks whose waits expire too answer so,
+   the ones on a lost host or stuck elsewhere do not. Prints the silent ones;
+   the job ends next, so nothing is freed or cancelled. */
+#define PT__PROBE 5.0
+static void pt__mpi_probe(pt_comm *c) {
+    pt__mpi *m = (pt__mpi *)c->impl;
+    MPI_Request *q = (MPI_Request *)pt__malloc((size_t)c->size * 2 * sizeof *q, NULL);
+    int *got = (int *)pt__malloc((size_t)c->size * sizeof(int), NULL), j, left, done, n = 0;
+    int word = 1;
+    double t0 = pt_time_now();
+    char msg[2048], *p = msg, *end = msg + sizeof msg;
+    msg[0] = 0;
+    if (!q || !got || m->probe == MPI_COMM_NULL) return;
+    for (j = 0, left = 0; j < c->size; j++) {
+        q[j] = q[c->size + j] = MPI_REQUEST_NULL;
+        got[j] = 0;
+        if (j == c->rank) continue;
+        MPI_Irecv(&got[j], 1, MPI_INT, m->wrank[j], 7, m->probe, &q[j]);
+        MPI_Isend(&word, 1, MPI_INT, m->wrank[j], 7, m->probe, &q[c->size + j]);
+        left++;
+    }
+    while (left > 0 && pt_time_now() - t0 < PT__PROBE)
+        for (j = 0; j < c->size; j++)
+            if (q[j] != MPI_REQUEST_NULL && MPI_Test(&q[j], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS &&
+                done)
+                left--;
+    for (j = 0; j < c->size && p < end - 96; j++)
+        if (j != c->rank && !got[j])
+            p += snprintf(p, (size_t)(end - p), "%s rank %d on host %s", n++ ? "," : "",
+                          m->wrank[j], m->host[j]);
+    fprintf(stderr, "rank %d (host %s): probed the group for %.0f s: %s%s\n", m->wrank[c->rank],
+            m->host[c->rank], PT__PROBE, n ? "no answer from" : "every rank answered",
+            n ? msg : "");
+}
+
+/* A wait that outlasted the deadline: says what it waited for, probes the
+   group, then ends the process (pt__mpi_end). peer: the group rank (send,
+   recv), or -1 for the group's other ranks. */
+static void pt__mpi_expired(pt_comm *c, const char *what, int peer, double waited) {
+    pt__mpi *m = (pt__mpi *)c->impl;
+    int j;
+    fflush(stdout);
+    fprintf(stderr,
+            "rank %d (host %s): %s on a group of %d ranks waited %.1f s, more than the comm "
+            "timeout (%g s, --comm-timeout), for ",
+            m->wrank[c->rank], m->host[c->rank], what, c->size, waited, pt__comm_limit(c));
+    for (j = 0; j < c->size; j++)
+        if (j == peer || (peer < 0 && j != c->rank))
+            fprintf(stderr, "%srank %d on host %s", j == peer || j == (c->rank == 0) ? "" : ", ",
+                    m->wrank[j], m->host[j]);
+    fprintf(stderr, "; ending the job\n");
+    pt__mpi_probe(c);
+    pt__mpi_end();
+}
+
+/* MPI_Wait with the deadline: MPI_Test until q finishes (Open MPI's wait
+   polls the same way) or the wait outlasts pt__comm_limit(c). The clock is
+   read once per test. */
+static int pt__mpi_poll(pt_comm *c, MPI_Request *q, MPI_Status *stat, const char *what, int peer) {
+    double t0 = pt_time_now(), limit = pt__comm_limit(c), now;
+    int done = 0, rc;
+    for (;;) {
+        rc = MPI_Test(q, &done, stat);
+        if (rc != MPI_SUCCESS || done) return rc;
+        if ((now = pt_time_now()) - t0 > limit) pt__mpi_expired(c, what, peer, now - t0);
+    }
+}
+
 /* The reductions run through the non-blocking calls (libnbc in Open MPI)
    whether started or not: MPI_Allreduce and MPI_Iallreduce may pick
    different algorithms, and so add in different orders. */
-static pt_status pt__mpi_wait1(MPI_Request *q, const char *what) {
-    int rc = MPI_Wait(q, MPI_STATUS_IGNORE);
+static pt_status pt__mpi_wait1(pt_comm *c, MPI_Request *q, const char *what) {
+    int rc = pt__mpi_poll(c, q, MPI_STATUS_IGNORE, what, -1);
     return rc == MPI_SUCCESS ? PT_OK : pt__mpi_err(rc, what);
 }
 
@@ -6400,7 +6688,7 @@ static pt_status pt__mpi_all_reduce(pt_comm *c, float *buf, size_t n, pt_reduce_
         rc = MPI_Iallreduce(MPI_IN_PLACE, buf + off, (int)k, MPI_FLOAT, pt__mpi_op(op),
                             pt__mpi_comm(c), &q);
         if (rc != MPI_SUCCESS) return pt__mpi_err(rc, "MPI_Iallreduce");
-        if ((st = pt__mpi_wait1(&q, "MPI_Iallreduce")) != PT_OK) return st;
+        if ((st = pt__mpi_wait1(c, &q, "MPI_Iallreduce")) != PT_OK) return st;
     }
     if (op == PT_REDUCE_AVG) pt__mpi_divide(buf, n, c->size);
     return PT_OK;
@@ -6414,29 +6702,36 @@ static pt_status pt__mpi_reduce_scatter(pt_comm *c, const float *in, float *out,
     if (n > INT_MAX) return pt__mpi_too_big("reduce_scatter", n);
     rc = MPI_Ireduce_scatter_block(in, out, (int)n, MPI_FLOAT, pt__mpi_op(op), pt__mpi_comm(c), &q);
     if (rc != MPI_SUCCESS) return pt__mpi_err(rc, "MPI_Ireduce_scatter_block");
-    if ((st = pt__mpi_wait1(&q, "MPI_Ireduce_scatter_block")) != PT_OK) return st;
+    if ((st = pt__mpi_wait1(c, &q, "MPI_Ireduce_scatter_block")) != PT_OK) return st;
     if (op == PT_REDUCE_AVG) pt__mpi_divide(out, n, c->size);
     return PT_OK;
 }
 
+/* Blocking collectives without arithmetic run through the non-blocking
+   calls too, so their waits have the deadline. */
 static pt_status pt__mpi_all_gather(pt_comm *c, const float *in, float *out, size_t n) {
+    MPI_Request q;
     int rc;
     if (n > INT_MAX) return pt__mpi_too_big("all_gather", n);
     if (in == out + (size_t)c->rank * n)
-        rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, (int)n, MPI_FLOAT,
-                           pt__mpi_comm(c));
+        rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, (int)n, MPI_FLOAT,
+                            pt__mpi_comm(c), &q);
     else
-        rc = MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, pt__mpi_comm(c));
-    return rc == MPI_SUCCESS ? PT_OK : pt__mpi_err(rc, "MPI_Allgather");
+        rc = MPI_Iallgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, pt__mpi_comm(c), &q);
+    if (rc != MPI_SUCCESS) return pt__mpi_err(rc, "MPI_Iallgather");
+    return pt__mpi_wait1(c, &q, "MPI_Iallgather");
 }
 
 static pt_status pt__mpi_broadcast(pt_comm *c, float *buf, size_t n, int root) {
     size_t off, k;
+    MPI_Request q;
+    pt_status st;
     int rc;
     for (off = 0; off < n; off += k) {
         k = n - off < PT__MPI_CHUNK ? n - off : PT__MPI_CHUNK;
-        rc = MPI_Bcast(buf + off, (int)k, MPI_FLOAT, root, pt__mpi_comm(c));
-        if (rc != MPI_SUCCESS) return pt__mpi_err(rc, "MPI_Bcast");
+        rc = MPI_Ibcast(buf + off, (int)k, MPI_FLOAT, root, pt__mpi_comm(c), &q);
+        if (rc != MPI_SUCCESS) return pt__mpi_err(rc, "MPI_Ibcast");
+        if ((st = pt__mpi_wait1(c, &q, "MPI_Ibcast")) != PT_OK) return st;
     }
     return PT_OK;
 }
@@ -6480,10 +6775,15 @@ static pt_status pt__mpi_send(pt_comm *c, const float *buf, size_t n, int dst, i
 /* Probes first, so a message of the wrong size stays queued (as under threads). */
 static pt_status pt__mpi_recv(pt_comm *c, float *buf, size_t n, int src, int tag) {
     MPI_Status status;
-    int rc, count = 0;
+    int rc, count = 0, there = 0;
+    double t0 = pt_time_now(), now;
     if (n > INT_MAX) return pt__mpi_too_big("recv", n);
-    if ((rc = MPI_Probe(src, tag, pt__mpi_comm(c), &status)) != MPI_SUCCESS)
-        return pt__mpi_err(rc, "MPI_Probe");
+    for (;;) { /* MPI_Probe with the deadline */
+        if ((rc = MPI_Iprobe(src, tag, pt__mpi_comm(c), &there, &status)) != MPI_SUCCESS)
+            return pt__mpi_err(rc, "MPI_Iprobe");
+        if (there) break;
+        if ((now = pt_time_now()) - t0 > pt__comm_limit(c)) pt__mpi_expired(c, "recv", src, now - t0);
+    }
     MPI_Get_count(&status, MPI_FLOAT, &count);
     if (count == MPI_UNDEFINED || (size_t)count != n)
         return pt__fail(PT_ERR_SHAPE,
@@ -6495,15 +6795,17 @@ static pt_status pt__mpi_recv(pt_comm *c, float *buf, size_t n, int src, int tag
 }
 
 static pt_status pt__mpi_barrier(pt_comm *c) {
-    int rc = MPI_Barrier(pt__mpi_comm(c));
-    return rc == MPI_SUCCESS ? PT_OK : pt__mpi_err(rc, "MPI_Barrier");
+    MPI_Request q;
+    int rc = MPI_Ibarrier(pt__mpi_comm(c), &q);
+    if (rc != MPI_SUCCESS) return pt__mpi_err(rc, "MPI_Ibarrier");
+    return pt__mpi_wait1(c, &q, "MPI_Ibarrier");
 }
 
 static pt_status pt__mpi_split(pt_comm *c, int color, int key, pt_comm *out) {
     MPI_Comm nc;
     int rc = MPI_Comm_split(pt__mpi_comm(c), color, key, &nc);
     if (rc != MPI_SUCCESS) return pt__mpi_err(rc, "MPI_Comm_split");
-    return pt__mpi_make(out, nc, c->ops); /* the MPI table (defined below) */
+    return pt__mpi_make(out, nc, c->ops, c); /* the MPI table (defined below) */
 }
 
 static void pt__mpi_abort(pt_comm *c, const char *msg) {
@@ -6511,8 +6813,7 @@ static void pt__mpi_abort(pt_comm *c, const char *msg) {
     (void)c;
     MPI_Comm_rank(MPI_COMM_WORLD, &wr);
     fprintf(stderr, "rank %d: %s\n", wr, msg ? msg : "failed");
-    fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    pt__mpi_end();
 }
 
 static void pt__mpi_free(pt_comm *c) {
@@ -6521,12 +6822,13 @@ static void pt__mpi_free(pt_comm *c) {
     if (!m) return;
     MPI_Finalized(&fin);
     for (i = 0; i < m->nslot; i++) {
-        if (!fin && m->slot[i].req != MPI_REQUEST_NULL) MPI_Wait(&m->slot[i].req, MPI_STATUS_IGNORE);
+        if (!fin && m->slot[i].req != MPI_REQUEST_NULL)
+            pt__mpi_poll(c, &m->slot[i].req, MPI_STATUS_IGNORE, "send (buffered, at free)", -1);
         pt__free(m->slot[i].data, NULL);
     }
     pt__free(m->slot, NULL);
     if (!fin) MPI_Comm_free(&m->comm);
-    pt__free(m, NULL);
+    pt__mpi_free_impl(m);
 }
 
 /* Started operations: one MPI_I* call each (counts above INT_MAX are
@@ -6606,12 +6908,20 @@ static pt_status pt__mpi_test(pt_comm *c, pt_comm_req *r, int *done) {
     return *done ? pt__mpi_finish(c, r, rc, &stat) : PT_OK;
 }
 
+static const char *pt__mpi_op_name(pt_comm_op op) {
+    static const char *const names[] = {"?",    "all_reduce (started)", "reduce_scatter (started)",
+                                        "all_gather (started)", "send (started)",
+                                        "recv (started)"};
+    return (unsigned)op < sizeof names / sizeof *names ? names[op] : "?";
+}
+
 static pt_status pt__mpi_wait(pt_comm *c, pt_comm_req *r) {
     MPI_Request q;
     MPI_Status stat;
     int rc;
     memcpy(&q, r->state, sizeof q);
-    rc = MPI_Wait(&q, &stat);
+    rc = pt__mpi_poll(c, &q, &stat, pt__mpi_op_name(r->op),
+                      r->op == PT_COMM_OP_SEND || r->op == PT_COMM_OP_RECV ? r->arg : -1);
     memcpy(r->state, &q, sizeof q);
     return pt__mpi_finish(c, r, rc, &stat);
 }
@@ -6634,7 +6944,7 @@ PTRAINDEF pt_status pt_comm_mpi_init(pt_comm *world, int *argc, char ***argv) {
     (void)provided;
     if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &dup)) != MPI_SUCCESS)
         return pt__mpi_err(rc, "MPI_Comm_dup");
-    return pt__mpi_make(world, dup, &pt__mpi_ops);
+    return pt__mpi_make(world, dup, &pt__mpi_ops, NULL);
 }
 
 PTRAINDEF void pt_comm_mpi_finalize(void) {

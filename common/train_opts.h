@@ -18,6 +18,7 @@ typedef struct run {
     float bucket_mb;    /* --bucket-mb: dp gradient buckets of at least this many MiB
                            (0: a layer each) */
     pt_precision precision; /* the GEMMs' arithmetic */
+    float comm_timeout;     /* --comm-timeout: seconds any wait may last (0: the default) */
 #ifdef PTRAIN_TEST_HOOKS
     /* fault injection for the tests (builds with -DPTRAIN_TEST_HOOKS only) */
     const char *nan_tensor;
@@ -245,6 +246,10 @@ static int train_table(cli_opt *opts, run *o, train_args *a, train_words *w) {
         {"bucket-mb", CLI_FLOAT, &o->bucket_mb, "data-parallel gradient buckets: layers are "
          "grouped until a bucket holds this many MiB (like Megatron's --reduce-bucket-size; "
          "default: a layer a bucket)", 0, 0},
+        {"comm-timeout", CLI_FLOAT, &o->comm_timeout, "seconds any one wait for other ranks "
+         "(a collective, a pipeline send or receive) may last; then the rank names the "
+         "operation, group, ranks and hosts it waited for and the whole job ends with status 1 "
+         "(0: 300)", 0, 1e6},
         {"chunks", CLI_INT, &o->chunks, "layer chunks per pipeline stage (0: the schedule's own, "
          "2 for zb-v and chimera, else 1; interleaved takes 2 or more)", 0, 64},
         {"recompute", CLI_STR, &w->recompute, "activation recomputation: none, selective, full",

@@ -100,6 +100,112 @@ static void train_report_header(const run *o, const pt_comm *world, const pt_gpt
            (double)o->clip, (unsigned long long)o->seed, o->max_bad);
 }
 
+/* Stragglers: every step each rank's compute seconds (the step's time less
+   its time inside communication) and wait seconds reach world rank 0, which
+   sums them per rank. A progress line names the rank whose compute since the
+   line before is more than 1.5x the ranks' median (and its host); the run
+   ends with a table per host. */
+typedef struct train_strag {
+    const pt_comm *world;
+    int n, steps, steps_all;     /* ranks; steps since the last line, in all */
+    double *comp, *wait;         /* [n] since the last line */
+    double *comp_all, *wait_all; /* [n] over the run */
+    double *tmp;                 /* [n] for the median */
+    int *named;                  /* [n] progress lines that named the rank */
+} train_strag;
+
+#define TRAIN_STRAG_RATIO 1.5
+
+static pt_status train_strag_init(train_strag *s, const pt_comm *world, int lead) {
+    int n = world->size;
+    memset(s, 0, sizeof *s);
+    s->world = world, s->n = n;
+    if (!lead || n < 2) return PT_OK;
+    s->comp = (double *)calloc((size_t)n * 5, sizeof(double));
+    s->named = (int *)calloc((size_t)n, sizeof(int));
+    if (!s->comp || !s->named) return pt_error(PT_ERR_OOM, "out of memory for the straggler table");
+    s->wait = s->comp + n, s->comp_all = s->comp + 2 * n, s->wait_all = s->comp + 3 * n;
+    s->tmp = s->comp + 4 * n;
+    return PT_OK;
+}
+
+static void train_strag_free(train_strag *s) {
+    free(s->comp);
+    free(s->named);
+    memset(s, 0, sizeof *s);
+}
+
+/* g: the gathered [signal, compute, wait] of every rank for one step. */
+static void train_strag_add(train_strag *s, const float *g) {
+    int j;
+    if (!s->comp) return;
+    for (j = 0; j < s->n; j++) s->comp[j] += g[3 * j + 1], s->wait[j] += g[3 * j + 2];
+    s->steps++;
+}
+
+static int train_strag_cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* At a progress line: note = " | slow: ..." when the slowest rank's compute
+   since the last line is above TRAIN_STRAG_RATIO x the median, else "".
+   The sums move into the run's. */
+static void train_strag_note(train_strag *s, char *note, size_t cap) {
+    int j, worst = 0;
+    double med;
+    note[0] = 0;
+    if (!s->comp || s->steps == 0) return;
+    for (j = 0; j < s->n; j++) {
+        s->tmp[j] = s->comp[j];
+        if (s->comp[j] > s->comp[worst]) worst = j;
+    }
+    qsort(s->tmp, (size_t)s->n, sizeof(double), train_strag_cmp);
+    med = s->n % 2 ? s->tmp[s->n / 2] : 0.5 * (s->tmp[s->n / 2 - 1] + s->tmp[s->n / 2]);
+    /* and 5 ms a step more: the noise of short steps is not a straggler */
+    if (med > 0 && s->comp[worst] > TRAIN_STRAG_RATIO * med &&
+        s->comp[worst] - med > 0.005 * s->steps) {
+        snprintf(note, cap, " | slow: rank %d on %s, compute %.1fx the median", worst,
+                 pt_comm_host(s->world, worst), s->comp[worst] / med);
+        s->named[worst]++;
+    }
+    for (j = 0; j < s->n; j++) {
+        s->comp_all[j] += s->comp[j], s->wait_all[j] += s->wait[j];
+        s->comp[j] = s->wait[j] = 0.0;
+    }
+    s->steps_all += s->steps;
+    s->steps = 0;
+}
+
+/* The run's end: per host (in the order of their first rank), its ranks,
+   their mean compute and wait seconds a step, and the progress lines that
+   named one of them. */
+static void train_strag_table(train_strag *s) {
+    int j, k;
+    if (!s->comp || s->steps_all == 0) return;
+    printf("\nper host, seconds a step (mean of its ranks over %d steps; slow: progress lines "
+           "naming one of its ranks, of every --log-every):\n  %-32s %-12s %8s %8s %5s\n",
+           s->steps_all, "host", "ranks", "compute", "waits", "slow");
+    for (j = 0; j < s->n; j++) {
+        const char *h = pt_comm_host(s->world, j);
+        char ranks[64] = "", *p = ranks;
+        double c = 0, w = 0;
+        int m = 0, named = 0;
+        for (k = 0; k < j && strcmp(pt_comm_host(s->world, k), h) != 0; k++) {
+        }
+        if (k < j) continue; /* the host was printed with its first rank */
+        for (k = j; k < s->n; k++)
+            if (strcmp(pt_comm_host(s->world, k), h) == 0) {
+                if (p < ranks + sizeof ranks - 12)
+                    p += snprintf(p, (size_t)(ranks + sizeof ranks - p), "%s%d", m ? "," : "", k);
+                c += s->comp_all[k], w += s->wait_all[k], named += s->named[k], m++;
+            }
+        printf("  %-32s %-12s %8.3f %8.3f %5d\n", h, ranks, c / m / s->steps_all,
+               w / m / s->steps_all, named);
+    }
+    fflush(stdout);
+}
+
 /* The progress meter: rates count from this process's first step (a resume
    or a periodic save does not move them), and a line shows the mean loss of
    the good steps since the last multiple of log_every. */
@@ -138,7 +244,7 @@ static void train_meter_step(train_meter *m, int step, double t0, double loss) {
    (every log_every steps, the last, the process's first) and a history row
    when a line or a validation loss (val, NAN when not measured) is new. */
 static pt_status train_meter_report(train_meter *m, int step, int last, double val, int val_now,
-                                    float lr, float norm) {
+                                    float lr, float norm, train_strag *sg) {
     const run *o = m->o;
     int line = (step + 1) % o->log_every == 0 || last;
     if (line || step == m->first_step) {
@@ -146,7 +252,7 @@ static pt_status train_meter_report(train_meter *m, int step, int last, double v
         double tps = (double)done_steps * o->batch * o->seq / m->t_train;
         double mfu = m->flops_step * done_steps / m->t_train / (o->peak * 1e9);
         double elapsed = pt_time_now() - m->t_start;
-        char el[32], eta[32], vs[16] = "     -", ms[16];
+        char el[32], eta[32], vs[16] = "     -", ms[16], slow[160] = "";
 #ifdef PTRAIN_TEST_HOOKS
         if (o->step_seconds > 0) elapsed = m->t_train;
 #endif
@@ -162,11 +268,12 @@ static pt_status train_meter_report(train_meter *m, int step, int last, double v
         }
         if (mfu > 1.0) snprintf(ms, sizeof ms, "    -"); /* never above 100% */
         else snprintf(ms, sizeof ms, "%4.1f%%", 100.0 * mfu);
+        if (line) train_strag_note(sg, slow, sizeof slow);
         if (m->n_avg > 0) /* a line needs a step that was not skipped */
             printf("step %5d/%d | loss %.4f | val %s | lr %.2e | norm %.2f | %7.0f tok/s | "
-                   "MFU %s | %s elapsed | ETA %s\n",
+                   "MFU %s | %s elapsed | ETA %s%s\n",
                    step + 1, o->steps, m->loss_sum / m->n_avg, vs, (double)lr, (double)norm, tps,
-                   ms, el, eta);
+                   ms, el, eta, slow);
         fflush(stdout);
     }
     if ((line || val_now) &&

@@ -166,7 +166,18 @@ typedef struct rank_run {
     int step, n_bad, stopped, good_step; /* steps skipped in a row; the last good one */
     int signaled; /* SIGINT or SIGTERM on some rank: the step after which all stop */
     char ckpt_path[4096];
+    float *gath;       /* [3 * world size]: each rank's signal, compute and wait of the step */
+    train_strag strag; /* world rank 0's sums of them */
 } rank_run;
+
+/* Seconds this rank spent inside communication so far (its groups' and
+   the world's operations). */
+static double rank_comm_seconds(const rank_run *r) {
+    double t = r->world->seconds;
+    if (r->grid_ok)
+        t += r->grid.tp_comm.seconds + r->grid.dp_comm.seconds + r->grid.pp_comm.seconds;
+    return t;
+}
 
 /* The rank's part of the model, its weights: the seed's, or --init-from's. */
 static pt_status rank_model(rank_run *r) {
@@ -318,8 +329,9 @@ static pt_status rank_step(rank_run *r) {
     int step = r->step, val_now;
     double t0 = pt_time_now();
     int last = step + 1 == o->steps || step + 1 == o->stop_after;
-    int traced = o->trace_path && step + 1 == o->trace_step;
-    float sig;
+    int traced = o->trace_path && step + 1 == o->trace_step, j;
+    double c0 = rank_comm_seconds(r);
+    float mine[3];
     pt_status st;
     pt_loader_next(&r->train_ld, r->inputs, r->targets);
     r->sd.lr = pt_lr_at(&r->sched, step);
@@ -334,10 +346,15 @@ static pt_status rank_step(rank_run *r) {
     r->sd.on_grads_ctx = o;
 #endif
     if ((st = pt_gpt_step(&r->gpt, &r->sd, &r->res)) != PT_OK) return st;
-    /* the largest signal number any rank saw: every rank stops at this step */
-    sig = (float)stop_signal;
-    if ((st = pt_comm_all_reduce(r->world, &sig, 1, PT_REDUCE_MAX)) != PT_OK) return st;
-    r->signaled = (int)sig;
+    /* every rank's signal, compute and wait seconds: all stop at the step
+       after the largest signal number any rank saw; rank 0 watches for stragglers */
+    mine[2] = (float)(rank_comm_seconds(r) - c0);
+    mine[1] = (float)(pt_time_now() - t0) - mine[2];
+    mine[0] = (float)stop_signal;
+    if ((st = pt_comm_all_gather(r->world, mine, r->gath, 3)) != PT_OK) return st;
+    for (j = 0, r->signaled = 0; j < r->world->size; j++)
+        if ((int)r->gath[3 * j] > r->signaled) r->signaled = (int)r->gath[3 * j];
+    train_strag_add(&r->strag, r->gath);
     if (r->signaled) last = 1;
     if (traced &&
         (st = progress_write_trace(&r->trace, r->world, o->trace_path, step + 1)) != PT_OK)
@@ -356,7 +373,7 @@ static pt_status rank_step(rank_run *r) {
         r->val = eval_loss(&r->gpt, &r->val_ld, o->eval_batches, r->inputs, r->targets, r->first,
                            r->rows);
     if (r->lead && (st = train_meter_report(&r->meter, step, last, r->val, val_now, r->sd.lr,
-                                            r->res.grad_norm)) != PT_OK)
+                                            r->res.grad_norm, &r->strag)) != PT_OK)
         return st;
     return rank_save(r, last);
 }
@@ -399,8 +416,16 @@ static pt_status train_rank(pt_comm *world, void *arg) {
     pt_status st = PT_OK;
     if (!r) return pt_comm_fail(world, pt_error(PT_ERR_OOM, "out of memory"));
     r->o = o, r->world = world, r->lead = world->rank == 0, r->rows = o->batch / o->dp;
+    world->timeout = o->comm_timeout; /* the grid's groups inherit it */
     train_meter_init(&r->meter, o, r->lead);
-    if ((st = rank_model(r)) != PT_OK || (st = rank_data(r)) != PT_OK) goto fail;
+    r->gath = (float *)malloc(sizeof(float) * 3 * (size_t)world->size);
+    if (!r->gath) {
+        st = pt_error(PT_ERR_OOM, "out of memory");
+        goto fail;
+    }
+    if ((st = train_strag_init(&r->strag, world, r->lead)) != PT_OK ||
+        (st = rank_model(r)) != PT_OK || (st = rank_data(r)) != PT_OK)
+        goto fail;
     if (o->eval_only) {
         if ((st = rank_eval_only(r)) != PT_OK) goto fail;
         goto done;
@@ -415,6 +440,7 @@ static pt_status train_rank(pt_comm *world, void *arg) {
         if ((st = rank_step(r)) != PT_OK) goto fail;
         if (r->stopped || r->signaled) break;
     }
+    if (r->lead) train_strag_table(&r->strag);
     if ((st = rank_end(r)) != PT_OK) goto fail;
     goto done;
 fail:
@@ -423,6 +449,8 @@ done:
     if (r->lead) o->rc = st != PT_OK || r->stopped ? 1 : r->signaled ? 128 + r->signaled : 0;
     free(r->inputs);
     free(r->targets);
+    free(r->gath);
+    train_strag_free(&r->strag);
     pt_trace_free(&r->trace);
     train_meter_free(&r->meter);
     pt_loader_free(&r->train_ld);
@@ -826,6 +854,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     if ((rc = train_options(argc, argv, &m->o, &m->a, m->world.rank == 0)) < 0) {
+        m->world.timeout = m->o.comm_timeout;
         main_default_tokenizer(m, argc, argv);
         if ((rc = main_resume_latest(m)) < 0 && (rc = main_outputs(m)) < 0 &&
             (rc = main_file_model(m)) < 0 && (rc = main_data(m)) < 0 && (rc = main_model(m)) < 0)

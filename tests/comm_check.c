@@ -1284,6 +1284,46 @@ static pt_status nop_main(pt_comm *world, void *arg) {
     return pt_comm_barrier(world);
 }
 
+/* A wait past the deadline: rank 0 (timeout 0.2 s) waits for rank 1, which
+   sleeps 1 s first: rank 0's wait fails naming the operation and rank 1, and
+   rank 1's next operation sees the world failed. mode: 0 all_reduce, 1 recv,
+   2 a started all_reduce's wait. */
+static pt_status timeout_main(pt_comm *world, void *arg) {
+    int mode = *(const int *)arg;
+    float v = 1.0f;
+    pt_comm_req q;
+    memset(&q, 0, sizeof q);
+    world->timeout = 0.2;
+    if (world->rank == 1) {
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+        if (mode == 1) return pt_comm_send(world, &v, 1, 0, 0);
+        if (mode == 0) return pt_comm_all_reduce(world, &v, 1, PT_REDUCE_SUM);
+    }
+    if (mode == 0) return pt_comm_all_reduce(world, &v, 1, PT_REDUCE_SUM);
+    if (mode == 1) return pt_comm_recv(world, &v, 1, 1, 0);
+    if (pt_comm_all_reduce_start(world, &v, 1, PT_REDUCE_SUM, &q) != PT_OK) return PT_ERR_INVALID_ARG;
+    return pt_comm_wait(&q);
+}
+
+static void timeout_checks(void) {
+    static const char *const want[] = {
+        "rank 0: all_reduce on a group of 2 ranks waited 0.",
+        "rank 0: recv on a group of 2 ranks waited 0.",
+        "rank 0: all_reduce (started) on a group of 2 ranks waited 0."};
+    int mode;
+    for (mode = 0; mode < 3; mode++) {
+        pt_status st = pt_comm_threads_run(2, timeout_main, &mode);
+        char name[96];
+        int ok = st == PT_ERR_COMM && strstr(pt_last_error(), want[mode]) &&
+                 strstr(pt_last_error(), "more than the comm timeout (0.2 s), for world rank 1");
+        if (!ok) printf("    %s\n", pt_last_error());
+        snprintf(name, sizeof name, "threads: a wait past --comm-timeout fails, naming it (%s)",
+                 mode == 0 ? "all_reduce" : mode == 1 ? "recv" : "started all_reduce");
+        top(name, ok);
+    }
+}
+
 static void failure_checks(void) {
     int threads = pt_get_threads(), ok;
     pt_status st;
@@ -1369,6 +1409,7 @@ int main(int argc, char **argv) {
         pt_comm_threads_run(12, grid_main, (void *)"threads x12") != PT_OK)
         top("threads: the grid runs", 0);
     failure_checks();
+    timeout_checks();
     printf("(%.1f s)\n%d passed, %d failed\n", pt_time_now() - t0, g_pass, g_failed);
     return g_failed ? 1 : 0;
 }

@@ -3,8 +3,8 @@
 # namespaces joined by veth pairs through a bridge, on Open MPI's TCP
 # transport only (no shared memory between hosts), each link shaped by tc tbf.
 #
-#   tests/hosts.sh [--hosts N] [--slots K] [--rate RATE] [--timeout S]
-#                  [--kill-host I:GLOB] -- PROG ARGS...
+#   tests/hosts.sh [--hosts N] [--slots K] [--rate RATE] [--timeout S] [--kill-host I:GLOB]
+#                  [--link-down I:GLOB] [--slow-host I] [--run] -- PROG ARGS...
 #
 # N hosts (default 2) with K ranks each (default 1): ranks 0..K-1 on host 0, K..2K-1 on
 # host 1, ... (so a tp group of K consecutive ranks stays inside a host). RATE is tc's
@@ -17,11 +17,24 @@
 # --kill-host I:GLOB: once a file matching GLOB exists, every process of host I (its
 # ranks and its Open MPI daemon) is killed (a host that dies), and a line on stderr
 # says when: "hosts.sh: host I killed; mpirun ended S s later".
+# --link-down I:GLOB: once a file matching GLOB exists, host I's link goes down (its
+# processes live on, cut off); after mpirun ends, hosts.sh waits up to 30 s for every
+# process of every host to end and says "hosts.sh: host I's link down; mpirun ended S s
+# later; every process gone G s later" (or lists the ones left, which it then kills).
+# --slow-host I: host I's ranks get a twentieth of a core (stopped 190 ms of every 200 ms with
+# SIGSTOP/SIGCONT): a straggler.
+# --run: PROG runs inside host 0 instead of under mpirun, with PT_HOSTFILE (the hosts'
+# addresses and slots) and PT_MPIRUN (an mpirun that reaches them) in its environment:
+# for launchers of their own (scripts/elastic.sh).
+# Each host gives up on a TCP connection after 5 retransmissions (about 13 s; Linux's
+# default of 15 waits 15 minutes), as a cluster tuned for it does: so Open MPI's daemons and
+# mpirun notice a host whose link went down, and end.
+# On a timeout, each host's processes (state, wait channel) and TCP sockets go to stderr.
 # Exit status: the program's (mpirun's); 124 on timeout (137 when mpirun, stuck on a host it
 # cannot reach, ignores the TERM and is killed 10 s later); 77 with a line starting
 # "SKIP" where the kernel (or the lack of privileges) refuses network namespaces.
 set -u
-hosts=2 slots=1 rate=1gbit limit=60 kill=
+hosts=2 slots=1 rate=1gbit limit=60 kill= down= slow= run=
 usage() {
     echo "usage: $0 [--hosts N] [--slots K] [--rate RATE] [--timeout S] [--kill-host I:GLOB]" \
         "-- PROG ARGS..." >&2
@@ -34,6 +47,9 @@ while [ $# -gt 0 ]; do
     --rate) rate=${2:-}; shift 2 || usage ;;
     --timeout) limit=${2:-}; shift 2 || usage ;;
     --kill-host) kill=${2:-}; shift 2 || usage ;;
+    --link-down) down=${2:-}; shift 2 || usage ;;
+    --slow-host) slow=${2:-}; shift 2 || usage ;;
+    --run) run=1; shift ;;
     --) shift; break ;;
     *) usage ;;
     esac
@@ -44,6 +60,10 @@ case $hosts$slots in *[!0-9]*|'') usage ;; esac
 victim=${kill%%:*} glob=${kill#*:}
 case $victim in *[!0-9]*) usage ;; esac
 [ -z "$kill" ] || { [ -n "$victim" ] && [ "$victim" -lt "$hosts" ] && [ -n "$glob" ]; } || usage
+cut=${down%%:*} dglob=${down#*:}
+case $cut$slow in *[!0-9]*) usage ;; esac
+[ -z "$down" ] || { [ -n "$cut" ] && [ "$cut" -lt "$hosts" ] && [ -n "$dglob" ]; } || usage
+[ -z "$slow" ] || [ "$slow" -lt "$hosts" ] || usage
 # the rate in bit/s, for tbf's bucket: 4 ms at the rate (one timer tick at HZ=250), at
 # least 64 KB (more than one 64 KB TCP segment burst)
 bps=$(echo "$rate" | awk '/^[0-9.]+(bit|kbit|mbit|gbit)$/ {
@@ -89,6 +109,7 @@ while [ "$i" -lt "$hosts" ]; do
         ip -n "$sw" link set "s$i" master br0 && ip -n "$sw" link set "s$i" up &&
         ip -n "$ns" link set lo up && ip -n "$ns" addr add "$addr/16" dev eth0 &&
         ip -n "$ns" link set eth0 up &&
+        ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2=5 &&
         tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 100ms &&
         tc -n "$sw" qdisc add dev "s$i" root tbf rate "$rate" burst "$burst" latency 100ms ||
         die "cannot set up host $i"
@@ -117,6 +138,43 @@ done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+if [ -n "$down" ]; then
+    ( # shellcheck disable=SC2086
+        until ls $dglob >/dev/null 2>&1; do sleep 0.1; done
+        ip -n "$pre-h$cut" link set eth0 down
+        date +%s.%N >"$dir/down"
+    ) &
+    cutter=$!
+fi
+if [ -n "$slow" ]; then
+    ( # the host's ranks (not its Open MPI daemon): stopped 190 ms of every 200 ms; the
+      # list of them read again every 10 rounds
+        i=0 ps=
+        while :; do
+            if [ $((i % 10)) -eq 0 ]; then
+                ps=
+                for p in $(ip netns pids "$pre-h$slow" 2>/dev/null); do
+                    case $(cat "/proc/$p/comm" 2>/dev/null) in orted | mpirun | sh | timeout | '') ;; *) ps="$ps $p" ;; esac
+                done
+            fi
+            i=$((i + 1))
+            # shellcheck disable=SC2086
+            [ -z "$ps" ] || kill -STOP $ps 2>/dev/null
+            sleep 0.19
+            # shellcheck disable=SC2086
+            [ -z "$ps" ] || kill -CONT $ps 2>/dev/null
+            sleep 0.01
+        done
+    ) &
+    slower=$!
+fi
+cat >"$dir/mpirun" <<EOF
+#!/bin/sh
+exec mpirun --allow-run-as-root --oversubscribe --bind-to none \\
+    --mca plm_rsh_agent "$dir/agent" --mca plm_rsh_no_tree_spawn 1 \\
+    --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 "\$@"
+EOF
+chmod +x "$dir/mpirun"
 if [ -n "$kill" ]; then
     ( # shellcheck disable=SC2086
         until ls $glob >/dev/null 2>&1; do sleep 0.1; done
@@ -125,12 +183,51 @@ if [ -n "$kill" ]; then
     ) &
     watcher=$!
 fi
-ip netns exec "$pre-h0" timeout -k 10 "$limit" mpirun --allow-run-as-root --oversubscribe \
-    --bind-to none --hostfile "$dir/hostfile" -n $((hosts * slots)) \
-    --mca plm_rsh_agent "$dir/agent" --mca plm_rsh_no_tree_spawn 1 \
-    --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
-    "$@"
+if [ -n "$run" ]; then
+    PT_HOSTFILE=$dir/hostfile PT_MPIRUN=$dir/mpirun ip netns exec "$pre-h0" \
+        timeout -k 10 "$limit" "$@"
+else
+    ip netns exec "$pre-h0" timeout -k 10 "$limit" "$dir/mpirun" --hostfile "$dir/hostfile" \
+        -n $((hosts * slots)) "$@"
+fi
 rc=$?
+ended=$(date +%s.%N)
+[ -z "$slow" ] || { kill "$slower" 2>/dev/null; wait "$slower" 2>/dev/null; }
+left() { # the processes still in the hosts' namespaces
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$pre-h"); do
+        ip netns pids "$ns" 2>/dev/null
+    done
+}
+if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    echo "hosts.sh: timeout after $limit s; what each host still runs:" >&2
+    i=0
+    while [ "$i" -lt "$hosts" ]; do
+        for p in $(ip netns pids "$pre-h$i" 2>/dev/null); do
+            echo "  host $i: $(ps -o pid=,stat=,etime=,wchan:24=,args= -p "$p" 2>/dev/null | cut -c1-160)"
+        done
+        ip netns exec "$pre-h$i" ss -tanH 2>/dev/null | sed "s/^/  host $i tcp: /" | head -n 20
+        i=$((i + 1))
+    done >&2
+fi
+if [ -n "$down" ]; then
+    kill "$cutter" 2>/dev/null
+    if [ -s "$dir/down" ]; then
+        i=0
+        while [ -n "$(left)" ] && [ "$i" -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+        gone=$(date +%s.%N)
+        a=$(cat "$dir/down")
+        m=$(awk -v a="$a" -v b="$ended" 'BEGIN { printf "%.1f", b - a }')
+        if [ -z "$(left)" ]; then
+            echo "hosts.sh: host $cut's link down; mpirun ended $m s later; every process gone" \
+                "$(awk -v a="$a" -v b="$gone" 'BEGIN { printf "%.1f", b - a }') s later" >&2
+        else
+            echo "hosts.sh: host $cut's link down; mpirun ended $m s later; processes left 30 s after it:" >&2
+            for p in $(left); do echo "  $(ps -o pid=,args= -p "$p" | cut -c1-120)" >&2; done
+        fi
+    else
+        echo "hosts.sh: host $cut's link never went down (no file matched $dglob)" >&2
+    fi
+fi
 if [ -n "$kill" ]; then
     kill "$watcher" 2>/dev/null
     if [ -s "$dir/killed" ]; then

@@ -118,6 +118,7 @@ refused "force" 2 "force needs --checkpoint" $t --force
 refused "force resume" 2 "force with --resume" $t --force --checkpoint "$dir/f.safetensors" --resume "$dir/f.safetensors"
 refused "force keep" 2 "force with --keep" $t --force --keep 2 --checkpoint "$dir/g.safetensors"
 refused "keep" 2 "keep needs --checkpoint" $t --keep 2
+refused "comm-timeout" 2 "comm-timeout -1 is outside \[0, 1e+06\]" $t --comm-timeout -1
 refused "stop-after" 2 "stop-after 2 is not before --steps 2" $t --stop-after 2
 refused "trace-step" 2 "trace-step needs --trace" $t --trace-step 1
 refused "trace trace-step" 2 "trace-step 3 is after the last step" $t --trace "$dir/x.json" --trace-step 3

@@ -475,7 +475,8 @@ hosts_train() { # hosts_train HOSTS SLOTS TRAIN-ARGS...: the serial losses, on H
 tests/hosts.sh --hosts 1 -- true >"$tmp/hosts.skip" 2>&1
 if [ $? -eq 77 ]; then
     for h in "2 hosts (dp 2)" "4 hosts (tp 2 x dp 2 x pp 2)" "2 hosts, one of which dies" \
-        "no namespace left behind"; do
+        "3 hosts, a link down" "2 hosts, a pipeline stage killed" "3 hosts, a straggler" \
+        "3 hosts, elastic restart on 2" "no namespace left behind"; do
         skip "train_mpi across $h" "$(cat "$tmp/hosts.skip")"
     done
 else
@@ -487,6 +488,15 @@ else
         hosts_train 4 2 --tp 2 --dp 2 --pp 2 --grad-accum 2 --zero 1
     step "train_mpi across 2 hosts, one killed mid-run: a non-zero status within 30 s naming it; the checkpoint before resumes" \
         sh tests/host_death_check.sh
+    # faults across hosts (tests/host_faults_check.sh, docs/reliability.md), about 3 minutes
+    step "train_mpi across 3 hosts, a link down mid-run: --comm-timeout names the host, every process gone within 45 s, the checkpoint resumes" \
+        sh tests/host_faults_check.sh link-down
+    step "train_mpi --pp 2 across 2 hosts, the last stage's host killed: a non-zero status within 30 s naming it" \
+        sh tests/host_faults_check.sh pipe-kill
+    step "train_mpi across 3 hosts, one a straggler: the progress line and the per-host table name it" \
+        sh tests/host_faults_check.sh straggler
+    step "scripts/elastic.sh: 3 hosts, one lost (--overlap on), restarts on 2 and finishes with the losses of a resume by hand" \
+        sh tests/host_faults_check.sh elastic
     step "hosts.sh left no namespace behind" sh -c "! ip netns list | grep -q '^pt-'"
 fi
 step "train: --pp 2 --trace writes the measured step as Chrome trace JSON and SVG" sh -c \

@@ -24,8 +24,8 @@ SANFLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
 LDLIBS = $(BLAS) -lm
 HDR = ptrain.h $(wildcard common/*.h) tests/fixture.h
 
-EXAMPLES = train sample hello_layer quickstart tensor_parallel pipeline plan plan_1t sim_vs_real \
-           tokenize bpe_train curves eval
+EXAMPLES = train sample hello_layer quickstart tensor_parallel ring_attention pipeline plan plan_1t \
+           sim_vs_real tokenize bpe_train curves eval
 BINS = $(addprefix build/,$(EXAMPLES)) build/serve build/fixture_check build/tests build/bench_step \
        build/bench_kernels build/bench_parallel build/bench_pipeline build/comm_check build/bench_text
 # the same programs with ranks as MPI processes (-DPTRAIN_MPI, Open MPI's mpicc)

@@ -461,6 +461,44 @@ PTRAINDEF void pt_attention_backward(pt_ctx *ctx, float *dqkv, const float *dout
                                      const float *out, const float *qkv, const float *lse,
                                      float *scratch, int slots, int B, int T, int C, int NH,
                                      int NKV);
+/* Ring attention (context parallelism): one rank's Tq queries of each of B
+   sequences, at increasing global positions qpos, against a block of Tk
+   keys/values, at increasing global positions kpos, held by this rank or
+   sent round the ring by another. A query at position p sees the keys at
+   positions <= p (a key block wholly before the queries is unmasked, one
+   wholly after them contributes nothing). qkv is the rank's [B, Tq, C3] as
+   above (queries read from it); kv is [B, Tk, ld], key row u at kv + u*ld
+   and its value at kv + u*ld + NKV*hd (the rank's own block: kv = qkv + C,
+   ld = C3). qpos = kpos = NULL means positions 0..T-1 with Tq = Tk = T:
+   pt_attention_forward/backward are this case. */
+typedef struct pt_attn_ring {
+    const int *qpos, *kpos; /* [Tq], [Tk], increasing */
+    int Tq, Tk;
+    const float *kv;
+    int ld;
+} pt_attn_ring;
+/* The block's partial result: out [B, Tq, C] and lse [B, NH, Tq] of the
+   softmax over this block's visible keys alone (a query seeing none: 0 and
+   -inf). Scratch: pt_attention_scratch_floats(Tk, slots). */
+PTRAINDEF void pt_attention_ring_forward(pt_ctx *ctx, float *out, float *lse, const float *qkv,
+                                         const pt_attn_ring *r, float *scratch, int slots, int B,
+                                         int C, int NH, int NKV);
+/* Merges a block's partial (out_i, lse_i) into the running (out, lse), both
+   laid out as pt_attention_ring_forward's (the FlashAttention-2 merge):
+   lse' = log(e^lse + e^lse_i), out' = e^(lse - lse') out + e^(lse_i - lse') out_i.
+   Start from a first block's partial (or out = 0, lse = -inf). */
+PTRAINDEF void pt_attention_merge(float *out, float *lse, const float *out_i, const float *lse_i,
+                                  int B, int T, int C, int NH);
+/* Backward of one block given the final out and lse (of every block merged):
+   p = exp(s - lse) is the block's share of the whole softmax, so the blocks'
+   contributions sum to the whole gradient. Accumulates dq into dqkv's q
+   columns ([B, Tq, C3]) and dk, dv into dkv ([B, Tk, r->ld], laid out as
+   r->kv: the remote block's gradient, to be sent back round the ring). */
+PTRAINDEF void pt_attention_ring_backward(pt_ctx *ctx, float *dqkv, float *dkv,
+                                          const float *dout, const float *out, const float *qkv,
+                                          const float *lse, const pt_attn_ring *r,
+                                          float *scratch, int slots, int B, int C, int NH,
+                                          int NKV);
 /* Plain reference pair (what the fast one is tested against): stores the
    probabilities att (B,NH,T,T); backward needs scratch of B*NH*T floats. */
 PTRAINDEF void pt_attention_ref_forward(float *out, float *att, const float *qkv, int B, int T,
@@ -4403,34 +4441,55 @@ static int pt__thread_id(void) {
 #endif
 }
 
-/* Rows i of S (nq x nk, query t0+i sees keys u <= t0+i): p = exp(S - lse),
-   with lse computed into lse_out when given, else read from lse_in; zero
-   above the diagonal. */
-static void pt__attn_softmax(float *S, const float *lse_in, float *lse_out, int t0, int nq,
-                             int nk) {
+/* Keys visible to queries t0..t0+nq-1 of r: len[i] = #{u : kpos[u] <= qpos[t0+i]},
+   a prefix of the keys (kpos increases); returns len[nq-1], the widest row
+   (qpos increases). No positions: len[i] = t0+i+1. */
+static int pt__attn_rows(int *len, const pt_attn_ring *r, int t0, int nq) {
+    int i;
+    for (i = 0; i < nq; i++) {
+        int lo = 0, hi = r->Tk, p;
+        if (!r->qpos) {
+            len[i] = t0 + i + 1;
+            continue;
+        }
+        p = r->qpos[t0 + i];
+        while (lo < hi) { /* the first key after p */
+            int mid = (lo + hi) / 2;
+            if (r->kpos[mid] <= p) lo = mid + 1;
+            else hi = mid;
+        }
+        len[i] = lo;
+    }
+    return len[nq - 1];
+}
+
+/* Rows i of S (nq x nk, query i sees keys u < len[i]): p = exp(S - lse),
+   with lse computed into lse_out when given (-inf for a row seeing no key),
+   else read from lse_in; zero past len[i]. */
+static void pt__attn_softmax(float *S, const float *lse_in, float *lse_out, const int *len,
+                             int nq, int nk) {
     int i, u;
     for (i = 0; i < nq; i++) {
         float *row = S + (size_t)i * nk, l;
-        int len = t0 + i + 1;
         if (lse_out) {
-            float mx = pt__maxf(row, len);
-            l = mx + (float)log(pt__sum_exp(row, len, mx));
+            float mx = len[i] ? pt__maxf(row, len[i]) : 0.0f;
+            l = len[i] ? mx + (float)log(pt__sum_exp(row, len[i], mx)) : -INFINITY;
             lse_out[i] = l;
         } else {
             l = lse_in[i];
         }
         PT__OMP(omp simd)
-        for (u = 0; u < len; u++) row[u] = pt__expf(row[u] - l);
-        for (u = len; u < nk; u++) row[u] = 0.0f;
+        for (u = 0; u < len[i]; u++) row[u] = pt__expf(row[u] - l);
+        for (u = len[i]; u < nk; u++) row[u] = 0.0f;
     }
 }
 
-/* Per block of queries [t0, t0+nq) of one (b, h): S = scale Q K^T over keys
-   0..t0+nq-1, P = softmax, out = P V. Blocks are independent tasks. */
-PTRAINDEF void pt_attention_forward(pt_ctx *ctx, float *out, float *lse, const float *qkv,
-                                    float *scratch, int slots, int B, int T, int C, int NH,
-                                    int NKV) {
-    int hd = C / NH, Ckv = NKV * hd, C3 = C + 2 * Ckv, G = NH / NKV;
+/* Per block of queries [t0, t0+nq) of one (b, h): S = scale Q K^T over the
+   keys the block sees, P = softmax, out = P V. Blocks are independent tasks. */
+PTRAINDEF void pt_attention_ring_forward(pt_ctx *ctx, float *out, float *lse, const float *qkv,
+                                         const pt_attn_ring *r, float *scratch, int slots, int B,
+                                         int C, int NH, int NKV) {
+    int hd = C / NH, Ckv = NKV * hd, C3 = C + 2 * Ckv, G = NH / NKV, T = r->Tq, Tk = r->Tk;
     int nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, task, ntasks = B * NH * nqb;
     int nthr = pt__attn_threads(ctx, slots);
     float scale = 1.0f / sqrtf((float)hd);
@@ -4438,15 +4497,51 @@ PTRAINDEF void pt_attention_forward(pt_ctx *ctx, float *out, float *lse, const f
     PT__OMP(omp parallel for schedule(dynamic) num_threads(nthr))
     for (task = 0; task < ntasks; task++) {
         int bh = task / nqb, qb = nqb - 1 - task % nqb; /* longest blocks first */
-        int b = bh / NH, h = bh % NH, t0 = qb * PT_ATTN_QBLOCK;
-        int nq = T - t0 < PT_ATTN_QBLOCK ? T - t0 : PT_ATTN_QBLOCK, nk = t0 + nq;
-        float *S = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * T;
+        int b = bh / NH, h = bh % NH, t0 = qb * PT_ATTN_QBLOCK, len[PT_ATTN_QBLOCK], i, j;
+        int nq = T - t0 < PT_ATTN_QBLOCK ? T - t0 : PT_ATTN_QBLOCK;
+        int nk = pt__attn_rows(len, r, t0, nq);
+        float *S = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * Tk;
+        float *o = out + ((size_t)b * T + t0) * C + h * hd, *l = lse + (size_t)bh * T + t0;
         const float *q = qkv + (size_t)b * T * C3 + h * hd;
-        const float *k = qkv + (size_t)b * T * C3 + C + (h / G) * hd;
-        pt__mm(ctx, 0, 1, nq, nk, hd, scale, q + (size_t)t0 * C3, C3, k, C3, 0.0f, S, nk);
-        pt__attn_softmax(S, NULL, lse + (size_t)bh * T + t0, t0, nq, nk);
-        pt__mm(ctx, 0, 0, nq, hd, nk, 1.0f, S, nk, k + Ckv, C3, 0.0f,
-               out + ((size_t)b * T + t0) * C + h * hd, C);
+        const float *k = r->kv + (size_t)b * Tk * r->ld + (h / G) * hd;
+        if (nk == 0) { /* the block sees no key */
+            for (i = 0; i < nq; i++) {
+                l[i] = -INFINITY;
+                for (j = 0; j < hd; j++) o[(size_t)i * C + j] = 0.0f;
+            }
+            continue;
+        }
+        pt__mm(ctx, 0, 1, nq, nk, hd, scale, q + (size_t)t0 * C3, C3, k, r->ld, 0.0f, S, nk);
+        pt__attn_softmax(S, NULL, l, len, nq, nk);
+        pt__mm(ctx, 0, 0, nq, hd, nk, 1.0f, S, nk, k + Ckv, r->ld, 0.0f, o, C);
+    }
+}
+
+PTRAINDEF void pt_attention_forward(pt_ctx *ctx, float *out, float *lse, const float *qkv,
+                                    float *scratch, int slots, int B, int T, int C, int NH,
+                                    int NKV) {
+    pt_attn_ring r = {NULL, NULL, 0, 0, NULL, 0};
+    r.Tq = r.Tk = T, r.kv = qkv + C, r.ld = C + 2 * NKV * (C / NH);
+    pt_attention_ring_forward(ctx, out, lse, qkv, &r, scratch, slots, B, C, NH, NKV);
+}
+
+PTRAINDEF void pt_attention_merge(float *out, float *lse, const float *out_i, const float *lse_i,
+                                  int B, int T, int C, int NH) {
+    int hd = C / NH, bh;
+    PT__OMP(omp parallel for schedule(static))
+    for (bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH, t, j;
+        for (t = 0; t < T; t++) {
+            float a = lse[(size_t)bh * T + t], ai = lse_i[(size_t)bh * T + t], m, L, wa, wi;
+            float *o = out + ((size_t)b * T + t) * C + h * hd;
+            const float *oi = out_i + ((size_t)b * T + t) * C + h * hd;
+            if (ai == -INFINITY) continue; /* the block added nothing */
+            m = a > ai ? a : ai;
+            L = m + logf(expf(a - m) + expf(ai - m));
+            wa = expf(a - L), wi = expf(ai - L);
+            for (j = 0; j < hd; j++) o[j] = wa * o[j] + wi * oi[j];
+            lse[(size_t)bh * T + t] = L;
+        }
     }
 }
 
@@ -4454,22 +4549,23 @@ PTRAINDEF void pt_attention_forward(pt_ctx *ctx, float *out, float *lse, const f
    dS = P (dP - D) scale: dQ += dS K, dK += dS^T Q, dV += P^T dO.
    One (b, key/value head) per task: its query heads, each one's query blocks
    in order (dK, dV accumulate, in a fixed order). */
-PTRAINDEF void pt_attention_backward(pt_ctx *ctx, float *dqkv, const float *dout,
-                                     const float *out, const float *qkv, const float *lse,
-                                     float *scratch, int slots, int B, int T, int C, int NH,
-                                     int NKV) {
-    int hd = C / NH, Ckv = NKV * hd, C3 = C + 2 * Ckv, G = NH / NKV;
-    int nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, bg;
+PTRAINDEF void pt_attention_ring_backward(pt_ctx *ctx, float *dqkv, float *dkv,
+                                          const float *dout, const float *out, const float *qkv,
+                                          const float *lse, const pt_attn_ring *r,
+                                          float *scratch, int slots, int B, int C, int NH,
+                                          int NKV) {
+    int hd = C / NH, Ckv = NKV * hd, C3 = C + 2 * Ckv, G = NH / NKV, T = r->Tq, Tk = r->Tk;
+    int nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, bg, ld = r->ld;
     int nthr = pt__attn_threads(ctx, slots);
     float scale = 1.0f / sqrtf((float)hd);
     (void)nthr;
     PT__OMP(omp parallel for schedule(dynamic) num_threads(nthr))
     for (bg = 0; bg < B * NKV; bg++) {
-        int b = bg / NKV, g = bg % NKV, h, qb;
-        float *P = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * T;
-        float *dS = P + (size_t)PT_ATTN_QBLOCK * T;
-        const float *kb = qkv + (size_t)b * T * C3 + C + g * hd, *vb = kb + Ckv;
-        float *dkb = dqkv + (size_t)b * T * C3 + C + g * hd, *dvb = dkb + Ckv;
+        int b = bg / NKV, g = bg % NKV, h, qb, len[PT_ATTN_QBLOCK];
+        float *P = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * Tk;
+        float *dS = P + (size_t)PT_ATTN_QBLOCK * Tk;
+        const float *kb = r->kv + (size_t)b * Tk * ld + g * hd, *vb = kb + Ckv;
+        float *dkb = dkv + (size_t)b * Tk * ld + g * hd, *dvb = dkb + Ckv;
         for (h = g * G; h < (g + 1) * G; h++) {
             const float *qbase = qkv + (size_t)b * T * C3 + h * hd;
             float *dqbase = dqkv + (size_t)b * T * C3 + h * hd;
@@ -4478,11 +4574,13 @@ PTRAINDEF void pt_attention_backward(pt_ctx *ctx, float *dqkv, const float *dout
             const float *L = lse + ((size_t)b * NH + h) * T;
             for (qb = 0; qb < nqb; qb++) {
                 int t0 = qb * PT_ATTN_QBLOCK, i, u, j;
-                int nq = T - t0 < PT_ATTN_QBLOCK ? T - t0 : PT_ATTN_QBLOCK, nk = t0 + nq;
-                pt__mm(ctx, 0, 1, nq, nk, hd, scale, qbase + (size_t)t0 * C3, C3, kb, C3, 0.0f, P,
+                int nq = T - t0 < PT_ATTN_QBLOCK ? T - t0 : PT_ATTN_QBLOCK;
+                int nk = pt__attn_rows(len, r, t0, nq);
+                if (nk == 0) continue; /* the block sees no key */
+                pt__mm(ctx, 0, 1, nq, nk, hd, scale, qbase + (size_t)t0 * C3, C3, kb, ld, 0.0f, P,
                        nk);
-                pt__attn_softmax(P, L + t0, NULL, t0, nq, nk);
-                pt__mm(ctx, 0, 1, nq, nk, hd, 1.0f, dO + (size_t)t0 * C, C, vb, C3, 0.0f, dS, nk);
+                pt__attn_softmax(P, L + t0, NULL, len, nq, nk);
+                pt__mm(ctx, 0, 1, nq, nk, hd, 1.0f, dO + (size_t)t0 * C, C, vb, ld, 0.0f, dS, nk);
                 for (i = 0; i < nq; i++) {
                     const float *o = O + (size_t)(t0 + i) * C, *d = dO + (size_t)(t0 + i) * C;
                     const float *p = P + (size_t)i * nk;
@@ -4491,14 +4589,24 @@ PTRAINDEF void pt_attention_backward(pt_ctx *ctx, float *dqkv, const float *dout
                     PT__OMP(omp simd)
                     for (u = 0; u < nk; u++) ds[u] = p[u] * (ds[u] - D) * scale;
                 }
-                pt__mm(ctx, 0, 0, nq, hd, nk, 1.0f, dS, nk, kb, C3, 1.0f, dqbase + (size_t)t0 * C3,
+                pt__mm(ctx, 0, 0, nq, hd, nk, 1.0f, dS, nk, kb, ld, 1.0f, dqbase + (size_t)t0 * C3,
                        C3);
                 pt__mm(ctx, 1, 0, nk, hd, nq, 1.0f, dS, nk, qbase + (size_t)t0 * C3, C3, 1.0f, dkb,
-                       C3);
-                pt__mm(ctx, 1, 0, nk, hd, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dvb, C3);
+                       ld);
+                pt__mm(ctx, 1, 0, nk, hd, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dvb, ld);
             }
         }
     }
+}
+
+PTRAINDEF void pt_attention_backward(pt_ctx *ctx, float *dqkv, const float *dout,
+                                     const float *out, const float *qkv, const float *lse,
+                                     float *scratch, int slots, int B, int T, int C, int NH,
+                                     int NKV) {
+    pt_attn_ring r = {NULL, NULL, 0, 0, NULL, 0};
+    r.Tq = r.Tk = T, r.kv = qkv + C, r.ld = C + 2 * NKV * (C / NH);
+    pt_attention_ring_backward(ctx, dqkv, dqkv + C, dout, out, qkv, lse, &r, scratch, slots, B, C,
+                               NH, NKV);
 }
 
 #define PT__GELU_K 0.7978845608028654f /* sqrt(2/pi) */

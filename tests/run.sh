@@ -312,6 +312,7 @@ done
 step "example: hello_layer (finite-difference check)" build/hello_layer
 step "example: quickstart" build/quickstart
 step "example: tensor_parallel (a block split over 3 thread ranks, without and with sequence parallelism)" build/tensor_parallel
+step "example: ring_attention (a causal attention split over 4 thread ranks as a ring, forward and backward)" build/ring_attention
 for kind in gpipe 1f1b interleaved zb-h1; do
     step "example: pipeline --schedule $kind (grid, checker, Chrome trace, SVG)" \
         build/pipeline --schedule "$kind" --stages 4 --microbatches 8 \

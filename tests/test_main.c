@@ -4356,6 +4356,100 @@ static void test_attention_gqa(void) {
     check_attention_gqa(1, PT_ATTN_QBLOCK + 3, 4, 2, 2); /* two query blocks */
 }
 
+/* Ring attention: a causal attention of T tokens split over cp ranks'
+   load-balanced chunks (rank i holds chunks i and 2cp-1-i of size T/(2cp)),
+   each rank's queries run against every rank's keys/values in ring order and
+   the partials merged; out, lse and dqkv (dk/dv accumulated into the rank
+   that holds the block) against the unsplit pt_attention_forward/backward,
+   and, for MHA, the reference pair. */
+static void check_attention_ring(int B, int T, int NH, int NKV, int hd, int cp) {
+    int C = NH * hd, C3 = C + 2 * NKV * hd, c = T / (2 * cp), Tl = 2 * c, r, s, b, t, j, h;
+    size_t N = (size_t)B * T, nl = (size_t)B * Tl;
+    float *qkv = frand(N * C3, -1.5, 1.5), *dout = frand(N * C, -1, 1);
+    float *out = TALLOC(float, N * C), *lse = TALLOC(float, (size_t)B * NH * T);
+    float *dqkv = TALLOC(float, N * C3), *scr = TALLOC(float, pt_attention_scratch_floats(T, 2));
+    float *rout = TALLOC(float, N * C), *rlse = TALLOC(float, (size_t)B * NH * T);
+    float *rdqkv = TALLOC(float, N * C3), *po = TALLOC(float, nl * C);
+    float *pl = TALLOC(float, (size_t)B * NH * Tl);
+    float **lq = TALLOC(float *, cp), **lo = TALLOC(float *, cp), **ll = TALLOC(float *, cp);
+    float **ld = TALLOC(float *, cp), **ldo = TALLOC(float *, cp);
+    int **pos = TALLOC(int *, cp);
+    char what[96];
+    pt_attention_forward(tctx(), out, lse, qkv, scr, 2, B, T, C, NH, NKV);
+    pt_attention_backward(tctx(), dqkv, dout, out, qkv, lse, scr, 2, B, T, C, NH, NKV);
+    for (r = 0; r < cp; r++) { /* rank r's rows of qkv and dout */
+        lq[r] = TALLOC(float, nl * C3), ldo[r] = TALLOC(float, nl * C);
+        lo[r] = TALLOC(float, nl * C), ll[r] = TALLOC(float, (size_t)B * NH * Tl);
+        ld[r] = TALLOC(float, nl * C3), pos[r] = TALLOC(int, Tl);
+        for (j = 0; j < Tl; j++) pos[r][j] = j < c ? r * c + j : (2 * cp - 1 - r) * c + j - c;
+        for (b = 0; b < B; b++)
+            for (j = 0; j < Tl; j++) {
+                memcpy(lq[r] + ((size_t)b * Tl + j) * C3, qkv + ((size_t)b * T + pos[r][j]) * C3,
+                       sizeof(float) * C3);
+                memcpy(ldo[r] + ((size_t)b * Tl + j) * C, dout + ((size_t)b * T + pos[r][j]) * C,
+                       sizeof(float) * C);
+            }
+    }
+    for (r = 0; r < cp; r++) /* forward: step s brings rank r-s's keys/values */
+        for (s = 0; s < cp; s++) {
+            int src = (r - s + cp) % cp;
+            pt_attn_ring ring = {NULL, NULL, 0, 0, NULL, 0};
+            ring.qpos = pos[r], ring.kpos = pos[src], ring.Tq = ring.Tk = Tl;
+            ring.kv = lq[src] + C, ring.ld = C3;
+            pt_attention_ring_forward(tctx(), s ? po : lo[r], s ? pl : ll[r], lq[r], &ring, scr,
+                                      2, B, C, NH, NKV);
+            if (s) pt_attention_merge(lo[r], ll[r], po, pl, B, Tl, C, NH);
+        }
+    for (r = 0; r < cp; r++) /* backward: dk, dv of the block into the rank that holds it */
+        for (s = 0; s < cp; s++) {
+            int src = (r - s + cp) % cp;
+            pt_attn_ring ring = {NULL, NULL, 0, 0, NULL, 0};
+            ring.qpos = pos[r], ring.kpos = pos[src], ring.Tq = ring.Tk = Tl;
+            ring.kv = lq[src] + C, ring.ld = C3;
+            pt_attention_ring_backward(tctx(), ld[r], ld[src] + C, ldo[r], lo[r], lq[r], ll[r],
+                                       &ring, scr, 2, B, C, NH, NKV);
+        }
+    for (r = 0; r < cp; r++) /* back to sequence order */
+        for (b = 0; b < B; b++)
+            for (j = 0; j < Tl; j++) {
+                t = pos[r][j];
+                memcpy(rout + ((size_t)b * T + t) * C, lo[r] + ((size_t)b * Tl + j) * C,
+                       sizeof(float) * C);
+                memcpy(rdqkv + ((size_t)b * T + t) * C3, ld[r] + ((size_t)b * Tl + j) * C3,
+                       sizeof(float) * C3);
+                for (h = 0; h < NH; h++)
+                    rlse[((size_t)b * NH + h) * T + t] = ll[r][((size_t)b * NH + h) * Tl + j];
+            }
+    snprintf(what, sizeof what, "ring attention cp=%d NH=%d NKV=%d T=%d out", cp, NH, NKV, T);
+    CHECK_CLOSE(what, rout, to_double(out, N * C), N * C, 1e-6, 1e-5);
+    snprintf(what, sizeof what, "ring attention cp=%d NH=%d NKV=%d T=%d lse", cp, NH, NKV, T);
+    CHECK_CLOSE(what, rlse, to_double(lse, (size_t)B * NH * T), (size_t)B * NH * T, 1e-6, 1e-6);
+    snprintf(what, sizeof what, "ring attention cp=%d NH=%d NKV=%d T=%d dqkv", cp, NH, NKV, T);
+    CHECK_CLOSE(what, rdqkv, to_double(dqkv, N * C3), N * C3, 1e-5, 1e-4);
+    if (NKV == NH) { /* the reference pair, which stores the T x T probabilities */
+        float *att = TALLOC(float, (size_t)B * NH * T * T), *ref = TALLOC(float, N * C);
+        float *refd = TALLOC(float, N * C3);
+        pt_attention_ref_forward(ref, att, qkv, B, T, C, NH);
+        pt_attention_ref_backward(refd, TALLOC(float, (size_t)B * NH * T), dout, qkv, att, B, T,
+                                  C, NH);
+        CHECK_CLOSE("ring attention out against the reference", rout, to_double(ref, N * C),
+                    N * C, 1e-6, 1e-5);
+        CHECK_CLOSE("ring attention dqkv against the reference", rdqkv, to_double(refd, N * C3),
+                    N * C3, 1e-5, 1e-4);
+    }
+}
+static void test_attention_ring(void) {
+    float o[4] = {1, 2, 3, 4}, l[2] = {-INFINITY, 0.5f}, oi[4] = {5, 6, 7, 8};
+    float li[2] = {0.25f, -INFINITY};
+    check_attention_ring(2, 160, 2, 2, 4, 2); /* chunks of 40: a query block spans two */
+    check_attention_ring(1, 70, 2, 2, 4, 5);  /* chunks of 7 */
+    check_attention_ring(2, 136, 4, 2, 4, 2); /* grouped-query */
+    check_attention_ring(1, 90, 3, 1, 4, 5);  /* multi-query */
+    /* the merge with a side that saw nothing (-inf) keeps the other */
+    pt_attention_merge(o, l, oi, li, 1, 2, 2, 1);
+    CHECK(o[0] == 5 && o[1] == 6 && o[2] == 3 && o[3] == 4 && l[0] == 0.25f && l[1] == 0.5f);
+}
+
 /* LLaMA-style configurations of the one block: the whole model's gradients
    against finite differences of the mean loss, as test_model_grad. */
 static pt_gpt_config cfg_llama(int V, int block, int L, int NH, int C, int kv, int ffn) {
@@ -5644,6 +5738,7 @@ static const test_case tests[] = {
     {"kernel_swiglu", test_swiglu},
     {"kernel_linear", test_linear},
     {"kernel_attention_gqa", test_attention_gqa},
+    {"kernel_attention_ring", test_attention_ring},
     {"llama_model_grad", test_llama_model_grad},
     {"llama_config", test_llama_config},
     {"llama_checkpoint", test_llama_checkpoint},

@@ -50,12 +50,14 @@
        >>basics     status codes, last error, RNG, threads and cores, timing
        >>tensors    tensor views, arena, meta arena
        >>kernels    the execution context (pt_ctx), GEMMs (fp32, bf16), forward/backward
-                    pairs (LayerNorm, RMSNorm, RoPE, GELU, SwiGLU, grouped-query attention,
-                    ...), AdamW, clipping, LR schedule
+                    pairs (LayerNorm, RMSNorm, RoPE, GELU, SwiGLU, grouped-query attention
+                    and its ring form for context parallelism, the head fused with the
+                    loss, ...), AdamW, clipping, LR schedule
        >>comm       communicators (self, threads, MPI), started (non-blocking) operations,
-                    the tp x dp x pp grid
-       >>model      GPT-2 / LLaMA config, tensor table, the block (its tp all-reduces on
-                    >>comm), generation. pt_gpt_init/pt_gpt_free are declared here and
+                    a deadline on every wait, the tp x dp x pp grid
+       >>model      GPT-2 / LLaMA config, tensor table, the block (its tp all-reduces, or
+                    sequence parallelism's all-gathers and reduce-scatters, on >>comm),
+                    generation (a KV cache, and paged KV blocks shared by sequences). pt_gpt_init/pt_gpt_free are declared here and
                     defined in >>exec: building a model lays out the executor's state.
                     One call reaches forward, to >>exec: pt__ag_settle before reading
                     weights that ZeRO's overlapped parameter gathers may still write
@@ -118,7 +120,8 @@
    PARALLEL MODELS. Give pt_gpt_desc a pt_grid (pt_grid_init over a world
    communicator) and every model call becomes collective over the ranks:
    tensor parallelism splits heads, MLP columns and the vocabulary (padded to
-   a multiple of tp), data parallelism averages gradients or shards the AdamW
+   a multiple of tp; sequence_parallel runs the rest of the block on 1/tp of
+   the tokens), data parallelism averages gradients or shards the AdamW
    state (zero=1), gradients (zero=2) and parameters (zero=3: each bucket
    gathered before its forward and again before its backward, the next one
    behind this one's compute), pipeline stages hold runs of layers.

@@ -57,8 +57,9 @@
                     a deadline on every wait, the tp x dp x pp grid
        >>model      GPT-2 / LLaMA config, tensor table, the block (its tp all-reduces, or
                     sequence parallelism's all-gathers and reduce-scatters, on >>comm),
-                    generation (a KV cache, and paged KV blocks shared by sequences). pt_gpt_init/pt_gpt_free are declared here and
-                    defined in >>exec: building a model lays out the executor's state.
+                    generation (a KV cache, and paged KV blocks shared by sequences).
+                    pt_gpt_init/pt_gpt_free are declared here and defined in >>exec:
+                    building a model lays out the executor's state.
                     One call reaches forward, to >>exec: pt__ag_settle before reading
                     weights that ZeRO's overlapped parameter gathers may still write
        >>schedule   pipeline schedules as data, their checker, text grid, timelines

@@ -3916,6 +3916,76 @@ static void test_sim_cost_paths(void) {
     CHECK(r2.step_time > 1.5 * r1.step_time);
 }
 
+/* ZeRO 3 on ptrain's executor (exec PT_EXEC_PTRAIN), dp 2, one stage, m = 8:
+   its memory is the meta build's (the parameters' shards and two gathered
+   buckets, the gradients' shard and one bucket); with overlap off every
+   collective waits, so what the step waits for on dp, and what a slower
+   link adds, are exactly the executor's collectives a bucket at a time each
+   micro-batch: forward gathers every bucket in order and the tied head's
+   wte buckets again; backward gathers each once more but the two its
+   forward ended holding, and reduce-scatters each (wte's twice: the head's
+   part, then the embedding's). Overlap on (a link that costs the cores
+   nothing) hides some of it; pp > 1 is refused in the executor's words. */
+static void test_sim_zero3_ptrain(void) {
+    pt_hw hw, slow;
+    pt_plan_desc d;
+    pt_plan_result r1, r2, on;
+    pt_gpt m;
+    pt_gpt_desc gd;
+    pt_grid g;
+    pt__exec_layout o;
+    double want = 0.0, waits = 0.0, e = 4.0;
+    int b, ne = 0;
+    CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
+    hw.comm_cpu = 0.0;
+    slow = hw;
+    slow.intra_bw /= 3, slow.intra_lat *= 5;
+    memset(&d, 0, sizeof d);
+    d.model.config = cfg_make(32768, 0, 8, 16, 1024), d.model.seq = 512, d.model.batch = 1;
+    d.model.zero = 3;
+    d.tp = 1, d.pp = 1, d.gpus = 2, d.batch = 16, d.exec = PT_EXEC_PTRAIN; /* m = 8 */
+    d.overlap = PT_OVERLAP_OFF;
+    CHECK(pt_plan_simulate(&d, &hw, &r1, NULL) == PT_OK);
+    CHECK(pt_plan_simulate(&d, &slow, &r2, NULL) == PT_OK);
+    memset(&g, 0, sizeof g);
+    g.tp = 1, g.dp = 2, g.pp = 1;
+    gd = d.model;
+    gd.config.block_size = d.model.seq, gd.meta = 1, gd.grid = &g, gd.grad_accum = 8;
+    CHECK(pt_gpt_init(&m, &gd) == PT_OK);
+    if (g_fail) return;
+    o = pt__exec_layout_of(&m);
+    CHECK(r1.mem.params == (double)m.mem.params && r1.mem.grads == (double)m.mem.grads);
+    CHECK(m.mem.params == (o.shard_total + 2 * o.largest_bucket) * sizeof(float));
+    CHECK(m.mem.grads == (o.shard_total + o.largest_bucket) * sizeof(float));
+    while (ne < o.num_buckets && !o.buckets[ne].nl) ne++;
+    CHECK(ne == 3 && o.num_buckets == ne + 8 + 1); /* wte in runs of rows, layers, final norm */
+    for (b = 0; b < o.num_buckets; b++) {
+        double n = (double)o.buckets[b].numel * e;
+        int emb = b < ne, held = b == ne - 1 || b == ne - 2;
+        double gf = pt_hw_comm_seconds(&hw, PT_COLL_ALL_GATHER, n, 2, 8);
+        double gs = pt_hw_comm_seconds(&slow, PT_COLL_ALL_GATHER, n, 2, 8);
+        double rf = pt_hw_comm_seconds(&hw, PT_COLL_REDUCE_SCATTER, n, 2, 8);
+        double rs = pt_hw_comm_seconds(&slow, PT_COLL_REDUCE_SCATTER, n, 2, 8);
+        want += 8 * ((2 + emb - held) * (gs - gf) + (1 + emb) * (rs - rf));
+        waits += 8 * ((2 + emb - held) * gs + (1 + emb) * rs);
+    }
+    pt_gpt_free(&m);
+    if (!(want > 0 && fabs((r2.step_time - r1.step_time) / want - 1) < 1e-6))
+        FAIL("ZeRO 3 on ptrain's executor: a slower link adds %.9g s, expected its gathers' and "
+             "reduce-scatters' %.9g s", r2.step_time - r1.step_time, want);
+    if (!(fabs(r2.dp_comm_s / waits - 1) < 1e-6))
+        FAIL("ZeRO 3, overlap off: the step waits %.9g s on dp, expected every collective's "
+             "%.9g s", r2.dp_comm_s, waits);
+    d.overlap = PT_OVERLAP_ON;
+    CHECK(pt_plan_simulate(&d, &slow, &on, NULL) == PT_OK);
+    CHECK(on.step_time < r2.step_time && on.dp_comm_s < r2.dp_comm_s && on.dp_hidden_s > 0);
+    CHECK(on.step_time > r2.step_time - r2.dp_comm_s); /* (not faster than its compute) */
+    d.pp = 2, d.gpus = 4;
+    CHECK(pt_plan_simulate(&d, &slow, &on, NULL) == PT_ERR_CONFIG &&
+          strstr(pt_last_error(), "zero=3 with pipeline stages (pp=2) is not supported: its "
+                                  "gradients would be reduced once per micro-batch"));
+}
+
 /* Overlap in the simulator (pt_plan_desc.overlap), one stage, dp 2: with
    free links on and off take the same time; on a link whose transfers take
    about the compute's time, on is faster than off but not faster than the
@@ -5634,6 +5704,7 @@ static const test_case tests[] = {
     {"sim_mechanisms", test_sim_mechanisms},
     {"sim_recipe", test_sim_recipe},
     {"sim_cost_paths", test_sim_cost_paths},
+    {"sim_zero3_ptrain", test_sim_zero3_ptrain},
     {"sim_overlap", test_sim_overlap},
     {"sim_errors", test_sim_errors},
     {"plan_model_desc", test_plan_model_desc},

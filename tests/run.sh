@@ -388,13 +388,16 @@ sim_band() {
         return 77
     fi
     rm -f "$tmp/hw-local.txt"
-    build/sim_vs_real --pp 2 --schedule zb-h1 --hw-file "$tmp/hw-local.txt" >"$tmp/svr" 2>&1 ||
-        { cat "$tmp/svr"; return 1; }
-    cat "$tmp/svr"
-    sed -n 's/^1 of 1 within 20%; worst \([0-9]*\)% off$/\1/p; s/^0 of 1 within 20%; worst \([0-9]*\)% off$/\1/p' \
-        "$tmp/svr" | awk 'NR == 1 { ok = $1 <= 50 } END { exit !ok }'
+    for lay in "--pp 2 --schedule zb-h1" "--pp 1 --tp 2 --sp --micro 8" "--pp 1 --dp 2 --zero 3 --micro 4"; do
+        # shellcheck disable=SC2086
+        build/sim_vs_real $lay --hw-file "$tmp/hw-local.txt" >"$tmp/svr" 2>&1 ||
+            { cat "$tmp/svr"; return 1; }
+        cat "$tmp/svr"
+        sed -n 's/^1 of 1 within 20%; worst \([0-9]*\)% off$/\1/p; s/^0 of 1 within 20%; worst \([0-9]*\)% off$/\1/p' \
+            "$tmp/svr" | awk 'NR == 1 { ok = $1 <= 50 } END { exit !ok }' || return 1
+    done
 }
-step "example: sim_vs_real (zb-h1, 2 stages, measured and simulated within 50%)" sim_band
+step "example: sim_vs_real (zb-h1 on 2 stages, tp 2 --sp, dp 2 ZeRO 3: measured and simulated within 50%)" sim_band
 tail -n 1 "$tmp/out" | sed 's/^/      /'
 step "sim_vs_real --precision bf16: trained with bf16 GEMMs, simulated on a bf16 profile" \
     sh -c "build/sim_vs_real --precision bf16 --pp 2 --schedule zb-h1 --steps 2 \
@@ -406,6 +409,14 @@ fails "sim_vs_real: a profile measured at another precision" 2 \
     build/sim_vs_real --precision bf16 --hw-file "$tmp/hw32.txt"
 fails "sim_vs_real: batch not divisible" 2 "not divisible by dp x micro" \
     build/sim_vs_real --dp 3 --batch 8
+# whatever the load: the two layouts of today's recipe train and simulate (ZeRO 3 on
+# ptrain's executor, sequence parallelism), each printing its row
+step "sim_vs_real --dp 2 --zero 3 and --tp 2 --sp: trained and simulated, a row each" \
+    sh -c "build/sim_vs_real --pp 1 --dp 2 --zero 3 --micro 4 --layers 2 --embd 64 --seq 32 \
+        --steps 1 --hw-file $tmp/hw32.txt >$tmp/svz 2>&1 &&
+        grep -Eq '^ +1 +2 +1 +4 +1 +1f1b +none +3 +- ' $tmp/svz &&
+        build/sim_vs_real --pp 1 --tp 2 --sp --micro 8 --layers 2 --embd 64 --seq 32 --steps 1 \
+        --hw-file $tmp/hw32.txt >$tmp/svs 2>&1 && grep -Eq '^ +2 +1 +1 +8 +1 +1f1b +none +0 +sp ' $tmp/svs"
 step "quick start in ptrain.h equals examples/quickstart.c" sh tests/snippet_check.sh
 # README.md and docs/: every shell block marked (runnable, options-checked, not-checked), the
 # options, make targets and repository paths of every command, the links; then the runnable

@@ -942,10 +942,13 @@ typedef struct pt_gpt_desc {
                         build may give sizes and coordinates alone (world NULL) */
     int zero;        /* data parallelism: 0 averages whole gradients; ZeRO
                         stage 1 shards the AdamW state over the dp group, 2
-                        the gradients too, 3 the parameters too (without a
-                        pipeline and with a schedule that keeps B and W
-                        together; m->params is then this rank's shards, read
-                        whole through pt_gpt_gather) */
+                        the gradients too (without a pipeline), 3 the
+                        parameters too (with a schedule that keeps B and W
+                        together, not Chimera's; under pipeline stages the
+                        gradients accumulate whole and are reduce-scattered
+                        after the last micro-batch, as ZeRO 1's; m->params is
+                        then this rank's shards, read whole through
+                        pt_gpt_gather) */
     int grad_accum;  /* micro-batches per optimizer step, the m of the step's
                         schedule (0 means 1) */
     pt_schedule_kind schedule; /* the step's schedule over the pipeline stages
@@ -9697,10 +9700,13 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
         pt__append_error(&bad, "zero=%d needs training state (inference=1 given)", d->zero);
     if (g && !g->world && !d->meta)
         pt__append_error(&bad, "the grid has no communicators (only meta builds may)");
-    if (pl->pp > 1 && d->zero >= 2)
+    if (pl->pp > 1 && d->zero == 2)
         pt__append_error(&bad, "zero=%d with pipeline stages (pp=%d) is not supported: its "
-                         "gradients would be reduced once per micro-batch; use zero <= 1",
+                         "gradients would be reduced once per micro-batch; use zero <= 1 or 3",
                          d->zero, pl->pp);
+    if (pl->pp > 1 && d->zero == 3 && pl->schedule == PT_SCHED_CHIMERA)
+        pt__append_error(&bad, "zero=3 with schedule chimera is not supported: its replicas sum "
+                         "whole gradients before the dp reduction");
     if (d->zero == 3 && (pl->schedule == PT_SCHED_2BW || pt__sched_splits(pl->schedule)))
         pt__append_error(&bad, "zero=3 with schedule %s is not supported: %s", pt_schedule_kind_name(pl->schedule),
                          pl->schedule == PT_SCHED_2BW ? "its weight versions are whole copies of "
@@ -9895,6 +9901,14 @@ static pt__exec_layout pt__exec_layout_of(const pt_gpt *m) {
     return o;
 }
 
+/* Whether gradients are staged a bucket at a time and reduce-scattered as
+   backward finishes each (ZeRO 2; ZeRO 3 on one stage), or accumulated whole
+   over the micro-batches and reduced after the last (ZeRO 0, 1; ZeRO 3 under
+   pipeline stages, whose micro-batches interleave). */
+static int pt__grads_staged(const pt_gpt_place *pl) {
+    return pl->zero == 2 || (pl->zero == 3 && pl->pp == 1);
+}
+
 /* Parameters; then, for training, gradients and the AdamW moments:
    whole (zero 0), moments of this rank's shard only plus its averaged
    gradients (zero 1), and (zero 2) gradients of one bucket at a time;
@@ -9906,7 +9920,7 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
     int zero = m->place.zero;
     size_t P = m->num_params, moments, grads, params;
     moments = zero ? o.shard_total : P;
-    grads = (zero >= 2 ? o.largest_bucket : P) + (zero ? o.shard_total : 0) +
+    grads = (pt__grads_staged(&m->place) ? o.largest_bucket : P) + (zero ? o.shard_total : 0) +
             (zero == 2 ? o.largest_shard : 0);
     params = zero == 3 ? o.shard_total + 2 * o.largest_bucket : P;
     /* 2BW keeps a second version of the weights */
@@ -9925,7 +9939,8 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
     if (m->place.schedule == PT_SCHED_2BW) x->wv.wprev = PT__F(a, P);
     m->m = PT__F(a, moments);
     m->v = PT__F(a, moments);
-    m->grads = PT__F(a, zero >= 2 ? o.largest_bucket : P); /* zero 2, 3: the stage of one bucket */
+    m->grads = PT__F(a, pt__grads_staged(&m->place) ? o.largest_bucket : P); /* the stage of one
+                                                                                bucket */
     if (zero) x->coll.gshard = PT__F(a, o.shard_total);
     if (zero == 2) x->coll.rs_tmp = PT__F(a, o.largest_shard);
 }
@@ -10048,7 +10063,7 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
         pt__bind(m, m->params, 0, &m->wte, &m->wpe, &m->lnf_w, &m->lnf_b, &m->lm_head, m->layers);
     pt__bind(m, x->wv.wprev, 0, &x->wv.pv_wte, &x->wv.pv_wpe, &x->wv.pv_lnf_w, &x->wv.pv_lnf_b, &x->wv.pv_head,
              x->wv.pv_layers);
-    pt__bind(m, m->grads, m->place.zero >= 2, &x->coll.dwte, &x->coll.dwpe, &x->coll.dlnf_w, &x->coll.dlnf_b,
+    pt__bind(m, m->grads, pt__grads_staged(&m->place), &x->coll.dwte, &x->coll.dwpe, &x->coll.dlnf_w, &x->coll.dlnf_b,
              &x->coll.dhead,
              x->coll.layer_grads);
     return PT_OK;
@@ -10353,6 +10368,7 @@ static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int 
     pt_gpt_exec *x = m->exec;
     const pt_param *p = &m->table[x->tab_head >= 0 ? x->tab_head : x->tab_wte];
     int C = m->config.n_embd, Vl = m->place.vocab_local, b, r0, r1, z;
+    int staged = pt__grads_staged(&m->place); /* (else: into the whole gradients) */
     const float *rows;
     pt_status st = PT_OK;
     for (b = p->bucket; pt__z3_rows(m, p, b + 1, &z, &z); b++) {
@@ -10362,8 +10378,9 @@ static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int 
         if ((st = pt__z3_need(m, b, b > p->bucket ? b - 1 : nxt)) != PT_OK) return st;
         pt__mm(&m->ctx, 0, 0, N, C, r1 - r0, 1.0f, sl->logits + r0, Vl, rows, C, 1.0f,
                x->scratch.dln, C);
-        pt__mm(&m->ctx, 1, 0, r1 - r0, C, N, 1.0f, sl->logits + r0, Vl, sl->lnf, C, 1.0f, m->grads, C);
-        st = pt__zero2_bucket(m, b);
+        pt__mm(&m->ctx, 1, 0, r1 - r0, C, N, 1.0f, sl->logits + r0, Vl, sl->lnf, C, 1.0f,
+               m->grads + (staged ? 0 : x->coll.buckets[b].offset), C);
+        if (staged) st = pt__zero2_bucket(m, b);
     }
     return st;
 }
@@ -10381,7 +10398,7 @@ static pt_status pt__ov_layer(pt_gpt *m, int l, int ascending) {
     if (!k->nl) return PT_OK;                                     /* reduced after backward */
     if (l != (ascending ? k->lf + k->nl - 1 : k->lf)) return PT_OK; /* the others come later */
     x->coll.ov_t[b] = pt_time_now(), x->coll.ov_at[b] = x->act;
-    if (m->place.zero == 1)
+    if (m->place.zero == 1 || m->place.zero == 3)
         st = pt_comm_reduce_scatter_start(x->dp_comm, m->grads + k->offset,
                                           x->coll.gshard + k->shard_offset,
                                           k->numel / (size_t)m->place.dp, PT_REDUCE_AVG,
@@ -10408,7 +10425,7 @@ static pt_status pt__dp_sync_grads(pt_gpt *m) {
             if (!x->coll.ov_req[b].comm) continue; /* a poll found it done */
             st = pt_comm_wait(&x->coll.ov_req[b]);
             t = x->coll.ov_t[b], at = x->coll.ov_at[b];
-        } else if (m->place.zero == 1) {
+        } else if (m->place.zero == 1 || m->place.zero == 3) {
             st = pt__dp_reduce_scatter(m, m->grads + k->offset, x->coll.gshard + k->shard_offset,
                                        k->numel);
         } else if (m->place.zero == 0 && m->place.dp > 1) {
@@ -10469,7 +10486,7 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
     const pt_gpt_place *pl = &m->place;
     const pt_gpt_config *cfg = &m->config;
     int N = B * T, C = cfg->n_embd, l, first = x->pipe.chunk_lo[c], last = x->pipe.chunk_hi[c];
-    int zero2 = pl->zero >= 2, lnf_b = x->tab_lnf >= 0 ? m->table[x->tab_lnf].bucket : -1;
+    int zero2 = pt__grads_staged(pl), lnf_b = x->tab_lnf >= 0 ? m->table[x->tab_lnf].bucket : -1;
     pt_status st;
     if (c == x->pipe.head_chunk) { /* the logits become dlogits in place */
         pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, pl->vocab_local,
@@ -10574,7 +10591,7 @@ static void pt__swap_weights(pt_gpt *m) {
 static void pt__zero_grad(pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     memset(m->grads, 0,
-           (m->place.zero >= 2 ? pt__largest_bucket(m) : m->num_params) * sizeof(float));
+           (pt__grads_staged(&m->place) ? pt__largest_bucket(m) : m->num_params) * sizeof(float));
     if (x->coll.gshard) memset(x->coll.gshard, 0, x->coll.shard_total * sizeof(float));
     x->micro_done = 0;
 }
@@ -10689,7 +10706,7 @@ static pt_status pt__step_sync(pt_gpt *m, float loss_sum, int last) {
     if (x->tie_comm && x->tie_comm->size == 2 && x->coll.dwte && !m->config.untied_head &&
         pl->schedule != PT_SCHED_CHIMERA)
         st = pt_comm_all_reduce(x->tie_comm, x->coll.dwte, m->table[x->tab_wte].numel, PT_REDUCE_SUM);
-    if (st == PT_OK && pl->zero < 2) st = pt__dp_sync_grads(m);
+    if (st == PT_OK && !pt__grads_staged(pl)) st = pt__dp_sync_grads(m);
     if (st == PT_OK && pl->zero && pl->schedule == PT_SCHED_CHIMERA) /* 1/dp of REDUCE's bytes */
         st = pt_comm_all_reduce(x->tie_comm, x->coll.gshard, x->coll.shard_total, PT_REDUCE_SUM);
     if (!last) return st; /* 2BW's updates inside the step: the loss comes at its end */
@@ -10853,7 +10870,8 @@ static pt_status pt__step_begin(pt_gpt *m, const pt_step_desc *d, size_t N, size
        at each of its updates: no overlap) */
     x->coll.ag_on = d->overlap != PT_OVERLAP_OFF && pl->dp > 1 && pl->schedule != PT_SCHED_CHIMERA &&
                !tbw;
-    x->coll.ov_on = x->coll.ag_on && pl->zero < 2; /* (ZeRO 2 reduces inside backward either way) */
+    x->coll.ov_on = x->coll.ag_on && !pt__grads_staged(pl); /* (ZeRO 2 reduces inside backward
+                                                                either way) */
     /* the last update's gathers under way: kept for this forward, or all now */
     x->coll.poll_st = PT_OK;
     if (!x->coll.ag_on && (st = pt__ag_settle(m)) != PT_OK) return st;
@@ -11039,7 +11057,7 @@ static pt_status pt__gpt_backward(pt_gpt *m) {
     st = pt__chunk_backward(m, &x->pipe.slots[0], 0, x->cur_B, x->cur_T,
                             1.0f / ((float)x->cur_B * x->cur_T * accum), 0);
     if (st != PT_OK) return st;
-    if (++x->micro_done == accum && m->place.zero < 2) return pt__dp_sync_grads(m);
+    if (++x->micro_done == accum && !pt__grads_staged(&m->place)) return pt__dp_sync_grads(m);
     return PT_OK;
 }
 
@@ -12280,9 +12298,10 @@ static pt_status pt__plan_check(pt__sim *S, pt_plan_desc *D, const pt_hw *hw) {
         pt__append_error(&bad, "bucket_bytes=%zu without data parallelism (gpus=%d = tp x pp): "
                          "there are no gradient buckets to reduce", md->bucket_bytes, D->gpus);
     if (md->zero == 3 && D->pp > 1 && (D->exec ? D->exec : hw->exec) == PT_EXEC_PTRAIN)
-        pt__append_error(&bad, "zero=%d with pipeline stages (pp=%d) is not supported: its "
-                         "gradients would be reduced once per micro-batch; use zero <= 1",
-                         md->zero, D->pp); /* (the executor's pt_gpt_init says the same) */
+        pt__append_error(&bad, "zero=3 with pipeline stages (pp=%d) is not simulated for "
+                         "ptrain's executor (it runs ZeRO 3 on one stage, as simulated, and under "
+                         "stages with whole gradients reduced after the last micro-batch); use "
+                         "pp=1", D->pp);
     else if (md->zero == 3 && D->pp > 1)
         pt__append_error(&bad, "zero=3 with pipeline stages (pp=%d): ZeRO 3 shards the layers "
                          "over data parallelism instead; use pp=1", D->pp);

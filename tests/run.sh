@@ -264,8 +264,19 @@ fails "fixture_check: tp not dividing n_head" 2 "tensor_parallel=3 does not divi
     build/fixture_check tests/fixtures/gpt2_heads8.safetensors --tp 3
 fails "fixture_check: dp not dividing the batch" 2 "data_parallel=3 does not divide the fixture's batch B=4" \
     build/fixture_check tests/fixtures/gpt2_heads8.safetensors --dp 3
-fails "fixture_check: ZeRO 3 with a pipeline is refused" 2 "zero=3 with pipeline stages (pp=2)" \
-    build/fixture_check tests/fixtures/gpt2_heads8.safetensors --pp 2 --dp 2 --zero 3
+# ZeRO 3 under pipeline stages: the parameters gathered a bucket at a time before each
+# micro-batch's forward and backward, the gradients accumulated whole and reduce-scattered
+# per bucket after the step's last micro-batch (as ZeRO 1's)
+for sch in gpipe 1f1b; do
+    step "fixture_check: --pp 2 --dp 2 --zero 3, $sch, 2 micro-batches (GPT-2 and LLaMA)" \
+        sh -c "build/fixture_check tests/fixtures/gpt2_heads8.safetensors --pp 2 --dp 2 --zero 3 \
+            --schedule $sch --microbatches 2 && build/fixture_check \
+            tests/fixtures/llama/llama3_scaled.safetensors --pp 2 --dp 2 --zero 3 --schedule $sch"
+done
+fails "fixture_check: ZeRO 3 with Chimera is refused, the reason named" 2 \
+    "zero=3 with schedule chimera is not supported: its replicas sum whole gradients" \
+    build/fixture_check tests/fixtures/gpt2_layers4.safetensors --pp 2 --dp 2 --zero 3 \
+    --schedule chimera --microbatches 2
 fails "fixture_check: ZeRO 3 with a split backward is refused, the reason named" 2 \
     "zero=3 with schedule zb-h1 is not supported: its W runs apart from B" \
     build/fixture_check tests/fixtures/gpt2_heads8.safetensors --dp 2 --zero 3 --schedule zb-h1

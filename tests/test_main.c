@@ -3925,7 +3925,7 @@ static void test_sim_cost_paths(void) {
    wte buckets again; backward gathers each once more but the two its
    forward ended holding, and reduce-scatters each (wte's twice: the head's
    part, then the embedding's). Overlap on (a link that costs the cores
-   nothing) hides some of it; pp > 1 is refused in the executor's words. */
+   nothing) hides some of it; pp > 1 is refused, named. */
 static void test_sim_zero3_ptrain(void) {
     pt_hw hw, slow;
     pt_plan_desc d;
@@ -3982,8 +3982,8 @@ static void test_sim_zero3_ptrain(void) {
     CHECK(on.step_time > r2.step_time - r2.dp_comm_s); /* (not faster than its compute) */
     d.pp = 2, d.gpus = 4;
     CHECK(pt_plan_simulate(&d, &slow, &on, NULL) == PT_ERR_CONFIG &&
-          strstr(pt_last_error(), "zero=3 with pipeline stages (pp=2) is not supported: its "
-                                  "gradients would be reduced once per micro-batch"));
+          strstr(pt_last_error(), "zero=3 with pipeline stages (pp=2) is not simulated for "
+                                  "ptrain's executor"));
 }
 
 /* The simulator's ZeRO 3 (ptrain's executor) moves the bytes the executor

@@ -998,10 +998,13 @@ typedef struct pt_gpt_desc {
                         build may give sizes and coordinates alone (world NULL) */
     int zero;        /* data parallelism: 0 averages whole gradients; ZeRO
                         stage 1 shards the AdamW state over the dp group, 2
-                        the gradients too, 3 the parameters too (without a
-                        pipeline and with a schedule that keeps B and W
-                        together; m->params is then this rank's shards, read
-                        whole through pt_gpt_gather) */
+                        the gradients too (without a pipeline), 3 the
+                        parameters too (with a schedule that keeps B and W
+                        together, not Chimera's; under pipeline stages the
+                        gradients accumulate whole and are reduce-scattered
+                        after the last micro-batch, as ZeRO 1's; m->params is
+                        then this rank's shards, read whole through
+                        pt_gpt_gather) */
     int grad_accum;  /* micro-batches per optimizer step, the m of the step's
                         schedule (0 means 1) */
     pt_schedule_kind schedule; /* the step's schedule over the pipeline stages
@@ -1583,9 +1586,9 @@ typedef struct pt_plan_desc {
                                          block_size is taken as seq
                                batch     the micro-batch: sequences a pipeline pass
                                seq       the sequence length
-                               zero      0..3: the plan also takes 3 (the weights
-                                         sharded too, gathered layer by layer), which
-                                         the executor does not
+                               zero      0..3 (3: the weights sharded too, gathered
+                                         a bucket at a time; with pp = 1, as the
+                                         executor runs it)
                                schedule  0: 1F1B as Megatron-LM, or interleaved when
                                          chunks > 1
                                chunks    interleaved pipeline: chunks of layers per
@@ -10119,10 +10122,13 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
         pt__append_error(&bad, "zero=%d needs training state (inference=1 given)", d->zero);
     if (g && !g->world && !d->meta)
         pt__append_error(&bad, "the grid has no communicators (only meta builds may)");
-    if (pl->pp > 1 && d->zero >= 2)
+    if (pl->pp > 1 && d->zero == 2)
         pt__append_error(&bad, "zero=%d with pipeline stages (pp=%d) is not supported: its "
-                         "gradients would be reduced once per micro-batch; use zero <= 1",
+                         "gradients would be reduced once per micro-batch; use zero <= 1 or 3",
                          d->zero, pl->pp);
+    if (pl->pp > 1 && d->zero == 3 && pl->schedule == PT_SCHED_CHIMERA)
+        pt__append_error(&bad, "zero=3 with schedule chimera is not supported: its replicas sum "
+                         "whole gradients before the dp reduction");
     if (d->zero == 3 && (pl->schedule == PT_SCHED_2BW || pt__sched_splits(pl->schedule)))
         pt__append_error(&bad, "zero=3 with schedule %s is not supported: %s", pt_schedule_kind_name(pl->schedule),
                          pl->schedule == PT_SCHED_2BW ? "its weight versions are whole copies of "
@@ -10317,6 +10323,14 @@ static pt__exec_layout pt__exec_layout_of(const pt_gpt *m) {
     return o;
 }
 
+/* Whether gradients are staged a bucket at a time and reduce-scattered as
+   backward finishes each (ZeRO 2; ZeRO 3 on one stage), or accumulated whole
+   over the micro-batches and reduced after the last (ZeRO 0, 1; ZeRO 3 under
+   pipeline stages, whose micro-batches interleave). */
+static int pt__grads_staged(const pt_gpt_place *pl) {
+    return pl->zero == 2 || (pl->zero == 3 && pl->pp == 1);
+}
+
 /* Parameters; then, for training, gradients and the AdamW moments:
    whole (zero 0), moments of this rank's shard only plus its averaged
    gradients (zero 1), and (zero 2) gradients of one bucket at a time;
@@ -10328,7 +10342,7 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
     int zero = m->place.zero;
     size_t P = m->num_params, moments, grads, params;
     moments = zero ? o.shard_total : P;
-    grads = (zero >= 2 ? o.largest_bucket : P) + (zero ? o.shard_total : 0) +
+    grads = (pt__grads_staged(&m->place) ? o.largest_bucket : P) + (zero ? o.shard_total : 0) +
             (zero == 2 ? o.largest_shard : 0);
     params = zero == 3 ? o.shard_total + 2 * o.largest_bucket : P;
     /* 2BW keeps a second version of the weights */
@@ -10347,7 +10361,8 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
     if (m->place.schedule == PT_SCHED_2BW) x->wv.wprev = PT__F(a, P);
     m->m = PT__F(a, moments);
     m->v = PT__F(a, moments);
-    m->grads = PT__F(a, zero >= 2 ? o.largest_bucket : P); /* zero 2, 3: the stage of one bucket */
+    m->grads = PT__F(a, pt__grads_staged(&m->place) ? o.largest_bucket : P); /* the stage of one
+                                                                                bucket */
     if (zero) x->coll.gshard = PT__F(a, o.shard_total);
     if (zero == 2) x->coll.rs_tmp = PT__F(a, o.largest_shard);
 }
@@ -10470,7 +10485,7 @@ PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {
         pt__bind(m, m->params, 0, &m->wte, &m->wpe, &m->lnf_w, &m->lnf_b, &m->lm_head, m->layers);
     pt__bind(m, x->wv.wprev, 0, &x->wv.pv_wte, &x->wv.pv_wpe, &x->wv.pv_lnf_w, &x->wv.pv_lnf_b, &x->wv.pv_head,
              x->wv.pv_layers);
-    pt__bind(m, m->grads, m->place.zero >= 2, &x->coll.dwte, &x->coll.dwpe, &x->coll.dlnf_w, &x->coll.dlnf_b,
+    pt__bind(m, m->grads, pt__grads_staged(&m->place), &x->coll.dwte, &x->coll.dwpe, &x->coll.dlnf_w, &x->coll.dlnf_b,
              &x->coll.dhead,
              x->coll.layer_grads);
     return PT_OK;
@@ -10775,6 +10790,7 @@ static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int 
     pt_gpt_exec *x = m->exec;
     const pt_param *p = &m->table[x->tab_head >= 0 ? x->tab_head : x->tab_wte];
     int C = m->config.n_embd, Vl = m->place.vocab_local, b, r0, r1, z;
+    int staged = pt__grads_staged(&m->place); /* (else: into the whole gradients) */
     const float *rows;
     pt_status st = PT_OK;
     for (b = p->bucket; pt__z3_rows(m, p, b + 1, &z, &z); b++) {
@@ -10784,8 +10800,9 @@ static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int 
         if ((st = pt__z3_need(m, b, b > p->bucket ? b - 1 : nxt)) != PT_OK) return st;
         pt__mm(&m->ctx, 0, 0, N, C, r1 - r0, 1.0f, sl->logits + r0, Vl, rows, C, 1.0f,
                x->scratch.dln, C);
-        pt__mm(&m->ctx, 1, 0, r1 - r0, C, N, 1.0f, sl->logits + r0, Vl, sl->lnf, C, 1.0f, m->grads, C);
-        st = pt__zero2_bucket(m, b);
+        pt__mm(&m->ctx, 1, 0, r1 - r0, C, N, 1.0f, sl->logits + r0, Vl, sl->lnf, C, 1.0f,
+               m->grads + (staged ? 0 : x->coll.buckets[b].offset), C);
+        if (staged) st = pt__zero2_bucket(m, b);
     }
     return st;
 }
@@ -10803,7 +10820,7 @@ static pt_status pt__ov_layer(pt_gpt *m, int l, int ascending) {
     if (!k->nl) return PT_OK;                                     /* reduced after backward */
     if (l != (ascending ? k->lf + k->nl - 1 : k->lf)) return PT_OK; /* the others come later */
     x->coll.ov_t[b] = pt_time_now(), x->coll.ov_at[b] = x->act;
-    if (m->place.zero == 1)
+    if (m->place.zero == 1 || m->place.zero == 3)
         st = pt_comm_reduce_scatter_start(x->dp_comm, m->grads + k->offset,
                                           x->coll.gshard + k->shard_offset,
                                           k->numel / (size_t)m->place.dp, PT_REDUCE_AVG,
@@ -10830,7 +10847,7 @@ static pt_status pt__dp_sync_grads(pt_gpt *m) {
             if (!x->coll.ov_req[b].comm) continue; /* a poll found it done */
             st = pt_comm_wait(&x->coll.ov_req[b]);
             t = x->coll.ov_t[b], at = x->coll.ov_at[b];
-        } else if (m->place.zero == 1) {
+        } else if (m->place.zero == 1 || m->place.zero == 3) {
             st = pt__dp_reduce_scatter(m, m->grads + k->offset, x->coll.gshard + k->shard_offset,
                                        k->numel);
         } else if (m->place.zero == 0 && m->place.dp > 1) {
@@ -10891,7 +10908,7 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
     const pt_gpt_place *pl = &m->place;
     const pt_gpt_config *cfg = &m->config;
     int N = B * T, C = cfg->n_embd, l, first = x->pipe.chunk_lo[c], last = x->pipe.chunk_hi[c];
-    int zero2 = pl->zero >= 2, lnf_b = x->tab_lnf >= 0 ? m->table[x->tab_lnf].bucket : -1;
+    int zero2 = pt__grads_staged(pl), lnf_b = x->tab_lnf >= 0 ? m->table[x->tab_lnf].bucket : -1;
     pt_status st;
     if (c == x->pipe.head_chunk) { /* the logits become dlogits in place */
         pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, pl->vocab_local,
@@ -10996,7 +11013,7 @@ static void pt__swap_weights(pt_gpt *m) {
 static void pt__zero_grad(pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     memset(m->grads, 0,
-           (m->place.zero >= 2 ? pt__largest_bucket(m) : m->num_params) * sizeof(float));
+           (pt__grads_staged(&m->place) ? pt__largest_bucket(m) : m->num_params) * sizeof(float));
     if (x->coll.gshard) memset(x->coll.gshard, 0, x->coll.shard_total * sizeof(float));
     x->micro_done = 0;
 }
@@ -11111,7 +11128,7 @@ static pt_status pt__step_sync(pt_gpt *m, float loss_sum, int last) {
     if (x->tie_comm && x->tie_comm->size == 2 && x->coll.dwte && !m->config.untied_head &&
         pl->schedule != PT_SCHED_CHIMERA)
         st = pt_comm_all_reduce(x->tie_comm, x->coll.dwte, m->table[x->tab_wte].numel, PT_REDUCE_SUM);
-    if (st == PT_OK && pl->zero < 2) st = pt__dp_sync_grads(m);
+    if (st == PT_OK && !pt__grads_staged(pl)) st = pt__dp_sync_grads(m);
     if (st == PT_OK && pl->zero && pl->schedule == PT_SCHED_CHIMERA) /* 1/dp of REDUCE's bytes */
         st = pt_comm_all_reduce(x->tie_comm, x->coll.gshard, x->coll.shard_total, PT_REDUCE_SUM);
     if (!last) return st; /* 2BW's updates inside the step: the loss comes at its end */
@@ -11275,7 +11292,8 @@ static pt_status pt__step_begin(pt_gpt *m, const pt_step_desc *d, size_t N, size
        at each of its updates: no overlap) */
     x->coll.ag_on = d->overlap != PT_OVERLAP_OFF && pl->dp > 1 && pl->schedule != PT_SCHED_CHIMERA &&
                !tbw;
-    x->coll.ov_on = x->coll.ag_on && pl->zero < 2; /* (ZeRO 2 reduces inside backward either way) */
+    x->coll.ov_on = x->coll.ag_on && !pt__grads_staged(pl); /* (ZeRO 2 reduces inside backward
+                                                                either way) */
     /* the last update's gathers under way: kept for this forward, or all now */
     x->coll.poll_st = PT_OK;
     if (!x->coll.ag_on && (st = pt__ag_settle(m)) != PT_OK) return st;
@@ -11461,7 +11479,7 @@ static pt_status pt__gpt_backward(pt_gpt *m) {
     st = pt__chunk_backward(m, &x->pipe.slots[0], 0, x->cur_B, x->cur_T,
                             1.0f / ((float)x->cur_B * x->cur_T * accum), 0);
     if (st != PT_OK) return st;
-    if (++x->micro_done == accum && m->place.zero < 2) return pt__dp_sync_grads(m);
+    if (++x->micro_done == accum && !pt__grads_staged(&m->place)) return pt__dp_sync_grads(m);
     return PT_OK;
 }
 
@@ -12240,7 +12258,13 @@ typedef struct pt__sim {
     double p2p_s, p2p_bytes;
     double *opt_s, *dp_s;   /* (p) the OPT action: gradient sync + optimizer */
     double *pair_s;         /* (p) Chimera's REDUCE: the gradients summed with stage p-1-s */
-    double *zero3_s;        /* (p) ZeRO 3: gathering one chunk's layers */
+    double *zero3_s;        /* (p) ZeRO 3 on a GPU profile: gathering one layer */
+    int z3, z3_ov;          /* ZeRO 3 on ptrain's executor with a dp group: its F and B run
+                               bucket by bucket (pt__sim_z3_pass); the next gather started
+                               behind each bucket's compute (the executor's overlap) */
+    int *z3_held;           /* (p * 4) the buckets in the two gathered halves as B begins
+                               [0, 2), and as an F after a B begins [2, 4) */
+    double *z3_x, *z3_h;    /* (p) ZeRO 3's dp time waited for, and run behind compute */
     double *busy, *flops, *hwflops, *tp_s, *pp_s; /* (p) */
     pt_plan_stage *stage;   /* (p) the result's */
     const double *scale;    /* (PT_ACT_COUNT) or NULL: each action kind's time times this
@@ -12403,6 +12427,112 @@ static double pt__sim_beside(const pt__sim *S, double c, double z) {
     return c <= left ? z : z + (c - left);
 }
 
+/* ZeRO 3 on ptrain's executor: one rank's clock through F or B, its dp
+   link, the bucket gathered in each half of the work buffer (pt__z3_need,
+   pt__zero2_bucket), what the compute waited for and the bytes moved. */
+typedef struct pt__z3_clock {
+    double t, link, pend[2]; /* the compute; the link free from; a started gather's end */
+    double wait, busy, bytes; /* the compute held up; the link's seconds; bytes through it */
+    int held[2];
+} pt__z3_clock;
+
+/* Waits for the gather started into half h, if any. */
+static void pt__z3_sim_wait(pt__z3_clock *z, int h) {
+    if (z->pend[h] > z->t) z->wait += z->pend[h] - z->t, z->t = z->pend[h];
+    z->pend[h] = -1.0;
+}
+
+/* A collective of s seconds (v bytes a rank) on the link after what it
+   holds: started behind the compute (into half h's pend), or waited for. */
+static double pt__z3_sim_coll(pt__z3_clock *z, double s, double v, int behind) {
+    double at = z->t > z->link ? z->t : z->link;
+    z->link = at + s, z->busy += s, z->bytes += v;
+    if (!behind) z->wait += z->link - z->t, z->t = z->link;
+    return z->link;
+}
+
+/* pt__z3_need(b, nxt) as the executor runs it: b gathered now unless its
+   half holds it; with overlap, nxt's gather started into the other half,
+   the cores paying its bytes (pt_hw.comm_cpu: thread ranks, all of it). */
+static void pt__z3_sim_need(const pt__sim *S, const pt__sim_bucket *bk, pt__z3_clock *z, int b,
+                            int nxt) {
+    int h = b & 1, g = nxt & 1;
+    if (b < 0) return;
+    pt__z3_sim_wait(z, h);
+    if (z->held[h] != b) pt__z3_sim_coll(z, bk[b].gat_s, bk[b].gat_v, 0), z->held[h] = b;
+    if (!S->z3_ov || nxt < 0 || g == h || z->held[g] == nxt) return;
+    pt__z3_sim_wait(z, g);
+    z->pend[g] = pt__z3_sim_coll(z, bk[nxt].gat_s, bk[nxt].gat_v, 1), z->held[g] = nxt;
+    z->t += S->hw->comm_cpu * bk[nxt].gat_v, z->wait += S->hw->comm_cpu * bk[nxt].gat_v;
+}
+
+/* pt__zero2_bucket(b): b's half let go of (its gather done), b's gradients
+   reduce-scattered into the shard, waited for. */
+static void pt__z3_sim_reduce(const pt__sim_bucket *bk, pt__z3_clock *z, int b) {
+    pt__z3_sim_wait(z, b & 1);
+    z->held[b & 1] = -1;
+    pt__z3_sim_coll(z, bk[b].red_s, bk[b].red_v, 0);
+}
+
+/* F (kind) or B of ptrain's ZeRO 3 on stage st (pp = 1: the whole model)
+   in the executor's order of buckets: forward the embedding's (ne, before
+   the first layer), each layer's, the final norm's, the head's (nh after
+   the norm; tied: the embedding's again), each needed with the next
+   prefetched; backward the head's from the last, the norm's, the layers'
+   descending, each reduce-scattered after its compute, then the
+   embedding's reduced (its backward reads no weights). pre, per, post: the
+   compute (pt__sim_parts), the embedding's and head's split evenly over
+   their buckets. held: the halves' buckets as it begins, then as it ends. */
+static pt__z3_clock pt__sim_z3_pass(const pt__sim *S, int st, int kind, double pre, double per,
+                                    double post, int held[2]) {
+    const pt__sim_bucket *bk = S->bk[st];
+    const int *lb = S->lbk[st];
+    int v = S->d->model.chunks, nb = S->nbk[st], nl = S->chi[st * v] - S->clo[st * v], ne = 0;
+    int lnf, h0, nh, i, l;
+    double emb = kind == PT_ACT_F ? pre : post, head = kind == PT_ACT_F ? post : pre;
+    pt__z3_clock z;
+    memset(&z, 0, sizeof z);
+    z.pend[0] = z.pend[1] = -1.0, z.held[0] = held[0], z.held[1] = held[1];
+    while (ne < nb && bk[ne].lf < 0) ne++;
+    lnf = nl > 0 ? lb[nl - 1] + 1 : ne;
+    h0 = lnf + 1 < nb ? lnf + 1 : 0, nh = lnf + 1 < nb ? nb - lnf - 1 : ne;
+    if (lnf >= nb || ne == 0) return z; /* (not a layout the executor builds) */
+    if (kind == PT_ACT_F) {
+        for (i = 0; i < ne; i++) {
+            pt__z3_sim_need(S, bk, &z, i, i + 1 < ne ? i + 1 : nl > 0 ? lb[0] : lnf);
+            z.t += emb / ne;
+        }
+        for (l = 0; l < nl; l++) {
+            pt__z3_sim_need(S, bk, &z, lb[l], l + 1 < nl ? lb[l + 1] : lnf);
+            z.t += per;
+        }
+        pt__z3_sim_need(S, bk, &z, lnf, h0);
+        for (i = 0; i < nh; i++) {
+            pt__z3_sim_need(S, bk, &z, h0 + i, i + 1 < nh ? h0 + i + 1 : -1);
+            z.t += head / nh;
+        }
+    } else {
+        for (i = nh - 1; i >= 0; i--) {
+            pt__z3_sim_need(S, bk, &z, h0 + i, i > 0 ? h0 + i - 1 : lnf);
+            z.t += head / nh;
+            pt__z3_sim_reduce(bk, &z, h0 + i);
+        }
+        pt__z3_sim_need(S, bk, &z, lnf, nl > 0 ? lb[nl - 1] : -1);
+        pt__z3_sim_reduce(bk, &z, lnf);
+        for (l = nl - 1; l >= 0; l--) {
+            pt__z3_sim_need(S, bk, &z, lb[l], l > 0 ? lb[l - 1] : -1);
+            z.t += per;
+            pt__z3_sim_reduce(bk, &z, lb[l]);
+        }
+        for (i = 0; i < ne; i++) {
+            z.t += emb / ne;
+            pt__z3_sim_reduce(bk, &z, i);
+        }
+    }
+    held[0] = z.held[0], held[1] = z.held[1];
+    return z;
+}
+
 /* Seconds of one action on stage st; with stats, also its FLOPs and time. */
 static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) {
     const pt__layer_cost *L = &S->layer;
@@ -12454,6 +12584,18 @@ static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) 
         break;
     default:
         break;
+    }
+    if (S->z3 && (a->kind == PT_ACT_F || a->kind == PT_ACT_B)) { /* its buckets as run */
+        int *h = S->z3_held + st * 4, held[2] = {-1, -1};
+        pt__z3_clock z;
+        if (a->kind == PT_ACT_B) held[0] = h[0], held[1] = h[1];
+        else if (a->micro != S->first_f[st * v + a->chunk]) held[0] = h[2], held[1] = h[3];
+        z = pt__sim_z3_pass(S, st, a->kind, pre, per, post, held);
+        t = z.t;
+        if (stats) {
+            S->z3_x[st] += z.wait, S->z3_h[st] += z.busy > z.wait ? z.busy - z.wait : 0.0;
+            S->stage[st].dp_bytes += z.bytes;
+        }
     }
     if (S->overlap && (a->kind == PT_ACT_F || a->kind == PT_ACT_B || a->kind == PT_ACT_W)) {
         double w = a->kind == PT_ACT_F && a->micro == S->first_f[st * v + a->chunk]
@@ -12577,7 +12719,12 @@ static pt_status pt__plan_check(pt__sim *S, pt_plan_desc *D, const pt_hw *hw) {
     if (md->bucket_bytes && !bad && S->dpw == 1)
         pt__append_error(&bad, "bucket_bytes=%zu without data parallelism (gpus=%d = tp x pp): "
                          "there are no gradient buckets to reduce", md->bucket_bytes, D->gpus);
-    if (md->zero == 3 && D->pp > 1)
+    if (md->zero == 3 && D->pp > 1 && (D->exec ? D->exec : hw->exec) == PT_EXEC_PTRAIN)
+        pt__append_error(&bad, "zero=3 with pipeline stages (pp=%d) is not simulated for "
+                         "ptrain's executor (it runs ZeRO 3 on one stage, as simulated, and under "
+                         "stages with whole gradients reduced after the last micro-batch); use "
+                         "pp=1", D->pp);
+    else if (md->zero == 3 && D->pp > 1)
         pt__append_error(&bad, "zero=3 with pipeline stages (pp=%d): ZeRO 3 shards the layers "
                          "over data parallelism instead; use pp=1", D->pp);
     if (D->pp > 64) pt__append_error(&bad, "pp=%d > 64 stages", D->pp);
@@ -12585,9 +12732,6 @@ static pt_status pt__plan_check(pt__sim *S, pt_plan_desc *D, const pt_hw *hw) {
         pt__append_error(&bad, "%d micro-batches x %d virtual stages is more than 2^20 to "
                          "simulate (use a larger micro-batch)", D->batch / (md->batch * S->dp),
                          D->pp * md->chunks);
-    if (md->zero == 3 && (D->exec ? D->exec : hw->exec) == PT_EXEC_PTRAIN)
-        pt__append_error(&bad, "zero=3: ptrain's executor shards up to ZeRO 2 (simulate ZeRO 3 "
-                         "on a GPU profile)");
     if (hw->cores > 0 && D->gpus > hw->per_node)
         pt__append_error(&bad, "gpus=%d > %d ranks of the profile's one machine", D->gpus,
                          hw->per_node);
@@ -12621,7 +12765,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     gd.config.block_size = D->seq;
     gd.meta = 1, gd.inference = 0, gd.grid = &g;
     gd.sequence_parallel = S->sp;
-    gd.zero = D->zero > 2 ? 2 : D->zero; /* ZeRO 3's shards are ZeRO 2's */
+    gd.zero = D->zero; /* (ZeRO 3: the executor's buckets, its shards and two gathered halves) */
     if (D->zero == 2 && p > 1) gd.zero = 1; /* FSDP under a pipeline (Llama 3): ZeRO 1's
                                                shards, the gradients sharded too (memory) */
     gd.grad_accum = S->m;
@@ -12660,7 +12804,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
        copies summed (first and last stage), the optimizer on this rank's part.
        ptrain's executor, and any overlap, go bucket by bucket (the meta
        build's); Megatron-LM reduced its one gradient buffer whole (one bucket). */
-    if (S->dpw > 1 && D->zero < 3) {
+    if (S->dpw > 1 && (D->zero < 3 || S->z3)) {
         int whole = !S->ptrain && !S->overlap, b, lf, n;
         S->nbk[st] = whole ? 1 : o.num_buckets;
         S->bk[st] = (pt__sim_bucket *)pt__malloc(sizeof(pt__sim_bucket) * (size_t)S->nbk[st], NULL);
@@ -12685,10 +12829,17 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
             if (!whole && o.buckets[b].nl)
                 for (k->lf = lf = o.buckets[b].lf, k->n = n = o.buckets[b].nl; n > 0; n--)
                     S->lbk[st][lf + n - 1] = b;
-            S->dp_s[st] += k->red_s + k->gat_s;
+            if (!S->z3) S->dp_s[st] += k->red_s + k->gat_s; /* (ZeRO 3: inside F and B) */
         }
         for (c = 0; c < D->chunks; c++)
             S->clo[st * D->chunks + c] = o.chunk_lo[c], S->chi[st * D->chunks + c] = o.chunk_hi[c];
+        if (S->z3) { /* the halves held after an F (as B begins) and after a B */
+            int *h = S->z3_held + st * 4;
+            h[0] = h[1] = -1;
+            pt__sim_z3_pass(S, st, PT_ACT_F, 0.0, 0.0, 0.0, h);
+            h[2] = h[0], h[3] = h[1];
+            pt__sim_z3_pass(S, st, PT_ACT_B, 0.0, 0.0, 0.0, h + 2);
+        }
     }
     if (p > 1 && m.place.has_embed != m.place.has_head) /* ZB-V: both on stage 0, one copy */
         S->opt_x[st] += pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, Vl * h * e, 2,
@@ -12710,7 +12861,12 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
                        S->share + hw->kernel_s * 4;
     S->opt_s[st] = S->dp_s[st] + S->opt_c[st];
     S->dp_x[st] = S->dp_s[st];
-    /* ZeRO 3: a layer's weights gathered over dp before each use */
+    /* ZeRO 3 on a GPU profile (DeepSpeed in Megatron-LM 2021's Table 2): a layer's weights
+       gathered over dp before each use, beside its compute (NCCL's kernels on the SMs:
+       comm_sm), B's reduce-scatter as one more gather. ptrain's executor runs its buckets
+       one after another on the rank's cores and waits for each reduce-scatter, which
+       pt__sim_z3_pass follows event by event; DeepSpeed's streams run gathers, reductions
+       and compute at once, which that order does not describe (its rows fit this form) */
     { /* a layer's parameters on one tensor rank: matrices split, vectors whole
          (GPT-2: 12 h^2 / t + 13 h) */
         pt__spec sp;
@@ -12719,7 +12875,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
         for (k = 0; pt__canon_spec(&gd.config, k, &sp, NULL, 0); k++)
             if (sp.layer == 0) layer_p += sp.cols ? (double)sp.rows * sp.cols / t : (double)sp.rows;
     }
-    S->zero3_s[st] = D->zero == 3 && S->dpw > 1
+    S->zero3_s[st] = D->zero == 3 && S->dpw > 1 && !S->ptrain
                          ? pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, layer_p * e, S->dpw, dpn)
                          : 0.0;
     pt_gpt_free(&m);
@@ -12895,7 +13051,7 @@ static pt_status pt__plan_timeline(pt__sim *S, const pt_schedule *sch, pt_plan_r
                 at += dur - S->opt_c[st], dur = S->opt_c[st];
             if (dur > 0) err = pt_trace_add(trace, st, a->kind, a->micro, a->chunk, k, at, dur);
         }
-        if (trace && err == PT_OK && S->dpw > 1) {
+        if (trace && err == PT_OK && S->dpw > 1 && !S->z3) { /* (ZeRO 3's: inside F and B) */
             if (S->overlap && S->nbk[st]) pt__sim_overlap(S, sch, st, start + i, trace);
             else pt__sim_dp_trace(S, st, sch->count[st] - 1, start[i + sch->count[st] - 1], trace);
         }
@@ -12924,10 +13080,12 @@ static void pt__plan_summary(const pt__sim *S, double span, pt_plan_result *r) {
     r->bubble_fraction = span > 0 ? 1.0 - busy / (p * span) : 0.0;
     /* dp communication: the dp reduction, and Chimera's replica all-reduce */
     r->tp_comm_s = S->tp_s[w], r->pp_comm_s = S->pp_s[w], r->dp_comm_s = S->dp_x[w] + S->pair_s[w];
-    r->dp_hidden_s = S->dp_h[w], r->dp_buckets = S->nbk[w];
+    r->dp_comm_s += S->z3_x[w]; /* (ZeRO 3 on ptrain's executor: what F and B waited for) */
+    r->dp_hidden_s = S->dp_h[w] + S->z3_h[w], r->dp_buckets = S->nbk[w];
     r->optimizer_s = S->opt_c[w];
     r->comm_exposed = r->tp_comm_s + r->pp_comm_s + r->dp_comm_s;
-    r->compute_s = S->busy[w] - r->tp_comm_s - r->pp_comm_s; /* (busy holds the gathers' waits) */
+    r->compute_s = S->busy[w] - r->tp_comm_s - r->pp_comm_s - S->z3_x[w]; /* (busy holds the
+                                                                     gathers' waits) */
     if (S->overlap) {
         double wsum = 0.0;
         int c;
@@ -12984,29 +13142,32 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
     S.overlap = (D.overlap == PT_OVERLAP_ON || (D.overlap == PT_OVERLAP_DEFAULT && S.ptrain)) &&
                 S.dpw > 1 && md->zero < 3 && md->schedule != PT_SCHED_CHIMERA &&
                 md->schedule != PT_SCHED_2BW;
+    S.z3 = S.ptrain && md->zero == 3 && S.dpw > 1;
+    S.z3_ov = S.z3 && D.overlap != PT_OVERLAP_OFF; /* (the executor's default: on) */
     S.ov_reduce = S.overlap && (md->zero < 2 || p > 1); /* (ZeRO 2 reduces inside backward
                                                            either way; under a pipeline once,
                                                            after the last micro-batch) */
     S.chunk_layers = (int *)pt__malloc(sizeof(int) * (size_t)S.V, NULL);
-    S.opt_s = (double *)pt__malloc(sizeof(double) * (size_t)p * (15 + v), NULL);
+    S.opt_s = (double *)pt__malloc(sizeof(double) * (size_t)p * (17 + v), NULL);
     S.bk = (pt__sim_bucket **)pt__malloc(sizeof(void *) * (size_t)p * 2, NULL);
-    S.nbk = (int *)pt__malloc(sizeof(int) * (size_t)p * (1 + 3 * v), NULL);
+    S.nbk = (int *)pt__malloc(sizeof(int) * (size_t)p * (5 + 3 * v), NULL);
     if (!S.chunk_layers || !S.opt_s || !S.bk || !S.nbk) {
         pt__free(S.chunk_layers, NULL), pt__free(S.opt_s, NULL);
         pt__free(S.bk, NULL), pt__free(S.nbk, NULL);
         return pt__fail(PT_ERR_OOM, "cannot allocate the simulator's state");
     }
     memset(S.chunk_layers, 0, sizeof(int) * (size_t)S.V);
-    memset(S.opt_s, 0, sizeof(double) * (size_t)p * (15 + v));
+    memset(S.opt_s, 0, sizeof(double) * (size_t)p * (17 + v));
     memset(S.bk, 0, sizeof(void *) * (size_t)p * 2);
-    memset(S.nbk, 0, sizeof(int) * (size_t)p * (1 + 3 * v));
+    memset(S.nbk, 0, sizeof(int) * (size_t)p * (5 + 3 * v));
     S.dp_s = S.opt_s + p, S.zero3_s = S.dp_s + p, S.busy = S.zero3_s + p, S.flops = S.busy + p;
     S.hwflops = S.flops + p, S.tp_s = S.hwflops + p, S.pp_s = S.tp_s + p, S.pair_s = S.pp_s + p;
     S.opt_c = S.pair_s + p, S.opt_x = S.opt_c + p, S.dp_x = S.opt_x + p, S.dp_h = S.dp_x + p;
-    S.fwait = S.dp_h + p, S.slow = S.fwait + p * v;
+    S.fwait = S.dp_h + p, S.slow = S.fwait + p * v, S.z3_x = S.slow + p, S.z3_h = S.z3_x + p;
     for (st = 0; st < p; st++) S.slow[st] = 1.0;
     S.lbk = (int **)(S.bk + p);
     S.clo = S.nbk + p, S.chi = S.clo + p * v, S.first_f = S.chi + p * v;
+    S.z3_held = S.first_f + p * v;
     S.stage = r->stage;
     pt__layer_costs(&S);
     if ((err = pt_schedule_build(&sch, md->schedule, p, v, S.m)) == PT_OK)

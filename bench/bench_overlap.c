@@ -17,7 +17,7 @@
 
      mpirun -n N build/bench_overlap_mpi --step [--preset small] [--layers L] [--vocab V]
                                          [--bucket-mb X] [--batch 8] [--seq 128] [--steps 6]
-                                         [--zero 0]
+                                         [--zero 0..3]
    Training steps with data parallelism over the N ranks, pt_step_desc.overlap
    on and off, and each rank's batch alone on a model without a dp group (the
    compute), in turn (--layers, --vocab change the preset's): median step
@@ -237,7 +237,8 @@ int main(int argc, char **argv) {
         {"batch", CLI_INT, &B, "--step: rows a rank", 1, 65536},
         {"seq", CLI_INT, &T, "--step: sequence length", 1, 65536},
         {"steps", CLI_INT, &steps, "--step: timed steps (the median is reported)", 1, 64},
-        {"zero", CLI_INT, &zero, "--step: ZeRO stage", 0, 2},
+        {"zero", CLI_INT, &zero, "--step: ZeRO stage (3: the parameters sharded too, gathered a "
+         "bucket at a time; the next gather behind the compute with overlap on)", 0, 3},
         {"hw-file", CLI_STR, &hw_file, "--step: this machine's profile, for the simulated steps",
          0, 0},
     };

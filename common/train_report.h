@@ -67,6 +67,13 @@ static void train_report_header(const run *o, const pt_comm *world, const pt_gpt
            gpt->place.chunks > 1 ? "s" : "",
            o->accum, o->accum > 1 ? "es" : "", micro_rows, train_recompute_name(o->recompute),
            o->dp == 1 ? ""
+           : o->zero == 3 && o->pp > 1 /* (stages: the gradients whole, as ZeRO 1's) */
+               ? (o->overlap == PT_OVERLAP_OFF
+                      ? "; parameters gathered a layer at a time before its forward and "
+                        "backward, dp gradients reduce-scattered after the last micro-batch"
+                      : "; parameters gathered a layer at a time, the next behind the current "
+                        "one's compute, dp gradients reduce-scattered while the last "
+                        "micro-batch's backward runs")
            : o->zero == 3 ? (o->overlap == PT_OVERLAP_OFF
                                  ? "; parameters gathered a layer at a time before its forward "
                                    "and backward, dp gradients reduce-scattered inside backward"

@@ -1,7 +1,7 @@
 /* sim_vs_real: a small run on this machine, measured and simulated, side by side.
 
      build/sim_vs_real [--tp 1] [--dp 1] [--pp 2] [--schedule 1f1b] [--micro 1]
-                       [--chunks 1] [--recompute none] [--layers 4] [--embd 256]
+                       [--chunks 1] [--recompute none] [--zero 0] [--sp] [--layers 4] [--embd 256]
                        [--heads 4] [--seq 128] [--vocab 1024] [--batch 8]
                        [--steps 4] [--hw-file build/hw-local.txt] [--precision fp32]
      build/sim_vs_real --all        every layout of the table below (make bench)
@@ -23,6 +23,7 @@
 typedef struct layout {
     int tp, dp, pp, micro, chunks, recompute;
     const char *schedule;
+    int zero, sp; /* ZeRO stage; sequence parallelism (tp >= 2) */
 } layout;
 
 typedef struct run {
@@ -47,7 +48,8 @@ static pt_status model_desc(const run *r, pt_gpt_desc *d) {
     d->config.vocab_size = r->vocab, d->config.block_size = r->seq;
     d->batch = l->micro, d->seq = r->seq;
     d->chunks = l->chunks, d->recompute = l->recompute, d->precision = r->precision;
-    d->sequence_parallel = r->sp && l->tp > 1;
+    d->sequence_parallel = (r->sp || l->sp) && l->tp > 1;
+    d->zero = l->zero;
     return pt_schedule_kind_parse(l->schedule, &d->schedule);
 }
 
@@ -110,8 +112,9 @@ static double compare(run *r, const pt_hw *hw) {
     d.tp = l->tp, d.pp = l->pp, d.gpus = world, d.batch = r->batch;
     d.exec = PT_EXEC_PTRAIN;
     if (pt_plan_simulate(&d, hw, &res, NULL) != PT_OK) return -1;
-    printf("  %2d %2d %2d  %2d  %d  %-11s  %-9s  %8.1f  %13.1f   %6.2f%s\n", l->tp, l->dp, l->pp,
-           l->micro, l->chunks, l->schedule, rcn[l->recompute], r->seconds * 1e3,
+    printf("  %2d %2d %2d  %2d  %d  %-11s  %-9s  %d  %-3s  %8.1f  %13.1f   %6.2f%s\n", l->tp, l->dp,
+           l->pp, l->micro, l->chunks, l->schedule, rcn[l->recompute], l->zero,
+           d.model.sequence_parallel ? "sp" : "-", r->seconds * 1e3,
            res.step_time * 1e3, res.step_time / r->seconds,
            world > hw->cores ? "  (ranks > cores)" : "");
     return res.step_time / r->seconds;
@@ -119,20 +122,21 @@ static double compare(run *r, const pt_hw *hw) {
 
 int main(int argc, char **argv) {
     static const layout layouts[] = {
-        {1, 1, 1, 8, 1, 0, "1f1b"},        {1, 1, 1, 2, 1, 0, "1f1b"},
-        {1, 1, 1, 8, 1, 2, "1f1b"},        {2, 1, 1, 8, 1, 0, "1f1b"},
-        {1, 2, 1, 4, 1, 0, "1f1b"},        {2, 2, 1, 2, 1, 0, "1f1b"},
-        {4, 1, 1, 8, 1, 0, "1f1b"},        {1, 4, 1, 2, 1, 0, "1f1b"},
-        {1, 1, 2, 1, 1, 0, "gpipe"},       {1, 1, 2, 1, 1, 0, "1f1b"},
-        {1, 1, 2, 1, 2, 0, "interleaved"}, {1, 1, 2, 1, 1, 0, "zb-h1"},
-        {1, 1, 2, 1, 1, 1, "1f1b"},        {1, 1, 4, 1, 1, 0, "1f1b"},
-        {2, 1, 2, 2, 1, 0, "1f1b"},        {1, 2, 2, 1, 1, 0, "1f1b"},
-        {1, 1, 2, 1, 1, 0, "zb-h2"},       {1, 1, 2, 1, 2, 0, "zb-v"},
-        {1, 1, 2, 1, 2, 0, "chimera"},     {1, 1, 4, 1, 2, 0, "chimera"},
-        {1, 1, 2, 1, 1, 0, "2bw"},
+        {1, 1, 1, 8, 1, 0, "1f1b", 0, 0},        {1, 1, 1, 2, 1, 0, "1f1b", 0, 0},
+        {1, 1, 1, 8, 1, 2, "1f1b", 0, 0},        {2, 1, 1, 8, 1, 0, "1f1b", 0, 0},
+        {1, 2, 1, 4, 1, 0, "1f1b", 0, 0},        {2, 2, 1, 2, 1, 0, "1f1b", 0, 0},
+        {4, 1, 1, 8, 1, 0, "1f1b", 0, 0},        {1, 4, 1, 2, 1, 0, "1f1b", 0, 0},
+        {1, 1, 2, 1, 1, 0, "gpipe", 0, 0},       {1, 1, 2, 1, 1, 0, "1f1b", 0, 0},
+        {1, 1, 2, 1, 2, 0, "interleaved", 0, 0}, {1, 1, 2, 1, 1, 0, "zb-h1", 0, 0},
+        {1, 1, 2, 1, 1, 1, "1f1b", 0, 0},        {1, 1, 4, 1, 1, 0, "1f1b", 0, 0},
+        {2, 1, 2, 2, 1, 0, "1f1b", 0, 0},        {1, 2, 2, 1, 1, 0, "1f1b", 0, 0},
+        {1, 1, 2, 1, 1, 0, "zb-h2", 0, 0},       {1, 1, 2, 1, 2, 0, "zb-v", 0, 0},
+        {1, 1, 2, 1, 2, 0, "chimera", 0, 0},     {1, 1, 4, 1, 2, 0, "chimera", 0, 0},
+        {1, 1, 2, 1, 1, 0, "2bw", 0, 0},
+        {2, 1, 1, 8, 1, 0, "1f1b", 0, 1}, {1, 2, 1, 4, 1, 0, "1f1b", 3, 0},
     };
     const char *hw_file = NULL, *pos[1], *rc = "none", *prec = "fp32";
-    layout one = {1, 1, 2, 1, 1, 0, "1f1b"};
+    layout one = {1, 1, 2, 1, 1, 0, "1f1b", 0, 0};
     run r;
     int npos, s, i, nl = (int)(sizeof layouts / sizeof *layouts), within = 0, all = 0;
     double worst = 0.0, ratio;
@@ -146,6 +150,8 @@ int main(int argc, char **argv) {
         {"micro", CLI_INT, &one.micro, "micro-batch (sequences)", 1, 4096},
         {"chunks", CLI_INT, &one.chunks, "chunks a stage (interleaved; zb-v, chimera: 2)", 1, 8},
         {"recompute", CLI_STR, &rc, "none, selective or full", 0, 0},
+        {"zero", CLI_INT, &one.zero, "ZeRO stage over the dp ranks (3: the parameters sharded, "
+         "gathered a bucket at a time; one pipeline stage)", 0, 3},
         {"sp", CLI_FLAG, &r.sp, "sequence parallelism over the tp ranks (with --all: the "
          "layouts with tp >= 2)", 0, 0},
         {"all", CLI_FLAG, &all, "every layout of the built-in table", 0, 0},
@@ -222,7 +228,7 @@ int main(int argc, char **argv) {
            "%.1f GFLOP/s, %.1f GB/s, %d cores\n",
            r.layers, r.embd, r.heads, r.seq, r.vocab, r.batch, pt_precision_name(r.precision),
            hw.peak_flops / 1e9, hw.mem_bw / 1e9, hw.cores);
-    printf("  tp dp pp  mb  v  schedule     recompute   real ms   simulated ms   sim/real\n");
+    printf("  tp dp pp  mb  v  schedule     recompute  z  sp    real ms   simulated ms   sim/real\n");
     for (i = 0; i < (all ? nl : 1); i++) {
         r.l = all ? &layouts[i] : &one;
         if ((ratio = compare(&r, &hw)) < 0) {

@@ -1,10 +1,10 @@
 #!/bin/sh
 # Checkpoints are the whole model and optimizer in every layout: a run
 # stopped half-way on a pipeline (pp 2), on tp 2 x pp 2, sequence parallel
-# (tp 2 --sp with dp 2, ZeRO 1; with pp 2), on dp 2 ZeRO 3 and on tp 2 x dp 2
+# (tp 2 --sp with dp 2, ZeRO 1; with pp 2), on dp 2 ZeRO 3 (and x pp 2) and on tp 2 x dp 2
 # ZeRO 1 writes as many tensors as the serial run, build/sample generates from
 # it, and resumed in another layout (serial; dp 2 x pp 2 gpipe; tp 2 x pp 2;
-# tp 4 --sp, ZeRO 2; tp 2; tp 2 --sp x dp 2 ZeRO 3) it prints the serial run's
+# tp 4 --sp, ZeRO 2; tp 2; dp 2 x pp 2 ZeRO 3, gpipe; tp 2 --sp x dp 2 ZeRO 3) it prints the serial run's
 # losses (to 2e-3: float sums in another order).
 set -e
 dir=$(mktemp -d)
@@ -28,7 +28,7 @@ losses "$dir/serial.log" >"$dir/serial"
 want=$(count "$dir/serial.safetensors")
 for layout in "pp:--pp 2:" "tpp:--tp 2 --pp 2:--dp 2 --pp 2 --schedule gpipe" \
     "sp:--tp 2 --sp --dp 2 --zero 1:--tp 2 --pp 2" "spp:--tp 2 --sp --pp 2:--tp 4 --sp --zero 2" \
-    "z3:--dp 2 --zero 3:--tp 2" \
+    "z3:--dp 2 --zero 3:--tp 2" "z3pp:--dp 2 --pp 2 --zero 3:--pp 2 --dp 2 --zero 3 --schedule gpipe" \
     "z3in:--tp 2 --dp 2 --zero 1:--tp 2 --sp --dp 2 --zero 3 --recompute full"; do
     name=${layout%%:*} rest=${layout#*:}
     first=${rest%%:*} then=${rest#*:}
@@ -44,6 +44,6 @@ for layout in "pp:--pp 2:" "tpp:--tp 2 --pp 2:--dp 2 --pp 2 --schedule gpipe" \
     same "$dir/serial" "$dir/$name" ||
         { echo "$name ($first) resumed with '$then': not the serial run's losses"; exit 1; }
 done
-echo "pp 2, tp 2 x pp 2, tp 2 --sp x dp 2, tp 2 --sp x pp 2, dp 2 ZeRO 3 and tp 2 x dp 2 ZeRO 1" \
+echo "pp 2, tp 2 x pp 2, tp 2 --sp x dp 2, tp 2 --sp x pp 2, dp 2 ZeRO 3 (x pp 2) and tp 2 x dp 2 ZeRO 1" \
     "checkpoints: $want tensors as serially, sampled, resumed (serial; dp 2 x pp 2; tp 2 x pp 2;" \
-    "tp 4 --sp, ZeRO 2; tp 2; tp 2 --sp x dp 2 ZeRO 3) with the serial run's losses"
+    "tp 4 --sp, ZeRO 2; tp 2; dp 2 x pp 2 ZeRO 3; tp 2 --sp x dp 2 ZeRO 3) with the serial run's losses"

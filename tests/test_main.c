@@ -3916,6 +3916,164 @@ static void test_sim_cost_paths(void) {
     CHECK(r2.step_time > 1.5 * r1.step_time);
 }
 
+/* ZeRO 3 on ptrain's executor (exec PT_EXEC_PTRAIN), dp 2, one stage, m = 8:
+   its memory is the meta build's (the parameters' shards and two gathered
+   buckets, the gradients' shard and one bucket); with overlap off every
+   collective waits, so what the step waits for on dp, and what a slower
+   link adds, are exactly the executor's collectives a bucket at a time each
+   micro-batch: forward gathers every bucket in order and the tied head's
+   wte buckets again; backward gathers each once more but the two its
+   forward ended holding, and reduce-scatters each (wte's twice: the head's
+   part, then the embedding's). Overlap on (a link that costs the cores
+   nothing) hides some of it; pp > 1 is refused, named. */
+static void test_sim_zero3_ptrain(void) {
+    pt_hw hw, slow;
+    pt_plan_desc d;
+    pt_plan_result r1, r2, on;
+    pt_gpt m;
+    pt_gpt_desc gd;
+    pt_grid g;
+    pt__exec_layout o;
+    double want = 0.0, waits = 0.0, e = 4.0;
+    int b, ne = 0;
+    CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
+    hw.comm_cpu = 0.0;
+    slow = hw;
+    slow.intra_bw /= 3, slow.intra_lat *= 5;
+    memset(&d, 0, sizeof d);
+    d.model.config = cfg_make(32768, 0, 8, 16, 1024), d.model.seq = 512, d.model.batch = 1;
+    d.model.zero = 3;
+    d.tp = 1, d.pp = 1, d.gpus = 2, d.batch = 16, d.exec = PT_EXEC_PTRAIN; /* m = 8 */
+    d.overlap = PT_OVERLAP_OFF;
+    CHECK(pt_plan_simulate(&d, &hw, &r1, NULL) == PT_OK);
+    CHECK(pt_plan_simulate(&d, &slow, &r2, NULL) == PT_OK);
+    memset(&g, 0, sizeof g);
+    g.tp = 1, g.dp = 2, g.pp = 1;
+    gd = d.model;
+    gd.config.block_size = d.model.seq, gd.meta = 1, gd.grid = &g, gd.grad_accum = 8;
+    CHECK(pt_gpt_init(&m, &gd) == PT_OK);
+    if (g_fail) return;
+    o = pt__exec_layout_of(&m);
+    CHECK(r1.mem.params == (double)m.mem.params && r1.mem.grads == (double)m.mem.grads);
+    CHECK(m.mem.params == (o.shard_total + 2 * o.largest_bucket) * sizeof(float));
+    CHECK(m.mem.grads == (o.shard_total + o.largest_bucket) * sizeof(float));
+    while (ne < o.num_buckets && !o.buckets[ne].nl) ne++;
+    CHECK(ne == 3 && o.num_buckets == ne + 8 + 1); /* wte in runs of rows, layers, final norm */
+    for (b = 0; b < o.num_buckets; b++) {
+        double n = (double)o.buckets[b].numel * e;
+        int emb = b < ne, held = b == ne - 1 || b == ne - 2;
+        double gf = pt_hw_comm_seconds(&hw, PT_COLL_ALL_GATHER, n, 2, 8);
+        double gs = pt_hw_comm_seconds(&slow, PT_COLL_ALL_GATHER, n, 2, 8);
+        double rf = pt_hw_comm_seconds(&hw, PT_COLL_REDUCE_SCATTER, n, 2, 8);
+        double rs = pt_hw_comm_seconds(&slow, PT_COLL_REDUCE_SCATTER, n, 2, 8);
+        want += 8 * ((2 + emb - held) * (gs - gf) + (1 + emb) * (rs - rf));
+        waits += 8 * ((2 + emb - held) * gs + (1 + emb) * rs);
+    }
+    pt_gpt_free(&m);
+    if (!(want > 0 && fabs((r2.step_time - r1.step_time) / want - 1) < 1e-6))
+        FAIL("ZeRO 3 on ptrain's executor: a slower link adds %.9g s, expected its gathers' and "
+             "reduce-scatters' %.9g s", r2.step_time - r1.step_time, want);
+    if (!(fabs(r2.dp_comm_s / waits - 1) < 1e-6))
+        FAIL("ZeRO 3, overlap off: the step waits %.9g s on dp, expected every collective's "
+             "%.9g s", r2.dp_comm_s, waits);
+    d.overlap = PT_OVERLAP_ON;
+    CHECK(pt_plan_simulate(&d, &slow, &on, NULL) == PT_OK);
+    CHECK(on.step_time < r2.step_time && on.dp_comm_s < r2.dp_comm_s && on.dp_hidden_s > 0);
+    CHECK(on.step_time > r2.step_time - r2.dp_comm_s); /* (not faster than its compute) */
+    d.pp = 2, d.gpus = 4;
+    CHECK(pt_plan_simulate(&d, &slow, &on, NULL) == PT_ERR_CONFIG &&
+          strstr(pt_last_error(), "zero=3 with pipeline stages (pp=2) is not simulated for "
+                                  "ptrain's executor"));
+}
+
+/* The simulator's ZeRO 3 (ptrain's executor) moves the bytes the executor
+   does: a real step of dp 2 thread ranks, 2 micro-batches, overlap on and
+   off, traced; each dp gather or reduce-scatter it runs passes half its
+   bucket through a rank, and their sum is the simulated stage's dp_bytes
+   (wte in 3 runs of rows, 4 layers, the final norm: 34 gathers and 22
+   reduce-scatters a step). */
+typedef struct z3_count {
+    int overlap, gathers, reduces;
+    double bytes;
+} z3_count;
+
+static pt_gpt_desc z3_count_desc(void) {
+    pt_gpt_desc d;
+    ZERO(d);
+    d.config = cfg_make(2048, 32, 4, 4, 64);
+    d.batch = 2, d.seq = 32, d.zero = 3, d.grad_accum = 2;
+    return d;
+}
+
+static pt_status z3_count_rank(pt_comm *w, void *arg) {
+    z3_count *c = (z3_count *)arg;
+    pt_grid g;
+    pt_gpt m;
+    pt_gpt_desc d = z3_count_desc();
+    pt_step_desc sd;
+    pt_trace tr;
+    pt_adamw_config opt = pt_adamw_default();
+    int x[128], y[128], i, s;
+    pt_status st;
+    ZERO(tr);
+    if ((st = pt_grid_init(&g, w, 1, 2, 1)) != PT_OK) return st;
+    d.grid = &g;
+    if ((st = pt_gpt_init(&m, &d)) != PT_OK) {
+        pt_grid_free(&g);
+        return st;
+    }
+    pt_gpt_init_weights(&m, 1);
+    for (i = 0; i < 128; i++) x[i] = i * 7 % 2048, y[i] = i * 13 % 2048;
+    ZERO(sd);
+    sd.inputs = x, sd.targets = y, sd.B = 4, sd.T = 32, sd.adamw = &opt, sd.lr = 1e-3f;
+    sd.overlap = c->overlap ? PT_OVERLAP_ON : PT_OVERLAP_OFF;
+    for (s = 0; s < 2 && st == PT_OK; s++) { /* the second step traced */
+        sd.trace = s ? &tr : NULL;
+        st = pt_gpt_step(&m, &sd, NULL);
+    }
+    if (st == PT_OK && w->rank == 0) {
+        pt__exec_layout o = pt__exec_layout_of(&m);
+        for (i = 0; i < tr.count; i++) {
+            const pt_trace_event *e = &tr.events[i];
+            if (e->kind != PT_TRACE_DP_GATHER && e->kind != PT_TRACE_DP_REDUCE) continue;
+            c->gathers += e->kind == PT_TRACE_DP_GATHER, c->reduces += e->kind == PT_TRACE_DP_REDUCE;
+            c->bytes += (double)o.buckets[e->micro].numel * sizeof(float) / 2;
+        }
+    }
+    pt_trace_free(&tr);
+    pt_gpt_free(&m);
+    pt_grid_free(&g);
+    return st;
+}
+
+static void test_sim_zero3_executor_bytes(void) {
+    pt_hw hw;
+    pt_plan_desc d;
+    pt_plan_result r;
+    int ov;
+    CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
+    for (ov = 0; ov < 2; ov++) {
+        z3_count c;
+        ZERO(c);
+        c.overlap = ov;
+        if (pt_comm_threads_run(2, z3_count_rank, &c) != PT_OK) {
+            FAIL("%s", pt_last_error());
+            return;
+        }
+        ZERO(d);
+        d.model = z3_count_desc();
+        d.model.grad_accum = 0;
+        d.tp = 1, d.pp = 1, d.gpus = 2, d.batch = 8, d.exec = PT_EXEC_PTRAIN;
+        d.overlap = ov ? PT_OVERLAP_ON : PT_OVERLAP_OFF;
+        CHECK(pt_plan_simulate(&d, &hw, &r, NULL) == PT_OK);
+        CHECK(c.gathers == 34 && c.reduces == 22);
+        if (!(c.bytes > 0 && fabs(r.stage[0].dp_bytes / c.bytes - 1) < 1e-9))
+            FAIL("ZeRO 3, overlap %d: the executor moves %.0f bytes a rank over dp in a step "
+                 "(%d gathers, %d reduce-scatters), the simulator %.0f", ov, c.bytes, c.gathers,
+                 c.reduces, r.stage[0].dp_bytes);
+    }
+}
+
 /* Overlap in the simulator (pt_plan_desc.overlap), one stage, dp 2: with
    free links on and off take the same time; on a link whose transfers take
    about the compute's time, on is faster than off but not faster than the
@@ -5728,6 +5886,8 @@ static const test_case tests[] = {
     {"sim_mechanisms", test_sim_mechanisms},
     {"sim_recipe", test_sim_recipe},
     {"sim_cost_paths", test_sim_cost_paths},
+    {"sim_zero3_ptrain", test_sim_zero3_ptrain},
+    {"sim_zero3_executor_bytes", test_sim_zero3_executor_bytes},
     {"sim_overlap", test_sim_overlap},
     {"sim_errors", test_sim_errors},
     {"plan_model_desc", test_plan_model_desc},

@@ -5597,7 +5597,7 @@ static int pt__twait(pt__tworld *w, unsigned ev, pt__tclock *k) {
         return 0;
     }
     k->spins = PT__YIELD;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    timespec_get(&ts, TIME_UTC); /* the clock pthread_cond_timedwait reads by default */
     ts.tv_nsec += 100000000L;
     if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
     pthread_mutex_lock(&w->mu);

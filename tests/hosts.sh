@@ -109,7 +109,8 @@ while [ "$i" -lt "$hosts" ]; do
         ip -n "$sw" link set "s$i" master br0 && ip -n "$sw" link set "s$i" up &&
         ip -n "$ns" link set lo up && ip -n "$ns" addr add "$addr/16" dev eth0 &&
         ip -n "$ns" link set eth0 up &&
-        ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2=5 &&
+        # (through /proc: sysctl is procps's, which a bare Debian lacks)
+        ip netns exec "$ns" sh -c 'echo 5 >/proc/sys/net/ipv4/tcp_retries2' &&
         tc -n "$ns" qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 100ms &&
         tc -n "$sw" qdisc add dev "s$i" root tbf rate "$rate" burst "$burst" latency 100ms ||
         die "cannot set up host $i"

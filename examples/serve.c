@@ -571,6 +571,10 @@ static enum MHD_Result completions(server *s, struct MHD_Connection *c, conn *k)
         if (!r) return stream_free(st), MHD_NO;
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
+        /* one stream a connection: node-fetch 2 (the openai client's on Node 18,
+           Debian 12's) reports "Premature close" for a chunked response whose
+           socket is kept alive */
+        MHD_add_response_header(r, "Connection", "close");
         rc = MHD_queue_response(c, 200, r);
         MHD_destroy_response(r);
         return rc;

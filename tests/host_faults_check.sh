@@ -53,7 +53,7 @@ link-down)
     echo "ok: $ck (step $step) resumed on 2 thread ranks"
     ;;
 pipe-kill)
-    sh tests/hosts.sh --hosts 2 --timeout 120 --kill-host "1:$dir/run-step00000004.safetensors" \
+    sh tests/hosts.sh --hosts 2 --timeout 120 --kill-host "1:$dir/run-step*.safetensors" \
         -- build/train_mpi --pp 2 --grad-accum 4 --preset tiny --batch 8 --seq 32 --steps 100000 \
         --sample-tokens 0 --eval-every 1000 --checkpoint "$dir/run.safetensors" --checkpoint-every 2 \
         --keep 2 --comm-timeout 10 --log-every 2 >"$dir/log" 2>&1

@@ -10793,8 +10793,8 @@ static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int 
     int staged = pt__grads_staged(&m->place); /* (else: into the whole gradients) */
     const float *rows;
     pt_status st = PT_OK;
-    for (b = p->bucket; pt__z3_rows(m, p, b + 1, &z, &z); b++) {
-    }
+    b = p->bucket; /* the last bucket holding rows of p: backward runs them in reverse */
+    while (pt__z3_rows(m, p, b + 1, &z, &z)) b++;
     for (; st == PT_OK && b >= p->bucket; b--) {
         rows = pt__z3_rows(m, p, b, &r0, &r1);
         if ((st = pt__z3_need(m, b, b > p->bucket ? b - 1 : nxt)) != PT_OK) return st;

@@ -168,6 +168,10 @@ static inline int cli_parse(int argc, char **argv, const cli_opt *o, int n, cons
                      int *npos) {
     int i, k;
     *npos = 0;
+    /* --help anywhere wins before any value is stored, so the usage's
+       defaults are the program's, not the other arguments' */
+    for (i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0) return 1;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *eq, *val = NULL;
         size_t len;
@@ -180,7 +184,6 @@ static inline int cli_parse(int argc, char **argv, const cli_opt *o, int n, cons
             continue;
         }
         a += 2;
-        if (strcmp(a, "help") == 0) return 1;
         eq = strchr(a, '=');
         len = eq ? (size_t)(eq - a) : strlen(a);
         for (k = 0; k < n; k++)

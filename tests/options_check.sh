@@ -135,6 +135,12 @@ refused "preset resume" 1 "preset llama-tiny (LLaMA (.*), 2 layers, 4 heads, 64 
     --preset llama-tiny --steps 1 --resume "$dir/f.safetensors"
 refused "layers init-from" 1 "layers 5: .* has 2 layers" --layers 5 --init-from "$dir/f.safetensors"
 
+# --help shows the program's defaults whatever comes before it
+build/train --steps 7 --lr 0.5 --help | grep -q -- '--steps N .*(default 1600)' ||
+    no "--steps 7 --help: the usage shows the parsed value as the default"
+build/train --lr 0.5 --help | grep -q -- '--lr X .*(default 0.006)' ||
+    no "--lr 0.5 --help: the usage shows the parsed value as the default"
+
 # the walk: every option in the table has a case above
 for opt in $(build/train --help | sed -n 's/^  --\([a-z0-9-]*\).*/\1/p'); do
     [ "$opt" = help ] && continue

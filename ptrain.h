@@ -12263,6 +12263,7 @@ typedef struct pt__sim {
     int cp, dpw;            /* context parallelism; the ranks holding the same weights
                                (dp x cp), over which gradients are reduced */
     int sp, flash;          /* sequence parallelism (tp > 1), fused attention */
+    const pt_schedule *sch; /* the lists run */
     int xl;                 /* PT_SPLIT_EMBED_LOSS: each stage built with the model's layers
                                + 2, the first block's first layer and the last block's last
                                one not there (the embedding's and the loss's places) */
@@ -12640,9 +12641,9 @@ static double pt__sim_cost_cb(void *ctx, int st, const pt_action *a) {
 
 /* Bytes on one rank of stage st (Korthikanti et al. 2022 for the
    Megatron-LM executor's activations; pt_gpt_init's own layout for ptrain's);
-   most: the layers of its largest chunk, gone: parameters the build holds
-   that the stage does not (pt__sim.xl). */
-static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, int most, double gone,
+   held: the layers' micro-batches whose activations it holds at most, gone:
+   parameters the build holds that the stage does not (pt__sim.xl). */
+static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, double held, double gone,
                            pt_plan_mem *mem) {
     const pt_plan_desc *d = S->d;
     pt__exec_layout o = pt__exec_layout_of(m);
@@ -12667,7 +12668,7 @@ static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, int most, double g
         per = md->recompute == PT_RECOMPUTE_FULL        ? 2.0 * sbh_out
               : md->recompute == PT_RECOMPUTE_SELECTIVE ? S->layer.act_sel_bytes
                                                         : S->layer.act_bytes;
-        mem->activations = m->mem.slots * most * per;
+        mem->activations = held * per;
         if (md->recompute == PT_RECOMPUTE_FULL) mem->transient = S->layer.act_bytes;
         if (m->place.has_embed && md->config.arch != PT_ARCH_LLAMA)
             mem->activations += m->mem.slots * sbh_out; /* dropout mask */
@@ -12813,6 +12814,24 @@ static int pt__plan_chunks(pt__sim *S, int st, const pt__exec_layout *o, int ph[
     return most;
 }
 
+/* Interleaved: the most layer micro-batches stage st holds at once, its
+   list walked (an F holds its chunk's layers until its B), the chunks'
+   layers as pt__plan_chunks left them; -1 for the other schedules (slots x
+   the largest chunk). */
+static double pt__plan_held(const pt__sim *S, int st) {
+    const pt_schedule *sch = S->sch;
+    int k, n, peak = 0, cur = 0;
+    if (!sch || sch->kind != PT_SCHED_INTERLEAVED) return -1.0;
+    for (k = 0; k < sch->count[st]; k++) {
+        const pt_action *a = &sch->list[st][k];
+        if (a->chunk < 0 || (a->kind != PT_ACT_F && a->kind != PT_ACT_B)) continue;
+        n = S->chunk_layers[pt__sched_vstage(sch->kind, S->d->pp, st, a->chunk)];
+        cur += a->kind == PT_ACT_F ? n : -n;
+        peak = cur > peak ? cur : peak;
+    }
+    return peak;
+}
+
 /* Pipeline stage st: its meta build (every tp x dp rank of a stage alike),
    its memory, and the costs only it has: the embedding (first), the head
    (last), the gradient sync and optimizer, ZeRO 3's gathers. The stage's
@@ -12829,7 +12848,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     pt_plan_mem mem;
     pt__exec_layout o;
     double M = (double)D->batch * D->seq / S->cp, h = D->config.n_embd, t = pl->tp, e = S->elem;
-    double Vl, layer_p = pt__sim_layer_params(&D->config, t), pn, gone;
+    double Vl, layer_p = pt__sim_layer_params(&D->config, t), pn, gone, held;
     int p = pl->pp, dpn = pl->tp >= hw->per_node ? 1 : hw->per_node / pl->tp, ph[2], most;
     pt_status err;
     memset(&g, 0, sizeof g);
@@ -12849,7 +12868,8 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     if (st == 0) S->split = o.split;
     most = pt__plan_chunks(S, st, &o, ph);
     gone = ((ph[0] >= 0) + (ph[1] >= 0)) * layer_p;
-    pt__sim_memory(S, &m, most, gone, &mem);
+    held = pt__plan_held(S, st);
+    pt__sim_memory(S, &m, held >= 0 ? held : (double)m.mem.slots * most, gone, &mem);
     r->stage[st].mem = mem;
     r->stage[st].layers = m.place.n_layers - (ph[0] >= 0) - (ph[1] >= 0);
     if (mem.total > r->mem.total) r->mem = mem, r->mem_rank = st * pl->tp * S->dpw;
@@ -13242,6 +13262,7 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
     pt__layer_costs(&S);
     if ((err = pt_schedule_build(&sch, md->schedule, p, v, S.m)) == PT_OK)
         err = pt_schedule_check(&sch, &rep);
+    S.sch = err == PT_OK ? &sch : NULL;
     for (st = 0; st < p && err == PT_OK; st++) err = pt__plan_stage(&S, st, &rep, r);
     for (st = 0; st < p && err == PT_OK; st++) { /* each chunk's first forward */
         int k, c;

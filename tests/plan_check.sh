@@ -103,6 +103,18 @@ $plan $l3 --stages --json >"$tmp/l3" &&
 assert s == [7] + [8] * 14 + [7], s" "$tmp/l3" &&
     echo "ok   Llama 3 405B: 7, 8 x 14, 7 layers over 16 stages, fits under ZeRO 1" ||
     { echo "FAIL Llama 3 405B's split over 16 stages (or out of memory under ZeRO 1)"; bad=1; }
+# interleaved with unequal chunks, each stage's held activations from its own list: 6 layers
+# over 2 stages x 2 chunks are blocks of 2, 2, 1, 1, stage 0 holding blocks 0 and 2; with p = m
+# = 2 its warm-up forwards all four chunk micro-batches first, 2 x 2 + 2 x 1 = 6 layers'
+# sbh(34 + 5as/h) (not 4 slots x its 2-layer chunk), and 4 micro-batches' embedding dropout
+# masks (sbh each)
+$plan --layers 6 --hidden 256 --heads 4 --seq 256 --vocab 1024 --pp 2 --chunks 2 --gpus 2 \
+    --batch 2 --microbatch 1 --recompute none --json >"$tmp/il" &&
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); s, h, a = 256, 256, 4
+want = 6 * s * h * (34 + 5 * a * s / h) + 4 * s * h
+got = d['memory']['activations']; assert abs(got - want) <= 1e-3 * want, (got, want)" "$tmp/il" &&
+    echo "ok   interleaved, unequal chunks: stage 0's activations as its list holds them" ||
+    { echo "FAIL interleaved activations with unequal chunks"; bad=1; }
 expect() { # expect CODE PATTERN ARGS...: plan exits with CODE and prints PATTERN
     code=$1 pattern=$2
     shift 2

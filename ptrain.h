@@ -1577,6 +1577,19 @@ typedef enum pt_plan_attention {
                              from the FLOPs it does at the profile's flash_eff */
 } pt_plan_attention;
 
+/* How a plan spreads the layers over the pipeline's blocks (pp x chunks). */
+typedef enum pt_plan_split {
+    PT_SPLIT_DEFAULT = 0, /* EMBED_LOSS on a GPU profile when it, and not EVEN, divides the
+                             layers evenly (Llama 3's 126 over 16 stages, BLOOM's 70 over 12);
+                             else EVEN */
+    PT_SPLIT_EVEN,        /* the executor's: floor(L/V) a block, one more for the first L mod V */
+    PT_SPLIT_EMBED_LOSS   /* the embedding and the loss counted as a layer each: (L + 2)/V a
+                             block, the first block and the last one layer fewer (Llama 3,
+                             Dubey et al. 2024, sec. 3.3.2; Megatron-Core's
+                             --account-for-embedding/loss-in-pipeline-split; DeepSpeed's
+                             --pp-partition-method type:transformer|embedding, BLOOM's) */
+} pt_plan_split;
+
 /* One planned training run: the model and its layout as the executor takes
    them (model), on gpus devices in a tp x pp x cp x dp grid. */
 typedef struct pt_plan_desc {
@@ -1626,6 +1639,7 @@ typedef struct pt_plan_desc {
                              overlap), else off */
     pt_overlap pp_overlap; /* ON: pipeline sends behind compute (only their launch on the
                              stage's time); default: as tp_overlap */
+    pt_plan_split pp_split; /* the layers over the pipeline's blocks (PT_SPLIT_*) */
 } pt_plan_desc;
 
 typedef struct pt_plan_mem {
@@ -12249,6 +12263,10 @@ typedef struct pt__sim {
     int cp, dpw;            /* context parallelism; the ranks holding the same weights
                                (dp x cp), over which gradients are reduced */
     int sp, flash;          /* sequence parallelism (tp > 1), fused attention */
+    const pt_schedule *sch; /* the lists run */
+    int xl;                 /* PT_SPLIT_EMBED_LOSS: each stage built with the model's layers
+                               + 2, the first block's first layer and the last block's last
+                               one not there (the embedding's and the loss's places) */
     int tp_ov, pp_ov;       /* tp's collectives, pipeline sends behind compute */
     pt__layer_cost layer;
     /* per stage: layers of each chunk, and the stage's FLOPs and busy parts */
@@ -12622,18 +12640,21 @@ static double pt__sim_cost_cb(void *ctx, int st, const pt_action *a) {
 }
 
 /* Bytes on one rank of stage st (Korthikanti et al. 2022 for the
-   Megatron-LM executor's activations; pt_gpt_init's own layout for ptrain's). */
-static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) {
+   Megatron-LM executor's activations; pt_gpt_init's own layout for ptrain's);
+   held: the layers' micro-batches whose activations it holds at most, gone:
+   parameters the build holds that the stage does not (pt__sim.xl). */
+static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, double held, double gone,
+                           pt_plan_mem *mem) {
     const pt_plan_desc *d = S->d;
     pt__exec_layout o = pt__exec_layout_of(m);
-    double P = (double)m->num_params, sh = m->place.zero ? (double)o.shard_total : P;
+    double P = (double)m->num_params - gone;
+    double sh = m->place.zero ? (double)o.shard_total - gone / S->dpw : P;
     double big = (double)o.largest_bucket, wb = S->ptrain ? 4 : 2, gb = S->ptrain ? wb : S->gb;
     double ob = S->ptrain ? 8 : 12; /* Adam m, v (and fp32 master weights) */
     const pt_gpt_desc *md = &d->model;
     /* a rank's tokens: seq / cp; outside the tp regions / tp with sp */
     double s = (double)md->seq / S->cp, b = md->batch, h = md->config.n_embd, t = d->tp, per;
-    double sbh_out = s * b * h / (S->sp ? t : 1.0), most = 0;
-    int c;
+    double sbh_out = s * b * h / (S->sp ? t : 1.0);
     memset(mem, 0, sizeof *mem);
     mem->params = md->zero == 3 ? (sh + 2.0 * big) * wb : P * wb;
     if (md->schedule == PT_SCHED_2BW) mem->params += P * wb; /* its second version */
@@ -12644,12 +12665,10 @@ static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) 
         mem->optimizer = (double)m->mem.optimizer;
         mem->activations = (double)(m->mem.activations + m->mem.scratch);
     } else {
-        for (c = 0; c < m->place.chunks; c++)
-            if (o.chunk_hi[c] - o.chunk_lo[c] > most) most = o.chunk_hi[c] - o.chunk_lo[c];
         per = md->recompute == PT_RECOMPUTE_FULL        ? 2.0 * sbh_out
               : md->recompute == PT_RECOMPUTE_SELECTIVE ? S->layer.act_sel_bytes
                                                         : S->layer.act_bytes;
-        mem->activations = m->mem.slots * most * per;
+        mem->activations = held * per;
         if (md->recompute == PT_RECOMPUTE_FULL) mem->transient = S->layer.act_bytes;
         if (m->place.has_embed && md->config.arch != PT_ARCH_LLAMA)
             mem->activations += m->mem.slots * sbh_out; /* dropout mask */
@@ -12657,6 +12676,26 @@ static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, pt_plan_mem *mem) 
             mem->activations += 4.0 * s * b * h / t * (1.0 + (double)m->place.vocab_local * t / h);
     }
     mem->total = mem->params + mem->grads + mem->optimizer + mem->activations;
+}
+
+/* The layers over the V blocks (pt_plan_split): S->xl. The embedding and the
+   loss as a layer each needs a pipeline, a layer a block once they are
+   counted (the first and last blocks may hold none but them) and the
+   Megatron-LM executor's model (ptrain's lays its layers out evenly). */
+static pt_status pt__plan_split(pt__sim *S, const pt_plan_desc *D, const pt_hw *hw) {
+    int L = D->model.config.n_layer, V = S->V, p = D->pp;
+    int ours = (D->exec ? D->exec : hw->exec) == PT_EXEC_PTRAIN;
+    S->xl = 0;
+    if (D->pp_split == PT_SPLIT_EMBED_LOSS) {
+        if (ours || p < 2 || L + 2 < V)
+            return pt__fail(PT_ERR_CONFIG, "pp_split=embedding-loss needs pp > 1 (pp=%d), "
+                            "layers + 2 >= the blocks (layers=%d, %d blocks) and the Megatron-LM "
+                            "executor's model (a GPU profile: ptrain's splits evenly)", p, L, V);
+        S->xl = 1;
+    } else if (D->pp_split == PT_SPLIT_DEFAULT) {
+        S->xl = !ours && p > 1 && L % V && (L + 2) % V == 0;
+    }
+    return PT_OK;
 }
 
 /* The plan's checks, every failed one reported (the model's fields under
@@ -12735,10 +12774,62 @@ static pt_status pt__plan_check(pt__sim *S, pt_plan_desc *D, const pt_hw *hw) {
     if (hw->cores > 0 && D->gpus > hw->per_node)
         pt__append_error(&bad, "gpus=%d > %d ranks of the profile's one machine", D->gpus,
                          hw->per_node);
+    if ((unsigned)D->pp_split > PT_SPLIT_EMBED_LOSS)
+        pt__append_error(&bad, "pp_split=%d is not PT_SPLIT_DEFAULT, _EVEN or _EMBED_LOSS",
+                         (int)D->pp_split);
     if (bad) return PT_ERR_CONFIG;
     S->m = D->batch / (S->dp * md->batch);
     S->V = pt__sched_blocks(md->schedule, D->pp, md->chunks);
-    return PT_OK;
+    return pt__plan_split(S, D, hw);
+}
+
+/* A layer's parameters on one tensor rank: matrices split, vectors whole
+   (GPT-2: 12 h^2 / t + 13 h). */
+static double pt__sim_layer_params(const pt_gpt_config *cf, double t) {
+    pt__spec sp;
+    double n = 0.0;
+    int k;
+    for (k = 0; pt__canon_spec(cf, k, &sp, NULL, 0); k++)
+        if (sp.layer == 0) n += sp.cols ? (double)sp.rows * sp.cols / t : (double)sp.rows;
+    return n;
+}
+
+/* Stage st's chunks from its build's layout o: each block's layers, its
+   local layers [clo, chi) (pt__sim.xl: the first block's first and the last
+   block's last left out, into ph[], -1 where none). Returns the layers of
+   its largest chunk. */
+static int pt__plan_chunks(pt__sim *S, int st, const pt__exec_layout *o, int ph[2]) {
+    int v = S->d->model.chunks, c, most = 0;
+    ph[0] = ph[1] = -1;
+    for (c = 0; c < v; c++) {
+        int vs = pt__sched_vstage(S->d->model.schedule, S->d->pp, st, c);
+        int g0 = S->xl && vs == 0, g1 = S->xl && vs == S->V - 1;
+        int lo = o->chunk_lo[c] + g0, hi = o->chunk_hi[c] - g1;
+        if (g0) ph[0] = o->chunk_lo[c];
+        if (g1) ph[1] = o->chunk_hi[c] - 1;
+        S->chunk_layers[vs] = hi - lo;
+        S->clo[st * v + c] = lo, S->chi[st * v + c] = hi;
+        most = hi - lo > most ? hi - lo : most;
+    }
+    return most;
+}
+
+/* Interleaved: the most layer micro-batches stage st holds at once, its
+   list walked (an F holds its chunk's layers until its B), the chunks'
+   layers as pt__plan_chunks left them; -1 for the other schedules (slots x
+   the largest chunk). */
+static double pt__plan_held(const pt__sim *S, int st) {
+    const pt_schedule *sch = S->sch;
+    int k, n, peak = 0, cur = 0;
+    if (!sch || sch->kind != PT_SCHED_INTERLEAVED) return -1.0;
+    for (k = 0; k < sch->count[st]; k++) {
+        const pt_action *a = &sch->list[st][k];
+        if (a->chunk < 0 || (a->kind != PT_ACT_F && a->kind != PT_ACT_B)) continue;
+        n = S->chunk_layers[pt__sched_vstage(sch->kind, S->d->pp, st, a->chunk)];
+        cur += a->kind == PT_ACT_F ? n : -n;
+        peak = cur > peak ? cur : peak;
+    }
+    return peak;
 }
 
 /* Pipeline stage st: its meta build (every tp x dp rank of a stage alike),
@@ -12757,12 +12848,13 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     pt_plan_mem mem;
     pt__exec_layout o;
     double M = (double)D->batch * D->seq / S->cp, h = D->config.n_embd, t = pl->tp, e = S->elem;
-    double Vl, layer_p, pn;
-    int c, p = pl->pp, dpn = pl->tp >= hw->per_node ? 1 : hw->per_node / pl->tp;
+    double Vl, layer_p = pt__sim_layer_params(&D->config, t), pn, gone, held;
+    int p = pl->pp, dpn = pl->tp >= hw->per_node ? 1 : hw->per_node / pl->tp, ph[2], most;
     pt_status err;
     memset(&g, 0, sizeof g);
     g.tp = pl->tp, g.dp = S->dpw, g.pp = p, g.pp_rank = st;
     gd.config.block_size = D->seq;
+    gd.config.n_layer += 2 * S->xl; /* (the embedding's and the loss's places) */
     gd.meta = 1, gd.inference = 0, gd.grid = &g;
     gd.sequence_parallel = S->sp;
     gd.zero = D->zero; /* (ZeRO 3: the executor's buckets, its shards and two gathered halves) */
@@ -12774,15 +12866,15 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     if ((err = pt_gpt_init(&m, &gd)) != PT_OK) return err;
     o = pt__exec_layout_of(&m);
     if (st == 0) S->split = o.split;
-    for (c = 0; c < D->chunks; c++)
-        S->chunk_layers[pt__sched_vstage(D->schedule, p, st, c)] =
-            o.chunk_hi[c] - o.chunk_lo[c];
-    pt__sim_memory(S, &m, &mem);
+    most = pt__plan_chunks(S, st, &o, ph);
+    gone = ((ph[0] >= 0) + (ph[1] >= 0)) * layer_p;
+    held = pt__plan_held(S, st);
+    pt__sim_memory(S, &m, held >= 0 ? held : (double)m.mem.slots * most, gone, &mem);
     r->stage[st].mem = mem;
-    r->stage[st].layers = m.place.n_layers;
+    r->stage[st].layers = m.place.n_layers - (ph[0] >= 0) - (ph[1] >= 0);
     if (mem.total > r->mem.total) r->mem = mem, r->mem_rank = st * pl->tp * S->dpw;
     Vl = m.place.vocab_local;
-    pn = (double)m.num_params;
+    pn = (double)m.num_params - gone;
     if (m.place.has_head) {
         double g1 = pt_hw_gemm_seconds(hw, M, Vl, h, 1, e) * S->share;
         double ce = M * Vl * 4.0 / hw->mem_bw * S->share;
@@ -12818,6 +12910,10 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
             pt__sim_bucket *k = &S->bk[st][b];
             /* gradients at gb bytes an element, the weights gathered at e */
             double n_el = whole ? pn : (double)o.buckets[b].numel, w = S->dpw;
+            if (!whole && o.buckets[b].nl) /* the places' share gone */
+                n_el -= ((ph[0] >= o.buckets[b].lf && ph[0] < o.buckets[b].lf + o.buckets[b].nl) +
+                         (ph[1] >= o.buckets[b].lf && ph[1] < o.buckets[b].lf + o.buckets[b].nl)) *
+                        layer_p;
             double bytes = n_el * S->gb, gbytes = n_el * e;
             k->red_s = pt_hw_comm_seconds(hw, D->zero ? PT_COLL_REDUCE_SCATTER : PT_COLL_ALL_REDUCE,
                                           bytes, S->dpw, dpn);
@@ -12826,13 +12922,15 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
             k->gat_v = D->zero ? (w - 1.0) / w * gbytes : 0.0;
             k->red_v = (D->zero ? 1.0 : 2.0) * (w - 1.0) / w * bytes;
             k->lf = -1, k->n = 0;
-            if (!whole && o.buckets[b].nl)
-                for (k->lf = lf = o.buckets[b].lf, k->n = n = o.buckets[b].nl; n > 0; n--)
-                    S->lbk[st][lf + n - 1] = b;
+            if (!whole && o.buckets[b].nl) {
+                lf = o.buckets[b].lf, n = o.buckets[b].nl;
+                if (lf == ph[0]) lf++, n--; /* (a place, not a layer: no gradients) */
+                if (lf + n - 1 == ph[1]) n--;
+                if (n > 0)
+                    for (k->lf = lf, k->n = n; n > 0; n--) S->lbk[st][lf + n - 1] = b;
+            }
             if (!S->z3) S->dp_s[st] += k->red_s + k->gat_s; /* (ZeRO 3: inside F and B) */
         }
-        for (c = 0; c < D->chunks; c++)
-            S->clo[st * D->chunks + c] = o.chunk_lo[c], S->chi[st * D->chunks + c] = o.chunk_hi[c];
         if (S->z3) { /* the halves held after an F (as B begins) and after a B */
             int *h = S->z3_held + st * 4;
             h[0] = h[1] = -1;
@@ -12867,14 +12965,6 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
        one after another on the rank's cores and waits for each reduce-scatter, which
        pt__sim_z3_pass follows event by event; DeepSpeed's streams run gathers, reductions
        and compute at once, which that order does not describe (its rows fit this form) */
-    { /* a layer's parameters on one tensor rank: matrices split, vectors whole
-         (GPT-2: 12 h^2 / t + 13 h) */
-        pt__spec sp;
-        int k;
-        layer_p = 0.0;
-        for (k = 0; pt__canon_spec(&gd.config, k, &sp, NULL, 0); k++)
-            if (sp.layer == 0) layer_p += sp.cols ? (double)sp.rows * sp.cols / t : (double)sp.rows;
-    }
     S->zero3_s[st] = D->zero == 3 && S->dpw > 1 && !S->ptrain
                          ? pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, layer_p * e, S->dpw, dpn)
                          : 0.0;
@@ -13172,6 +13262,7 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
     pt__layer_costs(&S);
     if ((err = pt_schedule_build(&sch, md->schedule, p, v, S.m)) == PT_OK)
         err = pt_schedule_check(&sch, &rep);
+    S.sch = err == PT_OK ? &sch : NULL;
     for (st = 0; st < p && err == PT_OK; st++) err = pt__plan_stage(&S, st, &rep, r);
     for (st = 0; st < p && err == PT_OK; st++) { /* each chunk's first forward */
         int k, c;

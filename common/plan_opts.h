@@ -72,9 +72,9 @@ static int plan_onoff(const char *flag, const char *v, pt_overlap *o) {
 }
 
 /* Today's recipe from the command line: the block (--arch, --kv-heads,
-   --ffn), --attention, --tp-overlap, --pp-overlap. 0, or -1 after an error. */
+   --ffn), --attention, --tp-overlap, --pp-overlap, --pp-split. 0, or -1 after an error. */
 static int plan_recipe(pt_plan_desc *d, const char *arch, int kv, int ffn, const char *attn,
-                       const char *tov, const char *pov) {
+                       const char *tov, const char *pov, const char *split) {
     pt_gpt_config *cf = &d->model.config;
     if (arch && strcmp(arch, "llama") == 0) {
         cf->arch = PT_ARCH_LLAMA, cf->norm = PT_NORM_RMS, cf->pos = PT_POS_ROPE;
@@ -99,6 +99,12 @@ static int plan_recipe(pt_plan_desc *d, const char *arch, int kv, int ffn, const
     }
     if (plan_onoff("tp-overlap", tov, &d->tp_overlap) || plan_onoff("pp-overlap", pov, &d->pp_overlap))
         return -1;
+    if (split && strcmp(split, "even") == 0) d->pp_split = PT_SPLIT_EVEN;
+    else if (split && strcmp(split, "embedding-loss") == 0) d->pp_split = PT_SPLIT_EMBED_LOSS;
+    else if (split) {
+        fprintf(stderr, "error: --pp-split '%s' is not even or embedding-loss\n", split);
+        return -1;
+    }
     return 0;
 }
 
@@ -110,7 +116,7 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
     pt_gpt_desc *md = &d->model; /* the model and its layout */
     pt_gpt_config *cf = &md->config;
     const char *preset = NULL, *rc = "full", *sched = NULL, *prec = NULL, *pos[1], *ov = NULL;
-    const char *arch = NULL, *attn = NULL, *tov = NULL, *pov = NULL;
+    const char *arch = NULL, *attn = NULL, *tov = NULL, *pov = NULL, *split = NULL;
     int kv = 0, ffn = 0;
     float tokens = 0, bucket_mb = 0, inter = 0;
     int npos, s, i, np = (int)(sizeof presets / sizeof *presets);
@@ -151,6 +157,12 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
          "the profile's exposed share left (default: on with --overlap on)", 0, 0},
         {"pp-overlap", CLI_STR, &pov, "on | off: pipeline sends behind compute (default: on with "
          "--overlap on)", 0, 0},
+        {"pp-split", CLI_STR, &split, "even | embedding-loss: the layers over the pipeline's "
+         "blocks, evenly (the first L mod blocks one more), or the embedding and the loss "
+         "counted as a layer each, the first and last block one layer fewer (Llama 3, BLOOM; "
+         "Megatron-Core's --account-for-embedding/loss-in-pipeline-split) (default: "
+         "embedding-loss on a GPU profile when it divides the layers evenly and even does not)",
+         0, 0},
         {"recompute", CLI_STR, &rc, "none, selective or full", 0, 0},
         {"hw", CLI_STR, &p->hw_name, "a100-80g, h100-80g, h200, mi250x, mi300x or local "
                                      "(default: preset's, else a100-80g)", 0, 0},
@@ -239,7 +251,7 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         fprintf(stderr, "error: --inter-gbps %g must be more than 0\n", (double)inter);
         return 2;
     }
-    if (plan_recipe(d, arch, kv, ffn, attn, tov, pov) != 0) return 2;
+    if (plan_recipe(d, arch, kv, ffn, attn, tov, pov, split) != 0) return 2;
     md->bucket_bytes = (size_t)((double)bucket_mb * 1048576.0);
     p->inter_gbps = inter;
     md->schedule = (pt_schedule_kind)s;

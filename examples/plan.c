@@ -54,11 +54,13 @@ static void print_json(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_res
     const pt_gpt_desc *md = &d->model;
     int i;
     printf("{\"hw\": \"%s\", \"layers\": %d, \"hidden\": %d, \"heads\": %d, \"seq\": %d, "
-           "\"vocab\": %d, \"tp\": %d, \"pp\": %d, \"dp\": %d, \"gpus\": %d, \"batch\": %d, "
+           "\"vocab\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, \"dp\": %d, \"gpus\": %d, "
+           "\"batch\": %d, "
            "\"microbatch\": %d, \"chunks\": %d, \"schedule\": \"%s\", \"zero\": %d, "
            "\"recompute\": \"%s\", \"micro_batches\": %d,\n",
            hw->name, md->config.n_layer, md->config.n_embd, md->config.n_head, md->seq,
-           md->config.vocab_size, d->tp, d->pp, r->dp, d->gpus, d->batch, md->batch, r->chunks,
+           md->config.vocab_size, d->tp, d->pp, d->cp > 1 ? d->cp : 1, r->dp, d->gpus, d->batch,
+           md->batch, r->chunks,
            pt_schedule_kind_name(r->schedule), md->zero, rc_name(md->recompute),
            r->micro_batches);
     printf(" \"tflops_per_gpu\": %.2f, \"model_tflops_per_gpu\": %.2f, \"percent_of_peak\": %.2f, "
@@ -85,16 +87,16 @@ static void print_json(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_res
     printf("%s}", stages ? "]" : "");
 }
 
-/* Every pipeline stage: what each of its tp x dp ranks holds, does and sends. */
+/* Every pipeline stage: what each of its tp x cp x dp ranks holds, does and sends. */
 static void print_stages(const pt_plan_desc *d, const pt_plan_result *r) {
     const double G = 1073741824.0;
-    int st;
+    int st, n = d->tp * (d->cp > 1 ? d->cp : 1) * r->dp; /* ranks a stage */
     printf("stage  ranks          layers  memory GiB  busy s   TFLOP   tp GB   pp GB   dp GB\n");
     for (st = 0; st < d->pp; st++) {
         const pt_plan_stage *g = &r->stage[st];
-        int first = st * d->tp * r->dp;
+        int first = st * n;
         printf("%5d  %6d..%-6d  %6d  %10.2f  %6.2f  %6.1f  %6.2f  %6.2f  %6.2f\n", st, first,
-               first + d->tp * r->dp - 1, g->layers, g->mem.total / G, g->busy_s,
+               first + n - 1, g->layers, g->mem.total / G, g->busy_s,
                g->hw_flops / 1e12, g->tp_bytes / 1e9, g->pp_bytes / 1e9, g->dp_bytes / 1e9);
     }
 }
@@ -119,9 +121,10 @@ static void print_human(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_re
            params >= 1e9 ? (snprintf(b1, 32, "%.1fB", params / 1e9), b1)
                           : (snprintf(b1, 32, "%.1fM", params / 1e6), b1),
            cfg.n_layer, cfg.n_embd, cfg.n_head, md->seq, cfg.vocab_size);
-    printf("layout  %d x %s: tp %d x pp %d x dp %d; batch %d = %d micro-batches of %d a "
+    snprintf(b2, sizeof b2, "cp %d x ", d->cp); /* (shown with context parallelism) */
+    printf("layout  %d x %s: tp %d x pp %d x %sdp %d; batch %d = %d micro-batches of %d a "
            "pipeline; %s (%d chunk%s a stage), ZeRO %d, recompute %s\n",
-           d->gpus, hw->name, d->tp, d->pp, r->dp, d->batch, r->micro_batches, md->batch,
+           d->gpus, hw->name, d->tp, d->pp, d->cp > 1 ? b2 : "", r->dp, d->batch, r->micro_batches, md->batch,
            pt_schedule_kind_name(r->schedule), r->chunks, r->chunks > 1 ? "s" : "", md->zero,
            rc_name(md->recompute));
     if (r->schedule == PT_SCHED_2BW)

@@ -91,6 +91,30 @@ assert len(s) == 8 and sum(x['layers'] for x in s) == 80
 assert max(x['memory_bytes'] for x in s) == d['memory_per_gpu_bytes']" "$tmp/st" ||
     { echo "FAIL --stages --json"; bad=1; }
 
+# Llama 3 405B's split (Dubey et al. 2024, sec. 3.3.2): 126 layers over 16 stages, the first
+# and last one layer fewer (the embedding and the loss counted as a layer each, the default
+# when that divides and the even split does not); under ZeRO 1 the first stage then fits
+l3="--arch llama --layers 126 --hidden 16384 --heads 128 --kv-heads 8 --ffn 53248 --vocab 128256
+--seq 8192 --tp 8 --pp 16 --gpus 8192 --batch 2048 --microbatch 1 --recompute none --sp
+--attention flash --zero 1 --overlap on --hw h100-80g"
+# shellcheck disable=SC2086
+$plan $l3 --stages --json >"$tmp/l3" &&
+    python3 -c "import json,sys; s=[x['layers'] for x in json.load(open(sys.argv[1]))['stages']]
+assert s == [7] + [8] * 14 + [7], s" "$tmp/l3" &&
+    echo "ok   Llama 3 405B: 7, 8 x 14, 7 layers over 16 stages, fits under ZeRO 1" ||
+    { echo "FAIL Llama 3 405B's split over 16 stages (or out of memory under ZeRO 1)"; bad=1; }
+# interleaved with unequal chunks, each stage's held activations from its own list: 6 layers
+# over 2 stages x 2 chunks are blocks of 2, 2, 1, 1, stage 0 holding blocks 0 and 2; with p = m
+# = 2 its warm-up forwards all four chunk micro-batches first, 2 x 2 + 2 x 1 = 6 layers'
+# sbh(34 + 5as/h) (not 4 slots x its 2-layer chunk), and 4 micro-batches' embedding dropout
+# masks (sbh each)
+$plan --layers 6 --hidden 256 --heads 4 --seq 256 --vocab 1024 --pp 2 --chunks 2 --gpus 2 \
+    --batch 2 --microbatch 1 --recompute none --json >"$tmp/il" &&
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); s, h, a = 256, 256, 4
+want = 6 * s * h * (34 + 5 * a * s / h) + 4 * s * h
+got = d['memory']['activations']; assert abs(got - want) <= 1e-3 * want, (got, want)" "$tmp/il" &&
+    echo "ok   interleaved, unequal chunks: stage 0's activations as its list holds them" ||
+    { echo "FAIL interleaved activations with unequal chunks"; bad=1; }
 expect() { # expect CODE PATTERN ARGS...: plan exits with CODE and prints PATTERN
     code=$1 pattern=$2
     shift 2
@@ -112,6 +136,9 @@ expect 1 "zero=3 with pipeline stages" --preset megatron-1t --zero 3
 expect 1 "tp=7 does not divide heads=24" --tp 7 --gpus 28
 expect 2 "is not none, selective or full" --recompute most
 expect 2 "unknown preset" --preset gpt-9t
+expect 2 "is not even or embedding-loss" --pp-split odd
+# shellcheck disable=SC2086
+expect 1 "out of memory on rank 0" $l3 --pp-split even
 expect 2 "expects an integer" --layers 12x
 expect 0 "tflops_per_gpu" --preset megatron-1t --zero 1 --json
 expect 0 "tp 8 x pp 1 x dp 16" --layers 96 --hidden 12288 --heads 96 --tp 8 --gpus 128 \

@@ -10807,18 +10807,12 @@ static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int 
     return st;
 }
 
-/* Overlap (pt_overlap): layer l's gradients are final in this step; if its
-   bucket holds whole layers of which l is the last to finish (the lowest in
-   backward, the highest when W runs apart: ascending), the bucket starts
-   its dp reduction, and the buckets under way get a test. */
-static pt_status pt__ov_layer(pt_gpt *m, int l, int ascending) {
+/* Overlap: bucket b's dp reduction started (averaged whole, or into this
+   rank's shard under ZeRO 1 and 3), and the buckets under way get a test. */
+static pt_status pt__ov_start(pt_gpt *m, int b) {
     pt_gpt_exec *x = m->exec;
-    int b = m->table[x->tab_layers + x->layer_tensors * l].bucket;
     const pt__bucket *k = &x->coll.buckets[b];
     pt_status st;
-    if (!x->coll.ov_on || !x->coll.ov_last) return PT_OK;
-    if (!k->nl) return PT_OK;                                     /* reduced after backward */
-    if (l != (ascending ? k->lf + k->nl - 1 : k->lf)) return PT_OK; /* the others come later */
     x->coll.ov_t[b] = pt_time_now(), x->coll.ov_at[b] = x->act;
     if (m->place.zero == 1 || m->place.zero == 3)
         st = pt_comm_reduce_scatter_start(x->dp_comm, m->grads + k->offset,
@@ -10830,6 +10824,57 @@ static pt_status pt__ov_layer(pt_gpt *m, int l, int ascending) {
                                       &x->coll.ov_req[b]);
     if (st == PT_OK) pt__ov_poll(m);
     return st != PT_OK ? st : x->coll.poll_st;
+}
+
+/* Overlap (pt_overlap): layer l's gradients are final in this step; if its
+   bucket holds whole layers of which l is the last to finish (the lowest in
+   backward, the highest when W runs apart: ascending), the bucket starts
+   its dp reduction, and the buckets under way get a test. */
+static pt_status pt__ov_layer(pt_gpt *m, int l, int ascending) {
+    pt_gpt_exec *x = m->exec;
+    int b = m->table[x->tab_layers + x->layer_tensors * l].bucket;
+    const pt__bucket *k = &x->coll.buckets[b];
+    if (!x->coll.ov_on || !x->coll.ov_last) return PT_OK;
+    if (!k->nl) return PT_OK;                                     /* reduced after backward */
+    if (l != (ascending ? k->lf + k->nl - 1 : k->lf)) return PT_OK; /* the others come later */
+    return pt__ov_start(m, b);
+}
+
+/* Whether the tied wte's two pipeline copies (first and last stage) are
+   summed before the dp reduction (pt__step_sync). */
+static int pt__tie_sum(const pt_gpt *m) {
+    const pt_gpt_exec *x = m->exec;
+    return x->tie_comm && x->tie_comm->size == 2 && x->coll.dwte && !m->config.untied_head &&
+           m->place.schedule != PT_SCHED_CHIMERA;
+}
+
+/* Overlap: whether chunk c's backward (its W with it) is the stage's last
+   of the step and ends in the embedding, with every gradient outside the
+   layers final once the embedding's is (every chunk's backwards done, no
+   wte copies to sum first): then the buckets holding no layer (wte's the
+   largest) start between the first layer's B and its W (pt__ov_rest). */
+static int pt__ov_early(const pt_gpt *m, int c) {
+    const pt_gpt_exec *x = m->exec;
+    int k;
+    if (!x->coll.ov_on || !x->coll.ov_last || c != x->pipe.embed_chunk || pt__tie_sum(m)) return 0;
+    for (k = 0; k < m->place.chunks; k++)
+        if (x->coll.ov_done[k] != m->place.micro) return 0;
+    return 1;
+}
+
+/* Overlap: every bucket holding no layer's tensor and not started yet
+   starts its reduction (their gradients are final: pt__ov_early). */
+static pt_status pt__ov_rest(pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    int b, lo = x->tab_layers, hi = x->tab_layers + x->layer_tensors * m->place.n_layers;
+    pt_status st = PT_OK;
+    for (b = 0; b < x->coll.num_buckets && st == PT_OK; b++) {
+        const pt__bucket *k = &x->coll.buckets[b];
+        if (x->coll.ov_req[b].op != PT_COMM_OP_NONE || !k->count) continue;
+        if (lo >= 0 && k->first < hi && lo < k->first + k->count) continue; /* a layer's */
+        st = pt__ov_start(m, b);
+    }
+    return st;
 }
 
 /* After a step's last micro-batch: every bucket averaged over the dp group,
@@ -10896,6 +10941,40 @@ static pt_status pt__head_norm_backward(pt_gpt *m, pt__slot *sl, const float *in
     return PT_OK;
 }
 
+/* The embeddings' backward from x->dres, the first layer's input gradient:
+   every rank holds the whole dres (sequence parallel: gathered, the g of
+   the embedding's reduce-scatter): its wte rows, and all of wpe. */
+static pt_status pt__embed_backward(pt_gpt *m, const pt__slot *sl, int B, int T) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    size_t NC = (size_t)B * T * (size_t)m->config.n_embd;
+    pt_status st;
+    if (pl->sp && (st = pt_comm_all_gather(x->tp_comm, x->dres, x->scratch.xg,
+                                           NC / (size_t)pl->tp)) != PT_OK)
+        return st;
+    if (pt__grads_staged(pl)) return pt__zero2_vocab(m, sl, B, T, 0);
+    pt__encoder_backward_part(x->coll.dwte, x->coll.dwpe, pl->sp ? x->scratch.xg : x->dres,
+                              sl->inputs, pl->vocab_offset, pl->vocab_local, B, T,
+                              m->config.n_embd);
+    return PT_OK;
+}
+
+/* Overlap, the step's last backward of the first layer (pt__ov_early): its
+   B, the embeddings' backward, the buckets holding no layer started, then
+   its W behind their reduction (B then W is pt_block_backward: the same bits). */
+static pt_status pt__first_layer_backward(pt_gpt *m, pt__slot *sl, int l, int B, int T,
+                                          const float *in, const pt_block_acts *a) {
+    pt_gpt_exec *x = m->exec;
+    pt_status st = pt_block_backward_input(&m->ctx, &m->config, B, T, &m->layers[l], in, a, x->dres,
+                                           x->dres, &x->scratch.w, &x->scratch, x->tp_comm);
+    if (st == PT_OK) st = pt__embed_backward(m, sl, B, T);
+    if (st == PT_OK) st = pt__ov_rest(m);
+    if (st != PT_OK) return st;
+    pt_block_backward_weight(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in,
+                             a, &x->scratch.w, &x->scratch, x->tp_comm ? x->tp_comm->size : 1);
+    return pt_block_sp_norm_sum(&m->config, &x->coll.layer_grads[l], &x->scratch, x->tp_comm);
+}
+
 /* Backward of this stage's chunk c for the micro-batch in slot sl,
    accumulating parameter gradients (dloss scales the mean loss's): from the
    loss if c holds the last virtual stage, else from x->dres (the output's
@@ -10909,6 +10988,7 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
     const pt_gpt_config *cfg = &m->config;
     int N = B * T, C = cfg->n_embd, l, first = x->pipe.chunk_lo[c], last = x->pipe.chunk_hi[c];
     int zero2 = pt__grads_staged(pl), lnf_b = x->tab_lnf >= 0 ? m->table[x->tab_lnf].bucket : -1;
+    int early = !input_only && last > first && pt__ov_early(m, c); /* (the embedding inside) */
     pt_status st;
     if (c == x->pipe.head_chunk) { /* the logits become dlogits in place */
         pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, pl->vocab_local,
@@ -10947,6 +11027,8 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
         if (input_only) /* B alone: W comes later, from what sl->wg keeps */
             st = pt_block_backward_input(&m->ctx, cfg, B, T, &m->layers[l], in, a, x->dres,
                                          x->dres, &sl->wg[l - first], &x->scratch, x->tp_comm);
+        else if (early && l == first)
+            st = pt__first_layer_backward(m, sl, l, B, T, in, a);
         else
             st = pt_block_backward(&m->ctx, cfg, B, T, &m->layers[l], &x->coll.layer_grads[l], in, a,
                                    x->dres, x->dres, &x->scratch, x->tp_comm);
@@ -10956,16 +11038,7 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
                                                    .bucket)) != PT_OK)
             return st;
     }
-    if (c != x->pipe.embed_chunk) return PT_OK;
-    /* every rank holds the whole dres (sequence parallel: gathered, the g of
-       the embedding's reduce-scatter): its wte rows, and all of wpe */
-    if (pl->sp && (st = pt_comm_all_gather(x->tp_comm, x->dres, x->scratch.xg,
-                                           (size_t)N * C / (size_t)pl->tp)) != PT_OK)
-        return st;
-    if (zero2) return pt__zero2_vocab(m, sl, B, T, 0);
-    pt__encoder_backward_part(x->coll.dwte, x->coll.dwpe, pl->sp ? x->scratch.xg : x->dres,
-                              sl->inputs, pl->vocab_offset, pl->vocab_local, B, T, C);
-    return PT_OK;
+    return c == x->pipe.embed_chunk && !early ? pt__embed_backward(m, sl, B, T) : PT_OK;
 }
 
 /* W of this stage's chunk c: the layers' weight gradients from what B kept
@@ -11125,8 +11198,7 @@ static pt_status pt__step_sync(pt_gpt *m, float loss_sum, int last) {
     const pt_gpt_place *pl = &m->place;
     float loss = pl->has_head ? loss_sum / (float)pl->micro : 0.0f;
     pt_status st = PT_OK;
-    if (x->tie_comm && x->tie_comm->size == 2 && x->coll.dwte && !m->config.untied_head &&
-        pl->schedule != PT_SCHED_CHIMERA)
+    if (pt__tie_sum(m))
         st = pt_comm_all_reduce(x->tie_comm, x->coll.dwte, m->table[x->tab_wte].numel, PT_REDUCE_SUM);
     if (st == PT_OK && !pt__grads_staged(pl)) st = pt__dp_sync_grads(m);
     if (st == PT_OK && pl->zero && pl->schedule == PT_SCHED_CHIMERA) /* 1/dp of REDUCE's bytes */

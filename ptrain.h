@@ -7820,6 +7820,45 @@ PTRAINDEF pt_status pt_block_backward_input(pt_ctx *ctx, const pt_gpt_config *cf
     return pt_comm_wait(&s->req[1]);
 }
 
+/* W's MLP half (part 0: fc_proj, fc, ln2) or attention half (part 1:
+   attn_proj, qkv, ln1): part 0 then part 1 is W. The overlap reduces the
+   first layer's MLP gradients while its attention half runs. */
+static void pt__block_weight_part(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
+                                  const pt_block_params *p, pt_block_params *g, const float *x,
+                                  const pt_block_acts *a, const pt_block_wgrad *w,
+                                  pt_block_scratch *s, int tp, int part) {
+    int sp = s->sp && tp > 1;
+    pt__dims d = pt__block_dims_sp(cfg, B, T, tp, sp);
+    int n = (int)d.N, c = (int)d.C, ca = (int)d.Ca, f = (int)d.F, ns = (int)d.Ns;
+    const float *ln1 = w->ln1g, *ln2 = w->ln2g;
+    float *n2w = g->ln2_w, *n2b = g->ln2_b, *n1w = g->ln1_w, *n1b = g->ln1_b;
+    if (!sp) {
+        ln1 = a->ln1, ln2 = a->ln2;
+    } else { /* [ln2_w | ln2_b | ln1_w | ln1_b] of this rank's rows */
+        n2w = s->spg, n2b = n2b ? s->spg + c : NULL;
+        n1w = s->spg + 2 * c, n1b = n1b ? s->spg + 3 * c : NULL;
+    }
+    if (part) {
+        pt__bf16_load(a->ln1, a->ln1_16, d.N * d.C, &s->held[0]);
+        pt__proj_backward(ctx, cfg, NULL, g->attn_proj_w, g->attn_proj_b, w->dres2, a->atty,
+                          p->attn_proj_w, n, ca, c);
+        pt__proj_backward(ctx, cfg, NULL, g->qkv_w, g->qkv_b, w->dqkv, ln1, p->qkv_w, n, c,
+                          (int)d.Q3);
+        pt__norm_backward(cfg, NULL, n1w, n1b, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd,
+                          ns, c);
+        return;
+    }
+    pt__bf16_load(a->fch, a->fch_16, d.N * d.Fi, &s->held[3]);
+    if (!sp) pt__bf16_load(a->ln2, a->ln2_16, d.N * d.C, &s->held[2]);
+    if (sp) memset(s->spg, 0, 4 * d.C * sizeof(float));
+    pt__act_forward(cfg, s->gelu, a->fch, d.N, d.F); /* not saved by forward: NF floats a layer */
+    pt__proj_backward(ctx, cfg, NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w,
+                      n, f, c);
+    pt__proj_backward(ctx, cfg, NULL, g->fc_w, g->fc_b, w->dfch, ln2, p->fc_w, n, c, (int)d.Fi);
+    pt__norm_backward(cfg, NULL, n2w, n2b, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
+                      ns, c);
+}
+
 /* W: every parameter gradient from the kept output gradients and the
    activations (the MLP activation recomputed). dout is whole on every
    tensor rank, so the replicated bias and norm gradients agree without
@@ -7831,32 +7870,8 @@ PTRAINDEF void pt_block_backward_weight(pt_ctx *ctx, const pt_gpt_config *cfg, i
                                         const pt_block_params *p, pt_block_params *g,
                                         const float *x, const pt_block_acts *a,
                                         const pt_block_wgrad *w, pt_block_scratch *s, int tp) {
-    int sp = s->sp && tp > 1;
-    pt__dims d = pt__block_dims_sp(cfg, B, T, tp, sp);
-    int n = (int)d.N, c = (int)d.C, ca = (int)d.Ca, f = (int)d.F, ns = (int)d.Ns;
-    const float *ln1 = w->ln1g, *ln2 = w->ln2g;
-    float *n2w = g->ln2_w, *n2b = g->ln2_b, *n1w = g->ln1_w, *n1b = g->ln1_b;
-    pt__bf16_load(a->fch, a->fch_16, d.N * d.Fi, &s->held[3]);
-    if (!sp) {
-        pt__bf16_load(a->ln2, a->ln2_16, d.N * d.C, &s->held[2]);
-        pt__bf16_load(a->ln1, a->ln1_16, d.N * d.C, &s->held[0]);
-        ln1 = a->ln1, ln2 = a->ln2;
-    } else { /* [ln2_w | ln2_b | ln1_w | ln1_b] of this rank's rows */
-        memset(s->spg, 0, 4 * d.C * sizeof(float));
-        n2w = s->spg, n2b = n2b ? s->spg + c : NULL;
-        n1w = s->spg + 2 * c, n1b = n1b ? s->spg + 3 * c : NULL;
-    }
-    pt__act_forward(cfg, s->gelu, a->fch, d.N, d.F); /* not saved by forward: NF floats a layer */
-    pt__proj_backward(ctx, cfg, NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w,
-                      n, f, c);
-    pt__proj_backward(ctx, cfg, NULL, g->fc_w, g->fc_b, w->dfch, ln2, p->fc_w, n, c, (int)d.Fi);
-    pt__norm_backward(cfg, NULL, n2w, n2b, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
-                      ns, c);
-    pt__proj_backward(ctx, cfg, NULL, g->attn_proj_w, g->attn_proj_b, w->dres2, a->atty,
-                      p->attn_proj_w, n, ca, c);
-    pt__proj_backward(ctx, cfg, NULL, g->qkv_w, g->qkv_b, w->dqkv, ln1, p->qkv_w, n, c,
-                      (int)d.Q3);
-    pt__norm_backward(cfg, NULL, n1w, n1b, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd, ns, c);
+    pt__block_weight_part(ctx, cfg, B, T, p, g, x, a, w, s, tp, 0);
+    pt__block_weight_part(ctx, cfg, B, T, p, g, x, a, w, s, tp, 1);
 }
 
 PTRAINDEF pt_status pt_block_sp_norm_sum(const pt_gpt_config *cfg, pt_block_params *g,
@@ -9828,8 +9843,9 @@ static int pt__holds_layer(const pt_gpt_place *pl, int l) {
     return 0;
 }
 
-/* Each bucket's whole layers (lf, nl): the tensors it overlaps are whole
-   layers of the table, or it has none (nl 0). */
+/* Each bucket's layers (lf, nl): the tensors it overlaps are whole layers
+   of the table, or part of one layer (nl 1: a half of the first layer,
+   pt__build_table), or it has none (nl 0). */
 static void pt__bucket_layers(pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     int b, per = x->layer_tensors;
@@ -9837,9 +9853,11 @@ static void pt__bucket_layers(pt_gpt *m) {
         pt__bucket *k = &x->coll.buckets[b];
         int f = k->first - x->tab_layers;
         k->lf = k->nl = 0;
-        if (x->tab_layers < 0 || f < 0 || f % per || k->count % per) continue;
-        if (k->count > 0 && f / per + k->count / per <= m->place.n_layers)
+        if (x->tab_layers < 0 || f < 0 || k->count < 1 || f / per >= m->place.n_layers) continue;
+        if (f % per == 0 && k->count % per == 0 && f / per + k->count / per <= m->place.n_layers)
             k->lf = f / per, k->nl = k->count / per;
+        else if (f / per == (f + k->count - 1) / per)
+            k->lf = f / per, k->nl = 1;
     }
 }
 
@@ -9877,6 +9895,10 @@ static void pt__build_table(pt_gpt *m) {
         if (here && s.layer >= 0 && s.layer != last) local++;
         last = s.layer;
         if (vocab) pt__end_bucket(m, m->num_params); /* it starts a bucket */
+        if (here && s.layer == 0 && s.field == offsetof(pt_block_params, ln2_w) &&
+            !pl->bucket_bytes && pl->zero < 2 && !pl->sp) /* the first layer's attention half
+                                                             alone: pt__ov_part */
+            pt__end_bucket(m, m->num_params);
         pt__add_param(m, &s, name, here);
         if (!here) continue;
         if (s.role == PT__R_WTE) x->tab_wte = t;
@@ -10200,7 +10222,7 @@ static pt_status pt__gpt_tables(pt_gpt *m, int nslots) {
     size_t L = (size_t)m->config.n_layer, S = (size_t)nslots, nbook, ntensors;
     /* buckets close at most: before and inside each of two vocabulary tensors,
        at each of the L + 1 ends of a layer run, and at the end */
-    size_t nbuckets = L + 4 + 2 * (size_t)(m->place.vocab_local / pt__vocab_rows(m));
+    size_t nbuckets = L + 5 + 2 * (size_t)(m->place.vocab_local / pt__vocab_rows(m));
     pt__spec s;
     unsigned char *book;
     pt_gpt_exec *x;
@@ -10833,10 +10855,29 @@ static pt_status pt__ov_start(pt_gpt *m, int b) {
 static pt_status pt__ov_layer(pt_gpt *m, int l, int ascending) {
     pt_gpt_exec *x = m->exec;
     int b = m->table[x->tab_layers + x->layer_tensors * l].bucket;
-    const pt__bucket *k = &x->coll.buckets[b];
+    int end = m->table[x->tab_layers + x->layer_tensors * (l + 1) - 1].bucket; /* (a layer in
+                                                                                   halves) */
+    pt_status st = PT_OK;
     if (!x->coll.ov_on || !x->coll.ov_last) return PT_OK;
-    if (!k->nl) return PT_OK;                                     /* reduced after backward */
-    if (l != (ascending ? k->lf + k->nl - 1 : k->lf)) return PT_OK; /* the others come later */
+    for (; b <= end && st == PT_OK; b++) {
+        const pt__bucket *k = &x->coll.buckets[b];
+        if (!k->nl || x->coll.ov_req[b].op != PT_COMM_OP_NONE) continue; /* (started: a half) */
+        if (l != (ascending ? k->lf + k->nl - 1 : k->lf)) continue; /* the others come later */
+        st = pt__ov_start(m, b);
+    }
+    return st;
+}
+
+/* Overlap: the first layer's MLP half is final (W's part 0): its bucket
+   starts while the attention half computes, when the layer is in two
+   (pt__build_table: not under sequence parallelism, whose norm sums come
+   after both halves). */
+static pt_status pt__ov_part(pt_gpt *m, int l) {
+    pt_gpt_exec *x = m->exec;
+    int b = m->table[x->tab_layers + x->layer_tensors * (l + 1) - 1].bucket;
+    if (b == m->table[x->tab_layers + x->layer_tensors * l].bucket ||
+        x->coll.ov_req[b].op != PT_COMM_OP_NONE)
+        return PT_OK;
     return pt__ov_start(m, b);
 }
 
@@ -10961,17 +11002,22 @@ static pt_status pt__embed_backward(pt_gpt *m, const pt__slot *sl, int B, int T)
 
 /* Overlap, the step's last backward of the first layer (pt__ov_early): its
    B, the embeddings' backward, the buckets holding no layer started, then
-   its W behind their reduction (B then W is pt_block_backward: the same bits). */
+   its W behind their reduction, the MLP half's bucket started between W's
+   halves (B then W is pt_block_backward: the same bits). */
 static pt_status pt__first_layer_backward(pt_gpt *m, pt__slot *sl, int l, int B, int T,
                                           const float *in, const pt_block_acts *a) {
     pt_gpt_exec *x = m->exec;
+    int tp = x->tp_comm ? x->tp_comm->size : 1;
     pt_status st = pt_block_backward_input(&m->ctx, &m->config, B, T, &m->layers[l], in, a, x->dres,
                                            x->dres, &x->scratch.w, &x->scratch, x->tp_comm);
     if (st == PT_OK) st = pt__embed_backward(m, sl, B, T);
     if (st == PT_OK) st = pt__ov_rest(m);
     if (st != PT_OK) return st;
-    pt_block_backward_weight(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in,
-                             a, &x->scratch.w, &x->scratch, x->tp_comm ? x->tp_comm->size : 1);
+    pt__block_weight_part(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in,
+                          a, &x->scratch.w, &x->scratch, tp, 0);
+    if ((st = pt__ov_part(m, l)) != PT_OK) return st;
+    pt__block_weight_part(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in,
+                          a, &x->scratch.w, &x->scratch, tp, 1);
     return pt_block_sp_norm_sum(&m->config, &x->coll.layer_grads[l], &x->scratch, x->tp_comm);
 }
 

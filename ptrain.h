@@ -9481,6 +9481,15 @@ typedef struct pt__exec_coll {
                                              staging buffer) */
     float *dhead;             /* the head's gradient: dwte when tied */
     pt_block_params *layer_grads;
+    /* overlap on one stage, tied wte (pt__wte_ok): the wte rows no dp rank's token reads
+       are final after the step's last head backward and reduce then; the rows read (and
+       wpe) go compact through the embedding's backward and reduce after it */
+    float *tmask;             /* (vocab_local) 1: a row the step's tokens read on some dp rank */
+    int *tslot, *tinp;        /* (vocab_local) a row's compact slot (-1: none); (B*T) tokens
+                                 as slots */
+    float *tkeep;             /* (tcap * C + wpe's) the compact rows' gradients, then wpe's */
+    int tcap, trows;          /* slots; those in use in this step (-1: none, wte whole) */
+    pt_comm_req treq, kreq;   /* the mask's all-reduce (MAX), the compact rows' */
 } pt__exec_coll;
 
 /* The step's schedule, its chunks of layers, the activation slots and the
@@ -10353,6 +10362,29 @@ static int pt__grads_staged(const pt_gpt_place *pl) {
     return pl->zero == 2 || (pl->zero == 3 && pl->pp == 1);
 }
 
+/* Whether wte's rows no token reads may reduce early (pt__exec_coll.tmask):
+   one stage, one chunk, the head tied to wte, ZeRO 0 or 1, a dp group. */
+static int pt__wte_ok(const pt_gpt *m) {
+    const pt_gpt_place *pl = &m->place;
+    return pl->pp == 1 && pl->chunks == 1 && pl->dp > 1 && pl->zero < 2 && !m->config.untied_head &&
+           m->exec->tab_wte >= 0 && !m->exec->pipe.split;
+}
+
+/* pt__wte_ok's buffers: the compact rows at most a quarter of wte (or the
+   rows a step's tokens can read), counted with the gradients. */
+static void pt__layout_wte(pt_gpt *m, pt_arena *a) {
+    pt_gpt_exec *x = m->exec;
+    size_t V = (size_t)m->place.vocab_local, C = (size_t)m->config.n_embd, N = (size_t)m->B * m->T;
+    size_t reads = N * (size_t)m->place.dp * (size_t)m->place.micro;
+    size_t wpe = x->tab_wpe >= 0 ? m->table[x->tab_wpe].numel : 0, used = a->used;
+    x->coll.tcap = (int)(reads < V / 4 ? reads : V / 4);
+    x->coll.tmask = PT__F(a, V);
+    x->coll.tkeep = PT__F(a, (size_t)x->coll.tcap * C + wpe);
+    x->coll.tslot = (int *)pt_arena_alloc(a, V * sizeof(int));
+    x->coll.tinp = (int *)pt_arena_alloc(a, N * sizeof(int));
+    m->mem.grads += a->used - used;
+}
+
 /* Parameters; then, for training, gradients and the AdamW moments:
    whole (zero 0), moments of this rank's shard only plus its averaged
    gradients (zero 1), and (zero 2) gradients of one bucket at a time;
@@ -10387,6 +10419,8 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
                                                                                 bucket */
     if (zero) x->coll.gshard = PT__F(a, o.shard_total);
     if (zero == 2) x->coll.rs_tmp = PT__F(a, o.largest_shard);
+    x->coll.trows = -1;
+    if (pt__wte_ok(m)) pt__layout_wte(m, a);
 }
 
 /* The activation slots (each: a chunk's input, its layers' saved
@@ -10918,6 +10952,110 @@ static pt_status pt__ov_rest(pt_gpt *m) {
     return st;
 }
 
+/* Overlap (pt__wte_ok): the rows of this rank's vocabulary the step's tokens
+   read on any dp rank, their all-reduce (MAX) started; the rows no rank
+   reads get only the head's gradient. Where the reductions' order over the
+   ranks might follow the buffer (MPI beyond 2 ranks), wte reduces whole. */
+static pt_status pt__wte_mask_start(pt_gpt *m, const pt_step_desc *d) {
+    pt_gpt_exec *x = m->exec;
+    size_t i, n = (size_t)d->B * (size_t)d->T;
+    int V = m->place.vocab_local, r;
+    x->coll.trows = -1;
+    memset(&x->coll.treq, 0, sizeof x->coll.treq);
+    memset(&x->coll.kreq, 0, sizeof x->coll.kreq);
+    if (!x->coll.tmask || !x->coll.ov_on || (x->dp_comm->kind != PT_COMM_THREADS && m->place.dp != 2))
+        return PT_OK;
+    memset(x->coll.tmask, 0, (size_t)V * sizeof(float));
+    for (i = 0; i < n; i++)
+        if ((r = d->inputs[i] - m->place.vocab_offset) >= 0 && r < V) x->coll.tmask[r] = 1.0f;
+    return pt_comm_all_reduce_start(x->dp_comm, x->coll.tmask, (size_t)V, PT_REDUCE_MAX,
+                                    &x->coll.treq);
+}
+
+/* After the step's last head backward (pt__wte_mask_start's step): the rows
+   some token reads, and wpe, kept aside compact (the embedding's backward
+   adds to them there: pt__wte_embed), and the buckets of wte and wpe start
+   their reduction (their rows kept aside are overwritten after:
+   pt__wte_finish). More rows than the compact buffer holds: wte reduces
+   whole after the embedding's backward, as without. */
+static pt_status pt__wte_early(pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    int V = m->place.vocab_local, C = m->config.n_embd, r, R = 0, b, i;
+    const pt_param *wpe = x->tab_wpe >= 0 ? &m->table[x->tab_wpe] : NULL;
+    pt_status st = PT_OK;
+    if (!x->coll.treq.comm || !x->coll.ov_last) return PT_OK;
+    if ((st = pt_comm_wait(&x->coll.treq)) != PT_OK) return st;
+    for (r = 0; r < V; r++) R += x->coll.tmask[r] != 0.0f;
+    if (R > x->coll.tcap) return PT_OK;
+    for (r = 0, R = 0; r < V; r++) {
+        x->coll.tslot[r] = x->coll.tmask[r] != 0.0f ? R : -1;
+        if (x->coll.tslot[r] >= 0)
+            memcpy(x->coll.tkeep + (size_t)R++ * C, x->coll.dwte + (size_t)r * C, C * sizeof(float));
+    }
+    if (wpe) memcpy(x->coll.tkeep + (size_t)R * C, x->coll.dwpe, wpe->numel * sizeof(float));
+    x->coll.trows = R;
+    for (b = 0; b < x->coll.num_buckets && st == PT_OK; b++) { /* those of wte and wpe alone */
+        const pt__bucket *k = &x->coll.buckets[b];
+        int only = k->count > 0;
+        for (i = k->first; i < k->first + k->count; i++) only &= i == x->tab_wte || i == x->tab_wpe;
+        if (only) st = pt__ov_start(m, b);
+    }
+    return st;
+}
+
+/* pt__wte_early's embedding backward from dres: into the compact rows and
+   wpe (each row's tokens in sequence: the sums of the whole kernel), then
+   their reduction started. */
+static pt_status pt__wte_embed(pt_gpt *m, const pt__slot *sl, const float *dres, int B, int T) {
+    pt_gpt_exec *x = m->exec;
+    int n, r, V = m->place.vocab_local, C = m->config.n_embd, R = x->coll.trows;
+    size_t wpe = x->tab_wpe >= 0 ? m->table[x->tab_wpe].numel : 0, all = (size_t)R * C + wpe;
+    for (n = 0; n < B * T; n++) {
+        r = sl->inputs[n] - m->place.vocab_offset;
+        x->coll.tinp[n] = r >= 0 && r < V ? x->coll.tslot[r] : -1;
+    }
+    pt__encoder_backward_part(x->coll.tkeep, wpe ? x->coll.tkeep + (size_t)R * C : NULL, dres,
+                              x->coll.tinp, 0, R, B, T, C);
+    if (!all) return PT_OK;
+    return pt_comm_all_reduce_start(x->dp_comm, x->coll.tkeep, all, PT_REDUCE_AVG, &x->coll.kreq);
+}
+
+/* n averaged gradients from src put at flat offset off: into the whole
+   gradients (zero 0) or the parts of this rank's shards (zero 1). */
+static void pt__grad_put(pt_gpt *m, size_t off, const float *src, size_t n) {
+    pt_gpt_exec *x = m->exec;
+    int b;
+    if (!m->place.zero) {
+        memcpy(m->grads + off, src, n * sizeof(float));
+        return;
+    }
+    for (b = 0; b < x->coll.num_buckets; b++) {
+        const pt__bucket *k = &x->coll.buckets[b];
+        size_t lo = k->offset + (size_t)m->place.dp_rank * k->shard, hi = lo + k->shard;
+        size_t a = off > lo ? off : lo, e = off + n < hi ? off + n : hi;
+        if (a < e) memcpy(x->coll.gshard + k->shard_offset + (a - lo), src + (a - off),
+                          (e - a) * sizeof(float));
+    }
+}
+
+/* After wte's buckets: the compact rows' reduction waited for and put in
+   place of what the buckets averaged for those rows and wpe. */
+static pt_status pt__wte_finish(pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    int V = m->place.vocab_local, r, R = x->coll.trows;
+    size_t C = (size_t)m->config.n_embd;
+    const pt_param *wpe = x->tab_wpe >= 0 ? &m->table[x->tab_wpe] : NULL;
+    pt_status st;
+    x->coll.trows = -1;
+    if (x->coll.kreq.comm && (st = pt_comm_wait(&x->coll.kreq)) != PT_OK) return st;
+    for (r = 0; r < V; r++)
+        if (x->coll.tslot[r] >= 0)
+            pt__grad_put(m, m->table[x->tab_wte].offset + (size_t)r * C,
+                         x->coll.tkeep + (size_t)x->coll.tslot[r] * C, C);
+    if (wpe) pt__grad_put(m, wpe->offset, x->coll.tkeep + (size_t)R * C, wpe->numel);
+    return PT_OK;
+}
+
 /* After a step's last micro-batch: every bucket averaged over the dp group,
    whole (zero 0) or into this rank's shard (zero 1; zero 2 did it in backward);
    the buckets the overlap started are waited for. */
@@ -10943,7 +11081,7 @@ static pt_status pt__dp_sync_grads(pt_gpt *m) {
         }
         if (st == PT_OK && m->place.dp > 1) pt__trace_dp(x, PT_TRACE_DP_REDUCE, b, t, at);
     }
-    return st;
+    return st == PT_OK && x->coll.trows >= 0 ? pt__wte_finish(m) : st;
 }
 
 /* Selective recomputation: a layer's attention output again, from the
@@ -10994,6 +11132,7 @@ static pt_status pt__embed_backward(pt_gpt *m, const pt__slot *sl, int B, int T)
                                            NC / (size_t)pl->tp)) != PT_OK)
         return st;
     if (pt__grads_staged(pl)) return pt__zero2_vocab(m, sl, B, T, 0);
+    if (x->coll.trows >= 0) return pt__wte_embed(m, sl, pl->sp ? x->scratch.xg : x->dres, B, T);
     pt__encoder_backward_part(x->coll.dwte, x->coll.dwpe, pl->sp ? x->scratch.xg : x->dres,
                               sl->inputs, pl->vocab_offset, pl->vocab_local, B, T,
                               m->config.n_embd);
@@ -11046,6 +11185,7 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
             pt_tied_head_backward(&m->ctx, x->scratch.dln, zero2 ? NULL : x->coll.dhead, sl->logits,
                                   sl->lnf, m->lm_head, N, C, pl->vocab_local);
             if (zero2 && (st = pt__zero2_vocab(m, sl, B, T, 1)) != PT_OK) return st;
+            if (!zero2 && (st = pt__wte_early(m)) != PT_OK) return st;
         }
         if ((st = pt__z3_need(m, lnf_b, pt__layer_bucket(m, last - 1))) != PT_OK ||
             (st = pt__head_norm_backward(m, sl, last > first ? sl->acts[last - 1 - first].out
@@ -11420,6 +11560,7 @@ static pt_status pt__step_begin(pt_gpt *m, const pt_step_desc *d, size_t N, size
     memset(x->coll.ov_req, 0, (size_t)x->coll.num_buckets * sizeof *x->coll.ov_req);
     memset(x->coll.ov_done, 0, (size_t)pl->chunks * sizeof *x->coll.ov_done);
     pt__zero_grad(m);
+    if ((st = pt__wte_mask_start(m, d)) != PT_OK) return st;
     for (k = 0; k < x->pipe.nslots; k++) x->pipe.slots[k].micro = x->pipe.slots[k].chunk = -1;
     x->pipe.slots_used = m->mem.slots_peak = 0;
     if (pl->schedule == PT_SCHED_CHIMERA && pl->has_head) { /* each head computes its

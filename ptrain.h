@@ -1366,7 +1366,11 @@ typedef enum pt_overlap {
     PT_OVERLAP_ON,  /* ZeRO 0 and 1: each layer's bucket is started (all-reduce, or
                        reduce-scatter into the shard) as soon as the step's last
                        backward of the layer (or its W) finished it, in backward's
-                       order, and waited at the optimizer step. ZeRO 1 and 2: each
+                       order, and waited at the optimizer step; the first layer's in
+                       two (its MLP half started between W's halves), and after its B
+                       the embeddings' (one stage, wte tied: the wte rows no rank's
+                       token reads right after the head's backward, the rows read and
+                       wpe after the embedding's). ZeRO 1 and 2: each
                        bucket's parameter all-gather after the update runs on behind
                        the next forward, which waits for a layer's just before using
                        it. Pipelines: each stage's next activation and gradient
@@ -9466,7 +9470,8 @@ typedef struct pt__exec_coll {
     int *ov_at, *ag_at;       /* (buckets) and the step's action then (-1: before it) */
     size_t shard_total;       /* this rank's elements over all buckets (ZeRO) */
     float *gshard;            /* (shard_total) averaged gradients of its shard (ZeRO 1, 2) */
-    float *rs_tmp;            /* (largest shard) where ZeRO 2 reduce-scatters a bucket, to
+    float *rs_tmp;            /* (largest shard) where ZeRO 2 (and 3 with a stage: rs_b)
+                                 reduce-scatters a bucket, to
                                  add it to the shard (ZeRO 3: the half of work the bucket
                                  was gathered into, done with) */
     float *pshard;            /* (shard_total) ZeRO 3: this rank's parameters, the shards
@@ -9490,6 +9495,10 @@ typedef struct pt__exec_coll {
     float *tkeep;             /* (tcap * C + wpe's) the compact rows' gradients, then wpe's */
     int tcap, trows;          /* slots; those in use in this step (-1: none, wte whole) */
     pt_comm_req treq, kreq;   /* the mask's all-reduce (MAX), the compact rows' */
+    int rs_b, rs_at;          /* ZeRO 2 and 3 with overlap: the layer bucket whose reduce-scatter
+                                 from the stage into rs_tmp is under way (-1: none), the action */
+    pt_comm_req rs_req;       /* it (pt__zero2_settle), begun at rs_t */
+    double rs_t;
 } pt__exec_coll;
 
 /* The step's schedule, its chunks of layers, the activation slots and the
@@ -9616,6 +9625,8 @@ static void pt__ov_poll(void *arg) {
         pt_comm_req *q = j < 2 ? &x->pipe.pp_rreq[j] : &x->pipe.pp_sreq[j - 2];
         if (q->comm && (st = pt_comm_test(q, &done)) != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;
     }
+    if (x->coll.rs_req.comm && (st = pt_comm_test(&x->coll.rs_req, &done)) != PT_OK && !x->coll.poll_st)
+        x->coll.poll_st = st; /* (a staged reduce-scatter: settled later) */
     for (j = 0; j < 2; j++) { /* ZeRO 3's prefetched gathers */
         if (!x->coll.zreq[j].comm) continue;
         if ((st = pt_comm_test(&x->coll.zreq[j], &done)) != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;
@@ -10397,7 +10408,7 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
     size_t P = m->num_params, moments, grads, params;
     moments = zero ? o.shard_total : P;
     grads = (pt__grads_staged(&m->place) ? o.largest_bucket : P) + (zero ? o.shard_total : 0) +
-            (zero == 2 ? o.largest_shard : 0);
+            (pt__grads_staged(&m->place) ? o.largest_shard : 0);
     params = zero == 3 ? o.shard_total + 2 * o.largest_bucket : P;
     /* 2BW keeps a second version of the weights */
     m->mem.params = (!inference && m->place.schedule == PT_SCHED_2BW ? 2 : 1) * params * sizeof(float);
@@ -10418,8 +10429,8 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
     m->grads = PT__F(a, pt__grads_staged(&m->place) ? o.largest_bucket : P); /* the stage of one
                                                                                 bucket */
     if (zero) x->coll.gshard = PT__F(a, o.shard_total);
-    if (zero == 2) x->coll.rs_tmp = PT__F(a, o.largest_shard);
-    x->coll.trows = -1;
+    if (pt__grads_staged(&m->place)) x->coll.rs_tmp = PT__F(a, o.largest_shard);
+    x->coll.trows = x->coll.rs_b = -1;
     if (pt__wte_ok(m)) pt__layout_wte(m, a);
 }
 
@@ -10789,14 +10800,45 @@ static pt_status pt__dp_reduce_scatter(pt_gpt *m, const float *in, float *out, s
 
 /* ZeRO 2: averages the gradients of bucket b, in the stage (m->grads), over
    the dp group and adds them to this rank's shard, then clears the stage. */
+/* ZeRO 2 and 3, overlap: the reduce-scatter pt__zero2_start began waited
+   for, added to the shard, the stage cleared: before the stage is written
+   again (the same sums as pt__zero2_bucket's). */
+static pt_status pt__zero2_settle(pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    int b = x->coll.rs_b;
+    const pt__bucket *k = b >= 0 ? &x->coll.buckets[b] : NULL;
+    size_t i;
+    pt_status st;
+    if (!k) return PT_OK;
+    x->coll.rs_b = -1;
+    if ((st = pt_comm_wait(&x->coll.rs_req)) != PT_OK) return st;
+    pt__trace_dp(x, PT_TRACE_DP_REDUCE, b, x->coll.rs_t, x->coll.rs_at);
+    for (i = 0; i < k->shard; i++) x->coll.gshard[k->shard_offset + i] += x->coll.rs_tmp[i];
+    memset(m->grads, 0, k->numel * sizeof(float));
+    return PT_OK;
+}
+
+/* ZeRO 2 and 3 with overlap (ag_on, a dp group): layer bucket b's
+   reduce-scatter started from the stage, to run behind the next layer's B
+   (pt__staged_layer_backward settles it before its W writes the stage). */
+static pt_status pt__zero2_start(pt_gpt *m, int b) {
+    pt_gpt_exec *x = m->exec;
+    pt_status st = pt__zero2_settle(m);
+    if (st != PT_OK) return st;
+    x->coll.rs_b = b, x->coll.rs_t = pt_time_now(), x->coll.rs_at = x->act;
+    return pt_comm_reduce_scatter_start(x->dp_comm, m->grads, x->coll.rs_tmp,
+                                        x->coll.buckets[b].numel / (size_t)m->place.dp,
+                                        PT_REDUCE_AVG, &x->coll.rs_req);
+}
+
 static pt_status pt__zero2_bucket(pt_gpt *m, int b) {
     pt_gpt_exec *x = m->exec;
     const pt__bucket *k = &x->coll.buckets[b];
     float *dst = x->coll.gshard + k->shard_offset, *tmp = x->coll.rs_tmp;
     size_t i;
     double t = pt_time_now();
-    pt_status st = PT_OK;
-    if (m->place.zero == 3) { /* into b's half of work: b's parameters are done with */
+    pt_status st = pt__zero2_settle(m);
+    if (st == PT_OK && m->place.zero == 3) { /* into b's half of work: b's parameters are done with */
         st = pt__z3_drop(m, b & 1);
         tmp = x->coll.work + (size_t)(b & 1) * x->coll.work_n;
     }
@@ -10816,7 +10858,7 @@ static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, in
     int C = m->config.n_embd, N = B * T, b, Vl = m->place.vocab_local;
     const pt_param *p = &m->table[head && x->tab_head >= 0 ? x->tab_head : x->tab_wte];
     const pt_param *wpe = x->tab_wpe >= 0 ? &m->table[x->tab_wpe] : NULL;
-    pt_status st = PT_OK;
+    pt_status st = pt__zero2_settle(m); /* (the stage is written next) */
     for (b = p->bucket; b < x->coll.num_buckets && x->coll.buckets[b].offset < p->offset + p->numel &&
                         st == PT_OK; b++) {
         const pt__bucket *k = &x->coll.buckets[b];
@@ -11160,6 +11202,21 @@ static pt_status pt__first_layer_backward(pt_gpt *m, pt__slot *sl, int l, int B,
     return pt_block_sp_norm_sum(&m->config, &x->coll.layer_grads[l], &x->scratch, x->tp_comm);
 }
 
+/* ZeRO 2 and 3 with overlap: layer l's backward as B, then the previous
+   layer's reduce-scatter settled (it ran behind B), then W into the stage
+   (B then W is pt_block_backward: the same bits). */
+static pt_status pt__staged_layer_backward(pt_gpt *m, int l, int B, int T, const float *in,
+                                           const pt_block_acts *a) {
+    pt_gpt_exec *x = m->exec;
+    pt_status st = pt_block_backward_input(&m->ctx, &m->config, B, T, &m->layers[l], in, a, x->dres,
+                                           x->dres, &x->scratch.w, &x->scratch, x->tp_comm);
+    if (st == PT_OK) st = pt__zero2_settle(m);
+    if (st != PT_OK) return st;
+    pt_block_backward_weight(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in,
+                             a, &x->scratch.w, &x->scratch, x->tp_comm ? x->tp_comm->size : 1);
+    return pt_block_sp_norm_sum(&m->config, &x->coll.layer_grads[l], &x->scratch, x->tp_comm);
+}
+
 /* Backward of this stage's chunk c for the micro-batch in slot sl,
    accumulating parameter gradients (dloss scales the mean loss's): from the
    loss if c holds the last virtual stage, else from x->dres (the output's
@@ -11174,6 +11231,7 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
     int N = B * T, C = cfg->n_embd, l, first = x->pipe.chunk_lo[c], last = x->pipe.chunk_hi[c];
     int zero2 = pt__grads_staged(pl), lnf_b = x->tab_lnf >= 0 ? m->table[x->tab_lnf].bucket : -1;
     int early = !input_only && last > first && pt__ov_early(m, c); /* (the embedding inside) */
+    int zs = zero2 && x->coll.ag_on && pl->dp > 1, b; /* the layers' reduce-scatters started */
     pt_status st;
     if (c == x->pipe.head_chunk) { /* the logits become dlogits in place */
         pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, pl->vocab_local,
@@ -11215,14 +11273,15 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
                                          x->dres, &sl->wg[l - first], &x->scratch, x->tp_comm);
         else if (early && l == first)
             st = pt__first_layer_backward(m, sl, l, B, T, in, a);
+        else if (zs)
+            st = pt__staged_layer_backward(m, l, B, T, in, a);
         else
             st = pt_block_backward(&m->ctx, cfg, B, T, &m->layers[l], &x->coll.layer_grads[l], in, a,
                                    x->dres, x->dres, &x->scratch, x->tp_comm);
         if (st == PT_OK && !input_only) st = pt__ov_layer(m, l, 0);
         if (st != PT_OK) return st;
-        if (zero2 && (st = pt__zero2_bucket(m, m->table[x->tab_layers + x->layer_tensors * l]
-                                                   .bucket)) != PT_OK)
-            return st;
+        b = m->table[x->tab_layers + x->layer_tensors * l].bucket;
+        if (zero2 && (st = zs ? pt__zero2_start(m, b) : pt__zero2_bucket(m, b)) != PT_OK) return st;
     }
     return c == x->pipe.embed_chunk && !early ? pt__embed_backward(m, sl, B, T) : PT_OK;
 }

@@ -1379,7 +1379,9 @@ typedef enum pt_overlap {
                        bits as OFF's */
     PT_OVERLAP_OFF  /* every bucket after backward, every gather in the update, every
                        pipeline message when its action comes */
-} pt_overlap;       /* (ZeRO 2 reduce-scatters each bucket inside backward either way) */
+} pt_overlap;       /* (ZeRO 2, and 3 on one stage, reduce-scatter each bucket inside
+                       backward either way; with ON a layer's runs behind the next
+                       layer's B) */
 
 typedef struct pt_step_desc {
     const int *inputs, *targets; /* (B, T) row-major: this rank's rows */
@@ -7843,7 +7845,7 @@ static void pt__block_weight_part(pt_ctx *ctx, const pt_gpt_config *cfg, int B, 
         n1w = s->spg + 2 * c, n1b = n1b ? s->spg + 3 * c : NULL;
     }
     if (part) {
-        pt__bf16_load(a->ln1, a->ln1_16, d.N * d.C, &s->held[0]);
+        if (!sp) pt__bf16_load(a->ln1, a->ln1_16, d.N * d.C, &s->held[0]);
         pt__proj_backward(ctx, cfg, NULL, g->attn_proj_w, g->attn_proj_b, w->dres2, a->atty,
                           p->attn_proj_w, n, ca, c);
         pt__proj_backward(ctx, cfg, NULL, g->qkv_w, g->qkv_b, w->dqkv, ln1, p->qkv_w, n, c,

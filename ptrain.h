@@ -1366,7 +1366,11 @@ typedef enum pt_overlap {
     PT_OVERLAP_ON,  /* ZeRO 0 and 1: each layer's bucket is started (all-reduce, or
                        reduce-scatter into the shard) as soon as the step's last
                        backward of the layer (or its W) finished it, in backward's
-                       order, and waited at the optimizer step. ZeRO 1 and 2: each
+                       order, and waited at the optimizer step; the first layer's in
+                       two (its MLP half started between W's halves), and after its B
+                       the embeddings' (one stage, wte tied: the wte rows no rank's
+                       token reads right after the head's backward, the rows read and
+                       wpe after the embedding's). ZeRO 1 and 2: each
                        bucket's parameter all-gather after the update runs on behind
                        the next forward, which waits for a layer's just before using
                        it. Pipelines: each stage's next activation and gradient
@@ -1375,7 +1379,9 @@ typedef enum pt_overlap {
                        bits as OFF's */
     PT_OVERLAP_OFF  /* every bucket after backward, every gather in the update, every
                        pipeline message when its action comes */
-} pt_overlap;       /* (ZeRO 2 reduce-scatters each bucket inside backward either way) */
+} pt_overlap;       /* (ZeRO 2, and 3 on one stage, reduce-scatter each bucket inside
+                       backward either way; with ON a layer's runs behind the next
+                       layer's B) */
 
 typedef struct pt_step_desc {
     const int *inputs, *targets; /* (B, T) row-major: this rank's rows */
@@ -7834,6 +7840,45 @@ PTRAINDEF pt_status pt_block_backward_input(pt_ctx *ctx, const pt_gpt_config *cf
     return pt_comm_wait(&s->req[1]);
 }
 
+/* W's MLP half (part 0: fc_proj, fc, ln2) or attention half (part 1:
+   attn_proj, qkv, ln1): part 0 then part 1 is W. The overlap reduces the
+   first layer's MLP gradients while its attention half runs. */
+static void pt__block_weight_part(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
+                                  const pt_block_params *p, pt_block_params *g, const float *x,
+                                  const pt_block_acts *a, const pt_block_wgrad *w,
+                                  pt_block_scratch *s, int tp, int part) {
+    int sp = s->sp && tp > 1;
+    pt__dims d = pt__block_dims_sp(cfg, B, T, tp, sp);
+    int n = (int)d.N, c = (int)d.C, ca = (int)d.Ca, f = (int)d.F, ns = (int)d.Ns;
+    const float *ln1 = w->ln1g, *ln2 = w->ln2g;
+    float *n2w = g->ln2_w, *n2b = g->ln2_b, *n1w = g->ln1_w, *n1b = g->ln1_b;
+    if (!sp) {
+        ln1 = a->ln1, ln2 = a->ln2;
+    } else { /* [ln2_w | ln2_b | ln1_w | ln1_b] of this rank's rows */
+        n2w = s->spg, n2b = n2b ? s->spg + c : NULL;
+        n1w = s->spg + 2 * c, n1b = n1b ? s->spg + 3 * c : NULL;
+    }
+    if (part) {
+        if (!sp) pt__bf16_load(a->ln1, a->ln1_16, d.N * d.C, &s->held[0]);
+        pt__proj_backward(ctx, cfg, NULL, g->attn_proj_w, g->attn_proj_b, w->dres2, a->atty,
+                          p->attn_proj_w, n, ca, c);
+        pt__proj_backward(ctx, cfg, NULL, g->qkv_w, g->qkv_b, w->dqkv, ln1, p->qkv_w, n, c,
+                          (int)d.Q3);
+        pt__norm_backward(cfg, NULL, n1w, n1b, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd,
+                          ns, c);
+        return;
+    }
+    pt__bf16_load(a->fch, a->fch_16, d.N * d.Fi, &s->held[3]);
+    if (!sp) pt__bf16_load(a->ln2, a->ln2_16, d.N * d.C, &s->held[2]);
+    if (sp) memset(s->spg, 0, 4 * d.C * sizeof(float));
+    pt__act_forward(cfg, s->gelu, a->fch, d.N, d.F); /* not saved by forward: NF floats a layer */
+    pt__proj_backward(ctx, cfg, NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w,
+                      n, f, c);
+    pt__proj_backward(ctx, cfg, NULL, g->fc_w, g->fc_b, w->dfch, ln2, p->fc_w, n, c, (int)d.Fi);
+    pt__norm_backward(cfg, NULL, n2w, n2b, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
+                      ns, c);
+}
+
 /* W: every parameter gradient from the kept output gradients and the
    activations (the MLP activation recomputed). dout is whole on every
    tensor rank, so the replicated bias and norm gradients agree without
@@ -7845,32 +7890,8 @@ PTRAINDEF void pt_block_backward_weight(pt_ctx *ctx, const pt_gpt_config *cfg, i
                                         const pt_block_params *p, pt_block_params *g,
                                         const float *x, const pt_block_acts *a,
                                         const pt_block_wgrad *w, pt_block_scratch *s, int tp) {
-    int sp = s->sp && tp > 1;
-    pt__dims d = pt__block_dims_sp(cfg, B, T, tp, sp);
-    int n = (int)d.N, c = (int)d.C, ca = (int)d.Ca, f = (int)d.F, ns = (int)d.Ns;
-    const float *ln1 = w->ln1g, *ln2 = w->ln2g;
-    float *n2w = g->ln2_w, *n2b = g->ln2_b, *n1w = g->ln1_w, *n1b = g->ln1_b;
-    pt__bf16_load(a->fch, a->fch_16, d.N * d.Fi, &s->held[3]);
-    if (!sp) {
-        pt__bf16_load(a->ln2, a->ln2_16, d.N * d.C, &s->held[2]);
-        pt__bf16_load(a->ln1, a->ln1_16, d.N * d.C, &s->held[0]);
-        ln1 = a->ln1, ln2 = a->ln2;
-    } else { /* [ln2_w | ln2_b | ln1_w | ln1_b] of this rank's rows */
-        memset(s->spg, 0, 4 * d.C * sizeof(float));
-        n2w = s->spg, n2b = n2b ? s->spg + c : NULL;
-        n1w = s->spg + 2 * c, n1b = n1b ? s->spg + 3 * c : NULL;
-    }
-    pt__act_forward(cfg, s->gelu, a->fch, d.N, d.F); /* not saved by forward: NF floats a layer */
-    pt__proj_backward(ctx, cfg, NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w,
-                      n, f, c);
-    pt__proj_backward(ctx, cfg, NULL, g->fc_w, g->fc_b, w->dfch, ln2, p->fc_w, n, c, (int)d.Fi);
-    pt__norm_backward(cfg, NULL, n2w, n2b, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
-                      ns, c);
-    pt__proj_backward(ctx, cfg, NULL, g->attn_proj_w, g->attn_proj_b, w->dres2, a->atty,
-                      p->attn_proj_w, n, ca, c);
-    pt__proj_backward(ctx, cfg, NULL, g->qkv_w, g->qkv_b, w->dqkv, ln1, p->qkv_w, n, c,
-                      (int)d.Q3);
-    pt__norm_backward(cfg, NULL, n1w, n1b, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd, ns, c);
+    pt__block_weight_part(ctx, cfg, B, T, p, g, x, a, w, s, tp, 0);
+    pt__block_weight_part(ctx, cfg, B, T, p, g, x, a, w, s, tp, 1);
 }
 
 PTRAINDEF pt_status pt_block_sp_norm_sum(const pt_gpt_config *cfg, pt_block_params *g,
@@ -9465,7 +9486,8 @@ typedef struct pt__exec_coll {
     int *ov_at, *ag_at;       /* (buckets) and the step's action then (-1: before it) */
     size_t shard_total;       /* this rank's elements over all buckets (ZeRO) */
     float *gshard;            /* (shard_total) averaged gradients of its shard (ZeRO 1, 2) */
-    float *rs_tmp;            /* (largest shard) where ZeRO 2 reduce-scatters a bucket, to
+    float *rs_tmp;            /* (largest shard) where ZeRO 2 (and 3 with a stage: rs_b)
+                                 reduce-scatters a bucket, to
                                  add it to the shard (ZeRO 3: the half of work the bucket
                                  was gathered into, done with) */
     float *pshard;            /* (shard_total) ZeRO 3: this rank's parameters, the shards
@@ -9480,6 +9502,19 @@ typedef struct pt__exec_coll {
                                              staging buffer) */
     float *dhead;             /* the head's gradient: dwte when tied */
     pt_block_params *layer_grads;
+    /* overlap on one stage, tied wte (pt__wte_ok): the wte rows no dp rank's token reads
+       are final after the step's last head backward and reduce then; the rows read (and
+       wpe) go compact through the embedding's backward and reduce after it */
+    float *tmask;             /* (vocab_local) 1: a row the step's tokens read on some dp rank */
+    int *tslot, *tinp;        /* (vocab_local) a row's compact slot (-1: none); (B*T) tokens
+                                 as slots */
+    float *tkeep;             /* (tcap * C + wpe's) the compact rows' gradients, then wpe's */
+    int tcap, trows;          /* slots; those in use in this step (-1: none, wte whole) */
+    pt_comm_req treq, kreq;   /* the mask's all-reduce (MAX), the compact rows' */
+    int rs_b, rs_at;          /* ZeRO 2 and 3 with overlap: the layer bucket whose reduce-scatter
+                                 from the stage into rs_tmp is under way (-1: none), the action */
+    pt_comm_req rs_req;       /* it (pt__zero2_settle), begun at rs_t */
+    double rs_t;
 } pt__exec_coll;
 
 /* The step's schedule, its chunks of layers, the activation slots and the
@@ -9606,6 +9641,8 @@ static void pt__ov_poll(void *arg) {
         pt_comm_req *q = j < 2 ? &x->pipe.pp_rreq[j] : &x->pipe.pp_sreq[j - 2];
         if (q->comm && (st = pt_comm_test(q, &done)) != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;
     }
+    if (x->coll.rs_req.comm && (st = pt_comm_test(&x->coll.rs_req, &done)) != PT_OK && !x->coll.poll_st)
+        x->coll.poll_st = st; /* (a staged reduce-scatter: settled later) */
     for (j = 0; j < 2; j++) { /* ZeRO 3's prefetched gathers */
         if (!x->coll.zreq[j].comm) continue;
         if ((st = pt_comm_test(&x->coll.zreq[j], &done)) != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;
@@ -9842,8 +9879,9 @@ static int pt__holds_layer(const pt_gpt_place *pl, int l) {
     return 0;
 }
 
-/* Each bucket's whole layers (lf, nl): the tensors it overlaps are whole
-   layers of the table, or it has none (nl 0). */
+/* Each bucket's layers (lf, nl): the tensors it overlaps are whole layers
+   of the table, or part of one layer (nl 1: a half of the first layer,
+   pt__build_table), or it has none (nl 0). */
 static void pt__bucket_layers(pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     int b, per = x->layer_tensors;
@@ -9851,9 +9889,11 @@ static void pt__bucket_layers(pt_gpt *m) {
         pt__bucket *k = &x->coll.buckets[b];
         int f = k->first - x->tab_layers;
         k->lf = k->nl = 0;
-        if (x->tab_layers < 0 || f < 0 || f % per || k->count % per) continue;
-        if (k->count > 0 && f / per + k->count / per <= m->place.n_layers)
+        if (x->tab_layers < 0 || f < 0 || k->count < 1 || f / per >= m->place.n_layers) continue;
+        if (f % per == 0 && k->count % per == 0 && f / per + k->count / per <= m->place.n_layers)
             k->lf = f / per, k->nl = k->count / per;
+        else if (f / per == (f + k->count - 1) / per)
+            k->lf = f / per, k->nl = 1;
     }
 }
 
@@ -9891,6 +9931,10 @@ static void pt__build_table(pt_gpt *m) {
         if (here && s.layer >= 0 && s.layer != last) local++;
         last = s.layer;
         if (vocab) pt__end_bucket(m, m->num_params); /* it starts a bucket */
+        if (here && s.layer == 0 && s.field == offsetof(pt_block_params, ln2_w) &&
+            !pl->bucket_bytes && pl->zero < 2 && !pl->sp) /* the first layer's attention half
+                                                             alone: pt__ov_part */
+            pt__end_bucket(m, m->num_params);
         pt__add_param(m, &s, name, here);
         if (!here) continue;
         if (s.role == PT__R_WTE) x->tab_wte = t;
@@ -10214,7 +10258,7 @@ static pt_status pt__gpt_tables(pt_gpt *m, int nslots) {
     size_t L = (size_t)m->config.n_layer, S = (size_t)nslots, nbook, ntensors;
     /* buckets close at most: before and inside each of two vocabulary tensors,
        at each of the L + 1 ends of a layer run, and at the end */
-    size_t nbuckets = L + 4 + 2 * (size_t)(m->place.vocab_local / pt__vocab_rows(m));
+    size_t nbuckets = L + 5 + 2 * (size_t)(m->place.vocab_local / pt__vocab_rows(m));
     pt__spec s;
     unsigned char *book;
     pt_gpt_exec *x;
@@ -10345,6 +10389,29 @@ static int pt__grads_staged(const pt_gpt_place *pl) {
     return pl->zero == 2 || (pl->zero == 3 && pl->pp == 1);
 }
 
+/* Whether wte's rows no token reads may reduce early (pt__exec_coll.tmask):
+   one stage, one chunk, the head tied to wte, ZeRO 0 or 1, a dp group. */
+static int pt__wte_ok(const pt_gpt *m) {
+    const pt_gpt_place *pl = &m->place;
+    return pl->pp == 1 && pl->chunks == 1 && pl->dp > 1 && pl->zero < 2 && !m->config.untied_head &&
+           m->exec->tab_wte >= 0 && !m->exec->pipe.split;
+}
+
+/* pt__wte_ok's buffers: the compact rows at most a quarter of wte (or the
+   rows a step's tokens can read), counted with the gradients. */
+static void pt__layout_wte(pt_gpt *m, pt_arena *a) {
+    pt_gpt_exec *x = m->exec;
+    size_t V = (size_t)m->place.vocab_local, C = (size_t)m->config.n_embd, N = (size_t)m->B * m->T;
+    size_t reads = N * (size_t)m->place.dp * (size_t)m->place.micro;
+    size_t wpe = x->tab_wpe >= 0 ? m->table[x->tab_wpe].numel : 0, used = a->used;
+    x->coll.tcap = (int)(reads < V / 4 ? reads : V / 4);
+    x->coll.tmask = PT__F(a, V);
+    x->coll.tkeep = PT__F(a, (size_t)x->coll.tcap * C + wpe);
+    x->coll.tslot = (int *)pt_arena_alloc(a, V * sizeof(int));
+    x->coll.tinp = (int *)pt_arena_alloc(a, N * sizeof(int));
+    m->mem.grads += a->used - used;
+}
+
 /* Parameters; then, for training, gradients and the AdamW moments:
    whole (zero 0), moments of this rank's shard only plus its averaged
    gradients (zero 1), and (zero 2) gradients of one bucket at a time;
@@ -10357,7 +10424,7 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
     size_t P = m->num_params, moments, grads, params;
     moments = zero ? o.shard_total : P;
     grads = (pt__grads_staged(&m->place) ? o.largest_bucket : P) + (zero ? o.shard_total : 0) +
-            (zero == 2 ? o.largest_shard : 0);
+            (pt__grads_staged(&m->place) ? o.largest_shard : 0);
     params = zero == 3 ? o.shard_total + 2 * o.largest_bucket : P;
     /* 2BW keeps a second version of the weights */
     m->mem.params = (!inference && m->place.schedule == PT_SCHED_2BW ? 2 : 1) * params * sizeof(float);
@@ -10378,7 +10445,9 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
     m->grads = PT__F(a, pt__grads_staged(&m->place) ? o.largest_bucket : P); /* the stage of one
                                                                                 bucket */
     if (zero) x->coll.gshard = PT__F(a, o.shard_total);
-    if (zero == 2) x->coll.rs_tmp = PT__F(a, o.largest_shard);
+    if (pt__grads_staged(&m->place)) x->coll.rs_tmp = PT__F(a, o.largest_shard);
+    x->coll.trows = x->coll.rs_b = -1;
+    if (pt__wte_ok(m)) pt__layout_wte(m, a);
 }
 
 /* The activation slots (each: a chunk's input, its layers' saved
@@ -10747,14 +10816,45 @@ static pt_status pt__dp_reduce_scatter(pt_gpt *m, const float *in, float *out, s
 
 /* ZeRO 2: averages the gradients of bucket b, in the stage (m->grads), over
    the dp group and adds them to this rank's shard, then clears the stage. */
+/* ZeRO 2 and 3, overlap: the reduce-scatter pt__zero2_start began waited
+   for, added to the shard, the stage cleared: before the stage is written
+   again (the same sums as pt__zero2_bucket's). */
+static pt_status pt__zero2_settle(pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    int b = x->coll.rs_b;
+    const pt__bucket *k = b >= 0 ? &x->coll.buckets[b] : NULL;
+    size_t i;
+    pt_status st;
+    if (!k) return PT_OK;
+    x->coll.rs_b = -1;
+    if ((st = pt_comm_wait(&x->coll.rs_req)) != PT_OK) return st;
+    pt__trace_dp(x, PT_TRACE_DP_REDUCE, b, x->coll.rs_t, x->coll.rs_at);
+    for (i = 0; i < k->shard; i++) x->coll.gshard[k->shard_offset + i] += x->coll.rs_tmp[i];
+    memset(m->grads, 0, k->numel * sizeof(float));
+    return PT_OK;
+}
+
+/* ZeRO 2 and 3 with overlap (ag_on, a dp group): layer bucket b's
+   reduce-scatter started from the stage, to run behind the next layer's B
+   (pt__staged_layer_backward settles it before its W writes the stage). */
+static pt_status pt__zero2_start(pt_gpt *m, int b) {
+    pt_gpt_exec *x = m->exec;
+    pt_status st = pt__zero2_settle(m);
+    if (st != PT_OK) return st;
+    x->coll.rs_b = b, x->coll.rs_t = pt_time_now(), x->coll.rs_at = x->act;
+    return pt_comm_reduce_scatter_start(x->dp_comm, m->grads, x->coll.rs_tmp,
+                                        x->coll.buckets[b].numel / (size_t)m->place.dp,
+                                        PT_REDUCE_AVG, &x->coll.rs_req);
+}
+
 static pt_status pt__zero2_bucket(pt_gpt *m, int b) {
     pt_gpt_exec *x = m->exec;
     const pt__bucket *k = &x->coll.buckets[b];
     float *dst = x->coll.gshard + k->shard_offset, *tmp = x->coll.rs_tmp;
     size_t i;
     double t = pt_time_now();
-    pt_status st = PT_OK;
-    if (m->place.zero == 3) { /* into b's half of work: b's parameters are done with */
+    pt_status st = pt__zero2_settle(m);
+    if (st == PT_OK && m->place.zero == 3) { /* into b's half of work: b's parameters are done with */
         st = pt__z3_drop(m, b & 1);
         tmp = x->coll.work + (size_t)(b & 1) * x->coll.work_n;
     }
@@ -10774,7 +10874,7 @@ static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, in
     int C = m->config.n_embd, N = B * T, b, Vl = m->place.vocab_local;
     const pt_param *p = &m->table[head && x->tab_head >= 0 ? x->tab_head : x->tab_wte];
     const pt_param *wpe = x->tab_wpe >= 0 ? &m->table[x->tab_wpe] : NULL;
-    pt_status st = PT_OK;
+    pt_status st = pt__zero2_settle(m); /* (the stage is written next) */
     for (b = p->bucket; b < x->coll.num_buckets && x->coll.buckets[b].offset < p->offset + p->numel &&
                         st == PT_OK; b++) {
         const pt__bucket *k = &x->coll.buckets[b];
@@ -10821,18 +10921,12 @@ static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int 
     return st;
 }
 
-/* Overlap (pt_overlap): layer l's gradients are final in this step; if its
-   bucket holds whole layers of which l is the last to finish (the lowest in
-   backward, the highest when W runs apart: ascending), the bucket starts
-   its dp reduction, and the buckets under way get a test. */
-static pt_status pt__ov_layer(pt_gpt *m, int l, int ascending) {
+/* Overlap: bucket b's dp reduction started (averaged whole, or into this
+   rank's shard under ZeRO 1 and 3), and the buckets under way get a test. */
+static pt_status pt__ov_start(pt_gpt *m, int b) {
     pt_gpt_exec *x = m->exec;
-    int b = m->table[x->tab_layers + x->layer_tensors * l].bucket;
     const pt__bucket *k = &x->coll.buckets[b];
     pt_status st;
-    if (!x->coll.ov_on || !x->coll.ov_last) return PT_OK;
-    if (!k->nl) return PT_OK;                                     /* reduced after backward */
-    if (l != (ascending ? k->lf + k->nl - 1 : k->lf)) return PT_OK; /* the others come later */
     x->coll.ov_t[b] = pt_time_now(), x->coll.ov_at[b] = x->act;
     if (m->place.zero == 1 || m->place.zero == 3)
         st = pt_comm_reduce_scatter_start(x->dp_comm, m->grads + k->offset,
@@ -10844,6 +10938,180 @@ static pt_status pt__ov_layer(pt_gpt *m, int l, int ascending) {
                                       &x->coll.ov_req[b]);
     if (st == PT_OK) pt__ov_poll(m);
     return st != PT_OK ? st : x->coll.poll_st;
+}
+
+/* Overlap (pt_overlap): layer l's gradients are final in this step; if its
+   bucket holds whole layers of which l is the last to finish (the lowest in
+   backward, the highest when W runs apart: ascending), the bucket starts
+   its dp reduction, and the buckets under way get a test. */
+static pt_status pt__ov_layer(pt_gpt *m, int l, int ascending) {
+    pt_gpt_exec *x = m->exec;
+    int b = m->table[x->tab_layers + x->layer_tensors * l].bucket;
+    int end = m->table[x->tab_layers + x->layer_tensors * (l + 1) - 1].bucket; /* (a layer in
+                                                                                   halves) */
+    pt_status st = PT_OK;
+    if (!x->coll.ov_on || !x->coll.ov_last) return PT_OK;
+    for (; b <= end && st == PT_OK; b++) {
+        const pt__bucket *k = &x->coll.buckets[b];
+        if (!k->nl || x->coll.ov_req[b].op != PT_COMM_OP_NONE) continue; /* (started: a half) */
+        if (l != (ascending ? k->lf + k->nl - 1 : k->lf)) continue; /* the others come later */
+        st = pt__ov_start(m, b);
+    }
+    return st;
+}
+
+/* Overlap: the first layer's MLP half is final (W's part 0): its bucket
+   starts while the attention half computes, when the layer is in two
+   (pt__build_table: not under sequence parallelism, whose norm sums come
+   after both halves). */
+static pt_status pt__ov_part(pt_gpt *m, int l) {
+    pt_gpt_exec *x = m->exec;
+    int b = m->table[x->tab_layers + x->layer_tensors * (l + 1) - 1].bucket;
+    if (b == m->table[x->tab_layers + x->layer_tensors * l].bucket ||
+        x->coll.ov_req[b].op != PT_COMM_OP_NONE)
+        return PT_OK;
+    return pt__ov_start(m, b);
+}
+
+/* Whether the tied wte's two pipeline copies (first and last stage) are
+   summed before the dp reduction (pt__step_sync). */
+static int pt__tie_sum(const pt_gpt *m) {
+    const pt_gpt_exec *x = m->exec;
+    return x->tie_comm && x->tie_comm->size == 2 && x->coll.dwte && !m->config.untied_head &&
+           m->place.schedule != PT_SCHED_CHIMERA;
+}
+
+/* Overlap: whether chunk c's backward (its W with it) is the stage's last
+   of the step and ends in the embedding, with every gradient outside the
+   layers final once the embedding's is (every chunk's backwards done, no
+   wte copies to sum first): then the buckets holding no layer (wte's the
+   largest) start between the first layer's B and its W (pt__ov_rest). */
+static int pt__ov_early(const pt_gpt *m, int c) {
+    const pt_gpt_exec *x = m->exec;
+    int k;
+    if (!x->coll.ov_on || !x->coll.ov_last || c != x->pipe.embed_chunk || pt__tie_sum(m)) return 0;
+    for (k = 0; k < m->place.chunks; k++)
+        if (x->coll.ov_done[k] != m->place.micro) return 0;
+    return 1;
+}
+
+/* Overlap: every bucket holding no layer's tensor and not started yet
+   starts its reduction (their gradients are final: pt__ov_early). */
+static pt_status pt__ov_rest(pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    int b, lo = x->tab_layers, hi = x->tab_layers + x->layer_tensors * m->place.n_layers;
+    pt_status st = PT_OK;
+    for (b = 0; b < x->coll.num_buckets && st == PT_OK; b++) {
+        const pt__bucket *k = &x->coll.buckets[b];
+        if (x->coll.ov_req[b].op != PT_COMM_OP_NONE || !k->count) continue;
+        if (lo >= 0 && k->first < hi && lo < k->first + k->count) continue; /* a layer's */
+        st = pt__ov_start(m, b);
+    }
+    return st;
+}
+
+/* Overlap (pt__wte_ok): the rows of this rank's vocabulary the step's tokens
+   read on any dp rank, their all-reduce (MAX) started; the rows no rank
+   reads get only the head's gradient. Where the reductions' order over the
+   ranks might follow the buffer (MPI beyond 2 ranks), wte reduces whole. */
+static pt_status pt__wte_mask_start(pt_gpt *m, const pt_step_desc *d) {
+    pt_gpt_exec *x = m->exec;
+    size_t i, n = (size_t)d->B * (size_t)d->T;
+    int V = m->place.vocab_local, r;
+    x->coll.trows = -1;
+    memset(&x->coll.treq, 0, sizeof x->coll.treq);
+    memset(&x->coll.kreq, 0, sizeof x->coll.kreq);
+    if (!x->coll.tmask || !x->coll.ov_on || (x->dp_comm->kind != PT_COMM_THREADS && m->place.dp != 2))
+        return PT_OK;
+    memset(x->coll.tmask, 0, (size_t)V * sizeof(float));
+    for (i = 0; i < n; i++)
+        if ((r = d->inputs[i] - m->place.vocab_offset) >= 0 && r < V) x->coll.tmask[r] = 1.0f;
+    return pt_comm_all_reduce_start(x->dp_comm, x->coll.tmask, (size_t)V, PT_REDUCE_MAX,
+                                    &x->coll.treq);
+}
+
+/* After the step's last head backward (pt__wte_mask_start's step): the rows
+   some token reads, and wpe, kept aside compact (the embedding's backward
+   adds to them there: pt__wte_embed), and the buckets of wte and wpe start
+   their reduction (their rows kept aside are overwritten after:
+   pt__wte_finish). More rows than the compact buffer holds: wte reduces
+   whole after the embedding's backward, as without. */
+static pt_status pt__wte_early(pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    int V = m->place.vocab_local, C = m->config.n_embd, r, R = 0, b, i;
+    const pt_param *wpe = x->tab_wpe >= 0 ? &m->table[x->tab_wpe] : NULL;
+    pt_status st = PT_OK;
+    if (!x->coll.treq.comm || !x->coll.ov_last) return PT_OK;
+    if ((st = pt_comm_wait(&x->coll.treq)) != PT_OK) return st;
+    for (r = 0; r < V; r++) R += x->coll.tmask[r] != 0.0f;
+    if (R > x->coll.tcap) return PT_OK;
+    for (r = 0, R = 0; r < V; r++) {
+        x->coll.tslot[r] = x->coll.tmask[r] != 0.0f ? R : -1;
+        if (x->coll.tslot[r] >= 0)
+            memcpy(x->coll.tkeep + (size_t)R++ * C, x->coll.dwte + (size_t)r * C, C * sizeof(float));
+    }
+    if (wpe) memcpy(x->coll.tkeep + (size_t)R * C, x->coll.dwpe, wpe->numel * sizeof(float));
+    x->coll.trows = R;
+    for (b = 0; b < x->coll.num_buckets && st == PT_OK; b++) { /* those of wte and wpe alone */
+        const pt__bucket *k = &x->coll.buckets[b];
+        int only = k->count > 0;
+        for (i = k->first; i < k->first + k->count; i++) only &= i == x->tab_wte || i == x->tab_wpe;
+        if (only) st = pt__ov_start(m, b);
+    }
+    return st;
+}
+
+/* pt__wte_early's embedding backward from dres: into the compact rows and
+   wpe (each row's tokens in sequence: the sums of the whole kernel), then
+   their reduction started. */
+static pt_status pt__wte_embed(pt_gpt *m, const pt__slot *sl, const float *dres, int B, int T) {
+    pt_gpt_exec *x = m->exec;
+    int n, r, V = m->place.vocab_local, C = m->config.n_embd, R = x->coll.trows;
+    size_t wpe = x->tab_wpe >= 0 ? m->table[x->tab_wpe].numel : 0, all = (size_t)R * C + wpe;
+    for (n = 0; n < B * T; n++) {
+        r = sl->inputs[n] - m->place.vocab_offset;
+        x->coll.tinp[n] = r >= 0 && r < V ? x->coll.tslot[r] : -1;
+    }
+    pt__encoder_backward_part(x->coll.tkeep, wpe ? x->coll.tkeep + (size_t)R * C : NULL, dres,
+                              x->coll.tinp, 0, R, B, T, C);
+    if (!all) return PT_OK;
+    return pt_comm_all_reduce_start(x->dp_comm, x->coll.tkeep, all, PT_REDUCE_AVG, &x->coll.kreq);
+}
+
+/* n averaged gradients from src put at flat offset off: into the whole
+   gradients (zero 0) or the parts of this rank's shards (zero 1). */
+static void pt__grad_put(pt_gpt *m, size_t off, const float *src, size_t n) {
+    pt_gpt_exec *x = m->exec;
+    int b;
+    if (!m->place.zero) {
+        memcpy(m->grads + off, src, n * sizeof(float));
+        return;
+    }
+    for (b = 0; b < x->coll.num_buckets; b++) {
+        const pt__bucket *k = &x->coll.buckets[b];
+        size_t lo = k->offset + (size_t)m->place.dp_rank * k->shard, hi = lo + k->shard;
+        size_t a = off > lo ? off : lo, e = off + n < hi ? off + n : hi;
+        if (a < e) memcpy(x->coll.gshard + k->shard_offset + (a - lo), src + (a - off),
+                          (e - a) * sizeof(float));
+    }
+}
+
+/* After wte's buckets: the compact rows' reduction waited for and put in
+   place of what the buckets averaged for those rows and wpe. */
+static pt_status pt__wte_finish(pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    int V = m->place.vocab_local, r, R = x->coll.trows;
+    size_t C = (size_t)m->config.n_embd;
+    const pt_param *wpe = x->tab_wpe >= 0 ? &m->table[x->tab_wpe] : NULL;
+    pt_status st;
+    x->coll.trows = -1;
+    if (x->coll.kreq.comm && (st = pt_comm_wait(&x->coll.kreq)) != PT_OK) return st;
+    for (r = 0; r < V; r++)
+        if (x->coll.tslot[r] >= 0)
+            pt__grad_put(m, m->table[x->tab_wte].offset + (size_t)r * C,
+                         x->coll.tkeep + (size_t)x->coll.tslot[r] * C, C);
+    if (wpe) pt__grad_put(m, wpe->offset, x->coll.tkeep + (size_t)R * C, wpe->numel);
+    return PT_OK;
 }
 
 /* After a step's last micro-batch: every bucket averaged over the dp group,
@@ -10871,7 +11139,7 @@ static pt_status pt__dp_sync_grads(pt_gpt *m) {
         }
         if (st == PT_OK && m->place.dp > 1) pt__trace_dp(x, PT_TRACE_DP_REDUCE, b, t, at);
     }
-    return st;
+    return st == PT_OK && x->coll.trows >= 0 ? pt__wte_finish(m) : st;
 }
 
 /* Selective recomputation: a layer's attention output again, from the
@@ -10910,6 +11178,61 @@ static pt_status pt__head_norm_backward(pt_gpt *m, pt__slot *sl, const float *in
     return PT_OK;
 }
 
+/* The embeddings' backward from x->dres, the first layer's input gradient:
+   every rank holds the whole dres (sequence parallel: gathered, the g of
+   the embedding's reduce-scatter): its wte rows, and all of wpe. */
+static pt_status pt__embed_backward(pt_gpt *m, const pt__slot *sl, int B, int T) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    size_t NC = (size_t)B * T * (size_t)m->config.n_embd;
+    pt_status st;
+    if (pl->sp && (st = pt_comm_all_gather(x->tp_comm, x->dres, x->scratch.xg,
+                                           NC / (size_t)pl->tp)) != PT_OK)
+        return st;
+    if (pt__grads_staged(pl)) return pt__zero2_vocab(m, sl, B, T, 0);
+    if (x->coll.trows >= 0) return pt__wte_embed(m, sl, pl->sp ? x->scratch.xg : x->dres, B, T);
+    pt__encoder_backward_part(x->coll.dwte, x->coll.dwpe, pl->sp ? x->scratch.xg : x->dres,
+                              sl->inputs, pl->vocab_offset, pl->vocab_local, B, T,
+                              m->config.n_embd);
+    return PT_OK;
+}
+
+/* Overlap, the step's last backward of the first layer (pt__ov_early): its
+   B, the embeddings' backward, the buckets holding no layer started, then
+   its W behind their reduction, the MLP half's bucket started between W's
+   halves (B then W is pt_block_backward: the same bits). */
+static pt_status pt__first_layer_backward(pt_gpt *m, pt__slot *sl, int l, int B, int T,
+                                          const float *in, const pt_block_acts *a) {
+    pt_gpt_exec *x = m->exec;
+    int tp = x->tp_comm ? x->tp_comm->size : 1;
+    pt_status st = pt_block_backward_input(&m->ctx, &m->config, B, T, &m->layers[l], in, a, x->dres,
+                                           x->dres, &x->scratch.w, &x->scratch, x->tp_comm);
+    if (st == PT_OK) st = pt__embed_backward(m, sl, B, T);
+    if (st == PT_OK) st = pt__ov_rest(m);
+    if (st != PT_OK) return st;
+    pt__block_weight_part(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in,
+                          a, &x->scratch.w, &x->scratch, tp, 0);
+    if ((st = pt__ov_part(m, l)) != PT_OK) return st;
+    pt__block_weight_part(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in,
+                          a, &x->scratch.w, &x->scratch, tp, 1);
+    return pt_block_sp_norm_sum(&m->config, &x->coll.layer_grads[l], &x->scratch, x->tp_comm);
+}
+
+/* ZeRO 2 and 3 with overlap: layer l's backward as B, then the previous
+   layer's reduce-scatter settled (it ran behind B), then W into the stage
+   (B then W is pt_block_backward: the same bits). */
+static pt_status pt__staged_layer_backward(pt_gpt *m, int l, int B, int T, const float *in,
+                                           const pt_block_acts *a) {
+    pt_gpt_exec *x = m->exec;
+    pt_status st = pt_block_backward_input(&m->ctx, &m->config, B, T, &m->layers[l], in, a, x->dres,
+                                           x->dres, &x->scratch.w, &x->scratch, x->tp_comm);
+    if (st == PT_OK) st = pt__zero2_settle(m);
+    if (st != PT_OK) return st;
+    pt_block_backward_weight(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in,
+                             a, &x->scratch.w, &x->scratch, x->tp_comm ? x->tp_comm->size : 1);
+    return pt_block_sp_norm_sum(&m->config, &x->coll.layer_grads[l], &x->scratch, x->tp_comm);
+}
+
 /* Backward of this stage's chunk c for the micro-batch in slot sl,
    accumulating parameter gradients (dloss scales the mean loss's): from the
    loss if c holds the last virtual stage, else from x->dres (the output's
@@ -10923,6 +11246,8 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
     const pt_gpt_config *cfg = &m->config;
     int N = B * T, C = cfg->n_embd, l, first = x->pipe.chunk_lo[c], last = x->pipe.chunk_hi[c];
     int zero2 = pt__grads_staged(pl), lnf_b = x->tab_lnf >= 0 ? m->table[x->tab_lnf].bucket : -1;
+    int early = !input_only && last > first && pt__ov_early(m, c); /* (the embedding inside) */
+    int zs = zero2 && x->coll.ag_on && pl->dp > 1, b; /* the layers' reduce-scatters started */
     pt_status st;
     if (c == x->pipe.head_chunk) { /* the logits become dlogits in place */
         pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, pl->vocab_local,
@@ -10934,6 +11259,7 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
             pt_tied_head_backward(&m->ctx, x->scratch.dln, zero2 ? NULL : x->coll.dhead, sl->logits,
                                   sl->lnf, m->lm_head, N, C, pl->vocab_local);
             if (zero2 && (st = pt__zero2_vocab(m, sl, B, T, 1)) != PT_OK) return st;
+            if (!zero2 && (st = pt__wte_early(m)) != PT_OK) return st;
         }
         if ((st = pt__z3_need(m, lnf_b, pt__layer_bucket(m, last - 1))) != PT_OK ||
             (st = pt__head_norm_backward(m, sl, last > first ? sl->acts[last - 1 - first].out
@@ -10961,25 +11287,19 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
         if (input_only) /* B alone: W comes later, from what sl->wg keeps */
             st = pt_block_backward_input(&m->ctx, cfg, B, T, &m->layers[l], in, a, x->dres,
                                          x->dres, &sl->wg[l - first], &x->scratch, x->tp_comm);
+        else if (early && l == first)
+            st = pt__first_layer_backward(m, sl, l, B, T, in, a);
+        else if (zs)
+            st = pt__staged_layer_backward(m, l, B, T, in, a);
         else
             st = pt_block_backward(&m->ctx, cfg, B, T, &m->layers[l], &x->coll.layer_grads[l], in, a,
                                    x->dres, x->dres, &x->scratch, x->tp_comm);
         if (st == PT_OK && !input_only) st = pt__ov_layer(m, l, 0);
         if (st != PT_OK) return st;
-        if (zero2 && (st = pt__zero2_bucket(m, m->table[x->tab_layers + x->layer_tensors * l]
-                                                   .bucket)) != PT_OK)
-            return st;
+        b = m->table[x->tab_layers + x->layer_tensors * l].bucket;
+        if (zero2 && (st = zs ? pt__zero2_start(m, b) : pt__zero2_bucket(m, b)) != PT_OK) return st;
     }
-    if (c != x->pipe.embed_chunk) return PT_OK;
-    /* every rank holds the whole dres (sequence parallel: gathered, the g of
-       the embedding's reduce-scatter): its wte rows, and all of wpe */
-    if (pl->sp && (st = pt_comm_all_gather(x->tp_comm, x->dres, x->scratch.xg,
-                                           (size_t)N * C / (size_t)pl->tp)) != PT_OK)
-        return st;
-    if (zero2) return pt__zero2_vocab(m, sl, B, T, 0);
-    pt__encoder_backward_part(x->coll.dwte, x->coll.dwpe, pl->sp ? x->scratch.xg : x->dres,
-                              sl->inputs, pl->vocab_offset, pl->vocab_local, B, T, C);
-    return PT_OK;
+    return c == x->pipe.embed_chunk && !early ? pt__embed_backward(m, sl, B, T) : PT_OK;
 }
 
 /* W of this stage's chunk c: the layers' weight gradients from what B kept
@@ -11139,8 +11459,7 @@ static pt_status pt__step_sync(pt_gpt *m, float loss_sum, int last) {
     const pt_gpt_place *pl = &m->place;
     float loss = pl->has_head ? loss_sum / (float)pl->micro : 0.0f;
     pt_status st = PT_OK;
-    if (x->tie_comm && x->tie_comm->size == 2 && x->coll.dwte && !m->config.untied_head &&
-        pl->schedule != PT_SCHED_CHIMERA)
+    if (pt__tie_sum(m))
         st = pt_comm_all_reduce(x->tie_comm, x->coll.dwte, m->table[x->tab_wte].numel, PT_REDUCE_SUM);
     if (st == PT_OK && !pt__grads_staged(pl)) st = pt__dp_sync_grads(m);
     if (st == PT_OK && pl->zero && pl->schedule == PT_SCHED_CHIMERA) /* 1/dp of REDUCE's bytes */
@@ -11316,6 +11635,7 @@ static pt_status pt__step_begin(pt_gpt *m, const pt_step_desc *d, size_t N, size
     memset(x->coll.ov_req, 0, (size_t)x->coll.num_buckets * sizeof *x->coll.ov_req);
     memset(x->coll.ov_done, 0, (size_t)pl->chunks * sizeof *x->coll.ov_done);
     pt__zero_grad(m);
+    if ((st = pt__wte_mask_start(m, d)) != PT_OK) return st;
     for (k = 0; k < x->pipe.nslots; k++) x->pipe.slots[k].micro = x->pipe.slots[k].chunk = -1;
     x->pipe.slots_used = m->mem.slots_peak = 0;
     if (pl->schedule == PT_SCHED_CHIMERA && pl->has_head) { /* each head computes its

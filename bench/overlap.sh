@@ -16,11 +16,13 @@
 #    calls, and with pt_comm_test between slices of compute.
 #
 #   RATES="250mbit 1gbit" ZEROS="1" sh bench/overlap.sh
+#   MODEL="--preset small --batch 4" RATES=1200mbit ZEROS="0 1 3" sh bench/overlap.sh
+#                 (another model: train_mpi --preset small --dp 2 --batch 8, 4 a rank)
 set -e
 rates=${RATES:-500mbit 1gbit 2gbit 3gbit 4gbit 8gbit}
 hw=${HW_FILE:-build/hw-local.txt}
 [ -f "$hw" ] || build/plan --calibrate --hw-file "$hw" # (threads: a rank of one core's rates)
-model="--preset small --layers 16 --vocab 2048 --batch 8 --seq 128 --steps ${STEPS:-4}"
+model="${MODEL:---preset small --layers 16 --vocab 2048 --batch 8} --seq 128 --steps ${STEPS:-4}"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 run() { # run RATE ARGS...: one bench across 2 hosts; 77 (no namespaces) ends the script

@@ -9785,6 +9785,10 @@ static void pt__ov_poll(void *arg) {
         pt_comm_req *q = j < 2 ? &x->pipe.pp_rreq[j] : &x->pipe.pp_sreq[j - 2];
         if (q->comm && (st = pt_comm_test(q, &done)) != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;
     }
+    for (j = 0; j < 5; j++) { /* context parallelism's ring transfers */
+        pt_comm_req *q = &x->cp.req[j];
+        if (q->comm && (st = pt_comm_test(q, &done)) != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;
+    }
     for (j = 0; j < 2; j++) { /* ZeRO 3's prefetched gathers */
         if (!x->coll.zreq[j].comm) continue;
         if ((st = pt_comm_test(&x->coll.zreq[j], &done)) != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;

@@ -486,6 +486,9 @@ fails "train: unknown preset" 1 "unknown model preset" build/train --preset gpt5
 fails "train: n_embd not divisible by n_head" 1 "not divisible" build/train --embd 100 --heads 3
 step "train: tp 2 x dp 2, ZeRO 2, 2 micro-batches: the serial run's losses (threads, MPI)" \
     sh tests/parallel_train_check.sh
+step "train --cp 2 (GPT-2, LLaMA; with dp/ZeRO, tp --sp, MPI, resumed): the serial run's losses" \
+    sh tests/cp_train_check.sh
+tail -n 1 "$tmp/out" | sed 's/^/      /'
 # several hosts on one machine (tests/hosts.sh: network namespaces, Open MPI over TCP
 # only, 1 Gbit/s tbf links): train_mpi across 2 hosts (dp 2) and across 4 hosts of 2
 # ranks (tp 2 inside each host x dp 2 x pp 2) prints the serial run's losses (2e-3, as

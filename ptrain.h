@@ -54,9 +54,10 @@
                     and its ring form for context parallelism, the head fused with the
                     loss, ...), AdamW, clipping, LR schedule
        >>comm       communicators (self, threads, MPI), started (non-blocking) operations,
-                    a deadline on every wait, the tp x dp x pp grid
+                    a deadline on every wait, the tp x dp x pp grid (and its cp groups)
        >>model      GPT-2 / LLaMA config, tensor table, the block (its tp all-reduces, or
-                    sequence parallelism's all-gathers and reduce-scatters, on >>comm),
+                    sequence parallelism's all-gathers and reduce-scatters, context
+                    parallelism's ring of key/value blocks, on >>comm),
                     generation (a KV cache, and paged KV blocks shared by sequences).
                     pt_gpt_init/pt_gpt_free are declared here and defined in >>exec:
                     building a model lays out the executor's state.
@@ -125,7 +126,10 @@
    the tokens), data parallelism averages gradients or shards the AdamW
    state (zero=1), gradients (zero=2) and parameters (zero=3: each bucket
    gathered before its forward and again before its backward, the next one
-   behind this one's compute), pipeline stages hold runs of layers.
+   behind this one's compute), pipeline stages hold runs of layers, and
+   context parallelism (pt_grid_init_cp, context_parallel) gives each cp
+   rank two chunks of every sequence, its attention a ring of key/value
+   blocks (gradients averaged over dp x cp).
    One call trains a step in any layout: pt_gpt_step runs this rank's part of
    the step's schedule (one stage without a pipeline, where micro-batches are
    gradient accumulation), syncs the gradients (each bucket started as

@@ -10609,11 +10609,19 @@ static void pt__layout_cp(pt_gpt *m, pt_arena *a, const pt__dims *d, int trainin
     cp->pos = (int *)pt_arena_alloc(a, d->T * sizeof(int));
     cp->kpos = (int *)pt_arena_alloc(a, d->T * sizeof(int));
     cp->pos_T = 0;
+    size_t room = d->N * d->F, nfwd = d->N * d->Ca + d->B * d->NH * d->T;
+    float *g = x->scratch.gelu;
+    /* the ring's buffers are live inside one attention call only, where the
+       MLP activation's scratch (gelu, N x F) is not (forward writes it after
+       attention, backward reads it before, W recomputes it): what fits goes
+       there, forward's partials and backward's accumulators in turn */
     cp->kv[0] = PT__F(a, nkv), cp->kv[1] = PT__F(a, nkv);
-    cp->po = PT__F(a, d->N * d->Ca), cp->pl = PT__F(a, d->B * d->NH * d->T);
+    cp->po = nfwd <= room ? g : PT__F(a, d->N * d->Ca);
+    cp->pl = nfwd <= room ? g + d->N * d->Ca : PT__F(a, d->B * d->NH * d->T);
     if (training) {
-        cp->acc[0] = PT__F(a, nkv), cp->acc[1] = PT__F(a, nkv);
-        cp->part = PT__F(a, nkv);
+        cp->acc[0] = nkv <= room ? g : PT__F(a, nkv);
+        cp->acc[1] = 2 * nkv <= room ? g + nkv : PT__F(a, nkv);
+        cp->part = 3 * nkv <= room ? g + 2 * nkv : PT__F(a, nkv);
     }
     x->cp_in = (int *)pt_arena_alloc(a, nt * sizeof(int));
     x->cp_tg = (int *)pt_arena_alloc(a, nt * sizeof(int));

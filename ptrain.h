@@ -54,9 +54,10 @@
                     and its ring form for context parallelism, the head fused with the
                     loss, ...), AdamW, clipping, LR schedule
        >>comm       communicators (self, threads, MPI), started (non-blocking) operations,
-                    a deadline on every wait, the tp x dp x pp grid
+                    a deadline on every wait, the tp x dp x pp grid (and its cp groups)
        >>model      GPT-2 / LLaMA config, tensor table, the block (its tp all-reduces, or
-                    sequence parallelism's all-gathers and reduce-scatters, on >>comm),
+                    sequence parallelism's all-gathers and reduce-scatters, context
+                    parallelism's ring of key/value blocks, on >>comm),
                     generation (a KV cache, and paged KV blocks shared by sequences).
                     pt_gpt_init/pt_gpt_free are declared here and defined in >>exec:
                     building a model lays out the executor's state.
@@ -125,7 +126,10 @@
    the tokens), data parallelism averages gradients or shards the AdamW
    state (zero=1), gradients (zero=2) and parameters (zero=3: each bucket
    gathered before its forward and again before its backward, the next one
-   behind this one's compute), pipeline stages hold runs of layers.
+   behind this one's compute), pipeline stages hold runs of layers, and
+   context parallelism (pt_grid_init_cp, context_parallel) gives each cp
+   rank two chunks of every sequence, its attention a ring of key/value
+   blocks (gradients averaged over dp x cp).
    One call trains a step in any layout: pt_gpt_step runs this rank's part of
    the step's schedule (one stage without a pipeline, where micro-batches are
    gradient accumulation), syncs the gradients (each bucket started as
@@ -760,17 +764,26 @@ PTRAINDEF pt_status pt_comm_all_ok(pt_comm *c, int ok, int *all_ok);
 
 /* The tensor x data x pipeline grid of Megatron-LM: world rank
    r = t + tp * (d + dp * p) for tensor rank t, data rank d, pipeline rank p.
-   tp groups are consecutive ranks (on one node under MPI's usual mapping). */
+   tp groups are consecutive ranks (on one node under MPI's usual mapping).
+   With context parallelism (pt_grid_init_cp) a cp dimension sits between tp
+   and dp, as Megatron-Core's: r = t + tp * (c + cp * (d + dp * p)); the ranks
+   of a cp group hold shares of the same sequences, and the gradients are
+   reduced over cp and dp together (dpcp_comm, ordered by d * cp + c). */
 struct pt_grid {
-    int tp, dp, pp;                 /* group sizes, tp * dp * pp = world size */
+    int tp, dp, pp;                 /* group sizes, tp * cp * dp * pp = world size */
     int tp_rank, dp_rank, pp_rank;  /* this rank's coordinates */
     pt_comm *world;                 /* not owned */
     pt_comm tp_comm, dp_comm, pp_comm;
+    int cp, cp_rank;                /* context parallelism (0 in a grid built without: 1) */
+    pt_comm cp_comm, dpcp_comm;     /* cp > 1: the cp ring, and the dp x cp group */
 };
 
 /* Splits world into the three groups. Checks tp, dp, pp >= 1 and
    tp * dp * pp == world->size ("world size 6 != tp 4 x dp 1 x pp 1"). */
 PTRAINDEF pt_status pt_grid_init(pt_grid *g, pt_comm *world, int tp, int dp, int pp);
+/* The same with cp >= 1 context-parallel ranks: tp * cp * dp * pp == world->size;
+   cp = 1 is pt_grid_init. */
+PTRAINDEF pt_status pt_grid_init_cp(pt_grid *g, pt_comm *world, int tp, int cp, int dp, int pp);
 PTRAINDEF void pt_grid_free(pt_grid *g);
 
 /* ======================================================================== */
@@ -901,7 +914,27 @@ typedef struct pt_block_scratch {
     float *xg;      /* sp: (N,C) a norm's output gathered, or a row-parallel partial sum */
     float *spg;     /* sp: (4C) the norms' weight gradients of this rank's rows */
     pt_comm_req req[2]; /* sp: backward's gathers of ln2 and ln1 for W, under way */
+    struct pt_block_cp *cp; /* context parallelism (NULL: none): attention as a ring */
 } pt_block_scratch;
+
+/* Context parallelism of a block (the scratch's cp): comm's rank c of K
+   holds tokens pos[0..T) of each sequence (chunks c and 2K-1-c of T/2
+   tokens each, T local). Attention meets the other ranks' keys/values as
+   blocks passed round the ring (to rank c+1, from c-1), the next block's
+   transfer started before the current one is computed; the partial
+   results merge (pt_attention_merge); backward passes the blocks round
+   again, each followed by its dk/dv accumulator, which arrives home after
+   K hops. Rotary embeddings at the global positions. Buffers for B x T
+   local tokens of this rank's key/value heads (nkv = B*T*2*Ckv floats). */
+typedef struct pt_block_cp {
+    pt_comm *comm;        /* the cp ring */
+    int *pos, *kpos;      /* (T) this rank's global positions; a block's */
+    int pos_T;            /* the local T pos is filled for (0: none yet) */
+    float *kv[2];         /* (nkv) blocks of k|v rows on their way */
+    float *acc[2], *part; /* (nkv) backward: dk|dv accumulators, this rank's share */
+    float *po, *pl;       /* forward: a block's partial out (N,Ca), lse (B,NH,T) */
+    pt_comm_req req[5];   /* send, receive; the accumulators' receive and two sends */
+} pt_block_cp;
 
 /* x (N,C) -> a->out (N,C). With a tensor-parallel group tp (NULL: none) of
    size k, p holds this rank's n_head/k heads of c_attn, rows of attn.c_proj,
@@ -1039,6 +1072,15 @@ typedef struct pt_gpt_desc {
                         all-gathers before the column-parallel GEMMs and
                         reduce-scatters after the row-parallel ones. Needs tp >= 2 and
                         seq (and every step's T) a multiple of tp. 0: off */
+    int context_parallel; /* cp ranks of the grid (pt_grid_init_cp) share every
+                        sequence: rank c holds chunks c and 2cp-1-c of its 2cp chunks
+                        of T/(2cp) tokens (the load-balanced split); all but attention
+                        runs on those T/cp tokens, attention passes key/value blocks
+                        round the cp ring (ring attention). A step's inputs and
+                        targets are whole rows of T tokens (each rank takes its
+                        tokens); seq and T multiples of 2cp. Gradients and the loss
+                        are averaged over the dp x cp group. Must equal the grid's
+                        cp; 0 means 1 */
     void *alloc_ctx; /* passed to PTRAIN_MALLOC/PTRAIN_FREE */
 } pt_gpt_desc;
 
@@ -1052,6 +1094,10 @@ typedef struct pt_gpt_place {
     pt_schedule_kind schedule; /* the step's schedule, resolved */
     int recompute;            /* PT_RECOMPUTE_* */
     int sp;                   /* sequence parallelism (pt_gpt_desc.sequence_parallel) */
+    int cp, cp_rank;          /* context parallelism: ranks sharing a sequence, this one's
+                                 place among them. Under cp > 1, dp and dp_rank are the
+                                 gradient-reduction group's: dp x cp ranks, rank
+                                 d * cp + cp_rank (ZeRO shards over all of them) */
     int n_layers;             /* transformer layers held here, chunk after chunk */
     const int *layer_id;      /* (n_layers) their index in the whole model */
     int has_embed, has_head;  /* the embeddings (the stage holding the first block); the
@@ -4006,13 +4052,14 @@ static double pt__sum_exp(const float *x, int n, float mx) {
    parallelism): a token outside them contributes 0, and wpe may be NULL (the
    ranks' sum then adds it once). v0 = 0, Vl = V is the plain kernel. */
 static void pt__encoder_forward_part(float *out, const int *inp, const float *wte,
-                                     const float *wpe, int v0, int Vl, int B, int T, int C) {
+                                     const float *wpe, const int *pos, int v0, int Vl, int B,
+                                     int T, int C) {
     int n;
     PT__OMP(omp parallel for schedule(static))
     for (n = 0; n < B * T; n++) {
-        int row = inp[n] - v0, c;
+        int row = inp[n] - v0, c, t = pos ? pos[n % T] : n % T;
         const float *e = row >= 0 && row < Vl ? wte + (size_t)row * C : NULL;
-        const float *p = wpe ? wpe + (size_t)(n % T) * C : NULL;
+        const float *p = wpe ? wpe + (size_t)t * C : NULL;
         float *o = out + (size_t)n * C;
         if (e && p) {
             PT__OMP(omp simd)
@@ -4026,9 +4073,11 @@ static void pt__encoder_forward_part(float *out, const int *inp, const float *wt
 }
 
 /* dwte[inp[n] - v0] += dout[n] for this rank's rows; dwpe[t] += sum_b dout[b,t]
-   (dwpe may be NULL). Column blocks keep it race-free and deterministic. */
+   (dwpe may be NULL). Column blocks keep it race-free and deterministic. pos
+   (context parallelism; NULL: t): token t's position. */
 static void pt__encoder_backward_part(float *dwte, float *dwpe, const float *dout,
-                                      const int *inp, int v0, int Vl, int B, int T, int C) {
+                                      const int *inp, const int *pos, int v0, int Vl, int B,
+                                      int T, int C) {
     int cb, nblocks = (C + PT__COLBLOCK - 1) / PT__COLBLOCK;
     PT__OMP(omp parallel for schedule(static))
     for (cb = 0; cb < nblocks; cb++) {
@@ -4042,7 +4091,7 @@ static void pt__encoder_backward_part(float *dwte, float *dwpe, const float *dou
                 for (c = c0; c < c1; c++) w[c] += d[c];
             }
             if (dwpe) {
-                float *p = dwpe + (size_t)(n % T) * C;
+                float *p = dwpe + (size_t)(pos ? pos[n % T] : n % T) * C;
                 PT__OMP(omp simd)
                 for (c = c0; c < c1; c++) p[c] += d[c];
             }
@@ -4052,12 +4101,12 @@ static void pt__encoder_backward_part(float *dwte, float *dwpe, const float *dou
 
 PTRAINDEF void pt_encoder_forward(float *out, const int *inp, const float *wte,
                                   const float *wpe, int B, int T, int C) {
-    pt__encoder_forward_part(out, inp, wte, wpe, 0, INT32_MAX, B, T, C);
+    pt__encoder_forward_part(out, inp, wte, wpe, NULL, 0, INT32_MAX, B, T, C);
 }
 
 PTRAINDEF void pt_encoder_backward(float *dwte, float *dwpe, const float *dout,
                                    const int *inp, int B, int T, int C) {
-    pt__encoder_backward_part(dwte, dwpe, dout, inp, 0, INT32_MAX, B, T, C);
+    pt__encoder_backward_part(dwte, dwpe, dout, inp, NULL, 0, INT32_MAX, B, T, C);
 }
 
 PTRAINDEF void pt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
@@ -4285,7 +4334,16 @@ PTRAINDEF void pt_rmsnorm_backward(float *dinp, float *dweight, const float *dou
     }
 }
 
+static void pt__rope_rows(float *cs, const int *pos, int T, int hd, float theta,
+                          const pt_rope_scaling *sc);
+
 PTRAINDEF void pt_rope_table(float *cs, int T, int hd, float theta, const pt_rope_scaling *sc) {
+    pt__rope_rows(cs, NULL, T, hd, theta, sc);
+}
+
+/* Row t of cs holds the angles of position pos[t] (pos NULL: t). */
+static void pt__rope_rows(float *cs, const int *pos, int T, int hd, float theta,
+                          const pt_rope_scaling *sc) {
     const double pi = 3.14159265358979323846;
     int h2 = hd / 2, t, j;
     for (j = 0; j < h2; j++) {
@@ -4301,8 +4359,9 @@ PTRAINDEF void pt_rope_table(float *cs, int T, int hd, float theta, const pt_rop
             }
         }
         for (t = 0; t < T; t++) {
-            cs[(size_t)t * hd + j] = (float)cos(t * f);
-            cs[(size_t)t * hd + h2 + j] = (float)sin(t * f);
+            int at = pos ? pos[t] : t;
+            cs[(size_t)t * hd + j] = (float)cos(at * f);
+            cs[(size_t)t * hd + h2 + j] = (float)sin(at * f);
         }
     }
 }
@@ -7096,26 +7155,43 @@ PTRAINDEF void pt_comm_mpi_finalize(void) {
    t; a dp group fixes (t, p): color t + tp*p, ordered by d; a pp group fixes
    (t, d): color t + tp*d, ordered by p. */
 PTRAINDEF pt_status pt_grid_init(pt_grid *g, pt_comm *world, int tp, int dp, int pp) {
-    int bad = 0, r, t, d, p;
+    return pt_grid_init_cp(g, world, tp, 1, dp, pp);
+}
+
+/* With cp: a tp group fixes (c, d, p), a cp group (t, d, p), a dp group
+   (t, c, p), a pp group (t, c, d), the dp x cp group (t, p). A color is the
+   rank with the group's own coordinate dropped. */
+PTRAINDEF pt_status pt_grid_init_cp(pt_grid *g, pt_comm *world, int tp, int cp, int dp, int pp) {
+    int bad = 0, r, t, c, d, p, tc;
     pt_status st;
     if (!g) return pt__fail(PT_ERR_INVALID_ARG, "grid_init: g is NULL");
     memset(g, 0, sizeof *g);
     if ((st = pt__comm_ok(world, "grid_init"))) return st;
     pt_clear_error();
     if (tp < 1) pt__append_error(&bad, "tp=%d must be >= 1", tp);
+    if (cp < 1) pt__append_error(&bad, "cp=%d must be >= 1", cp);
     if (dp < 1) pt__append_error(&bad, "dp=%d must be >= 1", dp);
     if (pp < 1) pt__append_error(&bad, "pp=%d must be >= 1", pp);
-    if (!bad && ((int64_t)tp * dp > world->size || (int64_t)tp * dp * pp != world->size))
-        pt__append_error(&bad, "world size %d != tp %d x dp %d x pp %d", world->size, tp, dp, pp);
+    if (!bad && ((int64_t)tp * cp * dp > world->size ||
+                 (int64_t)tp * cp * dp * pp != world->size)) {
+        if (cp > 1)
+            pt__append_error(&bad, "world size %d != tp %d x cp %d x dp %d x pp %d", world->size,
+                             tp, cp, dp, pp);
+        else
+            pt__append_error(&bad, "world size %d != tp %d x dp %d x pp %d", world->size, tp, dp,
+                             pp);
+    }
     if (bad) return PT_ERR_CONFIG;
-    r = world->rank;
-    t = r % tp, d = r / tp % dp, p = r / (tp * dp);
-    g->tp = tp, g->dp = dp, g->pp = pp;
-    g->tp_rank = t, g->dp_rank = d, g->pp_rank = p;
+    r = world->rank, tc = tp * cp;
+    t = r % tp, c = r / tp % cp, d = r / tc % dp, p = r / (tc * dp);
+    g->tp = tp, g->dp = dp, g->pp = pp, g->cp = cp;
+    g->tp_rank = t, g->dp_rank = d, g->pp_rank = p, g->cp_rank = c;
     g->world = world;
-    if ((st = pt_comm_split(world, d + dp * p, t, &g->tp_comm)) != PT_OK ||
-        (st = pt_comm_split(world, t + tp * p, d, &g->dp_comm)) != PT_OK ||
-        (st = pt_comm_split(world, t + tp * d, p, &g->pp_comm)) != PT_OK) {
+    if ((st = pt_comm_split(world, c + cp * (d + dp * p), t, &g->tp_comm)) != PT_OK ||
+        (st = pt_comm_split(world, t + tp * (c + cp * p), d, &g->dp_comm)) != PT_OK ||
+        (st = pt_comm_split(world, t + tp * (c + cp * d), p, &g->pp_comm)) != PT_OK ||
+        (cp > 1 && (st = pt_comm_split(world, t + tp * (d + dp * p), c, &g->cp_comm)) != PT_OK) ||
+        (cp > 1 && (st = pt_comm_split(world, t + tp * p, d * cp + c, &g->dpcp_comm)) != PT_OK)) {
         pt_grid_free(g);
         return st;
     }
@@ -7127,6 +7203,10 @@ PTRAINDEF void pt_grid_free(pt_grid *g) {
     pt_comm_free(&g->tp_comm);
     pt_comm_free(&g->dp_comm);
     pt_comm_free(&g->pp_comm);
+    if (g->cp > 1) {
+        pt_comm_free(&g->cp_comm);
+        pt_comm_free(&g->dpcp_comm);
+    }
     memset(g, 0, sizeof *g);
 }
 
@@ -7696,13 +7776,129 @@ static void pt__act_forward(const pt_gpt_config *c, float *out, const float *fch
     else pt_gelu_forward(out, fch, N * F);
 }
 
-/* The rotary table for T positions in s->rope (computed when T changes). */
+/* Global positions of rank c of K's T tokens (T even): chunks c and 2K-1-c
+   of T/2 tokens each (the load-balanced split of a sequence of K*T). */
+static void pt__cp_positions(int *pos, int T, int c, int K) {
+    int h = T / 2, j;
+    for (j = 0; j < T; j++) pos[j] = j < h ? c * h + j : (2 * K - 1 - c) * h + j - h;
+}
+
+/* This rank's positions for T local tokens (filled when T changes), or
+   NULL without context parallelism (positions 0..T-1). */
+static const int *pt__cp_pos(pt_block_cp *cp, int T) {
+    if (!cp || !cp->comm || cp->comm->size < 2) return NULL;
+    if (cp->pos_T != T) {
+        pt__cp_positions(cp->pos, T, cp->comm->rank, cp->comm->size);
+        cp->pos_T = T;
+    }
+    return cp->pos;
+}
+
+/* The rotary table for T positions in s->rope (computed when T changes;
+   context parallel: this rank's tokens' global positions). */
 static const float *pt__rope_cs(const pt_gpt_config *c, pt_block_scratch *s, int T) {
     if (s->rope_T != T) {
-        pt_rope_table(s->rope, T, c->n_embd / c->n_head, pt__rope_theta(c), &c->rope_scaling);
+        pt__rope_rows(s->rope, pt__cp_pos(s->cp, T), T, c->n_embd / c->n_head, pt__rope_theta(c),
+                      &c->rope_scaling);
         s->rope_T = T;
     }
     return s->rope;
+}
+
+/* A block's k|v columns of qkv (N rows of Q3) into kv (N rows of 2 Ckv). */
+static void pt__cp_kv_own(float *kv, const float *qkv, const pt__dims *d) {
+    size_t n, ck = 2 * d->Ckv;
+    for (n = 0; n < d->N; n++) memcpy(kv + n * ck, qkv + n * d->Q3 + d->Ca, ck * sizeof(float));
+}
+
+/* The key/value block of ring step i (held by rank c - i) at this rank. */
+static pt_attn_ring pt__cp_block(pt_block_cp *cp, const pt__dims *d, int i, const float *kv) {
+    pt_attn_ring blk;
+    int K = cp->comm->size;
+    pt__cp_positions(cp->kpos, (int)d->T, (cp->comm->rank - i + K) % K, K);
+    blk.qpos = cp->pos, blk.kpos = cp->kpos, blk.Tq = blk.Tk = (int)d->T;
+    blk.kv = kv, blk.ld = (int)(2 * d->Ckv);
+    return blk;
+}
+
+/* Attention of this rank's queries (out, lse): the unsplit kernel, or
+   context parallel the ring: K steps, at step i the block of rank c - i
+   (its transfer to c + 1 and the next block's from c - 1 started before
+   it is computed), each step's partial result merged into out, lse. */
+static pt_status pt__attention_fwd(pt_ctx *ctx, const pt__dims *d, const float *qkv, float *out,
+                                   float *lse, pt_block_scratch *s) {
+    pt_block_cp *cp = s->cp;
+    int B = (int)d->B, T = (int)d->T, Ca = (int)d->Ca, NH = (int)d->NH, K, next, prev, i;
+    size_t nkv = d->N * 2 * d->Ckv;
+    pt_status st = PT_OK;
+    if (!pt__cp_pos(cp, T)) {
+        pt_attention_forward(ctx, out, lse, qkv, s->attn, s->attn_slots, B, T, Ca, NH,
+                             (int)d->NKV);
+        return PT_OK;
+    }
+    K = cp->comm->size, next = (cp->comm->rank + 1) % K, prev = (cp->comm->rank + K - 1) % K;
+    pt__cp_kv_own(cp->kv[0], qkv, d);
+    for (i = 0; i < K && st == PT_OK; i++) {
+        pt_attn_ring blk = pt__cp_block(cp, d, i, cp->kv[i & 1]);
+        if (i < K - 1 &&
+            ((st = pt_comm_send_start(cp->comm, cp->kv[i & 1], nkv, next, 0, &cp->req[0])) != PT_OK ||
+             (st = pt_comm_recv_start(cp->comm, cp->kv[!(i & 1)], nkv, prev, 0, &cp->req[1])) != PT_OK))
+            return st;
+        pt_attention_ring_forward(ctx, i ? cp->po : out, i ? cp->pl : lse, qkv, &blk, s->attn,
+                                  s->attn_slots, B, Ca, NH, (int)d->NKV);
+        if (i) pt_attention_merge(out, lse, cp->po, cp->pl, B, T, Ca, NH);
+        if ((st = pt_comm_wait(&cp->req[0])) == PT_OK) st = pt_comm_wait(&cp->req[1]);
+    }
+    return st;
+}
+
+/* Backward of pt__attention_fwd into dqkv (zeroed by the caller): context
+   parallel, the blocks go round again from this rank's own, each followed
+   by its dk|dv accumulator (req[2] its receive, req[3 + i%2] its sends):
+   at step i this rank adds its share (part) to rank c - i's block's
+   accumulator; its own block's comes home after K hops. */
+static pt_status pt__attention_bwd(pt_ctx *ctx, const pt__dims *d, float *dqkv, const float *dout,
+                                   const float *out, const float *qkv, const float *lse,
+                                   pt_block_scratch *s) {
+    pt_block_cp *cp = s->cp;
+    int B = (int)d->B, T = (int)d->T, Ca = (int)d->Ca, NH = (int)d->NH, NKV = (int)d->NKV;
+    int K, next, prev, i;
+    size_t nkv = d->N * 2 * d->Ckv, ck = 2 * d->Ckv, j, n;
+    pt_status st = PT_OK;
+    if (!pt__cp_pos(cp, T)) {
+        pt_attention_backward(ctx, dqkv, dout, out, qkv, lse, s->attn, s->attn_slots, B, T, Ca,
+                              NH, NKV);
+        return PT_OK;
+    }
+    K = cp->comm->size, next = (cp->comm->rank + 1) % K, prev = (cp->comm->rank + K - 1) % K;
+    pt__cp_kv_own(cp->kv[0], qkv, d);
+    for (i = 0; i < K && st == PT_OK; i++) {
+        int cur = i & 1;
+        pt_attn_ring blk = pt__cp_block(cp, d, i, cp->kv[cur]);
+        if (i < K - 1 &&
+            ((st = pt_comm_send_start(cp->comm, cp->kv[cur], nkv, next, 0, &cp->req[0])) != PT_OK ||
+             (st = pt_comm_recv_start(cp->comm, cp->kv[!cur], nkv, prev, 0, &cp->req[1])) != PT_OK))
+            return st;
+        if (i > 0 && /* acc[cur] free again (its send two steps back), then refilled */
+            ((st = pt_comm_wait(&cp->req[3 + cur])) != PT_OK ||
+             (st = pt_comm_recv_start(cp->comm, cp->acc[cur], nkv, prev, 1, &cp->req[2])) != PT_OK))
+            return st;
+        memset(cp->part, 0, nkv * sizeof(float));
+        pt_attention_ring_backward(ctx, dqkv, cp->part, dout, out, qkv, lse, &blk, s->attn,
+                                   s->attn_slots, B, Ca, NH, NKV);
+        if ((st = pt_comm_wait(&cp->req[2])) != PT_OK) return st;
+        for (j = 0; j < nkv; j++) cp->acc[cur][j] = (i ? cp->acc[cur][j] : 0.0f) + cp->part[j];
+        if ((st = pt_comm_send_start(cp->comm, cp->acc[cur], nkv, next, 1, &cp->req[3 + cur])) ==
+            PT_OK && (st = pt_comm_wait(&cp->req[0])) == PT_OK)
+            st = pt_comm_wait(&cp->req[1]);
+    }
+    if (st != PT_OK || (st = pt_comm_wait(&cp->req[3 + (K & 1)])) != PT_OK ||
+        (st = pt_comm_recv(cp->comm, cp->acc[K & 1], nkv, prev, 1)) != PT_OK ||
+        (st = pt_comm_wait(&cp->req[3 + !(K & 1)])) != PT_OK)
+        return st;
+    for (n = 0; n < d->N; n++) /* this rank's own keys/values' gradient, home */
+        for (j = 0; j < ck; j++) dqkv[n * d->Q3 + d->Ca + j] += cp->acc[K & 1][n * ck + j];
+    return PT_OK;
 }
 
 /* A row-parallel matmul's partial sums part (N,C) over the group: whole
@@ -7745,8 +7941,7 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
     if (cfg->pos == PT_POS_ROPE) /* q and k heads are adjacent: one pass over both */
         pt_rope_forward(a->qkv, pt__rope_cs(cfg, s, T), N, T, (int)(d.NH + d.NKV), (int)d.hd, Q3);
     pt__bf16_act(ctx, a->qkv_16, a->qkv, (size_t)N * Q3, &s->held[1]);
-    pt_attention_forward(ctx, a->atty, a->lse, a->qkv, s->attn, s->attn_slots, B, T, Ca,
-                         (int)d.NH, (int)d.NKV);
+    if ((st = pt__attention_fwd(ctx, &d, a->qkv, a->atty, a->lse, s)) != PT_OK) return st;
     part = sp ? s->xg : a->res2;
     pt__proj_forward(ctx, cfg, part, a->atty, p->attn_proj_w, lead ? p->attn_proj_b : NULL, N,
                      Ca, C);
@@ -7826,8 +8021,8 @@ PTRAINDEF pt_status pt_block_backward_input(pt_ctx *ctx, const pt_gpt_config *cf
     pt__proj_backward(ctx, cfg, s->datty, NULL, NULL, w->dres2, NULL, p->attn_proj_w, n, ca, c);
     memset(w->dqkv, 0, N * Q3 * sizeof(float));
     pt__bf16_load(a->qkv, a->qkv_16, N * Q3, &s->held[1]);
-    pt_attention_backward(ctx, w->dqkv, s->datty, a->atty, a->qkv, a->lse, s->attn,
-                          s->attn_slots, B, T, ca, (int)d.NH, (int)d.NKV);
+    st = pt__attention_bwd(ctx, &d, w->dqkv, s->datty, a->atty, a->qkv, a->lse, s);
+    if (st != PT_OK) return st;
     if (cfg->pos == PT_POS_ROPE)
         pt_rope_backward(w->dqkv, pt__rope_cs(cfg, s, T), n, T, (int)(d.NH + d.NKV), (int)d.hd,
                          (int)Q3);
@@ -9573,6 +9768,8 @@ struct pt_gpt_exec {
     int tab_lnf_b, tab_head;  /* the final norm's bias, the untied head (-1: none) */
     int layer_tensors;        /* tensors a layer has in the table */
     pt_block_scratch scratch;
+    pt_block_cp cp;           /* context parallelism (scratch.cp points here; comm NULL: none) */
+    int *cp_in, *cp_tg;       /* (micro*B*T) a step's tokens of this rank's share */
     float *ce_red;            /* (3N) row max, sum of exp, target logit (under tp) */
     float *dres;              /* (N,C) residual-stream gradient */
     int cur_B, cur_T;         /* shape of the last forward */
@@ -9643,6 +9840,10 @@ static void pt__ov_poll(void *arg) {
     }
     if (x->coll.rs_req.comm && (st = pt_comm_test(&x->coll.rs_req, &done)) != PT_OK && !x->coll.poll_st)
         x->coll.poll_st = st; /* (a staged reduce-scatter: settled later) */
+    for (j = 0; j < 5; j++) { /* context parallelism's ring transfers */
+        pt_comm_req *q = &x->cp.req[j];
+        if (q->comm && (st = pt_comm_test(q, &done)) != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;
+    }
     for (j = 0; j < 2; j++) { /* ZeRO 3's prefetched gathers */
         if (!x->coll.zreq[j].comm) continue;
         if ((st = pt_comm_test(&x->coll.zreq[j], &done)) != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;
@@ -10116,6 +10317,32 @@ static void pt__assign_layers(pt_gpt *m) {
 
 /* The desc's checks, every failed one reported; on success the config with
    its defaults, the capacity and this rank's place. */
+/* Context parallelism's checks, appended to the error (*bad counts them);
+   the place's cp and, folded into dp, the reduction group. */
+static void pt__gpt_check_cp(pt_gpt_place *pl, const pt_gpt_desc *d, int *bad) {
+    const pt_grid *g = d->grid;
+    int was = *bad, gcp = g && g->cp > 1 ? g->cp : 1;
+    pl->cp = d->context_parallel > 0 ? d->context_parallel : 1;
+    pl->cp_rank = gcp > 1 ? g->cp_rank : 0;
+    if (d->context_parallel < 0)
+        pt__append_error(bad, "context_parallel=%d must be >= 0", d->context_parallel);
+    else if (pl->cp != gcp)
+        pt__append_error(bad, "context_parallel=%d but the grid has cp=%d (pt_grid_init_cp "
+                         "builds the cp groups)", pl->cp, gcp);
+    else if (pl->cp > 1 && d->seq >= 1 && d->seq % (2 * pl->cp) != 0)
+        pt__append_error(bad, "context_parallel=%d: seq=%d is not a multiple of 2*cp=%d (each "
+                         "rank holds two chunks of seq/(2cp) tokens)", pl->cp, d->seq, 2 * pl->cp);
+    else if (pl->cp > 1 && pl->sp && (d->seq / pl->cp) % pl->tp != 0)
+        pt__append_error(bad, "context_parallel=%d with sequence_parallel: seq/cp=%d is not a "
+                         "multiple of tp=%d", pl->cp, d->seq / pl->cp, pl->tp);
+    if (pl->cp > 1 && d->inference)
+        pt__append_error(bad, "context_parallel=%d with inference=1 is not supported yet (a "
+                         "model for sampling holds whole sequences)", pl->cp);
+    if (*bad > was || pl->cp == 1) return;
+    pl->dp_rank = pl->dp_rank * pl->cp + pl->cp_rank;
+    pl->dp *= pl->cp;
+}
+
 static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
     pt_gpt_config cfg = d->config;
     pt_gpt_place *pl = &m->place;
@@ -10156,6 +10383,7 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
     else if (pl->sp && d->seq >= 1 && d->seq % pl->tp != 0)
         pt__append_error(&bad, "sequence_parallel=1: seq=%d is not a multiple of tp=%d (each "
                          "tensor rank holds seq/tp of the tokens)", d->seq, pl->tp);
+    pt__gpt_check_cp(pl, d, &bad);
     pl->bucket_bytes = d->bucket_bytes;
     if (!bad && d->bucket_bytes > (uint64_t)pt_gpt_num_params(&cfg) * sizeof(float))
         pt__append_error(&bad, "bucket_bytes=%zu is more than the model's %.0f bytes of "
@@ -10215,7 +10443,7 @@ static pt_status pt__gpt_check(pt_gpt *m, const pt_gpt_desc *d) {
     if (bad) return PT_ERR_CONFIG;
     m->config = cfg;
     m->B = d->batch;
-    m->T = d->seq;
+    m->T = d->seq / pl->cp; /* this rank's share of a sequence */
     /* the stages holding the first and the last block (ZB-V: the first stage
        both; Chimera: the first and the last stage both, one of each replica) */
     pl->has_embed = pt__chunk_with(pl, 0) >= 0;
@@ -10311,12 +10539,13 @@ static pt_status pt__gpt_comms(pt_gpt *m, const pt_gpt_desc *d) {
     x->grid = d->grid;
     if (!g || !g->world) return PT_OK; /* one rank, or a meta build of sizes alone */
     x->tp_comm = pl->tp > 1 ? &d->grid->tp_comm : NULL;
-    x->dp_comm = pl->dp > 1 ? &d->grid->dp_comm : NULL;
+    x->dp_comm = pl->dp > 1 ? pl->cp > 1 ? &d->grid->dpcp_comm : &d->grid->dp_comm : NULL;
     x->pp_comm = pl->pp > 1 ? &d->grid->pp_comm : NULL;
+    x->cp.comm = pl->cp > 1 ? &d->grid->cp_comm : NULL;
     if (pl->zero && pl->dp > 1) { /* the overlapped gathers' own copy of the dp group */
         if (!(x->coll.ag_comm = (pt_comm *)pt__malloc(sizeof(pt_comm), m->alloc_ctx)))
             return pt__fail(PT_ERR_OOM, "cannot allocate a communicator");
-        if ((st = pt_comm_split(x->dp_comm, 0, g->dp_rank, x->coll.ag_comm)) != PT_OK) {
+        if ((st = pt_comm_split(x->dp_comm, 0, pl->dp_rank, x->coll.ag_comm)) != PT_OK) {
             pt__free(x->coll.ag_comm, m->alloc_ctx);
             x->coll.ag_comm = NULL;
             return st;
@@ -10327,11 +10556,11 @@ static pt_status pt__gpt_comms(pt_gpt *m, const pt_gpt_desc *d) {
         return pt__fail(PT_ERR_OOM, "cannot allocate a communicator");
     if (pl->schedule == PT_SCHED_CHIMERA) {
         int pair = pl->pp_rank < pl->pp - 1 - pl->pp_rank ? pl->pp_rank : pl->pp - 1 - pl->pp_rank;
-        st = pt_comm_split(g->world, g->tp_rank + g->tp * (g->dp_rank + g->dp * pair),
+        st = pt_comm_split(g->world, g->tp_rank + g->tp * (pl->dp_rank + pl->dp * pair),
                            pl->pp_rank, tie);
-    } else {
-        st = pt_comm_split(g->world, tied ? g->tp_rank + g->tp * g->dp_rank
-                                          : g->tp * g->dp + g->world->rank, pl->pp_rank, tie);
+    } else { /* (pl->dp_rank: the dp x cp place; a stage's ranks number tp x dp x cp) */
+        st = pt_comm_split(g->world, tied ? g->tp_rank + g->tp * pl->dp_rank
+                                          : g->tp * pl->dp + g->world->rank, pl->pp_rank, tie);
     }
     if (st != PT_OK) {
         pt__free(tie, m->alloc_ctx);
@@ -10454,6 +10683,33 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
    activations, what W needs from B, the head's buffers on the last stage,
    the micro-batch's tokens); then the scratch: recomputation's one layer,
    the vocabulary-parallel loss, a block's scratch, the residual gradient. */
+/* Context parallelism's ring buffers (pt_block_cp) and a step's tokens. */
+static void pt__layout_cp(pt_gpt *m, pt_arena *a, const pt__dims *d, int training) {
+    pt_gpt_exec *x = m->exec;
+    size_t nkv = d->N * 2 * d->Ckv, nt = d->N * (size_t)m->place.micro;
+    pt_block_cp *cp = &x->cp;
+    x->scratch.cp = cp;
+    cp->pos = (int *)pt_arena_alloc(a, d->T * sizeof(int));
+    cp->kpos = (int *)pt_arena_alloc(a, d->T * sizeof(int));
+    cp->pos_T = 0;
+    size_t room = d->N * d->F, nfwd = d->N * d->Ca + d->B * d->NH * d->T;
+    float *g = x->scratch.gelu;
+    /* the ring's buffers are live inside one attention call only, where the
+       MLP activation's scratch (gelu, N x F) is not (forward writes it after
+       attention, backward reads it before, W recomputes it): what fits goes
+       there, forward's partials and backward's accumulators in turn */
+    cp->kv[0] = PT__F(a, nkv), cp->kv[1] = PT__F(a, nkv);
+    cp->po = nfwd <= room ? g : PT__F(a, d->N * d->Ca);
+    cp->pl = nfwd <= room ? g + d->N * d->Ca : PT__F(a, d->B * d->NH * d->T);
+    if (training) {
+        cp->acc[0] = nkv <= room ? g : PT__F(a, nkv);
+        cp->acc[1] = 2 * nkv <= room ? g + nkv : PT__F(a, nkv);
+        cp->part = 3 * nkv <= room ? g + 2 * nkv : PT__F(a, nkv);
+    }
+    x->cp_in = (int *)pt_arena_alloc(a, nt * sizeof(int));
+    x->cp_tg = (int *)pt_arena_alloc(a, nt * sizeof(int));
+}
+
 static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int training) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
@@ -10491,6 +10747,7 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
         x->pipe.racts.atty = PT__F(a, N * d.Ca);
     x->ce_red = pl->tp > 1 ? PT__F(a, 3 * N) : NULL;
     pt__layout_scratch(&x->scratch, a, &d, training, m->config.pos == PT_POS_ROPE, bf16);
+    if (pl->cp > 1) pt__layout_cp(m, a, &d, training);
     x->dres = training ? PT__F(a, Ns * C) : NULL;
     x->pipe.pp_rbuf = training && pl->pp > 1 ? PT__F(a, 2 * Ns * C) : NULL;
     for (k = 0; bf16 && k < x->pipe.nslots; k++) /* bf16 storage: the floats are the scratch's */
@@ -10685,6 +10942,7 @@ static pt_status pt__z3_embed(pt_gpt *m, const pt__slot *sl, float *out, int B, 
     const pt_param *p = &m->table[x->tab_wte];
     const pt_param *wpe = x->tab_wpe >= 0 ? &m->table[x->tab_wpe] : NULL;
     int C = m->config.n_embd, N = B * T, b, r0, r1, n;
+    const int *at = pt__cp_pos(x->scratch.cp, T); /* (NULL: positions 0..T-1) */
     const float *rows;
     pt_status st = PT_OK;
     memset(out, 0, sizeof(float) * (size_t)N * C);
@@ -10700,7 +10958,7 @@ static pt_status pt__z3_embed(pt_gpt *m, const pt__slot *sl, float *out, int B, 
             if (row >= 0 && row < r1 - r0)
                 for (c = 0; c < C; c++) o[c] += rows[(size_t)row * C + c];
             if (pos)
-                for (c = 0; c < C; c++) o[c] += pos[(size_t)(n % T) * C + c];
+                for (c = 0; c < C; c++) o[c] += pos[(size_t)(at ? at[n % T] : n % T) * C + c];
         }
     }
     return st;
@@ -10747,7 +11005,8 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
             if ((st = pt__z3_embed(m, sl, e, B, T, nxt)) != PT_OK) return st;
         } else {
             pt__encoder_forward_part(e, sl->inputs, m->wte, pl->tp_rank == 0 ? m->wpe : NULL,
-                                     pl->vocab_offset, pl->vocab_local, B, T, C);
+                                     pt__cp_pos(x->scratch.cp, T), pl->vocab_offset,
+                                     pl->vocab_local, B, T, C);
         }
         if ((st = pt__tp_rows(x->tp_comm, pl->sp, e, sl->x, (size_t)N * C / (size_t)sp_k)) !=
             PT_OK)
@@ -10887,7 +11146,7 @@ static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, in
         else
             pt__encoder_backward_part(m->grads, wpe && wpe->bucket == b ? m->grads + (wpe->offset -
                                       k->offset) : NULL, m->place.sp ? x->scratch.xg : x->dres,
-                                      sl->inputs,
+                                      sl->inputs, pt__cp_pos(x->scratch.cp, T),
                                       m->place.vocab_offset + r0, r1 - r0, B, T, C);
         st = pt__zero2_bucket(m, b);
     }
@@ -11073,7 +11332,7 @@ static pt_status pt__wte_embed(pt_gpt *m, const pt__slot *sl, const float *dres,
         x->coll.tinp[n] = r >= 0 && r < V ? x->coll.tslot[r] : -1;
     }
     pt__encoder_backward_part(x->coll.tkeep, wpe ? x->coll.tkeep + (size_t)R * C : NULL, dres,
-                              x->coll.tinp, 0, R, B, T, C);
+                              x->coll.tinp, pt__cp_pos(x->scratch.cp, T), 0, R, B, T, C);
     if (!all) return PT_OK;
     return pt_comm_all_reduce_start(x->dp_comm, x->coll.tkeep, all, PT_REDUCE_AVG, &x->coll.kreq);
 }
@@ -11144,12 +11403,11 @@ static pt_status pt__dp_sync_grads(pt_gpt *m) {
 
 /* Selective recomputation: a layer's attention output again, from the
    q, k, v its forward kept (after the rotary embedding). */
-static void pt__attention_again(pt_gpt *m, pt_block_acts *a, int B, int T) {
+static pt_status pt__attention_again(pt_gpt *m, pt_block_acts *a, int B, int T) {
     pt_gpt_exec *x = m->exec;
     pt__dims d = pt__block_dims(&m->config, B, T, m->place.tp);
     pt__bf16_load(a->qkv, a->qkv_16, d.N * d.Q3, &x->scratch.held[1]);
-    pt_attention_forward(&m->ctx, a->atty, a->lse, a->qkv, x->scratch.attn,
-                         x->scratch.attn_slots, B, T, (int)d.Ca, (int)d.NH, (int)d.NKV);
+    return pt__attention_fwd(&m->ctx, &d, a->qkv, a->atty, a->lse, &x->scratch);
 }
 
 /* The final norm's backward from the head's input gradient (x->scratch.dln,
@@ -11192,8 +11450,8 @@ static pt_status pt__embed_backward(pt_gpt *m, const pt__slot *sl, int B, int T)
     if (pt__grads_staged(pl)) return pt__zero2_vocab(m, sl, B, T, 0);
     if (x->coll.trows >= 0) return pt__wte_embed(m, sl, pl->sp ? x->scratch.xg : x->dres, B, T);
     pt__encoder_backward_part(x->coll.dwte, x->coll.dwpe, pl->sp ? x->scratch.xg : x->dres,
-                              sl->inputs, pl->vocab_offset, pl->vocab_local, B, T,
-                              m->config.n_embd);
+                              sl->inputs, pt__cp_pos(x->scratch.cp, T), pl->vocab_offset,
+                              pl->vocab_local, B, T, m->config.n_embd);
     return PT_OK;
 }
 
@@ -11282,7 +11540,7 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
             if (st != PT_OK) return st;
         } else if (pl->recompute == PT_RECOMPUTE_SELECTIVE) { /* the attention core again */
             a->atty = x->pipe.racts.atty;
-            pt__attention_again(m, a, B, T);
+            if ((st = pt__attention_again(m, a, B, T)) != PT_OK) return st;
         }
         if (input_only) /* B alone: W comes later, from what sl->wg keeps */
             st = pt_block_backward_input(&m->ctx, cfg, B, T, &m->layers[l], in, a, x->dres,
@@ -11314,7 +11572,7 @@ static pt_status pt__chunk_weight(pt_gpt *m, pt__slot *sl, int c, int B, int T) 
         const float *in = l > first ? sl->acts[l - 1 - first].out : sl->x;
         if (m->place.recompute == PT_RECOMPUTE_SELECTIVE) {
             a->atty = x->pipe.racts.atty;
-            pt__attention_again(m, a, B, T);
+            if ((st = pt__attention_again(m, a, B, T)) != PT_OK) return st;
         }
         pt_block_backward_weight(&m->ctx, cfg, B, T, &m->layers[l], &x->coll.layer_grads[l], in, a,
                                  &sl->wg[l - first], &x->scratch, k);
@@ -11831,11 +12089,72 @@ static pt_status pt__gpt_poll_off(pt_gpt *m, pt_status st) {
     return st;
 }
 
+/* Context parallelism: B rows of T tokens (whole sequences) -> this rank's
+   share, B rows of T/cp (chunks c and 2cp-1-c of T/(2cp)) into inputs and
+   targets; with cp 1 the rows themselves. Refuses a T that does not split,
+   or a batch larger than the buffers. */
+static pt_status pt__cp_take(pt_gpt *m, const int **inputs, const int **targets, int B, int *T) {
+    const pt_gpt_place *pl = &m->place;
+    pt_gpt_exec *x = m->exec;
+    int K = pl->cp, Tl, b, j, pos[2];
+    if (K == 1) return PT_OK;
+    if (!m->params || !x || !x->cp_in)
+        return pt__fail(PT_ERR_INVALID_ARG, "model has no memory (built with meta=1)");
+    if (!*inputs) return pt__fail(PT_ERR_INVALID_ARG, "a step needs inputs and targets");
+    if (*T < 1 || *T % (2 * K) != 0)
+        return pt__fail(PT_ERR_CONFIG, "context_parallel=%d: T=%d is not a multiple of 2*cp=%d "
+                        "(each rank holds two chunks of T/(2cp) tokens)", K, *T, 2 * K);
+    Tl = *T / K;
+    if (B < 1 || Tl > m->T || B > m->B * pl->micro)
+        return pt__fail(PT_ERR_CONFIG, "batch %dx%d does not fit the model's capacity of %d "
+                        "micro-batch%s of %dx%d (context_parallel=%d: %d tokens a rank)", B, *T,
+                        pl->micro, pl->micro > 1 ? "es" : "", m->B, m->T * K, K, m->T);
+    pos[0] = pl->cp_rank * (Tl / 2), pos[1] = (2 * K - 1 - pl->cp_rank) * (Tl / 2);
+    for (b = 0; b < B; b++)
+        for (j = 0; j < 2; j++) {
+            size_t from = (size_t)b * *T + pos[j], to = (size_t)b * Tl + (size_t)j * (Tl / 2);
+            memcpy(x->cp_in + to, *inputs + from, (size_t)(Tl / 2) * sizeof(int));
+            if (*targets) memcpy(x->cp_tg + to, *targets + from, (size_t)(Tl / 2) * sizeof(int));
+        }
+    *inputs = x->cp_in, *targets = *targets ? x->cp_tg : NULL, *T = Tl;
+    return PT_OK;
+}
+
+/* A step desc with this rank's share of the tokens (pt__cp_take). */
+static pt_status pt__cp_desc(pt_gpt *m, const pt_step_desc *d, pt_step_desc *ld) {
+    *ld = *d;
+    if (m->place.cp == 1) return PT_OK;
+    if (d->logits || d->losses)
+        return pt__fail(PT_ERR_CONFIG, "context_parallel=%d: a step's logits and losses per "
+                        "token are not supported yet (each rank holds T/cp of the tokens)",
+                        m->place.cp);
+    if (!d->targets) return pt__fail(PT_ERR_INVALID_ARG, "a step needs inputs and targets");
+    return pt__cp_take(m, &ld->inputs, &ld->targets, d->B, &ld->T);
+}
+
 /* (the step's trace is the caller's: a transfer found done later goes in none) */
 static pt_status pt__gpt_step_traced(pt_gpt *m, const pt_step_desc *d, pt_step_result *res) {
-    pt_status st = pt__gpt_step(m, d, res);
+    pt_step_desc ld;
+    pt_status st = pt__cp_desc(m, d, &ld);
+    if (st == PT_OK) st = pt__gpt_step(m, &ld, res);
     if (m->exec) m->exec->trace = NULL;
     return st;
+}
+
+static pt_status pt__gpt_eval_cp(pt_gpt *m, const pt_step_desc *d, float *loss) {
+    pt_step_desc ld;
+    pt_status st = pt__cp_desc(m, d, &ld);
+    return st != PT_OK ? st : pt__gpt_eval(m, &ld, loss);
+}
+
+static pt_status pt__gpt_forward_cp(pt_gpt *m, const int *inputs, const int *targets, int B,
+                                    int T) {
+    pt_status st = PT_OK;
+    if (m->place.cp > 1 && B > m->B)
+        return pt__fail(PT_ERR_CONFIG, "batch %dx%d does not fit the model's capacity B=%d, "
+                        "T=%d (context_parallel=%d)", B, T, m->B, m->T * m->place.cp, m->place.cp);
+    if (m->place.cp > 1 && inputs) st = pt__cp_take(m, &inputs, &targets, B, &T);
+    return st != PT_OK ? st : pt__gpt_forward(m, inputs, targets, B, T);
 }
 
 PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result *res) {
@@ -11845,13 +12164,13 @@ PTRAINDEF pt_status pt_gpt_step(pt_gpt *m, const pt_step_desc *d, pt_step_result
 
 PTRAINDEF pt_status pt_gpt_eval(pt_gpt *m, const pt_step_desc *d, float *loss) {
     pt__gpt_poll_on(m);
-    return pt__gpt_poll_off(m, pt__gpt_eval(m, d, loss));
+    return pt__gpt_poll_off(m, pt__gpt_eval_cp(m, d, loss));
 }
 
 PTRAINDEF pt_status pt_gpt_forward(pt_gpt *m, const int *inputs, const int *targets, int B,
                                    int T) {
     pt__gpt_poll_on(m);
-    return pt__gpt_poll_off(m, pt__gpt_forward(m, inputs, targets, B, T));
+    return pt__gpt_poll_off(m, pt__gpt_forward_cp(m, inputs, targets, B, T));
 }
 
 PTRAINDEF pt_status pt_gpt_backward(pt_gpt *m) {
@@ -11866,6 +12185,9 @@ PTRAINDEF pt_status pt_gpt_gather_logits(const pt_gpt *m, float *out) {
     if (m->place.pp > 1 || !x->pipe.slots[0].logits)
         return pt__fail(PT_ERR_INVALID_ARG, "pt_gpt_gather_logits reads pt_gpt_forward's logits "
                         "(a pipeline step gives them through pt_step_desc.logits)");
+    if (m->place.cp > 1)
+        return pt__fail(PT_ERR_CONFIG, "pt_gpt_gather_logits with context_parallel=%d is not "
+                        "supported yet (each rank holds T/cp of the tokens)", m->place.cp);
     return pt__gather_logits(m, x->pipe.slots[0].logits, (size_t)x->cur_B * x->cur_T, out);
 }
 

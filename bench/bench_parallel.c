@@ -3,7 +3,7 @@
    the slowest rank, and, with more ranks than cores, for a core).
 
      build/bench_parallel --tp 2 --dp 2 [--config gpt2-124m] [--layers 2]
-                          [--batch 8] [--seq 64] [--steps 3] [--zero 0] [--sp]
+                          [--batch 8] [--seq 64] [--steps 3] [--zero 0] [--sp] [--cp N]
                           [--overlap on|off] [--bucket-mb X]
      mpirun -np 4 build/bench_parallel_mpi --tp 2 --dp 2 ...
 
@@ -11,7 +11,9 @@
    - block: one GPT-2 block (the preset's width and heads) forward and
      backward on this rank's heads and MLP columns, its two all-reduces each
      way over the tensor-parallel group (the dp group plays no part; with
-     --sp an all-gather and a reduce-scatter each instead, on N/tp rows);
+     --sp an all-gather and a reduce-scatter each instead, on N/tp rows;
+     with --cp on T/cp tokens, attention's key/value blocks passed round the
+     cp ring);
    - step: forward, backward and AdamW of the whole model (--layers blocks)
      on this rank's share of the batch, with the gradient reduction over the
      data-parallel group (ZeRO stage --zero).
@@ -28,17 +30,37 @@
 
 typedef struct opts {
     const char *config, *overlap;
-    int layers, batch, seq, steps, tp, dp, zero, memory, sp;
+    int layers, batch, seq, steps, tp, dp, zero, memory, sp, cp;
     float bucket_mb;
 } opts;
 
 
 /* Seconds spent inside the grid's communicators so far. */
 static double comm_seconds(const pt_grid *g) {
-    return g->tp_comm.seconds + g->dp_comm.seconds + g->pp_comm.seconds;
+    return g->tp_comm.seconds + g->dp_comm.seconds + g->pp_comm.seconds + g->cp_comm.seconds +
+           g->dpcp_comm.seconds;
 }
 static double comm_bytes(const pt_grid *g) {
-    return (double)(g->tp_comm.bytes + g->dp_comm.bytes + g->pp_comm.bytes);
+    return (double)(g->tp_comm.bytes + g->dp_comm.bytes + g->pp_comm.bytes + g->cp_comm.bytes +
+                    g->dpcp_comm.bytes);
+}
+
+/* The block alone under context parallelism: cp's ring buffers for B x T
+   tokens of this rank's heads (pt_block_cp), in one allocation returned
+   (NULL: out of memory). */
+static void *block_cp(pt_block_cp *cp, pt_comm *ring, const pt_gpt_config *cfg, int tp, int B,
+                      int T) {
+    size_t hd = (size_t)(cfg->n_embd / cfg->n_head), N = (size_t)B * T;
+    size_t NH = (size_t)(cfg->n_head / tp), kvh = (size_t)(cfg->n_kv_head ? cfg->n_kv_head : cfg->n_head);
+    size_t nkv = N * 2 * (kvh / (size_t)tp) * hd, total = 5 * nkv + N * NH * hd + (size_t)B * NH * T;
+    float *f = (float *)malloc(total * sizeof(float) + 2 * (size_t)T * sizeof(int));
+    memset(cp, 0, sizeof *cp);
+    if (!f) return NULL;
+    cp->comm = ring;
+    cp->kv[0] = f, cp->kv[1] = f + nkv, cp->acc[0] = f + 2 * nkv, cp->acc[1] = f + 3 * nkv;
+    cp->part = f + 4 * nkv, cp->po = f + 5 * nkv, cp->pl = cp->po + N * NH * hd;
+    cp->pos = (int *)(f + total), cp->kpos = cp->pos + T;
+    return f;
 }
 
 /* Prints the ranks' lines in rank order: every rank's four numbers are
@@ -74,14 +96,16 @@ static pt_status rank_main(pt_comm *world, void *arg) {
     pt_block_params bg;
     pt_block_acts ba;
     pt_block_scratch bs;
-    int Bl = o->batch / o->dp, N, i, s;
+    int Bl = o->batch / o->dp, N, Nb, Tb = o->seq / o->cp, i, s;
+    pt_block_cp ring;
+    void *ring_buf = NULL;
     int *inputs = NULL, *targets = NULL;
     double *t = NULL, *c = NULL, loss0, loss1, c0 = 0.0, bytes0 = 0.0;
     float *x = NULL, *dout = NULL, *dx = NULL;
     pt_status st;
     memset(&gpt, 0, sizeof gpt);
     memset(&block, 0, sizeof block);
-    if ((st = pt_grid_init(&grid, world, o->tp, o->dp, 1)) != PT_OK) return st;
+    if ((st = pt_grid_init_cp(&grid, world, o->tp, o->cp, o->dp, 1)) != PT_OK) return st;
     pt_gpt_config_preset(o->config, &cfg);
     if (o->layers) cfg.n_layer = o->layers;
     if (cfg.block_size < o->seq) cfg.block_size = o->seq;
@@ -92,8 +116,9 @@ static pt_status rank_main(pt_comm *world, void *arg) {
     d.grid = &grid;
     d.zero = o->zero;
     d.sequence_parallel = o->sp;
+    d.context_parallel = o->cp;
     d.bucket_bytes = (size_t)((double)o->bucket_mb * 1048576.0);
-    N = Bl * o->seq;
+    N = Bl * o->seq, Nb = Bl * Tb; /* a step's tokens (whole rows), the block's */
     d.meta = o->memory;
     if ((st = pt_gpt_init(&gpt, &d)) != PT_OK) goto out;
     if (o->memory) { /* per-rank bytes against the ZeRO paper's terms (fp32: 4 bytes) */
@@ -112,17 +137,19 @@ static pt_status rank_main(pt_comm *world, void *arg) {
     targets = (int *)malloc(sizeof(int) * (size_t)o->batch * o->seq);
     t = (double *)malloc(sizeof(double) * (size_t)o->steps);
     c = (double *)malloc(sizeof(double) * (size_t)o->steps);
-    x = (float *)malloc(sizeof(float) * (size_t)N * cfg.n_embd);
-    dout = (float *)malloc(sizeof(float) * (size_t)N * cfg.n_embd);
-    dx = (float *)malloc(sizeof(float) * (size_t)N * cfg.n_embd);
+    x = (float *)malloc(sizeof(float) * (size_t)Nb * cfg.n_embd);
+    dout = (float *)malloc(sizeof(float) * (size_t)Nb * cfg.n_embd);
+    dx = (float *)malloc(sizeof(float) * (size_t)Nb * cfg.n_embd);
+    if (o->cp > 1) ring_buf = block_cp(&ring, &grid.cp_comm, &cfg, o->tp, Bl, Tb);
     pt_arena_init_meta(&block); /* measured, then allocated once */
-    pt_block_layout(&cfg, Bl, o->seq, o->tp, o->sp, &block, NULL, &bg, &ba, &bs);
-    if (!inputs || !targets || !t || !c || !x || !dout || !dx ||
+    pt_block_layout(&cfg, Bl, Tb, o->tp, o->sp, &block, NULL, &bg, &ba, &bs);
+    if (!inputs || !targets || !t || !c || !x || !dout || !dx || (o->cp > 1 && !ring_buf) ||
         pt_arena_init(&block, block.used, NULL) != PT_OK) {
         st = pt_comm_fail(world, pt_error(PT_ERR_OOM, "out of memory"));
         goto out;
     }
-    pt_block_layout(&cfg, Bl, o->seq, o->tp, o->sp, &block, NULL, &bg, &ba, &bs);
+    pt_block_layout(&cfg, Bl, Tb, o->tp, o->sp, &block, NULL, &bg, &ba, &bs);
+    if (o->cp > 1) bs.cp = &ring; /* attention as a ring over the cp group */
     memset(&sd, 0, sizeof sd);
     sd.inputs = inputs + (size_t)grid.dp_rank * N, sd.targets = targets + (size_t)grid.dp_rank * N;
     sd.B = Bl, sd.T = o->seq, sd.adamw = &opt, sd.lr = 1e-3f;
@@ -132,7 +159,7 @@ static pt_status rank_main(pt_comm *world, void *arg) {
         inputs[i] = (int)(pt_rng_u64(&rng) % (uint64_t)cfg.vocab_size);
         targets[i] = (int)(pt_rng_u64(&rng) % (uint64_t)cfg.vocab_size);
     }
-    for (i = 0; i < N * cfg.n_embd; i++) x[i] = pt_rng_normal(&rng, 0, 1), dout[i] = 1e-3f;
+    for (i = 0; i < Nb * cfg.n_embd; i++) x[i] = pt_rng_normal(&rng, 0, 1), dout[i] = 1e-3f;
 
     /* the check, which is also the warm-up: two steps on the same batch */
     if ((st = pt_gpt_step(&gpt, &sd, &res)) != PT_OK) goto out;
@@ -153,10 +180,10 @@ static pt_status rank_main(pt_comm *world, void *arg) {
         c0 = comm_seconds(&grid);
         bytes0 = comm_bytes(&grid);
         t[s] = pt_time_now();
-        if ((st = pt_block_forward(&gpt.ctx, &cfg, Bl, o->seq, &gpt.layers[0], x, &ba, &bs,
-                                   tp)) != PT_OK ||
-            (st = pt_block_backward(&gpt.ctx, &cfg, Bl, o->seq, &gpt.layers[0], &bg, x, &ba, dout,
-                                    dx, &bs, tp)) != PT_OK)
+        if ((st = pt_block_forward(&gpt.ctx, &cfg, Bl, Tb, &gpt.layers[0], x, &ba, &bs, tp)) !=
+                PT_OK ||
+            (st = pt_block_backward(&gpt.ctx, &cfg, Bl, Tb, &gpt.layers[0], &bg, x, &ba, dout, dx,
+                                    &bs, tp)) != PT_OK)
             goto out;
         t[s] = (pt_time_now() - t[s]) * 1e3;
         c[s] = (comm_seconds(&grid) - c0) * 1e3;
@@ -179,7 +206,7 @@ static pt_status rank_main(pt_comm *world, void *arg) {
                 (comm_bytes(&grid) - bytes0) / 1e6);
 out:
     if (st != PT_OK && st != PT_ERR_COMM) st = pt_comm_fail(world, st);
-    free(inputs), free(targets), free(t), free(c), free(x), free(dout), free(dx);
+    free(inputs), free(targets), free(t), free(c), free(x), free(dout), free(dx), free(ring_buf);
     pt_arena_free(&block);
     pt_gpt_free(&gpt);
     pt_grid_free(&grid);
@@ -189,6 +216,7 @@ out:
 int main(int argc, char **argv) {
     opts o;
     int npos, s, rc = 2;
+    char cpname[32] = "";
     const char *pos[1];
     cli_opt table[] = {
         {"config", CLI_STR, &o.config, "model preset whose width and heads to use", 0, 0},
@@ -200,6 +228,8 @@ int main(int argc, char **argv) {
         {"tp", CLI_INT, &o.tp, "tensor-parallel ranks", 1, 1024},
         {"sp", CLI_FLAG, &o.sp, "sequence parallelism over the tp ranks (the block's x, dout "
          "and dx are this rank's rows)", 0, 0},
+        {"cp", CLI_INT, &o.cp, "context-parallel ranks (ring attention; 2cp divides --seq)", 1,
+         1024},
         {"dp", CLI_INT, &o.dp, "data-parallel ranks", 1, 1024},
         {"zero", CLI_INT, &o.zero, "ZeRO stage", 0, 3},
         {"overlap", CLI_STR, &o.overlap, "on | off: the dp communication behind compute or after "
@@ -216,7 +246,7 @@ int main(int argc, char **argv) {
     if (!cli_world_begin(&world, &argc, &argv)) return 2;
     memset(&o, 0, sizeof o);
     o.config = "gpt2-124m", o.layers = 2, o.batch = 8, o.seq = 64, o.steps = 3;
-    o.tp = 1, o.dp = 1, o.overlap = "on";
+    o.tp = 1, o.dp = 1, o.cp = 1, o.overlap = "on";
     if ((s = cli_parse(argc, argv, table, nopts, pos, 0, &npos)) != 0) {
         cli_usage(s == 1 ? stdout : stderr, "usage: bench_parallel [options]", table, nopts);
         rc = s == 1 ? 0 : 2;
@@ -239,11 +269,18 @@ int main(int argc, char **argv) {
                 o.dp, o.batch, o.tp, cfg.n_head);
         goto done;
     }
+    if (o.cp > 1) snprintf(cpname, sizeof cpname, "cp %d x ", o.cp);
+    if (o.cp > 1 && o.seq % (2 * o.cp)) {
+        fprintf(stderr, "error: context_parallel=%d: --seq %d is not a multiple of 2*cp=%d\n",
+                o.cp, o.seq, 2 * o.cp);
+        goto done;
+    }
     if (world.rank == 0)
-        printf("%s, %d layers, B=%d T=%d, tp %d x dp %d, ZeRO %d, overlap %s, %s ranks\n",
-               o.config, o.layers ? o.layers : cfg.n_layer, o.batch, o.seq, o.tp, o.dp, o.zero,
-               o.overlap, world.kind == PT_COMM_MPI ? "MPI" : "thread");
-    st = cli_world_run(&world, o.tp * o.dp, rank_main, &o);
+        printf("%s, %d layers, B=%d T=%d, tp %d x %sdp %d, ZeRO %d, overlap %s, %s ranks\n",
+               o.config, o.layers ? o.layers : cfg.n_layer, o.batch, o.seq, o.tp, cpname, o.dp,
+               o.zero, o.overlap,
+               world.kind == PT_COMM_MPI ? "MPI" : "thread");
+    st = cli_world_run(&world, o.tp * o.cp * o.dp, rank_main, &o);
     if (st != PT_OK) fprintf(stderr, "error: %s\n", pt_last_error());
     rc = st == PT_OK ? 0 : 1;
 done:

@@ -13,6 +13,7 @@ typedef struct run {
         log_every, stop_after, tp, dp, pp, zero, accum, chunks, recompute, trace_step, keep,
         max_bad, force, eval_only, eval_batches_given;
     int sp; /* --sp: sequence parallelism over the tp ranks */
+    int cp; /* --cp: context-parallel ranks (ring attention) */
     pt_schedule_kind schedule;
     pt_overlap overlap; /* the dp gradient reduction behind backward (on) or after it */
     float bucket_mb;    /* --bucket-mb: dp gradient buckets of at least this many MiB
@@ -149,7 +150,7 @@ static void train_defaults(run *o, train_args *a, train_words *w) {
     o->steps = 1600, o->batch = 16, o->seq = 64, o->warmup = 50, o->eval_every = 100;
     o->eval_batches = 8, o->sample_tokens = 400, o->top_k = 8, o->log_every = 100;
     o->lr = 6e-3f, o->min_lr = 6e-4f, o->wd = 0.1f, o->clip = 1.0f, o->val_fraction = 0.1f;
-    o->temperature = 0.8f, o->seed = 1337, o->tp = 1, o->dp = 1, o->pp = 1;
+    o->temperature = 0.8f, o->seed = 1337, o->tp = 1, o->dp = 1, o->pp = 1, o->cp = 1;
     o->trace_step = 2, o->max_bad = 5;
 #ifdef PTRAIN_TEST_HOOKS
     o->nan_count = 1, o->nan_tensor = "h.0.mlp.c_fc.weight", o->fail_rank = -1, o->fail_step = 1;
@@ -228,6 +229,8 @@ static int train_table(cli_opt *opts, run *o, train_args *a, train_words *w) {
         {"tp", CLI_INT, &o->tp, "tensor-parallel ranks (divides --heads)", 1, 1024},
         {"sp", CLI_FLAG, &o->sp, "sequence parallelism over the tp ranks (--tp >= 2, --seq a "
          "multiple of it)", 0, 0},
+        {"cp", CLI_INT, &o->cp, "context-parallel ranks: each holds 2 chunks of --seq/(2cp) "
+         "tokens of every sequence, attention as a ring (--seq a multiple of 2cp)", 1, 1024},
         {"dp", CLI_INT, &o->dp, "data-parallel ranks (with --grad-accum, divides --batch)", 1,
          1024},
         {"zero", CLI_INT, &o->zero, "ZeRO stage: 0, 1 (shard AdamW state), 2 (and gradients), "
@@ -352,10 +355,10 @@ static int train_options(int argc, char **argv, run *o, train_args *a, int usage
         return 2;
     }
 #ifndef PTRAIN_MPI
-    if (a->threads && o->tp * o->dp * o->pp > 1) {
-        fprintf(stderr, "error: --threads %d with %d thread ranks (tp x dp x pp): each rank gets "
-                "the cores / ranks; --threads sets one process's threads (one rank, or under "
-                "MPI)\n", a->threads, o->tp * o->dp * o->pp);
+    if (a->threads && o->tp * o->cp * o->dp * o->pp > 1) {
+        fprintf(stderr, "error: --threads %d with %d thread ranks (tp x cp x dp x pp): each rank "
+                "gets the cores / ranks; --threads sets one process's threads (one rank, or "
+                "under MPI)\n", a->threads, o->tp * o->cp * o->dp * o->pp);
         return 2;
     }
 #endif

@@ -54,14 +54,17 @@ static void train_report_peak(const run *o, const pt_comm *world, double flops_s
 static void train_report_header(const run *o, const pt_comm *world, const pt_gpt *gpt,
                                 int micro_rows, double flops_step, size_t val_tokens,
                                 double h_unigram) {
-    char arch[256];
+    char arch[256], cpname[64] = "";
     cli_model_arch(&o->cfg, arch, sizeof arch);
     printf("model: %s, %d layers, %d heads, %d wide, vocabulary %d, context %d: %.2fM "
            "parameters\n", arch, o->cfg.n_layer, o->cfg.n_head, o->cfg.n_embd, o->cfg.vocab_size,
            o->cfg.block_size, (double)gpt->num_params_full / 1e6);
-    printf("layout: tp %d%s x dp %d x pp %d = %d rank%s (%s), ZeRO %d, schedule %s, %d "
+    if (o->cp > 1)
+        snprintf(cpname, sizeof cpname, " x cp %d (%d tokens a rank, ring attention)", o->cp,
+                 o->seq / o->cp);
+    printf("layout: tp %d%s%s x dp %d x pp %d = %d rank%s (%s), ZeRO %d, schedule %s, %d "
            "chunk%s per stage, %d micro-batch%s of %d rows per rank and step, recompute %s%s\n",
-           o->tp, gpt->place.sp ? " (sequence parallel)" : "", o->dp, o->pp, world->size, world->size > 1 ? "s" : "",
+           o->tp, gpt->place.sp ? " (sequence parallel)" : "", cpname, o->dp, o->pp, world->size, world->size > 1 ? "s" : "",
            world->kind == PT_COMM_MPI ? "MPI" : "threads", o->zero,
            pt_schedule_kind_name(gpt->place.schedule), gpt->place.chunks,
            gpt->place.chunks > 1 ? "s" : "",

@@ -175,7 +175,8 @@ typedef struct rank_run {
 static double rank_comm_seconds(const rank_run *r) {
     double t = r->world->seconds;
     if (r->grid_ok)
-        t += r->grid.tp_comm.seconds + r->grid.dp_comm.seconds + r->grid.pp_comm.seconds;
+        t += r->grid.tp_comm.seconds + r->grid.dp_comm.seconds + r->grid.pp_comm.seconds +
+             r->grid.cp_comm.seconds + r->grid.dpcp_comm.seconds;
     return t;
 }
 
@@ -183,7 +184,8 @@ static double rank_comm_seconds(const rank_run *r) {
 static pt_status rank_model(rank_run *r) {
     run *o = r->o;
     pt_status st;
-    if ((st = pt_grid_init(&r->grid, r->world, o->tp, o->dp, o->pp)) != PT_OK) return st;
+    if ((st = pt_grid_init_cp(&r->grid, r->world, o->tp, o->cp, o->dp, o->pp)) != PT_OK)
+        return st;
     r->grid_ok = 1;
     r->first = r->grid.dp_rank * r->rows;
     memset(&r->desc, 0, sizeof r->desc);
@@ -197,6 +199,7 @@ static pt_status rank_model(rank_run *r) {
     r->desc.chunks = o->chunks;
     r->desc.recompute = o->recompute;
     r->desc.sequence_parallel = o->sp;
+    r->desc.context_parallel = o->cp;
     r->desc.precision = o->precision;
     r->desc.bucket_bytes = (size_t)((double)o->bucket_mb * 1048576.0);
     if ((st = pt_gpt_init(&r->gpt, &r->desc)) != PT_OK) return st;
@@ -506,7 +509,7 @@ static pt_status train_threads_and_peak(pt_comm *world, run *o, const train_args
     } else {
         if (!mpi || local_rank == 0) { /* thread ranks share the whole machine; one rank has
                                           its threads */
-            pt_set_threads(mpi || o->tp * o->dp * o->pp > 1 ? 0 : threads);
+            pt_set_threads(mpi || o->tp * o->cp * o->dp * o->pp > 1 ? 0 : threads);
             peak_instr(o->precision == PT_PRECISION_BF16, a->measure_peak, cores, &pi);
             peak[0] = (float)pi.gflops, peak[2] = (float)pi.loaded, peak[3] = (float)pi.cached;
             { /* the run's GEMM, at its precision */
@@ -840,7 +843,7 @@ static int main_train(train_main *m) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    st = cli_world_run(&m->world, m->o.tp * m->o.dp * m->o.pp, train_rank, &m->o);
+    st = cli_world_run(&m->world, m->o.tp * m->o.cp * m->o.dp * m->o.pp, train_rank, &m->o);
     if (st == PT_OK) st = cli_world_share(&m->world, &m->o.rc);
     return st != PT_OK ? main_fail(m, st) : m->o.rc;
 }

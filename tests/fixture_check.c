@@ -2,11 +2,14 @@
    README, section 3.4) and compares every quantity with its tolerance, in any
    tensor x data parallel layout.
 
-     build/fixture_check FILE [--tp N [--sp]] [--dp N] [--zero S] [--threads N] [--verbose]
+     build/fixture_check FILE [--tp N [--sp]] [--cp N] [--dp N] [--zero S] [--threads N]
+                         [--verbose]
      mpirun -np N build/fixture_check_mpi FILE --tp A --dp B     (N = A*B)
 
    With --tp/--dp the ranks are threads of this process (fixture_check) or
-   MPI processes (fixture_check_mpi); dp ranks split the fixture's batch.
+   MPI processes (fixture_check_mpi); dp ranks split the fixture's batch, cp
+   ranks its sequences (context parallelism: every quantity but the logits,
+   which a cp step does not return, is checked).
    Logits, gradients and final weights are gathered to their whole Hugging
    Face layout and checked with the same tolerances as a serial run.
    Prints one line per quantity (worst error, tolerance, PASS/FAIL) and exits
@@ -137,7 +140,7 @@ static double max_abs(const float *x, size_t n) {
 typedef struct job {
     const char *path;
     fixture f;
-    int tp, dp, pp, zero, micro, chunks, recompute, verbose, sp;
+    int tp, dp, pp, zero, micro, chunks, recompute, verbose, sp, cp;
     pt_schedule_kind schedule;
     pt_precision precision;
     int failed; /* checks failed over all ranks (set by world rank 0) */
@@ -223,7 +226,8 @@ static pt_status run_rank(pt_comm *world, void *arg) {
     memset(&gpt, 0, sizeof gpt);
     memset(&whole, 0, sizeof whole);
     c.verbose = lead && j->verbose;
-    if ((status = pt_grid_init(&grid, world, j->tp, j->dp, j->pp)) != PT_OK) return status;
+    if ((status = pt_grid_init_cp(&grid, world, j->tp, j->cp, j->dp, j->pp)) != PT_OK)
+        return status;
     grid_ok = 1;
     memset(&desc, 0, sizeof desc);
     desc.config = j->f.cfg;
@@ -237,6 +241,7 @@ static pt_status run_rank(pt_comm *world, void *arg) {
     desc.recompute = j->recompute;
     desc.precision = j->precision;
     desc.sequence_parallel = j->sp;
+    desc.context_parallel = j->cp;
     if ((status = pt_gpt_init(&gpt, &desc)) != PT_OK ||
         (status = pt_gpt_load_weights_st(&gpt, j->f.st)) != PT_OK)
         goto out;
@@ -313,7 +318,7 @@ static pt_status run_rank(pt_comm *world, void *arg) {
         /* the whole step through this rank's schedule; the head's ranks get the logits */
         memset(&sd, 0, sizeof sd);
         sd.inputs = j->f.inputs + rows0, sd.targets = j->f.targets + rows0, sd.B = Bl, sd.T = j->f.T;
-        sd.logits = s == 0 && gpt.place.has_head ? mine : NULL;
+        sd.logits = s == 0 && gpt.place.has_head && j->cp == 1 ? mine : NULL;
         if ((status = pt_gpt_step(&gpt, &sd, NULL)) != PT_OK) goto out;
         losses[s] = gpt.loss;
         if (sd.logits)
@@ -400,12 +405,15 @@ out:
 
 int main(int argc, char **argv) {
     int threads = 0, verbose = 0, npos = 0, s, sp = 0, tp = 1, dp = 1, pp = 1, zero = 0, micro = 1, chunks = 0;
+    int cp = 1;
+    char cpname[24];
     const char *schedule = NULL, *recompute = "none", *precision = "fp32";
     const char *pos[1] = {NULL};
     cli_opt opts[] = {
         {"tp", CLI_INT, &tp, "tensor-parallel ranks (divides n_head and n_kv_head)", 1, 1024},
         {"sp", CLI_FLAG, &sp, "sequence parallelism over the tp ranks (tp >= 2, T % tp == 0)", 0,
          0},
+        {"cp", CLI_INT, &cp, "context-parallel ranks (ring attention; 2cp divides T)", 1, 1024},
         {"dp", CLI_INT, &dp, "data-parallel ranks (divides the fixture's batch B)", 1, 1024},
         {"zero", CLI_INT, &zero, "ZeRO stage: 0, 1 (shard AdamW state), 2 (and gradients) or 3 "
          "(and parameters)", 0, 3},
@@ -460,6 +468,7 @@ int main(int argc, char **argv) {
     j.f.st = &st;
     j.tp = tp;
     j.sp = sp;
+    j.cp = cp;
     j.dp = dp;
     j.zero = zero;
     j.pp = pp;
@@ -474,12 +483,13 @@ int main(int argc, char **argv) {
         goto out;
     }
     if (j.recompute < 0) goto out;
+    snprintf(cpname, sizeof cpname, " cp=%d", cp);
     if (world.rank == 0)
         printf("%s: V=%d C=%d n_head=%d n_kv_head=%d n_layer=%d block=%d B=%d T=%d steps=%d "
-               "lr=%g wd=%g; tp=%d%s dp=%d zero=%d pp=%d %s m=%d v=%d %s\n",
+               "lr=%g wd=%g; tp=%d%s%s dp=%d zero=%d pp=%d %s m=%d v=%d %s\n",
                pos[0], j.f.cfg.vocab_size, j.f.cfg.n_embd, j.f.cfg.n_head,
                j.f.cfg.n_kv_head ? j.f.cfg.n_kv_head : j.f.cfg.n_head, j.f.cfg.n_layer,
-               j.f.cfg.block_size, j.f.B, j.f.T, j.f.steps, j.f.lr, (double)j.f.opt.weight_decay, tp, sp ? " sp" : "", dp,
+               j.f.cfg.block_size, j.f.B, j.f.T, j.f.steps, j.f.lr, (double)j.f.opt.weight_decay, tp, sp ? " sp" : "", cp > 1 ? cpname : "", dp,
                zero, pp, schedule ? schedule : "(default)", micro,
                chunks ? chunks : j.schedule == PT_SCHED_ZB_V || j.schedule == PT_SCHED_CHIMERA ? 2 : 1,
                pt_precision_name(j.precision));
@@ -504,7 +514,7 @@ int main(int argc, char **argv) {
             !reference_2bw(&j, 0, j.ref_losses + j.f.steps, j.sync_final))
             goto out;
     }
-    status = cli_world_run(&world, tp * dp * pp, run_rank, &j);
+    status = cli_world_run(&world, tp * cp * dp * pp, run_rank, &j);
     if (status == PT_OK) status = cli_world_share(&world, &j.failed);
     if (status != PT_OK) {
         fprintf(stderr, "error: %s\n", pt_last_error());

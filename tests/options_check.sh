@@ -129,6 +129,7 @@ refused "threads dp" 2 "threads 1 with 2 thread ranks" $t --threads 1 --dp 2
 refused "chunks" 1 "chunks=2 needs a pipeline" $t --chunks 2 $q
 refused "sp" 1 "sequence_parallel=1 needs tensor parallelism (tp=1" $t --sp $q
 refused "sp tp seq" 1 "sequence_parallel=1: seq=15 is not a multiple of tp=2" --preset tiny --steps 2 --batch 4 --seq 15 --tp 2 --sp $q
+refused "cp seq" 1 "context_parallel=3: seq=16 is not a multiple of 2\*cp=6" --preset tiny --steps 2 --batch 4 --seq 16 --cp 3 $q
 refused "chunks schedule" 1 "1f1b runs one chunk per stage" $t --layers 4 --pp 2 --chunks 2 --schedule 1f1b $q
 refused "preset resume" 1 "preset mini (GPT-2 (.*), 4 layers, 4 heads, 128 wide, norm eps 1e-05) is not the model of" --preset mini --steps 9 --resume "$dir/f.safetensors"
 refused "preset resume" 1 "preset llama-tiny (LLaMA (.*), 2 layers, 4 heads, 64 wide, .*) is not the model of .*(GPT-2 (" \

@@ -486,6 +486,9 @@ fails "train: unknown preset" 1 "unknown model preset" build/train --preset gpt5
 fails "train: n_embd not divisible by n_head" 1 "not divisible" build/train --embd 100 --heads 3
 step "train: tp 2 x dp 2, ZeRO 2, 2 micro-batches: the serial run's losses (threads, MPI)" \
     sh tests/parallel_train_check.sh
+step "train --cp 2 (GPT-2, LLaMA; with dp/ZeRO, tp --sp, MPI, resumed): the serial run's losses" \
+    sh tests/cp_train_check.sh
+tail -n 1 "$tmp/out" | sed 's/^/      /'
 # several hosts on one machine (tests/hosts.sh: network namespaces, Open MPI over TCP
 # only, 1 Gbit/s tbf links): train_mpi across 2 hosts (dp 2) and across 4 hosts of 2
 # ranks (tp 2 inside each host x dp 2 x pp 2) prints the serial run's losses (2e-3, as
@@ -770,6 +773,26 @@ fails "fixture_check: --sp without tensor parallelism" 2 "sequence_parallel=1 ne
     build/fixture_check tests/fixtures/gpt2_heads8.safetensors --sp
 fails "fixture_check: --sp with T not a multiple of tp" 2 "seq=9 is not a multiple of tp=2" \
     build/fixture_check tests/fixtures/gpt2_heads6.safetensors --tp 2 --sp
+# context parallelism (--cp, ring attention): every fixture it fits on threads (cp up to 8,
+# with dp and ZeRO 0-3, tp and --sp, recomputation, bf16, pipelines), two on up to 4 MPI
+# ranks (GPT-2 and LLaMA), the refusal of a T that 2cp does not divide
+for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors \
+    tests/fixtures/llama/*.safetensors ../shared/fixtures/llama/*.safetensors; do
+    present "$f" "context-parallel layouts (threads)" || continue
+    PROBE=1 sh tests/cp_check.sh build/fixture_check "$f" >/dev/null 2>&1
+    [ $? -eq 77 ] && continue
+    step "fixture $(basename "$f"): context-parallel layouts (threads)" \
+        sh tests/cp_check.sh build/fixture_check "$f"
+    tail -n 1 "$tmp/out" | sed 's/^/      /'
+done
+for f in tests/fixtures/gpt2_layers4.safetensors ../shared/fixtures/llama/llama_tiny.safetensors; do
+    present "$f" "context-parallel layouts of up to 4 MPI ranks" || continue
+    step "fixture $(basename "$f"): context-parallel layouts of up to 4 MPI ranks" \
+        sh tests/cp_check.sh build/fixture_check_mpi "$f" 4
+    tail -n 1 "$tmp/out" | sed 's/^/      /'
+done
+fails "fixture_check: --cp with T not a multiple of 2cp" 2 "context_parallel=2: seq=9 is not a multiple of 2\*cp=4" \
+    build/fixture_check tests/fixtures/gpt2_heads6.safetensors --cp 2
 step "train --precision bf16: the validation loss falls; the header names precision and GEMM" \
     sh -c "build/train --preset tiny --precision bf16 --steps 120 --batch 8 --seq 64 \
         --eval-every 60 --log-every 60 --sample-tokens 0 >$tmp/bf16.log 2>&1 &&

@@ -1247,6 +1247,85 @@ static void test_sp_refusals(void) {
     if (pt_comm_threads_run(2, sp_step_rank, &cfg) != PT_OK) FAIL("%s", pt_last_error());
 }
 
+/* A cp 2 rank (context parallelism): a step whose T (6) 2cp does not divide
+   is refused before any communication, naming T and cp, and so are per-token
+   logits; T = 8 runs (three steps, an evaluation, forward/backward/AdamW)
+   and, after a first step, allocates nothing. */
+static pt_status cp_step_rank(pt_comm *world, void *arg) {
+    const pt_gpt_config *cfg = (const pt_gpt_config *)arg;
+    static int in[2][2 * 8], tg[2][2 * 8];
+    float logits[2 * 8 * 29], loss;
+    pt_adamw_config opt = pt_adamw_default();
+    pt_grid g;
+    pt_gpt m;
+    pt_gpt_desc d;
+    pt_step_desc sd;
+    pt_status st, bad, bad2;
+    size_t before;
+    int i, *mine = in[world->rank], *tgm = tg[world->rank];
+    if ((st = pt_grid_init_cp(&g, world, 1, 2, 1, 1)) != PT_OK) return pt_comm_fail(world, st);
+    ZERO(d), ZERO(m);
+    d.config = *cfg, d.batch = 2, d.seq = 8, d.grid = &g, d.context_parallel = 2;
+    if ((st = pt_gpt_init(&m, &d)) != PT_OK) {
+        pt_grid_free(&g);
+        return pt_comm_fail(world, st);
+    }
+    for (i = 0; i < 2 * 8; i++) mine[i] = i % 13, tgm[i] = (5 * i + 2) % 13;
+    ZERO(sd);
+    sd.inputs = mine, sd.targets = tgm, sd.B = 2, sd.T = 6;
+    bad = pt_gpt_step(&m, &sd, NULL);
+    if (bad == PT_ERR_CONFIG &&
+        !strstr(pt_last_error(), "context_parallel=2: T=6 is not a multiple of 2*cp=4"))
+        bad = PT_OK; /* (the wrong message: reported below as a failure) */
+    sd.T = 8, sd.logits = logits;
+    bad2 = pt_gpt_step(&m, &sd, NULL);
+    if (bad2 == PT_ERR_CONFIG && !strstr(pt_last_error(), "logits and losses per token"))
+        bad2 = PT_OK;
+    sd.logits = NULL, sd.adamw = &opt, sd.lr = 1e-3f;
+    /* (a first step: the threads backend's buffered sends fill their pool of
+       messages, which later sends reuse) */
+    st = pt_gpt_step(&m, &sd, NULL);
+    if (st == PT_OK) st = pt_comm_barrier(world);
+    before = g_alloc_calls;
+    for (i = 0; i < 3 && st == PT_OK; i++) st = pt_gpt_step(&m, &sd, NULL);
+    if (st == PT_OK) st = pt_gpt_eval(&m, &sd, &loss);
+    if (st == PT_OK) st = pt_gpt_forward(&m, sd.inputs, sd.targets, 2, 8);
+    if (st == PT_OK) st = pt_gpt_backward(&m);
+    if (st == PT_OK) st = pt_gpt_adamw_step(&m, &opt, 1e-3f);
+    if (st == PT_OK) st = pt_comm_barrier(world);
+    if (st == PT_OK && g_alloc_calls != before)
+        st = pt_error(PT_ERR_RANGE, "%zu allocations during the cp steps", g_alloc_calls - before);
+    pt_gpt_free(&m);
+    pt_grid_free(&g);
+    if (st != PT_OK) return pt_comm_fail(world, st);
+    if (bad != PT_ERR_CONFIG) return pt_comm_fail(world, pt_error(PT_ERR_RANGE, "T=6 ran"));
+    return bad2 == PT_ERR_CONFIG ? PT_OK
+                                 : pt_comm_fail(world, pt_error(PT_ERR_RANGE, "logits ran"));
+}
+
+/* Context parallelism is refused with a cp the grid does not have, and with
+   a seq that 2cp does not divide, naming the values. */
+static void test_cp_refusals(void) {
+    pt_gpt_config cfg = cfg_make(29, 8, 2, 4, 16);
+    pt_grid grid;
+    pt_gpt_desc d;
+    pt_gpt g;
+    ZERO(grid), ZERO(d);
+    grid.tp = 1, grid.dp = 2, grid.pp = 1; /* meta builds of the grid's sizes */
+    d.config = cfg, d.grid = &grid, d.batch = 1, d.seq = 8, d.meta = 1, d.context_parallel = 2;
+    CHECK_ERR(pt_gpt_init(&g, &d), PT_ERR_CONFIG, "context_parallel=2 but the grid has cp=1");
+    grid.cp = 2, d.seq = 6;
+    CHECK_ERR(pt_gpt_init(&g, &d), PT_ERR_CONFIG,
+              "context_parallel=2: seq=6 is not a multiple of 2*cp=4");
+    d.seq = 8, d.context_parallel = -1;
+    CHECK_ERR(pt_gpt_init(&g, &d), PT_ERR_CONFIG, "context_parallel=-1 must be >= 0");
+    d.context_parallel = 2;
+    CHECK_ST(pt_gpt_init(&g, &d), PT_OK);
+    CHECK(g.T == 4 && g.place.cp == 2 && g.place.dp == 4);
+    pt_gpt_free(&g);
+    if (pt_comm_threads_run(2, cp_step_rank, &cfg) != PT_OK) FAIL("%s", pt_last_error());
+}
+
 /* ---- steps allocate nothing ------------------------------------------------
    The header's promise: nothing allocates inside forward, backward or the
    optimizer step. Every allocation ptrain makes goes through PTRAIN_MALLOC,
@@ -5841,6 +5920,7 @@ static const test_case tests[] = {
     {"parallel_grads_vs_serial", test_parallel_grads},
     {"sp_exact_vs_tp", test_sp_exact},
     {"sp_refusals", test_sp_refusals},
+    {"cp_refusals", test_cp_refusals},
     {"steps_allocate_nothing", test_steps_allocate_nothing},
     {"zero3_matches_zero1", test_zero3_matches_zero1},
     {"adamw_vs_double_reference", test_adamw},

@@ -852,13 +852,13 @@ static void test_head_xent_fused(void) {
 
 /* The executor's fused head and loss (one rank, training): the slots hold
    no whole logits (a block's buffer instead, the memory report alike); over
-   several row blocks (N = 300 > PT__HEAD_ROWS) a step whose losses come
+   several row blocks (N = 1200 > PT__HEAD_ROWS) a step whose losses come
    with its backward gives the bits of one that asks for the logits, whose
    cross-entropy is the step's losses bit for bit; a ZeRO 2 build (its head
    unfused) gives the same losses, and gradients within the head's
    block-wise sum of dwte. */
 static void test_gpt_head_fused(void) {
-    enum { V = 37, L = 1, NH = 2, C = 8, B = 2, T = 150, N = B * T };
+    enum { V = 37, L = 1, NH = 2, C = 8, B = 4, T = 300, N = B * T };
     pt_gpt g, u;
     pt_gpt_desc d;
     pt_step_desc sd;
@@ -870,6 +870,7 @@ static void test_gpt_head_fused(void) {
     CHECK_ST(gpt_new(&g, cfg_make(V, T, L, NH, C), B, T, 0), PT_OK);
     if (!g.params) return;
     P = g.num_params;
+    CHECK(N > PT__HEAD_ROWS);
     CHECK(g.exec->head_work != NULL && g.exec->pipe.slots[0].logits == NULL);
     gpt_randomize(&g, 5, 0.3f);
     ZERO(sd);

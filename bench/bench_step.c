@@ -280,7 +280,7 @@ static int phases_alloc(phases *ph) {
         ph->lnf = PT__F(a, N * ph->d.C);
         ph->dx = PT__F(a, N * ph->d.C);
         ph->logits = PT__F(a, N * (size_t)ph->V);
-        ph->work = PT__F(a, 256 * (size_t)ph->V);
+        ph->work = PT__F(a, PT__HEAD_ROWS * (size_t)ph->V);
         ph->losses = PT__F(a, N);
         ph->lse = (double *)pt_arena_alloc(a, N * sizeof(double));
         ph->tok = (int *)pt_arena_alloc(a, N * sizeof(int));
@@ -400,7 +400,7 @@ static void phase_run(phases *ph, int k) {
         pt_encoder_backward(x->coll.dwte, x->coll.dwpe, ph->dx, ph->tok, ph->B, ph->T, C);
     } else if (k == PH_FUSED) { /* what the head and loss would take fused by row blocks */
         pt_head_xent_fused(ctx, ph->losses, ph->lse, ph->dx, x->coll.dhead, ph->lnf, m->lm_head,
-                           ph->tok, N, C, V, 1.0f / N, ph->work, 256);
+                           ph->tok, N, C, V, 1.0f / N, ph->work, PT__HEAD_ROWS);
     } else if (k == PH_OPT) {
         pt_adamw_config cfg = pt_adamw_default();
         pt_adamw_update(m->params, m->grads, m->m, m->v, m->num_params, &cfg, 1e-9f, 1, 1);
@@ -436,7 +436,7 @@ static void phases_count(phases *ph) {
    peak at the step's precision (GFLOP/s), bw: GB/s. */
 static void phases_print(const phases *ph, double step, double ipeak, double bw, int json) {
     double sum = 0.0;
-    int k;
+    int k, fused = ph->gpt->exec->head_work != NULL; /* the step runs the head fused */
     const char *prec = pt_precision_name(ph->gpt->ctx.precision);
     if (json)
         printf("{\"config\": \"%s\", \"precision\": \"%s\", \"instr_peak_gflops\": %.1f, "
@@ -449,12 +449,16 @@ static void phases_print(const phases *ph, double step, double ipeak, double bw,
     for (k = 0; k < PH_N; k++) {
         double roof = ph->flops[k] > 0 ? ph->flops[k] / (ipeak * 1e9)
                                        : ph->bytes[k] / (bw * 1e9);
-        if (k == PH_FUSED && !json) break; /* (printed apart: not one of the step's phases) */
-        sum += k == PH_FUSED ? 0.0 : ph->sec[k];
+        /* (the head and loss apart, or fused: printed after the table, not the step's) */
+        int apart = fused ? k == PH_HEAD || k == PH_LOSS : k == PH_FUSED;
+        if (k == PH_FUSED && !json && !fused) break;
+        if (!json && apart) continue;
+        sum += apart ? 0.0 : ph->sec[k];
         if (json)
             printf("%s{\"phase\": \"%s\", \"ms\": %.3f, \"roofline_ms\": %.3f, "
-                   "\"flops\": %.6g, \"bytes\": %.6g}", k ? ", " : "", ph_names[k],
-                   ph->sec[k] * 1e3, roof * 1e3, ph->flops[k], ph->bytes[k]);
+                   "\"flops\": %.6g, \"bytes\": %.6g, \"in_step\": %s}", k ? ", " : "",
+                   ph_names[k], ph->sec[k] * 1e3, roof * 1e3, ph->flops[k], ph->bytes[k],
+                   apart ? "false" : "true");
         else if (k == PH_COMM && ph->sec[k] == 0.0)
             printf("  %-22s %10s %10s %9s %8s   (one rank: no collective)\n", ph_names[k], "0",
                    "-", "-", "-");
@@ -470,11 +474,16 @@ static void phases_print(const phases *ph, double step, double ipeak, double bw,
            100.0 * sum / step);
     printf("  %-22s %10.2f %10s %9s %7.1f%%\n", "the whole step", step * 1e3, "", "", 100.0);
     printf("  %-22s %10.2f\n", "unattributed", (step - sum) * 1e3);
-    printf("  %-22s %10.2f %10.2f %8.0f%%           instead of the head GEMMs and the loss "
-           "(%.2f ms): pt_head_xent_fused, 256-row blocks\n", ph_names[PH_FUSED],
-           ph->sec[PH_FUSED] * 1e3, ph->flops[PH_FUSED] / (ipeak * 1e9) * 1e3,
-           100.0 * ph->flops[PH_FUSED] / (ipeak * 1e9) / ph->sec[PH_FUSED],
-           (ph->sec[PH_HEAD] + ph->sec[PH_LOSS]) * 1e3);
+    if (fused) /* the step's head phase: what the unfused kernels would take */
+        printf("  (unfused, not in the step: %s %.2f ms + %s %.2f ms = %.2f ms)\n",
+               ph_names[PH_HEAD], ph->sec[PH_HEAD] * 1e3, ph_names[PH_LOSS],
+               ph->sec[PH_LOSS] * 1e3, (ph->sec[PH_HEAD] + ph->sec[PH_LOSS]) * 1e3);
+    else
+        printf("  %-22s %10.2f %10.2f %8.0f%%           instead of the head GEMMs and the loss "
+               "(%.2f ms): pt_head_xent_fused, %d-row blocks\n", ph_names[PH_FUSED],
+               ph->sec[PH_FUSED] * 1e3, ph->flops[PH_FUSED] / (ipeak * 1e9) * 1e3,
+               100.0 * ph->flops[PH_FUSED] / (ipeak * 1e9) / ph->sec[PH_FUSED],
+               (ph->sec[PH_HEAD] + ph->sec[PH_LOSS]) * 1e3, PT__HEAD_ROWS);
 }
 
 /* --phases for variant g of b: 4 rounds of a whole step (sd) then each

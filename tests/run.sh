@@ -361,7 +361,8 @@ step "bench_kernels: every kernel's result check at mini's shapes (B=8, T=128)" 
     "build/bench_kernels --config mini --batch 8 --seq 128 --reps 1 >$tmp/bk.txt 2>&1 &&
      grep -q '^all result checks passed' $tmp/bk.txt"
 # bench_step --phases replays each phase of a step: every phase is timed (communication
-# and, in fp32, bf16 rounding aside) and the sum stays a sum of them (no timing asserted)
+# and, in fp32, bf16 rounding aside), the step runs the head and loss either fused or not,
+# and the sum stays a sum of the step's phases (no timing asserted)
 step "bench_step --phases: every phase of a llama-tiny step in fp32 and bf16 (JSON)" sh -c \
     "build/bench_step --config llama-tiny --batch 2 --seq 32 --steps 1 --threads 2 \
          --precision fp32,bf16 --phases --json >$tmp/ph.json && python3 -c '
@@ -373,7 +374,9 @@ for t in tabs:
     assert len(ms) == 12, ms
     idle = {\"communication\"} | ({\"bf16 rounding\"} if t[\"precision\"] == \"fp32\" else set())
     assert all((v == 0) == (k in idle) for k, v in ms.items()), ms
-    s = sum(v for k, v in ms.items() if k != \"head+loss fused\")
+    ins = {r[\"phase\"] for r in t[\"phases\"] if r[\"in_step\"]}
+    assert (\"head+loss fused\" in ins) != (\"GEMMs (head)\" in ins or \"loss (softmax xent)\" in ins), ins
+    s = sum(ms[k] for k in ins)
     assert abs(s - t[\"sum_ms\"]) < 0.01 + 1e-3 * s, (s, t[\"sum_ms\"])
 ' $tmp/ph.json"
 # bench_overlap parses through common/cli.h: a malformed or out-of-range value is refused

@@ -850,6 +850,64 @@ static void test_head_xent_fused(void) {
     pt_ctx_free(&c16);
 }
 
+/* The executor's fused head and loss (one rank, training): the slots hold
+   no whole logits (a block's buffer instead, the memory report alike); over
+   several row blocks (N = 1200 > PT__HEAD_ROWS) a step whose losses come
+   with its backward gives the bits of one that asks for the logits, whose
+   cross-entropy is the step's losses bit for bit; a ZeRO 2 build (its head
+   unfused) gives the same losses, and gradients within the head's
+   block-wise sum of dwte. */
+static void test_gpt_head_fused(void) {
+    enum { V = 37, L = 1, NH = 2, C = 8, B = 4, T = 300, N = B * T };
+    pt_gpt g, u;
+    pt_gpt_desc d;
+    pt_step_desc sd;
+    float *la = TALLOC(float, N), *lb = TALLOC(float, N), *lu = TALLOC(float, N);
+    float *logits = TALLOC(float, (size_t)N * V), *ga, *gu;
+    double *lse = TALLOC(double, N);
+    int *in = rand_ids(N, V), *tg = rand_ids(N, V);
+    size_t P, whole = (size_t)N * V * sizeof(float), block = (size_t)PT__HEAD_ROWS * V * sizeof(float);
+    CHECK_ST(gpt_new(&g, cfg_make(V, T, L, NH, C), B, T, 0), PT_OK);
+    if (!g.params) return;
+    P = g.num_params;
+    CHECK(N > PT__HEAD_ROWS);
+    CHECK(g.exec->head_work != NULL && g.exec->pipe.slots[0].logits == NULL);
+    gpt_randomize(&g, 5, 0.3f);
+    ZERO(sd);
+    sd.inputs = in, sd.targets = tg, sd.B = B, sd.T = T, sd.losses = la;
+    CHECK_ST(pt_gpt_step(&g, &sd, NULL), PT_OK); /* the losses from backward */
+    ga = fcopy(g.grads, P);
+    sd.losses = lb, sd.logits = logits;
+    CHECK_ST(pt_gpt_step(&g, &sd, NULL), PT_OK); /* from forward, with the logits */
+    CHECK(memcmp(la, lb, N * sizeof(float)) == 0);
+    CHECK(memcmp(ga, g.grads, P * sizeof(float)) == 0);
+    pt_crossentropy_forward(lu, lse, logits, tg, N, V);
+    CHECK(memcmp(lu, la, N * sizeof(float)) == 0);
+    ZERO(d);
+    d.config = g.config, d.batch = B, d.seq = T, d.zero = 2;
+    CHECK_ST(pt_gpt_init(&u, &d), PT_OK);
+    if (!u.params) goto out;
+    CHECK(u.exec->head_work == NULL && u.exec->pipe.slots[0].logits != NULL);
+    /* (the slots' logits are activations, the block's buffer scratch; 64-byte aligned) */
+    if (u.mem.activations < g.mem.activations + whole ||
+        u.mem.activations >= g.mem.activations + whole + 64 ||
+        g.mem.scratch < u.mem.scratch + block || g.mem.scratch >= u.mem.scratch + block + 64)
+        FAIL("fused head: activations %zu, scratch %zu; unfused %zu, %zu (logits %zu, a block "
+             "%zu bytes)", g.mem.activations, g.mem.scratch, u.mem.activations, u.mem.scratch,
+             whole, block);
+    memcpy(u.params, g.params, P * sizeof(float));
+    sd.losses = lu, sd.logits = NULL;
+    CHECK_ST(pt_gpt_step(&u, &sd, NULL), PT_OK);
+    CHECK(memcmp(lu, la, N * sizeof(float)) == 0);
+    gu = TALLOC(float, P);
+    CHECK_ST(pt_gpt_gather(&u, PT_BUF_GRADS, gu), PT_OK);
+    CHECK_CLOSE("fused head step: gradients against the unfused head's", ga, to_double(gu, P), P,
+                1e-7, 1e-5);
+    pt_gpt_free(&u);
+out:
+    pt_gpt_free(&g);
+}
+
 /* The whole model (encoder, blocks, ln_f, tied head, mean loss): gradients of
    pt_gpt_backward against finite differences of the mean loss, perturbing each
    float parameter by 1e-2; tolerance relative to the tensor's largest gradient. */
@@ -5915,6 +5973,7 @@ static const test_case tests[] = {
     {"kernel_crossentropy", test_crossentropy},
     {"kernel_head_xent_fused", test_head_xent_fused},
     {"model_grad_finite_differences", test_model_grad},
+    {"gpt_head_fused", test_gpt_head_fused},
     {"init_weights", test_init_weights},
     {"threads_reproducible", test_threads_reproducible},
     {"parallel_grads_vs_serial", test_parallel_grads},

@@ -5590,6 +5590,7 @@ typedef struct pt__tmsg {  /* a buffered message, or a spare one to reuse */
 typedef struct pt__tbox {  /* a rank's inbox: queued messages in send order, spares */
     pthread_mutex_t mu;
     pt__tmsg *head, *tail, *spare;
+    int count; /* messages made for this inbox (queued, being taken, spare) */
 } pt__tbox;
 
 struct pt__tworld;
@@ -5925,25 +5926,47 @@ static pt_status pt__tbarrier(pt_comm *c) {
     return st;
 }
 
+/* A message with room for n floats (NULL: out of memory). */
+static pt__tmsg *pt__tmsg_new(size_t n) {
+    pt__tmsg *m = (pt__tmsg *)pt__malloc(sizeof *m, NULL);
+    if (!m) return NULL;
+    m->cap = n, m->next = NULL;
+    m->data = n ? (float *)pt__malloc(n * sizeof(float), NULL) : NULL;
+    if (n && !m->data) {
+        pt__free(m, NULL);
+        return NULL;
+    }
+    return m;
+}
+
 /* Copies the message into a spare of dst's inbox (the smallest that fits, so
    a step that sends the same sizes every time reuses the same spares and
-   allocates nothing) and queues it. */
+   allocates nothing) and queues it. With no spare left the inbox's messages
+   double (at least 2 made): how many are in flight at once depends on
+   timing, and doubling gets past a step's most in its first steps. */
 static pt_status pt__tsend(pt_comm *c, const float *buf, size_t n, int dst, int tag) {
     pt__tgroup *g = (pt__tgroup *)c->impl;
     pt__tbox *box = &g->box[dst];
     pt__tmsg *m, **best = NULL, **pp;
+    int more = 0;
     if (pt__tfailed_now(g->world)) return pt__tfailed(g->world, g->wrank[c->rank]);
     pthread_mutex_lock(&box->mu);
     for (pp = &box->spare; *pp; pp = &(*pp)->next)
         if (!best || pt__better_fit((*pp)->cap, (*best)->cap, n)) best = pp;
     m = best ? *best : NULL;
     if (m) *best = m->next;
+    else more = box->count > 2 ? box->count : 2, box->count += more;
     pthread_mutex_unlock(&box->mu);
     if (!m) {
-        m = (pt__tmsg *)pt__malloc(sizeof *m, NULL);
-        if (!m) return pt__fail(PT_ERR_OOM, "send: out of memory for a message");
-        m->cap = 0;
-        m->data = NULL;
+        if (!(m = pt__tmsg_new(n)))
+            return pt__fail(PT_ERR_OOM, "send: out of memory for a message of %zu floats", n);
+        for (; more > 1; more--) {
+            pt__tmsg *sp = pt__tmsg_new(n);
+            if (!sp) break; /* (spares are an optimisation) */
+            pthread_mutex_lock(&box->mu);
+            sp->next = box->spare, box->spare = sp;
+            pthread_mutex_unlock(&box->mu);
+        }
     }
     if (m->cap < n) {
         pt__free(m->data, NULL);
@@ -6393,7 +6416,7 @@ static pt__tgroup *pt__tgroup_new(pt__tworld *w, int size) {
     memset(g->pending, 0, (size_t)size * sizeof(int));
     memset(g->recvq, 0, (size_t)size * sizeof(pt_comm_req *));
     for (i = 0; i < size; i++) {
-        g->box[i].head = g->box[i].tail = g->box[i].spare = NULL;
+        g->box[i].head = g->box[i].tail = g->box[i].spare = NULL, g->box[i].count = 0;
         pthread_mutex_init(&g->box[i].mu, NULL);
     }
     pthread_mutex_lock(&w->mu);

@@ -755,15 +755,18 @@ fails "fixture_check: unknown precision" 2 "unknown precision 'fp16' (known: fp3
     build/fixture_check tests/fixtures/gpt2_heads8.safetensors --precision fp16
 # sequence parallelism (--sp): every fixture it fits on threads (tp 2-4, ZeRO 0-2, dp,
 # pipelines, recomputation, bf16), two on up to 4 MPI ranks, ASan + UBSan, the refusals
-for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors \
-    tests/fixtures/llama/*.safetensors ../shared/fixtures/llama/*.safetensors; do
-    present "$f" "sequence-parallel layouts (threads)" || continue
-    PROBE=1 sh tests/sp_check.sh build/fixture_check "$f" >/dev/null 2>&1
-    [ $? -eq 77 ] && continue
-    step "fixture $(basename "$f"): sequence-parallel layouts (threads)" \
-        sh tests/sp_check.sh build/fixture_check "$f"
-    tail -n 1 "$tmp/out" | sed 's/^/      /'
-done
+fitting_fixtures() { # fitting_fixtures WHAT SCRIPT: SCRIPT's layouts on every fixture they fit
+    # (SCRIPT with PROBE=1 exits 77 for a fixture it does not fit)
+    for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors \
+        tests/fixtures/llama/*.safetensors ../shared/fixtures/llama/*.safetensors; do
+        present "$f" "$1" || continue
+        PROBE=1 sh "$2" build/fixture_check "$f" >/dev/null 2>&1
+        [ $? -eq 77 ] && continue
+        step "fixture $(basename "$f"): $1" sh "$2" build/fixture_check "$f"
+        tail -n 1 "$tmp/out" | sed 's/^/      /'
+    done
+}
+fitting_fixtures "sequence-parallel layouts (threads)" tests/sp_check.sh
 for f in tests/fixtures/gpt2_layers4.safetensors tests/fixtures/llama/llama_mha_bias.safetensors; do
     step "fixture $(basename "$f"): sequence-parallel layouts of up to 4 MPI ranks" \
         sh tests/sp_check.sh build/fixture_check_mpi "$f" 4
@@ -779,15 +782,7 @@ fails "fixture_check: --sp with T not a multiple of tp" 2 "seq=9 is not a multip
 # context parallelism (--cp, ring attention): every fixture it fits on threads (cp up to 8,
 # with dp and ZeRO 0-3, tp and --sp, recomputation, bf16, pipelines), two on up to 4 MPI
 # ranks (GPT-2 and LLaMA), the refusal of a T that 2cp does not divide
-for f in tests/fixtures/*.safetensors ../shared/fixtures/*.safetensors \
-    tests/fixtures/llama/*.safetensors ../shared/fixtures/llama/*.safetensors; do
-    present "$f" "context-parallel layouts (threads)" || continue
-    PROBE=1 sh tests/cp_check.sh build/fixture_check "$f" >/dev/null 2>&1
-    [ $? -eq 77 ] && continue
-    step "fixture $(basename "$f"): context-parallel layouts (threads)" \
-        sh tests/cp_check.sh build/fixture_check "$f"
-    tail -n 1 "$tmp/out" | sed 's/^/      /'
-done
+fitting_fixtures "context-parallel layouts (threads)" tests/cp_check.sh
 for f in tests/fixtures/gpt2_layers4.safetensors ../shared/fixtures/llama/llama_tiny.safetensors; do
     present "$f" "context-parallel layouts of up to 4 MPI ranks" || continue
     step "fixture $(basename "$f"): context-parallel layouts of up to 4 MPI ranks" \

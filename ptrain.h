@@ -896,7 +896,9 @@ typedef struct pt_block_wgrad {
     float *ln1g, *ln2g;                /* sequence parallel: ln1, ln2 gathered (N,C); else NULL */
 } pt_block_wgrad;
 
-/* Per-block scratch, reusable across blocks (the d* buffers only for backward). */
+/* Per-block scratch, reusable across blocks (the d* buffers only for backward).
+   Zero it before setting the buffers you use: a field left NULL or 0 is off
+   (bf16 storage, sp, cp). */
 typedef struct pt_block_scratch {
     pt_block_wgrad w; /* the fused backward's output gradients */
     float *dln;     /* (N,C) */

@@ -74,6 +74,7 @@ int main(void) {
     pt_ctx ctx;  /* fp32 GEMMs and their workspace (for pt_get_threads() threads) */
     layer l;
     pt_rng rng;
+    memset(&l, 0, sizeof l); /* every field we do not set is off (NULL, 0) */
     pt_arena_init_meta(&meta);
     layout(&meta, &l);  /* measure ... */
     if (pt_arena_init(&ar, meta.used, NULL) != PT_OK || pt_ctx_init(&ctx, NULL) != PT_OK) {

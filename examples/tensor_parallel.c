@@ -72,6 +72,7 @@ static void layout(pt_arena *ar, block *b, int Ca, int Fw) {
 
 static int block_init(block *b, int Ca, int Fw) {
     pt_arena meta;
+    memset(b, 0, sizeof *b); /* every field layout does not set is off (NULL, 0) */
     pt_arena_init_meta(&meta);
     layout(&meta, b, Ca, Fw);
     if (pt_arena_init(&b->ar, meta.used, NULL) != PT_OK) return 0;

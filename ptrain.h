@@ -13052,6 +13052,40 @@ static double pt__tp_pass_seconds(const pt__sim *S, double M) {
     return 2.0 * x;
 }
 
+/* Keys at or before position p in rank j's load-balanced block of cp
+   (chunks j and 2cp-1-j of hc tokens). */
+static double pt__cp_keys(double p, int j, int cp, double hc) {
+    double a = p - j * hc + 1, z = p - (2 * cp - 1 - j) * hc + 1;
+    return (a < 0 ? 0 : a > hc ? hc : a) + (z < 0 ? 0 : z > hc ? hc : z);
+}
+
+/* Score elements ptrain's kernel computes for a sequence of s tokens: each
+   PT_ATTN_QBLOCK-query block against the keys up to its last query (a
+   prefix: pt__attn_rows); split over a cp ring, each step's slowest rank
+   (the ring waits for it), times cp, over the unsplit kernel's. When the
+   s/(2cp)-token chunks are shorter than a block a rank's blocks span both
+   its chunks and see every key of a block (cp 2, s 128: 4/3). */
+static double pt__cp_attn_share(double s, int cp) {
+    double sl = s / cp, hc = sl / 2, one = 0, ring = 0, t0, nq;
+    int c, i;
+    for (t0 = 0; t0 < s; t0 += PT_ATTN_QBLOCK)
+        nq = s - t0 < PT_ATTN_QBLOCK ? s - t0 : PT_ATTN_QBLOCK, one += nq * (t0 + nq);
+    for (i = 0; i < cp; i++) {
+        double most = 0;
+        for (c = 0; c < cp; c++) {
+            double e = 0;
+            for (t0 = 0; t0 < sl; t0 += PT_ATTN_QBLOCK) { /* the block's last query's position */
+                double last = t0 + PT_ATTN_QBLOCK < sl ? t0 + PT_ATTN_QBLOCK - 1 : sl - 1;
+                double p = last < hc ? c * hc + last : (2 * cp - 1 - c) * hc + last - hc;
+                e += (last - t0 + 1) * pt__cp_keys(p, (c - i + cp) % cp, cp, hc);
+            }
+            if (e > most) most = e;
+        }
+        ring += most;
+    }
+    return one > 0 ? cp * ring / one : 1.0;
+}
+
 /* The attention core of a layer on one rank (forward *f, backward *bk, in
    seconds), f_attn its FLOPs as the model counts them (the whole s x s):
    fused (FlashAttention: the causal half it computes at flash_eff of peak,
@@ -13059,7 +13093,12 @@ static double pt__tp_pass_seconds(const pt__sim *S, double M) {
    GEMMs with the softmax and dropout stored. With cp the rank's queries
    meet every key block in turn round the ring, each block's K/V (and in
    backward their gradients) passed on behind the block computed: cp - 1
-   steps of the longer of the two, then the last block. */
+   steps of the longer of the two, then the last block. On ptrain's
+   executor a step also costs the cores: the kernel's blocks over the
+   chunks (pt__cp_attn_share), the bytes of its transfers (pt_hw.comm_cpu:
+   thread ranks copy them), the partial output's merge, and in backward the
+   dk|dv share cleared and added into the accumulator passed on; once a
+   pass, the rank's K|V copied out of qkv (and its gradient added home). */
 static void pt__attn_core(const pt__sim *S, double f_attn, double *f, double *bk) {
     const pt_plan_desc *d = S->d;
     const pt_gpt_config *cf = &d->model.config;
@@ -13083,11 +13122,21 @@ static void pt__attn_core(const pt__sim *S, double f_attn, double *f, double *bk
     }
     if (S->cp > 1) { /* K and V of the rank's tokens (r h / t each) a step */
         int cp = S->cp, span = d->tp * cp > hw->per_node;
-        double kv = 2.0 * b * sl * r * h / t * e;
+        double kv = 2.0 * b * sl * r * h / t * e, o = b * sl * h / t * e;
         double x = pt_hw_comm_seconds(hw, PT_COLL_P2P, kv, 2, span ? 1 : 2);
-        double cf_ = *f / cp, cb = *bk / cp;
-        *f = (cp - 1) * (cf_ > x ? cf_ : x) + cf_;
-        *bk = (cp - 1) * (cb > 2 * x ? cb : 2 * x) + cb;
+        double cf_, cb, c = 0, bw = hw->mem_bw / S->share, own = 0, home = 0, mf = 0, mb = 0;
+        if (!(S->flash && hw->flash_eff > 0) && hw->attn_flops > 0) { /* ptrain's kernel */
+            double g = pt__cp_attn_share(s, cp);
+            *f *= g, *bk *= g;
+        }
+        if (S->ptrain) { /* the executor's ring on the cores */
+            c = hw->comm_cpu * kv, own = 2 * kv / bw, home = 3 * kv / bw;
+            mf = 3 * o / bw, mb = 4 * kv / bw; /* out, out_i -> out; part = 0, acc += part */
+        }
+        cf_ = *f / cp, cb = *bk / cp;
+        *f = own + (cp - 1) * (cf_ + c + mf > x ? cf_ + c + mf : x) + cf_;
+        *bk = own + home + (cp - 1) * (cb + 2 * c + mb > 2 * x ? cb + 2 * c + mb : 2 * x) + cb +
+              c + mb;
     }
 }
 
@@ -13459,6 +13508,9 @@ static pt_status pt__plan_check(pt__sim *S, pt_plan_desc *D, const pt_hw *hw) {
                          cf->n_head);
     S->cp = D->cp > 1 ? D->cp : 1;
     if (D->cp < 0) pt__append_error(&bad, "cp=%d must be >= 0", D->cp);
+    else if (md->context_parallel > 1 && md->context_parallel != S->cp)
+        pt__append_error(&bad, "model.context_parallel=%d but cp=%d (the plan's cp; a real "
+                         "run's desc may carry the same or 0)", md->context_parallel, S->cp);
     if (md->sequence_parallel < 0 || md->sequence_parallel > 1)
         pt__append_error(&bad, "model.sequence_parallel=%d must be 0 or 1", md->sequence_parallel);
     if ((unsigned)D->attention > PT_ATTN_FLASH)
@@ -13589,6 +13641,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     gd.config.block_size = D->seq;
     gd.config.n_layer += 2 * S->xl; /* (the embedding's and the loss's places) */
     gd.meta = 1, gd.inference = 0, gd.grid = &g;
+    gd.context_parallel = 0; /* cp is folded into the meta grid's dp (S->dpw) */
     gd.sequence_parallel = S->sp;
     gd.zero = D->zero; /* (ZeRO 3: the executor's buckets, its shards and two gathered halves) */
     if (D->zero == 2 && p > 1) gd.zero = 1; /* FSDP under a pipeline (Llama 3): ZeRO 1's

@@ -1,12 +1,13 @@
 /* sim_vs_real: a small run on this machine, measured and simulated, side by side.
 
      build/sim_vs_real [--tp 1] [--dp 1] [--pp 2] [--schedule 1f1b] [--micro 1]
-                       [--chunks 1] [--recompute none] [--zero 0] [--sp] [--layers 4] [--embd 256]
+                       [--chunks 1] [--recompute none] [--zero 0] [--sp] [--cp 1] [--layers 4]
+                       [--embd 256]
                        [--heads 4] [--seq 128] [--vocab 1024] [--batch 8]
                        [--steps 4] [--hw-file build/hw-local.txt] [--precision fp32]
      build/sim_vs_real --all        every layout of the table below (make bench)
 
-   It trains a GPT for --steps steps on tp x dp x pp thread ranks and takes
+   It trains a GPT for --steps steps on tp x cp x dp x pp thread ranks and takes
    the median step time (forward and backward of every micro-batch,
    gradient clipping, AdamW, all ranks done); then builds the same layout in
    the simulator (pt_plan_simulate: meta models, the same schedule, this
@@ -24,6 +25,7 @@ typedef struct layout {
     int tp, dp, pp, micro, chunks, recompute;
     const char *schedule;
     int zero, sp; /* ZeRO stage; sequence parallelism (tp >= 2) */
+    int cp;       /* context parallelism (0: none): ranks sharing each sequence */
 } layout;
 
 typedef struct run {
@@ -50,7 +52,25 @@ static pt_status model_desc(const run *r, pt_gpt_desc *d) {
     d->chunks = l->chunks, d->recompute = l->recompute, d->precision = r->precision;
     d->sequence_parallel = (r->sp || l->sp) && l->tp > 1;
     d->zero = l->zero;
+    d->context_parallel = l->cp > 1 ? l->cp : 0;
     return pt_schedule_kind_parse(l->schedule, &d->schedule);
+}
+
+/* The layout checked before anything is calibrated or trained: rank 0's meta
+   build on a grid of sizes alone (the library's refusals, by name: a --seq
+   that 2cp does not divide, a tp that does not divide the heads, ...). */
+static pt_status layout_check(const run *r) {
+    const layout *l = r->l;
+    pt_grid g;
+    pt_gpt m;
+    pt_gpt_desc d;
+    pt_status st;
+    memset(&g, 0, sizeof g);
+    g.tp = l->tp, g.cp = l->cp > 1 ? l->cp : 1, g.dp = l->dp, g.pp = l->pp;
+    if ((st = model_desc(r, &d)) != PT_OK) return st;
+    d.grid = &g, d.meta = 1, d.grad_accum = r->batch / (l->dp * l->micro);
+    if ((st = pt_gpt_init(&m, &d)) == PT_OK) pt_gpt_free(&m);
+    return st;
 }
 
 static pt_status rank_main(pt_comm *world, void *arg) {
@@ -62,11 +82,12 @@ static pt_status rank_main(pt_comm *world, void *arg) {
     pt_step_desc sd;
     pt_adamw_config opt = pt_adamw_default();
     int m = r->batch / (l->dp * l->micro), rows = r->batch / l->dp, n = rows * r->seq, s;
+    int cp = l->cp > 1 ? l->cp : 1;
     int *x = NULL, *y = NULL;
     double t[32];
     pt_status st;
     memset(&gpt, 0, sizeof gpt);
-    if ((st = pt_grid_init(&grid, world, l->tp, l->dp, l->pp)) != PT_OK) return st;
+    if ((st = pt_grid_init_cp(&grid, world, l->tp, cp, l->dp, l->pp)) != PT_OK) return st;
     if ((st = model_desc(r, &d)) != PT_OK) goto out;
     d.grid = &grid, d.grad_accum = m;
     if ((st = pt_gpt_init(&gpt, &d)) != PT_OK) goto out;
@@ -104,17 +125,17 @@ static double compare(run *r, const pt_hw *hw) {
     const layout *l = r->l;
     pt_plan_desc d;
     pt_plan_result res;
-    int world = l->tp * l->dp * l->pp;
+    int cp = l->cp > 1 ? l->cp : 1, world = l->tp * cp * l->dp * l->pp;
     r->seconds = 0;
     if (pt_comm_threads_run(world, rank_main, r) != PT_OK) return -1;
     memset(&d, 0, sizeof d);
     if (model_desc(r, &d.model) != PT_OK) return -1; /* (its precision: the profile's) */
-    d.tp = l->tp, d.pp = l->pp, d.gpus = world, d.batch = r->batch;
+    d.tp = l->tp, d.pp = l->pp, d.cp = cp, d.gpus = world, d.batch = r->batch;
     d.exec = PT_EXEC_PTRAIN;
     if (pt_plan_simulate(&d, hw, &res, NULL) != PT_OK) return -1;
-    printf("  %2d %2d %2d  %2d  %d  %-11s  %-9s  %d  %-3s  %8.1f  %13.1f   %6.2f%s\n", l->tp, l->dp,
-           l->pp, l->micro, l->chunks, l->schedule, rcn[l->recompute], l->zero,
-           d.model.sequence_parallel ? "sp" : "-", r->seconds * 1e3,
+    printf("  %2d %2d %2d  %2d  %d  %-11s  %-9s  %d  %-3s %2d  %8.1f  %13.1f   %6.2f%s\n", l->tp,
+           l->dp, l->pp, l->micro, l->chunks, l->schedule, rcn[l->recompute], l->zero,
+           d.model.sequence_parallel ? "sp" : "-", cp, r->seconds * 1e3,
            res.step_time * 1e3, res.step_time / r->seconds,
            world > hw->cores ? "  (ranks > cores)" : "");
     return res.step_time / r->seconds;
@@ -122,21 +143,22 @@ static double compare(run *r, const pt_hw *hw) {
 
 int main(int argc, char **argv) {
     static const layout layouts[] = {
-        {1, 1, 1, 8, 1, 0, "1f1b", 0, 0},        {1, 1, 1, 2, 1, 0, "1f1b", 0, 0},
-        {1, 1, 1, 8, 1, 2, "1f1b", 0, 0},        {2, 1, 1, 8, 1, 0, "1f1b", 0, 0},
-        {1, 2, 1, 4, 1, 0, "1f1b", 0, 0},        {2, 2, 1, 2, 1, 0, "1f1b", 0, 0},
-        {4, 1, 1, 8, 1, 0, "1f1b", 0, 0},        {1, 4, 1, 2, 1, 0, "1f1b", 0, 0},
-        {1, 1, 2, 1, 1, 0, "gpipe", 0, 0},       {1, 1, 2, 1, 1, 0, "1f1b", 0, 0},
-        {1, 1, 2, 1, 2, 0, "interleaved", 0, 0}, {1, 1, 2, 1, 1, 0, "zb-h1", 0, 0},
-        {1, 1, 2, 1, 1, 1, "1f1b", 0, 0},        {1, 1, 4, 1, 1, 0, "1f1b", 0, 0},
-        {2, 1, 2, 2, 1, 0, "1f1b", 0, 0},        {1, 2, 2, 1, 1, 0, "1f1b", 0, 0},
-        {1, 1, 2, 1, 1, 0, "zb-h2", 0, 0},       {1, 1, 2, 1, 2, 0, "zb-v", 0, 0},
-        {1, 1, 2, 1, 2, 0, "chimera", 0, 0},     {1, 1, 4, 1, 2, 0, "chimera", 0, 0},
-        {1, 1, 2, 1, 1, 0, "2bw", 0, 0},
-        {2, 1, 1, 8, 1, 0, "1f1b", 0, 1}, {1, 2, 1, 4, 1, 0, "1f1b", 3, 0},
+        {1, 1, 1, 8, 1, 0, "1f1b", 0, 0, 0},         {1, 1, 1, 2, 1, 0, "1f1b", 0, 0, 0},
+        {1, 1, 1, 8, 1, 2, "1f1b", 0, 0, 0},         {2, 1, 1, 8, 1, 0, "1f1b", 0, 0, 0},
+        {1, 2, 1, 4, 1, 0, "1f1b", 0, 0, 0},         {2, 2, 1, 2, 1, 0, "1f1b", 0, 0, 0},
+        {4, 1, 1, 8, 1, 0, "1f1b", 0, 0, 0},         {1, 4, 1, 2, 1, 0, "1f1b", 0, 0, 0},
+        {1, 1, 2, 1, 1, 0, "gpipe", 0, 0, 0},        {1, 1, 2, 1, 1, 0, "1f1b", 0, 0, 0},
+        {1, 1, 2, 1, 2, 0, "interleaved", 0, 0, 0},  {1, 1, 2, 1, 1, 0, "zb-h1", 0, 0, 0},
+        {1, 1, 2, 1, 1, 1, "1f1b", 0, 0, 0},         {1, 1, 4, 1, 1, 0, "1f1b", 0, 0, 0},
+        {2, 1, 2, 2, 1, 0, "1f1b", 0, 0, 0},         {1, 2, 2, 1, 1, 0, "1f1b", 0, 0, 0},
+        {1, 1, 2, 1, 1, 0, "zb-h2", 0, 0, 0},        {1, 1, 2, 1, 2, 0, "zb-v", 0, 0, 0},
+        {1, 1, 2, 1, 2, 0, "chimera", 0, 0, 0},      {1, 1, 4, 1, 2, 0, "chimera", 0, 0, 0},
+        {1, 1, 2, 1, 1, 0, "2bw", 0, 0, 0},          {2, 1, 1, 8, 1, 0, "1f1b", 0, 1, 0},
+        {1, 2, 1, 4, 1, 0, "1f1b", 3, 0, 0},         {1, 1, 1, 8, 1, 0, "1f1b", 0, 0, 2},
+        {2, 1, 1, 8, 1, 0, "1f1b", 0, 1, 2},
     };
     const char *hw_file = NULL, *pos[1], *rc = "none", *prec = "fp32";
-    layout one = {1, 1, 2, 1, 1, 0, "1f1b", 0, 0};
+    layout one = {1, 1, 2, 1, 1, 0, "1f1b", 0, 0, 1};
     run r;
     int npos, s, i, nl = (int)(sizeof layouts / sizeof *layouts), within = 0, all = 0;
     double worst = 0.0, ratio;
@@ -152,6 +174,8 @@ int main(int argc, char **argv) {
         {"recompute", CLI_STR, &rc, "none, selective or full", 0, 0},
         {"zero", CLI_INT, &one.zero, "ZeRO stage over the dp ranks (3: the parameters sharded, "
          "gathered a bucket at a time; one pipeline stage)", 0, 3},
+        {"cp", CLI_INT, &one.cp, "context-parallel ranks: each holds 2 chunks of --seq/(2cp) "
+         "tokens, attention a ring (--seq a multiple of 2cp)", 1, 8},
         {"sp", CLI_FLAG, &r.sp, "sequence parallelism over the tp ranks (with --all: the "
          "layouts with tp >= 2)", 0, 0},
         {"all", CLI_FLAG, &all, "every layout of the built-in table", 0, 0},
@@ -190,11 +214,15 @@ int main(int argc, char **argv) {
     if ((strcmp(one.schedule, "zb-v") == 0 || strcmp(one.schedule, "chimera") == 0) &&
         one.chunks == 1)
         one.chunks = 2; /* its V, its two replicas */
-    for (i = 0; i < (all ? nl : 1); i++) { /* every layout must divide the batch */
-        const layout *l = all ? &layouts[i] : &one;
+    for (i = 0; i < (all ? nl : 1); i++) { /* every layout must divide the batch and build */
+        const layout *l = r.l = all ? &layouts[i] : &one;
         if (r.batch % (l->dp * l->micro)) {
             fprintf(stderr, "error: --batch %d is not divisible by dp x micro = %d x %d\n", r.batch,
                     l->dp, l->micro);
+            return 2;
+        }
+        if (layout_check(&r) != PT_OK) {
+            fprintf(stderr, "error: %s\n", pt_last_error());
             return 2;
         }
     }
@@ -228,7 +256,8 @@ int main(int argc, char **argv) {
            "%.1f GFLOP/s, %.1f GB/s, %d cores\n",
            r.layers, r.embd, r.heads, r.seq, r.vocab, r.batch, pt_precision_name(r.precision),
            hw.peak_flops / 1e9, hw.mem_bw / 1e9, hw.cores);
-    printf("  tp dp pp  mb  v  schedule     recompute  z  sp    real ms   simulated ms   sim/real\n");
+    printf("  tp dp pp  mb  v  schedule     recompute  z  sp  cp    real ms   simulated ms   "
+           "sim/real\n");
     for (i = 0; i < (all ? nl : 1); i++) {
         r.l = all ? &layouts[i] : &one;
         if ((ratio = compare(&r, &hw)) < 0) {

@@ -406,7 +406,8 @@ sim_band() {
         return 77
     fi
     rm -f "$tmp/hw-local.txt"
-    for lay in "--pp 2 --schedule zb-h1" "--pp 1 --tp 2 --sp --micro 8" "--pp 1 --dp 2 --zero 3 --micro 4"; do
+    for lay in "--pp 2 --schedule zb-h1" "--pp 1 --tp 2 --sp --micro 8" "--pp 1 --dp 2 --zero 3 --micro 4" \
+        "--pp 1 --cp 2 --micro 8"; do
         # shellcheck disable=SC2086
         build/sim_vs_real $lay --hw-file "$tmp/hw-local.txt" >"$tmp/svr" 2>&1 ||
             { cat "$tmp/svr"; return 1; }
@@ -415,7 +416,7 @@ sim_band() {
             "$tmp/svr" | awk 'NR == 1 { ok = $1 <= 50 } END { exit !ok }' || return 1
     done
 }
-step "example: sim_vs_real (zb-h1 on 2 stages, tp 2 --sp, dp 2 ZeRO 3: measured and simulated within 50%)" sim_band
+step "example: sim_vs_real (zb-h1 on 2 stages, tp 2 --sp, dp 2 ZeRO 3, cp 2: measured and simulated within 50%)" sim_band
 tail -n 1 "$tmp/out" | sed 's/^/      /'
 step "sim_vs_real --precision bf16: trained with bf16 GEMMs, simulated on a bf16 profile" \
     sh -c "build/sim_vs_real --precision bf16 --pp 2 --schedule zb-h1 --steps 2 \
@@ -437,14 +438,23 @@ fails "sim_vs_real: a profile measured at another precision" 2 \
     build/sim_vs_real --precision bf16 --hw-file "$tmp/hw32.txt"
 fails "sim_vs_real: batch not divisible" 2 "not divisible by dp x micro" \
     build/sim_vs_real --dp 3 --batch 8
-# whatever the load: the two layouts of today's recipe train and simulate (ZeRO 3 on
-# ptrain's executor, sequence parallelism), each printing its row
-step "sim_vs_real --dp 2 --zero 3 and --tp 2 --sp: trained and simulated, a row each" \
+# a layout is built (meta, rank 0's) before anything is calibrated or trained: the library's
+# refusal, by name (--hw-file would be calibrated into if it got that far)
+fails "sim_vs_real: --cp 2 with a seq that 2cp does not divide" 2 \
+    "^error: context_parallel=2: seq=6 is not a multiple of 2\*cp=4" \
+    build/sim_vs_real --cp 2 --seq 6 --pp 1 --micro 8 --hw-file "$tmp/svr-never.txt"
+step "sim_vs_real: ... and calibrated nothing" test ! -e "$tmp/svr-never.txt"
+# whatever the load: the layouts of today's recipe train and simulate (ZeRO 3 on ptrain's
+# executor, sequence parallelism, context parallelism), each printing its row
+step "sim_vs_real --dp 2 --zero 3, --tp 2 --sp and --cp 2: trained and simulated, a row each" \
     sh -c "build/sim_vs_real --pp 1 --dp 2 --zero 3 --micro 4 --layers 2 --embd 64 --seq 32 \
         --steps 1 --hw-file $tmp/hw32.txt >$tmp/svz 2>&1 &&
         grep -Eq '^ +1 +2 +1 +4 +1 +1f1b +none +3 +- ' $tmp/svz &&
         build/sim_vs_real --pp 1 --tp 2 --sp --micro 8 --layers 2 --embd 64 --seq 32 --steps 1 \
-        --hw-file $tmp/hw32.txt >$tmp/svs 2>&1 && grep -Eq '^ +2 +1 +1 +8 +1 +1f1b +none +0 +sp ' $tmp/svs"
+        --hw-file $tmp/hw32.txt >$tmp/svs 2>&1 &&
+        grep -Eq '^ +2 +1 +1 +8 +1 +1f1b +none +0 +sp +1 ' $tmp/svs &&
+        build/sim_vs_real --pp 1 --cp 2 --micro 8 --layers 2 --embd 64 --seq 32 --steps 1 \
+        --hw-file $tmp/hw32.txt >$tmp/svc 2>&1 && grep -Eq '^ +1 +1 +1 +8 +1 +1f1b +none +0 +- +2 ' $tmp/svc"
 step "quick start in ptrain.h equals examples/quickstart.c" sh tests/snippet_check.sh
 # README.md and docs/: every shell block marked (runnable, options-checked, not-checked), the
 # options, make targets and repository paths of every command, the links; then the runnable

@@ -3896,6 +3896,44 @@ static void test_sim_recipe(void) {
     remove(path);
 }
 
+/* Context parallelism on ptrain's executor with a local profile: the ring's
+   kernel blocks cover the key chunks as pt__attn_rows does (cp 2 at 128
+   tokens: every 64-query block spans both of a rank's chunks and sees a
+   whole 64-key block, 4/3 of the unsplit kernel's elements; long chunks
+   come back to about the unsplit kernel's), and the ring's transfers cost
+   the cores comm_cpu a byte: a pass's cp - 1 K|V blocks forward, and in
+   backward those and the cp dk|dv accumulators, K|V 2 b (s/cp) h floats. */
+static void test_sim_cp_ring(void) {
+    enum { L = 4, C = 256, S = 128, CP = 2 };
+    pt_hw hw;
+    pt_plan_desc d;
+    pt_plan_result a, b;
+    double kv = 2.0 * 8 * (S / CP) * C * 4, want;
+    CHECK(fabs(pt__cp_attn_share(128, 2) - 4.0 / 3) < 1e-12);
+    CHECK(fabs(pt__cp_attn_share(8192, 2) - 1) < 0.02);
+    CHECK(fabs(pt__cp_attn_share(4096, 4) - 1) < 0.05);
+    ZERO(hw);
+    snprintf(hw.name, sizeof hw.name, "local");
+    hw.peak_flops = 300e9, hw.gemm_eff = 1, hw.gemm_dim = 20, hw.attn_flops = 100e9;
+    hw.mem_bw = 30e9, hw.mem_bytes = 16e9, hw.kernel_s = 1e-5, hw.per_node = 64;
+    hw.intra_bw = hw.inter_bw = 5e9, hw.intra_lat = hw.inter_lat = 1e-6;
+    hw.exec = PT_EXEC_PTRAIN;
+    ZERO(d);
+    d.model.config = cfg_make(1024, S, L, 4, C), d.model.seq = S, d.model.batch = 8;
+    d.model.recompute = PT_RECOMPUTE_NONE, d.model.context_parallel = CP; /* a run's desc */
+    d.tp = 1, d.pp = 1, d.cp = CP, d.gpus = CP, d.batch = 8, d.overlap = PT_OVERLAP_OFF;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &a, NULL), PT_OK);
+    hw.comm_cpu = 1.0 / hw.intra_bw;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &b, NULL), PT_OK);
+    want = L * (1 + 2 + 1) * hw.comm_cpu * kv; /* forward 1 block; backward 1 block, 2 accs */
+    if (fabs((b.step_time - a.step_time) / want - 1) > 1e-6)
+        FAIL("cp %d: the ring's bytes on the cores add %.4g s to the step, want %.4g", CP,
+             b.step_time - a.step_time, want);
+    d.model.context_parallel = 3; /* not the plan's cp */
+    CHECK_ST(pt_plan_simulate(&d, &hw, &b, NULL), PT_ERR_CONFIG);
+    CHECK(strstr(pt_last_error(), "model.context_parallel=3 but cp=2") != NULL);
+}
+
 /* The mechanisms move the numbers the right way: more micro-batches shrink
    the bubble towards (p-1)/(m+p-1); interleaving shrinks it further; a
    slower link costs time; 1F1B holds p micro-batches on stage 0 where
@@ -6026,6 +6064,7 @@ static const test_case tests[] = {
     {"sim_flops_closed_form", test_sim_flops_closed_form},
     {"sim_mechanisms", test_sim_mechanisms},
     {"sim_recipe", test_sim_recipe},
+    {"sim_cp_ring", test_sim_cp_ring},
     {"sim_cost_paths", test_sim_cost_paths},
     {"sim_zero3_ptrain", test_sim_zero3_ptrain},
     {"sim_zero3_executor_bytes", test_sim_zero3_executor_bytes},

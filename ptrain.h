@@ -1729,6 +1729,8 @@ typedef struct pt_plan_result {
     int mem_rank, dp, micro_batches; /* its world rank; dp; micro-batches per pipeline */
     pt_schedule_kind schedule; /* the one run (0 resolved) */
     int chunks;                /* chunks a stage (0 resolved: the schedule's own) */
+    pt_plan_split pp_split;    /* the split run (PT_SPLIT_DEFAULT resolved: _EVEN or
+                                  _EMBED_LOSS) */
     int fits;                  /* mem.total <= the device's memory */
     double build_seconds;      /* time to build every rank's meta model */
     pt_plan_stage stage[64];   /* per pipeline stage, [0, pp) */
@@ -14013,6 +14015,7 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
     r->micro_batches = S.m;
     r->schedule = md->schedule;
     r->chunks = v;
+    r->pp_split = S.xl ? PT_SPLIT_EMBED_LOSS : PT_SPLIT_EVEN;
     /* overlap as the executor runs it: with a dp group, not Chimera's or 2BW's
        (they reduce at their own points), not ZeRO 3 (it gathers every use) */
     S.overlap = (D.overlap == PT_OVERLAP_ON || (D.overlap == PT_OVERLAP_DEFAULT && S.ptrain)) &&
@@ -14125,80 +14128,101 @@ PTRAINDEF pt_status pt_plan_simulate_scaled(const pt_plan_desc *d, const pt_hw *
     return st;
 }
 
+/* The search's running state: the n best so far, fastest first; the losers counted. */
+typedef struct pt__search {
+    const pt_hw *hw;
+    pt_plan_desc *best_desc;
+    pt_plan_result *best;
+    int n, found, w[2];
+    char first_oom[256];
+} pt__search;
+
+/* One layout of the search: not one at all (skipped), not dividing (w[0]), out of
+   memory (w[1]), or simulated and kept among the n fastest. */
+static void pt__search_try(pt__search *Z, const pt_plan_desc *c, int dp) {
+    const pt_gpt_desc *cm = &c->model;
+    pt_schedule_kind k = cm->schedule;
+    int zb = k != PT_SCHED_1F1B && k != PT_SCHED_INTERLEAVED, pp = c->pp, i;
+    pt_plan_result r;
+    pt_status st;
+    /* combinations that are not layouts at all (ZB-V: its V of two chunks, Chimera: two
+       replicas' blocks over an even pp; the zero-bubble ones keep activations for W, so no
+       full recomputation; ZeRO 3 gathers every use, so no pipeline) */
+    if ((cm->chunks > 1 && pp == 1) ||
+        (cm->chunks > 1 && zb && k != PT_SCHED_ZB_V && k != PT_SCHED_CHIMERA) ||
+        ((k == PT_SCHED_ZB_V || k == PT_SCHED_CHIMERA) && cm->chunks != 2) ||
+        (k == PT_SCHED_CHIMERA && pp % 2) || (zb && pp == 1) ||
+        (pt__sched_splits(k) && cm->recompute == PT_RECOMPUTE_FULL) ||
+        (cm->zero > 2 && pp > 1) || (cm->zero > 0 && dp * (c->cp > 1 ? c->cp : 1) == 1) ||
+        pt__sched_blocks(k, pp, cm->chunks) >
+            cm->config.n_layer + (c->pp_split == PT_SPLIT_EMBED_LOSS ? 2 : 0))
+        return;
+    if (c->batch % (dp * cm->batch) ||
+        ((k == PT_SCHED_INTERLEAVED || k == PT_SCHED_CHIMERA || k == PT_SCHED_2BW) &&
+         (c->batch / (dp * cm->batch)) % pp)) {
+        Z->w[0]++;
+        return;
+    }
+    st = pt_plan_simulate(c, Z->hw, &r, NULL);
+    if (st == PT_ERR_OOM) {
+        if (!Z->first_oom[0]) snprintf(Z->first_oom, sizeof Z->first_oom, "%.250s", pt_last_error());
+        Z->w[1]++;
+        return;
+    }
+    if (st != PT_OK) {
+        Z->w[0]++;
+        return;
+    }
+    for (i = Z->found < Z->n ? Z->found : Z->n; i > 0 && Z->best[i - 1].step_time > r.step_time;
+         i--)
+        if (i < Z->n) Z->best[i] = Z->best[i - 1], Z->best_desc[i] = Z->best_desc[i - 1];
+    if (i < Z->n) Z->best[i] = r, Z->best_desc[i] = *c;
+    Z->found++;
+}
+
 PTRAINDEF int pt_plan_search(const pt_plan_desc *d, const pt_hw *hw, pt_plan_desc *best_desc,
                              pt_plan_result *best, int n, int why[3]) {
-    static const int micros[] = {1, 2, 4, 8, 16, 32}, chunk_opts[] = {1, 2, 4};
+    static const int micros[] = {1, 2, 4, 8, 16, 32}, chunk_opts[] = {1, 2, 4, 8};
     /* schedules beside 1F1B (interleaved when chunks > 1): the zero-bubble ones,
        Chimera, and PipeDream-2BW (asynchronous: it trains by another rule, so
        whoever prints a search marks it) */
     static const pt_schedule_kind zbs[6] = {PT_SCHED_DEFAULT, PT_SCHED_ZB_H1, PT_SCHED_ZB_H2,
                                             PT_SCHED_ZB_V, PT_SCHED_CHIMERA, PT_SCHED_2BW};
-    int tp, pp, mi, ci, z, rc, zb, found = 0, w[2] = {0, 0};
-    int layers = d->model.config.n_layer, heads = d->model.config.n_head;
-    char first_oom[256] = "";
-    for (tp = 1; tp <= hw->per_node && tp <= heads; tp *= 2) /* tensor parallelism in a node */
-        for (pp = 1; pp <= 64 && pp <= layers; pp++)
-            for (mi = 0; mi < 6; mi++)
-                for (ci = 0; ci < 3; ci++)
-                    for (z = 0; z <= 3; z++)
-                        for (rc = 0; rc <= PT_RECOMPUTE_FULL; rc++)
-                            for (zb = 0; zb < 6; zb++) {
-                                pt_plan_desc c = *d;
-                                pt_gpt_desc *cm = &c.model; /* the layout tried */
-                                pt_plan_result r;
-                                pt_status st;
-                                int dp, k;
-                                if (d->gpus % (tp * pp) || heads % tp) continue;
-                                dp = d->gpus / (tp * pp);
-                                c.tp = tp, c.pp = pp, cm->batch = micros[mi];
-                                cm->chunks = chunk_opts[ci], cm->zero = z, cm->recompute = rc;
-                                cm->schedule = zb              ? zbs[zb]
-                                               : cm->chunks > 1 ? PT_SCHED_INTERLEAVED
-                                                                : PT_SCHED_1F1B;
-                                /* combinations that are not layouts at all (ZB-V: its V
-                                   of two chunks, Chimera: two replicas' blocks over an
-                                   even pp; the zero-bubble ones keep activations for W,
-                                   so no full recomputation) */
-                                if ((cm->chunks > 1 && pp == 1) ||
-                                    (cm->chunks > 1 && zb && zbs[zb] != PT_SCHED_ZB_V &&
-                                     zbs[zb] != PT_SCHED_CHIMERA) ||
-                                    ((zbs[zb] == PT_SCHED_ZB_V || zbs[zb] == PT_SCHED_CHIMERA) &&
-                                     cm->chunks != 2) ||
-                                    (zbs[zb] == PT_SCHED_CHIMERA && pp % 2) ||
-                                    (zb && pp == 1) ||
-                                    (pt__sched_splits(zbs[zb]) && rc == PT_RECOMPUTE_FULL) ||
-                                    (z > 1 && pp > 1) || (z > 0 && dp == 1) ||
-                                    pt__sched_blocks(cm->schedule, pp, cm->chunks) > layers)
-                                    continue;
-                                if (d->batch % (dp * cm->batch) ||
-                                    ((cm->schedule == PT_SCHED_INTERLEAVED ||
-                                      cm->schedule == PT_SCHED_CHIMERA ||
-                                      cm->schedule == PT_SCHED_2BW) &&
-                                     (d->batch / (dp * cm->batch)) % pp)) {
-                                    w[0]++;
-                                    continue;
-                                }
-                                st = pt_plan_simulate(&c, hw, &r, NULL);
-                                if (st == PT_ERR_OOM) {
-                                    if (!first_oom[0])
-                                        snprintf(first_oom, sizeof first_oom, "%.250s", pt_last_error());
-                                    w[1]++;
-                                    continue;
-                                }
-                                if (st != PT_OK) {
-                                    w[0]++;
-                                    continue;
-                                }
-                                /* keep the n fastest, fastest first */
-                                for (k = found < n ? found : n; k > 0 && best[k - 1].step_time >
-                                                                           r.step_time; k--)
-                                    if (k < n) best[k] = best[k - 1], best_desc[k] = best_desc[k - 1];
-                                if (k < n) best[k] = r, best_desc[k] = c;
-                                found++;
-                            }
-    if (why) why[0] = w[0], why[1] = w[1], why[2] = found > 0 ? found - 1 : 0;
-    if (!found) pt__fail(PT_ERR_OOM, "%s", first_oom[0] ? first_oom : "no layout divides");
-    return found;
+    static const pt_plan_split splits[2] = {PT_SPLIT_EVEN, PT_SPLIT_EMBED_LOSS};
+    int tp, pp, cp, mi, ci, z, rc, zb, sp;
+    int layers = d->model.config.n_layer, heads = d->model.config.n_head, seq = d->model.seq;
+    int megatron = (d->exec ? d->exec : hw->exec) != PT_EXEC_PTRAIN;
+    pt__search Z;
+    memset(&Z, 0, sizeof Z);
+    Z.hw = hw, Z.best_desc = best_desc, Z.best = best, Z.n = n;
+    /* tensor parallelism in a node; context parallelism (a ring over each sequence) where a
+       rank keeps 8192 tokens or more, as Llama 3 ran it (cp 16 at 131072 tokens, 8192 without)
+       and its ring's transfers hide behind the blocks computed; the pipeline's split of the
+       layers: even, and on Megatron-LM's executor the embedding and loss counted as layers */
+    for (tp = 1; tp <= hw->per_node && tp <= heads; tp *= 2)
+        for (cp = 1; cp == 1 || (seq / cp >= 8192 && seq % (2 * cp) == 0); cp *= 2)
+            for (pp = 1; pp <= 64 && pp <= layers; pp++)
+                for (sp = 0; sp < (pp > 1 && megatron ? 2 : 1); sp++)
+                    for (mi = 0; mi < 6; mi++)
+                        for (ci = 0; ci < 4; ci++)
+                            for (z = 0; z <= 3; z++)
+                                for (rc = 0; rc <= PT_RECOMPUTE_FULL; rc++)
+                                    for (zb = 0; zb < 6; zb++) {
+                                        pt_plan_desc c = *d;
+                                        pt_gpt_desc *cm = &c.model; /* the layout tried */
+                                        if (d->gpus % (tp * pp * cp) || heads % tp) continue;
+                                        c.tp = tp, c.pp = pp, c.cp = cp, cm->batch = micros[mi];
+                                        c.pp_split = pp > 1 ? splits[sp] : PT_SPLIT_DEFAULT;
+                                        cm->chunks = chunk_opts[ci], cm->zero = z;
+                                        cm->recompute = rc;
+                                        cm->schedule = zb              ? zbs[zb]
+                                                       : cm->chunks > 1 ? PT_SCHED_INTERLEAVED
+                                                                        : PT_SCHED_1F1B;
+                                        pt__search_try(&Z, &c, d->gpus / (tp * pp * cp));
+                                    }
+    if (why) why[0] = Z.w[0], why[1] = Z.w[1], why[2] = Z.found > 0 ? Z.found - 1 : 0;
+    if (!Z.found) pt__fail(PT_ERR_OOM, "%s", Z.first_oom[0] ? Z.first_oom : "no layout divides");
+    return Z.found;
 }
 
 /* ======================================================================== */

@@ -57,12 +57,12 @@ static void print_json(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_res
            "\"vocab\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, \"dp\": %d, \"gpus\": %d, "
            "\"batch\": %d, "
            "\"microbatch\": %d, \"chunks\": %d, \"schedule\": \"%s\", \"zero\": %d, "
-           "\"recompute\": \"%s\", \"micro_batches\": %d,\n",
+           "\"recompute\": \"%s\", \"micro_batches\": %d, \"pp_split\": \"%s\",\n",
            hw->name, md->config.n_layer, md->config.n_embd, md->config.n_head, md->seq,
            md->config.vocab_size, d->tp, d->pp, d->cp > 1 ? d->cp : 1, r->dp, d->gpus, d->batch,
            md->batch, r->chunks,
            pt_schedule_kind_name(r->schedule), md->zero, rc_name(md->recompute),
-           r->micro_batches);
+           r->micro_batches, r->pp_split == PT_SPLIT_EMBED_LOSS ? "embedding-loss" : "even");
     printf(" \"tflops_per_gpu\": %.2f, \"model_tflops_per_gpu\": %.2f, \"percent_of_peak\": %.2f, "
            "\"step_time_s\": %.6g, \"bubble_fraction\": %.4f, \"comm_exposed_s\": %.6g,\n",
            r->tflops_per_gpu, r->model_tflops_per_gpu, r->percent_of_peak, r->step_time,
@@ -164,12 +164,16 @@ static void print_human(const pt_plan_desc *d, const pt_hw *hw, const pt_plan_re
 /* One search result's line, and what it gives up against the best. */
 static void print_row(int i, const pt_plan_desc *d, const pt_plan_result *r) {
     /* 2bw* : asynchronous (batch t computed at the weights before t - 1's update) */
-    char name[16];
+    /* cp and the pipeline's split only where they are not the plain ones; e: the embedding
+       and the loss counted as a layer each (--pp-split embedding-loss) */
+    char name[16], cpx[16] = "", ex[4] = "";
     snprintf(name, sizeof name, "%s%s", pt_schedule_kind_name(r->schedule),
              r->schedule == PT_SCHED_2BW ? "*" : "");
-    printf("%2d  tp %-2d pp %-3d dp %-4d v %d  mb %-2d  %-11s ZeRO %d  %-9s  %7.1f  %5.1f%%  %6.3f s"
-           "  %4.1f%%  %5.1f%%  %6.1f GiB\n",
-           i, d->tp, d->pp, r->dp, r->chunks, d->model.batch, name, d->model.zero,
+    if (d->cp > 1) snprintf(cpx, sizeof cpx, " cp %d", d->cp);
+    if (r->pp_split == PT_SPLIT_EMBED_LOSS) snprintf(ex, sizeof ex, "e");
+    printf("%2d  tp %-2d pp %-3d dp %-4d v %d%-1s mb %-2d%s  %-11s ZeRO %d  %-9s  %7.1f  %5.1f%%"
+           "  %6.3f s  %4.1f%%  %5.1f%%  %6.1f GiB\n",
+           i, d->tp, d->pp, r->dp, r->chunks, ex, d->model.batch, cpx, name, d->model.zero,
            rc_name(d->model.recompute), r->tflops_per_gpu, r->percent_of_peak, r->step_time,
            100.0 * r->bubble_fraction, 100.0 * r->comm_exposed / r->step_time,
            r->mem.total / 1073741824.0);

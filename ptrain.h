@@ -14161,6 +14161,11 @@ static void pt__search_try(pt__search *Z, const pt_plan_desc *c, int dp) {
         pt__sched_blocks(k, pp, cm->chunks) >
             cm->config.n_layer + (c->pp_split == PT_SPLIT_EMBED_LOSS ? 2 : 0))
         return;
+    /* the embedding and loss as layers where that evens the blocks out (Llama 3's 128 of
+       16 x 8, BLOOM's 72 of 12): elsewhere its blocks are as uneven as the even split's */
+    if (c->pp_split == PT_SPLIT_EMBED_LOSS &&
+        (cm->config.n_layer + 2) % pt__sched_blocks(k, pp, cm->chunks))
+        return;
     if (c->batch % (dp * cm->batch) ||
         ((k == PT_SCHED_INTERLEAVED || k == PT_SCHED_CHIMERA || k == PT_SCHED_2BW) &&
          (c->batch / (dp * cm->batch)) % pp)) {

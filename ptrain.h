@@ -550,7 +550,7 @@ PTRAINDEF void pt_crossentropy_backward(float *dlogits, const float *logits, con
    them; dwte sums its rows' products a block at a time, so its bits may
    differ from one N-row product. Vocabulary-parallel heads (each rank a
    part of V) need the lse's all-reduce between the two halves: the
-   executor runs them unfused. */
+   executor runs those blocks itself. */
 PTRAINDEF void pt_head_xent_fused(pt_ctx *ctx, float *losses, double *lse, float *dx, float *dwte,
                                   const float *x, const float *wte, const int *targets, int N,
                                   int C, int V, float dloss, float *work, int rows);
@@ -10714,11 +10714,11 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
 
 /* The head and the loss run fused, by row blocks (pt_head_xent_fused: the
    logits never exist whole, the backward makes them again): training on one
-   tensor rank (the vocabulary-parallel loss all-reduces between the halves)
-   and one pipeline stage, the head's gradient whole (ZeRO 0, 1: not ZeRO
-   2's staged buckets or ZeRO 3's gathered rows). */
+   pipeline stage (on tp ranks the vocabulary-parallel loss's all-reduces
+   run between each block's halves: pt__head_fused_run), the head's gradient
+   whole (ZeRO 0, 1: not ZeRO 2's staged buckets or ZeRO 3's gathered rows). */
 static int pt__head_fused(const pt_gpt_place *pl, int training) {
-    return training && pl->has_head && pl->tp == 1 && pl->pp == 1 && pl->zero < 2;
+    return training && pl->has_head && pl->pp == 1 && pl->zero < 2;
 }
 
 /* The activation slots (each: a chunk's input, its layers' saved
@@ -10906,26 +10906,64 @@ static int pt__vocab_valid(const pt_gpt *m) {
 /* Vocabulary-parallel cross-entropy (Megatron-LM): the logits stay split;
    one all-reduce of the row maxima, one of the sums of exp and the target
    logits (each rank adds those in its columns). */
-static pt_status pt__xent_forward_tp(pt_gpt *m, pt__slot *sl, int N) {
+static pt_status pt__xent_tp(pt_gpt *m, const float *logits, const int *targets, double *lse,
+                             float *losses, int N) {
     pt_gpt_exec *x = m->exec;
     int Vl = m->place.vocab_local, v0 = m->place.vocab_offset, n, valid = pt__vocab_valid(m);
     float *mx = x->ce_red, *sum = mx + N, *tl = sum + N;
     pt_status st;
     PT__OMP(omp parallel for schedule(static))
-    for (n = 0; n < N; n++) mx[n] = valid ? pt__maxf(sl->logits + (size_t)n * Vl, valid) : -INFINITY;
+    for (n = 0; n < N; n++) mx[n] = valid ? pt__maxf(logits + (size_t)n * Vl, valid) : -INFINITY;
     if ((st = pt_comm_all_reduce(x->tp_comm, mx, (size_t)N, PT_REDUCE_MAX)) != PT_OK) return st;
     PT__OMP(omp parallel for schedule(static))
     for (n = 0; n < N; n++) {
-        const float *l = sl->logits + (size_t)n * Vl;
-        int t = sl->targets[n] - v0;
+        const float *l = logits + (size_t)n * Vl;
+        int t = targets[n] - v0;
         sum[n] = valid ? (float)pt__sum_exp(l, valid, mx[n]) : 0.0f;
         tl[n] = t >= 0 && t < valid ? l[t] : 0.0f;
     }
     if ((st = pt_comm_all_reduce(x->tp_comm, sum, 2 * (size_t)N, PT_REDUCE_SUM)) != PT_OK)
         return st;
     for (n = 0; n < N; n++) {
-        sl->lse[n] = (double)mx[n] + log((double)sum[n]);
-        sl->losses[n] = (float)(sl->lse[n] - (double)tl[n]);
+        lse[n] = (double)mx[n] + log((double)sum[n]);
+        losses[n] = (float)(lse[n] - (double)tl[n]);
+    }
+    return PT_OK;
+}
+
+static pt_status pt__xent_forward_tp(pt_gpt *m, pt__slot *sl, int N) {
+    return pt__xent_tp(m, sl->logits, sl->targets, sl->lse, sl->losses, N);
+}
+
+/* The fused head (x->head_work) on slot sl's N rows: the losses, and with
+   dx or dwte set the gradients too (dx += dlogits @ wte, dwte +=
+   dlogits^T @ lnf). One tensor rank: pt_head_xent_fused. Vocabulary
+   parallel: the same by blocks of PT__HEAD_ROWS rows, each block's row
+   max, sum of exp and target logit all-reduced between its logits and its
+   dlogits (pt__xent_tp: per row the unfused path's arithmetic, so losses,
+   lse and dx are its bits; dwte sums a block at a time). */
+static pt_status pt__head_fused_run(pt_gpt *m, pt__slot *sl, int N, float dloss, float *dx,
+                                    float *dwte) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    int C = m->config.n_embd, Vl = pl->vocab_local, r0, n;
+    pt_status st;
+    if (pl->tp == 1) {
+        pt_head_xent_fused(&m->ctx, sl->losses, sl->lse, dx, dwte, sl->lnf, m->lm_head,
+                           sl->targets, N, C, Vl, dloss, x->head_work, PT__HEAD_ROWS);
+        return PT_OK;
+    }
+    for (r0 = 0; r0 < N; r0 += n) { /* block [r0, r0 + n) of the rows */
+        const float *xb = sl->lnf + (size_t)r0 * C;
+        n = N - r0 < PT__HEAD_ROWS ? N - r0 : PT__HEAD_ROWS;
+        pt_tied_head_forward(&m->ctx, x->head_work, xb, m->lm_head, n, C, Vl);
+        st = pt__xent_tp(m, x->head_work, sl->targets + r0, sl->lse + r0, sl->losses + r0, n);
+        if (st != PT_OK) return st;
+        if (!dx && !dwte) continue;
+        pt__xent_backward_part(x->head_work, x->head_work, sl->lse + r0, sl->targets + r0, n, Vl,
+                               pt__vocab_valid(m), pl->vocab_offset, dloss);
+        pt_tied_head_backward(&m->ctx, dx ? dx + (size_t)r0 * C : NULL, dwte, x->head_work, xb,
+                              m->lm_head, n, C, Vl);
     }
     return PT_OK;
 }
@@ -10959,11 +10997,21 @@ static pt_status pt__gather_logits(const pt_gpt *m, const float *logits, size_t 
    product of its lnf again, the same bits as the unfused forward's. */
 static pt_status pt__head_logits(const pt_gpt *m, const pt__slot *sl, size_t N, float *out) {
     pt_ctx ctx = m->ctx; /* (a copy: the caller's m is const; no poll here) */
+    size_t r0, n, C = (size_t)m->config.n_embd, V = (size_t)m->config.vocab_size;
+    pt_status st = PT_OK;
     if (!m->exec->head_work) return pt__gather_logits(m, sl->logits, N, out);
     memset(&ctx.poll, 0, sizeof ctx.poll);
-    pt_tied_head_forward(&ctx, out, sl->lnf, m->lm_head, (int)N, m->config.n_embd,
-                         m->place.vocab_local);
-    return PT_OK;
+    if (m->place.tp == 1) {
+        pt_tied_head_forward(&ctx, out, sl->lnf, m->lm_head, (int)N, (int)C, (int)V);
+        return PT_OK;
+    }
+    for (r0 = 0; r0 < N && st == PT_OK; r0 += n) { /* vocabulary parallel: a block at a time */
+        n = N - r0 < PT__HEAD_ROWS ? N - r0 : PT__HEAD_ROWS;
+        pt_tied_head_forward(&ctx, m->exec->head_work, sl->lnf + r0 * C, m->lm_head, (int)n,
+                             (int)C, m->place.vocab_local);
+        st = pt__gather_logits(m, m->exec->head_work, n, out + r0 * V);
+    }
+    return st;
 }
 
 /* ---- the actions: a chunk's forward, backward (B) and weight gradient (W) */
@@ -11114,9 +11162,8 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
         pt__norm_forward(cfg, sl->lnf, sl->lnf_mean, sl->lnf_rstd, in, m->lnf_w, m->lnf_b, N, C);
     }
     if (x->head_work) { /* fused: the losses by row blocks, or (with_targets 2) in backward */
-        if (with_targets == 1)
-            pt_head_xent_fused(&m->ctx, sl->losses, sl->lse, NULL, NULL, sl->lnf, m->lm_head,
-                               sl->targets, N, C, V, 0.0f, x->head_work, PT__HEAD_ROWS);
+        if (with_targets == 1 && (st = pt__head_fused_run(m, sl, N, 0.0f, NULL, NULL)) != PT_OK)
+            return st;
         if (with_targets == 1) *loss = pt__mean_loss(sl->losses, N);
         return PT_OK;
     }
@@ -11573,10 +11620,8 @@ static pt_status pt__head_backward(pt_gpt *m, pt__slot *sl, int B, int T, float 
     int N = B * T, C = m->config.n_embd, zero2 = pt__grads_staged(pl);
     memset(x->scratch.dln, 0, sizeof(float) * (size_t)N * C);
     if (x->head_work) {
-        pt_head_xent_fused(&m->ctx, sl->losses, sl->lse, x->scratch.dln, x->coll.dhead, sl->lnf,
-                           m->lm_head, sl->targets, N, C, pl->vocab_local, dloss, x->head_work,
-                           PT__HEAD_ROWS);
-        return pt__wte_early(m);
+        pt_status st = pt__head_fused_run(m, sl, N, dloss, x->scratch.dln, x->coll.dhead);
+        return st != PT_OK ? st : pt__wte_early(m);
     }
     /* the logits become dlogits in place */
     pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, pl->vocab_local,

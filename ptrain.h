@@ -946,7 +946,8 @@ typedef struct pt_block_cp {
    v, fch and the norms' outputs are rounded to bf16 as the model keeps them).
    Sequence parallelism (s->sp, Korthikanti et al. 2022): x and out are this
    rank's N/k rows; the norms and residuals run on them; each norm's output
-   is all-gathered (over the rows) before its column-parallel matmul, and each
+   is all-gathered (over the rows) for its column-parallel matmul (started
+   first, this rank's own rows multiplied while it runs), and each
    row-parallel matmul's partial sums are reduce-scattered (over the rows)
    instead of all-reduced: the same sums, in the same order. */
 PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
@@ -7934,14 +7935,39 @@ static pt_status pt__tp_rows(pt_comm *tp, int sp, const float *part, float *out,
     return pt__tp_sum(tp, out, n);
 }
 
-/* Sequence parallel: this rank's n floats of rows into full (the group's,
-   rank after rank); without it the rows are whole already: full = part. */
-static pt_status pt__sp_gather(pt_comm *tp, int sp, const float *part, const float **full,
-                               float *buf, size_t n) {
-    *full = part;
-    if (!sp) return PT_OK;
-    *full = buf;
-    return pt_comm_all_gather(tp, part, buf, n);
+/* Rows a sequence-parallel rank's share must be a multiple of for its
+   column-parallel matmuls to run in parts (pt__sp_col_forward): the GEMMs'
+   tiles never straddle a part's edge, so each row gets the whole GEMM's bits
+   (pt_sgemm's runs of rows are multiples of 64 too). */
+#define PT__SP_ROWS 64
+
+/* A column-parallel matmul of a norm's output over every row: y (N,OUT) =
+   in @ w + b, where in is mine (N rows) or, sequence parallel (sp), the
+   group's rows gathered into buf (this rank's Ns rows are mine). The
+   all-gather is started first and waited where its rows are read: this
+   rank's own rows of y are computed from mine while it runs (when Ns is a
+   multiple of PT__SP_ROWS), the others' from buf after. */
+static pt_status pt__sp_col_forward(pt_ctx *ctx, const pt_gpt_config *cfg, pt_comm *tp, int sp,
+                                    float *y, const float *mine, float *buf, const float *w,
+                                    const float *b, const pt__dims *d, int OUT, pt_comm_req *req) {
+    int N = (int)d->N, C = (int)d->C, Ns = (int)d->Ns, r0, r1;
+    pt_status st;
+    if (!sp) {
+        pt__proj_forward(ctx, cfg, y, mine, w, b, N, C, OUT);
+        return PT_OK;
+    }
+    r0 = tp->rank * Ns, r1 = r0 + Ns; /* this rank's rows [r0, r1) */
+    if ((st = pt_comm_all_gather_start(tp, mine, buf, (size_t)Ns * C, req)) != PT_OK) return st;
+    if (Ns % PT__SP_ROWS == 0)
+        pt__proj_forward(ctx, cfg, y + (size_t)r0 * OUT, mine, w, b, Ns, C, OUT);
+    else
+        r0 = r1 = N; /* one GEMM over every row, after the gather */
+    if ((st = pt_comm_wait(req)) != PT_OK) return st;
+    if (r0 > 0) pt__proj_forward(ctx, cfg, y, buf, w, b, r0, C, OUT);
+    if (r1 < N)
+        pt__proj_forward(ctx, cfg, y + (size_t)r1 * OUT, buf + (size_t)r1 * C, w, b, N - r1, C,
+                         OUT);
+    return PT_OK;
 }
 
 PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
@@ -7954,15 +7980,15 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
     int C = cfg->n_embd, N = B * T, Ns = (int)d.Ns, Ca = (int)d.Ca, Q3 = (int)d.Q3, F = (int)d.F,
         Fi = (int)d.Fi;
     size_t nc = (size_t)Ns * C; /* the residual stream's floats here */
-    const float *in;
     float *part;
     pt_status st;
     if (a->ln1_16) /* the scratch is written before it is kept: it holds no one's until then */
         memset((void *)s->held, 0, sizeof s->held);
     pt__norm_forward(cfg, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, Ns, C);
     pt__bf16_act(ctx, a->ln1_16, a->ln1, nc, &s->held[0]);
-    if ((st = pt__sp_gather(tp, sp, a->ln1, &in, s->xg, nc)) != PT_OK) return st; /* g */
-    pt__proj_forward(ctx, cfg, a->qkv, in, p->qkv_w, p->qkv_b, N, C, Q3);
+    st = pt__sp_col_forward(ctx, cfg, tp, sp, a->qkv, a->ln1, s->xg, p->qkv_w, p->qkv_b, &d, Q3,
+                            &s->req[0]); /* g: the all-gather behind this rank's rows */
+    if (st != PT_OK) return st;
     if (cfg->pos == PT_POS_ROPE) /* q and k heads are adjacent: one pass over both */
         pt_rope_forward(a->qkv, pt__rope_cs(cfg, s, T), N, T, (int)(d.NH + d.NKV), (int)d.hd, Q3);
     pt__bf16_act(ctx, a->qkv_16, a->qkv, (size_t)N * Q3, &s->held[1]);
@@ -7974,8 +8000,9 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
     pt_residual_forward(a->res2, a->res2, x, nc);
     pt__norm_forward(cfg, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, Ns, C);
     pt__bf16_act(ctx, a->ln2_16, a->ln2, nc, &s->held[2]);
-    if ((st = pt__sp_gather(tp, sp, a->ln2, &in, s->xg, nc)) != PT_OK) return st;
-    pt__proj_forward(ctx, cfg, a->fch, in, p->fc_w, p->fc_b, N, C, Fi);
+    st = pt__sp_col_forward(ctx, cfg, tp, sp, a->fch, a->ln2, s->xg, p->fc_w, p->fc_b, &d, Fi,
+                            &s->req[0]);
+    if (st != PT_OK) return st;
     pt__bf16_act(ctx, a->fch_16, a->fch, (size_t)N * Fi, &s->held[3]);
     pt__act_forward(cfg, s->gelu, a->fch, (size_t)N, (size_t)F);
     part = sp ? s->xg : a->out;

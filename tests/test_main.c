@@ -1208,13 +1208,13 @@ static void test_parallel_grads(void) {
    weights and biases are bit for bit those of tp without it; the norms'
    (ln_1, ln_2, ln_f) sum their rows on each rank and then over the ranks,
    another order, within test_parallel_grads' tolerance (checked there). */
-static void test_sp_exact(void) {
-    enum { V = 29, BLOCK = 8, L = 2, NH = 4, C = 16, B = 2, T = 8 };
+static void sp_exact_at(int B, int T) {
+    enum { V = 29, L = 2, NH = 4, C = 16 };
     static const par_case cases[] = {
         {"tp 2", 2, 1, 1, 0, 1, 1, PT_SCHED_DEFAULT, 0},
         {"tp 2, sequence parallel", 2, 1, 1, 0, 1, 1, PT_SCHED_DEFAULT, 1},
     };
-    pt_gpt_config cfg = cfg_make(V, BLOCK, L, NH, C);
+    pt_gpt_config cfg = cfg_make(V, T, L, NH, C);
     int *in = rand_ids(B * T, V), *tg = rand_ids(B * T, V), k, differ = 0, normdiff = 0;
     const char *weights = tmp_path("sp.safetensors");
     par_run r[2];
@@ -1247,9 +1247,17 @@ static void test_sp_exact(void) {
         if (norm) normdiff++;
         else differ++, FAIL("%s: sequence parallel gradient differs from tp 2's", p->name);
     }
-    if (g_verbose) printf("    %d norm tensors differ in their last bits, %d others\n", normdiff,
-                          differ);
+    if (g_verbose) printf("    B=%d T=%d: %d norm tensors differ in their last bits, %d others\n",
+                          B, T, normdiff, differ);
     pt_gpt_free(&m);
+}
+
+/* T = 8: every column-parallel matmul waits for its gather; T = 64 (a
+   rank's 64 rows, a multiple of PT__SP_ROWS): this rank's rows first,
+   behind the gather, then the others'. */
+static void test_sp_exact(void) {
+    sp_exact_at(2, 8);
+    sp_exact_at(2, 64);
 }
 
 /* tp 2's fused head (ZeRO 0: the vocabulary-parallel loss by blocks of

@@ -550,7 +550,7 @@ PTRAINDEF void pt_crossentropy_backward(float *dlogits, const float *logits, con
    them; dwte sums its rows' products a block at a time, so its bits may
    differ from one N-row product. Vocabulary-parallel heads (each rank a
    part of V) need the lse's all-reduce between the two halves: the
-   executor runs them unfused. */
+   executor runs those blocks itself. */
 PTRAINDEF void pt_head_xent_fused(pt_ctx *ctx, float *losses, double *lse, float *dx, float *dwte,
                                   const float *x, const float *wte, const int *targets, int N,
                                   int C, int V, float dloss, float *work, int rows);
@@ -946,7 +946,8 @@ typedef struct pt_block_cp {
    v, fch and the norms' outputs are rounded to bf16 as the model keeps them).
    Sequence parallelism (s->sp, Korthikanti et al. 2022): x and out are this
    rank's N/k rows; the norms and residuals run on them; each norm's output
-   is all-gathered (over the rows) before its column-parallel matmul, and each
+   is all-gathered (over the rows) for its column-parallel matmul (started
+   first, this rank's own rows multiplied while it runs), and each
    row-parallel matmul's partial sums are reduce-scattered (over the rows)
    instead of all-reduced: the same sums, in the same order. */
 PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
@@ -7936,14 +7937,39 @@ static pt_status pt__tp_rows(pt_comm *tp, int sp, const float *part, float *out,
     return pt__tp_sum(tp, out, n);
 }
 
-/* Sequence parallel: this rank's n floats of rows into full (the group's,
-   rank after rank); without it the rows are whole already: full = part. */
-static pt_status pt__sp_gather(pt_comm *tp, int sp, const float *part, const float **full,
-                               float *buf, size_t n) {
-    *full = part;
-    if (!sp) return PT_OK;
-    *full = buf;
-    return pt_comm_all_gather(tp, part, buf, n);
+/* Rows a sequence-parallel rank's share must be a multiple of for its
+   column-parallel matmuls to run in parts (pt__sp_col_forward): the GEMMs'
+   tiles never straddle a part's edge, so each row gets the whole GEMM's bits
+   (pt_sgemm's runs of rows are multiples of 64 too). */
+#define PT__SP_ROWS 64
+
+/* A column-parallel matmul of a norm's output over every row: y (N,OUT) =
+   in @ w + b, where in is mine (N rows) or, sequence parallel (sp), the
+   group's rows gathered into buf (this rank's Ns rows are mine). The
+   all-gather is started first and waited where its rows are read: this
+   rank's own rows of y are computed from mine while it runs (when Ns is a
+   multiple of PT__SP_ROWS), the others' from buf after. */
+static pt_status pt__sp_col_forward(pt_ctx *ctx, const pt_gpt_config *cfg, pt_comm *tp, int sp,
+                                    float *y, const float *mine, float *buf, const float *w,
+                                    const float *b, const pt__dims *d, int OUT, pt_comm_req *req) {
+    int N = (int)d->N, C = (int)d->C, Ns = (int)d->Ns, r0, r1;
+    pt_status st;
+    if (!sp) {
+        pt__proj_forward(ctx, cfg, y, mine, w, b, N, C, OUT);
+        return PT_OK;
+    }
+    r0 = tp->rank * Ns, r1 = r0 + Ns; /* this rank's rows [r0, r1) */
+    if ((st = pt_comm_all_gather_start(tp, mine, buf, (size_t)Ns * C, req)) != PT_OK) return st;
+    if (Ns % PT__SP_ROWS == 0)
+        pt__proj_forward(ctx, cfg, y + (size_t)r0 * OUT, mine, w, b, Ns, C, OUT);
+    else
+        r0 = r1 = N; /* one GEMM over every row, after the gather */
+    if ((st = pt_comm_wait(req)) != PT_OK) return st;
+    if (r0 > 0) pt__proj_forward(ctx, cfg, y, buf, w, b, r0, C, OUT);
+    if (r1 < N)
+        pt__proj_forward(ctx, cfg, y + (size_t)r1 * OUT, buf + (size_t)r1 * C, w, b, N - r1, C,
+                         OUT);
+    return PT_OK;
 }
 
 PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
@@ -7956,15 +7982,15 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
     int C = cfg->n_embd, N = B * T, Ns = (int)d.Ns, Ca = (int)d.Ca, Q3 = (int)d.Q3, F = (int)d.F,
         Fi = (int)d.Fi;
     size_t nc = (size_t)Ns * C; /* the residual stream's floats here */
-    const float *in;
     float *part;
     pt_status st;
     if (a->ln1_16) /* the scratch is written before it is kept: it holds no one's until then */
         memset((void *)s->held, 0, sizeof s->held);
     pt__norm_forward(cfg, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, Ns, C);
     pt__bf16_act(ctx, a->ln1_16, a->ln1, nc, &s->held[0]);
-    if ((st = pt__sp_gather(tp, sp, a->ln1, &in, s->xg, nc)) != PT_OK) return st; /* g */
-    pt__proj_forward(ctx, cfg, a->qkv, in, p->qkv_w, p->qkv_b, N, C, Q3);
+    st = pt__sp_col_forward(ctx, cfg, tp, sp, a->qkv, a->ln1, s->xg, p->qkv_w, p->qkv_b, &d, Q3,
+                            &s->req[0]); /* g: the all-gather behind this rank's rows */
+    if (st != PT_OK) return st;
     if (cfg->pos == PT_POS_ROPE) /* q and k heads are adjacent: one pass over both */
         pt_rope_forward(a->qkv, pt__rope_cs(cfg, s, T), N, T, (int)(d.NH + d.NKV), (int)d.hd, Q3);
     pt__bf16_act(ctx, a->qkv_16, a->qkv, (size_t)N * Q3, &s->held[1]);
@@ -7976,8 +8002,9 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
     pt_residual_forward(a->res2, a->res2, x, nc);
     pt__norm_forward(cfg, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, Ns, C);
     pt__bf16_act(ctx, a->ln2_16, a->ln2, nc, &s->held[2]);
-    if ((st = pt__sp_gather(tp, sp, a->ln2, &in, s->xg, nc)) != PT_OK) return st;
-    pt__proj_forward(ctx, cfg, a->fch, in, p->fc_w, p->fc_b, N, C, Fi);
+    st = pt__sp_col_forward(ctx, cfg, tp, sp, a->fch, a->ln2, s->xg, p->fc_w, p->fc_b, &d, Fi,
+                            &s->req[0]);
+    if (st != PT_OK) return st;
     pt__bf16_act(ctx, a->fch_16, a->fch, (size_t)N * Fi, &s->held[3]);
     pt__act_forward(cfg, s->gelu, a->fch, (size_t)N, (size_t)F);
     part = sp ? s->xg : a->out;
@@ -10716,11 +10743,11 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
 
 /* The head and the loss run fused, by row blocks (pt_head_xent_fused: the
    logits never exist whole, the backward makes them again): training on one
-   tensor rank (the vocabulary-parallel loss all-reduces between the halves)
-   and one pipeline stage, the head's gradient whole (ZeRO 0, 1: not ZeRO
-   2's staged buckets or ZeRO 3's gathered rows). */
+   pipeline stage (on tp ranks the vocabulary-parallel loss's all-reduces
+   run between each block's halves: pt__head_fused_run), the head's gradient
+   whole (ZeRO 0, 1: not ZeRO 2's staged buckets or ZeRO 3's gathered rows). */
 static int pt__head_fused(const pt_gpt_place *pl, int training) {
-    return training && pl->has_head && pl->tp == 1 && pl->pp == 1 && pl->zero < 2;
+    return training && pl->has_head && pl->pp == 1 && pl->zero < 2;
 }
 
 /* The activation slots (each: a chunk's input, its layers' saved
@@ -10908,26 +10935,64 @@ static int pt__vocab_valid(const pt_gpt *m) {
 /* Vocabulary-parallel cross-entropy (Megatron-LM): the logits stay split;
    one all-reduce of the row maxima, one of the sums of exp and the target
    logits (each rank adds those in its columns). */
-static pt_status pt__xent_forward_tp(pt_gpt *m, pt__slot *sl, int N) {
+static pt_status pt__xent_tp(pt_gpt *m, const float *logits, const int *targets, double *lse,
+                             float *losses, int N) {
     pt_gpt_exec *x = m->exec;
     int Vl = m->place.vocab_local, v0 = m->place.vocab_offset, n, valid = pt__vocab_valid(m);
     float *mx = x->ce_red, *sum = mx + N, *tl = sum + N;
     pt_status st;
     PT__OMP(omp parallel for schedule(static))
-    for (n = 0; n < N; n++) mx[n] = valid ? pt__maxf(sl->logits + (size_t)n * Vl, valid) : -INFINITY;
+    for (n = 0; n < N; n++) mx[n] = valid ? pt__maxf(logits + (size_t)n * Vl, valid) : -INFINITY;
     if ((st = pt_comm_all_reduce(x->tp_comm, mx, (size_t)N, PT_REDUCE_MAX)) != PT_OK) return st;
     PT__OMP(omp parallel for schedule(static))
     for (n = 0; n < N; n++) {
-        const float *l = sl->logits + (size_t)n * Vl;
-        int t = sl->targets[n] - v0;
+        const float *l = logits + (size_t)n * Vl;
+        int t = targets[n] - v0;
         sum[n] = valid ? (float)pt__sum_exp(l, valid, mx[n]) : 0.0f;
         tl[n] = t >= 0 && t < valid ? l[t] : 0.0f;
     }
     if ((st = pt_comm_all_reduce(x->tp_comm, sum, 2 * (size_t)N, PT_REDUCE_SUM)) != PT_OK)
         return st;
     for (n = 0; n < N; n++) {
-        sl->lse[n] = (double)mx[n] + log((double)sum[n]);
-        sl->losses[n] = (float)(sl->lse[n] - (double)tl[n]);
+        lse[n] = (double)mx[n] + log((double)sum[n]);
+        losses[n] = (float)(lse[n] - (double)tl[n]);
+    }
+    return PT_OK;
+}
+
+static pt_status pt__xent_forward_tp(pt_gpt *m, pt__slot *sl, int N) {
+    return pt__xent_tp(m, sl->logits, sl->targets, sl->lse, sl->losses, N);
+}
+
+/* The fused head (x->head_work) on slot sl's N rows: the losses, and with
+   dx or dwte set the gradients too (dx += dlogits @ wte, dwte +=
+   dlogits^T @ lnf). One tensor rank: pt_head_xent_fused. Vocabulary
+   parallel: the same by blocks of PT__HEAD_ROWS rows, each block's row
+   max, sum of exp and target logit all-reduced between its logits and its
+   dlogits (pt__xent_tp: per row the unfused path's arithmetic, so losses,
+   lse and dx are its bits; dwte sums a block at a time). */
+static pt_status pt__head_fused_run(pt_gpt *m, pt__slot *sl, int N, float dloss, float *dx,
+                                    float *dwte) {
+    pt_gpt_exec *x = m->exec;
+    const pt_gpt_place *pl = &m->place;
+    int C = m->config.n_embd, Vl = pl->vocab_local, r0, n;
+    pt_status st;
+    if (pl->tp == 1) {
+        pt_head_xent_fused(&m->ctx, sl->losses, sl->lse, dx, dwte, sl->lnf, m->lm_head,
+                           sl->targets, N, C, Vl, dloss, x->head_work, PT__HEAD_ROWS);
+        return PT_OK;
+    }
+    for (r0 = 0; r0 < N; r0 += n) { /* block [r0, r0 + n) of the rows */
+        const float *xb = sl->lnf + (size_t)r0 * C;
+        n = N - r0 < PT__HEAD_ROWS ? N - r0 : PT__HEAD_ROWS;
+        pt_tied_head_forward(&m->ctx, x->head_work, xb, m->lm_head, n, C, Vl);
+        st = pt__xent_tp(m, x->head_work, sl->targets + r0, sl->lse + r0, sl->losses + r0, n);
+        if (st != PT_OK) return st;
+        if (!dx && !dwte) continue;
+        pt__xent_backward_part(x->head_work, x->head_work, sl->lse + r0, sl->targets + r0, n, Vl,
+                               pt__vocab_valid(m), pl->vocab_offset, dloss);
+        pt_tied_head_backward(&m->ctx, dx ? dx + (size_t)r0 * C : NULL, dwte, x->head_work, xb,
+                              m->lm_head, n, C, Vl);
     }
     return PT_OK;
 }
@@ -10961,11 +11026,21 @@ static pt_status pt__gather_logits(const pt_gpt *m, const float *logits, size_t 
    product of its lnf again, the same bits as the unfused forward's. */
 static pt_status pt__head_logits(const pt_gpt *m, const pt__slot *sl, size_t N, float *out) {
     pt_ctx ctx = m->ctx; /* (a copy: the caller's m is const; no poll here) */
+    size_t r0, n, C = (size_t)m->config.n_embd, V = (size_t)m->config.vocab_size;
+    pt_status st = PT_OK;
     if (!m->exec->head_work) return pt__gather_logits(m, sl->logits, N, out);
     memset(&ctx.poll, 0, sizeof ctx.poll);
-    pt_tied_head_forward(&ctx, out, sl->lnf, m->lm_head, (int)N, m->config.n_embd,
-                         m->place.vocab_local);
-    return PT_OK;
+    if (m->place.tp == 1) {
+        pt_tied_head_forward(&ctx, out, sl->lnf, m->lm_head, (int)N, (int)C, (int)V);
+        return PT_OK;
+    }
+    for (r0 = 0; r0 < N && st == PT_OK; r0 += n) { /* vocabulary parallel: a block at a time */
+        n = N - r0 < PT__HEAD_ROWS ? N - r0 : PT__HEAD_ROWS;
+        pt_tied_head_forward(&ctx, m->exec->head_work, sl->lnf + r0 * C, m->lm_head, (int)n,
+                             (int)C, m->place.vocab_local);
+        st = pt__gather_logits(m, m->exec->head_work, n, out + r0 * V);
+    }
+    return st;
 }
 
 /* ---- the actions: a chunk's forward, backward (B) and weight gradient (W) */
@@ -11116,9 +11191,8 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
         pt__norm_forward(cfg, sl->lnf, sl->lnf_mean, sl->lnf_rstd, in, m->lnf_w, m->lnf_b, N, C);
     }
     if (x->head_work) { /* fused: the losses by row blocks, or (with_targets 2) in backward */
-        if (with_targets == 1)
-            pt_head_xent_fused(&m->ctx, sl->losses, sl->lse, NULL, NULL, sl->lnf, m->lm_head,
-                               sl->targets, N, C, V, 0.0f, x->head_work, PT__HEAD_ROWS);
+        if (with_targets == 1 && (st = pt__head_fused_run(m, sl, N, 0.0f, NULL, NULL)) != PT_OK)
+            return st;
         if (with_targets == 1) *loss = pt__mean_loss(sl->losses, N);
         return PT_OK;
     }
@@ -11575,10 +11649,8 @@ static pt_status pt__head_backward(pt_gpt *m, pt__slot *sl, int B, int T, float 
     int N = B * T, C = m->config.n_embd, zero2 = pt__grads_staged(pl);
     memset(x->scratch.dln, 0, sizeof(float) * (size_t)N * C);
     if (x->head_work) {
-        pt_head_xent_fused(&m->ctx, sl->losses, sl->lse, x->scratch.dln, x->coll.dhead, sl->lnf,
-                           m->lm_head, sl->targets, N, C, pl->vocab_local, dloss, x->head_work,
-                           PT__HEAD_ROWS);
-        return pt__wte_early(m);
+        pt_status st = pt__head_fused_run(m, sl, N, dloss, x->scratch.dln, x->coll.dhead);
+        return st != PT_OK ? st : pt__wte_early(m);
     }
     /* the logits become dlogits in place */
     pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, pl->vocab_local,

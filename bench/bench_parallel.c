@@ -126,10 +126,10 @@ static pt_status rank_main(pt_comm *world, void *arg) {
         if (world->rank == 0)
             printf("  memory per rank, ZeRO %d: params %7.1f MiB, grads %7.1f MiB, AdamW %7.1f "
                    "MiB, activations %6.1f MiB | model/tp P = %.1fM: 4P = %.1f MiB, 4P/dp = %.1f "
-                   "MiB, 8P/dp = %.1f MiB\n",
+                   "MiB, 8P/dp = %.1f MiB | scratch %.1f MiB, total %.1f MiB\n",
                    o->zero, gpt.mem.params / mib, gpt.mem.grads / mib, gpt.mem.optimizer / mib,
                    gpt.mem.activations / mib, P / 1e6, 4 * P / mib, 4 * P / o->dp / mib,
-                   8 * P / o->dp / mib);
+                   8 * P / o->dp / mib, gpt.mem.scratch / mib, gpt.mem.total / mib);
         goto out;
     }
     pt_gpt_init_weights(&gpt, 1);

@@ -1208,13 +1208,13 @@ static void test_parallel_grads(void) {
    weights and biases are bit for bit those of tp without it; the norms'
    (ln_1, ln_2, ln_f) sum their rows on each rank and then over the ranks,
    another order, within test_parallel_grads' tolerance (checked there). */
-static void test_sp_exact(void) {
-    enum { V = 29, BLOCK = 8, L = 2, NH = 4, C = 16, B = 2, T = 8 };
+static void sp_exact_at(int B, int T) {
+    enum { V = 29, L = 2, NH = 4, C = 16 };
     static const par_case cases[] = {
         {"tp 2", 2, 1, 1, 0, 1, 1, PT_SCHED_DEFAULT, 0},
         {"tp 2, sequence parallel", 2, 1, 1, 0, 1, 1, PT_SCHED_DEFAULT, 1},
     };
-    pt_gpt_config cfg = cfg_make(V, BLOCK, L, NH, C);
+    pt_gpt_config cfg = cfg_make(V, T, L, NH, C);
     int *in = rand_ids(B * T, V), *tg = rand_ids(B * T, V), k, differ = 0, normdiff = 0;
     const char *weights = tmp_path("sp.safetensors");
     par_run r[2];
@@ -1247,8 +1247,109 @@ static void test_sp_exact(void) {
         if (norm) normdiff++;
         else differ++, FAIL("%s: sequence parallel gradient differs from tp 2's", p->name);
     }
-    if (g_verbose) printf("    %d norm tensors differ in their last bits, %d others\n", normdiff,
-                          differ);
+    if (g_verbose) printf("    B=%d T=%d: %d norm tensors differ in their last bits, %d others\n",
+                          B, T, normdiff, differ);
+    pt_gpt_free(&m);
+}
+
+/* T = 8: every column-parallel matmul waits for its gather; T = 64 (a
+   rank's 64 rows, a multiple of PT__SP_ROWS): this rank's rows first,
+   behind the gather, then the others'. */
+static void test_sp_exact(void) {
+    sp_exact_at(2, 8);
+    sp_exact_at(2, 64);
+}
+
+/* tp 2's fused head (ZeRO 0: the vocabulary-parallel loss by blocks of
+   PT__HEAD_ROWS rows) against its unfused head (ZeRO 2 keeps the logits):
+   the losses and the gathered logits bit for bit, the gradients within the
+   rounding of dwte's blockwise sums; the fused run keeps no logits. */
+typedef struct head_tp_run {
+    pt_gpt_config cfg;
+    const char *weights;
+    const int *in, *tg;
+    int B, T, zero, sp;
+    size_t n;
+    float *losses, *logits, *grads; /* rank 0's */
+    size_t act;                     /* rank 0's activation bytes */
+} head_tp_run;
+
+static pt_status head_tp_rank(pt_comm *world, void *arg) {
+    head_tp_run *r = (head_tp_run *)arg;
+    int N = r->B * r->T;
+    float *losses = (float *)malloc((size_t)N * sizeof(float));
+    float *logits = (float *)malloc((size_t)N * r->cfg.vocab_size * sizeof(float));
+    float *grads = (float *)malloc(r->n * sizeof(float));
+    pt_grid g;
+    pt_gpt m;
+    pt_gpt_desc d;
+    pt_step_desc sd;
+    pt_status st;
+    memset(&m, 0, sizeof m);
+    if (!losses || !logits || !grads) st = pt_error(PT_ERR_OOM, "buffers");
+    else st = pt_grid_init(&g, world, 2, 1, 1);
+    if (st != PT_OK) {
+        free(losses), free(logits), free(grads);
+        return pt_comm_fail(world, st);
+    }
+    memset(&d, 0, sizeof d);
+    d.config = r->cfg, d.batch = r->B, d.seq = r->T, d.grid = &g, d.zero = r->zero;
+    d.sequence_parallel = r->sp;
+    st = pt_gpt_init(&m, &d);
+    if (st == PT_OK) st = pt_gpt_load_weights(&m, r->weights);
+    if (st == PT_OK && (m.exec->head_work != NULL) != (r->zero < 2))
+        st = pt_error(PT_ERR_CONFIG, "ZeRO %d: head_work %p", r->zero, (void *)m.exec->head_work);
+    memset(&sd, 0, sizeof sd);
+    sd.inputs = r->in, sd.targets = r->tg, sd.B = r->B, sd.T = r->T, sd.losses = losses;
+    sd.logits = logits;
+    if (st == PT_OK) st = pt_gpt_step(&m, &sd, NULL);
+    if (st == PT_OK) st = pt_gpt_gather(&m, PT_BUF_GRADS, grads);
+    if (st == PT_OK && world->rank == 0) {
+        memcpy(r->losses, losses, (size_t)N * sizeof(float));
+        memcpy(r->logits, logits, (size_t)N * r->cfg.vocab_size * sizeof(float));
+        memcpy(r->grads, grads, r->n * sizeof(float));
+        r->act = m.mem.activations;
+    }
+    if (m.params) pt_gpt_free(&m);
+    pt_grid_free(&g);
+    free(losses), free(logits), free(grads);
+    return st == PT_OK ? PT_OK : pt_comm_fail(world, st);
+}
+
+static void test_head_fused_tp(void) {
+    enum { V = 37, L = 1, NH = 2, C = 8, B = 4, T = 300, N = B * T };
+    pt_gpt_config cfg = cfg_make(V, T, L, NH, C);
+    const char *weights = tmp_path("head_tp.safetensors");
+    head_tp_run r[3];
+    pt_train_state ts;
+    pt_gpt m;
+    int *in = rand_ids(N, V), *tg = rand_ids(N, V), k;
+    CHECK(N > PT__HEAD_ROWS);
+    CHECK_ST(gpt_new(&m, cfg, B, T, 0), PT_OK);
+    if (!m.params) return;
+    gpt_randomize(&m, 7, 0.3f);
+    memset(&ts, 0, sizeof ts);
+    CHECK_ST(pt_checkpoint_save(weights, &m, &ts), PT_OK);
+    for (k = 0; k < 3; k++) { /* fused, unfused, fused sequence parallel */
+        memset(&r[k], 0, sizeof r[k]);
+        r[k].cfg = cfg, r[k].weights = weights, r[k].in = in, r[k].tg = tg, r[k].B = B, r[k].T = T;
+        r[k].zero = k == 1 ? 2 : 0, r[k].sp = k == 2, r[k].n = m.num_params_full;
+        r[k].losses = TALLOC(float, N), r[k].logits = TALLOC(float, (size_t)N * V);
+        r[k].grads = TALLOC(float, r[k].n);
+    }
+    for (k = 0; k < 3; k++)
+        if (pt_comm_threads_run(2, head_tp_rank, &r[k]) != PT_OK) {
+            FAIL("run %d: %s", k, pt_last_error());
+            pt_gpt_free(&m);
+            return;
+        }
+    CHECK(memcmp(r[0].losses, r[1].losses, N * sizeof(float)) == 0);
+    CHECK(memcmp(r[0].losses, r[2].losses, N * sizeof(float)) == 0);
+    CHECK(memcmp(r[0].logits, r[1].logits, (size_t)N * V * sizeof(float)) == 0);
+    CHECK_CLOSE("tp 2 fused head: gradients against the unfused head's", r[0].grads,
+                to_double(r[1].grads, r[0].n), r[0].n, 1e-7, 1e-5);
+    /* the unfused run keeps N x V/2 (+1 of padding) logits a rank more */
+    CHECK(r[1].act >= r[0].act + (size_t)N * ((V + 1) / 2) * sizeof(float));
     pt_gpt_free(&m);
 }
 
@@ -6017,6 +6118,7 @@ static const test_case tests[] = {
     {"threads_reproducible", test_threads_reproducible},
     {"parallel_grads_vs_serial", test_parallel_grads},
     {"sp_exact_vs_tp", test_sp_exact},
+    {"head_fused_tp", test_head_fused_tp},
     {"sp_refusals", test_sp_refusals},
     {"cp_refusals", test_cp_refusals},
     {"steps_allocate_nothing", test_steps_allocate_nothing},

@@ -4684,6 +4684,20 @@ static void pt__fa_limits(pt__fa *f, int u0, int kn) {
     }
 }
 
+/* x[0:n] *= s, and x . y over n, in 16-lane vectors */
+PT__TARGET_AVX512 static void pt__fa_scale_row(float *x, int n, float s) {
+    int j;
+    PT__OMP(omp simd)
+    for (j = 0; j < n; j++) x[j] *= s;
+}
+PT__TARGET_AVX512 static float pt__fa_dot(const float *x, const float *y, int n) {
+    float s = 0.0f;
+    int j;
+    PT__OMP(omp simd reduction(+:s))
+    for (j = 0; j < n; j++) s += x[j] * y[j];
+    return s;
+}
+
 /* Online softmax of key block u0 (kn keys) in S (rows of PT__FA_KB): row i sees
    c = min(len[i] - u0, kn) of them; m, l the running max and sum, a[i] the
    factor out's row takes (e^(m_old - m_new)); P over S, 0 past c. */
@@ -4695,7 +4709,7 @@ PT__TARGET_AVX512 static void pt__fa_online(float *S, const int *len, int nq, in
         int c = len[i] - u0 < kn ? len[i] - u0 : kn;
         a[i] = 1.0f;
         if (c <= 0) {
-            for (u = 0; u < kn; u++) row[u] = 0.0f;
+            memset(row, 0, sizeof(float) * kn);
             continue;
         }
         mx = pt__maxf(row, c);
@@ -4707,7 +4721,7 @@ PT__TARGET_AVX512 static void pt__fa_online(float *S, const int *len, int nq, in
             row[u] = p;
             sum += p;
         }
-        for (u = c; u < kn; u++) row[u] = 0.0f;
+        if (c < kn) memset(row + c, 0, sizeof(float) * (kn - c));
         l[i] = a[i] * l[i] + sum, m[i] = mn;
     }
 }
@@ -4728,7 +4742,10 @@ PT__TARGET_AVX512 static void pt__fa_grad_rows(float *S, float *dP, const int *l
             s[u] = p;
             d[u] = p * (d[u] - di) * scale;
         }
-        for (u = c; u < kn; u++) s[u] = d[u] = 0.0f;
+        if (c < kn) {
+            memset(s + c, 0, sizeof(float) * (kn - c));
+            memset(d + c, 0, sizeof(float) * (kn - c));
+        }
     }
 }
 
@@ -4737,7 +4754,7 @@ PT__TARGET_AVX512 static void pt__fa_grad_rows(float *S, float *dP, const int *l
 static void pt__fa_fwd_block(pt__fa *f, float *o, float *lse, const float *q) {
     const int NR = PT__GEMM_NR, bf = f->bf16, nq = f->nq;
     float m[PT__FA_QB], l[PT__FA_QB], a[PT__FA_QB];
-    int nk = pt__attn_rows(f->len, f->r, f->t0, nq), u0, i, j;
+    int nk = pt__attn_rows(f->len, f->r, f->t0, nq), u0, i;
     for (i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0.0f;
     if (nk > 0) pt__fa_pack_a(bf, f->qa, 0, q, f->C3, nq, f->hd, f->scale);
     for (u0 = 0; u0 < nk; u0 += PT__FA_KB) {
@@ -4747,16 +4764,15 @@ static void pt__fa_fwd_block(pt__fa *f, float *o, float *lse, const float *q) {
                     NR * pt__fa_kw(bf, f->hd), f->S, PT__FA_KB, 1, NULL, NULL, f->lim);
         pt__fa_online(f->S, f->len, nq, u0, kn, m, l, a);
         for (i = 0; u0 && i < nq; i++) /* out's rows to the new max */
-            if (a[i] != 1.0f)
-                for (j = 0; j < f->hd; j++) o[(size_t)i * f->C + j] *= a[i];
+            if (a[i] != 1.0f) pt__fa_scale_row(o + (size_t)i * f->C, f->hd, a[i]);
         pt__fa_pack_a(bf, f->pa, 0, f->S, PT__FA_KB, nq, kn, 1.0f);
         pt__fa_gemm(bf, nq, f->hd, kn, f->pa, f->vb + NR * (bf ? (size_t)u0 / 2 : (size_t)u0),
                     NR * pt__fa_kw(bf, f->Tk), o, f->C, u0 == 0, NULL, f->lim, NULL);
     }
     for (i = 0; i < nq; i++) { /* out = sum_u p_u v_u / l, lse = m + log l */
-        float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
         lse[i] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
-        for (j = 0; j < f->hd; j++) o[(size_t)i * f->C + j] = nk ? o[(size_t)i * f->C + j] * inv : 0.0f;
+        if (!nk) memset(o + (size_t)i * f->C, 0, sizeof(float) * f->hd);
+        else pt__fa_scale_row(o + (size_t)i * f->C, f->hd, l[i] > 0.0f ? 1.0f / l[i] : 0.0f);
     }
 }
 
@@ -4789,17 +4805,13 @@ static void pt__fa_bwd_block(pt__fa *f, float *dq, float *dk, float *dv, const f
     const int NR = PT__GEMM_NR, MR = PT__GEMM_MR, bf = f->bf16, nq = f->nq, hd = f->hd;
     size_t bh = NR * pt__fa_kw(bf, hd), bq = NR * pt__fa_kw(bf, nq), bk = NR * pt__fa_kw(bf, f->Tk);
     float D[PT__FA_QB];
-    int nk = pt__attn_rows(f->len, f->r, f->t0, nq), lo[PT__FA_KB / PT__GEMM_MR], u0, i, j, p;
+    int nk = pt__attn_rows(f->len, f->r, f->t0, nq), lo[PT__FA_KB / PT__GEMM_MR], u0, i, p;
     if (nk == 0) return;
     pt__fa_pack_a(bf, f->qa, 0, q, f->C3, nq, hd, f->scale);
     pt__fa_pack_a(bf, f->da, 0, dO, f->C, nq, hd, 1.0f);
     pt__fa_pack_b(bf, f->qb, 0, q, f->C3, hd, nq);
     pt__fa_pack_b(bf, f->db, 0, dO, f->C, hd, nq);
-    for (i = 0; i < nq; i++) { /* D_i = dO_i . O_i */
-        float s = 0.0f;
-        for (j = 0; j < hd; j++) s += dO[(size_t)i * f->C + j] * O[(size_t)i * f->C + j];
-        D[i] = s;
-    }
+    for (i = 0; i < nq; i++) D[i] = pt__fa_dot(dO + (size_t)i * f->C, O + (size_t)i * f->C, hd);
     for (u0 = 0; u0 < nk; u0 += PT__FA_KB) {
         int kn = nk - u0 < PT__FA_KB ? nk - u0 : PT__FA_KB;
         size_t ko = NR * (bf ? (size_t)u0 / 2 : (size_t)u0);

@@ -456,7 +456,11 @@ PTRAINDEF void pt_swiglu_backward(float *dh, const float *h, const float *dout, 
    threads needs scratch of 2*PT_ATTN_QBLOCK*T floats
    (pt_attention_scratch_floats); backward also reads the forward's out.
    It runs on at most min(slots, ctx->threads) threads, each block's GEMMs
-   in that thread's slot of ctx's workspace.
+   in that thread's slot of ctx's workspace. Where ptrain's AVX-512 GEMM
+   kernels are selected (fp32, or bf16's avx512bf16/amx) it runs fused
+   instead (FlashAttention-2 on the GEMM micro-kernels, a task a (b, key/value
+   head), packed K/V in the thread's workspace slot, the scratch unread):
+   other sums, as deterministic.
    Grouped-query attention: with NKV < NH key/value heads (NKV divides NH),
    qkv is [N, C + 2*NKV*hd] laid out [q (NH heads)|k (NKV)|v (NKV)], C = NH*hd,
    and query head h uses key/value head h / (NH/NKV); NKV = NH is the above. */

@@ -456,7 +456,11 @@ PTRAINDEF void pt_swiglu_backward(float *dh, const float *h, const float *dout, 
    threads needs scratch of 2*PT_ATTN_QBLOCK*T floats
    (pt_attention_scratch_floats); backward also reads the forward's out.
    It runs on at most min(slots, ctx->threads) threads, each block's GEMMs
-   in that thread's slot of ctx's workspace.
+   in that thread's slot of ctx's workspace. Where ptrain's AVX-512 GEMM
+   kernels are selected (fp32, or bf16's avx512bf16/amx) it runs fused
+   instead (FlashAttention-2 on the GEMM micro-kernels, a task a (b, key/value
+   head), packed K/V in the thread's workspace slot, the scratch unread):
+   other sums, as deterministic.
    Grouped-query attention: with NKV < NH key/value heads (NKV divides NH),
    qkv is [N, C + 2*NKV*hd] laid out [q (NH heads)|k (NKV)|v (NKV)], C = NH*hd,
    and query head h uses key/value head h / (NH/NKV); NKV = NH is the above. */
@@ -4575,36 +4579,370 @@ static void pt__attn_softmax(float *S, const float *lse_in, float *lse_out, cons
     }
 }
 
-/* Per block of queries [t0, t0+nq) of one (b, h): S = scale Q K^T over the
-   keys the block sees, P = softmax, out = P V. Blocks are independent tasks. */
+#ifdef PT__GEMM_X86
+/* ---- fused attention: FlashAttention-2 on the GEMM micro-kernels --------
+   One task a (b, key/value head): its K and V packed once as the GEMM's B
+   micro-panels (in the thread's workspace slot), then for each of its query
+   heads' blocks of QB queries, key blocks of KB keys: S = scale Q K^T tile
+   by tile (MR x NR, tiles wholly past every row's last visible key skipped),
+   the softmax statistics kept per query (forward: online max m and sum l,
+   out rescaled by e^(m_old - m_new); backward: P = e^(S - lse)), P packed as
+   an A panel for P V (backward: dP = dO V^T, dS = P (dP - D) scale, dV +=
+   P^T dO, dK += dS^T Q, dQ += dS K). bf16 runs the same loops on bf16 pairs
+   (vdpbf16ps). Every sum runs in one fixed order, whatever the threads. */
+#define PT__FA_QB 48 /* queries a block: 4 MR-row panels */
+#define PT__FA_KB 96 /* keys a block: 3 NR-column panels, 8 MR-row panels */
+
+/* 0 fp32, 1 bf16 (ptrain's kernels selected for ctx's precision), else -1 */
+static int pt__fa_kind(const pt_ctx *ctx) {
+    if (!ctx || !ctx->ws) return -1;
+    if (pt__ctx_bf16(ctx)) {
+        int v = pt__gemm_bf16_current();
+        return v == PT__BF16_AMX || v == PT__BF16_AVX512 ? 1 : -1;
+    }
+    return pt__gemm_current() == PT__GEMM_PTRAIN ? 0 : -1;
+}
+
+/* words k packed values take along k (bf16: pairs), and k0's offset (even) */
+static size_t pt__fa_kw(int bf16, int k) { return bf16 ? (size_t)(k + 1) / 2 : (size_t)k; }
+
+static void pt__fa_pack_a(int bf16, float *ap, int ta, const float *A, int lda, int mc, int kc,
+                          float alpha) {
+    if (bf16) pt__pack_a_bf16((uint32_t *)ap, ta, A, lda, 0, mc, 0, kc, alpha);
+    else pt__pack_a_f32(ap, ta, A, lda, 0, mc, 0, kc, alpha);
+}
+
+static void pt__fa_pack_b(int bf16, float *bp, int tb, const float *B, int ldb, int nc, int kc) {
+    if (bf16) pt__pack_b_bf16((uint32_t *)bp, tb, B, ldb, 0, nc, 0, kc);
+    else pt__pack_b_f32(bp, tb, B, ldb, 0, nc, 0, kc);
+}
+
+/* C[0:M, 0:N] (first: =, else +=) A B from packed panels: A's row panel p
+   (MR rows, at ap + p MR kw(K)) times B's column panels (NR columns, at bp +
+   q bs), over k in [k0[p], k1[p]) (k0 even), columns below nc[p] (NULL: 0,
+   K, N). A panel with no k leaves C (first: zero). */
+static void pt__fa_gemm(int bf16, int M, int N, int K, const float *ap, const float *bp, size_t bs,
+                        float *c, int ldc, int first, const int *k0, const int *k1,
+                        const int *nc) {
+    const int MR = PT__GEMM_MR, NR = PT__GEMM_NR;
+    size_t aw = (size_t)MR * pt__fa_kw(bf16, K);
+    int p, q, i;
+    for (p = 0; p * MR < M; p++) {
+        int m = M - p * MR < MR ? M - p * MR : MR, lo = k0 ? k0[p] : 0, hi = k1 ? k1[p] : K;
+        int n1 = nc ? nc[p] : N;
+        size_t ko = bf16 ? (size_t)lo / 2 : (size_t)lo;
+        float *cr = c + (size_t)p * MR * ldc;
+        if (hi <= lo) {
+            if (first)
+                for (i = 0; i < m; i++) memset(cr + (size_t)i * ldc, 0, sizeof(float) * N);
+            continue;
+        }
+        for (q = 0; q * NR < n1; q++) {
+            const float *a = ap + p * aw + MR * ko, *b = bp + q * bs + NR * ko;
+            int n = N - q * NR < NR ? N - q * NR : NR;
+            if (bf16)
+                pt__gemm_kernel_bf16((hi - lo + 1) / 2, (const uint32_t *)a, (const uint32_t *)b,
+                                     cr + q * NR, ldc, m, n, first, 0.0f);
+            else
+                pt__gemm_kernel_f32(hi - lo, a, b, cr + q * NR, ldc, m, n, first, 0.0f);
+        }
+    }
+}
+
+/* One task's buffers (offsets in a workspace slot, 64-byte aligned) and the
+   block at hand. */
+typedef struct pt__fa {
+    int bf16, hd, C, C3, T, Tk, t0, nq;
+    float scale;
+    const pt_attn_ring *r;
+    float *kt, *vt, *kb, *vb, *qa, *da, *qb, *db, *S, *dP, *pa, *pb;
+    int len[PT__FA_QB], lim[PT__FA_KB / PT__GEMM_MR];
+} pt__fa;
+
+/* The floats a task needs (bwd: backward's buffers) and, given ws, its layout:
+   K^T and V^T as B panels over keys (kt, vt), K and V as B panels along
+   keys (kb, vb), Q and dO as A panels (qa, da) and B panels along queries
+   (qb, db), the S and dP blocks and two A panels of a block (pa, pb). */
+static size_t pt__fa_layout(pt__fa *f, float *ws, int Tk, int hd, int bwd) {
+    size_t t32 = (size_t)(Tk + 31) / 32 * 32, h32 = (size_t)(hd + 31) / 32 * 32, at = 0;
+    size_t qa = (size_t)PT__FA_QB * hd, qb = h32 * (PT__FA_QB + 1), blk = (size_t)PT__FA_QB * PT__FA_KB;
+    size_t n[12], i;
+    float **dst[12];
+    n[0] = t32 * hd, n[1] = bwd ? t32 * hd : 0, n[2] = bwd ? h32 * (Tk + 1) : 0;
+    n[3] = bwd ? 0 : h32 * (Tk + 1), n[4] = qa, n[5] = bwd ? qa : 0, n[6] = bwd ? qb : 0;
+    n[7] = bwd ? qb : 0, n[8] = n[9] = n[10] = n[11] = blk + 16 * PT__FA_KB;
+    dst[0] = &f->kt, dst[1] = &f->vt, dst[2] = &f->kb, dst[3] = &f->vb, dst[4] = &f->qa;
+    dst[5] = &f->da, dst[6] = &f->qb, dst[7] = &f->db, dst[8] = &f->S, dst[9] = &f->dP;
+    dst[10] = &f->pa, dst[11] = &f->pb;
+    for (i = 0; i < 12; i++) {
+        if (ws) *dst[i] = ws + at;
+        at += (n[i] + 15) / 16 * 16;
+    }
+    return at;
+}
+
+/* The block's visible keys (pt__attn_rows) and, for key block u0 of kn keys,
+   lim[p] = the keys row panel p sees in it (its last row's, within 0..kn). */
+static void pt__fa_limits(pt__fa *f, int u0, int kn) {
+    int p, MR = PT__GEMM_MR;
+    for (p = 0; p * MR < f->nq; p++) {
+        int last = (p + 1) * MR < f->nq ? (p + 1) * MR - 1 : f->nq - 1, v = f->len[last] - u0;
+        f->lim[p] = v < 0 ? 0 : v > kn ? kn : v;
+    }
+}
+
+/* x[0:n] *= s, and x . y over n, in 16-lane vectors */
+PT__TARGET_AVX512 static void pt__fa_scale_row(float *x, int n, float s) {
+    int j;
+    PT__OMP(omp simd)
+    for (j = 0; j < n; j++) x[j] *= s;
+}
+PT__TARGET_AVX512 static float pt__fa_dot(const float *x, const float *y, int n) {
+    float s = 0.0f;
+    int j;
+    PT__OMP(omp simd reduction(+:s))
+    for (j = 0; j < n; j++) s += x[j] * y[j];
+    return s;
+}
+
+/* Online softmax of key block u0 (kn keys) in S (rows of PT__FA_KB): row i sees
+   c = min(len[i] - u0, kn) of them; m, l the running max and sum, a[i] the
+   factor out's row takes (e^(m_old - m_new)); P over S, 0 past c. */
+PT__TARGET_AVX512 static void pt__fa_online(float *S, const int *len, int nq, int u0, int kn,
+                                            float *m, float *l, float *a) {
+    int i, u;
+    for (i = 0; i < nq; i++) {
+        float *row = S + (size_t)i * PT__FA_KB, mx, mn, sum = 0.0f;
+        int c = len[i] - u0 < kn ? len[i] - u0 : kn;
+        a[i] = 1.0f;
+        if (c <= 0) {
+            memset(row, 0, sizeof(float) * kn);
+            continue;
+        }
+        mx = pt__maxf(row, c);
+        mn = mx > m[i] ? mx : m[i];
+        a[i] = m[i] == -INFINITY ? 0.0f : expf(m[i] - mn);
+        PT__OMP(omp simd reduction(+:sum))
+        for (u = 0; u < c; u++) {
+            float p = pt__expf(row[u] - mn);
+            row[u] = p;
+            sum += p;
+        }
+        if (c < kn) memset(row + c, 0, sizeof(float) * (kn - c));
+        l[i] = a[i] * l[i] + sum, m[i] = mn;
+    }
+}
+
+/* Backward's rows of key block u0: P = e^(S - lse) over S and dS = P (dP - D)
+   scale over dP, 0 past each row's visible keys. */
+PT__TARGET_AVX512 static void pt__fa_grad_rows(float *S, float *dP, const int *len, int nq, int u0,
+                                               int kn, const float *L, const float *D,
+                                               float scale) {
+    int i, u;
+    for (i = 0; i < nq; i++) {
+        float *s = S + (size_t)i * PT__FA_KB, *d = dP + (size_t)i * PT__FA_KB, li = L[i], di = D[i];
+        int c = len[i] - u0 < kn ? len[i] - u0 : kn;
+        if (c < 0) c = 0;
+        PT__OMP(omp simd)
+        for (u = 0; u < c; u++) {
+            float p = pt__expf(s[u] - li);
+            s[u] = p;
+            d[u] = p * (d[u] - di) * scale;
+        }
+        if (c < kn) {
+            memset(s + c, 0, sizeof(float) * (kn - c));
+            memset(d + c, 0, sizeof(float) * (kn - c));
+        }
+    }
+}
+
+/* Forward of the block of queries f->t0.. (q: its first row, o and lse its
+   out and lse), K^T and V packed in f. */
+static void pt__fa_fwd_block(pt__fa *f, float *o, float *lse, const float *q) {
+    const int NR = PT__GEMM_NR, bf = f->bf16, nq = f->nq;
+    float m[PT__FA_QB], l[PT__FA_QB], a[PT__FA_QB];
+    int nk = pt__attn_rows(f->len, f->r, f->t0, nq), u0, i;
+    for (i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0.0f;
+    if (nk > 0) pt__fa_pack_a(bf, f->qa, 0, q, f->C3, nq, f->hd, f->scale);
+    for (u0 = 0; u0 < nk; u0 += PT__FA_KB) {
+        int kn = nk - u0 < PT__FA_KB ? nk - u0 : PT__FA_KB;
+        pt__fa_limits(f, u0, kn);
+        pt__fa_gemm(bf, nq, kn, f->hd, f->qa, f->kt + (size_t)u0 * pt__fa_kw(bf, f->hd),
+                    NR * pt__fa_kw(bf, f->hd), f->S, PT__FA_KB, 1, NULL, NULL, f->lim);
+        pt__fa_online(f->S, f->len, nq, u0, kn, m, l, a);
+        for (i = 0; u0 && i < nq; i++) /* out's rows to the new max */
+            if (a[i] != 1.0f) pt__fa_scale_row(o + (size_t)i * f->C, f->hd, a[i]);
+        pt__fa_pack_a(bf, f->pa, 0, f->S, PT__FA_KB, nq, kn, 1.0f);
+        pt__fa_gemm(bf, nq, f->hd, kn, f->pa, f->vb + NR * (bf ? (size_t)u0 / 2 : (size_t)u0),
+                    NR * pt__fa_kw(bf, f->Tk), o, f->C, u0 == 0, NULL, f->lim, NULL);
+    }
+    for (i = 0; i < nq; i++) { /* out = sum_u p_u v_u / l, lse = m + log l */
+        lse[i] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
+        if (!nk) memset(o + (size_t)i * f->C, 0, sizeof(float) * f->hd);
+        else pt__fa_scale_row(o + (size_t)i * f->C, f->hd, l[i] > 0.0f ? 1.0f / l[i] : 0.0f);
+    }
+}
+
+/* Forward of key/value head g of sequence b: its K^T and V packed into the
+   workspace ws, then each of its query heads' blocks. */
+static void pt__fa_forward_bg(float *ws, int bf16, float *out, float *lse, const float *qkv,
+                              const pt_attn_ring *r, int b, int g, int C, int NH, int NKV) {
+    pt__fa f;
+    int hd = C / NH, Ckv = NKV * hd, G = NH / NKV, h;
+    const float *k = r->kv + (size_t)b * r->Tk * r->ld + g * hd;
+    f.bf16 = bf16, f.hd = hd, f.C = C, f.C3 = C + 2 * Ckv, f.T = r->Tq, f.Tk = r->Tk, f.r = r;
+    f.scale = 1.0f / sqrtf((float)hd);
+    pt__fa_layout(&f, ws, f.Tk, hd, 0);
+    pt__fa_pack_b(bf16, f.kt, 1, k, r->ld, f.Tk, hd);
+    pt__fa_pack_b(bf16, f.vb, 0, k + Ckv, r->ld, hd, f.Tk);
+    for (h = g * G; h < (g + 1) * G; h++)
+        for (f.t0 = 0; f.t0 < f.T; f.t0 += PT__FA_QB) {
+            f.nq = f.T - f.t0 < PT__FA_QB ? f.T - f.t0 : PT__FA_QB;
+            pt__fa_fwd_block(&f, out + ((size_t)b * f.T + f.t0) * C + h * hd,
+                             lse + ((size_t)b * NH + h) * f.T + f.t0,
+                             qkv + ((size_t)b * f.T + f.t0) * f.C3 + h * hd);
+        }
+}
+
+/* Backward of the block of queries f->t0.. of one head: q, dO, O its first
+   rows (of qkv, dout, out), L its lse, dq its first row of dqkv; dk, dv the
+   key/value head's first rows of the gradient (ld r->ld). */
+static void pt__fa_bwd_block(pt__fa *f, float *dq, float *dk, float *dv, const float *q,
+                             const float *dO, const float *O, const float *L) {
+    const int NR = PT__GEMM_NR, MR = PT__GEMM_MR, bf = f->bf16, nq = f->nq, hd = f->hd;
+    size_t bh = NR * pt__fa_kw(bf, hd), bq = NR * pt__fa_kw(bf, nq), bk = NR * pt__fa_kw(bf, f->Tk);
+    float D[PT__FA_QB];
+    int nk = pt__attn_rows(f->len, f->r, f->t0, nq), lo[PT__FA_KB / PT__GEMM_MR], u0, i, p;
+    if (nk == 0) return;
+    pt__fa_pack_a(bf, f->qa, 0, q, f->C3, nq, hd, f->scale);
+    pt__fa_pack_a(bf, f->da, 0, dO, f->C, nq, hd, 1.0f);
+    pt__fa_pack_b(bf, f->qb, 0, q, f->C3, hd, nq);
+    pt__fa_pack_b(bf, f->db, 0, dO, f->C, hd, nq);
+    for (i = 0; i < nq; i++) D[i] = pt__fa_dot(dO + (size_t)i * f->C, O + (size_t)i * f->C, hd);
+    for (u0 = 0; u0 < nk; u0 += PT__FA_KB) {
+        int kn = nk - u0 < PT__FA_KB ? nk - u0 : PT__FA_KB;
+        size_t ko = NR * (bf ? (size_t)u0 / 2 : (size_t)u0);
+        pt__fa_limits(f, u0, kn);
+        pt__fa_gemm(bf, nq, kn, hd, f->qa, f->kt + (size_t)u0 * pt__fa_kw(bf, hd), bh, f->S,
+                    PT__FA_KB, 1, NULL, NULL, f->lim);
+        pt__fa_gemm(bf, nq, kn, hd, f->da, f->vt + (size_t)u0 * pt__fa_kw(bf, hd), bh, f->dP,
+                    PT__FA_KB, 1, NULL, NULL, f->lim);
+        pt__fa_grad_rows(f->S, f->dP, f->len, nq, u0, kn, L, D, f->scale);
+        for (p = 0; p * MR < kn; p++) { /* key panel p: the queries from lo[p] see it */
+            for (i = 0; i < nq && f->len[i] <= u0 + p * MR; i++) {}
+            lo[p] = i & ~1;
+        }
+        pt__fa_pack_a(bf, f->pa, 1, f->S, PT__FA_KB, kn, nq, 1.0f); /* P^T */
+        pt__fa_gemm(bf, kn, hd, nq, f->pa, f->db, bq, dv + (size_t)u0 * f->r->ld, f->r->ld, 0, lo,
+                    NULL, NULL);
+        pt__fa_pack_a(bf, f->pb, 1, f->dP, PT__FA_KB, kn, nq, 1.0f); /* dS^T */
+        pt__fa_gemm(bf, kn, hd, nq, f->pb, f->qb, bq, dk + (size_t)u0 * f->r->ld, f->r->ld, 0, lo,
+                    NULL, NULL);
+        pt__fa_pack_a(bf, f->pa, 0, f->dP, PT__FA_KB, nq, kn, 1.0f); /* dS */
+        pt__fa_gemm(bf, nq, hd, kn, f->pa, f->kb + ko, bk, dq, f->C3, 0, NULL, f->lim, NULL);
+    }
+}
+
+/* Backward of key/value head g of sequence b: K^T, V^T and K packed once,
+   then its query heads' blocks in order (dK, dV accumulate in that order). */
+static void pt__fa_backward_bg(float *ws, int bf16, float *dqkv, float *dkv, const float *dout,
+                               const float *out, const float *qkv, const float *lse,
+                               const pt_attn_ring *r, int b, int g, int C, int NH, int NKV) {
+    pt__fa f;
+    int hd = C / NH, Ckv = NKV * hd, G = NH / NKV, h, ld = r->ld;
+    const float *k = r->kv + (size_t)b * r->Tk * ld + g * hd;
+    float *dk = dkv + (size_t)b * r->Tk * ld + g * hd;
+    f.bf16 = bf16, f.hd = hd, f.C = C, f.C3 = C + 2 * Ckv, f.T = r->Tq, f.Tk = r->Tk, f.r = r;
+    f.scale = 1.0f / sqrtf((float)hd);
+    pt__fa_layout(&f, ws, f.Tk, hd, 1);
+    pt__fa_pack_b(bf16, f.kt, 1, k, ld, f.Tk, hd);
+    pt__fa_pack_b(bf16, f.vt, 1, k + Ckv, ld, f.Tk, hd);
+    pt__fa_pack_b(bf16, f.kb, 0, k, ld, hd, f.Tk);
+    for (h = g * G; h < (g + 1) * G; h++)
+        for (f.t0 = 0; f.t0 < f.T; f.t0 += PT__FA_QB) {
+            size_t row = (size_t)b * f.T + f.t0;
+            f.nq = f.T - f.t0 < PT__FA_QB ? f.T - f.t0 : PT__FA_QB;
+            pt__fa_bwd_block(&f, dqkv + row * f.C3 + h * hd, dk, dk + Ckv,
+                             qkv + row * f.C3 + h * hd, dout + row * C + h * hd,
+                             out + row * C + h * hd, lse + ((size_t)b * NH + h) * f.T + f.t0);
+        }
+}
+#endif /* PT__GEMM_X86 */
+
+/* The GEMM form (no fused kernels here): block qb of queries of (b, h), its
+   S = scale Q K^T over the keys the block sees in S (a thread's scratch),
+   P = softmax, out = P V, each product a GEMM (pt__mm). */
+static void pt__attn_fwd_gemm(pt_ctx *ctx, float *S, float *out, float *lse, const float *qkv,
+                              const pt_attn_ring *r, int b, int h, int qb, int C, int NH,
+                              int NKV) {
+    int hd = C / NH, Ckv = NKV * hd, C3 = C + 2 * Ckv, G = NH / NKV, T = r->Tq, Tk = r->Tk;
+    int t0 = qb * PT_ATTN_QBLOCK, len[PT_ATTN_QBLOCK], i, j;
+    int nq = T - t0 < PT_ATTN_QBLOCK ? T - t0 : PT_ATTN_QBLOCK;
+    int nk = pt__attn_rows(len, r, t0, nq);
+    float *o = out + ((size_t)b * T + t0) * C + h * hd, *l = lse + ((size_t)b * NH + h) * T + t0;
+    const float *q = qkv + (size_t)b * T * C3 + h * hd;
+    const float *k = r->kv + (size_t)b * Tk * r->ld + (h / G) * hd;
+    if (nk == 0) { /* the block sees no key */
+        for (i = 0; i < nq; i++) {
+            l[i] = -INFINITY;
+            for (j = 0; j < hd; j++) o[(size_t)i * C + j] = 0.0f;
+        }
+        return;
+    }
+    pt__mm(ctx, 0, 1, nq, nk, hd, 1.0f / sqrtf((float)hd), q + (size_t)t0 * C3, C3, k, r->ld, 0.0f,
+           S, nk);
+    pt__attn_softmax(S, NULL, l, len, nq, nk);
+    pt__mm(ctx, 0, 0, nq, hd, nk, 1.0f, S, nk, k + Ckv, r->ld, 0.0f, o, C);
+}
+
+/* The fused kernels' workspace a task needs fits ctx's slot: 0 fp32, 1 bf16,
+   else -1 (the GEMM form). */
+static int pt__attn_fused(const pt_ctx *ctx, int Tk, int hd, int bwd) {
+#ifdef PT__GEMM_X86
+    pt__fa f;
+    int kind = pt__fa_kind(ctx);
+    if (kind < 0 || pt__fa_layout(&f, NULL, Tk, hd, bwd) * sizeof(float) > ctx->ws_slot) return -1;
+    return kind;
+#else
+    (void)ctx, (void)Tk, (void)hd, (void)bwd;
+    return -1;
+#endif
+}
+
+/* Fused (AVX-512 CPUs, ptrain's GEMM kernels selected): one task a (b,
+   key/value head), pt__fa_forward_bg in the thread's workspace slot. Else
+   one task a block of queries of one (b, h), pt__attn_fwd_gemm. Each block's
+   numbers are the same whatever thread computes it. */
 PTRAINDEF void pt_attention_ring_forward(pt_ctx *ctx, float *out, float *lse, const float *qkv,
                                          const pt_attn_ring *r, float *scratch, int slots, int B,
                                          int C, int NH, int NKV) {
-    int hd = C / NH, Ckv = NKV * hd, C3 = C + 2 * Ckv, G = NH / NKV, T = r->Tq, Tk = r->Tk;
-    int nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, task, ntasks = B * NH * nqb;
-    int nthr = pt__attn_threads(ctx, slots);
-    float scale = 1.0f / sqrtf((float)hd);
+    int T = r->Tq, Tk = r->Tk, nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, task;
+    int ntasks = B * NH * nqb, nthr = pt__attn_threads(ctx, slots);
+    int kind = pt__attn_fused(ctx, Tk, C / NH, 0);
     (void)nthr;
+    if (kind >= 0) {
+        PT__OMP(omp parallel for schedule(dynamic) num_threads(nthr))
+        for (task = 0; task < B * NKV; task++) {
+            int b = task / NKV, g = task % NKV, h, qb;
+            float *S = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * Tk;
+#ifdef PT__GEMM_X86
+            pt__gemm_ws w = pt__ws_of(ctx);
+            if (w.p) {
+                pt__fa_forward_bg((float *)w.p, kind, out, lse, qkv, r, b, g, C, NH, NKV);
+                continue;
+            }
+#endif
+            for (h = g * (NH / NKV); h < (g + 1) * (NH / NKV); h++)
+                for (qb = 0; qb < nqb; qb++)
+                    pt__attn_fwd_gemm(ctx, S, out, lse, qkv, r, b, h, qb, C, NH, NKV);
+        }
+        return;
+    }
     PT__OMP(omp parallel for schedule(dynamic) num_threads(nthr))
     for (task = 0; task < ntasks; task++) {
         int bh = task / nqb, qb = nqb - 1 - task % nqb; /* longest blocks first */
-        int b = bh / NH, h = bh % NH, t0 = qb * PT_ATTN_QBLOCK, len[PT_ATTN_QBLOCK], i, j;
-        int nq = T - t0 < PT_ATTN_QBLOCK ? T - t0 : PT_ATTN_QBLOCK;
-        int nk = pt__attn_rows(len, r, t0, nq);
         float *S = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * Tk;
-        float *o = out + ((size_t)b * T + t0) * C + h * hd, *l = lse + (size_t)bh * T + t0;
-        const float *q = qkv + (size_t)b * T * C3 + h * hd;
-        const float *k = r->kv + (size_t)b * Tk * r->ld + (h / G) * hd;
-        if (nk == 0) { /* the block sees no key */
-            for (i = 0; i < nq; i++) {
-                l[i] = -INFINITY;
-                for (j = 0; j < hd; j++) o[(size_t)i * C + j] = 0.0f;
-            }
-            continue;
-        }
-        pt__mm(ctx, 0, 1, nq, nk, hd, scale, q + (size_t)t0 * C3, C3, k, r->ld, 0.0f, S, nk);
-        pt__attn_softmax(S, NULL, l, len, nq, nk);
-        pt__mm(ctx, 0, 0, nq, hd, nk, 1.0f, S, nk, k + Ckv, r->ld, 0.0f, o, C);
+        pt__attn_fwd_gemm(ctx, S, out, lse, qkv, r, bh / NH, bh % NH, qb, C, NH, NKV);
     }
 }
 
@@ -4636,57 +4974,70 @@ PTRAINDEF void pt_attention_merge(float *out, float *lse, const float *out_i, co
     }
 }
 
-/* With P recomputed from lse, dP = dO V^T, D_t = dO_t . O_t and
-   dS = P (dP - D) scale: dQ += dS K, dK += dS^T Q, dV += P^T dO.
-   One (b, key/value head) per task: its query heads, each one's query blocks
-   in order (dK, dV accumulate, in a fixed order). */
+/* The GEMM form of backward for key/value head g of sequence b: with P
+   recomputed from lse, dP = dO V^T, D_t = dO_t . O_t and dS = P (dP - D)
+   scale: dQ += dS K, dK += dS^T Q, dV += P^T dO; its query heads, each one's
+   query blocks in order (dK, dV accumulate, in a fixed order). P: a thread's
+   scratch. */
+static void pt__attn_bwd_gemm(pt_ctx *ctx, float *P, float *dqkv, float *dkv, const float *dout,
+                              const float *out, const float *qkv, const float *lse,
+                              const pt_attn_ring *r, int b, int g, int C, int NH, int NKV) {
+    int hd = C / NH, Ckv = NKV * hd, C3 = C + 2 * Ckv, G = NH / NKV, T = r->Tq, Tk = r->Tk;
+    int nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, ld = r->ld, h, qb, len[PT_ATTN_QBLOCK];
+    float scale = 1.0f / sqrtf((float)hd), *dS = P + (size_t)PT_ATTN_QBLOCK * Tk;
+    const float *kb = r->kv + (size_t)b * Tk * ld + g * hd, *vb = kb + Ckv;
+    float *dkb = dkv + (size_t)b * Tk * ld + g * hd, *dvb = dkb + Ckv;
+    for (h = g * G; h < (g + 1) * G; h++) {
+        const float *qbase = qkv + (size_t)b * T * C3 + h * hd;
+        float *dqbase = dqkv + (size_t)b * T * C3 + h * hd;
+        const float *dO = dout + (size_t)b * T * C + h * hd;
+        const float *O = out + (size_t)b * T * C + h * hd;
+        const float *L = lse + ((size_t)b * NH + h) * T;
+        for (qb = 0; qb < nqb; qb++) {
+            int t0 = qb * PT_ATTN_QBLOCK, i, u, j;
+            int nq = T - t0 < PT_ATTN_QBLOCK ? T - t0 : PT_ATTN_QBLOCK;
+            int nk = pt__attn_rows(len, r, t0, nq);
+            if (nk == 0) continue; /* the block sees no key */
+            pt__mm(ctx, 0, 1, nq, nk, hd, scale, qbase + (size_t)t0 * C3, C3, kb, ld, 0.0f, P, nk);
+            pt__attn_softmax(P, L + t0, NULL, len, nq, nk);
+            pt__mm(ctx, 0, 1, nq, nk, hd, 1.0f, dO + (size_t)t0 * C, C, vb, ld, 0.0f, dS, nk);
+            for (i = 0; i < nq; i++) {
+                const float *o = O + (size_t)(t0 + i) * C, *d = dO + (size_t)(t0 + i) * C;
+                const float *p = P + (size_t)i * nk;
+                float *ds = dS + (size_t)i * nk, D = 0.0f;
+                for (j = 0; j < hd; j++) D += d[j] * o[j];
+                PT__OMP(omp simd)
+                for (u = 0; u < nk; u++) ds[u] = p[u] * (ds[u] - D) * scale;
+            }
+            pt__mm(ctx, 0, 0, nq, hd, nk, 1.0f, dS, nk, kb, ld, 1.0f, dqbase + (size_t)t0 * C3, C3);
+            pt__mm(ctx, 1, 0, nk, hd, nq, 1.0f, dS, nk, qbase + (size_t)t0 * C3, C3, 1.0f, dkb, ld);
+            pt__mm(ctx, 1, 0, nk, hd, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dvb, ld);
+        }
+    }
+}
+
+/* One task a (b, key/value head): fused (pt__fa_backward_bg) where the
+   forward is, else pt__attn_bwd_gemm. */
 PTRAINDEF void pt_attention_ring_backward(pt_ctx *ctx, float *dqkv, float *dkv,
                                           const float *dout, const float *out, const float *qkv,
                                           const float *lse, const pt_attn_ring *r,
                                           float *scratch, int slots, int B, int C, int NH,
                                           int NKV) {
-    int hd = C / NH, Ckv = NKV * hd, C3 = C + 2 * Ckv, G = NH / NKV, T = r->Tq, Tk = r->Tk;
-    int nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, bg, ld = r->ld;
-    int nthr = pt__attn_threads(ctx, slots);
-    float scale = 1.0f / sqrtf((float)hd);
-    (void)nthr;
+    int bg, nthr = pt__attn_threads(ctx, slots), kind = pt__attn_fused(ctx, r->Tk, C / NH, 1);
+    (void)nthr, (void)kind;
     PT__OMP(omp parallel for schedule(dynamic) num_threads(nthr))
     for (bg = 0; bg < B * NKV; bg++) {
-        int b = bg / NKV, g = bg % NKV, h, qb, len[PT_ATTN_QBLOCK];
-        float *P = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * Tk;
-        float *dS = P + (size_t)PT_ATTN_QBLOCK * Tk;
-        const float *kb = r->kv + (size_t)b * Tk * ld + g * hd, *vb = kb + Ckv;
-        float *dkb = dkv + (size_t)b * Tk * ld + g * hd, *dvb = dkb + Ckv;
-        for (h = g * G; h < (g + 1) * G; h++) {
-            const float *qbase = qkv + (size_t)b * T * C3 + h * hd;
-            float *dqbase = dqkv + (size_t)b * T * C3 + h * hd;
-            const float *dO = dout + (size_t)b * T * C + h * hd;
-            const float *O = out + (size_t)b * T * C + h * hd;
-            const float *L = lse + ((size_t)b * NH + h) * T;
-            for (qb = 0; qb < nqb; qb++) {
-                int t0 = qb * PT_ATTN_QBLOCK, i, u, j;
-                int nq = T - t0 < PT_ATTN_QBLOCK ? T - t0 : PT_ATTN_QBLOCK;
-                int nk = pt__attn_rows(len, r, t0, nq);
-                if (nk == 0) continue; /* the block sees no key */
-                pt__mm(ctx, 0, 1, nq, nk, hd, scale, qbase + (size_t)t0 * C3, C3, kb, ld, 0.0f, P,
-                       nk);
-                pt__attn_softmax(P, L + t0, NULL, len, nq, nk);
-                pt__mm(ctx, 0, 1, nq, nk, hd, 1.0f, dO + (size_t)t0 * C, C, vb, ld, 0.0f, dS, nk);
-                for (i = 0; i < nq; i++) {
-                    const float *o = O + (size_t)(t0 + i) * C, *d = dO + (size_t)(t0 + i) * C;
-                    const float *p = P + (size_t)i * nk;
-                    float *ds = dS + (size_t)i * nk, D = 0.0f;
-                    for (j = 0; j < hd; j++) D += d[j] * o[j];
-                    PT__OMP(omp simd)
-                    for (u = 0; u < nk; u++) ds[u] = p[u] * (ds[u] - D) * scale;
-                }
-                pt__mm(ctx, 0, 0, nq, hd, nk, 1.0f, dS, nk, kb, ld, 1.0f, dqbase + (size_t)t0 * C3,
-                       C3);
-                pt__mm(ctx, 1, 0, nk, hd, nq, 1.0f, dS, nk, qbase + (size_t)t0 * C3, C3, 1.0f, dkb,
-                       ld);
-                pt__mm(ctx, 1, 0, nk, hd, nq, 1.0f, P, nk, dO + (size_t)t0 * C, C, 1.0f, dvb, ld);
-            }
+        float *P = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * r->Tk;
+#ifdef PT__GEMM_X86
+        pt__gemm_ws w = kind >= 0 ? pt__ws_of(ctx) : (pt__gemm_ws){NULL, 0, 0, 1};
+        if (w.p) {
+            pt__fa_backward_bg((float *)w.p, kind, dqkv, dkv, dout, out, qkv, lse, r, bg / NKV,
+                               bg % NKV, C, NH, NKV);
+            continue;
         }
+#endif
+        pt__attn_bwd_gemm(ctx, P, dqkv, dkv, dout, out, qkv, lse, r, bg / NKV, bg % NKV, C, NH,
+                          NKV);
     }
 }
 

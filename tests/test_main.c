@@ -4874,6 +4874,70 @@ static void check_attention_ring(int B, int T, int NH, int NKV, int hd, int cp) 
                     N * C3, 1e-5, 1e-4);
     }
 }
+/* The fused attention kernels (ptrain's GEMM kernels selected, an AVX-512
+   CPU) against the GEMM form (the portable GEMMs: the products the checks
+   above test against the reference and finite differences), at sizes off
+   every block (T past multiples of the 48-query and 96-key blocks, hd 32 to
+   128, groups of 1, 3 and 4 query heads), fp32 and bf16 (bf16: both round
+   the products' operands, at different points of the softmax), and the same
+   bits on 1 and 2 threads. */
+static void attn_fwd_bwd(pt_ctx *c, int B, int T, int NH, int NKV, int hd, const float *qkv,
+                         const float *dout, float *out, float *lse, float *dqkv) {
+    int C = NH * hd;
+    float *scr = TALLOC(float, pt_attention_scratch_floats(T, 2));
+    memset(dqkv, 0, sizeof(float) * B * T * (C + 2 * NKV * hd));
+    pt_attention_forward(c, out, lse, qkv, scr, 2, B, T, C, NH, NKV);
+    pt_attention_backward(c, dqkv, dout, out, qkv, lse, scr, 2, B, T, C, NH, NKV);
+}
+static void check_attention_fused(int bf16, int B, int T, int NH, int NKV, int hd) {
+    int C = NH * hd, C3 = C + 2 * NKV * hd, N = B * T, i, th;
+    float *qkv = frand((size_t)N * C3, -1.5, 1.5), *dout = frand((size_t)N * C, -1, 1);
+    float *out[3], *lse[3], *dq[3];
+    double atol = bf16 ? 8e-3 : 2e-6, rtol = bf16 ? 8e-3 : 2e-5, dfac = bf16 ? 2 : 5;
+    pt_ctx ctx[2];
+    char what[128];
+    if (bf16 ? pt_gemm_bf16_select("avx512bf16") != PT_OK : pt_gemm_select("ptrain") != PT_OK) {
+        printf("    SKIP fused attention (%s): %s\n", bf16 ? "bf16" : "fp32", pt_last_error());
+        pt_gemm_select(NULL), pt_gemm_bf16_select(NULL);
+        return;
+    }
+    for (i = 0; i < 3; i++) {
+        out[i] = TALLOC(float, (size_t)N * C), lse[i] = TALLOC(float, (size_t)B * NH * T);
+        dq[i] = TALLOC(float, (size_t)N * C3);
+    }
+    for (th = 0; th < 2; th++) { /* fused on 2 threads, then on 1 */
+        pt_ctx_desc d;
+        ZERO(d);
+        d.threads = 2 - th, d.precision = bf16 ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
+        CHECK_ST(pt_ctx_init(&ctx[th], &d), PT_OK);
+        attn_fwd_bwd(&ctx[th], B, T, NH, NKV, hd, qkv, dout, out[th], lse[th], dq[th]);
+    }
+    CHECK(memcmp(out[0], out[1], sizeof(float) * N * C) == 0);
+    CHECK(memcmp(lse[0], lse[1], sizeof(float) * B * NH * T) == 0);
+    CHECK(memcmp(dq[0], dq[1], sizeof(float) * N * C3) == 0);
+    CHECK_ST(pt_gemm_select("portable"), PT_OK); /* the GEMM form */
+    CHECK_ST(pt_gemm_bf16_select("portable"), PT_OK);
+    attn_fwd_bwd(&ctx[0], B, T, NH, NKV, hd, qkv, dout, out[2], lse[2], dq[2]);
+    CHECK_ST(pt_gemm_select(NULL), PT_OK);
+    CHECK_ST(pt_gemm_bf16_select(NULL), PT_OK);
+    snprintf(what, sizeof what, "fused attention %s B=%d T=%d NH=%d NKV=%d hd=%d", bf16 ? "bf16" : "fp32", B, T, NH, NKV, hd);
+    CHECK_CLOSE(what, out[0], to_double(out[2], (size_t)N * C), (size_t)N * C, atol, rtol);
+    CHECK_CLOSE(what, lse[0], to_double(lse[2], (size_t)B * NH * T), (size_t)B * NH * T, atol, rtol);
+    CHECK_CLOSE(what, dq[0], to_double(dq[2], (size_t)N * C3), (size_t)N * C3, dfac * atol,
+                dfac * rtol);
+    pt_ctx_free(&ctx[0]), pt_ctx_free(&ctx[1]);
+}
+static void test_attention_fused(void) {
+    int bf16;
+    for (bf16 = 0; bf16 < 2; bf16++) {
+        check_attention_fused(bf16, 2, 101, 3, 1, 32);  /* a group of 3, T = 2*48 + 5 */
+        check_attention_fused(bf16, 1, 197, 4, 1, 64);  /* a group of 4, T = 2*96 + 5 */
+        check_attention_fused(bf16, 1, 150, 2, 2, 80);  /* no groups, hd past a 32-wide panel */
+        check_attention_fused(bf16, 1, 61, 2, 1, 128);
+    }
+    check_attention_ring(1, 200, 4, 1, 64, 2); /* the ring's positions, chunks of 50 */
+}
+
 static void test_attention_ring(void) {
     float o[4] = {1, 2, 3, 4}, l[2] = {-INFINITY, 0.5f}, oi[4] = {5, 6, 7, 8};
     float li[2] = {0.25f, -INFINITY};
@@ -6181,6 +6245,7 @@ static const test_case tests[] = {
     {"kernel_linear", test_linear},
     {"kernel_attention_gqa", test_attention_gqa},
     {"kernel_attention_ring", test_attention_ring},
+    {"kernel_attention_fused", test_attention_fused},
     {"llama_model_grad", test_llama_model_grad},
     {"llama_config", test_llama_config},
     {"llama_checkpoint", test_llama_checkpoint},

@@ -9731,6 +9731,8 @@ typedef struct pt__exec_coll {
     float *tkeep;             /* (tcap * C + wpe's) the compact rows' gradients, then wpe's */
     int tcap, trows;          /* slots; those in use in this step (-1: none, wte whole) */
     pt_comm_req treq, kreq;   /* the mask's all-reduce (MAX), the compact rows' */
+    int zrows;                /* ZeRO 3 (pt__z3_embed_sparse): the embedding's compact rows
+                                 whose average is under way in work's half 0 (-1: none) */
     int rs_b, rs_at;          /* ZeRO 2 and 3 with overlap: the layer bucket whose reduce-scatter
                                  from the stage into rs_tmp is under way (-1: none), the action */
     pt_comm_req rs_req;       /* it (pt__zero2_settle), begun at rs_t */
@@ -9867,6 +9869,8 @@ static void pt__ov_poll(void *arg) {
     }
     if (x->coll.rs_req.comm && (st = pt_comm_test(&x->coll.rs_req, &done)) != PT_OK && !x->coll.poll_st)
         x->coll.poll_st = st; /* (a staged reduce-scatter: settled later) */
+    if (x->coll.kreq.comm && (st = pt_comm_test(&x->coll.kreq, &done)) != PT_OK && !x->coll.poll_st)
+        x->coll.poll_st = st; /* (wte's compact rows: added later) */
     for (j = 0; j < 5; j++) { /* context parallelism's ring transfers */
         pt_comm_req *q = &x->cp.req[j];
         if (q->comm && (st = pt_comm_test(q, &done)) != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;
@@ -9899,6 +9903,8 @@ static pt_status pt__ag_need(const pt_gpt *m, int i, int n) {
     return st;
 }
 
+static pt_status pt__z3_sparse_finish(const pt_gpt *m);
+
 /* ZeRO 3: waits for the gather started into half h, if any. */
 static pt_status pt__z3_wait(const pt_gpt *m, int h) {
     pt_gpt_exec *x = m->exec;
@@ -9917,7 +9923,8 @@ static pt_status pt__z3_gather(const pt_gpt *m, int b, int start) {
     int h = b & 1;
     float *out = x->coll.work + (size_t)h * x->coll.work_n;
     const float *own = x->coll.pshard + k->shard_offset;
-    pt_status st;
+    pt_status st = pt__z3_sparse_finish(m); /* (the embedding's sums in work) */
+    if (st != PT_OK) return st;
     x->coll.held[h] = b, x->coll.z_t[h] = pt_time_now();
     if (m->place.dp == 1) {
         memcpy(out, own, k->shard * sizeof(float));
@@ -9952,9 +9959,10 @@ static pt_status pt__z3_need(const pt_gpt *m, int b, int nxt) {
    or a half is reused (h >= 0: that half only). */
 static pt_status pt__z3_drop(const pt_gpt *m, int h) {
     pt_gpt_exec *x = m->exec;
-    pt_status st = PT_OK;
+    pt_status st;
     int j;
     if (!x || m->place.zero != 3) return PT_OK;
+    st = pt__z3_sparse_finish(m);
     for (j = 0; j < 2; j++) {
         if (h >= 0 && j != h) continue;
         if (st == PT_OK) st = pt__z3_wait(m, j);
@@ -10690,7 +10698,7 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
         m->params = x->coll.pshard = PT__F(a, o.shard_total);
         x->coll.work = PT__F(a, 2 * o.largest_bucket);
         x->coll.work_n = o.largest_bucket;
-        x->coll.held[0] = x->coll.held[1] = -1;
+        x->coll.held[0] = x->coll.held[1] = x->coll.zrows = -1;
     } else {
         m->params = PT__F(a, P);
     }
@@ -11409,9 +11417,11 @@ static pt_status pt__wte_embed(pt_gpt *m, const pt__slot *sl, const float *dres,
 }
 
 /* n averaged gradients from src put at flat offset off: into the whole
-   gradients (zero 0) or the parts of this rank's shards (zero 1). */
-static void pt__grad_put(pt_gpt *m, size_t off, const float *src, size_t n) {
+   gradients (zero 0) or the parts of this rank's shards (zero 1; add: added
+   to them, as a reduce-scatter's are, zero 3). */
+static void pt__grad_put(const pt_gpt *m, size_t off, const float *src, size_t n, int add) {
     pt_gpt_exec *x = m->exec;
+    size_t i;
     int b;
     if (!m->place.zero) {
         memcpy(m->grads + off, src, n * sizeof(float));
@@ -11421,9 +11431,91 @@ static void pt__grad_put(pt_gpt *m, size_t off, const float *src, size_t n) {
         const pt__bucket *k = &x->coll.buckets[b];
         size_t lo = k->offset + (size_t)m->place.dp_rank * k->shard, hi = lo + k->shard;
         size_t a = off > lo ? off : lo, e = off + n < hi ? off + n : hi;
-        if (a < e) memcpy(x->coll.gshard + k->shard_offset + (a - lo), src + (a - off),
-                          (e - a) * sizeof(float));
+        float *dst = x->coll.gshard + k->shard_offset + (a - lo);
+        if (a < e && !add) memcpy(dst, src + (a - off), (e - a) * sizeof(float));
+        for (i = 0; add && a + i < e; i++) dst[i] += src[a - off + i];
     }
+}
+
+/* wpe when it shares a bucket with wte's rows (then the embedding's backward
+   reduces it with them), else NULL. */
+static const pt_param *pt__wpe_with_wte(const pt_gpt *m) {
+    const pt_gpt_exec *x = m->exec;
+    const pt_param *p = &m->table[x->tab_wte], *wpe = x->tab_wpe >= 0 ? &m->table[x->tab_wpe] : NULL;
+    return wpe && x->coll.buckets[wpe->bucket].offset < p->offset + p->numel ? wpe : NULL;
+}
+
+/* Whether the embedding's wte gradient may go compact under ZeRO 3
+   (pt__z3_embed_sparse): one stage and chunk, a dp group whose averages add
+   in rank order whatever the buffer (threads, or 2 ranks), overlap on. The
+   head's part reduces by buckets either way: tied or not. */
+static int pt__z3_sparse_ok(const pt_gpt *m) {
+    const pt_gpt_place *pl = &m->place;
+    const pt_gpt_exec *x = m->exec;
+    return pl->zero == 3 && pl->pp == 1 && pl->chunks == 1 && pl->dp > 1 && x->tab_wte >= 0 &&
+           !x->pipe.split && x->coll.ag_on && (x->dp_comm->kind == PT_COMM_THREADS || pl->dp == 2);
+}
+
+/* ZeRO 3 (pt__z3_sparse_ok), the embeddings' backward from dres, after the
+   layers' (both halves of work are free): the rows some dp rank's token
+   reads (a MAX over the group of this rank's mask) and wpe summed compact in
+   half 0 (each row's tokens in sequence: the whole kernel's sums), the mask
+   and the rows' slots in half 1, the average over the group started
+   (pt__z3_sparse_finish adds it to the shards as a reduce-scatter would; the
+   rows no token reads would add 0). Returns 1 in *done, or 0 when the halves
+   cannot hold it (wte's buckets then reduce-scatter whole). */
+static pt_status pt__z3_embed_sparse(pt_gpt *m, const pt__slot *sl, const float *dres, int B,
+                                     int T, int *done) {
+    pt_gpt_exec *x = m->exec;
+    int V = m->place.vocab_local, C = m->config.n_embd, N = B * T, n, r, R, b;
+    const pt_param *wpe = pt__wpe_with_wte(m);
+    float *buf = x->coll.work, *mask = x->coll.work + x->coll.work_n;
+    int *slot = (int *)(mask + V), *inp = slot + V;
+    size_t all;
+    pt_status st;
+    *done = 0;
+    if (!pt__z3_sparse_ok(m) || 2 * (size_t)V + (size_t)N > x->coll.work_n) return PT_OK;
+    if ((st = pt__z3_drop(m, -1)) != PT_OK) return st; /* (a micro-batch's before: added) */
+    memset(mask, 0, (size_t)V * sizeof(float));
+    for (n = 0; n < N; n++)
+        if ((r = sl->inputs[n] - m->place.vocab_offset) >= 0 && r < V) mask[r] = 1.0f;
+    if ((st = pt_comm_all_reduce(x->dp_comm, mask, (size_t)V, PT_REDUCE_MAX)) != PT_OK) return st;
+    for (r = 0, R = 0; r < V; r++) slot[r] = mask[r] != 0.0f ? R++ : -1;
+    all = (size_t)R * C + (wpe ? wpe->numel : 0);
+    if (all > x->coll.work_n) return PT_OK;
+    memset(buf, 0, all * sizeof(float));
+    for (n = 0; n < N; n++) {
+        r = sl->inputs[n] - m->place.vocab_offset;
+        inp[n] = r >= 0 && r < V ? slot[r] : -1;
+    }
+    pt__encoder_backward_part(buf, wpe ? buf + (size_t)R * C : NULL, dres, inp,
+                              pt__cp_pos(x->scratch.cp, T), 0, R, B, T, C);
+    *done = 1;
+    b = m->table[x->tab_wte].bucket;
+    x->coll.zrows = R, x->coll.ov_t[b] = pt_time_now(), x->coll.ov_at[b] = x->act;
+    return pt_comm_all_reduce_start(x->dp_comm, buf, all, PT_REDUCE_AVG, &x->coll.kreq);
+}
+
+/* pt__z3_embed_sparse's average waited for and added to this rank's shards
+   of its rows and wpe (gshard += avg, as after a reduce-scatter); before
+   anything writes into work again. */
+static pt_status pt__z3_sparse_finish(const pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    int V = m->place.vocab_local, r, R = x->coll.zrows, b = m->table[x->tab_wte].bucket;
+    size_t C = (size_t)m->config.n_embd;
+    const pt_param *wpe = pt__wpe_with_wte(m);
+    const int *slot = (const int *)(x->coll.work + x->coll.work_n + V);
+    pt_status st;
+    if (R < 0) return PT_OK;
+    x->coll.zrows = -1;
+    if (x->coll.kreq.comm && (st = pt_comm_wait(&x->coll.kreq)) != PT_OK) return st;
+    pt__trace_dp(x, PT_TRACE_DP_REDUCE, b, x->coll.ov_t[b], x->coll.ov_at[b]);
+    for (r = 0; r < V; r++)
+        if (slot[r] >= 0)
+            pt__grad_put(m, m->table[x->tab_wte].offset + (size_t)r * C,
+                         x->coll.work + (size_t)slot[r] * C, C, 1);
+    if (wpe) pt__grad_put(m, wpe->offset, x->coll.work + (size_t)R * C, wpe->numel, 1);
+    return PT_OK;
 }
 
 /* After wte's buckets: the compact rows' reduction waited for and put in
@@ -11439,8 +11531,8 @@ static pt_status pt__wte_finish(pt_gpt *m) {
     for (r = 0; r < V; r++)
         if (x->coll.tslot[r] >= 0)
             pt__grad_put(m, m->table[x->tab_wte].offset + (size_t)r * C,
-                         x->coll.tkeep + (size_t)x->coll.tslot[r] * C, C);
-    if (wpe) pt__grad_put(m, wpe->offset, x->coll.tkeep + (size_t)R * C, wpe->numel);
+                         x->coll.tkeep + (size_t)x->coll.tslot[r] * C, C, 0);
+    if (wpe) pt__grad_put(m, wpe->offset, x->coll.tkeep + (size_t)R * C, wpe->numel, 0);
     return PT_OK;
 }
 
@@ -11514,9 +11606,13 @@ static pt_status pt__embed_backward(pt_gpt *m, const pt__slot *sl, int B, int T)
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
     size_t NC = (size_t)B * T * (size_t)m->config.n_embd;
+    int done;
     pt_status st;
     if (pl->sp && (st = pt_comm_all_gather(x->tp_comm, x->dres, x->scratch.xg,
                                            NC / (size_t)pl->tp)) != PT_OK)
+        return st;
+    if (pl->zero == 3 && ((st = pt__z3_embed_sparse(m, sl, pl->sp ? x->scratch.xg : x->dres, B, T,
+                                                    &done)) != PT_OK || done))
         return st;
     if (pt__grads_staged(pl)) return pt__zero2_vocab(m, sl, B, T, 0);
     if (x->coll.trows >= 0) return pt__wte_embed(m, sl, pl->sp ? x->scratch.xg : x->dres, B, T);
@@ -11806,6 +11902,8 @@ static pt_status pt__step_sync(pt_gpt *m, float loss_sum, int last) {
     if (pt__tie_sum(m))
         st = pt_comm_all_reduce(x->tie_comm, x->coll.dwte, m->table[x->tab_wte].numel, PT_REDUCE_SUM);
     if (st == PT_OK && !pt__grads_staged(pl)) st = pt__dp_sync_grads(m);
+    if (st == PT_OK && pt__grads_staged(pl) && (st = pt__zero2_settle(m)) == PT_OK)
+        st = pt__z3_sparse_finish(m); /* (the last layer's and the embedding's under way) */
     if (st == PT_OK && pl->zero && pl->schedule == PT_SCHED_CHIMERA) /* 1/dp of REDUCE's bytes */
         st = pt_comm_all_reduce(x->tie_comm, x->coll.gshard, x->coll.shard_total, PT_REDUCE_SUM);
     if (!last) return st; /* 2BW's updates inside the step: the loss comes at its end */

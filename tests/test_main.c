@@ -4168,7 +4168,10 @@ static void test_sim_zero3_ptrain(void) {
    off, traced; each dp gather or reduce-scatter it runs passes half its
    bucket through a rank, and their sum is the simulated stage's dp_bytes
    (wte in 3 runs of rows, 4 layers, the final norm: 34 gathers and 22
-   reduce-scatters a step). */
+   reduce-scatters a step). With overlap on, each micro-batch's embedding
+   part of wte goes as one average of the rows its tokens read
+   (pt__z3_embed_sparse) instead of wte's 3 reduce-scatters: 18 reductions,
+   which the simulator does not model (it counts the 3: more bytes). */
 typedef struct z3_count {
     int overlap, gathers, reduces;
     double bytes;
@@ -4243,7 +4246,11 @@ static void test_sim_zero3_executor_bytes(void) {
         d.tp = 1, d.pp = 1, d.gpus = 2, d.batch = 8, d.exec = PT_EXEC_PTRAIN;
         d.overlap = ov ? PT_OVERLAP_ON : PT_OVERLAP_OFF;
         CHECK(pt_plan_simulate(&d, &hw, &r, NULL) == PT_OK);
-        CHECK(c.gathers == 34 && c.reduces == 22);
+        CHECK(c.gathers == 34 && c.reduces == (ov ? 18 : 22));
+        if (ov) {
+            CHECK(c.bytes > 0 && r.stage[0].dp_bytes > c.bytes);
+            continue;
+        }
         if (!(c.bytes > 0 && fabs(r.stage[0].dp_bytes / c.bytes - 1) < 1e-9))
             FAIL("ZeRO 3, overlap %d: the executor moves %.0f bytes a rank over dp in a step "
                  "(%d gathers, %d reduce-scatters), the simulator %.0f", ov, c.bytes, c.gathers,

@@ -11237,8 +11237,10 @@ static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, in
    (still gathered from the forward) to the first: dln += dlogits[:, rows] @
    rows (the sum over the vocabulary in bucket order: not the whole GEMM's
    rounding), the rows' gradient dlogits[:, rows]^T lnf staged and
-   reduce-scattered into the shard; nxt: the bucket to prefetch after. */
-static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int nxt) {
+   reduce-scattered into the shard; nxt: the bucket to prefetch after. With
+   overlap (zs: pt__zero2_start) a bucket's reduce-scatter runs behind the
+   next one's gather and first product, settled before the stage is written. */
+static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int nxt, int zs) {
     pt_gpt_exec *x = m->exec;
     const pt_param *p = &m->table[x->tab_head >= 0 ? x->tab_head : x->tab_wte];
     int C = m->config.n_embd, Vl = m->place.vocab_local, b, r0, r1, z;
@@ -11252,9 +11254,10 @@ static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int 
         if ((st = pt__z3_need(m, b, b > p->bucket ? b - 1 : nxt)) != PT_OK) return st;
         pt__mm(&m->ctx, 0, 0, N, C, r1 - r0, 1.0f, sl->logits + r0, Vl, rows, C, 1.0f,
                x->scratch.dln, C);
+        if (zs && (st = pt__zero2_settle(m)) != PT_OK) return st;
         pt__mm(&m->ctx, 1, 0, r1 - r0, C, N, 1.0f, sl->logits + r0, Vl, sl->lnf, C, 1.0f,
                m->grads + (staged ? 0 : x->coll.buckets[b].offset), C);
-        if (staged) st = pt__zero2_bucket(m, b);
+        if (staged) st = zs ? pt__zero2_start(m, b) : pt__zero2_bucket(m, b);
     }
     return st;
 }
@@ -11677,7 +11680,8 @@ static pt_status pt__head_backward(pt_gpt *m, pt__slot *sl, int B, int T, float 
     /* the logits become dlogits in place */
     pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, pl->vocab_local,
                            pt__vocab_valid(m), pl->vocab_offset, dloss);
-    if (pl->zero == 3) return pt__z3_head_backward(m, sl, N, lnf_b);
+    if (pl->zero == 3)
+        return pt__z3_head_backward(m, sl, N, lnf_b, zero2 && x->coll.ag_on && pl->dp > 1);
     pt_tied_head_backward(&m->ctx, x->scratch.dln, zero2 ? NULL : x->coll.dhead, sl->logits,
                           sl->lnf, m->lm_head, N, C, pl->vocab_local);
     return zero2 ? pt__zero2_vocab(m, sl, B, T, 1) : pt__wte_early(m);
@@ -11702,10 +11706,12 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
     if (c == x->pipe.head_chunk) {
         if ((st = pt__head_backward(m, sl, B, T, dloss, lnf_b)) != PT_OK) return st;
         if ((st = pt__z3_need(m, lnf_b, pt__layer_bucket(m, last - 1))) != PT_OK ||
+            (zs && (st = pt__zero2_settle(m)) != PT_OK) || /* (the norm's gradient is staged) */
             (st = pt__head_norm_backward(m, sl, last > first ? sl->acts[last - 1 - first].out
                                                              : sl->x, N)) != PT_OK)
             return st;
-        if (zero2 && (st = pt__zero2_bucket(m, lnf_b)) != PT_OK) return st;
+        if (zero2 && (st = zs ? pt__zero2_start(m, lnf_b) : pt__zero2_bucket(m, lnf_b)) != PT_OK)
+            return st;
     }
     for (l = last - 1; l >= first; l--) {
         pt_block_acts *a = &sl->acts[l - first];

@@ -9733,6 +9733,8 @@ typedef struct pt__exec_coll {
     pt_comm_req treq, kreq;   /* the mask's all-reduce (MAX), the compact rows' */
     int zrows;                /* ZeRO 3 (pt__z3_embed_sparse): the embedding's compact rows
                                  whose average is under way in work's half 0 (-1: none) */
+    const int *zslot;         /* (vocab_local) and each row's slot among them (in half 1) */
+    size_t zwpe;              /* wpe's floats after them (the positions read) */
     int rs_b, rs_at;          /* ZeRO 2 and 3 with overlap: the layer bucket whose reduce-scatter
                                  from the stage into rs_tmp is under way (-1: none), the action */
     pt_comm_req rs_req;       /* it (pt__zero2_settle), begun at rs_t */
@@ -10996,6 +10998,30 @@ static const float *pt__z3_rows(const pt_gpt *m, const pt_param *p, int b, int *
     return x->coll.work + (size_t)(b & 1) * x->coll.work_n;
 }
 
+/* Whether the embedding's wte rows may go compact under ZeRO 3
+   (pt__z3_embed_compact, pt__z3_embed_sparse): one stage and chunk, a dp group whose averages add
+   in rank order whatever the buffer (threads, or 2 ranks), overlap on. The
+   head's part reduces by buckets either way: tied or not. */
+static int pt__z3_sparse_ok(const pt_gpt *m) {
+    const pt_gpt_place *pl = &m->place;
+    const pt_gpt_exec *x = m->exec;
+    return pl->zero == 3 && pl->pp == 1 && pl->chunks == 1 && pl->dp > 1 && x->tab_wte >= 0 &&
+           !x->pipe.split && x->coll.ag_on && (x->dp_comm->kind == PT_COMM_THREADS || pl->dp == 2);
+}
+
+/* wpe when it shares a bucket with wte's rows (then the embedding's backward
+   reduces it with them), else NULL; *used: its floats the positions of a
+   sequence of T read (its first T rows; context parallelism: all). */
+static const pt_param *pt__wpe_with_wte(const pt_gpt *m, int T, size_t *used) {
+    const pt_gpt_exec *x = m->exec;
+    const pt_param *p = &m->table[x->tab_wte], *wpe = x->tab_wpe >= 0 ? &m->table[x->tab_wpe] : NULL;
+    size_t rows = x->cp.comm && x->cp.comm->size > 1 ? (size_t)m->config.block_size : (size_t)T;
+    if (!wpe || x->coll.buckets[wpe->bucket].offset >= p->offset + p->numel) wpe = NULL;
+    *used = wpe ? (rows * (size_t)m->config.n_embd < wpe->numel ? rows * (size_t)m->config.n_embd
+                                                                  : wpe->numel) : 0;
+    return wpe;
+}
+
 /* ZeRO 3: the vocabulary-parallel embedding a bucket of wte rows at a time
    (x = 0, then each token's row added from the bucket holding it, then wpe
    from the bucket holding it, on tensor rank 0: x = wte[t] + wpe[pos] as
@@ -11026,6 +11052,94 @@ static pt_status pt__z3_embed(pt_gpt *m, const pt__slot *sl, float *out, int B, 
         }
     }
     return st;
+}
+
+/* ZeRO 3, one stage, overlap on (pt__z3_sparse_ok): a rank's mask of the
+   rows of this rank's vocabulary the micro-batch's tokens read, at the end
+   of half h (V floats), its MAX over the dp group, and each row's slot
+   among those some rank reads (V ints after it; -1: none), room for the
+   tokens' slots (N ints) after them; the slots used in *R (-1: the half is
+   too small). The half's room before them, floats, in *room. */
+static pt_status pt__z3_rows_read(pt_gpt *m, const pt__slot *sl, int N, int h, int *R,
+                                  size_t *room) {
+    pt_gpt_exec *x = m->exec;
+    int V = m->place.vocab_local, n, r;
+    size_t need = 2 * (size_t)V + (size_t)N; /* mask, slots, the tokens' slots */
+    float *mask = x->coll.work + (size_t)h * x->coll.work_n + x->coll.work_n - need;
+    int *slot = (int *)(mask + V);
+    pt_status st;
+    *R = need <= x->coll.work_n ? 0 : -1, *room = need <= x->coll.work_n ? x->coll.work_n - need : 0;
+    if (*R < 0) return PT_OK;
+    memset(mask, 0, (size_t)V * sizeof(float));
+    for (n = 0; n < N; n++)
+        if ((r = sl->inputs[n] - m->place.vocab_offset) >= 0 && r < V) mask[r] = 1.0f;
+    if ((st = pt_comm_all_reduce(x->dp_comm, mask, (size_t)V, PT_REDUCE_MAX)) != PT_OK) return st;
+    for (r = 0; r < V; r++) slot[r] = mask[r] != 0.0f ? (*R)++ : -1;
+    return PT_OK;
+}
+
+/* ZeRO 3: the n parameters at flat offset off that this rank's shards hold
+   copied into dst (the rest of dst left as it is). */
+static void pt__z3_params_get(const pt_gpt *m, size_t off, float *dst, size_t n) {
+    const pt_gpt_exec *x = m->exec;
+    int b;
+    for (b = 0; b < x->coll.num_buckets; b++) {
+        const pt__bucket *k = &x->coll.buckets[b];
+        size_t lo = k->offset + (size_t)m->place.dp_rank * k->shard, hi = lo + k->shard;
+        size_t a = off > lo ? off : lo, e = off + n < hi ? off + n : hi;
+        if (a < e) memcpy(dst + (a - off), x->coll.pshard + k->shard_offset + (a - lo),
+                          (e - a) * sizeof(float));
+    }
+}
+
+/* ZeRO 3 (pt__z3_sparse_ok): pt__z3_embed from the rows some dp rank's token
+   reads and wpe alone, gathered compact into the half nxt (the first
+   layer's bucket, prefetched meanwhile) does not use: each rank puts what
+   its shards hold, zeros elsewhere, and the sum over the group is each
+   value from its one holder (x + 0 = x; a -0 comes back +0, which the
+   lookup's 0 + x makes alike); then x = (0 + wte[t]) + wpe[pos], the bucket
+   lookup's sums. *done 0: the half cannot hold them (pt__z3_embed runs). */
+static pt_status pt__z3_embed_compact(pt_gpt *m, const pt__slot *sl, float *out, int B, int T,
+                                      int nxt, int *done) {
+    pt_gpt_exec *x = m->exec;
+    size_t room, wn;
+    const pt_param *p = &m->table[x->tab_wte], *wpe = pt__wpe_with_wte(m, T, &wn);
+    int C = m->config.n_embd, N = B * T, V = m->place.vocab_local, h = nxt >= 0 ? !(nxt & 1) : 0;
+    int R, n, r;
+    const int *at = pt__cp_pos(x->scratch.cp, T), *slot;
+    float *buf = x->coll.work + (size_t)h * x->coll.work_n;
+    pt_comm_req q;
+    pt_status st;
+    *done = 0;
+    if (!pt__z3_sparse_ok(m) || (x->tab_wpe >= 0 && !wpe)) return PT_OK; /* (wpe apart) */
+    if ((st = pt__z3_drop(m, h)) != PT_OK || (st = pt__z3_rows_read(m, sl, N, h, &R, &room)) != PT_OK)
+        return st;
+    if (R < 0 || (size_t)R * C + wn > room) return PT_OK;
+    slot = (const int *)(buf + room + V);
+    memset(buf, 0, ((size_t)R * C + wn) * sizeof(float));
+    for (r = 0; r < V; r++)
+        if (slot[r] >= 0) pt__z3_params_get(m, p->offset + (size_t)r * C, buf + (size_t)slot[r] * C, C);
+    if (wpe) pt__z3_params_get(m, wpe->offset, buf + (size_t)R * C, wn);
+    x->coll.z_t[h] = pt_time_now();
+    if ((st = pt_comm_all_reduce_start(x->dp_comm, buf, (size_t)R * C + wn, PT_REDUCE_SUM, &q)) != PT_OK ||
+        (nxt >= 0 && x->coll.held[nxt & 1] != nxt && (st = pt__z3_wait(m, nxt & 1)) == PT_OK &&
+         (st = pt__z3_gather(m, nxt, 1)) != PT_OK) ||
+        (st = pt_comm_wait(&q)) != PT_OK)
+        return st;
+    pt__trace_dp(x, PT_TRACE_DP_GATHER, p->bucket, x->coll.z_t[h], x->act);
+    memset(out, 0, sizeof(float) * (size_t)N * C);
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        int row = sl->inputs[n] - m->place.vocab_offset, c;
+        const float *w = row >= 0 && row < V && slot[row] >= 0 ? buf + (size_t)slot[row] * C : NULL;
+        const float *pos = wpe && m->place.tp_rank == 0
+                               ? buf + (size_t)R * C + (size_t)(at ? at[n % T] : n % T) * C : NULL;
+        float *o = out + (size_t)n * C;
+        for (c = 0; w && c < C; c++) o[c] += w[c];
+        for (c = 0; pos && c < C; c++) o[c] += pos[c];
+    }
+    *done = 1;
+    return PT_OK;
 }
 
 /* ZeRO 3: the head's logits (N, vocab_local) from lnf, a bucket of its rows
@@ -11077,7 +11191,10 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
         if (pl->zero == 3) {
             int nxt = x->pipe.chunk_hi[c] > x->pipe.chunk_lo[c] ? pt__layer_bucket(m, x->pipe.chunk_lo[c])
                                                                 : -1;
-            if ((st = pt__z3_embed(m, sl, e, B, T, nxt)) != PT_OK) return st;
+            int done;
+            if ((st = pt__z3_embed_compact(m, sl, e, B, T, nxt, &done)) != PT_OK ||
+                (!done && (st = pt__z3_embed(m, sl, e, B, T, nxt)) != PT_OK))
+                return st;
         } else {
             pt__encoder_forward_part(e, sl->inputs, m->wte, pl->tp_rank == 0 ? m->wpe : NULL,
                                      pt__cp_pos(x->scratch.cp, T), pl->vocab_offset,
@@ -11440,30 +11557,11 @@ static void pt__grad_put(const pt_gpt *m, size_t off, const float *src, size_t n
     }
 }
 
-/* wpe when it shares a bucket with wte's rows (then the embedding's backward
-   reduces it with them), else NULL. */
-static const pt_param *pt__wpe_with_wte(const pt_gpt *m) {
-    const pt_gpt_exec *x = m->exec;
-    const pt_param *p = &m->table[x->tab_wte], *wpe = x->tab_wpe >= 0 ? &m->table[x->tab_wpe] : NULL;
-    return wpe && x->coll.buckets[wpe->bucket].offset < p->offset + p->numel ? wpe : NULL;
-}
-
-/* Whether the embedding's wte gradient may go compact under ZeRO 3
-   (pt__z3_embed_sparse): one stage and chunk, a dp group whose averages add
-   in rank order whatever the buffer (threads, or 2 ranks), overlap on. The
-   head's part reduces by buckets either way: tied or not. */
-static int pt__z3_sparse_ok(const pt_gpt *m) {
-    const pt_gpt_place *pl = &m->place;
-    const pt_gpt_exec *x = m->exec;
-    return pl->zero == 3 && pl->pp == 1 && pl->chunks == 1 && pl->dp > 1 && x->tab_wte >= 0 &&
-           !x->pipe.split && x->coll.ag_on && (x->dp_comm->kind == PT_COMM_THREADS || pl->dp == 2);
-}
-
 /* ZeRO 3 (pt__z3_sparse_ok), the embeddings' backward from dres, after the
    layers' (both halves of work are free): the rows some dp rank's token
-   reads (a MAX over the group of this rank's mask) and wpe summed compact in
-   half 0 (each row's tokens in sequence: the whole kernel's sums), the mask
-   and the rows' slots in half 1, the average over the group started
+   reads (pt__z3_rows_read, in half 1) and wpe summed compact in half 0
+   (each row's tokens in sequence: the whole kernel's sums), their average
+   over the group started
    (pt__z3_sparse_finish adds it to the shards as a reduce-scatter would; the
    rows no token reads would add 0). Returns 1 in *done, or 0 when the halves
    cannot hold it (wte's buckets then reduce-scatter whole). */
@@ -11471,21 +11569,19 @@ static pt_status pt__z3_embed_sparse(pt_gpt *m, const pt__slot *sl, const float 
                                      int T, int *done) {
     pt_gpt_exec *x = m->exec;
     int V = m->place.vocab_local, C = m->config.n_embd, N = B * T, n, r, R, b;
-    const pt_param *wpe = pt__wpe_with_wte(m);
-    float *buf = x->coll.work, *mask = x->coll.work + x->coll.work_n;
-    int *slot = (int *)(mask + V), *inp = slot + V;
-    size_t all;
+    size_t all, room, wn;
+    const pt_param *wpe = pt__wpe_with_wte(m, T, &wn);
+    float *buf = x->coll.work;
+    int *slot, *inp;
     pt_status st;
     *done = 0;
-    if (!pt__z3_sparse_ok(m) || 2 * (size_t)V + (size_t)N > x->coll.work_n) return PT_OK;
-    if ((st = pt__z3_drop(m, -1)) != PT_OK) return st; /* (a micro-batch's before: added) */
-    memset(mask, 0, (size_t)V * sizeof(float));
-    for (n = 0; n < N; n++)
-        if ((r = sl->inputs[n] - m->place.vocab_offset) >= 0 && r < V) mask[r] = 1.0f;
-    if ((st = pt_comm_all_reduce(x->dp_comm, mask, (size_t)V, PT_REDUCE_MAX)) != PT_OK) return st;
-    for (r = 0, R = 0; r < V; r++) slot[r] = mask[r] != 0.0f ? R++ : -1;
-    all = (size_t)R * C + (wpe ? wpe->numel : 0);
-    if (all > x->coll.work_n) return PT_OK;
+    if (!pt__z3_sparse_ok(m)) return PT_OK;
+    if ((st = pt__z3_drop(m, -1)) != PT_OK || /* (a micro-batch's before: added) */
+        (st = pt__z3_rows_read(m, sl, N, 1, &R, &room)) != PT_OK)
+        return st;
+    all = (size_t)R * C + wn;
+    if (R < 0 || all > x->coll.work_n) return PT_OK;
+    slot = (int *)(x->coll.work + x->coll.work_n + room + V), inp = slot + V;
     memset(buf, 0, all * sizeof(float));
     for (n = 0; n < N; n++) {
         r = sl->inputs[n] - m->place.vocab_offset;
@@ -11495,7 +11591,7 @@ static pt_status pt__z3_embed_sparse(pt_gpt *m, const pt__slot *sl, const float 
                               pt__cp_pos(x->scratch.cp, T), 0, R, B, T, C);
     *done = 1;
     b = m->table[x->tab_wte].bucket;
-    x->coll.zrows = R, x->coll.ov_t[b] = pt_time_now(), x->coll.ov_at[b] = x->act;
+    x->coll.zrows = R, x->coll.zslot = slot, x->coll.zwpe = wn, x->coll.ov_t[b] = pt_time_now(), x->coll.ov_at[b] = x->act;
     return pt_comm_all_reduce_start(x->dp_comm, buf, all, PT_REDUCE_AVG, &x->coll.kreq);
 }
 
@@ -11505,9 +11601,9 @@ static pt_status pt__z3_embed_sparse(pt_gpt *m, const pt__slot *sl, const float 
 static pt_status pt__z3_sparse_finish(const pt_gpt *m) {
     pt_gpt_exec *x = m->exec;
     int V = m->place.vocab_local, r, R = x->coll.zrows, b = m->table[x->tab_wte].bucket;
-    size_t C = (size_t)m->config.n_embd;
-    const pt_param *wpe = pt__wpe_with_wte(m);
-    const int *slot = (const int *)(x->coll.work + x->coll.work_n + V);
+    size_t C = (size_t)m->config.n_embd, wn;
+    const pt_param *wpe = pt__wpe_with_wte(m, 1, &wn);
+    const int *slot = x->coll.zslot;
     pt_status st;
     if (R < 0) return PT_OK;
     x->coll.zrows = -1;
@@ -11517,7 +11613,7 @@ static pt_status pt__z3_sparse_finish(const pt_gpt *m) {
         if (slot[r] >= 0)
             pt__grad_put(m, m->table[x->tab_wte].offset + (size_t)r * C,
                          x->coll.work + (size_t)slot[r] * C, C, 1);
-    if (wpe) pt__grad_put(m, wpe->offset, x->coll.work + (size_t)R * C, wpe->numel, 1);
+    if (wpe) pt__grad_put(m, wpe->offset, x->coll.work + (size_t)R * C, x->coll.zwpe, 1);
     return PT_OK;
 }
 

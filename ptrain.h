@@ -10712,7 +10712,7 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
                                                                                 bucket */
     if (zero) x->coll.gshard = PT__F(a, o.shard_total);
     if (pt__grads_staged(&m->place)) x->coll.rs_tmp = PT__F(a, o.largest_shard);
-    x->coll.trows = x->coll.rs_b = -1;
+    x->coll.trows = x->coll.rs_b = x->coll.zrows = -1;
     if (pt__wte_ok(m)) pt__layout_wte(m, a);
 }
 
@@ -12004,7 +12004,7 @@ static pt_status pt__step_sync(pt_gpt *m, float loss_sum, int last) {
     if (pt__tie_sum(m))
         st = pt_comm_all_reduce(x->tie_comm, x->coll.dwte, m->table[x->tab_wte].numel, PT_REDUCE_SUM);
     if (st == PT_OK && !pt__grads_staged(pl)) st = pt__dp_sync_grads(m);
-    if (st == PT_OK && pt__grads_staged(pl) && (st = pt__zero2_settle(m)) == PT_OK)
+    if (st == PT_OK && pt__grads_staged(pl) && (st = pt__zero2_settle(m)) == PT_OK && pl->zero == 3)
         st = pt__z3_sparse_finish(m); /* (the last layer's and the embedding's under way) */
     if (st == PT_OK && pl->zero && pl->schedule == PT_SCHED_CHIMERA) /* 1/dp of REDUCE's bytes */
         st = pt_comm_all_reduce(x->tie_comm, x->coll.gshard, x->coll.shard_total, PT_REDUCE_SUM);

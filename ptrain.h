@@ -10111,6 +10111,10 @@ typedef struct pt__exec_coll {
     float *tkeep;             /* (tcap * C + wpe's) the compact rows' gradients, then wpe's */
     int tcap, trows;          /* slots; those in use in this step (-1: none, wte whole) */
     pt_comm_req treq, kreq;   /* the mask's all-reduce (MAX), the compact rows' */
+    int zrows;                /* ZeRO 3 (pt__z3_embed_sparse): the embedding's compact rows
+                                 whose average is under way in work's half 0 (-1: none) */
+    const int *zslot;         /* (vocab_local) and each row's slot among them (in half 1) */
+    size_t zwpe;              /* wpe's floats after them (the positions read) */
     int rs_b, rs_at;          /* ZeRO 2 and 3 with overlap: the layer bucket whose reduce-scatter
                                  from the stage into rs_tmp is under way (-1: none), the action */
     pt_comm_req rs_req;       /* it (pt__zero2_settle), begun at rs_t */
@@ -10247,6 +10251,8 @@ static void pt__ov_poll(void *arg) {
     }
     if (x->coll.rs_req.comm && (st = pt_comm_test(&x->coll.rs_req, &done)) != PT_OK && !x->coll.poll_st)
         x->coll.poll_st = st; /* (a staged reduce-scatter: settled later) */
+    if (x->coll.kreq.comm && (st = pt_comm_test(&x->coll.kreq, &done)) != PT_OK && !x->coll.poll_st)
+        x->coll.poll_st = st; /* (wte's compact rows: added later) */
     for (j = 0; j < 5; j++) { /* context parallelism's ring transfers */
         pt_comm_req *q = &x->cp.req[j];
         if (q->comm && (st = pt_comm_test(q, &done)) != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;
@@ -10279,6 +10285,8 @@ static pt_status pt__ag_need(const pt_gpt *m, int i, int n) {
     return st;
 }
 
+static pt_status pt__z3_sparse_finish(const pt_gpt *m);
+
 /* ZeRO 3: waits for the gather started into half h, if any. */
 static pt_status pt__z3_wait(const pt_gpt *m, int h) {
     pt_gpt_exec *x = m->exec;
@@ -10297,7 +10305,8 @@ static pt_status pt__z3_gather(const pt_gpt *m, int b, int start) {
     int h = b & 1;
     float *out = x->coll.work + (size_t)h * x->coll.work_n;
     const float *own = x->coll.pshard + k->shard_offset;
-    pt_status st;
+    pt_status st = pt__z3_sparse_finish(m); /* (the embedding's sums in work) */
+    if (st != PT_OK) return st;
     x->coll.held[h] = b, x->coll.z_t[h] = pt_time_now();
     if (m->place.dp == 1) {
         memcpy(out, own, k->shard * sizeof(float));
@@ -10332,9 +10341,10 @@ static pt_status pt__z3_need(const pt_gpt *m, int b, int nxt) {
    or a half is reused (h >= 0: that half only). */
 static pt_status pt__z3_drop(const pt_gpt *m, int h) {
     pt_gpt_exec *x = m->exec;
-    pt_status st = PT_OK;
+    pt_status st;
     int j;
     if (!x || m->place.zero != 3) return PT_OK;
+    st = pt__z3_sparse_finish(m);
     for (j = 0; j < 2; j++) {
         if (h >= 0 && j != h) continue;
         if (st == PT_OK) st = pt__z3_wait(m, j);
@@ -11070,7 +11080,7 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
         m->params = x->coll.pshard = PT__F(a, o.shard_total);
         x->coll.work = PT__F(a, 2 * o.largest_bucket);
         x->coll.work_n = o.largest_bucket;
-        x->coll.held[0] = x->coll.held[1] = -1;
+        x->coll.held[0] = x->coll.held[1] = x->coll.zrows = -1;
     } else {
         m->params = PT__F(a, P);
     }
@@ -11082,7 +11092,7 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
                                                                                 bucket */
     if (zero) x->coll.gshard = PT__F(a, o.shard_total);
     if (pt__grads_staged(&m->place)) x->coll.rs_tmp = PT__F(a, o.largest_shard);
-    x->coll.trows = x->coll.rs_b = -1;
+    x->coll.trows = x->coll.rs_b = x->coll.zrows = -1;
     if (pt__wte_ok(m)) pt__layout_wte(m, a);
 }
 
@@ -11416,6 +11426,30 @@ static const float *pt__z3_rows(const pt_gpt *m, const pt_param *p, int b, int *
     return x->coll.work + (size_t)(b & 1) * x->coll.work_n;
 }
 
+/* Whether the embedding's wte rows may go compact under ZeRO 3
+   (pt__z3_embed_compact, pt__z3_embed_sparse): one stage and chunk, a dp group whose averages add
+   in rank order whatever the buffer (threads, or 2 ranks), overlap on. The
+   head's part reduces by buckets either way: tied or not. */
+static int pt__z3_sparse_ok(const pt_gpt *m) {
+    const pt_gpt_place *pl = &m->place;
+    const pt_gpt_exec *x = m->exec;
+    return pl->zero == 3 && pl->pp == 1 && pl->chunks == 1 && pl->dp > 1 && x->tab_wte >= 0 &&
+           !x->pipe.split && x->coll.ag_on && (x->dp_comm->kind == PT_COMM_THREADS || pl->dp == 2);
+}
+
+/* wpe when it shares a bucket with wte's rows (then the embedding's backward
+   reduces it with them), else NULL; *used: its floats the positions of a
+   sequence of T read (its first T rows; context parallelism: all). */
+static const pt_param *pt__wpe_with_wte(const pt_gpt *m, int T, size_t *used) {
+    const pt_gpt_exec *x = m->exec;
+    const pt_param *p = &m->table[x->tab_wte], *wpe = x->tab_wpe >= 0 ? &m->table[x->tab_wpe] : NULL;
+    size_t rows = x->cp.comm && x->cp.comm->size > 1 ? (size_t)m->config.block_size : (size_t)T;
+    if (!wpe || x->coll.buckets[wpe->bucket].offset >= p->offset + p->numel) wpe = NULL;
+    *used = wpe ? (rows * (size_t)m->config.n_embd < wpe->numel ? rows * (size_t)m->config.n_embd
+                                                                  : wpe->numel) : 0;
+    return wpe;
+}
+
 /* ZeRO 3: the vocabulary-parallel embedding a bucket of wte rows at a time
    (x = 0, then each token's row added from the bucket holding it, then wpe
    from the bucket holding it, on tensor rank 0: x = wte[t] + wpe[pos] as
@@ -11446,6 +11480,94 @@ static pt_status pt__z3_embed(pt_gpt *m, const pt__slot *sl, float *out, int B, 
         }
     }
     return st;
+}
+
+/* ZeRO 3, one stage, overlap on (pt__z3_sparse_ok): a rank's mask of the
+   rows of this rank's vocabulary the micro-batch's tokens read, at the end
+   of half h (V floats), its MAX over the dp group, and each row's slot
+   among those some rank reads (V ints after it; -1: none), room for the
+   tokens' slots (N ints) after them; the slots used in *R (-1: the half is
+   too small). The half's room before them, floats, in *room. */
+static pt_status pt__z3_rows_read(pt_gpt *m, const pt__slot *sl, int N, int h, int *R,
+                                  size_t *room) {
+    pt_gpt_exec *x = m->exec;
+    int V = m->place.vocab_local, n, r;
+    size_t need = 2 * (size_t)V + (size_t)N; /* mask, slots, the tokens' slots */
+    float *mask = x->coll.work + (size_t)h * x->coll.work_n + x->coll.work_n - need;
+    int *slot = (int *)(mask + V);
+    pt_status st;
+    *R = need <= x->coll.work_n ? 0 : -1, *room = need <= x->coll.work_n ? x->coll.work_n - need : 0;
+    if (*R < 0) return PT_OK;
+    memset(mask, 0, (size_t)V * sizeof(float));
+    for (n = 0; n < N; n++)
+        if ((r = sl->inputs[n] - m->place.vocab_offset) >= 0 && r < V) mask[r] = 1.0f;
+    if ((st = pt_comm_all_reduce(x->dp_comm, mask, (size_t)V, PT_REDUCE_MAX)) != PT_OK) return st;
+    for (r = 0; r < V; r++) slot[r] = mask[r] != 0.0f ? (*R)++ : -1;
+    return PT_OK;
+}
+
+/* ZeRO 3: the n parameters at flat offset off that this rank's shards hold
+   copied into dst (the rest of dst left as it is). */
+static void pt__z3_params_get(const pt_gpt *m, size_t off, float *dst, size_t n) {
+    const pt_gpt_exec *x = m->exec;
+    int b;
+    for (b = 0; b < x->coll.num_buckets; b++) {
+        const pt__bucket *k = &x->coll.buckets[b];
+        size_t lo = k->offset + (size_t)m->place.dp_rank * k->shard, hi = lo + k->shard;
+        size_t a = off > lo ? off : lo, e = off + n < hi ? off + n : hi;
+        if (a < e) memcpy(dst + (a - off), x->coll.pshard + k->shard_offset + (a - lo),
+                          (e - a) * sizeof(float));
+    }
+}
+
+/* ZeRO 3 (pt__z3_sparse_ok): pt__z3_embed from the rows some dp rank's token
+   reads and wpe alone, gathered compact into the half nxt (the first
+   layer's bucket, prefetched meanwhile) does not use: each rank puts what
+   its shards hold, zeros elsewhere, and the sum over the group is each
+   value from its one holder (x + 0 = x; a -0 comes back +0, which the
+   lookup's 0 + x makes alike); then x = (0 + wte[t]) + wpe[pos], the bucket
+   lookup's sums. *done 0: the half cannot hold them (pt__z3_embed runs). */
+static pt_status pt__z3_embed_compact(pt_gpt *m, const pt__slot *sl, float *out, int B, int T,
+                                      int nxt, int *done) {
+    pt_gpt_exec *x = m->exec;
+    size_t room, wn;
+    const pt_param *p = &m->table[x->tab_wte], *wpe = pt__wpe_with_wte(m, T, &wn);
+    int C = m->config.n_embd, N = B * T, V = m->place.vocab_local, h = nxt >= 0 ? !(nxt & 1) : 0;
+    int R, n, r;
+    const int *at = pt__cp_pos(x->scratch.cp, T), *slot;
+    float *buf = x->coll.work + (size_t)h * x->coll.work_n;
+    pt_comm_req q;
+    pt_status st;
+    *done = 0;
+    if (!pt__z3_sparse_ok(m) || (x->tab_wpe >= 0 && !wpe)) return PT_OK; /* (wpe apart) */
+    if ((st = pt__z3_drop(m, h)) != PT_OK || (st = pt__z3_rows_read(m, sl, N, h, &R, &room)) != PT_OK)
+        return st;
+    if (R < 0 || (size_t)R * C + wn > room) return PT_OK;
+    slot = (const int *)(buf + room + V);
+    memset(buf, 0, ((size_t)R * C + wn) * sizeof(float));
+    for (r = 0; r < V; r++)
+        if (slot[r] >= 0) pt__z3_params_get(m, p->offset + (size_t)r * C, buf + (size_t)slot[r] * C, C);
+    if (wpe) pt__z3_params_get(m, wpe->offset, buf + (size_t)R * C, wn);
+    x->coll.z_t[h] = pt_time_now();
+    if ((st = pt_comm_all_reduce_start(x->dp_comm, buf, (size_t)R * C + wn, PT_REDUCE_SUM, &q)) != PT_OK ||
+        (nxt >= 0 && x->coll.held[nxt & 1] != nxt && (st = pt__z3_wait(m, nxt & 1)) == PT_OK &&
+         (st = pt__z3_gather(m, nxt, 1)) != PT_OK) ||
+        (st = pt_comm_wait(&q)) != PT_OK)
+        return st;
+    pt__trace_dp(x, PT_TRACE_DP_GATHER, p->bucket, x->coll.z_t[h], x->act);
+    memset(out, 0, sizeof(float) * (size_t)N * C);
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        int row = sl->inputs[n] - m->place.vocab_offset, c;
+        const float *w = row >= 0 && row < V && slot[row] >= 0 ? buf + (size_t)slot[row] * C : NULL;
+        const float *pos = wpe && m->place.tp_rank == 0
+                               ? buf + (size_t)R * C + (size_t)(at ? at[n % T] : n % T) * C : NULL;
+        float *o = out + (size_t)n * C;
+        for (c = 0; w && c < C; c++) o[c] += w[c];
+        for (c = 0; pos && c < C; c++) o[c] += pos[c];
+    }
+    *done = 1;
+    return PT_OK;
 }
 
 /* ZeRO 3: the head's logits (N, vocab_local) from lnf, a bucket of its rows
@@ -11497,7 +11619,10 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
         if (pl->zero == 3) {
             int nxt = x->pipe.chunk_hi[c] > x->pipe.chunk_lo[c] ? pt__layer_bucket(m, x->pipe.chunk_lo[c])
                                                                 : -1;
-            if ((st = pt__z3_embed(m, sl, e, B, T, nxt)) != PT_OK) return st;
+            int done;
+            if ((st = pt__z3_embed_compact(m, sl, e, B, T, nxt, &done)) != PT_OK ||
+                (!done && (st = pt__z3_embed(m, sl, e, B, T, nxt)) != PT_OK))
+                return st;
         } else {
             pt__encoder_forward_part(e, sl->inputs, m->wte, pl->tp_rank == 0 ? m->wpe : NULL,
                                      pt__cp_pos(x->scratch.cp, T), pl->vocab_offset,
@@ -11656,8 +11781,10 @@ static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, in
    (still gathered from the forward) to the first: dln += dlogits[:, rows] @
    rows (the sum over the vocabulary in bucket order: not the whole GEMM's
    rounding), the rows' gradient dlogits[:, rows]^T lnf staged and
-   reduce-scattered into the shard; nxt: the bucket to prefetch after. */
-static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int nxt) {
+   reduce-scattered into the shard; nxt: the bucket to prefetch after. With
+   overlap (zs: pt__zero2_start) a bucket's reduce-scatter runs behind the
+   next one's gather and first product, settled before the stage is written. */
+static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int nxt, int zs) {
     pt_gpt_exec *x = m->exec;
     const pt_param *p = &m->table[x->tab_head >= 0 ? x->tab_head : x->tab_wte];
     int C = m->config.n_embd, Vl = m->place.vocab_local, b, r0, r1, z;
@@ -11671,9 +11798,10 @@ static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int 
         if ((st = pt__z3_need(m, b, b > p->bucket ? b - 1 : nxt)) != PT_OK) return st;
         pt__mm(&m->ctx, 0, 0, N, C, r1 - r0, 1.0f, sl->logits + r0, Vl, rows, C, 1.0f,
                x->scratch.dln, C);
+        if (zs && (st = pt__zero2_settle(m)) != PT_OK) return st;
         pt__mm(&m->ctx, 1, 0, r1 - r0, C, N, 1.0f, sl->logits + r0, Vl, sl->lnf, C, 1.0f,
                m->grads + (staged ? 0 : x->coll.buckets[b].offset), C);
-        if (staged) st = pt__zero2_bucket(m, b);
+        if (staged) st = zs ? pt__zero2_start(m, b) : pt__zero2_bucket(m, b);
     }
     return st;
 }
@@ -11836,9 +11964,11 @@ static pt_status pt__wte_embed(pt_gpt *m, const pt__slot *sl, const float *dres,
 }
 
 /* n averaged gradients from src put at flat offset off: into the whole
-   gradients (zero 0) or the parts of this rank's shards (zero 1). */
-static void pt__grad_put(pt_gpt *m, size_t off, const float *src, size_t n) {
+   gradients (zero 0) or the parts of this rank's shards (zero 1; add: added
+   to them, as a reduce-scatter's are, zero 3). */
+static void pt__grad_put(const pt_gpt *m, size_t off, const float *src, size_t n, int add) {
     pt_gpt_exec *x = m->exec;
+    size_t i;
     int b;
     if (!m->place.zero) {
         memcpy(m->grads + off, src, n * sizeof(float));
@@ -11848,9 +11978,70 @@ static void pt__grad_put(pt_gpt *m, size_t off, const float *src, size_t n) {
         const pt__bucket *k = &x->coll.buckets[b];
         size_t lo = k->offset + (size_t)m->place.dp_rank * k->shard, hi = lo + k->shard;
         size_t a = off > lo ? off : lo, e = off + n < hi ? off + n : hi;
-        if (a < e) memcpy(x->coll.gshard + k->shard_offset + (a - lo), src + (a - off),
-                          (e - a) * sizeof(float));
+        float *dst = x->coll.gshard + k->shard_offset + (a - lo);
+        if (a < e && !add) memcpy(dst, src + (a - off), (e - a) * sizeof(float));
+        for (i = 0; add && a + i < e; i++) dst[i] += src[a - off + i];
     }
+}
+
+/* ZeRO 3 (pt__z3_sparse_ok), the embeddings' backward from dres, after the
+   layers' (both halves of work are free): the rows some dp rank's token
+   reads (pt__z3_rows_read, in half 1) and wpe summed compact in half 0
+   (each row's tokens in sequence: the whole kernel's sums), their average
+   over the group started
+   (pt__z3_sparse_finish adds it to the shards as a reduce-scatter would; the
+   rows no token reads would add 0). Returns 1 in *done, or 0 when the halves
+   cannot hold it (wte's buckets then reduce-scatter whole). */
+static pt_status pt__z3_embed_sparse(pt_gpt *m, const pt__slot *sl, const float *dres, int B,
+                                     int T, int *done) {
+    pt_gpt_exec *x = m->exec;
+    int V = m->place.vocab_local, C = m->config.n_embd, N = B * T, n, r, R, b;
+    size_t all, room, wn;
+    const pt_param *wpe = pt__wpe_with_wte(m, T, &wn);
+    float *buf = x->coll.work;
+    int *slot, *inp;
+    pt_status st;
+    *done = 0;
+    if (!pt__z3_sparse_ok(m)) return PT_OK;
+    if ((st = pt__z3_drop(m, -1)) != PT_OK || /* (a micro-batch's before: added) */
+        (st = pt__z3_rows_read(m, sl, N, 1, &R, &room)) != PT_OK)
+        return st;
+    all = (size_t)R * C + wn;
+    if (R < 0 || all > x->coll.work_n) return PT_OK;
+    slot = (int *)(x->coll.work + x->coll.work_n + room + V), inp = slot + V;
+    memset(buf, 0, all * sizeof(float));
+    for (n = 0; n < N; n++) {
+        r = sl->inputs[n] - m->place.vocab_offset;
+        inp[n] = r >= 0 && r < V ? slot[r] : -1;
+    }
+    pt__encoder_backward_part(buf, wpe ? buf + (size_t)R * C : NULL, dres, inp,
+                              pt__cp_pos(x->scratch.cp, T), 0, R, B, T, C);
+    *done = 1;
+    b = m->table[x->tab_wte].bucket;
+    x->coll.zrows = R, x->coll.zslot = slot, x->coll.zwpe = wn, x->coll.ov_t[b] = pt_time_now(), x->coll.ov_at[b] = x->act;
+    return pt_comm_all_reduce_start(x->dp_comm, buf, all, PT_REDUCE_AVG, &x->coll.kreq);
+}
+
+/* pt__z3_embed_sparse's average waited for and added to this rank's shards
+   of its rows and wpe (gshard += avg, as after a reduce-scatter); before
+   anything writes into work again. */
+static pt_status pt__z3_sparse_finish(const pt_gpt *m) {
+    pt_gpt_exec *x = m->exec;
+    int V = m->place.vocab_local, r, R = x->coll.zrows, b = m->table[x->tab_wte].bucket;
+    size_t C = (size_t)m->config.n_embd, wn;
+    const pt_param *wpe = pt__wpe_with_wte(m, 1, &wn);
+    const int *slot = x->coll.zslot;
+    pt_status st;
+    if (R < 0) return PT_OK;
+    x->coll.zrows = -1;
+    if (x->coll.kreq.comm && (st = pt_comm_wait(&x->coll.kreq)) != PT_OK) return st;
+    pt__trace_dp(x, PT_TRACE_DP_REDUCE, b, x->coll.ov_t[b], x->coll.ov_at[b]);
+    for (r = 0; r < V; r++)
+        if (slot[r] >= 0)
+            pt__grad_put(m, m->table[x->tab_wte].offset + (size_t)r * C,
+                         x->coll.work + (size_t)slot[r] * C, C, 1);
+    if (wpe) pt__grad_put(m, wpe->offset, x->coll.work + (size_t)R * C, x->coll.zwpe, 1);
+    return PT_OK;
 }
 
 /* After wte's buckets: the compact rows' reduction waited for and put in
@@ -11866,8 +12057,8 @@ static pt_status pt__wte_finish(pt_gpt *m) {
     for (r = 0; r < V; r++)
         if (x->coll.tslot[r] >= 0)
             pt__grad_put(m, m->table[x->tab_wte].offset + (size_t)r * C,
-                         x->coll.tkeep + (size_t)x->coll.tslot[r] * C, C);
-    if (wpe) pt__grad_put(m, wpe->offset, x->coll.tkeep + (size_t)R * C, wpe->numel);
+                         x->coll.tkeep + (size_t)x->coll.tslot[r] * C, C, 0);
+    if (wpe) pt__grad_put(m, wpe->offset, x->coll.tkeep + (size_t)R * C, wpe->numel, 0);
     return PT_OK;
 }
 
@@ -11941,9 +12132,13 @@ static pt_status pt__embed_backward(pt_gpt *m, const pt__slot *sl, int B, int T)
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
     size_t NC = (size_t)B * T * (size_t)m->config.n_embd;
+    int done;
     pt_status st;
     if (pl->sp && (st = pt_comm_all_gather(x->tp_comm, x->dres, x->scratch.xg,
                                            NC / (size_t)pl->tp)) != PT_OK)
+        return st;
+    if (pl->zero == 3 && ((st = pt__z3_embed_sparse(m, sl, pl->sp ? x->scratch.xg : x->dres, B, T,
+                                                    &done)) != PT_OK || done))
         return st;
     if (pt__grads_staged(pl)) return pt__zero2_vocab(m, sl, B, T, 0);
     if (x->coll.trows >= 0) return pt__wte_embed(m, sl, pl->sp ? x->scratch.xg : x->dres, B, T);
@@ -12006,7 +12201,8 @@ static pt_status pt__head_backward(pt_gpt *m, pt__slot *sl, int B, int T, float 
     /* the logits become dlogits in place */
     pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, pl->vocab_local,
                            pt__vocab_valid(m), pl->vocab_offset, dloss);
-    if (pl->zero == 3) return pt__z3_head_backward(m, sl, N, lnf_b);
+    if (pl->zero == 3)
+        return pt__z3_head_backward(m, sl, N, lnf_b, zero2 && x->coll.ag_on && pl->dp > 1);
     pt_tied_head_backward(&m->ctx, x->scratch.dln, zero2 ? NULL : x->coll.dhead, sl->logits,
                           sl->lnf, m->lm_head, N, C, pl->vocab_local);
     return zero2 ? pt__zero2_vocab(m, sl, B, T, 1) : pt__wte_early(m);
@@ -12031,10 +12227,12 @@ static pt_status pt__chunk_backward(pt_gpt *m, pt__slot *sl, int c, int B, int T
     if (c == x->pipe.head_chunk) {
         if ((st = pt__head_backward(m, sl, B, T, dloss, lnf_b)) != PT_OK) return st;
         if ((st = pt__z3_need(m, lnf_b, pt__layer_bucket(m, last - 1))) != PT_OK ||
+            (zs && (st = pt__zero2_settle(m)) != PT_OK) || /* (the norm's gradient is staged) */
             (st = pt__head_norm_backward(m, sl, last > first ? sl->acts[last - 1 - first].out
                                                              : sl->x, N)) != PT_OK)
             return st;
-        if (zero2 && (st = pt__zero2_bucket(m, lnf_b)) != PT_OK) return st;
+        if (zero2 && (st = zs ? pt__zero2_start(m, lnf_b) : pt__zero2_bucket(m, lnf_b)) != PT_OK)
+            return st;
     }
     for (l = last - 1; l >= first; l--) {
         pt_block_acts *a = &sl->acts[l - first];
@@ -12231,6 +12429,8 @@ static pt_status pt__step_sync(pt_gpt *m, float loss_sum, int last) {
     if (pt__tie_sum(m))
         st = pt_comm_all_reduce(x->tie_comm, x->coll.dwte, m->table[x->tab_wte].numel, PT_REDUCE_SUM);
     if (st == PT_OK && !pt__grads_staged(pl)) st = pt__dp_sync_grads(m);
+    if (st == PT_OK && pt__grads_staged(pl) && (st = pt__zero2_settle(m)) == PT_OK && pl->zero == 3)
+        st = pt__z3_sparse_finish(m); /* (the last layer's and the embedding's under way) */
     if (st == PT_OK && pl->zero && pl->schedule == PT_SCHED_CHIMERA) /* 1/dp of REDUCE's bytes */
         st = pt_comm_all_reduce(x->tie_comm, x->coll.gshard, x->coll.shard_total, PT_REDUCE_SUM);
     if (!last) return st; /* 2BW's updates inside the step: the loss comes at its end */

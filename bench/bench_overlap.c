@@ -31,6 +31,8 @@
    the on and off steps from it and the link as an all-reduce over the world
    measures it (pt_hw_calibrate_links), and the lines say by how
    much they miss the measured steps.
+   --trace F: the last timed overlapped step's timeline (every rank's actions
+   and dp transfers) as Chrome trace JSON at F and an SVG picture at F.svg.
    Options are checked (common/cli.h): a malformed or out-of-range value
    exits 2 naming the option and the value. */
 #define _POSIX_C_SOURCE 200809L
@@ -96,7 +98,8 @@ static double sim_step(const pt_gpt_desc *d, const pt_hw *hw, int ranks, pt_over
 }
 
 static int step_bench(pt_comm *w, const char *preset, int layers, int vocab, int B, int T,
-                      int steps, int zero, double bucket_mb, const char *hw_file) {
+                      int steps, int zero, double bucket_mb, const char *hw_file,
+                      const char *trace_path) {
     pt_grid g, g1;
     pt_comm self;
     pt_gpt m[3];
@@ -105,11 +108,13 @@ static int step_bench(pt_comm *w, const char *preset, int layers, int vocab, int
     pt_adamw_config opt = pt_adamw_default();
     double t[3][64], e[3][64], t0, c0, s_on = 0.0, s_off = 0.0;
     pt_hw hw;
+    pt_trace trace;
     int *in = (int *)malloc((size_t)B * T * sizeof(int)), *tg = (int *)malloc((size_t)B * T * sizeof(int));
     int k, i, v, bad = 0;
     float *p0, *p1;
     pt_status st;
     memset(&d, 0, sizeof d);
+    memset(&trace, 0, sizeof trace);
     pt_comm_self(&self);
     if (!in || !tg || pt_gpt_config_preset(preset, &d.config) != PT_OK ||
         pt_grid_init(&g, w, 1, w->size, 1) != PT_OK || pt_grid_init(&g1, &self, 1, 1, 1) != PT_OK) {
@@ -152,6 +157,7 @@ static int step_bench(pt_comm *w, const char *preset, int layers, int vocab, int
             memset(&sd, 0, sizeof sd);
             sd.inputs = in, sd.targets = tg, sd.B = B, sd.T = T, sd.adamw = &opt, sd.lr = 1e-3f;
             sd.overlap = v == 1 ? PT_OVERLAP_OFF : PT_OVERLAP_ON;
+            if (trace_path && v == 0 && k == 2 * steps + 1) sd.trace = &trace; /* the last timed */
             pt_comm_barrier(w);
             c0 = dp->seconds;
             t0 = pt_time_now();
@@ -166,6 +172,20 @@ static int step_bench(pt_comm *w, const char *preset, int layers, int vocab, int
                 return 1;
             }
         }
+    if (trace_path) {
+        trace.title = "bench_overlap: an overlapped step (measured)", trace.track_name = "rank";
+        if ((st = pt_trace_gather(&trace, w)) == PT_OK && w->rank == 0) {
+            char svg[4096];
+            snprintf(svg, sizeof svg, "%s.svg", trace_path);
+            if ((st = pt_trace_write_chrome(&trace, trace_path)) == PT_OK)
+                st = pt_trace_write_svg(&trace, svg);
+        }
+        pt_trace_free(&trace);
+        if (st != PT_OK) {
+            fprintf(stderr, "bench_overlap: %s\n", pt_last_error());
+            return 1;
+        }
+    }
     p0 = (float *)malloc(m[0].num_params_full * sizeof(float));
     p1 = (float *)malloc(m[0].num_params_full * sizeof(float));
     if (!p0 || !p1 || pt_gpt_gather(&m[0], PT_BUF_PARAMS, p0) != PT_OK ||
@@ -214,7 +234,7 @@ static int step_bench(pt_comm *w, const char *preset, int layers, int vocab, int
 
 int main(int argc, char **argv) {
     pt_comm w;
-    const char *preset = "small", *hw_file = NULL;
+    const char *preset = "small", *hw_file = NULL, *trace_path = NULL;
     int step = 0, B = 8, T = 128, steps = 6, zero = 0, layers = 0, vocab = 0, npos, s;
     float bucket_mb = 0, mb = 16;
     double tc[64], tp[64], tn[64], tt[64], t0, c, p, none, test;
@@ -241,6 +261,8 @@ int main(int argc, char **argv) {
          "bucket at a time; the next gather behind the compute with overlap on)", 0, 3},
         {"hw-file", CLI_STR, &hw_file, "--step: this machine's profile, for the simulated steps",
          0, 0},
+        {"trace", CLI_STR, &trace_path, "--step: the last timed overlapped step's timeline as "
+         "Chrome trace JSON here (and an SVG at FILE.svg)", 0, 0},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
     const char *pos[1];
@@ -256,7 +278,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (step) {
-        r = step_bench(&w, preset, layers, vocab, B, T, steps, zero, bucket_mb, hw_file);
+        r = step_bench(&w, preset, layers, vocab, B, T, steps, zero, bucket_mb, hw_file, trace_path);
         pt_comm_free(&w);
         pt_comm_mpi_finalize();
         return r;

@@ -786,7 +786,9 @@ static pt_status ov_train(pt_comm *world, const ov_layout *L, pt_overlap ov, flo
 }
 
 /* Overlap on and off give the same bits in every layout of this world's size:
-   dp with ZeRO 0, 1 and 2, tp x dp, dp x pp with 1F1B, zero-bubble (W apart),
+   dp with ZeRO 0, 1, 2 and 3 (with 2 micro-batches; T below wpe's length:
+   the embedding's rows gathered and reduced compact when on; dp 4 under MPI
+   without), tp x dp (ZeRO 3 too), dp x pp with 1F1B (ZeRO 3 too), zero-bubble (W apart),
    interleaved chunks, ZB-V, Chimera (ZeRO 1) and 2BW, pp 4 with GPipe and
    ZB-H2 (on: the pipeline's receives posted ahead, its sends started), and
    with buckets of two layers (a layer is ~200 KB
@@ -800,7 +802,8 @@ static void ck_overlap(pt_comm *c) {
                                     {1, 2, 1, 1, 2, 1, PT_SCHED_DEFAULT, 0},
                                     {1, 2, 1, 2, 1, 1, PT_SCHED_DEFAULT, 0},
                                     {1, 2, 1, 0, 1, 1, PT_SCHED_DEFAULT, TWO},
-                                    {1, 2, 1, 1, 2, 1, PT_SCHED_DEFAULT, TWO}};
+                                    {1, 2, 1, 1, 2, 1, PT_SCHED_DEFAULT, TWO},
+                                    {1, 2, 1, 3, 2, 1, PT_SCHED_DEFAULT, 0}};
     static const ov_layout four[] = {{2, 2, 1, 1, 1, 1, PT_SCHED_DEFAULT, 0},
                                      {1, 2, 2, 0, 2, 1, PT_SCHED_1F1B, 0},
                                      {1, 2, 2, 1, 2, 1, PT_SCHED_ZB_H1, 0},
@@ -814,9 +817,12 @@ static void ck_overlap(pt_comm *c) {
                                      {1, 1, 4, 0, 4, 1, PT_SCHED_GPIPE, 0},
                                      {1, 1, 4, 0, 8, 1, PT_SCHED_ZB_H2, 0},
                                      {1, 2, 2, 1, 2, 2, PT_SCHED_CHIMERA, 0},
-                                     {1, 2, 2, 0, 2, 1, PT_SCHED_2BW, 0}};
+                                     {1, 2, 2, 0, 2, 1, PT_SCHED_2BW, 0},
+                                     {2, 2, 1, 3, 1, 1, PT_SCHED_DEFAULT, 0},
+                                     {1, 4, 1, 3, 2, 1, PT_SCHED_DEFAULT, 0},
+                                     {1, 2, 2, 3, 2, 1, PT_SCHED_1F1B, 0}};
     const ov_layout *L = c->size == 2 ? two : four;
-    int n = c->size == 2 ? 5 : 14, k;
+    int n = c->size == 2 ? 6 : 17, k;
     float *on, *off, l_on = 0.0f, l_off = 0.0f;
     if (c->size != 2 && c->size != 4) return;
     for (k = 0; k < n; k++) {

@@ -100,7 +100,7 @@ mpi() { # mpi N PROG ARGS...: PROG on N ranks of one thread each
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
         OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_hwloc_base_binding_policy=none \
         OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 \
-        timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -n "$n" "$@"
+        timeout 180 mpirun --allow-run-as-root --oversubscribe --bind-to none -n "$n" "$@"
 }
 for n in 1 2 4; do
     step "comm: MPI world of $n" mpi "$n" build/comm_check_mpi --expect-size "$n"; show

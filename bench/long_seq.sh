@@ -12,6 +12,7 @@
 #   sh bench/long_seq.sh                          # about an hour on 2 cores
 #   SEQS="4096 8192" STEPS=3 CPS="1 2" sh bench/long_seq.sh
 #   HOSTS=0 sh bench/long_seq.sh                  # threads only
+#   THREADS=0 SEQS="4096 8192" sh bench/long_seq.sh   # the hosts only
 set -e
 seqs=${SEQS:-4096 8192 16384 32768}
 cps=${CPS:-1 2 4}
@@ -31,6 +32,7 @@ row() { # row WHERE SEQ CP RANKS_IN_PROCESS LOG: one table row from a train log
 log=$(mktemp)
 trap 'rm -f "$out" "$log"' EXIT
 for seq in $seqs; do
+    [ "${THREADS:-1}" != 0 ] || break
     for cp in $cps; do
         [ $((seq % (2 * cp))) -eq 0 ] || continue
         c=""

@@ -232,6 +232,12 @@ bench-precision: build/train build/curves
 bench-2bw: build/train build/curves
 	@sh bench/twobw.sh
 
+# long sequences with context parallelism: mini at 4k-32k tokens, cp 1/2/4 on thread ranks and
+# on two namespace hosts, tokens/s and peak memory per rank (bench/long_seq.sh; about an hour)
+.PHONY: bench-long-seq
+bench-long-seq: build/train build/train_mpi
+	@sh bench/long_seq.sh
+
 # ptrain against PyTorch, fp32 and bf16 autocast, on the same training steps (bench/compare.sh);
 # installs Debian's python3-torch first if /usr/bin/python3 lacks torch.
 .PHONY: bench-torch

@@ -7992,15 +7992,17 @@ static void pt__layout_block_acts(pt_block_acts *x, pt_arena *a, const pt__dims 
    fused backward's scratch), the others come from the arena. Sequence
    parallel (d->Ns < N): the norms' output gradients are Ns rows, and W's
    gathered norm outputs are kept too. */
-static void pt__layout_wgrad(pt_block_wgrad *w, pt_arena *a, const pt__dims *d, float *dfch,
-                             float *dqkv, float *dln1) {
+static void pt__layout_wgrad(pt_block_wgrad *w, pt_arena *a, const pt__dims *d,
+                             const pt_block_scratch *s) {
     size_t N = d->N, Ns = d->Ns;
     w->dout = PT__F(a, N * d->C);
     w->dln2 = PT__F(a, Ns * d->C);
     w->dres2 = PT__F(a, N * d->C);
-    w->dln1 = dln1 ? dln1 : PT__F(a, Ns * d->C);
-    w->dfch = dfch ? dfch : PT__F(a, N * d->Fi);
-    w->dqkv = dqkv ? dqkv : PT__F(a, N * d->Q3);
+    /* the scratch's w shares its dln, dfch, dqkv (NULL in a meta arena too:
+       s says whether to, not the pointers, so the report counts them once) */
+    w->dln1 = s ? s->dln : PT__F(a, Ns * d->C);
+    w->dfch = s ? s->dfch : PT__F(a, N * d->Fi);
+    w->dqkv = s ? s->dqkv : PT__F(a, N * d->Q3);
     w->ln1g = Ns < N ? PT__F(a, N * d->C) : NULL;
     w->ln2g = Ns < N ? PT__F(a, N * d->C) : NULL;
 }
@@ -8032,7 +8034,7 @@ static void pt__layout_scratch(pt_block_scratch *s, pt_arena *a, const pt__dims 
     s->dqkv = PT__F(a, N * d->Q3);
     s->datty = PT__F(a, N * d->Ca);
     s->dfch = PT__F(a, N * d->Fi);
-    pt__layout_wgrad(&s->w, a, d, s->dfch, s->dqkv, s->dln);
+    pt__layout_wgrad(&s->w, a, d, s);
 }
 
 PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, int seqp, pt_arena *a,
@@ -11160,7 +11162,7 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
         for (l = 0; l < most; l++)
             pt__layout_block_acts(&sl->acts[l], a, &d, pl->recompute, 1, ln, bf16);
         sl->wg = x->pipe.slots[0].wg + (size_t)k * (size_t)most;
-        for (l = 0; x->pipe.split && l < most; l++) pt__layout_wgrad(&sl->wg[l], a, &d, NULL, NULL, NULL);
+        for (l = 0; x->pipe.split && l < most; l++) pt__layout_wgrad(&sl->wg[l], a, &d, NULL);
         if (pl->has_head) {
             sl->lnf = PT__F(a, N * C); /* (sequence parallel: gathered for the head) */
             sl->lnf_mean = PT__F(a, Ns);

@@ -4,13 +4,16 @@
 # softmax in another order): GPT-2 and LLaMA (grouped-query, RoPE at global
 # positions) on thread ranks, cp 2 x dp 2 under ZeRO 1, tp 2 x cp 2, MPI
 # processes (build/train_mpi, cp 2), and a run stopped at step 15 under
-# cp 2 x dp 2 (ZeRO 2) and resumed at dp 2 (ZeRO 1). Prints the largest
-# relative difference seen. A --seq that 2cp does not divide is refused.
+# cp 2 x dp 2 (ZeRO 2) and resumed at dp 2 (ZeRO 1). At --seq 40, cp 5 (an
+# odd ring, 8 tokens a rank): alone, with dp 2 (ZeRO 1), pp 2 (1f1b),
+# LLaMA's tp 2 --sp, and on 5 MPI processes. Prints the largest relative
+# difference seen. A --seq that 2cp does not divide is refused.
 set -e
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 common="--steps 30 --batch 4 --seq 32 --log-every 1 --eval-every 15 --sample-tokens 0 --seed 3"
 gpt="--preset tiny $common" llama="--preset llama-tiny --layers 2 $common"
+gpt40="$gpt --seq 40" llama40="$llama --seq 40" # (the last --seq counts)
 losses() { grep '^step' "$1" | sed 's/^step *\([0-9]*\)\/[0-9]* | loss \([0-9.]*\) | val *\([-0-9.]*\) .*/\1 \2 \3/'; }
 mpirun_() {
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
@@ -26,6 +29,13 @@ build/train $gpt --cp 2 --dp 2 --zero 1 >"$dir/cpdp.log"
 build/train $llama --cp 2 >"$dir/lcp2.log"
 build/train $llama --cp 2 --tp 2 --sp >"$dir/ltpcp.log"
 mpirun_ -n 2 build/train_mpi $gpt --cp 2 >"$dir/mpi.log"
+build/train $gpt40 >"$dir/serial40.log"
+build/train $llama40 >"$dir/lserial40.log"
+build/train $gpt40 --cp 5 >"$dir/cp5_40.log"
+build/train $gpt40 --cp 5 --dp 2 --zero 1 >"$dir/cp5dp_40.log"
+build/train $gpt40 --cp 5 --pp 2 >"$dir/cp5pp_40.log"
+build/train $llama40 --cp 5 --tp 2 --sp >"$dir/lcp5tp_40.log"
+mpirun_ -n 5 build/train_mpi $gpt40 --cp 5 >"$dir/mpi5_40.log"
 build/train $gpt --cp 2 --dp 2 --zero 2 --stop-after 15 --checkpoint "$dir/c.safetensors" \
     >"$dir/first.log"
 build/train $gpt --dp 2 --zero 1 --resume "$dir/c.safetensors" >"$dir/second.log"
@@ -33,8 +43,8 @@ cat "$dir/first.log" "$dir/second.log" >"$dir/resumed.log"
 grep -q "x cp 2 (16 tokens a rank, ring attention)" "$dir/cp2.log" ||
     { echo "the layout line does not name cp"; exit 1; }
 worst=0
-for run in cp2 cp4 cpdp lcp2 ltpcp mpi resumed; do
-    case $run in l*) ref=lserial ;; *) ref=serial ;; esac
+for run in cp2 cp4 cpdp lcp2 ltpcp mpi resumed cp5_40 cp5dp_40 cp5pp_40 lcp5tp_40 mpi5_40; do
+    case $run in l*_40) ref=lserial40 ;; *_40) ref=serial40 ;; l*) ref=lserial ;; *) ref=serial ;; esac
     losses "$dir/$ref.log" >"$dir/a"
     losses "$dir/$run.log" >"$dir/b"
     [ "$(wc -l <"$dir/a")" -ge 30 ] || { echo "$ref printed too few steps"; exit 1; }
@@ -64,4 +74,5 @@ fi
 grep -q "seq=32 is not a multiple of 2\*cp=6" "$dir/refused.log" ||
     { echo "the refusal does not name seq and cp:"; cat "$dir/refused.log"; exit 1; }
 echo "train --cp (GPT-2 cp 2, 4, cp 2 x dp 2 ZeRO 1, MPI cp 2, resumed from cp 2 x dp 2 ZeRO 2;" \
-    "LLaMA cp 2, tp 2 --sp x cp 2): the serial losses within $worst relative (at most 1e-3)"
+    "LLaMA cp 2, tp 2 --sp x cp 2; at seq 40: GPT-2 cp 5, cp 5 x dp 2 ZeRO 1, cp 5 x pp 2, MPI" \
+    "cp 5, LLaMA tp 2 --sp x cp 5): the serial losses within $worst relative (at most 1e-3)"

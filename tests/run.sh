@@ -789,14 +789,22 @@ fails "fixture_check: --sp without tensor parallelism" 2 "sequence_parallel=1 ne
     build/fixture_check tests/fixtures/gpt2_heads8.safetensors --sp
 fails "fixture_check: --sp with T not a multiple of tp" 2 "seq=9 is not a multiple of tp=2" \
     build/fixture_check tests/fixtures/gpt2_heads6.safetensors --tp 2 --sp
-# context parallelism (--cp, ring attention): every fixture it fits on threads (cp up to 8,
-# with dp and ZeRO 0-3, tp and --sp, recomputation, bf16, pipelines), two on up to 4 MPI
-# ranks (GPT-2 and LLaMA), the refusal of a T that 2cp does not divide
+# context parallelism (--cp, ring attention): every fixture it fits on threads (cp up to 10
+# ranks, with dp and ZeRO 0-3, tp and --sp, recomputation, bf16, every pipeline schedule),
+# and tests/fixtures/cp/'s GPT-2 and LLaMA (T = 20: cp 2 and cp 5, an odd ring) serially,
+# on threads and on up to 10 MPI ranks; gpt2_layers4 on up to 4 MPI ranks; the refusal of
+# a T that 2cp does not divide
 fitting_fixtures "context-parallel layouts (threads)" tests/cp_check.sh
-for f in tests/fixtures/gpt2_layers4.safetensors ../shared/fixtures/llama/llama_tiny.safetensors; do
-    present "$f" "context-parallel layouts of up to 4 MPI ranks" || continue
-    step "fixture $(basename "$f"): context-parallel layouts of up to 4 MPI ranks" \
-        sh tests/cp_check.sh build/fixture_check_mpi "$f" 4
+for f in tests/fixtures/cp/*.safetensors; do
+    step "fixture cp/$(basename "$f")" build/fixture_check "$f"
+    step "fixture cp/$(basename "$f"): context-parallel layouts (threads)" \
+        sh tests/cp_check.sh build/fixture_check "$f"
+    tail -n 1 "$tmp/out" | sed 's/^/      /'
+done
+for f in tests/fixtures/gpt2_layers4.safetensors:4 tests/fixtures/cp/gpt2_seq20.safetensors:10 \
+    tests/fixtures/cp/llama_gqa_seq20.safetensors:10; do
+    step "fixture $(basename "${f%:*}"): context-parallel layouts of up to ${f##*:} MPI ranks" \
+        sh tests/cp_check.sh build/fixture_check_mpi "${f%:*}" "${f##*:}"
     tail -n 1 "$tmp/out" | sed 's/^/      /'
 done
 fails "fixture_check: --cp with T not a multiple of 2cp" 2 "context_parallel=2: seq=9 is not a multiple of 2\*cp=4" \

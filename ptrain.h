@@ -11133,12 +11133,13 @@ static void pt__layout_cp(pt_gpt *m, pt_arena *a, const pt__dims *d, int trainin
        attention, backward reads it before, W recomputes it): what fits goes
        there, forward's partials and backward's accumulators in turn */
     cp->kv[0] = PT__F(a, nkv), cp->kv[1] = PT__F(a, nkv);
+    /* (a meta build's g is NULL: no offsets from it, the pointers stay NULL) */
     cp->po = nfwd <= room ? g : PT__F(a, d->N * d->Ca);
-    cp->pl = nfwd <= room ? g + d->N * d->Ca : PT__F(a, d->B * d->NH * d->T);
+    cp->pl = nfwd <= room ? (g ? g + d->N * d->Ca : NULL) : PT__F(a, d->B * d->NH * d->T);
     if (training) {
         cp->acc[0] = nkv <= room ? g : PT__F(a, nkv);
-        cp->acc[1] = 2 * nkv <= room ? g + nkv : PT__F(a, nkv);
-        cp->part = 3 * nkv <= room ? g + 2 * nkv : PT__F(a, nkv);
+        cp->acc[1] = 2 * nkv <= room ? (g ? g + nkv : NULL) : PT__F(a, nkv);
+        cp->part = 3 * nkv <= room ? (g ? g + 2 * nkv : NULL) : PT__F(a, nkv);
     }
     x->cp_in = (int *)pt_arena_alloc(a, nt * sizeof(int));
     x->cp_tg = (int *)pt_arena_alloc(a, nt * sizeof(int));

@@ -5029,7 +5029,7 @@ PTRAINDEF void pt_attention_ring_backward(pt_ctx *ctx, float *dqkv, float *dkv,
     for (bg = 0; bg < B * NKV; bg++) {
         float *P = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * r->Tk;
 #ifdef PT__GEMM_X86
-        pt__gemm_ws w = kind >= 0 ? pt__ws_of(ctx) : (pt__gemm_ws){NULL, 0, 0, 1};
+        pt__gemm_ws w = pt__ws_of(kind >= 0 ? ctx : NULL); /* no context: no workspace */
         if (w.p) {
             pt__fa_backward_bg((float *)w.p, kind, dqkv, dkv, dout, out, qkv, lse, r, bg / NKV,
                                bg % NKV, C, NH, NKV);

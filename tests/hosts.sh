@@ -149,13 +149,15 @@ if [ -n "$down" ]; then
 fi
 if [ -n "$slow" ]; then
     ( # the host's ranks (not its Open MPI daemon): stopped 190 ms of every 200 ms; the
-      # list of them read again every 10 rounds
+      # list of them read again every 10 rounds. A daemon being launched is "ip" (netns
+      # exec) before it is orted, under the same pid: never listed, or mpirun sees its
+      # child stopped and the job hangs ("ORTE does not know how to route a message")
         i=0 ps=
         while :; do
             if [ $((i % 10)) -eq 0 ]; then
                 ps=
                 for p in $(ip netns pids "$pre-h$slow" 2>/dev/null); do
-                    case $(cat "/proc/$p/comm" 2>/dev/null) in orted | mpirun | sh | timeout | '') ;; *) ps="$ps $p" ;; esac
+                    case $(cat "/proc/$p/comm" 2>/dev/null) in orted | mpirun | sh | timeout | ip | env | '') ;; *) ps="$ps $p" ;; esac
                 done
             fi
             i=$((i + 1))

@@ -11509,17 +11509,35 @@ static pt_status pt__z3_rows_read(pt_gpt *m, const pt__slot *sl, int N, int h, i
     return PT_OK;
 }
 
-/* ZeRO 3: the n parameters at flat offset off that this rank's shards hold
-   copied into dst (the rest of dst left as it is). */
-static void pt__z3_params_get(const pt_gpt *m, size_t off, float *dst, size_t n) {
+/* The part of flat range [off, off + n) inside this rank's shard of bucket
+   b, as flat offsets [*lo, *hi); 0 if none. */
+static int pt__shard_range(const pt_gpt *m, int b, size_t off, size_t n, size_t *lo, size_t *hi) {
+    const pt__bucket *k = &m->exec->coll.buckets[b];
+    size_t s0 = k->offset + (size_t)m->place.dp_rank * k->shard, s1 = s0 + k->shard;
+    *lo = off > s0 ? off : s0;
+    *hi = off + n < s1 ? off + n : s1;
+    return *lo < *hi;
+}
+
+/* The part of flat range [off, off + n) that this rank's shards hold, bucket
+   by bucket: shards (pshard or gshard, by shard_offset) to buf (dir 0), buf
+   to shards (1), or buf added to shards (2, as a reduce-scatter's sums are);
+   the rest of buf and of the shards left as they are. */
+static void pt__dp_shard_io(const pt_gpt *m, float *shards, size_t off, float *buf, size_t n,
+                            int dir) {
     const pt_gpt_exec *x = m->exec;
+    size_t a, e, i;
     int b;
     for (b = 0; b < x->coll.num_buckets; b++) {
         const pt__bucket *k = &x->coll.buckets[b];
-        size_t lo = k->offset + (size_t)m->place.dp_rank * k->shard, hi = lo + k->shard;
-        size_t a = off > lo ? off : lo, e = off + n < hi ? off + n : hi;
-        if (a < e) memcpy(dst + (a - off), x->coll.pshard + k->shard_offset + (a - lo),
-                          (e - a) * sizeof(float));
+        float *sh, *bf;
+        if (!pt__shard_range(m, b, off, n, &a, &e)) continue;
+        sh = shards + k->shard_offset + (a - k->offset - (size_t)m->place.dp_rank * k->shard);
+        bf = buf + (a - off);
+        if (dir == 0) memcpy(bf, sh, (e - a) * sizeof(float));
+        else if (dir == 1) memcpy(sh, bf, (e - a) * sizeof(float));
+        else
+            for (i = 0; i < e - a; i++) sh[i] += bf[i];
     }
 }
 
@@ -11549,8 +11567,10 @@ static pt_status pt__z3_embed_compact(pt_gpt *m, const pt__slot *sl, float *out,
     slot = (const int *)(buf + room + V);
     memset(buf, 0, ((size_t)R * C + wn) * sizeof(float));
     for (r = 0; r < V; r++)
-        if (slot[r] >= 0) pt__z3_params_get(m, p->offset + (size_t)r * C, buf + (size_t)slot[r] * C, C);
-    if (wpe) pt__z3_params_get(m, wpe->offset, buf + (size_t)R * C, wn);
+        if (slot[r] >= 0)
+            pt__dp_shard_io(m, x->coll.pshard, p->offset + (size_t)r * C,
+                            buf + (size_t)slot[r] * C, C, 0);
+    if (wpe) pt__dp_shard_io(m, x->coll.pshard, wpe->offset, buf + (size_t)R * C, wn, 0);
     x->coll.z_t[h] = pt_time_now();
     if ((st = pt_comm_all_reduce_start(x->dp_comm, buf, (size_t)R * C + wn, PT_REDUCE_SUM, &q)) != PT_OK ||
         (nxt >= 0 && x->coll.held[nxt & 1] != nxt && (st = pt__z3_wait(m, nxt & 1)) == PT_OK &&
@@ -11970,21 +11990,8 @@ static pt_status pt__wte_embed(pt_gpt *m, const pt__slot *sl, const float *dres,
    gradients (zero 0) or the parts of this rank's shards (zero 1; add: added
    to them, as a reduce-scatter's are, zero 3). */
 static void pt__grad_put(const pt_gpt *m, size_t off, const float *src, size_t n, int add) {
-    pt_gpt_exec *x = m->exec;
-    size_t i;
-    int b;
-    if (!m->place.zero) {
-        memcpy(m->grads + off, src, n * sizeof(float));
-        return;
-    }
-    for (b = 0; b < x->coll.num_buckets; b++) {
-        const pt__bucket *k = &x->coll.buckets[b];
-        size_t lo = k->offset + (size_t)m->place.dp_rank * k->shard, hi = lo + k->shard;
-        size_t a = off > lo ? off : lo, e = off + n < hi ? off + n : hi;
-        float *dst = x->coll.gshard + k->shard_offset + (a - lo);
-        if (a < e && !add) memcpy(dst, src + (a - off), (e - a) * sizeof(float));
-        for (i = 0; add && a + i < e; i++) dst[i] += src[a - off + i];
-    }
+    if (!m->place.zero) memcpy(m->grads + off, src, n * sizeof(float));
+    else pt__dp_shard_io(m, m->exec->coll.gshard, off, (float *)src, n, add ? 2 : 1); /* (src read) */
 }
 
 /* ZeRO 3 (pt__z3_sparse_ok), the embeddings' backward from dres, after the
@@ -12915,12 +12922,7 @@ PTRAINDEF pt_status pt_gpt_gather_logits(const pt_gpt *m, float *out) {
 /* The part of tensor i (in bucket b) inside this rank's shard of b, as flat
    offsets [*lo, *hi); 0 if none. */
 static int pt__shard_span(const pt_gpt *m, int b, int i, size_t *lo, size_t *hi) {
-    const pt__bucket *k = &m->exec->coll.buckets[b];
-    const pt_param *p = &m->table[i];
-    size_t s0 = k->offset + (size_t)m->place.dp_rank * k->shard, s1 = s0 + k->shard;
-    *lo = p->offset > s0 ? p->offset : s0;
-    *hi = p->offset + p->numel < s1 ? p->offset + p->numel : s1;
-    return *lo < *hi;
+    return pt__shard_range(m, b, m->table[i].offset, m->table[i].numel, lo, hi);
 }
 
 /* This rank's optimizer-ready gradient of table tensor i within bucket b:

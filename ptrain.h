@@ -13128,8 +13128,7 @@ static const pt_hw pt__hw_presets[] = {
        (Shah et al. 2024, FlashAttention-3's abstract; its backward runs slower still):
        0.35 forward + backward. FlashAttention-3 and cuDNN's fused attention reach
        600-740 TFLOP/s forward (0.55 forward + backward): a profile file with flash_eff
-       = 0.55 plans with them. Llama 3's three rows land within 6 points of each other
-       at 0.35 (+37..+43%), at 0.55 the cp 16 row apart (+82% against +41..+44%). tp overlap:
+       = 0.55 plans with them. tp overlap:
        Transformer Engine's userbuffers (Megatron's --tp-comm-overlap) split each
        all-gather/reduce-scatter in tp chunks pipelined against its GEMM; the
        first or last chunk and the SMs the copies take stay exposed: 1/tp of it

@@ -347,9 +347,10 @@ static void hardware(const char *tmp) {
     for (i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) put("hw", bad[i][0], bad[i][1], strlen(bad[i][1]));
 }
 
-/* Hugging Face LLaMA config.json texts: a LLaMA 3.1 config, a LLaMA 2
-   one without num_key_value_heads, and near-valid ones that stop at one
-   check each. */
+/* Hugging Face config.json texts: a LLaMA 3.1 config, a LLaMA 2 one
+   without num_key_value_heads, near-valid ones that stop at one check each,
+   a GPT-2 config as transformers writes it, and a GPT-2 one whose heads do
+   not divide its width. */
 static void hf_configs(void) {
     static const char *texts[] = {
         ("{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, \"hidden_act\": "
@@ -370,6 +371,11 @@ static void hf_configs(void) {
         "{\"hidden_size\": 32, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}}",
         "{\"hidden_size\": 32, \"attention_bias\": true, \"mlp_bias\": false}",
         "{\"model_type\": \"gpt2\", \"hidden_size\": 1e309}",
+        ("{\"activation_function\": \"gelu_new\", \"architectures\": [\"GPT2LMHeadModel\"], "
+        "\"layer_norm_epsilon\": 1e-05, \"model_type\": \"gpt2\", \"n_embd\": 64, \"n_head\": 4, "
+        "\"n_inner\": null, \"n_layer\": 2, \"n_positions\": 128, \"vocab_size\": 256}"),
+        ("{\"model_type\": \"gpt2\", \"n_embd\": 64, \"n_head\": 5, \"n_layer\": 2, "
+        "\"n_positions\": 128, \"vocab_size\": 256, \"tie_word_embeddings\": false}"),
     };
     char name[32];
     int i;

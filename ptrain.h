@@ -2057,13 +2057,18 @@ PTRAINDEF pt_status pt_gpt_load_weights_st(pt_gpt *m, const pt_safetensors *st);
    (pt_gpt_load_weights_hf). */
 PTRAINDEF pt_status pt_gpt_load_weights(pt_gpt *m, const char *path);
 
-/* Token data: raw bytes (vocabulary 256), or the llm.c token file
-   (256 int32 header: magic 20240520, version 1, count; then uint16 tokens). */
+/* Token data: raw bytes (vocabulary 256), or the llm.c token file (256
+   int32 header: magic 20240520, version 1, count; then uint16 tokens), or
+   ptrain's version 2 of it (uint32 tokens, for vocabularies over 65,536).
+   The ids are in data (uint16) or, for a wide vocabulary, data32 (uint32):
+   one of them is set; pt_tokens_at reads either. */
 #define PT_TOKENS_MAGIC 20240520
 typedef struct pt_tokens {
     uint16_t *data;
+    uint32_t *data32; /* set instead of data when an id can exceed 65,535 */
     size_t n;
-    int vocab_size;  /* 256 for bytes, 50257 for llm.c GPT-2 files */
+    int vocab_size;  /* 256 for bytes, 50257 for llm.c GPT-2 files, the largest id + 1 for
+                        version 2, the tokenizer's for text */
     void *alloc_ctx;
     pt_text_cache cache; /* pt_tokens_from_text: what it did with its cache file */
 } pt_tokens;
@@ -2077,6 +2082,9 @@ PTRAINDEF pt_status pt_tokens_load(pt_tokens *t, const char *path, pt_tokens_for
 PTRAINDEF pt_status pt_tokens_from_bytes(pt_tokens *t, const void *bytes, size_t n);
 PTRAINDEF pt_status pt_tokens_parse_llmc(pt_tokens *t, const void *bytes, size_t n);
 PTRAINDEF pt_status pt_tokens_check(const pt_tokens *t, int vocab_size);
+static inline int pt_tokens_at(const pt_tokens *t, size_t i) {
+    return t->data32 ? (int)t->data32[i] : (int)t->data[i];
+}
 PTRAINDEF double pt_tokens_unigram_entropy(const pt_tokens *t, size_t begin, size_t end);
 PTRAINDEF void pt_tokens_free(pt_tokens *t);
 
@@ -2093,7 +2101,7 @@ typedef struct pt_loader_desc {
    last T. Train windows are visited in a fresh seeded permutation every epoch;
    (epoch, pos) is the whole position, saved in checkpoints. */
 typedef struct pt_loader {
-    const uint16_t *tokens;
+    pt_tokens tokens; /* a view of the borrowed ids (data or data32), which outlive the loader */
     size_t begin, len;   /* split range in the token array */
     int B, T, shuffle;
     uint64_t seed;
@@ -17011,6 +17019,15 @@ PTRAINDEF pt_status pt_tokens_write_llmc(const char *path, const int *ids, size_
 }
 
 /* The cache stamp: 't','x' marker, fingerprint, text size and hash. */
+/* t's array for n ids: data32 when wide, else data (t otherwise zeroed). */
+static pt_status pt__tokens_alloc(pt_tokens *t, size_t n, int wide) {
+    void *p = pt__malloc(n * (wide ? 4 : 2) + 4, t->alloc_ctx);
+    if (!p) return pt__fail(PT_ERR_OOM, "cannot allocate %zu tokens", n);
+    if (wide) t->data32 = (uint32_t *)p;
+    else t->data = (uint16_t *)p;
+    return PT_OK;
+}
+
 static void pt__text_stamp(int32_t st[7], const pt_tokenizer *tk, const void *text, size_t n) {
     uint64_t h = pt__hash_bytes(text, n);
     st[0] = 0x7478; /* "tx" */
@@ -17039,15 +17056,12 @@ PTRAINDEF pt_status pt_tokens_from_text(struct pt_tokens *t, const pt_tokenizer 
     done = cache_path && !d.cache_read_only ? PT_CACHE_MADE : PT_CACHE_NONE;
     memset(t, 0, sizeof *t);
     t->alloc_ctx = ctx;
-    if (tk->n_vocab > 65536)
-        return pt__fail(PT_ERR_UNSUPPORTED, "a vocabulary of %d tokens does not fit pt_tokens' uint16",
-                        tk->n_vocab);
     if ((st = pt_file_read(text_path, &text, &n, ctx)) != PT_OK) return st;
     pt__text_stamp(stamp, tk, text, n);
     if (cache_path && pt_file_read(cache_path, &cache, &nc, ctx) == PT_OK) {
         int32_t h[10];
         if (nc >= sizeof h) memcpy(h, cache, sizeof h);
-        if (nc >= 1024 && h[1] == 1 && memcmp(h + 3, stamp, sizeof stamp) == 0 &&
+        if (nc >= 1024 && (h[1] == 1 || h[1] == 2) && memcmp(h + 3, stamp, sizeof stamp) == 0 &&
             pt_tokens_parse_llmc(t, cache, nc) == PT_OK) {
             t->vocab_size = tk->n_vocab;
             t->cache = PT_CACHE_READ;
@@ -17068,10 +17082,10 @@ PTRAINDEF pt_status pt_tokens_from_text(struct pt_tokens *t, const pt_tokenizer 
                                       d.progress_ctx);
     pt__free(text, ctx);
     if (st == PT_OK && cache_path) st = pt_tokens_write_llmc(cache_path, ids, n_ids, stamp);
-    if (st == PT_OK && !(t->data = (uint16_t *)pt__malloc(n_ids * 2 + 2, ctx)))
-        st = pt__fail(PT_ERR_OOM, "cannot allocate %zu tokens", n_ids);
-    if (st == PT_OK) {
-        for (i = 0; i < n_ids; i++) t->data[i] = (uint16_t)ids[i];
+    if (st == PT_OK && (st = pt__tokens_alloc(t, n_ids, tk->n_vocab > 65536)) == PT_OK) {
+        for (i = 0; i < n_ids; i++)
+            if (t->data32) t->data32[i] = (uint32_t)ids[i];
+            else t->data[i] = (uint16_t)ids[i];
         t->n = n_ids;
         t->vocab_size = tk->n_vocab;
         t->cache = done;
@@ -18887,10 +18901,10 @@ PTRAINDEF pt_status pt_tokens_from_bytes(pt_tokens *t, const void *bytes, size_t
     const unsigned char *b = (const unsigned char *)bytes;
     void *ctx = t->alloc_ctx;
     size_t i;
+    pt_status st;
     memset(t, 0, sizeof *t);
     t->alloc_ctx = ctx;
-    t->data = (uint16_t *)pt__malloc(n * sizeof(uint16_t), ctx);
-    if (!t->data) return pt__fail(PT_ERR_OOM, "cannot allocate %zu tokens", n);
+    if ((st = pt__tokens_alloc(t, n, 0)) != PT_OK) return st;
     for (i = 0; i < n; i++) t->data[i] = b[i];
     t->n = n;
     t->vocab_size = 256;
@@ -18900,7 +18914,10 @@ PTRAINDEF pt_status pt_tokens_from_bytes(pt_tokens *t, const void *bytes, size_t
 PTRAINDEF pt_status pt_tokens_parse_llmc(pt_tokens *t, const void *bytes, size_t n) {
     const unsigned char *b = (const unsigned char *)bytes;
     int32_t h[3];
+    size_t w, i;
+    uint32_t top = 0;
     void *ctx = t->alloc_ctx;
+    pt_status st;
     memset(t, 0, sizeof *t);
     t->alloc_ctx = ctx;
     if (n < 1024)
@@ -18909,21 +18926,27 @@ PTRAINDEF pt_status pt_tokens_parse_llmc(pt_tokens *t, const void *bytes, size_t
     if (h[0] != PT_TOKENS_MAGIC)
         return pt__fail(PT_ERR_FORMAT, "token file has magic %d, expected %d (llm.c format)", (int)h[0],
                         PT_TOKENS_MAGIC);
-    if (h[1] != 1)
-        return pt__fail(PT_ERR_UNSUPPORTED, "token file version %d is not supported (expected 1: uint16 tokens)",
-                        (int)h[1]);
-    if (h[2] < 0 || (uint64_t)h[2] > (uint64_t)(n - 1024) / 2)
+    if (h[1] != 1 && h[1] != 2)
+        return pt__fail(PT_ERR_UNSUPPORTED,
+                        "token file version %d is not supported (expected 1: uint16 tokens, or 2: "
+                        "uint32)", (int)h[1]);
+    w = h[1] == 1 ? 2 : 4;
+    if (h[2] < 0 || (uint64_t)h[2] > (uint64_t)(n - 1024) / w)
         return pt__fail(PT_ERR_FORMAT,
                         "token file header says %d tokens but the file holds only %zu",
-                        (int)h[2], (n - 1024) / 2);
-    if ((uint64_t)(n - 1024) != (uint64_t)h[2] * 2)
+                        (int)h[2], (n - 1024) / w);
+    if ((uint64_t)(n - 1024) != (uint64_t)h[2] * w)
         return pt__fail(PT_ERR_FORMAT, "token file has %zu bytes after its %d tokens",
-                        (size_t)(n - 1024 - (size_t)h[2] * 2), (int)h[2]);
-    t->data = (uint16_t *)pt__malloc((size_t)h[2] * sizeof(uint16_t), ctx);
-    if (!t->data) return pt__fail(PT_ERR_OOM, "cannot allocate %d tokens", (int)h[2]);
-    memcpy(t->data, b + 1024, (size_t)h[2] * 2);
+                        (size_t)(n - 1024 - (size_t)h[2] * w), (int)h[2]);
+    if ((st = pt__tokens_alloc(t, (size_t)h[2], w == 4)) != PT_OK) return st;
+    memcpy(w == 4 ? (void *)t->data32 : (void *)t->data, b + 1024, (size_t)h[2] * w); /* LE host */
+    for (i = 0; w == 4 && i < (size_t)h[2]; i++) top = t->data32[i] > top ? t->data32[i] : top;
+    if (top > 0x7FFFFFFEu) {
+        pt_tokens_free(t);
+        return pt__fail(PT_ERR_RANGE, "token file holds the id %u, over 2^31-2", (unsigned)top);
+    }
     t->n = (size_t)h[2];
-    t->vocab_size = 50257;
+    t->vocab_size = w == 2 ? 50257 : (int)top + 1;
     return PT_OK;
 }
 
@@ -18946,23 +18969,26 @@ PTRAINDEF pt_status pt_tokens_load(pt_tokens *t, const char *path, pt_tokens_for
 PTRAINDEF pt_status pt_tokens_check(const pt_tokens *t, int vocab_size) {
     size_t i;
     for (i = 0; i < t->n; i++)
-        if ((int)t->data[i] >= vocab_size)
+        if (pt_tokens_at(t, i) >= vocab_size)
             return pt__fail(PT_ERR_RANGE, "token %d at position %zu is >= vocab_size %d",
-                            (int)t->data[i], i, vocab_size);
+                            pt_tokens_at(t, i), i, vocab_size);
     return PT_OK;
 }
 
-/* H = -sum_v p_v ln p_v over the tokens [begin, end), in nats */
+/* H = -sum_v p_v ln p_v over the tokens [begin, end), in nats
+   (ids at or above max(65536, vocab_size) are not counted: pt_tokens_check first) */
 PTRAINDEF double pt_tokens_unigram_entropy(const pt_tokens *t, size_t begin, size_t end) {
-    size_t *count = (size_t *)pt__malloc(65536 * sizeof(size_t), t->alloc_ctx), i;
+    size_t nv = t->vocab_size > 65536 ? (size_t)t->vocab_size : 65536, i;
+    size_t *count = (size_t *)pt__malloc(nv * sizeof(size_t), t->alloc_ctx);
     double h = 0.0, n = (double)(end - begin);
     if (!count || end <= begin) {
         pt__free(count, t->alloc_ctx);
         return 0.0;
     }
-    memset(count, 0, 65536 * sizeof(size_t));
-    for (i = begin; i < end; i++) count[t->data[i]]++;
-    for (i = 0; i < 65536; i++)
+    memset(count, 0, nv * sizeof(size_t));
+    for (i = begin; i < end; i++)
+        if ((size_t)pt_tokens_at(t, i) < nv) count[pt_tokens_at(t, i)]++;
+    for (i = 0; i < nv; i++)
         if (count[i]) h -= (double)count[i] / n * log((double)count[i] / n);
     pt__free(count, t->alloc_ctx);
     return h;
@@ -18970,7 +18996,9 @@ PTRAINDEF double pt_tokens_unigram_entropy(const pt_tokens *t, size_t begin, siz
 
 PTRAINDEF void pt_tokens_free(pt_tokens *t) {
     pt__free(t->data, t->alloc_ctx);
+    pt__free(t->data32, t->alloc_ctx);
     t->data = NULL;
+    t->data32 = NULL;
     t->n = 0;
 }
 
@@ -19003,7 +19031,7 @@ PTRAINDEF pt_status pt_loader_init(pt_loader *l, const pt_tokens *t, pt_split sp
         return pt__fail(PT_ERR_CONFIG, "loader batch=%d and seq=%d must be >= 1", d->batch, d->seq);
     if (split != PT_SPLIT_ALL && !(frac > 0.0 && frac < 1.0))
         return pt__fail(PT_ERR_CONFIG, "val_fraction=%g must be in (0, 1)", frac);
-    l->tokens = t->data;
+    l->tokens = *t;
     l->begin = split == PT_SPLIT_VAL ? t->n - nval : 0;
     l->len = split == PT_SPLIT_ALL ? t->n : split == PT_SPLIT_TRAIN ? t->n - nval : nval;
     if (l->len < (size_t)d->seq + 1)
@@ -19027,16 +19055,16 @@ PTRAINDEF pt_status pt_loader_next(pt_loader *l, int *inputs, int *targets) {
     if (!l->perm || l->n_windows == 0)
         return pt__fail(PT_ERR_INVALID_ARG, "the loader is not initialised");
     for (b = 0; b < l->B; b++) {
-        const uint16_t *w;
+        size_t w;
         if (l->pos >= l->n_windows) {
             l->epoch++;
             l->pos = 0;
             pt__loader_shuffle(l);
         }
-        w = l->tokens + l->begin + (size_t)l->perm[l->pos++] * (size_t)l->T;
+        w = l->begin + (size_t)l->perm[l->pos++] * (size_t)l->T;
         for (i = 0; i < l->T; i++) {
-            inputs[b * l->T + i] = w[i];
-            if (targets) targets[b * l->T + i] = w[i + 1];
+            inputs[b * l->T + i] = pt_tokens_at(&l->tokens, w + (size_t)i);
+            if (targets) targets[b * l->T + i] = pt_tokens_at(&l->tokens, w + (size_t)i + 1);
         }
     }
     return PT_OK;

@@ -204,7 +204,8 @@ static void headers(void) {
     }
 }
 
-/* llm.c token files: valid, then one broken field each; and raw bytes */
+/* llm.c token files: valid, then one broken field each, version 2 (uint32);
+   and raw bytes */
 static void tokens(void) {
     static unsigned char b[1024 + 2 * 64];
     const char *text = "7+5=12\nthe cat sees a red ball near the river.\n";
@@ -221,9 +222,16 @@ static void tokens(void) {
     head[2] = 1 << 30;
     memcpy(b, head, sizeof head);
     put("tokens", "llmc_count.bin", b, sizeof b);
-    head[1] = 2;
+    head[1] = 3;
     memcpy(b, head, sizeof head);
     put("tokens", "llmc_version.bin", b, sizeof b);
+    head[1] = 2, head[2] = 32; /* version 2: uint32 ids, some over 65,535 */
+    memcpy(b, head, sizeof head);
+    for (i = 0; i < 32; i++) {
+        uint32_t id = (uint32_t)(i * 4099 % 100277);
+        memcpy(b + 1024 + 4 * i, &id, 4);
+    }
+    put("tokens", "llmc_v2.bin", b, sizeof b);
     put("tokens", "text", text, strlen(text));
 }
 

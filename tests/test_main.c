@@ -2750,6 +2750,46 @@ static unsigned char *llmc_image(int32_t magic, int32_t version, int32_t count,
     return b;
 }
 
+/* version 2 (uint32 ids, as pt_tokens_write_llmc writes ids over 65,535):
+   read into data32 whole, its vocabulary the largest id + 1, cut into
+   batches, checked, counted; a top id over 2^31-2 refused */
+static void test_tokens_wide(const char *bin) {
+    int ids[9] = {128000, 5, 70000, 65535, 65536, 1, 128255, 0, 99999}, in[4], out[4];
+    uint32_t bad[2] = {3, 0x80000000u};
+    unsigned char img[1024 + sizeof bad];
+    int32_t h[3] = {20240520, 2, 2};
+    pt_tokens t;
+    pt_loader l;
+    pt_loader_desc d;
+    size_t i;
+    CHECK_ST(pt_tokens_write_llmc(bin, ids, 9, NULL), PT_OK);
+    ZERO(t);
+    CHECK_ST(pt_tokens_load(&t, bin, PT_TOKENS_AUTO), PT_OK);
+    CHECK(t.n == 9 && t.data == NULL && t.data32 != NULL && t.vocab_size == 128256);
+    for (i = 0; i < 9 && t.data32; i++) CHECK_EQ(pt_tokens_at(&t, i), ids[i]);
+    CHECK_ST(pt_tokens_check(&t, 128256), PT_OK);
+    CHECK_ERR(pt_tokens_check(&t, 128255), PT_ERR_RANGE, "128255 at position 6");
+    CHECK_NEAR(pt_tokens_unigram_entropy(&t, 0, 2), log(2.0), 1e-12); /* 128000 and 5 */
+    CHECK_NEAR(pt_tokens_unigram_entropy(&t, 6, 7), 0.0, 1e-15);
+    ZERO(d);
+    d.batch = 1, d.seq = 4, d.no_shuffle = 1;
+    ZERO(l);
+    CHECK_ST(pt_loader_init(&l, &t, PT_SPLIT_ALL, &d), PT_OK);
+    CHECK_ST(pt_loader_next(&l, in, out), PT_OK); /* the first window: ids 0..4 */
+    CHECK(in[0] == 128000 && in[2] == 70000 && out[2] == 65535 && out[3] == 65536);
+    CHECK_ST(pt_loader_next(&l, in, out), PT_OK);
+    CHECK(in[0] == 65536 && in[2] == 128255 && out[3] == 99999);
+    pt_loader_free(&l);
+    pt_tokens_free(&t);
+    CHECK(t.data32 == NULL && t.n == 0);
+    memset(img, 0, sizeof img);
+    memcpy(img, h, sizeof h);
+    memcpy(img + 1024, bad, sizeof bad);
+    ZERO(t);
+    CHECK_ERR(pt_tokens_parse_llmc(&t, img, sizeof img), PT_ERR_RANGE, "2147483648");
+    CHECK(t.data32 == NULL);
+}
+
 static void test_tokens(void) {
     uint16_t tok[5] = {3, 50256, 0, 7, 1000};
     pt_tokens t;
@@ -2770,8 +2810,10 @@ static void test_tokens(void) {
     ZERO(t);
     CHECK_ERR(pt_tokens_load(&t, bin, PT_TOKENS_AUTO), PT_ERR_FORMAT, "magic");
     CHECK_MSG("tokens.bin");
-    img = llmc_image(20240520, 2, 5, tok, 5, &n);
-    CHECK_ERR(pt_tokens_parse_llmc(&t, img, n), PT_ERR_UNSUPPORTED, "version 2");
+    img = llmc_image(20240520, 3, 5, tok, 5, &n);
+    CHECK_ERR(pt_tokens_parse_llmc(&t, img, n), PT_ERR_UNSUPPORTED, "version 3");
+    img = llmc_image(20240520, 2, 5, tok, 5, &n); /* 10 bytes: 2 uint32 and a half */
+    CHECK_ERR(pt_tokens_parse_llmc(&t, img, n), PT_ERR_FORMAT, "only 2");
     img = llmc_image(20240520, 1, 6, tok, 5, &n);
     CHECK_ERR(pt_tokens_parse_llmc(&t, img, n), PT_ERR_FORMAT, "6");
     img = llmc_image(20240520, 1, -1, tok, 5, &n);
@@ -2802,6 +2844,7 @@ static void test_tokens(void) {
                    -2 * 0.375 * log(0.375) - 2 * 0.125 * log(0.125), 1e-12);
         CHECK_NEAR(pt_tokens_unigram_entropy(&t, 0, 1), 0.0, 1e-15);
     }
+    test_tokens_wide(bin);
 }
 
 /* Token i has value i, so every window shows where it came from. */

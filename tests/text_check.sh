@@ -68,6 +68,20 @@ check "token file: cl100k ids over 65,535 write version 2 (uint32) and decode" s
     "$T --tokenizer build/tok/cl100k.json --output $tmp/cl.bin tests/ref/text/cjk.txt &&
      od -A n -t d4 -N 12 $tmp/cl.bin | awk '{ exit !(\$1 == 20240520 && \$2 == 2) }' &&
      $T --tokenizer build/tok/cl100k.json --decode $tmp/cl.bin >$tmp/cl.txt && cmp tests/ref/text/cjk.txt $tmp/cl.txt"
+cat tests/ref/text/*.txt >"$tmp/all.txt"
+check "train: cl100k text (ids over 65,535) through its version-2 cache, read back by a second run" sh -c \
+    "build/train --tokenizer build/tok/cl100k.json --data $tmp/all.txt --preset tiny --steps 2 --batch 2 \
+         --seq 32 --sample-tokens 0 >$tmp/t1 && grep -q 'vocabulary 100277' $tmp/t1 &&
+     od -A n -t d4 -N 12 $tmp/all.txt.tokens.bin | awk '{ exit !(\$1 == 20240520 && \$2 == 2) }' &&
+     build/train --tokenizer build/tok/cl100k.json --data $tmp/all.txt --preset tiny --steps 2 --batch 2 \
+         --seq 32 --sample-tokens 0 >$tmp/t2 && grep -q 'read from' $tmp/t2 &&
+     grep 'step     2/2' $tmp/t1 | cut -d'|' -f2 >$tmp/l1 && grep 'step     2/2' $tmp/t2 | cut -d'|' -f2 >$tmp/l2 &&
+     test -s $tmp/l1 && cmp $tmp/l1 $tmp/l2"
+check "train: a version-2 token file (--data X.bin); its vocabulary the largest id + 1" sh -c \
+    "$T --tokenizer build/tok/cl100k.json --output $tmp/all.bin $tmp/all.txt &&
+     build/train --data $tmp/all.bin --preset tiny --steps 2 --batch 2 --seq 32 --sample-tokens 0 >$tmp/t3 &&
+     $T --tokenizer build/tok/cl100k.json --print-ids $tmp/all.txt | tr ' ' '\\n' | sort -n | tail -1 >$tmp/top &&
+     grep -q \"vocabulary \$((\$(cat $tmp/top) + 1))\" $tmp/t3"
 check "special tokens: <|endoftext|> is 50256 only with --allow-special" sh -c \
     "$T --tokenizer build/tok/gpt2.json --print-ids --allow-special tests/ref/text/specials.txt | grep -qw 50256 &&
      ! $T --tokenizer build/tok/gpt2.json --print-ids tests/ref/text/specials.txt | grep -qw 50256"

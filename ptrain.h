@@ -13648,6 +13648,9 @@ typedef struct pt__sim {
                                behind each bucket's compute (the executor's overlap) */
     int *z3_held;           /* (p * 4) the buckets in the two gathered halves as B begins
                                [0, 2), and as an F after a B begins [2, 4) */
+    double z3e_mask_s, z3e_rows_s, z3e_mask_v, z3e_rows_v; /* ZeRO 3's embedding compact
+                               (pt__sim_z3_compact): its two all-reduces' seconds and bytes
+                               through a rank, F and B each (0: wte's buckets whole) */
     double *z3_x, *z3_h;    /* (p) ZeRO 3's dp time waited for, and run behind compute */
     double *busy, *flops, *hwflops, *tp_s, *pp_s; /* (p) */
     pt_plan_stage *stage;   /* (p) the result's */
@@ -13907,13 +13910,36 @@ static void pt__z3_sim_reduce(const pt__sim_bucket *bk, pt__z3_clock *z, int b) 
     pt__z3_sim_coll(z, bk[b].red_s, bk[b].red_v, 0);
 }
 
+/* pt__z3_embed_compact's collectives (S->z3e_rows_s > 0) before the embedding's forward:
+   the half nx (the first layer's bucket) does not use let go of, the mask of the rows read
+   all-reduced and waited for, the rows' all-reduce started, nx's gather behind it unless
+   its half holds it, the rows' waited for. */
+static void pt__z3_sim_compact(const pt__sim *S, const pt__sim_bucket *bk, pt__z3_clock *z,
+                               int nx) {
+    int h = !(nx & 1), g = nx & 1;
+    double end;
+    pt__z3_sim_wait(z, h);
+    z->held[h] = -1;
+    pt__z3_sim_coll(z, S->z3e_mask_s, S->z3e_mask_v, 0);
+    end = pt__z3_sim_coll(z, S->z3e_rows_s, S->z3e_rows_v, 1);
+    if (z->held[g] != nx) {
+        pt__z3_sim_wait(z, g);
+        z->pend[g] = pt__z3_sim_coll(z, bk[nx].gat_s, bk[nx].gat_v, 1), z->held[g] = nx;
+        z->t += S->hw->comm_cpu * bk[nx].gat_v, z->wait += S->hw->comm_cpu * bk[nx].gat_v;
+    }
+    if (end > z->t) z->wait += end - z->t, z->t = end;
+}
+
 /* F (kind) or B of ptrain's ZeRO 3 on stage st (pp = 1: the whole model)
    in the executor's order of buckets: forward the embedding's (ne, before
    the first layer), each layer's, the final norm's, the head's (nh after
    the norm; tied: the embedding's again), each needed with the next
    prefetched; backward the head's from the last, the norm's, the layers'
    descending, each reduce-scattered after its compute, then the
-   embedding's reduced (its backward reads no weights). pre, per, post: the
+   embedding's reduced (its backward reads no weights); with its rows compact
+   (S->z3e_rows_s > 0) the embedding's buckets are neither gathered nor reduced: F
+   all-reduces the rows its tokens read (pt__z3_sim_compact), B lets both halves go and
+   all-reduces the mask and the rows' gradients. pre, per, post: the
    compute (pt__sim_parts), the embedding's and head's split evenly over
    their buckets. held: the halves' buckets as it begins, then as it ends. */
 static pt__z3_clock pt__sim_z3_pass(const pt__sim *S, int st, int kind, double pre, double per,
@@ -13931,7 +13957,8 @@ static pt__z3_clock pt__sim_z3_pass(const pt__sim *S, int st, int kind, double p
     h0 = lnf + 1 < nb ? lnf + 1 : 0, nh = lnf + 1 < nb ? nb - lnf - 1 : ne;
     if (lnf >= nb || ne == 0) return z; /* (not a layout the executor builds) */
     if (kind == PT_ACT_F) {
-        for (i = 0; i < ne; i++) {
+        if (S->z3e_rows_s > 0) pt__z3_sim_compact(S, bk, &z, nl > 0 ? lb[0] : lnf), z.t += emb;
+        for (i = 0; S->z3e_rows_s <= 0 && i < ne; i++) {
             pt__z3_sim_need(S, bk, &z, i, i + 1 < ne ? i + 1 : nl > 0 ? lb[0] : lnf);
             z.t += emb / ne;
         }
@@ -13957,7 +13984,14 @@ static pt__z3_clock pt__sim_z3_pass(const pt__sim *S, int st, int kind, double p
             z.t += per;
             pt__z3_sim_reduce(bk, &z, lb[l]);
         }
-        for (i = 0; i < ne; i++) {
+        if (S->z3e_rows_s > 0) { /* (pt__z3_embed_sparse) */
+            pt__z3_sim_wait(&z, 0), pt__z3_sim_wait(&z, 1);
+            z.held[0] = z.held[1] = -1;
+            pt__z3_sim_coll(&z, S->z3e_mask_s, S->z3e_mask_v, 0);
+            z.t += emb;
+            pt__z3_sim_coll(&z, S->z3e_rows_s, S->z3e_rows_v, 0);
+        }
+        for (i = 0; S->z3e_rows_s <= 0 && i < ne; i++) {
             z.t += emb / ne;
             pt__z3_sim_reduce(bk, &z, i);
         }
@@ -14250,6 +14284,33 @@ static double pt__plan_held(const pt__sim *S, int st) {
     return peak;
 }
 
+/* Whether ptrain's ZeRO 3 would take the embedding's rows compact
+   (pt__z3_sparse_ok: one stage and chunk, a dp group, overlap on, W not apart, wpe if any
+   in a bucket with wte's rows; the plan takes the local ranks as threads, on which any dp
+   size does) and the work half holds them; if so its collectives on S (else zeros). Each
+   F and B all-reduces the mask of the vocab_local rows (MAX) and then the rows some rank
+   of the dp group reads with wpe's first T (SUM), floats, in place of wte's buckets.
+   Rows read: for tokens drawn uniformly (sim_vs_real's), Vl (1 - (1 - 1/V)^(w N)) of
+   w ranks' N tokens each; text repeats its tokens more, so fewer. */
+static void pt__sim_z3_compact(pt__sim *S, pt_gpt *m, const pt__exec_layout *o, double N,
+                               int dpn) {
+    const pt_gpt_exec *x = m->exec;
+    double V = m->config.vocab_size, Vl = m->place.vocab_local, C = m->config.n_embd;
+    double w = S->dpw, R, f;
+    size_t wn = 0;
+    S->z3e_mask_s = S->z3e_rows_s = S->z3e_mask_v = S->z3e_rows_v = 0.0;
+    if (!S->z3_ov || S->d->pp != 1 || S->d->model.chunks != 1 || w < 2 || o->split || !x ||
+        x->tab_wte < 0 || (x->tab_wpe >= 0 && !pt__wpe_with_wte(m, S->d->model.seq, &wn)))
+        return;
+    R = ceil(Vl * (1.0 - pow(1.0 - 1.0 / V, w * N)));
+    if (R * C + (double)wn + 2.0 * Vl + N > (double)o->largest_bucket) return;
+    f = 2.0 * (w - 1.0) / w * 4.0; /* (an all-reduce: twice (w-1)/w of its floats) */
+    S->z3e_mask_s = pt_hw_comm_seconds(S->hw, PT_COLL_ALL_REDUCE, 4.0 * Vl, S->dpw, dpn);
+    S->z3e_rows_s = pt_hw_comm_seconds(S->hw, PT_COLL_ALL_REDUCE, 4.0 * (R * C + (double)wn),
+                                       S->dpw, dpn);
+    S->z3e_mask_v = f * Vl, S->z3e_rows_v = f * (R * C + (double)wn);
+}
+
 /* Pipeline stage st: its meta build (every tp x dp rank of a stage alike),
    its memory, and the costs only it has: the embedding (first), the head
    (last), the gradient sync and optimizer, ZeRO 3's gathers. The stage's
@@ -14352,6 +14413,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
         }
         if (S->z3) { /* the halves held after an F (as B begins) and after a B */
             int *h = S->z3_held + st * 4;
+            pt__sim_z3_compact(S, &m, &o, M, dpn);
             h[0] = h[1] = -1;
             pt__sim_z3_pass(S, st, PT_ACT_F, 0.0, 0.0, 0.0, h);
             h[2] = h[0], h[3] = h[1];

@@ -1636,6 +1636,17 @@ typedef enum pt_plan_attention {
                              from the FLOPs it does at the profile's flash_eff */
 } pt_plan_attention;
 
+/* How a plan's context parallelism moves K and V. */
+typedef enum pt_plan_cp_comm {
+    PT_CP_DEFAULT = 0,    /* RING */
+    PT_CP_RING,           /* each next K/V block passed round a ring behind the block computed
+                             (Liu et al. 2023; Megatron-Core; ptrain's executor) */
+    PT_CP_ALLGATHER       /* K and V all-gathered before attention, exposed, and again in
+                             backward with dK and dV reduce-scattered after it (Llama 3,
+                             Dubey et al. 2024, sec. 3.3.2: "the all-gather communication
+                             latency is exposed in the critical path"); GPU profiles only */
+} pt_plan_cp_comm;
+
 /* How a plan spreads the layers over the pipeline's blocks (pp x chunks). */
 typedef enum pt_plan_split {
     PT_SPLIT_DEFAULT = 0, /* EMBED_LOSS on a GPU profile when it, and not EVEN, divides the
@@ -1699,6 +1710,7 @@ typedef struct pt_plan_desc {
     pt_overlap pp_overlap; /* ON: pipeline sends behind compute (only their launch on the
                              stage's time); default: as tp_overlap */
     pt_plan_split pp_split; /* the layers over the pipeline's blocks (PT_SPLIT_*) */
+    pt_plan_cp_comm cp_comm; /* how cp moves K and V (PT_CP_*; default the ring) */
 } pt_plan_desc;
 
 typedef struct pt_plan_mem {
@@ -13629,6 +13641,7 @@ typedef struct pt__sim {
     int cp, dpw;            /* context parallelism; the ranks holding the same weights
                                (dp x cp), over which gradients are reduced */
     int sp, flash;          /* sequence parallelism (tp > 1), fused attention */
+    int cp_ag;              /* cp's K and V all-gathered, exposed (PT_CP_ALLGATHER) */
     const pt_schedule *sch; /* the lists run */
     int xl;                 /* PT_SPLIT_EMBED_LOSS: each stage built with the model's layers
                                + 2, the first block's first layer and the last block's last
@@ -13756,7 +13769,15 @@ static void pt__attn_core(const pt__sim *S, double f_attn, double *f, double *bk
         *f = (g_sc + g_ctx) * S->share + (P * (4 * e + 1)) / hw->mem_bw * S->share;
         *bk = 2.0 * (g_sc + g_ctx) * S->share + (P * (6 * e + 1)) / hw->mem_bw * S->share;
     }
-    if (S->cp > 1) { /* K and V of the rank's tokens (r h / t each) a step */
+    if (S->cp > 1 && S->cp_ag) { /* all of K and V gathered (twice: backward too), dK and
+                                    dV reduce-scattered, each over cp x its tp rank's r h/t */
+        int cp = S->cp, pn = d->tp * cp <= hw->per_node ? cp
+                             : d->tp < hw->per_node ? hw->per_node / d->tp : 1;
+        double kv = 2.0 * b * sl * r * h / t * e * cp;
+        double ag = pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, kv, cp, pn);
+        *f += ag; /* (then the rank's queries against all the keys, as without cp) */
+        *bk += ag + pt_hw_comm_seconds(hw, PT_COLL_REDUCE_SCATTER, kv, cp, pn);
+    } else if (S->cp > 1) { /* K and V of the rank's tokens (r h / t each) a step */
         int cp = S->cp, span = d->tp * cp > hw->per_node;
         double kv = 2.0 * b * sl * r * h / t * e, o = b * sl * h / t * e;
         double x = pt_hw_comm_seconds(hw, PT_COLL_P2P, kv, 2, span ? 1 : 2);
@@ -14183,6 +14204,11 @@ static pt_status pt__plan_check(pt__sim *S, pt_plan_desc *D, const pt_hw *hw) {
     if ((unsigned)D->attention > PT_ATTN_FLASH)
         pt__append_error(&bad, "attention=%d is not PT_ATTN_DEFAULT, _PLAIN or _FLASH",
                          (int)D->attention);
+    if ((unsigned)D->cp_comm > PT_CP_ALLGATHER)
+        pt__append_error(&bad, "cp_comm=%d is not PT_CP_DEFAULT, _RING or _ALLGATHER",
+                         (int)D->cp_comm);
+    else if (D->cp_comm == PT_CP_ALLGATHER && (D->exec ? D->exec : hw->exec) == PT_EXEC_PTRAIN)
+        pt__append_error(&bad, "cp_comm=allgather with ptrain's executor (it runs the ring)");
     if ((unsigned)D->tp_overlap > PT_OVERLAP_OFF || (unsigned)D->pp_overlap > PT_OVERLAP_OFF)
         pt__append_error(&bad, "tp_overlap=%d, pp_overlap=%d: each PT_OVERLAP_DEFAULT, _ON or "
                          "_OFF", (int)D->tp_overlap, (int)D->pp_overlap);
@@ -14697,6 +14723,7 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
     S.gb = !S.ptrain && hw->grad_bytes > 0 ? hw->grad_bytes : S.elem;
     S.sp = D.model.sequence_parallel && D.tp > 1; /* with tp 1: nothing to split */
     S.flash = D.attention == PT_ATTN_FLASH;
+    S.cp_ag = D.cp_comm == PT_CP_ALLGATHER;
     /* (ptrain's executor: its own overlap of sends is in its schedule's costs) */
     S.tp_ov = D.tp_overlap ? D.tp_overlap == PT_OVERLAP_ON
                            : D.overlap == PT_OVERLAP_ON && !S.ptrain;

@@ -72,9 +72,10 @@ static int plan_onoff(const char *flag, const char *v, pt_overlap *o) {
 }
 
 /* Today's recipe from the command line: the block (--arch, --kv-heads,
-   --ffn), --attention, --tp-overlap, --pp-overlap, --pp-split. 0, or -1 after an error. */
+   --ffn), --attention, --tp-overlap, --pp-overlap, --pp-split, --cp-comm. 0, or -1 after an
+   error. */
 static int plan_recipe(pt_plan_desc *d, const char *arch, int kv, int ffn, const char *attn,
-                       const char *tov, const char *pov, const char *split) {
+                       const char *tov, const char *pov, const char *split, const char *cpc) {
     pt_gpt_config *cf = &d->model.config;
     if (arch && strcmp(arch, "llama") == 0) {
         cf->arch = PT_ARCH_LLAMA, cf->norm = PT_NORM_RMS, cf->pos = PT_POS_ROPE;
@@ -105,6 +106,12 @@ static int plan_recipe(pt_plan_desc *d, const char *arch, int kv, int ffn, const
         fprintf(stderr, "error: --pp-split '%s' is not even or embedding-loss\n", split);
         return -1;
     }
+    if (cpc && strcmp(cpc, "ring") == 0) d->cp_comm = PT_CP_RING;
+    else if (cpc && strcmp(cpc, "allgather") == 0) d->cp_comm = PT_CP_ALLGATHER;
+    else if (cpc) {
+        fprintf(stderr, "error: --cp-comm '%s' is not ring or allgather\n", cpc);
+        return -1;
+    }
     return 0;
 }
 
@@ -116,7 +123,7 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
     pt_gpt_desc *md = &d->model; /* the model and its layout */
     pt_gpt_config *cf = &md->config;
     const char *preset = NULL, *rc = "full", *sched = NULL, *prec = NULL, *pos[1], *ov = NULL;
-    const char *arch = NULL, *attn = NULL, *tov = NULL, *pov = NULL, *split = NULL;
+    const char *arch = NULL, *attn = NULL, *tov = NULL, *pov = NULL, *split = NULL, *cpc = NULL;
     int kv = 0, ffn = 0;
     float tokens = 0, bucket_mb = 0, inter = 0;
     int npos, s, i, np = (int)(sizeof presets / sizeof *presets);
@@ -150,6 +157,9 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         {"cp", CLI_INT, &d->cp, "context parallelism: ranks sharing each sequence, a ring "
          "of K/V blocks, the load-balanced causal split (default 1; gpus = tp x pp x cp x dp)",
          1, 1 << 16},
+        {"cp-comm", CLI_STR, &cpc, "ring | allgather: cp's K and V passed round a ring behind "
+         "the block computed, or all-gathered before attention and exposed, dK and dV "
+         "reduce-scattered (Llama 3's; GPU profiles) (default ring)", 0, 0},
         {"attention", CLI_STR, &attn, "flash | plain: a fused kernel at the profile's flash "
          "efficiency, no s x s in memory; or batched GEMMs with the scores stored (default "
          "plain)", 0, 0},
@@ -251,7 +261,7 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         fprintf(stderr, "error: --inter-gbps %g must be more than 0\n", (double)inter);
         return 2;
     }
-    if (plan_recipe(d, arch, kv, ffn, attn, tov, pov, split) != 0) return 2;
+    if (plan_recipe(d, arch, kv, ffn, attn, tov, pov, split, cpc) != 0) return 2;
     md->bucket_bytes = (size_t)((double)bucket_mb * 1048576.0);
     p->inter_gbps = inter;
     md->schedule = (pt_schedule_kind)s;

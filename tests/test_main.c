@@ -4012,6 +4012,41 @@ static void test_sim_recipe(void) {
     remove(path);
 }
 
+/* Llama 3's context parallelism (PT_CP_ALLGATHER) against the ring, cp 2 on
+   one H100 node, the ring compute-bound (each K|V block's send shorter than
+   the block's attention): each layer's pass adds the all-gather of K and V
+   forward, and backward the all-gather again and dK|dV's reduce-scatter,
+   2 b s (r h / t) bytes each over the 2 ranks; nothing else moves. ptrain's
+   executor (the ring) refuses it, and values past the enum. */
+static void test_sim_cp_allgather(void) {
+    enum { L = 4, CP = 2, T = 4 };
+    pt_hw hw;
+    pt_plan_desc d;
+    pt_plan_result a, b;
+    double kv, ag, rs, want;
+    CHECK(pt_hw_preset("h100-80g", &hw) == PT_OK);
+    ZERO(d);
+    d.model.config = cfg_make(51200, 0, L, 32, 4096), d.model.seq = 32768;
+    d.model.batch = 1, d.model.recompute = PT_RECOMPUTE_NONE;
+    d.tp = T, d.pp = 1, d.cp = CP, d.gpus = T * CP, d.batch = 2, d.attention = PT_ATTN_FLASH;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &a, NULL), PT_OK);
+    d.cp_comm = PT_CP_ALLGATHER;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &b, NULL), PT_OK);
+    kv = 2.0 * 32768 * 4096 / T * 2; /* K and V of all the tokens, bf16 */
+    ag = pt_hw_comm_seconds(&hw, PT_COLL_ALL_GATHER, kv, CP, CP);
+    rs = pt_hw_comm_seconds(&hw, PT_COLL_REDUCE_SCATTER, kv, CP, CP);
+    want = 2 * L * (2 * ag + rs); /* 2 micro-batches */
+    if (fabs((b.step_time - a.step_time) / want - 1) > 1e-6)
+        FAIL("cp %d all-gathered: %.6g s more than the ring, want %.6g", CP,
+             b.step_time - a.step_time, want);
+    d.exec = PT_EXEC_PTRAIN;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &b, NULL), PT_ERR_CONFIG);
+    CHECK(strstr(pt_last_error(), "cp_comm=allgather with ptrain's executor") != NULL);
+    d.exec = PT_EXEC_DEFAULT, d.cp_comm = (pt_plan_cp_comm)3;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &b, NULL), PT_ERR_CONFIG);
+    CHECK(strstr(pt_last_error(), "cp_comm=3") != NULL);
+}
+
 /* Context parallelism on ptrain's executor with a local profile: the ring's
    kernel blocks cover the key chunks as pt__attn_rows does (cp 2 at 128
    tokens: every 64-query block spans both of a rank's chunks and sees a
@@ -6267,6 +6302,7 @@ static const test_case tests[] = {
     {"sim_mechanisms", test_sim_mechanisms},
     {"sim_recipe", test_sim_recipe},
     {"sim_cp_ring", test_sim_cp_ring},
+    {"sim_cp_allgather", test_sim_cp_allgather},
     {"sim_cost_paths", test_sim_cost_paths},
     {"sim_zero3_ptrain", test_sim_zero3_ptrain},
     {"sim_zero3_executor_bytes", test_sim_zero3_executor_bytes},

@@ -239,7 +239,7 @@ EOF
 # plan --search on a published row's cluster (Korthikanti's 22B on 8 A100s) finds its layout or a
 # faster one, and says what the faster one gains
 row="--layers 48 --hidden 6144 --heads 64 --vocab 51200 --seq 2048 --gpus 8 --batch 4 \
---microbatch 1 --recompute selective --sp --zero 0 --hw a100-80g"
+--microbatch 4 --recompute selective --sp --zero 0 --hw a100-80g"
 # shellcheck disable=SC2086
 $plan $row --tp 8 --json >"$tmp/pub" && $plan $row --search --top 3 --json >"$tmp/best" &&
     python3 -c "import json,sys; p=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2]))

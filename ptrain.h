@@ -13119,7 +13119,9 @@ static const pt_hw pt__hw_presets[] = {
        NVSwitch (300 GB/s a direction, NCCL all-reduce ~230 GB/s bus bandwidth in
        nccl-tests on DGX A100); 8 HDR InfiniBand 200 Gb/s adapters a node, one a
        GPU (25 GB/s). GEMMs: 0.75 of peak asymptotically (cuBLAS's best single
-       GEMMs reach ~0.85; clocks drop under sustained tensor load). Flash:
+       GEMMs reach ~0.85, 271.2 TFLOP/s = 0.869 in Bekman's ml-engineering MAMF table;
+       clocks drop under sustained tensor load): 0.863 of the best, the ratio the H100
+       and MI300X profiles take from their own MAMF figures. Flash:
        FlashAttention-2 (Dao 2023, its A100 figures) reaches 180-225 TFLOP/s
        forward + backward at head size 128, causal 2k-16k tokens: 0.60. No tp
        overlap (Transformer Engine's userbuffers are Hopper's); gradients in the
@@ -13133,8 +13135,8 @@ static const pt_hw pt__hw_presets[] = {
        GPU; ~45 GB/s in NCCL's inter-node all-reduce). GEMMs: cuBLAS bf16 on
        large training shapes sustains 700-750 TFLOP/s at the clocks a loaded SXM
        holds (SemiAnalysis' H100/H200/MI300X training benchmark, 2024: ~720 on
-       Llama shapes; single GEMMs' best ~800, 0.81 of peak); inside a step, with
-       the A100's ratio of sustained to best (0.75 / 0.85): 0.70 asymptotically,
+       Llama shapes; single GEMMs' best 794.5, 0.803 of peak: the MAMF table); inside a
+       step, with the A100's ratio of in-step to best (0.863): 0.69, 0.70 asymptotically,
        Hopper's 128x256 tiles losing half at 64. Flash: FlashAttention-2, the kernel
        2024's runs had (PyTorch's SDPA, Llama 3), reaches at most 35% of the H100's peak
        (Shah et al. 2024, FlashAttention-3's abstract; its backward runs slower still):
@@ -13168,9 +13170,12 @@ static const pt_hw pt__hw_presets[] = {
        the other 7 by 64 GB/s Infinity Fabric links a direction (448 GB/s; RCCL's
        all-reduce reaches ~300 GB/s bus bandwidth); 8 x 400 Gb/s NICs a node.
        GEMMs: hipBLASLt bf16 sustains ~600-650 TFLOP/s on training shapes
-       (SemiAnalysis 2024): 0.5 of peak. Flash: CK's FlashAttention-2 forward +
-       backward ~0.30 of peak. No tp overlap; fp32 gradients as Megatron's bf16. */
-    {"mi300x", 1307e12, 0.50, 64.0, 0.0, 4.3e12, 192e9, 4e-6, 8, 300e9, 10e-6, 45e9, 12e-6, 0,
+       (SemiAnalysis 2024); the MAMF table's best, 668.4 of 1300 (0.514, ROCm 6.3,
+       TunableOp), times the A100's in-step ratio 0.863: 0.44 (0.50 before, a single
+       GEMM's rate where the other profiles take the in-step one). Flash: CK's
+       FlashAttention-2 forward + backward ~0.30 of peak. No tp overlap; fp32
+       gradients as Megatron's bf16. */
+    {"mi300x", 1307e12, 0.44, 64.0, 0.0, 4.3e12, 192e9, 4e-6, 8, 300e9, 10e-6, 45e9, 12e-6, 0,
      PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.30, 0.0, 4.0, 0.105},
 };
 

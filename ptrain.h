@@ -1711,6 +1711,11 @@ typedef struct pt_plan_desc {
                              stage's time); default: as tp_overlap */
     pt_plan_split pp_split; /* the layers over the pipeline's blocks (PT_SPLIT_*) */
     pt_plan_cp_comm cp_comm; /* how cp moves K and V (PT_CP_*; default the ring) */
+    int grad_accum_pass;  /* 1: DeepSpeed's BF16_Optimizer under its pipeline engine (BLOOM):
+                             after each micro-batch's backward the stage's bf16 gradients
+                             added into fp32 ones (update_hp_grads) and cleared before the
+                             next, 12 bytes a parameter through memory; 0: Megatron's, the
+                             weight-gradient GEMMs accumulating into fp32 (no pass) */
 } pt_plan_desc;
 
 typedef struct pt_plan_mem {
@@ -13661,6 +13666,8 @@ typedef struct pt__sim {
     double *opt_s, *dp_s;   /* (p) the OPT action: gradient sync + optimizer */
     double *pair_s;         /* (p) Chimera's REDUCE: the gradients summed with stage p-1-s */
     double *zero3_s;        /* (p) ZeRO 3 on a GPU profile: gathering one layer */
+    double *acc_s;          /* (p) grad_accum_pass: a micro-batch's pass over the stage's
+                               gradients (its chunks' B share it) */
     int z3, z3_ov;          /* ZeRO 3 on ptrain's executor with a dp group: its F and B run
                                bucket by bucket (pt__sim_z3_pass); the next gather started
                                behind each bucket's compute (the executor's overlap) */
@@ -14059,7 +14066,7 @@ static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) 
            gathers once more (DeepSpeed releases a layer's weights after each
            forward, the recomputed one included) */
         z3 = (rc == PT_RECOMPUTE_FULL ? 3.0 : 2.0) * S->zero3_s[st] * nl;
-        t = pt__sim_beside(S, t, z3);
+        t = pt__sim_beside(S, t, z3) + S->acc_s[st] / v;
         break;
     case PT_ACT_W:
         t = nl * per;
@@ -14209,6 +14216,11 @@ static pt_status pt__plan_check(pt__sim *S, pt_plan_desc *D, const pt_hw *hw) {
     if ((unsigned)D->attention > PT_ATTN_FLASH)
         pt__append_error(&bad, "attention=%d is not PT_ATTN_DEFAULT, _PLAIN or _FLASH",
                          (int)D->attention);
+    if (D->grad_accum_pass < 0 || D->grad_accum_pass > 1)
+        pt__append_error(&bad, "grad_accum_pass=%d must be 0 or 1", D->grad_accum_pass);
+    else if (D->grad_accum_pass && (D->exec ? D->exec : hw->exec) == PT_EXEC_PTRAIN)
+        pt__append_error(&bad, "grad_accum_pass with ptrain's executor (its gradients "
+                         "accumulate in place)");
     if ((unsigned)D->cp_comm > PT_CP_ALLGATHER)
         pt__append_error(&bad, "cp_comm=%d is not PT_CP_DEFAULT, _RING or _ALLGATHER",
                          (int)D->cp_comm);
@@ -14386,6 +14398,8 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     if (mem.total > r->mem.total) r->mem = mem, r->mem_rank = st * pl->tp * S->dpw;
     Vl = m.place.vocab_local;
     pn = (double)m.num_params - gone;
+    S->acc_s[st] = pl->grad_accum_pass ? pn * 12.0 / hw->mem_bw * S->share + 2.0 * hw->kernel_s
+                                       : 0.0; /* (read bf16 and fp32, write fp32; clear bf16) */
     if (m.place.has_head) {
         double g1 = pt_hw_gemm_seconds(hw, M, Vl, h, 1, e) * S->share;
         double ce = M * Vl * 4.0 / hw->mem_bw * S->share;
@@ -14752,7 +14766,7 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
                                                            either way; under a pipeline once,
                                                            after the last micro-batch) */
     S.chunk_layers = (int *)pt__malloc(sizeof(int) * (size_t)S.V, NULL);
-    S.opt_s = (double *)pt__malloc(sizeof(double) * (size_t)p * (17 + v), NULL);
+    S.opt_s = (double *)pt__malloc(sizeof(double) * (size_t)p * (18 + v), NULL);
     S.bk = (pt__sim_bucket **)pt__malloc(sizeof(void *) * (size_t)p * 2, NULL);
     S.nbk = (int *)pt__malloc(sizeof(int) * (size_t)p * (5 + 3 * v), NULL);
     if (!S.chunk_layers || !S.opt_s || !S.bk || !S.nbk) {
@@ -14761,13 +14775,14 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
         return pt__fail(PT_ERR_OOM, "cannot allocate the simulator's state");
     }
     memset(S.chunk_layers, 0, sizeof(int) * (size_t)S.V);
-    memset(S.opt_s, 0, sizeof(double) * (size_t)p * (17 + v));
+    memset(S.opt_s, 0, sizeof(double) * (size_t)p * (18 + v));
     memset(S.bk, 0, sizeof(void *) * (size_t)p * 2);
     memset(S.nbk, 0, sizeof(int) * (size_t)p * (5 + 3 * v));
     S.dp_s = S.opt_s + p, S.zero3_s = S.dp_s + p, S.busy = S.zero3_s + p, S.flops = S.busy + p;
     S.hwflops = S.flops + p, S.tp_s = S.hwflops + p, S.pp_s = S.tp_s + p, S.pair_s = S.pp_s + p;
     S.opt_c = S.pair_s + p, S.opt_x = S.opt_c + p, S.dp_x = S.opt_x + p, S.dp_h = S.dp_x + p;
     S.fwait = S.dp_h + p, S.slow = S.fwait + p * v, S.z3_x = S.slow + p, S.z3_h = S.z3_x + p;
+    S.acc_s = S.z3_h + p;
     for (st = 0; st < p; st++) S.slow[st] = 1.0;
     S.lbk = (int **)(S.bk + p);
     S.clo = S.nbk + p, S.chi = S.clo + p * v, S.first_f = S.chi + p * v;

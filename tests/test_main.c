@@ -4047,6 +4047,36 @@ static void test_sim_cp_allgather(void) {
     CHECK(strstr(pt_last_error(), "cp_comm=3") != NULL);
 }
 
+/* DeepSpeed's BF16_Optimizer under its pipeline engine (grad_accum_pass):
+   each of the m micro-batches' backward ends with a pass over the rank's
+   gradients, 12 bytes a parameter at the memory bandwidth and two kernels; on
+   one rank it adds exactly that to the step (its weights, 2 bytes each in
+   mem.params, say how many). ptrain's executor and values past 1 refused. */
+static void test_sim_grad_accum_pass(void) {
+    pt_hw hw;
+    pt_plan_desc d;
+    pt_plan_result a, b;
+    double want;
+    CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
+    ZERO(d);
+    d.model.config = cfg_make(51200, 0, 8, 16, 2048), d.model.seq = 2048;
+    d.model.batch = 2, d.model.recompute = PT_RECOMPUTE_FULL;
+    d.tp = 1, d.pp = 1, d.gpus = 1, d.batch = 8; /* 4 micro-batches */
+    CHECK_ST(pt_plan_simulate(&d, &hw, &a, NULL), PT_OK);
+    d.grad_accum_pass = 1;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &b, NULL), PT_OK);
+    want = 4 * (a.mem.params / 2 * 12 / hw.mem_bw + 2 * hw.kernel_s);
+    if (fabs((b.step_time - a.step_time) / want - 1) > 1e-6)
+        FAIL("grad_accum_pass: %.6g s more a step, want 4 passes' %.6g", b.step_time - a.step_time,
+             want);
+    d.exec = PT_EXEC_PTRAIN;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &b, NULL), PT_ERR_CONFIG);
+    CHECK(strstr(pt_last_error(), "grad_accum_pass with ptrain's executor") != NULL);
+    d.exec = PT_EXEC_DEFAULT, d.grad_accum_pass = 2;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &b, NULL), PT_ERR_CONFIG);
+    CHECK(strstr(pt_last_error(), "grad_accum_pass=2 must be 0 or 1") != NULL);
+}
+
 /* Context parallelism on ptrain's executor with a local profile: the ring's
    kernel blocks cover the key chunks as pt__attn_rows does (cp 2 at 128
    tokens: every 64-query block spans both of a rank's chunks and sees a
@@ -6303,6 +6333,7 @@ static const test_case tests[] = {
     {"sim_recipe", test_sim_recipe},
     {"sim_cp_ring", test_sim_cp_ring},
     {"sim_cp_allgather", test_sim_cp_allgather},
+    {"sim_grad_accum_pass", test_sim_grad_accum_pass},
     {"sim_cost_paths", test_sim_cost_paths},
     {"sim_zero3_ptrain", test_sim_zero3_ptrain},
     {"sim_zero3_executor_bytes", test_sim_zero3_executor_bytes},

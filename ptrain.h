@@ -1636,6 +1636,17 @@ typedef enum pt_plan_attention {
                              from the FLOPs it does at the profile's flash_eff */
 } pt_plan_attention;
 
+/* How a plan's context parallelism moves K and V. */
+typedef enum pt_plan_cp_comm {
+    PT_CP_DEFAULT = 0,    /* RING */
+    PT_CP_RING,           /* each next K/V block passed round a ring behind the block computed
+                             (Liu et al. 2023; Megatron-Core; ptrain's executor) */
+    PT_CP_ALLGATHER       /* K and V all-gathered before attention, exposed, and again in
+                             backward with dK and dV reduce-scattered after it (Llama 3,
+                             Dubey et al. 2024, sec. 3.3.2: "the all-gather communication
+                             latency is exposed in the critical path"); GPU profiles only */
+} pt_plan_cp_comm;
+
 /* How a plan spreads the layers over the pipeline's blocks (pp x chunks). */
 typedef enum pt_plan_split {
     PT_SPLIT_DEFAULT = 0, /* EMBED_LOSS on a GPU profile when it, and not EVEN, divides the
@@ -1699,6 +1710,12 @@ typedef struct pt_plan_desc {
     pt_overlap pp_overlap; /* ON: pipeline sends behind compute (only their launch on the
                              stage's time); default: as tp_overlap */
     pt_plan_split pp_split; /* the layers over the pipeline's blocks (PT_SPLIT_*) */
+    pt_plan_cp_comm cp_comm; /* how cp moves K and V (PT_CP_*; default the ring) */
+    int grad_accum_pass;  /* 1: DeepSpeed's BF16_Optimizer under its pipeline engine (BLOOM):
+                             after each micro-batch's backward the stage's bf16 gradients
+                             added into fp32 ones (update_hp_grads) and cleared before the
+                             next, 12 bytes a parameter through memory; 0: Megatron's, the
+                             weight-gradient GEMMs accumulating into fp32 (no pass) */
 } pt_plan_desc;
 
 typedef struct pt_plan_mem {
@@ -13115,7 +13132,9 @@ static const pt_hw pt__hw_presets[] = {
        NVSwitch (300 GB/s a direction, NCCL all-reduce ~230 GB/s bus bandwidth in
        nccl-tests on DGX A100); 8 HDR InfiniBand 200 Gb/s adapters a node, one a
        GPU (25 GB/s). GEMMs: 0.75 of peak asymptotically (cuBLAS's best single
-       GEMMs reach ~0.85; clocks drop under sustained tensor load). Flash:
+       GEMMs reach ~0.85, 271.2 TFLOP/s = 0.869 in Bekman's ml-engineering MAMF table;
+       clocks drop under sustained tensor load): 0.863 of the best, the ratio the H100
+       and MI300X profiles take from their own MAMF figures. Flash:
        FlashAttention-2 (Dao 2023, its A100 figures) reaches 180-225 TFLOP/s
        forward + backward at head size 128, causal 2k-16k tokens: 0.60. No tp
        overlap (Transformer Engine's userbuffers are Hopper's); gradients in the
@@ -13129,8 +13148,8 @@ static const pt_hw pt__hw_presets[] = {
        GPU; ~45 GB/s in NCCL's inter-node all-reduce). GEMMs: cuBLAS bf16 on
        large training shapes sustains 700-750 TFLOP/s at the clocks a loaded SXM
        holds (SemiAnalysis' H100/H200/MI300X training benchmark, 2024: ~720 on
-       Llama shapes; single GEMMs' best ~800, 0.81 of peak); inside a step, with
-       the A100's ratio of sustained to best (0.75 / 0.85): 0.70 asymptotically,
+       Llama shapes; single GEMMs' best 794.5, 0.803 of peak: the MAMF table); inside a
+       step, with the A100's ratio of in-step to best (0.863): 0.69, 0.70 asymptotically,
        Hopper's 128x256 tiles losing half at 64. Flash: FlashAttention-2, the kernel
        2024's runs had (PyTorch's SDPA, Llama 3), reaches at most 35% of the H100's peak
        (Shah et al. 2024, FlashAttention-3's abstract; its backward runs slower still):
@@ -13164,9 +13183,12 @@ static const pt_hw pt__hw_presets[] = {
        the other 7 by 64 GB/s Infinity Fabric links a direction (448 GB/s; RCCL's
        all-reduce reaches ~300 GB/s bus bandwidth); 8 x 400 Gb/s NICs a node.
        GEMMs: hipBLASLt bf16 sustains ~600-650 TFLOP/s on training shapes
-       (SemiAnalysis 2024): 0.5 of peak. Flash: CK's FlashAttention-2 forward +
-       backward ~0.30 of peak. No tp overlap; fp32 gradients as Megatron's bf16. */
-    {"mi300x", 1307e12, 0.50, 64.0, 0.0, 4.3e12, 192e9, 4e-6, 8, 300e9, 10e-6, 45e9, 12e-6, 0,
+       (SemiAnalysis 2024); the MAMF table's best, 668.4 of 1300 (0.514, ROCm 6.3,
+       TunableOp), times the A100's in-step ratio 0.863: 0.44 (0.50 before, a single
+       GEMM's rate where the other profiles take the in-step one). Flash: CK's
+       FlashAttention-2 forward + backward ~0.30 of peak. No tp overlap; fp32
+       gradients as Megatron's bf16. */
+    {"mi300x", 1307e12, 0.44, 64.0, 0.0, 4.3e12, 192e9, 4e-6, 8, 300e9, 10e-6, 45e9, 12e-6, 0,
      PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.30, 0.0, 4.0, 0.105},
 };
 
@@ -13637,6 +13659,7 @@ typedef struct pt__sim {
     int cp, dpw;            /* context parallelism; the ranks holding the same weights
                                (dp x cp), over which gradients are reduced */
     int sp, flash;          /* sequence parallelism (tp > 1), fused attention */
+    int cp_ag;              /* cp's K and V all-gathered, exposed (PT_CP_ALLGATHER) */
     const pt_schedule *sch; /* the lists run */
     int xl;                 /* PT_SPLIT_EMBED_LOSS: each stage built with the model's layers
                                + 2, the first block's first layer and the last block's last
@@ -13651,11 +13674,16 @@ typedef struct pt__sim {
     double *opt_s, *dp_s;   /* (p) the OPT action: gradient sync + optimizer */
     double *pair_s;         /* (p) Chimera's REDUCE: the gradients summed with stage p-1-s */
     double *zero3_s;        /* (p) ZeRO 3 on a GPU profile: gathering one layer */
+    double *acc_s;          /* (p) grad_accum_pass: a micro-batch's pass over the stage's
+                               gradients (its chunks' B share it) */
     int z3, z3_ov;          /* ZeRO 3 on ptrain's executor with a dp group: its F and B run
                                bucket by bucket (pt__sim_z3_pass); the next gather started
                                behind each bucket's compute (the executor's overlap) */
     int *z3_held;           /* (p * 4) the buckets in the two gathered halves as B begins
                                [0, 2), and as an F after a B begins [2, 4) */
+    double z3e_mask_s, z3e_rows_s, z3e_mask_v, z3e_rows_v; /* ZeRO 3's embedding compact
+                               (pt__sim_z3_compact): its two all-reduces' seconds and bytes
+                               through a rank, F and B each (0: wte's buckets whole) */
     double *z3_x, *z3_h;    /* (p) ZeRO 3's dp time waited for, and run behind compute */
     double *busy, *flops, *hwflops, *tp_s, *pp_s; /* (p) */
     pt_plan_stage *stage;   /* (p) the result's */
@@ -13761,7 +13789,15 @@ static void pt__attn_core(const pt__sim *S, double f_attn, double *f, double *bk
         *f = (g_sc + g_ctx) * S->share + (P * (4 * e + 1)) / hw->mem_bw * S->share;
         *bk = 2.0 * (g_sc + g_ctx) * S->share + (P * (6 * e + 1)) / hw->mem_bw * S->share;
     }
-    if (S->cp > 1) { /* K and V of the rank's tokens (r h / t each) a step */
+    if (S->cp > 1 && S->cp_ag) { /* all of K and V gathered (twice: backward too), dK and
+                                    dV reduce-scattered, each over cp x its tp rank's r h/t */
+        int cp = S->cp, pn = d->tp * cp <= hw->per_node ? cp
+                             : d->tp < hw->per_node ? hw->per_node / d->tp : 1;
+        double kv = 2.0 * b * sl * r * h / t * e * cp;
+        double ag = pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, kv, cp, pn);
+        *f += ag; /* (then the rank's queries against all the keys, as without cp) */
+        *bk += ag + pt_hw_comm_seconds(hw, PT_COLL_REDUCE_SCATTER, kv, cp, pn);
+    } else if (S->cp > 1) { /* K and V of the rank's tokens (r h / t each) a step */
         int cp = S->cp, span = d->tp * cp > hw->per_node;
         double kv = 2.0 * b * sl * r * h / t * e, o = b * sl * h / t * e;
         double x = pt_hw_comm_seconds(hw, PT_COLL_P2P, kv, 2, span ? 1 : 2);
@@ -13915,13 +13951,36 @@ static void pt__z3_sim_reduce(const pt__sim_bucket *bk, pt__z3_clock *z, int b) 
     pt__z3_sim_coll(z, bk[b].red_s, bk[b].red_v, 0);
 }
 
+/* pt__z3_embed_compact's collectives (S->z3e_rows_s > 0) before the embedding's forward:
+   the half nx (the first layer's bucket) does not use let go of, the mask of the rows read
+   all-reduced and waited for, the rows' all-reduce started, nx's gather behind it unless
+   its half holds it, the rows' waited for. */
+static void pt__z3_sim_compact(const pt__sim *S, const pt__sim_bucket *bk, pt__z3_clock *z,
+                               int nx) {
+    int h = !(nx & 1), g = nx & 1;
+    double end;
+    pt__z3_sim_wait(z, h);
+    z->held[h] = -1;
+    pt__z3_sim_coll(z, S->z3e_mask_s, S->z3e_mask_v, 0);
+    end = pt__z3_sim_coll(z, S->z3e_rows_s, S->z3e_rows_v, 1);
+    if (z->held[g] != nx) {
+        pt__z3_sim_wait(z, g);
+        z->pend[g] = pt__z3_sim_coll(z, bk[nx].gat_s, bk[nx].gat_v, 1), z->held[g] = nx;
+        z->t += S->hw->comm_cpu * bk[nx].gat_v, z->wait += S->hw->comm_cpu * bk[nx].gat_v;
+    }
+    if (end > z->t) z->wait += end - z->t, z->t = end;
+}
+
 /* F (kind) or B of ptrain's ZeRO 3 on stage st (pp = 1: the whole model)
    in the executor's order of buckets: forward the embedding's (ne, before
    the first layer), each layer's, the final norm's, the head's (nh after
    the norm; tied: the embedding's again), each needed with the next
    prefetched; backward the head's from the last, the norm's, the layers'
    descending, each reduce-scattered after its compute, then the
-   embedding's reduced (its backward reads no weights). pre, per, post: the
+   embedding's reduced (its backward reads no weights); with its rows compact
+   (S->z3e_rows_s > 0) the embedding's buckets are neither gathered nor reduced: F
+   all-reduces the rows its tokens read (pt__z3_sim_compact), B lets both halves go and
+   all-reduces the mask and the rows' gradients. pre, per, post: the
    compute (pt__sim_parts), the embedding's and head's split evenly over
    their buckets. held: the halves' buckets as it begins, then as it ends. */
 static pt__z3_clock pt__sim_z3_pass(const pt__sim *S, int st, int kind, double pre, double per,
@@ -13939,7 +13998,8 @@ static pt__z3_clock pt__sim_z3_pass(const pt__sim *S, int st, int kind, double p
     h0 = lnf + 1 < nb ? lnf + 1 : 0, nh = lnf + 1 < nb ? nb - lnf - 1 : ne;
     if (lnf >= nb || ne == 0) return z; /* (not a layout the executor builds) */
     if (kind == PT_ACT_F) {
-        for (i = 0; i < ne; i++) {
+        if (S->z3e_rows_s > 0) pt__z3_sim_compact(S, bk, &z, nl > 0 ? lb[0] : lnf), z.t += emb;
+        for (i = 0; S->z3e_rows_s <= 0 && i < ne; i++) {
             pt__z3_sim_need(S, bk, &z, i, i + 1 < ne ? i + 1 : nl > 0 ? lb[0] : lnf);
             z.t += emb / ne;
         }
@@ -13965,7 +14025,14 @@ static pt__z3_clock pt__sim_z3_pass(const pt__sim *S, int st, int kind, double p
             z.t += per;
             pt__z3_sim_reduce(bk, &z, lb[l]);
         }
-        for (i = 0; i < ne; i++) {
+        if (S->z3e_rows_s > 0) { /* (pt__z3_embed_sparse) */
+            pt__z3_sim_wait(&z, 0), pt__z3_sim_wait(&z, 1);
+            z.held[0] = z.held[1] = -1;
+            pt__z3_sim_coll(&z, S->z3e_mask_s, S->z3e_mask_v, 0);
+            z.t += emb;
+            pt__z3_sim_coll(&z, S->z3e_rows_s, S->z3e_rows_v, 0);
+        }
+        for (i = 0; S->z3e_rows_s <= 0 && i < ne; i++) {
             z.t += emb / ne;
             pt__z3_sim_reduce(bk, &z, i);
         }
@@ -14007,7 +14074,7 @@ static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) 
            gathers once more (DeepSpeed releases a layer's weights after each
            forward, the recomputed one included) */
         z3 = (rc == PT_RECOMPUTE_FULL ? 3.0 : 2.0) * S->zero3_s[st] * nl;
-        t = pt__sim_beside(S, t, z3);
+        t = pt__sim_beside(S, t, z3) + S->acc_s[st] / v;
         break;
     case PT_ACT_W:
         t = nl * per;
@@ -14157,6 +14224,16 @@ static pt_status pt__plan_check(pt__sim *S, pt_plan_desc *D, const pt_hw *hw) {
     if ((unsigned)D->attention > PT_ATTN_FLASH)
         pt__append_error(&bad, "attention=%d is not PT_ATTN_DEFAULT, _PLAIN or _FLASH",
                          (int)D->attention);
+    if (D->grad_accum_pass < 0 || D->grad_accum_pass > 1)
+        pt__append_error(&bad, "grad_accum_pass=%d must be 0 or 1", D->grad_accum_pass);
+    else if (D->grad_accum_pass && (D->exec ? D->exec : hw->exec) == PT_EXEC_PTRAIN)
+        pt__append_error(&bad, "grad_accum_pass with ptrain's executor (its gradients "
+                         "accumulate in place)");
+    if ((unsigned)D->cp_comm > PT_CP_ALLGATHER)
+        pt__append_error(&bad, "cp_comm=%d is not PT_CP_DEFAULT, _RING or _ALLGATHER",
+                         (int)D->cp_comm);
+    else if (D->cp_comm == PT_CP_ALLGATHER && (D->exec ? D->exec : hw->exec) == PT_EXEC_PTRAIN)
+        pt__append_error(&bad, "cp_comm=allgather with ptrain's executor (it runs the ring)");
     if ((unsigned)D->tp_overlap > PT_OVERLAP_OFF || (unsigned)D->pp_overlap > PT_OVERLAP_OFF)
         pt__append_error(&bad, "tp_overlap=%d, pp_overlap=%d: each PT_OVERLAP_DEFAULT, _ON or "
                          "_OFF", (int)D->tp_overlap, (int)D->pp_overlap);
@@ -14258,6 +14335,33 @@ static double pt__plan_held(const pt__sim *S, int st) {
     return peak;
 }
 
+/* Whether ptrain's ZeRO 3 would take the embedding's rows compact
+   (pt__z3_sparse_ok: one stage and chunk, a dp group, overlap on, W not apart, wpe if any
+   in a bucket with wte's rows; the plan takes the local ranks as threads, on which any dp
+   size does) and the work half holds them; if so its collectives on S (else zeros). Each
+   F and B all-reduces the mask of the vocab_local rows (MAX) and then the rows some rank
+   of the dp group reads with wpe's first T (SUM), floats, in place of wte's buckets.
+   Rows read: for tokens drawn uniformly (sim_vs_real's), Vl (1 - (1 - 1/V)^(w N)) of
+   w ranks' N tokens each; text repeats its tokens more, so fewer. */
+static void pt__sim_z3_compact(pt__sim *S, pt_gpt *m, const pt__exec_layout *o, double N,
+                               int dpn) {
+    const pt_gpt_exec *x = m->exec;
+    double V = m->config.vocab_size, Vl = m->place.vocab_local, C = m->config.n_embd;
+    double w = S->dpw, R, f;
+    size_t wn = 0;
+    S->z3e_mask_s = S->z3e_rows_s = S->z3e_mask_v = S->z3e_rows_v = 0.0;
+    if (!S->z3_ov || S->d->pp != 1 || S->d->model.chunks != 1 || w < 2 || o->split || !x ||
+        x->tab_wte < 0 || (x->tab_wpe >= 0 && !pt__wpe_with_wte(m, S->d->model.seq, &wn)))
+        return;
+    R = ceil(Vl * (1.0 - pow(1.0 - 1.0 / V, w * N)));
+    if (R * C + (double)wn + 2.0 * Vl + N > (double)o->largest_bucket) return;
+    f = 2.0 * (w - 1.0) / w * 4.0; /* (an all-reduce: twice (w-1)/w of its floats) */
+    S->z3e_mask_s = pt_hw_comm_seconds(S->hw, PT_COLL_ALL_REDUCE, 4.0 * Vl, S->dpw, dpn);
+    S->z3e_rows_s = pt_hw_comm_seconds(S->hw, PT_COLL_ALL_REDUCE, 4.0 * (R * C + (double)wn),
+                                       S->dpw, dpn);
+    S->z3e_mask_v = f * Vl, S->z3e_rows_v = f * (R * C + (double)wn);
+}
+
 /* Pipeline stage st: its meta build (every tp x dp rank of a stage alike),
    its memory, and the costs only it has: the embedding (first), the head
    (last), the gradient sync and optimizer, ZeRO 3's gathers. The stage's
@@ -14302,6 +14406,8 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     if (mem.total > r->mem.total) r->mem = mem, r->mem_rank = st * pl->tp * S->dpw;
     Vl = m.place.vocab_local;
     pn = (double)m.num_params - gone;
+    S->acc_s[st] = pl->grad_accum_pass ? pn * 12.0 / hw->mem_bw * S->share + 2.0 * hw->kernel_s
+                                       : 0.0; /* (read bf16 and fp32, write fp32; clear bf16) */
     if (m.place.has_head) {
         double g1 = pt_hw_gemm_seconds(hw, M, Vl, h, 1, e) * S->share;
         double ce = M * Vl * 4.0 / hw->mem_bw * S->share;
@@ -14360,6 +14466,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
         }
         if (S->z3) { /* the halves held after an F (as B begins) and after a B */
             int *h = S->z3_held + st * 4;
+            pt__sim_z3_compact(S, &m, &o, M, dpn);
             h[0] = h[1] = -1;
             pt__sim_z3_pass(S, st, PT_ACT_F, 0.0, 0.0, 0.0, h);
             h[2] = h[0], h[3] = h[1];
@@ -14643,6 +14750,7 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
     S.gb = !S.ptrain && hw->grad_bytes > 0 ? hw->grad_bytes : S.elem;
     S.sp = D.model.sequence_parallel && D.tp > 1; /* with tp 1: nothing to split */
     S.flash = D.attention == PT_ATTN_FLASH;
+    S.cp_ag = D.cp_comm == PT_CP_ALLGATHER;
     /* (ptrain's executor: its own overlap of sends is in its schedule's costs) */
     S.tp_ov = D.tp_overlap ? D.tp_overlap == PT_OVERLAP_ON
                            : D.overlap == PT_OVERLAP_ON && !S.ptrain;
@@ -14666,7 +14774,7 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
                                                            either way; under a pipeline once,
                                                            after the last micro-batch) */
     S.chunk_layers = (int *)pt__malloc(sizeof(int) * (size_t)S.V, NULL);
-    S.opt_s = (double *)pt__malloc(sizeof(double) * (size_t)p * (17 + v), NULL);
+    S.opt_s = (double *)pt__malloc(sizeof(double) * (size_t)p * (18 + v), NULL);
     S.bk = (pt__sim_bucket **)pt__malloc(sizeof(void *) * (size_t)p * 2, NULL);
     S.nbk = (int *)pt__malloc(sizeof(int) * (size_t)p * (5 + 3 * v), NULL);
     if (!S.chunk_layers || !S.opt_s || !S.bk || !S.nbk) {
@@ -14675,13 +14783,14 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
         return pt__fail(PT_ERR_OOM, "cannot allocate the simulator's state");
     }
     memset(S.chunk_layers, 0, sizeof(int) * (size_t)S.V);
-    memset(S.opt_s, 0, sizeof(double) * (size_t)p * (17 + v));
+    memset(S.opt_s, 0, sizeof(double) * (size_t)p * (18 + v));
     memset(S.bk, 0, sizeof(void *) * (size_t)p * 2);
     memset(S.nbk, 0, sizeof(int) * (size_t)p * (5 + 3 * v));
     S.dp_s = S.opt_s + p, S.zero3_s = S.dp_s + p, S.busy = S.zero3_s + p, S.flops = S.busy + p;
     S.hwflops = S.flops + p, S.tp_s = S.hwflops + p, S.pp_s = S.tp_s + p, S.pair_s = S.pp_s + p;
     S.opt_c = S.pair_s + p, S.opt_x = S.opt_c + p, S.dp_x = S.opt_x + p, S.dp_h = S.dp_x + p;
     S.fwait = S.dp_h + p, S.slow = S.fwait + p * v, S.z3_x = S.slow + p, S.z3_h = S.z3_x + p;
+    S.acc_s = S.z3_h + p;
     for (st = 0; st < p; st++) S.slow[st] = 1.0;
     S.lbk = (int **)(S.bk + p);
     S.clo = S.nbk + p, S.chi = S.clo + p * v, S.first_f = S.chi + p * v;

@@ -72,9 +72,11 @@ static int plan_onoff(const char *flag, const char *v, pt_overlap *o) {
 }
 
 /* Today's recipe from the command line: the block (--arch, --kv-heads,
-   --ffn), --attention, --tp-overlap, --pp-overlap, --pp-split. 0, or -1 after an error. */
+   --ffn), --attention, --tp-overlap, --pp-overlap, --pp-split, --cp-comm, --grad-accum-pass.
+   0, or -1 after an error. */
 static int plan_recipe(pt_plan_desc *d, const char *arch, int kv, int ffn, const char *attn,
-                       const char *tov, const char *pov, const char *split) {
+                       const char *tov, const char *pov, const char *split, const char *cpc,
+                       const char *gap) {
     pt_gpt_config *cf = &d->model.config;
     if (arch && strcmp(arch, "llama") == 0) {
         cf->arch = PT_ARCH_LLAMA, cf->norm = PT_NORM_RMS, cf->pos = PT_POS_ROPE;
@@ -105,6 +107,18 @@ static int plan_recipe(pt_plan_desc *d, const char *arch, int kv, int ffn, const
         fprintf(stderr, "error: --pp-split '%s' is not even or embedding-loss\n", split);
         return -1;
     }
+    if (cpc && strcmp(cpc, "ring") == 0) d->cp_comm = PT_CP_RING;
+    else if (cpc && strcmp(cpc, "allgather") == 0) d->cp_comm = PT_CP_ALLGATHER;
+    else if (cpc) {
+        fprintf(stderr, "error: --cp-comm '%s' is not ring or allgather\n", cpc);
+        return -1;
+    }
+    if (gap && (strcmp(gap, "on") == 0 || strcmp(gap, "off") == 0))
+        d->grad_accum_pass = strcmp(gap, "on") == 0;
+    else if (gap) {
+        fprintf(stderr, "error: --grad-accum-pass '%s' is not on or off\n", gap);
+        return -1;
+    }
     return 0;
 }
 
@@ -116,7 +130,8 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
     pt_gpt_desc *md = &d->model; /* the model and its layout */
     pt_gpt_config *cf = &md->config;
     const char *preset = NULL, *rc = "full", *sched = NULL, *prec = NULL, *pos[1], *ov = NULL;
-    const char *arch = NULL, *attn = NULL, *tov = NULL, *pov = NULL, *split = NULL;
+    const char *arch = NULL, *attn = NULL, *tov = NULL, *pov = NULL, *split = NULL, *cpc = NULL;
+    const char *gap = NULL; /* (--grad-accum-pass) */
     int kv = 0, ffn = 0;
     float tokens = 0, bucket_mb = 0, inter = 0;
     int npos, s, i, np = (int)(sizeof presets / sizeof *presets);
@@ -147,12 +162,12 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
          "biases, untied head; default gpt)", 0, 0},
         {"kv-heads", CLI_INT, &kv, "key/value heads (llama; default: --heads)", 1, 1 << 16},
         {"ffn", CLI_INT, &ffn, "the MLP's hidden size (default 4 x hidden)", 1, 1 << 24},
-        {"cp", CLI_INT, &d->cp, "context parallelism: ranks sharing each sequence, a ring "
-         "of K/V blocks, the load-balanced causal split (default 1; gpus = tp x pp x cp x dp)",
-         1, 1 << 16},
+        {"cp", CLI_INT, &d->cp, "context parallelism: ranks sharing each sequence, two chunks "
+         "a rank (gpus = tp x pp x cp x dp)", 1, 1 << 16},
+        {"cp-comm", CLI_STR, &cpc, "ring | allgather: cp's K/V blocks round a ring behind compute, "
+         "or all-gathered and exposed (Llama 3's; GPU profiles) (default ring)", 0, 0},
         {"attention", CLI_STR, &attn, "flash | plain: a fused kernel at the profile's flash "
-         "efficiency, no s x s in memory; or batched GEMMs with the scores stored (default "
-         "plain)", 0, 0},
+         "efficiency; or batched GEMMs, the scores stored (default plain)", 0, 0},
         {"tp-overlap", CLI_STR, &tov, "on | off: tp's collectives pipelined against their GEMMs, "
          "the profile's exposed share left (default: on with --overlap on)", 0, 0},
         {"pp-overlap", CLI_STR, &pov, "on | off: pipeline sends behind compute (default: on with "
@@ -163,6 +178,8 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
          "Megatron-Core's --account-for-embedding/loss-in-pipeline-split) (default: "
          "embedding-loss on a GPU profile when it divides the layers evenly and even does not)",
          0, 0},
+        {"grad-accum-pass", CLI_STR, &gap, "on | off: bf16 gradients added into fp32 ones after "
+         "each micro-batch (DeepSpeed's pipeline engine, BLOOM's; default off)", 0, 0},
         {"recompute", CLI_STR, &rc, "none, selective or full", 0, 0},
         {"hw", CLI_STR, &p->hw_name, "a100-80g, h100-80g, h200, mi250x, mi300x or local "
                                      "(default: preset's, else a100-80g)", 0, 0},
@@ -251,7 +268,7 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         fprintf(stderr, "error: --inter-gbps %g must be more than 0\n", (double)inter);
         return 2;
     }
-    if (plan_recipe(d, arch, kv, ffn, attn, tov, pov, split) != 0) return 2;
+    if (plan_recipe(d, arch, kv, ffn, attn, tov, pov, split, cpc, gap) != 0) return 2;
     md->bucket_bytes = (size_t)((double)bucket_mb * 1048576.0);
     p->inter_gbps = inter;
     md->schedule = (pt_schedule_kind)s;

@@ -4055,6 +4055,71 @@ static void test_sim_recipe(void) {
     remove(path);
 }
 
+/* Llama 3's context parallelism (PT_CP_ALLGATHER) against the ring, cp 2 on
+   one H100 node, the ring compute-bound (each K|V block's send shorter than
+   the block's attention): each layer's pass adds the all-gather of K and V
+   forward, and backward the all-gather again and dK|dV's reduce-scatter,
+   2 b s (r h / t) bytes each over the 2 ranks; nothing else moves. ptrain's
+   executor (the ring) refuses it, and values past the enum. */
+static void test_sim_cp_allgather(void) {
+    enum { L = 4, CP = 2, T = 4 };
+    pt_hw hw;
+    pt_plan_desc d;
+    pt_plan_result a, b;
+    double kv, ag, rs, want;
+    CHECK(pt_hw_preset("h100-80g", &hw) == PT_OK);
+    ZERO(d);
+    d.model.config = cfg_make(51200, 0, L, 32, 4096), d.model.seq = 32768;
+    d.model.batch = 1, d.model.recompute = PT_RECOMPUTE_NONE;
+    d.tp = T, d.pp = 1, d.cp = CP, d.gpus = T * CP, d.batch = 2, d.attention = PT_ATTN_FLASH;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &a, NULL), PT_OK);
+    d.cp_comm = PT_CP_ALLGATHER;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &b, NULL), PT_OK);
+    kv = 2.0 * 32768 * 4096 / T * 2; /* K and V of all the tokens, bf16 */
+    ag = pt_hw_comm_seconds(&hw, PT_COLL_ALL_GATHER, kv, CP, CP);
+    rs = pt_hw_comm_seconds(&hw, PT_COLL_REDUCE_SCATTER, kv, CP, CP);
+    want = 2 * L * (2 * ag + rs); /* 2 micro-batches */
+    if (fabs((b.step_time - a.step_time) / want - 1) > 1e-6)
+        FAIL("cp %d all-gathered: %.6g s more than the ring, want %.6g", CP,
+             b.step_time - a.step_time, want);
+    d.exec = PT_EXEC_PTRAIN;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &b, NULL), PT_ERR_CONFIG);
+    CHECK(strstr(pt_last_error(), "cp_comm=allgather with ptrain's executor") != NULL);
+    d.exec = PT_EXEC_DEFAULT, d.cp_comm = (pt_plan_cp_comm)3;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &b, NULL), PT_ERR_CONFIG);
+    CHECK(strstr(pt_last_error(), "cp_comm=3") != NULL);
+}
+
+/* DeepSpeed's BF16_Optimizer under its pipeline engine (grad_accum_pass):
+   each of the m micro-batches' backward ends with a pass over the rank's
+   gradients, 12 bytes a parameter at the memory bandwidth and two kernels; on
+   one rank it adds exactly that to the step (its weights, 2 bytes each in
+   mem.params, say how many). ptrain's executor and values past 1 refused. */
+static void test_sim_grad_accum_pass(void) {
+    pt_hw hw;
+    pt_plan_desc d;
+    pt_plan_result a, b;
+    double want;
+    CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
+    ZERO(d);
+    d.model.config = cfg_make(51200, 0, 8, 16, 2048), d.model.seq = 2048;
+    d.model.batch = 2, d.model.recompute = PT_RECOMPUTE_FULL;
+    d.tp = 1, d.pp = 1, d.gpus = 1, d.batch = 8; /* 4 micro-batches */
+    CHECK_ST(pt_plan_simulate(&d, &hw, &a, NULL), PT_OK);
+    d.grad_accum_pass = 1;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &b, NULL), PT_OK);
+    want = 4 * (a.mem.params / 2 * 12 / hw.mem_bw + 2 * hw.kernel_s);
+    if (fabs((b.step_time - a.step_time) / want - 1) > 1e-6)
+        FAIL("grad_accum_pass: %.6g s more a step, want 4 passes' %.6g", b.step_time - a.step_time,
+             want);
+    d.exec = PT_EXEC_PTRAIN;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &b, NULL), PT_ERR_CONFIG);
+    CHECK(strstr(pt_last_error(), "grad_accum_pass with ptrain's executor") != NULL);
+    d.exec = PT_EXEC_DEFAULT, d.grad_accum_pass = 2;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &b, NULL), PT_ERR_CONFIG);
+    CHECK(strstr(pt_last_error(), "grad_accum_pass=2 must be 0 or 1") != NULL);
+}
+
 /* Context parallelism on ptrain's executor with a local profile: the ring's
    kernel blocks cover the key chunks as pt__attn_rows does (cp 2 at 128
    tokens: every 64-query block spans both of a rank's chunks and sees a
@@ -4331,11 +4396,14 @@ static void test_sim_zero3_ptrain(void) {
    gathers the wte rows its tokens read and wpe in one sum
    (pt__z3_embed_compact) and averages their gradients in one
    (pt__z3_embed_sparse) instead of wte's 3 gathers and 3 reduce-scatters:
-   30 gathers, 18 reductions, which the simulator does not model (it counts
-   the whole buckets: more bytes). */
+   30 gathers, 18 reductions; each of the 4 is two all-reduces, the mask of
+   the V rows (MAX) and the R rows both ranks' tokens read with wpe's T rows
+   (SUM), each passing its floats through a rank. The ranks' tokens differ
+   (128 rows a micro-batch), where the simulator expects 125 of V = 2048 for
+   uniform tokens: within 1%. */
 typedef struct z3_count {
     int overlap, gathers, reduces;
-    double bytes;
+    double bytes, emb; /* the trace's bytes (whole buckets); the embedding's buckets' halves */
 } z3_count;
 
 static pt_gpt_desc z3_count_desc(void) {
@@ -4364,7 +4432,7 @@ static pt_status z3_count_rank(pt_comm *w, void *arg) {
         return st;
     }
     pt_gpt_init_weights(&m, 1);
-    for (i = 0; i < 128; i++) x[i] = i * 7 % 2048, y[i] = i * 13 % 2048;
+    for (i = 0; i < 128; i++) x[i] = (i * 7 + 1000 * w->rank) % 2048, y[i] = i * 13 % 2048;
     ZERO(sd);
     sd.inputs = x, sd.targets = y, sd.B = 4, sd.T = 32, sd.adamw = &opt, sd.lr = 1e-3f;
     sd.overlap = c->overlap ? PT_OVERLAP_ON : PT_OVERLAP_OFF;
@@ -4374,6 +4442,8 @@ static pt_status z3_count_rank(pt_comm *w, void *arg) {
     }
     if (st == PT_OK && w->rank == 0) {
         pt__exec_layout o = pt__exec_layout_of(&m);
+        for (i = 0; i < o.num_buckets && !o.buckets[i].nl; i++)
+            c->emb += (double)o.buckets[i].numel * sizeof(float) / 2;
         for (i = 0; i < tr.count; i++) {
             const pt_trace_event *e = &tr.events[i];
             if (e->kind != PT_TRACE_DP_GATHER && e->kind != PT_TRACE_DP_REDUCE) continue;
@@ -4392,6 +4462,7 @@ static void test_sim_zero3_executor_bytes(void) {
     pt_plan_desc d;
     pt_plan_result r;
     int ov;
+    double off = 0.0, want;
     CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
     for (ov = 0; ov < 2; ov++) {
         z3_count c;
@@ -4408,10 +4479,16 @@ static void test_sim_zero3_executor_bytes(void) {
         d.overlap = ov ? PT_OVERLAP_ON : PT_OVERLAP_OFF;
         CHECK(pt_plan_simulate(&d, &hw, &r, NULL) == PT_OK);
         CHECK(c.gathers == (ov ? 30 : 34) && c.reduces == (ov ? 18 : 22));
-        if (ov) {
-            CHECK(c.bytes > 0 && r.stage[0].dp_bytes > c.bytes);
+        if (ov) { /* 2 micro-batches: F's 3 gathers and B's 3 reductions of wte's buckets
+                     gone, 2 compact sums each (V = 2048, R = 128 rows, C = 64, wpe T = 32) */
+            want = off - 4 * c.emb + 4 * 4.0 * (2048 + (128 * 64 + 32 * 64));
+            if (!(fabs(r.stage[0].dp_bytes / want - 1) < 0.01 && r.stage[0].dp_bytes < off))
+                FAIL("ZeRO 3, overlap on: the executor moves %.0f bytes a rank over dp in a "
+                     "step (its embedding's rows compact), the simulator %.0f (overlap off: "
+                     "%.0f)", want, r.stage[0].dp_bytes, off);
             continue;
         }
+        off = c.bytes;
         if (!(c.bytes > 0 && fabs(r.stage[0].dp_bytes / c.bytes - 1) < 1e-9))
             FAIL("ZeRO 3, overlap %d: the executor moves %.0f bytes a rank over dp in a step "
                  "(%d gathers, %d reduce-scatters), the simulator %.0f", ov, c.bytes, c.gathers,
@@ -6298,6 +6375,8 @@ static const test_case tests[] = {
     {"sim_mechanisms", test_sim_mechanisms},
     {"sim_recipe", test_sim_recipe},
     {"sim_cp_ring", test_sim_cp_ring},
+    {"sim_cp_allgather", test_sim_cp_allgather},
+    {"sim_grad_accum_pass", test_sim_grad_accum_pass},
     {"sim_cost_paths", test_sim_cost_paths},
     {"sim_zero3_ptrain", test_sim_zero3_ptrain},
     {"sim_zero3_executor_bytes", test_sim_zero3_executor_bytes},

@@ -7995,8 +7995,9 @@ static void pt__layout_block_acts(pt_block_acts *x, pt_arena *a, const pt__dims 
 static void pt__layout_wgrad(pt_block_wgrad *w, pt_arena *a, const pt__dims *d,
                              const pt_block_scratch *s) {
     size_t N = d->N, Ns = d->Ns;
-    w->dout = PT__F(a, N * d->C);
-    w->dln2 = PT__F(a, Ns * d->C);
+    /* (the scratch's: dout and dln2 right after its dfch, in one piece: pt__layout_scratch) */
+    w->dout = s ? (s->dfch ? s->dfch + N * d->Fi : NULL) : PT__F(a, N * d->C);
+    w->dln2 = s ? (s->dfch ? w->dout + N * d->C : NULL) : PT__F(a, Ns * d->C);
     w->dres2 = PT__F(a, N * d->C);
     /* the scratch's w shares its dln, dfch, dqkv (NULL in a meta arena too:
        s says whether to, not the pointers, so the report counts them once) */
@@ -8033,7 +8034,9 @@ static void pt__layout_scratch(pt_block_scratch *s, pt_arena *a, const pt__dims 
     s->dln = PT__F(a, N * d->C);
     s->dqkv = PT__F(a, N * d->Q3);
     s->datty = PT__F(a, N * d->Ca);
-    s->dfch = PT__F(a, N * d->Fi);
+    /* dfch, then W's kept dout and dln2: one piece, which context parallelism's
+       ring buffers take while attention runs (pt__layout_cp) */
+    s->dfch = PT__F(a, N * d->Fi + N * d->C + Ns * d->C);
     pt__layout_wgrad(&s->w, a, d, s);
 }
 
@@ -8378,70 +8381,6 @@ static pt_status pt__col_dinput(pt_ctx *ctx, const pt_gpt_config *cfg, int sp, p
     return pt__tp_rows(tp, sp, dln, out, d->Ns * d->C);
 }
 
-/* B: the input's gradient, keeping in w what the weight gradients need.
-   MLP branch: out = res2 + fc_proj(act(fc(norm2(res2)))); then the attention
-   branch: res2 = x + attn_proj(attention(rope(qkv(norm1(x))))). Sequence
-   parallel: dout, dx, x and the norms' tensors are this rank's Ns rows. */
-PTRAINDEF pt_status pt_block_backward_input(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
-                                            const pt_block_params *p, const float *x,
-                                            const pt_block_acts *a, const float *dout, float *dx,
-                                            pt_block_wgrad *w, pt_block_scratch *s, pt_comm *tp) {
-    int k = tp ? tp->size : 1, sp = s->sp && k > 1;
-    pt__dims d = pt__block_dims_sp(cfg, B, T, k, sp);
-    size_t C = d.C, N = d.N, Ca = d.Ca, F = d.F, Fi = d.Fi, Q3 = d.Q3, nc = d.Ns * d.C;
-    int n = (int)N, c = (int)C, ca = (int)Ca, f = (int)F, ns = (int)d.Ns;
-    const float *full;
-    pt_status st;
-    if (sp) { /* the output's gradient over every row (the g of forward's reduce-scatter);
-                 W's column-parallel weight gradients read ln2, ln1 over every row: their
-                 gathers start now and run behind B's GEMMs */
-        if ((st = pt_comm_all_gather(tp, dout, w->dout, nc)) != PT_OK) return st;
-        pt__bf16_load(a->ln2, a->ln2_16, nc, &s->held[2]);
-        pt__bf16_load(a->ln1, a->ln1_16, nc, &s->held[0]);
-        if ((st = pt_comm_all_gather_start(tp, a->ln2, w->ln2g, nc, &s->req[0])) != PT_OK ||
-            (st = pt_comm_all_gather_start(tp, a->ln1, w->ln1g, nc, &s->req[1])) != PT_OK)
-            return st;
-    } else if (w->dout != dout) {
-        memcpy(w->dout, dout, N * C * sizeof(float)); /* dx may alias dout */
-    }
-    pt__bf16_load(a->fch, a->fch_16, N * Fi, &s->held[3]);
-    if (cfg->mlp == PT_MLP_SWIGLU) { /* d act in the activation's scratch, then d [gate|up] */
-        memset(s->gelu, 0, N * F * sizeof(float));
-        pt__proj_backward(ctx, cfg, s->gelu, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
-        pt_swiglu_backward(w->dfch, a->fch, s->gelu, n, f);
-    } else {
-        memset(w->dfch, 0, N * F * sizeof(float));
-        pt__proj_backward(ctx, cfg, w->dfch, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
-        pt_gelu_backward(w->dfch, a->fch, w->dfch, N * F);
-    }
-    st = pt__col_dinput(ctx, cfg, sp, tp, sp ? s->xg : w->dln2, w->dln2, w->dfch, p->fc_w, &d,
-                        (int)Fi);
-    if (st != PT_OK) return st;
-    full = w->dout + (sp ? (size_t)tp->rank * nc : 0); /* this rank's rows of it */
-    if (dx != full) memcpy(dx, full, nc * sizeof(float)); /* dx now holds d res2 */
-    pt__norm_backward(cfg, dx, NULL, NULL, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
-                      ns, c);
-    if (sp) st = pt_comm_all_gather(tp, dx, w->dres2, nc);
-    else memcpy(w->dres2, dx, N * C * sizeof(float));
-    if (st != PT_OK) return st;
-    memset(s->datty, 0, N * Ca * sizeof(float));
-    pt__proj_backward(ctx, cfg, s->datty, NULL, NULL, w->dres2, NULL, p->attn_proj_w, n, ca, c);
-    memset(w->dqkv, 0, N * Q3 * sizeof(float));
-    pt__bf16_load(a->qkv, a->qkv_16, N * Q3, &s->held[1]);
-    st = pt__attention_bwd(ctx, &d, w->dqkv, s->datty, a->atty, a->qkv, a->lse, s);
-    if (st != PT_OK) return st;
-    if (cfg->pos == PT_POS_ROPE)
-        pt_rope_backward(w->dqkv, pt__rope_cs(cfg, s, T), n, T, (int)(d.NH + d.NKV), (int)d.hd,
-                         (int)Q3);
-    st = pt__col_dinput(ctx, cfg, sp, tp, sp ? s->xg : w->dln1, w->dln1, w->dqkv, p->qkv_w, &d,
-                        (int)Q3);
-    if (st != PT_OK) return st;
-    pt__norm_backward(cfg, dx, NULL, NULL, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd, ns, c);
-    if (!sp) return PT_OK;
-    if ((st = pt_comm_wait(&s->req[0])) != PT_OK) return st;
-    return pt_comm_wait(&s->req[1]);
-}
-
 /* W's MLP half (part 0: fc_proj, fc, ln2) or attention half (part 1:
    attn_proj, qkv, ln1): part 0 then part 1 is W. The overlap reduces the
    first layer's MLP gradients while its attention half runs. */
@@ -8481,6 +8420,85 @@ static void pt__block_weight_part(pt_ctx *ctx, const pt_gpt_config *cfg, int B, 
                       ns, c);
 }
 
+/* B: the input's gradient, keeping in w what the weight gradients need.
+   MLP branch: out = res2 + fc_proj(act(fc(norm2(res2)))); then the attention
+   branch: res2 = x + attn_proj(attention(rope(qkv(norm1(x))))). Sequence
+   parallel: dout, dx, x and the norms' tensors are this rank's Ns rows.
+   Given g (W follows) and context parallel, W's MLP half runs between the
+   branches (*w0 = 1): the ring's buffers take its kept gradients' place
+   (pt__layout_cp). Its sums are the same, in the same order. */
+static pt_status pt__block_bwd(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
+                               const pt_block_params *p, pt_block_params *g, const float *x,
+                               const pt_block_acts *a, const float *dout, float *dx,
+                               pt_block_wgrad *w, pt_block_scratch *s, pt_comm *tp, int *w0) {
+    int k = tp ? tp->size : 1, sp = s->sp && k > 1;
+    pt__dims d = pt__block_dims_sp(cfg, B, T, k, sp);
+    size_t C = d.C, N = d.N, Ca = d.Ca, F = d.F, Fi = d.Fi, Q3 = d.Q3, nc = d.Ns * d.C;
+    int n = (int)N, c = (int)C, ca = (int)Ca, f = (int)F, ns = (int)d.Ns;
+    const float *full;
+    pt_status st;
+    if (sp) { /* the output's gradient over every row (the g of forward's reduce-scatter);
+                 W's column-parallel weight gradients read ln2, ln1 over every row: their
+                 gathers start now and run behind B's GEMMs */
+        if ((st = pt_comm_all_gather(tp, dout, w->dout, nc)) != PT_OK) return st;
+        pt__bf16_load(a->ln2, a->ln2_16, nc, &s->held[2]);
+        pt__bf16_load(a->ln1, a->ln1_16, nc, &s->held[0]);
+        if ((st = pt_comm_all_gather_start(tp, a->ln2, w->ln2g, nc, &s->req[0])) != PT_OK ||
+            (st = pt_comm_all_gather_start(tp, a->ln1, w->ln1g, nc, &s->req[1])) != PT_OK)
+            return st;
+    } else if (w->dout != dout) {
+        memcpy(w->dout, dout, N * C * sizeof(float)); /* dx may alias dout */
+    }
+    pt__bf16_load(a->fch, a->fch_16, N * Fi, &s->held[3]);
+    if (cfg->mlp == PT_MLP_SWIGLU) { /* d act in the activation's scratch, then d [gate|up] */
+        memset(s->gelu, 0, N * F * sizeof(float));
+        pt__proj_backward(ctx, cfg, s->gelu, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
+        pt_swiglu_backward(w->dfch, a->fch, s->gelu, n, f);
+    } else {
+        memset(w->dfch, 0, N * F * sizeof(float));
+        pt__proj_backward(ctx, cfg, w->dfch, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
+        pt_gelu_backward(w->dfch, a->fch, w->dfch, N * F);
+    }
+    st = pt__col_dinput(ctx, cfg, sp, tp, sp ? s->xg : w->dln2, w->dln2, w->dfch, p->fc_w, &d,
+                        (int)Fi);
+    if (st != PT_OK) return st;
+    full = w->dout + (sp ? (size_t)tp->rank * nc : 0); /* this rank's rows of it */
+    if (dx != full) memcpy(dx, full, nc * sizeof(float)); /* dx now holds d res2 */
+    pt__norm_backward(cfg, dx, NULL, NULL, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
+                      ns, c);
+    if (sp) st = pt_comm_all_gather(tp, dx, w->dres2, nc);
+    else memcpy(w->dres2, dx, N * C * sizeof(float));
+    if (st != PT_OK) return st;
+    if (g && pt__cp_pos(s->cp, T)) { /* (sequence parallel: W reads ln2 gathered) */
+        if (sp && (st = pt_comm_wait(&s->req[0])) != PT_OK) return st;
+        pt__block_weight_part(ctx, cfg, B, T, p, g, x, a, w, s, k, 0);
+        *w0 = 1;
+    }
+    memset(s->datty, 0, N * Ca * sizeof(float));
+    pt__proj_backward(ctx, cfg, s->datty, NULL, NULL, w->dres2, NULL, p->attn_proj_w, n, ca, c);
+    memset(w->dqkv, 0, N * Q3 * sizeof(float));
+    pt__bf16_load(a->qkv, a->qkv_16, N * Q3, &s->held[1]);
+    st = pt__attention_bwd(ctx, &d, w->dqkv, s->datty, a->atty, a->qkv, a->lse, s);
+    if (st != PT_OK) return st;
+    if (cfg->pos == PT_POS_ROPE)
+        pt_rope_backward(w->dqkv, pt__rope_cs(cfg, s, T), n, T, (int)(d.NH + d.NKV), (int)d.hd,
+                         (int)Q3);
+    st = pt__col_dinput(ctx, cfg, sp, tp, sp ? s->xg : w->dln1, w->dln1, w->dqkv, p->qkv_w, &d,
+                        (int)Q3);
+    if (st != PT_OK) return st;
+    pt__norm_backward(cfg, dx, NULL, NULL, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd, ns, c);
+    if (!sp) return PT_OK;
+    if ((st = pt_comm_wait(&s->req[0])) != PT_OK) return st;
+    return pt_comm_wait(&s->req[1]);
+}
+
+PTRAINDEF pt_status pt_block_backward_input(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
+                                            const pt_block_params *p, const float *x,
+                                            const pt_block_acts *a, const float *dout, float *dx,
+                                            pt_block_wgrad *w, pt_block_scratch *s, pt_comm *tp) {
+    return pt__block_bwd(ctx, cfg, B, T, p, NULL, x, a, dout, dx, w, s, tp, NULL);
+}
+
 /* W: every parameter gradient from the kept output gradients and the
    activations (the MLP activation recomputed). dout is whole on every
    tensor rank, so the replicated bias and norm gradients agree without
@@ -8514,9 +8532,11 @@ PTRAINDEF pt_status pt_block_backward(pt_ctx *ctx, const pt_gpt_config *cfg, int
                                       const pt_block_params *p, pt_block_params *g,
                                       const float *x, const pt_block_acts *a, const float *dout,
                                       float *dx, pt_block_scratch *s, pt_comm *tp) {
-    pt_status st = pt_block_backward_input(ctx, cfg, B, T, p, x, a, dout, dx, &s->w, s, tp);
+    int w0 = 0, k = tp ? tp->size : 1;
+    pt_status st = pt__block_bwd(ctx, cfg, B, T, p, g, x, a, dout, dx, &s->w, s, tp, &w0);
     if (st != PT_OK) return st;
-    pt_block_backward_weight(ctx, cfg, B, T, p, g, x, a, &s->w, s, tp ? tp->size : 1);
+    if (!w0) pt__block_weight_part(ctx, cfg, B, T, p, g, x, a, &s->w, s, k, 0);
+    pt__block_weight_part(ctx, cfg, B, T, p, g, x, a, &s->w, s, k, 1);
     return pt_block_sp_norm_sum(cfg, g, s, tp);
 }
 
@@ -11117,29 +11137,49 @@ static int pt__head_fused(const pt_gpt_place *pl, int training) {
    activations, what W needs from B, the head's buffers on the last stage,
    the micro-batch's tokens); then the scratch: recomputation's one layer,
    the vocabulary-parallel loss, a block's scratch, the residual gradient. */
-/* Context parallelism's ring buffers (pt_block_cp) and a step's tokens. */
+/* n floats for a ring buffer from a piece of scratch (at, room floats; at
+   NULL in a meta build: the pointer stays NULL) whose *used floats are
+   taken, else from the arena. */
+static float *pt__cp_room(pt_arena *a, float *at, size_t room, size_t *used, size_t n) {
+    float *p;
+    if (*used + n > room) return PT__F(a, n);
+    p = at ? at + *used : NULL;
+    *used += n;
+    return p;
+}
+
+/* Context parallelism's ring buffers (pt_block_cp) and a step's tokens. The
+   buffers are live inside one attention call only, where backward's
+   scratch is free in forward and, in backward, the MLP activation's (gelu:
+   forward writes it after attention, backward reads it before, W
+   recomputes it), dln (written after attention) and the piece of dfch, W's
+   dout and dln2 (W's MLP half runs before attention's backward:
+   pt__block_bwd). What fits goes there: the blocks (both passes) and the
+   dk|dv share (part) in that piece, forward's partials (po, pl) and
+   backward's accumulators in gelu, then dln. */
 static void pt__layout_cp(pt_gpt *m, pt_arena *a, const pt__dims *d, int training) {
     pt_gpt_exec *x = m->exec;
-    size_t nkv = d->N * 2 * d->Ckv, nt = d->N * (size_t)m->place.micro;
+    pt_block_scratch *s = &x->scratch;
+    size_t nkv = d->N * 2 * d->Ckv, nt = d->N * (size_t)m->place.micro, used[3] = {0, 0, 0};
+    size_t room[3], j;
+    float *at[3];
     pt_block_cp *cp = &x->cp;
-    x->scratch.cp = cp;
+    s->cp = cp;
     cp->pos = (int *)pt_arena_alloc(a, d->T * sizeof(int));
-    cp->kpos = (int *)pt_arena_alloc(a, d->T * sizeof(int));
     cp->pos_T = 0;
-    size_t room = d->N * d->F, nfwd = d->N * d->Ca + d->B * d->NH * d->T;
-    float *g = x->scratch.gelu;
-    /* the ring's buffers are live inside one attention call only, where the
-       MLP activation's scratch (gelu, N x F) is not (forward writes it after
-       attention, backward reads it before, W recomputes it): what fits goes
-       there, forward's partials and backward's accumulators in turn */
-    cp->kv[0] = PT__F(a, nkv), cp->kv[1] = PT__F(a, nkv);
-    /* (a meta build's g is NULL: no offsets from it, the pointers stay NULL) */
-    cp->po = nfwd <= room ? g : PT__F(a, d->N * d->Ca);
-    cp->pl = nfwd <= room ? (g ? g + d->N * d->Ca : NULL) : PT__F(a, d->B * d->NH * d->T);
-    if (training) {
-        cp->acc[0] = nkv <= room ? g : PT__F(a, nkv);
-        cp->acc[1] = 2 * nkv <= room ? (g ? g + nkv : NULL) : PT__F(a, nkv);
-        cp->part = 3 * nkv <= room ? (g ? g + 2 * nkv : NULL) : PT__F(a, nkv);
+    cp->kpos = (int *)pt_arena_alloc(a, d->T * sizeof(int));
+    at[0] = training ? s->dfch : NULL, room[0] = training ? d->N * d->Fi + (d->N + d->Ns) * d->C : 0;
+    at[1] = s->gelu, room[1] = d->N * d->F;
+    at[2] = training ? s->dln : NULL, room[2] = training ? d->N * d->C : 0;
+    for (j = 0; j < 2; j++) cp->kv[j] = pt__cp_room(a, at[0], room[0], &used[0], nkv);
+    cp->po = pt__cp_room(a, at[1], room[1], &used[1], d->N * d->Ca);
+    cp->pl = pt__cp_room(a, at[1], room[1], &used[1], d->B * d->NH * d->T);
+    if (training) { /* (backward: gelu's forward partials are done with) */
+        used[1] = 0;
+        cp->part = pt__cp_room(a, at[0], room[0], &used[0], nkv);
+        for (j = 0; j < 2; j++)
+            cp->acc[j] = used[1] + nkv <= room[1] ? pt__cp_room(a, at[1], room[1], &used[1], nkv)
+                                                 : pt__cp_room(a, at[2], room[2], &used[2], nkv);
     }
     x->cp_in = (int *)pt_arena_alloc(a, nt * sizeof(int));
     x->cp_tg = (int *)pt_arena_alloc(a, nt * sizeof(int));
@@ -12165,14 +12205,16 @@ static pt_status pt__embed_backward(pt_gpt *m, const pt__slot *sl, int B, int T)
 static pt_status pt__first_layer_backward(pt_gpt *m, pt__slot *sl, int l, int B, int T,
                                           const float *in, const pt_block_acts *a) {
     pt_gpt_exec *x = m->exec;
-    int tp = x->tp_comm ? x->tp_comm->size : 1;
-    pt_status st = pt_block_backward_input(&m->ctx, &m->config, B, T, &m->layers[l], in, a, x->dres,
-                                           x->dres, &x->scratch.w, &x->scratch, x->tp_comm);
+    int tp = x->tp_comm ? x->tp_comm->size : 1, w0 = 0;
+    pt_status st = pt__block_bwd(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l],
+                                 in, a, x->dres, x->dres, &x->scratch.w, &x->scratch, x->tp_comm,
+                                 &w0);
     if (st == PT_OK) st = pt__embed_backward(m, sl, B, T);
     if (st == PT_OK) st = pt__ov_rest(m);
     if (st != PT_OK) return st;
-    pt__block_weight_part(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in,
-                          a, &x->scratch.w, &x->scratch, tp, 0);
+    if (!w0)
+        pt__block_weight_part(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l],
+                              in, a, &x->scratch.w, &x->scratch, tp, 0);
     if ((st = pt__ov_part(m, l)) != PT_OK) return st;
     pt__block_weight_part(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in,
                           a, &x->scratch.w, &x->scratch, tp, 1);
@@ -12181,16 +12223,23 @@ static pt_status pt__first_layer_backward(pt_gpt *m, pt__slot *sl, int l, int B,
 
 /* ZeRO 2 and 3 with overlap: layer l's backward as B, then the previous
    layer's reduce-scatter settled (it ran behind B), then W into the stage
-   (B then W is pt_block_backward: the same bits). */
+   (B then W is pt_block_backward: the same bits). Context parallel, W's
+   MLP half runs inside B: the reduce-scatter is settled before. */
 static pt_status pt__staged_layer_backward(pt_gpt *m, int l, int B, int T, const float *in,
                                            const pt_block_acts *a) {
     pt_gpt_exec *x = m->exec;
-    pt_status st = pt_block_backward_input(&m->ctx, &m->config, B, T, &m->layers[l], in, a, x->dres,
-                                           x->dres, &x->scratch.w, &x->scratch, x->tp_comm);
-    if (st == PT_OK) st = pt__zero2_settle(m);
+    int tp = x->tp_comm ? x->tp_comm->size : 1, w0 = 0, early = !!pt__cp_pos(x->scratch.cp, T);
+    pt_status st = early ? pt__zero2_settle(m) : PT_OK; /* (W's MLP half inside B: pt__block_bwd) */
+    if (st == PT_OK)
+        st = pt__block_bwd(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in,
+                           a, x->dres, x->dres, &x->scratch.w, &x->scratch, x->tp_comm, &w0);
+    if (st == PT_OK && !early) st = pt__zero2_settle(m);
     if (st != PT_OK) return st;
-    pt_block_backward_weight(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in,
-                             a, &x->scratch.w, &x->scratch, x->tp_comm ? x->tp_comm->size : 1);
+    if (!w0)
+        pt__block_weight_part(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l],
+                              in, a, &x->scratch.w, &x->scratch, tp, 0);
+    pt__block_weight_part(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in, a,
+                          &x->scratch.w, &x->scratch, tp, 1);
     return pt_block_sp_norm_sum(&m->config, &x->coll.layer_grads[l], &x->scratch, x->tp_comm);
 }
 

@@ -10130,9 +10130,11 @@ typedef struct pt__exec_coll {
     float *tmask;             /* (vocab_local) 1: a row the step's tokens read on some dp rank */
     int *tslot, *tinp;        /* (vocab_local) a row's compact slot (-1: none); (B*T) tokens
                                  as slots */
-    float *tkeep;             /* (tcap * C + wpe's) the compact rows' gradients, then wpe's */
+    float *tkeep;             /* (tcap * C + wpe's) the compact rows' gradients, then wpe's
+                                 (context parallel: the rows of this rank's positions) */
     int tcap, trows;          /* slots; those in use in this step (-1: none, wte whole) */
     pt_comm_req treq, kreq;   /* the mask's all-reduce (MAX), the compact rows' */
+    pt_comm_req preq;         /* context parallel: wpe's rows' sum over dp alone */
     int zrows;                /* ZeRO 3 (pt__z3_embed_sparse): the embedding's compact rows
                                  whose average is under way in work's half 0 (-1: none) */
     const int *zslot;         /* (vocab_local) and each row's slot among them (in half 1) */
@@ -10275,6 +10277,8 @@ static void pt__ov_poll(void *arg) {
         x->coll.poll_st = st; /* (a staged reduce-scatter: settled later) */
     if (x->coll.kreq.comm && (st = pt_comm_test(&x->coll.kreq, &done)) != PT_OK && !x->coll.poll_st)
         x->coll.poll_st = st; /* (wte's compact rows: added later) */
+    if (x->coll.preq.comm && (st = pt_comm_test(&x->coll.preq, &done)) != PT_OK && !x->coll.poll_st)
+        x->coll.poll_st = st; /* (context parallel: wpe's rows) */
     for (j = 0; j < 5; j++) { /* context parallelism's ring transfers */
         pt_comm_req *q = &x->cp.req[j];
         if (q->comm && (st = pt_comm_test(q, &done)) != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;
@@ -11065,13 +11069,22 @@ static int pt__wte_ok(const pt_gpt *m) {
            m->exec->tab_wte >= 0 && !m->exec->pipe.split;
 }
 
+/* The floats of wpe's gradient pt__wte_ok's compact buffer keeps for T
+   local tokens: all of wpe, or context parallel the rows of this rank's T
+   positions (the other ranks' are gathered: pt__wpe_gather). */
+static size_t pt__wpe_kept(const pt_gpt *m, int T) {
+    const pt_gpt_exec *x = m->exec;
+    if (x->tab_wpe < 0) return 0;
+    return x->cp.comm ? (size_t)T * (size_t)m->config.n_embd : m->table[x->tab_wpe].numel;
+}
+
 /* pt__wte_ok's buffers: the compact rows at most a quarter of wte (or the
    rows a step's tokens can read), counted with the gradients. */
 static void pt__layout_wte(pt_gpt *m, pt_arena *a) {
     pt_gpt_exec *x = m->exec;
     size_t V = (size_t)m->place.vocab_local, C = (size_t)m->config.n_embd, N = (size_t)m->B * m->T;
     size_t reads = N * (size_t)m->place.dp * (size_t)m->place.micro;
-    size_t wpe = x->tab_wpe >= 0 ? m->table[x->tab_wpe].numel : 0, used = a->used;
+    size_t wpe = pt__wpe_kept(m, m->T), used = a->used;
     x->coll.tcap = (int)(reads < V / 4 ? reads : V / 4);
     x->coll.tmask = PT__F(a, V);
     x->coll.tkeep = PT__F(a, (size_t)x->coll.tcap * C + wpe);
@@ -11869,11 +11882,28 @@ static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int 
     return st;
 }
 
+/* The floats of bucket k that its average must reach, from flat offset
+   *lo: all of them, but under ZeRO 0 with wpe kept aside (pt__wte_early:
+   its average comes from there, written over the bucket's) not wpe's rows
+   at either end of the bucket. */
+static size_t pt__ov_span(const pt_gpt *m, const pt__bucket *k, size_t *lo) {
+    const pt_gpt_exec *x = m->exec;
+    const pt_param *wpe = x->tab_wpe >= 0 ? &m->table[x->tab_wpe] : NULL;
+    *lo = k->offset;
+    if (m->place.zero || x->coll.trows < 0 || !wpe || wpe->numel >= k->numel ||
+        wpe->offset < k->offset || wpe->offset + wpe->numel > k->offset + k->numel)
+        return k->numel;
+    if (wpe->offset == k->offset) *lo += wpe->numel;
+    else if (wpe->offset + wpe->numel != k->offset + k->numel) return k->numel;
+    return k->numel - wpe->numel;
+}
+
 /* Overlap: bucket b's dp reduction started (averaged whole, or into this
    rank's shard under ZeRO 1 and 3), and the buckets under way get a test. */
 static pt_status pt__ov_start(pt_gpt *m, int b) {
     pt_gpt_exec *x = m->exec;
     const pt__bucket *k = &x->coll.buckets[b];
+    size_t lo, n = pt__ov_span(m, k, &lo);
     pt_status st;
     x->coll.ov_t[b] = pt_time_now(), x->coll.ov_at[b] = x->act;
     if (m->place.zero == 1 || m->place.zero == 3)
@@ -11882,7 +11912,7 @@ static pt_status pt__ov_start(pt_gpt *m, int b) {
                                           k->numel / (size_t)m->place.dp, PT_REDUCE_AVG,
                                           &x->coll.ov_req[b]);
     else
-        st = pt_comm_all_reduce_start(x->dp_comm, m->grads + k->offset, k->numel, PT_REDUCE_AVG,
+        st = pt_comm_all_reduce_start(x->dp_comm, m->grads + lo, n, PT_REDUCE_AVG,
                                       &x->coll.ov_req[b]);
     if (st == PT_OK) pt__ov_poll(m);
     return st != PT_OK ? st : x->coll.poll_st;
@@ -11969,6 +11999,7 @@ static pt_status pt__wte_mask_start(pt_gpt *m, const pt_step_desc *d) {
     x->coll.trows = -1;
     memset(&x->coll.treq, 0, sizeof x->coll.treq);
     memset(&x->coll.kreq, 0, sizeof x->coll.kreq);
+    memset(&x->coll.preq, 0, sizeof x->coll.preq);
     if (!x->coll.tmask || !x->coll.ov_on || (x->dp_comm->kind != PT_COMM_THREADS && m->place.dp != 2))
         return PT_OK;
     memset(x->coll.tmask, 0, (size_t)V * sizeof(float));
@@ -11998,7 +12029,14 @@ static pt_status pt__wte_early(pt_gpt *m) {
         if (x->coll.tslot[r] >= 0)
             memcpy(x->coll.tkeep + (size_t)R++ * C, x->coll.dwte + (size_t)r * C, C * sizeof(float));
     }
-    if (wpe) memcpy(x->coll.tkeep + (size_t)R * C, x->coll.dwpe, wpe->numel * sizeof(float));
+    if (wpe && x->cp.comm) { /* (this rank's positions: the rows its tokens touch) */
+        const int *pos = pt__cp_pos(&x->cp, x->cur_T);
+        for (i = 0; i < x->cur_T; i++)
+            memcpy(x->coll.tkeep + (size_t)(R + i) * C, x->coll.dwpe + (size_t)pos[i] * C,
+                   C * sizeof(float));
+    } else if (wpe) {
+        memcpy(x->coll.tkeep + (size_t)R * C, x->coll.dwpe, wpe->numel * sizeof(float));
+    }
     x->coll.trows = R;
     for (b = 0; b < x->coll.num_buckets && st == PT_OK; b++) { /* those of wte and wpe alone */
         const pt__bucket *k = &x->coll.buckets[b];
@@ -12011,19 +12049,33 @@ static pt_status pt__wte_early(pt_gpt *m) {
 
 /* pt__wte_early's embedding backward from dres: into the compact rows and
    wpe (each row's tokens in sequence: the sums of the whole kernel), then
-   their reduction started. */
+   their reduction started. Context parallel, wpe's rows are this rank's
+   positions, which its dp peers share and no other rank touches: summed
+   over dp alone (the dp x cp average's sum, its zeros left out), the
+   rows averaged and gathered over cp after (pt__wpe_gather). */
 static pt_status pt__wte_embed(pt_gpt *m, const pt__slot *sl, const float *dres, int B, int T) {
     pt_gpt_exec *x = m->exec;
     int n, r, V = m->place.vocab_local, C = m->config.n_embd, R = x->coll.trows;
-    size_t wpe = x->tab_wpe >= 0 ? m->table[x->tab_wpe].numel : 0, all = (size_t)R * C + wpe;
+    size_t wpe = pt__wpe_kept(m, T), all = (size_t)R * C + wpe;
+    pt_comm *dp = x->grid && x->grid->dp > 1 ? &x->grid->dp_comm : NULL;
+    pt_status st;
     for (n = 0; n < B * T; n++) {
         r = sl->inputs[n] - m->place.vocab_offset;
         x->coll.tinp[n] = r >= 0 && r < V ? x->coll.tslot[r] : -1;
     }
     pt__encoder_backward_part(x->coll.tkeep, wpe ? x->coll.tkeep + (size_t)R * C : NULL, dres,
-                              x->coll.tinp, pt__cp_pos(x->scratch.cp, T), 0, R, B, T, C);
-    if (!all) return PT_OK;
-    return pt_comm_all_reduce_start(x->dp_comm, x->coll.tkeep, all, PT_REDUCE_AVG, &x->coll.kreq);
+                              x->coll.tinp, x->cp.comm ? NULL : pt__cp_pos(x->scratch.cp, T), 0,
+                              R, B, T, C);
+    if (!x->cp.comm) /* (wpe whole: with the rows) */
+        return all ? pt_comm_all_reduce_start(x->dp_comm, x->coll.tkeep, all, PT_REDUCE_AVG,
+                                              &x->coll.kreq)
+                   : PT_OK;
+    if (R > 0 && (st = pt_comm_all_reduce_start(x->dp_comm, x->coll.tkeep, (size_t)R * C,
+                                                PT_REDUCE_AVG, &x->coll.kreq)) != PT_OK)
+        return st;
+    if (!wpe || !dp) return PT_OK;
+    return pt_comm_all_reduce_start(dp, x->coll.tkeep + (size_t)R * C, wpe, PT_REDUCE_SUM,
+                                    &x->coll.preq);
 }
 
 /* n averaged gradients from src put at flat offset off: into the whole
@@ -12094,6 +12146,34 @@ static pt_status pt__z3_sparse_finish(const pt_gpt *m) {
     return PT_OK;
 }
 
+/* Context parallel (pt__wte_embed): wpe's rows of this rank's positions,
+   summed over dp, averaged over dp x cp (divided by its size, as the
+   group's average is) and gathered over cp into wpe's gradient: chunk c of
+   each rank c's first halves, chunk 2K-1-c of its second halves (gathered
+   in rank order, so their K blocks are reversed after), 0 past the
+   sequence. m->grads' wpe is free (pt__wte_early kept it aside). */
+static pt_status pt__wpe_gather(pt_gpt *m, float *keep) {
+    pt_gpt_exec *x = m->exec;
+    const pt_param *wpe = &m->table[x->tab_wpe];
+    size_t C = (size_t)m->config.n_embd, h = (size_t)x->cur_T / 2 * C, n = 2 * h, i, j;
+    int K = x->cp.comm->size, size = x->dp_comm->size, b;
+    float *g = m->grads + wpe->offset, t;
+    pt_status st;
+    if (x->coll.preq.comm && (st = pt_comm_wait(&x->coll.preq)) != PT_OK) return st;
+    for (i = 0; i < n; i++) keep[i] /= (float)size;
+    if ((st = pt_comm_all_gather(x->cp.comm, keep, g, h)) != PT_OK ||
+        (st = pt_comm_all_gather(x->cp.comm, keep + h, g + (size_t)K * h, h)) != PT_OK)
+        return st;
+    for (b = 0; b < K / 2; b++) /* blocks K + b and 2K - 1 - b swap */
+        for (j = 0; j < h; j++) {
+            float *u = g + (size_t)(K + b) * h + j, *v = g + (size_t)(2 * K - 1 - b) * h + j;
+            t = *u, *u = *v, *v = t;
+        }
+    memset(g + (size_t)K * n, 0, (wpe->numel - (size_t)K * n) * sizeof(float));
+    if (m->place.zero) pt__grad_put(m, wpe->offset, g, wpe->numel, 0);
+    return PT_OK;
+}
+
 /* After wte's buckets: the compact rows' reduction waited for and put in
    place of what the buckets averaged for those rows and wpe. */
 static pt_status pt__wte_finish(pt_gpt *m) {
@@ -12108,6 +12188,7 @@ static pt_status pt__wte_finish(pt_gpt *m) {
         if (x->coll.tslot[r] >= 0)
             pt__grad_put(m, m->table[x->tab_wte].offset + (size_t)r * C,
                          x->coll.tkeep + (size_t)x->coll.tslot[r] * C, C, 0);
+    if (wpe && x->cp.comm) return pt__wpe_gather(m, x->coll.tkeep + (size_t)R * C);
     if (wpe) pt__grad_put(m, wpe->offset, x->coll.tkeep + (size_t)R * C, wpe->numel, 0);
     return PT_OK;
 }

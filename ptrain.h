@@ -8020,8 +8020,9 @@ static void pt__layout_block_acts(pt_block_acts *x, pt_arena *a, const pt__dims 
 static void pt__layout_wgrad(pt_block_wgrad *w, pt_arena *a, const pt__dims *d,
                              const pt_block_scratch *s) {
     size_t N = d->N, Ns = d->Ns;
-    w->dout = PT__F(a, N * d->C);
-    w->dln2 = PT__F(a, Ns * d->C);
+    /* (the scratch's: dout and dln2 right after its dfch, in one piece: pt__layout_scratch) */
+    w->dout = s ? (s->dfch ? s->dfch + N * d->Fi : NULL) : PT__F(a, N * d->C);
+    w->dln2 = s ? (s->dfch ? w->dout + N * d->C : NULL) : PT__F(a, Ns * d->C);
     w->dres2 = PT__F(a, N * d->C);
     /* the scratch's w shares its dln, dfch, dqkv (NULL in a meta arena too:
        s says whether to, not the pointers, so the report counts them once) */
@@ -8058,7 +8059,9 @@ static void pt__layout_scratch(pt_block_scratch *s, pt_arena *a, const pt__dims 
     s->dln = PT__F(a, N * d->C);
     s->dqkv = PT__F(a, N * d->Q3);
     s->datty = PT__F(a, N * d->Ca);
-    s->dfch = PT__F(a, N * d->Fi);
+    /* dfch, then W's kept dout and dln2: one piece, which context parallelism's
+       ring buffers take while attention runs (pt__layout_cp) */
+    s->dfch = PT__F(a, N * d->Fi + N * d->C + Ns * d->C);
     pt__layout_wgrad(&s->w, a, d, s);
 }
 
@@ -8403,70 +8406,6 @@ static pt_status pt__col_dinput(pt_ctx *ctx, const pt_gpt_config *cfg, int sp, p
     return pt__tp_rows(tp, sp, dln, out, d->Ns * d->C);
 }
 
-/* B: the input's gradient, keeping in w what the weight gradients need.
-   MLP branch: out = res2 + fc_proj(act(fc(norm2(res2)))); then the attention
-   branch: res2 = x + attn_proj(attention(rope(qkv(norm1(x))))). Sequence
-   parallel: dout, dx, x and the norms' tensors are this rank's Ns rows. */
-PTRAINDEF pt_status pt_block_backward_input(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
-                                            const pt_block_params *p, const float *x,
-                                            const pt_block_acts *a, const float *dout, float *dx,
-                                            pt_block_wgrad *w, pt_block_scratch *s, pt_comm *tp) {
-    int k = tp ? tp->size : 1, sp = s->sp && k > 1;
-    pt__dims d = pt__block_dims_sp(cfg, B, T, k, sp);
-    size_t C = d.C, N = d.N, Ca = d.Ca, F = d.F, Fi = d.Fi, Q3 = d.Q3, nc = d.Ns * d.C;
-    int n = (int)N, c = (int)C, ca = (int)Ca, f = (int)F, ns = (int)d.Ns;
-    const float *full;
-    pt_status st;
-    if (sp) { /* the output's gradient over every row (the g of forward's reduce-scatter);
-                 W's column-parallel weight gradients read ln2, ln1 over every row: their
-                 gathers start now and run behind B's GEMMs */
-        if ((st = pt_comm_all_gather(tp, dout, w->dout, nc)) != PT_OK) return st;
-        pt__bf16_load(a->ln2, a->ln2_16, nc, &s->held[2]);
-        pt__bf16_load(a->ln1, a->ln1_16, nc, &s->held[0]);
-        if ((st = pt_comm_all_gather_start(tp, a->ln2, w->ln2g, nc, &s->req[0])) != PT_OK ||
-            (st = pt_comm_all_gather_start(tp, a->ln1, w->ln1g, nc, &s->req[1])) != PT_OK)
-            return st;
-    } else if (w->dout != dout) {
-        memcpy(w->dout, dout, N * C * sizeof(float)); /* dx may alias dout */
-    }
-    pt__bf16_load(a->fch, a->fch_16, N * Fi, &s->held[3]);
-    if (cfg->mlp == PT_MLP_SWIGLU) { /* d act in the activation's scratch, then d [gate|up] */
-        memset(s->gelu, 0, N * F * sizeof(float));
-        pt__proj_backward(ctx, cfg, s->gelu, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
-        pt_swiglu_backward(w->dfch, a->fch, s->gelu, n, f);
-    } else {
-        memset(w->dfch, 0, N * F * sizeof(float));
-        pt__proj_backward(ctx, cfg, w->dfch, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
-        pt_gelu_backward(w->dfch, a->fch, w->dfch, N * F);
-    }
-    st = pt__col_dinput(ctx, cfg, sp, tp, sp ? s->xg : w->dln2, w->dln2, w->dfch, p->fc_w, &d,
-                        (int)Fi);
-    if (st != PT_OK) return st;
-    full = w->dout + (sp ? (size_t)tp->rank * nc : 0); /* this rank's rows of it */
-    if (dx != full) memcpy(dx, full, nc * sizeof(float)); /* dx now holds d res2 */
-    pt__norm_backward(cfg, dx, NULL, NULL, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
-                      ns, c);
-    if (sp) st = pt_comm_all_gather(tp, dx, w->dres2, nc);
-    else memcpy(w->dres2, dx, N * C * sizeof(float));
-    if (st != PT_OK) return st;
-    memset(s->datty, 0, N * Ca * sizeof(float));
-    pt__proj_backward(ctx, cfg, s->datty, NULL, NULL, w->dres2, NULL, p->attn_proj_w, n, ca, c);
-    memset(w->dqkv, 0, N * Q3 * sizeof(float));
-    pt__bf16_load(a->qkv, a->qkv_16, N * Q3, &s->held[1]);
-    st = pt__attention_bwd(ctx, &d, w->dqkv, s->datty, a->atty, a->qkv, a->lse, s);
-    if (st != PT_OK) return st;
-    if (cfg->pos == PT_POS_ROPE)
-        pt_rope_backward(w->dqkv, pt__rope_cs(cfg, s, T), n, T, (int)(d.NH + d.NKV), (int)d.hd,
-                         (int)Q3);
-    st = pt__col_dinput(ctx, cfg, sp, tp, sp ? s->xg : w->dln1, w->dln1, w->dqkv, p->qkv_w, &d,
-                        (int)Q3);
-    if (st != PT_OK) return st;
-    pt__norm_backward(cfg, dx, NULL, NULL, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd, ns, c);
-    if (!sp) return PT_OK;
-    if ((st = pt_comm_wait(&s->req[0])) != PT_OK) return st;
-    return pt_comm_wait(&s->req[1]);
-}
-
 /* W's MLP half (part 0: fc_proj, fc, ln2) or attention half (part 1:
    attn_proj, qkv, ln1): part 0 then part 1 is W. The overlap reduces the
    first layer's MLP gradients while its attention half runs. */
@@ -8506,6 +8445,85 @@ static void pt__block_weight_part(pt_ctx *ctx, const pt_gpt_config *cfg, int B, 
                       ns, c);
 }
 
+/* B: the input's gradient, keeping in w what the weight gradients need.
+   MLP branch: out = res2 + fc_proj(act(fc(norm2(res2)))); then the attention
+   branch: res2 = x + attn_proj(attention(rope(qkv(norm1(x))))). Sequence
+   parallel: dout, dx, x and the norms' tensors are this rank's Ns rows.
+   Given g (W follows) and context parallel, W's MLP half runs between the
+   branches (*w0 = 1): the ring's buffers take its kept gradients' place
+   (pt__layout_cp). Its sums are the same, in the same order. */
+static pt_status pt__block_bwd(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
+                               const pt_block_params *p, pt_block_params *g, const float *x,
+                               const pt_block_acts *a, const float *dout, float *dx,
+                               pt_block_wgrad *w, pt_block_scratch *s, pt_comm *tp, int *w0) {
+    int k = tp ? tp->size : 1, sp = s->sp && k > 1;
+    pt__dims d = pt__block_dims_sp(cfg, B, T, k, sp);
+    size_t C = d.C, N = d.N, Ca = d.Ca, F = d.F, Fi = d.Fi, Q3 = d.Q3, nc = d.Ns * d.C;
+    int n = (int)N, c = (int)C, ca = (int)Ca, f = (int)F, ns = (int)d.Ns;
+    const float *full;
+    pt_status st;
+    if (sp) { /* the output's gradient over every row (the g of forward's reduce-scatter);
+                 W's column-parallel weight gradients read ln2, ln1 over every row: their
+                 gathers start now and run behind B's GEMMs */
+        if ((st = pt_comm_all_gather(tp, dout, w->dout, nc)) != PT_OK) return st;
+        pt__bf16_load(a->ln2, a->ln2_16, nc, &s->held[2]);
+        pt__bf16_load(a->ln1, a->ln1_16, nc, &s->held[0]);
+        if ((st = pt_comm_all_gather_start(tp, a->ln2, w->ln2g, nc, &s->req[0])) != PT_OK ||
+            (st = pt_comm_all_gather_start(tp, a->ln1, w->ln1g, nc, &s->req[1])) != PT_OK)
+            return st;
+    } else if (w->dout != dout) {
+        memcpy(w->dout, dout, N * C * sizeof(float)); /* dx may alias dout */
+    }
+    pt__bf16_load(a->fch, a->fch_16, N * Fi, &s->held[3]);
+    if (cfg->mlp == PT_MLP_SWIGLU) { /* d act in the activation's scratch, then d [gate|up] */
+        memset(s->gelu, 0, N * F * sizeof(float));
+        pt__proj_backward(ctx, cfg, s->gelu, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
+        pt_swiglu_backward(w->dfch, a->fch, s->gelu, n, f);
+    } else {
+        memset(w->dfch, 0, N * F * sizeof(float));
+        pt__proj_backward(ctx, cfg, w->dfch, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
+        pt_gelu_backward(w->dfch, a->fch, w->dfch, N * F);
+    }
+    st = pt__col_dinput(ctx, cfg, sp, tp, sp ? s->xg : w->dln2, w->dln2, w->dfch, p->fc_w, &d,
+                        (int)Fi);
+    if (st != PT_OK) return st;
+    full = w->dout + (sp ? (size_t)tp->rank * nc : 0); /* this rank's rows of it */
+    if (dx != full) memcpy(dx, full, nc * sizeof(float)); /* dx now holds d res2 */
+    pt__norm_backward(cfg, dx, NULL, NULL, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
+                      ns, c);
+    if (sp) st = pt_comm_all_gather(tp, dx, w->dres2, nc);
+    else memcpy(w->dres2, dx, N * C * sizeof(float));
+    if (st != PT_OK) return st;
+    if (g && pt__cp_pos(s->cp, T)) { /* (sequence parallel: W reads ln2 gathered) */
+        if (sp && (st = pt_comm_wait(&s->req[0])) != PT_OK) return st;
+        pt__block_weight_part(ctx, cfg, B, T, p, g, x, a, w, s, k, 0);
+        *w0 = 1;
+    }
+    memset(s->datty, 0, N * Ca * sizeof(float));
+    pt__proj_backward(ctx, cfg, s->datty, NULL, NULL, w->dres2, NULL, p->attn_proj_w, n, ca, c);
+    memset(w->dqkv, 0, N * Q3 * sizeof(float));
+    pt__bf16_load(a->qkv, a->qkv_16, N * Q3, &s->held[1]);
+    st = pt__attention_bwd(ctx, &d, w->dqkv, s->datty, a->atty, a->qkv, a->lse, s);
+    if (st != PT_OK) return st;
+    if (cfg->pos == PT_POS_ROPE)
+        pt_rope_backward(w->dqkv, pt__rope_cs(cfg, s, T), n, T, (int)(d.NH + d.NKV), (int)d.hd,
+                         (int)Q3);
+    st = pt__col_dinput(ctx, cfg, sp, tp, sp ? s->xg : w->dln1, w->dln1, w->dqkv, p->qkv_w, &d,
+                        (int)Q3);
+    if (st != PT_OK) return st;
+    pt__norm_backward(cfg, dx, NULL, NULL, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd, ns, c);
+    if (!sp) return PT_OK;
+    if ((st = pt_comm_wait(&s->req[0])) != PT_OK) return st;
+    return pt_comm_wait(&s->req[1]);
+}
+
+PTRAINDEF pt_status pt_block_backward_input(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
+                                            const pt_block_params *p, const float *x,
+                                            const pt_block_acts *a, const float *dout, float *dx,
+                                            pt_block_wgrad *w, pt_block_scratch *s, pt_comm *tp) {
+    return pt__block_bwd(ctx, cfg, B, T, p, NULL, x, a, dout, dx, w, s, tp, NULL);
+}
+
 /* W: every parameter gradient from the kept output gradients and the
    activations (the MLP activation recomputed). dout is whole on every
    tensor rank, so the replicated bias and norm gradients agree without
@@ -8539,9 +8557,11 @@ PTRAINDEF pt_status pt_block_backward(pt_ctx *ctx, const pt_gpt_config *cfg, int
                                       const pt_block_params *p, pt_block_params *g,
                                       const float *x, const pt_block_acts *a, const float *dout,
                                       float *dx, pt_block_scratch *s, pt_comm *tp) {
-    pt_status st = pt_block_backward_input(ctx, cfg, B, T, p, x, a, dout, dx, &s->w, s, tp);
+    int w0 = 0, k = tp ? tp->size : 1;
+    pt_status st = pt__block_bwd(ctx, cfg, B, T, p, g, x, a, dout, dx, &s->w, s, tp, &w0);
     if (st != PT_OK) return st;
-    pt_block_backward_weight(ctx, cfg, B, T, p, g, x, a, &s->w, s, tp ? tp->size : 1);
+    if (!w0) pt__block_weight_part(ctx, cfg, B, T, p, g, x, a, &s->w, s, k, 0);
+    pt__block_weight_part(ctx, cfg, B, T, p, g, x, a, &s->w, s, k, 1);
     return pt_block_sp_norm_sum(cfg, g, s, tp);
 }
 
@@ -10135,9 +10155,11 @@ typedef struct pt__exec_coll {
     float *tmask;             /* (vocab_local) 1: a row the step's tokens read on some dp rank */
     int *tslot, *tinp;        /* (vocab_local) a row's compact slot (-1: none); (B*T) tokens
                                  as slots */
-    float *tkeep;             /* (tcap * C + wpe's) the compact rows' gradients, then wpe's */
+    float *tkeep;             /* (tcap * C + wpe's) the compact rows' gradients, then wpe's
+                                 (context parallel: the rows of this rank's positions) */
     int tcap, trows;          /* slots; those in use in this step (-1: none, wte whole) */
     pt_comm_req treq, kreq;   /* the mask's all-reduce (MAX), the compact rows' */
+    pt_comm_req preq;         /* context parallel: wpe's rows' sum over dp alone */
     int zrows;                /* ZeRO 3 (pt__z3_embed_sparse): the embedding's compact rows
                                  whose average is under way in work's half 0 (-1: none) */
     const int *zslot;         /* (vocab_local) and each row's slot among them (in half 1) */
@@ -10280,6 +10302,8 @@ static void pt__ov_poll(void *arg) {
         x->coll.poll_st = st; /* (a staged reduce-scatter: settled later) */
     if (x->coll.kreq.comm && (st = pt_comm_test(&x->coll.kreq, &done)) != PT_OK && !x->coll.poll_st)
         x->coll.poll_st = st; /* (wte's compact rows: added later) */
+    if (x->coll.preq.comm && (st = pt_comm_test(&x->coll.preq, &done)) != PT_OK && !x->coll.poll_st)
+        x->coll.poll_st = st; /* (context parallel: wpe's rows) */
     for (j = 0; j < 5; j++) { /* context parallelism's ring transfers */
         pt_comm_req *q = &x->cp.req[j];
         if (q->comm && (st = pt_comm_test(q, &done)) != PT_OK && !x->coll.poll_st) x->coll.poll_st = st;
@@ -11070,13 +11094,22 @@ static int pt__wte_ok(const pt_gpt *m) {
            m->exec->tab_wte >= 0 && !m->exec->pipe.split;
 }
 
+/* The floats of wpe's gradient pt__wte_ok's compact buffer keeps for T
+   local tokens: all of wpe, or context parallel the rows of this rank's T
+   positions (the other ranks' are gathered: pt__wpe_gather). */
+static size_t pt__wpe_kept(const pt_gpt *m, int T) {
+    const pt_gpt_exec *x = m->exec;
+    if (x->tab_wpe < 0) return 0;
+    return x->cp.comm ? (size_t)T * (size_t)m->config.n_embd : m->table[x->tab_wpe].numel;
+}
+
 /* pt__wte_ok's buffers: the compact rows at most a quarter of wte (or the
    rows a step's tokens can read), counted with the gradients. */
 static void pt__layout_wte(pt_gpt *m, pt_arena *a) {
     pt_gpt_exec *x = m->exec;
     size_t V = (size_t)m->place.vocab_local, C = (size_t)m->config.n_embd, N = (size_t)m->B * m->T;
     size_t reads = N * (size_t)m->place.dp * (size_t)m->place.micro;
-    size_t wpe = x->tab_wpe >= 0 ? m->table[x->tab_wpe].numel : 0, used = a->used;
+    size_t wpe = pt__wpe_kept(m, m->T), used = a->used;
     x->coll.tcap = (int)(reads < V / 4 ? reads : V / 4);
     x->coll.tmask = PT__F(a, V);
     x->coll.tkeep = PT__F(a, (size_t)x->coll.tcap * C + wpe);
@@ -11142,29 +11175,49 @@ static int pt__head_fused(const pt_gpt_place *pl, int training) {
    activations, what W needs from B, the head's buffers on the last stage,
    the micro-batch's tokens); then the scratch: recomputation's one layer,
    the vocabulary-parallel loss, a block's scratch, the residual gradient. */
-/* Context parallelism's ring buffers (pt_block_cp) and a step's tokens. */
+/* n floats for a ring buffer from a piece of scratch (at, room floats; at
+   NULL in a meta build: the pointer stays NULL) whose *used floats are
+   taken, else from the arena. */
+static float *pt__cp_room(pt_arena *a, float *at, size_t room, size_t *used, size_t n) {
+    float *p;
+    if (*used + n > room) return PT__F(a, n);
+    p = at ? at + *used : NULL;
+    *used += n;
+    return p;
+}
+
+/* Context parallelism's ring buffers (pt_block_cp) and a step's tokens. The
+   buffers are live inside one attention call only, where backward's
+   scratch is free in forward and, in backward, the MLP activation's (gelu:
+   forward writes it after attention, backward reads it before, W
+   recomputes it), dln (written after attention) and the piece of dfch, W's
+   dout and dln2 (W's MLP half runs before attention's backward:
+   pt__block_bwd). What fits goes there: the blocks (both passes) and the
+   dk|dv share (part) in that piece, forward's partials (po, pl) and
+   backward's accumulators in gelu, then dln. */
 static void pt__layout_cp(pt_gpt *m, pt_arena *a, const pt__dims *d, int training) {
     pt_gpt_exec *x = m->exec;
-    size_t nkv = d->N * 2 * d->Ckv, nt = d->N * (size_t)m->place.micro;
+    pt_block_scratch *s = &x->scratch;
+    size_t nkv = d->N * 2 * d->Ckv, nt = d->N * (size_t)m->place.micro, used[3] = {0, 0, 0};
+    size_t room[3], j;
+    float *at[3];
     pt_block_cp *cp = &x->cp;
-    x->scratch.cp = cp;
+    s->cp = cp;
     cp->pos = (int *)pt_arena_alloc(a, d->T * sizeof(int));
-    cp->kpos = (int *)pt_arena_alloc(a, d->T * sizeof(int));
     cp->pos_T = 0;
-    size_t room = d->N * d->F, nfwd = d->N * d->Ca + d->B * d->NH * d->T;
-    float *g = x->scratch.gelu;
-    /* the ring's buffers are live inside one attention call only, where the
-       MLP activation's scratch (gelu, N x F) is not (forward writes it after
-       attention, backward reads it before, W recomputes it): what fits goes
-       there, forward's partials and backward's accumulators in turn */
-    cp->kv[0] = PT__F(a, nkv), cp->kv[1] = PT__F(a, nkv);
-    /* (a meta build's g is NULL: no offsets from it, the pointers stay NULL) */
-    cp->po = nfwd <= room ? g : PT__F(a, d->N * d->Ca);
-    cp->pl = nfwd <= room ? (g ? g + d->N * d->Ca : NULL) : PT__F(a, d->B * d->NH * d->T);
-    if (training) {
-        cp->acc[0] = nkv <= room ? g : PT__F(a, nkv);
-        cp->acc[1] = 2 * nkv <= room ? (g ? g + nkv : NULL) : PT__F(a, nkv);
-        cp->part = 3 * nkv <= room ? (g ? g + 2 * nkv : NULL) : PT__F(a, nkv);
+    cp->kpos = (int *)pt_arena_alloc(a, d->T * sizeof(int));
+    at[0] = training ? s->dfch : NULL, room[0] = training ? d->N * d->Fi + (d->N + d->Ns) * d->C : 0;
+    at[1] = s->gelu, room[1] = d->N * d->F;
+    at[2] = training ? s->dln : NULL, room[2] = training ? d->N * d->C : 0;
+    for (j = 0; j < 2; j++) cp->kv[j] = pt__cp_room(a, at[0], room[0], &used[0], nkv);
+    cp->po = pt__cp_room(a, at[1], room[1], &used[1], d->N * d->Ca);
+    cp->pl = pt__cp_room(a, at[1], room[1], &used[1], d->B * d->NH * d->T);
+    if (training) { /* (backward: gelu's forward partials are done with) */
+        used[1] = 0;
+        cp->part = pt__cp_room(a, at[0], room[0], &used[0], nkv);
+        for (j = 0; j < 2; j++)
+            cp->acc[j] = used[1] + nkv <= room[1] ? pt__cp_room(a, at[1], room[1], &used[1], nkv)
+                                                 : pt__cp_room(a, at[2], room[2], &used[2], nkv);
     }
     x->cp_in = (int *)pt_arena_alloc(a, nt * sizeof(int));
     x->cp_tg = (int *)pt_arena_alloc(a, nt * sizeof(int));
@@ -11854,11 +11907,28 @@ static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int 
     return st;
 }
 
+/* The floats of bucket k that its average must reach, from flat offset
+   *lo: all of them, but under ZeRO 0 with wpe kept aside (pt__wte_early:
+   its average comes from there, written over the bucket's) not wpe's rows
+   at either end of the bucket. */
+static size_t pt__ov_span(const pt_gpt *m, const pt__bucket *k, size_t *lo) {
+    const pt_gpt_exec *x = m->exec;
+    const pt_param *wpe = x->tab_wpe >= 0 ? &m->table[x->tab_wpe] : NULL;
+    *lo = k->offset;
+    if (m->place.zero || x->coll.trows < 0 || !wpe || wpe->numel >= k->numel ||
+        wpe->offset < k->offset || wpe->offset + wpe->numel > k->offset + k->numel)
+        return k->numel;
+    if (wpe->offset == k->offset) *lo += wpe->numel;
+    else if (wpe->offset + wpe->numel != k->offset + k->numel) return k->numel;
+    return k->numel - wpe->numel;
+}
+
 /* Overlap: bucket b's dp reduction started (averaged whole, or into this
    rank's shard under ZeRO 1 and 3), and the buckets under way get a test. */
 static pt_status pt__ov_start(pt_gpt *m, int b) {
     pt_gpt_exec *x = m->exec;
     const pt__bucket *k = &x->coll.buckets[b];
+    size_t lo, n = pt__ov_span(m, k, &lo);
     pt_status st;
     x->coll.ov_t[b] = pt_time_now(), x->coll.ov_at[b] = x->act;
     if (m->place.zero == 1 || m->place.zero == 3)
@@ -11867,7 +11937,7 @@ static pt_status pt__ov_start(pt_gpt *m, int b) {
                                           k->numel / (size_t)m->place.dp, PT_REDUCE_AVG,
                                           &x->coll.ov_req[b]);
     else
-        st = pt_comm_all_reduce_start(x->dp_comm, m->grads + k->offset, k->numel, PT_REDUCE_AVG,
+        st = pt_comm_all_reduce_start(x->dp_comm, m->grads + lo, n, PT_REDUCE_AVG,
                                       &x->coll.ov_req[b]);
     if (st == PT_OK) pt__ov_poll(m);
     return st != PT_OK ? st : x->coll.poll_st;
@@ -11954,6 +12024,7 @@ static pt_status pt__wte_mask_start(pt_gpt *m, const pt_step_desc *d) {
     x->coll.trows = -1;
     memset(&x->coll.treq, 0, sizeof x->coll.treq);
     memset(&x->coll.kreq, 0, sizeof x->coll.kreq);
+    memset(&x->coll.preq, 0, sizeof x->coll.preq);
     if (!x->coll.tmask || !x->coll.ov_on || (x->dp_comm->kind != PT_COMM_THREADS && m->place.dp != 2))
         return PT_OK;
     memset(x->coll.tmask, 0, (size_t)V * sizeof(float));
@@ -11983,7 +12054,14 @@ static pt_status pt__wte_early(pt_gpt *m) {
         if (x->coll.tslot[r] >= 0)
             memcpy(x->coll.tkeep + (size_t)R++ * C, x->coll.dwte + (size_t)r * C, C * sizeof(float));
     }
-    if (wpe) memcpy(x->coll.tkeep + (size_t)R * C, x->coll.dwpe, wpe->numel * sizeof(float));
+    if (wpe && x->cp.comm) { /* (this rank's positions: the rows its tokens touch) */
+        const int *pos = pt__cp_pos(&x->cp, x->cur_T);
+        for (i = 0; i < x->cur_T; i++)
+            memcpy(x->coll.tkeep + (size_t)(R + i) * C, x->coll.dwpe + (size_t)pos[i] * C,
+                   C * sizeof(float));
+    } else if (wpe) {
+        memcpy(x->coll.tkeep + (size_t)R * C, x->coll.dwpe, wpe->numel * sizeof(float));
+    }
     x->coll.trows = R;
     for (b = 0; b < x->coll.num_buckets && st == PT_OK; b++) { /* those of wte and wpe alone */
         const pt__bucket *k = &x->coll.buckets[b];
@@ -11996,19 +12074,33 @@ static pt_status pt__wte_early(pt_gpt *m) {
 
 /* pt__wte_early's embedding backward from dres: into the compact rows and
    wpe (each row's tokens in sequence: the sums of the whole kernel), then
-   their reduction started. */
+   their reduction started. Context parallel, wpe's rows are this rank's
+   positions, which its dp peers share and no other rank touches: summed
+   over dp alone (the dp x cp average's sum, its zeros left out), the
+   rows averaged and gathered over cp after (pt__wpe_gather). */
 static pt_status pt__wte_embed(pt_gpt *m, const pt__slot *sl, const float *dres, int B, int T) {
     pt_gpt_exec *x = m->exec;
     int n, r, V = m->place.vocab_local, C = m->config.n_embd, R = x->coll.trows;
-    size_t wpe = x->tab_wpe >= 0 ? m->table[x->tab_wpe].numel : 0, all = (size_t)R * C + wpe;
+    size_t wpe = pt__wpe_kept(m, T), all = (size_t)R * C + wpe;
+    pt_comm *dp = x->grid && x->grid->dp > 1 ? &x->grid->dp_comm : NULL;
+    pt_status st;
     for (n = 0; n < B * T; n++) {
         r = sl->inputs[n] - m->place.vocab_offset;
         x->coll.tinp[n] = r >= 0 && r < V ? x->coll.tslot[r] : -1;
     }
     pt__encoder_backward_part(x->coll.tkeep, wpe ? x->coll.tkeep + (size_t)R * C : NULL, dres,
-                              x->coll.tinp, pt__cp_pos(x->scratch.cp, T), 0, R, B, T, C);
-    if (!all) return PT_OK;
-    return pt_comm_all_reduce_start(x->dp_comm, x->coll.tkeep, all, PT_REDUCE_AVG, &x->coll.kreq);
+                              x->coll.tinp, x->cp.comm ? NULL : pt__cp_pos(x->scratch.cp, T), 0,
+                              R, B, T, C);
+    if (!x->cp.comm) /* (wpe whole: with the rows) */
+        return all ? pt_comm_all_reduce_start(x->dp_comm, x->coll.tkeep, all, PT_REDUCE_AVG,
+                                              &x->coll.kreq)
+                   : PT_OK;
+    if (R > 0 && (st = pt_comm_all_reduce_start(x->dp_comm, x->coll.tkeep, (size_t)R * C,
+                                                PT_REDUCE_AVG, &x->coll.kreq)) != PT_OK)
+        return st;
+    if (!wpe || !dp) return PT_OK;
+    return pt_comm_all_reduce_start(dp, x->coll.tkeep + (size_t)R * C, wpe, PT_REDUCE_SUM,
+                                    &x->coll.preq);
 }
 
 /* n averaged gradients from src put at flat offset off: into the whole
@@ -12079,6 +12171,34 @@ static pt_status pt__z3_sparse_finish(const pt_gpt *m) {
     return PT_OK;
 }
 
+/* Context parallel (pt__wte_embed): wpe's rows of this rank's positions,
+   summed over dp, averaged over dp x cp (divided by its size, as the
+   group's average is) and gathered over cp into wpe's gradient: chunk c of
+   each rank c's first halves, chunk 2K-1-c of its second halves (gathered
+   in rank order, so their K blocks are reversed after), 0 past the
+   sequence. m->grads' wpe is free (pt__wte_early kept it aside). */
+static pt_status pt__wpe_gather(pt_gpt *m, float *keep) {
+    pt_gpt_exec *x = m->exec;
+    const pt_param *wpe = &m->table[x->tab_wpe];
+    size_t C = (size_t)m->config.n_embd, h = (size_t)x->cur_T / 2 * C, n = 2 * h, i, j;
+    int K = x->cp.comm->size, size = x->dp_comm->size, b;
+    float *g = m->grads + wpe->offset, t;
+    pt_status st;
+    if (x->coll.preq.comm && (st = pt_comm_wait(&x->coll.preq)) != PT_OK) return st;
+    for (i = 0; i < n; i++) keep[i] /= (float)size;
+    if ((st = pt_comm_all_gather(x->cp.comm, keep, g, h)) != PT_OK ||
+        (st = pt_comm_all_gather(x->cp.comm, keep + h, g + (size_t)K * h, h)) != PT_OK)
+        return st;
+    for (b = 0; b < K / 2; b++) /* blocks K + b and 2K - 1 - b swap */
+        for (j = 0; j < h; j++) {
+            float *u = g + (size_t)(K + b) * h + j, *v = g + (size_t)(2 * K - 1 - b) * h + j;
+            t = *u, *u = *v, *v = t;
+        }
+    memset(g + (size_t)K * n, 0, (wpe->numel - (size_t)K * n) * sizeof(float));
+    if (m->place.zero) pt__grad_put(m, wpe->offset, g, wpe->numel, 0);
+    return PT_OK;
+}
+
 /* After wte's buckets: the compact rows' reduction waited for and put in
    place of what the buckets averaged for those rows and wpe. */
 static pt_status pt__wte_finish(pt_gpt *m) {
@@ -12093,6 +12213,7 @@ static pt_status pt__wte_finish(pt_gpt *m) {
         if (x->coll.tslot[r] >= 0)
             pt__grad_put(m, m->table[x->tab_wte].offset + (size_t)r * C,
                          x->coll.tkeep + (size_t)x->coll.tslot[r] * C, C, 0);
+    if (wpe && x->cp.comm) return pt__wpe_gather(m, x->coll.tkeep + (size_t)R * C);
     if (wpe) pt__grad_put(m, wpe->offset, x->coll.tkeep + (size_t)R * C, wpe->numel, 0);
     return PT_OK;
 }
@@ -12190,14 +12311,16 @@ static pt_status pt__embed_backward(pt_gpt *m, const pt__slot *sl, int B, int T)
 static pt_status pt__first_layer_backward(pt_gpt *m, pt__slot *sl, int l, int B, int T,
                                           const float *in, const pt_block_acts *a) {
     pt_gpt_exec *x = m->exec;
-    int tp = x->tp_comm ? x->tp_comm->size : 1;
-    pt_status st = pt_block_backward_input(&m->ctx, &m->config, B, T, &m->layers[l], in, a, x->dres,
-                                           x->dres, &x->scratch.w, &x->scratch, x->tp_comm);
+    int tp = x->tp_comm ? x->tp_comm->size : 1, w0 = 0;
+    pt_status st = pt__block_bwd(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l],
+                                 in, a, x->dres, x->dres, &x->scratch.w, &x->scratch, x->tp_comm,
+                                 &w0);
     if (st == PT_OK) st = pt__embed_backward(m, sl, B, T);
     if (st == PT_OK) st = pt__ov_rest(m);
     if (st != PT_OK) return st;
-    pt__block_weight_part(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in,
-                          a, &x->scratch.w, &x->scratch, tp, 0);
+    if (!w0)
+        pt__block_weight_part(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l],
+                              in, a, &x->scratch.w, &x->scratch, tp, 0);
     if ((st = pt__ov_part(m, l)) != PT_OK) return st;
     pt__block_weight_part(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in,
                           a, &x->scratch.w, &x->scratch, tp, 1);
@@ -12206,16 +12329,23 @@ static pt_status pt__first_layer_backward(pt_gpt *m, pt__slot *sl, int l, int B,
 
 /* ZeRO 2 and 3 with overlap: layer l's backward as B, then the previous
    layer's reduce-scatter settled (it ran behind B), then W into the stage
-   (B then W is pt_block_backward: the same bits). */
+   (B then W is pt_block_backward: the same bits). Context parallel, W's
+   MLP half runs inside B: the reduce-scatter is settled before. */
 static pt_status pt__staged_layer_backward(pt_gpt *m, int l, int B, int T, const float *in,
                                            const pt_block_acts *a) {
     pt_gpt_exec *x = m->exec;
-    pt_status st = pt_block_backward_input(&m->ctx, &m->config, B, T, &m->layers[l], in, a, x->dres,
-                                           x->dres, &x->scratch.w, &x->scratch, x->tp_comm);
-    if (st == PT_OK) st = pt__zero2_settle(m);
+    int tp = x->tp_comm ? x->tp_comm->size : 1, w0 = 0, early = !!pt__cp_pos(x->scratch.cp, T);
+    pt_status st = early ? pt__zero2_settle(m) : PT_OK; /* (W's MLP half inside B: pt__block_bwd) */
+    if (st == PT_OK)
+        st = pt__block_bwd(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in,
+                           a, x->dres, x->dres, &x->scratch.w, &x->scratch, x->tp_comm, &w0);
+    if (st == PT_OK && !early) st = pt__zero2_settle(m);
     if (st != PT_OK) return st;
-    pt_block_backward_weight(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in,
-                             a, &x->scratch.w, &x->scratch, x->tp_comm ? x->tp_comm->size : 1);
+    if (!w0)
+        pt__block_weight_part(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l],
+                              in, a, &x->scratch.w, &x->scratch, tp, 0);
+    pt__block_weight_part(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in, a,
+                          &x->scratch.w, &x->scratch, tp, 1);
     return pt_block_sp_norm_sum(&m->config, &x->coll.layer_grads[l], &x->scratch, x->tp_comm);
 }
 

@@ -11105,12 +11105,14 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
 #define PT__HEAD_ROWS 1024
 
 /* The head and the loss run fused, by row blocks (pt_head_xent_fused: the
-   logits never exist whole, the backward makes them again): training on one
-   pipeline stage (on tp ranks the vocabulary-parallel loss's all-reduces
-   run between each block's halves: pt__head_fused_run), the head's gradient
-   whole (ZeRO 0, 1: not ZeRO 2's staged buckets or ZeRO 3's gathered rows). */
+   logits never exist whole, the backward makes them again): training on the
+   stage holding the head, under every schedule (its B computes the head's
+   weight gradient with its input's, as the unfused head's did; on tp ranks
+   the vocabulary-parallel loss's all-reduces run between each block's
+   halves: pt__head_fused_run); under ZeRO 2 its backward goes bucket by
+   bucket (pt__head_rows_backward), not ZeRO 3's gathered rows. */
 static int pt__head_fused(const pt_gpt_place *pl, int training) {
-    return training && pl->has_head && pl->pp == 1 && pl->zero < 2;
+    return training && pl->has_head && pl->zero < 3;
 }
 
 /* The activation slots (each: a chunk's input, its layers' saved
@@ -11771,10 +11773,34 @@ static pt_status pt__zero2_bucket(pt_gpt *m, int b) {
     return PT_OK;
 }
 
+/* ZeRO 2, fused head: rows [r0, r1) of this rank's head (their weights at
+   rows), their gradient into dst: the logits' columns [r0, r1) made again by
+   blocks of PT__HEAD_ROWS rows of slot sl, made dlogits with the forward's
+   lse (dloss scales them), then x->scratch.dln += dlogits @ rows and dst +=
+   dlogits^T lnf (so dln sums the vocabulary bucket by bucket, dst the rows
+   block by block: not the one-bucket fused head's rounding). */
+static void pt__head_rows_backward(pt_gpt *m, const pt__slot *sl, int N, int r0, int r1,
+                                   const float *rows, float *dst, float dloss) {
+    pt_gpt_exec *x = m->exec;
+    int C = m->config.n_embd, w = r1 - r0, valid = pt__vocab_valid(m) - r0, b0, n;
+    valid = valid < 0 ? 0 : valid > w ? w : valid; /* (the rest: tp's padding) */
+    for (b0 = 0; b0 < N; b0 += n) { /* block [b0, b0 + n) of the rows */
+        const float *xb = sl->lnf + (size_t)b0 * C;
+        n = N - b0 < PT__HEAD_ROWS ? N - b0 : PT__HEAD_ROWS;
+        pt_tied_head_forward(&m->ctx, x->head_work, xb, rows, n, C, w);
+        pt__xent_backward_part(x->head_work, x->head_work, sl->lse + b0, sl->targets + b0, n, w,
+                               valid, m->place.vocab_offset + r0, dloss);
+        pt_tied_head_backward(&m->ctx, x->scratch.dln + (size_t)b0 * C, dst, x->head_work, xb, rows,
+                              n, C, w);
+    }
+}
+
 /* ZeRO 2: a vocabulary tensor's gradient bucket by bucket: the head's part
-   (dlogits^T lnf of slot sl, into the head: wte when tied) or, with head = 0,
-   the embedding's (and wpe's, in the bucket of wte's last rows). */
-static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, int head) {
+   (pt__head_rows_backward of slot sl with dloss, into the head: wte when
+   tied; with dln) or, with head = 0, the embedding's (and wpe's, in the
+   bucket of wte's last rows). */
+static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, int head,
+                                 float dloss) {
     pt_gpt_exec *x = m->exec;
     int C = m->config.n_embd, N = B * T, b, Vl = m->place.vocab_local;
     const pt_param *p = &m->table[head && x->tab_head >= 0 ? x->tab_head : x->tab_wte];
@@ -11787,8 +11813,7 @@ static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, in
         int r1 = (int)((k->offset + k->numel - p->offset) / (size_t)C);
         if (r1 > Vl) r1 = Vl;
         if (head)
-            pt__mm(&m->ctx, 1, 0, r1 - r0, C, N, 1.0f, sl->logits + r0, Vl, sl->lnf, C,
-                   1.0f, m->grads, C);
+            pt__head_rows_backward(m, sl, N, r0, r1, m->lm_head + (size_t)r0 * C, m->grads, dloss);
         else
             pt__encoder_backward_part(m->grads, wpe && wpe->bucket == b ? m->grads + (wpe->offset -
                                       k->offset) : NULL, m->place.sp ? x->scratch.xg : x->dres,
@@ -12150,7 +12175,7 @@ static pt_status pt__embed_backward(pt_gpt *m, const pt__slot *sl, int B, int T)
     if (pl->zero == 3 && ((st = pt__z3_embed_sparse(m, sl, pl->sp ? x->scratch.xg : x->dres, B, T,
                                                     &done)) != PT_OK || done))
         return st;
-    if (pt__grads_staged(pl)) return pt__zero2_vocab(m, sl, B, T, 0);
+    if (pt__grads_staged(pl)) return pt__zero2_vocab(m, sl, B, T, 0, 0.0f);
     if (x->coll.trows >= 0) return pt__wte_embed(m, sl, pl->sp ? x->scratch.xg : x->dres, B, T);
     pt__encoder_backward_part(x->coll.dwte, x->coll.dwpe, pl->sp ? x->scratch.xg : x->dres,
                               sl->inputs, pt__cp_pos(x->scratch.cp, T), pl->vocab_offset,
@@ -12195,27 +12220,26 @@ static pt_status pt__staged_layer_backward(pt_gpt *m, int l, int B, int T, const
 }
 
 /* The head's backward for the micro-batch in slot sl: the input's gradient
-   into x->scratch.dln (written), the head's into its gradient (ZeRO 2: bucket
-   by bucket, ZeRO 3: through its gathered rows). Fused (x->head_work): the
-   logits made again by row blocks, with the losses, the dlogits and both
-   products. */
+   into x->scratch.dln (written), the head's into its gradient. Fused
+   (x->head_work): the logits made again by row blocks, with the dlogits and
+   both products (ZeRO 0, 1: with the losses too; ZeRO 2: bucket by bucket
+   from the forward's lse). ZeRO 3: from the forward's logits, through the
+   head's gathered rows. */
 static pt_status pt__head_backward(pt_gpt *m, pt__slot *sl, int B, int T, float dloss, int lnf_b) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
-    int N = B * T, C = m->config.n_embd, zero2 = pt__grads_staged(pl);
+    int N = B * T, C = m->config.n_embd;
+    pt_status st;
     memset(x->scratch.dln, 0, sizeof(float) * (size_t)N * C);
+    if (pl->zero == 2) return pt__zero2_vocab(m, sl, B, T, 1, dloss);
     if (x->head_work) {
-        pt_status st = pt__head_fused_run(m, sl, N, dloss, x->scratch.dln, x->coll.dhead);
+        st = pt__head_fused_run(m, sl, N, dloss, x->scratch.dln, x->coll.dhead);
         return st != PT_OK ? st : pt__wte_early(m);
     }
-    /* the logits become dlogits in place */
+    /* ZeRO 3: the logits become dlogits in place */
     pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, pl->vocab_local,
                            pt__vocab_valid(m), pl->vocab_offset, dloss);
-    if (pl->zero == 3)
-        return pt__z3_head_backward(m, sl, N, lnf_b, zero2 && x->coll.ag_on && pl->dp > 1);
-    pt_tied_head_backward(&m->ctx, x->scratch.dln, zero2 ? NULL : x->coll.dhead, sl->logits,
-                          sl->lnf, m->lm_head, N, C, pl->vocab_local);
-    return zero2 ? pt__zero2_vocab(m, sl, B, T, 1) : pt__wte_early(m);
+    return pt__z3_head_backward(m, sl, N, lnf_b, pt__grads_staged(pl) && x->coll.ag_on && pl->dp > 1);
 }
 
 /* Backward of this stage's chunk c for the micro-batch in slot sl,
@@ -12518,7 +12542,8 @@ static pt_status pt__step_action(pt_gpt *m, pt__step_run *r, int k) {
     int from = a->kind == PT_ACT_RECV_ACT ? vs - 1 : a->kind == PT_ACT_RECV_GRAD ? vs + 1 : vs;
     int tag = pt__pp_tag(s, i, from, a->kind == PT_ACT_SEND_GRAD || a->kind == PT_ACT_RECV_GRAD);
     int fresh = a->kind == PT_ACT_RECV_ACT || a->kind == PT_ACT_F; /* takes a new slot */
-    int defer = x->head_work && !d->logits; /* the fused head's losses come in backward */
+    /* the fused head's losses come in backward (ZeRO 2's backward needs the forward's lse) */
+    int defer = x->head_work && !d->logits && pl->zero < 2;
     pt__slot *sl = NULL;
     float loss = 0.0f;
     pt_status st = PT_OK;

@@ -11109,10 +11109,11 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
    stage holding the head, under every schedule (its B computes the head's
    weight gradient with its input's, as the unfused head's did; on tp ranks
    the vocabulary-parallel loss's all-reduces run between each block's
-   halves: pt__head_fused_run); under ZeRO 2 its backward goes bucket by
-   bucket (pt__head_rows_backward), not ZeRO 3's gathered rows. */
+   halves: pt__head_fused_run); under ZeRO 2 and 3 its backward goes bucket
+   by bucket (pt__head_rows_backward), ZeRO 3's forward a block's logits a
+   gathered bucket at a time (pt__z3_head_forward). */
 static int pt__head_fused(const pt_gpt_place *pl, int training) {
-    return training && pl->has_head && pl->zero < 3;
+    return training && pl->has_head;
 }
 
 /* The activation slots (each: a chunk's input, its layers' saved
@@ -11387,28 +11388,6 @@ static pt_status pt__gather_logits(const pt_gpt *m, const float *logits, size_t 
     return st;
 }
 
-/* The logits of slot sl's N rows over the whole vocabulary into out: its
-   logits gathered, or with a fused head (no whole logits kept) the head's
-   product of its lnf again, the same bits as the unfused forward's. */
-static pt_status pt__head_logits(const pt_gpt *m, const pt__slot *sl, size_t N, float *out) {
-    pt_ctx ctx = m->ctx; /* (a copy: the caller's m is const; no poll here) */
-    size_t r0, n, C = (size_t)m->config.n_embd, V = (size_t)m->config.vocab_size;
-    pt_status st = PT_OK;
-    if (!m->exec->head_work) return pt__gather_logits(m, sl->logits, N, out);
-    memset(&ctx.poll, 0, sizeof ctx.poll);
-    if (m->place.tp == 1) {
-        pt_tied_head_forward(&ctx, out, sl->lnf, m->lm_head, (int)N, (int)C, (int)V);
-        return PT_OK;
-    }
-    for (r0 = 0; r0 < N && st == PT_OK; r0 += n) { /* vocabulary parallel: a block at a time */
-        n = N - r0 < PT__HEAD_ROWS ? N - r0 : PT__HEAD_ROWS;
-        pt_tied_head_forward(&ctx, m->exec->head_work, sl->lnf + r0 * C, m->lm_head, (int)n,
-                             (int)C, m->place.vocab_local);
-        st = pt__gather_logits(m, m->exec->head_work, n, out + r0 * V);
-    }
-    return st;
-}
-
 /* ---- the actions: a chunk's forward, backward (B) and weight gradient (W) */
 
 /* The bucket holding local layer l's tensors (-1: l is not a layer here). */
@@ -11595,18 +11574,70 @@ static pt_status pt__z3_embed_compact(pt_gpt *m, const pt__slot *sl, float *out,
     return PT_OK;
 }
 
-/* ZeRO 3: the head's logits (N, vocab_local) from lnf, a bucket of its rows
-   at a time (the columns of the logits they make). */
-static pt_status pt__z3_head_forward(pt_gpt *m, pt__slot *sl, int N) {
+/* ZeRO 3, fused head: rows [r0, r0 + n) of slot sl's logits (n,
+   vocab_local) into x->head_work from lnf, a gathered bucket of the head's
+   rows at a time (the columns they make: the whole product's bits); the
+   next block's first bucket prefetched after the last (more: whether one
+   comes). Held buckets are not gathered again (a head in 1 or 2 buckets
+   is gathered once a forward). */
+static pt_status pt__z3_head_block(const pt_gpt *m, pt_ctx *ctx, const pt__slot *sl, int r0, int n,
+                                   int more) {
     pt_gpt_exec *x = m->exec;
     const pt_param *p = &m->table[x->tab_head >= 0 ? x->tab_head : x->tab_wte];
-    int C = m->config.n_embd, Vl = m->place.vocab_local, b, r0, r1, z;
+    int C = m->config.n_embd, Vl = m->place.vocab_local, b, c0, c1, z;
     const float *rows;
     pt_status st = PT_OK;
-    for (b = p->bucket; st == PT_OK && (rows = pt__z3_rows(m, p, b, &r0, &r1)) != NULL; b++) {
-        if ((st = pt__z3_need(m, b, pt__z3_rows(m, p, b + 1, &z, &z) ? b + 1 : -1)) != PT_OK)
-            return st;
-        pt__mm(&m->ctx, 0, 1, N, r1 - r0, C, 1.0f, sl->lnf, C, rows, C, 0.0f, sl->logits + r0, Vl);
+    for (b = p->bucket; st == PT_OK && (rows = pt__z3_rows(m, p, b, &c0, &c1)) != NULL; b++) {
+        int nxt = pt__z3_rows(m, p, b + 1, &z, &z) ? b + 1 : more ? p->bucket : -1;
+        if ((st = pt__z3_need(m, b, nxt)) != PT_OK) return st;
+        pt__mm(ctx, 0, 1, n, c1 - c0, C, 1.0f, sl->lnf + (size_t)r0 * C, C, rows, C, 0.0f,
+               x->head_work + c0, Vl);
+    }
+    return st;
+}
+
+/* ZeRO 3, fused head: slot sl's N losses and lse by blocks of PT__HEAD_ROWS
+   rows, each block's logits made (pt__z3_head_block) and its cross-entropy
+   taken as the unfused head's (one tp rank: pt_crossentropy_forward; else
+   pt__xent_tp): ZeRO 1's losses bit for bit. */
+static pt_status pt__z3_head_forward(pt_gpt *m, pt__slot *sl, int N) {
+    pt_gpt_exec *x = m->exec;
+    int r0, n, Vl = m->place.vocab_local;
+    pt_status st = PT_OK;
+    for (r0 = 0; r0 < N && st == PT_OK; r0 += n) {
+        n = N - r0 < PT__HEAD_ROWS ? N - r0 : PT__HEAD_ROWS;
+        if ((st = pt__z3_head_block(m, &m->ctx, sl, r0, n, r0 + n < N)) != PT_OK) return st;
+        if (m->place.tp == 1)
+            pt_crossentropy_forward(sl->losses + r0, sl->lse + r0, x->head_work, sl->targets + r0,
+                                    n, Vl);
+        else
+            st = pt__xent_tp(m, x->head_work, sl->targets + r0, sl->lse + r0, sl->losses + r0, n);
+    }
+    return st;
+}
+
+/* The logits of slot sl's N rows over the whole vocabulary into out: its
+   logits gathered, or with a fused head (no whole logits kept) the head's
+   product of its lnf again (ZeRO 3: through its gathered buckets), the same
+   bits as the unfused forward's. */
+static pt_status pt__head_logits(const pt_gpt *m, const pt__slot *sl, size_t N, float *out) {
+    pt_ctx ctx = m->ctx; /* (a copy: the caller's m is const; no poll here) */
+    size_t r0, n, C = (size_t)m->config.n_embd, V = (size_t)m->config.vocab_size;
+    pt_status st = PT_OK;
+    if (!m->exec->head_work) return pt__gather_logits(m, sl->logits, N, out);
+    memset(&ctx.poll, 0, sizeof ctx.poll);
+    if (m->place.tp == 1 && m->place.zero != 3) {
+        pt_tied_head_forward(&ctx, out, sl->lnf, m->lm_head, (int)N, (int)C, (int)V);
+        return PT_OK;
+    }
+    for (r0 = 0; r0 < N && st == PT_OK; r0 += n) { /* a block at a time */
+        n = N - r0 < PT__HEAD_ROWS ? N - r0 : PT__HEAD_ROWS;
+        if (m->place.zero == 3)
+            st = pt__z3_head_block(m, &ctx, sl, (int)r0, (int)n, r0 + n < N);
+        else
+            pt_tied_head_forward(&ctx, m->exec->head_work, sl->lnf + r0 * C, m->lm_head, (int)n,
+                                 (int)C, m->place.vocab_local);
+        if (st == PT_OK) st = pt__gather_logits(m, m->exec->head_work, n, out + r0 * V);
     }
     return st;
 }
@@ -11692,16 +11723,15 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
         pt__norm_forward(cfg, sl->lnf, sl->lnf_mean, sl->lnf_rstd, in, m->lnf_w, m->lnf_b, N, C);
     }
     if (x->head_work) { /* fused: the losses by row blocks, or (with_targets 2) in backward */
-        if (with_targets == 1 && (st = pt__head_fused_run(m, sl, N, 0.0f, NULL, NULL)) != PT_OK)
+        if (with_targets == 1 && (st = pl->zero == 3 ? pt__z3_head_forward(m, sl, N)
+                                                     : pt__head_fused_run(m, sl, N, 0.0f, NULL,
+                                                                          NULL)) != PT_OK)
             return st;
         if (with_targets == 1) *loss = pt__mean_loss(sl->losses, N);
         return PT_OK;
     }
-    if (pl->zero == 3) {
-        if ((st = pt__z3_head_forward(m, sl, N)) != PT_OK) return st;
-    } else {
-        pt_tied_head_forward(&m->ctx, sl->logits, sl->lnf, m->lm_head, N, C, pl->vocab_local);
-    }
+    /* inference (one stage, no ZeRO): the whole logits */
+    pt_tied_head_forward(&m->ctx, sl->logits, sl->lnf, m->lm_head, N, C, pl->vocab_local);
     if (with_targets) {
         if (pl->tp == 1) pt_crossentropy_forward(sl->losses, sl->lse, sl->logits, sl->targets, N, V);
         else if ((st = pt__xent_forward_tp(m, sl, N)) != PT_OK) return st;
@@ -11773,16 +11803,19 @@ static pt_status pt__zero2_bucket(pt_gpt *m, int b) {
     return PT_OK;
 }
 
-/* ZeRO 2, fused head: rows [r0, r1) of this rank's head (their weights at
-   rows), their gradient into dst: the logits' columns [r0, r1) made again by
-   blocks of PT__HEAD_ROWS rows of slot sl, made dlogits with the forward's
-   lse (dloss scales them), then x->scratch.dln += dlogits @ rows and dst +=
-   dlogits^T lnf (so dln sums the vocabulary bucket by bucket, dst the rows
-   block by block: not the one-bucket fused head's rounding). */
-static void pt__head_rows_backward(pt_gpt *m, const pt__slot *sl, int N, int r0, int r1,
-                                   const float *rows, float *dst, float dloss) {
+/* ZeRO 2 and 3, fused head: rows [r0, r1) of this rank's head (their
+   weights at rows), their gradient into dst: the logits' columns [r0, r1)
+   made again by blocks of PT__HEAD_ROWS rows of slot sl, made dlogits with
+   the forward's lse (dloss scales them), then x->scratch.dln += dlogits @
+   rows and dst += dlogits^T lnf (so dln sums the vocabulary bucket by
+   bucket, dst the rows block by block: not the one-bucket fused head's
+   rounding). zs: the stage's reduce-scatter under way settled before dst
+   is first written (behind the first block's logits and dln). */
+static pt_status pt__head_rows_backward(pt_gpt *m, const pt__slot *sl, int N, int r0, int r1,
+                                        const float *rows, float *dst, float dloss, int zs) {
     pt_gpt_exec *x = m->exec;
     int C = m->config.n_embd, w = r1 - r0, valid = pt__vocab_valid(m) - r0, b0, n;
+    pt_status st;
     valid = valid < 0 ? 0 : valid > w ? w : valid; /* (the rest: tp's padding) */
     for (b0 = 0; b0 < N; b0 += n) { /* block [b0, b0 + n) of the rows */
         const float *xb = sl->lnf + (size_t)b0 * C;
@@ -11790,9 +11823,12 @@ static void pt__head_rows_backward(pt_gpt *m, const pt__slot *sl, int N, int r0,
         pt_tied_head_forward(&m->ctx, x->head_work, xb, rows, n, C, w);
         pt__xent_backward_part(x->head_work, x->head_work, sl->lse + b0, sl->targets + b0, n, w,
                                valid, m->place.vocab_offset + r0, dloss);
-        pt_tied_head_backward(&m->ctx, x->scratch.dln + (size_t)b0 * C, dst, x->head_work, xb, rows,
-                              n, C, w);
+        pt_tied_head_backward(&m->ctx, x->scratch.dln + (size_t)b0 * C, NULL, x->head_work, xb,
+                              rows, n, C, w);
+        if (zs && b0 == 0 && (st = pt__zero2_settle(m)) != PT_OK) return st;
+        pt_tied_head_backward(&m->ctx, NULL, dst, x->head_work, xb, rows, n, C, w);
     }
+    return PT_OK;
 }
 
 /* ZeRO 2: a vocabulary tensor's gradient bucket by bucket: the head's part
@@ -11813,7 +11849,8 @@ static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, in
         int r1 = (int)((k->offset + k->numel - p->offset) / (size_t)C);
         if (r1 > Vl) r1 = Vl;
         if (head)
-            pt__head_rows_backward(m, sl, N, r0, r1, m->lm_head + (size_t)r0 * C, m->grads, dloss);
+            st = pt__head_rows_backward(m, sl, N, r0, r1, m->lm_head + (size_t)r0 * C, m->grads,
+                                        dloss, 0);
         else
             pt__encoder_backward_part(m->grads, wpe && wpe->bucket == b ? m->grads + (wpe->offset -
                                       k->offset) : NULL, m->place.sp ? x->scratch.xg : x->dres,
@@ -11826,16 +11863,18 @@ static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, in
 
 
 /* ZeRO 3: the head's backward a bucket of its rows at a time, from the last
-   (still gathered from the forward) to the first: dln += dlogits[:, rows] @
-   rows (the sum over the vocabulary in bucket order: not the whole GEMM's
-   rounding), the rows' gradient dlogits[:, rows]^T lnf staged and
+   (still gathered from the forward) to the first, each through
+   pt__head_rows_backward with dloss (dln sums the vocabulary in bucket
+   order: not the whole GEMM's rounding), the rows' gradient staged and
    reduce-scattered into the shard; nxt: the bucket to prefetch after. With
    overlap (zs: pt__zero2_start) a bucket's reduce-scatter runs behind the
-   next one's gather and first product, settled before the stage is written. */
-static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int nxt, int zs) {
+   next one's gather and first block's products, settled before the stage
+   is written. */
+static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int nxt, int zs,
+                                      float dloss) {
     pt_gpt_exec *x = m->exec;
     const pt_param *p = &m->table[x->tab_head >= 0 ? x->tab_head : x->tab_wte];
-    int C = m->config.n_embd, Vl = m->place.vocab_local, b, r0, r1, z;
+    int b, r0, r1, z;
     int staged = pt__grads_staged(&m->place); /* (else: into the whole gradients) */
     const float *rows;
     pt_status st = PT_OK;
@@ -11843,12 +11882,11 @@ static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int 
     while (pt__z3_rows(m, p, b + 1, &z, &z)) b++;
     for (; st == PT_OK && b >= p->bucket; b--) {
         rows = pt__z3_rows(m, p, b, &r0, &r1);
-        if ((st = pt__z3_need(m, b, b > p->bucket ? b - 1 : nxt)) != PT_OK) return st;
-        pt__mm(&m->ctx, 0, 0, N, C, r1 - r0, 1.0f, sl->logits + r0, Vl, rows, C, 1.0f,
-               x->scratch.dln, C);
-        if (zs && (st = pt__zero2_settle(m)) != PT_OK) return st;
-        pt__mm(&m->ctx, 1, 0, r1 - r0, C, N, 1.0f, sl->logits + r0, Vl, sl->lnf, C, 1.0f,
-               m->grads + (staged ? 0 : x->coll.buckets[b].offset), C);
+        if ((st = pt__z3_need(m, b, b > p->bucket ? b - 1 : nxt)) != PT_OK ||
+            (st = pt__head_rows_backward(m, sl, N, r0, r1, rows,
+                                         m->grads + (staged ? 0 : x->coll.buckets[b].offset),
+                                         dloss, zs)) != PT_OK)
+            return st;
         if (staged) st = zs ? pt__zero2_start(m, b) : pt__zero2_bucket(m, b);
     }
     return st;
@@ -12220,11 +12258,10 @@ static pt_status pt__staged_layer_backward(pt_gpt *m, int l, int B, int T, const
 }
 
 /* The head's backward for the micro-batch in slot sl: the input's gradient
-   into x->scratch.dln (written), the head's into its gradient. Fused
-   (x->head_work): the logits made again by row blocks, with the dlogits and
-   both products (ZeRO 0, 1: with the losses too; ZeRO 2: bucket by bucket
-   from the forward's lse). ZeRO 3: from the forward's logits, through the
-   head's gathered rows. */
+   into x->scratch.dln (written), the head's into its gradient, the logits
+   made again by row blocks with the dlogits and both products (ZeRO 0, 1:
+   with the losses too; ZeRO 2 and 3: bucket by bucket from the forward's
+   lse, ZeRO 3 through the head's gathered rows). */
 static pt_status pt__head_backward(pt_gpt *m, pt__slot *sl, int B, int T, float dloss, int lnf_b) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
@@ -12232,14 +12269,11 @@ static pt_status pt__head_backward(pt_gpt *m, pt__slot *sl, int B, int T, float 
     pt_status st;
     memset(x->scratch.dln, 0, sizeof(float) * (size_t)N * C);
     if (pl->zero == 2) return pt__zero2_vocab(m, sl, B, T, 1, dloss);
-    if (x->head_work) {
-        st = pt__head_fused_run(m, sl, N, dloss, x->scratch.dln, x->coll.dhead);
-        return st != PT_OK ? st : pt__wte_early(m);
-    }
-    /* ZeRO 3: the logits become dlogits in place */
-    pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, pl->vocab_local,
-                           pt__vocab_valid(m), pl->vocab_offset, dloss);
-    return pt__z3_head_backward(m, sl, N, lnf_b, pt__grads_staged(pl) && x->coll.ag_on && pl->dp > 1);
+    if (pl->zero == 3)
+        return pt__z3_head_backward(m, sl, N, lnf_b,
+                                    pt__grads_staged(pl) && x->coll.ag_on && pl->dp > 1, dloss);
+    st = pt__head_fused_run(m, sl, N, dloss, x->scratch.dln, x->coll.dhead);
+    return st != PT_OK ? st : pt__wte_early(m);
 }
 
 /* Backward of this stage's chunk c for the micro-batch in slot sl,

@@ -1263,9 +1263,11 @@ static void test_sp_exact(void) {
 /* tp 2's fused head (ZeRO 0: the vocabulary-parallel loss by blocks of
    PT__HEAD_ROWS rows) against ZeRO 2's (its backward bucket by bucket from
    the forward's lse: 126 rows a rank, the last padding, in buckets of 12 C /
-   tp = 48): the losses and the gathered logits bit for bit, the
-   gradients within the rounding of dln's bucket-wise and dwte's block-wise
-   sums; neither keeps logits (the same activations). */
+   tp = 48) and ZeRO 3's (each block's logits through the gathered buckets,
+   3 of them, gathered again for the second block): the losses and the
+   gathered logits bit for bit, the gradients within the rounding of dln's
+   bucket-wise and dwte's block-wise sums; none keeps logits (the same
+   activations). */
 typedef struct head_tp_run {
     pt_gpt_config cfg;
     const char *weights;
@@ -1322,7 +1324,7 @@ static void test_head_fused_tp(void) {
     enum { V = 251, L = 1, NH = 2, C = 8, B = 4, T = 300, N = B * T };
     pt_gpt_config cfg = cfg_make(V, T, L, NH, C);
     const char *weights = tmp_path("head_tp.safetensors");
-    head_tp_run r[3];
+    head_tp_run r[4];
     pt_train_state ts;
     pt_gpt m;
     int *in = rand_ids(N, V), *tg = rand_ids(N, V), k;
@@ -1332,14 +1334,14 @@ static void test_head_fused_tp(void) {
     gpt_randomize(&m, 7, 0.3f);
     memset(&ts, 0, sizeof ts);
     CHECK_ST(pt_checkpoint_save(weights, &m, &ts), PT_OK);
-    for (k = 0; k < 3; k++) { /* fused, unfused, fused sequence parallel */
+    for (k = 0; k < 4; k++) { /* ZeRO 0, ZeRO 2, ZeRO 0 sequence parallel, ZeRO 3 */
         memset(&r[k], 0, sizeof r[k]);
         r[k].cfg = cfg, r[k].weights = weights, r[k].in = in, r[k].tg = tg, r[k].B = B, r[k].T = T;
-        r[k].zero = k == 1 ? 2 : 0, r[k].sp = k == 2, r[k].n = m.num_params_full;
+        r[k].zero = k == 1 ? 2 : k == 3 ? 3 : 0, r[k].sp = k == 2, r[k].n = m.num_params_full;
         r[k].losses = TALLOC(float, N), r[k].logits = TALLOC(float, (size_t)N * V);
         r[k].grads = TALLOC(float, r[k].n);
     }
-    for (k = 0; k < 3; k++)
+    for (k = 0; k < 4; k++)
         if (pt_comm_threads_run(2, head_tp_rank, &r[k]) != PT_OK) {
             FAIL("run %d: %s", k, pt_last_error());
             pt_gpt_free(&m);
@@ -1347,10 +1349,14 @@ static void test_head_fused_tp(void) {
         }
     CHECK(memcmp(r[0].losses, r[1].losses, N * sizeof(float)) == 0);
     CHECK(memcmp(r[0].losses, r[2].losses, N * sizeof(float)) == 0);
+    CHECK(memcmp(r[0].losses, r[3].losses, N * sizeof(float)) == 0);
     CHECK(memcmp(r[0].logits, r[1].logits, (size_t)N * V * sizeof(float)) == 0);
+    CHECK(memcmp(r[0].logits, r[3].logits, (size_t)N * V * sizeof(float)) == 0);
     CHECK_CLOSE("tp 2 fused head: gradients against ZeRO 2's", r[0].grads,
                 to_double(r[1].grads, r[0].n), r[0].n, 1e-7, 1e-5);
-    CHECK(r[1].act == r[0].act);
+    CHECK_CLOSE("tp 2 fused head: gradients against ZeRO 3's", r[0].grads,
+                to_double(r[3].grads, r[0].n), r[0].n, 1e-7, 1e-5);
+    CHECK(r[1].act == r[0].act && r[3].act == r[0].act);
     pt_gpt_free(&m);
 }
 

@@ -1360,6 +1360,87 @@ static void test_head_fused_tp(void) {
     pt_gpt_free(&m);
 }
 
+/* The fused head on a pipeline's last stage (pp 2 on thread ranks, 2
+   micro-batches of 1200 rows: 2 blocks each), for each schedule that builds
+   here: the stage holding the head keeps no logits (a block's buffer
+   instead); a step whose losses come with each micro-batch's B gives the
+   bits of one that asks for the logits (the losses from each F), whose
+   cross-entropy is those losses bit for bit, and the same gradients bit
+   for bit. */
+typedef struct head_pp_run {
+    pt_gpt_config cfg;
+    pt_schedule_kind schedule;
+    const int *in, *tg;
+    int B, T;
+    float *la, *lb, *logits; /* (rank holding the head) the two steps' losses, the logits */
+    int nolog;               /* its slots' logits NULL, head_work set */
+    int same_grads;          /* its two steps' gradients bit for bit */
+} head_pp_run;
+
+static pt_status head_pp_rank(pt_comm *world, void *arg) {
+    head_pp_run *r = (head_pp_run *)arg;
+    pt_grid g;
+    pt_gpt m;
+    pt_gpt_desc d;
+    pt_step_desc sd;
+    float *ga = NULL;
+    pt_status st;
+    memset(&m, 0, sizeof m);
+    if ((st = pt_grid_init(&g, world, 1, 1, 2)) != PT_OK) return pt_comm_fail(world, st);
+    memset(&d, 0, sizeof d);
+    d.config = r->cfg, d.batch = r->B / 2, d.seq = r->T, d.grid = &g, d.grad_accum = 2;
+    d.schedule = r->schedule, d.chunks = r->schedule == PT_SCHED_INTERLEAVED ? 2 : 1;
+    st = pt_gpt_init(&m, &d);
+    if (st == PT_OK) pt_gpt_init_weights(&m, 3);
+    memset(&sd, 0, sizeof sd);
+    sd.inputs = r->in, sd.targets = r->tg, sd.B = r->B, sd.T = r->T;
+    sd.losses = m.place.has_head ? r->la : NULL;
+    if (st == PT_OK) st = pt_gpt_step(&m, &sd, NULL); /* the losses from B */
+    if (st == PT_OK && !(ga = (float *)malloc(m.num_params * sizeof(float)))) st = PT_ERR_OOM;
+    if (st == PT_OK) memcpy(ga, m.grads, m.num_params * sizeof(float));
+    sd.losses = m.place.has_head ? r->lb : NULL, sd.logits = m.place.has_head ? r->logits : NULL;
+    if (st == PT_OK) st = pt_gpt_step(&m, &sd, NULL); /* from F, with the logits */
+    if (st == PT_OK && m.place.has_head) {
+        r->nolog = m.exec->head_work != NULL && m.exec->pipe.slots[0].logits == NULL;
+        r->same_grads = memcmp(ga, m.grads, m.num_params * sizeof(float)) == 0;
+    }
+    free(ga);
+    if (m.params) pt_gpt_free(&m);
+    pt_grid_free(&g);
+    return st == PT_OK ? PT_OK : pt_comm_fail(world, st);
+}
+
+static void test_head_fused_pp(void) {
+    enum { V = 37, L = 4, NH = 2, C = 8, B = 4, T = 600, N = B * T };
+    /* (Chimera's two heads write the losses of one buffer here, 2BW updates the weights
+       inside its steps: the fixture families check them) */
+    static const pt_schedule_kind kinds[] = {PT_SCHED_GPIPE, PT_SCHED_1F1B, PT_SCHED_ZB_H1,
+                                             PT_SCHED_INTERLEAVED};
+    int *in = rand_ids(N, V), *tg = rand_ids(N, V), k;
+    float *lu = TALLOC(float, N);
+    double *lse = TALLOC(double, N);
+    CHECK(N / 2 > PT__HEAD_ROWS);
+    for (k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++) {
+        head_pp_run r;
+        memset(&r, 0, sizeof r);
+        r.cfg = cfg_make(V, T, L, NH, C), r.schedule = kinds[k], r.in = in, r.tg = tg;
+        r.B = B, r.T = T;
+        r.la = TALLOC(float, N), r.lb = TALLOC(float, N), r.logits = TALLOC(float, (size_t)N * V);
+        if (pt_comm_threads_run(2, head_pp_rank, &r) != PT_OK) {
+            FAIL("%s: %s", pt_schedule_kind_name(kinds[k]), pt_last_error());
+            continue;
+        }
+        if (!r.nolog) FAIL("%s: the head's stage keeps whole logits", pt_schedule_kind_name(kinds[k]));
+        if (!r.same_grads)
+            FAIL("%s: the gradients differ with the losses from B", pt_schedule_kind_name(kinds[k]));
+        if (memcmp(r.la, r.lb, N * sizeof(float)) != 0)
+            FAIL("%s: the losses from B differ from those of F", pt_schedule_kind_name(kinds[k]));
+        pt_crossentropy_forward(lu, lse, r.logits, tg, N, V);
+        if (memcmp(lu, r.lb, N * sizeof(float)) != 0)
+            FAIL("%s: the logits' cross-entropy differs from the losses", pt_schedule_kind_name(kinds[k]));
+    }
+}
+
 /* A tp 2 sequence-parallel rank: a step whose T (7) does not split is
    refused before any communication, naming T and tp; T = 6 runs. */
 static pt_status sp_step_rank(pt_comm *world, void *arg) {
@@ -6214,6 +6295,7 @@ static const test_case tests[] = {
     {"parallel_grads_vs_serial", test_parallel_grads},
     {"sp_exact_vs_tp", test_sp_exact},
     {"head_fused_tp", test_head_fused_tp},
+    {"head_fused_pp", test_head_fused_pp},
     {"sp_refusals", test_sp_refusals},
     {"cp_refusals", test_cp_refusals},
     {"steps_allocate_nothing", test_steps_allocate_nothing},

@@ -10058,6 +10058,10 @@ typedef struct pt__slot {
     double *lse;                      /* (N) */
     int *inputs, *targets;            /* (N) the micro-batch's tokens */
     pt_block_wgrad *wg;               /* per layer, kept from B to W (zero-bubble) */
+    int *zslot, zrows;                /* ZeRO 3, one stage, dp > 1 (pt__z3_rows_read): each
+                                         vocab_local row's slot among those some dp rank's
+                                         token reads (-1: none), how many: the forward's,
+                                         kept for the backward */
     int micro, chunk;                 /* what it holds; micro -1: free */
 } pt__slot;
 
@@ -10115,7 +10119,9 @@ typedef struct pt__exec_coll {
     pt_comm_req treq, kreq;   /* the mask's all-reduce (MAX), the compact rows' */
     int zrows;                /* ZeRO 3 (pt__z3_embed_sparse): the embedding's compact rows
                                  whose average is under way in work's half 0 (-1: none) */
-    const int *zslot;         /* (vocab_local) and each row's slot among them (in half 1) */
+    float *zmask;             /* (vocab_local) ZeRO 3, one stage, dp > 1: pt__z3_rows_read's
+                                 mask */
+    const int *zslot;         /* (vocab_local) and each row's slot among them (its slot's) */
     size_t zwpe;              /* wpe's floats after them (the positions read) */
     int rs_b, rs_at;          /* ZeRO 2 and 3 with overlap: the layer bucket whose reduce-scatter
                                  from the stage into rs_tmp is under way (-1: none), the action */
@@ -11156,6 +11162,9 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     int l, k, most = 0, c, ln = m->config.norm == PT_NORM_LAYER;
     int bf16 = m->ctx.precision == PT_PRECISION_BF16 && pl->recompute != PT_RECOMPUTE_FULL;
     int fused = pt__head_fused(pl, training);
+    /* (pt__z3_sparse_ok's layouts: the rows read kept from forward to backward) */
+    int z3rows = training && pl->zero == 3 && pl->pp == 1 && pl->chunks == 1 && pl->dp > 1 &&
+                 pl->has_embed;
     for (c = 0; c < pl->chunks; c++)
         if (x->pipe.chunk_hi[c] - x->pipe.chunk_lo[c] > most) most = x->pipe.chunk_hi[c] - x->pipe.chunk_lo[c];
     for (k = 0; k < x->pipe.nslots; k++) {
@@ -11177,8 +11186,10 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
         }
         sl->inputs = (int *)pt_arena_alloc(a, N * sizeof(int));
         sl->targets = (int *)pt_arena_alloc(a, N * sizeof(int));
+        sl->zslot = z3rows ? (int *)pt_arena_alloc(a, V * sizeof(int)) : NULL;
     }
     *act_bytes = a->used;
+    x->coll.zmask = z3rows ? PT__F(a, V) : NULL;
     memset(&x->pipe.racts, 0, sizeof x->pipe.racts); /* recomputation's one layer (not saved) */
     if (pl->recompute == PT_RECOMPUTE_FULL)
         pt__layout_block_acts(&x->pipe.racts, a, &d, PT_RECOMPUTE_NONE, 0, ln, 0);
@@ -11466,27 +11477,22 @@ static pt_status pt__z3_embed(pt_gpt *m, const pt__slot *sl, float *out, int B, 
     return st;
 }
 
-/* ZeRO 3, one stage, overlap on (pt__z3_sparse_ok): a rank's mask of the
-   rows of this rank's vocabulary the micro-batch's tokens read, at the end
-   of half h (V floats), its MAX over the dp group, and each row's slot
-   among those some rank reads (V ints after it; -1: none), room for the
-   tokens' slots (N ints) after them; the slots used in *R (-1: the half is
-   too small). The half's room before them, floats, in *room. */
-static pt_status pt__z3_rows_read(pt_gpt *m, const pt__slot *sl, int N, int h, int *R,
-                                  size_t *room) {
+/* ZeRO 3, one stage, overlap on (pt__z3_sparse_ok), the micro-batch's
+   forward: a rank's mask of the rows of this rank's vocabulary its tokens
+   read (x->coll.zmask), its MAX over the dp group, and each row's slot
+   among those some rank reads into sl->zslot (-1: none), how many in
+   sl->zrows; kept for the backward's pt__z3_embed_sparse (once a
+   micro-batch: one all-reduce). */
+static pt_status pt__z3_rows_read(pt_gpt *m, pt__slot *sl, int N) {
     pt_gpt_exec *x = m->exec;
     int V = m->place.vocab_local, n, r;
-    size_t need = 2 * (size_t)V + (size_t)N; /* mask, slots, the tokens' slots */
-    float *mask = x->coll.work + (size_t)h * x->coll.work_n + x->coll.work_n - need;
-    int *slot = (int *)(mask + V);
+    float *mask = x->coll.zmask;
     pt_status st;
-    *R = need <= x->coll.work_n ? 0 : -1, *room = need <= x->coll.work_n ? x->coll.work_n - need : 0;
-    if (*R < 0) return PT_OK;
     memset(mask, 0, (size_t)V * sizeof(float));
     for (n = 0; n < N; n++)
         if ((r = sl->inputs[n] - m->place.vocab_offset) >= 0 && r < V) mask[r] = 1.0f;
     if ((st = pt_comm_all_reduce(x->dp_comm, mask, (size_t)V, PT_REDUCE_MAX)) != PT_OK) return st;
-    for (r = 0; r < V; r++) slot[r] = mask[r] != 0.0f ? (*R)++ : -1;
+    for (r = 0, sl->zrows = 0; r < V; r++) sl->zslot[r] = mask[r] != 0.0f ? sl->zrows++ : -1;
     return PT_OK;
 }
 
@@ -11529,23 +11535,24 @@ static void pt__dp_shard_io(const pt_gpt *m, float *shards, size_t off, float *b
    value from its one holder (x + 0 = x; a -0 comes back +0, which the
    lookup's 0 + x makes alike); then x = (0 + wte[t]) + wpe[pos], the bucket
    lookup's sums. *done 0: the half cannot hold them (pt__z3_embed runs). */
-static pt_status pt__z3_embed_compact(pt_gpt *m, const pt__slot *sl, float *out, int B, int T,
+static pt_status pt__z3_embed_compact(pt_gpt *m, pt__slot *sl, float *out, int B, int T,
                                       int nxt, int *done) {
     pt_gpt_exec *x = m->exec;
-    size_t room, wn;
+    size_t wn;
     const pt_param *p = &m->table[x->tab_wte], *wpe = pt__wpe_with_wte(m, T, &wn);
     int C = m->config.n_embd, N = B * T, V = m->place.vocab_local, h = nxt >= 0 ? !(nxt & 1) : 0;
     int R, n, r;
-    const int *at = pt__cp_pos(x->scratch.cp, T), *slot;
+    const int *at = pt__cp_pos(x->scratch.cp, T), *slot = sl->zslot;
     float *buf = x->coll.work + (size_t)h * x->coll.work_n;
     pt_comm_req q;
     pt_status st;
     *done = 0;
-    if (!pt__z3_sparse_ok(m) || (x->tab_wpe >= 0 && !wpe)) return PT_OK; /* (wpe apart) */
-    if ((st = pt__z3_drop(m, h)) != PT_OK || (st = pt__z3_rows_read(m, sl, N, h, &R, &room)) != PT_OK)
-        return st;
-    if (R < 0 || (size_t)R * C + wn > room) return PT_OK;
-    slot = (const int *)(buf + room + V);
+    if (!pt__z3_sparse_ok(m)) return PT_OK;
+    /* (the drop settles the last micro-batch's compact average, which reads its slots) */
+    if ((st = pt__z3_drop(m, h)) != PT_OK || (st = pt__z3_rows_read(m, sl, N)) != PT_OK) return st;
+    R = sl->zrows;
+    if ((x->tab_wpe >= 0 && !wpe) || (size_t)R * C + wn > x->coll.work_n) return PT_OK; /* (wpe
+                                                                                      apart) */
     memset(buf, 0, ((size_t)R * C + wn) * sizeof(float));
     for (r = 0; r < V; r++)
         if (slot[r] >= 0)
@@ -12068,20 +12075,18 @@ static void pt__grad_put(const pt_gpt *m, size_t off, const float *src, size_t n
 static pt_status pt__z3_embed_sparse(pt_gpt *m, const pt__slot *sl, const float *dres, int B,
                                      int T, int *done) {
     pt_gpt_exec *x = m->exec;
-    int V = m->place.vocab_local, C = m->config.n_embd, N = B * T, n, r, R, b;
-    size_t all, room, wn;
+    int V = m->place.vocab_local, C = m->config.n_embd, N = B * T, n, r, R = sl->zrows, b;
+    size_t all, wn;
     const pt_param *wpe = pt__wpe_with_wte(m, T, &wn);
     float *buf = x->coll.work;
-    int *slot, *inp;
+    const int *slot = sl->zslot;
+    int *inp = (int *)(x->coll.work + x->coll.work_n); /* (half 1: the tokens' slots) */
     pt_status st;
     *done = 0;
     if (!pt__z3_sparse_ok(m)) return PT_OK;
-    if ((st = pt__z3_drop(m, -1)) != PT_OK || /* (a micro-batch's before: added) */
-        (st = pt__z3_rows_read(m, sl, N, 1, &R, &room)) != PT_OK)
-        return st;
+    if ((st = pt__z3_drop(m, -1)) != PT_OK) return st; /* (a micro-batch's before: added) */
     all = (size_t)R * C + wn;
-    if (R < 0 || all > x->coll.work_n) return PT_OK;
-    slot = (int *)(x->coll.work + x->coll.work_n + room + V), inp = slot + V;
+    if (all > x->coll.work_n || (size_t)N > x->coll.work_n) return PT_OK;
     memset(buf, 0, all * sizeof(float));
     for (n = 0; n < N; n++) {
         r = sl->inputs[n] - m->place.vocab_offset;

@@ -10103,6 +10103,10 @@ typedef struct pt__slot {
     double *lse;                      /* (N) */
     int *inputs, *targets;            /* (N) the micro-batch's tokens */
     pt_block_wgrad *wg;               /* per layer, kept from B to W (zero-bubble) */
+    int *zslot, zrows;                /* ZeRO 3, one stage, dp > 1 (pt__z3_rows_read): each
+                                         vocab_local row's slot among those some dp rank's
+                                         token reads (-1: none), how many: the forward's,
+                                         kept for the backward */
     int micro, chunk;                 /* what it holds; micro -1: free */
 } pt__slot;
 
@@ -10162,7 +10166,9 @@ typedef struct pt__exec_coll {
     pt_comm_req preq;         /* context parallel: wpe's rows' sum over dp alone */
     int zrows;                /* ZeRO 3 (pt__z3_embed_sparse): the embedding's compact rows
                                  whose average is under way in work's half 0 (-1: none) */
-    const int *zslot;         /* (vocab_local) and each row's slot among them (in half 1) */
+    float *zmask;             /* (vocab_local) ZeRO 3, one stage, dp > 1: pt__z3_rows_read's
+                                 mask */
+    const int *zslot;         /* (vocab_local) and each row's slot among them (its slot's) */
     size_t zwpe;              /* wpe's floats after them (the positions read) */
     int rs_b, rs_at;          /* ZeRO 2 and 3 with overlap: the layer bucket whose reduce-scatter
                                  from the stage into rs_tmp is under way (-1: none), the action */
@@ -11163,12 +11169,15 @@ static void pt__layout_state(pt_gpt *m, pt_arena *a, int inference) {
 #define PT__HEAD_ROWS 1024
 
 /* The head and the loss run fused, by row blocks (pt_head_xent_fused: the
-   logits never exist whole, the backward makes them again): training on one
-   pipeline stage (on tp ranks the vocabulary-parallel loss's all-reduces
-   run between each block's halves: pt__head_fused_run), the head's gradient
-   whole (ZeRO 0, 1: not ZeRO 2's staged buckets or ZeRO 3's gathered rows). */
+   logits never exist whole, the backward makes them again): training on the
+   stage holding the head, under every schedule (its B computes the head's
+   weight gradient with its input's, as the unfused head's did; on tp ranks
+   the vocabulary-parallel loss's all-reduces run between each block's
+   halves: pt__head_fused_run); under ZeRO 2 and 3 its backward goes bucket
+   by bucket (pt__head_rows_backward), ZeRO 3's forward a block's logits a
+   gathered bucket at a time (pt__z3_head_forward). */
 static int pt__head_fused(const pt_gpt_place *pl, int training) {
-    return training && pl->has_head && pl->pp == 1 && pl->zero < 2;
+    return training && pl->has_head;
 }
 
 /* The activation slots (each: a chunk's input, its layers' saved
@@ -11231,6 +11240,9 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     int l, k, most = 0, c, ln = m->config.norm == PT_NORM_LAYER;
     int bf16 = m->ctx.precision == PT_PRECISION_BF16 && pl->recompute != PT_RECOMPUTE_FULL;
     int fused = pt__head_fused(pl, training);
+    /* (pt__z3_sparse_ok's layouts: the rows read kept from forward to backward) */
+    int z3rows = training && pl->zero == 3 && pl->pp == 1 && pl->chunks == 1 && pl->dp > 1 &&
+                 pl->has_embed;
     for (c = 0; c < pl->chunks; c++)
         if (x->pipe.chunk_hi[c] - x->pipe.chunk_lo[c] > most) most = x->pipe.chunk_hi[c] - x->pipe.chunk_lo[c];
     for (k = 0; k < x->pipe.nslots; k++) {
@@ -11252,8 +11264,10 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
         }
         sl->inputs = (int *)pt_arena_alloc(a, N * sizeof(int));
         sl->targets = (int *)pt_arena_alloc(a, N * sizeof(int));
+        sl->zslot = z3rows ? (int *)pt_arena_alloc(a, V * sizeof(int)) : NULL;
     }
     *act_bytes = a->used;
+    x->coll.zmask = z3rows ? PT__F(a, V) : NULL;
     memset(&x->pipe.racts, 0, sizeof x->pipe.racts); /* recomputation's one layer (not saved) */
     if (pl->recompute == PT_RECOMPUTE_FULL)
         pt__layout_block_acts(&x->pipe.racts, a, &d, PT_RECOMPUTE_NONE, 0, ln, 0);
@@ -11463,28 +11477,6 @@ static pt_status pt__gather_logits(const pt_gpt *m, const float *logits, size_t 
     return st;
 }
 
-/* The logits of slot sl's N rows over the whole vocabulary into out: its
-   logits gathered, or with a fused head (no whole logits kept) the head's
-   product of its lnf again, the same bits as the unfused forward's. */
-static pt_status pt__head_logits(const pt_gpt *m, const pt__slot *sl, size_t N, float *out) {
-    pt_ctx ctx = m->ctx; /* (a copy: the caller's m is const; no poll here) */
-    size_t r0, n, C = (size_t)m->config.n_embd, V = (size_t)m->config.vocab_size;
-    pt_status st = PT_OK;
-    if (!m->exec->head_work) return pt__gather_logits(m, sl->logits, N, out);
-    memset(&ctx.poll, 0, sizeof ctx.poll);
-    if (m->place.tp == 1) {
-        pt_tied_head_forward(&ctx, out, sl->lnf, m->lm_head, (int)N, (int)C, (int)V);
-        return PT_OK;
-    }
-    for (r0 = 0; r0 < N && st == PT_OK; r0 += n) { /* vocabulary parallel: a block at a time */
-        n = N - r0 < PT__HEAD_ROWS ? N - r0 : PT__HEAD_ROWS;
-        pt_tied_head_forward(&ctx, m->exec->head_work, sl->lnf + r0 * C, m->lm_head, (int)n,
-                             (int)C, m->place.vocab_local);
-        st = pt__gather_logits(m, m->exec->head_work, n, out + r0 * V);
-    }
-    return st;
-}
-
 /* ---- the actions: a chunk's forward, backward (B) and weight gradient (W) */
 
 /* The bucket holding local layer l's tensors (-1: l is not a layer here). */
@@ -11563,27 +11555,22 @@ static pt_status pt__z3_embed(pt_gpt *m, const pt__slot *sl, float *out, int B, 
     return st;
 }
 
-/* ZeRO 3, one stage, overlap on (pt__z3_sparse_ok): a rank's mask of the
-   rows of this rank's vocabulary the micro-batch's tokens read, at the end
-   of half h (V floats), its MAX over the dp group, and each row's slot
-   among those some rank reads (V ints after it; -1: none), room for the
-   tokens' slots (N ints) after them; the slots used in *R (-1: the half is
-   too small). The half's room before them, floats, in *room. */
-static pt_status pt__z3_rows_read(pt_gpt *m, const pt__slot *sl, int N, int h, int *R,
-                                  size_t *room) {
+/* ZeRO 3, one stage, overlap on (pt__z3_sparse_ok), the micro-batch's
+   forward: a rank's mask of the rows of this rank's vocabulary its tokens
+   read (x->coll.zmask), its MAX over the dp group, and each row's slot
+   among those some rank reads into sl->zslot (-1: none), how many in
+   sl->zrows; kept for the backward's pt__z3_embed_sparse (once a
+   micro-batch: one all-reduce). */
+static pt_status pt__z3_rows_read(pt_gpt *m, pt__slot *sl, int N) {
     pt_gpt_exec *x = m->exec;
     int V = m->place.vocab_local, n, r;
-    size_t need = 2 * (size_t)V + (size_t)N; /* mask, slots, the tokens' slots */
-    float *mask = x->coll.work + (size_t)h * x->coll.work_n + x->coll.work_n - need;
-    int *slot = (int *)(mask + V);
+    float *mask = x->coll.zmask;
     pt_status st;
-    *R = need <= x->coll.work_n ? 0 : -1, *room = need <= x->coll.work_n ? x->coll.work_n - need : 0;
-    if (*R < 0) return PT_OK;
     memset(mask, 0, (size_t)V * sizeof(float));
     for (n = 0; n < N; n++)
         if ((r = sl->inputs[n] - m->place.vocab_offset) >= 0 && r < V) mask[r] = 1.0f;
     if ((st = pt_comm_all_reduce(x->dp_comm, mask, (size_t)V, PT_REDUCE_MAX)) != PT_OK) return st;
-    for (r = 0; r < V; r++) slot[r] = mask[r] != 0.0f ? (*R)++ : -1;
+    for (r = 0, sl->zrows = 0; r < V; r++) sl->zslot[r] = mask[r] != 0.0f ? sl->zrows++ : -1;
     return PT_OK;
 }
 
@@ -11626,23 +11613,24 @@ static void pt__dp_shard_io(const pt_gpt *m, float *shards, size_t off, float *b
    value from its one holder (x + 0 = x; a -0 comes back +0, which the
    lookup's 0 + x makes alike); then x = (0 + wte[t]) + wpe[pos], the bucket
    lookup's sums. *done 0: the half cannot hold them (pt__z3_embed runs). */
-static pt_status pt__z3_embed_compact(pt_gpt *m, const pt__slot *sl, float *out, int B, int T,
+static pt_status pt__z3_embed_compact(pt_gpt *m, pt__slot *sl, float *out, int B, int T,
                                       int nxt, int *done) {
     pt_gpt_exec *x = m->exec;
-    size_t room, wn;
+    size_t wn;
     const pt_param *p = &m->table[x->tab_wte], *wpe = pt__wpe_with_wte(m, T, &wn);
     int C = m->config.n_embd, N = B * T, V = m->place.vocab_local, h = nxt >= 0 ? !(nxt & 1) : 0;
     int R, n, r;
-    const int *at = pt__cp_pos(x->scratch.cp, T), *slot;
+    const int *at = pt__cp_pos(x->scratch.cp, T), *slot = sl->zslot;
     float *buf = x->coll.work + (size_t)h * x->coll.work_n;
     pt_comm_req q;
     pt_status st;
     *done = 0;
-    if (!pt__z3_sparse_ok(m) || (x->tab_wpe >= 0 && !wpe)) return PT_OK; /* (wpe apart) */
-    if ((st = pt__z3_drop(m, h)) != PT_OK || (st = pt__z3_rows_read(m, sl, N, h, &R, &room)) != PT_OK)
-        return st;
-    if (R < 0 || (size_t)R * C + wn > room) return PT_OK;
-    slot = (const int *)(buf + room + V);
+    if (!pt__z3_sparse_ok(m)) return PT_OK;
+    /* (the drop settles the last micro-batch's compact average, which reads its slots) */
+    if ((st = pt__z3_drop(m, h)) != PT_OK || (st = pt__z3_rows_read(m, sl, N)) != PT_OK) return st;
+    R = sl->zrows;
+    if ((x->tab_wpe >= 0 && !wpe) || (size_t)R * C + wn > x->coll.work_n) return PT_OK; /* (wpe
+                                                                                      apart) */
     memset(buf, 0, ((size_t)R * C + wn) * sizeof(float));
     for (r = 0; r < V; r++)
         if (slot[r] >= 0)
@@ -11671,18 +11659,70 @@ static pt_status pt__z3_embed_compact(pt_gpt *m, const pt__slot *sl, float *out,
     return PT_OK;
 }
 
-/* ZeRO 3: the head's logits (N, vocab_local) from lnf, a bucket of its rows
-   at a time (the columns of the logits they make). */
-static pt_status pt__z3_head_forward(pt_gpt *m, pt__slot *sl, int N) {
+/* ZeRO 3, fused head: rows [r0, r0 + n) of slot sl's logits (n,
+   vocab_local) into x->head_work from lnf, a gathered bucket of the head's
+   rows at a time (the columns they make: the whole product's bits); the
+   next block's first bucket prefetched after the last (more: whether one
+   comes). Held buckets are not gathered again (a head in 1 or 2 buckets
+   is gathered once a forward). */
+static pt_status pt__z3_head_block(const pt_gpt *m, pt_ctx *ctx, const pt__slot *sl, int r0, int n,
+                                   int more) {
     pt_gpt_exec *x = m->exec;
     const pt_param *p = &m->table[x->tab_head >= 0 ? x->tab_head : x->tab_wte];
-    int C = m->config.n_embd, Vl = m->place.vocab_local, b, r0, r1, z;
+    int C = m->config.n_embd, Vl = m->place.vocab_local, b, c0, c1, z;
     const float *rows;
     pt_status st = PT_OK;
-    for (b = p->bucket; st == PT_OK && (rows = pt__z3_rows(m, p, b, &r0, &r1)) != NULL; b++) {
-        if ((st = pt__z3_need(m, b, pt__z3_rows(m, p, b + 1, &z, &z) ? b + 1 : -1)) != PT_OK)
-            return st;
-        pt__mm(&m->ctx, 0, 1, N, r1 - r0, C, 1.0f, sl->lnf, C, rows, C, 0.0f, sl->logits + r0, Vl);
+    for (b = p->bucket; st == PT_OK && (rows = pt__z3_rows(m, p, b, &c0, &c1)) != NULL; b++) {
+        int nxt = pt__z3_rows(m, p, b + 1, &z, &z) ? b + 1 : more ? p->bucket : -1;
+        if ((st = pt__z3_need(m, b, nxt)) != PT_OK) return st;
+        pt__mm(ctx, 0, 1, n, c1 - c0, C, 1.0f, sl->lnf + (size_t)r0 * C, C, rows, C, 0.0f,
+               x->head_work + c0, Vl);
+    }
+    return st;
+}
+
+/* ZeRO 3, fused head: slot sl's N losses and lse by blocks of PT__HEAD_ROWS
+   rows, each block's logits made (pt__z3_head_block) and its cross-entropy
+   taken as the unfused head's (one tp rank: pt_crossentropy_forward; else
+   pt__xent_tp): ZeRO 1's losses bit for bit. */
+static pt_status pt__z3_head_forward(pt_gpt *m, pt__slot *sl, int N) {
+    pt_gpt_exec *x = m->exec;
+    int r0, n, Vl = m->place.vocab_local;
+    pt_status st = PT_OK;
+    for (r0 = 0; r0 < N && st == PT_OK; r0 += n) {
+        n = N - r0 < PT__HEAD_ROWS ? N - r0 : PT__HEAD_ROWS;
+        if ((st = pt__z3_head_block(m, &m->ctx, sl, r0, n, r0 + n < N)) != PT_OK) return st;
+        if (m->place.tp == 1)
+            pt_crossentropy_forward(sl->losses + r0, sl->lse + r0, x->head_work, sl->targets + r0,
+                                    n, Vl);
+        else
+            st = pt__xent_tp(m, x->head_work, sl->targets + r0, sl->lse + r0, sl->losses + r0, n);
+    }
+    return st;
+}
+
+/* The logits of slot sl's N rows over the whole vocabulary into out: its
+   logits gathered, or with a fused head (no whole logits kept) the head's
+   product of its lnf again (ZeRO 3: through its gathered buckets), the same
+   bits as the unfused forward's. */
+static pt_status pt__head_logits(const pt_gpt *m, const pt__slot *sl, size_t N, float *out) {
+    pt_ctx ctx = m->ctx; /* (a copy: the caller's m is const; no poll here) */
+    size_t r0, n, C = (size_t)m->config.n_embd, V = (size_t)m->config.vocab_size;
+    pt_status st = PT_OK;
+    if (!m->exec->head_work) return pt__gather_logits(m, sl->logits, N, out);
+    memset(&ctx.poll, 0, sizeof ctx.poll);
+    if (m->place.tp == 1 && m->place.zero != 3) {
+        pt_tied_head_forward(&ctx, out, sl->lnf, m->lm_head, (int)N, (int)C, (int)V);
+        return PT_OK;
+    }
+    for (r0 = 0; r0 < N && st == PT_OK; r0 += n) { /* a block at a time */
+        n = N - r0 < PT__HEAD_ROWS ? N - r0 : PT__HEAD_ROWS;
+        if (m->place.zero == 3)
+            st = pt__z3_head_block(m, &ctx, sl, (int)r0, (int)n, r0 + n < N);
+        else
+            pt_tied_head_forward(&ctx, m->exec->head_work, sl->lnf + r0 * C, m->lm_head, (int)n,
+                                 (int)C, m->place.vocab_local);
+        if (st == PT_OK) st = pt__gather_logits(m, m->exec->head_work, n, out + r0 * V);
     }
     return st;
 }
@@ -11768,16 +11808,15 @@ static pt_status pt__chunk_forward(pt_gpt *m, pt__slot *sl, int c, int B, int T,
         pt__norm_forward(cfg, sl->lnf, sl->lnf_mean, sl->lnf_rstd, in, m->lnf_w, m->lnf_b, N, C);
     }
     if (x->head_work) { /* fused: the losses by row blocks, or (with_targets 2) in backward */
-        if (with_targets == 1 && (st = pt__head_fused_run(m, sl, N, 0.0f, NULL, NULL)) != PT_OK)
+        if (with_targets == 1 && (st = pl->zero == 3 ? pt__z3_head_forward(m, sl, N)
+                                                     : pt__head_fused_run(m, sl, N, 0.0f, NULL,
+                                                                          NULL)) != PT_OK)
             return st;
         if (with_targets == 1) *loss = pt__mean_loss(sl->losses, N);
         return PT_OK;
     }
-    if (pl->zero == 3) {
-        if ((st = pt__z3_head_forward(m, sl, N)) != PT_OK) return st;
-    } else {
-        pt_tied_head_forward(&m->ctx, sl->logits, sl->lnf, m->lm_head, N, C, pl->vocab_local);
-    }
+    /* inference (one stage, no ZeRO): the whole logits */
+    pt_tied_head_forward(&m->ctx, sl->logits, sl->lnf, m->lm_head, N, C, pl->vocab_local);
     if (with_targets) {
         if (pl->tp == 1) pt_crossentropy_forward(sl->losses, sl->lse, sl->logits, sl->targets, N, V);
         else if ((st = pt__xent_forward_tp(m, sl, N)) != PT_OK) return st;
@@ -11849,10 +11888,40 @@ static pt_status pt__zero2_bucket(pt_gpt *m, int b) {
     return PT_OK;
 }
 
+/* ZeRO 2 and 3, fused head: rows [r0, r1) of this rank's head (their
+   weights at rows), their gradient into dst: the logits' columns [r0, r1)
+   made again by blocks of PT__HEAD_ROWS rows of slot sl, made dlogits with
+   the forward's lse (dloss scales them), then x->scratch.dln += dlogits @
+   rows and dst += dlogits^T lnf (so dln sums the vocabulary bucket by
+   bucket, dst the rows block by block: not the one-bucket fused head's
+   rounding). zs: the stage's reduce-scatter under way settled before dst
+   is first written (behind the first block's logits and dln). */
+static pt_status pt__head_rows_backward(pt_gpt *m, const pt__slot *sl, int N, int r0, int r1,
+                                        const float *rows, float *dst, float dloss, int zs) {
+    pt_gpt_exec *x = m->exec;
+    int C = m->config.n_embd, w = r1 - r0, valid = pt__vocab_valid(m) - r0, b0, n;
+    pt_status st;
+    valid = valid < 0 ? 0 : valid > w ? w : valid; /* (the rest: tp's padding) */
+    for (b0 = 0; b0 < N; b0 += n) { /* block [b0, b0 + n) of the rows */
+        const float *xb = sl->lnf + (size_t)b0 * C;
+        n = N - b0 < PT__HEAD_ROWS ? N - b0 : PT__HEAD_ROWS;
+        pt_tied_head_forward(&m->ctx, x->head_work, xb, rows, n, C, w);
+        pt__xent_backward_part(x->head_work, x->head_work, sl->lse + b0, sl->targets + b0, n, w,
+                               valid, m->place.vocab_offset + r0, dloss);
+        pt_tied_head_backward(&m->ctx, x->scratch.dln + (size_t)b0 * C, NULL, x->head_work, xb,
+                              rows, n, C, w);
+        if (zs && b0 == 0 && (st = pt__zero2_settle(m)) != PT_OK) return st;
+        pt_tied_head_backward(&m->ctx, NULL, dst, x->head_work, xb, rows, n, C, w);
+    }
+    return PT_OK;
+}
+
 /* ZeRO 2: a vocabulary tensor's gradient bucket by bucket: the head's part
-   (dlogits^T lnf of slot sl, into the head: wte when tied) or, with head = 0,
-   the embedding's (and wpe's, in the bucket of wte's last rows). */
-static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, int head) {
+   (pt__head_rows_backward of slot sl with dloss, into the head: wte when
+   tied; with dln) or, with head = 0, the embedding's (and wpe's, in the
+   bucket of wte's last rows). */
+static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, int head,
+                                 float dloss) {
     pt_gpt_exec *x = m->exec;
     int C = m->config.n_embd, N = B * T, b, Vl = m->place.vocab_local;
     const pt_param *p = &m->table[head && x->tab_head >= 0 ? x->tab_head : x->tab_wte];
@@ -11865,8 +11934,8 @@ static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, in
         int r1 = (int)((k->offset + k->numel - p->offset) / (size_t)C);
         if (r1 > Vl) r1 = Vl;
         if (head)
-            pt__mm(&m->ctx, 1, 0, r1 - r0, C, N, 1.0f, sl->logits + r0, Vl, sl->lnf, C,
-                   1.0f, m->grads, C);
+            st = pt__head_rows_backward(m, sl, N, r0, r1, m->lm_head + (size_t)r0 * C, m->grads,
+                                        dloss, 0);
         else
             pt__encoder_backward_part(m->grads, wpe && wpe->bucket == b ? m->grads + (wpe->offset -
                                       k->offset) : NULL, m->place.sp ? x->scratch.xg : x->dres,
@@ -11879,16 +11948,18 @@ static pt_status pt__zero2_vocab(pt_gpt *m, const pt__slot *sl, int B, int T, in
 
 
 /* ZeRO 3: the head's backward a bucket of its rows at a time, from the last
-   (still gathered from the forward) to the first: dln += dlogits[:, rows] @
-   rows (the sum over the vocabulary in bucket order: not the whole GEMM's
-   rounding), the rows' gradient dlogits[:, rows]^T lnf staged and
+   (still gathered from the forward) to the first, each through
+   pt__head_rows_backward with dloss (dln sums the vocabulary in bucket
+   order: not the whole GEMM's rounding), the rows' gradient staged and
    reduce-scattered into the shard; nxt: the bucket to prefetch after. With
    overlap (zs: pt__zero2_start) a bucket's reduce-scatter runs behind the
-   next one's gather and first product, settled before the stage is written. */
-static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int nxt, int zs) {
+   next one's gather and first block's products, settled before the stage
+   is written. */
+static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int nxt, int zs,
+                                      float dloss) {
     pt_gpt_exec *x = m->exec;
     const pt_param *p = &m->table[x->tab_head >= 0 ? x->tab_head : x->tab_wte];
-    int C = m->config.n_embd, Vl = m->place.vocab_local, b, r0, r1, z;
+    int b, r0, r1, z;
     int staged = pt__grads_staged(&m->place); /* (else: into the whole gradients) */
     const float *rows;
     pt_status st = PT_OK;
@@ -11896,12 +11967,11 @@ static pt_status pt__z3_head_backward(pt_gpt *m, const pt__slot *sl, int N, int 
     while (pt__z3_rows(m, p, b + 1, &z, &z)) b++;
     for (; st == PT_OK && b >= p->bucket; b--) {
         rows = pt__z3_rows(m, p, b, &r0, &r1);
-        if ((st = pt__z3_need(m, b, b > p->bucket ? b - 1 : nxt)) != PT_OK) return st;
-        pt__mm(&m->ctx, 0, 0, N, C, r1 - r0, 1.0f, sl->logits + r0, Vl, rows, C, 1.0f,
-               x->scratch.dln, C);
-        if (zs && (st = pt__zero2_settle(m)) != PT_OK) return st;
-        pt__mm(&m->ctx, 1, 0, r1 - r0, C, N, 1.0f, sl->logits + r0, Vl, sl->lnf, C, 1.0f,
-               m->grads + (staged ? 0 : x->coll.buckets[b].offset), C);
+        if ((st = pt__z3_need(m, b, b > p->bucket ? b - 1 : nxt)) != PT_OK ||
+            (st = pt__head_rows_backward(m, sl, N, r0, r1, rows,
+                                         m->grads + (staged ? 0 : x->coll.buckets[b].offset),
+                                         dloss, zs)) != PT_OK)
+            return st;
         if (staged) st = zs ? pt__zero2_start(m, b) : pt__zero2_bucket(m, b);
     }
     return st;
@@ -12122,20 +12192,18 @@ static void pt__grad_put(const pt_gpt *m, size_t off, const float *src, size_t n
 static pt_status pt__z3_embed_sparse(pt_gpt *m, const pt__slot *sl, const float *dres, int B,
                                      int T, int *done) {
     pt_gpt_exec *x = m->exec;
-    int V = m->place.vocab_local, C = m->config.n_embd, N = B * T, n, r, R, b;
-    size_t all, room, wn;
+    int V = m->place.vocab_local, C = m->config.n_embd, N = B * T, n, r, R = sl->zrows, b;
+    size_t all, wn;
     const pt_param *wpe = pt__wpe_with_wte(m, T, &wn);
     float *buf = x->coll.work;
-    int *slot, *inp;
+    const int *slot = sl->zslot;
+    int *inp = (int *)(x->coll.work + x->coll.work_n); /* (half 1: the tokens' slots) */
     pt_status st;
     *done = 0;
     if (!pt__z3_sparse_ok(m)) return PT_OK;
-    if ((st = pt__z3_drop(m, -1)) != PT_OK || /* (a micro-batch's before: added) */
-        (st = pt__z3_rows_read(m, sl, N, 1, &R, &room)) != PT_OK)
-        return st;
+    if ((st = pt__z3_drop(m, -1)) != PT_OK) return st; /* (a micro-batch's before: added) */
     all = (size_t)R * C + wn;
-    if (R < 0 || all > x->coll.work_n) return PT_OK;
-    slot = (int *)(x->coll.work + x->coll.work_n + room + V), inp = slot + V;
+    if (all > x->coll.work_n || (size_t)N > x->coll.work_n) return PT_OK;
     memset(buf, 0, all * sizeof(float));
     for (n = 0; n < N; n++) {
         r = sl->inputs[n] - m->place.vocab_offset;
@@ -12296,7 +12364,7 @@ static pt_status pt__embed_backward(pt_gpt *m, const pt__slot *sl, int B, int T)
     if (pl->zero == 3 && ((st = pt__z3_embed_sparse(m, sl, pl->sp ? x->scratch.xg : x->dres, B, T,
                                                     &done)) != PT_OK || done))
         return st;
-    if (pt__grads_staged(pl)) return pt__zero2_vocab(m, sl, B, T, 0);
+    if (pt__grads_staged(pl)) return pt__zero2_vocab(m, sl, B, T, 0, 0.0f);
     if (x->coll.trows >= 0) return pt__wte_embed(m, sl, pl->sp ? x->scratch.xg : x->dres, B, T);
     pt__encoder_backward_part(x->coll.dwte, x->coll.dwpe, pl->sp ? x->scratch.xg : x->dres,
                               sl->inputs, pt__cp_pos(x->scratch.cp, T), pl->vocab_offset,
@@ -12350,27 +12418,22 @@ static pt_status pt__staged_layer_backward(pt_gpt *m, int l, int B, int T, const
 }
 
 /* The head's backward for the micro-batch in slot sl: the input's gradient
-   into x->scratch.dln (written), the head's into its gradient (ZeRO 2: bucket
-   by bucket, ZeRO 3: through its gathered rows). Fused (x->head_work): the
-   logits made again by row blocks, with the losses, the dlogits and both
-   products. */
+   into x->scratch.dln (written), the head's into its gradient, the logits
+   made again by row blocks with the dlogits and both products (ZeRO 0, 1:
+   with the losses too; ZeRO 2 and 3: bucket by bucket from the forward's
+   lse, ZeRO 3 through the head's gathered rows). */
 static pt_status pt__head_backward(pt_gpt *m, pt__slot *sl, int B, int T, float dloss, int lnf_b) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
-    int N = B * T, C = m->config.n_embd, zero2 = pt__grads_staged(pl);
+    int N = B * T, C = m->config.n_embd;
+    pt_status st;
     memset(x->scratch.dln, 0, sizeof(float) * (size_t)N * C);
-    if (x->head_work) {
-        pt_status st = pt__head_fused_run(m, sl, N, dloss, x->scratch.dln, x->coll.dhead);
-        return st != PT_OK ? st : pt__wte_early(m);
-    }
-    /* the logits become dlogits in place */
-    pt__xent_backward_part(sl->logits, sl->logits, sl->lse, sl->targets, N, pl->vocab_local,
-                           pt__vocab_valid(m), pl->vocab_offset, dloss);
+    if (pl->zero == 2) return pt__zero2_vocab(m, sl, B, T, 1, dloss);
     if (pl->zero == 3)
-        return pt__z3_head_backward(m, sl, N, lnf_b, zero2 && x->coll.ag_on && pl->dp > 1);
-    pt_tied_head_backward(&m->ctx, x->scratch.dln, zero2 ? NULL : x->coll.dhead, sl->logits,
-                          sl->lnf, m->lm_head, N, C, pl->vocab_local);
-    return zero2 ? pt__zero2_vocab(m, sl, B, T, 1) : pt__wte_early(m);
+        return pt__z3_head_backward(m, sl, N, lnf_b,
+                                    pt__grads_staged(pl) && x->coll.ag_on && pl->dp > 1, dloss);
+    st = pt__head_fused_run(m, sl, N, dloss, x->scratch.dln, x->coll.dhead);
+    return st != PT_OK ? st : pt__wte_early(m);
 }
 
 /* Backward of this stage's chunk c for the micro-batch in slot sl,
@@ -12673,7 +12736,8 @@ static pt_status pt__step_action(pt_gpt *m, pt__step_run *r, int k) {
     int from = a->kind == PT_ACT_RECV_ACT ? vs - 1 : a->kind == PT_ACT_RECV_GRAD ? vs + 1 : vs;
     int tag = pt__pp_tag(s, i, from, a->kind == PT_ACT_SEND_GRAD || a->kind == PT_ACT_RECV_GRAD);
     int fresh = a->kind == PT_ACT_RECV_ACT || a->kind == PT_ACT_F; /* takes a new slot */
-    int defer = x->head_work && !d->logits; /* the fused head's losses come in backward */
+    /* the fused head's losses come in backward (ZeRO 2's backward needs the forward's lse) */
+    int defer = x->head_work && !d->logits && pl->zero < 2;
     pt__slot *sl = NULL;
     float loss = 0.0f;
     pt_status st = PT_OK;

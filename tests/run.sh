@@ -276,6 +276,11 @@ done
 step "fixture_check_mpi: --pp 2 --dp 2 --zero 3, 1f1b, 2 micro-batches on 4 processes" \
     mpi 4 build/fixture_check_mpi tests/fixtures/gpt2_heads8.safetensors --pp 2 --dp 2 --zero 3 \
     --schedule 1f1b --microbatches 2
+# one stage, gpipe: two micro-batches' forwards before their backwards, each backward's compact
+# embedding from the rows its own forward found read (kept in its slot)
+step "fixture_check: --dp 2 --zero 3, gpipe, 2 micro-batches (the rows read kept per slot)" \
+    build/fixture_check tests/fixtures/gpt2_heads8.safetensors --dp 2 --zero 3 --schedule gpipe \
+    --microbatches 2
 fails "fixture_check: ZeRO 3 with Chimera is refused, the reason named" 2 \
     "zero=3 with schedule chimera is not supported: its replicas sum whole gradients" \
     build/fixture_check tests/fixtures/gpt2_layers4.safetensors --pp 2 --dp 2 --zero 3 \

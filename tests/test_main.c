@@ -855,10 +855,12 @@ static void test_head_xent_fused(void) {
    several row blocks (N = 1200 > PT__HEAD_ROWS) a step whose losses come
    with its backward gives the bits of one that asks for the logits, whose
    cross-entropy is the step's losses bit for bit; a ZeRO 2 build (its head
-   unfused) gives the same losses, and gradients within the head's
-   block-wise sum of dwte. */
+   fused too, its backward bucket by bucket from the forward's lse: V = 251
+   rows in buckets of 12 C = 96, the last short) keeps no
+   logits either and gives the same losses, and gradients within the head's
+   bucket-wise sum of dln and block-wise sum of dwte. */
 static void test_gpt_head_fused(void) {
-    enum { V = 37, L = 1, NH = 2, C = 8, B = 4, T = 300, N = B * T };
+    enum { V = 251, L = 1, NH = 2, C = 8, B = 4, T = 300, N = B * T };
     pt_gpt g, u;
     pt_gpt_desc d;
     pt_step_desc sd;
@@ -887,12 +889,10 @@ static void test_gpt_head_fused(void) {
     d.config = g.config, d.batch = B, d.seq = T, d.zero = 2;
     CHECK_ST(pt_gpt_init(&u, &d), PT_OK);
     if (!u.params) goto out;
-    CHECK(u.exec->head_work == NULL && u.exec->pipe.slots[0].logits != NULL);
-    /* (the slots' logits are activations, the block's buffer scratch; 64-byte aligned) */
-    if (u.mem.activations < g.mem.activations + whole ||
-        u.mem.activations >= g.mem.activations + whole + 64 ||
-        g.mem.scratch < u.mem.scratch + block || g.mem.scratch >= u.mem.scratch + block + 64)
-        FAIL("fused head: activations %zu, scratch %zu; unfused %zu, %zu (logits %zu, a block "
+    CHECK(u.exec->head_work != NULL && u.exec->pipe.slots[0].logits == NULL);
+    /* (the slots' logits would be activations, the block's buffer is scratch) */
+    if (u.mem.activations != g.mem.activations || u.mem.scratch < block)
+        FAIL("fused head: activations %zu, scratch %zu; ZeRO 2 %zu, %zu (logits %zu, a block "
              "%zu bytes)", g.mem.activations, g.mem.scratch, u.mem.activations, u.mem.scratch,
              whole, block);
     memcpy(u.params, g.params, P * sizeof(float));
@@ -901,7 +901,7 @@ static void test_gpt_head_fused(void) {
     CHECK(memcmp(lu, la, N * sizeof(float)) == 0);
     gu = TALLOC(float, P);
     CHECK_ST(pt_gpt_gather(&u, PT_BUF_GRADS, gu), PT_OK);
-    CHECK_CLOSE("fused head step: gradients against the unfused head's", ga, to_double(gu, P), P,
+    CHECK_CLOSE("fused head step: gradients against ZeRO 2's fused head's", ga, to_double(gu, P), P,
                 1e-7, 1e-5);
     pt_gpt_free(&u);
 out:
@@ -1261,9 +1261,13 @@ static void test_sp_exact(void) {
 }
 
 /* tp 2's fused head (ZeRO 0: the vocabulary-parallel loss by blocks of
-   PT__HEAD_ROWS rows) against its unfused head (ZeRO 2 keeps the logits):
-   the losses and the gathered logits bit for bit, the gradients within the
-   rounding of dwte's blockwise sums; the fused run keeps no logits. */
+   PT__HEAD_ROWS rows) against ZeRO 2's (its backward bucket by bucket from
+   the forward's lse: 126 rows a rank, the last padding, in buckets of 12 C /
+   tp = 48) and ZeRO 3's (each block's logits through the gathered buckets,
+   3 of them, gathered again for the second block): the losses and the
+   gathered logits bit for bit, the gradients within the rounding of dln's
+   bucket-wise and dwte's block-wise sums; none keeps logits (the same
+   activations). */
 typedef struct head_tp_run {
     pt_gpt_config cfg;
     const char *weights;
@@ -1297,7 +1301,7 @@ static pt_status head_tp_rank(pt_comm *world, void *arg) {
     d.sequence_parallel = r->sp;
     st = pt_gpt_init(&m, &d);
     if (st == PT_OK) st = pt_gpt_load_weights(&m, r->weights);
-    if (st == PT_OK && (m.exec->head_work != NULL) != (r->zero < 2))
+    if (st == PT_OK && (!m.exec->head_work || m.exec->pipe.slots[0].logits))
         st = pt_error(PT_ERR_CONFIG, "ZeRO %d: head_work %p", r->zero, (void *)m.exec->head_work);
     memset(&sd, 0, sizeof sd);
     sd.inputs = r->in, sd.targets = r->tg, sd.B = r->B, sd.T = r->T, sd.losses = losses;
@@ -1317,10 +1321,10 @@ static pt_status head_tp_rank(pt_comm *world, void *arg) {
 }
 
 static void test_head_fused_tp(void) {
-    enum { V = 37, L = 1, NH = 2, C = 8, B = 4, T = 300, N = B * T };
+    enum { V = 251, L = 1, NH = 2, C = 8, B = 4, T = 300, N = B * T };
     pt_gpt_config cfg = cfg_make(V, T, L, NH, C);
     const char *weights = tmp_path("head_tp.safetensors");
-    head_tp_run r[3];
+    head_tp_run r[4];
     pt_train_state ts;
     pt_gpt m;
     int *in = rand_ids(N, V), *tg = rand_ids(N, V), k;
@@ -1330,14 +1334,14 @@ static void test_head_fused_tp(void) {
     gpt_randomize(&m, 7, 0.3f);
     memset(&ts, 0, sizeof ts);
     CHECK_ST(pt_checkpoint_save(weights, &m, &ts), PT_OK);
-    for (k = 0; k < 3; k++) { /* fused, unfused, fused sequence parallel */
+    for (k = 0; k < 4; k++) { /* ZeRO 0, ZeRO 2, ZeRO 0 sequence parallel, ZeRO 3 */
         memset(&r[k], 0, sizeof r[k]);
         r[k].cfg = cfg, r[k].weights = weights, r[k].in = in, r[k].tg = tg, r[k].B = B, r[k].T = T;
-        r[k].zero = k == 1 ? 2 : 0, r[k].sp = k == 2, r[k].n = m.num_params_full;
+        r[k].zero = k == 1 ? 2 : k == 3 ? 3 : 0, r[k].sp = k == 2, r[k].n = m.num_params_full;
         r[k].losses = TALLOC(float, N), r[k].logits = TALLOC(float, (size_t)N * V);
         r[k].grads = TALLOC(float, r[k].n);
     }
-    for (k = 0; k < 3; k++)
+    for (k = 0; k < 4; k++)
         if (pt_comm_threads_run(2, head_tp_rank, &r[k]) != PT_OK) {
             FAIL("run %d: %s", k, pt_last_error());
             pt_gpt_free(&m);
@@ -1345,12 +1349,96 @@ static void test_head_fused_tp(void) {
         }
     CHECK(memcmp(r[0].losses, r[1].losses, N * sizeof(float)) == 0);
     CHECK(memcmp(r[0].losses, r[2].losses, N * sizeof(float)) == 0);
+    CHECK(memcmp(r[0].losses, r[3].losses, N * sizeof(float)) == 0);
     CHECK(memcmp(r[0].logits, r[1].logits, (size_t)N * V * sizeof(float)) == 0);
-    CHECK_CLOSE("tp 2 fused head: gradients against the unfused head's", r[0].grads,
+    CHECK(memcmp(r[0].logits, r[3].logits, (size_t)N * V * sizeof(float)) == 0);
+    CHECK_CLOSE("tp 2 fused head: gradients against ZeRO 2's", r[0].grads,
                 to_double(r[1].grads, r[0].n), r[0].n, 1e-7, 1e-5);
-    /* the unfused run keeps N x V/2 (+1 of padding) logits a rank more */
-    CHECK(r[1].act >= r[0].act + (size_t)N * ((V + 1) / 2) * sizeof(float));
+    CHECK_CLOSE("tp 2 fused head: gradients against ZeRO 3's", r[0].grads,
+                to_double(r[3].grads, r[0].n), r[0].n, 1e-7, 1e-5);
+    CHECK(r[1].act == r[0].act && r[3].act == r[0].act);
     pt_gpt_free(&m);
+}
+
+/* The fused head on a pipeline's last stage (pp 2 on thread ranks, 2
+   micro-batches of 1200 rows: 2 blocks each), for each schedule that builds
+   here: the stage holding the head keeps no logits (a block's buffer
+   instead); a step whose losses come with each micro-batch's B gives the
+   bits of one that asks for the logits (the losses from each F), whose
+   cross-entropy is those losses bit for bit, and the same gradients bit
+   for bit. */
+typedef struct head_pp_run {
+    pt_gpt_config cfg;
+    pt_schedule_kind schedule;
+    const int *in, *tg;
+    int B, T;
+    float *la, *lb, *logits; /* (rank holding the head) the two steps' losses, the logits */
+    int nolog;               /* its slots' logits NULL, head_work set */
+    int same_grads;          /* its two steps' gradients bit for bit */
+} head_pp_run;
+
+static pt_status head_pp_rank(pt_comm *world, void *arg) {
+    head_pp_run *r = (head_pp_run *)arg;
+    pt_grid g;
+    pt_gpt m;
+    pt_gpt_desc d;
+    pt_step_desc sd;
+    float *ga = NULL;
+    pt_status st;
+    memset(&m, 0, sizeof m);
+    if ((st = pt_grid_init(&g, world, 1, 1, 2)) != PT_OK) return pt_comm_fail(world, st);
+    memset(&d, 0, sizeof d);
+    d.config = r->cfg, d.batch = r->B / 2, d.seq = r->T, d.grid = &g, d.grad_accum = 2;
+    d.schedule = r->schedule, d.chunks = r->schedule == PT_SCHED_INTERLEAVED ? 2 : 1;
+    st = pt_gpt_init(&m, &d);
+    if (st == PT_OK) pt_gpt_init_weights(&m, 3);
+    memset(&sd, 0, sizeof sd);
+    sd.inputs = r->in, sd.targets = r->tg, sd.B = r->B, sd.T = r->T;
+    sd.losses = m.place.has_head ? r->la : NULL;
+    if (st == PT_OK) st = pt_gpt_step(&m, &sd, NULL); /* the losses from B */
+    if (st == PT_OK && !(ga = (float *)malloc(m.num_params * sizeof(float)))) st = PT_ERR_OOM;
+    if (st == PT_OK) memcpy(ga, m.grads, m.num_params * sizeof(float));
+    sd.losses = m.place.has_head ? r->lb : NULL, sd.logits = m.place.has_head ? r->logits : NULL;
+    if (st == PT_OK) st = pt_gpt_step(&m, &sd, NULL); /* from F, with the logits */
+    if (st == PT_OK && m.place.has_head) {
+        r->nolog = m.exec->head_work != NULL && m.exec->pipe.slots[0].logits == NULL;
+        r->same_grads = memcmp(ga, m.grads, m.num_params * sizeof(float)) == 0;
+    }
+    free(ga);
+    if (m.params) pt_gpt_free(&m);
+    pt_grid_free(&g);
+    return st == PT_OK ? PT_OK : pt_comm_fail(world, st);
+}
+
+static void test_head_fused_pp(void) {
+    enum { V = 37, L = 4, NH = 2, C = 8, B = 4, T = 600, N = B * T };
+    /* (Chimera's two heads write the losses of one buffer here, 2BW updates the weights
+       inside its steps: the fixture families check them) */
+    static const pt_schedule_kind kinds[] = {PT_SCHED_GPIPE, PT_SCHED_1F1B, PT_SCHED_ZB_H1,
+                                             PT_SCHED_INTERLEAVED};
+    int *in = rand_ids(N, V), *tg = rand_ids(N, V), k;
+    float *lu = TALLOC(float, N);
+    double *lse = TALLOC(double, N);
+    CHECK(N / 2 > PT__HEAD_ROWS);
+    for (k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++) {
+        head_pp_run r;
+        memset(&r, 0, sizeof r);
+        r.cfg = cfg_make(V, T, L, NH, C), r.schedule = kinds[k], r.in = in, r.tg = tg;
+        r.B = B, r.T = T;
+        r.la = TALLOC(float, N), r.lb = TALLOC(float, N), r.logits = TALLOC(float, (size_t)N * V);
+        if (pt_comm_threads_run(2, head_pp_rank, &r) != PT_OK) {
+            FAIL("%s: %s", pt_schedule_kind_name(kinds[k]), pt_last_error());
+            continue;
+        }
+        if (!r.nolog) FAIL("%s: the head's stage keeps whole logits", pt_schedule_kind_name(kinds[k]));
+        if (!r.same_grads)
+            FAIL("%s: the gradients differ with the losses from B", pt_schedule_kind_name(kinds[k]));
+        if (memcmp(r.la, r.lb, N * sizeof(float)) != 0)
+            FAIL("%s: the losses from B differ from those of F", pt_schedule_kind_name(kinds[k]));
+        pt_crossentropy_forward(lu, lse, r.logits, tg, N, V);
+        if (memcmp(lu, r.lb, N * sizeof(float)) != 0)
+            FAIL("%s: the logits' cross-entropy differs from the losses", pt_schedule_kind_name(kinds[k]));
+    }
 }
 
 /* A tp 2 sequence-parallel rank: a step whose T (7) does not split is
@@ -6327,6 +6415,7 @@ static const test_case tests[] = {
     {"parallel_grads_vs_serial", test_parallel_grads},
     {"sp_exact_vs_tp", test_sp_exact},
     {"head_fused_tp", test_head_fused_tp},
+    {"head_fused_pp", test_head_fused_pp},
     {"sp_refusals", test_sp_refusals},
     {"cp_refusals", test_cp_refusals},
     {"steps_allocate_nothing", test_steps_allocate_nothing},

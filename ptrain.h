@@ -4617,12 +4617,98 @@ static void pt__fa_pack_b(int bf16, float *bp, int tb, const float *B, int ldb, 
     else pt__pack_b_f32(bp, tb, B, ldb, 0, nc, 0, kc);
 }
 
-/* C[0:M, 0:N] (first: =, else +=) A B from packed panels: A's row panel p
-   (MR rows, at ap + p MR kw(K)) times B's column panels (NR columns, at bp +
-   q bs), over k in [k0[p], k1[p]) (k0 even), columns below nc[p] (NULL: 0,
-   K, N). A panel with no k leaves C (first: zero). */
-static void pt__fa_gemm(int bf16, int M, int N, int K, const float *ap, const float *bp, size_t bs,
-                        float *c, int ldc, int first, const int *k0, const int *k1,
+/* The micro-kernels (pt__gemm_kernel_*) on an A read in place with strides:
+   A[r][k] at a[r rs + k ks] (bf16: pair k of row r), B a packed NR-column
+   panel; C (first: =, else +=), m x n of the MR x NR tile stored. Inlined
+   with constant strides (pt__fa_kernel), so each broadcast is one load at a
+   fixed offset. */
+#define PT__FA_RS(r) ((size_t)(r) * rs)
+PT__TARGET_AVX512 static inline __attribute__((always_inline)) void
+pt__fa_kernel_f32(int kc, const float *ap, size_t rs, size_t ks, const float *bp, float *c,
+                  int ldc, int m, int n, int first) {
+    int k;
+    const float beta = 0.0f;
+    PT__GEMM_ROWS(PT__GEMM_DECL)
+    for (k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16), a;
+#define PT__FA_FMA(r)                             \
+    a = _mm512_set1_ps(ap[PT__FA_RS(r)]);         \
+    c##r##_0 = _mm512_fmadd_ps(a, b0, c##r##_0); \
+    c##r##_1 = _mm512_fmadd_ps(a, b1, c##r##_1);
+        PT__GEMM_ROWS(PT__FA_FMA)
+#undef PT__FA_FMA
+        ap += ks;
+        bp += PT__GEMM_NR;
+    }
+    PT__GEMM_TAIL
+}
+
+PT__TARGET_BF16 static inline __attribute__((always_inline)) void
+pt__fa_kernel_bf16(int kp, const uint32_t *ap, size_t rs, size_t ks, const uint32_t *bp, float *c,
+                   int ldc, int m, int n, int first) {
+    int k;
+    const float beta = 0.0f;
+    PT__GEMM_ROWS(PT__GEMM_DECL)
+    for (k = 0; k < kp; k++) {
+        __m512bh b0 = (__m512bh)_mm512_load_si512((const void *)bp);
+        __m512bh b1 = (__m512bh)_mm512_load_si512((const void *)(bp + 16));
+        __m512bh a;
+#define PT__FA_DOT(r)                                        \
+    a = (__m512bh)_mm512_set1_epi32((int)ap[PT__FA_RS(r)]); \
+    c##r##_0 = _mm512_dpbf16_ps(c##r##_0, a, b0);           \
+    c##r##_1 = _mm512_dpbf16_ps(c##r##_1, a, b1);
+        PT__GEMM_ROWS(PT__FA_DOT)
+#undef PT__FA_DOT
+        ap += ks;
+        bp += PT__GEMM_NR;
+    }
+    PT__GEMM_TAIL
+}
+#undef PT__FA_RS
+
+/* A's layouts in pt__fa_gemm: packed MR-row panels (pt__fa_pack_a), or a
+   block buffer of PT__FA_KB words a row read in place: its rows (A = the
+   buffer, fp32 rows of KB floats, bf16 rows of KB/2 pairs) or its columns
+   (A = its transpose: fp32, or bf16 pairs of rows zipped, KB words a row) */
+#define PT__FA_PACKED 0
+#define PT__FA_ROWS 1
+#define PT__FA_COLS 2
+
+PT__TARGET_AVX512 static void pt__fa_kf_rows(int kc, const float *a, const float *b, float *c,
+                                             int ldc, int m, int n, int first) {
+    pt__fa_kernel_f32(kc, a, PT__FA_KB, 1, b, c, ldc, m, n, first);
+}
+PT__TARGET_AVX512 static void pt__fa_kf_cols(int kc, const float *a, const float *b, float *c,
+                                             int ldc, int m, int n, int first) {
+    pt__fa_kernel_f32(kc, a, 1, PT__FA_KB, b, c, ldc, m, n, first);
+}
+PT__TARGET_BF16 static void pt__fa_kb_rows(int kp, const uint32_t *a, const uint32_t *b, float *c,
+                                           int ldc, int m, int n, int first) {
+    pt__fa_kernel_bf16(kp, a, PT__FA_KB / 2, 1, b, c, ldc, m, n, first);
+}
+PT__TARGET_BF16 static void pt__fa_kb_cols(int kp, const uint32_t *a, const uint32_t *b, float *c,
+                                           int ldc, int m, int n, int first) {
+    pt__fa_kernel_bf16(kp, a, 1, PT__FA_KB, b, c, ldc, m, n, first);
+}
+
+/* One MR x NR tile: C (first: =, else +=) A B over kc k (bf16: pairs), A in
+   layout am at a. */
+static void pt__fa_tile(int bf16, int am, int kc, const float *a, const float *b, float *c,
+                        int ldc, int m, int n, int first) {
+    const uint32_t *au = (const uint32_t *)a, *bu = (const uint32_t *)b;
+    if (!bf16 && am == PT__FA_PACKED) pt__gemm_kernel_f32(kc, a, b, c, ldc, m, n, first, 0.0f);
+    else if (!bf16) (am == PT__FA_ROWS ? pt__fa_kf_rows : pt__fa_kf_cols)(kc, a, b, c, ldc, m, n, first);
+    else if (am == PT__FA_PACKED) pt__gemm_kernel_bf16(kc, au, bu, c, ldc, m, n, first, 0.0f);
+    else (am == PT__FA_ROWS ? pt__fa_kb_rows : pt__fa_kb_cols)(kc, au, bu, c, ldc, m, n, first);
+}
+
+/* C[0:M, 0:N] (first: =, else +=) A B: A's row panel p (MR rows; layout am:
+   packed at ap + p MR kw(K), or a block buffer's rows or columns), times B's
+   packed column panels (NR columns, at bp + q bs), over k in [k0[p], k1[p])
+   (k0 even), columns below nc[p] (NULL: 0, K, N). A panel with no k leaves
+   C (first: zero). */
+static void pt__fa_gemm(int bf16, int M, int N, int K, const float *ap, int am, const float *bp,
+                        size_t bs, float *c, int ldc, int first, const int *k0, const int *k1,
                         const int *nc) {
     const int MR = PT__GEMM_MR, NR = PT__GEMM_NR;
     size_t aw = (size_t)MR * pt__fa_kw(bf16, K);
@@ -4632,19 +4718,18 @@ static void pt__fa_gemm(int bf16, int M, int N, int K, const float *ap, const fl
         int n1 = nc ? nc[p] : N;
         size_t ko = bf16 ? (size_t)lo / 2 : (size_t)lo;
         float *cr = c + (size_t)p * MR * ldc;
+        const float *a = am == PT__FA_PACKED ? ap + p * aw + MR * ko
+                         : am == PT__FA_ROWS ? ap + (size_t)p * MR * pt__fa_kw(bf16, PT__FA_KB) + ko
+                                             : ap + (size_t)p * MR + ko * PT__FA_KB;
         if (hi <= lo) {
             if (first)
                 for (i = 0; i < m; i++) memset(cr + (size_t)i * ldc, 0, sizeof(float) * N);
             continue;
         }
         for (q = 0; q * NR < n1; q++) {
-            const float *a = ap + p * aw + MR * ko, *b = bp + q * bs + NR * ko;
             int n = N - q * NR < NR ? N - q * NR : NR;
-            if (bf16)
-                pt__gemm_kernel_bf16((hi - lo + 1) / 2, (const uint32_t *)a, (const uint32_t *)b,
-                                     cr + q * NR, ldc, m, n, first, 0.0f);
-            else
-                pt__gemm_kernel_f32(hi - lo, a, b, cr + q * NR, ldc, m, n, first, 0.0f);
+            pt__fa_tile(bf16, am, bf16 ? (hi - lo + 1) / 2 : hi - lo, a, bp + q * bs + NR * ko,
+                        cr + q * NR, ldc, m, n, first);
         }
     }
 }
@@ -4655,26 +4740,32 @@ typedef struct pt__fa {
     int bf16, hd, C, C3, T, Tk, t0, nq;
     float scale;
     const pt_attn_ring *r;
-    float *kt, *vt, *kb, *vb, *qa, *da, *qb, *db, *S, *dP, *pa, *pb;
+    float *kt, *vt, *kb, *vb, *qa, *da, *qb, *db, *S, *dP, *pa, *pb, *pc, *acc, *dka, *dva;
     int len[PT__FA_QB], lim[PT__FA_KB / PT__GEMM_MR];
 } pt__fa;
 
 /* The floats a task needs (bwd: backward's buffers) and, given ws, its layout:
    K^T and V^T as B panels over keys (kt, vt), K and V as B panels along
    keys (kb, vb), Q and dO as A panels (qa, da) and B panels along queries
-   (qb, db), the S and dP blocks and two A panels of a block (pa, pb). */
+   (qb, db), the S and dP blocks and three bf16 A operands of a block (pa, pb,
+   pc: P and dS as PT__FA_ROWS or PT__FA_COLS read them), and contiguous
+   accumulators (rows of hd; the strided rows of out and the gradients,
+   touched once: few L1 sets, all in use): the block's out or dQ (acc) and
+   the task's dK and dV (dka, dva). */
 static size_t pt__fa_layout(pt__fa *f, float *ws, int Tk, int hd, int bwd) {
     size_t t32 = (size_t)(Tk + 31) / 32 * 32, h32 = (size_t)(hd + 31) / 32 * 32, at = 0;
     size_t qa = (size_t)PT__FA_QB * hd, qb = h32 * (PT__FA_QB + 1), blk = (size_t)PT__FA_QB * PT__FA_KB;
-    size_t n[12], i;
-    float **dst[12];
+    size_t n[16], i;
+    float **dst[16];
     n[0] = t32 * hd, n[1] = bwd ? t32 * hd : 0, n[2] = bwd ? h32 * (Tk + 1) : 0;
     n[3] = bwd ? 0 : h32 * (Tk + 1), n[4] = qa, n[5] = bwd ? qa : 0, n[6] = bwd ? qb : 0;
     n[7] = bwd ? qb : 0, n[8] = n[9] = n[10] = n[11] = blk + 16 * PT__FA_KB;
+    n[12] = bwd ? n[11] : 0, n[13] = qa, n[14] = n[15] = bwd ? (size_t)Tk * hd : 0;
     dst[0] = &f->kt, dst[1] = &f->vt, dst[2] = &f->kb, dst[3] = &f->vb, dst[4] = &f->qa;
     dst[5] = &f->da, dst[6] = &f->qb, dst[7] = &f->db, dst[8] = &f->S, dst[9] = &f->dP;
-    dst[10] = &f->pa, dst[11] = &f->pb;
-    for (i = 0; i < 12; i++) {
+    dst[10] = &f->pa, dst[11] = &f->pb, dst[12] = &f->pc, dst[13] = &f->acc;
+    dst[14] = &f->dka, dst[15] = &f->dva;
+    for (i = 0; i < 16; i++) {
         if (ws) *dst[i] = ws + at;
         at += (n[i] + 15) / 16 * 16;
     }
@@ -4691,11 +4782,16 @@ static void pt__fa_limits(pt__fa *f, int u0, int kn) {
     }
 }
 
-/* x[0:n] *= s, and x . y over n, in 16-lane vectors */
+/* x[0:n] *= s, y[0:n] = s x[0:n], and x . y over n, in 16-lane vectors */
 PT__TARGET_AVX512 static void pt__fa_scale_row(float *x, int n, float s) {
     int j;
     PT__OMP(omp simd)
     for (j = 0; j < n; j++) x[j] *= s;
+}
+PT__TARGET_AVX512 static void pt__fa_scale_to(float *y, const float *x, int n, float s) {
+    int j;
+    PT__OMP(omp simd)
+    for (j = 0; j < n; j++) y[j] = x[j] * s;
 }
 PT__TARGET_AVX512 static float pt__fa_dot(const float *x, const float *y, int n) {
     float s = 0.0f;
@@ -4756,8 +4852,46 @@ PT__TARGET_AVX512 static void pt__fa_grad_rows(float *S, float *dP, const int *l
     }
 }
 
+/* bf16 A operands from nq rows of kn in S (rows of PT__FA_KB): into r (when
+   not NULL) each row's pairs along keys (PT__FA_ROWS; an odd kn's partner
+   0), into z (when not NULL) rows 2j and 2j+1 zipped, pairs along queries
+   (PT__FA_COLS; an odd nq's partner row 0). */
+PT__TARGET_BF16 static void pt__fa_to_bf16(uint32_t *r, uint32_t *z, const float *S, int nq,
+                                           int kn) {
+    const int KB = PT__FA_KB;
+    int i, u;
+    for (i = 0; i < nq; i += 2) {
+        const float *s0 = S + (size_t)i * KB, *s1 = s0 + KB;
+        uint16_t *r0 = r ? (uint16_t *)(r + (size_t)i * (KB / 2)) : NULL, *r1 = r ? r0 + KB : NULL;
+        for (u = 0; u < kn; u += 16) {
+            __mmask16 km = pt__mask16(kn - u);
+            __m512 x0 = _mm512_maskz_loadu_ps(km, s0 + u);
+            __m512 x1 = i + 1 < nq ? _mm512_maskz_loadu_ps(km, s1 + u) : _mm512_setzero_ps();
+            if (z) _mm512_mask_storeu_epi32(z + (size_t)(i / 2) * KB + u, km, pt__bf16_zip(x0, x1));
+            if (!r) continue;
+            _mm256_mask_storeu_epi16(r0 + u, km, (__m256i)_mm512_cvtneps_pbh(x0));
+            if (i + 1 < nq) _mm256_mask_storeu_epi16(r1 + u, km, (__m256i)_mm512_cvtneps_pbh(x1));
+        }
+        if (r && (kn & 1)) r0[kn] = r1[kn] = 0;
+    }
+}
+
+/* n rows of w floats at x (ld ld) fetched towards L2 ahead of need: rows a
+   page or more apart, which the hardware's prefetchers do not follow */
+static void pt__fa_prefetch(const float *x, size_t ld, int n, int w) {
+    int i, j;
+    for (i = 0; i < n; i++)
+        for (j = 0; j < w; j += 16) _mm_prefetch((const char *)(x + (size_t)i * ld + j), _MM_HINT_T1);
+}
+
+/* n rows of w floats from src (ld lds) to dst (ld ldd) */
+static void pt__fa_copy_rows(float *dst, size_t ldd, const float *src, size_t lds, int n, int w) {
+    int i;
+    for (i = 0; i < n; i++) memcpy(dst + (size_t)i * ldd, src + (size_t)i * lds, sizeof(float) * w);
+}
+
 /* Forward of the block of queries f->t0.. (q: its first row, o and lse its
-   out and lse), K^T and V packed in f. */
+   out and lse), K^T and V packed in f; out summed in f->acc. */
 static void pt__fa_fwd_block(pt__fa *f, float *o, float *lse, const float *q) {
     const int NR = PT__GEMM_NR, bf = f->bf16, nq = f->nq;
     float m[PT__FA_QB], l[PT__FA_QB], a[PT__FA_QB];
@@ -4767,19 +4901,22 @@ static void pt__fa_fwd_block(pt__fa *f, float *o, float *lse, const float *q) {
     for (u0 = 0; u0 < nk; u0 += PT__FA_KB) {
         int kn = nk - u0 < PT__FA_KB ? nk - u0 : PT__FA_KB;
         pt__fa_limits(f, u0, kn);
-        pt__fa_gemm(bf, nq, kn, f->hd, f->qa, f->kt + (size_t)u0 * pt__fa_kw(bf, f->hd),
-                    NR * pt__fa_kw(bf, f->hd), f->S, PT__FA_KB, 1, NULL, NULL, f->lim);
+        pt__fa_gemm(bf, nq, kn, f->hd, f->qa, PT__FA_PACKED,
+                    f->kt + (size_t)u0 * pt__fa_kw(bf, f->hd), NR * pt__fa_kw(bf, f->hd), f->S,
+                    PT__FA_KB, 1, NULL, NULL, f->lim);
         pt__fa_online(f->S, f->len, nq, u0, kn, m, l, a);
         for (i = 0; u0 && i < nq; i++) /* out's rows to the new max */
-            if (a[i] != 1.0f) pt__fa_scale_row(o + (size_t)i * f->C, f->hd, a[i]);
-        pt__fa_pack_a(bf, f->pa, 0, f->S, PT__FA_KB, nq, kn, 1.0f);
-        pt__fa_gemm(bf, nq, f->hd, kn, f->pa, f->vb + NR * (bf ? (size_t)u0 / 2 : (size_t)u0),
-                    NR * pt__fa_kw(bf, f->Tk), o, f->C, u0 == 0, NULL, f->lim, NULL);
+            if (a[i] != 1.0f) pt__fa_scale_row(f->acc + (size_t)i * f->hd, f->hd, a[i]);
+        if (bf) pt__fa_to_bf16((uint32_t *)f->pa, NULL, f->S, nq, kn);
+        pt__fa_gemm(bf, nq, f->hd, kn, bf ? f->pa : f->S, PT__FA_ROWS,
+                    f->vb + NR * (bf ? (size_t)u0 / 2 : (size_t)u0), NR * pt__fa_kw(bf, f->Tk),
+                    f->acc, f->hd, u0 == 0, NULL, f->lim, NULL);
     }
     for (i = 0; i < nq; i++) { /* out = sum_u p_u v_u / l, lse = m + log l */
+        float *oi = o + (size_t)i * f->C, s = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
         lse[i] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
-        if (!nk) memset(o + (size_t)i * f->C, 0, sizeof(float) * f->hd);
-        else pt__fa_scale_row(o + (size_t)i * f->C, f->hd, l[i] > 0.0f ? 1.0f / l[i] : 0.0f);
+        if (!nk) memset(oi, 0, sizeof(float) * f->hd);
+        else pt__fa_scale_to(oi, f->acc + (size_t)i * f->hd, f->hd, s);
     }
 }
 
@@ -4793,11 +4930,17 @@ static void pt__fa_forward_bg(float *ws, int bf16, float *out, float *lse, const
     f.bf16 = bf16, f.hd = hd, f.C = C, f.C3 = C + 2 * Ckv, f.T = r->Tq, f.Tk = r->Tk, f.r = r;
     f.scale = 1.0f / sqrtf((float)hd);
     pt__fa_layout(&f, ws, f.Tk, hd, 0);
+    pt__fa_prefetch(k, r->ld, f.Tk, hd);
+    pt__fa_prefetch(k + Ckv, r->ld, f.Tk, hd);
     pt__fa_pack_b(bf16, f.kt, 1, k, r->ld, f.Tk, hd);
     pt__fa_pack_b(bf16, f.vb, 0, k + Ckv, r->ld, hd, f.Tk);
     for (h = g * G; h < (g + 1) * G; h++)
         for (f.t0 = 0; f.t0 < f.T; f.t0 += PT__FA_QB) {
+            int h1 = f.t0 + PT__FA_QB < f.T ? h : h + 1, t1 = h1 == h ? f.t0 + PT__FA_QB : 0;
             f.nq = f.T - f.t0 < PT__FA_QB ? f.T - f.t0 : PT__FA_QB;
+            if (h1 < (g + 1) * G) /* the next block's queries */
+                pt__fa_prefetch(qkv + ((size_t)b * f.T + t1) * f.C3 + h1 * hd, f.C3,
+                                f.T - t1 < PT__FA_QB ? f.T - t1 : PT__FA_QB, hd);
             pt__fa_fwd_block(&f, out + ((size_t)b * f.T + f.t0) * C + h * hd,
                              lse + ((size_t)b * NH + h) * f.T + f.t0,
                              qkv + ((size_t)b * f.T + f.t0) * f.C3 + h * hd);
@@ -4805,10 +4948,11 @@ static void pt__fa_forward_bg(float *ws, int bf16, float *out, float *lse, const
 }
 
 /* Backward of the block of queries f->t0.. of one head: q, dO, O its first
-   rows (of qkv, dout, out), L its lse, dq its first row of dqkv; dk, dv the
-   key/value head's first rows of the gradient (ld r->ld). */
-static void pt__fa_bwd_block(pt__fa *f, float *dq, float *dk, float *dv, const float *q,
-                             const float *dO, const float *O, const float *L) {
+   rows (of qkv, dout, out), L its lse, dq its first row of dqkv (summed in
+   f->acc from its value); the key/value head's dK and dV summed in f->dka,
+   f->dva. */
+static void pt__fa_bwd_block(pt__fa *f, float *dq, const float *q, const float *dO,
+                            const float *O, const float *L) {
     const int NR = PT__GEMM_NR, MR = PT__GEMM_MR, bf = f->bf16, nq = f->nq, hd = f->hd;
     size_t bh = NR * pt__fa_kw(bf, hd), bq = NR * pt__fa_kw(bf, nq), bk = NR * pt__fa_kw(bf, f->Tk);
     float D[PT__FA_QB];
@@ -4819,28 +4963,32 @@ static void pt__fa_bwd_block(pt__fa *f, float *dq, float *dk, float *dv, const f
     pt__fa_pack_b(bf, f->qb, 0, q, f->C3, hd, nq);
     pt__fa_pack_b(bf, f->db, 0, dO, f->C, hd, nq);
     for (i = 0; i < nq; i++) D[i] = pt__fa_dot(dO + (size_t)i * f->C, O + (size_t)i * f->C, hd);
+    pt__fa_copy_rows(f->acc, hd, dq, f->C3, nq, hd);
     for (u0 = 0; u0 < nk; u0 += PT__FA_KB) {
         int kn = nk - u0 < PT__FA_KB ? nk - u0 : PT__FA_KB;
         size_t ko = NR * (bf ? (size_t)u0 / 2 : (size_t)u0);
         pt__fa_limits(f, u0, kn);
-        pt__fa_gemm(bf, nq, kn, hd, f->qa, f->kt + (size_t)u0 * pt__fa_kw(bf, hd), bh, f->S,
-                    PT__FA_KB, 1, NULL, NULL, f->lim);
-        pt__fa_gemm(bf, nq, kn, hd, f->da, f->vt + (size_t)u0 * pt__fa_kw(bf, hd), bh, f->dP,
-                    PT__FA_KB, 1, NULL, NULL, f->lim);
+        pt__fa_gemm(bf, nq, kn, hd, f->qa, PT__FA_PACKED, f->kt + (size_t)u0 * pt__fa_kw(bf, hd),
+                    bh, f->S, PT__FA_KB, 1, NULL, NULL, f->lim);
+        pt__fa_gemm(bf, nq, kn, hd, f->da, PT__FA_PACKED, f->vt + (size_t)u0 * pt__fa_kw(bf, hd),
+                    bh, f->dP, PT__FA_KB, 1, NULL, NULL, f->lim);
         pt__fa_grad_rows(f->S, f->dP, f->len, nq, u0, kn, L, D, f->scale);
+        if (bf) { /* P^T, dS^T and dS as bf16 operands */
+            pt__fa_to_bf16(NULL, (uint32_t *)f->pa, f->S, nq, kn);
+            pt__fa_to_bf16((uint32_t *)f->pc, (uint32_t *)f->pb, f->dP, nq, kn);
+        }
         for (p = 0; p * MR < kn; p++) { /* key panel p: the queries from lo[p] see it */
             for (i = 0; i < nq && f->len[i] <= u0 + p * MR; i++) {}
             lo[p] = i & ~1;
         }
-        pt__fa_pack_a(bf, f->pa, 1, f->S, PT__FA_KB, kn, nq, 1.0f); /* P^T */
-        pt__fa_gemm(bf, kn, hd, nq, f->pa, f->db, bq, dv + (size_t)u0 * f->r->ld, f->r->ld, 0, lo,
-                    NULL, NULL);
-        pt__fa_pack_a(bf, f->pb, 1, f->dP, PT__FA_KB, kn, nq, 1.0f); /* dS^T */
-        pt__fa_gemm(bf, kn, hd, nq, f->pb, f->qb, bq, dk + (size_t)u0 * f->r->ld, f->r->ld, 0, lo,
-                    NULL, NULL);
-        pt__fa_pack_a(bf, f->pa, 0, f->dP, PT__FA_KB, nq, kn, 1.0f); /* dS */
-        pt__fa_gemm(bf, nq, hd, kn, f->pa, f->kb + ko, bk, dq, f->C3, 0, NULL, f->lim, NULL);
+        pt__fa_gemm(bf, kn, hd, nq, bf ? f->pa : f->S, PT__FA_COLS, f->db, bq, /* P^T dO */
+                    f->dva + (size_t)u0 * hd, hd, 0, lo, NULL, NULL);
+        pt__fa_gemm(bf, kn, hd, nq, bf ? f->pb : f->dP, PT__FA_COLS, f->qb, bq, /* dS^T Q */
+                    f->dka + (size_t)u0 * hd, hd, 0, lo, NULL, NULL);
+        pt__fa_gemm(bf, nq, hd, kn, bf ? f->pc : f->dP, PT__FA_ROWS, f->kb + ko, bk, f->acc, hd, 0,
+                    NULL, f->lim, NULL); /* dS K */
     }
+    pt__fa_copy_rows(dq, f->C3, f->acc, hd, nq, hd);
 }
 
 /* Backward of key/value head g of sequence b: K^T, V^T and K packed once,
@@ -4855,17 +5003,32 @@ static void pt__fa_backward_bg(float *ws, int bf16, float *dqkv, float *dkv, con
     f.bf16 = bf16, f.hd = hd, f.C = C, f.C3 = C + 2 * Ckv, f.T = r->Tq, f.Tk = r->Tk, f.r = r;
     f.scale = 1.0f / sqrtf((float)hd);
     pt__fa_layout(&f, ws, f.Tk, hd, 1);
+    pt__fa_prefetch(k, ld, f.Tk, hd);
+    pt__fa_prefetch(k + Ckv, ld, f.Tk, hd);
     pt__fa_pack_b(bf16, f.kt, 1, k, ld, f.Tk, hd);
     pt__fa_pack_b(bf16, f.vt, 1, k + Ckv, ld, f.Tk, hd);
     pt__fa_pack_b(bf16, f.kb, 0, k, ld, hd, f.Tk);
+    pt__fa_copy_rows(f.dka, hd, dk, ld, f.Tk, hd);
+    pt__fa_copy_rows(f.dva, hd, dk + Ckv, ld, f.Tk, hd);
     for (h = g * G; h < (g + 1) * G; h++)
         for (f.t0 = 0; f.t0 < f.T; f.t0 += PT__FA_QB) {
             size_t row = (size_t)b * f.T + f.t0;
+            int h1 = f.t0 + PT__FA_QB < f.T ? h : h + 1, t1 = h1 == h ? f.t0 + PT__FA_QB : 0;
             f.nq = f.T - f.t0 < PT__FA_QB ? f.T - f.t0 : PT__FA_QB;
-            pt__fa_bwd_block(&f, dqkv + row * f.C3 + h * hd, dk, dk + Ckv,
-                             qkv + row * f.C3 + h * hd, dout + row * C + h * hd,
-                             out + row * C + h * hd, lse + ((size_t)b * NH + h) * f.T + f.t0);
+            if (h1 < (g + 1) * G) { /* the next block's rows */
+                size_t r1 = (size_t)b * f.T + t1;
+                int n1 = f.T - t1 < PT__FA_QB ? f.T - t1 : PT__FA_QB;
+                pt__fa_prefetch(qkv + r1 * f.C3 + h1 * hd, f.C3, n1, hd);
+                pt__fa_prefetch(dqkv + r1 * f.C3 + h1 * hd, f.C3, n1, hd);
+                pt__fa_prefetch(dout + r1 * C + h1 * hd, C, n1, hd);
+                pt__fa_prefetch(out + r1 * C + h1 * hd, C, n1, hd);
+            }
+            pt__fa_bwd_block(&f, dqkv + row * f.C3 + h * hd, qkv + row * f.C3 + h * hd,
+                             dout + row * C + h * hd, out + row * C + h * hd,
+                             lse + ((size_t)b * NH + h) * f.T + f.t0);
         }
+    pt__fa_copy_rows(dk, ld, f.dka, hd, f.Tk, hd);
+    pt__fa_copy_rows(dk + Ckv, ld, f.dva, hd, f.Tk, hd);
 }
 #endif /* PT__GEMM_X86 */
 

@@ -4737,7 +4737,7 @@ static void pt__fa_gemm(int bf16, int M, int N, int K, const float *ap, int am, 
 /* One task's buffers (offsets in a workspace slot, 64-byte aligned) and the
    block at hand. */
 typedef struct pt__fa {
-    int bf16, hd, C, C3, T, Tk, t0, nq;
+    int bf16, hd, C, C3, T, Tk, t0, nq, ldkv; /* ldkv: dka's and dva's rows */
     float scale;
     const pt_attn_ring *r;
     float *kt, *vt, *kb, *vb, *qa, *da, *qb, *db, *S, *dP, *pa, *pb, *pc, *acc, *dka, *dva;
@@ -4750,8 +4750,8 @@ typedef struct pt__fa {
    (qb, db), the S and dP blocks and three bf16 A operands of a block (pa, pb,
    pc: P and dS as PT__FA_ROWS or PT__FA_COLS read them), and contiguous
    accumulators (rows of hd; the strided rows of out and the gradients,
-   touched once: few L1 sets, all in use): the block's out or dQ (acc) and
-   the task's dK and dV (dka, dva). */
+   touched once: few L1 sets, all in use): the block's out or dQ (acc) and,
+   bwd 2, the task's dK and dV (dka, dva; bwd 1: summed in place). */
 static size_t pt__fa_layout(pt__fa *f, float *ws, int Tk, int hd, int bwd) {
     size_t t32 = (size_t)(Tk + 31) / 32 * 32, h32 = (size_t)(hd + 31) / 32 * 32, at = 0;
     size_t qa = (size_t)PT__FA_QB * hd, qb = h32 * (PT__FA_QB + 1), blk = (size_t)PT__FA_QB * PT__FA_KB;
@@ -4760,7 +4760,7 @@ static size_t pt__fa_layout(pt__fa *f, float *ws, int Tk, int hd, int bwd) {
     n[0] = t32 * hd, n[1] = bwd ? t32 * hd : 0, n[2] = bwd ? h32 * (Tk + 1) : 0;
     n[3] = bwd ? 0 : h32 * (Tk + 1), n[4] = qa, n[5] = bwd ? qa : 0, n[6] = bwd ? qb : 0;
     n[7] = bwd ? qb : 0, n[8] = n[9] = n[10] = n[11] = blk + 16 * PT__FA_KB;
-    n[12] = bwd ? n[11] : 0, n[13] = qa, n[14] = n[15] = bwd ? (size_t)Tk * hd : 0;
+    n[12] = bwd ? n[11] : 0, n[13] = qa, n[14] = n[15] = bwd == 2 ? (size_t)Tk * hd : 0;
     dst[0] = &f->kt, dst[1] = &f->vt, dst[2] = &f->kb, dst[3] = &f->vb, dst[4] = &f->qa;
     dst[5] = &f->da, dst[6] = &f->qb, dst[7] = &f->db, dst[8] = &f->S, dst[9] = &f->dP;
     dst[10] = &f->pa, dst[11] = &f->pb, dst[12] = &f->pc, dst[13] = &f->acc;
@@ -4801,6 +4801,30 @@ PT__TARGET_AVX512 static float pt__fa_dot(const float *x, const float *y, int n)
     return s;
 }
 
+/* e^x of 16 lanes: pt__expf's reduction and polynomial in fused
+   multiply-adds (within 2 ulp as it). Below -87.3 0 (-inf too), from 127.5
+   ln2 +inf, NaN stays NaN (min and max return their second operand, x, for
+   a NaN; the compare that zeroes the small ones is unordered-true). */
+PT__TARGET_AVX512 static inline __m512 pt__fa_exp(__m512 x0) {
+    const __m512 lo = _mm512_set1_ps(-87.3f), magic = _mm512_set1_ps(12582912.0f);
+    __m512 x = _mm512_max_ps(lo, _mm512_min_ps(_mm512_set1_ps(88.7f), x0)), t, n, r, p;
+    __m512i e;
+    t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504f), magic); /* round x/ln2: 1.5*2^23 */
+    n = _mm512_sub_ps(t, magic);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+    p = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_castps_si512(t), /* (n + 127) << 23 */
+                                           _mm512_set1_epi32(127 - 0x4B400000)), 23);
+    p = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x0, lo, _CMP_NLT_UQ), p);
+}
+
 /* Online softmax of key block u0 (kn keys) in S (rows of PT__FA_KB): row i sees
    c = min(len[i] - u0, kn) of them; m, l the running max and sum, a[i] the
    factor out's row takes (e^(m_old - m_new)); P over S, 0 past c. */
@@ -4808,8 +4832,9 @@ PT__TARGET_AVX512 static void pt__fa_online(float *S, const int *len, int nq, in
                                             float *m, float *l, float *a) {
     int i, u;
     for (i = 0; i < nq; i++) {
-        float *row = S + (size_t)i * PT__FA_KB, mx, mn, sum = 0.0f;
+        float *row = S + (size_t)i * PT__FA_KB, mx, mn;
         int c = len[i] - u0 < kn ? len[i] - u0 : kn;
+        __m512 vm, sum = _mm512_setzero_ps();
         a[i] = 1.0f;
         if (c <= 0) {
             memset(row, 0, sizeof(float) * kn);
@@ -4818,14 +4843,14 @@ PT__TARGET_AVX512 static void pt__fa_online(float *S, const int *len, int nq, in
         mx = pt__maxf(row, c);
         mn = mx > m[i] ? mx : m[i];
         a[i] = m[i] == -INFINITY ? 0.0f : expf(m[i] - mn);
-        PT__OMP(omp simd reduction(+:sum))
-        for (u = 0; u < c; u++) {
-            float p = pt__expf(row[u] - mn);
-            row[u] = p;
-            sum += p;
+        vm = _mm512_set1_ps(mn);
+        for (u = 0; u < kn; u += 16) { /* (the row's KB floats: no read past it) */
+            __m512 p = pt__fa_exp(_mm512_sub_ps(_mm512_loadu_ps(row + u), vm));
+            p = _mm512_maskz_mov_ps(pt__mask16(c - u), p);
+            _mm512_mask_storeu_ps(row + u, pt__mask16(kn - u), p);
+            sum = _mm512_add_ps(sum, p);
         }
-        if (c < kn) memset(row + c, 0, sizeof(float) * (kn - c));
-        l[i] = a[i] * l[i] + sum, m[i] = mn;
+        l[i] = a[i] * l[i] + _mm512_reduce_add_ps(sum), m[i] = mn;
     }
 }
 
@@ -4834,20 +4859,18 @@ PT__TARGET_AVX512 static void pt__fa_online(float *S, const int *len, int nq, in
 PT__TARGET_AVX512 static void pt__fa_grad_rows(float *S, float *dP, const int *len, int nq, int u0,
                                                int kn, const float *L, const float *D,
                                                float scale) {
+    __m512 vs = _mm512_set1_ps(scale);
     int i, u;
     for (i = 0; i < nq; i++) {
-        float *s = S + (size_t)i * PT__FA_KB, *d = dP + (size_t)i * PT__FA_KB, li = L[i], di = D[i];
+        float *s = S + (size_t)i * PT__FA_KB, *d = dP + (size_t)i * PT__FA_KB;
+        __m512 li = _mm512_set1_ps(L[i]), di = _mm512_set1_ps(D[i]);
         int c = len[i] - u0 < kn ? len[i] - u0 : kn;
-        if (c < 0) c = 0;
-        PT__OMP(omp simd)
-        for (u = 0; u < c; u++) {
-            float p = pt__expf(s[u] - li);
-            s[u] = p;
-            d[u] = p * (d[u] - di) * scale;
-        }
-        if (c < kn) {
-            memset(s + c, 0, sizeof(float) * (kn - c));
-            memset(d + c, 0, sizeof(float) * (kn - c));
+        for (u = 0; u < kn; u += 16) {
+            __mmask16 kc = pt__mask16(c - u), kk = pt__mask16(kn - u);
+            __m512 p = pt__fa_exp(_mm512_sub_ps(_mm512_loadu_ps(s + u), li));
+            __m512 g = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(d + u), di)), vs);
+            _mm512_mask_storeu_ps(s + u, kk, _mm512_maskz_mov_ps(kc, p));
+            _mm512_mask_storeu_ps(d + u, kk, _mm512_maskz_mov_ps(kc, g));
         }
     }
 }
@@ -4876,12 +4899,16 @@ PT__TARGET_BF16 static void pt__fa_to_bf16(uint32_t *r, uint32_t *z, const float
     }
 }
 
-/* n rows of w floats at x (ld ld) fetched towards L2 ahead of need: rows a
-   page or more apart, which the hardware's prefetchers do not follow */
-static void pt__fa_prefetch(const float *x, size_t ld, int n, int w) {
+/* n rows of w floats at x (ld ld) fetched ahead of need (wr: to be
+   written, into L1; else towards L2): rows a page or more apart, which the
+   hardware's prefetchers do not follow */
+static void pt__fa_prefetch(const float *x, size_t ld, int n, int w, int wr) {
     int i, j;
     for (i = 0; i < n; i++)
-        for (j = 0; j < w; j += 16) _mm_prefetch((const char *)(x + (size_t)i * ld + j), _MM_HINT_T1);
+        for (j = 0; j < w; j += 16) {
+            if (wr) __builtin_prefetch(x + (size_t)i * ld + j, 1, 3);
+            else _mm_prefetch((const char *)(x + (size_t)i * ld + j), _MM_HINT_T1);
+        }
 }
 
 /* n rows of w floats from src (ld lds) to dst (ld ldd) */
@@ -4930,17 +4957,20 @@ static void pt__fa_forward_bg(float *ws, int bf16, float *out, float *lse, const
     f.bf16 = bf16, f.hd = hd, f.C = C, f.C3 = C + 2 * Ckv, f.T = r->Tq, f.Tk = r->Tk, f.r = r;
     f.scale = 1.0f / sqrtf((float)hd);
     pt__fa_layout(&f, ws, f.Tk, hd, 0);
-    pt__fa_prefetch(k, r->ld, f.Tk, hd);
-    pt__fa_prefetch(k + Ckv, r->ld, f.Tk, hd);
+    pt__fa_prefetch(k, r->ld, f.Tk, hd, 0);
+    pt__fa_prefetch(k + Ckv, r->ld, f.Tk, hd, 0);
     pt__fa_pack_b(bf16, f.kt, 1, k, r->ld, f.Tk, hd);
     pt__fa_pack_b(bf16, f.vb, 0, k + Ckv, r->ld, hd, f.Tk);
     for (h = g * G; h < (g + 1) * G; h++)
         for (f.t0 = 0; f.t0 < f.T; f.t0 += PT__FA_QB) {
             int h1 = f.t0 + PT__FA_QB < f.T ? h : h + 1, t1 = h1 == h ? f.t0 + PT__FA_QB : 0;
             f.nq = f.T - f.t0 < PT__FA_QB ? f.T - f.t0 : PT__FA_QB;
-            if (h1 < (g + 1) * G) /* the next block's queries */
-                pt__fa_prefetch(qkv + ((size_t)b * f.T + t1) * f.C3 + h1 * hd, f.C3,
-                                f.T - t1 < PT__FA_QB ? f.T - t1 : PT__FA_QB, hd);
+            if (h1 < (g + 1) * G) { /* the next block's queries and out */
+                size_t r1 = (size_t)b * f.T + t1;
+                int n1 = f.T - t1 < PT__FA_QB ? f.T - t1 : PT__FA_QB;
+                pt__fa_prefetch(qkv + r1 * f.C3 + h1 * hd, f.C3, n1, hd, 0);
+                pt__fa_prefetch(out + r1 * C + h1 * hd, C, n1, hd, 1);
+            }
             pt__fa_fwd_block(&f, out + ((size_t)b * f.T + f.t0) * C + h * hd,
                              lse + ((size_t)b * NH + h) * f.T + f.t0,
                              qkv + ((size_t)b * f.T + f.t0) * f.C3 + h * hd);
@@ -4950,7 +4980,7 @@ static void pt__fa_forward_bg(float *ws, int bf16, float *out, float *lse, const
 /* Backward of the block of queries f->t0.. of one head: q, dO, O its first
    rows (of qkv, dout, out), L its lse, dq its first row of dqkv (summed in
    f->acc from its value); the key/value head's dK and dV summed in f->dka,
-   f->dva. */
+   f->dva (rows f->ldkv apart). */
 static void pt__fa_bwd_block(pt__fa *f, float *dq, const float *q, const float *dO,
                             const float *O, const float *L) {
     const int NR = PT__GEMM_NR, MR = PT__GEMM_MR, bf = f->bf16, nq = f->nq, hd = f->hd;
@@ -4982,9 +5012,9 @@ static void pt__fa_bwd_block(pt__fa *f, float *dq, const float *q, const float *
             lo[p] = i & ~1;
         }
         pt__fa_gemm(bf, kn, hd, nq, bf ? f->pa : f->S, PT__FA_COLS, f->db, bq, /* P^T dO */
-                    f->dva + (size_t)u0 * hd, hd, 0, lo, NULL, NULL);
+                    f->dva + (size_t)u0 * f->ldkv, f->ldkv, 0, lo, NULL, NULL);
         pt__fa_gemm(bf, kn, hd, nq, bf ? f->pb : f->dP, PT__FA_COLS, f->qb, bq, /* dS^T Q */
-                    f->dka + (size_t)u0 * hd, hd, 0, lo, NULL, NULL);
+                    f->dka + (size_t)u0 * f->ldkv, f->ldkv, 0, lo, NULL, NULL);
         pt__fa_gemm(bf, nq, hd, kn, bf ? f->pc : f->dP, PT__FA_ROWS, f->kb + ko, bk, f->acc, hd, 0,
                     NULL, f->lim, NULL); /* dS K */
     }
@@ -4992,24 +5022,29 @@ static void pt__fa_bwd_block(pt__fa *f, float *dq, const float *q, const float *
 }
 
 /* Backward of key/value head g of sequence b: K^T, V^T and K packed once,
-   then its query heads' blocks in order (dK, dV accumulate in that order). */
-static void pt__fa_backward_bg(float *ws, int bf16, float *dqkv, float *dkv, const float *dout,
-                               const float *out, const float *qkv, const float *lse,
-                               const pt_attn_ring *r, int b, int g, int C, int NH, int NKV) {
+   then its query heads' blocks in order (dK, dV accumulate in that order,
+   in the workspace when its slot bytes hold them, else in place). */
+static void pt__fa_backward_bg(float *ws, size_t slot, int bf16, float *dqkv, float *dkv,
+                               const float *dout, const float *out, const float *qkv,
+                               const float *lse, const pt_attn_ring *r, int b, int g, int C,
+                               int NH, int NKV) {
     pt__fa f;
-    int hd = C / NH, Ckv = NKV * hd, G = NH / NKV, h, ld = r->ld;
+    int hd = C / NH, Ckv = NKV * hd, G = NH / NKV, h, ld = r->ld, local;
     const float *k = r->kv + (size_t)b * r->Tk * ld + g * hd;
     float *dk = dkv + (size_t)b * r->Tk * ld + g * hd;
     f.bf16 = bf16, f.hd = hd, f.C = C, f.C3 = C + 2 * Ckv, f.T = r->Tq, f.Tk = r->Tk, f.r = r;
     f.scale = 1.0f / sqrtf((float)hd);
-    pt__fa_layout(&f, ws, f.Tk, hd, 1);
-    pt__fa_prefetch(k, ld, f.Tk, hd);
-    pt__fa_prefetch(k + Ckv, ld, f.Tk, hd);
+    local = pt__fa_layout(&f, NULL, f.Tk, hd, 2) * sizeof(float) <= slot;
+    pt__fa_layout(&f, ws, f.Tk, hd, local ? 2 : 1);
+    f.ldkv = local ? hd : ld;
+    if (!local) f.dka = dk, f.dva = dk + Ckv;
+    pt__fa_prefetch(k, ld, f.Tk, hd, 0);
+    pt__fa_prefetch(k + Ckv, ld, f.Tk, hd, 0);
     pt__fa_pack_b(bf16, f.kt, 1, k, ld, f.Tk, hd);
     pt__fa_pack_b(bf16, f.vt, 1, k + Ckv, ld, f.Tk, hd);
     pt__fa_pack_b(bf16, f.kb, 0, k, ld, hd, f.Tk);
-    pt__fa_copy_rows(f.dka, hd, dk, ld, f.Tk, hd);
-    pt__fa_copy_rows(f.dva, hd, dk + Ckv, ld, f.Tk, hd);
+    if (local) pt__fa_copy_rows(f.dka, hd, dk, ld, f.Tk, hd);
+    if (local) pt__fa_copy_rows(f.dva, hd, dk + Ckv, ld, f.Tk, hd);
     for (h = g * G; h < (g + 1) * G; h++)
         for (f.t0 = 0; f.t0 < f.T; f.t0 += PT__FA_QB) {
             size_t row = (size_t)b * f.T + f.t0;
@@ -5018,17 +5053,17 @@ static void pt__fa_backward_bg(float *ws, int bf16, float *dqkv, float *dkv, con
             if (h1 < (g + 1) * G) { /* the next block's rows */
                 size_t r1 = (size_t)b * f.T + t1;
                 int n1 = f.T - t1 < PT__FA_QB ? f.T - t1 : PT__FA_QB;
-                pt__fa_prefetch(qkv + r1 * f.C3 + h1 * hd, f.C3, n1, hd);
-                pt__fa_prefetch(dqkv + r1 * f.C3 + h1 * hd, f.C3, n1, hd);
-                pt__fa_prefetch(dout + r1 * C + h1 * hd, C, n1, hd);
-                pt__fa_prefetch(out + r1 * C + h1 * hd, C, n1, hd);
+                pt__fa_prefetch(qkv + r1 * f.C3 + h1 * hd, f.C3, n1, hd, 0);
+                pt__fa_prefetch(dqkv + r1 * f.C3 + h1 * hd, f.C3, n1, hd, 0);
+                pt__fa_prefetch(dout + r1 * C + h1 * hd, C, n1, hd, 0);
+                pt__fa_prefetch(out + r1 * C + h1 * hd, C, n1, hd, 0);
             }
             pt__fa_bwd_block(&f, dqkv + row * f.C3 + h * hd, qkv + row * f.C3 + h * hd,
                              dout + row * C + h * hd, out + row * C + h * hd,
                              lse + ((size_t)b * NH + h) * f.T + f.t0);
         }
-    pt__fa_copy_rows(dk, ld, f.dka, hd, f.Tk, hd);
-    pt__fa_copy_rows(dk + Ckv, ld, f.dva, hd, f.Tk, hd);
+    if (local) pt__fa_copy_rows(dk, ld, f.dka, hd, f.Tk, hd);
+    if (local) pt__fa_copy_rows(dk + Ckv, ld, f.dva, hd, f.Tk, hd);
 }
 #endif /* PT__GEMM_X86 */
 
@@ -5194,8 +5229,8 @@ PTRAINDEF void pt_attention_ring_backward(pt_ctx *ctx, float *dqkv, float *dkv,
 #ifdef PT__GEMM_X86
         pt__gemm_ws w = pt__ws_of(kind >= 0 ? ctx : NULL); /* no context: no workspace */
         if (w.p) {
-            pt__fa_backward_bg((float *)w.p, kind, dqkv, dkv, dout, out, qkv, lse, r, bg / NKV,
-                               bg % NKV, C, NH, NKV);
+            pt__fa_backward_bg((float *)w.p, w.slot, kind, dqkv, dkv, dout, out, qkv, lse, r,
+                               bg / NKV, bg % NKV, C, NH, NKV);
             continue;
         }
 #endif

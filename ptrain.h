@@ -4948,9 +4948,11 @@ static void pt__fa_fwd_block(pt__fa *f, float *o, float *lse, const float *q) {
 }
 
 /* Forward of key/value head g of sequence b: its K^T and V packed into the
-   workspace ws, then each of its query heads' blocks. */
+   workspace ws, then each of its query heads' blocks; the keys and values of
+   task `next` (b NKV + g: likely this thread's next; -1 none) prefetched. */
 static void pt__fa_forward_bg(float *ws, int bf16, float *out, float *lse, const float *qkv,
-                              const pt_attn_ring *r, int b, int g, int C, int NH, int NKV) {
+                              const pt_attn_ring *r, int b, int g, int next, int C, int NH,
+                              int NKV) {
     pt__fa f;
     int hd = C / NH, Ckv = NKV * hd, G = NH / NKV, h;
     const float *k = r->kv + (size_t)b * r->Tk * r->ld + g * hd;
@@ -4961,6 +4963,11 @@ static void pt__fa_forward_bg(float *ws, int bf16, float *out, float *lse, const
     pt__fa_prefetch(k + Ckv, r->ld, f.Tk, hd, 0);
     pt__fa_pack_b(bf16, f.kt, 1, k, r->ld, f.Tk, hd);
     pt__fa_pack_b(bf16, f.vb, 0, k + Ckv, r->ld, hd, f.Tk);
+    if (next >= 0) {
+        const float *k1 = r->kv + (size_t)(next / NKV) * r->Tk * r->ld + (next % NKV) * hd;
+        pt__fa_prefetch(k1, r->ld, f.Tk, hd, 0);
+        pt__fa_prefetch(k1 + Ckv, r->ld, f.Tk, hd, 0);
+    }
     for (h = g * G; h < (g + 1) * G; h++)
         for (f.t0 = 0; f.t0 < f.T; f.t0 += PT__FA_QB) {
             int h1 = f.t0 + PT__FA_QB < f.T ? h : h + 1, t1 = h1 == h ? f.t0 + PT__FA_QB : 0;
@@ -5023,11 +5030,12 @@ static void pt__fa_bwd_block(pt__fa *f, float *dq, const float *q, const float *
 
 /* Backward of key/value head g of sequence b: K^T, V^T and K packed once,
    then its query heads' blocks in order (dK, dV accumulate in that order,
-   in the workspace when its slot bytes hold them, else in place). */
+   in the workspace when its slot bytes hold them, else in place); task
+   next's keys, values and their gradients prefetched (pt__fa_forward_bg). */
 static void pt__fa_backward_bg(float *ws, size_t slot, int bf16, float *dqkv, float *dkv,
                                const float *dout, const float *out, const float *qkv,
-                               const float *lse, const pt_attn_ring *r, int b, int g, int C,
-                               int NH, int NKV) {
+                               const float *lse, const pt_attn_ring *r, int b, int g, int next,
+                               int C, int NH, int NKV) {
     pt__fa f;
     int hd = C / NH, Ckv = NKV * hd, G = NH / NKV, h, ld = r->ld, local;
     const float *k = r->kv + (size_t)b * r->Tk * ld + g * hd;
@@ -5045,6 +5053,13 @@ static void pt__fa_backward_bg(float *ws, size_t slot, int bf16, float *dqkv, fl
     pt__fa_pack_b(bf16, f.kb, 0, k, ld, hd, f.Tk);
     if (local) pt__fa_copy_rows(f.dka, hd, dk, ld, f.Tk, hd);
     if (local) pt__fa_copy_rows(f.dva, hd, dk + Ckv, ld, f.Tk, hd);
+    if (next >= 0) {
+        size_t o1 = (size_t)(next / NKV) * r->Tk * ld + (next % NKV) * hd;
+        pt__fa_prefetch(r->kv + o1, ld, f.Tk, hd, 0);
+        pt__fa_prefetch(r->kv + o1 + Ckv, ld, f.Tk, hd, 0);
+        pt__fa_prefetch(dkv + o1, ld, f.Tk, hd, 0);
+        pt__fa_prefetch(dkv + o1 + Ckv, ld, f.Tk, hd, 0);
+    }
     for (h = g * G; h < (g + 1) * G; h++)
         for (f.t0 = 0; f.t0 < f.T; f.t0 += PT__FA_QB) {
             size_t row = (size_t)b * f.T + f.t0;
@@ -5126,7 +5141,8 @@ PTRAINDEF void pt_attention_ring_forward(pt_ctx *ctx, float *out, float *lse, co
 #ifdef PT__GEMM_X86
             pt__gemm_ws w = pt__ws_of(ctx);
             if (w.p) {
-                pt__fa_forward_bg((float *)w.p, kind, out, lse, qkv, r, b, g, C, NH, NKV);
+                pt__fa_forward_bg((float *)w.p, kind, out, lse, qkv, r, b, g,
+                                  task + nthr < B * NKV ? task + nthr : -1, C, NH, NKV);
                 continue;
             }
 #endif
@@ -5230,7 +5246,8 @@ PTRAINDEF void pt_attention_ring_backward(pt_ctx *ctx, float *dqkv, float *dkv,
         pt__gemm_ws w = pt__ws_of(kind >= 0 ? ctx : NULL); /* no context: no workspace */
         if (w.p) {
             pt__fa_backward_bg((float *)w.p, w.slot, kind, dqkv, dkv, dout, out, qkv, lse, r,
-                               bg / NKV, bg % NKV, C, NH, NKV);
+                               bg / NKV, bg % NKV, bg + nthr < B * NKV ? bg + nthr : -1, C, NH,
+                               NKV);
             continue;
         }
 #endif

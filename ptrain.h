@@ -4947,14 +4947,17 @@ static void pt__fa_fwd_block(pt__fa *f, float *o, float *lse, const float *q) {
     }
 }
 
-/* Forward of key/value head g of sequence b: its K^T and V packed into the
-   workspace ws, then each of its query heads' blocks; the keys and values of
-   task `next` (b NKV + g: likely this thread's next; -1 none) prefetched. */
+/* Forward of key/value head g of sequence b, part s of S: its K^T and V
+   packed into the workspace ws, then its query heads' blocks j with j = s
+   mod S (a block's numbers do not depend on the part that computes it); the
+   keys and values of b NKV + g = next (likely this thread's next; -1 none)
+   prefetched. */
 static void pt__fa_forward_bg(float *ws, int bf16, float *out, float *lse, const float *qkv,
-                              const pt_attn_ring *r, int b, int g, int next, int C, int NH,
-                              int NKV) {
+                              const pt_attn_ring *r, int b, int g, int s, int S, int next, int C,
+                              int NH, int NKV) {
     pt__fa f;
-    int hd = C / NH, Ckv = NKV * hd, G = NH / NKV, h;
+    int hd = C / NH, Ckv = NKV * hd, G = NH / NKV, nb = (r->Tq + PT__FA_QB - 1) / PT__FA_QB;
+    int per = s < nb ? (nb - s + S - 1) / S : 0, i; /* blocks a head in this part */
     const float *k = r->kv + (size_t)b * r->Tk * r->ld + g * hd;
     f.bf16 = bf16, f.hd = hd, f.C = C, f.C3 = C + 2 * Ckv, f.T = r->Tq, f.Tk = r->Tk, f.r = r;
     f.scale = 1.0f / sqrtf((float)hd);
@@ -4963,25 +4966,26 @@ static void pt__fa_forward_bg(float *ws, int bf16, float *out, float *lse, const
     pt__fa_prefetch(k + Ckv, r->ld, f.Tk, hd, 0);
     pt__fa_pack_b(bf16, f.kt, 1, k, r->ld, f.Tk, hd);
     pt__fa_pack_b(bf16, f.vb, 0, k + Ckv, r->ld, hd, f.Tk);
-    if (next >= 0) {
+    if (next >= 0 && next != b * NKV + g) {
         const float *k1 = r->kv + (size_t)(next / NKV) * r->Tk * r->ld + (next % NKV) * hd;
         pt__fa_prefetch(k1, r->ld, f.Tk, hd, 0);
         pt__fa_prefetch(k1 + Ckv, r->ld, f.Tk, hd, 0);
     }
-    for (h = g * G; h < (g + 1) * G; h++)
-        for (f.t0 = 0; f.t0 < f.T; f.t0 += PT__FA_QB) {
-            int h1 = f.t0 + PT__FA_QB < f.T ? h : h + 1, t1 = h1 == h ? f.t0 + PT__FA_QB : 0;
-            f.nq = f.T - f.t0 < PT__FA_QB ? f.T - f.t0 : PT__FA_QB;
-            if (h1 < (g + 1) * G) { /* the next block's queries and out */
-                size_t r1 = (size_t)b * f.T + t1;
-                int n1 = f.T - t1 < PT__FA_QB ? f.T - t1 : PT__FA_QB;
-                pt__fa_prefetch(qkv + r1 * f.C3 + h1 * hd, f.C3, n1, hd, 0);
-                pt__fa_prefetch(out + r1 * C + h1 * hd, C, n1, hd, 1);
-            }
-            pt__fa_fwd_block(&f, out + ((size_t)b * f.T + f.t0) * C + h * hd,
-                             lse + ((size_t)b * NH + h) * f.T + f.t0,
-                             qkv + ((size_t)b * f.T + f.t0) * f.C3 + h * hd);
+    for (i = 0; i < G * per; i++) {
+        int h = g * G + i / per, h1 = g * G + (i + 1) / per;
+        int t1 = (s + (i + 1) % per * S) * PT__FA_QB;
+        f.t0 = (s + i % per * S) * PT__FA_QB;
+        f.nq = f.T - f.t0 < PT__FA_QB ? f.T - f.t0 : PT__FA_QB;
+        if (i + 1 < G * per) { /* the next block's queries and out */
+            size_t r1 = (size_t)b * f.T + t1;
+            int n1 = f.T - t1 < PT__FA_QB ? f.T - t1 : PT__FA_QB;
+            pt__fa_prefetch(qkv + r1 * f.C3 + h1 * hd, f.C3, n1, hd, 0);
+            pt__fa_prefetch(out + r1 * C + h1 * hd, C, n1, hd, 1);
         }
+        pt__fa_fwd_block(&f, out + ((size_t)b * f.T + f.t0) * C + h * hd,
+                         lse + ((size_t)b * NH + h) * f.T + f.t0,
+                         qkv + ((size_t)b * f.T + f.t0) * f.C3 + h * hd);
+    }
 }
 
 /* Backward of the block of queries f->t0.. of one head: q, dO, O its first
@@ -5123,7 +5127,9 @@ static int pt__attn_fused(const pt_ctx *ctx, int Tk, int hd, int bwd) {
 }
 
 /* Fused (AVX-512 CPUs, ptrain's GEMM kernels selected): one task a (b,
-   key/value head), pt__fa_forward_bg in the thread's workspace slot. Else
+   key/value head), pt__fa_forward_bg in the thread's workspace slot, or a
+   part of its query blocks when there are fewer than 2 (b, key/value head)
+   a thread (B = 1: split into at least 2 tasks a thread). Else
    one task a block of queries of one (b, h), pt__attn_fwd_gemm. Each block's
    numbers are the same whatever thread computes it. */
 PTRAINDEF void pt_attention_ring_forward(pt_ctx *ctx, float *out, float *lse, const float *qkv,
@@ -5131,24 +5137,30 @@ PTRAINDEF void pt_attention_ring_forward(pt_ctx *ctx, float *out, float *lse, co
                                          int C, int NH, int NKV) {
     int T = r->Tq, Tk = r->Tk, nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, task;
     int ntasks = B * NH * nqb, nthr = pt__attn_threads(ctx, slots);
-    int kind = pt__attn_fused(ctx, Tk, C / NH, 0);
+    int kind = pt__attn_fused(ctx, Tk, C / NH, 0), nbg = B * NKV, S = 1;
+#ifdef PT__GEMM_X86
+    S = (2 * nthr + nbg - 1) / nbg;
+    if (S > (T + PT__FA_QB - 1) / PT__FA_QB) S = (T + PT__FA_QB - 1) / PT__FA_QB;
+    if (S < 1) S = 1;
+#endif
     (void)nthr;
     if (kind >= 0) {
         PT__OMP(omp parallel for schedule(dynamic) num_threads(nthr))
-        for (task = 0; task < B * NKV; task++) {
-            int b = task / NKV, g = task % NKV, h, qb;
-            float *S = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * Tk;
+        for (task = 0; task < nbg * S; task++) {
+            int b = task / S / NKV, g = task / S % NKV, h, qb;
+            float *Sc = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * Tk;
 #ifdef PT__GEMM_X86
             pt__gemm_ws w = pt__ws_of(ctx);
             if (w.p) {
-                pt__fa_forward_bg((float *)w.p, kind, out, lse, qkv, r, b, g,
-                                  task + nthr < B * NKV ? task + nthr : -1, C, NH, NKV);
+                pt__fa_forward_bg((float *)w.p, kind, out, lse, qkv, r, b, g, task % S, S,
+                                  task + nthr < nbg * S ? (task + nthr) / S : -1, C, NH, NKV);
                 continue;
             }
 #endif
+            if (task % S) continue; /* the GEMM form: the whole (b, g) in part 0 */
             for (h = g * (NH / NKV); h < (g + 1) * (NH / NKV); h++)
                 for (qb = 0; qb < nqb; qb++)
-                    pt__attn_fwd_gemm(ctx, S, out, lse, qkv, r, b, h, qb, C, NH, NKV);
+                    pt__attn_fwd_gemm(ctx, Sc, out, lse, qkv, r, b, h, qb, C, NH, NKV);
         }
         return;
     }

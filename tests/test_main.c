@@ -4904,7 +4904,8 @@ static void check_attention_ring(int B, int T, int NH, int NKV, int hd, int cp) 
    every block (T past multiples of the 48-query and 96-key blocks, hd 32 to
    128, groups of 1, 3 and 4 query heads), fp32 and bf16 (bf16: both round
    the products' operands, at different points of the softmax), and the same
-   bits on 1 and 2 threads; inplace: a workspace slot too small for the
+   bits on 1 and 2 threads (B NKV < 2 threads: the forward's query blocks
+   split into parts, interleaved); inplace: a workspace slot too small for the
    task's dK and dV, which the backward then sums in place. */
 static void attn_fwd_bwd(pt_ctx *c, int B, int T, int NH, int NKV, int hd, const float *qkv,
                          const float *dout, float *out, float *lse, float *dqkv) {

@@ -4618,14 +4618,15 @@ static void pt__fa_pack_b(int bf16, float *bp, int tb, const float *B, int ldb, 
 }
 
 /* The micro-kernels (pt__gemm_kernel_*) on an A read in place with strides:
-   A[r][k] at a[r rs + k ks] (bf16: pair k of row r), B a packed NR-column
-   panel; C (first: =, else +=), m x n of the MR x NR tile stored. Inlined
-   with constant strides (pt__fa_kernel), so each broadcast is one load at a
-   fixed offset. */
+   A[r][k] at a[r rs + k ks] (bf16: pair k of row r; packed panels: rs 1, ks
+   MR), B a packed NR-column panel; C (first: =, else +=), m x n of the MR x
+   NR tile stored; half: n <= 16, the panel's first 16 columns alone (half
+   the FMAs: a causal edge's last tile). Inlined with constant strides, so
+   each broadcast is one load at a fixed offset. */
 #define PT__FA_RS(r) ((size_t)(r) * rs)
 PT__TARGET_AVX512 static inline __attribute__((always_inline)) void
-pt__fa_kernel_f32(int kc, const float *ap, size_t rs, size_t ks, const float *bp, float *c,
-                  int ldc, int m, int n, int first) {
+pt__fa_kernel_f32(int kc, const float *ap, size_t rs, size_t ks, int half, const float *bp,
+                  float *c, int ldc, int m, int n, int first) {
     int k;
     const float beta = 0.0f;
     PT__GEMM_ROWS(PT__GEMM_DECL)
@@ -4634,7 +4635,7 @@ pt__fa_kernel_f32(int kc, const float *ap, size_t rs, size_t ks, const float *bp
 #define PT__FA_FMA(r)                             \
     a = _mm512_set1_ps(ap[PT__FA_RS(r)]);         \
     c##r##_0 = _mm512_fmadd_ps(a, b0, c##r##_0); \
-    c##r##_1 = _mm512_fmadd_ps(a, b1, c##r##_1);
+    if (!half) c##r##_1 = _mm512_fmadd_ps(a, b1, c##r##_1);
         PT__GEMM_ROWS(PT__FA_FMA)
 #undef PT__FA_FMA
         ap += ks;
@@ -4644,8 +4645,8 @@ pt__fa_kernel_f32(int kc, const float *ap, size_t rs, size_t ks, const float *bp
 }
 
 PT__TARGET_BF16 static inline __attribute__((always_inline)) void
-pt__fa_kernel_bf16(int kp, const uint32_t *ap, size_t rs, size_t ks, const uint32_t *bp, float *c,
-                   int ldc, int m, int n, int first) {
+pt__fa_kernel_bf16(int kp, const uint32_t *ap, size_t rs, size_t ks, int half, const uint32_t *bp,
+                   float *c, int ldc, int m, int n, int first) {
     int k;
     const float beta = 0.0f;
     PT__GEMM_ROWS(PT__GEMM_DECL)
@@ -4656,7 +4657,7 @@ pt__fa_kernel_bf16(int kp, const uint32_t *ap, size_t rs, size_t ks, const uint3
 #define PT__FA_DOT(r)                                        \
     a = (__m512bh)_mm512_set1_epi32((int)ap[PT__FA_RS(r)]); \
     c##r##_0 = _mm512_dpbf16_ps(c##r##_0, a, b0);           \
-    c##r##_1 = _mm512_dpbf16_ps(c##r##_1, a, b1);
+    if (!half) c##r##_1 = _mm512_dpbf16_ps(c##r##_1, a, b1);
         PT__GEMM_ROWS(PT__FA_DOT)
 #undef PT__FA_DOT
         ap += ks;
@@ -4676,27 +4677,38 @@ pt__fa_kernel_bf16(int kp, const uint32_t *ap, size_t rs, size_t ks, const uint3
 
 PT__TARGET_AVX512 static void pt__fa_kf_rows(int kc, const float *a, const float *b, float *c,
                                              int ldc, int m, int n, int first) {
-    pt__fa_kernel_f32(kc, a, PT__FA_KB, 1, b, c, ldc, m, n, first);
+    pt__fa_kernel_f32(kc, a, PT__FA_KB, 1, 0, b, c, ldc, m, n, first);
 }
 PT__TARGET_AVX512 static void pt__fa_kf_cols(int kc, const float *a, const float *b, float *c,
                                              int ldc, int m, int n, int first) {
-    pt__fa_kernel_f32(kc, a, 1, PT__FA_KB, b, c, ldc, m, n, first);
+    pt__fa_kernel_f32(kc, a, 1, PT__FA_KB, 0, b, c, ldc, m, n, first);
+}
+PT__TARGET_AVX512 static void pt__fa_kf_half(int kc, const float *a, const float *b, float *c,
+                                             int ldc, int m, int n, int first) {
+    pt__fa_kernel_f32(kc, a, 1, PT__GEMM_MR, 1, b, c, ldc, m, n, first);
 }
 PT__TARGET_BF16 static void pt__fa_kb_rows(int kp, const uint32_t *a, const uint32_t *b, float *c,
                                            int ldc, int m, int n, int first) {
-    pt__fa_kernel_bf16(kp, a, PT__FA_KB / 2, 1, b, c, ldc, m, n, first);
+    pt__fa_kernel_bf16(kp, a, PT__FA_KB / 2, 1, 0, b, c, ldc, m, n, first);
 }
 PT__TARGET_BF16 static void pt__fa_kb_cols(int kp, const uint32_t *a, const uint32_t *b, float *c,
                                            int ldc, int m, int n, int first) {
-    pt__fa_kernel_bf16(kp, a, 1, PT__FA_KB, b, c, ldc, m, n, first);
+    pt__fa_kernel_bf16(kp, a, 1, PT__FA_KB, 0, b, c, ldc, m, n, first);
+}
+PT__TARGET_BF16 static void pt__fa_kb_half(int kp, const uint32_t *a, const uint32_t *b, float *c,
+                                           int ldc, int m, int n, int first) {
+    pt__fa_kernel_bf16(kp, a, 1, PT__GEMM_MR, 1, b, c, ldc, m, n, first);
 }
 
 /* One MR x NR tile: C (first: =, else +=) A B over kc k (bf16: pairs), A in
-   layout am at a. */
+   layout am at a (packed, n <= 16: the half-width kernels). */
 static void pt__fa_tile(int bf16, int am, int kc, const float *a, const float *b, float *c,
                         int ldc, int m, int n, int first) {
     const uint32_t *au = (const uint32_t *)a, *bu = (const uint32_t *)b;
-    if (!bf16 && am == PT__FA_PACKED) pt__gemm_kernel_f32(kc, a, b, c, ldc, m, n, first, 0.0f);
+    if (am == PT__FA_PACKED && n <= 16)
+        bf16 ? pt__fa_kb_half(kc, au, bu, c, ldc, m, n, first)
+             : pt__fa_kf_half(kc, a, b, c, ldc, m, n, first);
+    else if (!bf16 && am == PT__FA_PACKED) pt__gemm_kernel_f32(kc, a, b, c, ldc, m, n, first, 0.0f);
     else if (!bf16) (am == PT__FA_ROWS ? pt__fa_kf_rows : pt__fa_kf_cols)(kc, a, b, c, ldc, m, n, first);
     else if (am == PT__FA_PACKED) pt__gemm_kernel_bf16(kc, au, bu, c, ldc, m, n, first, 0.0f);
     else (am == PT__FA_ROWS ? pt__fa_kb_rows : pt__fa_kb_cols)(kc, au, bu, c, ldc, m, n, first);
@@ -4705,8 +4717,8 @@ static void pt__fa_tile(int bf16, int am, int kc, const float *a, const float *b
 /* C[0:M, 0:N] (first: =, else +=) A B: A's row panel p (MR rows; layout am:
    packed at ap + p MR kw(K), or a block buffer's rows or columns), times B's
    packed column panels (NR columns, at bp + q bs), over k in [k0[p], k1[p])
-   (k0 even), columns below nc[p] (NULL: 0, K, N). A panel with no k leaves
-   C (first: zero). */
+   (k0 even), columns below nc[p] (NULL: 0, K, N; packed A: columns past
+   nc[p] may be left unset). A panel with no k leaves C (first: zero). */
 static void pt__fa_gemm(int bf16, int M, int N, int K, const float *ap, int am, const float *bp,
                         size_t bs, float *c, int ldc, int first, const int *k0, const int *k1,
                         const int *nc) {
@@ -4728,6 +4740,7 @@ static void pt__fa_gemm(int bf16, int M, int N, int K, const float *ap, int am, 
         }
         for (q = 0; q * NR < n1; q++) {
             int n = N - q * NR < NR ? N - q * NR : NR;
+            if (am == PT__FA_PACKED && n1 - q * NR <= 16 && n > 16) n = 16; /* C past nc[p]: unset */
             pt__fa_tile(bf16, am, bf16 ? (hi - lo + 1) / 2 : hi - lo, a, bp + q * bs + NR * ko,
                         cr + q * NR, ldc, m, n, first);
         }

@@ -4709,7 +4709,8 @@ static void pt__fa_tile(int bf16, int am, int kc, const float *a, const float *b
         bf16 ? pt__fa_kb_half(kc, au, bu, c, ldc, m, n, first)
              : pt__fa_kf_half(kc, a, b, c, ldc, m, n, first);
     else if (!bf16 && am == PT__FA_PACKED) pt__gemm_kernel_f32(kc, a, b, c, ldc, m, n, first, 0.0f);
-    else if (!bf16) (am == PT__FA_ROWS ? pt__fa_kf_rows : pt__fa_kf_cols)(kc, a, b, c, ldc, m, n, first);
+    else if (!bf16)
+        (am == PT__FA_ROWS ? pt__fa_kf_rows : pt__fa_kf_cols)(kc, a, b, c, ldc, m, n, first);
     else if (am == PT__FA_PACKED) pt__gemm_kernel_bf16(kc, au, bu, c, ldc, m, n, first, 0.0f);
     else (am == PT__FA_ROWS ? pt__fa_kb_rows : pt__fa_kb_cols)(kc, au, bu, c, ldc, m, n, first);
 }
@@ -4740,7 +4741,7 @@ static void pt__fa_gemm(int bf16, int M, int N, int K, const float *ap, int am, 
         }
         for (q = 0; q * NR < n1; q++) {
             int n = N - q * NR < NR ? N - q * NR : NR;
-            if (am == PT__FA_PACKED && n1 - q * NR <= 16 && n > 16) n = 16; /* C past nc[p]: unset */
+            if (am == PT__FA_PACKED && n1 - q * NR <= 16 && n > 16) n = 16; /* past nc[p]: unset */
             pt__fa_tile(bf16, am, bf16 ? (hi - lo + 1) / 2 : hi - lo, a, bp + q * bs + NR * ko,
                         cr + q * NR, ldc, m, n, first);
         }
@@ -4881,7 +4882,8 @@ PT__TARGET_AVX512 static void pt__fa_grad_rows(float *S, float *dP, const int *l
         for (u = 0; u < kn; u += 16) {
             __mmask16 kc = pt__mask16(c - u), kk = pt__mask16(kn - u);
             __m512 p = pt__fa_exp(_mm512_sub_ps(_mm512_loadu_ps(s + u), li));
-            __m512 g = _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(_mm512_loadu_ps(d + u), di)), vs);
+            __m512 g = _mm512_sub_ps(_mm512_loadu_ps(d + u), di);
+            g = _mm512_mul_ps(_mm512_mul_ps(p, g), vs);
             _mm512_mask_storeu_ps(s + u, kk, _mm512_maskz_mov_ps(kc, p));
             _mm512_mask_storeu_ps(d + u, kk, _mm512_maskz_mov_ps(kc, g));
         }

@@ -4642,12 +4642,111 @@ static void pt__fa_pack_b(int bf16, float *bp, int tb, const float *B, int ldb, 
     else pt__pack_b_f32(bp, tb, B, ldb, 0, nc, 0, kc);
 }
 
-/* C[0:M, 0:N] (first: =, else +=) A B from packed panels: A's row panel p
-   (MR rows, at ap + p MR kw(K)) times B's column panels (NR columns, at bp +
-   q bs), over k in [k0[p], k1[p]) (k0 even), columns below nc[p] (NULL: 0,
-   K, N). A panel with no k leaves C (first: zero). */
-static void pt__fa_gemm(int bf16, int M, int N, int K, const float *ap, const float *bp, size_t bs,
-                        float *c, int ldc, int first, const int *k0, const int *k1,
+/* The micro-kernels (pt__gemm_kernel_*) on an A read in place with strides:
+   A[r][k] at a[r rs + k ks] (bf16: pair k of row r; packed panels: rs 1, ks
+   MR), B a packed NR-column panel; C (first: =, else +=), m x n of the MR x
+   NR tile stored; half: n <= 16, the panel's first 16 columns alone (half
+   the FMAs: a causal edge's last tile). Inlined with constant strides, so
+   each broadcast is one load at a fixed offset. */
+#define PT__FA_RS(r) ((size_t)(r) * rs)
+PT__TARGET_AVX512 static inline __attribute__((always_inline)) void
+pt__fa_kernel_f32(int kc, const float *ap, size_t rs, size_t ks, int half, const float *bp,
+                  float *c, int ldc, int m, int n, int first) {
+    int k;
+    const float beta = 0.0f;
+    PT__GEMM_ROWS(PT__GEMM_DECL)
+    for (k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16), a;
+#define PT__FA_FMA(r)                             \
+    a = _mm512_set1_ps(ap[PT__FA_RS(r)]);         \
+    c##r##_0 = _mm512_fmadd_ps(a, b0, c##r##_0); \
+    if (!half) c##r##_1 = _mm512_fmadd_ps(a, b1, c##r##_1);
+        PT__GEMM_ROWS(PT__FA_FMA)
+#undef PT__FA_FMA
+        ap += ks;
+        bp += PT__GEMM_NR;
+    }
+    PT__GEMM_TAIL
+}
+
+PT__TARGET_BF16 static inline __attribute__((always_inline)) void
+pt__fa_kernel_bf16(int kp, const uint32_t *ap, size_t rs, size_t ks, int half, const uint32_t *bp,
+                   float *c, int ldc, int m, int n, int first) {
+    int k;
+    const float beta = 0.0f;
+    PT__GEMM_ROWS(PT__GEMM_DECL)
+    for (k = 0; k < kp; k++) {
+        __m512bh b0 = (__m512bh)_mm512_load_si512((const void *)bp);
+        __m512bh b1 = (__m512bh)_mm512_load_si512((const void *)(bp + 16));
+        __m512bh a;
+#define PT__FA_DOT(r)                                        \
+    a = (__m512bh)_mm512_set1_epi32((int)ap[PT__FA_RS(r)]); \
+    c##r##_0 = _mm512_dpbf16_ps(c##r##_0, a, b0);           \
+    if (!half) c##r##_1 = _mm512_dpbf16_ps(c##r##_1, a, b1);
+        PT__GEMM_ROWS(PT__FA_DOT)
+#undef PT__FA_DOT
+        ap += ks;
+        bp += PT__GEMM_NR;
+    }
+    PT__GEMM_TAIL
+}
+#undef PT__FA_RS
+
+/* A's layouts in pt__fa_gemm: packed MR-row panels (pt__fa_pack_a), or a
+   block buffer of PT__FA_KB words a row read in place: its rows (A = the
+   buffer, fp32 rows of KB floats, bf16 rows of KB/2 pairs) or its columns
+   (A = its transpose: fp32, or bf16 pairs of rows zipped, KB words a row) */
+#define PT__FA_PACKED 0
+#define PT__FA_ROWS 1
+#define PT__FA_COLS 2
+
+PT__TARGET_AVX512 static void pt__fa_kf_rows(int kc, const float *a, const float *b, float *c,
+                                             int ldc, int m, int n, int first) {
+    pt__fa_kernel_f32(kc, a, PT__FA_KB, 1, 0, b, c, ldc, m, n, first);
+}
+PT__TARGET_AVX512 static void pt__fa_kf_cols(int kc, const float *a, const float *b, float *c,
+                                             int ldc, int m, int n, int first) {
+    pt__fa_kernel_f32(kc, a, 1, PT__FA_KB, 0, b, c, ldc, m, n, first);
+}
+PT__TARGET_AVX512 static void pt__fa_kf_half(int kc, const float *a, const float *b, float *c,
+                                             int ldc, int m, int n, int first) {
+    pt__fa_kernel_f32(kc, a, 1, PT__GEMM_MR, 1, b, c, ldc, m, n, first);
+}
+PT__TARGET_BF16 static void pt__fa_kb_rows(int kp, const uint32_t *a, const uint32_t *b, float *c,
+                                           int ldc, int m, int n, int first) {
+    pt__fa_kernel_bf16(kp, a, PT__FA_KB / 2, 1, 0, b, c, ldc, m, n, first);
+}
+PT__TARGET_BF16 static void pt__fa_kb_cols(int kp, const uint32_t *a, const uint32_t *b, float *c,
+                                           int ldc, int m, int n, int first) {
+    pt__fa_kernel_bf16(kp, a, 1, PT__FA_KB, 0, b, c, ldc, m, n, first);
+}
+PT__TARGET_BF16 static void pt__fa_kb_half(int kp, const uint32_t *a, const uint32_t *b, float *c,
+                                           int ldc, int m, int n, int first) {
+    pt__fa_kernel_bf16(kp, a, 1, PT__GEMM_MR, 1, b, c, ldc, m, n, first);
+}
+
+/* One MR x NR tile: C (first: =, else +=) A B over kc k (bf16: pairs), A in
+   layout am at a (packed, n <= 16: the half-width kernels). */
+static void pt__fa_tile(int bf16, int am, int kc, const float *a, const float *b, float *c,
+                        int ldc, int m, int n, int first) {
+    const uint32_t *au = (const uint32_t *)a, *bu = (const uint32_t *)b;
+    if (am == PT__FA_PACKED && n <= 16)
+        bf16 ? pt__fa_kb_half(kc, au, bu, c, ldc, m, n, first)
+             : pt__fa_kf_half(kc, a, b, c, ldc, m, n, first);
+    else if (!bf16 && am == PT__FA_PACKED) pt__gemm_kernel_f32(kc, a, b, c, ldc, m, n, first, 0.0f);
+    else if (!bf16)
+        (am == PT__FA_ROWS ? pt__fa_kf_rows : pt__fa_kf_cols)(kc, a, b, c, ldc, m, n, first);
+    else if (am == PT__FA_PACKED) pt__gemm_kernel_bf16(kc, au, bu, c, ldc, m, n, first, 0.0f);
+    else (am == PT__FA_ROWS ? pt__fa_kb_rows : pt__fa_kb_cols)(kc, au, bu, c, ldc, m, n, first);
+}
+
+/* C[0:M, 0:N] (first: =, else +=) A B: A's row panel p (MR rows; layout am:
+   packed at ap + p MR kw(K), or a block buffer's rows or columns), times B's
+   packed column panels (NR columns, at bp + q bs), over k in [k0[p], k1[p])
+   (k0 even), columns below nc[p] (NULL: 0, K, N; packed A: columns past
+   nc[p] may be left unset). A panel with no k leaves C (first: zero). */
+static void pt__fa_gemm(int bf16, int M, int N, int K, const float *ap, int am, const float *bp,
+                        size_t bs, float *c, int ldc, int first, const int *k0, const int *k1,
                         const int *nc) {
     const int MR = PT__GEMM_MR, NR = PT__GEMM_NR;
     size_t aw = (size_t)MR * pt__fa_kw(bf16, K);
@@ -4657,19 +4756,19 @@ static void pt__fa_gemm(int bf16, int M, int N, int K, const float *ap, const fl
         int n1 = nc ? nc[p] : N;
         size_t ko = bf16 ? (size_t)lo / 2 : (size_t)lo;
         float *cr = c + (size_t)p * MR * ldc;
+        const float *a = am == PT__FA_PACKED ? ap + p * aw + MR * ko
+                         : am == PT__FA_ROWS ? ap + (size_t)p * MR * pt__fa_kw(bf16, PT__FA_KB) + ko
+                                             : ap + (size_t)p * MR + ko * PT__FA_KB;
         if (hi <= lo) {
             if (first)
                 for (i = 0; i < m; i++) memset(cr + (size_t)i * ldc, 0, sizeof(float) * N);
             continue;
         }
         for (q = 0; q * NR < n1; q++) {
-            const float *a = ap + p * aw + MR * ko, *b = bp + q * bs + NR * ko;
             int n = N - q * NR < NR ? N - q * NR : NR;
-            if (bf16)
-                pt__gemm_kernel_bf16((hi - lo + 1) / 2, (const uint32_t *)a, (const uint32_t *)b,
-                                     cr + q * NR, ldc, m, n, first, 0.0f);
-            else
-                pt__gemm_kernel_f32(hi - lo, a, b, cr + q * NR, ldc, m, n, first, 0.0f);
+            if (am == PT__FA_PACKED && n1 - q * NR <= 16 && n > 16) n = 16; /* past nc[p]: unset */
+            pt__fa_tile(bf16, am, bf16 ? (hi - lo + 1) / 2 : hi - lo, a, bp + q * bs + NR * ko,
+                        cr + q * NR, ldc, m, n, first);
         }
     }
 }
@@ -4677,29 +4776,35 @@ static void pt__fa_gemm(int bf16, int M, int N, int K, const float *ap, const fl
 /* One task's buffers (offsets in a workspace slot, 64-byte aligned) and the
    block at hand. */
 typedef struct pt__fa {
-    int bf16, hd, C, C3, T, Tk, t0, nq;
+    int bf16, hd, C, C3, T, Tk, t0, nq, ldkv; /* ldkv: dka's and dva's rows */
     float scale;
     const pt_attn_ring *r;
-    float *kt, *vt, *kb, *vb, *qa, *da, *qb, *db, *S, *dP, *pa, *pb;
+    float *kt, *vt, *kb, *vb, *qa, *da, *qb, *db, *S, *dP, *pa, *pb, *pc, *acc, *dka, *dva;
     int len[PT__FA_QB], lim[PT__FA_KB / PT__GEMM_MR];
 } pt__fa;
 
 /* The floats a task needs (bwd: backward's buffers) and, given ws, its layout:
    K^T and V^T as B panels over keys (kt, vt), K and V as B panels along
    keys (kb, vb), Q and dO as A panels (qa, da) and B panels along queries
-   (qb, db), the S and dP blocks and two A panels of a block (pa, pb). */
+   (qb, db), the S and dP blocks and three bf16 A operands of a block (pa, pb,
+   pc: P and dS as PT__FA_ROWS or PT__FA_COLS read them), and contiguous
+   accumulators (rows of hd; the strided rows of out and the gradients,
+   touched once: few L1 sets, all in use): the block's out or dQ (acc) and,
+   bwd 2, the task's dK and dV (dka, dva; bwd 1: summed in place). */
 static size_t pt__fa_layout(pt__fa *f, float *ws, int Tk, int hd, int bwd) {
     size_t t32 = (size_t)(Tk + 31) / 32 * 32, h32 = (size_t)(hd + 31) / 32 * 32, at = 0;
     size_t qa = (size_t)PT__FA_QB * hd, qb = h32 * (PT__FA_QB + 1), blk = (size_t)PT__FA_QB * PT__FA_KB;
-    size_t n[12], i;
-    float **dst[12];
+    size_t n[16], i;
+    float **dst[16];
     n[0] = t32 * hd, n[1] = bwd ? t32 * hd : 0, n[2] = bwd ? h32 * (Tk + 1) : 0;
     n[3] = bwd ? 0 : h32 * (Tk + 1), n[4] = qa, n[5] = bwd ? qa : 0, n[6] = bwd ? qb : 0;
     n[7] = bwd ? qb : 0, n[8] = n[9] = n[10] = n[11] = blk + 16 * PT__FA_KB;
+    n[12] = bwd ? n[11] : 0, n[13] = qa, n[14] = n[15] = bwd == 2 ? (size_t)Tk * hd : 0;
     dst[0] = &f->kt, dst[1] = &f->vt, dst[2] = &f->kb, dst[3] = &f->vb, dst[4] = &f->qa;
     dst[5] = &f->da, dst[6] = &f->qb, dst[7] = &f->db, dst[8] = &f->S, dst[9] = &f->dP;
-    dst[10] = &f->pa, dst[11] = &f->pb;
-    for (i = 0; i < 12; i++) {
+    dst[10] = &f->pa, dst[11] = &f->pb, dst[12] = &f->pc, dst[13] = &f->acc;
+    dst[14] = &f->dka, dst[15] = &f->dva;
+    for (i = 0; i < 16; i++) {
         if (ws) *dst[i] = ws + at;
         at += (n[i] + 15) / 16 * 16;
     }
@@ -4716,11 +4821,16 @@ static void pt__fa_limits(pt__fa *f, int u0, int kn) {
     }
 }
 
-/* x[0:n] *= s, and x . y over n, in 16-lane vectors */
+/* x[0:n] *= s, y[0:n] = s x[0:n], and x . y over n, in 16-lane vectors */
 PT__TARGET_AVX512 static void pt__fa_scale_row(float *x, int n, float s) {
     int j;
     PT__OMP(omp simd)
     for (j = 0; j < n; j++) x[j] *= s;
+}
+PT__TARGET_AVX512 static void pt__fa_scale_to(float *y, const float *x, int n, float s) {
+    int j;
+    PT__OMP(omp simd)
+    for (j = 0; j < n; j++) y[j] = x[j] * s;
 }
 PT__TARGET_AVX512 static float pt__fa_dot(const float *x, const float *y, int n) {
     float s = 0.0f;
@@ -4730,6 +4840,30 @@ PT__TARGET_AVX512 static float pt__fa_dot(const float *x, const float *y, int n)
     return s;
 }
 
+/* e^x of 16 lanes: pt__expf's reduction and polynomial in fused
+   multiply-adds (within 2 ulp as it). Below -87.3 0 (-inf too), from 127.5
+   ln2 +inf, NaN stays NaN (min and max return their second operand, x, for
+   a NaN; the compare that zeroes the small ones is unordered-true). */
+PT__TARGET_AVX512 static inline __m512 pt__fa_exp(__m512 x0) {
+    const __m512 lo = _mm512_set1_ps(-87.3f), magic = _mm512_set1_ps(12582912.0f);
+    __m512 x = _mm512_max_ps(lo, _mm512_min_ps(_mm512_set1_ps(88.7f), x0)), t, n, r, p;
+    __m512i e;
+    t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504f), magic); /* round x/ln2: 1.5*2^23 */
+    n = _mm512_sub_ps(t, magic);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+    p = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_castps_si512(t), /* (n + 127) << 23 */
+                                           _mm512_set1_epi32(127 - 0x4B400000)), 23);
+    p = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x0, lo, _CMP_NLT_UQ), p);
+}
+
 /* Online softmax of key block u0 (kn keys) in S (rows of PT__FA_KB): row i sees
    c = min(len[i] - u0, kn) of them; m, l the running max and sum, a[i] the
    factor out's row takes (e^(m_old - m_new)); P over S, 0 past c. */
@@ -4737,8 +4871,9 @@ PT__TARGET_AVX512 static void pt__fa_online(float *S, const int *len, int nq, in
                                             float *m, float *l, float *a) {
     int i, u;
     for (i = 0; i < nq; i++) {
-        float *row = S + (size_t)i * PT__FA_KB, mx, mn, sum = 0.0f;
+        float *row = S + (size_t)i * PT__FA_KB, mx, mn;
         int c = len[i] - u0 < kn ? len[i] - u0 : kn;
+        __m512 vm, sum = _mm512_setzero_ps();
         a[i] = 1.0f;
         if (c <= 0) {
             memset(row, 0, sizeof(float) * kn);
@@ -4747,14 +4882,14 @@ PT__TARGET_AVX512 static void pt__fa_online(float *S, const int *len, int nq, in
         mx = pt__maxf(row, c);
         mn = mx > m[i] ? mx : m[i];
         a[i] = m[i] == -INFINITY ? 0.0f : expf(m[i] - mn);
-        PT__OMP(omp simd reduction(+:sum))
-        for (u = 0; u < c; u++) {
-            float p = pt__expf(row[u] - mn);
-            row[u] = p;
-            sum += p;
+        vm = _mm512_set1_ps(mn);
+        for (u = 0; u < kn; u += 16) { /* (the row's KB floats: no read past it) */
+            __m512 p = pt__fa_exp(_mm512_sub_ps(_mm512_loadu_ps(row + u), vm));
+            p = _mm512_maskz_mov_ps(pt__mask16(c - u), p);
+            _mm512_mask_storeu_ps(row + u, pt__mask16(kn - u), p);
+            sum = _mm512_add_ps(sum, p);
         }
-        if (c < kn) memset(row + c, 0, sizeof(float) * (kn - c));
-        l[i] = a[i] * l[i] + sum, m[i] = mn;
+        l[i] = a[i] * l[i] + _mm512_reduce_add_ps(sum), m[i] = mn;
     }
 }
 
@@ -4763,26 +4898,67 @@ PT__TARGET_AVX512 static void pt__fa_online(float *S, const int *len, int nq, in
 PT__TARGET_AVX512 static void pt__fa_grad_rows(float *S, float *dP, const int *len, int nq, int u0,
                                                int kn, const float *L, const float *D,
                                                float scale) {
+    __m512 vs = _mm512_set1_ps(scale);
     int i, u;
     for (i = 0; i < nq; i++) {
-        float *s = S + (size_t)i * PT__FA_KB, *d = dP + (size_t)i * PT__FA_KB, li = L[i], di = D[i];
+        float *s = S + (size_t)i * PT__FA_KB, *d = dP + (size_t)i * PT__FA_KB;
+        __m512 li = _mm512_set1_ps(L[i]), di = _mm512_set1_ps(D[i]);
         int c = len[i] - u0 < kn ? len[i] - u0 : kn;
-        if (c < 0) c = 0;
-        PT__OMP(omp simd)
-        for (u = 0; u < c; u++) {
-            float p = pt__expf(s[u] - li);
-            s[u] = p;
-            d[u] = p * (d[u] - di) * scale;
-        }
-        if (c < kn) {
-            memset(s + c, 0, sizeof(float) * (kn - c));
-            memset(d + c, 0, sizeof(float) * (kn - c));
+        for (u = 0; u < kn; u += 16) {
+            __mmask16 kc = pt__mask16(c - u), kk = pt__mask16(kn - u);
+            __m512 p = pt__fa_exp(_mm512_sub_ps(_mm512_loadu_ps(s + u), li));
+            __m512 g = _mm512_sub_ps(_mm512_loadu_ps(d + u), di);
+            g = _mm512_mul_ps(_mm512_mul_ps(p, g), vs);
+            _mm512_mask_storeu_ps(s + u, kk, _mm512_maskz_mov_ps(kc, p));
+            _mm512_mask_storeu_ps(d + u, kk, _mm512_maskz_mov_ps(kc, g));
         }
     }
 }
 
+/* bf16 A operands from nq rows of kn in S (rows of PT__FA_KB): into r (when
+   not NULL) each row's pairs along keys (PT__FA_ROWS; an odd kn's partner
+   0), into z (when not NULL) rows 2j and 2j+1 zipped, pairs along queries
+   (PT__FA_COLS; an odd nq's partner row 0). */
+PT__TARGET_BF16 static void pt__fa_to_bf16(uint32_t *r, uint32_t *z, const float *S, int nq,
+                                           int kn) {
+    const int KB = PT__FA_KB;
+    int i, u;
+    for (i = 0; i < nq; i += 2) {
+        const float *s0 = S + (size_t)i * KB, *s1 = s0 + KB;
+        uint16_t *r0 = r ? (uint16_t *)(r + (size_t)i * (KB / 2)) : NULL, *r1 = r ? r0 + KB : NULL;
+        for (u = 0; u < kn; u += 16) {
+            __mmask16 km = pt__mask16(kn - u);
+            __m512 x0 = _mm512_maskz_loadu_ps(km, s0 + u);
+            __m512 x1 = i + 1 < nq ? _mm512_maskz_loadu_ps(km, s1 + u) : _mm512_setzero_ps();
+            if (z) _mm512_mask_storeu_epi32(z + (size_t)(i / 2) * KB + u, km, pt__bf16_zip(x0, x1));
+            if (!r) continue;
+            _mm256_mask_storeu_epi16(r0 + u, km, (__m256i)_mm512_cvtneps_pbh(x0));
+            if (i + 1 < nq) _mm256_mask_storeu_epi16(r1 + u, km, (__m256i)_mm512_cvtneps_pbh(x1));
+        }
+        if (r && (kn & 1)) r0[kn] = r1[kn] = 0;
+    }
+}
+
+/* n rows of w floats at x (ld ld) fetched ahead of need (wr: to be
+   written, into L1; else towards L2): rows a page or more apart, which the
+   hardware's prefetchers do not follow */
+static void pt__fa_prefetch(const float *x, size_t ld, int n, int w, int wr) {
+    int i, j;
+    for (i = 0; i < n; i++)
+        for (j = 0; j < w; j += 16) {
+            if (wr) __builtin_prefetch(x + (size_t)i * ld + j, 1, 3);
+            else _mm_prefetch((const char *)(x + (size_t)i * ld + j), _MM_HINT_T1);
+        }
+}
+
+/* n rows of w floats from src (ld lds) to dst (ld ldd) */
+static void pt__fa_copy_rows(float *dst, size_t ldd, const float *src, size_t lds, int n, int w) {
+    int i;
+    for (i = 0; i < n; i++) memcpy(dst + (size_t)i * ldd, src + (size_t)i * lds, sizeof(float) * w);
+}
+
 /* Forward of the block of queries f->t0.. (q: its first row, o and lse its
-   out and lse), K^T and V packed in f. */
+   out and lse), K^T and V packed in f; out summed in f->acc. */
 static void pt__fa_fwd_block(pt__fa *f, float *o, float *lse, const float *q) {
     const int NR = PT__GEMM_NR, bf = f->bf16, nq = f->nq;
     float m[PT__FA_QB], l[PT__FA_QB], a[PT__FA_QB];
@@ -4792,48 +4968,72 @@ static void pt__fa_fwd_block(pt__fa *f, float *o, float *lse, const float *q) {
     for (u0 = 0; u0 < nk; u0 += PT__FA_KB) {
         int kn = nk - u0 < PT__FA_KB ? nk - u0 : PT__FA_KB;
         pt__fa_limits(f, u0, kn);
-        pt__fa_gemm(bf, nq, kn, f->hd, f->qa, f->kt + (size_t)u0 * pt__fa_kw(bf, f->hd),
-                    NR * pt__fa_kw(bf, f->hd), f->S, PT__FA_KB, 1, NULL, NULL, f->lim);
+        pt__fa_gemm(bf, nq, kn, f->hd, f->qa, PT__FA_PACKED,
+                    f->kt + (size_t)u0 * pt__fa_kw(bf, f->hd), NR * pt__fa_kw(bf, f->hd), f->S,
+                    PT__FA_KB, 1, NULL, NULL, f->lim);
         pt__fa_online(f->S, f->len, nq, u0, kn, m, l, a);
         for (i = 0; u0 && i < nq; i++) /* out's rows to the new max */
-            if (a[i] != 1.0f) pt__fa_scale_row(o + (size_t)i * f->C, f->hd, a[i]);
-        pt__fa_pack_a(bf, f->pa, 0, f->S, PT__FA_KB, nq, kn, 1.0f);
-        pt__fa_gemm(bf, nq, f->hd, kn, f->pa, f->vb + NR * (bf ? (size_t)u0 / 2 : (size_t)u0),
-                    NR * pt__fa_kw(bf, f->Tk), o, f->C, u0 == 0, NULL, f->lim, NULL);
+            if (a[i] != 1.0f) pt__fa_scale_row(f->acc + (size_t)i * f->hd, f->hd, a[i]);
+        if (bf) pt__fa_to_bf16((uint32_t *)f->pa, NULL, f->S, nq, kn);
+        pt__fa_gemm(bf, nq, f->hd, kn, bf ? f->pa : f->S, PT__FA_ROWS,
+                    f->vb + NR * (bf ? (size_t)u0 / 2 : (size_t)u0), NR * pt__fa_kw(bf, f->Tk),
+                    f->acc, f->hd, u0 == 0, NULL, f->lim, NULL);
     }
     for (i = 0; i < nq; i++) { /* out = sum_u p_u v_u / l, lse = m + log l */
+        float *oi = o + (size_t)i * f->C, s = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
         lse[i] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
-        if (!nk) memset(o + (size_t)i * f->C, 0, sizeof(float) * f->hd);
-        else pt__fa_scale_row(o + (size_t)i * f->C, f->hd, l[i] > 0.0f ? 1.0f / l[i] : 0.0f);
+        if (!nk) memset(oi, 0, sizeof(float) * f->hd);
+        else pt__fa_scale_to(oi, f->acc + (size_t)i * f->hd, f->hd, s);
     }
 }
 
-/* Forward of key/value head g of sequence b: its K^T and V packed into the
-   workspace ws, then each of its query heads' blocks. */
+/* Forward of key/value head g of sequence b, part s of S: its K^T and V
+   packed into the workspace ws, then its query heads' blocks j with j = s
+   mod S (a block's numbers do not depend on the part that computes it); the
+   keys and values of b NKV + g = next (likely this thread's next; -1 none)
+   prefetched. */
 static void pt__fa_forward_bg(float *ws, int bf16, float *out, float *lse, const float *qkv,
-                              const pt_attn_ring *r, int b, int g, int C, int NH, int NKV) {
+                              const pt_attn_ring *r, int b, int g, int s, int S, int next, int C,
+                              int NH, int NKV) {
     pt__fa f;
-    int hd = C / NH, Ckv = NKV * hd, G = NH / NKV, h;
+    int hd = C / NH, Ckv = NKV * hd, G = NH / NKV, nb = (r->Tq + PT__FA_QB - 1) / PT__FA_QB;
+    int per = s < nb ? (nb - s + S - 1) / S : 0, i; /* blocks a head in this part */
     const float *k = r->kv + (size_t)b * r->Tk * r->ld + g * hd;
     f.bf16 = bf16, f.hd = hd, f.C = C, f.C3 = C + 2 * Ckv, f.T = r->Tq, f.Tk = r->Tk, f.r = r;
     f.scale = 1.0f / sqrtf((float)hd);
     pt__fa_layout(&f, ws, f.Tk, hd, 0);
+    pt__fa_prefetch(k, r->ld, f.Tk, hd, 0);
+    pt__fa_prefetch(k + Ckv, r->ld, f.Tk, hd, 0);
     pt__fa_pack_b(bf16, f.kt, 1, k, r->ld, f.Tk, hd);
     pt__fa_pack_b(bf16, f.vb, 0, k + Ckv, r->ld, hd, f.Tk);
-    for (h = g * G; h < (g + 1) * G; h++)
-        for (f.t0 = 0; f.t0 < f.T; f.t0 += PT__FA_QB) {
-            f.nq = f.T - f.t0 < PT__FA_QB ? f.T - f.t0 : PT__FA_QB;
-            pt__fa_fwd_block(&f, out + ((size_t)b * f.T + f.t0) * C + h * hd,
-                             lse + ((size_t)b * NH + h) * f.T + f.t0,
-                             qkv + ((size_t)b * f.T + f.t0) * f.C3 + h * hd);
+    if (next >= 0 && next != b * NKV + g) {
+        const float *k1 = r->kv + (size_t)(next / NKV) * r->Tk * r->ld + (next % NKV) * hd;
+        pt__fa_prefetch(k1, r->ld, f.Tk, hd, 0);
+        pt__fa_prefetch(k1 + Ckv, r->ld, f.Tk, hd, 0);
+    }
+    for (i = 0; i < G * per; i++) {
+        int h = g * G + i / per, h1 = g * G + (i + 1) / per;
+        int t1 = (s + (i + 1) % per * S) * PT__FA_QB;
+        f.t0 = (s + i % per * S) * PT__FA_QB;
+        f.nq = f.T - f.t0 < PT__FA_QB ? f.T - f.t0 : PT__FA_QB;
+        if (i + 1 < G * per) { /* the next block's queries and out */
+            size_t r1 = (size_t)b * f.T + t1;
+            int n1 = f.T - t1 < PT__FA_QB ? f.T - t1 : PT__FA_QB;
+            pt__fa_prefetch(qkv + r1 * f.C3 + h1 * hd, f.C3, n1, hd, 0);
+            pt__fa_prefetch(out + r1 * C + h1 * hd, C, n1, hd, 1);
         }
+        pt__fa_fwd_block(&f, out + ((size_t)b * f.T + f.t0) * C + h * hd,
+                         lse + ((size_t)b * NH + h) * f.T + f.t0,
+                         qkv + ((size_t)b * f.T + f.t0) * f.C3 + h * hd);
+    }
 }
 
 /* Backward of the block of queries f->t0.. of one head: q, dO, O its first
-   rows (of qkv, dout, out), L its lse, dq its first row of dqkv; dk, dv the
-   key/value head's first rows of the gradient (ld r->ld). */
-static void pt__fa_bwd_block(pt__fa *f, float *dq, float *dk, float *dv, const float *q,
-                             const float *dO, const float *O, const float *L) {
+   rows (of qkv, dout, out), L its lse, dq its first row of dqkv (summed in
+   f->acc from its value); the key/value head's dK and dV summed in f->dka,
+   f->dva (rows f->ldkv apart). */
+static void pt__fa_bwd_block(pt__fa *f, float *dq, const float *q, const float *dO,
+                            const float *O, const float *L) {
     const int NR = PT__GEMM_NR, MR = PT__GEMM_MR, bf = f->bf16, nq = f->nq, hd = f->hd;
     size_t bh = NR * pt__fa_kw(bf, hd), bq = NR * pt__fa_kw(bf, nq), bk = NR * pt__fa_kw(bf, f->Tk);
     float D[PT__FA_QB];
@@ -4844,53 +5044,85 @@ static void pt__fa_bwd_block(pt__fa *f, float *dq, float *dk, float *dv, const f
     pt__fa_pack_b(bf, f->qb, 0, q, f->C3, hd, nq);
     pt__fa_pack_b(bf, f->db, 0, dO, f->C, hd, nq);
     for (i = 0; i < nq; i++) D[i] = pt__fa_dot(dO + (size_t)i * f->C, O + (size_t)i * f->C, hd);
+    pt__fa_copy_rows(f->acc, hd, dq, f->C3, nq, hd);
     for (u0 = 0; u0 < nk; u0 += PT__FA_KB) {
         int kn = nk - u0 < PT__FA_KB ? nk - u0 : PT__FA_KB;
         size_t ko = NR * (bf ? (size_t)u0 / 2 : (size_t)u0);
         pt__fa_limits(f, u0, kn);
-        pt__fa_gemm(bf, nq, kn, hd, f->qa, f->kt + (size_t)u0 * pt__fa_kw(bf, hd), bh, f->S,
-                    PT__FA_KB, 1, NULL, NULL, f->lim);
-        pt__fa_gemm(bf, nq, kn, hd, f->da, f->vt + (size_t)u0 * pt__fa_kw(bf, hd), bh, f->dP,
-                    PT__FA_KB, 1, NULL, NULL, f->lim);
+        pt__fa_gemm(bf, nq, kn, hd, f->qa, PT__FA_PACKED, f->kt + (size_t)u0 * pt__fa_kw(bf, hd),
+                    bh, f->S, PT__FA_KB, 1, NULL, NULL, f->lim);
+        pt__fa_gemm(bf, nq, kn, hd, f->da, PT__FA_PACKED, f->vt + (size_t)u0 * pt__fa_kw(bf, hd),
+                    bh, f->dP, PT__FA_KB, 1, NULL, NULL, f->lim);
         pt__fa_grad_rows(f->S, f->dP, f->len, nq, u0, kn, L, D, f->scale);
+        if (bf) { /* P^T, dS^T and dS as bf16 operands */
+            pt__fa_to_bf16(NULL, (uint32_t *)f->pa, f->S, nq, kn);
+            pt__fa_to_bf16((uint32_t *)f->pc, (uint32_t *)f->pb, f->dP, nq, kn);
+        }
         for (p = 0; p * MR < kn; p++) { /* key panel p: the queries from lo[p] see it */
             for (i = 0; i < nq && f->len[i] <= u0 + p * MR; i++) {}
             lo[p] = i & ~1;
         }
-        pt__fa_pack_a(bf, f->pa, 1, f->S, PT__FA_KB, kn, nq, 1.0f); /* P^T */
-        pt__fa_gemm(bf, kn, hd, nq, f->pa, f->db, bq, dv + (size_t)u0 * f->r->ld, f->r->ld, 0, lo,
-                    NULL, NULL);
-        pt__fa_pack_a(bf, f->pb, 1, f->dP, PT__FA_KB, kn, nq, 1.0f); /* dS^T */
-        pt__fa_gemm(bf, kn, hd, nq, f->pb, f->qb, bq, dk + (size_t)u0 * f->r->ld, f->r->ld, 0, lo,
-                    NULL, NULL);
-        pt__fa_pack_a(bf, f->pa, 0, f->dP, PT__FA_KB, nq, kn, 1.0f); /* dS */
-        pt__fa_gemm(bf, nq, hd, kn, f->pa, f->kb + ko, bk, dq, f->C3, 0, NULL, f->lim, NULL);
+        pt__fa_gemm(bf, kn, hd, nq, bf ? f->pa : f->S, PT__FA_COLS, f->db, bq, /* P^T dO */
+                    f->dva + (size_t)u0 * f->ldkv, f->ldkv, 0, lo, NULL, NULL);
+        pt__fa_gemm(bf, kn, hd, nq, bf ? f->pb : f->dP, PT__FA_COLS, f->qb, bq, /* dS^T Q */
+                    f->dka + (size_t)u0 * f->ldkv, f->ldkv, 0, lo, NULL, NULL);
+        pt__fa_gemm(bf, nq, hd, kn, bf ? f->pc : f->dP, PT__FA_ROWS, f->kb + ko, bk, f->acc, hd, 0,
+                    NULL, f->lim, NULL); /* dS K */
     }
+    pt__fa_copy_rows(dq, f->C3, f->acc, hd, nq, hd);
 }
 
 /* Backward of key/value head g of sequence b: K^T, V^T and K packed once,
-   then its query heads' blocks in order (dK, dV accumulate in that order). */
-static void pt__fa_backward_bg(float *ws, int bf16, float *dqkv, float *dkv, const float *dout,
-                               const float *out, const float *qkv, const float *lse,
-                               const pt_attn_ring *r, int b, int g, int C, int NH, int NKV) {
+   then its query heads' blocks in order (dK, dV accumulate in that order,
+   in the workspace when its slot bytes hold them, else in place); task
+   next's keys, values and their gradients prefetched (pt__fa_forward_bg). */
+static void pt__fa_backward_bg(float *ws, size_t slot, int bf16, float *dqkv, float *dkv,
+                               const float *dout, const float *out, const float *qkv,
+                               const float *lse, const pt_attn_ring *r, int b, int g, int next,
+                               int C, int NH, int NKV) {
     pt__fa f;
-    int hd = C / NH, Ckv = NKV * hd, G = NH / NKV, h, ld = r->ld;
+    int hd = C / NH, Ckv = NKV * hd, G = NH / NKV, h, ld = r->ld, local;
     const float *k = r->kv + (size_t)b * r->Tk * ld + g * hd;
     float *dk = dkv + (size_t)b * r->Tk * ld + g * hd;
     f.bf16 = bf16, f.hd = hd, f.C = C, f.C3 = C + 2 * Ckv, f.T = r->Tq, f.Tk = r->Tk, f.r = r;
     f.scale = 1.0f / sqrtf((float)hd);
-    pt__fa_layout(&f, ws, f.Tk, hd, 1);
+    local = pt__fa_layout(&f, NULL, f.Tk, hd, 2) * sizeof(float) <= slot;
+    pt__fa_layout(&f, ws, f.Tk, hd, local ? 2 : 1);
+    f.ldkv = local ? hd : ld;
+    if (!local) f.dka = dk, f.dva = dk + Ckv;
+    pt__fa_prefetch(k, ld, f.Tk, hd, 0);
+    pt__fa_prefetch(k + Ckv, ld, f.Tk, hd, 0);
     pt__fa_pack_b(bf16, f.kt, 1, k, ld, f.Tk, hd);
     pt__fa_pack_b(bf16, f.vt, 1, k + Ckv, ld, f.Tk, hd);
     pt__fa_pack_b(bf16, f.kb, 0, k, ld, hd, f.Tk);
+    if (local) pt__fa_copy_rows(f.dka, hd, dk, ld, f.Tk, hd);
+    if (local) pt__fa_copy_rows(f.dva, hd, dk + Ckv, ld, f.Tk, hd);
+    if (next >= 0) {
+        size_t o1 = (size_t)(next / NKV) * r->Tk * ld + (next % NKV) * hd;
+        pt__fa_prefetch(r->kv + o1, ld, f.Tk, hd, 0);
+        pt__fa_prefetch(r->kv + o1 + Ckv, ld, f.Tk, hd, 0);
+        pt__fa_prefetch(dkv + o1, ld, f.Tk, hd, 0);
+        pt__fa_prefetch(dkv + o1 + Ckv, ld, f.Tk, hd, 0);
+    }
     for (h = g * G; h < (g + 1) * G; h++)
         for (f.t0 = 0; f.t0 < f.T; f.t0 += PT__FA_QB) {
             size_t row = (size_t)b * f.T + f.t0;
+            int h1 = f.t0 + PT__FA_QB < f.T ? h : h + 1, t1 = h1 == h ? f.t0 + PT__FA_QB : 0;
             f.nq = f.T - f.t0 < PT__FA_QB ? f.T - f.t0 : PT__FA_QB;
-            pt__fa_bwd_block(&f, dqkv + row * f.C3 + h * hd, dk, dk + Ckv,
-                             qkv + row * f.C3 + h * hd, dout + row * C + h * hd,
-                             out + row * C + h * hd, lse + ((size_t)b * NH + h) * f.T + f.t0);
+            if (h1 < (g + 1) * G) { /* the next block's rows */
+                size_t r1 = (size_t)b * f.T + t1;
+                int n1 = f.T - t1 < PT__FA_QB ? f.T - t1 : PT__FA_QB;
+                pt__fa_prefetch(qkv + r1 * f.C3 + h1 * hd, f.C3, n1, hd, 0);
+                pt__fa_prefetch(dqkv + r1 * f.C3 + h1 * hd, f.C3, n1, hd, 0);
+                pt__fa_prefetch(dout + r1 * C + h1 * hd, C, n1, hd, 0);
+                pt__fa_prefetch(out + r1 * C + h1 * hd, C, n1, hd, 0);
+            }
+            pt__fa_bwd_block(&f, dqkv + row * f.C3 + h * hd, qkv + row * f.C3 + h * hd,
+                             dout + row * C + h * hd, out + row * C + h * hd,
+                             lse + ((size_t)b * NH + h) * f.T + f.t0);
         }
+    if (local) pt__fa_copy_rows(dk, ld, f.dka, hd, f.Tk, hd);
+    if (local) pt__fa_copy_rows(dk + Ckv, ld, f.dva, hd, f.Tk, hd);
 }
 #endif /* PT__GEMM_X86 */
 
@@ -4935,7 +5167,9 @@ static int pt__attn_fused(const pt_ctx *ctx, int Tk, int hd, int bwd) {
 }
 
 /* Fused (AVX-512 CPUs, ptrain's GEMM kernels selected): one task a (b,
-   key/value head), pt__fa_forward_bg in the thread's workspace slot. Else
+   key/value head), pt__fa_forward_bg in the thread's workspace slot, or a
+   part of its query blocks when there are fewer than 2 (b, key/value head)
+   a thread (B = 1: split into at least 2 tasks a thread). Else
    one task a block of queries of one (b, h), pt__attn_fwd_gemm. Each block's
    numbers are the same whatever thread computes it. */
 PTRAINDEF void pt_attention_ring_forward(pt_ctx *ctx, float *out, float *lse, const float *qkv,
@@ -4943,23 +5177,30 @@ PTRAINDEF void pt_attention_ring_forward(pt_ctx *ctx, float *out, float *lse, co
                                          int C, int NH, int NKV) {
     int T = r->Tq, Tk = r->Tk, nqb = (T + PT_ATTN_QBLOCK - 1) / PT_ATTN_QBLOCK, task;
     int ntasks = B * NH * nqb, nthr = pt__attn_threads(ctx, slots);
-    int kind = pt__attn_fused(ctx, Tk, C / NH, 0);
+    int kind = pt__attn_fused(ctx, Tk, C / NH, 0), nbg = B * NKV, S = 1;
+#ifdef PT__GEMM_X86
+    S = (2 * nthr + nbg - 1) / nbg;
+    if (S > (T + PT__FA_QB - 1) / PT__FA_QB) S = (T + PT__FA_QB - 1) / PT__FA_QB;
+    if (S < 1) S = 1;
+#endif
     (void)nthr;
     if (kind >= 0) {
         PT__OMP(omp parallel for schedule(dynamic) num_threads(nthr))
-        for (task = 0; task < B * NKV; task++) {
-            int b = task / NKV, g = task % NKV, h, qb;
-            float *S = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * Tk;
+        for (task = 0; task < nbg * S; task++) {
+            int b = task / S / NKV, g = task / S % NKV, h, qb;
+            float *Sc = scratch + (size_t)pt__thread_id() * 2 * PT_ATTN_QBLOCK * Tk;
 #ifdef PT__GEMM_X86
             pt__gemm_ws w = pt__ws_of(ctx);
             if (w.p) {
-                pt__fa_forward_bg((float *)w.p, kind, out, lse, qkv, r, b, g, C, NH, NKV);
+                pt__fa_forward_bg((float *)w.p, kind, out, lse, qkv, r, b, g, task % S, S,
+                                  task + nthr < nbg * S ? (task + nthr) / S : -1, C, NH, NKV);
                 continue;
             }
 #endif
+            if (task % S) continue; /* the GEMM form: the whole (b, g) in part 0 */
             for (h = g * (NH / NKV); h < (g + 1) * (NH / NKV); h++)
                 for (qb = 0; qb < nqb; qb++)
-                    pt__attn_fwd_gemm(ctx, S, out, lse, qkv, r, b, h, qb, C, NH, NKV);
+                    pt__attn_fwd_gemm(ctx, Sc, out, lse, qkv, r, b, h, qb, C, NH, NKV);
         }
         return;
     }
@@ -5056,8 +5297,9 @@ PTRAINDEF void pt_attention_ring_backward(pt_ctx *ctx, float *dqkv, float *dkv,
 #ifdef PT__GEMM_X86
         pt__gemm_ws w = pt__ws_of(kind >= 0 ? ctx : NULL); /* no context: no workspace */
         if (w.p) {
-            pt__fa_backward_bg((float *)w.p, kind, dqkv, dkv, dout, out, qkv, lse, r, bg / NKV,
-                               bg % NKV, C, NH, NKV);
+            pt__fa_backward_bg((float *)w.p, w.slot, kind, dqkv, dkv, dout, out, qkv, lse, r,
+                               bg / NKV, bg % NKV, bg + nthr < B * NKV ? bg + nthr : -1, C, NH,
+                               NKV);
             continue;
         }
 #endif

@@ -319,6 +319,88 @@ static void bench_llama(const pt_gpt_config *cfg, int B, int T, int reps, const 
     }
 }
 
+/* ---- attention against the GEMM, in one run ------------------------------- */
+
+typedef struct arate {
+    pt_ctx *ctx;
+    int B, T, C, NH, NKV, Q3, slots;
+    float *qkv, *dqkv, *out, *dy, *lse, *scratch, *x, *w, *y;
+} arate;
+
+static void k_ar_att(void *p) {
+    arate *a = (arate *)p;
+    pt_attention_forward(a->ctx, a->out, a->lse, a->qkv, a->scratch, a->slots, a->B, a->T, a->C,
+                         a->NH, a->NKV);
+    pt_attention_backward(a->ctx, a->dqkv, a->dy, a->out, a->qkv, a->lse, a->scratch, a->slots,
+                          a->B, a->T, a->C, a->NH, a->NKV);
+}
+static void k_ar_gemm(void *p) { /* the layers' qkv projection: N x Q3 x C */
+    arate *a = (arate *)p;
+    pt_matmul_forward(a->ctx, a->y, a->x, a->w, NULL, a->B * a->T, a->C, a->Q3);
+}
+
+/* the process's CPU seconds so far (all its threads) */
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* fn's fastest of one call in wall seconds (*wall) and CPU seconds (*cpu) */
+static void time_min2(kernel_fn fn, void *ctx, double *wall, double *cpu) {
+    double w = pt_time_now(), c = cpu_seconds();
+    fn(ctx);
+    w = pt_time_now() - w, c = cpu_seconds() - c;
+    if (w < *wall) *wall = w;
+    if (c < *cpu) *cpu = c;
+}
+
+/* "attention rate": attention forward + backward (causal FLOPs, as bench_step
+   --phases counts them: 6 B T^2 C) against the model's qkv GEMM (N x Q3 x C)
+   at the same precision, for GPT-2's heads and LLaMA's grouped ones (a third
+   of the heads for keys/values), rounds alternating so a shared machine's
+   load falls on both alike; each the fastest of its rounds, in wall time and
+   in the process's CPU time (which a loaded machine's time slicing does not
+   stretch: with --threads 1 the steadiest ratio there). */
+static void bench_attention_rate(const pt_gpt_config *cfg, int B, int T, int reps, pt_rng *r) {
+    int prec, gqa, i;
+    for (prec = 0; prec < 2; prec++) {
+        pt_ctx_desc d;
+        pt_ctx ctx;
+        memset(&d, 0, sizeof d);
+        d.precision = prec ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
+        if (pt_ctx_init(&ctx, &d) != PT_OK) return;
+        for (gqa = 0; gqa < 2; gqa++) {
+            arate a;
+            size_t N = (size_t)B * T;
+            double ta = 1e30, tg = 1e30, ca = 1e30, cg = 1e30, fa, fg, fl = 6.0 * B * (double)T * T;
+            memset(&a, 0, sizeof a);
+            a.ctx = &ctx, a.B = B, a.T = T, a.C = cfg->n_embd, a.NH = cfg->n_head;
+            a.NKV = gqa && a.NH % 3 == 0 ? a.NH / 3 : a.NH, a.slots = pt_get_threads();
+            a.Q3 = a.C + 2 * a.NKV * (a.C / a.NH);
+            a.qkv = buffer(N * a.Q3, r, -1, 1), a.dqkv = buffer(N * a.Q3, r, 0, 0);
+            a.out = buffer(N * a.C, r, 0, 0), a.dy = buffer(N * a.C, r, -1, 1);
+            a.lse = buffer((size_t)B * a.NH * T, r, 0, 0);
+            a.scratch = buffer(pt_attention_scratch_floats(T, a.slots), r, 0, 0);
+            a.x = buffer(N * a.C, r, -1, 1), a.w = buffer((size_t)a.C * a.Q3, r, -0.05f, 0.05f);
+            a.y = buffer(N * a.Q3, r, 0, 0);
+            k_ar_att(&a), k_ar_gemm(&a); /* warm-up */
+            for (i = 0; i < reps; i++) {
+                time_min2(k_ar_att, &a, &ta, &ca);
+                time_min2(k_ar_gemm, &a, &tg, &cg);
+            }
+            fl *= a.C, fa = fl / ta / 1e9, fg = 2.0 * N * a.Q3 * a.C / tg / 1e9;
+            printf("  attention rate %s %-3s (%2d/%2d kv heads) fwd+bwd %7.2f ms %6.1f GFLOP/s, "
+                   "qkv GEMM %6.1f: attention/GEMM %.2f wall, %.2f CPU time\n",
+                   prec ? "bf16" : "fp32", gqa ? "gqa" : "mha", a.NKV, a.NH, ta * 1e3, fa, fg,
+                   fa / fg, (fl / ca) / (2.0 * N * a.Q3 * a.C / cg));
+            free(a.qkv), free(a.dqkv), free(a.out), free(a.dy), free(a.lse), free(a.scratch);
+            free(a.x), free(a.w), free(a.y);
+        }
+        pt_ctx_free(&ctx);
+    }
+}
+
 /* ---- the run's phases, in main's order ------------------------------------- */
 
 /* the options and the --torch process, as main parsed and started them */
@@ -805,6 +887,7 @@ int main(int argc, char **argv) {
     if (RUN("small gemm")) bench_small_gemm(&c, &o);
     if (bench_gpt2(&c, &o, &r) != 0) return 2;
     bench_llama(&cfg, batch, seq, reps, only, &r);
+    if (RUN("attention rate")) bench_attention_rate(&cfg, batch, seq, reps, &r);
     if (RUN("adamw") && bench_adamw(&c, &cfg, reps, &r) != 0) return 2;
     if (o.torch_pid) torch_end(&o);
     printf("%s\n", failures ? "SOME CHECKS FAILED: the timings above are not trustworthy" : "all result checks passed");

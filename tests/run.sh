@@ -316,6 +316,9 @@ for cc in gcc "$CLANG"; do
 done
 step "header: C++ (g++ -std=c++11 -Werror)" sh -c \
     "$CXX -std=c++11 $WERR -fopenmp tests/cxx_check.cpp -o $tmp/cxx $BLAS -lm && $tmp/cxx"
+step "header: PTRAIN_MPI under mpicc -std=c11 -Werror, no feature-test macro defined" sh -c \
+    "printf '#define PTRAIN_IMPLEMENTATION\n#define PTRAIN_MPI\n#include \"ptrain.h\"\n' >$tmp/mpi1.c &&
+     mpicc -std=c11 $WERR -fopenmp -I. -c $tmp/mpi1.c -o $tmp/mpi1.o"
 step "header: PTRAIN_STATIC and PTRAIN_NO_BLAS without OpenMP" sh -c \
     "$CC -std=c11 $WERR -DPTRAIN_STATIC -DPTRAIN_NO_BLAS -c tests/two_tu_b.c -o $tmp/s.o"
 step "header: every exported symbol starts with pt_" sh -c \

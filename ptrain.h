@@ -4909,6 +4909,12 @@ PT__TARGET_AVX512 static float pt__fa_dot(const float *x, const float *y, int n)
     return s;
 }
 
+/* g++ 12 at -O2 takes the intrinsics' _mm512_undefined_* operands for
+   uninitialised reads once they are inlined here (C++ only; a false report) */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 /* e^x of 16 lanes: pt__expf's reduction and polynomial in fused
    multiply-adds (within 2 ulp as it). Below -87.3 0 (-inf too), from 127.5
    ln2 +inf, NaN stays NaN (min and max return their second operand, x, for
@@ -4983,6 +4989,9 @@ PT__TARGET_AVX512 static void pt__fa_grad_rows(float *S, float *dP, const int *l
         }
     }
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 /* bf16 A operands from nq rows of kn in S (rows of PT__FA_KB): into r (when
    not NULL) each row's pairs along keys (PT__FA_ROWS; an odd kn's partner

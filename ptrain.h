@@ -4916,7 +4916,8 @@ PT__TARGET_AVX512 static float pt__fa_dot(const float *x, const float *y, int n)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 /* e^x of 16 lanes: pt__expf's reduction and polynomial in fused
-   multiply-adds (within 2 ulp as it). Below -87.3 0 (-inf too), from 127.5
+   multiply-adds (within 2 ulp as it; pt__expf16 is the bit-exact one that
+   GELU needs for its scalar tail, and is compiled only under -mavx512f). Below -87.3 0 (-inf too), from 127.5
    ln2 +inf, NaN stays NaN (min and max return their second operand, x, for
    a NaN; the compare that zeroes the small ones is unordered-true). */
 PT__TARGET_AVX512 static inline __m512 pt__fa_exp(__m512 x0) {

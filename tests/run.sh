@@ -55,7 +55,13 @@ fails() { # fails NAME CODE PATTERN CMD...: passes if CMD exits with CODE and pr
         tail -n 20 "$tmp/out" | sed 's/^/      /'
     fi
 }
-show() { grep -E "passed, [0-9]+ failed" "$tmp/out" | tail -n 1 | sed 's/^/      /'; }
+# show: the last step's count line, and each check it skipped inside (a "    SKIP ..." line:
+# a kernel this CPU lacks) counted apart as a skipped check
+show() {
+    grep -E "passed, [0-9]+ failed" "$tmp/out" | tail -n 1 | sed 's/^/      /'
+    grep '^    SKIP ' "$tmp/out" | sed 's/^    SKIP //' >"$tmp/skips"
+    while IFS= read -r show_line; do skip "$step_name: a check" "$show_line"; done <"$tmp/skips"
+}
 # present FILE WHAT: FILE is there. A shared fixture (../shared, beside the worktree: a
 # clone has none) that is not, or a shared glob that matched nothing, counts as a skipped
 # step named after WHAT; the project's own fixtures (tests/fixtures) cover the same paths

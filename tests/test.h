@@ -6,8 +6,11 @@
    those matching --filter SUBSTR and none of --skip A,B,... (substrings;
    valgrind skips the slow ones); --list prints names, --verbose the worst
    element of every comparison. It frees each test's TALLOC memory, and ends with
-   the line "N passed, N failed"; it returns non-zero if any test failed, and 2
-   (with a message, no count) if --filter and --skip leave no test to run. */
+   the line "N passed, N failed, N checks skipped"; it returns non-zero if any
+   test failed, and 2 (with a message, no count) if --filter and --skip leave no
+   test to run. A check that cannot run on this machine (a kernel the CPU lacks)
+   says so with SKIPPED(...): a "    SKIP ..." line, counted apart (tests/run.sh
+   counts each such line as a skipped check), never as passed. */
 #ifndef PTRAIN_TEST_H
 #define PTRAIN_TEST_H
 
@@ -25,6 +28,7 @@
 /* ======================================================================== */
 
 static int g_fail;    /* failed checks in the running test */
+static int g_skipped; /* checks SKIPPED so far, in every test */
 static int g_verbose; /* --verbose: print the worst element of every comparison */
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -41,6 +45,19 @@ static void failf(const char *file, int line, const char *fmt, ...) {
 }
 
 #define FAIL(...) failf(__FILE__, __LINE__, __VA_ARGS__)
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 1, 2)))
+#endif
+static void skippedf(const char *fmt, ...) {
+    va_list ap;
+    printf("    SKIP ");
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    g_skipped++;
+}
+#define SKIPPED(...) skippedf(__VA_ARGS__)
 #define CHECK(c) do { if (!(c)) FAIL("CHECK(%s) failed", #c); } while (0)
 #define CHECK_EQ(a, b) do {                                                                 \
         long long a_ = (long long)(a), b_ = (long long)(b);                                  \
@@ -303,7 +320,8 @@ static int test_run(const test_case *tests, int n, int argc, char **argv) {
                filter ? filter : "(none)", skip ? skip : "(none)");
         return 2;
     }
-    if (!list) printf("%d passed, %d failed\n", passed, failed);
+    if (!list) printf("%d passed, %d failed, %d check%s skipped\n", passed, failed, g_skipped,
+                      g_skipped == 1 ? "" : "s");
     return failed != 0;
 }
 

@@ -13711,8 +13711,10 @@ static const pt_hw pt__hw_presets[] = {
        step, with the A100's ratio of in-step to best (0.863): 0.69, 0.70 asymptotically,
        Hopper's 128x256 tiles losing half at 64. Flash: FlashAttention-2, the kernel
        2024's runs had (PyTorch's SDPA, Llama 3), reaches at most 35% of the H100's peak
-       (Shah et al. 2024, FlashAttention-3's abstract; its backward runs slower still):
-       0.35 forward + backward. FlashAttention-3 and cuDNN's fused attention reach
+       (Shah et al. 2024, FlashAttention-3's abstract), its backward slower still: the
+       paper's H100 SXM5 figures at head size 128, 4k-16k tokens, FA2 forward 368-370 and
+       backward 310-322 TFLOP/s; a step's FLOPs 1 forward to 2.5 backward: 1/(1/3.5 x
+       (1/369 + 2.5/318)) = 331 TFLOP/s, 0.335 forward + backward. FlashAttention-3 and cuDNN's fused attention reach
        600-740 TFLOP/s forward (0.55 forward + backward): a profile file with flash_eff
        = 0.55 plans with them. tp overlap:
        Transformer Engine's userbuffers (Megatron's --tp-comm-overlap) split each
@@ -13722,12 +13724,12 @@ static const pt_hw pt__hw_presets[] = {
        Megatron-LM forces fp32 accumulation and reduction with bf16
        (--accumulate-allreduce-grads-in-fp32): 4 bytes. */
     {"h100-80g", 989e12, 0.70, 64.0, 0.0, 3.0e12, 85899345920.0, 3e-6, 8, 360e9, 8e-6, 45e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.35, 0.2, 4.0, 0.24},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.335, 0.2, 4.0, 0.24},
     /* NVIDIA H200 SXM 141GB (H200 datasheet: the H100's 989 TFLOP/s bf16 and NVLink
        4, HBM3e 141 GB at 4.8 TB/s; ~4.3 sustained, the H100's 0.9 of it); the
        rest as h100-80g (same SXM5 board, DGX H200: 8 x 400 Gb/s a node). */
     {"h200", 989e12, 0.70, 64.0, 0.0, 4.3e12, 141e9, 3e-6, 8, 360e9, 8e-6, 45e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.35, 0.2, 4.0, 0.24},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.335, 0.2, 4.0, 0.24},
     /* AMD MI250X on Frontier, one graphics compute die (GCD) a device: 191.5
        TFLOP/s fp16 (the issue's and AMD's figure), HBM2e 1.6 TB/s and 64 GB a
        GCD; 8 GCDs a node joined by Infinity Fabric (50-200 GB/s between pairs:

@@ -4781,6 +4781,10 @@ PT__TARGET_AVX512 static void pt__fa_kf_half(int kc, const float *a, const float
                                              int ldc, int m, int n, int first) {
     pt__fa_kernel_f32(kc, a, 1, PT__GEMM_MR, 1, b, c, ldc, m, n, first);
 }
+PT__TARGET_AVX512 static void pt__fa_kf_rowsh(int kc, const float *a, const float *b, float *c,
+                                              int ldc, int m, int n, int first) {
+    pt__fa_kernel_f32(kc, a, PT__FA_KB, 1, 1, b, c, ldc, m, n, first);
+}
 PT__TARGET_BF16 static void pt__fa_kb_rows(int kp, const uint32_t *a, const uint32_t *b, float *c,
                                            int ldc, int m, int n, int first) {
     pt__fa_kernel_bf16(kp, a, PT__FA_KB / 2, 1, 0, b, c, ldc, m, n, first);
@@ -4793,15 +4797,22 @@ PT__TARGET_BF16 static void pt__fa_kb_half(int kp, const uint32_t *a, const uint
                                            int ldc, int m, int n, int first) {
     pt__fa_kernel_bf16(kp, a, 1, PT__GEMM_MR, 1, b, c, ldc, m, n, first);
 }
+PT__TARGET_BF16 static void pt__fa_kb_rowsh(int kp, const uint32_t *a, const uint32_t *b, float *c,
+                                            int ldc, int m, int n, int first) {
+    pt__fa_kernel_bf16(kp, a, PT__FA_KB / 2, 1, 1, b, c, ldc, m, n, first);
+}
 
 /* One MR x NR tile: C (first: =, else +=) A B over kc k (bf16: pairs), A in
-   layout am at a (packed, n <= 16: the half-width kernels). */
+   layout am at a (packed or rows, n <= 16: the half-width kernels). */
 static void pt__fa_tile(int bf16, int am, int kc, const float *a, const float *b, float *c,
                         int ldc, int m, int n, int first) {
     const uint32_t *au = (const uint32_t *)a, *bu = (const uint32_t *)b;
-    if (am == PT__FA_PACKED && n <= 16)
-        bf16 ? pt__fa_kb_half(kc, au, bu, c, ldc, m, n, first)
-             : pt__fa_kf_half(kc, a, b, c, ldc, m, n, first);
+    if (am != PT__FA_COLS && n <= 16) {
+        if (bf16)
+            (am == PT__FA_PACKED ? pt__fa_kb_half : pt__fa_kb_rowsh)(kc, au, bu, c, ldc, m, n,
+                                                                      first);
+        else (am == PT__FA_PACKED ? pt__fa_kf_half : pt__fa_kf_rowsh)(kc, a, b, c, ldc, m, n, first);
+    }
     else if (!bf16 && am == PT__FA_PACKED) pt__gemm_kernel_f32(kc, a, b, c, ldc, m, n, first, 0.0f);
     else if (!bf16)
         (am == PT__FA_ROWS ? pt__fa_kf_rows : pt__fa_kf_cols)(kc, a, b, c, ldc, m, n, first);
@@ -4812,8 +4823,8 @@ static void pt__fa_tile(int bf16, int am, int kc, const float *a, const float *b
 /* C[0:M, 0:N] (first: =, else +=) A B: A's row panel p (MR rows; layout am:
    packed at ap + p MR kw(K), or a block buffer's rows or columns), times B's
    packed column panels (NR columns, at bp + q bs), over k in [k0[p], k1[p])
-   (k0 even), columns below nc[p] (NULL: 0, K, N; packed A: columns past
-   nc[p] may be left unset). A panel with no k leaves C (first: zero). */
+   (k0 even), columns below nc[p] (NULL: 0, K, N; columns past nc[p] may be
+   left unset). A panel with no k leaves C (first: zero). */
 static void pt__fa_gemm(int bf16, int M, int N, int K, const float *ap, int am, const float *bp,
                         size_t bs, float *c, int ldc, int first, const int *k0, const int *k1,
                         const int *nc) {
@@ -4835,7 +4846,7 @@ static void pt__fa_gemm(int bf16, int M, int N, int K, const float *ap, int am, 
         }
         for (q = 0; q * NR < n1; q++) {
             int n = N - q * NR < NR ? N - q * NR : NR;
-            if (am == PT__FA_PACKED && n1 - q * NR <= 16 && n > 16) n = 16; /* past nc[p]: unset */
+            if (n1 - q * NR <= 16 && n > 16) n = 16; /* past nc[p]: unset */
             pt__fa_tile(bf16, am, bf16 ? (hi - lo + 1) / 2 : hi - lo, a, bp + q * bs + NR * ko,
                         cr + q * NR, ldc, m, n, first);
         }
@@ -4846,6 +4857,7 @@ static void pt__fa_gemm(int bf16, int M, int N, int K, const float *ap, int am, 
    block at hand. */
 typedef struct pt__fa {
     int bf16, hd, C, C3, T, Tk, t0, nq, ldkv; /* ldkv: dka's and dva's rows */
+    int qam; /* Q's and dO's A layout (qa, da): PT__FA_ROWS when hd <= KB, else packed */
     float scale;
     const pt_attn_ring *r;
     float *kt, *vt, *kb, *vb, *qa, *da, *qb, *db, *S, *dP, *pa, *pb, *pc, *acc, *dka, *dva;
@@ -4854,7 +4866,7 @@ typedef struct pt__fa {
 
 /* The floats a task needs (bwd: backward's buffers) and, given ws, its layout:
    K^T and V^T as B panels over keys (kt, vt), K and V as B panels along
-   keys (kb, vb), Q and dO as A panels (qa, da) and B panels along queries
+   keys (kb, vb), Q and dO as A operands (qa, da: f->qam) and B panels along queries
    (qb, db), the S and dP blocks and three bf16 A operands of a block (pa, pb,
    pc: P and dS as PT__FA_ROWS or PT__FA_COLS read them), and contiguous
    accumulators (rows of hd; the strided rows of out and the gradients,
@@ -4862,7 +4874,7 @@ typedef struct pt__fa {
    bwd 2, the task's dK and dV (dka, dva; bwd 1: summed in place). */
 static size_t pt__fa_layout(pt__fa *f, float *ws, int Tk, int hd, int bwd) {
     size_t t32 = (size_t)(Tk + 31) / 32 * 32, h32 = (size_t)(hd + 31) / 32 * 32, at = 0;
-    size_t qa = (size_t)PT__FA_QB * hd, qb = h32 * (PT__FA_QB + 1), blk = (size_t)PT__FA_QB * PT__FA_KB;
+    size_t qa = (size_t)PT__FA_QB * (hd > PT__FA_KB ? hd : PT__FA_KB), qb = h32 * (PT__FA_QB + 1), blk = (size_t)PT__FA_QB * PT__FA_KB;
     size_t n[16], i;
     float **dst[16];
     n[0] = t32 * hd, n[1] = bwd ? t32 * hd : 0, n[2] = bwd ? h32 * (Tk + 1) : 0;
@@ -4873,6 +4885,7 @@ static size_t pt__fa_layout(pt__fa *f, float *ws, int Tk, int hd, int bwd) {
     dst[5] = &f->da, dst[6] = &f->qb, dst[7] = &f->db, dst[8] = &f->S, dst[9] = &f->dP;
     dst[10] = &f->pa, dst[11] = &f->pb, dst[12] = &f->pc, dst[13] = &f->acc;
     dst[14] = &f->dka, dst[15] = &f->dva;
+    f->qam = hd <= PT__FA_KB ? PT__FA_ROWS : PT__FA_PACKED;
     for (i = 0; i < 16; i++) {
         if (ws) *dst[i] = ws + at;
         at += (n[i] + 15) / 16 * 16;
@@ -5018,6 +5031,39 @@ PT__TARGET_BF16 static void pt__fa_to_bf16(uint32_t *r, uint32_t *z, const float
     }
 }
 
+/* s times n rows of w <= PT__FA_KB values at src (ld lds) as an A operand in
+   PT__FA_ROWS's layout (fp32 rows of KB floats; bf16 rows of KB/2 pairs,
+   rounded as pt__pack_a_bf16 rounds them, an odd w's partner 0): the same
+   values as the packed panels, without pt__tr16's transposes. */
+PT__TARGET_AVX512 static void pt__fa_rows_f32(float *dst, const float *src, size_t lds, int n,
+                                              int w, float s) {
+    __m512 vs = _mm512_set1_ps(s);
+    int i, j;
+    for (i = 0; i < n; i++)
+        for (j = 0; j < w; j += 16) {
+            __mmask16 km = pt__mask16(w - j);
+            __m512 x = _mm512_maskz_loadu_ps(km, src + (size_t)i * lds + j);
+            _mm512_mask_storeu_ps(dst + (size_t)i * PT__FA_KB + j, km, _mm512_mul_ps(vs, x));
+        }
+}
+PT__TARGET_BF16 static void pt__fa_rows_bf16(uint32_t *dst, const float *src, size_t lds, int n,
+                                             int w, float s) {
+    __m512 vs = _mm512_set1_ps(s);
+    int i, j, kp = (w + 1) / 2;
+    for (i = 0; i < n; i++)
+        for (j = 0; j < w; j += 32)
+            _mm512_mask_storeu_epi32(dst + (size_t)i * (PT__FA_KB / 2) + j / 2,
+                                     pt__mask16(kp - j / 2),
+                                     pt__bf16_pairs32(src + (size_t)i * lds + j, w - j, vs));
+}
+
+/* Q or dO's nq rows of hd (ld lds), times s, as f->qam lays A out at dst */
+static void pt__fa_load_a(const pt__fa *f, float *dst, const float *src, int lds, float s) {
+    if (f->qam == PT__FA_PACKED) pt__fa_pack_a(f->bf16, dst, 0, src, lds, f->nq, f->hd, s);
+    else if (f->bf16) pt__fa_rows_bf16((uint32_t *)dst, src, (size_t)lds, f->nq, f->hd, s);
+    else pt__fa_rows_f32(dst, src, (size_t)lds, f->nq, f->hd, s);
+}
+
 /* n rows of w floats at x (ld ld) fetched ahead of need (wr: to be
    written, into L1; else towards L2): rows a page or more apart, which the
    hardware's prefetchers do not follow */
@@ -5043,11 +5089,11 @@ static void pt__fa_fwd_block(pt__fa *f, float *o, float *lse, const float *q) {
     float m[PT__FA_QB], l[PT__FA_QB], a[PT__FA_QB];
     int nk = pt__attn_rows(f->len, f->r, f->t0, nq), u0, i;
     for (i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0.0f;
-    if (nk > 0) pt__fa_pack_a(bf, f->qa, 0, q, f->C3, nq, f->hd, f->scale);
+    if (nk > 0) pt__fa_load_a(f, f->qa, q, f->C3, f->scale);
     for (u0 = 0; u0 < nk; u0 += PT__FA_KB) {
         int kn = nk - u0 < PT__FA_KB ? nk - u0 : PT__FA_KB;
         pt__fa_limits(f, u0, kn);
-        pt__fa_gemm(bf, nq, kn, f->hd, f->qa, PT__FA_PACKED,
+        pt__fa_gemm(bf, nq, kn, f->hd, f->qa, f->qam,
                     f->kt + (size_t)u0 * pt__fa_kw(bf, f->hd), NR * pt__fa_kw(bf, f->hd), f->S,
                     PT__FA_KB, 1, NULL, NULL, f->lim);
         pt__fa_online(f->S, f->len, nq, u0, kn, m, l, a);
@@ -5118,8 +5164,8 @@ static void pt__fa_bwd_block(pt__fa *f, float *dq, const float *q, const float *
     float D[PT__FA_QB];
     int nk = pt__attn_rows(f->len, f->r, f->t0, nq), lo[PT__FA_KB / PT__GEMM_MR], u0, i, p;
     if (nk == 0) return;
-    pt__fa_pack_a(bf, f->qa, 0, q, f->C3, nq, hd, f->scale);
-    pt__fa_pack_a(bf, f->da, 0, dO, f->C, nq, hd, 1.0f);
+    pt__fa_load_a(f, f->qa, q, f->C3, f->scale);
+    pt__fa_load_a(f, f->da, dO, f->C, 1.0f);
     pt__fa_pack_b(bf, f->qb, 0, q, f->C3, hd, nq);
     pt__fa_pack_b(bf, f->db, 0, dO, f->C, hd, nq);
     for (i = 0; i < nq; i++) D[i] = pt__fa_dot(dO + (size_t)i * f->C, O + (size_t)i * f->C, hd);
@@ -5128,9 +5174,9 @@ static void pt__fa_bwd_block(pt__fa *f, float *dq, const float *q, const float *
         int kn = nk - u0 < PT__FA_KB ? nk - u0 : PT__FA_KB;
         size_t ko = NR * (bf ? (size_t)u0 / 2 : (size_t)u0);
         pt__fa_limits(f, u0, kn);
-        pt__fa_gemm(bf, nq, kn, hd, f->qa, PT__FA_PACKED, f->kt + (size_t)u0 * pt__fa_kw(bf, hd),
+        pt__fa_gemm(bf, nq, kn, hd, f->qa, f->qam, f->kt + (size_t)u0 * pt__fa_kw(bf, hd),
                     bh, f->S, PT__FA_KB, 1, NULL, NULL, f->lim);
-        pt__fa_gemm(bf, nq, kn, hd, f->da, PT__FA_PACKED, f->vt + (size_t)u0 * pt__fa_kw(bf, hd),
+        pt__fa_gemm(bf, nq, kn, hd, f->da, f->qam, f->vt + (size_t)u0 * pt__fa_kw(bf, hd),
                     bh, f->dP, PT__FA_KB, 1, NULL, NULL, f->lim);
         pt__fa_grad_rows(f->S, f->dP, f->len, nq, u0, kn, L, D, f->scale);
         if (bf) { /* P^T, dS^T and dS as bf16 operands */

@@ -17298,11 +17298,11 @@ static pt_status pt__bpe_count(const unsigned char *s, size_t n, pt_pretok pat, 
     pt__wmap *maps = (pt__wmap *)pt__malloc((size_t)n_threads * sizeof(pt__wmap), ctx);
     pt_status st = PT_OK;
     int t;
+    if (maps) memset(maps, 0, (size_t)n_threads * sizeof(pt__wmap)); /* done: frees them all */
     if (!cut || !maps) {
         st = pt__fail(PT_ERR_OOM, "pt_bpe_train: out of memory");
         goto done;
     }
-    memset(maps, 0, (size_t)n_threads * sizeof(pt__wmap));
     cut[n_chunks++] = 0;
     for (c = (size_t)1 << 20; c < n;) {
         size_t k = c;

@@ -547,14 +547,12 @@ PTRAINDEF void pt_crossentropy_backward(float *dlogits, const float *logits, con
 /* The head and the loss fused, forward and backward, by blocks of `rows`
    rows (0: 256): the logits never exist whole. For each block: its logits
    (N's rows r0..r1 of x @ wte^T, at ctx's precision) into work (rows*V
-   floats), losses and lse as pt_crossentropy_forward, then by chunks of
-   the vocabulary (a few thousand columns, so each stays in cache from one
-   pass to the next) the logits made dlogits in place as
-   pt_crossentropy_backward with dloss, dx += dlogits @ wte and dwte +=
-   dlogits^T @ x (each may be NULL: the loss alone). losses and lse come
-   out as the unfused kernels give them, dx too on ptrain's GEMMs (within
-   rounding on others); dwte sums its rows' products a block at a time, so
-   its bits may differ from one N-row product. Vocabulary-parallel heads (each rank a
+   floats), losses and lse as pt_crossentropy_forward, the logits made
+   dlogits in place as pt_crossentropy_backward with dloss, then
+   dx += dlogits @ wte and dwte += dlogits^T @ x (each may be NULL: the
+   loss alone). losses, lse and dx come out as the unfused kernels give
+   them; dwte sums its rows' products a block at a time, so its bits may
+   differ from one N-row product. Vocabulary-parallel heads (each rank a
    part of V) need the lse's all-reduce between the two halves: the
    executor runs those blocks itself. */
 PTRAINDEF void pt_head_xent_fused(pt_ctx *ctx, float *losses, double *lse, float *dx, float *dwte,
@@ -5529,50 +5527,6 @@ PTRAINDEF void pt_crossentropy_backward(float *dlogits, const float *logits, con
     pt__xent_backward_part(dlogits, logits, lse, targets, N, V, V, 0, dloss);
 }
 
-/* Columns [c0, c1) of n rows (ld floats apart) of logits made dlogits in
-   place, as pt__xent_backward_part makes them (valid, v0 alike): element by
-   element, so the same bits whatever the columns. */
-static void pt__xent_grad_cols(float *l, size_t ld, const double *lse, const int *targets, int n,
-                               int c0, int c1, int valid, int v0, float dloss) {
-    int r;
-    PT__OMP(omp parallel for schedule(static))
-    for (r = 0; r < n; r++) {
-        float *d = l + (size_t)r * ld;
-        double m = lse[r];
-        int v, e = c1 < valid ? c1 : valid, t = targets[r] - v0;
-        PT__OMP(omp simd)
-        for (v = c0; v < e; v++) d[v] = dloss * pt__expf((float)((double)d[v] - m));
-        for (v = e > c0 ? e : c0; v < c1; v++) d[v] = 0.0f;
-        if (t >= c0 && t < e) d[t] -= dloss;
-    }
-}
-
-/* The fused head's backward of a block of n rows (its logits in work, ld
-   floats apart, lse known) by chunks of about PT__HEAD_COLS vocabulary
-   columns: a chunk's dlogits made (pt__xent_grad_cols), then dx += them @
-   w's rows and dw's rows += them^T @ x while they are in cache (the whole
-   block's dlogits would go to memory and come back for each product). dw's
-   rows sum the block's n rows as one product; dx sums the vocabulary chunk
-   after chunk, cut where ptrain's GEMM cuts K into slabs (chunks of whole
-   2 KC, the last one's remainder apart: each slab's partial sum added to dx
-   in the same order), so on ptrain's GEMM its bits are one product's. */
-#define PT__HEAD_COLS 3072 /* a multiple of 2 KC */
-static void pt__head_grad_block(pt_ctx *ctx, float *dx, float *dw, float *work, size_t ld,
-                                const float *x, const float *w, const double *lse,
-                                const int *targets, int n, int C, int V, int valid, int v0,
-                                float dloss) {
-    int unit = pt__ctx_bf16(ctx) ? 2 * PT__GEMM_KC : PT__GEMM_KC, ns = (V + unit - 1) / unit;
-    int step = ((V + ns - 1) / ns + 31) / 32 * 32 == unit ? PT__HEAD_COLS : V, c0, c1;
-    for (c0 = 0; c0 < V; c0 = c1) {
-        c1 = V - c0 >= step ? c0 + step : V - c0 >= unit ? c0 + (V - c0) / unit * unit : V;
-        pt__xent_grad_cols(work, ld, lse, targets, n, c0, c1, valid, v0, dloss);
-        if (dx) pt__mm(ctx, 0, 0, n, C, c1 - c0, 1.0f, work + c0, (int)ld, w + (size_t)c0 * C, C,
-                       1.0f, dx, C);
-        if (dw) pt__mm(ctx, 1, 0, c1 - c0, C, n, 1.0f, work + c0, (int)ld, x, C, 1.0f,
-                       dw + (size_t)c0 * C, C);
-    }
-}
-
 PTRAINDEF void pt_head_xent_fused(pt_ctx *ctx, float *losses, double *lse, float *dx, float *dwte,
                                   const float *x, const float *wte, const int *targets, int N,
                                   int C, int V, float dloss, float *work, int rows) {
@@ -5582,9 +5536,9 @@ PTRAINDEF void pt_head_xent_fused(pt_ctx *ctx, float *losses, double *lse, float
         const float *xb = x + (size_t)r0 * C;
         pt_tied_head_forward(ctx, work, xb, wte, n, C, V);
         pt_crossentropy_forward(losses + r0, lse + r0, work, targets + r0, n, V);
-        if (dx || dwte)
-            pt__head_grad_block(ctx, dx ? dx + (size_t)r0 * C : NULL, dwte, work, (size_t)V, xb,
-                                wte, lse + r0, targets + r0, n, C, V, V, 0, dloss);
+        if (!dx && !dwte) continue;
+        pt_crossentropy_backward(work, work, lse + r0, targets + r0, n, V, dloss);
+        pt_tied_head_backward(ctx, dx ? dx + (size_t)r0 * C : NULL, dwte, work, xb, wte, n, C, V);
     }
 }
 
@@ -11855,10 +11809,11 @@ static pt_status pt__head_fused_run(pt_gpt *m, pt__slot *sl, int N, float dloss,
         pt_tied_head_forward(&m->ctx, x->head_work, xb, m->lm_head, n, C, Vl);
         st = pt__xent_tp(m, x->head_work, sl->targets + r0, sl->lse + r0, sl->losses + r0, n);
         if (st != PT_OK) return st;
-        if (dx || dwte)
-            pt__head_grad_block(&m->ctx, dx ? dx + (size_t)r0 * C : NULL, dwte, x->head_work,
-                                (size_t)Vl, xb, m->lm_head, sl->lse + r0, sl->targets + r0, n, C,
-                                Vl, pt__vocab_valid(m), pl->vocab_offset, dloss);
+        if (!dx && !dwte) continue;
+        pt__xent_backward_part(x->head_work, x->head_work, sl->lse + r0, sl->targets + r0, n, Vl,
+                               pt__vocab_valid(m), pl->vocab_offset, dloss);
+        pt_tied_head_backward(&m->ctx, dx ? dx + (size_t)r0 * C : NULL, dwte, x->head_work, xb,
+                              m->lm_head, n, C, Vl);
     }
     return PT_OK;
 }
@@ -12302,11 +12257,10 @@ static pt_status pt__zero2_bucket(pt_gpt *m, int b) {
    weights at rows), their gradient into dst: the logits' columns [r0, r1)
    made again by blocks of PT__HEAD_ROWS rows of slot sl, made dlogits with
    the forward's lse (dloss scales them), then x->scratch.dln += dlogits @
-   rows and dst += dlogits^T lnf, by vocabulary chunks (pt__head_grad_block;
-   so dln sums the vocabulary bucket by bucket, dst the rows block by block:
-   not the one-bucket fused head's rounding). zs: the stage's reduce-scatter
-   under way settled before dst is first written (behind the first block's
-   logits). */
+   rows and dst += dlogits^T lnf (so dln sums the vocabulary bucket by
+   bucket, dst the rows block by block: not the one-bucket fused head's
+   rounding). zs: the stage's reduce-scatter under way settled before dst
+   is first written (behind the first block's logits and dln). */
 static pt_status pt__head_rows_backward(pt_gpt *m, const pt__slot *sl, int N, int r0, int r1,
                                         const float *rows, float *dst, float dloss, int zs) {
     pt_gpt_exec *x = m->exec;
@@ -12317,10 +12271,12 @@ static pt_status pt__head_rows_backward(pt_gpt *m, const pt__slot *sl, int N, in
         const float *xb = sl->lnf + (size_t)b0 * C;
         n = N - b0 < PT__HEAD_ROWS ? N - b0 : PT__HEAD_ROWS;
         pt_tied_head_forward(&m->ctx, x->head_work, xb, rows, n, C, w);
+        pt__xent_backward_part(x->head_work, x->head_work, sl->lse + b0, sl->targets + b0, n, w,
+                               valid, m->place.vocab_offset + r0, dloss);
+        pt_tied_head_backward(&m->ctx, x->scratch.dln + (size_t)b0 * C, NULL, x->head_work, xb,
+                              rows, n, C, w);
         if (zs && b0 == 0 && (st = pt__zero2_settle(m)) != PT_OK) return st;
-        pt__head_grad_block(&m->ctx, x->scratch.dln + (size_t)b0 * C, dst, x->head_work,
-                            (size_t)w, xb, rows, sl->lse + b0, sl->targets + b0, n, C, w, valid,
-                            m->place.vocab_offset + r0, dloss);
+        pt_tied_head_backward(&m->ctx, NULL, dst, x->head_work, xb, rows, n, C, w);
     }
     return PT_OK;
 }

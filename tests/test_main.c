@@ -925,50 +925,6 @@ static void test_head_xent_fused(void) {
     pt_ctx_free(&c16);
 }
 
-/* The fused head's backward by vocabulary chunks (pt__head_grad_block; V
-   = 16228: 5 chunks of PT__HEAD_COLS, one of 2 KC, a last of 100; targets
-   at the chunks' edges) against the unfused kernels, fp32 and bf16: the
-   same losses and lse, dwte bit for bit (its rows sum the block's rows as
-   one product), dx bit for bit on ptrain's own GEMMs (the chunks cut the
-   vocabulary where they cut K), within rounding on others. */
-static void test_head_xent_chunks(void) {
-    enum { N = 7, C = 16, V = 16228 };
-    static const int targets[N] = {0, 3071, 3072, 12288, 15359, 15360, 16227};
-    const float dloss = 0.7f;
-    float *x = frand(N * C, -1, 1), *w = frand((size_t)V * C, -1, 1);
-    float *logits = TALLOC(float, (size_t)N * V), *work = TALLOC(float, (size_t)N * V);
-    float *loss_ref = TALLOC(float, N), *loss = TALLOC(float, N), *dx0 = frand(N * C, -1, 1);
-    double *lse_ref = TALLOC(double, N), *lse = TALLOC(double, N);
-    pt_ctx c16, *ctx;
-    pt_ctx_desc cd;
-    int k, n;
-    CHECK(V > 5 * PT__HEAD_COLS + 2 * PT__GEMM_KC && PT__HEAD_COLS % (2 * PT__GEMM_KC) == 0);
-    ZERO(cd);
-    cd.precision = PT_PRECISION_BF16;
-    if (pt_ctx_init(&c16, &cd) != PT_OK) FAIL("pt_ctx_init: %s", pt_last_error());
-    for (k = 0; k < 2; k++) { /* fp32, bf16 */
-        float *dx_ref = fcopy(dx0, N * C), *dw_ref = TALLOC(float, (size_t)V * C);
-        float *dx = fcopy(dx0, N * C), *dw = TALLOC(float, (size_t)V * C);
-        int own = k ? !strcmp(pt_gemm_bf16_name(), "ptrain-avx512bf16")
-                    : !strcmp(pt_gemm_name(), "ptrain-avx512");
-        ctx = k ? &c16 : tctx();
-        pt_tied_head_forward(ctx, logits, x, w, N, C, V);
-        pt_crossentropy_forward(loss_ref, lse_ref, logits, targets, N, V);
-        pt_crossentropy_backward(logits, logits, lse_ref, targets, N, V, dloss);
-        pt_tied_head_backward(ctx, dx_ref, dw_ref, logits, x, w, N, C, V);
-        pt_head_xent_fused(ctx, loss, lse, dx, dw, x, w, targets, N, C, V, dloss, work, 0);
-        CHECK(memcmp(loss, loss_ref, N * sizeof(float)) == 0);
-        for (n = 0; n < N; n++)
-            if (lse[n] != lse_ref[n]) FAIL("chunked head: lse[%d] %.17g != %.17g", n, lse[n], lse_ref[n]);
-        if (memcmp(dw, dw_ref, (size_t)V * C * sizeof(float)) != 0)
-            FAIL("chunked head (%s): dwte differs from the unfused product's", k ? "bf16" : "fp32");
-        if (own && memcmp(dx, dx_ref, N * C * sizeof(float)) != 0)
-            FAIL("chunked head (%s): dx differs from the unfused product's", k ? "bf16" : "fp32");
-        CHECK_CLOSE("chunked head: dx", dx, to_double(dx_ref, N * C), N * C, 1e-6, 1e-5);
-    }
-    pt_ctx_free(&c16);
-}
-
 /* The executor's fused head and loss (one rank, training): the slots hold
    no whole logits (a block's buffer instead, the memory report alike); over
    several row blocks (N = 1200 > PT__HEAD_ROWS) a step whose losses come
@@ -6569,7 +6525,6 @@ static const test_case tests[] = {
     {"kernel_crossentropy", test_crossentropy},
     {"kernel_head_xent_fused", test_head_xent_fused},
     {"model_grad_finite_differences", test_model_grad},
-    {"kernel_head_xent_chunks", test_head_xent_chunks},
     {"gpt_head_fused", test_gpt_head_fused},
     {"init_weights", test_init_weights},
     {"threads_reproducible", test_threads_reproducible},

@@ -401,6 +401,78 @@ static void bench_attention_rate(const pt_gpt_config *cfg, int B, int T, int rep
     }
 }
 
+/* "head rate": the head and the loss fused (pt_head_xent_fused by the
+   executor's PT__HEAD_ROWS-row blocks, forward and backward: 6 N V C FLOPs)
+   against the model's c_fc GEMM (N x 4C x C) at the same precision, and
+   against the unfused head (its three GEMMs on the whole logits, the loss
+   between), rounds alternating, each the fastest of its rounds, in wall
+   time and in the process's CPU time (as "attention rate"). --vocab sets V
+   (LLaMA 3's 128256: the head the step's largest part). */
+typedef struct hrate {
+    pt_ctx *ctx;
+    int N, C, V;
+    float *x, *w, *dx, *dw, *work, *logits, *loss, *y, *wf;
+    double *lse;
+    int *tg;
+} hrate;
+
+static void k_hr_fused(void *p) {
+    hrate *h = (hrate *)p;
+    pt_head_xent_fused(h->ctx, h->loss, h->lse, h->dx, h->dw, h->x, h->w, h->tg, h->N, h->C,
+                       h->V, 1.0f / (float)h->N, h->work, PT__HEAD_ROWS);
+}
+static void k_hr_unfused(void *p) {
+    hrate *h = (hrate *)p;
+    pt_tied_head_forward(h->ctx, h->logits, h->x, h->w, h->N, h->C, h->V);
+    pt_crossentropy_forward(h->loss, h->lse, h->logits, h->tg, h->N, h->V);
+    pt_crossentropy_backward(h->logits, h->logits, h->lse, h->tg, h->N, h->V, 1.0f / (float)h->N);
+    pt_tied_head_backward(h->ctx, h->dx, h->dw, h->logits, h->x, h->w, h->N, h->C, h->V);
+}
+static void k_hr_gemm(void *p) { /* the layers' c_fc: N x 4C x C */
+    hrate *h = (hrate *)p;
+    pt_matmul_forward(h->ctx, h->y, h->x, h->wf, NULL, h->N, h->C, 4 * h->C);
+}
+
+static void bench_head_rate(const pt_gpt_config *cfg, int B, int T, int reps, pt_rng *r) {
+    hrate h;
+    size_t N = (size_t)B * T, C = (size_t)cfg->n_embd, V = (size_t)cfg->vocab_size, i;
+    double fl = 6.0 * (double)N * V * C, fg = 8.0 * (double)N * C * C;
+    int prec, k;
+    memset(&h, 0, sizeof h);
+    h.N = (int)N, h.C = (int)C, h.V = (int)V;
+    h.x = buffer(N * C, r, -1, 1), h.w = buffer(V * C, r, -0.05f, 0.05f);
+    h.dx = buffer(N * C, r, 0, 0), h.dw = buffer(V * C, r, 0, 0);
+    h.work = buffer((N < PT__HEAD_ROWS ? N : PT__HEAD_ROWS) * V, r, 0, 0);
+    h.logits = buffer(N * V, r, 0, 0), h.loss = buffer(N, r, 0, 0), h.y = buffer(N * 4 * C, r, 0, 0);
+    h.wf = buffer(4 * C * C, r, -0.05f, 0.05f);
+    h.lse = (double *)malloc(N * sizeof(double)), h.tg = (int *)malloc(N * sizeof(int));
+    if (!h.lse || !h.tg) return;
+    for (i = 0; i < N; i++) h.tg[i] = (int)(pt_rng_u64(r) % V);
+    for (prec = 0; prec < 2; prec++) {
+        pt_ctx_desc d;
+        pt_ctx ctx;
+        double t[3] = {1e30, 1e30, 1e30}, c[3] = {1e30, 1e30, 1e30};
+        memset(&d, 0, sizeof d);
+        d.precision = prec ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
+        if (pt_ctx_init(&ctx, &d) != PT_OK) break;
+        h.ctx = &ctx;
+        k_hr_fused(&h), k_hr_unfused(&h), k_hr_gemm(&h); /* warm-up */
+        for (k = 0; k < reps; k++) {
+            time_min2(k_hr_fused, &h, &t[0], &c[0]);
+            time_min2(k_hr_unfused, &h, &t[1], &c[1]);
+            time_min2(k_hr_gemm, &h, &t[2], &c[2]);
+        }
+        printf("  head rate %s V=%zu fused %8.2f ms %6.1f GFLOP/s (unfused %8.2f ms), c_fc GEMM "
+               "%6.1f: fused/GEMM %.2f wall, %.2f CPU time; fused/unfused time %.2f wall, %.2f "
+               "CPU\n", prec ? "bf16" : "fp32", V, t[0] * 1e3, fl / t[0] / 1e9, t[1] * 1e3,
+               fg / t[2] / 1e9, (fl / t[0]) / (fg / t[2]), (fl / c[0]) / (fg / c[2]), t[0] / t[1],
+               c[0] / c[1]);
+        pt_ctx_free(&ctx);
+    }
+    free(h.x), free(h.w), free(h.dx), free(h.dw), free(h.work), free(h.logits), free(h.loss);
+    free(h.y), free(h.wf), free(h.lse), free(h.tg);
+}
+
 /* ---- the run's phases, in main's order ------------------------------------- */
 
 /* the options and the --torch process, as main parsed and started them */
@@ -843,7 +915,7 @@ static void torch_end(const run_opts *o) {
 
 int main(int argc, char **argv) {
     const char *config = "gpt2-124m", *only = NULL, *torch = NULL;
-    int batch = 8, seq = 256, threads = 0, npos, s, reps = 5;
+    int batch = 8, seq = 256, threads = 0, npos, s, reps = 5, vocab = 0;
     const char *pos[1];
     cli_opt opts[] = {
         {"config", CLI_STR, &config, "model preset whose shapes to use", 0, 0},
@@ -852,6 +924,7 @@ int main(int argc, char **argv) {
         {"threads", CLI_INT, &threads, "OpenMP/BLAS threads (0: all cores)", 0, 1024},
         {"reps", CLI_INT, &reps, "timed calls per kernel (median)", 1, 16},
         {"only", CLI_STR, &only, "run only kernels whose name contains this", 0, 0},
+        {"vocab", CLI_INT, &vocab, "vocabulary size (0: the config's)", 0, 1 << 20},
         {"torch", CLI_STR, &torch, "python with torch: torch.mm columns (bench/torch_mm.py)", 0, 0},
     };
     int nopts = (int)(sizeof opts / sizeof opts[0]);
@@ -870,6 +943,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", pt_last_error());
         return 2;
     }
+    if (vocab > 0) cfg.vocab_size = vocab;
     memset(&o, 0, sizeof o);
     o.config = config, o.only = only, o.batch = batch, o.seq = seq, o.reps = reps;
     if (torch && *torch) /* before anything is measured: it waits for shapes meanwhile */
@@ -888,6 +962,7 @@ int main(int argc, char **argv) {
     if (bench_gpt2(&c, &o, &r) != 0) return 2;
     bench_llama(&cfg, batch, seq, reps, only, &r);
     if (RUN("attention rate")) bench_attention_rate(&cfg, batch, seq, reps, &r);
+    if (RUN("head rate")) bench_head_rate(&cfg, batch, seq, reps, &r);
     if (RUN("adamw") && bench_adamw(&c, &cfg, reps, &r) != 0) return 2;
     if (o.torch_pid) torch_end(&o);
     printf("%s\n", failures ? "SOME CHECKS FAILED: the timings above are not trustworthy" : "all result checks passed");

@@ -340,19 +340,18 @@ static void phase_run(phases *ph, int k) {
             pt__norm_forward(c, a->ln1, a->ln1_mean, a->ln1_rstd, in, p->ln1_w, p->ln1_b, N, C);
             pt__norm_forward(c, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, N,
                              C);
-            pt__norm_backward(c, s->dln, NULL, NULL, a->ln2, a->res2, p->ln2_w, a->ln2_mean,
-                              a->ln2_rstd, N, C);
+            pt__norm_dinput(c, s->dln, s->w.dout, s->w.dres2, a->ln2, a->res2, p->ln2_w,
+                            a->ln2_mean, a->ln2_rstd, N, C); /* with the residual's and W's copy */
             pt__norm_backward(c, s->dln, NULL, NULL, a->ln1, in, p->ln1_w, a->ln1_mean,
                               a->ln1_rstd, N, C);
             pt__norm_backward(c, NULL, g->ln2_w, g->ln2_b, a->ln2, a->res2, p->ln2_w,
                               a->ln2_mean, a->ln2_rstd, N, C);
             pt__norm_backward(c, NULL, g->ln1_w, g->ln1_b, a->ln1, in, p->ln1_w, a->ln1_mean,
                               a->ln1_rstd, N, C);
-        } else if (k == PH_ACT) { /* forward, backward, the weight pass's recomputation */
+        } else if (k == PH_ACT) { /* forward; backward, writing the forward's again for W */
             pt__act_forward(c, s->gelu, a->fch, d.N, d.F);
-            if (c->mlp == PT_MLP_SWIGLU) pt_swiglu_backward(s->dfch, a->fch, s->gelu, N, F);
-            else pt_gelu_backward(s->dfch, a->fch, s->dfch, d.N * d.F);
-            pt__act_forward(c, s->gelu, a->fch, d.N, d.F);
+            if (c->mlp == PT_MLP_SWIGLU) pt__swiglu_bwd(s->dfch, s->gelu, a->fch, s->gelu, N, F);
+            else pt__gelu(s->dfch, s->gelu, a->fch, s->dfch, d.N * d.F, 1);
             if (c->pos == PT_POS_ROPE) {
                 const float *cs = pt__rope_cs(c, s, ph->T);
                 pt_rope_forward(a->qkv, cs, N, ph->T, (int)(d.NH + d.NKV), (int)d.hd, Q3);
@@ -364,8 +363,6 @@ static void phase_run(phases *ph, int k) {
             memcpy(s->w.dout, a->out, NC * sizeof(float));
             memset(s->gelu, 0, d.N * d.F * sizeof(float));
             memset(s->dln, 0, NC * sizeof(float));
-            memcpy(ph->dx, s->w.dout, NC * sizeof(float));
-            memcpy(s->w.dres2, ph->dx, NC * sizeof(float));
             memset(s->datty, 0, d.N * d.Ca * sizeof(float));
             memset(s->dqkv, 0, d.N * d.Q3 * sizeof(float));
             memset(s->dln, 0, NC * sizeof(float));
@@ -421,10 +418,10 @@ static void phases_count(phases *ph) {
     ph->flops[PH_HEAD] = ph->flops[PH_FUSED] = 3 * 2 * N * C * V;
     ph->flops[PH_ATTN] = 6 * L * (double)d.B * T * T * d.Ca;
     ph->bytes[PH_LOSS] = 12 * N * V;
-    ph->bytes[PH_NORM] = (2 * L + 1) * 24 * NC;
-    ph->bytes[PH_ACT] = L * N * F * (c->mlp == PT_MLP_SWIGLU ? 44 : 28);
+    ph->bytes[PH_NORM] = (2 * L + 1) * 24 * NC + L * 4 * NC; /* (ln2's: W's copy of dx too) */
+    ph->bytes[PH_ACT] = L * N * F * (c->mlp == PT_MLP_SWIGLU ? 36 : 24);
     if (c->pos == PT_POS_ROPE) ph->bytes[PH_ACT] += L * 16 * N * (double)(d.NH + d.NKV) * d.hd;
-    ph->bytes[PH_COPY] = L * (24 * NC + 24 * NC + 4 * N * (F + 2 * C + d.Ca + d.Q3));
+    ph->bytes[PH_COPY] = L * (24 * NC + 8 * NC + 4 * N * (F + 2 * C + d.Ca + d.Q3));
     ph->bytes[PH_BF16] = m->ctx.precision == PT_PRECISION_BF16
                              ? L * 12 * N * (2 * C + d.Q3 + d.Fi) : 0.0;
     ph->bytes[PH_EMB] = (c->pos == PT_POS_LEARNED ? 24 : 16) * NC;

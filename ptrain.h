@@ -2959,6 +2959,20 @@ static void pt__bf16_keep(uint16_t *dst, float *x, size_t n) {
     }
 }
 
+/* pt__bf16_keep of one row, on the calling thread (a row a kernel has just
+   written, while it is in cache) */
+static void pt__bf16_keep_row(uint16_t *dst, float *x, int n) {
+    int i;
+    PT__OMP(omp simd)
+    for (i = 0; i < n; i++) {
+        pt__f32u v;
+        uint16_t h = pt__bf16_bits(x[i]);
+        if (dst) dst[i] = h;
+        v.u = (uint32_t)h << 16;
+        x[i] = v.f;
+    }
+}
+
 static void pt__bf16_widen(float *dst, const uint16_t *src, size_t n) {
     ptrdiff_t i;
     PT__OMP(omp parallel for simd schedule(static))
@@ -4185,9 +4199,11 @@ PTRAINDEF void pt_encoder_backward(float *dwte, float *dwpe, const float *dout,
     pt__encoder_backward_part(dwte, dwpe, dout, inp, NULL, 0, INT32_MAX, B, T, C);
 }
 
-PTRAINDEF void pt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                                    const float *weight, const float *bias, int N, int C,
-                                    float eps) {
+/* The layer norm, each output row then rounded to bf16 given round (its
+   bits into keep given one: pt__bf16_keep in the same pass). */
+static void pt__layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C, float eps,
+                              int round, uint16_t *keep) {
     int n;
     PT__OMP(omp parallel for schedule(static))
     for (n = 0; n < N; n++) {
@@ -4209,9 +4225,16 @@ PTRAINDEF void pt_layernorm_forward(float *out, float *mean, float *rstd, const 
             PT__OMP(omp simd)
             for (c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c];
         }
+        if (round) pt__bf16_keep_row(keep ? keep + (size_t)n * C : NULL, o, C);
         mean[n] = m;
         rstd[n] = s;
     }
+}
+
+PTRAINDEF void pt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                    const float *weight, const float *bias, int N, int C,
+                                    float eps) {
+    pt__layernorm_fwd(out, mean, rstd, inp, weight, bias, N, C, eps, 0, NULL);
 }
 
 /* With xh = (x-mean)*rstd and g = dout*w:
@@ -4382,8 +4405,9 @@ PTRAINDEF void pt_linear_backward(pt_ctx *ctx, float *dinp, float *dweight, floa
     pt__dense_backward(ctx, dinp, dweight, dbias, dout, inp, weight, N, IN, OUT, 1);
 }
 
-PTRAINDEF void pt_rmsnorm_forward(float *out, float *rstd, const float *inp,
-                                  const float *weight, int N, int C, float eps) {
+/* The RMS norm, rounded and kept as pt__layernorm_fwd */
+static void pt__rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *weight, int N,
+                            int C, float eps, int round, uint16_t *keep) {
     int n;
     PT__OMP(omp parallel for schedule(static))
     for (n = 0; n < N; n++) {
@@ -4395,8 +4419,14 @@ PTRAINDEF void pt_rmsnorm_forward(float *out, float *rstd, const float *inp,
         r = 1.0f / sqrtf(ms / (float)C + eps);
         PT__OMP(omp simd)
         for (c = 0; c < C; c++) o[c] = x[c] * r * weight[c];
+        if (round) pt__bf16_keep_row(keep ? keep + (size_t)n * C : NULL, o, C);
         rstd[n] = r;
     }
+}
+
+PTRAINDEF void pt_rmsnorm_forward(float *out, float *rstd, const float *inp,
+                                  const float *weight, int N, int C, float eps) {
+    pt__rmsnorm_fwd(out, rstd, inp, weight, N, C, eps, 0, NULL);
 }
 
 /* dx = base + r (g - x r^2 mean_c(g x)) with g = dout*w (base may be dx:
@@ -8571,6 +8601,18 @@ static void pt__norm_forward(const pt_gpt_config *c, float *out, float *mean, fl
     else pt_layernorm_forward(out, mean, rstd, x, w, b, N, C, eps);
 }
 
+/* A block's norm, its output then pt__bf16_act's (rounded, kept in keep)
+   in the same pass over each row: the same bits as the two calls. */
+static void pt__norm_act(const pt_ctx *ctx, const pt_gpt_config *c, float *out, float *mean,
+                         float *rstd, const float *x, const float *w, const float *b, int N,
+                         int C, uint16_t *keep, const uint16_t **held) {
+    float eps = c->ln_eps > 0.0f ? c->ln_eps : 1e-5f;
+    int round = keep || pt__ctx_bf16(ctx);
+    if (c->norm == PT_NORM_RMS) pt__rmsnorm_fwd(out, rstd, x, w, N, C, eps, round, keep);
+    else pt__layernorm_fwd(out, mean, rstd, x, w, b, N, C, eps, round, keep);
+    if (keep) *held = keep;
+}
+
 /* dx = base + the norm's input gradient (base may be dx), copied into copy
    given one: one pass. */
 static void pt__norm_dinput(const pt_gpt_config *c, float *dx, const float *base, float *copy,
@@ -8790,8 +8832,8 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
     pt_status st;
     if (a->ln1_16) /* the scratch is written before it is kept: it holds no one's until then */
         memset((void *)s->held, 0, sizeof s->held);
-    pt__norm_forward(cfg, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, Ns, C);
-    pt__bf16_act(ctx, a->ln1_16, a->ln1, nc, &s->held[0]);
+    pt__norm_act(ctx, cfg, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, Ns, C,
+                 a->ln1_16, &s->held[0]); /* (bf16: rounded, kept) */
     st = pt__sp_col_forward(ctx, cfg, tp, sp, a->qkv, a->ln1, s->xg, p->qkv_w, p->qkv_b, &d, Q3,
                             &s->req[0]); /* g: the all-gather behind this rank's rows */
     if (st != PT_OK) return st;
@@ -8804,8 +8846,8 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
                      Ca, C);
     if ((st = pt__tp_rows(tp, sp, part, a->res2, nc)) != PT_OK) return st; /* g-bar */
     pt_residual_forward(a->res2, a->res2, x, nc);
-    pt__norm_forward(cfg, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, Ns, C);
-    pt__bf16_act(ctx, a->ln2_16, a->ln2, nc, &s->held[2]);
+    pt__norm_act(ctx, cfg, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, Ns, C,
+                 a->ln2_16, &s->held[2]);
     st = pt__sp_col_forward(ctx, cfg, tp, sp, a->fch, a->ln2, s->xg, p->fc_w, p->fc_b, &d, Fi,
                             &s->req[0]);
     if (st != PT_OK) return st;

@@ -4581,6 +4581,18 @@ PTRAINDEF void pt_swiglu_forward(float *out, const float *h, int N, int F) {
         pt__swiglu_row(out + (size_t)n * F, NULL, h + (size_t)n * 2 * F, NULL, F, 0);
 }
 
+/* pt__bf16_keep of h (into keep given one), then the forward, row by row
+   in one pass: the same bits. */
+static void pt__swiglu_keep(float *out, float *h, uint16_t *keep, int N, int F) {
+    int n;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        float *r = h + (size_t)n * 2 * F;
+        pt__bf16_keep_row(keep ? keep + (size_t)n * 2 * F : NULL, r, 2 * F);
+        pt__swiglu_row(out + (size_t)n * F, NULL, r, NULL, F, 0);
+    }
+}
+
 /* The backward, and given act (N, F; may be dout), the forward's output
    into it in the same pass (the weight gradient's input, not recomputed). */
 static void pt__swiglu_bwd(float *dh, float *act, const float *h, const float *dout, int N,
@@ -5536,6 +5548,18 @@ static void pt__gelu(float *out, float *act, const float *inp, const float *dout
 
 PTRAINDEF void pt_gelu_forward(float *out, const float *inp, size_t n) {
     pt__gelu(out, NULL, inp, NULL, n, 0);
+}
+
+/* pt__bf16_keep of inp (into keep given one), then the forward, span by
+   span in one pass (each span's second read from cache): the same bits. */
+static void pt__gelu_keep(float *out, float *inp, uint16_t *keep, size_t n) {
+    ptrdiff_t c, nchunks = (ptrdiff_t)((n + PT__SPAN - 1) / PT__SPAN);
+    PT__OMP(omp parallel for schedule(static))
+    for (c = 0; c < nchunks; c++) {
+        size_t i0 = (size_t)c * PT__SPAN, i1 = i0 + PT__SPAN < n ? i0 + PT__SPAN : n;
+        pt__bf16_keep_row(keep ? keep + i0 : NULL, inp + i0, (int)(i1 - i0));
+        pt__gelu_span(out, NULL, inp, NULL, i0, i1, 0);
+    }
 }
 
 PTRAINDEF void pt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
@@ -8650,6 +8674,19 @@ static void pt__act_forward(const pt_gpt_config *c, float *out, const float *fch
     else pt_gelu_forward(out, fch, N * F);
 }
 
+/* pt__bf16_act of fch (rounded, kept in keep), then pt__act_forward, in
+   one pass over fch: the same bits as the two calls. */
+static void pt__act_keep(const pt_ctx *ctx, const pt_gpt_config *c, float *out, float *fch,
+                         size_t N, size_t F, uint16_t *keep, const uint16_t **held) {
+    if (!keep && !pt__ctx_bf16(ctx)) {
+        pt__act_forward(c, out, fch, N, F);
+        return;
+    }
+    if (c->mlp == PT_MLP_SWIGLU) pt__swiglu_keep(out, fch, keep, (int)N, (int)F);
+    else pt__gelu_keep(out, fch, keep, N * F);
+    if (keep) *held = keep;
+}
+
 /* Global positions of rank c of K's T tokens (T even): chunks c and 2K-1-c
    of T/2 tokens each (the load-balanced split of a sequence of K*T). */
 static void pt__cp_positions(int *pos, int T, int c, int K) {
@@ -8851,8 +8888,7 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
     st = pt__sp_col_forward(ctx, cfg, tp, sp, a->fch, a->ln2, s->xg, p->fc_w, p->fc_b, &d, Fi,
                             &s->req[0]);
     if (st != PT_OK) return st;
-    pt__bf16_act(ctx, a->fch_16, a->fch, (size_t)N * Fi, &s->held[3]);
-    pt__act_forward(cfg, s->gelu, a->fch, (size_t)N, (size_t)F);
+    pt__act_keep(ctx, cfg, s->gelu, a->fch, (size_t)N, (size_t)F, a->fch_16, &s->held[3]);
     part = sp ? s->xg : a->out;
     pt__proj_forward(ctx, cfg, part, s->gelu, p->fc_proj_w, lead ? p->fc_proj_b : NULL, N, F, C);
     if ((st = pt__tp_rows(tp, sp, part, a->out, nc)) != PT_OK) return st;

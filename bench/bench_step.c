@@ -352,8 +352,11 @@ static void phase_run(phases *ph, int k) {
                               a->ln2_mean, a->ln2_rstd, N, C);
             pt__norm_backward(c, NULL, g->ln1_w, g->ln1_b, a->ln1, in, p->ln1_w, a->ln1_mean,
                               a->ln1_rstd, N, C);
-        } else if (k == PH_ACT) { /* forward; backward, writing the forward's again for W */
-            pt__act_forward(c, s->gelu, a->fch, d.N, d.F);
+        } else if (k == PH_ACT) { /* forward (bf16: fch rounded and kept in its pass);
+                                     backward, writing the forward's again for W */
+            const uint16_t *held;
+            pt__act_keep(ctx, c, s->gelu, a->fch, d.N, d.F, ctx->precision == PT_PRECISION_BF16
+                         ? ph->h16 + 2 * NC + d.N * d.Q3 : NULL, &held);
             if (c->mlp == PT_MLP_SWIGLU) pt__swiglu_bwd(s->dfch, s->gelu, a->fch, s->gelu, N, F);
             else pt__gelu(s->dfch, s->gelu, a->fch, s->dfch, d.N * d.F, 1);
             if (c->pos == PT_POS_ROPE) {
@@ -370,15 +373,14 @@ static void phase_run(phases *ph, int k) {
             memset(s->datty, 0, d.N * d.Ca * sizeof(float));
             memset(s->dqkv, 0, d.N * d.Q3 * sizeof(float));
             memset(s->dln, 0, NC * sizeof(float));
-        } else if (k == PH_BF16) { /* kept as bf16 in forward (ln1, ln2: in the norms' pass),
-                                      widened for both backward passes */
+        } else if (k == PH_BF16) { /* kept as bf16 in forward (ln1, ln2, fch: in the norms'
+                                      and the activation's pass), widened for backward */
             uint16_t *h = ph->h16;
             size_t o[4], n[4];
             int j;
             n[0] = NC, n[1] = d.N * d.Q3, n[2] = NC, n[3] = d.N * d.Fi;
             o[0] = 0, o[1] = n[0], o[2] = o[1] + n[1], o[3] = o[2] + n[2];
             pt__bf16_keep(h + o[1], a->qkv, n[1]);
-            pt__bf16_keep(h + o[3], a->fch, n[3]);
             for (j = 3; j >= 0; j--) pt__bf16_widen(j == 0 ? a->ln1 : j == 1 ? a->qkv : j == 2
                                                     ? a->ln2 : a->fch, h + o[j], n[j]);
         }
@@ -426,9 +428,10 @@ static void phases_count(phases *ph) {
     if (m->ctx.precision == PT_PRECISION_BF16) ph->bytes[PH_NORM] += L * 2 * 2 * NC;
     ph->bytes[PH_ACT] = L * N * F * (c->mlp == PT_MLP_SWIGLU ? 36 : 24);
     if (c->pos == PT_POS_ROPE) ph->bytes[PH_ACT] += L * 16 * N * (double)(d.NH + d.NKV) * d.hd;
+    if (m->ctx.precision == PT_PRECISION_BF16) ph->bytes[PH_ACT] += L * 2 * N * (double)d.Fi;
     ph->bytes[PH_COPY] = L * (24 * NC + 8 * NC + 4 * N * (F + 2 * C + d.Ca + d.Q3));
-    ph->bytes[PH_BF16] = m->ctx.precision == PT_PRECISION_BF16 /* (ln1, ln2: their widening) */
-                             ? L * 12 * N * (d.Q3 + d.Fi) + L * 6 * N * 2 * C : 0.0;
+    ph->bytes[PH_BF16] = m->ctx.precision == PT_PRECISION_BF16 /* (ln1, ln2, fch: widening) */
+                             ? L * 12 * N * d.Q3 + L * 6 * N * (2 * C + d.Fi) : 0.0;
     ph->bytes[PH_EMB] = (c->pos == PT_POS_LEARNED ? 24 : 16) * NC;
     ph->bytes[PH_OPT] = 28.0 * (double)m->num_params;
 }

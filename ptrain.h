@@ -2959,6 +2959,20 @@ static void pt__bf16_keep(uint16_t *dst, float *x, size_t n) {
     }
 }
 
+/* pt__bf16_keep of one row, on the calling thread (a row a kernel has just
+   written, while it is in cache) */
+static void pt__bf16_keep_row(uint16_t *dst, float *x, int n) {
+    int i;
+    PT__OMP(omp simd)
+    for (i = 0; i < n; i++) {
+        pt__f32u v;
+        uint16_t h = pt__bf16_bits(x[i]);
+        if (dst) dst[i] = h;
+        v.u = (uint32_t)h << 16;
+        x[i] = v.f;
+    }
+}
+
 static void pt__bf16_widen(float *dst, const uint16_t *src, size_t n) {
     ptrdiff_t i;
     PT__OMP(omp parallel for simd schedule(static))
@@ -4185,9 +4199,11 @@ PTRAINDEF void pt_encoder_backward(float *dwte, float *dwpe, const float *dout,
     pt__encoder_backward_part(dwte, dwpe, dout, inp, NULL, 0, INT32_MAX, B, T, C);
 }
 
-PTRAINDEF void pt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                                    const float *weight, const float *bias, int N, int C,
-                                    float eps) {
+/* The layer norm, each output row then rounded to bf16 given round (its
+   bits into keep given one: pt__bf16_keep in the same pass). */
+static void pt__layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C, float eps,
+                              int round, uint16_t *keep) {
     int n;
     PT__OMP(omp parallel for schedule(static))
     for (n = 0; n < N; n++) {
@@ -4209,37 +4225,58 @@ PTRAINDEF void pt_layernorm_forward(float *out, float *mean, float *rstd, const 
             PT__OMP(omp simd)
             for (c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c];
         }
+        if (round) pt__bf16_keep_row(keep ? keep + (size_t)n * C : NULL, o, C);
         mean[n] = m;
         rstd[n] = s;
     }
 }
 
+PTRAINDEF void pt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                    const float *weight, const float *bias, int N, int C,
+                                    float eps) {
+    pt__layernorm_fwd(out, mean, rstd, inp, weight, bias, N, C, eps, 0, NULL);
+}
+
 /* With xh = (x-mean)*rstd and g = dout*w:
-   dx = rstd * (g - mean_c(g) - xh * mean_c(g*xh)); dw += dout*xh; db += dout */
+   dx = base + rstd * (g - mean_c(g) - xh * mean_c(g*xh)) (base may be dx:
+   dx +=), and into copy too given one (the residual stream's gradient,
+   its copy and the norm's in one pass). */
+static void pt__layernorm_dinput(float *dinp, const float *base, float *copy, const float *dout,
+                                 const float *inp, const float *weight, const float *mean,
+                                 const float *rstd, int N, int C) {
+    int n;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+        const float *b = base + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C, *cp = copy ? copy + (size_t)n * C : NULL;
+        float m = mean[n], s = rstd[n], gm = 0.0f, gxm = 0.0f;
+        int c;
+        PT__OMP(omp simd reduction(+:gm, gxm))
+        for (c = 0; c < C; c++) {
+            float g = d[c] * weight[c];
+            gm += g;
+            gxm += g * (x[c] - m) * s;
+        }
+        gm /= (float)C;
+        gxm /= (float)C;
+        if (cp) {
+            PT__OMP(omp simd)
+            for (c = 0; c < C; c++)
+                cp[c] = dx[c] = b[c] + s * (d[c] * weight[c] - gm - (x[c] - m) * s * gxm);
+            continue;
+        }
+        PT__OMP(omp simd)
+        for (c = 0; c < C; c++) dx[c] = b[c] + s * (d[c] * weight[c] - gm - (x[c] - m) * s * gxm);
+    }
+}
+
+/* dx += the input's gradient (pt__layernorm_dinput); dw += dout*xh; db += dout */
 PTRAINDEF void pt_layernorm_backward(float *dinp, float *dweight, float *dbias,
                                      const float *dout, const float *inp, const float *weight,
                                      const float *mean, const float *rstd, int N, int C) {
-    int n, cb, nblocks = (C + PT__COLBLOCK - 1) / PT__COLBLOCK;
-    if (dinp) {
-        PT__OMP(omp parallel for schedule(static))
-        for (n = 0; n < N; n++) {
-            const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
-            float *dx = dinp + (size_t)n * C;
-            float m = mean[n], s = rstd[n], gm = 0.0f, gxm = 0.0f;
-            int c;
-            PT__OMP(omp simd reduction(+:gm, gxm))
-            for (c = 0; c < C; c++) {
-                float g = d[c] * weight[c];
-                gm += g;
-                gxm += g * (x[c] - m) * s;
-            }
-            gm /= (float)C;
-            gxm /= (float)C;
-            PT__OMP(omp simd)
-            for (c = 0; c < C; c++)
-                dx[c] += s * (d[c] * weight[c] - gm - (x[c] - m) * s * gxm);
-        }
-    }
+    int cb, nblocks = (C + PT__COLBLOCK - 1) / PT__COLBLOCK;
+    if (dinp) pt__layernorm_dinput(dinp, dinp, NULL, dout, inp, weight, mean, rstd, N, C);
     if (!dweight) return; /* the input's gradient only */
     PT__OMP(omp parallel for schedule(static))
     for (cb = 0; cb < nblocks; cb++) {
@@ -4368,8 +4405,9 @@ PTRAINDEF void pt_linear_backward(pt_ctx *ctx, float *dinp, float *dweight, floa
     pt__dense_backward(ctx, dinp, dweight, dbias, dout, inp, weight, N, IN, OUT, 1);
 }
 
-PTRAINDEF void pt_rmsnorm_forward(float *out, float *rstd, const float *inp,
-                                  const float *weight, int N, int C, float eps) {
+/* The RMS norm, rounded and kept as pt__layernorm_fwd */
+static void pt__rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *weight, int N,
+                            int C, float eps, int round, uint16_t *keep) {
     int n;
     PT__OMP(omp parallel for schedule(static))
     for (n = 0; n < N; n++) {
@@ -4381,27 +4419,47 @@ PTRAINDEF void pt_rmsnorm_forward(float *out, float *rstd, const float *inp,
         r = 1.0f / sqrtf(ms / (float)C + eps);
         PT__OMP(omp simd)
         for (c = 0; c < C; c++) o[c] = x[c] * r * weight[c];
+        if (round) pt__bf16_keep_row(keep ? keep + (size_t)n * C : NULL, o, C);
         rstd[n] = r;
+    }
+}
+
+PTRAINDEF void pt_rmsnorm_forward(float *out, float *rstd, const float *inp,
+                                  const float *weight, int N, int C, float eps) {
+    pt__rmsnorm_fwd(out, rstd, inp, weight, N, C, eps, 0, NULL);
+}
+
+/* dx = base + r (g - x r^2 mean_c(g x)) with g = dout*w (base may be dx:
+   dx +=), into copy too given one (as pt__layernorm_dinput). */
+static void pt__rmsnorm_dinput(float *dinp, const float *base, float *copy, const float *dout,
+                               const float *inp, const float *weight, const float *rstd, int N,
+                               int C) {
+    int n;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+        const float *b = base + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C, *cp = copy ? copy + (size_t)n * C : NULL;
+        float r = rstd[n], gx = 0.0f, k;
+        int c;
+        PT__OMP(omp simd reduction(+:gx))
+        for (c = 0; c < C; c++) gx += d[c] * weight[c] * x[c];
+        k = r * r * gx / (float)C;
+        if (cp) {
+            PT__OMP(omp simd)
+            for (c = 0; c < C; c++) cp[c] = dx[c] = b[c] + r * (d[c] * weight[c] - x[c] * k);
+            continue;
+        }
+        PT__OMP(omp simd)
+        for (c = 0; c < C; c++) dx[c] = b[c] + r * (d[c] * weight[c] - x[c] * k);
     }
 }
 
 PTRAINDEF void pt_rmsnorm_backward(float *dinp, float *dweight, const float *dout,
                                    const float *inp, const float *weight, const float *rstd,
                                    int N, int C) {
-    int n, cb, nblocks = (C + PT__COLBLOCK - 1) / PT__COLBLOCK;
-    if (dinp) {
-        PT__OMP(omp parallel for schedule(static))
-        for (n = 0; n < N; n++) {
-            const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
-            float *dx = dinp + (size_t)n * C, r = rstd[n], gx = 0.0f, k;
-            int c;
-            PT__OMP(omp simd reduction(+:gx))
-            for (c = 0; c < C; c++) gx += d[c] * weight[c] * x[c];
-            k = r * r * gx / (float)C;
-            PT__OMP(omp simd)
-            for (c = 0; c < C; c++) dx[c] += r * (d[c] * weight[c] - x[c] * k);
-        }
-    }
+    int cb, nblocks = (C + PT__COLBLOCK - 1) / PT__COLBLOCK;
+    if (dinp) pt__rmsnorm_dinput(dinp, dinp, NULL, dout, inp, weight, rstd, N, C);
     if (!dweight) return;
     PT__OMP(omp parallel for schedule(static))
     for (cb = 0; cb < nblocks; cb++) {
@@ -4478,8 +4536,10 @@ PTRAINDEF void pt_rope_backward(float *dx, const float *cs, int N, int T, int nh
 }
 
 /* One row: o = g sigmoid(g) u (dir 0); or with s = sigmoid(g) and dout d,
-   du = d g s and dg = d u s (1 + g (1 - s)) (dir 1). The 16-lane path is the
-   scalar one's operations in its order: the same bits. */
+   du = d g s and dg = d u s (1 + g (1 - s)) (dir 1), and given o, the
+   forward's o too (forward's bits; o may be d: each d read before its o is
+   written). The 16-lane path is the scalar one's operations in its order:
+   the same bits. */
 static void pt__swiglu_row(float *o, float *dg, const float *g, const float *d, int F, int dir) {
     const float *u = g + F;
     float *du = dir ? dg + F : NULL;
@@ -4494,6 +4554,7 @@ static void pt__swiglu_row(float *o, float *dg, const float *g, const float *d, 
             continue;
         }
         s = _mm512_div_ps(one, e), dd = _mm512_loadu_ps(d + j);
+        if (o) _mm512_storeu_ps(o + j, _mm512_mul_ps(_mm512_div_ps(x, e), y));
         _mm512_storeu_ps(du + j, _mm512_mul_ps(_mm512_mul_ps(dd, x), s));
         _mm512_storeu_ps(dg + j, _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(dd, y), s),
                                                _mm512_add_ps(one, _mm512_mul_ps(x, _mm512_sub_ps(one, s)))));
@@ -4506,9 +4567,10 @@ static void pt__swiglu_row(float *o, float *dg, const float *g, const float *d, 
     }
     PT__OMP(omp simd)
     for (t = j; t < F; t++) {
-        float s = 1.0f / (1.0f + pt__expf(-g[t]));
-        du[t] = d[t] * g[t] * s;
-        dg[t] = d[t] * u[t] * s * (1.0f + g[t] * (1.0f - s));
+        float s = 1.0f / (1.0f + pt__expf(-g[t])), dt = d[t];
+        du[t] = dt * g[t] * s;
+        dg[t] = dt * u[t] * s * (1.0f + g[t] * (1.0f - s));
+        if (o) o[t] = g[t] / (1.0f + pt__expf(-g[t])) * u[t];
     }
 }
 
@@ -4519,12 +4581,31 @@ PTRAINDEF void pt_swiglu_forward(float *out, const float *h, int N, int F) {
         pt__swiglu_row(out + (size_t)n * F, NULL, h + (size_t)n * 2 * F, NULL, F, 0);
 }
 
-PTRAINDEF void pt_swiglu_backward(float *dh, const float *h, const float *dout, int N, int F) {
+/* pt__bf16_keep of h (into keep given one), then the forward, row by row
+   in one pass: the same bits. */
+static void pt__swiglu_keep(float *out, float *h, uint16_t *keep, int N, int F) {
+    int n;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        float *r = h + (size_t)n * 2 * F;
+        pt__bf16_keep_row(keep ? keep + (size_t)n * 2 * F : NULL, r, 2 * F);
+        pt__swiglu_row(out + (size_t)n * F, NULL, r, NULL, F, 0);
+    }
+}
+
+/* The backward, and given act (N, F; may be dout), the forward's output
+   into it in the same pass (the weight gradient's input, not recomputed). */
+static void pt__swiglu_bwd(float *dh, float *act, const float *h, const float *dout, int N,
+                           int F) {
     int n;
     PT__OMP(omp parallel for schedule(static))
     for (n = 0; n < N; n++)
-        pt__swiglu_row(NULL, dh + (size_t)n * 2 * F, h + (size_t)n * 2 * F, dout + (size_t)n * F,
-                       F, 1);
+        pt__swiglu_row(act ? act + (size_t)n * F : NULL, dh + (size_t)n * 2 * F,
+                       h + (size_t)n * 2 * F, dout + (size_t)n * F, F, 1);
+}
+
+PTRAINDEF void pt_swiglu_backward(float *dh, const float *h, const float *dout, int N, int F) {
+    pt__swiglu_bwd(dh, NULL, h, dout, N, F);
 }
 
 PTRAINDEF void pt_attention_ref_forward(float *out, float *att, const float *qkv, int B, int T,
@@ -5450,9 +5531,10 @@ PTRAINDEF void pt_attention_backward(pt_ctx *ctx, float *dqkv, const float *dout
 /* y = k (u + 0.044715 u^3); gelu(u) = u / (1 + e^(-2y)), as 0.5 (1 + tanh y)
    = sigmoid(2y); dir 0 writes it to out[i, i1). With s = sigmoid(2y) and
    y' = k (1 + 3 * 0.044715 u^2): d gelu/du = s + 2 u s (1 - s) y', times
-   dout into out (dir 1; out may be dout). The 16-lane path is the scalar
-   one's operations in its order: the same bits. */
-static void pt__gelu_span(float *out, const float *inp, const float *dout, size_t i,
+   dout into out (dir 1; out may be dout), and with act, gelu(u) into it too
+   (forward's bits: the same e). The 16-lane path is the scalar one's
+   operations in its order: the same bits. */
+static void pt__gelu_span(float *out, float *act, const float *inp, const float *dout, size_t i,
                           size_t i1, int dir) {
     const float c3 = 3.0f * 0.044715f;
     size_t j;
@@ -5468,6 +5550,7 @@ static void pt__gelu_span(float *out, const float *inp, const float *dout, size_
             _mm512_storeu_ps(out + i, _mm512_div_ps(x, e));
             continue;
         }
+        if (act) _mm512_storeu_ps(act + i, _mm512_div_ps(x, e));
         sg = _mm512_div_ps(one, e);
         g = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(two, x), sg), _mm512_sub_ps(one, sg));
         g = _mm512_mul_ps(_mm512_mul_ps(g, k),
@@ -5483,6 +5566,13 @@ static void pt__gelu_span(float *out, const float *inp, const float *dout, size_
         }
         return;
     }
+    if (act) { /* (the scalar forward's expression, so its bits) */
+        PT__OMP(omp simd)
+        for (j = i; j < i1; j++) {
+            float x = inp[j], y = PT__GELU_K * (x + 0.044715f * x * x * x);
+            act[j] = x / (1.0f + pt__expf(-2.0f * y));
+        }
+    }
     PT__OMP(omp simd)
     for (j = i; j < i1; j++) {
         float x = inp[j], y = PT__GELU_K * (x + 0.044715f * x * x * x);
@@ -5492,21 +5582,34 @@ static void pt__gelu_span(float *out, const float *inp, const float *dout, size_
     }
 }
 
-static void pt__gelu(float *out, const float *inp, const float *dout, size_t n, int dir) {
+static void pt__gelu(float *out, float *act, const float *inp, const float *dout, size_t n,
+                     int dir) {
     ptrdiff_t c, nchunks = (ptrdiff_t)((n + PT__SPAN - 1) / PT__SPAN);
     PT__OMP(omp parallel for schedule(static))
     for (c = 0; c < nchunks; c++) {
         size_t i0 = (size_t)c * PT__SPAN, i1 = i0 + PT__SPAN < n ? i0 + PT__SPAN : n;
-        pt__gelu_span(out, inp, dout, i0, i1, dir);
+        pt__gelu_span(out, act, inp, dout, i0, i1, dir);
     }
 }
 
 PTRAINDEF void pt_gelu_forward(float *out, const float *inp, size_t n) {
-    pt__gelu(out, inp, NULL, n, 0);
+    pt__gelu(out, NULL, inp, NULL, n, 0);
+}
+
+/* pt__bf16_keep of inp (into keep given one), then the forward, span by
+   span in one pass (each span's second read from cache): the same bits. */
+static void pt__gelu_keep(float *out, float *inp, uint16_t *keep, size_t n) {
+    ptrdiff_t c, nchunks = (ptrdiff_t)((n + PT__SPAN - 1) / PT__SPAN);
+    PT__OMP(omp parallel for schedule(static))
+    for (c = 0; c < nchunks; c++) {
+        size_t i0 = (size_t)c * PT__SPAN, i1 = i0 + PT__SPAN < n ? i0 + PT__SPAN : n;
+        pt__bf16_keep_row(keep ? keep + i0 : NULL, inp + i0, (int)(i1 - i0));
+        pt__gelu_span(out, NULL, inp, NULL, i0, i1, 0);
+    }
 }
 
 PTRAINDEF void pt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    pt__gelu(dinp, inp, dout, n, 1);
+    pt__gelu(dinp, NULL, inp, dout, n, 1);
 }
 
 PTRAINDEF void pt_residual_forward(float *out, const float *a, const float *b, size_t n) {
@@ -8568,6 +8671,27 @@ static void pt__norm_forward(const pt_gpt_config *c, float *out, float *mean, fl
     else pt_layernorm_forward(out, mean, rstd, x, w, b, N, C, eps);
 }
 
+/* A block's norm, its output then pt__bf16_act's (rounded, kept in keep)
+   in the same pass over each row: the same bits as the two calls. */
+static void pt__norm_act(const pt_ctx *ctx, const pt_gpt_config *c, float *out, float *mean,
+                         float *rstd, const float *x, const float *w, const float *b, int N,
+                         int C, uint16_t *keep, const uint16_t **held) {
+    float eps = c->ln_eps > 0.0f ? c->ln_eps : 1e-5f;
+    int round = keep || pt__ctx_bf16(ctx);
+    if (c->norm == PT_NORM_RMS) pt__rmsnorm_fwd(out, rstd, x, w, N, C, eps, round, keep);
+    else pt__layernorm_fwd(out, mean, rstd, x, w, b, N, C, eps, round, keep);
+    if (keep) *held = keep;
+}
+
+/* dx = base + the norm's input gradient (base may be dx), copied into copy
+   given one: one pass. */
+static void pt__norm_dinput(const pt_gpt_config *c, float *dx, const float *base, float *copy,
+                            const float *dout, const float *x, const float *w, const float *mean,
+                            const float *rstd, int N, int C) {
+    if (c->norm == PT_NORM_RMS) pt__rmsnorm_dinput(dx, base, copy, dout, x, w, rstd, N, C);
+    else pt__layernorm_dinput(dx, base, copy, dout, x, w, mean, rstd, N, C);
+}
+
 static void pt__norm_backward(const pt_gpt_config *c, float *dx, float *dw, float *db,
                               const float *dout, const float *x, const float *w,
                               const float *mean, const float *rstd, int N, int C) {
@@ -8594,6 +8718,19 @@ static void pt__act_forward(const pt_gpt_config *c, float *out, const float *fch
                             size_t F) {
     if (c->mlp == PT_MLP_SWIGLU) pt_swiglu_forward(out, fch, (int)N, (int)F);
     else pt_gelu_forward(out, fch, N * F);
+}
+
+/* pt__bf16_act of fch (rounded, kept in keep), then pt__act_forward, in
+   one pass over fch: the same bits as the two calls. */
+static void pt__act_keep(const pt_ctx *ctx, const pt_gpt_config *c, float *out, float *fch,
+                         size_t N, size_t F, uint16_t *keep, const uint16_t **held) {
+    if (!keep && !pt__ctx_bf16(ctx)) {
+        pt__act_forward(c, out, fch, N, F);
+        return;
+    }
+    if (c->mlp == PT_MLP_SWIGLU) pt__swiglu_keep(out, fch, keep, (int)N, (int)F);
+    else pt__gelu_keep(out, fch, keep, N * F);
+    if (keep) *held = keep;
 }
 
 /* Global positions of rank c of K's T tokens (T even): chunks c and 2K-1-c
@@ -8778,8 +8915,8 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
     pt_status st;
     if (a->ln1_16) /* the scratch is written before it is kept: it holds no one's until then */
         memset((void *)s->held, 0, sizeof s->held);
-    pt__norm_forward(cfg, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, Ns, C);
-    pt__bf16_act(ctx, a->ln1_16, a->ln1, nc, &s->held[0]);
+    pt__norm_act(ctx, cfg, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, Ns, C,
+                 a->ln1_16, &s->held[0]); /* (bf16: rounded, kept) */
     st = pt__sp_col_forward(ctx, cfg, tp, sp, a->qkv, a->ln1, s->xg, p->qkv_w, p->qkv_b, &d, Q3,
                             &s->req[0]); /* g: the all-gather behind this rank's rows */
     if (st != PT_OK) return st;
@@ -8792,13 +8929,12 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
                      Ca, C);
     if ((st = pt__tp_rows(tp, sp, part, a->res2, nc)) != PT_OK) return st; /* g-bar */
     pt_residual_forward(a->res2, a->res2, x, nc);
-    pt__norm_forward(cfg, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, Ns, C);
-    pt__bf16_act(ctx, a->ln2_16, a->ln2, nc, &s->held[2]);
+    pt__norm_act(ctx, cfg, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, Ns, C,
+                 a->ln2_16, &s->held[2]);
     st = pt__sp_col_forward(ctx, cfg, tp, sp, a->fch, a->ln2, s->xg, p->fc_w, p->fc_b, &d, Fi,
                             &s->req[0]);
     if (st != PT_OK) return st;
-    pt__bf16_act(ctx, a->fch_16, a->fch, (size_t)N * Fi, &s->held[3]);
-    pt__act_forward(cfg, s->gelu, a->fch, (size_t)N, (size_t)F);
+    pt__act_keep(ctx, cfg, s->gelu, a->fch, (size_t)N, (size_t)F, a->fch_16, &s->held[3]);
     part = sp ? s->xg : a->out;
     pt__proj_forward(ctx, cfg, part, s->gelu, p->fc_proj_w, lead ? p->fc_proj_b : NULL, N, F, C);
     if ((st = pt__tp_rows(tp, sp, part, a->out, nc)) != PT_OK) return st;
@@ -8817,9 +8953,10 @@ static pt_status pt__col_dinput(pt_ctx *ctx, const pt_gpt_config *cfg, int sp, p
     return pt__tp_rows(tp, sp, dln, out, d->Ns * d->C);
 }
 
-/* W's MLP half (part 0: fc_proj, fc, ln2) or attention half (part 1:
-   attn_proj, qkv, ln1): part 0 then part 1 is W. The overlap reduces the
-   first layer's MLP gradients while its attention half runs. */
+/* W's MLP half (part 0: fc_proj, fc, ln2; part 2 the same with the MLP's
+   activation in s->gelu already, from B's fused pass) or attention half
+   (part 1: attn_proj, qkv, ln1): part 0 then part 1 is W. The overlap
+   reduces the first layer's MLP gradients while its attention half runs. */
 static void pt__block_weight_part(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
                                   const pt_block_params *p, pt_block_params *g, const float *x,
                                   const pt_block_acts *a, const pt_block_wgrad *w,
@@ -8835,7 +8972,7 @@ static void pt__block_weight_part(pt_ctx *ctx, const pt_gpt_config *cfg, int B, 
         n2w = s->spg, n2b = n2b ? s->spg + c : NULL;
         n1w = s->spg + 2 * c, n1b = n1b ? s->spg + 3 * c : NULL;
     }
-    if (part) {
+    if (part == 1) {
         if (!sp) pt__bf16_load(a->ln1, a->ln1_16, d.N * d.C, &s->held[0]);
         pt__proj_backward(ctx, cfg, NULL, g->attn_proj_w, g->attn_proj_b, w->dres2, a->atty,
                           p->attn_proj_w, n, ca, c);
@@ -8848,7 +8985,8 @@ static void pt__block_weight_part(pt_ctx *ctx, const pt_gpt_config *cfg, int B, 
     pt__bf16_load(a->fch, a->fch_16, d.N * d.Fi, &s->held[3]);
     if (!sp) pt__bf16_load(a->ln2, a->ln2_16, d.N * d.C, &s->held[2]);
     if (sp) memset(s->spg, 0, 4 * d.C * sizeof(float));
-    pt__act_forward(cfg, s->gelu, a->fch, d.N, d.F); /* not saved by forward: NF floats a layer */
+    if (part != 2) /* not saved by forward: NF floats a layer */
+        pt__act_forward(cfg, s->gelu, a->fch, d.N, d.F);
     pt__proj_backward(ctx, cfg, NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w,
                       n, f, c);
     pt__proj_backward(ctx, cfg, NULL, g->fc_w, g->fc_b, w->dfch, ln2, p->fc_w, n, c, (int)d.Fi);
@@ -8860,9 +8998,11 @@ static void pt__block_weight_part(pt_ctx *ctx, const pt_gpt_config *cfg, int B, 
    MLP branch: out = res2 + fc_proj(act(fc(norm2(res2)))); then the attention
    branch: res2 = x + attn_proj(attention(rope(qkv(norm1(x))))). Sequence
    parallel: dout, dx, x and the norms' tensors are this rank's Ns rows.
-   Given g (W follows) and context parallel, W's MLP half runs between the
-   branches (*w0 = 1): the ring's buffers take its kept gradients' place
-   (pt__layout_cp). Its sums are the same, in the same order. */
+   Given g (W follows), the MLP's activation backward leaves the activation
+   in s->gelu for W (*w0 = 2: its part 2, no recomputation; the same bits),
+   and context parallel, W's MLP half runs between the branches (*w0 = 1):
+   the ring's buffers take its kept gradients' place (pt__layout_cp). Its
+   sums are the same, in the same order. */
 static pt_status pt__block_bwd(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int T,
                                const pt_block_params *p, pt_block_params *g, const float *x,
                                const pt_block_acts *a, const float *dout, float *dx,
@@ -8889,25 +9029,24 @@ static pt_status pt__block_bwd(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int
     if (cfg->mlp == PT_MLP_SWIGLU) { /* d act in the activation's scratch, then d [gate|up] */
         memset(s->gelu, 0, N * F * sizeof(float));
         pt__proj_backward(ctx, cfg, s->gelu, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
-        pt_swiglu_backward(w->dfch, a->fch, s->gelu, n, f);
+        pt__swiglu_bwd(w->dfch, g ? s->gelu : NULL, a->fch, s->gelu, n, f);
     } else {
         memset(w->dfch, 0, N * F * sizeof(float));
         pt__proj_backward(ctx, cfg, w->dfch, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
-        pt_gelu_backward(w->dfch, a->fch, w->dfch, N * F);
+        pt__gelu(w->dfch, g ? s->gelu : NULL, a->fch, w->dfch, N * F, 1);
     }
+    if (g) *w0 = 2; /* s->gelu holds act(fch) */
     st = pt__col_dinput(ctx, cfg, sp, tp, sp ? s->xg : w->dln2, w->dln2, w->dfch, p->fc_w, &d,
                         (int)Fi);
     if (st != PT_OK) return st;
     full = w->dout + (sp ? (size_t)tp->rank * nc : 0); /* this rank's rows of it */
-    if (dx != full) memcpy(dx, full, nc * sizeof(float)); /* dx now holds d res2 */
-    pt__norm_backward(cfg, dx, NULL, NULL, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
-                      ns, c);
-    if (sp) st = pt_comm_all_gather(tp, dx, w->dres2, nc);
-    else memcpy(w->dres2, dx, N * C * sizeof(float));
-    if (st != PT_OK) return st;
+    /* dx = d res2 = dout + ln2's gradient, and (not sp) W's copy of it, one pass */
+    pt__norm_dinput(cfg, dx, full, sp ? NULL : w->dres2, w->dln2, a->res2, p->ln2_w, a->ln2_mean,
+                    a->ln2_rstd, ns, c);
+    if (sp && (st = pt_comm_all_gather(tp, dx, w->dres2, nc)) != PT_OK) return st;
     if (g && pt__cp_pos(s->cp, T)) { /* (sequence parallel: W reads ln2 gathered) */
         if (sp && (st = pt_comm_wait(&s->req[0])) != PT_OK) return st;
-        pt__block_weight_part(ctx, cfg, B, T, p, g, x, a, w, s, k, 0);
+        pt__block_weight_part(ctx, cfg, B, T, p, g, x, a, w, s, k, 2);
         *w0 = 1;
     }
     memset(s->datty, 0, N * Ca * sizeof(float));
@@ -8971,7 +9110,7 @@ PTRAINDEF pt_status pt_block_backward(pt_ctx *ctx, const pt_gpt_config *cfg, int
     int w0 = 0, k = tp ? tp->size : 1;
     pt_status st = pt__block_bwd(ctx, cfg, B, T, p, g, x, a, dout, dx, &s->w, s, tp, &w0);
     if (st != PT_OK) return st;
-    if (!w0) pt__block_weight_part(ctx, cfg, B, T, p, g, x, a, &s->w, s, k, 0);
+    if (w0 != 1) pt__block_weight_part(ctx, cfg, B, T, p, g, x, a, &s->w, s, k, w0); /* 2: act kept */
     pt__block_weight_part(ctx, cfg, B, T, p, g, x, a, &s->w, s, k, 1);
     return pt_block_sp_norm_sum(cfg, g, s, tp);
 }
@@ -12797,9 +12936,9 @@ static pt_status pt__first_layer_backward(pt_gpt *m, pt__slot *sl, int l, int B,
     if (st == PT_OK) st = pt__embed_backward(m, sl, B, T);
     if (st == PT_OK) st = pt__ov_rest(m);
     if (st != PT_OK) return st;
-    if (!w0)
+    if (w0 != 1) /* (2: the activation kept by B) */
         pt__block_weight_part(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l],
-                              in, a, &x->scratch.w, &x->scratch, tp, 0);
+                              in, a, &x->scratch.w, &x->scratch, tp, w0);
     if ((st = pt__ov_part(m, l)) != PT_OK) return st;
     pt__block_weight_part(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in,
                           a, &x->scratch.w, &x->scratch, tp, 1);
@@ -12820,9 +12959,9 @@ static pt_status pt__staged_layer_backward(pt_gpt *m, int l, int B, int T, const
                            a, x->dres, x->dres, &x->scratch.w, &x->scratch, x->tp_comm, &w0);
     if (st == PT_OK && !early) st = pt__zero2_settle(m);
     if (st != PT_OK) return st;
-    if (!w0)
+    if (w0 != 1) /* (2: the activation kept by B) */
         pt__block_weight_part(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l],
-                              in, a, &x->scratch.w, &x->scratch, tp, 0);
+                              in, a, &x->scratch.w, &x->scratch, tp, w0);
     pt__block_weight_part(&m->ctx, &m->config, B, T, &m->layers[l], &x->coll.layer_grads[l], in, a,
                           &x->scratch.w, &x->scratch, tp, 1);
     return pt_block_sp_norm_sum(&m->config, &x->coll.layer_grads[l], &x->scratch, x->tp_comm);

@@ -336,23 +336,29 @@ static void phase_run(phases *ph, int k) {
                                  ph->T, Ca, (int)d.NH, (int)d.NKV);
             pt_attention_backward(ctx, s->dqkv, s->datty, a->atty, a->qkv, a->lse, s->attn,
                                   s->attn_slots, ph->B, ph->T, Ca, (int)d.NH, (int)d.NKV);
-        } else if (k == PH_NORM) { /* forward; backward's input pass, then its weight pass */
-            pt__norm_forward(c, a->ln1, a->ln1_mean, a->ln1_rstd, in, p->ln1_w, p->ln1_b, N, C);
-            pt__norm_forward(c, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, N,
-                             C);
-            pt__norm_backward(c, s->dln, NULL, NULL, a->ln2, a->res2, p->ln2_w, a->ln2_mean,
-                              a->ln2_rstd, N, C);
+        } else if (k == PH_NORM) { /* forward (bf16: rounded and kept in its pass); backward's
+                                      input pass, then its weight pass */
+            int k16 = ctx->precision == PT_PRECISION_BF16;
+            const uint16_t *held;
+            pt__norm_act(ctx, c, a->ln1, a->ln1_mean, a->ln1_rstd, in, p->ln1_w, p->ln1_b, N, C,
+                         k16 ? ph->h16 : NULL, &held);
+            pt__norm_act(ctx, c, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, N,
+                         C, k16 ? ph->h16 + NC + d.N * d.Q3 : NULL, &held);
+            pt__norm_dinput(c, s->dln, s->w.dout, s->w.dres2, a->ln2, a->res2, p->ln2_w,
+                            a->ln2_mean, a->ln2_rstd, N, C); /* with the residual's and W's copy */
             pt__norm_backward(c, s->dln, NULL, NULL, a->ln1, in, p->ln1_w, a->ln1_mean,
                               a->ln1_rstd, N, C);
             pt__norm_backward(c, NULL, g->ln2_w, g->ln2_b, a->ln2, a->res2, p->ln2_w,
                               a->ln2_mean, a->ln2_rstd, N, C);
             pt__norm_backward(c, NULL, g->ln1_w, g->ln1_b, a->ln1, in, p->ln1_w, a->ln1_mean,
                               a->ln1_rstd, N, C);
-        } else if (k == PH_ACT) { /* forward, backward, the weight pass's recomputation */
-            pt__act_forward(c, s->gelu, a->fch, d.N, d.F);
-            if (c->mlp == PT_MLP_SWIGLU) pt_swiglu_backward(s->dfch, a->fch, s->gelu, N, F);
-            else pt_gelu_backward(s->dfch, a->fch, s->dfch, d.N * d.F);
-            pt__act_forward(c, s->gelu, a->fch, d.N, d.F);
+        } else if (k == PH_ACT) { /* forward (bf16: fch rounded and kept in its pass);
+                                     backward, writing the forward's again for W */
+            const uint16_t *held;
+            pt__act_keep(ctx, c, s->gelu, a->fch, d.N, d.F, ctx->precision == PT_PRECISION_BF16
+                         ? ph->h16 + 2 * NC + d.N * d.Q3 : NULL, &held);
+            if (c->mlp == PT_MLP_SWIGLU) pt__swiglu_bwd(s->dfch, s->gelu, a->fch, s->gelu, N, F);
+            else pt__gelu(s->dfch, s->gelu, a->fch, s->dfch, d.N * d.F, 1);
             if (c->pos == PT_POS_ROPE) {
                 const float *cs = pt__rope_cs(c, s, ph->T);
                 pt_rope_forward(a->qkv, cs, N, ph->T, (int)(d.NH + d.NKV), (int)d.hd, Q3);
@@ -364,21 +370,17 @@ static void phase_run(phases *ph, int k) {
             memcpy(s->w.dout, a->out, NC * sizeof(float));
             memset(s->gelu, 0, d.N * d.F * sizeof(float));
             memset(s->dln, 0, NC * sizeof(float));
-            memcpy(ph->dx, s->w.dout, NC * sizeof(float));
-            memcpy(s->w.dres2, ph->dx, NC * sizeof(float));
             memset(s->datty, 0, d.N * d.Ca * sizeof(float));
             memset(s->dqkv, 0, d.N * d.Q3 * sizeof(float));
             memset(s->dln, 0, NC * sizeof(float));
-        } else if (k == PH_BF16) { /* kept as bf16 in forward, widened for both backward passes */
+        } else if (k == PH_BF16) { /* kept as bf16 in forward (ln1, ln2, fch: in the norms'
+                                      and the activation's pass), widened for backward */
             uint16_t *h = ph->h16;
             size_t o[4], n[4];
             int j;
             n[0] = NC, n[1] = d.N * d.Q3, n[2] = NC, n[3] = d.N * d.Fi;
             o[0] = 0, o[1] = n[0], o[2] = o[1] + n[1], o[3] = o[2] + n[2];
-            pt__bf16_keep(h + o[0], a->ln1, n[0]);
             pt__bf16_keep(h + o[1], a->qkv, n[1]);
-            pt__bf16_keep(h + o[2], a->ln2, n[2]);
-            pt__bf16_keep(h + o[3], a->fch, n[3]);
             for (j = 3; j >= 0; j--) pt__bf16_widen(j == 0 ? a->ln1 : j == 1 ? a->qkv : j == 2
                                                     ? a->ln2 : a->fch, h + o[j], n[j]);
         }
@@ -421,12 +423,15 @@ static void phases_count(phases *ph) {
     ph->flops[PH_HEAD] = ph->flops[PH_FUSED] = 3 * 2 * N * C * V;
     ph->flops[PH_ATTN] = 6 * L * (double)d.B * T * T * d.Ca;
     ph->bytes[PH_LOSS] = 12 * N * V;
-    ph->bytes[PH_NORM] = (2 * L + 1) * 24 * NC;
-    ph->bytes[PH_ACT] = L * N * F * (c->mlp == PT_MLP_SWIGLU ? 44 : 28);
+    /* (ln2's input gradient writes W's copy of dx too; bf16: the forward the kept bits) */
+    ph->bytes[PH_NORM] = (2 * L + 1) * 24 * NC + L * 4 * NC;
+    if (m->ctx.precision == PT_PRECISION_BF16) ph->bytes[PH_NORM] += L * 2 * 2 * NC;
+    ph->bytes[PH_ACT] = L * N * F * (c->mlp == PT_MLP_SWIGLU ? 36 : 24);
     if (c->pos == PT_POS_ROPE) ph->bytes[PH_ACT] += L * 16 * N * (double)(d.NH + d.NKV) * d.hd;
-    ph->bytes[PH_COPY] = L * (24 * NC + 24 * NC + 4 * N * (F + 2 * C + d.Ca + d.Q3));
-    ph->bytes[PH_BF16] = m->ctx.precision == PT_PRECISION_BF16
-                             ? L * 12 * N * (2 * C + d.Q3 + d.Fi) : 0.0;
+    if (m->ctx.precision == PT_PRECISION_BF16) ph->bytes[PH_ACT] += L * 2 * N * (double)d.Fi;
+    ph->bytes[PH_COPY] = L * (24 * NC + 8 * NC + 4 * N * (F + 2 * C + d.Ca + d.Q3));
+    ph->bytes[PH_BF16] = m->ctx.precision == PT_PRECISION_BF16 /* (ln1, ln2, fch: widening) */
+                             ? L * 12 * N * d.Q3 + L * 6 * N * (2 * C + d.Fi) : 0.0;
     ph->bytes[PH_EMB] = (c->pos == PT_POS_LEARNED ? 24 : 16) * NC;
     ph->bytes[PH_OPT] = 28.0 * (double)m->num_params;
 }

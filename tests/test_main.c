@@ -809,6 +809,27 @@ static void test_act_lanes(void) {
     CHECK_CLOSE("swiglu d up lanes", dy + F + 14, rd + 2 * F + 14, F - 14, 1e-30, 1e-6);
 }
 
+/* The activations' backward that also writes the forward's output (for
+   the weight gradient, not recomputed): the output is the forward's bits,
+   the gradient the plain backward's, over 16-lane spans and a scalar tail,
+   SwiGLU's output in its dout's place as the block's backward calls it. */
+static void test_act_fused(void) {
+    enum { n = 16 * 300 + 7, N = 3, F = 16 * 5 + 7 };
+    float *x = frand(2 * n, -9, 9), *d = frand(n, -1, 1), *y = TALLOC(float, n);
+    float *a = frand(n, 5, 6), *dy = TALLOC(float, 2 * n), *dz = frand(2 * n, 5, 6);
+    pt_gelu_forward(y, x, n);
+    pt_gelu_backward(dy, x, d, n);
+    pt__gelu(dz, a, x, d, n, 1);
+    CHECK(memcmp(a, y, sizeof(float) * n) == 0);
+    CHECK(memcmp(dz, dy, sizeof(float) * n) == 0);
+    pt_swiglu_forward(y, x, N, F);
+    pt_swiglu_backward(dy, x, d, N, F);
+    memcpy(a, d, sizeof(float) * N * F);
+    pt__swiglu_bwd(dz, a, x, a, N, F); /* act == dout */
+    CHECK(memcmp(a, y, sizeof(float) * N * F) == 0);
+    CHECK(memcmp(dz, dy, sizeof(float) * 2 * N * F) == 0);
+}
+
 /* out = a + b (out may alias a); backward accumulates into both. */
 static void test_residual(void) {
     enum { n = 40 };
@@ -6526,6 +6547,7 @@ static const test_case tests[] = {
     {"kernel_attention", test_attention},
     {"kernel_gelu", test_gelu},
     {"kernel_act_lanes", test_act_lanes},
+    {"kernel_act_fused", test_act_fused},
     {"kernel_residual", test_residual},
     {"kernel_tied_head", test_tied_head},
     {"kernel_crossentropy", test_crossentropy},

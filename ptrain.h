@@ -94,12 +94,12 @@
    allocates: programs that call them give them a pt_ctx from pt_ctx_init
    (the probes pt_gemm_peak_gflops and pt_mem_bandwidth_gbs allocate their
    operands). The exceptions: a step's optional outputs (pt_step_desc.trace grows;
-   logits gathered over tp go through a buffer of their own), and a
-   pipeline stage's point-to-point messages (the threads backend's spare
-   buffers of each inbox, the MPI backend's send slots), which take a free
-   buffer that fits and allocate one when none does: in a pipeline's first
-   steps, and later only when more messages are in flight at once than
-   before.
+   logits gathered over tp go through a buffer of their own), and the
+   point-to-point messages of a pipeline stage or of context parallelism's
+   ring (the threads backend's spare buffers of each inbox, the MPI
+   backend's send slots), which take a free buffer that fits and allocate
+   one when none does: in the first steps, and later only when more
+   messages are in flight at once than before (a matter of timing).
 
    ERRORS. Functions that can fail return pt_status; pt_last_error() gives a
    message for the calling thread naming the field, value and constraint.

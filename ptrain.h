@@ -2687,7 +2687,9 @@ PTRAINDEF void pt_arena_free(pt_arena *a) {
    alpha*op(A) into MR-row micro-panels (L3), then each NC-column slab of
    op(B) into NR-column micro-panels (L2; k-major, zero-padded), and an MR x
    NR tile of C lives in registers over the slab while the A micro-panel
-   (L1) walks the B slab. Every element of C is summed by one thread, slab
+   (L1) walks the B slab; threads splitting the rows share each B slab, each
+   packing its part (measured: packing 14.7% of a bf16 step's layer GEMMs
+   with every thread packing all of it, 10.7% shared). Every element of C is summed by one thread, slab
    after slab in K order, so results do not depend on the thread count. The
    kernels are compiled with target attributes and chosen at run time from
    CPUID, so the header needs no special flags; bf16 packs pairs of
@@ -3388,10 +3390,22 @@ PT__TARGET_BF16 static void pt__pack_b_bf16(uint32_t *bp, int tb, const float *B
         PT__GEMM_ROWS(PT__GEMM_STORE)                                                     \
     }
 
-/* fp32 micro-kernel: C[0:m, 0:n] (+)= ap (MR x kc) @ bp (kc x NR). */
-PT__TARGET_AVX512 static void pt__gemm_kernel_f32(int kc, const float *ap, const float *bp,
-                                                  float *c, int ldc, int m, int n, int first,
-                                                  float beta) {
+/* The first slab's bias (not NULL: C = acc + bias[col], beta 0; the same
+   sum as C filled with bias and beta 1, fmadd(1, C, acc) rounding once). */
+#define PT__GEMM_ADD_BIAS(r)                       \
+    c##r##_0 = _mm512_add_ps(c##r##_0, vbias0);    \
+    c##r##_1 = _mm512_add_ps(c##r##_1, vbias1);
+#define PT__GEMM_BIAS                                                                     \
+    if (bias && first) {                                                                  \
+        __m512 vbias0 = _mm512_maskz_loadu_ps(pt__mask16(n), bias);                      \
+        __m512 vbias1 = _mm512_maskz_loadu_ps(pt__mask16(n - 16), bias + 16);            \
+        PT__GEMM_ROWS(PT__GEMM_ADD_BIAS)                                                  \
+    }
+
+/* fp32 micro-kernel: C[0:m, 0:n] (+)= ap (MR x kc) @ bp (kc x NR) (+ bias[0:n]). */
+PT__TARGET_AVX512 static void pt__gemm_kernel_f32b(int kc, const float *ap, const float *bp,
+                                                   float *c, int ldc, int m, int n, int first,
+                                                   float beta, const float *bias) {
     int k, pass, steps;
     PT__GEMM_ROWS(PT__GEMM_DECL)
     for (pass = 0; pass < 2; pass++) { /* then C's lines prefetched, 48 steps from the end */
@@ -3409,13 +3423,14 @@ PT__TARGET_AVX512 static void pt__gemm_kernel_f32(int kc, const float *ap, const
             bp += PT__GEMM_NR;
         }
     }
+    PT__GEMM_BIAS
     PT__GEMM_TAIL
 }
 
 /* bf16 micro-kernel: kp = kc/2 k-pairs, ap/bp packed as pairs of bf16. */
-PT__TARGET_BF16 static void pt__gemm_kernel_bf16(int kp, const uint32_t *ap, const uint32_t *bp,
-                                                 float *c, int ldc, int m, int n, int first,
-                                                 float beta) {
+PT__TARGET_BF16 static void pt__gemm_kernel_bf16b(int kp, const uint32_t *ap, const uint32_t *bp,
+                                                  float *c, int ldc, int m, int n, int first,
+                                                  float beta, const float *bias) {
     int k, pass, steps;
     PT__GEMM_ROWS(PT__GEMM_DECL)
     for (pass = 0; pass < 2; pass++) { /* then C's lines prefetched, 24 steps from the end */
@@ -3435,7 +3450,22 @@ PT__TARGET_BF16 static void pt__gemm_kernel_bf16(int kp, const uint32_t *ap, con
             bp += PT__GEMM_NR;
         }
     }
+    PT__GEMM_BIAS
     PT__GEMM_TAIL
+}
+
+#undef PT__GEMM_BIAS
+#undef PT__GEMM_ADD_BIAS
+/* The micro-kernels without a bias (fused attention's). */
+PT__TARGET_AVX512 static void pt__gemm_kernel_f32(int kc, const float *ap, const float *bp,
+                                                  float *c, int ldc, int m, int n, int first,
+                                                  float beta) {
+    pt__gemm_kernel_f32b(kc, ap, bp, c, ldc, m, n, first, beta, NULL);
+}
+PT__TARGET_BF16 static void pt__gemm_kernel_bf16(int kp, const uint32_t *ap, const uint32_t *bp,
+                                                 float *c, int ldc, int m, int n, int first,
+                                                 float beta) {
+    pt__gemm_kernel_bf16b(kp, ap, bp, c, ldc, m, n, first, beta, NULL);
 }
 
 /* K slabs: the fewest of at most KC (fp32) or 2 KC (bf16: the same bytes) k
@@ -3465,43 +3495,76 @@ PT__TARGET_AVX512 static void pt__bf16_round_panel(float *x, size_t n) {
     }
 }
 
+/* A product the blocked driver runs: C = alpha op(A) op(B) + beta C (+ bias
+   in each row where bias is not NULL, beta 0), `kind` of arithmetic. */
+typedef struct pt__gemm_job {
+    int kind, ta, tb, M, N, K, lda, ldb, ldc;
+    float alpha, beta;
+    const float *A, *B, *bias;
+    float *C;
+} pt__gemm_job;
+
+/* Micro-panels q0..q1 of the B slab (columns jc.., k = pc..pc+kc) into bp at
+   their places (panel q at bp + q*NR*kw words). */
+static void pt__gemm_pack_b_part(const pt__gemm_job *g, float *bp, int jc, int nc, int pc, int kc,
+                                 int q0, int q1) {
+    const int NR = PT__GEMM_NR, bf16 = g->kind == PT__KIND_BF16;
+    int j0 = q0 * NR, n = nc - j0 < (q1 - q0) * NR ? nc - j0 : (q1 - q0) * NR;
+    size_t off = (size_t)j0 * (bf16 ? (kc + 1) / 2 : kc);
+    if (n <= 0) return;
+    if (bf16) pt__pack_b_bf16((uint32_t *)bp + off, g->tb, g->B, g->ldb, jc + j0, n, pc, kc);
+    else pt__pack_b_f32(bp + off, g->tb, g->B, g->ldb, jc + j0, n, pc, kc);
+    if (g->kind == PT__KIND_F32_OF_BF16)
+        pt__bf16_round_panel(bp + off, (size_t)(q1 - q0) * NR * kc);
+}
+
 /* One thread's rectangle of C, rows m0..m1 and columns n0..n1, in the BLIS
    loop order: for each MC-row chunk and K slab, the chunk's A micro-panels
-   packed once (ap, L3); for each NC-column panel, its B slab packed once (bp,
-   KC x NC: L2); then every MR x NR tile of the panel, the A micro-panel (L1)
-   walking the slab's micro-panels. */
-static void pt__gemm_rect(int kind, int ta, int tb, int K, float alpha, const float *A, int lda,
-                          const float *B, int ldb, float beta, float *C, int ldc, int m0, int m1,
-                          int n0, int n1, float *ap, float *bp) {
-    const int MR = PT__GEMM_MR, NR = PT__GEMM_NR, bf16 = kind == PT__KIND_BF16;
-    int ks = pt__gemm_kstep(bf16, K), ic, pc, jc, ir, q;
-    for (ic = m0; ic < m1; ic += PT__GEMM_MC) {
-        int mc = m1 - ic < PT__GEMM_MC ? m1 - ic : PT__GEMM_MC;
-        for (pc = 0; pc < K; pc += ks) {
-            int kc = K - pc < ks ? K - pc : ks, kw = bf16 ? (kc + 1) / 2 : kc, first = pc == 0;
-            if (bf16) pt__pack_a_bf16((uint32_t *)ap, ta, A, lda, ic, mc, pc, kc, alpha);
-            else pt__pack_a_f32(ap, ta, A, lda, ic, mc, pc, kc, alpha);
-            if (kind == PT__KIND_F32_OF_BF16)
+   packed once (ap, L3); for each NC-column panel, its B slab packed once (L2:
+   KC x NC); then every MR x NR tile of the panel, the A micro-panel (L1)
+   walking the slab's micro-panels. team > 1: the team's threads (this one
+   its t-th) share the columns and each B slab, each packing its share of the
+   slab's micro-panels into bs[s % 2] for the s-th slab, then a barrier (two
+   buffers: a thread packing slab s + 2 has passed slab s + 1's barrier, so
+   every thread is done with slab s); all run nchunk MC chunks (some empty)
+   so they meet at the same barriers. team 1: bs[0] is the thread's own. */
+static void pt__gemm_rect(const pt__gemm_job *g, int m0, int m1, int n0, int n1, int nchunk,
+                          int team, int t, float *ap, float *const bs[2]) {
+    const int MR = PT__GEMM_MR, NR = PT__GEMM_NR, bf16 = g->kind == PT__KIND_BF16;
+    int ks = pt__gemm_kstep(bf16, g->K), ch, pc, jc, ir, q, slab = 0;
+    for (ch = 0; ch < nchunk; ch++) {
+        int ic = m0 + ch * PT__GEMM_MC, mc = m1 - ic < PT__GEMM_MC ? m1 - ic : PT__GEMM_MC;
+        for (pc = 0; pc < g->K; pc += ks) {
+            int kc = g->K - pc < ks ? g->K - pc : ks, kw = bf16 ? (kc + 1) / 2 : kc;
+            int first = pc == 0;
+            if (mc > 0 && bf16)
+                pt__pack_a_bf16((uint32_t *)ap, g->ta, g->A, g->lda, ic, mc, pc, kc, g->alpha);
+            else if (mc > 0)
+                pt__pack_a_f32(ap, g->ta, g->A, g->lda, ic, mc, pc, kc, g->alpha);
+            if (mc > 0 && g->kind == PT__KIND_F32_OF_BF16)
                 pt__bf16_round_panel(ap, (size_t)(mc + MR - 1) / MR * MR * kc);
-            for (jc = n0; jc < n1; jc += PT__GEMM_NC) {
+            for (jc = n0; jc < n1; jc += PT__GEMM_NC, slab++) {
                 int nc = n1 - jc < PT__GEMM_NC ? n1 - jc : PT__GEMM_NC, npan = (nc + NR - 1) / NR;
-                if (bf16) pt__pack_b_bf16((uint32_t *)bp, tb, B, ldb, jc, nc, pc, kc);
-                else pt__pack_b_f32(bp, tb, B, ldb, jc, nc, pc, kc);
-                if (kind == PT__KIND_F32_OF_BF16)
-                    pt__bf16_round_panel(bp, (size_t)npan * NR * kc);
+                float *bp = bs[team > 1 ? slab & 1 : 0];
+                pt__gemm_pack_b_part(g, bp, jc, nc, pc, kc, npan * t / team,
+                                     npan * (t + 1) / team);
+                if (team > 1) {
+                    PT__OMP(omp barrier)
+                }
                 for (ir = 0; ir < mc; ir += MR) {
                     int m = mc - ir < MR ? mc - ir : MR;
                     const float *a = ap + (size_t)ir * kw;
                     for (q = 0; q < npan; q++) {
                         int n = nc - q * NR < NR ? nc - q * NR : NR;
-                        float *c = C + (size_t)(ic + ir) * ldc + jc + q * NR;
+                        float *c = g->C + (size_t)(ic + ir) * g->ldc + jc + q * NR;
+                        const float *bq = g->bias ? g->bias + jc + q * NR : NULL;
                         if (bf16)
-                            pt__gemm_kernel_bf16(kw, (const uint32_t *)a,
-                                                 (const uint32_t *)bp + (size_t)q * NR * kw, c,
-                                                 ldc, m, n, first, beta);
+                            pt__gemm_kernel_bf16b(kw, (const uint32_t *)a,
+                                                  (const uint32_t *)bp + (size_t)q * NR * kw, c,
+                                                  g->ldc, m, n, first, g->beta, bq);
                         else
-                            pt__gemm_kernel_f32(kw, a, bp + (size_t)q * NR * kw, c, ldc, m, n,
-                                                first, beta);
+                            pt__gemm_kernel_f32b(kw, a, bp + (size_t)q * NR * kw, c, g->ldc, m,
+                                                 n, first, g->beta, bq);
                     }
                 }
             }
@@ -3509,38 +3572,58 @@ static void pt__gemm_rect(int kind, int ta, int tb, int K, float alpha, const fl
     }
 }
 
-/* The blocked driver for every kind: C cut into one rectangle a thread, a
-   grid of tm x tn over MR-row and NR-column units, each packed in the
-   thread's own slot of the workspace w (w->p not NULL), no barrier, on at
-   most w->threads threads. A thread packs its rows of A once and its columns
-   of B once an MC chunk, so the grid is the one that packs least (rows split
-   where M is the larger). A thread packs at most MC x KC words of A and KC
-   x NC of B: PT__WS_SLOT bytes. */
+/* The thread grid of tm x tn rectangles over MR-row and NR-column units on
+   nth threads (returns tn): rows alone (tn 1) where every thread gets rows,
+   the team then sharing each B slab, so a thread packs K x (M + N)/nth, the
+   least; else the grid that packs least a thread, K x (its rows, once; its
+   columns, once a chunk). */
+static int pt__gemm_grid(int nth, int mu, int nu) {
+    double best = 1e300;
+    int g, tn = 1;
+    if (mu >= nth) return 1;
+    for (g = 1; g <= nth; g++) {
+        double rows = (double)((mu + nth / g - 1) / (nth / g)) * PT__GEMM_MR, cost;
+        if (nth % g || g > nu || nth / g > mu) continue;
+        cost = rows + (double)((nu + g - 1) / g) * PT__GEMM_NR * ceil(rows / PT__GEMM_MC);
+        if (cost <= best) best = cost, tn = g;
+    }
+    return tn;
+}
+
+/* The blocked driver for every kind: C cut into one rectangle a thread (the
+   grid of pt__gemm_grid), on at most w->threads threads, each packing A in
+   its own slot of the workspace w (w->p not NULL); B slabs in each thread's
+   slot after its A (tn > 1), or, the threads sharing all columns (tn 1),
+   shared by the team in slots 0 and 1's (pt__gemm_rect). A thread packs at
+   most MC x KC words of A and KC x NC of B: PT__WS_SLOT bytes. bias (not
+   NULL, beta 0): the kernels add bias[col] to C's first K slab. */
 static void pt__gemm_blocked(const pt__gemm_ws *w, int kind, int ta, int tb, int M, int N, int K,
                              float alpha, const float *A, int lda, const float *B, int ldb,
-                             float beta, float *C, int ldc) {
+                             float beta, float *C, int ldc, const float *bias) {
     const int MR = PT__GEMM_MR, NR = PT__GEMM_NR, bf16 = kind == PT__KIND_BF16;
-    int nth = w->threads, tn, tm, ks = pt__gemm_kstep(bf16, K);
+    int nth = w->threads, tn, tm, ks = pt__gemm_kstep(bf16, K), mmax, nchunk;
     int mu = (M + MR - 1) / MR, nu = (N + NR - 1) / NR;
+    size_t abytes;
+    pt__gemm_job g;
+    g.kind = kind, g.ta = ta, g.tb = tb, g.M = M, g.N = N, g.K = K, g.lda = lda, g.ldb = ldb;
+    g.ldc = ldc, g.alpha = alpha, g.beta = beta, g.A = A, g.B = B, g.bias = bias, g.C = C;
     if ((double)M * N * K < 4e6 * nth) /* at least 4e6 multiply-adds a thread */
         nth = (int)((double)M * N * K / 4e6) + 1;
     if (nth > mu * nu) nth = mu * nu;
-    { /* the grid that packs least a thread: K x (its rows, once; its columns, once a chunk) */
-        double best = 1e300;
-        int g;
-        for (tn = 1, g = 1; g <= nth; g++) {
-            double rows = (double)((mu + nth / g - 1) / (nth / g)) * MR, cost;
-            if (nth % g || g > nu || nth / g > mu) continue;
-            cost = rows + (double)((nu + g - 1) / g) * NR * ceil(rows / PT__GEMM_MC);
-            if (cost <= best) best = cost, tn = g;
-        }
-    }
+    tn = pt__gemm_grid(nth, mu, nu);
     tm = nth / tn;
+    mmax = (mu + tm - 1) / tm * MR; /* the most rows a thread has */
+    mmax = mmax < M ? mmax : M;
+    nchunk = (mmax + PT__GEMM_MC - 1) / PT__GEMM_MC;
+    /* A: panels of MR rows x kstep (4-byte words either way); B after it, in every slot */
+    abytes = (size_t)((mmax < PT__GEMM_MC ? mmax : PT__GEMM_MC) + MR - 1) / MR * MR *
+             (bf16 ? ks / 2 : ks) * 4;
+    abytes = (abytes + 63) & ~(size_t)63;
     PT__OMP(omp parallel num_threads(nth) if (nth > 1))
     {
-        int t = 0, ti, tj, m0, m1, n0, n1, mc;
-        size_t abytes;
+        int t = 0, ti, tj, m0, m1, n0, n1, team = tn == 1 ? nth : 1;
         unsigned char *ws;
+        float *bs[2];
 #ifdef _OPENMP
         t = omp_get_thread_num();
 #endif
@@ -3549,14 +3632,11 @@ static void pt__gemm_blocked(const pt__gemm_ws *w, int kind, int ta, int tb, int
         n0 = (int)((long long)nu * tj / tn) * NR, n1 = (int)((long long)nu * (tj + 1) / tn) * NR;
         if (m1 > M) m1 = M;
         if (n1 > N) n1 = N;
-        mc = m1 - m0 < PT__GEMM_MC ? m1 - m0 : PT__GEMM_MC;
-        /* A: panels of MR rows x kstep (4-byte words either way); B after it */
-        abytes = (size_t)(mc + MR - 1) / MR * MR * (bf16 ? ks / 2 : ks) * 4;
-        abytes = (abytes + 63) & ~(size_t)63;
         ws = w->p + (size_t)t * w->slot;
-        if (m0 < m1 && n0 < n1)
-            pt__gemm_rect(kind, ta, tb, K, alpha, A, lda, B, ldb, beta, C, ldc, m0, m1, n0, n1,
-                          (float *)ws, (float *)(ws + abytes));
+        bs[0] = (float *)((team > 1 ? w->p : ws) + abytes);
+        bs[1] = (float *)((team > 1 ? w->p + w->slot : ws) + abytes);
+        if (team > 1 || (m0 < m1 && n0 < n1))
+            pt__gemm_rect(&g, m0, m1, n0, n1, nchunk, team, team > 1 ? t : 0, (float *)ws, bs);
     }
 }
 
@@ -3845,6 +3925,14 @@ static void pt__gemm_scale(int M, int N, float beta, float *C, int ldc) {
             C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
 }
 
+/* Every row of C (M x N) set to bias: where a GEMM cannot add the bias as it
+   stores C, it runs after this with beta 1 (the same sums). */
+static void pt__gemm_bias_fill(int M, int N, const float *bias, float *C, int ldc) {
+    int i;
+    PT__OMP(omp parallel for schedule(static))
+    for (i = 0; i < M; i++) memcpy(C + (size_t)i * ldc, bias, sizeof(float) * N);
+}
+
 /* The fp32 GEMM for an M-row product: the one selected, but ptrain's kernels
    only with a workspace, and (unless ctx->all_shapes) a single row (decoding)
    to OpenBLAS where there is one: packing B for one row costs what the
@@ -3867,15 +3955,22 @@ static int pt__sgemm_impl(const pt_ctx *ctx, const pt__gemm_ws *w, int M) {
     return impl;
 }
 
+/* bias (not NULL, beta 0): C = alpha op(A) op(B) + bias in each row. */
 static void pt__sgemm(const pt_ctx *ctx, const pt__gemm_ws *w, int trans_a, int trans_b, int M,
                       int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
-                      float beta, float *C, int ldc) {
+                      float beta, float *C, int ldc, const float *bias) {
     int impl = pt__sgemm_impl(ctx, w, M);
 #ifdef PT__GEMM_X86
+    if (impl == PT__GEMM_PTRAIN && K > 0 && alpha != 0.0f) {
+        pt__gemm_blocked(w, PT__KIND_F32, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta,
+                         C, ldc, bias);
+        return;
+    }
+#endif
+    if (bias) pt__gemm_bias_fill(M, N, bias, C, ldc), beta = 1.0f;
+#ifdef PT__GEMM_X86
     if (impl == PT__GEMM_PTRAIN) {
-        if (K <= 0 || alpha == 0.0f) pt__gemm_scale(M, N, beta, C, ldc);
-        else pt__gemm_blocked(w, PT__KIND_F32, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb,
-                              beta, C, ldc);
+        pt__gemm_scale(M, N, beta, C, ldc);
         return;
     }
 #endif
@@ -3891,9 +3986,11 @@ static void pt__sgemm(const pt_ctx *ctx, const pt__gemm_ws *w, int trans_a, int 
     pt__gemm_portable(0, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-PTRAINDEF void pt_sgemm(pt_ctx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                        const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                        int ldc) {
+/* pt_sgemm, with C = alpha op(A) op(B) + bias (each row) where bias is not
+   NULL (beta 0). */
+static void pt__sgemm_bias(pt_ctx *ctx, int trans_a, int trans_b, int M, int N, int K,
+                           float alpha, const float *A, int lda, const float *B, int ldb,
+                           float beta, float *C, int ldc, const float *bias) {
     double flop = 2.0 * (double)M * (double)N * (double)K, slice = 0.0;
     pt__gemm_ws w = pt__ws_of(ctx);
     int r, rows;
@@ -3903,7 +4000,7 @@ PTRAINDEF void pt_sgemm(pt_ctx *ctx, int trans_a, int trans_b, int M, int N, int
         pt__poll_now(ctx);
     }
     if (!(slice > 0.0) || flop < 2.0 * slice) {
-        pt__sgemm(ctx, &w, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        pt__sgemm(ctx, &w, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
         return;
     }
     rows = ((int)((double)M * slice / flop) + 63) / 64 * 64;
@@ -3912,8 +4009,14 @@ PTRAINDEF void pt_sgemm(pt_ctx *ctx, int trans_a, int trans_b, int M, int N, int
         if (r) pt__poll_now(ctx);
         pt__sgemm(ctx, &w, trans_a, trans_b, M - r < rows ? M - r : rows, N, K, alpha,
                   trans_a ? A + r : A + (size_t)r * lda, lda, B, ldb, beta, C + (size_t)r * ldc,
-                  ldc);
+                  ldc, bias);
     }
+}
+
+PTRAINDEF void pt_sgemm(pt_ctx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                        const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                        int ldc) {
+    pt__sgemm_bias(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
 }
 
 #ifndef PTRAIN_NO_BLAS
@@ -3965,35 +4068,42 @@ static void pt__gemm_bf16_blas(const pt__gemm_ws *w, int ta, int tb, int M, int 
    numbers as the portable fp32 loops on rounded operands). */
 static int pt__gemm_bf16_sgemm(const pt_ctx *ctx, const pt__gemm_ws *w, int ta, int tb, int M,
                                int N, int K, float alpha, const float *A, int lda, const float *B,
-                               int ldb, float beta, float *C, int ldc) {
+                               int ldb, float beta, float *C, int ldc, const float *bias) {
     int impl = pt__sgemm_impl(ctx, w, M);
     if (!w->p) return 0;
 #ifdef PT__GEMM_X86
     if (impl == PT__GEMM_PTRAIN) {
         pt__gemm_blocked(w, PT__KIND_F32_OF_BF16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                         ldc);
+                         ldc, bias);
         return 1;
     }
 #endif
 #ifndef PTRAIN_NO_BLAS
     if (impl == PT__GEMM_BLAS) {
+        if (bias) pt__gemm_bias_fill(M, N, bias, C, ldc), beta = 1.0f;
         pt__gemm_bf16_blas(w, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return 1;
     }
 #endif
     (void)impl, (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda;
-    (void)B, (void)ldb, (void)beta, (void)C, (void)ldc;
+    (void)B, (void)ldb, (void)beta, (void)C, (void)ldc, (void)bias;
     return 0;
 }
 
-PTRAINDEF void pt_gemm_bf16(pt_ctx *ctx, int trans_a, int trans_b, int M, int N, int K,
-                            float alpha, const float *A, int lda, const float *B, int ldb,
-                            float beta, float *C, int ldc) {
+/* pt_gemm_bf16, with C = alpha op(A) op(B) + bias (each row) where bias is
+   not NULL (beta 0): ptrain's kernels add it as they store C's first K
+   slab, the other paths run on C filled with it (beta 1). */
+static void pt__gemm_bf16_bias(pt_ctx *ctx, int trans_a, int trans_b, int M, int N, int K,
+                               float alpha, const float *A, int lda, const float *B, int ldb,
+                               float beta, float *C, int ldc, const float *bias) {
     int impl;
     pt__gemm_ws w = pt__ws_of(ctx);
     if (M <= 0 || N <= 0) return;
     if (pt__team_lead()) pt__poll_now(ctx);
     impl = pt__gemm_bf16_current();
+    if (bias && (!w.p || impl == PT__BF16_AMX || impl == PT__BF16_PORTABLE || K <= 0 ||
+                 alpha == 0.0f))
+        pt__gemm_bias_fill(M, N, bias, C, ldc), beta = 1.0f, bias = NULL;
     if (impl != PT__BF16_PORTABLE && (K <= 0 || alpha == 0.0f)) {
         pt__gemm_scale(M, N, beta, C, ldc);
         return;
@@ -4005,15 +4115,22 @@ PTRAINDEF void pt_gemm_bf16(pt_ctx *ctx, int trans_a, int trans_b, int M, int N,
     }
     if (w.p && impl == PT__BF16_AVX512) {
         pt__gemm_blocked(&w, PT__KIND_BF16, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta,
-                         C, ldc);
+                         C, ldc, bias);
         return;
     }
 #endif
     if (impl == PT__BF16_SGEMM &&
         pt__gemm_bf16_sgemm(ctx, &w, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                            ldc))
+                            ldc, bias))
         return;
+    if (bias) pt__gemm_bias_fill(M, N, bias, C, ldc), beta = 1.0f;
     pt__gemm_portable(1, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+PTRAINDEF void pt_gemm_bf16(pt_ctx *ctx, int trans_a, int trans_b, int M, int N, int K,
+                            float alpha, const float *A, int lda, const float *B, int ldb,
+                            float beta, float *C, int ldc) {
+    pt__gemm_bf16_bias(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
 }
 
 /* columns per task in column-reduction loops (each column's sum runs over
@@ -4363,13 +4480,12 @@ static void pt__mm(pt_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha
    dbias += sum_n dout. */
 static void pt__dense_forward(pt_ctx *ctx, float *out, const float *inp, const float *weight,
                               const float *bias, int N, int IN, int OUT, int wt) {
-    int n;
-    if (bias) {
-        PT__OMP(omp parallel for schedule(static))
-        for (n = 0; n < N; n++) memcpy(out + (size_t)n * OUT, bias, sizeof(float) * OUT);
-    }
-    pt__mm(ctx, 0, wt, N, OUT, IN, 1.0f, inp, IN, weight, wt ? IN : OUT, bias ? 1.0f : 0.0f,
-           out, OUT);
+    if (pt__ctx_bf16(ctx))
+        pt__gemm_bf16_bias(ctx, 0, wt, N, OUT, IN, 1.0f, inp, IN, weight, wt ? IN : OUT, 0.0f,
+                           out, OUT, bias);
+    else
+        pt__sgemm_bias(ctx, 0, wt, N, OUT, IN, 1.0f, inp, IN, weight, wt ? IN : OUT, 0.0f, out,
+                       OUT, bias);
 }
 
 static void pt__dense_backward(pt_ctx *ctx, float *dinp, float *dweight, float *dbias,

@@ -77,6 +77,10 @@ present() {
 step "unit tests" build/tests; show
 step "unit tests (ASan + UBSan)" build/tests_asan; show
 step "unit tests (PTRAIN_NO_BLAS)" build/tests_noblas; show
+# the GEMMs a user may pick at run time: OpenBLAS (bf16 through its sgemm), the portable loops
+step "unit tests (PTRAIN_GEMM=openblas PTRAIN_GEMM_BF16=sgemm)" \
+    env PTRAIN_GEMM=openblas PTRAIN_GEMM_BF16=sgemm build/tests; show
+step "unit tests (PTRAIN_GEMM=portable)" env PTRAIN_GEMM=portable build/tests; show
 # valgrind memcheck of the serial build (-mavx2 -mfma -O1, no OpenMP, no BLAS): no
 # invalid access, no uninitialised value, no leak; kernel_attention alone would take a
 # minute and a half. OMP_WAIT_POLICY=passive: fixture_check does not re-execute itself

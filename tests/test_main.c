@@ -378,10 +378,10 @@ static void test_gemm_kernels(void) {
     {
         int amx = pt_gemm_bf16_select("amx") == PT_OK, avx = pt_gemm_bf16_select("avx512bf16") == PT_OK;
         pt_gemm_bf16_select("auto");
-        CHECK(strcmp(pt_gemm_bf16_name(), amx   ? "ptrain-amx"
+        CHECK(strcmp(pt_gemm_bf16_name(), !strcmp(pt_gemm_name(), "portable") ? "portable"
+                                          : amx                                 ? "ptrain-amx"
                                           : avx ? "ptrain-avx512bf16"
-                                          : strcmp(pt_gemm_name(), "portable") ? "sgemm"
-                                                                               : "portable") == 0);
+                                                : "sgemm") == 0);
         pt_gemm_select("portable"); /* a portable fp32 GEMM makes auto bf16 portable too */
         CHECK(strcmp(pt_gemm_bf16_name(), "portable") == 0);
         pt_gemm_select(NULL);
@@ -937,7 +937,10 @@ static void test_crossentropy(void) {
 /* The head and the loss fused by row blocks (pt_head_xent_fused) against the
    unfused kernels on the whole logits, in fp32 and bf16: the same losses,
    lse and dx, dwte within its block-wise summation; a last block shorter
-   than the others; the default block size; the loss alone with no gradient. */
+   than the others; the default block size; the loss alone with no gradient.
+   lse is bit for bit where a logit does not depend on how many rows the GEMM
+   has (ptrain's and the portable GEMMs); OpenBLAS (PTRAIN_GEMM=openblas)
+   blocks by M, so there within 1e-6 relative. */
 static void test_head_xent_fused(void) {
     enum { N = 37, C = 24, V = 50, R = 8 };
     const float dloss = 0.3f;
@@ -954,6 +957,8 @@ static void test_head_xent_fused(void) {
     for (n = 0; n < N; n++) targets[n] = (n * 7 + 3) % V;
     for (k = 0; k < 2; k++) { /* fp32, bf16 */
         float *dx_ref = fcopy(dx0, N * C), *dw_ref = fcopy(dw0, V * C);
+        int blas = !strcmp(pt_gemm_name(), "openblas") &&
+                   (!k || !strcmp(pt_gemm_bf16_name(), "sgemm"));
         ctx = k ? &c16 : tctx();
         pt_tied_head_forward(ctx, logits, x, w, N, C, V);
         pt_crossentropy_forward(loss_ref, lse_ref, logits, targets, N, V);
@@ -966,7 +971,8 @@ static void test_head_xent_fused(void) {
             CHECK_CLOSE("fused head loss: dx", dx, to_double(dx_ref, N * C), N * C, 1e-6, 1e-5);
             CHECK_CLOSE("fused head loss: dwte", dw, to_double(dw_ref, V * C), V * C, 1e-5, 1e-5);
             for (n = 0; n < N; n++)
-                if (lse[n] != lse_ref[n])
+                if (blas ? !(fabs(lse[n] - lse_ref[n]) <= 1e-6 * fabs(lse_ref[n]))
+                         : lse[n] != lse_ref[n])
                     FAIL("fused head loss (%s): lse[%d] %.17g != %.17g", k ? "bf16" : "fp32", n,
                          lse[n], lse_ref[n]);
         }
@@ -986,6 +992,17 @@ static void test_head_xent_fused(void) {
    rows in buckets of 12 C = 96, the last short) keeps no
    logits either and gives the same losses, and gradients within the head's
    bucket-wise sum of dln and block-wise sum of dwte. */
+/* Tests that compare the bits of GEMMs of different shapes (a row's result
+   must not depend on how many rows its GEMM has) hold for ptrain's and the
+   portable GEMMs, not OpenBLAS's, which blocks by M: under PTRAIN_GEMM=openblas
+   they SKIP, saying so. */
+static int bits_by_row(const char *what) {
+    if (strcmp(pt_gemm_name(), "openblas")) return 1;
+    SKIPPED("%s: compares bits that only a GEMM whose rows do not depend on M gives "
+            "(PTRAIN_GEMM=openblas blocks by M)", what);
+    return 0;
+}
+
 static void test_gpt_head_fused(void) {
     enum { V = 251, L = 1, NH = 2, C = 8, B = 4, T = 300, N = B * T };
     pt_gpt g, u;
@@ -996,6 +1013,7 @@ static void test_gpt_head_fused(void) {
     double *lse = TALLOC(double, N);
     int *in = rand_ids(N, V), *tg = rand_ids(N, V);
     size_t P, whole = (size_t)N * V * sizeof(float), block = (size_t)PT__HEAD_ROWS * V * sizeof(float);
+    if (!bits_by_row("the fused head against the unfused one")) return;
     CHECK_ST(gpt_new(&g, cfg_make(V, T, L, NH, C), B, T, 0), PT_OK);
     if (!g.params) return;
     P = g.num_params;
@@ -1383,6 +1401,7 @@ static void sp_exact_at(int B, int T) {
    rank's 64 rows, a multiple of PT__SP_ROWS): this rank's rows first,
    behind the gather, then the others'. */
 static void test_sp_exact(void) {
+    if (!bits_by_row("sequence parallel against tp")) return;
     sp_exact_at(2, 8);
     sp_exact_at(2, 64);
 }
@@ -1455,6 +1474,7 @@ static void test_head_fused_tp(void) {
     pt_train_state ts;
     pt_gpt m;
     int *in = rand_ids(N, V), *tg = rand_ids(N, V), k;
+    if (!bits_by_row("the fused head on tp 2 against ZeRO 2")) return;
     CHECK(N > PT__HEAD_ROWS);
     CHECK_ST(gpt_new(&m, cfg, B, T, 0), PT_OK);
     if (!m.params) return;
@@ -1546,6 +1566,7 @@ static void test_head_fused_pp(void) {
     int *in = rand_ids(N, V), *tg = rand_ids(N, V), k;
     float *lu = TALLOC(float, N);
     double *lse = TALLOC(double, N);
+    if (!bits_by_row("the fused head on a pipeline")) return;
     CHECK(N / 2 > PT__HEAD_ROWS);
     for (k = 0; k < (int)(sizeof kinds / sizeof kinds[0]); k++) {
         head_pp_run r;

@@ -2688,12 +2688,12 @@ PTRAINDEF void pt_arena_free(pt_arena *a) {
    op(B) into NR-column micro-panels (L2; k-major, zero-padded), and an MR x
    NR tile of C lives in registers over the slab while the A micro-panel
    (L1) walks the B slab; threads splitting the rows share each B slab, each
-   packing its part (measured: packing 14.7% of a bf16 step's layer GEMMs
-   with every thread packing all of it, 10.7% shared). Every element of C is summed by one thread, slab
-   after slab in K order, so results do not depend on the thread count. The
-   kernels are compiled with target attributes and chosen at run time from
-   CPUID, so the header needs no special flags; bf16 packs pairs of
-   consecutive k (vdpbf16ps's operand). */
+   packing its part (perf: packing 14.7% of gpt2-124m's bf16 layer GEMMs
+   with every thread packing all of it, 10.7% shared). Every element of C
+   is summed by one thread, slab after slab in K order, so results do not
+   depend on the thread count. The kernels are compiled with target
+   attributes and chosen at run time from CPUID, so the header needs no
+   special flags; bf16 packs pairs of consecutive k (vdpbf16ps's operand). */
 #define PT__GEMM_MR 12
 #define PT__GEMM_NR 32
 #define PT__GEMM_KC 384  /* fp32 k a slab at most (bf16: twice) */
@@ -4377,14 +4377,12 @@ static void pt__layernorm_dinput(float *dinp, const float *base, float *copy, co
         }
         gm /= (float)C;
         gxm /= (float)C;
-        if (cp) {
-            PT__OMP(omp simd)
-            for (c = 0; c < C; c++)
-                cp[c] = dx[c] = b[c] + s * (d[c] * weight[c] - gm - (x[c] - m) * s * gxm);
-            continue;
-        }
         PT__OMP(omp simd)
-        for (c = 0; c < C; c++) dx[c] = b[c] + s * (d[c] * weight[c] - gm - (x[c] - m) * s * gxm);
+        for (c = 0; c < C; c++) {
+            float v = b[c] + s * (d[c] * weight[c] - gm - (x[c] - m) * s * gxm);
+            dx[c] = v;
+            if (cp) cp[c] = v;
+        }
     }
 }
 
@@ -4561,13 +4559,12 @@ static void pt__rmsnorm_dinput(float *dinp, const float *base, float *copy, cons
         PT__OMP(omp simd reduction(+:gx))
         for (c = 0; c < C; c++) gx += d[c] * weight[c] * x[c];
         k = r * r * gx / (float)C;
-        if (cp) {
-            PT__OMP(omp simd)
-            for (c = 0; c < C; c++) cp[c] = dx[c] = b[c] + r * (d[c] * weight[c] - x[c] * k);
-            continue;
-        }
         PT__OMP(omp simd)
-        for (c = 0; c < C; c++) dx[c] = b[c] + r * (d[c] * weight[c] - x[c] * k);
+        for (c = 0; c < C; c++) {
+            float v = b[c] + r * (d[c] * weight[c] - x[c] * k);
+            dx[c] = v;
+            if (cp) cp[c] = v;
+        }
     }
 }
 
@@ -4683,10 +4680,10 @@ static void pt__swiglu_row(float *o, float *dg, const float *g, const float *d, 
     }
     PT__OMP(omp simd)
     for (t = j; t < F; t++) {
-        float s = 1.0f / (1.0f + pt__expf(-g[t])), dt = d[t];
+        float e = 1.0f + pt__expf(-g[t]), s = 1.0f / e, dt = d[t];
         du[t] = dt * g[t] * s;
         dg[t] = dt * u[t] * s * (1.0f + g[t] * (1.0f - s));
-        if (o) o[t] = g[t] / (1.0f + pt__expf(-g[t])) * u[t];
+        if (o) o[t] = g[t] / e * u[t];
     }
 }
 
@@ -5682,18 +5679,12 @@ static void pt__gelu_span(float *out, float *act, const float *inp, const float 
         }
         return;
     }
-    if (act) { /* (the scalar forward's expression, so its bits) */
-        PT__OMP(omp simd)
-        for (j = i; j < i1; j++) {
-            float x = inp[j], y = PT__GELU_K * (x + 0.044715f * x * x * x);
-            act[j] = x / (1.0f + pt__expf(-2.0f * y));
-        }
-    }
     PT__OMP(omp simd)
-    for (j = i; j < i1; j++) {
+    for (j = i; j < i1; j++) { /* (act: the scalar forward's x / e, so its bits) */
         float x = inp[j], y = PT__GELU_K * (x + 0.044715f * x * x * x);
-        float sg = 1.0f / (1.0f + pt__expf(-2.0f * y));
+        float e = 1.0f + pt__expf(-2.0f * y), sg = 1.0f / e;
         float g = sg + 2.0f * x * sg * (1.0f - sg) * PT__GELU_K * (1.0f + c3 * x * x);
+        if (act) act[j] = x / e;
         out[j] = g * dout[j];
     }
 }

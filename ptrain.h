@@ -5068,7 +5068,8 @@ typedef struct pt__fa {
    bwd 2, the task's dK and dV (dka, dva; bwd 1: summed in place). */
 static size_t pt__fa_layout(pt__fa *f, float *ws, int Tk, int hd, int bwd) {
     size_t t32 = (size_t)(Tk + 31) / 32 * 32, h32 = (size_t)(hd + 31) / 32 * 32, at = 0;
-    size_t qa = (size_t)PT__FA_QB * (hd > PT__FA_KB ? hd : PT__FA_KB), qb = h32 * (PT__FA_QB + 1), blk = (size_t)PT__FA_QB * PT__FA_KB;
+    size_t qa = (size_t)PT__FA_QB * (hd > PT__FA_KB ? hd : PT__FA_KB); /* rows of KB: qam */
+    size_t qb = h32 * (PT__FA_QB + 1), blk = (size_t)PT__FA_QB * PT__FA_KB;
     size_t n[16], i;
     float **dst[16];
     n[0] = t32 * hd, n[1] = bwd ? t32 * hd : 0, n[2] = bwd ? h32 * (Tk + 1) : 0;
@@ -14005,9 +14006,9 @@ static const pt_hw pt__hw_presets[] = {
        2024's runs had (PyTorch's SDPA, Llama 3), reaches at most 35% of the H100's peak
        (Shah et al. 2024, FlashAttention-3's abstract), its backward slower still: the
        paper's H100 SXM5 figures at head size 128, 4k-16k tokens, FA2 forward 368-370 and
-       backward 310-322 TFLOP/s; a step's FLOPs 1 forward to 2.5 backward: 1/(1/3.5 x
-       (1/369 + 2.5/318)) = 331 TFLOP/s, 0.335 forward + backward. FlashAttention-3 and cuDNN's fused attention reach
-       600-740 TFLOP/s forward (0.55 forward + backward): a profile file with flash_eff
+       backward 310-322 TFLOP/s; a step's FLOPs 1 forward to 2.5 backward: 3.5 /
+       (1/369 + 2.5/318) = 331 TFLOP/s, 0.335 forward + backward. FlashAttention-3 and
+       cuDNN's fused attention reach 600-740 TFLOP/s forward (0.55 forward + backward): a profile file with flash_eff
        = 0.55 plans with them. tp overlap:
        Transformer Engine's userbuffers (Megatron's --tp-comm-overlap) split each
        all-gather/reduce-scatter in tp chunks pipelined against its GEMM; the

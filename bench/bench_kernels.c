@@ -446,7 +446,12 @@ static void bench_head_rate(const pt_gpt_config *cfg, int B, int T, int reps, pt
     h.logits = buffer(N * V, r, 0, 0), h.loss = buffer(N, r, 0, 0), h.y = buffer(N * 4 * C, r, 0, 0);
     h.wf = buffer(4 * C * C, r, -0.05f, 0.05f);
     h.lse = (double *)malloc(N * sizeof(double)), h.tg = (int *)malloc(N * sizeof(int));
-    if (!h.lse || !h.tg) return;
+    if (!h.lse || !h.tg) {
+        printf("  head rate: out of memory for %zu rows\n", N);
+        failures++;
+        free(h.lse), free(h.tg);
+        return;
+    }
     for (i = 0; i < N; i++) h.tg[i] = (int)(pt_rng_u64(r) % V);
     for (prec = 0; prec < 2; prec++) {
         pt_ctx_desc d;

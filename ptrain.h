@@ -10019,9 +10019,12 @@ static const char *pt__act_names[PT_ACT_COUNT] = {
     "send gradient", "receive gradient", "optimizer step", "replica all-reduce"};
 
 /* Seconds (or unit-time slots) an action takes on its stage; a send's time
-   ends when its receiver may have the message. */
+   ends when its receiver may have the message, unless arrive (may be NULL)
+   says how long after that (a send the stage only launches: the transfer
+   runs on after it). */
 typedef struct pt__sched_costs {
     double (*cost)(void *ctx, int stage, const pt_action *a);
+    double (*arrive)(void *ctx, int stage, const pt_action *a);
     void *ctx;
 } pt__sched_costs;
 
@@ -10195,6 +10198,7 @@ static int pt__sched_send(pt__sched_state *r, pt__sched_act *x) {
         PT__REFUSE("stage %d: %s of micro-batch %d chunk %d twice", st, x->what, x->mi, x->c);
     x->cost = pt__sched_dur(r, x);
     msg[x->key] = x->at + x->cost; /* when the receiver may have it */
+    if (r->costs && r->costs->arrive) msg[x->key] += r->costs->arrive(r->costs->ctx, st, a);
     return PT__SCHED_DONE;
 }
 
@@ -14525,6 +14529,8 @@ typedef struct pt__sim {
     double head_fwd_s, head_bin_s, head_bw_s, head_fwd_flops, head_bwd_flops, head_tp_s;
     double emb_fwd_s, emb_bwd_s, emb_tp_s;
     double p2p_s, p2p_bytes;
+    double p2p_late;        /* pp_overlap: a send's transfer after its launch (p2p_s): the
+                               stage goes on, its receiver waits for it */
     double *opt_s, *dp_s;   /* (p) the OPT action: gradient sync + optimizer */
     double *pair_s;         /* (p) Chimera's REDUCE: the gradients summed with stage p-1-s */
     double *zero3_s;        /* (p) ZeRO 3 on a GPU profile: gathering one layer */
@@ -14981,6 +14987,14 @@ static double pt__sim_action(pt__sim *S, int st, const pt_action *a, int stats) 
 
 static double pt__sim_cost_cb(void *ctx, int st, const pt_action *a) {
     return pt__sim_action((pt__sim *)ctx, st, a, 1);
+}
+
+/* A send behind compute (pp_overlap) arrives its transfer after its launch. */
+static double pt__sim_arrive_cb(void *ctx, int st, const pt_action *a) {
+    const pt__sim *S = (const pt__sim *)ctx;
+    (void)st;
+    if (a->kind != PT_ACT_SEND_ACT && a->kind != PT_ACT_SEND_GRAD) return 0.0;
+    return S->p2p_late * (S->scale ? S->scale[a->kind] : 1.0);
 }
 
 /* Bytes on one rank of stage st (Korthikanti et al. 2022 for the
@@ -15502,7 +15516,7 @@ static pt_status pt__plan_timeline(pt__sim *S, const pt_schedule *sch, pt_plan_r
     double *start, *clock, moved;
     pt__sched_costs costs;
     pt_status err;
-    costs.cost = pt__sim_cost_cb, costs.ctx = S;
+    costs.cost = pt__sim_cost_cb, costs.arrive = pt__sim_arrive_cb, costs.ctx = S;
     for (st = 0; st < p; st++) total += (size_t)sch->count[st];
     start = (double *)pt__malloc(sizeof(double) * (total + (size_t)p), NULL);
     if (!start) return pt__fail(PT_ERR_OOM, "cannot allocate the simulated timeline");
@@ -15683,7 +15697,8 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
                       pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, bytes, D.tp, D.tp);
         else
             S.p2p_s = p > 1 ? pt_hw_comm_seconds(hw, PT_COLL_P2P, bytes, 2, across ? 1 : 2) : 0.0;
-        if (S.pp_ov && S.p2p_s > hw->kernel_s) S.p2p_s = hw->kernel_s;
+        if (S.pp_ov && S.p2p_s > hw->kernel_s) /* launched; received when it arrives */
+            S.p2p_late = S.p2p_s - hw->kernel_s, S.p2p_s = hw->kernel_s;
         S.p2p_bytes = bytes;
     }
     r->build_seconds = pt_time_now() - t0;

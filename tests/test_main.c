@@ -4297,6 +4297,37 @@ static void test_sim_recipe(void) {
     remove(path);
 }
 
+/* Asynchronous pipeline sends (pp_overlap): the stage only launches a send,
+   but its receiver still waits for the transfer. One micro-batch through 4
+   stages of tp 8 (a node each) is a chain: 3 activations forward, 3
+   gradients back, each arriving its p2p transfer (b s h / t bf16 across
+   nodes) after the action that made it; with the sends free the step is
+   exactly 6 transfers shorter. */
+static void test_sim_pp_async(void) {
+    enum { P = 4, T = 8 };
+    pt_hw hw;
+    pt_plan_desc d;
+    pt_plan_result a, b;
+    double scale[PT_ACT_COUNT], x, want;
+    int i;
+    CHECK(pt_hw_preset("h100-80g", &hw) == PT_OK);
+    ZERO(d);
+    d.model.config = cfg_make(51200, 0, 8, 32, 4096), d.model.seq = 4096;
+    d.model.batch = 1, d.model.recompute = PT_RECOMPUTE_NONE, d.model.sequence_parallel = 1;
+    d.tp = T, d.pp = P, d.gpus = T * P, d.batch = 1, d.attention = PT_ATTN_FLASH;
+    d.model.schedule = PT_SCHED_1F1B, d.pp_overlap = PT_OVERLAP_ON;
+    for (i = 0; i < PT_ACT_COUNT; i++) scale[i] = 1.0;
+    CHECK_ST(pt_plan_simulate_scaled(&d, &hw, scale, &a, NULL), PT_OK);
+    scale[PT_ACT_SEND_ACT] = scale[PT_ACT_SEND_GRAD] = 0.0;
+    CHECK_ST(pt_plan_simulate_scaled(&d, &hw, scale, &b, NULL), PT_OK);
+    x = pt_hw_comm_seconds(&hw, PT_COLL_P2P, 4096.0 * 4096 / T * 2, 2, 1);
+    want = 2 * (P - 1) * x;
+    if (fabs((a.step_time - b.step_time) / want - 1) > 1e-6)
+        FAIL("pp_overlap: the sends add %.6g s to a 1-micro-batch chain, want %d transfers' %.6g",
+             a.step_time - b.step_time, 2 * (P - 1), want);
+    CHECK(a.pp_comm_s < 2 * (P - 1) * 2 * hw.kernel_s); /* the stage: launches only */
+}
+
 /* Llama 3's context parallelism (PT_CP_ALLGATHER) against the ring, cp 2 on
    one H100 node, the ring compute-bound (each K|V block's send shorter than
    the block's attention): each layer's pass adds the all-gather of K and V
@@ -6659,6 +6690,7 @@ static const test_case tests[] = {
     {"sim_flops_closed_form", test_sim_flops_closed_form},
     {"sim_mechanisms", test_sim_mechanisms},
     {"sim_recipe", test_sim_recipe},
+    {"sim_pp_async", test_sim_pp_async},
     {"sim_cp_ring", test_sim_cp_ring},
     {"sim_cp_allgather", test_sim_cp_allgather},
     {"sim_grad_accum_pass", test_sim_grad_accum_pass},

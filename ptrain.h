@@ -1714,8 +1714,16 @@ typedef struct pt_plan_desc {
     int grad_accum_pass;  /* 1: DeepSpeed's BF16_Optimizer under its pipeline engine (BLOOM):
                              after each micro-batch's backward the stage's bf16 gradients
                              added into fp32 ones (update_hp_grads) and cleared before the
-                             next, 12 bytes a parameter through memory; 0: Megatron's, the
-                             weight-gradient GEMMs accumulating into fp32 (no pass) */
+                             next, 12 bytes a parameter through memory; the fp32 gradients
+                             are what is kept and reduced (4 bytes an element, whatever the
+                             profile's grad_bytes); 0: Megatron's, the weight-gradient GEMMs
+                             accumulating into fp32 (no pass) */
+    int grad_allreduce;   /* 1 (with ZeRO 1): the gradients all-reduced whole over dp, each
+                             rank updating its 1/dp and the weights all-gathered (DeepSpeed's
+                             pipeline engine with its BF16_Optimizer, BLOOM's: _bf16_reduce_grads
+                             all-reduces the optimizer's fp32 gradients, then update_lp_params
+                             all-gathers the bf16 partitions; the bf16 gradients kept beside
+                             the fp32 ones); 0: ZeRO's reduce-scatter */
 } pt_plan_desc;
 
 typedef struct pt_plan_mem {
@@ -15017,6 +15025,7 @@ static void pt__sim_memory(const pt__sim *S, const pt_gpt *m, double held, doubl
     mem->params = md->zero == 3 ? (sh + 2.0 * big) * wb : P * wb;
     if (md->schedule == PT_SCHED_2BW) mem->params += P * wb; /* its second version */
     mem->grads = md->zero >= 2 ? (sh + big) * gb : P * gb;
+    if (d->grad_allreduce) mem->grads += P * wb; /* (the bf16 ones beside) */
     mem->optimizer = (md->zero >= 1 ? sh : P) * ob;
     if (S->ptrain) { /* this header's executor: exactly what pt_gpt_init lays out */
         mem->params = (double)m->mem.params, mem->grads = (double)m->mem.grads;
@@ -15097,6 +15106,13 @@ static pt_status pt__plan_check(pt__sim *S, pt_plan_desc *D, const pt_hw *hw) {
     else if (D->grad_accum_pass && (D->exec ? D->exec : hw->exec) == PT_EXEC_PTRAIN)
         pt__append_error(&bad, "grad_accum_pass with ptrain's executor (its gradients "
                          "accumulate in place)");
+    if (D->grad_allreduce < 0 || D->grad_allreduce > 1)
+        pt__append_error(&bad, "grad_allreduce=%d must be 0 or 1", D->grad_allreduce);
+    else if (D->grad_allreduce && md->zero != 1)
+        pt__append_error(&bad, "grad_allreduce with zero=%d (ZeRO 1's gradients: ZeRO 0 "
+                         "all-reduces them anyway, 2 and 3 reduce-scatter)", md->zero);
+    else if (D->grad_allreduce && (D->exec ? D->exec : hw->exec) == PT_EXEC_PTRAIN)
+        pt__append_error(&bad, "grad_allreduce with ptrain's executor (it reduce-scatters)");
     if ((unsigned)D->cp_comm > PT_CP_ALLGATHER)
         pt__append_error(&bad, "cp_comm=%d is not PT_CP_DEFAULT, _RING or _ALLGATHER",
                          (int)D->cp_comm);
@@ -15316,12 +15332,13 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
                          (ph[1] >= o.buckets[b].lf && ph[1] < o.buckets[b].lf + o.buckets[b].nl)) *
                         layer_p;
             double bytes = n_el * S->gb, gbytes = n_el * e;
-            k->red_s = pt_hw_comm_seconds(hw, D->zero ? PT_COLL_REDUCE_SCATTER : PT_COLL_ALL_REDUCE,
+            int ar = !D->zero || pl->grad_allreduce;
+            k->red_s = pt_hw_comm_seconds(hw, ar ? PT_COLL_ALL_REDUCE : PT_COLL_REDUCE_SCATTER,
                                           bytes, S->dpw, dpn);
             k->gat_s = D->zero ? pt_hw_comm_seconds(hw, PT_COLL_ALL_GATHER, gbytes, S->dpw, dpn)
                                : 0.0;
             k->gat_v = D->zero ? (w - 1.0) / w * gbytes : 0.0;
-            k->red_v = (D->zero ? 1.0 : 2.0) * (w - 1.0) / w * bytes;
+            k->red_v = (ar ? 2.0 : 1.0) * (w - 1.0) / w * bytes;
             k->lf = -1, k->n = 0;
             if (!whole && o.buckets[b].nl) {
                 lf = o.buckets[b].lf, n = o.buckets[b].nl;
@@ -15341,8 +15358,9 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
             pt__sim_z3_pass(S, st, PT_ACT_B, 0.0, 0.0, 0.0, h + 2);
         }
     }
-    if (p > 1 && m.place.has_embed != m.place.has_head) /* ZB-V: both on stage 0, one copy */
-        S->opt_x[st] += pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, Vl * h * e, 2,
+    if (p > 1 && m.place.has_embed != m.place.has_head && !D->config.untied_head) /* ZB-V: both
+                                         on stage 0, one copy; wte's gradients, gb an element */
+        S->opt_x[st] += pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, Vl * h * S->gb, 2,
                                            pl->tp * S->dpw * (p - 1) < hw->per_node ? 2 : 1);
     r->stage[st].dp_bytes = S->dpw > 1 && D->zero < 3 ? (D->zero ? 2.0 : 1.0) * pn * e : 0.0;
     if (D->schedule == PT_SCHED_CHIMERA) { /* the replicas' all-reduce with stage p-1-s,
@@ -15616,6 +15634,7 @@ static pt_status pt__plan_run(const pt_plan_desc *d, const pt_hw *hw, double sha
     S.ptrain = (D.exec ? D.exec : hw->exec) == PT_EXEC_PTRAIN;
     S.elem = S.ptrain ? 4.0 : 2.0;
     S.gb = !S.ptrain && hw->grad_bytes > 0 ? hw->grad_bytes : S.elem;
+    if (D.grad_accum_pass) S.gb = 4.0; /* (the fp32 gradients the pass adds into) */
     S.sp = D.model.sequence_parallel && D.tp > 1; /* with tp 1: nothing to split */
     S.flash = D.attention == PT_ATTN_FLASH;
     S.cp_ag = D.cp_comm == PT_CP_ALLGATHER;

@@ -72,11 +72,11 @@ static int plan_onoff(const char *flag, const char *v, pt_overlap *o) {
 }
 
 /* Today's recipe from the command line: the block (--arch, --kv-heads,
-   --ffn), --attention, --tp-overlap, --pp-overlap, --pp-split, --cp-comm, --grad-accum-pass.
-   0, or -1 after an error. */
+   --ffn), --attention, --tp-overlap, --pp-overlap, --pp-split, --cp-comm, --grad-accum-pass,
+   --grad-allreduce. 0, or -1 after an error. */
 static int plan_recipe(pt_plan_desc *d, const char *arch, int kv, int ffn, const char *attn,
                        const char *tov, const char *pov, const char *split, const char *cpc,
-                       const char *gap) {
+                       const char *gap, const char *gar) {
     pt_gpt_config *cf = &d->model.config;
     if (arch && strcmp(arch, "llama") == 0) {
         cf->arch = PT_ARCH_LLAMA, cf->norm = PT_NORM_RMS, cf->pos = PT_POS_ROPE;
@@ -119,6 +119,12 @@ static int plan_recipe(pt_plan_desc *d, const char *arch, int kv, int ffn, const
         fprintf(stderr, "error: --grad-accum-pass '%s' is not on or off\n", gap);
         return -1;
     }
+    if (gar && (strcmp(gar, "on") == 0 || strcmp(gar, "off") == 0))
+        d->grad_allreduce = strcmp(gar, "on") == 0;
+    else if (gar) {
+        fprintf(stderr, "error: --grad-allreduce '%s' is not on or off\n", gar);
+        return -1;
+    }
     return 0;
 }
 
@@ -131,10 +137,9 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
     pt_gpt_config *cf = &md->config;
     const char *preset = NULL, *rc = "full", *sched = NULL, *prec = NULL, *pos[1], *ov = NULL;
     const char *arch = NULL, *attn = NULL, *tov = NULL, *pov = NULL, *split = NULL, *cpc = NULL;
-    const char *gap = NULL; /* (--grad-accum-pass) */
-    int kv = 0, ffn = 0;
+    const char *gap = NULL, *gar = NULL; /* (--grad-accum-pass, --grad-allreduce) */
+    int kv = 0, ffn = 0, npos, s, i, np = (int)(sizeof presets / sizeof *presets);
     float tokens = 0, bucket_mb = 0, inter = 0;
-    int npos, s, i, np = (int)(sizeof presets / sizeof *presets);
     cli_opt opts[] = {
         {"preset", CLI_STR, &preset, "megatron-1.7b, megatron-145.6b, megatron-1t, gpt-22b, "
          "gpt-175b, gpt-1t, llama2-7b, llama-13b-256, llama-13b-512 (Megatron-LLaMA's "
@@ -178,8 +183,10 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
          "Megatron-Core's --account-for-embedding/loss-in-pipeline-split) (default: "
          "embedding-loss on a GPU profile when it divides the layers evenly and even does not)",
          0, 0},
-        {"grad-accum-pass", CLI_STR, &gap, "on | off: bf16 gradients added into fp32 ones after "
-         "each micro-batch (DeepSpeed's pipeline engine, BLOOM's; default off)", 0, 0},
+        {"grad-accum-pass", CLI_STR, &gap, "on | off: bf16 gradients added into fp32 ones a "
+         "micro-batch (DeepSpeed's, BLOOM's; default off)", 0, 0},
+        {"grad-allreduce", CLI_STR, &gar, "on | off: --zero 1's gradients all-reduced whole "
+         "(DeepSpeed's BF16_Optimizer; default off)", 0, 0},
         {"recompute", CLI_STR, &rc, "none, selective or full", 0, 0},
         {"hw", CLI_STR, &p->hw_name, "a100-80g, h100-80g, h200, mi250x, mi300x or local "
                                      "(default: preset's, else a100-80g)", 0, 0},
@@ -254,12 +261,7 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         return 2;
     }
     if ((s = cli_schedule(sched)) < 0) return 2;
-    if (ov && strcmp(ov, "on") == 0) d->overlap = PT_OVERLAP_ON;
-    else if (ov && strcmp(ov, "off") == 0) d->overlap = PT_OVERLAP_OFF;
-    else if (ov) {
-        fprintf(stderr, "error: --overlap '%s' is not on or off\n", ov);
-        return 2;
-    }
+    if (plan_onoff("overlap", ov, &d->overlap)) return 2;
     if (cli_given(argc, argv, "bucket-mb") && !(bucket_mb > 0.0f)) {
         fprintf(stderr, "error: --bucket-mb %g must be more than 0\n", (double)bucket_mb);
         return 2;
@@ -268,7 +270,7 @@ static int plan_options(int argc, char **argv, plan_args *p, int usage) {
         fprintf(stderr, "error: --inter-gbps %g must be more than 0\n", (double)inter);
         return 2;
     }
-    if (plan_recipe(d, arch, kv, ffn, attn, tov, pov, split, cpc, gap) != 0) return 2;
+    if (plan_recipe(d, arch, kv, ffn, attn, tov, pov, split, cpc, gap, gar) != 0) return 2;
     md->bucket_bytes = (size_t)((double)bucket_mb * 1048576.0);
     p->inter_gbps = inter;
     md->schedule = (pt_schedule_kind)s;

@@ -205,6 +205,8 @@ expect 2 "--tp-overlap 'maybe' is not on or off" --tp-overlap maybe
 expect 2 "--pp-overlap 'yes' is not on or off" --pp-overlap yes
 expect 2 "--cp-comm 'ulysses' is not ring or allgather" --cp-comm ulysses
 expect 2 "--grad-accum-pass 'yes' is not on or off" --grad-accum-pass yes
+expect 2 "--grad-allreduce 'yes' is not on or off" --grad-allreduce yes
+expect 1 "grad_allreduce with zero=0" --grad-allreduce on
 expect 2 "GPT's block has kv-heads = heads" --kv-heads 8
 expect 2 "unknown option '--context-parallel'" --context-parallel 2
 expect 1 "seq=2048 does not split over cp=3" --cp 3 --tp 8 --gpus 48 --batch 48 --microbatch 1

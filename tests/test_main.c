@@ -4393,6 +4393,37 @@ static void test_sim_grad_accum_pass(void) {
     CHECK(strstr(pt_last_error(), "grad_accum_pass=2 must be 0 or 1") != NULL);
 }
 
+/* DeepSpeed's BF16_Optimizer reduces its fp32 gradients (grad_accum_pass: 4 bytes
+   an element on a profile of 2) by an all-reduce, not ZeRO 1's reduce-scatter
+   (grad_allreduce): over dp 2 in a node the step grows by exactly the
+   difference of the two collectives of P x 4 bytes, P the rank's parameters,
+   and the bf16 gradients are kept beside the fp32 ones (2 bytes more each).
+   Not with ZeRO 0, 2 or 3. */
+static void test_sim_grad_allreduce(void) {
+    pt_hw hw;
+    pt_plan_desc d;
+    pt_plan_result a, b;
+    double P, want;
+    CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
+    ZERO(d);
+    d.model.config = cfg_make(51200, 0, 8, 16, 2048), d.model.seq = 2048;
+    d.model.batch = 2, d.model.recompute = PT_RECOMPUTE_FULL, d.model.zero = 1;
+    d.tp = 1, d.pp = 1, d.gpus = 2, d.batch = 8, d.grad_accum_pass = 1;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &a, NULL), PT_OK);
+    d.grad_allreduce = 1;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &b, NULL), PT_OK);
+    P = a.mem.params / 2;
+    CHECK(fabs(a.mem.grads / (4 * P) - 1) < 1e-12);
+    CHECK(fabs((b.mem.grads - a.mem.grads) / (2 * P) - 1) < 1e-12);
+    want = pt_hw_comm_seconds(&hw, PT_COLL_ALL_REDUCE, 4 * P, 2, 8) -
+           pt_hw_comm_seconds(&hw, PT_COLL_REDUCE_SCATTER, 4 * P, 2, 8);
+    if (fabs((b.step_time - a.step_time) / want - 1) > 1e-6)
+        FAIL("grad_allreduce: %.6g s more a step, want %.6g", b.step_time - a.step_time, want);
+    d.model.zero = 2;
+    CHECK_ST(pt_plan_simulate(&d, &hw, &b, NULL), PT_ERR_CONFIG);
+    CHECK(strstr(pt_last_error(), "grad_allreduce with zero=2") != NULL);
+}
+
 /* Context parallelism on ptrain's executor with a local profile: the ring's
    kernel blocks cover the key chunks as pt__attn_rows does (cp 2 at 128
    tokens: every 64-query block spans both of a rank's chunks and sees a
@@ -6694,6 +6725,7 @@ static const test_case tests[] = {
     {"sim_cp_ring", test_sim_cp_ring},
     {"sim_cp_allgather", test_sim_cp_allgather},
     {"sim_grad_accum_pass", test_sim_grad_accum_pass},
+    {"sim_grad_allreduce", test_sim_grad_allreduce},
     {"sim_cost_paths", test_sim_cost_paths},
     {"sim_zero3_ptrain", test_sim_zero3_ptrain},
     {"sim_zero3_executor_bytes", test_sim_zero3_executor_bytes},

@@ -15375,8 +15375,16 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
         r->stage[st].dp_bytes += bytes;
     }
     S->dp_s[st] += S->opt_x[st];
-    S->opt_c[st] = (D->zero ? (double)o.shard_total : pn) * (28.0 + e) / hw->mem_bw *
-                       S->share + hw->kernel_s * 4;
+    /* the update's bytes a parameter: Adam reads the fp32 weight, gradient, m and v and
+       writes three (28), the weight copied out at e. Megatron-LM's mixed-precision step
+       (Float16OptimizerWithFloat16Params.step) also reads the fp32 gradients for the
+       clipping norm and the weight for that copy (8 more); with fp16 gradients (gb < 4:
+       loss scaling) it first copies them into fp32 main gradients (gb + 4) and unscales
+       them in place, checking for inf (8); DeepSpeed's BF16_Optimizer's norm and copy
+       alike. ptrain's executor: its own AdamW (28 + e) */
+    S->opt_c[st] = (D->zero ? (double)o.shard_total : pn) *
+                       (28.0 + e + (S->ptrain ? 0.0 : 8.0 + (S->gb < 4 ? S->gb + 12.0 : 0.0))) /
+                       hw->mem_bw * S->share + hw->kernel_s * 4;
     S->opt_s[st] = S->dp_s[st] + S->opt_c[st];
     S->dp_x[st] = S->dp_s[st];
     /* ZeRO 3 on a GPU profile (DeepSpeed in Megatron-LM 2021's Table 2): a layer's weights

@@ -4365,23 +4365,36 @@ static void test_sim_cp_allgather(void) {
 
 /* DeepSpeed's BF16_Optimizer under its pipeline engine (grad_accum_pass):
    each of the m micro-batches' backward ends with a pass over the rank's
-   gradients, 12 bytes a parameter at the memory bandwidth and two kernels; on
-   one rank it adds exactly that to the step (its weights, 2 bytes each in
+   gradients, 12 bytes a parameter at the memory bandwidth and two kernels (the
+   update without it: 52 bytes a parameter, Megatron-LM's fp16 step), and
+   the update then starts from fp32 gradients (on the A100's fp16 profile no copy
+   into fp32 and no unscaling: gb + 12 = 14 bytes a parameter fewer); on one
+   rank the step moves by exactly that (its weights, 2 bytes each in
    mem.params, say how many). ptrain's executor and values past 1 refused. */
 static void test_sim_grad_accum_pass(void) {
     pt_hw hw;
     pt_plan_desc d;
     pt_plan_result a, b;
-    double want;
+    double want, sc[PT_ACT_COUNT];
+    int i;
     CHECK(pt_hw_preset("a100-80g", &hw) == PT_OK);
     ZERO(d);
     d.model.config = cfg_make(51200, 0, 8, 16, 2048), d.model.seq = 2048;
     d.model.batch = 2, d.model.recompute = PT_RECOMPUTE_FULL;
     d.tp = 1, d.pp = 1, d.gpus = 1, d.batch = 8; /* 4 micro-batches */
     CHECK_ST(pt_plan_simulate(&d, &hw, &a, NULL), PT_OK);
+    for (i = 0; i < PT_ACT_COUNT; i++) sc[i] = i == PT_ACT_OPT ? 0.0 : 1.0;
+    CHECK_ST(pt_plan_simulate_scaled(&d, &hw, sc, &b, NULL), PT_OK);
+    /* Megatron's fp16 update: gradients copied into fp32 (2 + 4), unscaled (8), the
+       clipping norm's read (4), Adam (28), the weight read and copied out (4 + 2) */
+    want = a.mem.params / 2 * 52 / hw.mem_bw + 4 * hw.kernel_s;
+    if (fabs((a.step_time - b.step_time) / want - 1) > 1e-6)
+        FAIL("the fp16 update: %.6g s, want 52 bytes a parameter's %.6g",
+             a.step_time - b.step_time, want);
     d.grad_accum_pass = 1;
     CHECK_ST(pt_plan_simulate(&d, &hw, &b, NULL), PT_OK);
-    want = 4 * (a.mem.params / 2 * 12 / hw.mem_bw + 2 * hw.kernel_s);
+    want = 4 * (a.mem.params / 2 * 12 / hw.mem_bw + 2 * hw.kernel_s) -
+           a.mem.params / 2 * 14 / hw.mem_bw;
     if (fabs((b.step_time - a.step_time) / want - 1) > 1e-6)
         FAIL("grad_accum_pass: %.6g s more a step, want 4 passes' %.6g", b.step_time - a.step_time,
              want);

@@ -1708,7 +1708,8 @@ typedef struct pt_plan_desc {
                              default: as overlap is set (ON: today's recipe, every
                              overlap), else off */
     pt_overlap pp_overlap; /* ON: pipeline sends behind compute (only their launch on the
-                             stage's time); default: as tp_overlap */
+                             stage's time; the receiver still waits for the transfer);
+                             default: as tp_overlap */
     pt_plan_split pp_split; /* the layers over the pipeline's blocks (PT_SPLIT_*) */
     pt_plan_cp_comm cp_comm; /* how cp moves K and V (PT_CP_*; default the ring) */
     int grad_accum_pass;  /* 1: DeepSpeed's BF16_Optimizer under its pipeline engine (BLOOM):

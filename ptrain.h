@@ -5014,73 +5014,15 @@ static void pt__fa_tile(int bf16, int am, int kc, const float *a, const float *b
     else (am == PT__FA_ROWS ? pt__fa_kb_rows : pt__fa_kb_cols)(kc, au, bu, c, ldc, m, n, first);
 }
 
-/* Prefetches spread over the work: up to 4 regions of n rows of hd floats
-   (ld apart; wr: to be written, into L1, else towards L2) queued, then
-   issued a few cache lines at a time between the micro-kernels' row panels
-   (pt__fa_gemm), so the core never waits on a burst of them (the rows lie a
-   page or more apart, which the hardware's prefetchers do not follow). */
-typedef struct pt__fa_pf {
-    const float *x[4];
-    size_t ld[4];
-    int n[4], wr[4], cnt, k, i, j, lines; /* lines: cache lines not yet issued */
-} pt__fa_pf;
-
-/* One task's buffers (offsets in a workspace slot, 64-byte aligned), the
-   block at hand and its prefetches: near (the next block's rows), far (the
-   next task's keys and values), pfl lines of them a row panel, left: the
-   task's blocks from this one on. */
-typedef struct pt__fa {
-    int bf16, hd, C, C3, T, Tk, t0, nq, ldkv; /* ldkv: dka's and dva's rows */
-    int qam; /* Q's and dO's A layout (qa, da): PT__FA_ROWS when hd <= KB, else packed */
-    int pfl, left;
-    float scale;
-    const pt_attn_ring *r;
-    float *kt, *vt, *kb, *vb, *qa, *da, *qb, *db, *S, *dP, *pa, *pb, *pc, *acc, *dka, *dva;
-    int len[PT__FA_QB], lim[PT__FA_KB / PT__GEMM_MR];
-    pt__fa_pf near, far;
-} pt__fa;
-
-/* Queue region x (n rows of f->hd floats, ld apart) on s, emptied first
-   when clear (what it still held: the rows at hand, being read now) */
-static void pt__fa_pf_add(pt__fa *f, pt__fa_pf *s, int clear, const float *x, size_t ld, int n,
-                          int wr) {
-    if (clear) s->cnt = s->k = s->i = s->j = s->lines = 0;
-    if (s->cnt == 4 || n <= 0) return;
-    s->x[s->cnt] = x, s->ld[s->cnt] = ld, s->n[s->cnt] = n, s->wr[s->cnt++] = wr;
-    s->lines += n * ((f->hd + 15) / 16);
-}
-
-/* Issue up to lines of s's queued cache lines; returns the lines left over */
-static int pt__fa_pf_run(const pt__fa *f, pt__fa_pf *s, int lines) {
-    for (; lines > 0 && s->k < s->cnt; lines--, s->lines--) {
-        const float *x = s->x[s->k] + (size_t)s->i * s->ld[s->k] + s->j;
-        if (s->wr[s->k]) __builtin_prefetch(x, 1, 3);
-        else _mm_prefetch((const char *)x, _MM_HINT_T1);
-        if ((s->j += 16) < f->hd) continue;
-        s->j = 0;
-        if (++s->i < s->n[s->k]) continue;
-        s->i = 0, s->k++;
-    }
-    return lines;
-}
-
-/* The block's prefetch rate: its near lines and its share of the far ones
-   over its row panels (panels: an estimate) */
-static void pt__fa_pf_rate(pt__fa *f, int panels) {
-    int lines = f->near.lines + f->far.lines / (f->left > 0 ? f->left : 1);
-    f->pfl = (lines + panels - 1) / (panels > 0 ? panels : 1);
-}
-
 /* C[0:M, 0:N] (first: =, else +=) A B: A's row panel p (MR rows; layout am:
    packed at ap + p MR kw(K), or a block buffer's rows or columns), times B's
    packed column panels (NR columns, at bp + q bs), over k in [k0[p], k1[p])
    (k0 even), columns below nc[p] (NULL: 0, K, N; columns past nc[p] may be
-   left unset). A panel with no k leaves C (first: zero). Before each row
-   panel, f->pfl of f's queued prefetches. */
-static void pt__fa_gemm(pt__fa *f, int M, int N, int K, const float *ap, int am, const float *bp,
+   left unset). A panel with no k leaves C (first: zero). */
+static void pt__fa_gemm(int bf16, int M, int N, int K, const float *ap, int am, const float *bp,
                         size_t bs, float *c, int ldc, int first, const int *k0, const int *k1,
                         const int *nc) {
-    const int MR = PT__GEMM_MR, NR = PT__GEMM_NR, bf16 = f->bf16;
+    const int MR = PT__GEMM_MR, NR = PT__GEMM_NR;
     size_t aw = (size_t)MR * pt__fa_kw(bf16, K);
     int p, q, i;
     for (p = 0; p * MR < M; p++) {
@@ -5091,7 +5033,6 @@ static void pt__fa_gemm(pt__fa *f, int M, int N, int K, const float *ap, int am,
         const float *a = am == PT__FA_PACKED ? ap + p * aw + MR * ko
                          : am == PT__FA_ROWS ? ap + (size_t)p * MR * pt__fa_kw(bf16, PT__FA_KB) + ko
                                              : ap + (size_t)p * MR + ko * PT__FA_KB;
-        pt__fa_pf_run(f, &f->far, pt__fa_pf_run(f, &f->near, f->pfl));
         if (hi <= lo) {
             if (first)
                 for (i = 0; i < m; i++) memset(cr + (size_t)i * ldc, 0, sizeof(float) * N);
@@ -5105,6 +5046,17 @@ static void pt__fa_gemm(pt__fa *f, int M, int N, int K, const float *ap, int am,
         }
     }
 }
+
+/* One task's buffers (offsets in a workspace slot, 64-byte aligned) and the
+   block at hand. */
+typedef struct pt__fa {
+    int bf16, hd, C, C3, T, Tk, t0, nq, ldkv; /* ldkv: dka's and dva's rows */
+    int qam; /* Q's and dO's A layout (qa, da): PT__FA_ROWS when hd <= KB, else packed */
+    float scale;
+    const pt_attn_ring *r;
+    float *kt, *vt, *kb, *vb, *qa, *da, *qb, *db, *S, *dP, *pa, *pb, *pc, *acc, *dka, *dva;
+    int len[PT__FA_QB], lim[PT__FA_KB / PT__GEMM_MR];
+} pt__fa;
 
 /* The floats a task needs (bwd: backward's buffers) and, given ws, its layout:
    K^T and V^T as B panels over keys (kt, vt), K and V as B panels along
@@ -5331,21 +5283,19 @@ static void pt__fa_fwd_block(pt__fa *f, float *o, float *lse, const float *q) {
     const int NR = PT__GEMM_NR, bf = f->bf16, nq = f->nq;
     float m[PT__FA_QB], l[PT__FA_QB], a[PT__FA_QB];
     int nk = pt__attn_rows(f->len, f->r, f->t0, nq), u0, i;
-    i = (nk + PT__FA_KB - 1) / PT__FA_KB; /* key blocks, two products' row panels each */
-    pt__fa_pf_rate(f, 2 * i * ((nq + PT__GEMM_MR - 1) / PT__GEMM_MR));
     for (i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0.0f;
     if (nk > 0) pt__fa_load_a(f, f->qa, q, f->C3, f->scale);
     for (u0 = 0; u0 < nk; u0 += PT__FA_KB) {
         int kn = nk - u0 < PT__FA_KB ? nk - u0 : PT__FA_KB;
         pt__fa_limits(f, u0, kn);
-        pt__fa_gemm(f, nq, kn, f->hd, f->qa, f->qam,
+        pt__fa_gemm(bf, nq, kn, f->hd, f->qa, f->qam,
                     f->kt + (size_t)u0 * pt__fa_kw(bf, f->hd), NR * pt__fa_kw(bf, f->hd), f->S,
                     PT__FA_KB, 1, NULL, NULL, f->lim);
         pt__fa_online(f->S, f->len, nq, u0, kn, m, l, a);
         for (i = 0; u0 && i < nq; i++) /* out's rows to the new max */
             if (a[i] != 1.0f) pt__fa_scale_row(f->acc + (size_t)i * f->hd, f->hd, a[i]);
         if (bf) pt__fa_to_bf16((uint32_t *)f->pa, NULL, f->S, nq, kn);
-        pt__fa_gemm(f, nq, f->hd, kn, bf ? f->pa : f->S, PT__FA_ROWS,
+        pt__fa_gemm(bf, nq, f->hd, kn, bf ? f->pa : f->S, PT__FA_ROWS,
                     f->vb + NR * (bf ? (size_t)u0 / 2 : (size_t)u0), NR * pt__fa_kw(bf, f->Tk),
                     f->acc, f->hd, u0 == 0, NULL, f->lim, NULL);
     }
@@ -5376,23 +5326,21 @@ static void pt__fa_forward_bg(float *ws, int bf16, float *out, float *lse, const
     pt__fa_prefetch(k + Ckv, r->ld, f.Tk, hd, 0);
     pt__fa_pack_b(bf16, f.kt, 1, k, r->ld, f.Tk, hd);
     pt__fa_pack_b(bf16, f.vb, 0, k + Ckv, r->ld, hd, f.Tk);
-    pt__fa_pf_add(&f, &f.far, 1, NULL, 0, 0, 0);
     if (next >= 0 && next != b * NKV + g) {
         const float *k1 = r->kv + (size_t)(next / NKV) * r->Tk * r->ld + (next % NKV) * hd;
-        pt__fa_pf_add(&f, &f.far, 0, k1, r->ld, f.Tk, 0);
-        pt__fa_pf_add(&f, &f.far, 0, k1 + Ckv, r->ld, f.Tk, 0);
+        pt__fa_prefetch(k1, r->ld, f.Tk, hd, 0);
+        pt__fa_prefetch(k1 + Ckv, r->ld, f.Tk, hd, 0);
     }
     for (i = 0; i < G * per; i++) {
         int h = g * G + i / per, h1 = g * G + (i + 1) / per;
         int t1 = (s + (i + 1) % per * S) * PT__FA_QB;
         f.t0 = (s + i % per * S) * PT__FA_QB;
-        f.nq = f.T - f.t0 < PT__FA_QB ? f.T - f.t0 : PT__FA_QB, f.left = G * per - i;
-        pt__fa_pf_add(&f, &f.near, 1, NULL, 0, 0, 0);
+        f.nq = f.T - f.t0 < PT__FA_QB ? f.T - f.t0 : PT__FA_QB;
         if (i + 1 < G * per) { /* the next block's queries and out */
             size_t r1 = (size_t)b * f.T + t1;
             int n1 = f.T - t1 < PT__FA_QB ? f.T - t1 : PT__FA_QB;
-            pt__fa_pf_add(&f, &f.near, 0, qkv + r1 * f.C3 + h1 * hd, f.C3, n1, 0);
-            pt__fa_pf_add(&f, &f.near, 0, out + r1 * C + h1 * hd, C, n1, 1);
+            pt__fa_prefetch(qkv + r1 * f.C3 + h1 * hd, f.C3, n1, hd, 0);
+            pt__fa_prefetch(out + r1 * C + h1 * hd, C, n1, hd, 1);
         }
         pt__fa_fwd_block(&f, out + ((size_t)b * f.T + f.t0) * C + h * hd,
                          lse + ((size_t)b * NH + h) * f.T + f.t0,
@@ -5411,8 +5359,6 @@ static void pt__fa_bwd_block(pt__fa *f, float *dq, const float *q, const float *
     float D[PT__FA_QB];
     int nk = pt__attn_rows(f->len, f->r, f->t0, nq), lo[PT__FA_KB / PT__GEMM_MR], u0, i, p;
     if (nk == 0) return;
-    p = (nk + PT__FA_KB - 1) / PT__FA_KB; /* key blocks: the row panels of 5 products */
-    pt__fa_pf_rate(f, 3 * p * ((nq + MR - 1) / MR) + 2 * ((nk + MR - 1) / MR + p));
     pt__fa_load_a(f, f->qa, q, f->C3, f->scale);
     pt__fa_load_a(f, f->da, dO, f->C, 1.0f);
     pt__fa_pack_b(bf, f->qb, 0, q, f->C3, hd, nq);
@@ -5423,9 +5369,9 @@ static void pt__fa_bwd_block(pt__fa *f, float *dq, const float *q, const float *
         int kn = nk - u0 < PT__FA_KB ? nk - u0 : PT__FA_KB;
         size_t ko = NR * (bf ? (size_t)u0 / 2 : (size_t)u0);
         pt__fa_limits(f, u0, kn);
-        pt__fa_gemm(f, nq, kn, hd, f->qa, f->qam, f->kt + (size_t)u0 * pt__fa_kw(bf, hd),
+        pt__fa_gemm(bf, nq, kn, hd, f->qa, f->qam, f->kt + (size_t)u0 * pt__fa_kw(bf, hd),
                     bh, f->S, PT__FA_KB, 1, NULL, NULL, f->lim);
-        pt__fa_gemm(f, nq, kn, hd, f->da, f->qam, f->vt + (size_t)u0 * pt__fa_kw(bf, hd),
+        pt__fa_gemm(bf, nq, kn, hd, f->da, f->qam, f->vt + (size_t)u0 * pt__fa_kw(bf, hd),
                     bh, f->dP, PT__FA_KB, 1, NULL, NULL, f->lim);
         pt__fa_grad_rows(f->S, f->dP, f->len, nq, u0, kn, L, D, f->scale);
         if (bf) { /* P^T, dS^T and dS as bf16 operands */
@@ -5436,11 +5382,11 @@ static void pt__fa_bwd_block(pt__fa *f, float *dq, const float *q, const float *
             for (i = 0; i < nq && f->len[i] <= u0 + p * MR; i++) {}
             lo[p] = i & ~1;
         }
-        pt__fa_gemm(f, kn, hd, nq, bf ? f->pa : f->S, PT__FA_COLS, f->db, bq, /* P^T dO */
+        pt__fa_gemm(bf, kn, hd, nq, bf ? f->pa : f->S, PT__FA_COLS, f->db, bq, /* P^T dO */
                     f->dva + (size_t)u0 * f->ldkv, f->ldkv, 0, lo, NULL, NULL);
-        pt__fa_gemm(f, kn, hd, nq, bf ? f->pb : f->dP, PT__FA_COLS, f->qb, bq, /* dS^T Q */
+        pt__fa_gemm(bf, kn, hd, nq, bf ? f->pb : f->dP, PT__FA_COLS, f->qb, bq, /* dS^T Q */
                     f->dka + (size_t)u0 * f->ldkv, f->ldkv, 0, lo, NULL, NULL);
-        pt__fa_gemm(f, nq, hd, kn, bf ? f->pc : f->dP, PT__FA_ROWS, f->kb + ko, bk, f->acc, hd, 0,
+        pt__fa_gemm(bf, nq, hd, kn, bf ? f->pc : f->dP, PT__FA_ROWS, f->kb + ko, bk, f->acc, hd, 0,
                     NULL, f->lim, NULL); /* dS K */
     }
     pt__fa_copy_rows(dq, f->C3, f->acc, hd, nq, hd);
@@ -5456,7 +5402,6 @@ static void pt__fa_backward_bg(float *ws, size_t slot, int bf16, float *dqkv, fl
                                int C, int NH, int NKV) {
     pt__fa f;
     int hd = C / NH, Ckv = NKV * hd, G = NH / NKV, h, ld = r->ld, local;
-    int nb = (r->Tq + PT__FA_QB - 1) / PT__FA_QB;
     const float *k = r->kv + (size_t)b * r->Tk * ld + g * hd;
     float *dk = dkv + (size_t)b * r->Tk * ld + g * hd;
     f.bf16 = bf16, f.hd = hd, f.C = C, f.C3 = C + 2 * Ckv, f.T = r->Tq, f.Tk = r->Tk, f.r = r;
@@ -5472,28 +5417,25 @@ static void pt__fa_backward_bg(float *ws, size_t slot, int bf16, float *dqkv, fl
     pt__fa_pack_b(bf16, f.kb, 0, k, ld, hd, f.Tk);
     if (local) pt__fa_copy_rows(f.dka, hd, dk, ld, f.Tk, hd);
     if (local) pt__fa_copy_rows(f.dva, hd, dk + Ckv, ld, f.Tk, hd);
-    pt__fa_pf_add(&f, &f.far, 1, NULL, 0, 0, 0);
     if (next >= 0) {
         size_t o1 = (size_t)(next / NKV) * r->Tk * ld + (next % NKV) * hd;
-        pt__fa_pf_add(&f, &f.far, 0, r->kv + o1, ld, f.Tk, 0);
-        pt__fa_pf_add(&f, &f.far, 0, r->kv + o1 + Ckv, ld, f.Tk, 0);
-        pt__fa_pf_add(&f, &f.far, 0, dkv + o1, ld, f.Tk, 0);
-        pt__fa_pf_add(&f, &f.far, 0, dkv + o1 + Ckv, ld, f.Tk, 0);
+        pt__fa_prefetch(r->kv + o1, ld, f.Tk, hd, 0);
+        pt__fa_prefetch(r->kv + o1 + Ckv, ld, f.Tk, hd, 0);
+        pt__fa_prefetch(dkv + o1, ld, f.Tk, hd, 0);
+        pt__fa_prefetch(dkv + o1 + Ckv, ld, f.Tk, hd, 0);
     }
     for (h = g * G; h < (g + 1) * G; h++)
         for (f.t0 = 0; f.t0 < f.T; f.t0 += PT__FA_QB) {
             size_t row = (size_t)b * f.T + f.t0;
             int h1 = f.t0 + PT__FA_QB < f.T ? h : h + 1, t1 = h1 == h ? f.t0 + PT__FA_QB : 0;
             f.nq = f.T - f.t0 < PT__FA_QB ? f.T - f.t0 : PT__FA_QB;
-            f.left = ((g + 1) * G - h) * nb - f.t0 / PT__FA_QB;
-            pt__fa_pf_add(&f, &f.near, 1, NULL, 0, 0, 0);
             if (h1 < (g + 1) * G) { /* the next block's rows */
                 size_t r1 = (size_t)b * f.T + t1;
                 int n1 = f.T - t1 < PT__FA_QB ? f.T - t1 : PT__FA_QB;
-                pt__fa_pf_add(&f, &f.near, 0, qkv + r1 * f.C3 + h1 * hd, f.C3, n1, 0);
-                pt__fa_pf_add(&f, &f.near, 0, dqkv + r1 * f.C3 + h1 * hd, f.C3, n1, 0);
-                pt__fa_pf_add(&f, &f.near, 0, dout + r1 * C + h1 * hd, C, n1, 0);
-                pt__fa_pf_add(&f, &f.near, 0, out + r1 * C + h1 * hd, C, n1, 0);
+                pt__fa_prefetch(qkv + r1 * f.C3 + h1 * hd, f.C3, n1, hd, 0);
+                pt__fa_prefetch(dqkv + r1 * f.C3 + h1 * hd, f.C3, n1, hd, 0);
+                pt__fa_prefetch(dout + r1 * C + h1 * hd, C, n1, hd, 0);
+                pt__fa_prefetch(out + r1 * C + h1 * hd, C, n1, hd, 0);
             }
             pt__fa_bwd_block(&f, dqkv + row * f.C3 + h * hd, qkv + row * f.C3 + h * hd,
                              dout + row * C + h * hd, out + row * C + h * hd,

@@ -5839,18 +5839,59 @@ static void pt__adamw_span(float *param, const float *grad, float *m, float *v, 
     }
 }
 
+#define PT__ADAMW_CHUNK 16384 /* elements per task: whole cache lines */
+
+/* step t's constants: the step size lr/bc1, sqrt(bc2), and keep (decay). */
+static void pt__adamw_consts(const pt_adamw_config *cfg, float lr, int t, int decay,
+                             float *step, float *sbc2, float *keep) {
+    double bc1 = 1.0 - pow((double)cfg->beta1, t), bc2 = 1.0 - pow((double)cfg->beta2, t);
+    *step = (float)((double)lr / bc1), *sbc2 = (float)sqrt(bc2);
+    *keep = decay ? (float)(1.0 - (double)lr * (double)cfg->weight_decay) : 1.0f;
+}
+
 PTRAINDEF void pt_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
                                const pt_adamw_config *cfg, float lr, int t, int decay) {
-    double bc1 = 1.0 - pow((double)cfg->beta1, t), bc2 = 1.0 - pow((double)cfg->beta2, t);
-    float step = (float)((double)lr / bc1), sbc2 = (float)sqrt(bc2);
-    float keep = decay ? (float)(1.0 - (double)lr * (double)cfg->weight_decay) : 1.0f;
-    /* chunks of whole cache lines, split over the threads */
-    ptrdiff_t c, chunk = 16384, nchunks = (ptrdiff_t)((n + (size_t)chunk - 1) / (size_t)chunk);
+    float step, sbc2, keep;
+    ptrdiff_t c, chunk = PT__ADAMW_CHUNK, nchunks = (ptrdiff_t)((n + (size_t)chunk - 1) / (size_t)chunk);
+    pt__adamw_consts(cfg, lr, t, decay, &step, &sbc2, &keep);
     PT__OMP(omp parallel for schedule(static))
     for (c = 0; c < nchunks; c++) {
         size_t i0 = (size_t)(c * chunk), i1 = i0 + (size_t)chunk < n ? i0 + (size_t)chunk : n;
         pt__adamw_span(param, grad, m, v, i0, i1, cfg->beta1, cfg->beta2, keep, step, sbc2,
                        cfg->eps);
+    }
+}
+
+/* pt_adamw_update on each of the n tensors of table (offsets into param,
+   grad, m, v), in one parallel loop over all their chunks, handed out
+   dynamically: one barrier for the model instead of one a tensor (a
+   thread the machine preempts holds up no other's next tensor, and a
+   small model's many small tensors cost no region each). The same bits. */
+static void pt__adamw_tensors(const pt_param *table, int n, float *param, const float *grad,
+                              float *m, float *v, const pt_adamw_config *cfg, float lr, int t) {
+    const size_t chunk = PT__ADAMW_CHUNK;
+    float step, sbc2, keep[2];
+    ptrdiff_t total = 0;
+    int i;
+    pt__adamw_consts(cfg, lr, t, 0, &step, &sbc2, &keep[0]);
+    pt__adamw_consts(cfg, lr, t, 1, &step, &sbc2, &keep[1]);
+    for (i = 0; i < n; i++) total += (ptrdiff_t)((table[i].numel + chunk - 1) / chunk);
+    PT__OMP(omp parallel)
+    {
+        ptrdiff_t k, first = 0; /* tensor i's first chunk: each thread's k only grow */
+        int ti = 0;
+        PT__OMP(omp for schedule(dynamic))
+        for (k = 0; k < total; k++) {
+            const pt_param *p;
+            size_t i0, i1;
+            while (k >= first + (ptrdiff_t)((table[ti].numel + chunk - 1) / chunk))
+                first += (ptrdiff_t)((table[ti++].numel + chunk - 1) / chunk);
+            p = &table[ti];
+            i0 = p->offset + (size_t)(k - first) * chunk;
+            i1 = i0 + chunk < p->offset + p->numel ? i0 + chunk : p->offset + p->numel;
+            pt__adamw_span(param, grad, m, v, i0, i1, cfg->beta1, cfg->beta2, keep[p->decay != 0],
+                           step, sbc2, cfg->eps);
+        }
     }
 }
 
@@ -13926,11 +13967,8 @@ PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, flo
     x->coll.ag_next = x->coll.ag_end = 0;
     m->adam_t++;
     if (!pl->zero) {
-        for (i = 0; i < m->num_tensors; i++) {
-            const pt_param *p = &m->table[i];
-            pt_adamw_update(m->params + p->offset, m->grads + p->offset, m->m + p->offset,
-                            m->v + p->offset, p->numel, cfg, lr, m->adam_t, p->decay);
-        }
+        pt__adamw_tensors(m->table, m->num_tensors, m->params, m->grads, m->m, m->v, cfg, lr,
+                          m->adam_t);
         return PT_OK;
     }
     /* ZeRO: update this rank's shard of each bucket, then gather the bucket

@@ -4139,6 +4139,12 @@ PTRAINDEF void pt_gemm_bf16(pt_ctx *ctx, int trans_a, int trans_b, int M, int N,
    gradient (gpt2-124m's rows, one thread) */
 #define PT__COLBLOCK 128
 
+/* elements below which a norm, column sum or residual add runs on one
+   thread (OpenMP's if clause): 1 MiB of floats, about 10-50 us of work,
+   as long as waking the team (a futex, passive waiting) and its barrier on
+   a loaded machine; the thread count changes no bit of these kernels */
+#define PT__PAR_MIN ((size_t)1 << 18)
+
 /* A float's order as a signed integer: x < y iff ford(x) < ford(y), NaN aside
    (the same map takes the integer back to the float's bits). */
 static inline int32_t pt__ford(float x) {
@@ -4322,7 +4328,7 @@ static void pt__layernorm_fwd(float *out, float *mean, float *rstd, const float 
                               const float *weight, const float *bias, int N, int C, float eps,
                               int round, uint16_t *keep) {
     int n;
-    PT__OMP(omp parallel for schedule(static))
+    PT__OMP(omp parallel for schedule(static) if(parallel: (size_t)N * (size_t)C >= PT__PAR_MIN))
     for (n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C;
@@ -4362,7 +4368,7 @@ static void pt__layernorm_dinput(float *dinp, const float *base, float *copy, co
                                  const float *inp, const float *weight, const float *mean,
                                  const float *rstd, int N, int C) {
     int n;
-    PT__OMP(omp parallel for schedule(static))
+    PT__OMP(omp parallel for schedule(static) if(parallel: (size_t)N * (size_t)C >= PT__PAR_MIN))
     for (n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
         const float *b = base + (size_t)n * C;
@@ -4393,7 +4399,7 @@ PTRAINDEF void pt_layernorm_backward(float *dinp, float *dweight, float *dbias,
     int cb, nblocks = (C + PT__COLBLOCK - 1) / PT__COLBLOCK;
     if (dinp) pt__layernorm_dinput(dinp, dinp, NULL, dout, inp, weight, mean, rstd, N, C);
     if (!dweight) return; /* the input's gradient only */
-    PT__OMP(omp parallel for schedule(static))
+    PT__OMP(omp parallel for schedule(static) if(parallel: (size_t)N * (size_t)C >= PT__PAR_MIN))
     for (cb = 0; cb < nblocks; cb++) {
         int c0 = cb * PT__COLBLOCK, c1 = c0 + PT__COLBLOCK < C ? c0 + PT__COLBLOCK : C, c, r;
         for (r = 0; r < N; r++) {
@@ -4416,7 +4422,7 @@ PTRAINDEF void pt_layernorm_backward(float *dinp, float *dweight, float *dbias,
 /* dbias[o] += sum_n dout[n,o] */
 static void pt__colsum_add(float *dbias, const float *dout, int N, int OUT) {
     int cb, nblocks = (OUT + PT__COLBLOCK - 1) / PT__COLBLOCK;
-    PT__OMP(omp parallel for schedule(static))
+    PT__OMP(omp parallel for schedule(static) if(parallel: (size_t)N * (size_t)OUT >= PT__PAR_MIN))
     for (cb = 0; cb < nblocks; cb++) {
         int c0 = cb * PT__COLBLOCK, c1 = c0 + PT__COLBLOCK < OUT ? c0 + PT__COLBLOCK : OUT, c, n;
         for (n = 0; n < N; n++) {
@@ -4523,7 +4529,7 @@ PTRAINDEF void pt_linear_backward(pt_ctx *ctx, float *dinp, float *dweight, floa
 static void pt__rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *weight, int N,
                             int C, float eps, int round, uint16_t *keep) {
     int n;
-    PT__OMP(omp parallel for schedule(static))
+    PT__OMP(omp parallel for schedule(static) if(parallel: (size_t)N * (size_t)C >= PT__PAR_MIN))
     for (n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C, ms = 0.0f, r;
@@ -4549,7 +4555,7 @@ static void pt__rmsnorm_dinput(float *dinp, const float *base, float *copy, cons
                                const float *inp, const float *weight, const float *rstd, int N,
                                int C) {
     int n;
-    PT__OMP(omp parallel for schedule(static))
+    PT__OMP(omp parallel for schedule(static) if(parallel: (size_t)N * (size_t)C >= PT__PAR_MIN))
     for (n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
         const float *b = base + (size_t)n * C;
@@ -4574,7 +4580,7 @@ PTRAINDEF void pt_rmsnorm_backward(float *dinp, float *dweight, const float *dou
     int cb, nblocks = (C + PT__COLBLOCK - 1) / PT__COLBLOCK;
     if (dinp) pt__rmsnorm_dinput(dinp, dinp, NULL, dout, inp, weight, rstd, N, C);
     if (!dweight) return;
-    PT__OMP(omp parallel for schedule(static))
+    PT__OMP(omp parallel for schedule(static) if(parallel: (size_t)N * (size_t)C >= PT__PAR_MIN))
     for (cb = 0; cb < nblocks; cb++) {
         int c0 = cb * PT__COLBLOCK, c1 = c0 + PT__COLBLOCK < C ? c0 + PT__COLBLOCK : C, c, r;
         for (r = 0; r < N; r++) {
@@ -5722,13 +5728,13 @@ PTRAINDEF void pt_gelu_backward(float *dinp, const float *inp, const float *dout
 
 PTRAINDEF void pt_residual_forward(float *out, const float *a, const float *b, size_t n) {
     ptrdiff_t i;
-    PT__OMP(omp parallel for simd schedule(static))
+    PT__OMP(omp parallel for simd schedule(static) if(parallel: n >= PT__PAR_MIN))
     for (i = 0; i < (ptrdiff_t)n; i++) out[i] = a[i] + b[i];
 }
 
 PTRAINDEF void pt_residual_backward(float *da, float *db, const float *dout, size_t n) {
     ptrdiff_t i;
-    PT__OMP(omp parallel for simd schedule(static))
+    PT__OMP(omp parallel for simd schedule(static) if(parallel: n >= PT__PAR_MIN))
     for (i = 0; i < (ptrdiff_t)n; i++) {
         da[i] += dout[i];
         db[i] += dout[i];

@@ -4148,6 +4148,12 @@ PTRAINDEF void pt_gemm_bf16(pt_ctx *ctx, int trans_a, int trans_b, int M, int N,
    gradient (gpt2-124m's rows, one thread) */
 #define PT__COLBLOCK 128
 
+/* elements below which a norm, column sum or residual add runs on one
+   thread (OpenMP's if clause): 1 MiB of floats, about 10-50 us of work,
+   as long as waking the team (a futex, passive waiting) and its barrier on
+   a loaded machine; the thread count changes no bit of these kernels */
+#define PT__PAR_MIN ((size_t)1 << 18)
+
 /* A float's order as a signed integer: x < y iff ford(x) < ford(y), NaN aside
    (the same map takes the integer back to the float's bits). */
 static inline int32_t pt__ford(float x) {
@@ -4331,7 +4337,7 @@ static void pt__layernorm_fwd(float *out, float *mean, float *rstd, const float 
                               const float *weight, const float *bias, int N, int C, float eps,
                               int round, uint16_t *keep) {
     int n;
-    PT__OMP(omp parallel for schedule(static))
+    PT__OMP(omp parallel for schedule(static) if(parallel: (size_t)N * (size_t)C >= PT__PAR_MIN))
     for (n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C;
@@ -4371,7 +4377,7 @@ static void pt__layernorm_dinput(float *dinp, const float *base, float *copy, co
                                  const float *inp, const float *weight, const float *mean,
                                  const float *rstd, int N, int C) {
     int n;
-    PT__OMP(omp parallel for schedule(static))
+    PT__OMP(omp parallel for schedule(static) if(parallel: (size_t)N * (size_t)C >= PT__PAR_MIN))
     for (n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
         const float *b = base + (size_t)n * C;
@@ -4402,7 +4408,7 @@ PTRAINDEF void pt_layernorm_backward(float *dinp, float *dweight, float *dbias,
     int cb, nblocks = (C + PT__COLBLOCK - 1) / PT__COLBLOCK;
     if (dinp) pt__layernorm_dinput(dinp, dinp, NULL, dout, inp, weight, mean, rstd, N, C);
     if (!dweight) return; /* the input's gradient only */
-    PT__OMP(omp parallel for schedule(static))
+    PT__OMP(omp parallel for schedule(static) if(parallel: (size_t)N * (size_t)C >= PT__PAR_MIN))
     for (cb = 0; cb < nblocks; cb++) {
         int c0 = cb * PT__COLBLOCK, c1 = c0 + PT__COLBLOCK < C ? c0 + PT__COLBLOCK : C, c, r;
         for (r = 0; r < N; r++) {
@@ -4425,7 +4431,7 @@ PTRAINDEF void pt_layernorm_backward(float *dinp, float *dweight, float *dbias,
 /* dbias[o] += sum_n dout[n,o] */
 static void pt__colsum_add(float *dbias, const float *dout, int N, int OUT) {
     int cb, nblocks = (OUT + PT__COLBLOCK - 1) / PT__COLBLOCK;
-    PT__OMP(omp parallel for schedule(static))
+    PT__OMP(omp parallel for schedule(static) if(parallel: (size_t)N * (size_t)OUT >= PT__PAR_MIN))
     for (cb = 0; cb < nblocks; cb++) {
         int c0 = cb * PT__COLBLOCK, c1 = c0 + PT__COLBLOCK < OUT ? c0 + PT__COLBLOCK : OUT, c, n;
         for (n = 0; n < N; n++) {
@@ -4532,7 +4538,7 @@ PTRAINDEF void pt_linear_backward(pt_ctx *ctx, float *dinp, float *dweight, floa
 static void pt__rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *weight, int N,
                             int C, float eps, int round, uint16_t *keep) {
     int n;
-    PT__OMP(omp parallel for schedule(static))
+    PT__OMP(omp parallel for schedule(static) if(parallel: (size_t)N * (size_t)C >= PT__PAR_MIN))
     for (n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C, ms = 0.0f, r;
@@ -4558,7 +4564,7 @@ static void pt__rmsnorm_dinput(float *dinp, const float *base, float *copy, cons
                                const float *inp, const float *weight, const float *rstd, int N,
                                int C) {
     int n;
-    PT__OMP(omp parallel for schedule(static))
+    PT__OMP(omp parallel for schedule(static) if(parallel: (size_t)N * (size_t)C >= PT__PAR_MIN))
     for (n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
         const float *b = base + (size_t)n * C;
@@ -4583,7 +4589,7 @@ PTRAINDEF void pt_rmsnorm_backward(float *dinp, float *dweight, const float *dou
     int cb, nblocks = (C + PT__COLBLOCK - 1) / PT__COLBLOCK;
     if (dinp) pt__rmsnorm_dinput(dinp, dinp, NULL, dout, inp, weight, rstd, N, C);
     if (!dweight) return;
-    PT__OMP(omp parallel for schedule(static))
+    PT__OMP(omp parallel for schedule(static) if(parallel: (size_t)N * (size_t)C >= PT__PAR_MIN))
     for (cb = 0; cb < nblocks; cb++) {
         int c0 = cb * PT__COLBLOCK, c1 = c0 + PT__COLBLOCK < C ? c0 + PT__COLBLOCK : C, c, r;
         for (r = 0; r < N; r++) {
@@ -5731,13 +5737,13 @@ PTRAINDEF void pt_gelu_backward(float *dinp, const float *inp, const float *dout
 
 PTRAINDEF void pt_residual_forward(float *out, const float *a, const float *b, size_t n) {
     ptrdiff_t i;
-    PT__OMP(omp parallel for simd schedule(static))
+    PT__OMP(omp parallel for simd schedule(static) if(parallel: n >= PT__PAR_MIN))
     for (i = 0; i < (ptrdiff_t)n; i++) out[i] = a[i] + b[i];
 }
 
 PTRAINDEF void pt_residual_backward(float *da, float *db, const float *dout, size_t n) {
     ptrdiff_t i;
-    PT__OMP(omp parallel for simd schedule(static))
+    PT__OMP(omp parallel for simd schedule(static) if(parallel: n >= PT__PAR_MIN))
     for (i = 0; i < (ptrdiff_t)n; i++) {
         da[i] += dout[i];
         db[i] += dout[i];
@@ -5848,18 +5854,59 @@ static void pt__adamw_span(float *param, const float *grad, float *m, float *v, 
     }
 }
 
+#define PT__ADAMW_CHUNK 16384 /* elements per task: whole cache lines */
+
+/* step t's constants: the step size lr/bc1, sqrt(bc2), and keep (decay). */
+static void pt__adamw_consts(const pt_adamw_config *cfg, float lr, int t, int decay,
+                             float *step, float *sbc2, float *keep) {
+    double bc1 = 1.0 - pow((double)cfg->beta1, t), bc2 = 1.0 - pow((double)cfg->beta2, t);
+    *step = (float)((double)lr / bc1), *sbc2 = (float)sqrt(bc2);
+    *keep = decay ? (float)(1.0 - (double)lr * (double)cfg->weight_decay) : 1.0f;
+}
+
 PTRAINDEF void pt_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
                                const pt_adamw_config *cfg, float lr, int t, int decay) {
-    double bc1 = 1.0 - pow((double)cfg->beta1, t), bc2 = 1.0 - pow((double)cfg->beta2, t);
-    float step = (float)((double)lr / bc1), sbc2 = (float)sqrt(bc2);
-    float keep = decay ? (float)(1.0 - (double)lr * (double)cfg->weight_decay) : 1.0f;
-    /* chunks of whole cache lines, split over the threads */
-    ptrdiff_t c, chunk = 16384, nchunks = (ptrdiff_t)((n + (size_t)chunk - 1) / (size_t)chunk);
+    float step, sbc2, keep;
+    ptrdiff_t c, chunk = PT__ADAMW_CHUNK, nchunks = (ptrdiff_t)((n + (size_t)chunk - 1) / (size_t)chunk);
+    pt__adamw_consts(cfg, lr, t, decay, &step, &sbc2, &keep);
     PT__OMP(omp parallel for schedule(static))
     for (c = 0; c < nchunks; c++) {
         size_t i0 = (size_t)(c * chunk), i1 = i0 + (size_t)chunk < n ? i0 + (size_t)chunk : n;
         pt__adamw_span(param, grad, m, v, i0, i1, cfg->beta1, cfg->beta2, keep, step, sbc2,
                        cfg->eps);
+    }
+}
+
+/* pt_adamw_update on each of the n tensors of table (offsets into param,
+   grad, m, v), in one parallel loop over all their chunks, handed out
+   dynamically: one barrier for the model instead of one a tensor (a
+   thread the machine preempts holds up no other's next tensor, and a
+   small model's many small tensors cost no region each). The same bits. */
+static void pt__adamw_tensors(const pt_param *table, int n, float *param, const float *grad,
+                              float *m, float *v, const pt_adamw_config *cfg, float lr, int t) {
+    const size_t chunk = PT__ADAMW_CHUNK;
+    float step, sbc2, keep[2];
+    ptrdiff_t total = 0;
+    int i;
+    pt__adamw_consts(cfg, lr, t, 0, &step, &sbc2, &keep[0]);
+    pt__adamw_consts(cfg, lr, t, 1, &step, &sbc2, &keep[1]);
+    for (i = 0; i < n; i++) total += (ptrdiff_t)((table[i].numel + chunk - 1) / chunk);
+    PT__OMP(omp parallel)
+    {
+        ptrdiff_t k, first = 0; /* tensor i's first chunk: each thread's k only grow */
+        int ti = 0;
+        PT__OMP(omp for schedule(dynamic))
+        for (k = 0; k < total; k++) {
+            const pt_param *p;
+            size_t i0, i1;
+            while (k >= first + (ptrdiff_t)((table[ti].numel + chunk - 1) / chunk))
+                first += (ptrdiff_t)((table[ti++].numel + chunk - 1) / chunk);
+            p = &table[ti];
+            i0 = p->offset + (size_t)(k - first) * chunk;
+            i1 = i0 + chunk < p->offset + p->numel ? i0 + chunk : p->offset + p->numel;
+            pt__adamw_span(param, grad, m, v, i0, i1, cfg->beta1, cfg->beta2, keep[p->decay != 0],
+                           step, sbc2, cfg->eps);
+        }
     }
 }
 
@@ -13939,11 +13986,8 @@ PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, flo
     x->coll.ag_next = x->coll.ag_end = 0;
     m->adam_t++;
     if (!pl->zero) {
-        for (i = 0; i < m->num_tensors; i++) {
-            const pt_param *p = &m->table[i];
-            pt_adamw_update(m->params + p->offset, m->grads + p->offset, m->m + p->offset,
-                            m->v + p->offset, p->numel, cfg, lr, m->adam_t, p->decay);
-        }
+        pt__adamw_tensors(m->table, m->num_tensors, m->params, m->grads, m->m, m->v, cfg, lr,
+                          m->adam_t);
         return PT_OK;
     }
     /* ZeRO: update this rank's shard of each bucket, then gather the bucket

@@ -405,7 +405,7 @@ static void phase_run(phases *ph, int k) {
                            ph->tok, N, C, V, 1.0f / N, ph->work, PT__HEAD_ROWS);
     } else if (k == PH_OPT) {
         pt_adamw_config cfg = pt_adamw_default();
-        pt_adamw_update(m->params, m->grads, m->m, m->v, m->num_params, &cfg, 1e-9f, 1, 1);
+        pt__adamw_tensors(m->table, m->num_tensors, m->params, m->grads, m->m, m->v, &cfg, 1e-9f, 1);
     }
 }
 

@@ -444,6 +444,7 @@ static void test_gemm_bf16_operands(void) {
                             return;
                         }
                         for (i = 0; i < na + nb + nc + N; i++) A[i] = (float)(2.0 * urand() - 1.0);
+                        A[0] = 3e-39f, Bm[0] = -2e-39f; /* denormals: read as zero, bits or not */
                         for (i = 0; i < na + nb; i++) { /* the values bf16 already, both ways */
                             h[i] = pt_bf16_from_float(A[i]);
                             A[i] = pt_bf16_to_float(h[i]);

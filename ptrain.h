@@ -874,7 +874,8 @@ typedef struct pt_block_params {
    *_16 set: a model at bf16 precision), ln1, qkv, ln2 and fch are kept as
    bfloat16 bits and their float pointers are one layer's scratch: forward
    rounds each in place as it stores it (every reader sees the kept values),
-   backward widens what it reads. With sequence parallelism (the scratch's
+   backward widens what it reads (ln1 and ln2 go to their GEMMs as the bits
+   where the bf16 GEMM packs such operands itself). With sequence parallelism (the scratch's
    sp) the residual stream's tensors hold this rank's Ns = N/tp rows of the
    N = B*T (rows [rank*Ns, rank*Ns + Ns), b-major): ln1, res2, ln2, out and
    the norms' statistics; qkv, lse, atty and fch stay N rows of this rank's

@@ -874,7 +874,8 @@ typedef struct pt_block_params {
    *_16 set: a model at bf16 precision), ln1, qkv, ln2 and fch are kept as
    bfloat16 bits and their float pointers are one layer's scratch: forward
    rounds each in place as it stores it (every reader sees the kept values),
-   backward widens what it reads. With sequence parallelism (the scratch's
+   backward widens what it reads (ln1 and ln2 go to their GEMMs as the bits
+   where the bf16 GEMM packs such operands itself). With sequence parallelism (the scratch's
    sp) the residual stream's tensors hold this rank's Ns = N/tp rows of the
    N = B*T (rows [rank*Ns, rank*Ns + Ns), b-major): ln1, res2, ln2, out and
    the norms' statistics; qkv, lse, atty and fch stay N rows of this rank's
@@ -2994,29 +2995,38 @@ static void pt__bf16_widen(float *dst, const uint16_t *src, size_t n) {
     }
 }
 
+/* Element i of an operand of floats, or (h) of bf16 bits. */
+static inline float pt__opnd_at(const void *p, int h, size_t i) {
+    pt__f32u v;
+    if (!h) return ((const float *)p)[i];
+    v.u = (uint32_t)((const uint16_t *)p)[i] << 16;
+    return v.f;
+}
+
 /* Plain loops: row i of C at a time, B streamed in its storage order; bf16
-   rounds both operands first (the same numbers as the bf16 kernels). */
-static void pt__gemm_portable(int bf16, int ta, int tb, int M, int N, int K, float alpha,
-                              const float *A, int lda, const float *B, int ldb, float beta,
-                              float *C, int ldc) {
-    int i;
+   rounds both operands first (the same numbers as the bf16 kernels), and
+   reads them as bf16 bits where ops says (PT__OP_*, bf16 alone). */
+static void pt__gemm_portable(int bf16, int ops, int ta, int tb, int M, int N, int K,
+                              float alpha, const void *A, int lda, const void *B, int ldb,
+                              float beta, float *C, int ldc) {
+    int i, ha = ops & 1, hb = (ops & 2) != 0; /* (PT__OP_A16, PT__OP_B16) */
     PT__OMP(omp parallel for schedule(static))
     for (i = 0; i < M; i++) {
         float *c = C + (size_t)i * ldc;
         int j, k;
         for (j = 0; j < N; j++) c[j] = beta == 0.0f ? 0.0f : beta * c[j];
         for (k = 0; k < K; k++) {
-            float a = alpha * (ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
+            float a = alpha * pt__opnd_at(A, ha, ta ? (size_t)k * lda + i : (size_t)i * lda + k);
             if (bf16) a = pt__bf16_round(a);
-            if (!tb) {
-                const float *b = B + (size_t)k * ldb;
+            if (!tb && !hb) {
+                const float *b = (const float *)B + (size_t)k * ldb;
                 if (bf16)
                     for (j = 0; j < N; j++) c[j] += a * pt__bf16_round(b[j]);
                 else
                     for (j = 0; j < N; j++) c[j] += a * b[j];
             } else {
                 for (j = 0; j < N; j++) {
-                    float b = B[(size_t)j * ldb + k];
+                    float b = pt__opnd_at(B, hb, tb ? (size_t)j * ldb + k : (size_t)k * ldb + j);
                     c[j] += a * (bf16 ? pt__bf16_round(b) : b);
                 }
             }
@@ -3185,38 +3195,79 @@ PT__TARGET_BF16 static inline __m512i pt__bf16_pairs32(const float *x, int n, __
     return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
 }
 
-/* Word i = (bf16(x0[i]), bf16(x1[i])), i < 16: two rows' values as pairs. */
-PT__TARGET_BF16 static inline __m512i pt__bf16_zip(__m512 x0, __m512 x1) {
+/* Word i = (h[i], h[16 + i]), i < 16, of 32 16-bit lanes. */
+PT__TARGET_BF16 static inline __m512i pt__bf16_interleave(__m512i h) {
     static const uint16_t inter[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
                                        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    return _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)inter),
-                                    (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
+    return _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)inter), h);
+}
+
+/* Word i = (bf16(x0[i]), bf16(x1[i])), i < 16: two rows' values as pairs. */
+PT__TARGET_BF16 static inline __m512i pt__bf16_zip(__m512 x0, __m512 x1) {
+    return pt__bf16_interleave((__m512i)_mm512_cvtne2ps_pbh(x1, x0));
+}
+
+/* A GEMM operand's element i: floats, or (h) bf16 bits, values that are
+   bf16 already: packing copies and interleaves their 16-bit words, which
+   are the words rounding them again would give (vdpbf16ps reads a
+   denormal as zero either way). */
+#define PT__OPND(p, h, i) ((const void *)((const char *)(p) + (size_t)(i) * ((h) ? 2u : 4u)))
+
+/* 16 of x's values as floats (h: bf16 bits widened), lanes past km zero. */
+PT__TARGET_BF16 static inline __m512 pt__opnd16(const void *x, int h, __mmask16 km) {
+    if (!h) return _mm512_maskz_loadu_ps(km, (const float *)x);
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(km, x)), 16));
+}
+
+/* pt__bf16_pairs32 of an operand's 32 values (h with s 1: its words as they are). */
+PT__TARGET_BF16 static inline __m512i pt__opnd_pairs32(const void *x, int h, int n, __m512 vs,
+                                                       int unit) {
+    if (!h) return pt__bf16_pairs32((const float *)x, n, vs);
+    if (unit)
+        return _mm512_maskz_loadu_epi16(
+            (__mmask32)(n >= 32 ? 0xFFFFFFFFu : n <= 0 ? 0u : (1u << n) - 1u), x);
+    return (__m512i)_mm512_cvtne2ps_pbh(
+        _mm512_mul_ps(vs, pt__opnd16(PT__OPND(x, 1, 16), 1, pt__mask16(n - 16))),
+        _mm512_mul_ps(vs, pt__opnd16(x, 1, pt__mask16(n))));
+}
+
+/* Word i = (bf16(s*r0[i]), bf16(s*r1[i])), i < 16, lanes past km zero, r1
+   NULL: zero partners (h with s 1: the two rows' words interleaved). */
+PT__TARGET_BF16 static inline __m512i pt__opnd_zip(const void *r0, const void *r1, int h,
+                                                   __mmask16 km, __m512 vs, int unit) {
+    if (h && unit) {
+        __m256i lo = _mm256_maskz_loadu_epi16(km, r0);
+        __m256i hi = r1 ? _mm256_maskz_loadu_epi16(km, r1) : _mm256_setzero_si256();
+        return pt__bf16_interleave(_mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1));
+    }
+    return pt__bf16_zip(_mm512_mul_ps(vs, pt__opnd16(r0, h, km)),
+                        r1 ? _mm512_mul_ps(vs, pt__opnd16(r1, h, km)) : _mm512_setzero_ps());
 }
 
 /* Pairs from two rows: dst[c] = (bf16(s*r0[c]), bf16(s*r1[c])) for c < n <= 32,
-   zero for n <= c < w; r1 NULL: zero partners. */
-PT__TARGET_BF16 static void pt__bf16_pack_pairs(uint32_t *dst, const float *r0, const float *r1,
-                                                int n, int w, float s) {
+   zero for n <= c < w; r1 NULL: zero partners; h: bf16 rows (PT__OPND). */
+PT__TARGET_BF16 static void pt__bf16_pack_pairs(uint32_t *dst, const void *r0, const void *r1,
+                                                int h, int n, int w, float s) {
     __m512 vs = _mm512_set1_ps(s);
     int c;
-    for (c = 0; c < w; c += 16) {
-        __mmask16 km = pt__mask16(n - c);
-        __m512 x0 = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(km, r0 + c));
-        __m512 x1 = r1 ? _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(km, r1 + c)) : _mm512_setzero_ps();
-        _mm512_mask_storeu_epi32(dst + c, pt__mask16(w - c), pt__bf16_zip(x0, x1));
-    }
+    for (c = 0; c < w; c += 16)
+        _mm512_mask_storeu_epi32(dst + c, pt__mask16(w - c),
+                                 pt__opnd_zip(PT__OPND(r0, h, c), r1 ? PT__OPND(r1, h, c) : NULL,
+                                              h, pt__mask16(n - c), vs, s == 1.0f));
 }
 
 /* 16 rows of a source that runs along k, transposed for a micro-panel: row
    r at src + r*ld (rows past `rows` read as zero), `left` k still to come
    in the slab. fp32: 16 k of each, times s, v[j] = k j of the 16 rows;
    bf16: 32 k as 16 pairs, v[j] = pair j. Each row's next blocks are
-   prefetched `ahead` floats on. One loop for both, LOAD the row's words
-   (two functions: bf16's needs its target, fp32's must run without it). */
-#define PT__ROWS16(ahead, LOAD)                                                       \
+   prefetched `ahead` values on. One loop for both, LOAD the row's words
+   (two functions: bf16's needs its target, fp32's must run without it);
+   bf16 reads an operand of bf16 bits too (h, PT__OPND). */
+#define PT__ROWS16(T, ahead, LOAD)                                                    \
     int r;                                                                            \
     for (r = 0; r < 16; r++) {                                                        \
-        const float *a = src + (size_t)r * ld;                                        \
+        const T *a = (const T *)src + (size_t)r * ld;                                 \
         if (r >= rows) {                                                              \
             v[r] = _mm512_setzero_si512();                                            \
             continue;                                                                 \
@@ -3226,16 +3277,21 @@ PT__TARGET_BF16 static void pt__bf16_pack_pairs(uint32_t *dst, const float *r0, 
             _mm_prefetch((const char *)(a + (ahead) + 16), _MM_HINT_T0);              \
         }                                                                             \
         v[r] = LOAD;                                                                  \
-    }                                                                                 \
-    pt__tr16(v);
+    }
 PT__TARGET_AVX512 static inline void pt__rows16_f32(__m512i *v, const float *src, size_t ld,
                                                     int rows, int left, __m512 s) {
     __mmask16 kk = pt__mask16(left);
-    PT__ROWS16(32, _mm512_castps_si512(_mm512_mul_ps(s, _mm512_maskz_loadu_ps(kk, a))))
+    PT__ROWS16(float, 32, _mm512_castps_si512(_mm512_mul_ps(s, _mm512_maskz_loadu_ps(kk, a))))
+    pt__tr16(v);
 }
-PT__TARGET_BF16 static inline void pt__rows16_bf16(__m512i *v, const float *src, size_t ld,
-                                                   int rows, int left, __m512 s) {
-    PT__ROWS16(64, pt__bf16_pairs32(a, left, s))
+PT__TARGET_BF16 static inline void pt__rows16_bf16(__m512i *v, const void *src, int h, size_t ld,
+                                                   int rows, int left, __m512 s, int unit) {
+    if (h) {
+        PT__ROWS16(uint16_t, 64, pt__opnd_pairs32(a, 1, left, s, unit))
+    } else {
+        PT__ROWS16(float, 64, pt__bf16_pairs32(a, left, s))
+    }
+    pt__tr16(v);
 }
 #undef PT__ROWS16
 
@@ -3278,26 +3334,27 @@ PT__TARGET_AVX512 static void pt__pack_a_f32(float *ap, int ta, const float *A, 
             }
 }
 
-PT__TARGET_BF16 static void pt__pack_a_bf16(uint32_t *ap, int ta, const float *A, int lda, int i0,
-                                            int mc, int p0, int kc, float alpha) {
+/* bf16 packing reads A of floats or (h) of bf16 bits (PT__OPND). */
+PT__TARGET_BF16 static void pt__pack_a_pairs(uint32_t *ap, int ta, const void *A, int h, int lda,
+                                             int i0, int mc, int p0, int kc, float alpha) {
     const int MR = PT__GEMM_MR;
-    int ir, k, j, kp = (kc + 1) / 2;
+    int ir, k, j, kp = (kc + 1) / 2, unit = alpha == 1.0f;
     __m512 va = _mm512_set1_ps(alpha);
     if (ta) /* rows k and k+1 of op(A)^T, interleaved: 48 rows at a time, 4 panels */
         for (k = 0; k < kc; k += 2)
             for (ir = 0; ir < mc; ir += 48) {
-                const float *a0 = A + (size_t)(p0 + k) * lda + i0 + ir, *a1 = a0 + lda;
+                const void *a0 = PT__OPND(A, h, (size_t)(p0 + k) * lda + i0 + ir);
+                const void *a1 = k + 1 < kc ? PT__OPND(a0, h, lda) : NULL;
                 __m512i w[3];
                 for (j = 0; j < 3; j++) {
-                    __mmask16 km = pt__mask16(mc - ir - 16 * j);
-                    __m512 x0, x1 = _mm512_setzero_ps();
                     if (k + 3 < kc) { /* the next pair's rows, ahead of need */
-                        _mm_prefetch((const char *)(a0 + 2 * (size_t)lda + 16 * j), _MM_HINT_T0);
-                        _mm_prefetch((const char *)(a1 + 2 * (size_t)lda + 16 * j), _MM_HINT_T0);
+                        _mm_prefetch((const char *)PT__OPND(a0, h, 2 * (size_t)lda + 16 * j),
+                                     _MM_HINT_T0);
+                        _mm_prefetch((const char *)PT__OPND(a0, h, 3 * (size_t)lda + 16 * j),
+                                     _MM_HINT_T0);
                     }
-                    x0 = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(km, a0 + 16 * j));
-                    if (k + 1 < kc) x1 = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(km, a1 + 16 * j));
-                    w[j] = pt__bf16_zip(x0, x1);
+                    w[j] = pt__opnd_zip(PT__OPND(a0, h, 16 * j), a1 ? PT__OPND(a1, h, 16 * j) : NULL,
+                                        h, pt__mask16(mc - ir - 16 * j), va, unit);
                 }
                 pt__put_panels48(ap + (size_t)ir * kp + (size_t)(k / 2) * MR, (size_t)MR * kp,
                                  mc - ir, w[0], w[1], w[2]);
@@ -3306,11 +3363,16 @@ PT__TARGET_BF16 static void pt__pack_a_bf16(uint32_t *ap, int ta, const float *A
         for (ir = 0; ir < mc; ir += MR, ap += (size_t)MR * kp)
             for (k = 0; k < kc; k += 32) {
                 __m512i v[16];
-                pt__rows16_bf16(v, A + (size_t)(i0 + ir) * lda + p0 + k, (size_t)lda,
-                                mc - ir < MR ? mc - ir : MR, kc - k, va);
+                pt__rows16_bf16(v, PT__OPND(A, h, (size_t)(i0 + ir) * lda + p0 + k), h,
+                                (size_t)lda, mc - ir < MR ? mc - ir : MR, kc - k, va, unit);
                 for (j = 0; j < 16 && k / 2 + j < kp; j++)
                     _mm512_mask_storeu_epi32((void *)(ap + (size_t)(k / 2 + j) * MR), 0x0FFF, v[j]);
             }
+}
+
+PT__TARGET_BF16 static void pt__pack_a_bf16(uint32_t *ap, int ta, const float *A, int lda, int i0,
+                                            int mc, int p0, int kc, float alpha) {
+    pt__pack_a_pairs(ap, ta, A, 0, lda, i0, mc, p0, kc, alpha);
 }
 
 PT__TARGET_AVX512 static void pt__pack_b_f32(float *bp, int tb, const float *B, int ldb, int j0,
@@ -3340,29 +3402,34 @@ PT__TARGET_AVX512 static void pt__pack_b_f32(float *bp, int tb, const float *B, 
                 }
 }
 
-PT__TARGET_BF16 static void pt__pack_b_bf16(uint32_t *bp, int tb, const float *B, int ldb, int j0,
-                                            int nc, int p0, int kc) {
+PT__TARGET_BF16 static void pt__pack_b_pairs(uint32_t *bp, int tb, const void *B, int h, int ldb,
+                                             int j0, int nc, int p0, int kc) {
     const int NR = PT__GEMM_NR;
     int jr, c0, k, j, kp = (kc + 1) / 2;
     __m512 one = _mm512_set1_ps(1.0f);
     if (!tb) /* rows k and k+1 of B, interleaved, every panel at once */
         for (k = 0; k < kc; k += 2) {
-            const float *b = B + (size_t)(p0 + k) * ldb + j0;
+            const void *b = PT__OPND(B, h, (size_t)(p0 + k) * ldb + j0);
             for (jr = 0; jr < nc; jr += NR)
-                pt__bf16_pack_pairs(bp + (size_t)jr * kp + (size_t)(k / 2) * NR, b + jr,
-                                    k + 1 < kc ? b + ldb + jr : NULL, nc - jr < NR ? nc - jr : NR,
-                                    NR, 1.0f);
+                pt__bf16_pack_pairs(bp + (size_t)jr * kp + (size_t)(k / 2) * NR,
+                                    PT__OPND(b, h, jr), k + 1 < kc ? PT__OPND(b, h, ldb + jr) : NULL,
+                                    h, nc - jr < NR ? nc - jr : NR, NR, 1.0f);
         }
     else /* rows of B^T: 16 columns' 16 pairs transposed */
         for (jr = 0; jr < nc; jr += NR, bp += (size_t)NR * kp)
             for (c0 = 0; c0 < NR; c0 += 16)
                 for (k = 0; k < kc; k += 32) {
                     __m512i v[16];
-                    pt__rows16_bf16(v, B + (size_t)(j0 + jr + c0) * ldb + p0 + k, (size_t)ldb,
-                                    nc - jr - c0, kc - k, one);
+                    pt__rows16_bf16(v, PT__OPND(B, h, (size_t)(j0 + jr + c0) * ldb + p0 + k), h,
+                                    (size_t)ldb, nc - jr - c0, kc - k, one, 1);
                     for (j = 0; j < 16 && k / 2 + j < kp; j++)
                         _mm512_store_si512((void *)(bp + (size_t)(k / 2 + j) * NR + c0), v[j]);
                 }
+}
+
+PT__TARGET_BF16 static void pt__pack_b_bf16(uint32_t *bp, int tb, const float *B, int ldb, int j0,
+                                            int nc, int p0, int kc) {
+    pt__pack_b_pairs(bp, tb, B, 0, ldb, j0, nc, p0, kc);
 }
 
 /* Write an MR x NR register tile to C (m rows, n columns valid): the first K
@@ -3504,12 +3571,18 @@ PT__TARGET_AVX512 static void pt__bf16_round_panel(float *x, size_t n) {
     }
 }
 
+/* Operands of bf16 bits (PT__OPND), for the bf16 kind: A's, B's. */
+#define PT__OP_A16 1
+#define PT__OP_B16 2
+
 /* A product the blocked driver runs: C = alpha op(A) op(B) + beta C (+ bias
-   in each row where bias is not NULL, beta 0), `kind` of arithmetic. */
+   in each row where bias is not NULL, beta 0), `kind` of arithmetic; A and
+   B floats, or bf16 bits where a16, b16 (kind bf16 alone). */
 typedef struct pt__gemm_job {
-    int kind, ta, tb, M, N, K, lda, ldb, ldc;
+    int kind, ta, tb, M, N, K, lda, ldb, ldc, a16, b16;
     float alpha, beta;
-    const float *A, *B, *bias;
+    const void *A, *B;
+    const float *bias;
     float *C;
 } pt__gemm_job;
 
@@ -3521,8 +3594,9 @@ static void pt__gemm_pack_b_part(const pt__gemm_job *g, float *bp, int jc, int n
     int j0 = q0 * NR, n = nc - j0 < (q1 - q0) * NR ? nc - j0 : (q1 - q0) * NR;
     size_t off = (size_t)j0 * (bf16 ? (kc + 1) / 2 : kc);
     if (n <= 0) return;
-    if (bf16) pt__pack_b_bf16((uint32_t *)bp + off, g->tb, g->B, g->ldb, jc + j0, n, pc, kc);
-    else pt__pack_b_f32(bp + off, g->tb, g->B, g->ldb, jc + j0, n, pc, kc);
+    if (bf16)
+        pt__pack_b_pairs((uint32_t *)bp + off, g->tb, g->B, g->b16, g->ldb, jc + j0, n, pc, kc);
+    else pt__pack_b_f32(bp + off, g->tb, (const float *)g->B, g->ldb, jc + j0, n, pc, kc);
     if (g->kind == PT__KIND_F32_OF_BF16)
         pt__bf16_round_panel(bp + off, (size_t)(q1 - q0) * NR * kc);
 }
@@ -3547,9 +3621,10 @@ static void pt__gemm_rect(const pt__gemm_job *g, int m0, int m1, int n0, int n1,
             int kc = g->K - pc < ks ? g->K - pc : ks, kw = bf16 ? (kc + 1) / 2 : kc;
             int first = pc == 0;
             if (mc > 0 && bf16)
-                pt__pack_a_bf16((uint32_t *)ap, g->ta, g->A, g->lda, ic, mc, pc, kc, g->alpha);
+                pt__pack_a_pairs((uint32_t *)ap, g->ta, g->A, g->a16, g->lda, ic, mc, pc, kc,
+                                 g->alpha);
             else if (mc > 0)
-                pt__pack_a_f32(ap, g->ta, g->A, g->lda, ic, mc, pc, kc, g->alpha);
+                pt__pack_a_f32(ap, g->ta, (const float *)g->A, g->lda, ic, mc, pc, kc, g->alpha);
             if (mc > 0 && g->kind == PT__KIND_F32_OF_BF16)
                 pt__bf16_round_panel(ap, (size_t)(mc + MR - 1) / MR * MR * kc);
             for (jc = n0; jc < n1; jc += PT__GEMM_NC, slab++) {
@@ -3605,10 +3680,11 @@ static int pt__gemm_grid(int nth, int mu, int nu) {
    slot after its A (tn > 1), or, the threads sharing all columns (tn 1),
    shared by the team in slots 0 and 1's (pt__gemm_rect). A thread packs at
    most MC x KC words of A and KC x NC of B: PT__WS_SLOT bytes. bias (not
-   NULL, beta 0): the kernels add bias[col] to C's first K slab. */
-static void pt__gemm_blocked(const pt__gemm_ws *w, int kind, int ta, int tb, int M, int N, int K,
-                             float alpha, const float *A, int lda, const float *B, int ldb,
-                             float beta, float *C, int ldc, const float *bias) {
+   NULL, beta 0): the kernels add bias[col] to C's first K slab. ops
+   (PT__OP_*, bf16 kind): A, B of bf16 bits. */
+static void pt__gemm_blocked(const pt__gemm_ws *w, int kind, int ops, int ta, int tb, int M,
+                             int N, int K, float alpha, const void *A, int lda, const void *B,
+                             int ldb, float beta, float *C, int ldc, const float *bias) {
     const int MR = PT__GEMM_MR, NR = PT__GEMM_NR, bf16 = kind == PT__KIND_BF16;
     int nth = w->threads, tn, tm, ks = pt__gemm_kstep(bf16, K), mmax, nchunk;
     int mu = (M + MR - 1) / MR, nu = (N + NR - 1) / NR;
@@ -3616,6 +3692,7 @@ static void pt__gemm_blocked(const pt__gemm_ws *w, int kind, int ta, int tb, int
     pt__gemm_job g;
     g.kind = kind, g.ta = ta, g.tb = tb, g.M = M, g.N = N, g.K = K, g.lda = lda, g.ldb = ldb;
     g.ldc = ldc, g.alpha = alpha, g.beta = beta, g.A = A, g.B = B, g.bias = bias, g.C = C;
+    g.a16 = (ops & PT__OP_A16) != 0, g.b16 = (ops & PT__OP_B16) != 0;
     if ((double)M * N * K < 4e6 * nth) /* at least 4e6 multiply-adds a thread */
         nth = (int)((double)M * N * K / 4e6) + 1;
     if (nth > mu * nu) nth = mu * nu;
@@ -3971,8 +4048,8 @@ static void pt__sgemm(const pt_ctx *ctx, const pt__gemm_ws *w, int trans_a, int 
     int impl = pt__sgemm_impl(ctx, w, M);
 #ifdef PT__GEMM_X86
     if (impl == PT__GEMM_PTRAIN && K > 0 && alpha != 0.0f) {
-        pt__gemm_blocked(w, PT__KIND_F32, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta,
-                         C, ldc, bias);
+        pt__gemm_blocked(w, PT__KIND_F32, 0, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb,
+                         beta, C, ldc, bias);
         return;
     }
 #endif
@@ -3992,7 +4069,7 @@ static void pt__sgemm(const pt_ctx *ctx, const pt__gemm_ws *w, int trans_a, int 
     }
 #endif
     (void)impl;
-    pt__gemm_portable(0, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    pt__gemm_portable(0, 0, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* pt_sgemm, with C = alpha op(A) op(B) + bias (each row) where bias is not
@@ -4082,8 +4159,8 @@ static int pt__gemm_bf16_sgemm(const pt_ctx *ctx, const pt__gemm_ws *w, int ta, 
     if (!w->p) return 0;
 #ifdef PT__GEMM_X86
     if (impl == PT__GEMM_PTRAIN) {
-        pt__gemm_blocked(w, PT__KIND_F32_OF_BF16, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                         ldc, bias);
+        pt__gemm_blocked(w, PT__KIND_F32_OF_BF16, 0, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta,
+                         C, ldc, bias);
         return 1;
     }
 #endif
@@ -4099,17 +4176,29 @@ static int pt__gemm_bf16_sgemm(const pt_ctx *ctx, const pt__gemm_ws *w, int ta, 
     return 0;
 }
 
+/* 1 where pt__gemm_bf16_bias reads operands of bf16 bits in its own
+   loops, for a call on this thread: ptrain's AVX512-BF16 kernels pack their
+   words as they are, the portable loops widen them; else (AMX, sgemm) it
+   would run the portable loops: its callers hand such backends floats. */
+static int pt__gemm_bf16_takes16(const pt_ctx *ctx) {
+    int impl = pt__gemm_bf16_current();
+    return impl == PT__BF16_PORTABLE || (impl == PT__BF16_AVX512 && pt__ws_of(ctx).p);
+}
+
 /* pt_gemm_bf16, with C = alpha op(A) op(B) + bias (each row) where bias is
    not NULL (beta 0): ptrain's kernels add it as they store C's first K
-   slab, the other paths run on C filled with it (beta 1). */
-static void pt__gemm_bf16_bias(pt_ctx *ctx, int trans_a, int trans_b, int M, int N, int K,
-                               float alpha, const float *A, int lda, const float *B, int ldb,
+   slab, the other paths run on C filled with it (beta 1). ops (PT__OP_*):
+   A, B of bf16 bits (uint16_t, same layout and ld), values bf16 already,
+   so the products are those of the same values as floats. */
+static void pt__gemm_bf16_bias(pt_ctx *ctx, int ops, int trans_a, int trans_b, int M, int N,
+                               int K, float alpha, const void *A, int lda, const void *B, int ldb,
                                float beta, float *C, int ldc, const float *bias) {
     int impl;
     pt__gemm_ws w = pt__ws_of(ctx);
     if (M <= 0 || N <= 0) return;
     if (pt__team_lead()) pt__poll_now(ctx);
     impl = pt__gemm_bf16_current();
+    if (ops && !pt__gemm_bf16_takes16(ctx)) impl = PT__BF16_PORTABLE;
     if (bias && (!w.p || impl == PT__BF16_AMX || impl == PT__BF16_PORTABLE || K <= 0 ||
                  alpha == 0.0f))
         pt__gemm_bias_fill(M, N, bias, C, ldc), beta = 1.0f, bias = NULL;
@@ -4119,27 +4208,29 @@ static void pt__gemm_bf16_bias(pt_ctx *ctx, int trans_a, int trans_b, int M, int
     }
 #ifdef PT__GEMM_X86
     if (w.p && impl == PT__BF16_AMX) {
-        pt__gemm_amx(&w, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        pt__gemm_amx(&w, trans_a, trans_b, M, N, K, alpha, (const float *)A, lda,
+                     (const float *)B, ldb, beta, C, ldc);
         return;
     }
     if (w.p && impl == PT__BF16_AVX512) {
-        pt__gemm_blocked(&w, PT__KIND_BF16, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta,
-                         C, ldc, bias);
+        pt__gemm_blocked(&w, PT__KIND_BF16, ops, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb,
+                         beta, C, ldc, bias);
         return;
     }
 #endif
     if (impl == PT__BF16_SGEMM &&
-        pt__gemm_bf16_sgemm(ctx, &w, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                            ldc, bias))
+        pt__gemm_bf16_sgemm(ctx, &w, trans_a, trans_b, M, N, K, alpha, (const float *)A, lda,
+                            (const float *)B, ldb, beta, C, ldc, bias))
         return;
     if (bias) pt__gemm_bias_fill(M, N, bias, C, ldc), beta = 1.0f;
-    pt__gemm_portable(1, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    pt__gemm_portable(1, ops, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 PTRAINDEF void pt_gemm_bf16(pt_ctx *ctx, int trans_a, int trans_b, int M, int N, int K,
                             float alpha, const float *A, int lda, const float *B, int ldb,
                             float beta, float *C, int ldc) {
-    pt__gemm_bf16_bias(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
+    pt__gemm_bf16_bias(ctx, 0, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                       NULL);
 }
 
 /* columns per task in column-reduction loops (each column's sum runs over
@@ -4479,6 +4570,18 @@ static void pt__bf16_load(float *x, const uint16_t *src, size_t n, const uint16_
     *held = src;
 }
 
+/* A GEMM's operand from an activation kept as bf16 in src (NULL: x is the
+   layer's own): src's bits (*h = 1) where the bf16 GEMM packs them itself
+   (pt__gemm_bf16_takes16: the same products as from the floats), else x,
+   widened from src unless it holds it (pt__bf16_load). */
+static const void *pt__bf16_operand(const pt_ctx *ctx, float *x, const uint16_t *src, size_t n,
+                                    const uint16_t **held, int *h) {
+    *h = src && pt__ctx_bf16(ctx) && pt__gemm_bf16_takes16(ctx);
+    if (*h) return src;
+    pt__bf16_load(x, src, n, held);
+    return x;
+}
+
 /* A model GEMM at ctx's precision (cblas arguments). */
 static void pt__mm(pt_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                    int lda, const float *B, int ldb, float beta, float *C, int ldc) {
@@ -4490,48 +4593,56 @@ static void pt__mm(pt_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha
    (IN, OUT) as GPT-2's Conv1D stores it, or W^T with W (OUT, IN) as
    nn.Linear stores it (wt = 1). Backward: dinp += dout @ W^T (of the
    (IN, OUT) view), dW += inp^T @ dout (transposed for nn.Linear),
-   dbias += sum_n dout. */
-static void pt__dense_forward(pt_ctx *ctx, float *out, const float *inp, const float *weight,
-                              const float *bias, int N, int IN, int OUT, int wt) {
+   dbias += sum_n dout. in16 (bf16 precision, pt__gemm_bf16_takes16): inp
+   holds bf16 bits, which the GEMMs pack as they are. */
+static void pt__dense_forward(pt_ctx *ctx, float *out, const void *inp, int in16,
+                              const float *weight, const float *bias, int N, int IN, int OUT,
+                              int wt) {
     if (pt__ctx_bf16(ctx))
-        pt__gemm_bf16_bias(ctx, 0, wt, N, OUT, IN, 1.0f, inp, IN, weight, wt ? IN : OUT, 0.0f,
-                           out, OUT, bias);
+        pt__gemm_bf16_bias(ctx, in16 ? PT__OP_A16 : 0, 0, wt, N, OUT, IN, 1.0f, inp, IN, weight,
+                           wt ? IN : OUT, 0.0f, out, OUT, bias);
     else
-        pt__sgemm_bias(ctx, 0, wt, N, OUT, IN, 1.0f, inp, IN, weight, wt ? IN : OUT, 0.0f, out,
-                       OUT, bias);
+        pt__sgemm_bias(ctx, 0, wt, N, OUT, IN, 1.0f, (const float *)inp, IN, weight,
+                       wt ? IN : OUT, 0.0f, out, OUT, bias);
 }
 
 static void pt__dense_backward(pt_ctx *ctx, float *dinp, float *dweight, float *dbias,
-                               const float *dout, const float *inp, const float *weight, int N,
-                               int IN, int OUT, int wt) {
+                               const float *dout, const void *inp, int in16,
+                               const float *weight, int N, int IN, int OUT, int wt) {
     if (dinp)
         pt__mm(ctx, 0, !wt, N, IN, OUT, 1.0f, dout, OUT, weight, wt ? IN : OUT, 1.0f, dinp, IN);
-    if (dweight && wt) pt__mm(ctx, 1, 0, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
-    if (dweight && !wt)
-        pt__mm(ctx, 1, 0, IN, OUT, N, 1.0f, inp, IN, dout, OUT, 1.0f, dweight, OUT);
+    if (dweight && in16) /* dW^T += dout^T inp (wt), else dW += inp^T dout, as below */
+        pt__gemm_bf16_bias(ctx, wt ? PT__OP_B16 : PT__OP_A16, 1, 0, wt ? OUT : IN, wt ? IN : OUT,
+                           N, 1.0f, wt ? (const void *)dout : inp, wt ? OUT : IN,
+                           wt ? inp : (const void *)dout, wt ? IN : OUT, 1.0f, dweight,
+                           wt ? IN : OUT, NULL);
+    else if (dweight && wt)
+        pt__mm(ctx, 1, 0, OUT, IN, N, 1.0f, dout, OUT, (const float *)inp, IN, 1.0f, dweight, IN);
+    else if (dweight)
+        pt__mm(ctx, 1, 0, IN, OUT, N, 1.0f, (const float *)inp, IN, dout, OUT, 1.0f, dweight, OUT);
     if (dbias) pt__colsum_add(dbias, dout, N, OUT);
 }
 
 PTRAINDEF void pt_matmul_forward(pt_ctx *ctx, float *out, const float *inp, const float *weight,
                                  const float *bias, int N, int IN, int OUT) {
-    pt__dense_forward(ctx, out, inp, weight, bias, N, IN, OUT, 0);
+    pt__dense_forward(ctx, out, inp, 0, weight, bias, N, IN, OUT, 0);
 }
 
 PTRAINDEF void pt_matmul_backward(pt_ctx *ctx, float *dinp, float *dweight, float *dbias,
                                   const float *dout, const float *inp, const float *weight,
                                   int N, int IN, int OUT) {
-    pt__dense_backward(ctx, dinp, dweight, dbias, dout, inp, weight, N, IN, OUT, 0);
+    pt__dense_backward(ctx, dinp, dweight, dbias, dout, inp, 0, weight, N, IN, OUT, 0);
 }
 
 PTRAINDEF void pt_linear_forward(pt_ctx *ctx, float *out, const float *inp, const float *weight,
                                  const float *bias, int N, int IN, int OUT) {
-    pt__dense_forward(ctx, out, inp, weight, bias, N, IN, OUT, 1);
+    pt__dense_forward(ctx, out, inp, 0, weight, bias, N, IN, OUT, 1);
 }
 
 PTRAINDEF void pt_linear_backward(pt_ctx *ctx, float *dinp, float *dweight, float *dbias,
                                   const float *dout, const float *inp, const float *weight,
                                   int N, int IN, int OUT) {
-    pt__dense_backward(ctx, dinp, dweight, dbias, dout, inp, weight, N, IN, OUT, 1);
+    pt__dense_backward(ctx, dinp, dweight, dbias, dout, inp, 0, weight, N, IN, OUT, 1);
 }
 
 /* The RMS norm, rounded and kept as pt__layernorm_fwd */
@@ -9044,11 +9155,13 @@ static pt_status pt__tp_rows(pt_comm *tp, int sp, const float *part, float *out,
    multiple of PT__SP_ROWS), the others' from buf after. */
 static pt_status pt__sp_col_forward(pt_ctx *ctx, const pt_gpt_config *cfg, pt_comm *tp, int sp,
                                     float *y, const float *mine, float *buf, const float *w,
-                                    const float *b, const pt__dims *d, int OUT, pt_comm_req *req) {
-    int N = (int)d->N, C = (int)d->C, Ns = (int)d->Ns, r0, r1;
+                                    const float *b, const pt__dims *d, int OUT, pt_comm_req *req,
+                                    const uint16_t *mine16, const uint16_t **held) {
+    int N = (int)d->N, C = (int)d->C, Ns = (int)d->Ns, r0, r1, h;
     pt_status st;
-    if (!sp) {
-        pt__proj_forward(ctx, cfg, y, mine, w, b, N, C, OUT);
+    if (!sp) { /* (bf16: mine's kept bits, pt__bf16_operand) */
+        const void *in = pt__bf16_operand(ctx, (float *)mine, mine16, (size_t)N * C, held, &h);
+        pt__dense_forward(ctx, y, in, h, w, b, N, C, OUT, cfg->arch == PT_ARCH_LLAMA);
         return PT_OK;
     }
     r0 = tp->rank * Ns, r1 = r0 + Ns; /* this rank's rows [r0, r1) */
@@ -9082,7 +9195,7 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
     pt__norm_act(ctx, cfg, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, Ns, C,
                  a->ln1_16, &s->held[0]); /* (bf16: rounded, kept) */
     st = pt__sp_col_forward(ctx, cfg, tp, sp, a->qkv, a->ln1, s->xg, p->qkv_w, p->qkv_b, &d, Q3,
-                            &s->req[0]); /* g: the all-gather behind this rank's rows */
+                            &s->req[0], a->ln1_16, &s->held[0]); /* g: the all-gather behind */
     if (st != PT_OK) return st;
     if (cfg->pos == PT_POS_ROPE) /* q and k heads are adjacent: one pass over both */
         pt_rope_forward(a->qkv, pt__rope_cs(cfg, s, T), N, T, (int)(d.NH + d.NKV), (int)d.hd, Q3);
@@ -9096,7 +9209,7 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
     pt__norm_act(ctx, cfg, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, Ns, C,
                  a->ln2_16, &s->held[2]);
     st = pt__sp_col_forward(ctx, cfg, tp, sp, a->fch, a->ln2, s->xg, p->fc_w, p->fc_b, &d, Fi,
-                            &s->req[0]);
+                            &s->req[0], a->ln2_16, &s->held[2]);
     if (st != PT_OK) return st;
     pt__act_keep(ctx, cfg, s->gelu, a->fch, (size_t)N, (size_t)F, a->fch_16, &s->held[3]);
     part = sp ? s->xg : a->out;
@@ -9128,32 +9241,34 @@ static void pt__block_weight_part(pt_ctx *ctx, const pt_gpt_config *cfg, int B, 
     int sp = s->sp && tp > 1;
     pt__dims d = pt__block_dims_sp(cfg, B, T, tp, sp);
     int n = (int)d.N, c = (int)d.C, ca = (int)d.Ca, f = (int)d.F, ns = (int)d.Ns;
-    const float *ln1 = w->ln1g, *ln2 = w->ln2g;
+    int llama = cfg->arch == PT_ARCH_LLAMA, h = 0;
+    const void *ln = part == 1 ? w->ln1g : w->ln2g; /* the norm's output its GEMM reads */
     float *n2w = g->ln2_w, *n2b = g->ln2_b, *n1w = g->ln1_w, *n1b = g->ln1_b;
-    if (!sp) {
-        ln1 = a->ln1, ln2 = a->ln2;
+    if (!sp && part == 1) {
+        ln = pt__bf16_operand(ctx, a->ln1, a->ln1_16, d.N * d.C, &s->held[0], &h);
+    } else if (!sp) {
+        ln = pt__bf16_operand(ctx, a->ln2, a->ln2_16, d.N * d.C, &s->held[2], &h);
     } else { /* [ln2_w | ln2_b | ln1_w | ln1_b] of this rank's rows */
         n2w = s->spg, n2b = n2b ? s->spg + c : NULL;
         n1w = s->spg + 2 * c, n1b = n1b ? s->spg + 3 * c : NULL;
     }
     if (part == 1) {
-        if (!sp) pt__bf16_load(a->ln1, a->ln1_16, d.N * d.C, &s->held[0]);
         pt__proj_backward(ctx, cfg, NULL, g->attn_proj_w, g->attn_proj_b, w->dres2, a->atty,
                           p->attn_proj_w, n, ca, c);
-        pt__proj_backward(ctx, cfg, NULL, g->qkv_w, g->qkv_b, w->dqkv, ln1, p->qkv_w, n, c,
-                          (int)d.Q3);
+        pt__dense_backward(ctx, NULL, g->qkv_w, g->qkv_b, w->dqkv, ln, h, p->qkv_w, n, c,
+                           (int)d.Q3, llama);
         pt__norm_backward(cfg, NULL, n1w, n1b, w->dln1, x, p->ln1_w, a->ln1_mean, a->ln1_rstd,
                           ns, c);
         return;
     }
     pt__bf16_load(a->fch, a->fch_16, d.N * d.Fi, &s->held[3]);
-    if (!sp) pt__bf16_load(a->ln2, a->ln2_16, d.N * d.C, &s->held[2]);
     if (sp) memset(s->spg, 0, 4 * d.C * sizeof(float));
     if (part != 2) /* not saved by forward: NF floats a layer */
         pt__act_forward(cfg, s->gelu, a->fch, d.N, d.F);
     pt__proj_backward(ctx, cfg, NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w,
                       n, f, c);
-    pt__proj_backward(ctx, cfg, NULL, g->fc_w, g->fc_b, w->dfch, ln2, p->fc_w, n, c, (int)d.Fi);
+    pt__dense_backward(ctx, NULL, g->fc_w, g->fc_b, w->dfch, ln, h, p->fc_w, n, c, (int)d.Fi,
+                       llama);
     pt__norm_backward(cfg, NULL, n2w, n2b, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
                       ns, c);
 }

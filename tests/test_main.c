@@ -407,6 +407,70 @@ static void test_gemm_kernels(void) {
     CHECK_ST(pt_gemm_select(NULL), PT_OK); /* back to the default (PTRAIN_GEMM or auto) */
 }
 
+/* The bf16 GEMM on operands of bf16 bits (pt__gemm_bf16_bias's ops: what a
+   bf16 step hands over for activations it keeps as bf16) gives the same bits
+   as on the same values as floats, A's, B's or both, in every layout, with
+   alpha 1 (words copied) and not (widened, scaled, rounded), a bias or
+   beta, on shapes that cut the packing (odd K, edge rows and columns, two K
+   slabs, the transposed A's 48-row groups): on each kernel that takes them
+   (pt__gemm_bf16_takes16); the others (sgemm, AMX) run the portable loops
+   on them, the bits of the portable kernel on the floats. */
+static void test_gemm_bf16_operands(void) {
+    static const int shapes[][3] = {{37, 70, 801}, {100, 33, 64}, {5, 300, 31}, {130, 65, 1}};
+    static const char *impls[4] = {"avx512bf16", "portable", "sgemm", "amx"};
+    int im, s, lay, ops, v;
+    for (im = 0; im < 4; im++) {
+        if (pt_gemm_bf16_select(impls[im]) != PT_OK) {
+            SKIPPED("bf16 gemm '%s': %s", impls[im], pt_last_error());
+            continue;
+        }
+        CHECK(pt__gemm_bf16_takes16(tctx()) == (im < 2));
+        for (s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++)
+            for (lay = 0; lay < 4; lay++)
+                for (ops = 1; ops <= 3; ops++)
+                    for (v = 0; v < 2; v++) { /* v: alpha 1, bias; else alpha 0.75, beta 1 */
+                        int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], ta = lay & 1,
+                            tb = lay >> 1, lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2,
+                            ldc = N + 5;
+                        size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb,
+                               nc = (size_t)M * ldc, i;
+                        float *A = (float *)malloc((na + nb + 3 * nc + N) * sizeof(float));
+                        float *Bm = A + na, *C1 = Bm + nb, *C2 = C1 + nc, *bias = C2 + nc;
+                        uint16_t *h = (uint16_t *)malloc((na + nb) * sizeof(uint16_t));
+                        float alpha = v ? 0.75f : 1.0f, beta = v ? 1.0f : 0.0f;
+                        if (!A || !h) {
+                            FAIL("out of memory");
+                            free(A), free(h);
+                            return;
+                        }
+                        for (i = 0; i < na + nb + nc + N; i++) A[i] = (float)(2.0 * urand() - 1.0);
+                        A[0] = 3e-39f, Bm[0] = -2e-39f; /* denormals: read as zero, bits or not */
+                        for (i = 0; i < na + nb; i++) { /* the values bf16 already, both ways */
+                            h[i] = pt_bf16_from_float(A[i]);
+                            A[i] = pt_bf16_to_float(h[i]);
+                        }
+                        memcpy(bias, C1 + nc - N, N * sizeof(float));
+                        memcpy(C2, C1, nc * sizeof(float));
+                        if (im >= 2) pt_gemm_bf16_select("portable");
+                        pt__gemm_bf16_bias(tctx(), 0, ta, tb, M, N, K, alpha, A, lda, Bm, ldb,
+                                           beta, C1, ldc, v ? NULL : bias);
+                        if (im >= 2) pt_gemm_bf16_select(impls[im]);
+                        pt__gemm_bf16_bias(tctx(), ops, ta, tb, M, N, K, alpha,
+                                           ops & 1 ? (const void *)h : A, lda,
+                                           ops & 2 ? (const void *)(h + na) : Bm, ldb, beta, C2,
+                                           ldc, v ? NULL : bias);
+                        if (memcmp(C1, C2, nc * sizeof(float))) {
+                            FAIL("bf16 gemm '%s' on bf16 operands (ops %d) ta=%d tb=%d %dx%dx%d "
+                                 "alpha=%g: other bits than on floats", impls[im], ops, ta, tb, M,
+                                 N, K, (double)alpha);
+                            s = 99, lay = 4, ops = 4, v = 2; /* once is enough */
+                        }
+                        free(A), free(h);
+                    }
+    }
+    CHECK_ST(pt_gemm_bf16_select(NULL), PT_OK);
+}
+
 /* The model kernels' GEMM precision: names, a context's (checked; attention
    hands it to its OpenMP tasks), a bf16 dense layer equal to the double
    product of the rounded operands within gemm_check's bound, and a pt_gpt
@@ -6666,6 +6730,7 @@ static const test_case tests[] = {
     {"writer_and_file_errors", test_writer_and_file_errors},
     {"kernel_sgemm", test_sgemm},
     {"kernel_gemm_fp32_bf16", test_gemm_kernels},
+    {"kernel_gemm_bf16_operands", test_gemm_bf16_operands},
     {"kernel_gemm_precision", test_precision},
     {"kernel_encoder", test_encoder},
     {"kernel_layernorm", test_layernorm},

@@ -947,7 +947,8 @@ static void test_head_xent_fused(void) {
     int targets[N], n, rows, k;
     float *x = frand(N * C, -1, 1), *w = frand(V * C, -1, 1), *logits = TALLOC(float, N * V);
     float *loss_ref = TALLOC(float, N), *dx0 = frand(N * C, -1, 1), *dw0 = frand(V * C, -1, 1);
-    float *loss = TALLOC(float, N), *work = TALLOC(float, N * V);
+    size_t wn = pt_head_xent_work_floats(tctx(), N, C, V, R); /* fp32's: the most */
+    float *loss = TALLOC(float, N), *work = TALLOC(float, wn);
     double *lse_ref = TALLOC(double, N), *lse = TALLOC(double, N);
     pt_ctx c16, *ctx;
     pt_ctx_desc cd;
@@ -966,7 +967,8 @@ static void test_head_xent_fused(void) {
         pt_tied_head_backward(ctx, dx_ref, dw_ref, logits, x, w, N, C, V);
         for (rows = R; rows >= 0; rows -= R) { /* 8, then 0 (the default: one block) */
             float *dx = fcopy(dx0, N * C), *dw = fcopy(dw0, V * C);
-            pt_head_xent_fused(ctx, loss, lse, dx, dw, x, w, targets, N, C, V, dloss, work, rows);
+            pt_head_xent_fused(ctx, loss, lse, dx, dw, x, w, targets, N, C, V, dloss, work, wn,
+                               rows);
             CHECK_CLOSE("fused head loss: losses", loss, to_double(loss_ref, N), N, 1e-6, 1e-6);
             CHECK_CLOSE("fused head loss: dx", dx, to_double(dx_ref, N * C), N * C, 1e-6, 1e-5);
             CHECK_CLOSE("fused head loss: dwte", dw, to_double(dw_ref, V * C), V * C, 1e-5, 1e-5);
@@ -977,7 +979,8 @@ static void test_head_xent_fused(void) {
                          lse[n], lse_ref[n]);
         }
         memset(loss, 0, sizeof(float) * N);
-        pt_head_xent_fused(ctx, loss, lse, NULL, NULL, x, w, targets, N, C, V, dloss, work, R);
+        pt_head_xent_fused(ctx, loss, lse, NULL, NULL, x, w, targets, N, C, V, dloss, work, wn,
+                           R);
         CHECK_CLOSE("fused head loss: the loss alone", loss, to_double(loss_ref, N), N, 1e-6, 1e-6);
     }
     pt_ctx_free(&c16);

@@ -407,6 +407,62 @@ static void test_gemm_kernels(void) {
     CHECK_ST(pt_gemm_select(NULL), PT_OK); /* back to the default (PTRAIN_GEMM or auto) */
 }
 
+/* The blocked GEMM on a smaller OpenMP team than it asks for: OMP_DYNAMIC
+   on a CPU with fewer free cores than the context's 8 threads (libgomp then
+   gives at most those). The bits of the one-thread product, with the grid
+   that splits rows (the team sharing each packed B slab) and the one that
+   splits columns, fp32 and bf16 (ptrain's AVX-512 kernels); C starts NaN
+   (beta 0), so a rectangle or a B panel nobody ran shows. SKIPs where the
+   team came whole. */
+static void test_gemm_small_team(void) {
+#ifdef _OPENMP
+    static const int shapes[2][3] = {{480, 256, 400}, {24, 2048, 800}}; /* M, N, K */
+    int dyn = omp_get_dynamic(), nt = omp_get_max_threads(), got = 0, s, k;
+    pt_ctx c8, c1;
+    pt_ctx_desc d;
+    if (strcmp(pt_gemm_name(), "ptrain-avx512")) {
+        SKIPPED("the blocked GEMM: the fp32 GEMM is %s", pt_gemm_name());
+        return;
+    }
+    ZERO(d);
+    d.threads = 8;
+    if (pt_ctx_init(&c8, &d) != PT_OK) FAIL("pt_ctx_init: %s", pt_last_error());
+    d.threads = 1;
+    if (pt_ctx_init(&c1, &d) != PT_OK) FAIL("pt_ctx_init: %s", pt_last_error());
+    omp_set_dynamic(1);
+    omp_set_num_threads(8);
+#pragma omp parallel num_threads(8)
+    {
+#pragma omp master
+        got = omp_get_num_threads();
+    }
+    for (s = 0; s < 2 && got < 8; s++)
+        for (k = 0; k < 2; k++) {
+            int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], i;
+            float *A = frand((size_t)M * K, -1, 1), *Bm = frand((size_t)K * N, -1, 1);
+            float *C8 = TALLOC(float, (size_t)M * N), *C1 = TALLOC(float, (size_t)M * N);
+            if (k && strcmp(pt_gemm_bf16_name(), "ptrain-avx512bf16")) continue;
+            for (i = 0; i < M * N; i++) C8[i] = C1[i] = NAN;
+            if (k) {
+                pt_gemm_bf16(&c8, 0, s, M, N, K, 1.0f, A, K, Bm, s ? K : N, 0.0f, C8, N);
+                pt_gemm_bf16(&c1, 0, s, M, N, K, 1.0f, A, K, Bm, s ? K : N, 0.0f, C1, N);
+            } else {
+                pt_sgemm(&c8, 0, s, M, N, K, 1.0f, A, K, Bm, s ? K : N, 0.0f, C8, N);
+                pt_sgemm(&c1, 0, s, M, N, K, 1.0f, A, K, Bm, s ? K : N, 0.0f, C1, N);
+            }
+            if (memcmp(C8, C1, sizeof(float) * M * N))
+                FAIL("%s GEMM %dx%dx%d on %d of 8 threads: not the one-thread bits",
+                     k ? "bf16" : "fp32", M, N, K, got);
+        }
+    if (got >= 8) SKIPPED("OMP_DYNAMIC gave the whole team of 8 threads");
+    omp_set_dynamic(dyn);
+    omp_set_num_threads(nt);
+    pt_ctx_free(&c8);
+    pt_ctx_free(&c1);
+#else
+    SKIPPED("no OpenMP: one thread");
+#endif
+}
 /* The model kernels' GEMM precision: names, a context's (checked; attention
    hands it to its OpenMP tasks), a bf16 dense layer equal to the double
    product of the rounded operands within gemm_check's bound, and a pt_gpt
@@ -6595,6 +6651,7 @@ static const test_case tests[] = {
     {"kernel_sgemm", test_sgemm},
     {"kernel_gemm_fp32_bf16", test_gemm_kernels},
     {"kernel_gemm_precision", test_precision},
+    {"kernel_gemm_small_team", test_gemm_small_team},
     {"kernel_encoder", test_encoder},
     {"kernel_layernorm", test_layernorm},
     {"kernel_norm_wide_rows", test_norm_wide_rows},

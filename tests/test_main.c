@@ -1003,14 +1003,19 @@ static void test_head_xent_fused(void) {
     int targets[N], n, rows, k;
     float *x = frand(N * C, -1, 1), *w = frand(V * C, -1, 1), *logits = TALLOC(float, N * V);
     float *loss_ref = TALLOC(float, N), *dx0 = frand(N * C, -1, 1), *dw0 = frand(V * C, -1, 1);
-    size_t wn = pt_head_xent_work_floats(tctx(), N, C, V, R); /* fp32's: the most */
-    float *loss = TALLOC(float, N), *work = TALLOC(float, wn);
+    float *loss = TALLOC(float, N), *work;
     double *lse_ref = TALLOC(double, N), *lse = TALLOC(double, N);
     pt_ctx c16, *ctx;
     pt_ctx_desc cd;
+    size_t wn, w16;
     ZERO(cd);
     cd.precision = PT_PRECISION_BF16;
     if (pt_ctx_init(&c16, &cd) != PT_OK) FAIL("pt_ctx_init: %s", pt_last_error());
+    /* room for R-row blocks with wte packed at either precision, and for one N-row block */
+    wn = pt_head_xent_work_floats(tctx(), N, C, V, R);
+    w16 = pt_head_xent_work_floats(&c16, N, C, V, R);
+    wn = (wn > w16 ? wn : w16) + N * V;
+    work = TALLOC(float, wn);
     for (n = 0; n < N; n++) targets[n] = (n * 7 + 3) % V;
     for (k = 0; k < 2; k++) { /* fp32, bf16 */
         float *dx_ref = fcopy(dx0, N * C), *dw_ref = fcopy(dw0, V * C);

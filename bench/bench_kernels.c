@@ -436,6 +436,7 @@ typedef struct hrate {
     pt_ctx *ctx;
     int N, C, V;
     float *x, *w, *dx, *dw, *work, *logits, *loss, *y, *wf;
+    size_t work_n; /* floats of work: pt_head_xent_work_floats (fp32: the most) */
     double *lse;
     int *tg;
 } hrate;
@@ -443,7 +444,7 @@ typedef struct hrate {
 static void k_hr_fused(void *p) {
     hrate *h = (hrate *)p;
     pt_head_xent_fused(h->ctx, h->loss, h->lse, h->dx, h->dw, h->x, h->w, h->tg, h->N, h->C,
-                       h->V, 1.0f / (float)h->N, h->work, PT__HEAD_ROWS);
+                       h->V, 1.0f / (float)h->N, h->work, h->work_n, PT__HEAD_ROWS);
 }
 static void k_hr_unfused(void *p) {
     hrate *h = (hrate *)p;
@@ -466,7 +467,8 @@ static void bench_head_rate(const pt_gpt_config *cfg, int B, int T, int reps, pt
     h.N = (int)N, h.C = (int)C, h.V = (int)V;
     h.x = buffer(N * C, r, -1, 1), h.w = buffer(V * C, r, -0.05f, 0.05f);
     h.dx = buffer(N * C, r, 0, 0), h.dw = buffer(V * C, r, 0, 0);
-    h.work = buffer((N < PT__HEAD_ROWS ? N : PT__HEAD_ROWS) * V, r, 0, 0);
+    h.work_n = pt_head_xent_work_floats(&g_pt, h.N, h.C, h.V, PT__HEAD_ROWS);
+    h.work = buffer(h.work_n, r, 0, 0);
     h.logits = buffer(N * V, r, 0, 0), h.loss = buffer(N, r, 0, 0), h.y = buffer(N * 4 * C, r, 0, 0);
     h.wf = buffer(4 * C * C, r, -0.05f, 0.05f);
     h.lse = (double *)malloc(N * sizeof(double)), h.tg = (int *)malloc(N * sizeof(int));

@@ -259,6 +259,7 @@ typedef struct phases {
     pt_arena arena;
     uint16_t *h16;          /* bf16 keep of a layer's ln1|qkv|ln2|fch */
     float *lnf, *logits, *losses, *dx, *work; /* work: the fused head's block of logits */
+    size_t work_n;                            /* and wte packed: pt_head_xent_work_floats */
     double *lse;
     int *tok;
     double flops[PH_N], bytes[PH_N], sec[PH_N];
@@ -280,7 +281,9 @@ static int phases_alloc(phases *ph) {
         ph->lnf = PT__F(a, N * ph->d.C);
         ph->dx = PT__F(a, N * ph->d.C);
         ph->logits = PT__F(a, N * (size_t)ph->V);
-        ph->work = PT__F(a, PT__HEAD_ROWS * (size_t)ph->V);
+        ph->work_n = pt_head_xent_work_floats(&ph->gpt->ctx, (int)N, ph->d.C, ph->V,
+                                              PT__HEAD_ROWS);
+        ph->work = PT__F(a, ph->work_n);
         ph->losses = PT__F(a, N);
         ph->lse = (double *)pt_arena_alloc(a, N * sizeof(double));
         ph->tok = (int *)pt_arena_alloc(a, N * sizeof(int));
@@ -402,7 +405,7 @@ static void phase_run(phases *ph, int k) {
         pt_encoder_backward(x->coll.dwte, x->coll.dwpe, ph->dx, ph->tok, ph->B, ph->T, C);
     } else if (k == PH_FUSED) { /* what the head and loss would take fused by row blocks */
         pt_head_xent_fused(ctx, ph->losses, ph->lse, ph->dx, x->coll.dhead, ph->lnf, m->lm_head,
-                           ph->tok, N, C, V, 1.0f / N, ph->work, PT__HEAD_ROWS);
+                           ph->tok, N, C, V, 1.0f / N, ph->work, ph->work_n, PT__HEAD_ROWS);
     } else if (k == PH_OPT) {
         pt_adamw_config cfg = pt_adamw_default();
         pt__adamw_tensors(m->table, m->num_tensors, m->params, m->grads, m->m, m->v, &cfg, 1e-9f, 1);

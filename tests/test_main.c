@@ -471,6 +471,62 @@ static void test_gemm_bf16_operands(void) {
     CHECK_ST(pt_gemm_bf16_select(NULL), PT_OK);
 }
 
+/* The blocked GEMM on a smaller OpenMP team than it asks for: OMP_DYNAMIC
+   on a CPU with fewer free cores than the context's 8 threads (libgomp then
+   gives at most those). The bits of the one-thread product, with the grid
+   that splits rows (the team sharing each packed B slab) and the one that
+   splits columns, fp32 and bf16 (ptrain's AVX-512 kernels); C starts NaN
+   (beta 0), so a rectangle or a B panel nobody ran shows. SKIPs where the
+   team came whole. */
+static void test_gemm_small_team(void) {
+#ifdef _OPENMP
+    static const int shapes[2][3] = {{480, 256, 400}, {24, 2048, 800}}; /* M, N, K */
+    int dyn = omp_get_dynamic(), nt = omp_get_max_threads(), got = 0, s, k;
+    pt_ctx c8, c1;
+    pt_ctx_desc d;
+    if (strcmp(pt_gemm_name(), "ptrain-avx512")) {
+        SKIPPED("the blocked GEMM: the fp32 GEMM is %s", pt_gemm_name());
+        return;
+    }
+    ZERO(d);
+    d.threads = 8;
+    if (pt_ctx_init(&c8, &d) != PT_OK) FAIL("pt_ctx_init: %s", pt_last_error());
+    d.threads = 1;
+    if (pt_ctx_init(&c1, &d) != PT_OK) FAIL("pt_ctx_init: %s", pt_last_error());
+    omp_set_dynamic(1);
+    omp_set_num_threads(8);
+#pragma omp parallel num_threads(8)
+    {
+#pragma omp master
+        got = omp_get_num_threads();
+    }
+    for (s = 0; s < 2 && got < 8; s++)
+        for (k = 0; k < 2; k++) {
+            int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], i;
+            float *A = frand((size_t)M * K, -1, 1), *Bm = frand((size_t)K * N, -1, 1);
+            float *C8 = TALLOC(float, (size_t)M * N), *C1 = TALLOC(float, (size_t)M * N);
+            if (k && strcmp(pt_gemm_bf16_name(), "ptrain-avx512bf16")) continue;
+            for (i = 0; i < M * N; i++) C8[i] = C1[i] = NAN;
+            if (k) {
+                pt_gemm_bf16(&c8, 0, s, M, N, K, 1.0f, A, K, Bm, s ? K : N, 0.0f, C8, N);
+                pt_gemm_bf16(&c1, 0, s, M, N, K, 1.0f, A, K, Bm, s ? K : N, 0.0f, C1, N);
+            } else {
+                pt_sgemm(&c8, 0, s, M, N, K, 1.0f, A, K, Bm, s ? K : N, 0.0f, C8, N);
+                pt_sgemm(&c1, 0, s, M, N, K, 1.0f, A, K, Bm, s ? K : N, 0.0f, C1, N);
+            }
+            if (memcmp(C8, C1, sizeof(float) * M * N))
+                FAIL("%s GEMM %dx%dx%d on %d of 8 threads: not the one-thread bits",
+                     k ? "bf16" : "fp32", M, N, K, got);
+        }
+    if (got >= 8) SKIPPED("OMP_DYNAMIC gave the whole team of 8 threads");
+    omp_set_dynamic(dyn);
+    omp_set_num_threads(nt);
+    pt_ctx_free(&c8);
+    pt_ctx_free(&c1);
+#else
+    SKIPPED("no OpenMP: one thread");
+#endif
+}
 /* The model kernels' GEMM precision: names, a context's (checked; attention
    hands it to its OpenMP tasks), a bf16 dense layer equal to the double
    product of the rounded operands within gemm_check's bound, and a pt_gpt
@@ -1011,13 +1067,19 @@ static void test_head_xent_fused(void) {
     int targets[N], n, rows, k;
     float *x = frand(N * C, -1, 1), *w = frand(V * C, -1, 1), *logits = TALLOC(float, N * V);
     float *loss_ref = TALLOC(float, N), *dx0 = frand(N * C, -1, 1), *dw0 = frand(V * C, -1, 1);
-    float *loss = TALLOC(float, N), *work = TALLOC(float, N * V);
+    float *loss = TALLOC(float, N), *work;
     double *lse_ref = TALLOC(double, N), *lse = TALLOC(double, N);
     pt_ctx c16, *ctx;
     pt_ctx_desc cd;
+    size_t wn, w16;
     ZERO(cd);
     cd.precision = PT_PRECISION_BF16;
     if (pt_ctx_init(&c16, &cd) != PT_OK) FAIL("pt_ctx_init: %s", pt_last_error());
+    /* room for R-row blocks with wte packed at either precision, and for one N-row block */
+    wn = pt_head_xent_work_floats(tctx(), N, C, V, R);
+    w16 = pt_head_xent_work_floats(&c16, N, C, V, R);
+    wn = (wn > w16 ? wn : w16) + N * V;
+    work = TALLOC(float, wn);
     for (n = 0; n < N; n++) targets[n] = (n * 7 + 3) % V;
     for (k = 0; k < 2; k++) { /* fp32, bf16 */
         float *dx_ref = fcopy(dx0, N * C), *dw_ref = fcopy(dw0, V * C);
@@ -1030,7 +1092,8 @@ static void test_head_xent_fused(void) {
         pt_tied_head_backward(ctx, dx_ref, dw_ref, logits, x, w, N, C, V);
         for (rows = R; rows >= 0; rows -= R) { /* 8, then 0 (the default: one block) */
             float *dx = fcopy(dx0, N * C), *dw = fcopy(dw0, V * C);
-            pt_head_xent_fused(ctx, loss, lse, dx, dw, x, w, targets, N, C, V, dloss, work, rows);
+            pt_head_xent_fused(ctx, loss, lse, dx, dw, x, w, targets, N, C, V, dloss, work, wn,
+                               rows);
             CHECK_CLOSE("fused head loss: losses", loss, to_double(loss_ref, N), N, 1e-6, 1e-6);
             CHECK_CLOSE("fused head loss: dx", dx, to_double(dx_ref, N * C), N * C, 1e-6, 1e-5);
             CHECK_CLOSE("fused head loss: dwte", dw, to_double(dw_ref, V * C), V * C, 1e-5, 1e-5);
@@ -1041,7 +1104,8 @@ static void test_head_xent_fused(void) {
                          lse[n], lse_ref[n]);
         }
         memset(loss, 0, sizeof(float) * N);
-        pt_head_xent_fused(ctx, loss, lse, NULL, NULL, x, w, targets, N, C, V, dloss, work, R);
+        pt_head_xent_fused(ctx, loss, lse, NULL, NULL, x, w, targets, N, C, V, dloss, work, wn,
+                           R);
         CHECK_CLOSE("fused head loss: the loss alone", loss, to_double(loss_ref, N), N, 1e-6, 1e-6);
     }
     pt_ctx_free(&c16);
@@ -6732,6 +6796,7 @@ static const test_case tests[] = {
     {"kernel_gemm_fp32_bf16", test_gemm_kernels},
     {"kernel_gemm_bf16_operands", test_gemm_bf16_operands},
     {"kernel_gemm_precision", test_precision},
+    {"kernel_gemm_small_team", test_gemm_small_team},
     {"kernel_encoder", test_encoder},
     {"kernel_layernorm", test_layernorm},
     {"kernel_norm_wide_rows", test_norm_wide_rows},

@@ -3247,8 +3247,9 @@ PT__TARGET_BF16 static inline __m512i pt__bf16_zip(__m512 x0, __m512 x1) {
 /* 16 of x's values as floats (h: bf16 bits widened), lanes past km zero. */
 PT__TARGET_BF16 static inline __m512 pt__opnd16(const void *x, int h, __mmask16 km) {
     if (!h) return _mm512_maskz_loadu_ps(km, (const float *)x);
-    return _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(km, x)), 16));
+    /* (maskz forms: g++ -O2 warns the plain ones' undefined source maybe-uninitialized) */
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(
+        km, _mm512_maskz_cvtepu16_epi32(km, _mm256_maskz_loadu_epi16(km, x)), 16));
 }
 
 /* pt__bf16_pairs32 of an operand's 32 values (h with s 1: its words as they are). */
@@ -3270,7 +3271,8 @@ PT__TARGET_BF16 static inline __m512i pt__opnd_zip(const void *r0, const void *r
     if (h && unit) {
         __m256i lo = _mm256_maskz_loadu_epi16(km, r0);
         __m256i hi = r1 ? _mm256_maskz_loadu_epi16(km, r1) : _mm256_setzero_si256();
-        return pt__bf16_interleave(_mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1));
+        return pt__bf16_interleave(
+            _mm512_maskz_inserti64x4((__mmask8)0xFF, _mm512_castsi256_si512(lo), hi, 1));
     }
     return pt__bf16_zip(_mm512_mul_ps(vs, pt__opnd16(r0, h, km)),
                         r1 ? _mm512_mul_ps(vs, pt__opnd16(r1, h, km)) : _mm512_setzero_ps());
@@ -3652,6 +3654,7 @@ static void pt__gemm_pb_pack(pt__gemm_pb *pb, int nth) {
     int ks = pt__gemm_kstep(bf16, pb->K), ns = (pb->K + ks - 1) / ks, ng = (pb->N + NC - 1) / NC;
     int task;
     pt__gemm_job g;
+    (void)nth; /* (the thread count of an OpenMP build) */
     memset(&g, 0, sizeof g);
     g.kind = pb->kind, g.tb = pb->tb, g.B = pb->B, g.ldb = pb->ldb, g.N = pb->N, g.K = pb->K;
     pb->slab = (size_t)(pb->N + NR - 1) / NR * NR * (size_t)(bf16 ? (ks + 1) / 2 : ks);

@@ -6145,12 +6145,13 @@ static void pt__adamw_tensors(const pt_param *table, int n, float *param, const 
     for (i = 0; i < n; i++) total += (ptrdiff_t)((table[i].numel + chunk - 1) / chunk);
     PT__OMP(omp parallel)
     {
-        ptrdiff_t k, first = 0; /* tensor i's first chunk: each thread's k only grow */
+        ptrdiff_t k, first = 0; /* tensor ti's first chunk */
         int ti = 0;
         PT__OMP(omp for schedule(dynamic))
         for (k = 0; k < total; k++) {
             const pt_param *p;
             size_t i0, i1;
+            if (k < first) first = 0, ti = 0; /* (dynamic is nonmonotonic: k may go back) */
             while (k >= first + (ptrdiff_t)((table[ti].numel + chunk - 1) / chunk))
                 first += (ptrdiff_t)((table[ti++].numel + chunk - 1) / chunk);
             p = &table[ti];

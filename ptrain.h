@@ -12412,27 +12412,25 @@ static pt_status pt__head_fused_run(pt_gpt *m, pt__slot *sl, int N, float dloss,
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
     int C = m->config.n_embd, Vl = pl->vocab_local, r0, n;
-    pt_ctx c = m->ctx; /* with wte packed once for the blocks where that pays */
-    pt__gemm_pb pb[2];
     pt_status st;
+    /* (head_work holds one block's logits: wte is packed a block at a time, see
+       pt__layout_acts) */
     if (pl->tp == 1) {
         pt_head_xent_fused(&m->ctx, sl->losses, sl->lse, dx, dwte, sl->lnf, m->lm_head,
                            sl->targets, N, C, Vl, dloss, x->head_work, x->head_work_n,
                            PT__HEAD_ROWS);
         return PT_OK;
     }
-    pt__head_pack(&c, pb, m->lm_head, N, C, Vl, PT__HEAD_ROWS, dx != NULL, x->head_work,
-                  x->head_work_n);
     for (r0 = 0; r0 < N; r0 += n) { /* block [r0, r0 + n) of the rows */
         const float *xb = sl->lnf + (size_t)r0 * C;
         n = N - r0 < PT__HEAD_ROWS ? N - r0 : PT__HEAD_ROWS;
-        pt_tied_head_forward(&c, x->head_work, xb, m->lm_head, n, C, Vl);
+        pt_tied_head_forward(&m->ctx, x->head_work, xb, m->lm_head, n, C, Vl);
         st = pt__xent_tp(m, x->head_work, sl->targets + r0, sl->lse + r0, sl->losses + r0, n);
         if (st != PT_OK) return st;
         if (!dx && !dwte) continue;
         pt__xent_backward_part(x->head_work, x->head_work, sl->lse + r0, sl->targets + r0, n, Vl,
                                pt__vocab_valid(m), pl->vocab_offset, dloss);
-        pt_tied_head_backward(&c, dx ? dx + (size_t)r0 * C : NULL, dwte, x->head_work, xb,
+        pt_tied_head_backward(&m->ctx, dx ? dx + (size_t)r0 * C : NULL, dwte, x->head_work, xb,
                               m->lm_head, n, C, Vl);
     }
     return PT_OK;

@@ -57,9 +57,9 @@ VGFLAGS = -std=c11 -O1 -g $(WARN) -mavx2 -mfma -DPTRAIN_NO_BLAS -pthread
 # options, slowed checkpoint writes) for the tests that need it; release builds
 # (build/train, build/train_mpi) have none of it.
 FAULT_BINS = build/train_faults build/train_mpi_faults
-CHECK_BINS = build/tests_asan build/fixture_check_asan build/tests_noblas build/comm_check_asan \
-             build/comm_check_mpi_asan build/fixture_check_tsan build/train_tsan build/tests_vg \
-             build/fixture_check_vg $(FAULT_BINS) $(FUZZ_REPLAY)
+CHECK_BINS = build/tests_asan build/fixture_check_asan build/tests_noblas build/tests_clang \
+             build/comm_check_asan build/comm_check_mpi_asan build/fixture_check_tsan \
+             build/train_tsan build/tests_vg build/fixture_check_vg $(FAULT_BINS) $(FUZZ_REPLAY)
 
 .PHONY: all run test bench fuzz install clean deps deps-test deps-mpi deps-fuzz deps-text deps-serve \
         tokref
@@ -117,6 +117,11 @@ build/fixture_check_asan: tests/fixture_check.c $(HDR) | build deps
 
 build/tests_noblas: tests/test_main.c tests/test.h ptrain.h | build deps
 	$(CC) $(REQ) $(CFLAGS) -DPTRAIN_NO_BLAS $< -o $@ $(LDFLAGS) -lm
+
+# clang with its libomp (whose dynamic schedule is nonmonotonic, unlike libgomp's) and no
+# BLAS (OpenBLAS brings libgomp): the optimised code as the other compiler builds it
+build/tests_clang: tests/test_main.c tests/test.h ptrain.h | build deps-test
+	$(CLANG) $(REQ) $(CFLAGS) -DPTRAIN_NO_BLAS $< -o $@ -lm
 
 build/tests_vg: tests/test_main.c tests/test.h ptrain.h | build deps
 	$(CC) $(VGFLAGS) $< -o $@ -lm

@@ -77,6 +77,7 @@ present() {
 step "unit tests" build/tests; show
 step "unit tests (ASan + UBSan)" build/tests_asan; show
 step "unit tests (PTRAIN_NO_BLAS)" build/tests_noblas; show
+step "unit tests (clang + libomp, PTRAIN_NO_BLAS)" build/tests_clang; show
 # the GEMMs a user may pick at run time: OpenBLAS (bf16 through its sgemm), the portable loops
 step "unit tests (PTRAIN_GEMM=openblas PTRAIN_GEMM_BF16=sgemm)" \
     env PTRAIN_GEMM=openblas PTRAIN_GEMM_BF16=sgemm build/tests; show

@@ -2146,6 +2146,53 @@ static void test_adamw_step_decay_rule(void) {
     pt_gpt_free(&g);
 }
 
+/* The model's AdamW runs all tensors' chunks in one dynamic loop; each
+   element must get its own tensor's update, whatever order the runtime
+   hands chunks out in (libomp's dynamic is nonmonotonic: a thread may get
+   an earlier chunk after a later one). Tensors of 1 element to several
+   chunks, decay mixed, 8 threads on 2 cores: the same bits as one
+   pt_adamw_update a tensor. */
+static void test_adamw_tensors_one_loop(void) {
+    enum { nt = 41, steps = 3 };
+    pt_param table[nt];
+    pt_adamw_config cfg = pt_adamw_default();
+    size_t total = 0, k;
+    float *p, *g, *m, *v, *rp, *rm, *rv;
+    int i, s;
+#ifdef _OPENMP
+    int saved = omp_get_max_threads();
+#endif
+    memset(table, 0, sizeof table);
+    for (i = 0; i < nt; i++) { /* sizes across chunk edges: 1, 16383, 16384, 16385, ... */
+        static const size_t sz[6] = {1, 16383, 16384, 16385, 40000, 777};
+        table[i].offset = total, table[i].numel = sz[i % 6] + (size_t)(i / 6) * 3;
+        table[i].decay = i % 3 != 0;
+        total += table[i].numel;
+    }
+    p = frand(total, -1, 1), g = TALLOC(float, total), m = TALLOC(float, total);
+    v = TALLOC(float, total), rp = fcopy(p, total), rm = TALLOC(float, total);
+    rv = TALLOC(float, total);
+    cfg.weight_decay = 0.3f;
+#ifdef _OPENMP
+    omp_set_num_threads(8);
+#endif
+    for (s = 1; s <= steps; s++) {
+        for (k = 0; k < total; k++) g[k] = (float)(2.0 * urand() - 1.0);
+        pt__adamw_tensors(table, nt, p, g, m, v, &cfg, 0.01f, s);
+        for (i = 0; i < nt; i++) {
+            size_t o = table[i].offset;
+            pt_adamw_update(rp + o, g + o, rm + o, rv + o, table[i].numel, &cfg, 0.01f, s,
+                            table[i].decay);
+        }
+    }
+#ifdef _OPENMP
+    omp_set_num_threads(saved);
+#endif
+    CHECK(memcmp(p, rp, total * sizeof(float)) == 0);
+    CHECK(memcmp(m, rm, total * sizeof(float)) == 0);
+    CHECK(memcmp(v, rv, total * sizeof(float)) == 0);
+}
+
 static void test_norm_and_clip(void) {
     size_t sizes[3] = {0, 5, 1300001}, i, s;
     pt_gpt g;
@@ -6822,6 +6869,7 @@ static const test_case tests[] = {
     {"steps_allocate_nothing", test_steps_allocate_nothing},
     {"zero3_matches_zero1", test_zero3_matches_zero1},
     {"adamw_vs_double_reference", test_adamw},
+    {"adamw_tensors_one_loop", test_adamw_tensors_one_loop},
     {"adamw_step_decay_rule", test_adamw_step_decay_rule},
     {"norm_and_clip", test_norm_and_clip},
     {"lr_schedule", test_lr_schedule},

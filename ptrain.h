@@ -1642,7 +1642,8 @@ typedef enum pt_coll_kind {
 } pt_coll_kind;
 /* Seconds of a collective over n ranks of which at most per_node share a
    node (n == per_node: one node), bytes the whole buffer: the faster of a
-   ring and a tree, as NCCL picks (PT_COLL_NONE: 0). */
+   ring and a tree, as NCCL picks (PT_COLL_NONE: 0). Across nodes it runs on
+   min(per_node, hw->rails) adapters (at least one), NVLink the cap. */
 PTRAINDEF double pt_hw_comm_seconds(const pt_hw *hw, pt_coll_kind kind, double bytes, int n,
                                     int per_node);
 
@@ -14804,8 +14805,7 @@ PTRAINDEF double pt_hw_comm_seconds(const pt_hw *hw, pt_coll_kind kind, double b
     double bw = hw->intra_bw, lat = hw->intra_lat, ring, tree, steps, vol;
     if (n <= 1 || bytes <= 0 || kind == PT_COLL_NONE) return 0.0;
     if (nodes > 1) { /* the slower link: the adapters of the group's ranks in a node */
-        int k = n < per_node ? n : per_node;
-        double r = hw->rails > 1 ? (k < hw->rails ? k : hw->rails) : 1.0;
+        double r = hw->rails > 1 ? (per_node < hw->rails ? per_node : hw->rails) : 1.0;
         bw = r * hw->inter_bw < bw ? r * hw->inter_bw : bw;
         lat = hw->inter_lat;
     }

@@ -1601,6 +1601,10 @@ typedef struct pt_hw {
     double comm_sm;      /* the share of the device's compute a collective running behind it
                             takes (NCCL's channels are thread blocks on the SMs); applied
                             where a plan overlaps ZeRO 3's gathers with compute (0: none) */
+    double rails;        /* adapters a group may cross nodes on: a group with k ranks in a node
+                            runs its ring channels through min(k, rails) of their adapters,
+                            min(k, rails) x inter_bw (NCCL on a rail-optimised node, an
+                            adapter a GPU); 0, 1: one adapter's inter_bw however many share */
 } pt_hw;
 
 /* "a100-80g", "h100-80g", "h200", "mi250x", "mi300x" (sources beside each in the code). */
@@ -1638,7 +1642,8 @@ typedef enum pt_coll_kind {
 } pt_coll_kind;
 /* Seconds of a collective over n ranks of which at most per_node share a
    node (n == per_node: one node), bytes the whole buffer: the faster of a
-   ring and a tree, as NCCL picks (PT_COLL_NONE: 0). */
+   ring and a tree, as NCCL picks (PT_COLL_NONE: 0). Across nodes it runs on
+   min(per_node, hw->rails) adapters (at least one), NVLink the cap. */
 PTRAINDEF double pt_hw_comm_seconds(const pt_hw *hw, pt_coll_kind kind, double bytes, int n,
                                     int per_node);
 
@@ -14294,12 +14299,16 @@ PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, flo
    d/(d + gemm_dim) (pt_hw_gemm_seconds), eff what large GEMMs sustain inside
    a training step (below the vendors' best single-GEMM figures: clocks
    under load) and gemm_dim the dimension at which tiling loses half.
-   The last four fields are flash_eff (a fused causal attention's forward +
+   The last five fields are flash_eff (a fused causal attention's forward +
    backward at head size 128, counting the FLOPs it does), tp_exposed,
-   grad_bytes and comm_sm (pt_hw): NCCL runs a large collective on up to 32
-   channels (its NCCL_MAX_NCHANNELS), a thread block on an SM each: 32 of the
-   A100's 108 SMs (0.30), of the H100's 132 (0.24); RCCL alike on an MI250X
-   GCD's 110 CUs (0.29) and the MI300X's 304 (0.105). */
+   grad_bytes, comm_sm and rails (pt_hw): NCCL runs a large collective on up
+   to 32 channels (its NCCL_MAX_NCHANNELS), a thread block on an SM each: 32
+   of the A100's 108 SMs (0.30), of the H100's 132 (0.24); RCCL alike on an
+   MI250X GCD's 110 CUs (0.29) and the MI300X's 304 (0.105). rails: NCCL's
+   topology search leaves a node on the adapter nearest the GPU a ring channel
+   exits from (rail-optimised nodes, an adapter a GPU; since NCCL 2.12 PXN
+   moves data over NVLink to the GPU on the destination's rail), so a group
+   with k GPUs in a node crosses nodes on k adapters at once. */
 static const pt_hw pt__hw_presets[] = {
     /* NVIDIA A100 SXM4 80GB in a DGX A100 (Selene, Megatron-LM 2021): 312 TFLOP/s
        fp16/bf16 dense (A100 datasheet), HBM2e 2039 GB/s, 80 GB; NVLink 3 through
@@ -14312,9 +14321,13 @@ static const pt_hw pt__hw_presets[] = {
        FlashAttention-2 (Dao 2023, its A100 figures) reaches 180-225 TFLOP/s
        forward + backward at head size 128, causal 2k-16k tokens: 0.60. No tp
        overlap (Transformer Engine's userbuffers are Hopper's); gradients in the
-       activations' 2 bytes (the 2021 runs' fp16). */
+       activations' 2 bytes (the 2021 runs' fp16). rails 0 (one adapter a group):
+       the runs this profile stands for are 2021's stacks, and Megatron-LM 2021's
+       Tables 1 and 2 (DeepSpeed's ZeRO-3 rows at 8 ranks a node among them,
+       about 21 GB/s a GPU) agree with one adapter's bandwidth, not eight
+       (docs/simulator.md); a profile file with rails = 8 plans with NCCL's. */
     {"a100-80g", 312e12, 0.75, 48.0, 0.0, 1.75e12, 85899345920.0, 4e-6, 8, 230e9, 8e-6, 22e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.60, 0.0, 0.0, 0.30},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.60, 0.0, 0.0, 0.30, 0},
     /* NVIDIA H100 SXM5 80GB in a DGX H100: 989 TFLOP/s dense bf16, HBM3 3.35 TB/s
        (H100 datasheet; a device-to-device copy measures 3.0-3.1 TB/s); NVLink 4
        900 GB/s both directions (450 a direction, nccl-tests all-reduce ~360 GB/s
@@ -14337,14 +14350,18 @@ static const pt_hw pt__hw_presets[] = {
        first or last chunk and the SMs the copies take stay exposed: 1/tp of it
        at tp 8 plus contention, 0.2 (judgement, not a published figure). Gradients:
        Megatron-LM forces fp32 accumulation and reduction with bf16
-       (--accumulate-allreduce-grads-in-fp32): 4 bytes. */
+       (--accumulate-allreduce-grads-in-fp32): 4 bytes. rails 8: a DGX H100's 8
+       ConnectX-7 adapters, one a GPU (DGX H100 user guide), under NCCL 2.18+
+       (2024's containers) whose rings leave a node on each member GPU's own
+       adapter: a dp group of tp 1 (8 a node) crosses nodes at 8 x 45 GB/s
+       (capped at NVLink's 360), of tp 4 (2 a node) at 90. */
     {"h100-80g", 989e12, 0.70, 64.0, 0.0, 3.0e12, 85899345920.0, 3e-6, 8, 360e9, 8e-6, 45e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.335, 0.2, 4.0, 0.24},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.335, 0.2, 4.0, 0.24, 8},
     /* NVIDIA H200 SXM 141GB (H200 datasheet: the H100's 989 TFLOP/s bf16 and NVLink
        4, HBM3e 141 GB at 4.8 TB/s; ~4.3 sustained, the H100's 0.9 of it); the
        rest as h100-80g (same SXM5 board, DGX H200: 8 x 400 Gb/s a node). */
     {"h200", 989e12, 0.70, 64.0, 0.0, 4.3e12, 141e9, 3e-6, 8, 360e9, 8e-6, 45e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.335, 0.2, 4.0, 0.24},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.335, 0.2, 4.0, 0.24, 8},
     /* AMD MI250X on Frontier, one graphics compute die (GCD) a device: 191.5
        TFLOP/s fp16 (the issue's and AMD's figure), HBM2e 1.6 TB/s and 64 GB a
        GCD; 8 GCDs a node joined by Infinity Fabric (50-200 GB/s between pairs:
@@ -14353,7 +14370,7 @@ static const pt_hw pt__hw_presets[] = {
        about half of the fp16 peak on large GEMMs, a smaller share than cuBLAS.
        Flash: ROCm's FlashAttention-2 port, ~0.35 of peak (judgement). */
     {"mi250x", 191.5e12, 0.55, 64.0, 0.0, 1.3e12, 68719476736.0, 6e-6, 8, 50e9, 10e-6, 11.5e9, 15e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.35, 0.0, 0.0, 0.29},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.35, 0.0, 0.0, 0.29, 0},
     /* AMD MI300X (CDNA 3 datasheet): 1307 TFLOP/s dense bf16, HBM3 192 GB at 5.3
        TB/s (~4.3 sustained in published stream tests); 8 a node, each joined to
        the other 7 by 64 GB/s Infinity Fabric links a direction (448 GB/s; RCCL's
@@ -14365,7 +14382,7 @@ static const pt_hw pt__hw_presets[] = {
        FlashAttention-2 forward + backward ~0.30 of peak. No tp overlap; fp32
        gradients as Megatron's bf16. */
     {"mi300x", 1307e12, 0.44, 64.0, 0.0, 4.3e12, 192e9, 4e-6, 8, 300e9, 10e-6, 45e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.30, 0.0, 4.0, 0.105},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.30, 0.0, 4.0, 0.105, 0},
 };
 
 PTRAINDEF const char *pt_hw_preset_names(void) {
@@ -14391,7 +14408,7 @@ PTRAINDEF pt_status pt_hw_preset(const char *name, pt_hw *out) {
     X(core_flops) X(core_gemm_eff) X(core_gemm_dim) X(core_attn_flops) X(core_mem_bw)          \
     X(core_kernel_s) X(instr_flops) X(comm_cpu)
 #define PT__HW_NEW_FIELDS(X) /* optional: today's recipe (0: as before) */                    \
-    X(flash_eff) X(tp_exposed) X(grad_bytes) X(comm_sm)
+    X(flash_eff) X(tp_exposed) X(grad_bytes) X(comm_sm) X(rails)
 
 PTRAINDEF pt_status pt_hw_save(const pt_hw *hw, const char *path) {
     char buf[2048];
@@ -14787,8 +14804,9 @@ PTRAINDEF double pt_hw_comm_seconds(const pt_hw *hw, pt_coll_kind kind, double b
     int nodes = (n + per_node - 1) / per_node;
     double bw = hw->intra_bw, lat = hw->intra_lat, ring, tree, steps, vol;
     if (n <= 1 || bytes <= 0 || kind == PT_COLL_NONE) return 0.0;
-    if (nodes > 1) { /* the slower link: each device's share of its node's adapters */
-        bw = hw->inter_bw < bw ? hw->inter_bw : bw;
+    if (nodes > 1) { /* the slower link: the adapters of the group's ranks in a node */
+        double r = hw->rails > 1 ? (per_node < hw->rails ? per_node : hw->rails) : 1.0;
+        bw = r * hw->inter_bw < bw ? r * hw->inter_bw : bw;
         lat = hw->inter_lat;
     }
     if (kind == PT_COLL_P2P) return lat + bytes / bw;

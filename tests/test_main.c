@@ -4468,8 +4468,34 @@ static void test_sim_recipe(void) {
     CHECK(strstr(pt_last_error(), "attention=7") && strstr(pt_last_error(), "cp=-1"));
     CHECK(pt_hw_save(&hw, path) == PT_OK && pt_hw_load(path, &back) == PT_OK);
     CHECK(back.flash_eff == hw.flash_eff && back.tp_exposed == hw.tp_exposed &&
-          back.grad_bytes == hw.grad_bytes && back.comm_sm == hw.comm_sm);
+          back.grad_bytes == hw.grad_bytes && back.comm_sm == hw.comm_sm &&
+          back.rails == hw.rails);
     remove(path);
+}
+
+/* NCCL's rails (pt_hw.rails): a group with k ranks in a node crosses nodes on
+   min(k, rails) adapters, NVLink the cap. A reduce-scatter of fp32 gradients
+   over 48 ranks on DGX H100s: 8 a node (tp 1) at 8 x inter_bw = NVLink's 360
+   GB/s, 2 a node (tp 4) at 2 x inter_bw, 1 a node (tp 8) at one adapter's; the
+   A100 profile (2021's stacks, rails 0) one adapter's whatever k. */
+static void test_sim_rails(void) {
+    pt_hw h, a;
+    double B = 16e9, vol = 47.0 / 48.0 * B;
+    int k;
+    CHECK(pt_hw_preset("h100-80g", &h) == PT_OK && pt_hw_preset("a100-80g", &a) == PT_OK);
+    CHECK(h.rails == 8 && a.rails == 0 && 2 * h.inter_bw < h.intra_bw);
+    for (k = 1; k <= 8; k *= 2) {
+        double bw = k * h.inter_bw < h.intra_bw ? k * h.inter_bw : h.intra_bw;
+        double got = pt_hw_comm_seconds(&h, PT_COLL_REDUCE_SCATTER, B, 48, k);
+        double want = 47 * h.inter_lat + vol / bw;
+        if (fabs(got / want - 1) > 1e-12)
+            FAIL("rails: %d a node, reduce-scatter %.6g s, want %.6g", k, got, want);
+        got = pt_hw_comm_seconds(&a, PT_COLL_REDUCE_SCATTER, B, 48, k);
+        CHECK(fabs(got / (47 * a.inter_lat + vol / a.inter_bw) - 1) < 1e-12);
+    }
+    /* one node: NVLink, rails or not */
+    CHECK(pt_hw_comm_seconds(&h, PT_COLL_REDUCE_SCATTER, B, 8, 8) ==
+          7 * h.intra_lat + 7.0 / 8 * B / h.intra_bw);
 }
 
 /* Asynchronous pipeline sends (pp_overlap): the stage only launches a send,
@@ -6913,6 +6939,7 @@ static const test_case tests[] = {
     {"sim_mechanisms", test_sim_mechanisms},
     {"sim_recipe", test_sim_recipe},
     {"sim_pp_async", test_sim_pp_async},
+    {"sim_rails", test_sim_rails},
     {"sim_cp_ring", test_sim_cp_ring},
     {"sim_cp_allgather", test_sim_cp_allgather},
     {"sim_grad_accum_pass", test_sim_grad_accum_pass},

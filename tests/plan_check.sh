@@ -30,9 +30,10 @@ ROWS
 # Megatron-LM 2021's Tables 1 and 2 (tests/plan_2021.tsv) and today's recipe against
 # published rows (tests/plan_today.tsv: each row's flags as its source
 # pins them, the published TFLOP/s a GPU, which figure, the tolerance), and Megatron-LM's own H100
-# table as rows not given (tests/plan_h100.tsv: the issue's defaults where it says no more): every
+# table and TorchTitan's A100 tables as rows not given (tests/plan_h100.tsv, tests/plan_torchtitan.tsv:
+# the issue's defaults where they say no more): every
 # row within its tolerance; the table, mean and worst error printed (docs/simulator.md shows them)
-for rows in plan_2021 plan_today plan_h100; do
+for rows in plan_2021 plan_today plan_h100 plan_torchtitan; do
 python3 - "$plan" "$(dirname "$0")/$rows.tsv" <<'EOF' || bad=1
 import json, shlex, subprocess, sys
 plan, rows, errs, ok = sys.argv[1], sys.argv[2], [], True

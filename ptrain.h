@@ -5387,12 +5387,14 @@ PT__TARGET_AVX512 static void pt__fa_online(float *S, const int *len, int nq, in
         mn = mx > m[i] ? mx : m[i];
         a[i] = m[i] == -INFINITY ? 0.0f : expf(m[i] - mn);
         vm = _mm512_set1_ps(mn);
-        for (u = 0; u < kn; u += 16) { /* (the row's KB floats: no read past it) */
+        for (u = 0; u < c; u += 16) { /* (the row's KB floats: no read past it) */
             __m512 p = pt__fa_exp(_mm512_sub_ps(_mm512_loadu_ps(row + u), vm));
             p = _mm512_maskz_mov_ps(pt__mask16(c - u), p);
             _mm512_mask_storeu_ps(row + u, pt__mask16(kn - u), p);
             sum = _mm512_add_ps(sum, p);
         }
+        for (; u < kn; u += 16) /* past c: 0 (adding it to sum changed nothing) */
+            _mm512_mask_storeu_ps(row + u, pt__mask16(kn - u), _mm512_setzero_ps());
         l[i] = a[i] * l[i] + _mm512_reduce_add_ps(sum), m[i] = mn;
     }
 }
@@ -5408,13 +5410,17 @@ PT__TARGET_AVX512 static void pt__fa_grad_rows(float *S, float *dP, const int *l
         float *s = S + (size_t)i * PT__FA_KB, *d = dP + (size_t)i * PT__FA_KB;
         __m512 li = _mm512_set1_ps(L[i]), di = _mm512_set1_ps(D[i]);
         int c = len[i] - u0 < kn ? len[i] - u0 : kn;
-        for (u = 0; u < kn; u += 16) {
+        for (u = 0; u < c; u += 16) {
             __mmask16 kc = pt__mask16(c - u), kk = pt__mask16(kn - u);
             __m512 p = pt__fa_exp(_mm512_sub_ps(_mm512_loadu_ps(s + u), li));
             __m512 g = _mm512_sub_ps(_mm512_loadu_ps(d + u), di);
             g = _mm512_mul_ps(_mm512_mul_ps(p, g), vs);
             _mm512_mask_storeu_ps(s + u, kk, _mm512_maskz_mov_ps(kc, p));
             _mm512_mask_storeu_ps(d + u, kk, _mm512_maskz_mov_ps(kc, g));
+        }
+        for (; u < kn; u += 16) { /* past c: 0 */
+            _mm512_mask_storeu_ps(s + u, pt__mask16(kn - u), _mm512_setzero_ps());
+            _mm512_mask_storeu_ps(d + u, pt__mask16(kn - u), _mm512_setzero_ps());
         }
     }
 }

@@ -5123,21 +5123,25 @@ static void pt__fa_pack_b(int bf16, float *bp, int tb, const float *B, int ldb, 
    A[r][k] at a[r rs + k ks] (bf16: pair k of row r; packed panels: rs 1, ks
    MR), B a packed NR-column panel; C (first: =, else +=), m x n of the MR x
    NR tile stored; half: n <= 16, the panel's first 16 columns alone (half
-   the FMAs: a causal edge's last tile). Inlined with constant strides, so
-   each broadcast is one load at a fixed offset. */
+   the FMAs: a causal edge's last tile); mr: the rows computed (12, or 8 or
+   4 for a partial panel, m <= mr: each row's sums the same, the other rows'
+   FMAs left out). Inlined with constant strides, so each broadcast is one
+   load at a fixed offset. */
 #define PT__FA_RS(r) ((size_t)(r) * rs)
 PT__TARGET_AVX512 static inline __attribute__((always_inline)) void
-pt__fa_kernel_f32(int kc, const float *ap, size_t rs, size_t ks, int half, const float *bp,
+pt__fa_kernel_f32(int kc, const float *ap, size_t rs, size_t ks, int half, int mr, const float *bp,
                   float *c, int ldc, int m, int n, int first) {
     int k;
     const float beta = 0.0f;
     PT__GEMM_ROWS(PT__GEMM_DECL)
     for (k = 0; k < kc; k++) {
         __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16), a;
-#define PT__FA_FMA(r)                             \
-    a = _mm512_set1_ps(ap[PT__FA_RS(r)]);         \
-    c##r##_0 = _mm512_fmadd_ps(a, b0, c##r##_0); \
-    if (!half) c##r##_1 = _mm512_fmadd_ps(a, b1, c##r##_1);
+#define PT__FA_FMA(r)                                 \
+    if ((r) < mr) {                                   \
+        a = _mm512_set1_ps(ap[PT__FA_RS(r)]);         \
+        c##r##_0 = _mm512_fmadd_ps(a, b0, c##r##_0); \
+        if (!half) c##r##_1 = _mm512_fmadd_ps(a, b1, c##r##_1); \
+    }
         PT__GEMM_ROWS(PT__FA_FMA)
 #undef PT__FA_FMA
         ap += ks;
@@ -5147,8 +5151,8 @@ pt__fa_kernel_f32(int kc, const float *ap, size_t rs, size_t ks, int half, const
 }
 
 PT__TARGET_BF16 static inline __attribute__((always_inline)) void
-pt__fa_kernel_bf16(int kp, const uint32_t *ap, size_t rs, size_t ks, int half, const uint32_t *bp,
-                   float *c, int ldc, int m, int n, int first) {
+pt__fa_kernel_bf16(int kp, const uint32_t *ap, size_t rs, size_t ks, int half, int mr,
+                   const uint32_t *bp, float *c, int ldc, int m, int n, int first) {
     int k;
     const float beta = 0.0f;
     PT__GEMM_ROWS(PT__GEMM_DECL)
@@ -5156,10 +5160,12 @@ pt__fa_kernel_bf16(int kp, const uint32_t *ap, size_t rs, size_t ks, int half, c
         __m512bh b0 = (__m512bh)_mm512_load_si512((const void *)bp);
         __m512bh b1 = (__m512bh)_mm512_load_si512((const void *)(bp + 16));
         __m512bh a;
-#define PT__FA_DOT(r)                                        \
-    a = (__m512bh)_mm512_set1_epi32((int)ap[PT__FA_RS(r)]); \
-    c##r##_0 = _mm512_dpbf16_ps(c##r##_0, a, b0);           \
-    if (!half) c##r##_1 = _mm512_dpbf16_ps(c##r##_1, a, b1);
+#define PT__FA_DOT(r)                                            \
+    if ((r) < mr) {                                              \
+        a = (__m512bh)_mm512_set1_epi32((int)ap[PT__FA_RS(r)]); \
+        c##r##_0 = _mm512_dpbf16_ps(c##r##_0, a, b0);           \
+        if (!half) c##r##_1 = _mm512_dpbf16_ps(c##r##_1, a, b1); \
+    }
         PT__GEMM_ROWS(PT__FA_DOT)
 #undef PT__FA_DOT
         ap += ks;
@@ -5177,55 +5183,60 @@ pt__fa_kernel_bf16(int kp, const uint32_t *ap, size_t rs, size_t ks, int half, c
 #define PT__FA_ROWS 1
 #define PT__FA_COLS 2
 
-PT__TARGET_AVX512 static void pt__fa_kf_rows(int kc, const float *a, const float *b, float *c,
-                                             int ldc, int m, int n, int first) {
-    pt__fa_kernel_f32(kc, a, PT__FA_KB, 1, 0, b, c, ldc, m, n, first);
-}
-PT__TARGET_AVX512 static void pt__fa_kf_cols(int kc, const float *a, const float *b, float *c,
-                                             int ldc, int m, int n, int first) {
-    pt__fa_kernel_f32(kc, a, 1, PT__FA_KB, 0, b, c, ldc, m, n, first);
-}
-PT__TARGET_AVX512 static void pt__fa_kf_half(int kc, const float *a, const float *b, float *c,
-                                             int ldc, int m, int n, int first) {
-    pt__fa_kernel_f32(kc, a, 1, PT__GEMM_MR, 1, b, c, ldc, m, n, first);
-}
-PT__TARGET_AVX512 static void pt__fa_kf_rowsh(int kc, const float *a, const float *b, float *c,
-                                              int ldc, int m, int n, int first) {
-    pt__fa_kernel_f32(kc, a, PT__FA_KB, 1, 1, b, c, ldc, m, n, first);
-}
-PT__TARGET_BF16 static void pt__fa_kb_rows(int kp, const uint32_t *a, const uint32_t *b, float *c,
-                                           int ldc, int m, int n, int first) {
-    pt__fa_kernel_bf16(kp, a, PT__FA_KB / 2, 1, 0, b, c, ldc, m, n, first);
-}
-PT__TARGET_BF16 static void pt__fa_kb_cols(int kp, const uint32_t *a, const uint32_t *b, float *c,
-                                           int ldc, int m, int n, int first) {
-    pt__fa_kernel_bf16(kp, a, 1, PT__FA_KB, 0, b, c, ldc, m, n, first);
-}
-PT__TARGET_BF16 static void pt__fa_kb_half(int kp, const uint32_t *a, const uint32_t *b, float *c,
-                                           int ldc, int m, int n, int first) {
-    pt__fa_kernel_bf16(kp, a, 1, PT__GEMM_MR, 1, b, c, ldc, m, n, first);
-}
-PT__TARGET_BF16 static void pt__fa_kb_rowsh(int kp, const uint32_t *a, const uint32_t *b, float *c,
-                                            int ldc, int m, int n, int first) {
-    pt__fa_kernel_bf16(kp, a, PT__FA_KB / 2, 1, 1, b, c, ldc, m, n, first);
-}
+/* The kernels pt__fa_tile calls, one a (precision, A layout, full or half
+   width, rows): name##_12, _8, _4 (a and b: bf16 pairs when bf16) */
+typedef void (*pt__fa_kfn)(int kc, const float *a, const float *b, float *c, int ldc, int m, int n,
+                           int first);
+#define PT__FA_KF(name, mr, rs, ks, half)                                                     \
+    PT__TARGET_AVX512 static void name(int kc, const float *a, const float *b, float *c, int ldc, \
+                                       int m, int n, int first) {                             \
+        pt__fa_kernel_f32(kc, a, rs, ks, half, mr, b, c, ldc, m, n, first);                  \
+    }
+#define PT__FA_KBF(name, mr, rs, ks, half)                                                    \
+    PT__TARGET_BF16 static void name(int kp, const float *a, const float *b, float *c, int ldc,  \
+                                     int m, int n, int first) {                               \
+        pt__fa_kernel_bf16(kp, (const uint32_t *)a, rs, ks, half, mr, (const uint32_t *)b, c,  \
+                           ldc, m, n, first);                                                 \
+    }
+#define PT__FA_KERNELS(D, name, rs, ks, half) \
+    D(name##_12, 12, rs, ks, half) D(name##_8, 8, rs, ks, half) D(name##_4, 4, rs, ks, half)
+PT__FA_KERNELS(PT__FA_KF, pt__fa_kf_packed, 1, PT__GEMM_MR, 0)
+PT__FA_KERNELS(PT__FA_KF, pt__fa_kf_half, 1, PT__GEMM_MR, 1)
+PT__FA_KERNELS(PT__FA_KF, pt__fa_kf_rows, PT__FA_KB, 1, 0)
+PT__FA_KERNELS(PT__FA_KF, pt__fa_kf_rowsh, PT__FA_KB, 1, 1)
+PT__FA_KERNELS(PT__FA_KF, pt__fa_kf_cols, 1, PT__FA_KB, 0)
+PT__FA_KERNELS(PT__FA_KBF, pt__fa_kb_packed, 1, PT__GEMM_MR, 0)
+PT__FA_KERNELS(PT__FA_KBF, pt__fa_kb_half, 1, PT__GEMM_MR, 1)
+PT__FA_KERNELS(PT__FA_KBF, pt__fa_kb_rows, PT__FA_KB / 2, 1, 0)
+PT__FA_KERNELS(PT__FA_KBF, pt__fa_kb_rowsh, PT__FA_KB / 2, 1, 1)
+PT__FA_KERNELS(PT__FA_KBF, pt__fa_kb_cols, 1, PT__FA_KB, 0)
+#undef PT__FA_KERNELS
+#undef PT__FA_KBF
+#undef PT__FA_KF
+#define PT__FA_K3(name) {name##_12, name##_8, name##_4}
+/* [bf16][packed, packed half, rows, rows half, cols][12, 8, 4 rows] */
+static const pt__fa_kfn pt__fa_kernels[2][5][3] = {
+    {PT__FA_K3(pt__fa_kf_packed), PT__FA_K3(pt__fa_kf_half), PT__FA_K3(pt__fa_kf_rows),
+     PT__FA_K3(pt__fa_kf_rowsh), PT__FA_K3(pt__fa_kf_cols)},
+    {PT__FA_K3(pt__fa_kb_packed), PT__FA_K3(pt__fa_kb_half), PT__FA_K3(pt__fa_kb_rows),
+     PT__FA_K3(pt__fa_kb_rowsh), PT__FA_K3(pt__fa_kb_cols)}};
+#undef PT__FA_K3
 
 /* One MR x NR tile: C (first: =, else +=) A B over kc k (bf16: pairs), A in
-   layout am at a (packed or rows, n <= 16: the half-width kernels). */
+   layout am at a; n <= 16 (but for columns): the half-width kernels; m <= 8
+   or 4: the 8- or 4-row ones; a whole packed panel: the GEMM's. */
 static void pt__fa_tile(int bf16, int am, int kc, const float *a, const float *b, float *c,
                         int ldc, int m, int n, int first) {
-    const uint32_t *au = (const uint32_t *)a, *bu = (const uint32_t *)b;
-    if (am != PT__FA_COLS && n <= 16) {
+    int half = am != PT__FA_COLS && n <= 16, rows = m > 8 ? 0 : m > 4 ? 1 : 2;
+    if (am == PT__FA_PACKED && !half && !rows) {
         if (bf16)
-            (am == PT__FA_PACKED ? pt__fa_kb_half : pt__fa_kb_rowsh)(kc, au, bu, c, ldc, m, n,
-                                                                      first);
-        else (am == PT__FA_PACKED ? pt__fa_kf_half : pt__fa_kf_rowsh)(kc, a, b, c, ldc, m, n, first);
+            pt__gemm_kernel_bf16(kc, (const uint32_t *)a, (const uint32_t *)b, c, ldc, m, n, first,
+                                 0.0f);
+        else pt__gemm_kernel_f32(kc, a, b, c, ldc, m, n, first, 0.0f);
+        return;
     }
-    else if (!bf16 && am == PT__FA_PACKED) pt__gemm_kernel_f32(kc, a, b, c, ldc, m, n, first, 0.0f);
-    else if (!bf16)
-        (am == PT__FA_ROWS ? pt__fa_kf_rows : pt__fa_kf_cols)(kc, a, b, c, ldc, m, n, first);
-    else if (am == PT__FA_PACKED) pt__gemm_kernel_bf16(kc, au, bu, c, ldc, m, n, first, 0.0f);
-    else (am == PT__FA_ROWS ? pt__fa_kb_rows : pt__fa_kb_cols)(kc, au, bu, c, ldc, m, n, first);
+    pt__fa_kernels[bf16][am == PT__FA_PACKED ? half : am == PT__FA_ROWS ? 2 + half : 4][rows](
+        kc, a, b, c, ldc, m, n, first);
 }
 
 /* C[0:M, 0:N] (first: =, else +=) A B: A's row panel p (MR rows; layout am:
@@ -5381,12 +5392,14 @@ PT__TARGET_AVX512 static void pt__fa_online(float *S, const int *len, int nq, in
         mn = mx > m[i] ? mx : m[i];
         a[i] = m[i] == -INFINITY ? 0.0f : expf(m[i] - mn);
         vm = _mm512_set1_ps(mn);
-        for (u = 0; u < kn; u += 16) { /* (the row's KB floats: no read past it) */
+        for (u = 0; u < c; u += 16) { /* (the row's KB floats: no read past it) */
             __m512 p = pt__fa_exp(_mm512_sub_ps(_mm512_loadu_ps(row + u), vm));
             p = _mm512_maskz_mov_ps(pt__mask16(c - u), p);
             _mm512_mask_storeu_ps(row + u, pt__mask16(kn - u), p);
             sum = _mm512_add_ps(sum, p);
         }
+        for (; u < kn; u += 16) /* past c: 0 (adding it to sum changed nothing) */
+            _mm512_mask_storeu_ps(row + u, pt__mask16(kn - u), _mm512_setzero_ps());
         l[i] = a[i] * l[i] + _mm512_reduce_add_ps(sum), m[i] = mn;
     }
 }
@@ -5402,13 +5415,17 @@ PT__TARGET_AVX512 static void pt__fa_grad_rows(float *S, float *dP, const int *l
         float *s = S + (size_t)i * PT__FA_KB, *d = dP + (size_t)i * PT__FA_KB;
         __m512 li = _mm512_set1_ps(L[i]), di = _mm512_set1_ps(D[i]);
         int c = len[i] - u0 < kn ? len[i] - u0 : kn;
-        for (u = 0; u < kn; u += 16) {
+        for (u = 0; u < c; u += 16) {
             __mmask16 kc = pt__mask16(c - u), kk = pt__mask16(kn - u);
             __m512 p = pt__fa_exp(_mm512_sub_ps(_mm512_loadu_ps(s + u), li));
             __m512 g = _mm512_sub_ps(_mm512_loadu_ps(d + u), di);
             g = _mm512_mul_ps(_mm512_mul_ps(p, g), vs);
             _mm512_mask_storeu_ps(s + u, kk, _mm512_maskz_mov_ps(kc, p));
             _mm512_mask_storeu_ps(d + u, kk, _mm512_maskz_mov_ps(kc, g));
+        }
+        for (; u < kn; u += 16) { /* past c: 0 */
+            _mm512_mask_storeu_ps(s + u, pt__mask16(kn - u), _mm512_setzero_ps());
+            _mm512_mask_storeu_ps(d + u, pt__mask16(kn - u), _mm512_setzero_ps());
         }
     }
 }

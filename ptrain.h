@@ -892,7 +892,9 @@ typedef struct pt_block_params {
    sp) the residual stream's tensors hold this rank's Ns = N/tp rows of the
    N = B*T (rows [rank*Ns, rank*Ns + Ns), b-major): ln1, res2, ln2, out and
    the norms' statistics; qkv, lse, atty and fch stay N rows of this rank's
-   heads and columns. */
+   heads and columns. renorm: ln1 and ln2 (and their *_16) are one layer's
+   scratch (the scratch's), not kept: backward computes them again from x,
+   res2 and the kept statistics (the same bits; pt__norm_redo). */
 typedef struct pt_block_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
     float *qkv;                       /* (N,3C) */
@@ -903,6 +905,7 @@ typedef struct pt_block_acts {
     float *fch;                       /* (N,4C) c_fc output; gelu(fch) is recomputed */
     float *out;                       /* (N,C) block output */
     uint16_t *ln1_16, *qkv_16, *ln2_16, *fch_16; /* bf16 storage (NULL: the floats keep) */
+    int renorm;                       /* ln1, ln2 are the scratch's, recomputed (0: kept) */
 } pt_block_acts;
 
 /* The gradients of a block's matmul and LayerNorm outputs that its weight
@@ -930,6 +933,8 @@ typedef struct pt_block_scratch {
     int rope_T;     /* positions in rope (0: not computed yet) */
     float *ln1, *qkv, *ln2, *fch; /* bf16 storage: the layer at hand's, widened (else NULL) */
     const uint16_t *held[4]; /* whose kept bf16 ln1, qkv, ln2, fch those hold now (NULL: none) */
+    uint16_t *ln1_16, *ln2_16; /* renorm at bf16: the layer at hand's norm outputs' bits */
+    const float *normed[2]; /* renorm: whose ln1, ln2 (by their rstd) ln1, ln2 hold (NULL: none) */
     int sp;         /* sequence parallelism (pt_block_layout's sp; needs a tp group) */
     float *xg;      /* sp: (N,C) a norm's output gathered, or a row-parallel partial sum */
     float *spg;     /* sp: (4C) the norms' weight gradients of this rank's rows */
@@ -4506,10 +4511,12 @@ PTRAINDEF void pt_encoder_backward(float *dwte, float *dwpe, const float *dout,
 }
 
 /* The layer norm, each output row then rounded to bf16 given round (its
-   bits into keep given one: pt__bf16_keep in the same pass). */
+   bits into keep given one: pt__bf16_keep in the same pass). given: mean
+   and rstd hold the statistics already (read, not written): the output
+   again, the same bits as when they were computed. */
 static void pt__layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C, float eps,
-                              int round, uint16_t *keep) {
+                              int round, uint16_t *keep, int given) {
     int n;
     PT__OMP(omp parallel for schedule(static) if(parallel: (size_t)N * (size_t)C >= PT__PAR_MIN))
     for (n = 0; n < N; n++) {
@@ -4517,13 +4524,17 @@ static void pt__layernorm_fwd(float *out, float *mean, float *rstd, const float 
         float *o = out + (size_t)n * C;
         float m = 0.0f, v = 0.0f, s;
         int c;
-        PT__OMP(omp simd reduction(+:m))
-        for (c = 0; c < C; c++) m += x[c];
-        m /= (float)C;
-        PT__OMP(omp simd reduction(+:v))
-        for (c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
-        v /= (float)C;
-        s = 1.0f / sqrtf(v + eps);
+        if (given) { /* the output again from the statistics computed before: its bits */
+            m = mean[n], s = rstd[n];
+        } else {
+            PT__OMP(omp simd reduction(+:m))
+            for (c = 0; c < C; c++) m += x[c];
+            m /= (float)C;
+            PT__OMP(omp simd reduction(+:v))
+            for (c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+            v /= (float)C;
+            s = 1.0f / sqrtf(v + eps);
+        }
         if (bias) {
             PT__OMP(omp simd)
             for (c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
@@ -4532,6 +4543,7 @@ static void pt__layernorm_fwd(float *out, float *mean, float *rstd, const float 
             for (c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c];
         }
         if (round) pt__bf16_keep_row(keep ? keep + (size_t)n * C : NULL, o, C);
+        if (given) continue;
         mean[n] = m;
         rstd[n] = s;
     }
@@ -4540,7 +4552,7 @@ static void pt__layernorm_fwd(float *out, float *mean, float *rstd, const float 
 PTRAINDEF void pt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                                     const float *weight, const float *bias, int N, int C,
                                     float eps) {
-    pt__layernorm_fwd(out, mean, rstd, inp, weight, bias, N, C, eps, 0, NULL);
+    pt__layernorm_fwd(out, mean, rstd, inp, weight, bias, N, C, eps, 0, NULL, 0);
 }
 
 /* With xh = (x-mean)*rstd and g = dout*w:
@@ -4728,28 +4740,32 @@ PTRAINDEF void pt_linear_backward(pt_ctx *ctx, float *dinp, float *dweight, floa
     pt__dense_backward(ctx, dinp, dweight, dbias, dout, inp, 0, weight, N, IN, OUT, 1);
 }
 
-/* The RMS norm, rounded and kept as pt__layernorm_fwd */
+/* The RMS norm, rounded, kept and given as pt__layernorm_fwd */
 static void pt__rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *weight, int N,
-                            int C, float eps, int round, uint16_t *keep) {
+                            int C, float eps, int round, uint16_t *keep, int given) {
     int n;
     PT__OMP(omp parallel for schedule(static) if(parallel: (size_t)N * (size_t)C >= PT__PAR_MIN))
     for (n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C, ms = 0.0f, r;
         int c;
-        PT__OMP(omp simd reduction(+:ms))
-        for (c = 0; c < C; c++) ms += x[c] * x[c];
-        r = 1.0f / sqrtf(ms / (float)C + eps);
+        if (given) {
+            r = rstd[n];
+        } else {
+            PT__OMP(omp simd reduction(+:ms))
+            for (c = 0; c < C; c++) ms += x[c] * x[c];
+            r = 1.0f / sqrtf(ms / (float)C + eps);
+        }
         PT__OMP(omp simd)
         for (c = 0; c < C; c++) o[c] = x[c] * r * weight[c];
         if (round) pt__bf16_keep_row(keep ? keep + (size_t)n * C : NULL, o, C);
-        rstd[n] = r;
+        if (!given) rstd[n] = r;
     }
 }
 
 PTRAINDEF void pt_rmsnorm_forward(float *out, float *rstd, const float *inp,
                                   const float *weight, int N, int C, float eps) {
-    pt__rmsnorm_fwd(out, rstd, inp, weight, N, C, eps, 0, NULL);
+    pt__rmsnorm_fwd(out, rstd, inp, weight, N, C, eps, 0, NULL, 0);
 }
 
 /* dx = base + r (g - x r^2 mean_c(g x)) with g = dout*w (base may be dx:
@@ -8891,6 +8907,7 @@ static ptrdiff_t pt__local_index(const pt_param *p, int k, int64_t r, int64_t c)
 static pt_status pt__ag_settle(const pt_gpt *m);
 
 #define PT__F(a, n) ((float *)pt_arena_alloc((a), (size_t)(n) * sizeof(float)))
+#define PT__H(a, n) ((uint16_t *)pt_arena_alloc((a), (size_t)(n) * sizeof(uint16_t)))
 
 /* A block's sizes on one tensor-parallel rank: N rows, C wide, Ca its
    attention width (its NH query heads of hd lanes), Ckv its key/value width
@@ -8918,30 +8935,32 @@ static pt__dims pt__block_dims(const pt_gpt_config *c, int B, int T, int tp) {
    keeps the output alone; selective all but the attention output; the
    layer being recomputed keeps everything but the output). RMSNorm keeps
    no mean. bf16: ln1, qkv, ln2 and fch kept as bf16 (the caller points
-   their floats at the scratch's). */
+   their floats at the scratch's). renorm: ln1 and ln2 not kept (the
+   caller points them at the scratch's: pt__layout_renorm). */
 static void pt__layout_block_acts(pt_block_acts *x, pt_arena *a, const pt__dims *d, int what,
-                                  int with_out, int means, int bf16) {
+                                  int with_out, int means, int bf16, int renorm) {
     size_t N = d->N, Ns = d->Ns; /* (the residual stream's rows: Ns) */
-#define PT__H(n) ((uint16_t *)pt_arena_alloc(a, (size_t)(n) * sizeof(uint16_t)))
     memset(x, 0, sizeof *x);
     if (with_out) x->out = PT__F(a, Ns * d->C);
     if (what == PT_RECOMPUTE_FULL) return;
-    if (bf16) x->ln1_16 = PT__H(Ns * d->C);
+    x->renorm = renorm;
+    if (renorm) x->ln1 = NULL; /* (the scratch's) */
+    else if (bf16) x->ln1_16 = PT__H(a, Ns * d->C);
     else x->ln1 = PT__F(a, Ns * d->C);
     if (means) x->ln1_mean = PT__F(a, Ns);
     x->ln1_rstd = PT__F(a, Ns);
-    if (bf16) x->qkv_16 = PT__H(N * d->Q3);
+    if (bf16) x->qkv_16 = PT__H(a, N * d->Q3);
     else x->qkv = PT__F(a, N * d->Q3);
     x->lse = PT__F(a, d->B * d->NH * d->T);
     if (what != PT_RECOMPUTE_SELECTIVE) x->atty = PT__F(a, N * d->Ca);
     x->res2 = PT__F(a, Ns * d->C);
-    if (bf16) x->ln2_16 = PT__H(Ns * d->C);
+    if (renorm) x->ln2 = NULL;
+    else if (bf16) x->ln2_16 = PT__H(a, Ns * d->C);
     else x->ln2 = PT__F(a, Ns * d->C);
     if (means) x->ln2_mean = PT__F(a, Ns);
     x->ln2_rstd = PT__F(a, Ns);
-    if (bf16) x->fch_16 = PT__H(N * d->Fi);
+    if (bf16) x->fch_16 = PT__H(a, N * d->Fi);
     else x->fch = PT__F(a, N * d->Fi);
-#undef PT__H
 }
 
 /* A block's kept output gradients: dfch, dqkv and dln1 may be given (the
@@ -8968,13 +8987,19 @@ static void pt__layout_wgrad(pt_block_wgrad *w, pt_arena *a, const pt__dims *d,
    and with training backward's input gradients and the fused backward's
    kept ones. */
 static void pt__layout_scratch(pt_block_scratch *s, pt_arena *a, const pt__dims *d,
-                               int training, int rope, int bf16) {
+                               int training, int rope, int bf16, int renorm) {
     size_t N = d->N, Ns = d->Ns;
     memset(s, 0, sizeof *s);
-    if (bf16) { /* the layer at hand's activations that the slots keep as bf16 */
+    if (bf16 || renorm) { /* the layer at hand's norm outputs (renorm: bf16 too) */
         s->ln1 = PT__F(a, Ns * d->C);
-        s->qkv = PT__F(a, N * d->Q3);
         s->ln2 = PT__F(a, Ns * d->C);
+    }
+    if (bf16 && renorm) {
+        s->ln1_16 = PT__H(a, Ns * d->C);
+        s->ln2_16 = PT__H(a, Ns * d->C);
+    }
+    if (bf16) { /* the layer at hand's activations that the slots keep as bf16 */
+        s->qkv = PT__F(a, N * d->Q3);
         s->fch = PT__F(a, N * d->Fi);
     }
     if (Ns < N) { /* sequence parallel: the gathers' and the partial sums' buffer */
@@ -9026,8 +9051,8 @@ PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, i
         }
     }
     if (acts)
-        pt__layout_block_acts(acts, a, &d, PT_RECOMPUTE_NONE, 1, cfg->norm == PT_NORM_LAYER, 0);
-    if (s) pt__layout_scratch(s, a, &d, g != NULL, cfg->pos == PT_POS_ROPE, 0);
+        pt__layout_block_acts(acts, a, &d, PT_RECOMPUTE_NONE, 1, cfg->norm == PT_NORM_LAYER, 0, 0);
+    if (s) pt__layout_scratch(s, a, &d, g != NULL, cfg->pos == PT_POS_ROPE, 0, 0);
 }
 
 static float *pt__z3_open(pt_gpt *m, pt_status *st);
@@ -9089,15 +9114,34 @@ static void pt__norm_forward(const pt_gpt_config *c, float *out, float *mean, fl
 }
 
 /* A block's norm, its output then pt__bf16_act's (rounded, kept in keep)
-   in the same pass over each row: the same bits as the two calls. */
+   in the same pass over each row: the same bits as the two calls. given:
+   the statistics are mean's and rstd's already (pt__layernorm_fwd). */
 static void pt__norm_act(const pt_ctx *ctx, const pt_gpt_config *c, float *out, float *mean,
                          float *rstd, const float *x, const float *w, const float *b, int N,
-                         int C, uint16_t *keep, const uint16_t **held) {
+                         int C, uint16_t *keep, const uint16_t **held, int given) {
     float eps = c->ln_eps > 0.0f ? c->ln_eps : 1e-5f;
     int round = keep || pt__ctx_bf16(ctx);
-    if (c->norm == PT_NORM_RMS) pt__rmsnorm_fwd(out, rstd, x, w, N, C, eps, round, keep);
-    else pt__layernorm_fwd(out, mean, rstd, x, w, b, N, C, eps, round, keep);
+    if (c->norm == PT_NORM_RMS) pt__rmsnorm_fwd(out, rstd, x, w, N, C, eps, round, keep, given);
+    else pt__layernorm_fwd(out, mean, rstd, x, w, b, N, C, eps, round, keep, given);
     if (keep) *held = keep;
+}
+
+/* Backward's ln1 (k = 0, the norm of x) or ln2 (k = 1, of a->res2) of a
+   layer that keeps their statistics alone (a->renorm): into the scratch
+   again from those (pt__norm_act given them: forward's bits, rounded and
+   kept alike), unless the scratch holds that layer's (s->normed). */
+static void pt__norm_redo(const pt_ctx *ctx, const pt_gpt_config *c, const pt_block_params *p,
+                          const pt_block_acts *a, const float *x, pt_block_scratch *s, int rows,
+                          int k) {
+    float *mean = k ? a->ln2_mean : a->ln1_mean, *rstd = k ? a->ln2_rstd : a->ln1_rstd;
+    if (!a->renorm || s->normed[k] == rstd) return;
+    if (k)
+        pt__norm_act(ctx, c, a->ln2, mean, rstd, a->res2, p->ln2_w, p->ln2_b, rows, c->n_embd,
+                     a->ln2_16, &s->held[2], 1);
+    else
+        pt__norm_act(ctx, c, a->ln1, mean, rstd, x, p->ln1_w, p->ln1_b, rows, c->n_embd,
+                     a->ln1_16, &s->held[0], 1);
+    s->normed[k] = rstd;
 }
 
 /* dx = base + the norm's input gradient (base may be dx), copied into copy
@@ -9335,7 +9379,8 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
     if (a->ln1_16) /* the scratch is written before it is kept: it holds no one's until then */
         memset((void *)s->held, 0, sizeof s->held);
     pt__norm_act(ctx, cfg, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, Ns, C,
-                 a->ln1_16, &s->held[0]); /* (bf16: rounded, kept) */
+                 a->ln1_16, &s->held[0], 0); /* (bf16: rounded, kept) */
+    if (a->renorm) s->normed[0] = a->ln1_rstd;
     st = pt__sp_col_forward(ctx, cfg, tp, sp, a->qkv, a->ln1, s->xg, p->qkv_w, p->qkv_b, &d, Q3,
                             &s->req[0], a->ln1_16, &s->held[0]); /* g: the all-gather behind */
     if (st != PT_OK) return st;
@@ -9349,7 +9394,8 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
     if ((st = pt__tp_rows(tp, sp, part, a->res2, nc)) != PT_OK) return st; /* g-bar */
     pt_residual_forward(a->res2, a->res2, x, nc);
     pt__norm_act(ctx, cfg, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, Ns, C,
-                 a->ln2_16, &s->held[2]);
+                 a->ln2_16, &s->held[2], 0);
+    if (a->renorm) s->normed[1] = a->ln2_rstd;
     st = pt__sp_col_forward(ctx, cfg, tp, sp, a->fch, a->ln2, s->xg, p->fc_w, p->fc_b, &d, Fi,
                             &s->req[0], a->ln2_16, &s->held[2]);
     if (st != PT_OK) return st;
@@ -9387,8 +9433,10 @@ static void pt__block_weight_part(pt_ctx *ctx, const pt_gpt_config *cfg, int B, 
     const void *ln = part == 1 ? w->ln1g : w->ln2g; /* the norm's output its GEMM reads */
     float *n2w = g->ln2_w, *n2b = g->ln2_b, *n1w = g->ln1_w, *n1b = g->ln1_b;
     if (!sp && part == 1) {
+        pt__norm_redo(ctx, cfg, p, a, x, s, n, 0);
         ln = pt__bf16_operand(ctx, a->ln1, a->ln1_16, d.N * d.C, &s->held[0], &h);
     } else if (!sp) {
+        pt__norm_redo(ctx, cfg, p, a, x, s, n, 1);
         ln = pt__bf16_operand(ctx, a->ln2, a->ln2_16, d.N * d.C, &s->held[2], &h);
     } else { /* [ln2_w | ln2_b | ln1_w | ln1_b] of this rank's rows */
         n2w = s->spg, n2b = n2b ? s->spg + c : NULL;
@@ -9438,6 +9486,8 @@ static pt_status pt__block_bwd(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int
                  W's column-parallel weight gradients read ln2, ln1 over every row: their
                  gathers start now and run behind B's GEMMs */
         if ((st = pt_comm_all_gather(tp, dout, w->dout, nc)) != PT_OK) return st;
+        pt__norm_redo(ctx, cfg, p, a, x, s, ns, 1);
+        pt__norm_redo(ctx, cfg, p, a, x, s, ns, 0);
         pt__bf16_load(a->ln2, a->ln2_16, nc, &s->held[2]);
         pt__bf16_load(a->ln1, a->ln1_16, nc, &s->held[0]);
         if ((st = pt_comm_all_gather_start(tp, a->ln2, w->ln2g, nc, &s->req[0])) != PT_OK ||
@@ -12209,6 +12259,14 @@ static void pt__layout_cp(pt_gpt *m, pt_arena *a, const pt__dims *d, int trainin
     x->cp_tg = (int *)pt_arena_alloc(a, nt * sizeof(int));
 }
 
+/* A layer's acts (laid out with renorm, or not at all) pointed at the
+   scratch's one layer: ln1, ln2 and, kept as bf16, qkv and fch floats. */
+static void pt__layout_renorm(pt_block_acts *b, const pt_block_scratch *s) {
+    if (b->renorm) b->ln1 = s->ln1, b->ln1_16 = s->ln1_16, b->ln2 = s->ln2, b->ln2_16 = s->ln2_16;
+    if (b->qkv_16) b->qkv = s->qkv;
+    if (b->fch_16) b->fch = s->fch;
+}
+
 static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int training) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
@@ -12228,7 +12286,7 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
         sl->x = PT__F(a, Ns * C);
         sl->acts = x->pipe.acts + (size_t)k * (size_t)most;
         for (l = 0; l < most; l++)
-            pt__layout_block_acts(&sl->acts[l], a, &d, pl->recompute, 1, ln, bf16);
+            pt__layout_block_acts(&sl->acts[l], a, &d, pl->recompute, 1, ln, bf16, 1);
         sl->wg = x->pipe.slots[0].wg + (size_t)k * (size_t)most;
         for (l = 0; x->pipe.split && l < most; l++) pt__layout_wgrad(&sl->wg[l], a, &d, NULL);
         if (pl->has_head) {
@@ -12247,7 +12305,7 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     x->coll.zmask = z3rows ? PT__F(a, V) : NULL;
     memset(&x->pipe.racts, 0, sizeof x->pipe.racts); /* recomputation's one layer (not saved) */
     if (pl->recompute == PT_RECOMPUTE_FULL)
-        pt__layout_block_acts(&x->pipe.racts, a, &d, PT_RECOMPUTE_NONE, 0, ln, 0);
+        pt__layout_block_acts(&x->pipe.racts, a, &d, PT_RECOMPUTE_NONE, 0, ln, 0, 1);
     else if (pl->recompute == PT_RECOMPUTE_SELECTIVE)
         x->pipe.racts.atty = PT__F(a, N * d.Ca);
     x->ce_red = pl->tp > 1 ? PT__F(a, 3 * N) : NULL;
@@ -12255,16 +12313,14 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
        copies cost 2 V C floats (295 MiB at gpt2-124m in fp32) for a head about 5% faster */
     x->head_work_n = fused ? (N < PT__HEAD_ROWS ? N : PT__HEAD_ROWS) * V : 0;
     x->head_work = fused ? PT__F(a, x->head_work_n) : NULL;
-    pt__layout_scratch(&x->scratch, a, &d, training, m->config.pos == PT_POS_ROPE, bf16);
+    pt__layout_scratch(&x->scratch, a, &d, training, m->config.pos == PT_POS_ROPE, bf16, 1);
     if (pl->cp > 1) pt__layout_cp(m, a, &d, training);
     x->dres = training ? PT__F(a, Ns * C) : NULL;
     x->pipe.pp_rbuf = training && pl->pp > 1 ? PT__F(a, 2 * Ns * C) : NULL;
-    for (k = 0; bf16 && k < x->pipe.nslots; k++) /* bf16 storage: the floats are the scratch's */
-        for (l = 0; l < most; l++) {
-            pt_block_acts *b = &x->pipe.slots[k].acts[l];
-            b->ln1 = x->scratch.ln1, b->qkv = x->scratch.qkv;
-            b->ln2 = x->scratch.ln2, b->fch = x->scratch.fch;
-        }
+    /* the norms' outputs and (bf16 storage) the floats of the others are the scratch's */
+    for (k = 0; k < x->pipe.nslots; k++)
+        for (l = 0; l < most; l++) pt__layout_renorm(&x->pipe.slots[k].acts[l], &x->scratch);
+    pt__layout_renorm(&x->pipe.racts, &x->scratch);
 }
 
 PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {

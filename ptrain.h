@@ -8985,11 +8985,28 @@ static void pt__layout_wgrad(pt_block_wgrad *w, pt_arena *a, const pt__dims *d,
 
 /* A block's scratch: forward's (activation, attention work, rotary table),
    and with training backward's input gradients and the fused backward's
-   kept ones. */
+   kept ones. What lives within one block call (gelu, attn, dqkv, datty,
+   the dfch piece, W's dres2 and gathers) comes first, then from arena
+   offset past at least (the caller may lay those under a buffer live
+   between block calls alone: the fused head's work) what outlives a call:
+   the norms' and bf16 activations' floats, which s->normed and s->held
+   track; the rotary table; sp's buffers; dln, the head's input gradient. */
 static void pt__layout_scratch(pt_block_scratch *s, pt_arena *a, const pt__dims *d,
-                               int training, int rope, int bf16, int renorm) {
+                               int training, int rope, int bf16, int renorm, size_t past) {
     size_t N = d->N, Ns = d->Ns;
     memset(s, 0, sizeof *s);
+    s->gelu = PT__F(a, N * d->F);
+    s->attn_slots = pt_get_threads();
+    s->attn = PT__F(a, pt_attention_scratch_floats((int)d->T, s->attn_slots));
+    if (training) {
+        s->dqkv = PT__F(a, N * d->Q3);
+        s->datty = PT__F(a, N * d->Ca);
+        /* dfch, then W's kept dout and dln2: one piece, which context parallelism's
+           ring buffers take while attention runs (pt__layout_cp) */
+        s->dfch = PT__F(a, N * d->Fi + N * d->C + Ns * d->C);
+        pt__layout_wgrad(&s->w, a, d, s); /* (its dln1 is dln, set below) */
+    }
+    if (a->used < past) a->used = past;
     if (bf16 || renorm) { /* the layer at hand's norm outputs (renorm: bf16 too) */
         s->ln1 = PT__F(a, Ns * d->C);
         s->ln2 = PT__F(a, Ns * d->C);
@@ -9007,18 +9024,10 @@ static void pt__layout_scratch(pt_block_scratch *s, pt_arena *a, const pt__dims 
         s->xg = PT__F(a, N * d->C);
         if (training) s->spg = PT__F(a, 4 * d->C);
     }
-    s->gelu = PT__F(a, N * d->F);
-    s->attn_slots = pt_get_threads();
-    s->attn = PT__F(a, pt_attention_scratch_floats((int)d->T, s->attn_slots));
     if (rope) s->rope = PT__F(a, d->T * d->hd);
     if (!training) return;
     s->dln = PT__F(a, N * d->C);
-    s->dqkv = PT__F(a, N * d->Q3);
-    s->datty = PT__F(a, N * d->Ca);
-    /* dfch, then W's kept dout and dln2: one piece, which context parallelism's
-       ring buffers take while attention runs (pt__layout_cp) */
-    s->dfch = PT__F(a, N * d->Fi + N * d->C + Ns * d->C);
-    pt__layout_wgrad(&s->w, a, d, s);
+    s->w.dln1 = s->dln;
 }
 
 PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, int seqp, pt_arena *a,
@@ -9052,7 +9061,7 @@ PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, i
     }
     if (acts)
         pt__layout_block_acts(acts, a, &d, PT_RECOMPUTE_NONE, 1, cfg->norm == PT_NORM_LAYER, 0, 0);
-    if (s) pt__layout_scratch(s, a, &d, g != NULL, cfg->pos == PT_POS_ROPE, 0, 0);
+    if (s) pt__layout_scratch(s, a, &d, g != NULL, cfg->pos == PT_POS_ROPE, 0, 0, 0);
 }
 
 static float *pt__z3_open(pt_gpt *m, pt_status *st);
@@ -12271,7 +12280,7 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
     pt__dims d = pt__block_dims_sp(&m->config, m->B, m->T, pl->tp, pl->sp);
-    size_t N = d.N, Ns = d.Ns, C = d.C, V = (size_t)pl->vocab_local;
+    size_t N = d.N, Ns = d.Ns, C = d.C, V = (size_t)pl->vocab_local, over, end;
     int l, k, most = 0, c, ln = m->config.norm == PT_NORM_LAYER;
     int bf16 = m->ctx.precision == PT_PRECISION_BF16 && pl->recompute != PT_RECOMPUTE_FULL;
     int fused = pt__head_fused(pl, training);
@@ -12303,17 +12312,22 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     }
     *act_bytes = a->used;
     x->coll.zmask = z3rows ? PT__F(a, V) : NULL;
+    x->ce_red = pl->tp > 1 ? PT__F(a, 3 * N) : NULL;
+    /* one block's logits, not wte packed once a call (pt_head_xent_work_floats): the
+       copies cost 2 V C floats (295 MiB at gpt2-124m in fp32) for a head about 5% faster */
+    x->head_work_n = fused ? (N < PT__HEAD_ROWS ? N : PT__HEAD_ROWS) * V : 0;
+    over = a->used;
+    x->head_work = fused ? PT__F(a, x->head_work_n) : NULL;
+    end = a->used;
+    /* under the head's work (live within a head call): what lives from a layer's
+       forward (recomputed) to its backward, or within one block call */
+    a->used = over;
     memset(&x->pipe.racts, 0, sizeof x->pipe.racts); /* recomputation's one layer (not saved) */
     if (pl->recompute == PT_RECOMPUTE_FULL)
         pt__layout_block_acts(&x->pipe.racts, a, &d, PT_RECOMPUTE_NONE, 0, ln, 0, 1);
     else if (pl->recompute == PT_RECOMPUTE_SELECTIVE)
         x->pipe.racts.atty = PT__F(a, N * d.Ca);
-    x->ce_red = pl->tp > 1 ? PT__F(a, 3 * N) : NULL;
-    /* one block's logits, not wte packed once a call (pt_head_xent_work_floats): the
-       copies cost 2 V C floats (295 MiB at gpt2-124m in fp32) for a head about 5% faster */
-    x->head_work_n = fused ? (N < PT__HEAD_ROWS ? N : PT__HEAD_ROWS) * V : 0;
-    x->head_work = fused ? PT__F(a, x->head_work_n) : NULL;
-    pt__layout_scratch(&x->scratch, a, &d, training, m->config.pos == PT_POS_ROPE, bf16, 1);
+    pt__layout_scratch(&x->scratch, a, &d, training, m->config.pos == PT_POS_ROPE, bf16, 1, end);
     if (pl->cp > 1) pt__layout_cp(m, a, &d, training);
     x->dres = training ? PT__F(a, Ns * C) : NULL;
     x->pipe.pp_rbuf = training && pl->pp > 1 ? PT__F(a, 2 * Ns * C) : NULL;

@@ -277,7 +277,7 @@ static int phases_alloc(phases *ph) {
         for (l = 0; l < ph->L; l++)
             pt__layout_block_acts(&ph->acts[l], a, &ph->d, PT_RECOMPUTE_NONE, 1,
                                   c->norm == PT_NORM_LAYER, 0, 0);
-        pt__layout_scratch(&ph->s, a, &ph->d, 1, c->pos == PT_POS_ROPE, 0, 0);
+        pt__layout_scratch(&ph->s, a, &ph->d, 1, c->pos == PT_POS_ROPE, 0, 0, 0);
         ph->lnf = PT__F(a, N * ph->d.C);
         ph->dx = PT__F(a, N * ph->d.C);
         ph->logits = PT__F(a, N * (size_t)ph->V);

@@ -927,6 +927,7 @@ typedef struct pt_block_scratch {
     float *datty;   /* (N,C) */
     float *dfch;    /* (N,4C) */
     float *gelu;    /* (N,F) gelu(fch) or swiglu(fch), recomputed for the layer at hand */
+    uint16_t *gelu16; /* (N,F) bf16 storage: gelu's bits, its GEMMs' operand (pt__act16) */
     float *attn;    /* pt_attention_scratch_floats(T, attn_slots) */
     int attn_slots; /* threads that may use attn at once */
     float *rope;    /* rotary positions: pt_rope_table of rope_T positions (T*hd) */
@@ -4920,30 +4921,36 @@ PTRAINDEF void pt_swiglu_forward(float *out, const float *h, int N, int F) {
 }
 
 /* pt__bf16_keep of h (into keep given one), then the forward, row by row
-   in one pass: the same bits. */
-static void pt__swiglu_keep(float *out, float *h, uint16_t *keep, int N, int F) {
+   in one pass: the same bits; given out16, the output rounded and kept
+   there too (the bf16 GEMM's operand: the bits it would round out to). */
+static void pt__swiglu_keep(float *out, float *h, uint16_t *keep, int N, int F,
+                            uint16_t *out16) {
     int n;
     PT__OMP(omp parallel for schedule(static))
     for (n = 0; n < N; n++) {
         float *r = h + (size_t)n * 2 * F;
         pt__bf16_keep_row(keep ? keep + (size_t)n * 2 * F : NULL, r, 2 * F);
         pt__swiglu_row(out + (size_t)n * F, NULL, r, NULL, F, 0);
+        if (out16) pt__bf16_keep_row(out16 + (size_t)n * F, out + (size_t)n * F, F);
     }
 }
 
 /* The backward, and given act (N, F; may be dout), the forward's output
-   into it in the same pass (the weight gradient's input, not recomputed). */
+   into it in the same pass (the weight gradient's input, not recomputed);
+   given act16 too, that output rounded and kept there (pt__bf16_keep). */
 static void pt__swiglu_bwd(float *dh, float *act, const float *h, const float *dout, int N,
-                           int F) {
+                           int F, uint16_t *act16) {
     int n;
     PT__OMP(omp parallel for schedule(static))
-    for (n = 0; n < N; n++)
+    for (n = 0; n < N; n++) {
         pt__swiglu_row(act ? act + (size_t)n * F : NULL, dh + (size_t)n * 2 * F,
                        h + (size_t)n * 2 * F, dout + (size_t)n * F, F, 1);
+        if (act16) pt__bf16_keep_row(act16 + (size_t)n * F, act + (size_t)n * F, F);
+    }
 }
 
 PTRAINDEF void pt_swiglu_backward(float *dh, const float *h, const float *dout, int N, int F) {
-    pt__swiglu_bwd(dh, NULL, h, dout, N, F);
+    pt__swiglu_bwd(dh, NULL, h, dout, N, F, NULL);
 }
 
 PTRAINDEF void pt_attention_ref_forward(float *out, float *att, const float *qkv, int B, int T,
@@ -5915,34 +5922,39 @@ static void pt__gelu_span(float *out, float *act, const float *inp, const float 
     }
 }
 
+/* GELU forward (dir 0) or backward (1, given act the forward's output
+   into it too); given act16, the forward's output (out or act) rounded
+   and kept there span by span (pt__bf16_keep, while in cache). */
 static void pt__gelu(float *out, float *act, const float *inp, const float *dout, size_t n,
-                     int dir) {
+                     int dir, uint16_t *act16) {
     ptrdiff_t c, nchunks = (ptrdiff_t)((n + PT__SPAN - 1) / PT__SPAN);
     PT__OMP(omp parallel for schedule(static))
     for (c = 0; c < nchunks; c++) {
         size_t i0 = (size_t)c * PT__SPAN, i1 = i0 + PT__SPAN < n ? i0 + PT__SPAN : n;
         pt__gelu_span(out, act, inp, dout, i0, i1, dir);
+        if (act16) pt__bf16_keep_row(act16 + i0, (dir ? act : out) + i0, (int)(i1 - i0));
     }
 }
 
 PTRAINDEF void pt_gelu_forward(float *out, const float *inp, size_t n) {
-    pt__gelu(out, NULL, inp, NULL, n, 0);
+    pt__gelu(out, NULL, inp, NULL, n, 0, NULL);
 }
 
 /* pt__bf16_keep of inp (into keep given one), then the forward, span by
    span in one pass (each span's second read from cache): the same bits. */
-static void pt__gelu_keep(float *out, float *inp, uint16_t *keep, size_t n) {
+static void pt__gelu_keep(float *out, float *inp, uint16_t *keep, size_t n, uint16_t *out16) {
     ptrdiff_t c, nchunks = (ptrdiff_t)((n + PT__SPAN - 1) / PT__SPAN);
     PT__OMP(omp parallel for schedule(static))
     for (c = 0; c < nchunks; c++) {
         size_t i0 = (size_t)c * PT__SPAN, i1 = i0 + PT__SPAN < n ? i0 + PT__SPAN : n;
         pt__bf16_keep_row(keep ? keep + i0 : NULL, inp + i0, (int)(i1 - i0));
         pt__gelu_span(out, NULL, inp, NULL, i0, i1, 0);
+        if (out16) pt__bf16_keep_row(out16 + i0, out + i0, (int)(i1 - i0));
     }
 }
 
 PTRAINDEF void pt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    pt__gelu(dinp, NULL, inp, dout, n, 1);
+    pt__gelu(dinp, NULL, inp, dout, n, 1, NULL);
 }
 
 PTRAINDEF void pt_residual_forward(float *out, const float *a, const float *b, size_t n) {
@@ -8996,6 +9008,7 @@ static void pt__layout_scratch(pt_block_scratch *s, pt_arena *a, const pt__dims 
     size_t N = d->N, Ns = d->Ns;
     memset(s, 0, sizeof *s);
     s->gelu = PT__F(a, N * d->F);
+    if (bf16) s->gelu16 = PT__H(a, N * d->F);
     s->attn_slots = pt_get_threads();
     s->attn = PT__F(a, pt_attention_scratch_floats((int)d->T, s->attn_slots));
     if (training) {
@@ -9191,16 +9204,25 @@ static void pt__act_forward(const pt_gpt_config *c, float *out, const float *fch
 }
 
 /* pt__bf16_act of fch (rounded, kept in keep), then pt__act_forward, in
-   one pass over fch: the same bits as the two calls. */
+   one pass over fch: the same bits as the two calls. out16 (bf16
+   precision, pt__act16): the output rounded and kept there as well. */
 static void pt__act_keep(const pt_ctx *ctx, const pt_gpt_config *c, float *out, float *fch,
-                         size_t N, size_t F, uint16_t *keep, const uint16_t **held) {
+                         size_t N, size_t F, uint16_t *keep, const uint16_t **held,
+                         uint16_t *out16) {
     if (!keep && !pt__ctx_bf16(ctx)) {
         pt__act_forward(c, out, fch, N, F);
         return;
     }
-    if (c->mlp == PT_MLP_SWIGLU) pt__swiglu_keep(out, fch, keep, (int)N, (int)F);
-    else pt__gelu_keep(out, fch, keep, N * F);
+    if (c->mlp == PT_MLP_SWIGLU) pt__swiglu_keep(out, fch, keep, (int)N, (int)F, out16);
+    else pt__gelu_keep(out, fch, keep, N * F, out16);
     if (keep) *held = keep;
+}
+
+/* Where the MLP activation's output goes to its GEMM as bf16 bits (bf16
+   precision, the GEMM packs such operands itself: pt__gemm_bf16_takes16),
+   the scratch's gelu16, else NULL (the floats of gelu go). */
+static uint16_t *pt__act16(const pt_ctx *ctx, const pt_block_scratch *s) {
+    return s->gelu16 && pt__ctx_bf16(ctx) && pt__gemm_bf16_takes16(ctx) ? s->gelu16 : NULL;
 }
 
 /* Global positions of rank c of K's T tokens (T even): chunks c and 2K-1-c
@@ -9383,6 +9405,7 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
     int C = cfg->n_embd, N = B * T, Ns = (int)d.Ns, Ca = (int)d.Ca, Q3 = (int)d.Q3, F = (int)d.F,
         Fi = (int)d.Fi;
     size_t nc = (size_t)Ns * C; /* the residual stream's floats here */
+    uint16_t *g16 = pt__act16(ctx, s);
     float *part;
     pt_status st;
     if (a->ln1_16) /* the scratch is written before it is kept: it holds no one's until then */
@@ -9408,9 +9431,10 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
     st = pt__sp_col_forward(ctx, cfg, tp, sp, a->fch, a->ln2, s->xg, p->fc_w, p->fc_b, &d, Fi,
                             &s->req[0], a->ln2_16, &s->held[2]);
     if (st != PT_OK) return st;
-    pt__act_keep(ctx, cfg, s->gelu, a->fch, (size_t)N, (size_t)F, a->fch_16, &s->held[3]);
+    pt__act_keep(ctx, cfg, s->gelu, a->fch, (size_t)N, (size_t)F, a->fch_16, &s->held[3], g16);
     part = sp ? s->xg : a->out;
-    pt__proj_forward(ctx, cfg, part, s->gelu, p->fc_proj_w, lead ? p->fc_proj_b : NULL, N, F, C);
+    pt__dense_forward(ctx, part, g16 ? (const void *)g16 : s->gelu, g16 != NULL, p->fc_proj_w,
+                      lead ? p->fc_proj_b : NULL, N, F, C, cfg->arch == PT_ARCH_LLAMA);
     if ((st = pt__tp_rows(tp, sp, part, a->out, nc)) != PT_OK) return st;
     pt_residual_forward(a->out, a->out, a->res2, nc);
     return PT_OK;
@@ -9440,6 +9464,7 @@ static void pt__block_weight_part(pt_ctx *ctx, const pt_gpt_config *cfg, int B, 
     int n = (int)d.N, c = (int)d.C, ca = (int)d.Ca, f = (int)d.F, ns = (int)d.Ns;
     int llama = cfg->arch == PT_ARCH_LLAMA, h = 0;
     const void *ln = part == 1 ? w->ln1g : w->ln2g; /* the norm's output its GEMM reads */
+    uint16_t *g16 = pt__act16(ctx, s);
     float *n2w = g->ln2_w, *n2b = g->ln2_b, *n1w = g->ln1_w, *n1b = g->ln1_b;
     if (!sp && part == 1) {
         pt__norm_redo(ctx, cfg, p, a, x, s, n, 0);
@@ -9462,10 +9487,11 @@ static void pt__block_weight_part(pt_ctx *ctx, const pt_gpt_config *cfg, int B, 
     }
     pt__bf16_load(a->fch, a->fch_16, d.N * d.Fi, &s->held[3]);
     if (sp) memset(s->spg, 0, 4 * d.C * sizeof(float));
-    if (part != 2) /* not saved by forward: NF floats a layer */
-        pt__act_forward(cfg, s->gelu, a->fch, d.N, d.F);
-    pt__proj_backward(ctx, cfg, NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w,
-                      n, f, c);
+    if (part != 2) /* not saved by forward: NF floats a layer (fch is rounded already) */
+        pt__act_keep(ctx, cfg, s->gelu, a->fch, d.N, d.F, NULL, NULL, g16);
+    pt__dense_backward(ctx, NULL, g->fc_proj_w, g->fc_proj_b, w->dout,
+                       g16 ? (const void *)g16 : s->gelu, g16 != NULL, p->fc_proj_w, n, f, c,
+                       llama);
     pt__dense_backward(ctx, NULL, g->fc_w, g->fc_b, w->dfch, ln, h, p->fc_w, n, c, (int)d.Fi,
                        llama);
     pt__norm_backward(cfg, NULL, n2w, n2b, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
@@ -9509,13 +9535,15 @@ static pt_status pt__block_bwd(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int
     if (cfg->mlp == PT_MLP_SWIGLU) { /* d act in the activation's scratch, then d [gate|up] */
         memset(s->gelu, 0, N * F * sizeof(float));
         pt__proj_backward(ctx, cfg, s->gelu, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
-        pt__swiglu_bwd(w->dfch, g ? s->gelu : NULL, a->fch, s->gelu, n, f);
+        pt__swiglu_bwd(w->dfch, g ? s->gelu : NULL, a->fch, s->gelu, n, f,
+                       g ? pt__act16(ctx, s) : NULL);
     } else {
         memset(w->dfch, 0, N * F * sizeof(float));
         pt__proj_backward(ctx, cfg, w->dfch, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
-        pt__gelu(w->dfch, g ? s->gelu : NULL, a->fch, w->dfch, N * F, 1);
+        pt__gelu(w->dfch, g ? s->gelu : NULL, a->fch, w->dfch, N * F, 1,
+                 g ? pt__act16(ctx, s) : NULL);
     }
-    if (g) *w0 = 2; /* s->gelu holds act(fch) */
+    if (g) *w0 = 2; /* s->gelu (and gelu16) holds act(fch) */
     st = pt__col_dinput(ctx, cfg, sp, tp, sp ? s->xg : w->dln2, w->dln2, w->dfch, p->fc_w, &d,
                         (int)Fi);
     if (st != PT_OK) return st;

@@ -359,9 +359,11 @@ static void phase_run(phases *ph, int k) {
                                      backward, writing the forward's again for W */
             const uint16_t *held;
             pt__act_keep(ctx, c, s->gelu, a->fch, d.N, d.F, ctx->precision == PT_PRECISION_BF16
-                         ? ph->h16 + 2 * NC + d.N * d.Q3 : NULL, &held);
-            if (c->mlp == PT_MLP_SWIGLU) pt__swiglu_bwd(s->dfch, s->gelu, a->fch, s->gelu, N, F);
-            else pt__gelu(s->dfch, s->gelu, a->fch, s->dfch, d.N * d.F, 1);
+                         ? ph->h16 + 2 * NC + d.N * d.Q3 : NULL, &held, NULL);
+            if (c->mlp == PT_MLP_SWIGLU)
+                pt__swiglu_bwd(s->dfch, s->gelu, a->fch, s->gelu, N, F, NULL);
+            else
+                pt__gelu(s->dfch, s->gelu, a->fch, s->dfch, d.N * d.F, 1, NULL);
             if (c->pos == PT_POS_ROPE) {
                 const float *cs = pt__rope_cs(c, s, ph->T);
                 pt_rope_forward(a->qkv, cs, N, ph->T, (int)(d.NH + d.NKV), (int)d.hd, Q3);

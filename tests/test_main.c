@@ -964,13 +964,13 @@ static void test_act_fused(void) {
     float *a = frand(n, 5, 6), *dy = TALLOC(float, 2 * n), *dz = frand(2 * n, 5, 6);
     pt_gelu_forward(y, x, n);
     pt_gelu_backward(dy, x, d, n);
-    pt__gelu(dz, a, x, d, n, 1);
+    pt__gelu(dz, a, x, d, n, 1, NULL);
     CHECK(memcmp(a, y, sizeof(float) * n) == 0);
     CHECK(memcmp(dz, dy, sizeof(float) * n) == 0);
     pt_swiglu_forward(y, x, N, F);
     pt_swiglu_backward(dy, x, d, N, F);
     memcpy(a, d, sizeof(float) * N * F);
-    pt__swiglu_bwd(dz, a, x, a, N, F); /* act == dout */
+    pt__swiglu_bwd(dz, a, x, a, N, F, NULL); /* act == dout */
     CHECK(memcmp(a, y, sizeof(float) * N * F) == 0);
     CHECK(memcmp(dz, dy, sizeof(float) * 2 * N * F) == 0);
 }

@@ -613,10 +613,14 @@ static void test_precision(void) {
              recomputation: ln1, qkv, ln2, fch as bf16), recomputes the
              attention from them (selective) or keeps nothing (full): the
              same loss and gradients bit for bit, so backward read each
-             layer's own; and the kept bf16 halves those four: at least
-             L x N (2C + 3C + 4C) x 2 bytes fewer than fp32's (64-byte blocks) */
+             layer's own; and the kept bf16 halves qkv and fch: at least
+             L x N (3C + 4C) x 2 bytes fewer than fp32's (64-byte blocks).
+             ln1 and ln2 are kept by neither (computed again in backward
+             from the kept statistics): fp32 keeps less than L x N x 12 C
+             floats (out, qkv, atty, res2, fch: 10 C a row a layer) */
             int k;
-            size_t n4 = (size_t)2 * B * T * (9 * NH * HD) * 2;
+            size_t n4 = (size_t)2 * B * T * (7 * NH * HD) * 2;
+            CHECK(g.mem.activations < (size_t)2 * B * T * 12 * (NH * HD) * sizeof(float));
             for (k = 1; k < 3; k++) {
                 pt_gpt r;
                 d.recompute = k == 1 ? PT_RECOMPUTE_SELECTIVE : PT_RECOMPUTE_FULL;

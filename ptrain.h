@@ -892,7 +892,9 @@ typedef struct pt_block_params {
    sp) the residual stream's tensors hold this rank's Ns = N/tp rows of the
    N = B*T (rows [rank*Ns, rank*Ns + Ns), b-major): ln1, res2, ln2, out and
    the norms' statistics; qkv, lse, atty and fch stay N rows of this rank's
-   heads and columns. */
+   heads and columns. renorm: ln1 and ln2 (and their *_16) are one layer's
+   scratch (the scratch's), not kept: backward computes them again from x,
+   res2 and the kept statistics (the same bits; pt__norm_redo). */
 typedef struct pt_block_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
     float *qkv;                       /* (N,3C) */
@@ -903,6 +905,7 @@ typedef struct pt_block_acts {
     float *fch;                       /* (N,4C) c_fc output; gelu(fch) is recomputed */
     float *out;                       /* (N,C) block output */
     uint16_t *ln1_16, *qkv_16, *ln2_16, *fch_16; /* bf16 storage (NULL: the floats keep) */
+    int renorm;                       /* ln1, ln2 are the scratch's, recomputed (0: kept) */
 } pt_block_acts;
 
 /* The gradients of a block's matmul and LayerNorm outputs that its weight
@@ -924,12 +927,15 @@ typedef struct pt_block_scratch {
     float *datty;   /* (N,C) */
     float *dfch;    /* (N,4C) */
     float *gelu;    /* (N,F) gelu(fch) or swiglu(fch), recomputed for the layer at hand */
+    uint16_t *gelu16; /* (N,F) bf16 storage: gelu's bits, its GEMMs' operand (pt__act16) */
     float *attn;    /* pt_attention_scratch_floats(T, attn_slots) */
     int attn_slots; /* threads that may use attn at once */
     float *rope;    /* rotary positions: pt_rope_table of rope_T positions (T*hd) */
     int rope_T;     /* positions in rope (0: not computed yet) */
     float *ln1, *qkv, *ln2, *fch; /* bf16 storage: the layer at hand's, widened (else NULL) */
     const uint16_t *held[4]; /* whose kept bf16 ln1, qkv, ln2, fch those hold now (NULL: none) */
+    uint16_t *ln1_16, *ln2_16; /* renorm at bf16: the layer at hand's norm outputs' bits */
+    const float *normed[2]; /* renorm: whose ln1, ln2 (by their rstd) ln1, ln2 hold (NULL: none) */
     int sp;         /* sequence parallelism (pt_block_layout's sp; needs a tp group) */
     float *xg;      /* sp: (N,C) a norm's output gathered, or a row-parallel partial sum */
     float *spg;     /* sp: (4C) the norms' weight gradients of this rank's rows */
@@ -4511,10 +4517,12 @@ PTRAINDEF void pt_encoder_backward(float *dwte, float *dwpe, const float *dout,
 }
 
 /* The layer norm, each output row then rounded to bf16 given round (its
-   bits into keep given one: pt__bf16_keep in the same pass). */
+   bits into keep given one: pt__bf16_keep in the same pass). given: mean
+   and rstd hold the statistics already (read, not written): the output
+   again, the same bits as when they were computed. */
 static void pt__layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C, float eps,
-                              int round, uint16_t *keep) {
+                              int round, uint16_t *keep, int given) {
     int n;
     PT__OMP(omp parallel for schedule(static) if(parallel: (size_t)N * (size_t)C >= PT__PAR_MIN))
     for (n = 0; n < N; n++) {
@@ -4522,13 +4530,17 @@ static void pt__layernorm_fwd(float *out, float *mean, float *rstd, const float 
         float *o = out + (size_t)n * C;
         float m = 0.0f, v = 0.0f, s;
         int c;
-        PT__OMP(omp simd reduction(+:m))
-        for (c = 0; c < C; c++) m += x[c];
-        m /= (float)C;
-        PT__OMP(omp simd reduction(+:v))
-        for (c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
-        v /= (float)C;
-        s = 1.0f / sqrtf(v + eps);
+        if (given) { /* the output again from the statistics computed before: its bits */
+            m = mean[n], s = rstd[n];
+        } else {
+            PT__OMP(omp simd reduction(+:m))
+            for (c = 0; c < C; c++) m += x[c];
+            m /= (float)C;
+            PT__OMP(omp simd reduction(+:v))
+            for (c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+            v /= (float)C;
+            s = 1.0f / sqrtf(v + eps);
+        }
         if (bias) {
             PT__OMP(omp simd)
             for (c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
@@ -4537,6 +4549,7 @@ static void pt__layernorm_fwd(float *out, float *mean, float *rstd, const float 
             for (c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c];
         }
         if (round) pt__bf16_keep_row(keep ? keep + (size_t)n * C : NULL, o, C);
+        if (given) continue;
         mean[n] = m;
         rstd[n] = s;
     }
@@ -4545,7 +4558,7 @@ static void pt__layernorm_fwd(float *out, float *mean, float *rstd, const float 
 PTRAINDEF void pt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                                     const float *weight, const float *bias, int N, int C,
                                     float eps) {
-    pt__layernorm_fwd(out, mean, rstd, inp, weight, bias, N, C, eps, 0, NULL);
+    pt__layernorm_fwd(out, mean, rstd, inp, weight, bias, N, C, eps, 0, NULL, 0);
 }
 
 /* With xh = (x-mean)*rstd and g = dout*w:
@@ -4733,28 +4746,32 @@ PTRAINDEF void pt_linear_backward(pt_ctx *ctx, float *dinp, float *dweight, floa
     pt__dense_backward(ctx, dinp, dweight, dbias, dout, inp, 0, weight, N, IN, OUT, 1);
 }
 
-/* The RMS norm, rounded and kept as pt__layernorm_fwd */
+/* The RMS norm, rounded, kept and given as pt__layernorm_fwd */
 static void pt__rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *weight, int N,
-                            int C, float eps, int round, uint16_t *keep) {
+                            int C, float eps, int round, uint16_t *keep, int given) {
     int n;
     PT__OMP(omp parallel for schedule(static) if(parallel: (size_t)N * (size_t)C >= PT__PAR_MIN))
     for (n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C, ms = 0.0f, r;
         int c;
-        PT__OMP(omp simd reduction(+:ms))
-        for (c = 0; c < C; c++) ms += x[c] * x[c];
-        r = 1.0f / sqrtf(ms / (float)C + eps);
+        if (given) {
+            r = rstd[n];
+        } else {
+            PT__OMP(omp simd reduction(+:ms))
+            for (c = 0; c < C; c++) ms += x[c] * x[c];
+            r = 1.0f / sqrtf(ms / (float)C + eps);
+        }
         PT__OMP(omp simd)
         for (c = 0; c < C; c++) o[c] = x[c] * r * weight[c];
         if (round) pt__bf16_keep_row(keep ? keep + (size_t)n * C : NULL, o, C);
-        rstd[n] = r;
+        if (!given) rstd[n] = r;
     }
 }
 
 PTRAINDEF void pt_rmsnorm_forward(float *out, float *rstd, const float *inp,
                                   const float *weight, int N, int C, float eps) {
-    pt__rmsnorm_fwd(out, rstd, inp, weight, N, C, eps, 0, NULL);
+    pt__rmsnorm_fwd(out, rstd, inp, weight, N, C, eps, 0, NULL, 0);
 }
 
 /* dx = base + r (g - x r^2 mean_c(g x)) with g = dout*w (base may be dx:
@@ -4909,30 +4926,36 @@ PTRAINDEF void pt_swiglu_forward(float *out, const float *h, int N, int F) {
 }
 
 /* pt__bf16_keep of h (into keep given one), then the forward, row by row
-   in one pass: the same bits. */
-static void pt__swiglu_keep(float *out, float *h, uint16_t *keep, int N, int F) {
+   in one pass: the same bits; given out16, the output rounded and kept
+   there too (the bf16 GEMM's operand: the bits it would round out to). */
+static void pt__swiglu_keep(float *out, float *h, uint16_t *keep, int N, int F,
+                            uint16_t *out16) {
     int n;
     PT__OMP(omp parallel for schedule(static))
     for (n = 0; n < N; n++) {
         float *r = h + (size_t)n * 2 * F;
         pt__bf16_keep_row(keep ? keep + (size_t)n * 2 * F : NULL, r, 2 * F);
         pt__swiglu_row(out + (size_t)n * F, NULL, r, NULL, F, 0);
+        if (out16) pt__bf16_keep_row(out16 + (size_t)n * F, out + (size_t)n * F, F);
     }
 }
 
 /* The backward, and given act (N, F; may be dout), the forward's output
-   into it in the same pass (the weight gradient's input, not recomputed). */
+   into it in the same pass (the weight gradient's input, not recomputed);
+   given act16 too, that output rounded and kept there (pt__bf16_keep). */
 static void pt__swiglu_bwd(float *dh, float *act, const float *h, const float *dout, int N,
-                           int F) {
+                           int F, uint16_t *act16) {
     int n;
     PT__OMP(omp parallel for schedule(static))
-    for (n = 0; n < N; n++)
+    for (n = 0; n < N; n++) {
         pt__swiglu_row(act ? act + (size_t)n * F : NULL, dh + (size_t)n * 2 * F,
                        h + (size_t)n * 2 * F, dout + (size_t)n * F, F, 1);
+        if (act16) pt__bf16_keep_row(act16 + (size_t)n * F, act + (size_t)n * F, F);
+    }
 }
 
 PTRAINDEF void pt_swiglu_backward(float *dh, const float *h, const float *dout, int N, int F) {
-    pt__swiglu_bwd(dh, NULL, h, dout, N, F);
+    pt__swiglu_bwd(dh, NULL, h, dout, N, F, NULL);
 }
 
 PTRAINDEF void pt_attention_ref_forward(float *out, float *att, const float *qkv, int B, int T,
@@ -5921,34 +5944,39 @@ static void pt__gelu_span(float *out, float *act, const float *inp, const float 
     }
 }
 
+/* GELU forward (dir 0) or backward (1, given act the forward's output
+   into it too); given act16, the forward's output (out or act) rounded
+   and kept there span by span (pt__bf16_keep, while in cache). */
 static void pt__gelu(float *out, float *act, const float *inp, const float *dout, size_t n,
-                     int dir) {
+                     int dir, uint16_t *act16) {
     ptrdiff_t c, nchunks = (ptrdiff_t)((n + PT__SPAN - 1) / PT__SPAN);
     PT__OMP(omp parallel for schedule(static))
     for (c = 0; c < nchunks; c++) {
         size_t i0 = (size_t)c * PT__SPAN, i1 = i0 + PT__SPAN < n ? i0 + PT__SPAN : n;
         pt__gelu_span(out, act, inp, dout, i0, i1, dir);
+        if (act16) pt__bf16_keep_row(act16 + i0, (dir ? act : out) + i0, (int)(i1 - i0));
     }
 }
 
 PTRAINDEF void pt_gelu_forward(float *out, const float *inp, size_t n) {
-    pt__gelu(out, NULL, inp, NULL, n, 0);
+    pt__gelu(out, NULL, inp, NULL, n, 0, NULL);
 }
 
 /* pt__bf16_keep of inp (into keep given one), then the forward, span by
    span in one pass (each span's second read from cache): the same bits. */
-static void pt__gelu_keep(float *out, float *inp, uint16_t *keep, size_t n) {
+static void pt__gelu_keep(float *out, float *inp, uint16_t *keep, size_t n, uint16_t *out16) {
     ptrdiff_t c, nchunks = (ptrdiff_t)((n + PT__SPAN - 1) / PT__SPAN);
     PT__OMP(omp parallel for schedule(static))
     for (c = 0; c < nchunks; c++) {
         size_t i0 = (size_t)c * PT__SPAN, i1 = i0 + PT__SPAN < n ? i0 + PT__SPAN : n;
         pt__bf16_keep_row(keep ? keep + i0 : NULL, inp + i0, (int)(i1 - i0));
         pt__gelu_span(out, NULL, inp, NULL, i0, i1, 0);
+        if (out16) pt__bf16_keep_row(out16 + i0, out + i0, (int)(i1 - i0));
     }
 }
 
 PTRAINDEF void pt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    pt__gelu(dinp, NULL, inp, dout, n, 1);
+    pt__gelu(dinp, NULL, inp, dout, n, 1, NULL);
 }
 
 PTRAINDEF void pt_residual_forward(float *out, const float *a, const float *b, size_t n) {
@@ -8913,6 +8941,7 @@ static ptrdiff_t pt__local_index(const pt_param *p, int k, int64_t r, int64_t c)
 static pt_status pt__ag_settle(const pt_gpt *m);
 
 #define PT__F(a, n) ((float *)pt_arena_alloc((a), (size_t)(n) * sizeof(float)))
+#define PT__H(a, n) ((uint16_t *)pt_arena_alloc((a), (size_t)(n) * sizeof(uint16_t)))
 
 /* A block's sizes on one tensor-parallel rank: N rows, C wide, Ca its
    attention width (its NH query heads of hd lanes), Ckv its key/value width
@@ -8940,30 +8969,32 @@ static pt__dims pt__block_dims(const pt_gpt_config *c, int B, int T, int tp) {
    keeps the output alone; selective all but the attention output; the
    layer being recomputed keeps everything but the output). RMSNorm keeps
    no mean. bf16: ln1, qkv, ln2 and fch kept as bf16 (the caller points
-   their floats at the scratch's). */
+   their floats at the scratch's). renorm: ln1 and ln2 not kept (the
+   caller points them at the scratch's: pt__layout_renorm). */
 static void pt__layout_block_acts(pt_block_acts *x, pt_arena *a, const pt__dims *d, int what,
-                                  int with_out, int means, int bf16) {
+                                  int with_out, int means, int bf16, int renorm) {
     size_t N = d->N, Ns = d->Ns; /* (the residual stream's rows: Ns) */
-#define PT__H(n) ((uint16_t *)pt_arena_alloc(a, (size_t)(n) * sizeof(uint16_t)))
     memset(x, 0, sizeof *x);
     if (with_out) x->out = PT__F(a, Ns * d->C);
     if (what == PT_RECOMPUTE_FULL) return;
-    if (bf16) x->ln1_16 = PT__H(Ns * d->C);
+    x->renorm = renorm;
+    if (renorm) x->ln1 = NULL; /* (the scratch's) */
+    else if (bf16) x->ln1_16 = PT__H(a, Ns * d->C);
     else x->ln1 = PT__F(a, Ns * d->C);
     if (means) x->ln1_mean = PT__F(a, Ns);
     x->ln1_rstd = PT__F(a, Ns);
-    if (bf16) x->qkv_16 = PT__H(N * d->Q3);
+    if (bf16) x->qkv_16 = PT__H(a, N * d->Q3);
     else x->qkv = PT__F(a, N * d->Q3);
     x->lse = PT__F(a, d->B * d->NH * d->T);
     if (what != PT_RECOMPUTE_SELECTIVE) x->atty = PT__F(a, N * d->Ca);
     x->res2 = PT__F(a, Ns * d->C);
-    if (bf16) x->ln2_16 = PT__H(Ns * d->C);
+    if (renorm) x->ln2 = NULL;
+    else if (bf16) x->ln2_16 = PT__H(a, Ns * d->C);
     else x->ln2 = PT__F(a, Ns * d->C);
     if (means) x->ln2_mean = PT__F(a, Ns);
     x->ln2_rstd = PT__F(a, Ns);
-    if (bf16) x->fch_16 = PT__H(N * d->Fi);
+    if (bf16) x->fch_16 = PT__H(a, N * d->Fi);
     else x->fch = PT__F(a, N * d->Fi);
-#undef PT__H
 }
 
 /* A block's kept output gradients: dfch, dqkv and dln1 may be given (the
@@ -8988,15 +9019,39 @@ static void pt__layout_wgrad(pt_block_wgrad *w, pt_arena *a, const pt__dims *d,
 
 /* A block's scratch: forward's (activation, attention work, rotary table),
    and with training backward's input gradients and the fused backward's
-   kept ones. */
+   kept ones. What lives within one block call (gelu, attn, dqkv, datty,
+   the dfch piece, W's dres2 and gathers) comes first, then from arena
+   offset past at least (the caller may lay those under a buffer live
+   between block calls alone: the fused head's work) what outlives a call:
+   the norms' and bf16 activations' floats, which s->normed and s->held
+   track; the rotary table; sp's buffers; dln, the head's input gradient. */
 static void pt__layout_scratch(pt_block_scratch *s, pt_arena *a, const pt__dims *d,
-                               int training, int rope, int bf16) {
+                               int training, int rope, int bf16, int renorm, size_t past) {
     size_t N = d->N, Ns = d->Ns;
     memset(s, 0, sizeof *s);
-    if (bf16) { /* the layer at hand's activations that the slots keep as bf16 */
+    s->gelu = PT__F(a, N * d->F);
+    if (bf16) s->gelu16 = PT__H(a, N * d->F);
+    s->attn_slots = pt_get_threads();
+    s->attn = PT__F(a, pt_attention_scratch_floats((int)d->T, s->attn_slots));
+    if (training) {
+        s->dqkv = PT__F(a, N * d->Q3);
+        s->datty = PT__F(a, N * d->Ca);
+        /* dfch, then W's kept dout and dln2: one piece, which context parallelism's
+           ring buffers take while attention runs (pt__layout_cp) */
+        s->dfch = PT__F(a, N * d->Fi + N * d->C + Ns * d->C);
+        pt__layout_wgrad(&s->w, a, d, s); /* (its dln1 is dln, set below) */
+    }
+    if (a->used < past) a->used = past;
+    if (bf16 || renorm) { /* the layer at hand's norm outputs (renorm: bf16 too) */
         s->ln1 = PT__F(a, Ns * d->C);
-        s->qkv = PT__F(a, N * d->Q3);
         s->ln2 = PT__F(a, Ns * d->C);
+    }
+    if (bf16 && renorm) {
+        s->ln1_16 = PT__H(a, Ns * d->C);
+        s->ln2_16 = PT__H(a, Ns * d->C);
+    }
+    if (bf16) { /* the layer at hand's activations that the slots keep as bf16 */
+        s->qkv = PT__F(a, N * d->Q3);
         s->fch = PT__F(a, N * d->Fi);
     }
     if (Ns < N) { /* sequence parallel: the gathers' and the partial sums' buffer */
@@ -9004,18 +9059,10 @@ static void pt__layout_scratch(pt_block_scratch *s, pt_arena *a, const pt__dims 
         s->xg = PT__F(a, N * d->C);
         if (training) s->spg = PT__F(a, 4 * d->C);
     }
-    s->gelu = PT__F(a, N * d->F);
-    s->attn_slots = pt_get_threads();
-    s->attn = PT__F(a, pt_attention_scratch_floats((int)d->T, s->attn_slots));
     if (rope) s->rope = PT__F(a, d->T * d->hd);
     if (!training) return;
     s->dln = PT__F(a, N * d->C);
-    s->dqkv = PT__F(a, N * d->Q3);
-    s->datty = PT__F(a, N * d->Ca);
-    /* dfch, then W's kept dout and dln2: one piece, which context parallelism's
-       ring buffers take while attention runs (pt__layout_cp) */
-    s->dfch = PT__F(a, N * d->Fi + N * d->C + Ns * d->C);
-    pt__layout_wgrad(&s->w, a, d, s);
+    s->w.dln1 = s->dln;
 }
 
 PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, int seqp, pt_arena *a,
@@ -9048,8 +9095,8 @@ PTRAINDEF void pt_block_layout(const pt_gpt_config *cfg, int B, int T, int tp, i
         }
     }
     if (acts)
-        pt__layout_block_acts(acts, a, &d, PT_RECOMPUTE_NONE, 1, cfg->norm == PT_NORM_LAYER, 0);
-    if (s) pt__layout_scratch(s, a, &d, g != NULL, cfg->pos == PT_POS_ROPE, 0);
+        pt__layout_block_acts(acts, a, &d, PT_RECOMPUTE_NONE, 1, cfg->norm == PT_NORM_LAYER, 0, 0);
+    if (s) pt__layout_scratch(s, a, &d, g != NULL, cfg->pos == PT_POS_ROPE, 0, 0, 0);
 }
 
 static float *pt__z3_open(pt_gpt *m, pt_status *st);
@@ -9111,15 +9158,34 @@ static void pt__norm_forward(const pt_gpt_config *c, float *out, float *mean, fl
 }
 
 /* A block's norm, its output then pt__bf16_act's (rounded, kept in keep)
-   in the same pass over each row: the same bits as the two calls. */
+   in the same pass over each row: the same bits as the two calls. given:
+   the statistics are mean's and rstd's already (pt__layernorm_fwd). */
 static void pt__norm_act(const pt_ctx *ctx, const pt_gpt_config *c, float *out, float *mean,
                          float *rstd, const float *x, const float *w, const float *b, int N,
-                         int C, uint16_t *keep, const uint16_t **held) {
+                         int C, uint16_t *keep, const uint16_t **held, int given) {
     float eps = c->ln_eps > 0.0f ? c->ln_eps : 1e-5f;
     int round = keep || pt__ctx_bf16(ctx);
-    if (c->norm == PT_NORM_RMS) pt__rmsnorm_fwd(out, rstd, x, w, N, C, eps, round, keep);
-    else pt__layernorm_fwd(out, mean, rstd, x, w, b, N, C, eps, round, keep);
+    if (c->norm == PT_NORM_RMS) pt__rmsnorm_fwd(out, rstd, x, w, N, C, eps, round, keep, given);
+    else pt__layernorm_fwd(out, mean, rstd, x, w, b, N, C, eps, round, keep, given);
     if (keep) *held = keep;
+}
+
+/* Backward's ln1 (k = 0, the norm of x) or ln2 (k = 1, of a->res2) of a
+   layer that keeps their statistics alone (a->renorm): into the scratch
+   again from those (pt__norm_act given them: forward's bits, rounded and
+   kept alike), unless the scratch holds that layer's (s->normed). */
+static void pt__norm_redo(const pt_ctx *ctx, const pt_gpt_config *c, const pt_block_params *p,
+                          const pt_block_acts *a, const float *x, pt_block_scratch *s, int rows,
+                          int k) {
+    float *mean = k ? a->ln2_mean : a->ln1_mean, *rstd = k ? a->ln2_rstd : a->ln1_rstd;
+    if (!a->renorm || s->normed[k] == rstd) return;
+    if (k)
+        pt__norm_act(ctx, c, a->ln2, mean, rstd, a->res2, p->ln2_w, p->ln2_b, rows, c->n_embd,
+                     a->ln2_16, &s->held[2], 1);
+    else
+        pt__norm_act(ctx, c, a->ln1, mean, rstd, x, p->ln1_w, p->ln1_b, rows, c->n_embd,
+                     a->ln1_16, &s->held[0], 1);
+    s->normed[k] = rstd;
 }
 
 /* dx = base + the norm's input gradient (base may be dx), copied into copy
@@ -9160,16 +9226,25 @@ static void pt__act_forward(const pt_gpt_config *c, float *out, const float *fch
 }
 
 /* pt__bf16_act of fch (rounded, kept in keep), then pt__act_forward, in
-   one pass over fch: the same bits as the two calls. */
+   one pass over fch: the same bits as the two calls. out16 (bf16
+   precision, pt__act16): the output rounded and kept there as well. */
 static void pt__act_keep(const pt_ctx *ctx, const pt_gpt_config *c, float *out, float *fch,
-                         size_t N, size_t F, uint16_t *keep, const uint16_t **held) {
+                         size_t N, size_t F, uint16_t *keep, const uint16_t **held,
+                         uint16_t *out16) {
     if (!keep && !pt__ctx_bf16(ctx)) {
         pt__act_forward(c, out, fch, N, F);
         return;
     }
-    if (c->mlp == PT_MLP_SWIGLU) pt__swiglu_keep(out, fch, keep, (int)N, (int)F);
-    else pt__gelu_keep(out, fch, keep, N * F);
+    if (c->mlp == PT_MLP_SWIGLU) pt__swiglu_keep(out, fch, keep, (int)N, (int)F, out16);
+    else pt__gelu_keep(out, fch, keep, N * F, out16);
     if (keep) *held = keep;
+}
+
+/* Where the MLP activation's output goes to its GEMM as bf16 bits (bf16
+   precision, the GEMM packs such operands itself: pt__gemm_bf16_takes16),
+   the scratch's gelu16, else NULL (the floats of gelu go). */
+static uint16_t *pt__act16(const pt_ctx *ctx, const pt_block_scratch *s) {
+    return s->gelu16 && pt__ctx_bf16(ctx) && pt__gemm_bf16_takes16(ctx) ? s->gelu16 : NULL;
 }
 
 /* Global positions of rank c of K's T tokens (T even): chunks c and 2K-1-c
@@ -9352,12 +9427,14 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
     int C = cfg->n_embd, N = B * T, Ns = (int)d.Ns, Ca = (int)d.Ca, Q3 = (int)d.Q3, F = (int)d.F,
         Fi = (int)d.Fi;
     size_t nc = (size_t)Ns * C; /* the residual stream's floats here */
+    uint16_t *g16 = pt__act16(ctx, s);
     float *part;
     pt_status st;
     if (a->ln1_16) /* the scratch is written before it is kept: it holds no one's until then */
         memset((void *)s->held, 0, sizeof s->held);
     pt__norm_act(ctx, cfg, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, Ns, C,
-                 a->ln1_16, &s->held[0]); /* (bf16: rounded, kept) */
+                 a->ln1_16, &s->held[0], 0); /* (bf16: rounded, kept) */
+    if (a->renorm) s->normed[0] = a->ln1_rstd;
     st = pt__sp_col_forward(ctx, cfg, tp, sp, a->qkv, a->ln1, s->xg, p->qkv_w, p->qkv_b, &d, Q3,
                             &s->req[0], a->ln1_16, &s->held[0]); /* g: the all-gather behind */
     if (st != PT_OK) return st;
@@ -9371,13 +9448,15 @@ PTRAINDEF pt_status pt_block_forward(pt_ctx *ctx, const pt_gpt_config *cfg, int 
     if ((st = pt__tp_rows(tp, sp, part, a->res2, nc)) != PT_OK) return st; /* g-bar */
     pt_residual_forward(a->res2, a->res2, x, nc);
     pt__norm_act(ctx, cfg, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, Ns, C,
-                 a->ln2_16, &s->held[2]);
+                 a->ln2_16, &s->held[2], 0);
+    if (a->renorm) s->normed[1] = a->ln2_rstd;
     st = pt__sp_col_forward(ctx, cfg, tp, sp, a->fch, a->ln2, s->xg, p->fc_w, p->fc_b, &d, Fi,
                             &s->req[0], a->ln2_16, &s->held[2]);
     if (st != PT_OK) return st;
-    pt__act_keep(ctx, cfg, s->gelu, a->fch, (size_t)N, (size_t)F, a->fch_16, &s->held[3]);
+    pt__act_keep(ctx, cfg, s->gelu, a->fch, (size_t)N, (size_t)F, a->fch_16, &s->held[3], g16);
     part = sp ? s->xg : a->out;
-    pt__proj_forward(ctx, cfg, part, s->gelu, p->fc_proj_w, lead ? p->fc_proj_b : NULL, N, F, C);
+    pt__dense_forward(ctx, part, g16 ? (const void *)g16 : s->gelu, g16 != NULL, p->fc_proj_w,
+                      lead ? p->fc_proj_b : NULL, N, F, C, cfg->arch == PT_ARCH_LLAMA);
     if ((st = pt__tp_rows(tp, sp, part, a->out, nc)) != PT_OK) return st;
     pt_residual_forward(a->out, a->out, a->res2, nc);
     return PT_OK;
@@ -9407,10 +9486,13 @@ static void pt__block_weight_part(pt_ctx *ctx, const pt_gpt_config *cfg, int B, 
     int n = (int)d.N, c = (int)d.C, ca = (int)d.Ca, f = (int)d.F, ns = (int)d.Ns;
     int llama = cfg->arch == PT_ARCH_LLAMA, h = 0;
     const void *ln = part == 1 ? w->ln1g : w->ln2g; /* the norm's output its GEMM reads */
+    uint16_t *g16 = pt__act16(ctx, s);
     float *n2w = g->ln2_w, *n2b = g->ln2_b, *n1w = g->ln1_w, *n1b = g->ln1_b;
     if (!sp && part == 1) {
+        pt__norm_redo(ctx, cfg, p, a, x, s, n, 0);
         ln = pt__bf16_operand(ctx, a->ln1, a->ln1_16, d.N * d.C, &s->held[0], &h);
     } else if (!sp) {
+        pt__norm_redo(ctx, cfg, p, a, x, s, n, 1);
         ln = pt__bf16_operand(ctx, a->ln2, a->ln2_16, d.N * d.C, &s->held[2], &h);
     } else { /* [ln2_w | ln2_b | ln1_w | ln1_b] of this rank's rows */
         n2w = s->spg, n2b = n2b ? s->spg + c : NULL;
@@ -9427,10 +9509,11 @@ static void pt__block_weight_part(pt_ctx *ctx, const pt_gpt_config *cfg, int B, 
     }
     pt__bf16_load(a->fch, a->fch_16, d.N * d.Fi, &s->held[3]);
     if (sp) memset(s->spg, 0, 4 * d.C * sizeof(float));
-    if (part != 2) /* not saved by forward: NF floats a layer */
-        pt__act_forward(cfg, s->gelu, a->fch, d.N, d.F);
-    pt__proj_backward(ctx, cfg, NULL, g->fc_proj_w, g->fc_proj_b, w->dout, s->gelu, p->fc_proj_w,
-                      n, f, c);
+    if (part != 2) /* not saved by forward: NF floats a layer (fch is rounded already) */
+        pt__act_keep(ctx, cfg, s->gelu, a->fch, d.N, d.F, NULL, NULL, g16);
+    pt__dense_backward(ctx, NULL, g->fc_proj_w, g->fc_proj_b, w->dout,
+                       g16 ? (const void *)g16 : s->gelu, g16 != NULL, p->fc_proj_w, n, f, c,
+                       llama);
     pt__dense_backward(ctx, NULL, g->fc_w, g->fc_b, w->dfch, ln, h, p->fc_w, n, c, (int)d.Fi,
                        llama);
     pt__norm_backward(cfg, NULL, n2w, n2b, w->dln2, a->res2, p->ln2_w, a->ln2_mean, a->ln2_rstd,
@@ -9460,6 +9543,8 @@ static pt_status pt__block_bwd(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int
                  W's column-parallel weight gradients read ln2, ln1 over every row: their
                  gathers start now and run behind B's GEMMs */
         if ((st = pt_comm_all_gather(tp, dout, w->dout, nc)) != PT_OK) return st;
+        pt__norm_redo(ctx, cfg, p, a, x, s, ns, 1);
+        pt__norm_redo(ctx, cfg, p, a, x, s, ns, 0);
         pt__bf16_load(a->ln2, a->ln2_16, nc, &s->held[2]);
         pt__bf16_load(a->ln1, a->ln1_16, nc, &s->held[0]);
         if ((st = pt_comm_all_gather_start(tp, a->ln2, w->ln2g, nc, &s->req[0])) != PT_OK ||
@@ -9472,13 +9557,15 @@ static pt_status pt__block_bwd(pt_ctx *ctx, const pt_gpt_config *cfg, int B, int
     if (cfg->mlp == PT_MLP_SWIGLU) { /* d act in the activation's scratch, then d [gate|up] */
         memset(s->gelu, 0, N * F * sizeof(float));
         pt__proj_backward(ctx, cfg, s->gelu, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
-        pt__swiglu_bwd(w->dfch, g ? s->gelu : NULL, a->fch, s->gelu, n, f);
+        pt__swiglu_bwd(w->dfch, g ? s->gelu : NULL, a->fch, s->gelu, n, f,
+                       g ? pt__act16(ctx, s) : NULL);
     } else {
         memset(w->dfch, 0, N * F * sizeof(float));
         pt__proj_backward(ctx, cfg, w->dfch, NULL, NULL, w->dout, NULL, p->fc_proj_w, n, f, c);
-        pt__gelu(w->dfch, g ? s->gelu : NULL, a->fch, w->dfch, N * F, 1);
+        pt__gelu(w->dfch, g ? s->gelu : NULL, a->fch, w->dfch, N * F, 1,
+                 g ? pt__act16(ctx, s) : NULL);
     }
-    if (g) *w0 = 2; /* s->gelu holds act(fch) */
+    if (g) *w0 = 2; /* s->gelu (and gelu16) holds act(fch) */
     st = pt__col_dinput(ctx, cfg, sp, tp, sp ? s->xg : w->dln2, w->dln2, w->dfch, p->fc_w, &d,
                         (int)Fi);
     if (st != PT_OK) return st;
@@ -12231,11 +12318,19 @@ static void pt__layout_cp(pt_gpt *m, pt_arena *a, const pt__dims *d, int trainin
     x->cp_tg = (int *)pt_arena_alloc(a, nt * sizeof(int));
 }
 
+/* A layer's acts (laid out with renorm, or not at all) pointed at the
+   scratch's one layer: ln1, ln2 and, kept as bf16, qkv and fch floats. */
+static void pt__layout_renorm(pt_block_acts *b, const pt_block_scratch *s) {
+    if (b->renorm) b->ln1 = s->ln1, b->ln1_16 = s->ln1_16, b->ln2 = s->ln2, b->ln2_16 = s->ln2_16;
+    if (b->qkv_16) b->qkv = s->qkv;
+    if (b->fch_16) b->fch = s->fch;
+}
+
 static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int training) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
     pt__dims d = pt__block_dims_sp(&m->config, m->B, m->T, pl->tp, pl->sp);
-    size_t N = d.N, Ns = d.Ns, C = d.C, V = (size_t)pl->vocab_local;
+    size_t N = d.N, Ns = d.Ns, C = d.C, V = (size_t)pl->vocab_local, over, end;
     int l, k, most = 0, c, ln = m->config.norm == PT_NORM_LAYER;
     int bf16 = m->ctx.precision == PT_PRECISION_BF16 && pl->recompute != PT_RECOMPUTE_FULL;
     int fused = pt__head_fused(pl, training);
@@ -12250,7 +12345,7 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
         sl->x = PT__F(a, Ns * C);
         sl->acts = x->pipe.acts + (size_t)k * (size_t)most;
         for (l = 0; l < most; l++)
-            pt__layout_block_acts(&sl->acts[l], a, &d, pl->recompute, 1, ln, bf16);
+            pt__layout_block_acts(&sl->acts[l], a, &d, pl->recompute, 1, ln, bf16, 1);
         sl->wg = x->pipe.slots[0].wg + (size_t)k * (size_t)most;
         for (l = 0; x->pipe.split && l < most; l++) pt__layout_wgrad(&sl->wg[l], a, &d, NULL);
         if (pl->has_head) {
@@ -12267,26 +12362,29 @@ static void pt__layout_acts(pt_gpt *m, pt_arena *a, size_t *act_bytes, int train
     }
     *act_bytes = a->used;
     x->coll.zmask = z3rows ? PT__F(a, V) : NULL;
-    memset(&x->pipe.racts, 0, sizeof x->pipe.racts); /* recomputation's one layer (not saved) */
-    if (pl->recompute == PT_RECOMPUTE_FULL)
-        pt__layout_block_acts(&x->pipe.racts, a, &d, PT_RECOMPUTE_NONE, 0, ln, 0);
-    else if (pl->recompute == PT_RECOMPUTE_SELECTIVE)
-        x->pipe.racts.atty = PT__F(a, N * d.Ca);
     x->ce_red = pl->tp > 1 ? PT__F(a, 3 * N) : NULL;
     /* one block's logits, not wte packed once a call (pt_head_xent_work_floats): the
        copies cost 2 V C floats (295 MiB at gpt2-124m in fp32) for a head about 5% faster */
     x->head_work_n = fused ? (N < PT__HEAD_ROWS ? N : PT__HEAD_ROWS) * V : 0;
+    over = a->used;
     x->head_work = fused ? PT__F(a, x->head_work_n) : NULL;
-    pt__layout_scratch(&x->scratch, a, &d, training, m->config.pos == PT_POS_ROPE, bf16);
+    end = a->used;
+    /* under the head's work (live within a head call): what lives from a layer's
+       forward (recomputed) to its backward, or within one block call */
+    a->used = over;
+    memset(&x->pipe.racts, 0, sizeof x->pipe.racts); /* recomputation's one layer (not saved) */
+    if (pl->recompute == PT_RECOMPUTE_FULL)
+        pt__layout_block_acts(&x->pipe.racts, a, &d, PT_RECOMPUTE_NONE, 0, ln, 0, 1);
+    else if (pl->recompute == PT_RECOMPUTE_SELECTIVE)
+        x->pipe.racts.atty = PT__F(a, N * d.Ca);
+    pt__layout_scratch(&x->scratch, a, &d, training, m->config.pos == PT_POS_ROPE, bf16, 1, end);
     if (pl->cp > 1) pt__layout_cp(m, a, &d, training);
     x->dres = training ? PT__F(a, Ns * C) : NULL;
     x->pipe.pp_rbuf = training && pl->pp > 1 ? PT__F(a, 2 * Ns * C) : NULL;
-    for (k = 0; bf16 && k < x->pipe.nslots; k++) /* bf16 storage: the floats are the scratch's */
-        for (l = 0; l < most; l++) {
-            pt_block_acts *b = &x->pipe.slots[k].acts[l];
-            b->ln1 = x->scratch.ln1, b->qkv = x->scratch.qkv;
-            b->ln2 = x->scratch.ln2, b->fch = x->scratch.fch;
-        }
+    /* the norms' outputs and (bf16 storage) the floats of the others are the scratch's */
+    for (k = 0; k < x->pipe.nslots; k++)
+        for (l = 0; l < most; l++) pt__layout_renorm(&x->pipe.slots[k].acts[l], &x->scratch);
+    pt__layout_renorm(&x->pipe.racts, &x->scratch);
 }
 
 PTRAINDEF pt_status pt_gpt_init(pt_gpt *m, const pt_gpt_desc *d) {

@@ -276,8 +276,8 @@ static int phases_alloc(phases *ph) {
         else if (pt_arena_init(a, bytes, NULL) != PT_OK) return 1;
         for (l = 0; l < ph->L; l++)
             pt__layout_block_acts(&ph->acts[l], a, &ph->d, PT_RECOMPUTE_NONE, 1,
-                                  c->norm == PT_NORM_LAYER, 0);
-        pt__layout_scratch(&ph->s, a, &ph->d, 1, c->pos == PT_POS_ROPE, 0);
+                                  c->norm == PT_NORM_LAYER, 0, 0);
+        pt__layout_scratch(&ph->s, a, &ph->d, 1, c->pos == PT_POS_ROPE, 0, 0, 0);
         ph->lnf = PT__F(a, N * ph->d.C);
         ph->dx = PT__F(a, N * ph->d.C);
         ph->logits = PT__F(a, N * (size_t)ph->V);
@@ -344,9 +344,9 @@ static void phase_run(phases *ph, int k) {
             int k16 = ctx->precision == PT_PRECISION_BF16;
             const uint16_t *held;
             pt__norm_act(ctx, c, a->ln1, a->ln1_mean, a->ln1_rstd, in, p->ln1_w, p->ln1_b, N, C,
-                         k16 ? ph->h16 : NULL, &held);
+                         k16 ? ph->h16 : NULL, &held, 0);
             pt__norm_act(ctx, c, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2_w, p->ln2_b, N,
-                         C, k16 ? ph->h16 + NC + d.N * d.Q3 : NULL, &held);
+                         C, k16 ? ph->h16 + NC + d.N * d.Q3 : NULL, &held, 0);
             pt__norm_dinput(c, s->dln, s->w.dout, s->w.dres2, a->ln2, a->res2, p->ln2_w,
                             a->ln2_mean, a->ln2_rstd, N, C); /* with the residual's and W's copy */
             pt__norm_backward(c, s->dln, NULL, NULL, a->ln1, in, p->ln1_w, a->ln1_mean,
@@ -359,9 +359,11 @@ static void phase_run(phases *ph, int k) {
                                      backward, writing the forward's again for W */
             const uint16_t *held;
             pt__act_keep(ctx, c, s->gelu, a->fch, d.N, d.F, ctx->precision == PT_PRECISION_BF16
-                         ? ph->h16 + 2 * NC + d.N * d.Q3 : NULL, &held);
-            if (c->mlp == PT_MLP_SWIGLU) pt__swiglu_bwd(s->dfch, s->gelu, a->fch, s->gelu, N, F);
-            else pt__gelu(s->dfch, s->gelu, a->fch, s->dfch, d.N * d.F, 1);
+                         ? ph->h16 + 2 * NC + d.N * d.Q3 : NULL, &held, NULL);
+            if (c->mlp == PT_MLP_SWIGLU)
+                pt__swiglu_bwd(s->dfch, s->gelu, a->fch, s->gelu, N, F, NULL);
+            else
+                pt__gelu(s->dfch, s->gelu, a->fch, s->dfch, d.N * d.F, 1, NULL);
             if (c->pos == PT_POS_ROPE) {
                 const float *cs = pt__rope_cs(c, s, ph->T);
                 pt_rope_forward(a->qkv, cs, N, ph->T, (int)(d.NH + d.NKV), (int)d.hd, Q3);

@@ -552,16 +552,18 @@ PTRAINDEF void pt_crossentropy_backward(float *dlogits, const float *logits, con
    rows (0: 256): the logits never exist whole. For each block: its logits
    (N's rows r0..r1 of x @ wte^T, at ctx's precision) into work (rows*V
    floats), losses and lse as pt_crossentropy_forward, the logits made
-   dlogits in place as pt_crossentropy_backward with dloss, then
-   dx += dlogits @ wte and dwte += dlogits^T @ x (each may be NULL: the
-   loss alone). losses, lse and dx come out as the unfused kernels give
-   them; dwte sums its rows' products a block at a time, so its bits may
-   differ from one N-row product. work holds work_floats floats, at least
-   min(N, rows)*V; with pt_head_xent_work_floats(ctx, N, C, V, rows) or
-   more, wte is packed once for the call's GEMMs (ptrain's kernels: the
-   same bits) instead of once a block. Vocabulary-parallel heads (each
-   rank a part of V) need the lse's all-reduce between the two halves: the
-   executor runs those blocks itself. */
+   dlogits in place as pt_crossentropy_backward with dloss (row by row
+   after its loss; in bf16, where ptrain's GEMM takes bf16 operands, as the
+   bf16 bits it would round them to), then dx += dlogits @ wte and
+   dwte += dlogits^T @ x (each may be NULL: the loss alone). losses, lse
+   and dx come out as the unfused kernels give them; dwte sums its rows'
+   products a block at a time, so its bits may differ from one N-row
+   product. work holds work_floats floats, at least min(N, rows)*V; with
+   pt_head_xent_work_floats(ctx, N, C, V, rows) or more, wte is packed
+   once for the call's GEMMs (ptrain's kernels: the same bits) instead of
+   once a block. Vocabulary-parallel heads (each rank a part of V) need
+   the lse's all-reduce between the two halves: the executor runs those
+   blocks itself. */
 PTRAINDEF void pt_head_xent_fused(pt_ctx *ctx, float *losses, double *lse, float *dx, float *dwte,
                                   const float *x, const float *wte, const int *targets, int N,
                                   int C, int V, float dloss, float *work, size_t work_floats,

@@ -552,16 +552,18 @@ PTRAINDEF void pt_crossentropy_backward(float *dlogits, const float *logits, con
    rows (0: 256): the logits never exist whole. For each block: its logits
    (N's rows r0..r1 of x @ wte^T, at ctx's precision) into work (rows*V
    floats), losses and lse as pt_crossentropy_forward, the logits made
-   dlogits in place as pt_crossentropy_backward with dloss, then
-   dx += dlogits @ wte and dwte += dlogits^T @ x (each may be NULL: the
-   loss alone). losses, lse and dx come out as the unfused kernels give
-   them; dwte sums its rows' products a block at a time, so its bits may
-   differ from one N-row product. work holds work_floats floats, at least
-   min(N, rows)*V; with pt_head_xent_work_floats(ctx, N, C, V, rows) or
-   more, wte is packed once for the call's GEMMs (ptrain's kernels: the
-   same bits) instead of once a block. Vocabulary-parallel heads (each
-   rank a part of V) need the lse's all-reduce between the two halves: the
-   executor runs those blocks itself. */
+   dlogits in place as pt_crossentropy_backward with dloss (row by row
+   after its loss; in bf16, where ptrain's GEMM takes bf16 operands, as the
+   bf16 bits it would round them to), then dx += dlogits @ wte and
+   dwte += dlogits^T @ x (each may be NULL: the loss alone). losses, lse
+   and dx come out as the unfused kernels give them; dwte sums its rows'
+   products a block at a time, so its bits may differ from one N-row
+   product. work holds work_floats floats, at least min(N, rows)*V; with
+   pt_head_xent_work_floats(ctx, N, C, V, rows) or more, wte is packed
+   once for the call's GEMMs (ptrain's kernels: the same bits) instead of
+   once a block. Vocabulary-parallel heads (each rank a part of V) need
+   the lse's all-reduce between the two halves: the executor runs those
+   blocks itself. */
 PTRAINDEF void pt_head_xent_fused(pt_ctx *ctx, float *losses, double *lse, float *dx, float *dwte,
                                   const float *x, const float *wte, const int *targets, int N,
                                   int C, int V, float dloss, float *work, size_t work_floats,
@@ -6006,41 +6008,92 @@ PTRAINDEF void pt_tied_head_backward(pt_ctx *ctx, float *dx, float *dwte, const 
     if (dwte) pt__mm(ctx, 1, 0, V, C, N, 1.0f, dlogits, V, x, C, 1.0f, dwte, C);
 }
 
-/* lse = mx + log sum_v exp(l_v - mx), summed in double */
+/* One row's lse = mx + log sum_v exp(l_v - mx) (summed in double) and loss
+   lse - l[t]. */
+static void pt__xent_fwd_row(float *loss, double *lse, const float *l, int t, int V) {
+    float mx = pt__maxf(l, V);
+    *lse = (double)mx + log(pt__sum_exp(l, V, mx));
+    *loss = (float)(*lse - (double)l[t]);
+}
+
 PTRAINDEF void pt_crossentropy_forward(float *losses, double *lse, const float *logits,
                                        const int *targets, int N, int V) {
     int n;
     PT__OMP(omp parallel for schedule(static))
-    for (n = 0; n < N; n++) {
-        const float *l = logits + (size_t)n * V;
-        float mx = pt__maxf(l, V);
-        lse[n] = (double)mx + log(pt__sum_exp(l, V, mx));
-        losses[n] = (float)(lse[n] - (double)l[targets[n]]);
+    for (n = 0; n < N; n++)
+        pt__xent_fwd_row(losses + n, lse + n, logits + (size_t)n * V, targets[n], V);
+}
+
+#define PT__XENT_SPAN 256 /* columns of a row the gradient makes at a time */
+
+/* d[j] = dloss * exp((float)(l[j] - m)) for j < k, the difference in double
+   (the 16-lane path: the same operations, so the same bits). */
+static void pt__xent_exp_span(float *d, const float *l, double m, float dloss, int k) {
+    int i = 0, j;
+#ifdef __AVX512F__
+    const __m512d vm = _mm512_set1_pd(m);
+    const __m512 vd = _mm512_set1_ps(dloss);
+    for (; i + 16 <= k; i += 16) {
+        __m512d x = _mm512_castps_pd(_mm512_loadu_ps(l + i));
+        __m256 lo = _mm512_cvtpd_ps(
+            _mm512_sub_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_castpd512_pd256(x))), vm));
+        __m256 hi = _mm512_cvtpd_ps(
+            _mm512_sub_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(x, 1))), vm));
+        __m512 y = _mm512_castpd_ps(_mm512_insertf64x4(
+            _mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+        _mm512_storeu_ps(d + i, _mm512_mul_ps(vd, pt__expf16(y)));
+    }
+#endif
+    PT__OMP(omp simd)
+    for (j = i; j < k; j++) d[j] = dloss * pt__expf((float)((double)l[j] - m));
+}
+
+/* The gradient of one row of Vl columns, the first `valid` real (the rest
+   padding: 0), its target at column t (outside [0, valid): none):
+   dloss * (softmax - onehot) with the row's lse m, into d (may be l), or,
+   h not NULL, as bf16 bits into h (pt__bf16_bits: as the bf16 GEMMs round
+   their operands). A span at a time through the stack, so h may be the
+   row's own first half (l as uint16_t): span s's bits land on columns
+   below s's, already read. */
+static void pt__xent_grad_row(float *d, uint16_t *h, const float *l, double m, int t, int Vl,
+                              int valid, float dloss) {
+    float g[PT__XENT_SPAN];
+    uint16_t b[PT__XENT_SPAN];
+    int v0, j;
+    for (v0 = 0; v0 < Vl; v0 += PT__XENT_SPAN) {
+        int k = Vl - v0 < PT__XENT_SPAN ? Vl - v0 : PT__XENT_SPAN;
+        int e = valid - v0 < 0 ? 0 : valid - v0 < k ? valid - v0 : k;
+        pt__xent_exp_span(g, l + v0, m, dloss, e);
+        for (j = e; j < k; j++) g[j] = 0.0f;
+        if (t >= v0 && t < v0 + e) g[t - v0] -= dloss;
+        if (!h) {
+            memcpy(d + v0, g, sizeof(float) * (size_t)k);
+            continue;
+        }
+        PT__OMP(omp simd)
+        for (j = 0; j < k; j++) b[j] = pt__bf16_bits(g[j]);
+        memcpy(h + v0, b, sizeof(uint16_t) * (size_t)k); /* (memcpy: l's floats alias it) */
     }
 }
 
 /* The backward on this rank's Vl columns [v0, v0+Vl) of the vocabulary, of
-   which the first `valid` are real (the rest padding: gradient 0). */
+   which the first `valid` are real (the rest padding: gradient 0); h16:
+   as bf16 bits, row n's in the first half of dlogits' row n (ld 2 Vl). */
 static void pt__xent_backward_part(float *dlogits, const float *logits, const double *lse,
                                    const int *targets, int N, int Vl, int valid, int v0,
-                                   float dloss) {
+                                   float dloss, int h16) {
     int n;
     PT__OMP(omp parallel for schedule(static))
     for (n = 0; n < N; n++) {
-        const float *l = logits + (size_t)n * Vl;
         float *d = dlogits + (size_t)n * Vl;
-        double m = lse[n];
-        int v, t = targets[n] - v0;
-        PT__OMP(omp simd)
-        for (v = 0; v < valid; v++) d[v] = dloss * pt__expf((float)((double)l[v] - m));
-        for (v = valid; v < Vl; v++) d[v] = 0.0f;
-        if (t >= 0 && t < valid) d[t] -= dloss;
+        pt__xent_grad_row(d, h16 ? (uint16_t *)(void *)d : NULL, logits + (size_t)n * Vl, lse[n],
+                          targets[n] - v0, Vl, valid, dloss);
     }
 }
 
 PTRAINDEF void pt_crossentropy_backward(float *dlogits, const float *logits, const double *lse,
                                         const int *targets, int N, int V, float dloss) {
-    pt__xent_backward_part(dlogits, logits, lse, targets, N, V, V, 0, dloss);
+    pt__xent_backward_part(dlogits, logits, lse, targets, N, V, V, 0, dloss, 0);
 }
 
 /* The blocked driver's kind of arithmetic for ctx's GEMMs (pt__mm), -1
@@ -6097,22 +6150,64 @@ static int pt__head_pack(pt_ctx *c, pt__gemm_pb pb[2], const float *wte, int N, 
 #endif
 }
 
+/* 1 where the head's backward GEMMs take dlogits as bf16 bits (a bf16 ctx
+   whose GEMM packs such words, pt__gemm_bf16_takes16), so the gradient is
+   written so (pt__xent_backward_part's h16): half the bytes written and
+   read again by the two GEMMs, which would round each float to these same
+   bits (the same products). */
+static int pt__head_h16(const pt_ctx *ctx) {
+    return pt__ctx_bf16(ctx) && pt__gemm_bf16_takes16(ctx);
+}
+
+/* dx += dlogits @ wte ; dwte += dlogits^T @ x (pt_tied_head_backward), with
+   dlogits' N rows as bf16 bits where h16 (each row's first half: ld 2V). */
+static void pt__head_grads(pt_ctx *ctx, float *dx, float *dwte, const float *dlogits, int h16,
+                           const float *x, const float *wte, int N, int C, int V) {
+    if (!h16) {
+        pt_tied_head_backward(ctx, dx, dwte, dlogits, x, wte, N, C, V);
+        return;
+    }
+    if (dx)
+        pt__gemm_bf16_bias(ctx, PT__OP_A16, 0, 0, N, C, V, 1.0f, dlogits, 2 * V, wte, C, 1.0f, dx,
+                           C, NULL);
+    if (dwte)
+        pt__gemm_bf16_bias(ctx, PT__OP_A16, 1, 0, V, C, N, 1.0f, dlogits, 2 * V, x, C, 1.0f, dwte,
+                           C, NULL);
+}
+
+/* The loss of each of N rows of logits and, grad set, its gradient in
+   place (h16: bf16 bits, pt__xent_backward_part), row by row while the row
+   is in cache: pt_crossentropy_forward's then pt_crossentropy_backward's
+   arithmetic, so their bits. */
+static void pt__xent_rows(float *losses, double *lse, float *logits, const int *targets, int N,
+                          int V, int grad, float dloss, int h16) {
+    int n;
+    PT__OMP(omp parallel for schedule(static))
+    for (n = 0; n < N; n++) {
+        float *l = logits + (size_t)n * V;
+        pt__xent_fwd_row(losses + n, lse + n, l, targets[n], V);
+        if (grad)
+            pt__xent_grad_row(l, h16 ? (uint16_t *)(void *)l : NULL, l, lse[n], targets[n], V, V,
+                              dloss);
+    }
+}
+
 PTRAINDEF void pt_head_xent_fused(pt_ctx *ctx, float *losses, double *lse, float *dx, float *dwte,
                                   const float *x, const float *wte, const int *targets, int N,
                                   int C, int V, float dloss, float *work, size_t work_floats,
                                   int rows) {
-    int r0, R = rows > 0 ? rows : 256;
+    int r0, R = rows > 0 ? rows : 256, h16;
     pt_ctx c = *ctx;
     pt__gemm_pb pb[2];
     if (pt__head_pack(&c, pb, wte, N, C, V, R, dx != NULL, work, work_floats)) ctx = &c;
+    h16 = pt__head_h16(ctx);
     for (r0 = 0; r0 < N; r0 += R) { /* block [r0, r0 + n) of the rows */
         int n = N - r0 < R ? N - r0 : R;
         const float *xb = x + (size_t)r0 * C;
         pt_tied_head_forward(ctx, work, xb, wte, n, C, V);
-        pt_crossentropy_forward(losses + r0, lse + r0, work, targets + r0, n, V);
-        if (!dx && !dwte) continue;
-        pt_crossentropy_backward(work, work, lse + r0, targets + r0, n, V, dloss);
-        pt_tied_head_backward(ctx, dx ? dx + (size_t)r0 * C : NULL, dwte, work, xb, wte, n, C, V);
+        pt__xent_rows(losses + r0, lse + r0, work, targets + r0, n, V, dx || dwte, dloss, h16);
+        if (dx || dwte)
+            pt__head_grads(ctx, dx ? dx + (size_t)r0 * C : NULL, dwte, work, h16, xb, wte, n, C, V);
     }
 }
 
@@ -12531,7 +12626,7 @@ static pt_status pt__head_fused_run(pt_gpt *m, pt__slot *sl, int N, float dloss,
                                     float *dwte) {
     pt_gpt_exec *x = m->exec;
     const pt_gpt_place *pl = &m->place;
-    int C = m->config.n_embd, Vl = pl->vocab_local, r0, n;
+    int C = m->config.n_embd, Vl = pl->vocab_local, r0, n, h16 = pt__head_h16(&m->ctx);
     pt_status st;
     /* (head_work holds one block's logits: wte is packed a block at a time, see
        pt__layout_acts) */
@@ -12549,9 +12644,9 @@ static pt_status pt__head_fused_run(pt_gpt *m, pt__slot *sl, int N, float dloss,
         if (st != PT_OK) return st;
         if (!dx && !dwte) continue;
         pt__xent_backward_part(x->head_work, x->head_work, sl->lse + r0, sl->targets + r0, n, Vl,
-                               pt__vocab_valid(m), pl->vocab_offset, dloss);
-        pt_tied_head_backward(&m->ctx, dx ? dx + (size_t)r0 * C : NULL, dwte, x->head_work, xb,
-                              m->lm_head, n, C, Vl);
+                               pt__vocab_valid(m), pl->vocab_offset, dloss, h16);
+        pt__head_grads(&m->ctx, dx ? dx + (size_t)r0 * C : NULL, dwte, x->head_work, h16, xb,
+                       m->lm_head, n, C, Vl);
     }
     return PT_OK;
 }
@@ -13003,6 +13098,7 @@ static pt_status pt__head_rows_backward(pt_gpt *m, const pt__slot *sl, int N, in
                                         const float *rows, float *dst, float dloss, int zs) {
     pt_gpt_exec *x = m->exec;
     int C = m->config.n_embd, w = r1 - r0, valid = pt__vocab_valid(m) - r0, b0, n;
+    int h16 = pt__head_h16(&m->ctx);
     pt_status st;
     valid = valid < 0 ? 0 : valid > w ? w : valid; /* (the rest: tp's padding) */
     for (b0 = 0; b0 < N; b0 += n) { /* block [b0, b0 + n) of the rows */
@@ -13010,11 +13106,11 @@ static pt_status pt__head_rows_backward(pt_gpt *m, const pt__slot *sl, int N, in
         n = N - b0 < PT__HEAD_ROWS ? N - b0 : PT__HEAD_ROWS;
         pt_tied_head_forward(&m->ctx, x->head_work, xb, rows, n, C, w);
         pt__xent_backward_part(x->head_work, x->head_work, sl->lse + b0, sl->targets + b0, n, w,
-                               valid, m->place.vocab_offset + r0, dloss);
-        pt_tied_head_backward(&m->ctx, x->scratch.dln + (size_t)b0 * C, NULL, x->head_work, xb,
-                              rows, n, C, w);
+                               valid, m->place.vocab_offset + r0, dloss, h16);
+        pt__head_grads(&m->ctx, x->scratch.dln + (size_t)b0 * C, NULL, x->head_work, h16, xb,
+                       rows, n, C, w);
         if (zs && b0 == 0 && (st = pt__zero2_settle(m)) != PT_OK) return st;
-        pt_tied_head_backward(&m->ctx, NULL, dst, x->head_work, xb, rows, n, C, w);
+        pt__head_grads(&m->ctx, NULL, dst, x->head_work, h16, xb, rows, n, C, w);
     }
     return PT_OK;
 }

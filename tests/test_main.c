@@ -1063,8 +1063,9 @@ static void test_crossentropy(void) {
    lse and dx, dwte within its block-wise summation; a last block shorter
    than the others; the default block size; the loss alone with no gradient.
    lse is bit for bit where a logit does not depend on how many rows the GEMM
-   has (ptrain's and the portable GEMMs); OpenBLAS (PTRAIN_GEMM=openblas)
-   blocks by M, so there within 1e-6 relative. */
+   has (ptrain's and the portable GEMMs), and so are one block's dx and dwte;
+   OpenBLAS (PTRAIN_GEMM=openblas) blocks by M, so there within 1e-6
+   relative. */
 static void test_head_xent_fused(void) {
     enum { N = 37, C = 24, V = 50, R = 8 };
     const float dloss = 0.3f;
@@ -1101,6 +1102,13 @@ static void test_head_xent_fused(void) {
             CHECK_CLOSE("fused head loss: losses", loss, to_double(loss_ref, N), N, 1e-6, 1e-6);
             CHECK_CLOSE("fused head loss: dx", dx, to_double(dx_ref, N * C), N * C, 1e-6, 1e-5);
             CHECK_CLOSE("fused head loss: dwte", dw, to_double(dw_ref, V * C), V * C, 1e-5, 1e-5);
+            /* one block: the unfused products' bits (bf16: the gradient handed over as the
+               bf16 bits the GEMM would round it to) */
+            if (!rows && !blas &&
+                (memcmp(dx, dx_ref, sizeof(float) * N * C) ||
+                 memcmp(dw, dw_ref, sizeof(float) * V * C)))
+                FAIL("fused head loss (%s): one block's dx or dwte not the unfused bits",
+                     k ? "bf16" : "fp32");
             for (n = 0; n < N; n++)
                 if (blas ? !(fabs(lse[n] - lse_ref[n]) <= 1e-6 * fabs(lse_ref[n]))
                          : lse[n] != lse_ref[n])

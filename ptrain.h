@@ -6070,8 +6070,7 @@ static void pt__xent_grad_row(float *d, uint16_t *h, const float *l, double m, i
             memcpy(d + v0, g, sizeof(float) * (size_t)k);
             continue;
         }
-        PT__OMP(omp simd)
-        for (j = 0; j < k; j++) b[j] = pt__bf16_bits(g[j]);
+        pt__bf16_keep_row(b, g, k);
         memcpy(h + v0, b, sizeof(uint16_t) * (size_t)k); /* (memcpy: l's floats alias it) */
     }
 }
@@ -14718,6 +14717,9 @@ PTRAINDEF pt_status pt_hw_load(const char *path, pt_hw *out) {
         hw.mem_bw <= 0 || hw.intra_bw <= 0 || hw.per_node < 1)
         return pt__fail(PT_ERR_FORMAT, "%s: incomplete profile (every field of pt_hw, positive "
                         "peak, bandwidths and per_node, gemm_eff in (0, 2])", path);
+    if (hw.comm_sm >= 1 || hw.rails != floor(hw.rails))
+        return pt__fail(PT_ERR_FORMAT, "%s: comm_sm = %g must be below 1 and rails = %g whole",
+                        path, hw.comm_sm, hw.rails);
     if (hw.inter_bw <= 0) hw.inter_bw = hw.intra_bw;
     if (!hw.exec) hw.exec = PT_EXEC_MEGATRON;
     *out = hw;

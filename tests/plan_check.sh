@@ -353,4 +353,11 @@ printf 'name = local\nprecision = fp16\n' >"$tmp/bad16.txt"
 expect 2 "bad16.txt:2: precision 'fp16' is not fp32 or bf16" --hw local --hw-file "$tmp/bad16.txt"
 printf 'name = local\npeak_flops = lots\n' >"$tmp/bad.txt"
 expect 2 "bad.txt:2: peak_flops = 'lots' is not a number" --hw local --hw-file "$tmp/bad.txt"
+# the optional fields of today's recipe: in range (a share below 1, whole adapters), or
+# refused naming the field
+{ cat "$tmp/hw.txt"; echo "rails = -1"; } >"$tmp/rails.txt"
+expect 2 "rails.txt:[0-9]*: rails = '-1' is not a number >= 0" --hw local --hw-file "$tmp/rails.txt"
+{ cat "$tmp/hw.txt"; echo "rails = 2.5"; } >"$tmp/rails2.txt"
+expect 2 "rails2.txt: comm_sm = 0 must be below 1 and rails = 2.5 whole" --hw local \
+    --hw-file "$tmp/rails2.txt"
 exit $bad

@@ -8,9 +8,9 @@
 #   pipe-kill: train_mpi --pp 2 over 2 hosts; host 1 (the last stage) killed once step 4's
 #     file is there, while stage 0 sends it activations: a non-zero status within 30 s
 #     naming host 10.213.0.2, never a hang.
-#   straggler: train_mpi --dp 3 over 3 hosts, host 2's rank stopped 95% of the time
-#     (hosts.sh --slow-host): a progress line names rank 2 on 10.213.0.3, and the per-host
-#     table counts it.
+#   straggler: train_mpi --dp 3 over 3 hosts, host 2's rank stopped 95% of the time once
+#     step 2's checkpoint is there (hosts.sh --slow-host): a progress line names rank 2 on
+#     10.213.0.3, and the per-host table counts it.
 #   elastic: scripts/elastic.sh over 3 hosts (--overlap on: buckets in flight when the
 #     link goes down); host 2's link down after step 10's file: the run restarts on 2
 #     hosts from the newest checkpoint and completes its 25 steps; its losses after the
@@ -67,9 +67,10 @@ pipe-kill)
     echo "ok: status $rc, $after s after the last stage's host died, the host named"
     ;;
 straggler)
-    sh tests/hosts.sh --hosts 3 --timeout 120 --slow-host 2 -- build/train_mpi --dp 3 \
-        --preset mini --batch 24 --seq 64 --steps 20 --sample-tokens 0 --eval-every 1000 \
-        --log-every 5 >"$dir/log" 2>&1
+    sh tests/hosts.sh --hosts 3 --timeout 120 --slow-host "2:$dir/run-step00000002.safetensors" \
+        -- build/train_mpi --dp 3 --preset mini --batch 24 --seq 64 --steps 20 --sample-tokens 0 \
+        --eval-every 1000 --log-every 5 --checkpoint "$dir/run.safetensors" --checkpoint-every 2 \
+        --keep 2 >"$dir/log" 2>&1
     rc=$?
     skip77 $rc
     [ "$rc" -eq 0 ] || fail "status $rc"

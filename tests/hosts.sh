@@ -4,7 +4,7 @@
 # transport only (no shared memory between hosts), each link shaped by tc tbf.
 #
 #   tests/hosts.sh [--hosts N] [--slots K] [--rate RATE] [--timeout S] [--kill-host I:GLOB]
-#                  [--link-down I:GLOB] [--slow-host I] [--run] -- PROG ARGS...
+#                  [--link-down I:GLOB] [--slow-host I[:GLOB]] [--run] -- PROG ARGS...
 #
 # N hosts (default 2) with K ranks each (default 1): ranks 0..K-1 on host 0, K..2K-1 on
 # host 1, ... (so a tp group of K consecutive ranks stays inside a host). RATE is tc's
@@ -21,15 +21,18 @@
 # processes live on, cut off); after mpirun ends, hosts.sh waits up to 30 s for every
 # process of every host to end and says "hosts.sh: host I's link down; mpirun ended S s
 # later; every process gone G s later" (or lists the ones left, which it then kills).
-# --slow-host I: host I's ranks get a twentieth of a core (stopped 190 ms of every 200 ms with
-# SIGSTOP/SIGCONT): a straggler.
+# --slow-host I[:GLOB]: host I's ranks get a twentieth of a core (stopped 190 ms of every 200 ms
+# with SIGSTOP/SIGCONT): a straggler; with GLOB, from the moment a file matching it exists (a
+# start-up slowed twentyfold is not what the check is about, and it runs Open MPI's and the
+# program's set-up on a rank that is stopped most of the time).
 # --run: PROG runs inside host 0 instead of under mpirun, with PT_HOSTFILE (the hosts'
 # addresses and slots) and PT_MPIRUN (an mpirun that reaches them) in its environment:
 # for launchers of their own (scripts/elastic.sh).
 # Each host gives up on a TCP connection after 5 retransmissions (about 13 s; Linux's
 # default of 15 waits 15 minutes), as a cluster tuned for it does: so Open MPI's daemons and
 # mpirun notice a host whose link went down, and end.
-# On a timeout, each host's processes (state, wait channel) and TCP sockets go to stderr.
+# On a timeout, each host's processes (state, wait channel, kernel stack) and TCP sockets as
+# they were 2 s before it go to stderr (taken before the kill, so a hang shows where it hangs).
 # Exit status: the program's (mpirun's); 124 on timeout (137 when mpirun, stuck on a host it
 # cannot reach, ignores the TERM and is killed 10 s later); 77 with a line starting
 # "SKIP" where the kernel (or the lack of privileges) refuses network namespaces.
@@ -57,10 +60,13 @@ done
 [ $# -ge 1 ] || usage
 case $hosts$slots in *[!0-9]*|'') usage ;; esac
 [ "$hosts" -ge 1 ] && [ "$hosts" -le 200 ] && [ "$slots" -ge 1 ] || usage
+case $limit in *[!0-9]*|'') usage ;; esac
 victim=${kill%%:*} glob=${kill#*:}
 case $victim in *[!0-9]*) usage ;; esac
 [ -z "$kill" ] || { [ -n "$victim" ] && [ "$victim" -lt "$hosts" ] && [ -n "$glob" ]; } || usage
 cut=${down%%:*} dglob=${down#*:}
+sglob=
+case $slow in *:*) sglob=${slow#*:} slow=${slow%%:*} ;; esac
 case $cut$slow in *[!0-9]*) usage ;; esac
 [ -z "$down" ] || { [ -n "$cut" ] && [ "$cut" -lt "$hosts" ] && [ -n "$dglob" ]; } || usage
 [ -z "$slow" ] || [ "$slow" -lt "$hosts" ] || usage
@@ -148,7 +154,9 @@ if [ -n "$down" ]; then
     cutter=$!
 fi
 if [ -n "$slow" ]; then
-    ( # the host's ranks (not its Open MPI daemon): stopped 190 ms of every 200 ms; the
+    ( # shellcheck disable=SC2086
+      [ -z "$sglob" ] || until ls $sglob >/dev/null 2>&1; do sleep 0.1; done
+      # the host's ranks (not its Open MPI daemon): stopped 190 ms of every 200 ms; the
       # list of them read again every 10 rounds. A daemon being launched is "ip" (netns
       # exec) before it is orted, under the same pid: never listed, or mpirun sees its
       # child stopped and the job hangs ("ORTE does not know how to route a message")
@@ -186,6 +194,24 @@ if [ -n "$kill" ]; then
     ) &
     watcher=$!
 fi
+snapshot() { # each host's processes (through /proc: ps is procps's) and TCP sockets
+    i=0
+    while [ "$i" -lt "$hosts" ]; do
+        for p in $(ip netns pids "$pre-h$i" 2>/dev/null); do
+            st=$(sed 's/^.*) \([A-Za-z]\).*/\1/' "/proc/$p/stat" 2>/dev/null)
+            echo "  host $i: $p $st $(cat "/proc/$p/wchan" 2>/dev/null)" \
+                "$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-120)"
+            for t in /proc/"$p"/task/*; do # each thread's innermost kernel frames
+                sed -n '1,3{s/^\[<[0-9a-f]*>\] //;s/+0x.*//;p;}' "$t/stack" 2>/dev/null | paste -sd '<' -
+            done | grep . | sort | uniq -c | sed 's/^/    /' | head -n 8
+        done
+        ip netns exec "$pre-h$i" ss -tanH 2>/dev/null | sed "s/^/  host $i tcp: /" | head -n 20
+        i=$((i + 1))
+    done
+}
+# 2 s before the timeout's TERM, what every host runs (reported only if the timeout comes)
+( sleep $((limit > 2 ? limit - 2 : 0)) & s=$!; trap 'kill $s; exit 0' TERM; wait $s; snapshot >"$dir/hung" 2>&1 ) &
+dog=$!
 if [ -n "$run" ]; then
     PT_HOSTFILE=$dir/hostfile PT_MPIRUN=$dir/mpirun ip netns exec "$pre-h0" \
         timeout -k 10 "$limit" "$@"
@@ -195,6 +221,8 @@ else
 fi
 rc=$?
 ended=$(date +%s.%N)
+kill "$dog" 2>/dev/null
+wait "$dog" 2>/dev/null
 [ -z "$slow" ] || { kill "$slower" 2>/dev/null; wait "$slower" 2>/dev/null; }
 left() { # the processes still in the hosts' namespaces
     for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$pre-h"); do
@@ -202,15 +230,9 @@ left() { # the processes still in the hosts' namespaces
     done
 }
 if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-    echo "hosts.sh: timeout after $limit s; what each host still runs:" >&2
-    i=0
-    while [ "$i" -lt "$hosts" ]; do
-        for p in $(ip netns pids "$pre-h$i" 2>/dev/null); do
-            echo "  host $i: $(ps -o pid=,stat=,etime=,wchan:24=,args= -p "$p" 2>/dev/null | cut -c1-160)"
-        done
-        ip netns exec "$pre-h$i" ss -tanH 2>/dev/null | sed "s/^/  host $i tcp: /" | head -n 20
-        i=$((i + 1))
-    done >&2
+    echo "hosts.sh: timeout after $limit s; what each host ran 2 s before it (pid, state," \
+        "wait channel, command; its threads' kernel frames):" >&2
+    cat "$dir/hung" >&2 2>/dev/null
 fi
 if [ -n "$down" ]; then
     kill "$cutter" 2>/dev/null

@@ -2219,7 +2219,17 @@ PTRAINDEF pt_status pt_plot_write_svg(const char *path, const char *title, const
 #include <time.h>
 #if defined(__AVX512F__) || ((defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__))
 #include <cpuid.h>
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+/* GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() as the unused merge
+   source, which -O2 reports as maybe uninitialized where they inline into C++
+   (GCC bug 105593): silenced for these system headers only */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
 #endif
 #ifdef _OPENMP
 #include <omp.h>

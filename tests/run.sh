@@ -327,6 +327,8 @@ for cc in gcc "$CLANG"; do
 done
 step "header: C++ (g++ -std=c++11 -Werror)" sh -c \
     "$CXX -std=c++11 $WERR -fopenmp tests/cxx_check.cpp -o $tmp/cxx $BLAS -lm && $tmp/cxx"
+step "header: C++ for this CPU's vector units (g++ -std=c++11 -march=native -Werror)" sh -c \
+    "$CXX -std=c++11 $WERR -march=native -fopenmp -c tests/cxx_check.cpp -o $tmp/cxx_native.o"
 step "header: PTRAIN_MPI under mpicc -std=c11 -Werror, no feature-test macro defined" sh -c \
     "printf '#define PTRAIN_IMPLEMENTATION\n#define PTRAIN_MPI\n#include \"ptrain.h\"\n' >$tmp/mpi1.c &&
      mpicc -std=c11 $WERR -fopenmp -I. -c $tmp/mpi1.c -o $tmp/mpi1.o"

@@ -11,7 +11,9 @@
    time counts the work alone, the steadier ratio on a shared machine), the
    ratios new/old of the medians, and whether both give the same bits (one
    more call each on the same operands and C).
-   usage: ab_gemm REPS CONFIG [FILTER]   CONFIG: gpt2-124m or llama-124m */
+   usage: ab_gemm REPS CONFIG [FILTER]   CONFIG: gpt2-124m or llama-124m, or
+   gpt2-head: the fused head's three GEMMs on one block of 1024 rows
+   (PT__HEAD_ROWS) at V 50257, C 768, on 3 operand sets (each 200 MB). */
 #define _POSIX_C_SOURCE 200112L /* clock_gettime */
 #include <omp.h>
 #include <stdio.h>
@@ -65,8 +67,21 @@ static int layer_shapes(shape *s, int R, int C, int Q3, int Fi, int F, int wt) {
     return n;
 }
 
+/* the fused head's GEMMs on a block of R rows (pt_head_xent_fused):
+   logits = x wte^T, dx += dlogits wte, dwte += dlogits^T x */
+static int head_shapes(shape *s, int R, int C, int V) {
+    const shape h[3] = {{"head logits", 0, 1, 0, 0, 0, 0}, {"head dx", 0, 0, 0, 0, 0, 1},
+                        {"head dwte", 1, 0, 0, 0, 0, 1}};
+    int k;
+    for (k = 0; k < 3; k++) s[k] = h[k];
+    s[0].M = R, s[0].N = V, s[0].K = C;
+    s[1].M = R, s[1].N = C, s[1].K = V;
+    s[2].M = V, s[2].N = C, s[2].K = R;
+    return 3;
+}
+
 int main(int argc, char **argv) {
-    int reps = argc > 1 ? atoi(argv[1]) : 9, n, k, bf, b, r;
+    int reps = argc > 1 ? atoi(argv[1]) : 9, n, k, bf, b, r, nb = NB;
     const char *config = argc > 2 ? argv[2] : "gpt2-124m", *only = argc > 3 ? argv[3] : NULL;
     shape s[12];
     size_t big = 0, i;
@@ -75,8 +90,9 @@ int main(int argc, char **argv) {
     if (strcmp(config, "gpt2-124m") == 0) n = layer_shapes(s, 2048, 768, 2304, 3072, 3072, 0);
     else if (strcmp(config, "llama-124m") == 0) /* 4 kv heads of 64, SwiGLU hidden 2048 */
         n = layer_shapes(s, 2048, 768, 1280, 4096, 2048, 1);
+    else if (strcmp(config, "gpt2-head") == 0) n = head_shapes(s, 1024, 768, 50257), nb = 3;
     else {
-        fprintf(stderr, "usage: ab_gemm REPS gpt2-124m|llama-124m [FILTER]\n");
+        fprintf(stderr, "usage: ab_gemm REPS gpt2-124m|llama-124m|gpt2-head [FILTER]\n");
         return 2;
     }
     for (k = 0; k < n; k++) {
@@ -84,7 +100,7 @@ int main(int argc, char **argv) {
         big = m > big ? m : big, big = q > big ? q : big, big = c > big ? c : big;
     }
     big = (big + 15) / 16 * 16; /* aligned_alloc: a multiple of 64 bytes */
-    for (b = 0; b < NB; b++) {
+    for (b = 0; b < nb; b++) {
         A[b] = (float *)aligned_alloc(64, big * 4), B[b] = (float *)aligned_alloc(64, big * 4);
         C[b] = (float *)aligned_alloc(64, big * 4);
         if (!A[b] || !B[b] || !C[b]) return 2;
@@ -108,7 +124,7 @@ int main(int argc, char **argv) {
             new_gemm(bf, g->ta, g->tb, g->M, g->N, g->K, A[1], lda, B[1], ldb, beta, C[1], g->N);
             for (r = 0; r < reps; r++)
                 for (b = 0; b < 2; b++) {
-                    int side = r & 1 ? 1 - b : b, set = (2 * r + b) % NB;
+                    int side = r & 1 ? 1 - b : b, set = (2 * r + b) % nb;
                     double w0 = omp_get_wtime(), c0 = cpu_now();
                     (side ? new_gemm : old_gemm)(bf, g->ta, g->tb, g->M, g->N, g->K, A[set], lda,
                                                  B[set], ldb, beta, C[set], g->N);

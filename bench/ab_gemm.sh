@@ -4,7 +4,7 @@
 # load; prints each side's median GFLOP/s by the wall clock and by CPU time and the ratios
 # new/old (< 1: new is faster), and whether both give the same bits. On a shared machine
 # the CPU-time ratio (waiting threads asleep: OMP_WAIT_POLICY=passive) is the steadier one.
-#   sh bench/ab_gemm.sh OLD_DIR NEW_DIR [REPS [gpt2-124m|llama-124m [FILTER]]]
+#   sh bench/ab_gemm.sh OLD_DIR NEW_DIR [REPS [gpt2-124m|llama-124m|gpt2-head [FILTER]]]
 # e.g. git worktree add --detach /tmp/old main && sh bench/ab_gemm.sh /tmp/old . 11
 set -e
 old=$1 new=$2

@@ -458,7 +458,65 @@ static void k_hr_gemm(void *p) { /* the layers' c_fc: N x 4C x C */
     pt_matmul_forward(h->ctx, h->y, h->x, h->wf, NULL, h->N, h->C, 4 * h->C);
 }
 
-static void bench_head_rate(const pt_gpt_config *cfg, int B, int T, int reps, pt_rng *r) {
+/* "head parts": pt_head_xent_fused's work by parts, the same calls in the
+   same order (the pack of wte, then by PT__HEAD_ROWS blocks: the logits
+   GEMM, the loss and gradient rows, the dx GEMM, the dwte GEMM), each
+   part's wall and CPU seconds summed over the blocks into w[5], c[5] */
+/* adds the wall and CPU seconds since *w0, *c0 to *w, *c and restarts them */
+static void hr_lap(double *w, double *c, double *w0, double *c0) {
+    double wn = pt_time_now(), cn = cpu_seconds();
+    *w += wn - *w0, *c += cn - *c0, *w0 = wn, *c0 = cn;
+}
+
+static void hr_parts(hrate *h, double w[5], double c[5]) {
+    pt_ctx cx = *h->ctx, *ctx = h->ctx;
+    pt__gemm_pb pb[2];
+    int r0, R = PT__HEAD_ROWS, N = h->N, C = h->C, V = h->V, k, h16;
+    double w0 = pt_time_now(), c0 = cpu_seconds();
+    for (k = 0; k < 5; k++) w[k] = c[k] = 0.0;
+    if (pt__head_pack(&cx, pb, h->w, N, C, V, R, 1, h->work, h->work_n)) ctx = &cx;
+    h16 = pt__head_h16(ctx);
+    hr_lap(&w[0], &c[0], &w0, &c0);
+    for (r0 = 0; r0 < N; r0 += R) {
+        int n = N - r0 < R ? N - r0 : R;
+        const float *xb = h->x + (size_t)r0 * C;
+        pt_tied_head_forward(ctx, h->work, xb, h->w, n, C, V);
+        hr_lap(&w[1], &c[1], &w0, &c0);
+        pt__xent_rows(h->loss + r0, h->lse + r0, h->work, h->tg + r0, n, V, 1, 1.0f / (float)N,
+                      h16);
+        hr_lap(&w[2], &c[2], &w0, &c0);
+        pt__head_grads(ctx, h->dx + (size_t)r0 * C, NULL, h->work, h16, xb, h->w, n, C, V);
+        hr_lap(&w[3], &c[3], &w0, &c0);
+        pt__head_grads(ctx, NULL, h->dw, h->work, h16, xb, h->w, n, C, V);
+        hr_lap(&w[4], &c[4], &w0, &c0);
+    }
+}
+
+/* "head parts" printed: each part's fastest total of reps runs, its share of
+   the head, GFLOP/s (CPU time: per core) and its share of pk, the one-thread
+   instruction peak */
+static void hr_parts_print(hrate *h, int reps, double pk) {
+    const char *nm[5] = {"pack wte", "logits GEMM", "loss rows", "dx GEMM", "dwte GEMM"};
+    double w[5], c[5], bw[5], bc[5], tot = 0.0, fl = 2.0 * h->N * (double)h->V * h->C;
+    int k, i;
+    for (k = 0; k < 5; k++) bw[k] = bc[k] = 1e30;
+    for (i = 0; i < reps; i++) {
+        hr_parts(h, w, c);
+        for (k = 0; k < 5; k++) bw[k] = w[k] < bw[k] ? w[k] : bw[k], bc[k] = c[k] < bc[k] ? c[k] : bc[k];
+    }
+    for (k = 0; k < 5; k++) tot += bc[k];
+    for (k = 0; k < 5; k++) {
+        printf("    head parts %-11s %8.2f ms wall %8.2f ms CPU (%4.1f%%)", nm[k], bw[k] * 1e3,
+               bc[k] * 1e3, 100.0 * bc[k] / tot);
+        if (k == 1 || k >= 3)
+            printf(" %6.1f GFLOP/s a core: %4.1f%% of the instruction peak", fl / bc[k] / 1e9,
+                   100.0 * fl / bc[k] / 1e9 / pk);
+        printf("\n");
+    }
+}
+
+static void bench_head_rate(const pt_gpt_config *cfg, int B, int T, int reps, int parts,
+                            pt_rng *r) {
     hrate h;
     size_t N = (size_t)B * T, C = (size_t)cfg->n_embd, V = (size_t)cfg->vocab_size, i;
     double fl = 6.0 * (double)N * V * C, fg = 8.0 * (double)N * C * C;
@@ -498,6 +556,14 @@ static void bench_head_rate(const pt_gpt_config *cfg, int B, int T, int reps, pt
                "CPU\n", prec ? "bf16" : "fp32", V, t[0] * 1e3, fl / t[0] / 1e9, t[1] * 1e3,
                fg / t[2] / 1e9, (fl / t[0]) / (fg / t[2]), (fl / c[0]) / (fg / c[2]), t[0] / t[1],
                c[0] / c[1]);
+        if (parts) { /* the one-thread peak: each part's CPU-time rate is per core */
+            int th = pt_get_threads();
+            double pk;
+            pt_set_threads(1);
+            pk = pt_instr_peak_gflops(prec, 0.5);
+            pt_set_threads(th);
+            hr_parts_print(&h, reps, pk);
+        }
         pt_ctx_free(&ctx);
     }
     free(h.x), free(h.w), free(h.dx), free(h.dw), free(h.work), free(h.logits), free(h.loss);
@@ -993,7 +1059,8 @@ int main(int argc, char **argv) {
     if (bench_gpt2(&c, &o, &r) != 0) return 2;
     bench_llama(&cfg, batch, seq, reps, only, &r);
     if (RUN("attention rate")) bench_attention_rate(&cfg, batch, seq, reps, &r);
-    if (RUN("head rate")) bench_head_rate(&cfg, batch, seq, reps, &r);
+    if (RUN("head rate") || RUN("head parts"))
+        bench_head_rate(&cfg, batch, seq, reps, RUN("head parts"), &r);
     if (RUN("adamw") && bench_adamw(&c, &cfg, reps, &r) != 0) return 2;
     if (o.torch_pid) torch_end(&o);
     printf("%s\n", failures ? "SOME CHECKS FAILED: the timings above are not trustworthy" : "all result checks passed");

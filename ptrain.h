@@ -1572,7 +1572,8 @@ typedef struct pt_hw {
     char name[32];
     double peak_flops;   /* dense FLOP/s of one device at the training precision */
     double gemm_eff;     /* fraction of peak that large, well-shaped GEMMs reach */
-    double gemm_dim;     /* each GEMM dimension d runs at d / (d + gemm_dim) of that */
+    double gemm_dim;     /* each GEMM dimension d runs at d / (d + gemm_dim) of that (with
+                            gemm_sms: K alone, the rest from tiles and waves) */
     double attn_flops;   /* FLOP/s of a fused attention core (no s x s matrix in memory);
                             0: batched GEMMs and a stored softmax */
     double mem_bw;       /* bytes/s that memory-bound kernels reach */
@@ -1613,6 +1614,10 @@ typedef struct pt_hw {
                             runs its ring channels through min(k, rails) of their adapters,
                             min(k, rails) x inter_bw (NCCL on a rail-optimised node, an
                             adapter a GPU); 0, 1: one adapter's inter_bw however many share */
+    double gemm_sms;     /* > 0: GEMM efficiency from tiles and waves (pt_hw_gemm_seconds):
+                            the streaming multiprocessors a GEMM's tiles spread over */
+    double gemm_tile_m, gemm_tile_n; /* with gemm_sms: the output tile one SM computes
+                            (cuBLAS's largest, either orientation) */
 } pt_hw;
 
 /* "a100-80g", "h100-80g", "h200", "mi250x", "mi300x" (sources beside each in the code). */
@@ -14528,7 +14533,16 @@ PTRAINDEF pt_status pt_gpt_adamw_step(pt_gpt *m, const pt_adamw_config *cfg, flo
    topology search leaves a node on the adapter nearest the GPU a ring channel
    exits from (rail-optimised nodes, an adapter a GPU; since NCCL 2.12 PXN
    moves data over NVLink to the GPU on the destination's rail), so a group
-   with k GPUs in a node crosses nodes on k adapters at once. */
+   with k GPUs in a node crosses nodes on k adapters at once.
+   gemm_sms, gemm_tile_m, gemm_tile_n: 0 in every preset (the d/(d + gemm_dim)
+   product). A profile file can set the tile and wave model of NVIDIA's "Matrix
+   Multiplication Background" guide (ch. 3): the A100's 108 SMs (A100 whitepaper)
+   with cuBLAS's most efficient tile of the guide, 256 x 128; the H100 SXM5's 132
+   (H100 whitepaper) with 128 x 256, the tile cuBLAS's sm90 bf16 kernels name
+   (128x256x64; judgement: no document ranks Hopper's tiles); gemm_dim 64, the
+   one k-block of that tile loaded before its first MMA. On
+   the published rows it is no better (docs/simulator.md: worse on Megatron-LM
+   2021's A100 table, the H100 small models' gap unchanged), so not the default. */
 static const pt_hw pt__hw_presets[] = {
     /* NVIDIA A100 SXM4 80GB in a DGX A100 (Selene, Megatron-LM 2021): 312 TFLOP/s
        fp16/bf16 dense (A100 datasheet), HBM2e 2039 GB/s, 80 GB; NVLink 3 through
@@ -14547,7 +14561,7 @@ static const pt_hw pt__hw_presets[] = {
        about 21 GB/s a GPU) agree with one adapter's bandwidth, not eight
        (docs/simulator.md); a profile file with rails = 8 plans with NCCL's. */
     {"a100-80g", 312e12, 0.75, 48.0, 0.0, 1.75e12, 85899345920.0, 4e-6, 8, 230e9, 8e-6, 22e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.60, 0.0, 0.0, 0.30, 0},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.60, 0.0, 0.0, 0.30, 0, 0, 0, 0},
     /* NVIDIA H100 SXM5 80GB in a DGX H100: 989 TFLOP/s dense bf16, HBM3 3.35 TB/s
        (H100 datasheet; a device-to-device copy measures 3.0-3.1 TB/s); NVLink 4
        900 GB/s both directions (450 a direction, nccl-tests all-reduce ~360 GB/s
@@ -14576,12 +14590,12 @@ static const pt_hw pt__hw_presets[] = {
        adapter: a dp group of tp 1 (8 a node) crosses nodes at 8 x 45 GB/s
        (capped at NVLink's 360), of tp 4 (2 a node) at 90. */
     {"h100-80g", 989e12, 0.70, 64.0, 0.0, 3.0e12, 85899345920.0, 3e-6, 8, 360e9, 8e-6, 45e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.335, 0.2, 4.0, 0.24, 8},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.335, 0.2, 4.0, 0.24, 8, 0, 0, 0},
     /* NVIDIA H200 SXM 141GB (H200 datasheet: the H100's 989 TFLOP/s bf16 and NVLink
        4, HBM3e 141 GB at 4.8 TB/s; ~4.3 sustained, the H100's 0.9 of it); the
        rest as h100-80g (same SXM5 board, DGX H200: 8 x 400 Gb/s a node). */
     {"h200", 989e12, 0.70, 64.0, 0.0, 4.3e12, 141e9, 3e-6, 8, 360e9, 8e-6, 45e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.335, 0.2, 4.0, 0.24, 8},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.335, 0.2, 4.0, 0.24, 8, 0, 0, 0},
     /* AMD MI250X on Frontier, one graphics compute die (GCD) a device: 191.5
        TFLOP/s fp16 (the issue's and AMD's figure), HBM2e 1.6 TB/s and 64 GB a
        GCD; 8 GCDs a node joined by Infinity Fabric (50-200 GB/s between pairs:
@@ -14590,7 +14604,7 @@ static const pt_hw pt__hw_presets[] = {
        about half of the fp16 peak on large GEMMs, a smaller share than cuBLAS.
        Flash: ROCm's FlashAttention-2 port, ~0.35 of peak (judgement). */
     {"mi250x", 191.5e12, 0.55, 64.0, 0.0, 1.3e12, 68719476736.0, 6e-6, 8, 50e9, 10e-6, 11.5e9, 15e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.35, 0.0, 0.0, 0.29, 0},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.35, 0.0, 0.0, 0.29, 0, 0, 0, 0},
     /* AMD MI300X (CDNA 3 datasheet): 1307 TFLOP/s dense bf16, HBM3 192 GB at 5.3
        TB/s (~4.3 sustained in published stream tests); 8 a node, each joined to
        the other 7 by 64 GB/s Infinity Fabric links a direction (448 GB/s; RCCL's
@@ -14602,7 +14616,7 @@ static const pt_hw pt__hw_presets[] = {
        FlashAttention-2 forward + backward ~0.30 of peak. No tp overlap; fp32
        gradients as Megatron's bf16. */
     {"mi300x", 1307e12, 0.44, 64.0, 0.0, 4.3e12, 192e9, 4e-6, 8, 300e9, 10e-6, 45e9, 12e-6, 0,
-     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.30, 0.0, 4.0, 0.105, 0},
+     PT_EXEC_MEGATRON, 0, 0, 0, 0, 0, 0, 0, PT_PRECISION_DEFAULT, 0, 0.30, 0.0, 4.0, 0.105, 0, 0, 0, 0},
 };
 
 PTRAINDEF const char *pt_hw_preset_names(void) {
@@ -14628,7 +14642,8 @@ PTRAINDEF pt_status pt_hw_preset(const char *name, pt_hw *out) {
     X(core_flops) X(core_gemm_eff) X(core_gemm_dim) X(core_attn_flops) X(core_mem_bw)          \
     X(core_kernel_s) X(instr_flops) X(comm_cpu)
 #define PT__HW_NEW_FIELDS(X) /* optional: today's recipe (0: as before) */                    \
-    X(flash_eff) X(tp_exposed) X(grad_bytes) X(comm_sm) X(rails)
+    X(flash_eff) X(tp_exposed) X(grad_bytes) X(comm_sm) X(rails) X(gemm_sms) X(gemm_tile_m)     \
+    X(gemm_tile_n)
 
 PTRAINDEF pt_status pt_hw_save(const pt_hw *hw, const char *path) {
     char buf[2048];
@@ -14730,6 +14745,11 @@ PTRAINDEF pt_status pt_hw_load(const char *path, pt_hw *out) {
     if (hw.comm_sm >= 1 || hw.rails != floor(hw.rails))
         return pt__fail(PT_ERR_FORMAT, "%s: comm_sm = %g must be below 1 and rails = %g whole",
                         path, hw.comm_sm, hw.rails);
+    if (hw.gemm_sms != floor(hw.gemm_sms) ||
+        (hw.gemm_sms > 0 && (hw.gemm_tile_m < 1 || hw.gemm_tile_n < 1)))
+        return pt__fail(PT_ERR_FORMAT, "%s: gemm_sms = %g must be whole, and with it "
+                        "gemm_tile_m and gemm_tile_n at least 1 (%g, %g)", path, hw.gemm_sms,
+                        hw.gemm_tile_m, hw.gemm_tile_n);
     if (hw.inter_bw <= 0) hw.inter_bw = hw.intra_bw;
     if (!hw.exec) hw.exec = PT_EXEC_MEGATRON;
     *out = hw;
@@ -15012,13 +15032,39 @@ static pt_status pt__calib_kernels(pt_hw *out, pt_precision precision) {
     return st;
 }
 
-/* Tiling: a dimension d is used at d / (d + gemm_dim); the result is bounded
-   by the memory traffic of the three matrices (roofline). */
+/* Efficiency of a GEMM's shape, batch GEMMs of M x N outputs over K. Without
+   gemm_sms: each dimension d at d / (d + gemm_dim). With it (NVIDIA's "Matrix
+   Multiplication Background" guide, ch. 3): each SM computes gemm_tile_m x
+   gemm_tile_n outputs at a time, so M and N are padded to whole tiles (tile
+   quantization; either orientation, the better), all the tiles run in waves of
+   gemm_sms (wave quantization: the last wave's idle SMs count), and a tile's K
+   loop runs at K / (K + gemm_dim) (gemm_dim: the K its pipeline fill costs). */
+static double pt__gemm_shape(const pt_hw *hw, double M, double N, double K, double batch) {
+    double g = hw->gemm_dim, best = 0.0;
+    int o;
+    if (hw->gemm_sms <= 0) return M / (M + g) * N / (N + g) * K / (K + g);
+    for (o = 0; o < 2; o++) {
+        double a = o ? hw->gemm_tile_n : hw->gemm_tile_m, b = o ? hw->gemm_tile_m : hw->gemm_tile_n;
+        double tiles = ceil(M / a) * ceil(N / b) * batch, waves = ceil(tiles / hw->gemm_sms);
+        double q = M * N * batch / (waves * hw->gemm_sms * a * b);
+        if (q > best) best = q;
+    }
+    return best * K / (K + g);
+}
+
+/* The shape's efficiency (pt__gemm_shape), bounded by the memory traffic of the
+   three matrices (roofline). With gemm_sms a tile stores its outputs after its
+   K loop: that store is added, not hidden behind the loop's math (the guide's
+   ch. 2 arithmetic-intensity bound for the traffic the loop cannot overlap). */
 PTRAINDEF double pt_hw_gemm_seconds(const pt_hw *hw, double M, double N, double K, double batch,
                                     double elem) {
-    double g = hw->gemm_dim, eff = hw->gemm_eff * M / (M + g) * N / (N + g) * K / (K + g);
+    double eff = hw->gemm_eff * pt__gemm_shape(hw, M, N, K, batch);
     double flops = 2.0 * M * N * K * batch, bytes = elem * batch * (M * K + K * N + M * N);
     double t = flops / (hw->peak_flops * eff), tm = bytes / hw->mem_bw;
+    if (hw->gemm_sms > 0) {
+        double rd = elem * batch * (M * K + K * N) / hw->mem_bw;
+        return (t > rd ? t : rd) + elem * batch * M * N / hw->mem_bw + hw->kernel_s;
+    }
     return (t > tm ? t : tm) + hw->kernel_s;
 }
 
@@ -15250,13 +15296,19 @@ static void pt__layer_costs(pt__sim *S) {
     double fft = (cf->ffn_hidden > 0 ? cf->ffn_hidden : 4.0 * h) / t;
     double fit = cf->mlp == PT_MLP_SWIGLU ? 2.0 * fft : fft;
     pt__layer_cost *L = &S->layer;
-    double g_qkv, g_proj, g_fc1, g_fc2, f_lin, f_attn, ew_f, ew_b, attn_f, attn_b, kern;
+    double g_fwd, g_in, g_w, f_lin, f_attn, ew_f, ew_b, attn_f, attn_b, kern;
+    double lin[4][2] = {{0, h}, {h, 0}, {0, h}, {h, 0}}; /* each linear layer's N and K */
+    int i;
     int drop = cf->arch != PT_ARCH_LLAMA; /* GPT's dropout (LLaMA has none) */
-    /* the four linear layers, M x K -> N, each rank with its 1/t */
-    g_qkv = pt_hw_gemm_seconds(hw, M, (1 + 2 * r) * ht, h, 1, e);
-    g_proj = pt_hw_gemm_seconds(hw, M, h, ht, 1, e);
-    g_fc1 = pt_hw_gemm_seconds(hw, M, fit, h, 1, e);
-    g_fc2 = pt_hw_gemm_seconds(hw, M, h, fft, 1, e);
+    /* the four linear layers, M x K -> N, each rank with its 1/t (qkv, proj, fc1, fc2);
+       backward's two GEMMs of each: the input gradient M x N -> K, the weight
+       gradient K x N over the M tokens */
+    lin[0][0] = (1 + 2 * r) * ht, lin[1][1] = ht, lin[2][0] = fit, lin[3][1] = fft;
+    for (g_fwd = g_in = g_w = 0.0, i = 0; i < 4; i++) {
+        g_fwd += pt_hw_gemm_seconds(hw, M, lin[i][0], lin[i][1], 1, e);
+        g_in += pt_hw_gemm_seconds(hw, M, lin[i][1], lin[i][0], 1, e);
+        g_w += pt_hw_gemm_seconds(hw, lin[i][1], lin[i][0], M, 1, e);
+    }
     f_lin = 2.0 * M * h * ((1 + 2 * r) * ht + ht + fit + fft); /* GPT-2: 24 b s h^2 / t */
     f_attn = 4.0 * b * sl * s * h / t; /* scores and context: the rank's queries, every key */
     pt__attn_core(S, f_attn, &attn_f, &attn_b);
@@ -15275,11 +15327,11 @@ static void pt__layer_costs(pt__sim *S) {
     L->attn_fwd_flops = f_attn;
     L->fwd_flops = f_lin + f_attn;
     L->bwd_flops = 2.0 * (f_lin + f_attn);
-    L->fwd_s = (g_qkv + g_proj + g_fc1 + g_fc2) * S->share + attn_f + ew_f + L->tp_fwd_s;
+    L->fwd_s = g_fwd * S->share + attn_f + ew_f + L->tp_fwd_s;
     /* backward: the input gradients (and the attention core's) first, the weight
        gradients (same GEMM shapes) apart for zero-bubble schedules */
-    L->bw_s = (g_qkv + g_proj + g_fc1 + g_fc2) * S->share;
-    L->bin_s = L->bw_s + attn_b + ew_b + L->tp_bwd_s;
+    L->bw_s = g_w * S->share;
+    L->bin_s = g_in * S->share + attn_b + ew_b + L->tp_bwd_s;
     /* Korthikanti et al. 2022, eq. (2) (sp: eq. (4), the 10 outside the tp
        regions over t), in bytes; its 24/t (q, k, v, the attention output, the
        MLP's two 4h inputs) as (4 + 4r)/t + 2 (fi + ff)/(t h) for LLaMA's
@@ -15851,7 +15903,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
         S->head_tp_s = t > 1 ? pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, M * h * e, pl->tp,
                                                   pl->tp) : 0.0;
         S->head_fwd_s = g1 + 3.0 * ce + 2.0 * M * h * e / hw->mem_bw * S->share;
-        S->head_bin_s = g1 + 2.0 * ce + S->head_tp_s + 3.0 * M * h * e / hw->mem_bw * S->share;
+        S->head_bin_s = pt_hw_gemm_seconds(hw, M, h, Vl, 1, e) * S->share + 2.0 * ce + S->head_tp_s + 3.0 * M * h * e / hw->mem_bw * S->share;
         S->head_bw_s = pt_hw_gemm_seconds(hw, Vl, h, M, 1, e) * S->share;
     }
     if (m.place.has_embed) {

@@ -5212,6 +5212,22 @@ static void test_hw_comm(void) {
           pt_hw_gemm_seconds(&hw, 512, 512, 512, 1, 2)); /* small GEMMs run worse */
 }
 
+/* Tiles and waves (gemm_sms): 12 x 11 tiles of 128 x 256 are one wave of 132 SMs;
+   one more row of outputs pads to a 13th row of tiles and a second wave, twice the
+   loop's time; the K loop at K / (K + gemm_dim), the M x N store added after it. */
+static void test_hw_gemm_tiles(void) {
+    pt_hw hw;
+    double K = 4096, e = 2, rate, loop, one, two;
+    CHECK(pt_hw_preset("h100-80g", &hw) == PT_OK);
+    hw.gemm_sms = 132, hw.gemm_tile_m = 128, hw.gemm_tile_n = 256, hw.gemm_dim = 64;
+    rate = hw.peak_flops * hw.gemm_eff * K / (K + hw.gemm_dim);
+    loop = 2.0 * 132 * 128 * 256 * K / rate; /* one wave of whole tiles */
+    one = pt_hw_gemm_seconds(&hw, 1536, 2816, K, 1, e);
+    two = pt_hw_gemm_seconds(&hw, 1537, 2816, K, 1, e);
+    CHECK(fabs(one - (loop + e * 1536 * 2816 / hw.mem_bw + hw.kernel_s)) < 1e-12);
+    CHECK(fabs(two - (2 * loop + e * 1537 * 2816 / hw.mem_bw + hw.kernel_s)) < 1e-12);
+}
+
 /* A profile survives save and load; a broken file is an error, not zeros. */
 static void test_hw_file(void) {
     pt_hw a, b;
@@ -5238,6 +5254,12 @@ static void test_hw_file(void) {
     fclose(f);
     CHECK(pt_hw_load(path, &b) == PT_ERR_FORMAT &&
           strstr(pt_last_error(), "per_node = '1e30' is not an integer in [0, 1048576]"));
+    a.gemm_sms = 132, a.gemm_tile_m = 128, a.gemm_tile_n = 0; /* tiles without a size */
+    CHECK(pt_hw_save(&a, path) == PT_OK);
+    CHECK(pt_hw_load(path, &b) == PT_ERR_FORMAT && strstr(pt_last_error(), "gemm_tile_n"));
+    a.gemm_tile_n = 256; /* and with one, the tiles' fields survive */
+    CHECK(pt_hw_save(&a, path) == PT_OK && pt_hw_load(path, &b) == PT_OK);
+    CHECK(b.gemm_sms == 132 && b.gemm_tile_m == 128 && b.gemm_tile_n == 256);
     a.name[0] = 0; /* a profile without a name saves to a file that loads */
     CHECK(pt_hw_save(&a, path) == PT_OK);
     CHECK(pt_hw_load(path, &b) == PT_OK && b.name[0] == 0 && b.per_node == a.per_node);
@@ -6963,6 +6985,7 @@ static const test_case tests[] = {
     {"sim_errors", test_sim_errors},
     {"plan_model_desc", test_plan_model_desc},
     {"hw_comm", test_hw_comm},
+    {"hw_gemm_tiles", test_hw_gemm_tiles},
     {"hw_file", test_hw_file},
     {"kernel_rmsnorm", test_rmsnorm},
     {"kernel_rope", test_rope},

@@ -1,7 +1,8 @@
 /* bench_step: time end-to-end training steps (pt_gpt_step: forward, backward, AdamW).
 
      build/bench_step --config gpt2-124m|small|tiny|mini|... --batch B --seq T
-                      --steps N --threads K [--json] [--phases]
+                      --steps N --threads K [--recompute none|selective|full]
+                      [--json] [--phases]
 
    Checks the result first (the loss at initialisation is near ln V and falls
    when the same batch is trained on), then times N steps after one warm-up
@@ -18,7 +19,9 @@
    interleaved, so a shared machine's load falls on all alike) and prints the
    ratio of each to the first; --precision fp32,bf16 does the same for the
    GEMMs' arithmetic (every GEMM with every precision), each MFU against the
-   instruction peak of its precision.
+   instruction peak of its precision. --recompute picks the activation
+   recomputation (pt_gpt_desc.recompute, as build/train's option): the peak
+   RSS then shows what it saves, the step time what it costs.
    --phases then splits each variant's step by phase (GEMMs of the layers and
    of the head, attention, the loss, norms, activations, residual adds and
    copies, bf16 rounding, the embedding, AdamW, communication): each phase's
@@ -49,7 +52,7 @@ static double gemm_peak(pt_gpt *gpt, const char *name, pt_precision p) {
 
 /* the run: its options, and the variants it times (a GEMM at a precision) */
 typedef struct bench {
-    const char *config;
+    const char *config, *recompute; /* recompute: none, selective or full */
     int batch, seq, steps, json;
     int ng;              /* variants, at most 8 */
     char names[8][16];   /* each one's GEMM (empty: the one running) */
@@ -207,20 +210,22 @@ static double print_variant(const bench *b, const pt_gpt *gpt, int g, double *t,
                "\"params\": %zu, \"steps\": %d, \"ms_per_step\": %.3f, \"tokens_per_s\": %.1f, "
                "\"gflops_per_step\": %.4f, \"peak_gflops\": %.1f, \"mfu\": %.4f, "
                "\"peak_rss_bytes\": %lld, \"loss_check\": [%.4f, %.4f], \"gemm\": \"%s\", "
-               "\"precision\": \"%s\", \"instr_peak_gflops\": %.1f, \"mfu_instr\": %.4f}\n",
+               "\"precision\": \"%s\", \"instr_peak_gflops\": %.1f, \"mfu_instr\": %.4f, "
+               "\"recompute\": \"%s\", \"peak_rss_mib\": %.1f}\n",
                b->config, batch, seq, pt_get_threads(), gpt->num_params, b->steps, med * 1e3,
                batch * seq / med, flops / 1e9, b->peak[g], flops / med / (b->peak[g] * 1e9),
                (long long)ru->ru_maxrss * 1024, b->loss0[g], b->loss1[g], gname, pname, ip,
-               ip > 0 ? flops / med / (ip * 1e9) : 0.0);
+               ip > 0 ? flops / med / (ip * 1e9) : 0.0, b->recompute, ru->ru_maxrss / 1024.0);
     } else {
         double mg = 100.0 * flops / med / (b->peak[g] * 1e9);
         char of_gemm[64];
         if (mg <= 100.0) snprintf(of_gemm, sizeof of_gemm, "%5.1f%%", mg);
         else snprintf(of_gemm, sizeof of_gemm, "n/a (probe slow)");
-        printf("%-10s B=%-3d T=%-4d threads %d %s gemm %-17s: %9.1f ms/step %9.0f tok/s  MFU "
-               "%5.1f%% of the %s instruction peak %.0f GFLOP/s, %s of its GEMM's %.0f at "
-               "1024^3  peak RSS %.0f MiB",
-               b->config, batch, seq, pt_get_threads(), pname, gname, med * 1e3, batch * seq / med,
+        printf("%-10s B=%-3d T=%-4d threads %d %s gemm %-17s recompute %s: %9.1f ms/step %9.0f "
+               "tok/s  MFU %5.1f%% of the %s instruction peak %.0f GFLOP/s, %s of its GEMM's %.0f "
+               "at 1024^3  peak RSS %.0f MiB",
+               b->config, batch, seq, pt_get_threads(), pname, gname, b->recompute, med * 1e3,
+               batch * seq / med,
                ip > 0 ? 100.0 * flops / med / (ip * 1e9) : 0.0, pname, ip, of_gemm, b->peak[g],
                ru->ru_maxrss / 1024.0);
         if (b->ng > 1) printf("  %.2fx the first", med0 / med);
@@ -543,8 +548,9 @@ static int phases_measure(const bench *b, pt_gpt *gpt, int g, const pt_step_desc
 }
 
 int main(int argc, char **argv) {
-    const char *config = "small", *gemms = "", *precs = "fp32";
+    const char *config = "small", *gemms = "", *precs = "fp32", *recompute = "none";
     int batch = 8, seq = 128, steps = 5, threads = 0, json = 0, phase = 0, npos, s, i, g;
+    int rc;
     const char *pos[1];
     cli_opt opts[] = {
         {"config", CLI_STR, &config, "model preset (tiny, mini, small, gpt2-124m, ...)", 0, 0},
@@ -556,6 +562,8 @@ int main(int argc, char **argv) {
         {"gemm", CLI_STR, &gemms, "comma-separated GEMMs to compare (ptrain, openblas, portable)",
          0, 0},
         {"precision", CLI_STR, &precs, "comma-separated precisions to compare (fp32, bf16)", 0, 0},
+        {"recompute", CLI_STR, &recompute, "activation recomputation: none, selective, full", 0,
+         0},
         {"phases", CLI_FLAG, &phase, "then each variant's step by phase against its roofline", 0,
          0},
     };
@@ -579,7 +587,14 @@ int main(int argc, char **argv) {
     pt_set_threads(threads);
     memset(&b, 0, sizeof b);
     b.config = config, b.batch = batch, b.seq = seq, b.steps = steps, b.json = json;
+    b.recompute = recompute; /* (checked: one of the three names, printed as given) */
     if (parse_variants(&b, gemms, precs) != 0) return 2;
+    if ((rc = cli_recompute(recompute)) < 0) return 2;
+    if (phase && rc != PT_RECOMPUTE_NONE) { /* its replay keeps every activation */
+        fprintf(stderr, "error: --phases replays a step without recomputation: use it with "
+                        "--recompute none\n");
+        return 2;
+    }
     if (pt_gpt_config_preset(config, &cfg) != PT_OK) {
         fprintf(stderr, "error: %s\n", pt_last_error());
         return 2;
@@ -590,6 +605,7 @@ int main(int argc, char **argv) {
     d.batch = batch;
     d.seq = seq;
     d.precision = b.prec[0];
+    d.recompute = rc;
     if (pt_gpt_init(&gpt, &d) != PT_OK) {
         fprintf(stderr, "error: %s\n", pt_last_error());
         return 2;

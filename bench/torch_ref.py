@@ -3,6 +3,7 @@
 
     /usr/bin/python3 bench/torch_ref.py --config gpt2-124m|small|tiny|mini|... --batch B
                                         --seq T --steps N --threads K [--json]
+                                        [--precision fp32|bf16] [--recompute none|full]
 
 The model is ptrain's (/work/shared/fixtures/README.md section 3): pre-LN GPT-2,
 tanh GELU, causal attention, LM head tied to wte, mean cross-entropy (or, for the
@@ -16,6 +17,9 @@ gets. Like bench_step it checks the result first (loss at init near ln V, lower
 after one step on the batch; that step is the warm-up), times N steps, and
 reports the median ms/step, tokens/s, MFU (same FLOP formula, over a torch.mm
 peak measured in this process) and the peak RSS, with the same JSON keys.
+--recompute full wraps each block in torch.utils.checkpoint (non-reentrant): a
+block keeps only its input and runs its forward again in backward, as
+bench_step --recompute full does; none (the default) is the ordinary step.
 
 Needs Debian's python3-torch (1.13): use /usr/bin/python3 if the `python3` on
 PATH is another interpreter without torch.
@@ -32,6 +36,7 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 # ptrain's presets (pt_gpt_config_preset in ptrain.h): name -> (V, block, L, NH, C)
 PRESETS = {
@@ -49,6 +54,14 @@ LLAMA_PRESETS = {
     "llama-124m": (32000, 1024, 12, 12, 768, 4, 2048, 10000.0),
 }
 LN_EPS = 1e-5
+
+
+def run_blocks(blocks, full, x, *args):
+    """x through each block; full: each under torch.utils.checkpoint (its input kept,
+    its forward run again in backward)."""
+    for blk in blocks:
+        x = checkpoint(blk, x, *args, use_reentrant=False) if full else blk(x, *args)
+    return x
 
 
 class Block(nn.Module):
@@ -100,8 +113,7 @@ class GPT(nn.Module):
     def forward(self, inputs, targets):
         T = inputs.shape[1]
         x = self.wte(inputs) + self.wpe.weight[:T]
-        for blk in self.h:
-            x = blk(x, self.mask)
+        x = run_blocks(self.h, self.recompute_full, x, self.mask)
         logits = F.linear(self.ln_f(x), self.wte.weight)  # tied head, no bias
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
@@ -179,8 +191,7 @@ class Llama(nn.Module):
         T = inputs.shape[1]
         x = self.embed_tokens(inputs)
         cos, sin = self.cos[:T], self.sin[:T]
-        for blk in self.layers:
-            x = blk(x, self.mask, cos, sin)
+        x = run_blocks(self.layers, self.recompute_full, x, self.mask, cos, sin)
         logits = self.lm_head(self.norm(x))
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
@@ -212,6 +223,8 @@ def main():
     ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
                     help="bf16: forward (and so backward) under torch.autocast(bfloat16), "
                          "fp32 weights and AdamW")
+    ap.add_argument("--recompute", default="none", choices=("none", "full"),
+                    help="full: each block under torch.utils.checkpoint")
     args = ap.parse_args()
     B, T, steps = args.batch, args.seq, args.steps
     if B < 1 or T < 1 or steps < 1:
@@ -232,6 +245,7 @@ def main():
         block = max(block, T)  # as bench_step: the position table covers T
         model = GPT(V, block, L, NH, C)
         expect = V * C + block * C + L * (12 * C * C + 13 * C) + 2 * C  # pt_gpt_num_params
+    model.recompute_full = args.recompute == "full"
     params = sum(p.numel() for p in model.parameters())  # wte counted once where tied
     if params != expect:
         sys.exit(f"error: {params} parameters, ptrain has {expect}")
@@ -282,10 +296,11 @@ def main():
             "tokens_per_s": round(B * T / med, 1), "gflops_per_step": round(flops / 1e9, 4),
             "peak_gflops": round(peak, 1), "mfu": round(flops / med / (peak * 1e9), 4),
             "peak_rss_bytes": rss, "loss_check": [round(loss0, 4), round(loss1, 4)],
-            "precision": args.precision, "torch": torch.__version__}))
+            "precision": args.precision, "recompute": args.recompute,
+            "peak_rss_mib": round(rss / 2**20, 1), "torch": torch.__version__}))
     else:
         print(f"{args.config:<10} B={B:<3d} T={T:<4d} threads {torch.get_num_threads()} "
-              f"{args.precision}: "
+              f"{args.precision} recompute {args.recompute}: "
               f"{med * 1e3:9.1f} ms/step {B * T / med:9.0f} tok/s  "
               f"MFU {100 * flops / med / (peak * 1e9):5.1f}% of {peak:.0f} GFLOP/s  "
               f"peak RSS {rss / 1048576:.0f} MiB (torch {torch.__version__})")

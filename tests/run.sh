@@ -400,6 +400,8 @@ for t in tabs:
     s = sum(ms[k] for k in ins)
     assert abs(s - t[\"sum_ms\"]) < 0.01 + 1e-3 * s, (s, t[\"sum_ms\"])
 ' $tmp/ph.json"
+fails "bench_step: unknown recomputation, refused naming the flag" 2 \
+    "--recompute 'bogus' is not none, selective or full" build/bench_step --recompute bogus
 # bench_overlap parses through common/cli.h: a malformed or out-of-range value is refused
 # naming the option and the value, before MPI starts (so without mpirun)
 fails "bench_overlap: a malformed --mb" 2 "^error: --mb expects a number, got '16x'" \

@@ -2251,6 +2251,9 @@ PTRAINDEF pt_status pt_plot_write_svg(const char *path, const char *title, const
 #include <unistd.h>
 #define PT__HAVE_PTHREADS 1
 #endif
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -2282,6 +2285,12 @@ extern "C" {
 /* POSIX; declared here because strict C11 hides them */
 int fsync(int fd);
 int nanosleep(const struct timespec *req, struct timespec *rem);
+#endif
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+#define PT__MADV_HUGEPAGE MADV_HUGEPAGE
+#elif defined(__linux__) /* strict C11 hides madvise and its advice: 14 on every Linux */
+int madvise(void *addr, size_t len, int advice);
+#define PT__MADV_HUGEPAGE 14
 #endif
 
 /* ======================================================================== */
@@ -2421,6 +2430,32 @@ static void *pt__malloc(size_t n, void *ctx) {
 static void pt__free(void *p, void *ctx) {
     (void)ctx;
     if (p) PTRAIN_FREE(p, ctx);
+}
+
+/* A block of the step's working set (an arena, the GEMM workspace): n bytes,
+   64-byte aligned, from pt__malloc (free *raw with pt__free). From 4 MiB up it
+   starts on a 2 MiB boundary (2 MiB more is asked for, never touched) and its
+   whole 2 MiB pages are advised as transparent huge pages (Linux's THP
+   "madvise" mode gives them only to advised memory): a step walks GiBs, and
+   GEMM packing reads rows kilobytes apart, each row on its own 4 KiB page and
+   TLB entry otherwise. Advice only, never the results: refused (a user
+   allocator's file-backed memory, no THP) or off (PTRAIN_HUGEPAGES=0), the
+   block is the same. */
+#define PT__HUGE ((size_t)2 << 20)
+static void *pt__malloc_big(size_t n, void *ctx, void **raw) {
+    size_t align = n >= 2 * PT__HUGE ? PT__HUGE : 64;
+    unsigned char *p = NULL;
+    if (n <= SIZE_MAX - align) p = (unsigned char *)pt__malloc(n + align, ctx);
+    *raw = p;
+    if (!p) return NULL;
+    p += (align - (uintptr_t)p % align) % align;
+#ifdef PT__MADV_HUGEPAGE
+    if (align == PT__HUGE) {
+        const char *e = getenv("PTRAIN_HUGEPAGES");
+        if (!e || strcmp(e, "0") != 0) (void)madvise(p, n / PT__HUGE * PT__HUGE, PT__MADV_HUGEPAGE);
+    }
+#endif
+    return p;
 }
 
 /* Grows a malloc'ed array to hold at least need elements. */
@@ -2671,13 +2706,14 @@ PTRAINDEF int64_t pt_tensor_numel(const pt_tensor *t) {
 static size_t pt__align_up(size_t n) { return (n + (PT__ALIGN - 1)) & ~(size_t)(PT__ALIGN - 1); }
 
 PTRAINDEF pt_status pt_arena_init(pt_arena *a, size_t capacity, void *alloc_ctx) {
+    void *raw;
     memset(a, 0, sizeof *a);
     a->alloc_ctx = alloc_ctx;
-    if (capacity > SIZE_MAX - PT__ALIGN)
+    if (capacity > SIZE_MAX - PT__HUGE)
         return pt__fail(PT_ERR_OOM, "arena of %zu bytes is too large", capacity);
-    a->raw = (unsigned char *)pt__malloc(capacity + PT__ALIGN, alloc_ctx);
-    if (!a->raw) return pt__fail(PT_ERR_OOM, "cannot allocate an arena of %zu bytes", capacity);
-    a->base = a->raw + ((PT__ALIGN - ((uintptr_t)a->raw & (PT__ALIGN - 1))) & (PT__ALIGN - 1));
+    a->base = (unsigned char *)pt__malloc_big(capacity, alloc_ctx, &raw);
+    a->raw = (unsigned char *)raw;
+    if (!a->base) return pt__fail(PT_ERR_OOM, "cannot allocate an arena of %zu bytes", capacity);
     a->capacity = capacity;
     return PT_OK;
 }
@@ -3102,13 +3138,12 @@ PTRAINDEF pt_status pt_ctx_init(pt_ctx *c, const pt_ctx_desc *d) {
         return pt__fail(PT_ERR_INVALID_ARG, "pt_ctx_desc.threads=%d must be in 0..4096 "
                         "(0: pt_get_threads())", d->threads);
     n = d->threads ? d->threads : pt_get_threads();
-    c->raw = pt__malloc(pt_ctx_workspace_bytes(n), d->alloc_ctx);
-    if (!c->raw)
+    c->ws = (unsigned char *)pt__malloc_big(pt_ctx_workspace_bytes(n), d->alloc_ctx, &c->raw);
+    if (!c->ws)
         return pt__fail(PT_ERR_OOM, "cannot allocate %.1f MiB of GEMM workspace for %d threads",
                         (double)pt_ctx_workspace_bytes(n) / 1048576.0, n);
     c->precision = d->precision == PT_PRECISION_BF16 ? PT_PRECISION_BF16 : PT_PRECISION_FP32;
     c->threads = n, c->alloc_ctx = d->alloc_ctx, c->ws_slot = PT__WS_SLOT;
-    c->ws = (unsigned char *)c->raw + (64 - (uintptr_t)c->raw % 64) % 64;
     return PT_OK;
 }
 

@@ -2340,9 +2340,8 @@ static void test_arena(void) {
 
 /* The arenas' and the GEMM workspace's blocks (pt__malloc_big): 64-byte
    aligned, from 4 MiB up 2 MiB aligned (the advice itself is not checked:
-   whether /proc/self/smaps then says THPeligible depended on where glibc put
-   the block, 1 or 0 from run to run of this binary); wholly usable (ASan),
-   freed through the allocator. */
+   /proc/self/smaps said THPeligible 1 or 0 from run to run of this binary,
+   cause not found); wholly usable (ASan), freed through the allocator. */
 static void test_big_blocks(void) {
     size_t sizes[3] = {1000, (size_t)5 << 20, ((size_t)6 << 20) + 100}, calls, n;
     void *raw;

@@ -21,10 +21,10 @@
 # processes live on, cut off); after mpirun ends, hosts.sh waits up to 30 s for every
 # process of every host to end and says "hosts.sh: host I's link down; mpirun ended S s
 # later; every process gone G s later" (or lists the ones left, which it then kills).
-# --slow-host I[:GLOB]: host I's ranks get a twentieth of a core (stopped 190 ms of every 200 ms
-# with SIGSTOP/SIGCONT): a straggler; with GLOB, from the moment a file matching it exists (a
-# start-up slowed twentyfold is not what the check is about, and it runs Open MPI's and the
-# program's set-up on a rank that is stopped most of the time).
+# --slow-host I[:GLOB]: host I's ranks get a twentieth of a core (a cpu cgroup capped at 5 ms of
+# every 100 ms; without one, stopped 190 ms of every 200 ms with SIGSTOP/SIGCONT): a straggler;
+# with GLOB, from the moment a file matching it exists (a start-up slowed twentyfold is not
+# what the check is about). A line on stderr says which cap was used.
 # --run: PROG runs inside host 0 instead of under mpirun, with PT_HOSTFILE (the hosts'
 # addresses and slots) and PT_MPIRUN (an mpirun that reaches them) in its environment:
 # for launchers of their own (scripts/elastic.sh).
@@ -86,6 +86,9 @@ kill_ns() { # kill_ns NS: its processes, then the namespace (and the veths in it
 }
 teardown() {
     for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$pre-"); do kill_ns "$ns"; done
+    for c in /sys/fs/cgroup/$pre-slow /sys/fs/cgroup/cpu/$pre-slow; do
+        [ ! -d "$c" ] || rmdir "$c" 2>/dev/null || { sleep 0.5; rmdir "$c" 2>/dev/null; }
+    done
     rm -rf "$dir"
 }
 trap teardown EXIT
@@ -154,12 +157,25 @@ if [ -n "$down" ]; then
     cutter=$!
 fi
 if [ -n "$slow" ]; then
+    # the straggler's CPU cap: a cgroup of its own (v2's cpu.max, else v1's CFS quota), so
+    # its ranks run 5 ms of every 100 ms and never see a signal; SIGSTOP/SIGCONT only
+    # where no cpu cgroup can be made
+    cg=
+    if grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null &&
+        mkdir "/sys/fs/cgroup/$pre-slow" 2>/dev/null; then
+        cg=/sys/fs/cgroup/$pre-slow
+        echo "5000 100000" >"$cg/cpu.max" 2>/dev/null || { rmdir "$cg"; cg=; }
+    elif [ -d /sys/fs/cgroup/cpu ] && mkdir "/sys/fs/cgroup/cpu/$pre-slow" 2>/dev/null; then
+        cg=/sys/fs/cgroup/cpu/$pre-slow
+        { echo 100000 >"$cg/cpu.cfs_period_us" && echo 5000 >"$cg/cpu.cfs_quota_us"; } 2>/dev/null ||
+            { rmdir "$cg"; cg=; }
+    fi
+    echo "${cg:-signals}" >"$dir/slowcap"
     ( # shellcheck disable=SC2086
       [ -z "$sglob" ] || until ls $sglob >/dev/null 2>&1; do sleep 0.1; done
-      # the host's ranks (not its Open MPI daemon): stopped 190 ms of every 200 ms; the
-      # list of them read again every 10 rounds. A daemon being launched is "ip" (netns
-      # exec) before it is orted, under the same pid: never listed, or mpirun sees its
-      # child stopped and the job hangs ("ORTE does not know how to route a message")
+      # the host's ranks, not its Open MPI daemon (nor "ip", "sh", "env" on the way to
+      # it: a daemon seen stopped hangs the job, "ORTE does not know how to route a
+      # message"); the list read again every 10 rounds of 200 ms
         i=0 ps=
         while :; do
             if [ $((i % 10)) -eq 0 ]; then
@@ -167,8 +183,13 @@ if [ -n "$slow" ]; then
                 for p in $(ip netns pids "$pre-h$slow" 2>/dev/null); do
                     case $(cat "/proc/$p/comm" 2>/dev/null) in orted | mpirun | sh | timeout | ip | env | '') ;; *) ps="$ps $p" ;; esac
                 done
+                [ -z "$cg" ] || for p in $ps; do echo "$p" >"$cg/cgroup.procs" 2>/dev/null; done
             fi
             i=$((i + 1))
+            if [ -n "$cg" ]; then
+                sleep 0.2
+                continue
+            fi
             # shellcheck disable=SC2086
             [ -z "$ps" ] || kill -STOP $ps 2>/dev/null
             sleep 0.19
@@ -194,9 +215,11 @@ if [ -n "$kill" ]; then
     ) &
     watcher=$!
 fi
-snapshot() { # each host's processes (through /proc: ps is procps's) and TCP sockets
-    i=0
-    while [ "$i" -lt "$hosts" ]; do
+snapshot() { # each host's processes (through /proc: ps is procps's), then TCP sockets; the
+    # host a fault was put on first (the output is read from its top)
+    order=$(i=0; while [ "$i" -lt "$hosts" ]; do echo "$i"; i=$((i + 1)); done |
+        awk -v f="$slow$victim$cut" '$1 == f { print; next } { r = r " " $1 } END { print r }')
+    for i in $order; do
         for p in $(ip netns pids "$pre-h$i" 2>/dev/null); do
             st=$(sed 's/^.*) \([A-Za-z]\).*/\1/' "/proc/$p/stat" 2>/dev/null)
             echo "  host $i: $p $st $(cat "/proc/$p/wchan" 2>/dev/null)" \
@@ -205,8 +228,9 @@ snapshot() { # each host's processes (through /proc: ps is procps's) and TCP soc
                 sed -n '1,3{s/^\[<[0-9a-f]*>\] //;s/+0x.*//;p;}' "$t/stack" 2>/dev/null | paste -sd '<' -
             done | grep . | sort | uniq -c | sed 's/^/    /' | head -n 8
         done
+    done
+    for i in $order; do
         ip netns exec "$pre-h$i" ss -tanH 2>/dev/null | sed "s/^/  host $i tcp: /" | head -n 20
-        i=$((i + 1))
     done
 }
 # 2 s before the timeout's TERM, what every host runs (reported only if the timeout comes)
@@ -223,7 +247,11 @@ rc=$?
 ended=$(date +%s.%N)
 kill "$dog" 2>/dev/null
 wait "$dog" 2>/dev/null
-[ -z "$slow" ] || { kill "$slower" 2>/dev/null; wait "$slower" 2>/dev/null; }
+if [ -n "$slow" ]; then
+    kill "$slower" 2>/dev/null
+    wait "$slower" 2>/dev/null
+    echo "hosts.sh: host $slow's ranks slowed by $(cat "$dir/slowcap")" >&2
+fi
 left() { # the processes still in the hosts' namespaces
     for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$pre-h"); do
         ip netns pids "$ns" 2>/dev/null
@@ -247,7 +275,9 @@ if [ -n "$down" ]; then
                 "$(awk -v a="$a" -v b="$gone" 'BEGIN { printf "%.1f", b - a }') s later" >&2
         else
             echo "hosts.sh: host $cut's link down; mpirun ended $m s later; processes left 30 s after it:" >&2
-            for p in $(left); do echo "  $(ps -o pid=,args= -p "$p" | cut -c1-120)" >&2; done
+            for p in $(left); do
+                echo "  $p $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-120)" >&2
+            done
         fi
     else
         echo "hosts.sh: host $cut's link never went down (no file matched $dglob)" >&2

@@ -6241,23 +6241,40 @@ static void pt__xent_rows(float *losses, double *lse, float *logits, const int *
     }
 }
 
-PTRAINDEF void pt_head_xent_fused(pt_ctx *ctx, float *losses, double *lse, float *dx, float *dwte,
-                                  const float *x, const float *wte, const int *targets, int N,
-                                  int C, int V, float dloss, float *work, size_t work_floats,
-                                  int rows) {
+/* pt_head_xent_fused's work; given lap, lap(arg, part) after each part
+   (0 the pack of wte, then per row block 1 the logits GEMM, 2 the loss and
+   gradient rows, 3 the dx GEMM, 4 the dwte GEMM): bench_kernels' "head
+   parts" times these very calls. */
+static void pt__head_xent_parts(pt_ctx *ctx, float *losses, double *lse, float *dx, float *dwte,
+                                const float *x, const float *wte, const int *targets, int N,
+                                int C, int V, float dloss, float *work, size_t work_floats,
+                                int rows, void (*lap)(void *, int), void *arg) {
     int r0, R = rows > 0 ? rows : 256, h16;
     pt_ctx c = *ctx;
     pt__gemm_pb pb[2];
     if (pt__head_pack(&c, pb, wte, N, C, V, R, dx != NULL, work, work_floats)) ctx = &c;
     h16 = pt__head_h16(ctx);
+    if (lap) lap(arg, 0);
     for (r0 = 0; r0 < N; r0 += R) { /* block [r0, r0 + n) of the rows */
         int n = N - r0 < R ? N - r0 : R;
         const float *xb = x + (size_t)r0 * C;
         pt_tied_head_forward(ctx, work, xb, wte, n, C, V);
+        if (lap) lap(arg, 1);
         pt__xent_rows(losses + r0, lse + r0, work, targets + r0, n, V, dx || dwte, dloss, h16);
-        if (dx || dwte)
-            pt__head_grads(ctx, dx ? dx + (size_t)r0 * C : NULL, dwte, work, h16, xb, wte, n, C, V);
+        if (lap) lap(arg, 2);
+        if (dx) pt__head_grads(ctx, dx + (size_t)r0 * C, NULL, work, h16, xb, wte, n, C, V);
+        if (lap) lap(arg, 3);
+        if (dwte) pt__head_grads(ctx, NULL, dwte, work, h16, xb, wte, n, C, V);
+        if (lap) lap(arg, 4);
     }
+}
+
+PTRAINDEF void pt_head_xent_fused(pt_ctx *ctx, float *losses, double *lse, float *dx, float *dwte,
+                                  const float *x, const float *wte, const int *targets, int N,
+                                  int C, int V, float dloss, float *work, size_t work_floats,
+                                  int rows) {
+    pt__head_xent_parts(ctx, losses, lse, dx, dwte, x, wte, targets, N, C, V, dloss, work,
+                        work_floats, rows, NULL, NULL);
 }
 
 PTRAINDEF pt_adamw_config pt_adamw_default(void) {

@@ -458,38 +458,29 @@ static void k_hr_gemm(void *p) { /* the layers' c_fc: N x 4C x C */
     pt_matmul_forward(h->ctx, h->y, h->x, h->wf, NULL, h->N, h->C, 4 * h->C);
 }
 
-/* "head parts": pt_head_xent_fused's work by parts, the same calls in the
-   same order (the pack of wte, then by PT__HEAD_ROWS blocks: the logits
-   GEMM, the loss and gradient rows, the dx GEMM, the dwte GEMM), each
-   part's wall and CPU seconds summed over the blocks into w[5], c[5] */
-/* adds the wall and CPU seconds since *w0, *c0 to *w, *c and restarts them */
-static void hr_lap(double *w, double *c, double *w0, double *c0) {
+/* "head parts": pt_head_xent_fused's work by parts, through its own loop
+   (pt__head_xent_parts, whose lap marks each part's end): the pack of wte,
+   then by PT__HEAD_ROWS blocks the logits GEMM, the loss and gradient rows,
+   the dx GEMM, the dwte GEMM; each part's wall and CPU seconds summed over
+   the blocks into w[5], c[5] */
+typedef struct hr_laps {
+    double *w, *c, w0, c0;
+} hr_laps;
+
+/* adds the wall and CPU seconds since the last lap to part k's */
+static void hr_lap(void *p, int k) {
+    hr_laps *l = (hr_laps *)p;
     double wn = pt_time_now(), cn = cpu_seconds();
-    *w += wn - *w0, *c += cn - *c0, *w0 = wn, *c0 = cn;
+    l->w[k] += wn - l->w0, l->c[k] += cn - l->c0, l->w0 = wn, l->c0 = cn;
 }
 
 static void hr_parts(hrate *h, double w[5], double c[5]) {
-    pt_ctx cx = *h->ctx, *ctx = h->ctx;
-    pt__gemm_pb pb[2];
-    int r0, R = PT__HEAD_ROWS, N = h->N, C = h->C, V = h->V, k, h16;
-    double w0 = pt_time_now(), c0 = cpu_seconds();
+    hr_laps l;
+    int k;
     for (k = 0; k < 5; k++) w[k] = c[k] = 0.0;
-    if (pt__head_pack(&cx, pb, h->w, N, C, V, R, 1, h->work, h->work_n)) ctx = &cx;
-    h16 = pt__head_h16(ctx);
-    hr_lap(&w[0], &c[0], &w0, &c0);
-    for (r0 = 0; r0 < N; r0 += R) {
-        int n = N - r0 < R ? N - r0 : R;
-        const float *xb = h->x + (size_t)r0 * C;
-        pt_tied_head_forward(ctx, h->work, xb, h->w, n, C, V);
-        hr_lap(&w[1], &c[1], &w0, &c0);
-        pt__xent_rows(h->loss + r0, h->lse + r0, h->work, h->tg + r0, n, V, 1, 1.0f / (float)N,
-                      h16);
-        hr_lap(&w[2], &c[2], &w0, &c0);
-        pt__head_grads(ctx, h->dx + (size_t)r0 * C, NULL, h->work, h16, xb, h->w, n, C, V);
-        hr_lap(&w[3], &c[3], &w0, &c0);
-        pt__head_grads(ctx, NULL, h->dw, h->work, h16, xb, h->w, n, C, V);
-        hr_lap(&w[4], &c[4], &w0, &c0);
-    }
+    l.w = w, l.c = c, l.w0 = pt_time_now(), l.c0 = cpu_seconds();
+    pt__head_xent_parts(h->ctx, h->loss, h->lse, h->dx, h->dw, h->x, h->w, h->tg, h->N, h->C,
+                        h->V, 1.0f / (float)h->N, h->work, h->work_n, PT__HEAD_ROWS, hr_lap, &l);
 }
 
 /* "head parts" printed: each part's fastest total of reps runs, its share of

@@ -100,6 +100,10 @@
    backend's send slots), which take a free buffer that fits and allocate
    one when none does: in the first steps, and later only when more
    messages are in flight at once than before (a matter of timing).
+   Blocks of 4 MiB and more (arenas, the GEMM workspace) start on a 2 MiB
+   boundary and are advised MADV_HUGEPAGE on Linux (transparent huge pages:
+   about 5% of a gpt2-124m step here); PTRAIN_HUGEPAGES=0 in the
+   environment leaves them to the allocator.
 
    ERRORS. Functions that can fail return pt_status; pt_last_error() gives a
    message for the calling thread naming the field, value and constraint.

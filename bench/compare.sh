@@ -17,10 +17,13 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 # config B T steps
-CONFIGS="small 8 128 5
+# (CONFIGS in the environment replaces the list: e.g. the issue's two models only,
+#  CONFIGS="gpt2-124m 8 256 3
+#  llama-124m 8 256 3" sh bench/compare.sh)
+CONFIGS=${CONFIGS:-"small 8 128 5
 gpt2-124m 4 64 3
 gpt2-124m 8 256 2
-llama-124m 8 256 2"
+llama-124m 8 256 2"}
 
 # summary FILE: losses at init and after one step (far apart between the two
 # programs would mean the models differ), parameter count and sgemm peak
@@ -63,7 +66,8 @@ def mib(r):
     return r["peak_rss_bytes"] / 2**20
 
 head = ("config", "B", "T", "ptrain fp32", "ptrain bf16", "torch fp32", "torch bf16",
-        "fp32 torch/ptrain", "bf16 torch/ptrain", "ptrain fp32/bf16", "ptrain bf16 MFU",
+        "fp32 torch/ptrain", "bf16 torch/ptrain", "ptrain fp32/bf16", "ptrain fp32 MFU",
+        "ptrain bf16 MFU",
         "ptrain RSS fp32, bf16", "torch RSS fp32, bf16")
 rows = []
 for p in sorted(glob.glob(os.path.join(sys.argv[1], "*.ptrain_fp32"))):
@@ -76,6 +80,7 @@ for p in sorted(glob.glob(os.path.join(sys.argv[1], "*.ptrain_fp32"))):
                  f"{tf['ms_per_step'] / pf['ms_per_step']:.2f}x",
                  f"{tb['ms_per_step'] / pb['ms_per_step']:.2f}x",
                  f"{pf['ms_per_step'] / pb['ms_per_step']:.2f}x",
+                 f"{100 * pf['mfu_instr']:.1f}% of {pf['instr_peak_gflops']:.0f}",
                  f"{100 * pb['mfu_instr']:.1f}% of {pb['instr_peak_gflops']:.0f}",
                  f"{mib(pf):.0f}, {mib(pb):.0f} MiB", f"{mib(tf):.0f}, {mib(tb):.0f} MiB"))
 print("median ms/step; peak RSS of each run (a process each)")

@@ -162,6 +162,8 @@ if [ -n "$slow" ]; then
     # where no cpu cgroup can be made
     cg=
     if grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null &&
+        { grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control ||
+            echo +cpu >/sys/fs/cgroup/cgroup.subtree_control; } 2>/dev/null &&
         mkdir "/sys/fs/cgroup/$pre-slow" 2>/dev/null; then
         cg=/sys/fs/cgroup/$pre-slow
         echo "5000 100000" >"$cg/cpu.max" 2>/dev/null || { rmdir "$cg"; cg=; }

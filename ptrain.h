@@ -15910,6 +15910,23 @@ static void pt__sim_head(pt__sim *S, double M, double Vl) {
     S->head_bw_s = pt_hw_gemm_seconds(hw, Vl, h, M, 1, e) * S->share;
 }
 
+/* The first stage's embedding on M tokens and the rank's Vl rows: the lookup, tp's
+   all-reduce of its output, the rows' gradients. On Megatron-LM the gradient is the
+   whole table's: F.embedding's backward (tensor_parallel/layers.py at f2e5db4)
+   fills a dense Vl x h gradient (e bytes an element) and the DDP hook adds it into
+   main_grad (distributed_data_parallel.py: main_grad.add_(param.grad), read e and
+   the gradient element twice); a grad_accum_pass makes that add itself (acc_s). */
+static void pt__sim_embed(pt__sim *S, double M, double Vl) {
+    const pt_hw *hw = S->hw;
+    const pt_plan_desc *pl = S->d;
+    double h = pl->model.config.n_embd, e = S->elem;
+    double dense = S->ptrain ? 0.0 : Vl * h * (e + (pl->grad_accum_pass ? 0.0 : e + 2.0 * S->gb));
+    S->emb_tp_s = pl->tp > 1 ? pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, M * h * e, pl->tp,
+                                                  pl->tp) : 0.0;
+    S->emb_fwd_s = 3.0 * M * h * e / hw->mem_bw * S->share + S->emb_tp_s;
+    S->emb_bwd_s = (M * h * (e + 4.0) + dense) / hw->mem_bw * S->share;
+}
+
 /* Pipeline stage st: its meta build (every tp x dp rank of a stage alike),
    its memory, and the costs only it has: the embedding (first), the head
    (last), the gradient sync and optimizer, ZeRO 3's gathers. The stage's
@@ -15957,12 +15974,7 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     S->acc_s[st] = pl->grad_accum_pass ? pn * 12.0 / hw->mem_bw * S->share + 2.0 * hw->kernel_s
                                        : 0.0; /* (read bf16 and fp32, write fp32; clear bf16) */
     if (m.place.has_head) pt__sim_head(S, M, Vl);
-    if (m.place.has_embed) {
-        S->emb_tp_s = t > 1 ? pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, M * h * e, pl->tp, pl->tp)
-                            : 0.0;
-        S->emb_fwd_s = 3.0 * M * h * e / hw->mem_bw * S->share + S->emb_tp_s;
-        S->emb_bwd_s = M * h * (e + 4.0) / hw->mem_bw * S->share;
-    }
+    if (m.place.has_embed) pt__sim_embed(S, M, Vl);
     /* after the last backward: the gradients over the dp group, wte's two
        copies summed (first and last stage), the optimizer on this rank's part.
        ptrain's executor, and any overlap, go bucket by bucket (the meta

@@ -15905,6 +15905,49 @@ static void pt__sim_z3_compact(pt__sim *S, pt_gpt *m, const pt__exec_layout *o, 
     S->z3e_mask_v = f * Vl, S->z3e_rows_v = f * (R * C + (double)wn);
 }
 
+/* The last stage's head on M tokens and the rank's Vl columns of the vocabulary:
+   the logits' GEMMs, the loss over them, tp's all-reduce of the input gradient. */
+static void pt__sim_head(pt__sim *S, double M, double Vl) {
+    const pt_hw *hw = S->hw;
+    const pt_plan_desc *pl = S->d;
+    double h = pl->model.config.n_embd, t = pl->tp, e = S->elem;
+    double g1 = pt_hw_gemm_seconds(hw, M, Vl, h, 1, e) * S->share;
+    /* the loss: bytes an element of the rank's M x Vl logits moves through memory.
+       ptrain's executor: 3 fp32 passes forward, 2 backward. Megatron-LM's
+       vocab_parallel_cross_entropy (core/tensor_parallel/cross_entropy.py at f2e5db4,
+       2024-07; the same passes in 2021's; unfused unless --cross-entropy-loss-fusion)
+       casts the logits to fp32 (read e, write 4), takes the max (4), subtracts it in
+       place (8), exps (8), sums (4) and divides (8); backward multiplies by the loss's
+       gradient in place (8) and autograd casts that back (4 + e) */
+    double ce = M * Vl / hw->mem_bw * S->share;
+    double ce_f = S->ptrain ? 12.0 : 36.0 + e, ce_b = S->ptrain ? 8.0 : 12.0 + e;
+    S->head_fwd_flops = 2.0 * M * h * Vl;
+    S->head_bwd_flops = 4.0 * M * h * Vl;
+    S->head_tp_s = t > 1 ? pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, M * h * e, pl->tp,
+                                              pl->tp) : 0.0;
+    S->head_fwd_s = g1 + ce_f * ce + 2.0 * M * h * e / hw->mem_bw * S->share;
+    S->head_bin_s = pt_hw_gemm_seconds(hw, M, h, Vl, 1, e) * S->share + ce_b * ce +
+                    S->head_tp_s + 3.0 * M * h * e / hw->mem_bw * S->share;
+    S->head_bw_s = pt_hw_gemm_seconds(hw, Vl, h, M, 1, e) * S->share;
+}
+
+/* The first stage's embedding on M tokens and the rank's Vl rows: the lookup, tp's
+   all-reduce of its output, the rows' gradients. On Megatron-LM the gradient is the
+   whole table's: F.embedding's backward (tensor_parallel/layers.py at f2e5db4)
+   fills a dense Vl x h gradient (e bytes an element) and the DDP hook adds it into
+   main_grad (distributed_data_parallel.py: main_grad.add_(param.grad), read e and
+   the gradient element twice); a grad_accum_pass makes that add itself (acc_s). */
+static void pt__sim_embed(pt__sim *S, double M, double Vl) {
+    const pt_hw *hw = S->hw;
+    const pt_plan_desc *pl = S->d;
+    double h = pl->model.config.n_embd, e = S->elem;
+    double dense = S->ptrain ? 0.0 : Vl * h * (e + (pl->grad_accum_pass ? 0.0 : e + 2.0 * S->gb));
+    S->emb_tp_s = pl->tp > 1 ? pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, M * h * e, pl->tp,
+                                                  pl->tp) : 0.0;
+    S->emb_fwd_s = 3.0 * M * h * e / hw->mem_bw * S->share + S->emb_tp_s;
+    S->emb_bwd_s = (M * h * (e + 4.0) + dense) / hw->mem_bw * S->share;
+}
+
 /* Pipeline stage st: its meta build (every tp x dp rank of a stage alike),
    its memory, and the costs only it has: the embedding (first), the head
    (last), the gradient sync and optimizer, ZeRO 3's gathers. The stage's
@@ -15951,23 +15994,8 @@ static pt_status pt__plan_stage(pt__sim *S, int st, const pt_schedule_report *re
     pn = (double)m.num_params - gone;
     S->acc_s[st] = pl->grad_accum_pass ? pn * 12.0 / hw->mem_bw * S->share + 2.0 * hw->kernel_s
                                        : 0.0; /* (read bf16 and fp32, write fp32; clear bf16) */
-    if (m.place.has_head) {
-        double g1 = pt_hw_gemm_seconds(hw, M, Vl, h, 1, e) * S->share;
-        double ce = M * Vl * 4.0 / hw->mem_bw * S->share;
-        S->head_fwd_flops = 2.0 * M * h * Vl;
-        S->head_bwd_flops = 4.0 * M * h * Vl;
-        S->head_tp_s = t > 1 ? pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, M * h * e, pl->tp,
-                                                  pl->tp) : 0.0;
-        S->head_fwd_s = g1 + 3.0 * ce + 2.0 * M * h * e / hw->mem_bw * S->share;
-        S->head_bin_s = pt_hw_gemm_seconds(hw, M, h, Vl, 1, e) * S->share + 2.0 * ce + S->head_tp_s + 3.0 * M * h * e / hw->mem_bw * S->share;
-        S->head_bw_s = pt_hw_gemm_seconds(hw, Vl, h, M, 1, e) * S->share;
-    }
-    if (m.place.has_embed) {
-        S->emb_tp_s = t > 1 ? pt_hw_comm_seconds(hw, PT_COLL_ALL_REDUCE, M * h * e, pl->tp, pl->tp)
-                            : 0.0;
-        S->emb_fwd_s = 3.0 * M * h * e / hw->mem_bw * S->share + S->emb_tp_s;
-        S->emb_bwd_s = M * h * (e + 4.0) / hw->mem_bw * S->share;
-    }
+    if (m.place.has_head) pt__sim_head(S, M, Vl);
+    if (m.place.has_embed) pt__sim_embed(S, M, Vl);
     /* after the last backward: the gradients over the dp group, wte's two
        copies summed (first and last stage), the optimizer on this rank's part.
        ptrain's executor, and any overlap, go bucket by bucket (the meta

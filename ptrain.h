@@ -5463,15 +5463,24 @@ PT__TARGET_AVX512 static void pt__fa_online(float *S, const int *len, int nq, in
             memset(row, 0, sizeof(float) * kn);
             continue;
         }
-        mx = pt__maxf(row, c);
+        vm = _mm512_set1_ps(row[0]); /* pt__maxf's max, whole vectors unmasked */
+        for (u = 0; u + 16 <= c; u += 16) vm = _mm512_max_ps(_mm512_loadu_ps(row + u), vm);
+        if (u < c) vm = _mm512_mask_max_ps(vm, pt__mask16(c - u), _mm512_loadu_ps(row + u), vm);
+        mx = _mm512_reduce_max_ps(vm);
         mn = mx > m[i] ? mx : m[i];
-        a[i] = m[i] == -INFINITY ? 0.0f : expf(m[i] - mn);
+        a[i] = m[i] == -INFINITY ? 0.0f : mn == m[i] ? 1.0f : expf(m[i] - mn); /* e^0 = 1 */
         vm = _mm512_set1_ps(mn);
-        for (u = 0; u < c; u += 16) { /* (the row's KB floats: no read past it) */
+        for (u = 0; u + 16 <= c; u += 16) {
+            __m512 p = pt__fa_exp(_mm512_sub_ps(_mm512_loadu_ps(row + u), vm));
+            _mm512_storeu_ps(row + u, p);
+            sum = _mm512_add_ps(sum, p);
+        }
+        if (u < c) { /* (the row's KB floats: no read past it) */
             __m512 p = pt__fa_exp(_mm512_sub_ps(_mm512_loadu_ps(row + u), vm));
             p = _mm512_maskz_mov_ps(pt__mask16(c - u), p);
             _mm512_mask_storeu_ps(row + u, pt__mask16(kn - u), p);
             sum = _mm512_add_ps(sum, p);
+            u += 16;
         }
         for (; u < kn; u += 16) /* past c: 0 (adding it to sum changed nothing) */
             _mm512_mask_storeu_ps(row + u, pt__mask16(kn - u), _mm512_setzero_ps());
@@ -5490,7 +5499,13 @@ PT__TARGET_AVX512 static void pt__fa_grad_rows(float *S, float *dP, const int *l
         float *s = S + (size_t)i * PT__FA_KB, *d = dP + (size_t)i * PT__FA_KB;
         __m512 li = _mm512_set1_ps(L[i]), di = _mm512_set1_ps(D[i]);
         int c = len[i] - u0 < kn ? len[i] - u0 : kn;
-        for (u = 0; u < c; u += 16) {
+        for (u = 0; u + 16 <= c; u += 16) { /* whole vectors, unmasked */
+            __m512 p = pt__fa_exp(_mm512_sub_ps(_mm512_loadu_ps(s + u), li));
+            __m512 g = _mm512_sub_ps(_mm512_loadu_ps(d + u), di);
+            _mm512_storeu_ps(s + u, p);
+            _mm512_storeu_ps(d + u, _mm512_mul_ps(_mm512_mul_ps(p, g), vs));
+        }
+        for (; u < c; u += 16) {
             __mmask16 kc = pt__mask16(c - u), kk = pt__mask16(kn - u);
             __m512 p = pt__fa_exp(_mm512_sub_ps(_mm512_loadu_ps(s + u), li));
             __m512 g = _mm512_sub_ps(_mm512_loadu_ps(d + u), di);

@@ -5467,15 +5467,24 @@ PT__TARGET_AVX512 static void pt__fa_online(float *S, const int *len, int nq, in
             memset(row, 0, sizeof(float) * kn);
             continue;
         }
-        mx = pt__maxf(row, c);
+        vm = _mm512_set1_ps(row[0]); /* pt__maxf's max, whole vectors unmasked */
+        for (u = 0; u + 16 <= c; u += 16) vm = _mm512_max_ps(_mm512_loadu_ps(row + u), vm);
+        if (u < c) vm = _mm512_mask_max_ps(vm, pt__mask16(c - u), _mm512_loadu_ps(row + u), vm);
+        mx = _mm512_reduce_max_ps(vm);
         mn = mx > m[i] ? mx : m[i];
-        a[i] = m[i] == -INFINITY ? 0.0f : expf(m[i] - mn);
+        a[i] = m[i] == -INFINITY ? 0.0f : mn == m[i] ? 1.0f : expf(m[i] - mn); /* e^0 = 1 */
         vm = _mm512_set1_ps(mn);
-        for (u = 0; u < c; u += 16) { /* (the row's KB floats: no read past it) */
+        for (u = 0; u + 16 <= c; u += 16) {
+            __m512 p = pt__fa_exp(_mm512_sub_ps(_mm512_loadu_ps(row + u), vm));
+            _mm512_storeu_ps(row + u, p);
+            sum = _mm512_add_ps(sum, p);
+        }
+        if (u < c) { /* (the row's KB floats: no read past it) */
             __m512 p = pt__fa_exp(_mm512_sub_ps(_mm512_loadu_ps(row + u), vm));
             p = _mm512_maskz_mov_ps(pt__mask16(c - u), p);
             _mm512_mask_storeu_ps(row + u, pt__mask16(kn - u), p);
             sum = _mm512_add_ps(sum, p);
+            u += 16;
         }
         for (; u < kn; u += 16) /* past c: 0 (adding it to sum changed nothing) */
             _mm512_mask_storeu_ps(row + u, pt__mask16(kn - u), _mm512_setzero_ps());
@@ -5494,7 +5503,13 @@ PT__TARGET_AVX512 static void pt__fa_grad_rows(float *S, float *dP, const int *l
         float *s = S + (size_t)i * PT__FA_KB, *d = dP + (size_t)i * PT__FA_KB;
         __m512 li = _mm512_set1_ps(L[i]), di = _mm512_set1_ps(D[i]);
         int c = len[i] - u0 < kn ? len[i] - u0 : kn;
-        for (u = 0; u < c; u += 16) {
+        for (u = 0; u + 16 <= c; u += 16) { /* whole vectors, unmasked */
+            __m512 p = pt__fa_exp(_mm512_sub_ps(_mm512_loadu_ps(s + u), li));
+            __m512 g = _mm512_sub_ps(_mm512_loadu_ps(d + u), di);
+            _mm512_storeu_ps(s + u, p);
+            _mm512_storeu_ps(d + u, _mm512_mul_ps(_mm512_mul_ps(p, g), vs));
+        }
+        for (; u < c; u += 16) {
             __mmask16 kc = pt__mask16(c - u), kk = pt__mask16(kn - u);
             __m512 p = pt__fa_exp(_mm512_sub_ps(_mm512_loadu_ps(s + u), li));
             __m512 g = _mm512_sub_ps(_mm512_loadu_ps(d + u), di);
@@ -5581,10 +5596,19 @@ static void pt__fa_prefetch(const float *x, size_t ld, int n, int w, int wr) {
         }
 }
 
-/* n rows of w floats from src (ld lds) to dst (ld ldd) */
-static void pt__fa_copy_rows(float *dst, size_t ldd, const float *src, size_t lds, int n, int w) {
-    int i;
-    for (i = 0; i < n; i++) memcpy(dst + (size_t)i * ldd, src + (size_t)i * lds, sizeof(float) * w);
+/* n rows of w floats from src (ld lds) to dst (ld ldd), in 16-lane vectors
+   (a memcpy call a row cost a twentieth of the backward: rows of hd floats) */
+PT__TARGET_AVX512 static void pt__fa_copy_rows(float *dst, size_t ldd, const float *src,
+                                               size_t lds, int n, int w) {
+    int i, j;
+    for (i = 0; i < n; i++) {
+        float *d = dst + (size_t)i * ldd;
+        const float *x = src + (size_t)i * lds;
+        for (j = 0; j + 16 <= w; j += 16) _mm512_storeu_ps(d + j, _mm512_loadu_ps(x + j));
+        if (j < w)
+            _mm512_mask_storeu_ps(d + j, pt__mask16(w - j),
+                                  _mm512_maskz_loadu_ps(pt__mask16(w - j), x + j));
+    }
 }
 
 /* Forward of the block of queries f->t0.. (q: its first row, o and lse its

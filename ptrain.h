@@ -4492,7 +4492,33 @@ static inline __m512 pt__sigm16(__m512 m) {
     return _mm512_maskz_fmadd_ps(keep, r, _mm512_fnmadd_ps(e, r, one), r);
 }
 
-#define PT__ACT16 1 /* GELU and SwiGLU on 16 lanes, their tails masked */
+/* sum_c x[c] (sq 0) or sum_c (x[c] - m)^2 (sq 1) over a row on 16 lanes in
+   4 accumulators (one would wait on its adds' latency), the tail masked */
+static inline float pt__rowsum16(const float *x, int C, float m, int sq) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, vm = _mm512_set1_ps(m), v;
+    int c = 0;
+    for (; c + 64 <= C; c += 64) {
+        __m512 v0 = _mm512_loadu_ps(x + c), v1 = _mm512_loadu_ps(x + c + 16);
+        __m512 v2 = _mm512_loadu_ps(x + c + 32), v3 = _mm512_loadu_ps(x + c + 48);
+        if (!sq) {
+            a0 = _mm512_add_ps(a0, v0), a1 = _mm512_add_ps(a1, v1);
+            a2 = _mm512_add_ps(a2, v2), a3 = _mm512_add_ps(a3, v3);
+            continue;
+        }
+        v0 = _mm512_sub_ps(v0, vm), v1 = _mm512_sub_ps(v1, vm);
+        v2 = _mm512_sub_ps(v2, vm), v3 = _mm512_sub_ps(v3, vm);
+        a0 = _mm512_fmadd_ps(v0, v0, a0), a1 = _mm512_fmadd_ps(v1, v1, a1);
+        a2 = _mm512_fmadd_ps(v2, v2, a2), a3 = _mm512_fmadd_ps(v3, v3, a3);
+    }
+    for (; c < C; c += 16) {
+        __mmask16 k = pt__mask16(C - c);
+        v = _mm512_maskz_loadu_ps(k, x + c);
+        if (sq) v = _mm512_maskz_sub_ps(k, v, vm), v = _mm512_mul_ps(v, v);
+        a0 = _mm512_add_ps(a0, v);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+#define PT__ACT16 1 /* GELU's, SwiGLU's and the layer norm's rows on 16 lanes, tails masked */
 #endif
 #endif
 
@@ -4604,12 +4630,17 @@ static void pt__layernorm_fwd(float *out, float *mean, float *rstd, const float 
         if (given) { /* the output again from the statistics computed before: its bits */
             m = mean[n], s = rstd[n];
         } else {
+#ifdef PT__ACT16
+            m = pt__rowsum16(x, C, 0.0f, 0) / (float)C;
+            v = pt__rowsum16(x, C, m, 1) / (float)C;
+#else
             PT__OMP(omp simd reduction(+:m))
             for (c = 0; c < C; c++) m += x[c];
             m /= (float)C;
             PT__OMP(omp simd reduction(+:v))
             for (c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
             v /= (float)C;
+#endif
             s = 1.0f / sqrtf(v + eps);
         }
         if (bias) {

@@ -727,6 +727,22 @@ static void test_layernorm(void) {
     FD_CHECK("layernorm dinp", fwd_layernorm, &k, k.out, R, N * C, k.x, fdelta(dx, dx0, N * C), N * C);
     FD_CHECK("layernorm dweight", fwd_layernorm, &k, k.out, R, N * C, k.w, fdelta(dw, dw0, C), C);
     FD_CHECK("layernorm dbias", fwd_layernorm, &k, k.out, R, N * C, k.b, fdelta(db, db0, C), C);
+    { /* a row of 2 x 64 + 16 + 7: the row sums' blocks of 4 vectors, a vector, a masked tail */
+        enum { W = 151 };
+        float *x = frand(2 * W, -3, 5), *y = TALLOC(float, 2 * W), *w = frand(W, 0.5, 1.5);
+        float mean[2], rstd[2];
+        double want[2], wantr[2];
+        x[W - 1] = 40.0f, x[W + 100] = -30.0f; /* in the tail, in the last block */
+        pt_layernorm_forward(y, mean, rstd, x, w, NULL, 2, W, 1e-5f);
+        for (n = 0; n < 2; n++) {
+            double m = 0.0, v = 0.0;
+            for (c = 0; c < W; c++) m += x[n * W + c];
+            for (c = 0, m /= W; c < W; c++) v += (x[n * W + c] - m) * (x[n * W + c] - m);
+            want[n] = m, wantr[n] = 1.0 / sqrt(v / W + 1e-5);
+        }
+        CHECK_CLOSE("layernorm mean (151 wide)", mean, want, 2, 1e-6, 1e-6);
+        CHECK_CLOSE("layernorm rstd (151 wide)", rstd, wantr, 2, 1e-6, 1e-5);
+    }
 }
 
 /* The norms' weight gradients over rows wider than a column block (several

@@ -4479,6 +4479,51 @@ static inline __m512 pt__neg16(__m512 x) {
     return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x),
                                                 _mm512_set1_epi32(INT32_MIN)));
 }
+
+#ifdef PT__GEMM_X86
+PT__TARGET_AVX512 static inline __m512 pt__fa_exp(__m512 x0); /* (with attention's kernels) */
+
+/* 1 / (1 + e^m) on 16 lanes, the activations' sigmoid: e^m by pt__fa_exp
+   (fused multiply-adds), the reciprocal by rcp14 (2^-14) and one Newton
+   step r += r (1 - e r): within 3 ulp of the divide. 0 from m = 88 (where
+   the divide's result is subnormal or 0: the step would make inf * 0 a
+   NaN), so x s is -0 for GELU's and SwiGLU's large negative x as x / e
+   is; NaN stays NaN. */
+static inline __m512 pt__sigm16(__m512 m) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    __m512 e = _mm512_add_ps(one, pt__fa_exp(m)), r = _mm512_rcp14_ps(e);
+    __mmask16 keep = _mm512_cmp_ps_mask(m, _mm512_set1_ps(88.0f), _CMP_NGE_UQ);
+    return _mm512_maskz_fmadd_ps(keep, r, _mm512_fnmadd_ps(e, r, one), r);
+}
+
+/* sum_c x[c] (sq 0) or sum_c (x[c] - m)^2 (sq 1) over a row on 16 lanes in
+   4 accumulators (one would wait on its adds' latency), the tail masked */
+static inline float pt__rowsum16(const float *x, int C, float m, int sq) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, vm = _mm512_set1_ps(m), v;
+    int c = 0;
+    for (; c + 64 <= C; c += 64) {
+        __m512 v0 = _mm512_loadu_ps(x + c), v1 = _mm512_loadu_ps(x + c + 16);
+        __m512 v2 = _mm512_loadu_ps(x + c + 32), v3 = _mm512_loadu_ps(x + c + 48);
+        if (!sq) {
+            a0 = _mm512_add_ps(a0, v0), a1 = _mm512_add_ps(a1, v1);
+            a2 = _mm512_add_ps(a2, v2), a3 = _mm512_add_ps(a3, v3);
+            continue;
+        }
+        v0 = _mm512_sub_ps(v0, vm), v1 = _mm512_sub_ps(v1, vm);
+        v2 = _mm512_sub_ps(v2, vm), v3 = _mm512_sub_ps(v3, vm);
+        a0 = _mm512_fmadd_ps(v0, v0, a0), a1 = _mm512_fmadd_ps(v1, v1, a1);
+        a2 = _mm512_fmadd_ps(v2, v2, a2), a3 = _mm512_fmadd_ps(v3, v3, a3);
+    }
+    for (; c < C; c += 16) {
+        __mmask16 k = pt__mask16(C - c);
+        v = _mm512_maskz_loadu_ps(k, x + c);
+        if (sq) v = _mm512_maskz_sub_ps(k, v, vm), v = _mm512_mul_ps(v, v);
+        a0 = _mm512_add_ps(a0, v);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+#define PT__ACT16 1 /* GELU's, SwiGLU's and the layer norm's rows on 16 lanes, tails masked */
+#endif
 #endif
 
 /* max_i x_i (n >= 1) over 16 lanes of elementwise selects, which gcc and
@@ -4589,12 +4634,17 @@ static void pt__layernorm_fwd(float *out, float *mean, float *rstd, const float 
         if (given) { /* the output again from the statistics computed before: its bits */
             m = mean[n], s = rstd[n];
         } else {
+#ifdef PT__ACT16
+            m = pt__rowsum16(x, C, 0.0f, 0) / (float)C;
+            v = pt__rowsum16(x, C, m, 1) / (float)C;
+#else
             PT__OMP(omp simd reduction(+:m))
             for (c = 0; c < C; c++) m += x[c];
             m /= (float)C;
             PT__OMP(omp simd reduction(+:v))
             for (c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
             v /= (float)C;
+#endif
             s = 1.0f / sqrtf(v + eps);
         }
         if (bias) {
@@ -4935,30 +4985,38 @@ PTRAINDEF void pt_rope_backward(float *dx, const float *cs, int N, int T, int nh
     pt__rope(dx, cs, N, T, nh, hd, stride, -1.0f);
 }
 
+#ifdef PT__ACT16
+/* pt__swiglu_row's 16 lanes from j, those in k (masked stores only for a
+   row's tail: on Zen they stream to memory at a fraction of the rate) */
+static inline void pt__swiglu16(float *o, float *dg, const float *g, const float *d, int F, int j,
+                                __mmask16 k, int dir) {
+    __m512 x = _mm512_maskz_loadu_ps(k, g + j), y = _mm512_maskz_loadu_ps(k, g + F + j);
+    __m512 s = pt__sigm16(pt__neg16(x)), xs = _mm512_mul_ps(x, s), dd, dy;
+    if (!dir) {
+        _mm512_mask_storeu_ps(o + j, k, _mm512_mul_ps(xs, y));
+        return;
+    }
+    dd = _mm512_maskz_loadu_ps(k, d + j), dy = _mm512_mul_ps(dd, y); /* (before o: o may be d) */
+    if (o) _mm512_mask_storeu_ps(o + j, k, _mm512_mul_ps(xs, y));
+    _mm512_mask_storeu_ps(dg + F + j, k, _mm512_mul_ps(dd, xs)); /* d up; d gate: s + xs (1 - s) */
+    _mm512_mask_storeu_ps(dg + j, k, _mm512_mul_ps(dy, _mm512_add_ps(s, _mm512_fnmadd_ps(xs, s, xs))));
+}
+#endif
+
 /* One row: o = g sigmoid(g) u (dir 0); or with s = sigmoid(g) and dout d,
    du = d g s and dg = d u s (1 + g (1 - s)) (dir 1), and given o, the
    forward's o too (forward's bits; o may be d: each d read before its o is
-   written). The 16-lane path is the scalar one's operations in its order:
-   the same bits. */
+   written). On AVX-512 every element, the row's tail too (masked), takes
+   the same 16-lane operations (pt__sigm16), so an element's bits do not
+   depend on its column; elsewhere the scalar loop, within a few ulp of it. */
 static void pt__swiglu_row(float *o, float *dg, const float *g, const float *d, int F, int dir) {
     const float *u = g + F;
     float *du = dir ? dg + F : NULL;
     int j = 0, t;
-#ifdef __AVX512F__
-    const __m512 one = _mm512_set1_ps(1.0f);
-    for (; j + 16 <= F; j += 16) {
-        __m512 x = _mm512_loadu_ps(g + j), y = _mm512_loadu_ps(u + j), s, dd;
-        __m512 e = _mm512_add_ps(one, pt__expf16(pt__neg16(x)));
-        if (!dir) {
-            _mm512_storeu_ps(o + j, _mm512_mul_ps(_mm512_div_ps(x, e), y));
-            continue;
-        }
-        s = _mm512_div_ps(one, e), dd = _mm512_loadu_ps(d + j);
-        if (o) _mm512_storeu_ps(o + j, _mm512_mul_ps(_mm512_div_ps(x, e), y));
-        _mm512_storeu_ps(du + j, _mm512_mul_ps(_mm512_mul_ps(dd, x), s));
-        _mm512_storeu_ps(dg + j, _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(dd, y), s),
-                                               _mm512_add_ps(one, _mm512_mul_ps(x, _mm512_sub_ps(one, s)))));
-    }
+#ifdef PT__ACT16
+    for (; j + 16 <= F; j += 16) pt__swiglu16(o, dg, g, d, F, j, 0xFFFF, dir);
+    if (j < F) pt__swiglu16(o, dg, g, d, F, j, pt__mask16(F - j), dir);
+    j = F;
 #endif
     if (!dir) {
         PT__OMP(omp simd)
@@ -5976,35 +6034,40 @@ PTRAINDEF void pt_attention_backward(pt_ctx *ctx, float *dqkv, const float *dout
 
 #define PT__SPAN 4096 /* elements per task in elementwise loops (whole cache lines) */
 
+#ifdef PT__ACT16
+/* pt__gelu_span's 16 lanes from i, those in m (pt__swiglu16's note) */
+static inline void pt__gelu16(float *out, float *act, const float *inp, const float *dout, size_t i,
+                              __mmask16 m, int dir) {
+    const __m512 k2 = _mm512_set1_ps(2.0f * PT__GELU_K);
+    const __m512 a2 = _mm512_set1_ps(2.0f * PT__GELU_K * 0.044715f);
+    const __m512 c2 = _mm512_set1_ps(2.0f * PT__GELU_K * 3.0f * 0.044715f);
+    __m512 x = _mm512_maskz_loadu_ps(m, inp + i), x2 = _mm512_mul_ps(x, x), s, xs, g;
+    s = pt__sigm16(_mm512_mul_ps(x, _mm512_fnmsub_ps(x2, a2, k2))); /* e^(-2y) */
+    xs = _mm512_mul_ps(x, s);
+    if (!dir || act) _mm512_mask_storeu_ps((dir ? act : out) + i, m, xs);
+    if (!dir) return;
+    g = _mm512_fnmadd_ps(xs, s, xs); /* u s (1 - s), then times 2y' = 2k (1 + 3a u^2), + s */
+    g = _mm512_fmadd_ps(g, _mm512_fmadd_ps(x2, c2, k2), s);
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(g, _mm512_maskz_loadu_ps(m, dout + i)));
+}
+#endif
+
 /* y = k (u + 0.044715 u^3); gelu(u) = u / (1 + e^(-2y)), as 0.5 (1 + tanh y)
    = sigmoid(2y); dir 0 writes it to out[i, i1). With s = sigmoid(2y) and
    y' = k (1 + 3 * 0.044715 u^2): d gelu/du = s + 2 u s (1 - s) y', times
    dout into out (dir 1; out may be dout), and with act, gelu(u) into it too
-   (forward's bits: the same e). The 16-lane path is the scalar one's
-   operations in its order: the same bits. */
+   (forward's bits: the same s). On AVX-512 every element, the span's tail
+   too (masked), takes the same 16-lane operations (pt__sigm16, gelu = u s),
+   so an element's bits do not depend on its position; elsewhere the scalar
+   loop, within a few ulp of it. */
 static void pt__gelu_span(float *out, float *act, const float *inp, const float *dout, size_t i,
                           size_t i1, int dir) {
     const float c3 = 3.0f * 0.044715f;
     size_t j;
-#ifdef __AVX512F__
-    const __m512 a = _mm512_set1_ps(0.044715f), k = _mm512_set1_ps(PT__GELU_K),
-                 one = _mm512_set1_ps(1.0f), two = _mm512_set1_ps(2.0f);
-    for (; i + 16 <= i1; i += 16) {
-        __m512 x = _mm512_loadu_ps(inp + i), y, e, sg, g;
-        y = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(a, x), x), x);
-        y = _mm512_mul_ps(k, _mm512_add_ps(x, y));
-        e = _mm512_add_ps(one, pt__expf16(_mm512_mul_ps(_mm512_set1_ps(-2.0f), y)));
-        if (!dir) {
-            _mm512_storeu_ps(out + i, _mm512_div_ps(x, e));
-            continue;
-        }
-        if (act) _mm512_storeu_ps(act + i, _mm512_div_ps(x, e));
-        sg = _mm512_div_ps(one, e);
-        g = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(two, x), sg), _mm512_sub_ps(one, sg));
-        g = _mm512_mul_ps(_mm512_mul_ps(g, k),
-                          _mm512_add_ps(one, _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(c3), x), x)));
-        _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_add_ps(sg, g), _mm512_loadu_ps(dout + i)));
-    }
+#ifdef PT__ACT16
+    for (; i + 16 <= i1; i += 16) pt__gelu16(out, act, inp, dout, i, 0xFFFF, dir);
+    if (i < i1) pt__gelu16(out, act, inp, dout, i, pt__mask16((int)(i1 - i)), dir);
+    i = i1;
 #endif
     if (!dir) {
         PT__OMP(omp simd)

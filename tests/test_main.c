@@ -727,6 +727,22 @@ static void test_layernorm(void) {
     FD_CHECK("layernorm dinp", fwd_layernorm, &k, k.out, R, N * C, k.x, fdelta(dx, dx0, N * C), N * C);
     FD_CHECK("layernorm dweight", fwd_layernorm, &k, k.out, R, N * C, k.w, fdelta(dw, dw0, C), C);
     FD_CHECK("layernorm dbias", fwd_layernorm, &k, k.out, R, N * C, k.b, fdelta(db, db0, C), C);
+    { /* a row of 2 x 64 + 16 + 7: the row sums' blocks of 4 vectors, a vector, a masked tail */
+        enum { W = 151 };
+        float *x = frand(2 * W, -3, 5), *y = TALLOC(float, 2 * W), *w = frand(W, 0.5, 1.5);
+        float mean[2], rstd[2];
+        double want[2], wantr[2];
+        x[W - 1] = 40.0f, x[W + 100] = -30.0f; /* in the tail, in the last block */
+        pt_layernorm_forward(y, mean, rstd, x, w, NULL, 2, W, 1e-5f);
+        for (n = 0; n < 2; n++) {
+            double m = 0.0, v = 0.0;
+            for (c = 0; c < W; c++) m += x[n * W + c];
+            for (c = 0, m /= W; c < W; c++) v += (x[n * W + c] - m) * (x[n * W + c] - m);
+            want[n] = m, wantr[n] = 1.0 / sqrt(v / W + 1e-5);
+        }
+        CHECK_CLOSE("layernorm mean (151 wide)", mean, want, 2, 1e-6, 1e-6);
+        CHECK_CLOSE("layernorm rstd (151 wide)", rstd, wantr, 2, 1e-6, 1e-5);
+    }
 }
 
 /* The norms' weight gradients over rows wider than a column block (several
@@ -888,17 +904,19 @@ static void test_gelu(void) {
     CHECK_CLOSE("gelu backward with dinp == dout", alias, ref_dx, n, 1e-7, 1e-6);
 }
 
-/* |y - r| <= 1e-30 + 1e-6 (1 + |e| E/(1+E)) |r| element by element, e the
-   argument of the formula's exp, E = exp(e): a one-ulp change in e (FMA
+/* |y - r| <= 1e-30 + 1e-6 (1 + |e| E/(1+E)) max(|r|, mag) element by element,
+   e the argument of the formula's exp, E = exp(e): a one-ulp change in e (FMA
    contraction rounds it differently) moves 1/(1+E) by |e| E/(1+E) ulp, so
-   that is the condition number (1 where E underflows, |e| where it is huge). */
-static void lanes_close(const char *what, const float *y, const float *r, const float *e, int n) {
+   that is the condition number (1 where E underflows, |e| where it is huge);
+   mag (or NULL) the size of the terms a gradient sums (they may cancel). */
+static void lanes_close(const char *what, const float *y, const float *r, const float *e,
+                        const float *mag, int n) {
     int i, bad = 0, worst = 0;
     double wd = -1;
     for (i = 0; i < n; i++) {
         double diff = fabs((double)y[i] - (double)r[i]);
         double c = 1.0 + fabs((double)e[i]) / (1.0 + exp(-(double)e[i]));
-        double tol = 1e-30 + 1e-6 * c * fabs((double)r[i]);
+        double tol = 1e-30 + 1e-6 * c * fmax(fabs((double)r[i]), mag ? (double)mag[i] : 0.0);
         if (!(diff <= tol) && !(y[i] != y[i] && r[i] != r[i])) bad++;
         if (diff > wd) wd = diff, worst = i;
     }
@@ -907,17 +925,29 @@ static void lanes_close(const char *what, const float *y, const float *r, const 
              bad, n, worst, y[worst], r[worst], e[worst]);
 }
 
-/* GELU's and SwiGLU's 16-lane paths against their scalar formula (the
-   tails run it) over n = 16k + 7, with inputs from -100 to 100, 0, -0, the
-   infinities and NaN: bit for bit where the scalar one is compiled without
-   FMA contraction (gcc's ISO C modes; clang contracts), else within the
-   exp argument's condition (lanes_close). */
+/* the same bits, NaN for NaN (any payload) */
+static int same_bits(const float *a, const float *b, int n) {
+    int i;
+    for (i = 0; i < n; i++)
+        if (memcmp(a + i, b + i, sizeof(float)) != 0 && !(a[i] != a[i] && b[i] != b[i])) return 0;
+    return 1;
+}
+
+/* GELU's and SwiGLU's kernels against their scalar formula over n = 16k + 7,
+   with inputs from -100 to 100, 0, -0, the infinities and NaN: bit for bit
+   where the kernels run the scalar loop compiled without FMA contraction
+   (gcc's ISO C modes; clang contracts), else within the exp argument's
+   condition (lanes_close), the special values' bits kept. On AVX-512
+   (PT__ACT16) an element's bits do not depend on its position: the arrays
+   again from their second element (every lane moved, a new masked tail). */
 static void test_act_lanes(void) {
     enum { n = 16 * 40 + 7, F = 16 * 20 + 7 };
     float *x = frand(2 * n, -9, 9), *d = frand(2 * n, -1, 1), *y = TALLOC(float, 2 * n);
     float *r = TALLOC(float, 2 * n), *dy = TALLOC(float, 2 * n), *e = TALLOC(float, 3 * n);
+    float *h = TALLOC(float, 2 * n), *z = TALLOC(float, 2 * n), *dz = TALLOC(float, 2 * n);
+    float *mag = TALLOC(float, n);
     int i, exact = 1;
-#ifdef __clang__
+#if defined(__clang__) || defined(PT__ACT16)
     exact = 0;
 #endif
     for (i = 0; i < 200; i++) x[3 * i] = -100.0f + (float)i;
@@ -929,15 +959,21 @@ static void test_act_lanes(void) {
         float sg = 1.0f / (1.0f + pt__expf(-2.0f * t));
         float g = sg + 2.0f * u * sg * (1.0f - sg) * PT__GELU_K * (1.0f + 3.0f * 0.044715f * u * u);
         r[i] = u / (1.0f + pt__expf(-2.0f * t)), r[n + i] = g * d[i];
+        mag[i] = fabsf(d[i]) * (sg + fabsf(g - sg));
         e[i] = -2.0f * t;
     }
+    for (i = 0; i < 14; i++) /* the specials' bits (-0 for -100's GELU, NaN for -inf's) */
+        if (i % 3 != 2) CHECK(same_bits(y + i, r + i, 1) && same_bits(dy + i, r + n + i, 1));
     if (exact) {
         CHECK(memcmp(y, r, sizeof(float) * 14) == 0); /* NaN too: its bits */
         CHECK(memcmp(y + 14, r + 14, sizeof(float) * (n - 14)) == 0);
         CHECK(memcmp(dy, r + n, sizeof(float) * n) == 0);
     }
-    lanes_close("gelu lanes", y + 14, r + 14, e + 14, n - 14);
-    lanes_close("gelu backward lanes", dy + 14, r + n + 14, e + 14, n - 14);
+    lanes_close("gelu lanes", y + 14, r + 14, e + 14, NULL, n - 14);
+    lanes_close("gelu backward lanes", dy + 14, r + n + 14, e + 14, mag + 14, n - 14);
+    pt_gelu_forward(z, x + 1, n - 1);
+    pt_gelu_backward(dz, x + 1, d + 1, n - 1);
+    CHECK(same_bits(z, y + 1, n - 1) && same_bits(dz, dy + 1, n - 1));
     /* SwiGLU: one row of F gates then F ups */
     pt_swiglu_forward(y, x, 1, F);
     pt_swiglu_backward(dy, x, d, 1, F);
@@ -946,16 +982,22 @@ static void test_act_lanes(void) {
         r[i] = g / (1.0f + pt__expf(-g)) * u;
         r[F + i] = d[i] * u * s * (1.0f + g * (1.0f - s)); /* d gate */
         r[2 * F + i] = d[i] * g * s;                        /* d up */
-        e[i] = -g;
+        e[i] = -g, mag[i] = fabsf(d[i] * u) * (s + fabsf(g) * s * (1.0f - s));
     }
     if (exact) {
         CHECK(memcmp(y + 14, r + 14, sizeof(float) * (F - 14)) == 0);
         CHECK(memcmp(dy + 14, r + F + 14, sizeof(float) * (F - 14)) == 0);
         CHECK(memcmp(dy + F + 14, r + 2 * F + 14, sizeof(float) * (F - 14)) == 0);
     }
-    lanes_close("swiglu lanes", y + 14, r + 14, e + 14, F - 14);
-    lanes_close("swiglu d gate lanes", dy + 14, r + F + 14, e + 14, F - 14);
-    lanes_close("swiglu d up lanes", dy + F + 14, r + 2 * F + 14, e + 14, F - 14);
+    lanes_close("swiglu lanes", y + 14, r + 14, e + 14, NULL, F - 14);
+    lanes_close("swiglu d gate lanes", dy + 14, r + F + 14, e + 14, mag + 14, F - 14);
+    lanes_close("swiglu d up lanes", dy + F + 14, r + 2 * F + 14, e + 14, NULL, F - 14);
+    memcpy(h, x + 1, sizeof(float) * (F - 1)); /* the row from its second column */
+    memcpy(h + F - 1, x + F + 1, sizeof(float) * (F - 1));
+    pt_swiglu_forward(z, h, 1, F - 1);
+    pt_swiglu_backward(dz, h, d + 1, 1, F - 1);
+    CHECK(same_bits(z, y + 1, F - 1) && same_bits(dz, dy + 1, F - 1));
+    CHECK(same_bits(dz + F - 1, dy + F + 1, F - 1));
 }
 
 /* The activations' backward that also writes the forward's output (for

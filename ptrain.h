@@ -8334,8 +8334,13 @@ static void pt__mpi_host_name(char *out, size_t cap) {
             }
         freeifaddrs(ifs);
     }
-    if (addr[0]) snprintf(out, cap, "%s (%.20s)", addr, name);
-    else snprintf(out, cap, "%s", name);
+    if (addr[0]) {
+        snprintf(out, cap, "%s (%.20s)", addr, name);
+    } else { /* the name, cut to cap - 1 bytes */
+        size_t n = strlen(name) < cap ? strlen(name) : cap - 1;
+        memcpy(out, name, n);
+        out[n] = 0;
+    }
 }
 
 /* m's rank -> world rank and host tables: from the parent's (split), else

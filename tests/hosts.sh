@@ -220,7 +220,7 @@ fi
 snapshot() { # each host's processes (through /proc: ps is procps's), then TCP sockets; the
     # host a fault was put on first (the output is read from its top)
     order=$(i=0; while [ "$i" -lt "$hosts" ]; do echo "$i"; i=$((i + 1)); done |
-        awk -v f="$slow$victim$cut" '$1 == f { print; next } { r = r " " $1 } END { print r }')
+        awk -v f="${slow:-${victim:-$cut}}" '$1 == f { print; next } { r = r " " $1 } END { print r }')
     for i in $order; do
         for p in $(ip netns pids "$pre-h$i" 2>/dev/null); do
             st=$(sed 's/^.*) \([A-Za-z]\).*/\1/' "/proc/$p/stat" 2>/dev/null)
